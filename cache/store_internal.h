@@ -1,0 +1,23 @@
+/* store_internal.h: store entry points for tests, not for the library.
+ *
+ * tuned__store_open() always starts with a 64 MiB map; tests open with a
+ * tiny one instead so that a few thousand records exercise the
+ * MDB_MAP_FULL -> grow -> retry path in well under a second. */
+#ifndef TUNED_CACHE_STORE_INTERNAL_H
+#define TUNED_CACHE_STORE_INTERNAL_H
+
+#include <stddef.h>
+
+#include "../src/common/err.h"
+#include "store.h"
+
+/* The initial map size of tuned__store_open(). */
+#define TUNED__STORE_MAPSIZE ((size_t)64 << 20)
+
+/* tuned__store_open() with an initial map of mapsize bytes (a multiple of
+ * the page size; 0 means TUNED__STORE_MAPSIZE). An existing store whose
+ * map is already larger keeps its size. */
+int tuned__store_open_mapsize(tuned__store **out, const char *path, unsigned flags,
+                              size_t mapsize, tuned__err *e);
+
+#endif

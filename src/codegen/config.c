@@ -1,0 +1,138 @@
+/* config.c: the text form of a kernel config and the per-row arithmetic
+ * (vectors per thread, registers held) that codegen and the space share. */
+#include "config.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const ld_names[TUNED__LD_COUNT] = {"def", "nc", "cs", "el"};
+static const char *const st_names[TUNED__ST_COUNT] = {"def", "cs"};
+static const char *const reg_names[TUNED__REG_COUNT] = {"f32", "pk"};
+
+const char *tuned__ld_name(unsigned ld)
+{
+    return ld < TUNED__LD_COUNT ? ld_names[ld] : "?";
+}
+
+const char *tuned__st_name(unsigned st)
+{
+    return st < TUNED__ST_COUNT ? st_names[st] : "?";
+}
+
+const char *tuned__reg_name(unsigned reg)
+{
+    return reg < TUNED__REG_COUNT ? reg_names[reg] : "?";
+}
+
+void tuned__config_format(const tuned__config *c, char *buf, size_t n)
+{
+    snprintf(buf, n, "w%u.r%u.v%u.ld=%s.st=%s.reg=%s", c->warps, c->rows, c->vec,
+             tuned__ld_name(c->ld), tuned__st_name(c->st), tuned__reg_name(c->reg));
+}
+
+static bool is_pow2_upto(unsigned long v, unsigned long max)
+{
+    return v >= 1 && v <= max && (v & (v - 1)) == 0;
+}
+
+/* Parses "<letter><number>" with the number a power of two <= max. */
+static int parse_num_field(const char *field, char letter, unsigned long max, uint8_t *out,
+                           const char *text, tuned__err *e)
+{
+    if (field[0] != letter || field[1] < '0' || field[1] > '9')
+        return tuned__errf(e, TUNED_EINVAL, "config '%s': expected '%c<number>' at '%s'", text,
+                           letter, field);
+    char *end;
+    errno = 0;
+    unsigned long v = strtoul(field + 1, &end, 10);
+    if (errno != 0 || *end != '\0' || !is_pow2_upto(v, max))
+        return tuned__errf(e, TUNED_EINVAL,
+                           "config '%s': '%s' must be a power of two from 1 to %lu", text, field,
+                           max);
+    *out = (uint8_t)v;
+    return 0;
+}
+
+static int parse_named_field(const char *field, const char *prefix, const char *const *names,
+                             unsigned count, uint8_t *out, const char *text, tuned__err *e)
+{
+    size_t plen = strlen(prefix);
+    if (strncmp(field, prefix, plen) != 0)
+        return tuned__errf(e, TUNED_EINVAL, "config '%s': expected '%s...' at '%s'", text, prefix,
+                           field);
+    for (unsigned i = 0; i < count; i++) {
+        if (strcmp(field + plen, names[i]) == 0) {
+            *out = (uint8_t)i;
+            return 0;
+        }
+    }
+    char allowed[128] = "";
+    for (unsigned i = 0; i < count; i++) {
+        strncat(allowed, names[i], sizeof allowed - strlen(allowed) - 1);
+        if (i + 1 < count)
+            strncat(allowed, "|", sizeof allowed - strlen(allowed) - 1);
+    }
+    return tuned__errf(e, TUNED_EINVAL, "config '%s': '%s' is not one of %s%s", text, field,
+                       prefix, allowed);
+}
+
+int tuned__config_parse(const char *text, tuned__config *out, tuned__err *e)
+{
+    if (text == NULL || strlen(text) >= TUNED__CONFIG_TEXT)
+        return tuned__errf(e, TUNED_EINVAL, "config: missing or longer than %d characters",
+                           TUNED__CONFIG_TEXT - 1);
+    char copy[TUNED__CONFIG_TEXT];
+    strcpy(copy, text);
+    char *fields[7];
+    size_t nf = 0;
+    char *save = NULL;
+    for (char *f = strtok_r(copy, ".", &save); f != NULL; f = strtok_r(NULL, ".", &save)) {
+        if (nf == 6)
+            return tuned__errf(e, TUNED_EINVAL, "config '%s': too many fields", text);
+        fields[nf++] = f;
+    }
+    if (nf != 6)
+        return tuned__errf(e, TUNED_EINVAL,
+                           "config '%s': expected 6 fields like w8.r1.v8.ld=cs.st=cs.reg=f32",
+                           text);
+    tuned__config c = {.family = TUNED__FAMILY_ROWS};
+    int rc;
+    if ((rc = parse_num_field(fields[0], 'w', 32, &c.warps, text, e)) != 0 ||
+        (rc = parse_num_field(fields[1], 'r', 32, &c.rows, text, e)) != 0 ||
+        (rc = parse_num_field(fields[2], 'v', 8, &c.vec, text, e)) != 0 ||
+        (rc = parse_named_field(fields[3], "ld=", ld_names, TUNED__LD_COUNT, &c.ld, text, e)) != 0 ||
+        (rc = parse_named_field(fields[4], "st=", st_names, TUNED__ST_COUNT, &c.st, text, e)) != 0 ||
+        (rc = parse_named_field(fields[5], "reg=", reg_names, TUNED__REG_COUNT, &c.reg, text, e)) != 0)
+        return rc;
+    if (c.rows > c.warps)
+        return tuned__errf(e, TUNED_EINVAL, "config '%s': rows per block (%u) exceed warps (%u)",
+                           text, c.rows, c.warps);
+    *out = c;
+    return 0;
+}
+
+bool tuned__config_equal(const tuned__config *a, const tuned__config *b)
+{
+    return a->family == b->family && a->warps == b->warps && a->rows == b->rows &&
+           a->vec == b->vec && a->ld == b->ld && a->st == b->st && a->reg == b->reg;
+}
+
+uint64_t tuned__config_iters(const tuned__config *c, uint64_t cols)
+{
+    uint64_t span = (uint64_t)tuned__config_threads_per_row(c) * c->vec;
+    /* A row starting at element offset `head` inside its first vector
+     * covers cols + head <= cols + vec - 1 vector slots. */
+    return (cols + c->vec - 1 + span - 1) / span;
+}
+
+uint64_t tuned__config_row_registers(const tuned__config *c, tuned_dtype dtype, uint64_t cols)
+{
+    uint64_t elems = tuned__config_iters(c, cols) * c->vec;
+    if (c->reg == TUNED__REG_PK) {
+        uint64_t bytes = elems * tuned_dtype_size(dtype);
+        return (bytes + 3) / 4;
+    }
+    return elems;
+}

@@ -1,0 +1,93 @@
+/* config.h: one softmax kernel variant, as codegen sees it.
+ *
+ * A config is a handful of small integers; its canonical text form
+ * (tuned__config_format) is what logs, the store and the CLI show, e.g.
+ * "w8.r1.v8.ld=cs.st=cs.reg=f32". Parsing that text back gives the same
+ * config. Whether a config is valid for a shape and GPU is the tuner's
+ * business (src/tuner/space.c); codegen only refuses what it cannot emit. */
+#ifndef TUNED_CODEGEN_CONFIG_H
+#define TUNED_CODEGEN_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tuned.h"
+#include "../common/err.h"
+
+/* Kernel families; each is one template in kernels/templates/. */
+enum { TUNED__FAMILY_ROWS = 0 };
+
+/* Load cache hints, in the order the text form and the space use them. */
+enum {
+    TUNED__LD_DEF = 0, /* ld.global */
+    TUNED__LD_NC,      /* ld.global.nc: read-only path */
+    TUNED__LD_CS,      /* ld.global.cs: evict-first, streaming */
+    TUNED__LD_EL,      /* ld.global.L2::cache_hint with an L2 evict_last policy */
+    TUNED__LD_COUNT
+};
+
+/* Store cache hints. */
+enum {
+    TUNED__ST_DEF = 0, /* st.global */
+    TUNED__ST_CS,      /* st.global.cs: evict-first, streaming */
+    TUNED__ST_COUNT
+};
+
+/* How a thread keeps its part of the row in registers between passes. */
+enum {
+    TUNED__REG_F32 = 0, /* converted to fp32 once; exp computed once */
+    TUNED__REG_PK,      /* the loaded words as they came (2 elements per word
+                           for 16-bit types): half the registers, exp twice */
+    TUNED__REG_COUNT
+};
+
+typedef struct tuned__config {
+    uint8_t family; /* TUNED__FAMILY_* */
+    uint8_t warps;  /* warps per block: 1, 2, 4, ... 32 */
+    uint8_t rows;   /* rows per block: 1 .. warps (each row gets warps/rows warps) */
+    uint8_t vec;    /* elements per vector access: 1, 2, 4, 8 (at most 16 bytes) */
+    uint8_t ld;     /* TUNED__LD_* */
+    uint8_t st;     /* TUNED__ST_* */
+    uint8_t reg;    /* TUNED__REG_* */
+} tuned__config;
+
+/* The problem a variant is generated and tuned for. */
+typedef struct tuned__shape {
+    tuned_dtype dtype;
+    uint64_t rows;
+    uint64_t cols;
+} tuned__shape;
+
+/* Longest text form plus NUL. */
+#define TUNED__CONFIG_TEXT 64
+
+/* Writes the canonical text form into buf (at least TUNED__CONFIG_TEXT). */
+void tuned__config_format(const tuned__config *c, char *buf, size_t n);
+
+/* Parses a text form; TUNED_EINVAL with the offending part named. Checks
+ * syntax and value sets only, not validity for a shape. */
+int tuned__config_parse(const char *text, tuned__config *out, tuned__err *e);
+
+bool tuned__config_equal(const tuned__config *a, const tuned__config *b);
+
+/* Threads that share one row. */
+static inline unsigned tuned__config_threads_per_row(const tuned__config *c)
+{
+    return (unsigned)c->warps * 32u / c->rows;
+}
+
+/* Vector accesses each thread makes per row: enough that the vectors of a
+ * row group cover cols elements starting anywhere inside the first vector
+ * (rows need not start on a vector boundary). */
+uint64_t tuned__config_iters(const tuned__config *c, uint64_t cols);
+
+/* 32-bit registers a thread needs to hold its part of a row. */
+uint64_t tuned__config_row_registers(const tuned__config *c, tuned_dtype dtype, uint64_t cols);
+
+/* Names for the hint values, as in the text form ("def", "nc", ...). */
+const char *tuned__ld_name(unsigned ld);
+const char *tuned__st_name(unsigned st);
+const char *tuned__reg_name(unsigned reg);
+
+#endif

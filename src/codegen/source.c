@@ -1,0 +1,117 @@
+/* source.c: fills a template with a config's constants.
+ *
+ * The generated text is a block of #defines followed by the template,
+ * so a variant's source is exactly what NVRTC compiles and what the
+ * compile cache hashes. Codegen refuses what it cannot emit (a vector over
+ * 16 bytes, rows that do not split the block's warps); whether a config is
+ * a good idea for a shape is the tuner's space's question. */
+#include "source.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../common/hash.h"
+#include "templates.h"
+
+/* Far beyond any register budget; keeps a corrupt config from
+ * generating megabytes of unrolled code. */
+#define MAX_ITERS 256
+
+const tuned__template *tuned__template_find(const char *name)
+{
+    for (size_t i = 0; i < tuned__template_count; i++)
+        if (strcmp(tuned__templates[i].name, name) == 0)
+            return &tuned__templates[i];
+    return NULL;
+}
+
+uint64_t tuned__templates_hash(void)
+{
+    uint64_t h = TUNED__FNV_SEED;
+    for (size_t i = 0; i < tuned__template_count; i++)
+        h = tuned__fnv1a64(tuned__templates[i].text, tuned__templates[i].size, h);
+    unsigned version = TUNED__CODEGEN_VERSION;
+    return tuned__fnv1a64(&version, sizeof version, h);
+}
+
+const char *tuned__source_entry(const tuned__config *c)
+{
+    (void)c;
+    return "tuned_softmax_rows";
+}
+
+/* Concatenates a defines block and a template into a malloc'd string. */
+static int join_source(const char *defines, const char *template_name, char **out,
+                       tuned__err *e)
+{
+    const tuned__template *t = tuned__template_find(template_name);
+    if (t == NULL)
+        return tuned__errf(e, TUNED_EINVAL, "codegen: no template '%s' in this build",
+                           template_name);
+    size_t dlen = strlen(defines);
+    char *src = malloc(dlen + t->size + 1);
+    if (src == NULL)
+        return tuned__errf(e, TUNED_ENOMEM, "codegen: out of memory for %s source",
+                           template_name);
+    memcpy(src, defines, dlen);
+    memcpy(src + dlen, t->text, t->size + 1);
+    *out = src;
+    return 0;
+}
+
+int tuned__source_softmax(const tuned__config *c, const tuned__shape *s,
+                          const tuned__codegen_opts *opts, char **out, tuned__err *e)
+{
+    char name[TUNED__CONFIG_TEXT];
+    tuned__config_format(c, name, sizeof name);
+    size_t esize = tuned_dtype_size(s->dtype);
+    if (esize == 0)
+        return tuned__errf(e, TUNED_EINVAL, "codegen: softmax %s: unknown dtype %d", name,
+                           (int)s->dtype);
+    if (c->family != TUNED__FAMILY_ROWS)
+        return tuned__errf(e, TUNED_EINVAL, "codegen: softmax %s: unknown family %u", name,
+                           c->family);
+    if (c->warps < 1 || c->warps > 32 || c->rows < 1 || c->warps % c->rows != 0)
+        return tuned__errf(e, TUNED_EINVAL,
+                           "codegen: softmax %s: rows per block must divide warps (1..32)", name);
+    if (c->vec < 1 || c->vec * esize > 16 || (c->vec & (c->vec - 1)) != 0)
+        return tuned__errf(e, TUNED_EINVAL,
+                           "codegen: softmax %s: a vector of %u %s elements is not 1..16 bytes",
+                           name, c->vec, tuned_dtype_name(s->dtype));
+    if (c->ld >= TUNED__LD_COUNT || c->st >= TUNED__ST_COUNT || c->reg >= TUNED__REG_COUNT)
+        return tuned__errf(e, TUNED_EINVAL, "codegen: softmax %s: bad cache hint or register mode",
+                           name);
+    if (s->cols < 1 || s->cols > INT_MAX - 64)
+        return tuned__errf(e, TUNED_EINVAL, "codegen: softmax %s: %llu columns out of range",
+                           name, (unsigned long long)s->cols);
+    uint64_t iters = tuned__config_iters(c, s->cols);
+    if (iters > MAX_ITERS)
+        return tuned__errf(e, TUNED_EINVAL,
+                           "codegen: softmax %s: %llu vectors per thread for %llu columns "
+                           "(at most %d)",
+                           name, (unsigned long long)iters, (unsigned long long)s->cols,
+                           MAX_ITERS);
+    int plant = opts != NULL ? opts->plant_bug : 0;
+    char defines[512];
+    snprintf(defines, sizeof defines,
+             "// tuned softmax variant %s for %s x %llu columns\n"
+             "#define T_DTYPE %d\n#define T_WARPS %u\n#define T_ROWS %u\n#define T_VEC %u\n"
+             "#define T_ITERS %llu\n#define T_LD %u\n#define T_ST %u\n#define T_REG_PACKED %d\n"
+             "#define T_PLANT_BUG %d\n",
+             name, tuned_dtype_name(s->dtype), (unsigned long long)s->cols, (int)s->dtype,
+             c->warps, c->rows, c->vec, (unsigned long long)iters, c->ld, c->st,
+             c->reg == TUNED__REG_PK, plant);
+    return join_source(defines, "softmax_rows", out, e);
+}
+
+int tuned__source_reference(tuned_dtype dtype, char **out, tuned__err *e)
+{
+    if (tuned_dtype_size(dtype) == 0)
+        return tuned__errf(e, TUNED_EINVAL, "codegen: reference: unknown dtype %d", (int)dtype);
+    char defines[128];
+    snprintf(defines, sizeof defines, "// tuned reference kernels for %s\n#define T_DTYPE %d\n",
+             tuned_dtype_name(dtype), (int)dtype);
+    return join_source(defines, "reference", out, e);
+}

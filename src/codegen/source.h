@@ -1,0 +1,28 @@
+/* source.h: config -> complete CUDA source text, ready for NVRTC. */
+#ifndef TUNED_CODEGEN_SOURCE_H
+#define TUNED_CODEGEN_SOURCE_H
+
+#include "config.h"
+
+/* Bump whenever the generated text changes meaning without the template
+ * text changing (it is hashed into the store's GPU identity). */
+#define TUNED__CODEGEN_VERSION 1
+
+typedef struct tuned__codegen_opts {
+    int plant_bug; /* test only: 0 none, 1 skip each row's last element,
+                      2 write one element past the last row */
+} tuned__codegen_opts;
+
+/* The kernel's entry point name in the generated source. */
+const char *tuned__source_entry(const tuned__config *c);
+
+/* Builds the source for config c specialised for shape s; *out is
+ * malloc'd, the caller frees it. opts may be NULL. */
+int tuned__source_softmax(const tuned__config *c, const tuned__shape *s,
+                          const tuned__codegen_opts *opts, char **out, tuned__err *e);
+
+/* The source of the evaluator's helper kernels (input generator and the
+ * float64 reference check) for dtype; *out is malloc'd. */
+int tuned__source_reference(tuned_dtype dtype, char **out, tuned__err *e);
+
+#endif

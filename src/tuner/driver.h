@@ -1,0 +1,73 @@
+/* driver.h: the CUDA Driver API, loaded at run time.
+ *
+ * libcuda is never linked. tuned__driver_load() dlopens libcuda.so.1,
+ * resolves cuGetProcAddress and fetches every other entry point through it
+ * at a pinned ABI version (plain dlsym would return legacy ABIs for renamed
+ * functions such as cuMemAlloc). Without a driver it fails with
+ * TUNED_ENODRIVER and a message saying so; nothing crashes.
+ *
+ * Call sites use the table as d->cuMemAlloc(...): the field names come from
+ * cuda.h's own macros, so they always match the pinned versions. */
+#ifndef TUNED_TUNER_DRIVER_H
+#define TUNED_TUNER_DRIVER_H
+
+#include <cuda.h>
+
+#include "../common/err.h"
+
+/* The entry points tuned uses; X(name) for each. */
+#define TUNED__DRIVER_FUNCTIONS(X)                                                              \
+    X(cuInit)                                                                                   \
+    X(cuDriverGetVersion)                                                                       \
+    X(cuGetErrorName)                                                                           \
+    X(cuGetErrorString)                                                                         \
+    X(cuDeviceGetCount)                                                                         \
+    X(cuDeviceGet)                                                                              \
+    X(cuDeviceGetName)                                                                          \
+    X(cuDeviceGetAttribute)                                                                     \
+    X(cuDeviceTotalMem)                                                                         \
+    X(cuDeviceGetUuid)                                                                          \
+    X(cuDevicePrimaryCtxRetain)                                                                 \
+    X(cuDevicePrimaryCtxRelease)                                                                \
+    X(cuCtxSetCurrent)                                                                          \
+    X(cuCtxSynchronize)                                                                         \
+    X(cuStreamCreate)                                                                           \
+    X(cuStreamDestroy)                                                                          \
+    X(cuStreamSynchronize)                                                                      \
+    X(cuEventCreate)                                                                            \
+    X(cuEventDestroy)                                                                           \
+    X(cuEventRecord)                                                                            \
+    X(cuEventSynchronize)                                                                       \
+    X(cuEventElapsedTime)                                                                       \
+    X(cuMemAlloc)                                                                               \
+    X(cuMemFree)                                                                                \
+    X(cuMemGetInfo)                                                                             \
+    X(cuMemcpyHtoD)                                                                             \
+    X(cuMemcpyDtoH)                                                                             \
+    X(cuMemcpyDtoDAsync)                                                                        \
+    X(cuMemsetD8Async)                                                                          \
+    X(cuMemsetD32Async)                                                                         \
+    X(cuModuleLoadData)                                                                         \
+    X(cuModuleUnload)                                                                           \
+    X(cuModuleGetFunction)                                                                      \
+    X(cuFuncGetAttribute)                                                                       \
+    X(cuLaunchKernel)
+
+typedef struct tuned__driver {
+    void *lib;
+    int version; /* cuDriverGetVersion, e.g. 13000 */
+#define TUNED__DRIVER_FIELD(name) __typeof__(&name) name;
+    TUNED__DRIVER_FUNCTIONS(TUNED__DRIVER_FIELD)
+#undef TUNED__DRIVER_FIELD
+} tuned__driver;
+
+/* Loads libcuda.so.1 and calls cuInit. The table is immutable afterwards
+ * and may be shared by threads. */
+int tuned__driver_load(tuned__driver **out, tuned__err *e);
+void tuned__driver_unload(tuned__driver *d);
+
+/* Translates a failed CUresult into TUNED_ECUDA (TUNED_ENOMEM for out of
+ * memory) with "cuda: <what>: CUDA_ERROR_X: <description>"; 0 stays 0. */
+int tuned__cuda_check(const tuned__driver *d, CUresult r, tuned__err *e, const char *what);
+
+#endif

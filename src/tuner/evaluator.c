@@ -1,0 +1,639 @@
+/* evaluator.c: the GPU side of tuning: compile, check, time.
+ *
+ * Order of work for a batch of variants: every source is generated and
+ * compiled first, on worker threads (NVRTC is CPU-bound and thread-safe);
+ * then, one variant at a time on the GPU: load the cubin, draw fresh random
+ * input, poison the output and the guard band after it, run, compare with
+ * the float64 reference (twice, with two poison patterns, so that an
+ * unwritten element cannot hide behind a NaN the reference expects), and
+ * only then time it. */
+#include "evaluator.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "tuned.h"
+
+#define GUARD_BYTES 4096
+#define EVENT_BATCH 32
+#define REFERENCE_ROWS_CHECKED 8
+
+struct tuned__evaluator {
+    const tuned__driver *d;
+    const tuned__nvrtc *nvrtc;
+    tuned__gpu gpu;
+    tuned__shape shape;
+    tuned__eval_opts opts;
+    size_t esize;
+    size_t bytes; /* of x, and of y */
+    CUcontext ctx;
+    CUstream stream;
+    CUdeviceptr x_alloc, y_alloc, flush, counters, stats;
+    CUdeviceptr x, y;
+    size_t x_alloc_bytes, y_alloc_bytes, flush_bytes;
+    CUmodule ref_module;
+    CUfunction gen, check;
+    CUevent start[EVENT_BATCH], stop[EVENT_BATCH];
+    double rtol, atol;
+    double copy_us;
+    uint64_t seed;
+    unsigned char *guard_host;
+};
+
+void tuned__eval_opts_default(tuned__eval_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->budget_ms = 25.0;
+    o->min_reps = 5;
+    o->max_reps = 200;
+}
+
+const char *tuned__eval_status_name(int status)
+{
+    switch (status) {
+    case TUNED__EVAL_OK: return "ok";
+    case TUNED__EVAL_COMPILE_ERROR: return "compile error";
+    case TUNED__EVAL_WRONG: return "wrong result";
+    case TUNED__EVAL_LAUNCH_ERROR: return "launch error";
+    }
+    return "?";
+}
+
+double tuned__evaluator_copy_us(const tuned__evaluator *ev)
+{
+    return ev->copy_us;
+}
+
+#define CU(call, what)                                                                          \
+    do {                                                                                        \
+        int rc_ = tuned__cuda_check(ev->d, (call), e, (what));                                  \
+        if (rc_ != 0)                                                                           \
+            return rc_;                                                                         \
+    } while (0)
+
+/* ---- host-side float64 reference, used to check the GPU reference ---- */
+
+static double half_to_double(uint16_t h)
+{
+    int sign = h >> 15, exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
+    double v;
+    if (exp == 0)
+        v = ldexp(mant, -24);
+    else if (exp == 31)
+        v = mant ? NAN : INFINITY;
+    else
+        v = ldexp(mant | 0x400, exp - 25);
+    return sign ? -v : v;
+}
+
+static double bits_to_double(const unsigned char *p, tuned_dtype dtype)
+{
+    uint16_t h;
+    uint32_t w;
+    float f;
+    switch (dtype) {
+    case TUNED_FP16:
+        memcpy(&h, p, 2);
+        return half_to_double(h);
+    case TUNED_BF16:
+        memcpy(&h, p, 2);
+        w = (uint32_t)h << 16;
+        memcpy(&f, &w, 4);
+        return f;
+    case TUNED_FP32:
+        memcpy(&f, p, 4);
+        return f;
+    }
+    return NAN;
+}
+
+/* Max (ignoring NaN, as fmax) and sum of exp(x - max) of one row. */
+static void cpu_row_stats(const unsigned char *row, uint64_t cols, tuned_dtype dtype, size_t esize,
+                          double *max, double *sum)
+{
+    double m = -INFINITY, s = 0.0;
+    for (uint64_t c = 0; c < cols; c++)
+        m = fmax(m, bits_to_double(row + c * esize, dtype));
+    for (uint64_t c = 0; c < cols; c++)
+        s += exp(bits_to_double(row + c * esize, dtype) - m);
+    *max = m;
+    *sum = s;
+}
+
+static bool stats_agree(double cpu, double gpu)
+{
+    if (isnan(cpu) || isnan(gpu))
+        return isnan(cpu) && isnan(gpu);
+    if (isinf(cpu) || isinf(gpu))
+        return cpu == gpu;
+    return fabs(cpu - gpu) <= 1e-9 * fmax(1.0, fabs(cpu));
+}
+
+/* ---- the helper kernels ---- */
+
+static unsigned grid_for(uint64_t n, unsigned per_block, unsigned cap)
+{
+    uint64_t g = (n + per_block - 1) / per_block;
+    return (unsigned)(g < 1 ? 1 : g > cap ? cap : g);
+}
+
+static int generate_input(tuned__evaluator *ev, tuned__err *e)
+{
+    long long rows = (long long)ev->shape.rows, stride = (long long)ev->shape.cols;
+    int cols = (int)ev->shape.cols;
+    unsigned long long seed = ev->seed++;
+    void *args[] = {&ev->x, &rows, &cols, &stride, &seed};
+    unsigned grid = grid_for(ev->shape.rows * ev->shape.cols, 256, 65535);
+    CU(ev->d->cuLaunchKernel(ev->gen, grid, 1, 1, 256, 1, 1, 0, ev->stream, args, NULL),
+       "launching the input generator");
+    return 0;
+}
+
+/* Runs the reference check of y; *bad and *first get the count and the
+ * first wrong element. row_stats may be 0 (not wanted). */
+static int run_check(tuned__evaluator *ev, CUdeviceptr row_stats, uint64_t *bad, uint64_t *first,
+                     tuned__err *e)
+{
+    long long rows = (long long)ev->shape.rows, stride = (long long)ev->shape.cols;
+    int cols = (int)ev->shape.cols;
+    CUdeviceptr bad_ptr = ev->counters, first_ptr = ev->counters + 8;
+    CU(ev->d->cuMemsetD32Async(ev->counters, 0, 2, ev->stream), "clearing the check counters");
+    CU(ev->d->cuMemsetD32Async(first_ptr, 0xFFFFFFFFu, 2, ev->stream),
+       "clearing the check counters");
+    void *args[] = {&ev->x, &ev->y, &rows, &cols, &stride, &ev->rtol, &ev->atol,
+                    &bad_ptr, &first_ptr, &row_stats};
+    unsigned grid = grid_for(ev->shape.rows, 1, 65535);
+    CU(ev->d->cuLaunchKernel(ev->check, grid, 1, 1, 256, 1, 1, 0, ev->stream, args, NULL),
+       "launching the reference check");
+    uint64_t host[2];
+    CU(ev->d->cuStreamSynchronize(ev->stream), "running the reference check");
+    CU(ev->d->cuMemcpyDtoH(host, ev->counters, sizeof host), "reading the check counters");
+    *bad = host[0];
+    *first = host[1];
+    return 0;
+}
+
+/* Checks the GPU reference's row statistics against the CPU on a few
+ * rows, including the planted special rows. */
+static int validate_reference(tuned__evaluator *ev, tuned__err *e)
+{
+    int rc = generate_input(ev, e);
+    if (rc != 0)
+        return rc;
+    uint64_t bad, first;
+    if ((rc = run_check(ev, ev->stats, &bad, &first, e)) != 0)
+        return rc;
+    uint64_t rows = ev->shape.rows, cols = ev->shape.cols;
+    uint64_t picks[REFERENCE_ROWS_CHECKED] = {0, 1, rows / 3, rows / 2, rows - 1, rows / 4,
+                                              (rows * 3) / 4, rows > 2 ? rows - 2 : 0};
+    size_t row_bytes = cols * ev->esize;
+    unsigned char *row = malloc(row_bytes);
+    if (row == NULL)
+        return tuned__errf(e, TUNED_ENOMEM, "evaluator: out of memory for a %zu-byte row",
+                           row_bytes);
+    for (size_t i = 0; i < REFERENCE_ROWS_CHECKED; i++) {
+        uint64_t r = picks[i] < rows ? picks[i] : rows - 1;
+        double gpu_stats[2], m, s;
+        CUresult cr = ev->d->cuMemcpyDtoH(row, ev->x + r * row_bytes, row_bytes);
+        if (cr == CUDA_SUCCESS)
+            cr = ev->d->cuMemcpyDtoH(gpu_stats, ev->stats + r * 2 * sizeof(double),
+                                     sizeof gpu_stats);
+        if (cr != CUDA_SUCCESS) {
+            free(row);
+            return tuned__cuda_check(ev->d, cr, e, "reading a row for the reference check");
+        }
+        cpu_row_stats(row, cols, ev->shape.dtype, ev->esize, &m, &s);
+        if (!stats_agree(m, gpu_stats[0]) || !stats_agree(s, gpu_stats[1])) {
+            free(row);
+            return tuned__errf(e, TUNED_EWRONG,
+                               "evaluator: the GPU float64 reference disagrees with the CPU on "
+                               "row %llu: max %.17g vs %.17g, sum %.17g vs %.17g",
+                               (unsigned long long)r, gpu_stats[0], m, gpu_stats[1], s);
+        }
+    }
+    free(row);
+    return 0;
+}
+
+/* ---- timing ---- */
+
+typedef int (*enqueue_fn)(tuned__evaluator *ev, void *arg, tuned__err *e);
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Times enqueue() as described at the top of evaluator.h. */
+static int time_median(tuned__evaluator *ev, enqueue_fn enqueue, void *arg,
+                       tuned__eval_result *res, tuned__err *e)
+{
+    int rc;
+    for (int i = 0; i < 2; i++)
+        if ((rc = enqueue(ev, arg, e)) != 0)
+            return rc;
+    CU(ev->d->cuStreamSynchronize(ev->stream), "warm-up");
+    int cap = ev->opts.max_reps > 0 ? ev->opts.max_reps : 1;
+    double *times = malloc(sizeof(double) * (size_t)cap);
+    if (times == NULL)
+        return tuned__errf(e, TUNED_ENOMEM, "evaluator: out of memory");
+    int reps = 0;
+    double spent_ms = 0.0;
+    while (reps < cap && (reps < ev->opts.min_reps || spent_ms < ev->opts.budget_ms)) {
+        int batch = cap - reps < EVENT_BATCH ? cap - reps : EVENT_BATCH;
+        for (int i = 0; i < batch && rc == 0; i++) {
+            CUresult cr = ev->d->cuMemsetD32Async(ev->flush, (unsigned)i, ev->flush_bytes / 4,
+                                                  ev->stream);
+            if (cr == CUDA_SUCCESS)
+                cr = ev->d->cuEventRecord(ev->start[i], ev->stream);
+            if (cr != CUDA_SUCCESS) {
+                rc = tuned__cuda_check(ev->d, cr, e, "timing");
+                break;
+            }
+            if ((rc = enqueue(ev, arg, e)) != 0)
+                break;
+            rc = tuned__cuda_check(ev->d, ev->d->cuEventRecord(ev->stop[i], ev->stream), e,
+                                   "timing");
+        }
+        if (rc == 0)
+            rc = tuned__cuda_check(ev->d, ev->d->cuStreamSynchronize(ev->stream), e,
+                                   "running the timed launches");
+        for (int i = 0; i < batch && rc == 0; i++) {
+            float ms = 0.0f;
+            rc = tuned__cuda_check(ev->d, ev->d->cuEventElapsedTime(&ms, ev->start[i], ev->stop[i]),
+                                   e, "reading the timing events");
+            times[reps++] = ms * 1e3;
+            spent_ms += ms;
+        }
+        if (rc != 0) {
+            free(times);
+            return rc;
+        }
+    }
+    qsort(times, (size_t)reps, sizeof *times, cmp_double);
+    res->reps = reps;
+    res->median_us = reps % 2 ? times[reps / 2] : 0.5 * (times[reps / 2 - 1] + times[reps / 2]);
+    res->p20_us = times[(reps - 1) / 5];
+    res->p80_us = times[((reps - 1) * 4) / 5];
+    free(times);
+    return 0;
+}
+
+static int enqueue_copy(tuned__evaluator *ev, void *arg, tuned__err *e)
+{
+    (void)arg;
+    CU(ev->d->cuMemcpyDtoDAsync(ev->y, ev->x, ev->bytes, ev->stream), "device-to-device copy");
+    return 0;
+}
+
+typedef struct variant_launch {
+    CUfunction fn;
+    unsigned grid, block;
+} variant_launch;
+
+static int enqueue_variant(tuned__evaluator *ev, void *arg, tuned__err *e)
+{
+    variant_launch *v = arg;
+    long long rows = (long long)ev->shape.rows, stride = (long long)ev->shape.cols;
+    int cols = (int)ev->shape.cols;
+    void *args[] = {&ev->x, &ev->y, &rows, &cols, &stride};
+    CU(ev->d->cuLaunchKernel(v->fn, v->grid, 1, 1, v->block, 1, 1, 0, ev->stream, args, NULL),
+       "launching the variant");
+    return 0;
+}
+
+/* ---- open / close ---- */
+
+static int alloc(tuned__evaluator *ev, CUdeviceptr *p, size_t bytes, const char *what,
+                 tuned__err *e)
+{
+    CUresult r = ev->d->cuMemAlloc(p, bytes);
+    if (r != CUDA_SUCCESS) {
+        char context[128];
+        snprintf(context, sizeof context, "allocating %zu MiB for %s", bytes >> 20, what);
+        return tuned__cuda_check(ev->d, r, e, context);
+    }
+    return 0;
+}
+
+static void tolerances(tuned_dtype dtype, double *rtol, double *atol)
+{
+    switch (dtype) {
+    case TUNED_FP16: *rtol = 1.5e-3, *atol = 1e-7; break;  /* 1 ulp of fp16 and a little */
+    case TUNED_BF16: *rtol = 8e-3, *atol = 1e-36; break;   /* 1 ulp of bf16 */
+    case TUNED_FP32: *rtol = 2e-5, *atol = 1e-36; break;   /* ex2.approx and the fp32 sum */
+    }
+}
+
+static int open_reference(tuned__evaluator *ev, tuned__err *e)
+{
+    char *src = NULL;
+    int rc = tuned__source_reference(ev->shape.dtype, &src, e);
+    if (rc != 0)
+        return rc;
+    tuned__blob cubin;
+    rc = tuned__nvrtc_compile(ev->nvrtc, src, "reference", ev->gpu.cc_major * 10 + ev->gpu.cc_minor,
+                              TUNED__NVRTC_CUBIN, &cubin, e);
+    free(src);
+    if (rc != 0)
+        return rc;
+    CUresult r = ev->d->cuModuleLoadData(&ev->ref_module, cubin.data);
+    tuned__blob_free(&cubin);
+    CU(r, "loading the reference kernels");
+    CU(ev->d->cuModuleGetFunction(&ev->gen, ev->ref_module, "tuned_gen_input"),
+       "finding tuned_gen_input");
+    CU(ev->d->cuModuleGetFunction(&ev->check, ev->ref_module, "tuned_check"),
+       "finding tuned_check");
+    return 0;
+}
+
+static int open_buffers(tuned__evaluator *ev, tuned__err *e)
+{
+    int rc;
+    ev->x_alloc_bytes = ev->bytes + ev->opts.x_offset * ev->esize;
+    ev->y_alloc_bytes = ev->bytes + ev->opts.y_offset * ev->esize + GUARD_BYTES;
+    size_t l2 = ev->gpu.l2_bytes > 0 ? (size_t)ev->gpu.l2_bytes : 64u << 20;
+    ev->flush_bytes = 2 * l2;
+    if ((rc = alloc(ev, &ev->x_alloc, ev->x_alloc_bytes, "the input", e)) ||
+        (rc = alloc(ev, &ev->y_alloc, ev->y_alloc_bytes, "the output", e)) ||
+        (rc = alloc(ev, &ev->flush, ev->flush_bytes, "the L2 flush", e)) ||
+        (rc = alloc(ev, &ev->counters, 16, "the check counters", e)) ||
+        (rc = alloc(ev, &ev->stats, ev->shape.rows * 2 * sizeof(double), "row statistics", e)))
+        return rc;
+    ev->x = ev->x_alloc + ev->opts.x_offset * ev->esize;
+    ev->y = ev->y_alloc + ev->opts.y_offset * ev->esize;
+    ev->guard_host = malloc(GUARD_BYTES);
+    if (ev->guard_host == NULL)
+        return tuned__errf(e, TUNED_ENOMEM, "evaluator: out of memory");
+    for (int i = 0; i < EVENT_BATCH; i++) {
+        CU(ev->d->cuEventCreate(&ev->start[i], CU_EVENT_DEFAULT), "creating events");
+        CU(ev->d->cuEventCreate(&ev->stop[i], CU_EVENT_DEFAULT), "creating events");
+    }
+    return 0;
+}
+
+int tuned__evaluator_open(tuned__evaluator **out, const tuned__driver *d, const tuned__nvrtc *n,
+                          const tuned__gpu *gpu, const tuned__shape *s, const tuned__eval_opts *o,
+                          tuned__err *e)
+{
+    size_t esize = tuned_dtype_size(s->dtype);
+    if (esize == 0 || s->rows < 1 || s->cols < 1 || s->cols > 0x7fffff00u)
+        return tuned__errf(e, TUNED_EINVAL, "evaluator: bad shape %llux%llu",
+                           (unsigned long long)s->rows, (unsigned long long)s->cols);
+    tuned__evaluator *ev = calloc(1, sizeof *ev);
+    if (ev == NULL)
+        return tuned__errf(e, TUNED_ENOMEM, "evaluator: out of memory");
+    ev->d = d;
+    ev->nvrtc = n;
+    ev->gpu = *gpu;
+    ev->shape = *s;
+    if (o != NULL)
+        ev->opts = *o;
+    else
+        tuned__eval_opts_default(&ev->opts);
+    ev->esize = esize;
+    ev->bytes = s->rows * s->cols * esize;
+    ev->seed = 0x5eed0000u;
+    tolerances(s->dtype, &ev->rtol, &ev->atol);
+    /* Input, output, flush buffer and the float64 reference's statistics
+     * must fit with room to spare. */
+    size_t need = 2 * ev->bytes + 2 * (size_t)gpu->l2_bytes + s->rows * 16 + GUARD_BYTES;
+    int rc = 0;
+    if (need > gpu->total_mem - gpu->total_mem / 8) {
+        rc = tuned__errf(e, TUNED_EINVAL,
+                         "evaluator: %llux%llu %s needs %zu MiB on the GPU, %s has %zu MiB",
+                         (unsigned long long)s->rows, (unsigned long long)s->cols,
+                         tuned_dtype_name(s->dtype), need >> 20, gpu->name, gpu->total_mem >> 20);
+        free(ev);
+        return rc;
+    }
+    CUresult r = d->cuDevicePrimaryCtxRetain(&ev->ctx, gpu->device);
+    if (r != CUDA_SUCCESS) {
+        rc = tuned__cuda_check(d, r, e, "retaining the primary context");
+        free(ev);
+        return rc;
+    }
+    if ((rc = tuned__cuda_check(d, d->cuCtxSetCurrent(ev->ctx), e, "making the context current")) ||
+        (rc = tuned__cuda_check(d, d->cuStreamCreate(&ev->stream, CU_STREAM_NON_BLOCKING), e,
+                                "creating a stream")) ||
+        (rc = open_buffers(ev, e)) || (rc = open_reference(ev, e)) ||
+        (rc = validate_reference(ev, e))) {
+        tuned__evaluator_close(ev);
+        return rc;
+    }
+    tuned__eval_result copy = {0};
+    if ((rc = time_median(ev, enqueue_copy, NULL, &copy, e)) != 0) {
+        tuned__evaluator_close(ev);
+        return tuned__err_prefix(e, rc, "timing the copy roofline: ");
+    }
+    ev->copy_us = copy.median_us;
+    *out = ev;
+    return 0;
+}
+
+void tuned__evaluator_close(tuned__evaluator *ev)
+{
+    if (ev == NULL)
+        return;
+    const tuned__driver *d = ev->d;
+    if (ev->ctx != NULL) {
+        d->cuCtxSetCurrent(ev->ctx);
+        if (ev->stream != NULL)
+            d->cuStreamSynchronize(ev->stream);
+        for (int i = 0; i < EVENT_BATCH; i++) {
+            if (ev->start[i] != NULL)
+                d->cuEventDestroy(ev->start[i]);
+            if (ev->stop[i] != NULL)
+                d->cuEventDestroy(ev->stop[i]);
+        }
+        if (ev->ref_module != NULL)
+            d->cuModuleUnload(ev->ref_module);
+        CUdeviceptr bufs[] = {ev->x_alloc, ev->y_alloc, ev->flush, ev->counters, ev->stats};
+        for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+            if (bufs[i] != 0)
+                d->cuMemFree(bufs[i]);
+        if (ev->stream != NULL)
+            d->cuStreamDestroy(ev->stream);
+        d->cuDevicePrimaryCtxRelease(ev->gpu.device);
+    }
+    free(ev->guard_host);
+    free(ev);
+}
+
+/* ---- parallel compile ---- */
+
+typedef struct compile_job {
+    const tuned__evaluator *ev;
+    const tuned__config *cfgs;
+    tuned__blob *blobs;
+    tuned__err *errs;
+    size_t n;
+    atomic_size_t next;
+} compile_job;
+
+static void compile_one(const tuned__evaluator *ev, const tuned__config *c, tuned__blob *blob,
+                        tuned__err *err)
+{
+    char name[TUNED__CONFIG_TEXT + 16], *src = NULL;
+    char text[TUNED__CONFIG_TEXT];
+    tuned__config_format(c, text, sizeof text);
+    snprintf(name, sizeof name, "softmax %s", text);
+    if (tuned__source_softmax(c, &ev->shape, &ev->opts.codegen, &src, err) != 0)
+        return;
+    tuned__nvrtc_compile(ev->nvrtc, src, name, ev->gpu.cc_major * 10 + ev->gpu.cc_minor,
+                         TUNED__NVRTC_CUBIN, blob, err);
+    free(src);
+}
+
+static void *compile_worker(void *arg)
+{
+    compile_job *job = arg;
+    for (;;) {
+        size_t i = atomic_fetch_add(&job->next, 1);
+        if (i >= job->n)
+            return NULL;
+        compile_one(job->ev, &job->cfgs[i], &job->blobs[i], &job->errs[i]);
+    }
+}
+
+static void compile_all(const tuned__evaluator *ev, const tuned__config *cfgs, size_t n,
+                        tuned__blob *blobs, tuned__err *errs)
+{
+    compile_job job = {.ev = ev, .cfgs = cfgs, .blobs = blobs, .errs = errs, .n = n};
+    atomic_init(&job.next, 0);
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    size_t threads = ev->opts.compile_threads > 0 ? (size_t)ev->opts.compile_threads
+                                                  : (size_t)(cores > 0 ? cores : 1);
+    if (threads > n)
+        threads = n;
+    if (threads > 64)
+        threads = 64;
+    pthread_t tids[64];
+    size_t started = 0;
+    for (; started + 1 < threads; started++)
+        if (pthread_create(&tids[started], NULL, compile_worker, &job) != 0)
+            break;
+    compile_worker(&job); /* this thread works too, and alone if no thread started */
+    for (size_t i = 0; i < started; i++)
+        pthread_join(tids[i], NULL);
+}
+
+/* ---- one variant on the GPU ---- */
+
+/* Poisons y and its guard, runs the variant, and compares with the
+ * reference; fills res->detail when the variant is wrong. */
+static int check_once(tuned__evaluator *ev, variant_launch *v, unsigned char poison,
+                      tuned__eval_result *res, tuned__err *e)
+{
+    int rc;
+    CU(ev->d->cuMemsetD8Async(ev->y_alloc, poison, ev->y_alloc_bytes, ev->stream),
+       "poisoning the output");
+    if ((rc = enqueue_variant(ev, v, e)) != 0)
+        return rc;
+    uint64_t bad, first;
+    if ((rc = run_check(ev, 0, &bad, &first, e)) != 0)
+        return rc;
+    uint64_t cols = ev->shape.cols;
+    if (bad != 0) {
+        res->status = TUNED__EVAL_WRONG;
+        snprintf(res->detail, sizeof res->detail,
+                 "%llu of %llu elements wrong (first at row %llu, column %llu; output poisoned "
+                 "with 0x%02x)",
+                 (unsigned long long)bad, (unsigned long long)(ev->shape.rows * cols),
+                 (unsigned long long)(first / cols), (unsigned long long)(first % cols), poison);
+        return 0;
+    }
+    CU(ev->d->cuMemcpyDtoH(ev->guard_host, ev->y + ev->bytes, GUARD_BYTES), "reading the guard");
+    for (size_t i = 0; i < GUARD_BYTES; i++) {
+        if (ev->guard_host[i] != poison) {
+            res->status = TUNED__EVAL_WRONG;
+            snprintf(res->detail, sizeof res->detail,
+                     "stray write %zu bytes past the end of the output", i);
+            return 0;
+        }
+    }
+    return 0;
+}
+
+static int evaluate_loaded(tuned__evaluator *ev, CUfunction fn, const tuned__config *c,
+                           tuned__eval_result *res, tuned__err *e)
+{
+    variant_launch v = {.fn = fn,
+                        .grid = (unsigned)((ev->shape.rows + c->rows - 1) / c->rows),
+                        .block = c->warps * 32u};
+    ev->d->cuFuncGetAttribute(&res->registers, CU_FUNC_ATTRIBUTE_NUM_REGS, fn);
+    ev->d->cuFuncGetAttribute(&res->local_bytes, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, fn);
+    int rc = generate_input(ev, e);
+    if (rc != 0)
+        return rc;
+    /* A launch the driver refuses (too many registers for the block, say)
+     * is the variant's failure, not the GPU's. */
+    tuned__err launch_err = {0};
+    rc = enqueue_variant(ev, &v, &launch_err);
+    if (rc != 0) {
+        if (tuned__cuda_check(ev->d, ev->d->cuStreamSynchronize(ev->stream), e, "after a refused launch"))
+            return e != NULL ? e->code : TUNED_ECUDA;
+        res->status = TUNED__EVAL_LAUNCH_ERROR;
+        snprintf(res->detail, sizeof res->detail, "%s", launch_err.msg);
+        return 0;
+    }
+    static const unsigned char poisons[] = {0xFF, 0x7B};
+    for (size_t i = 0; i < sizeof poisons && res->status == TUNED__EVAL_OK; i++)
+        if ((rc = check_once(ev, &v, poisons[i], res, e)) != 0)
+            return rc;
+    if (res->status != TUNED__EVAL_OK)
+        return 0;
+    return time_median(ev, enqueue_variant, &v, res, e);
+}
+
+int tuned__evaluator_run(tuned__evaluator *ev, const tuned__config *cfgs, size_t n,
+                         tuned__eval_result *results, tuned__err *e)
+{
+    if (n == 0)
+        return 0;
+    tuned__blob *blobs = calloc(n, sizeof *blobs);
+    tuned__err *errs = calloc(n, sizeof *errs);
+    if (blobs == NULL || errs == NULL) {
+        free(blobs);
+        free(errs);
+        return tuned__errf(e, TUNED_ENOMEM, "evaluator: out of memory for %zu variants", n);
+    }
+    compile_all(ev, cfgs, n, blobs, errs);
+    int rc = tuned__cuda_check(ev->d, ev->d->cuCtxSetCurrent(ev->ctx), e, "making the context current");
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        tuned__eval_result *res = &results[i];
+        memset(res, 0, sizeof *res);
+        res->compile_ms = blobs[i].compile_ms;
+        if (errs[i].code != 0) {
+            res->status = TUNED__EVAL_COMPILE_ERROR;
+            snprintf(res->detail, sizeof res->detail, "%s", errs[i].msg);
+            continue;
+        }
+        CUmodule module = NULL;
+        CUfunction fn = NULL;
+        CUresult r = ev->d->cuModuleLoadData(&module, blobs[i].data);
+        if (r == CUDA_SUCCESS)
+            r = ev->d->cuModuleGetFunction(&fn, module, tuned__source_entry(&cfgs[i]));
+        if (r != CUDA_SUCCESS) {
+            tuned__err load_err = {0};
+            tuned__cuda_check(ev->d, r, &load_err, "loading the variant");
+            res->status = TUNED__EVAL_LAUNCH_ERROR;
+            snprintf(res->detail, sizeof res->detail, "%s", load_err.msg);
+        } else {
+            rc = evaluate_loaded(ev, fn, &cfgs[i], res, e);
+        }
+        if (module != NULL)
+            ev->d->cuModuleUnload(module);
+    }
+    for (size_t i = 0; i < n; i++)
+        tuned__blob_free(&blobs[i]);
+    free(blobs);
+    free(errs);
+    return rc;
+}

@@ -1,0 +1,70 @@
+/* evaluator.h: compiles variants, checks them against the float64
+ * reference and times the correct ones on one GPU.
+ *
+ * One evaluator serves one shape on one GPU: it owns the primary context's
+ * stream, the input, output, L2-flush buffers and the reference kernels.
+ * A variant that computes a wrong softmax, or writes outside its output, is
+ * never timed. Timing: warm-up, then for each repeat an L2 flush (a memset
+ * of twice the L2), CUDA events around one launch; the median over a time
+ * budget. The device-to-device copy of the same bytes is timed the same way
+ * and is the roofline every variant is compared with. */
+#ifndef TUNED_TUNER_EVALUATOR_H
+#define TUNED_TUNER_EVALUATOR_H
+
+#include "../codegen/config.h"
+#include "../codegen/nvrtc.h"
+#include "../codegen/source.h"
+#include "gpu.h"
+
+typedef struct tuned__evaluator tuned__evaluator;
+
+typedef struct tuned__eval_opts {
+    double budget_ms;        /* GPU time to spend timing one variant (default 25) */
+    int min_reps, max_reps;  /* repeats per variant (defaults 5 and 200) */
+    int compile_threads;     /* parallel NVRTC compiles; 0: one per core */
+    size_t x_offset;         /* elements between the allocation and x (alignment tests) */
+    size_t y_offset;         /* likewise for y */
+    tuned__codegen_opts codegen; /* test only: planted bugs */
+} tuned__eval_opts;
+
+/* Fills the defaults. */
+void tuned__eval_opts_default(tuned__eval_opts *o);
+
+enum {
+    TUNED__EVAL_OK = 0,
+    TUNED__EVAL_COMPILE_ERROR,
+    TUNED__EVAL_WRONG,
+    TUNED__EVAL_LAUNCH_ERROR,
+};
+
+typedef struct tuned__eval_result {
+    int status;               /* TUNED__EVAL_* */
+    double median_us;         /* only for TUNED__EVAL_OK */
+    double p20_us, p80_us;
+    int reps;
+    double compile_ms;
+    int registers;            /* per thread, from the loaded cubin */
+    int local_bytes;          /* per thread: spills */
+    char detail[512];         /* why it failed */
+} tuned__eval_result;
+
+/* Returns a short name for a TUNED__EVAL_* status ("ok", "wrong", ...). */
+const char *tuned__eval_status_name(int status);
+
+/* Sets up shape s on gpu: buffers, reference kernels (checked against a
+ * CPU float64 softmax), and the copy roofline. */
+int tuned__evaluator_open(tuned__evaluator **out, const tuned__driver *d, const tuned__nvrtc *n,
+                          const tuned__gpu *gpu, const tuned__shape *s, const tuned__eval_opts *o,
+                          tuned__err *e);
+void tuned__evaluator_close(tuned__evaluator *ev);
+
+/* Median time of a device-to-device copy of the shape's bytes. */
+double tuned__evaluator_copy_us(const tuned__evaluator *ev);
+
+/* Compiles cfgs (in parallel), then checks and times each in turn. A
+ * variant's own failure is its result's status; the return value is
+ * nonzero only when the GPU itself can no longer be used. */
+int tuned__evaluator_run(tuned__evaluator *ev, const tuned__config *cfgs, size_t n,
+                         tuned__eval_result *results, tuned__err *e);
+
+#endif

@@ -1,0 +1,224 @@
+/* search.c: the search loop (see search.h). Evaluated configs are kept in
+ * one array with their times; the space is small enough (hundreds) that a
+ * linear scan beats any index. */
+#include "search.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "tuned.h"
+
+#define MAX_NEIGHBORS 32
+
+typedef struct tried {
+    tuned__config config;
+    bool ok;
+    double us;
+} tried;
+
+typedef struct search_state {
+    const tuned__space *sp;
+    const tuned__search_opts *o;
+    tried *log;
+    size_t n, cap;
+    size_t failed;
+    double t0;
+    tuned__search_result *out;
+} search_state;
+
+void tuned__search_opts_default(tuned__search_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->seed = 1;
+    o->budget = 160;
+    o->time_s = 50.0;
+    o->population = 32;
+    o->copies = 3;
+    o->min_gain = 0.01;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static bool was_tried(const search_state *st, const tuned__config *c)
+{
+    for (size_t i = 0; i < st->n; i++)
+        if (tuned__config_equal(&st->log[i].config, c))
+            return true;
+    return false;
+}
+
+/* Appends c to batch unless tried or already in it, within the budget. */
+static void propose(const search_state *st, tuned__config *batch, size_t *nb, size_t cap,
+                    const tuned__config *c)
+{
+    if (*nb >= cap || was_tried(st, c))
+        return;
+    for (size_t i = 0; i < *nb; i++)
+        if (tuned__config_equal(&batch[i], c))
+            return;
+    batch[(*nb)++] = *c;
+}
+
+static size_t budget_left(const search_state *st)
+{
+    return st->o->budget > st->n ? st->o->budget - st->n : 0;
+}
+
+/* Evaluates batch and records every result; updates out's best. */
+static int run_batch(search_state *st, const tuned__config *batch, size_t nb,
+                     tuned__eval_batch_fn eval, void *ctx, tuned__err *e)
+{
+    tuned__eval_result *res = calloc(nb, sizeof *res);
+    if (res == NULL)
+        return tuned__errf(e, TUNED_ENOMEM, "search: out of memory");
+    int rc = eval(ctx, batch, nb, res, e);
+    /* On a fatal error the results after the failing one are unset; only
+     * those with a time count. */
+    for (size_t i = 0; i < nb; i++) {
+        bool ok = res[i].status == TUNED__EVAL_OK && res[i].median_us > 0.0;
+        if (rc != 0 && !ok)
+            continue;
+        st->log[st->n++] = (tried){batch[i], ok, res[i].median_us};
+        if (!ok) {
+            st->failed++;
+            if (st->out->first_failure[0] == '\0') {
+                char name[TUNED__CONFIG_TEXT];
+                tuned__config_format(&batch[i], name, sizeof name);
+                snprintf(st->out->first_failure, sizeof st->out->first_failure, "%s: %s: %s",
+                         name, tuned__eval_status_name(res[i].status), res[i].detail);
+            }
+        } else if (!st->out->found || res[i].median_us < st->out->best_us) {
+            st->out->found = true;
+            st->out->best = batch[i];
+            st->out->best_us = res[i].median_us;
+        }
+    }
+    free(res);
+    return rc;
+}
+
+static int cmp_tried(const void *a, const void *b)
+{
+    const tried *x = a, *y = b;
+    if (x->ok != y->ok)
+        return x->ok ? -1 : 1;
+    return (x->us > y->us) - (x->us < y->us);
+}
+
+static void report(const search_state *st, int generation, tuned__progress_fn progress, void *ctx)
+{
+    if (progress == NULL)
+        return;
+    tuned__search_progress p = {
+        .generation = generation,
+        .tried = st->n,
+        .budget = st->o->budget,
+        .failed = st->failed,
+        .have_best = st->out->found,
+        .best = st->out->best,
+        .best_us = st->out->best_us,
+        .elapsed_s = now_s() - st->t0,
+    };
+    progress(ctx, &p);
+}
+
+static void finish(search_state *st, int generations, const char *why)
+{
+    st->out->evaluations = st->n;
+    st->out->failed = st->failed;
+    st->out->generations = generations;
+    st->out->elapsed_s = now_s() - st->t0;
+    snprintf(st->out->stop_reason, sizeof st->out->stop_reason, "%s", why);
+}
+
+int tuned__search_run(const tuned__space *sp, const tuned__search_opts *o,
+                      tuned__eval_batch_fn eval, void *eval_ctx, tuned__progress_fn progress,
+                      void *progress_ctx, tuned__search_result *out, tuned__err *e)
+{
+    memset(out, 0, sizeof *out);
+    if (o->budget == 0 || o->population == 0 || o->copies == 0)
+        return tuned__errf(e, TUNED_EINVAL, "search: budget, population and copies must be > 0");
+    search_state st = {.sp = sp, .o = o, .out = out, .t0 = now_s()};
+    st.cap = o->budget;
+    st.log = calloc(st.cap, sizeof *st.log);
+    size_t batch_cap = o->budget;
+    tuned__config *batch = calloc(batch_cap, sizeof *batch);
+    if (st.log == NULL || batch == NULL) {
+        free(st.log);
+        free(batch);
+        return tuned__errf(e, TUNED_ENOMEM, "search: out of memory");
+    }
+    tuned__rng rng = {o->seed};
+    int rc = 0;
+
+    /* Generation 0: seeds, then random draws (several tries per slot, as
+     * small spaces run out of untried configs). */
+    size_t nb = 0, want = o->population < budget_left(&st) ? o->population : budget_left(&st);
+    tuned__config seeds[16];
+    size_t ns = tuned__space_seeds(sp, seeds, 16);
+    for (size_t i = 0; i < ns; i++)
+        propose(&st, batch, &nb, want, &seeds[i]);
+    for (size_t tries = 0; nb < want && tries < 20 * want; tries++) {
+        tuned__config c;
+        tuned__space_random(sp, &rng, &c);
+        propose(&st, batch, &nb, want, &c);
+    }
+    rc = run_batch(&st, batch, nb, eval, eval_ctx, e);
+    report(&st, 0, progress, progress_ctx);
+    int generation = 0;
+    const char *why = "budget";
+    while (rc == 0) {
+        if (budget_left(&st) == 0) {
+            why = "evaluation budget";
+            break;
+        }
+        if (now_s() - st.t0 >= o->time_s) {
+            why = "time budget";
+            break;
+        }
+        if (!out->found) {
+            why = "no correct variant";
+            break;
+        }
+        /* Incumbents: the best `copies` correct configs so far. */
+        tried *ranked = malloc(st.n * sizeof *ranked);
+        if (ranked == NULL) {
+            rc = tuned__errf(e, TUNED_ENOMEM, "search: out of memory");
+            break;
+        }
+        memcpy(ranked, st.log, st.n * sizeof *ranked);
+        qsort(ranked, st.n, sizeof *ranked, cmp_tried);
+        nb = 0;
+        size_t left = budget_left(&st);
+        for (size_t i = 0; i < o->copies && i < st.n && ranked[i].ok; i++) {
+            tuned__config nbrs[MAX_NEIGHBORS];
+            size_t k = tuned__space_neighbors(sp, &ranked[i].config, nbrs, MAX_NEIGHBORS);
+            for (size_t j = 0; j < k; j++)
+                propose(&st, batch, &nb, left, &nbrs[j]);
+        }
+        free(ranked);
+        if (nb == 0) {
+            why = "converged (no untried neighbour)";
+            break;
+        }
+        double before = out->best_us;
+        generation++;
+        rc = run_batch(&st, batch, nb, eval, eval_ctx, e);
+        report(&st, generation, progress, progress_ctx);
+        if (rc == 0 && out->best_us > before * (1.0 - o->min_gain)) {
+            why = "converged (gain under threshold)";
+            break;
+        }
+    }
+    finish(&st, generation, rc != 0 ? "evaluation failed" : why);
+    free(st.log);
+    free(batch);
+    return rc;
+}

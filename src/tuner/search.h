@@ -1,0 +1,68 @@
+/* search.h: random population, then pattern search, over a variant space.
+ *
+ * Generation 0 evaluates the heuristic seeds and a random population.
+ * Every later generation takes the best few distinct configs so far (the
+ * incumbents) and evaluates all their not-yet-tried neighbours; the search
+ * stops when a generation improves the best time by less than min_gain,
+ * when no untried neighbour is left, or when the evaluation or wall-clock
+ * budget runs out. The search never touches a GPU: it calls an evaluation
+ * function, so tests can replay a recorded landscape. Same seed, same
+ * landscape, same choices. */
+#ifndef TUNED_TUNER_SEARCH_H
+#define TUNED_TUNER_SEARCH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "evaluator.h"
+#include "space.h"
+
+typedef struct tuned__search_opts {
+    uint64_t seed;
+    size_t budget;     /* most evaluations (default 160) */
+    double time_s;     /* most wall-clock seconds (default 50) */
+    size_t population; /* random configs in generation 0 (default 32) */
+    size_t copies;     /* incumbents the pattern search moves from (default 3) */
+    double min_gain;   /* relative improvement that keeps the search going (0.01) */
+} tuned__search_opts;
+
+void tuned__search_opts_default(tuned__search_opts *o);
+
+/* Evaluates n configs into out; nonzero only when evaluation as a whole
+ * cannot go on (the GPU is lost). */
+typedef int (*tuned__eval_batch_fn)(void *ctx, const tuned__config *cfgs, size_t n,
+                                    tuned__eval_result *out, tuned__err *e);
+
+typedef struct tuned__search_progress {
+    int generation;
+    size_t tried, budget;
+    size_t failed;       /* variants that did not compile, were wrong, or did not launch */
+    bool have_best;
+    tuned__config best;
+    double best_us;
+    double elapsed_s;
+} tuned__search_progress;
+
+typedef void (*tuned__progress_fn)(void *ctx, const tuned__search_progress *p);
+
+typedef struct tuned__search_result {
+    bool found;          /* at least one variant was correct */
+    tuned__config best;
+    double best_us;
+    size_t evaluations;
+    size_t failed;
+    int generations;
+    double elapsed_s;
+    char stop_reason[64];
+    /* The first failure seen, to explain a search where nothing worked. */
+    char first_failure[512];
+} tuned__search_result;
+
+/* Runs the search. On a fatal evaluation error it returns that error and
+ * out still holds the best found before it. progress may be NULL. */
+int tuned__search_run(const tuned__space *sp, const tuned__search_opts *o,
+                      tuned__eval_batch_fn eval, void *eval_ctx, tuned__progress_fn progress,
+                      void *progress_ctx, tuned__search_result *out, tuned__err *e);
+
+#endif

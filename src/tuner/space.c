@@ -1,0 +1,193 @@
+/* space.c: the constraints of the "rows" family and the moves of the
+ * search (neighbours, random draws, seeds). */
+#include "space.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tuned.h"
+
+/* Registers a thread needs beside its part of the row (indices, the
+ * reductions, addresses); measured around 20-24 in ptxas reports. */
+#define REGISTER_OVERHEAD 24
+#define MAX_REGISTERS_PER_THREAD 255
+#define REGISTERS_PER_SM 65536
+/* Unrolled vector accesses per thread; beyond this compile time and code
+ * size explode for no gain. */
+#define MAX_ITERS 64
+
+static int why_not(char *why, size_t n, const char *fmt, ...) TUNED__PRINTF(3, 4);
+
+static int why_not(char *why, size_t n, const char *fmt, ...)
+{
+    if (why != NULL && n > 0) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(why, n, fmt, ap);
+        va_end(ap);
+    }
+    return 0;
+}
+
+static bool pow2_in(unsigned v, unsigned lo, unsigned hi)
+{
+    return v >= lo && v <= hi && (v & (v - 1)) == 0;
+}
+
+bool tuned__space_valid(const tuned__space *sp, const tuned__config *c, char *why, size_t n)
+{
+    size_t esize = tuned_dtype_size(sp->shape.dtype);
+    uint64_t cols = sp->shape.cols;
+    if (c->family != TUNED__FAMILY_ROWS)
+        return why_not(why, n, "unknown family %u", c->family);
+    if (!pow2_in(c->warps, 1, 32))
+        return why_not(why, n, "warps must be 1, 2, 4, 8, 16 or 32");
+    if (!pow2_in(c->rows, 1, c->warps))
+        return why_not(why, n, "rows per block must be a power of two up to the warps (%u)",
+                       c->warps);
+    if (!pow2_in(c->vec, 1, 16) || c->vec * esize > 16)
+        return why_not(why, n, "a vector of %u %s elements exceeds 16 bytes", c->vec,
+                       tuned_dtype_name(sp->shape.dtype));
+    if (c->ld >= TUNED__LD_COUNT || c->st >= TUNED__ST_COUNT || c->reg >= TUNED__REG_COUNT)
+        return why_not(why, n, "unknown cache hint or register mode");
+    if (c->ld == TUNED__LD_EL && sp->arch < 80)
+        return why_not(why, n, "L2 eviction policies need sm_80 or newer");
+    if (c->reg == TUNED__REG_PK && (esize != 2 || c->vec * esize < 4))
+        return why_not(why, n, "packed registers need a 16-bit dtype and vectors of 4+ bytes");
+    unsigned warps_per_row = c->warps / c->rows;
+    if ((uint64_t)(warps_per_row - 1) * 32u * c->vec >= cols + c->vec - 1)
+        return why_not(why, n, "%u warps per row leave a whole warp idle on %llu columns",
+                       warps_per_row, (unsigned long long)cols);
+    uint64_t iters = tuned__config_iters(c, cols);
+    if (iters > MAX_ITERS)
+        return why_not(why, n, "%llu vector accesses per thread (at most %d)",
+                       (unsigned long long)iters, MAX_ITERS);
+    unsigned threads = c->warps * 32u;
+    unsigned budget = REGISTERS_PER_SM / threads;
+    if (budget > MAX_REGISTERS_PER_THREAD)
+        budget = MAX_REGISTERS_PER_THREAD;
+    uint64_t need = tuned__config_row_registers(c, sp->shape.dtype, cols) + REGISTER_OVERHEAD;
+    if (need > budget)
+        return why_not(why, n, "needs about %llu registers per thread, %u threads allow %u",
+                       (unsigned long long)need, threads, budget);
+    return true;
+}
+
+int tuned__space_init(tuned__space *sp, const tuned__shape *shape, int arch, tuned__err *e)
+{
+    memset(sp, 0, sizeof *sp);
+    sp->shape = *shape;
+    sp->arch = arch;
+    if (tuned_dtype_size(shape->dtype) == 0)
+        return tuned__errf(e, TUNED_EINVAL, "space: unknown dtype %d", (int)shape->dtype);
+    if (shape->rows < 1 || shape->rows > TUNED__MAX_ROWS || shape->cols < 1 ||
+        shape->cols > TUNED__MAX_COLS)
+        return tuned__errf(e, TUNED_EINVAL, "space: shape %llux%llu out of range",
+                           (unsigned long long)shape->rows, (unsigned long long)shape->cols);
+    size_t cap = 6 * 6 * 5 * TUNED__LD_COUNT * TUNED__ST_COUNT * TUNED__REG_COUNT;
+    sp->valid = malloc(cap * sizeof *sp->valid);
+    if (sp->valid == NULL)
+        return tuned__errf(e, TUNED_ENOMEM, "space: out of memory");
+    for (unsigned w = 1; w <= 32; w *= 2)
+        for (unsigned r = 1; r <= w; r *= 2)
+            for (unsigned v = 1; v <= 8; v *= 2)
+                for (unsigned ld = 0; ld < TUNED__LD_COUNT; ld++)
+                    for (unsigned st = 0; st < TUNED__ST_COUNT; st++)
+                        for (unsigned reg = 0; reg < TUNED__REG_COUNT; reg++) {
+                            tuned__config c = {TUNED__FAMILY_ROWS, (uint8_t)w, (uint8_t)r,
+                                               (uint8_t)v, (uint8_t)ld, (uint8_t)st,
+                                               (uint8_t)reg};
+                            if (tuned__space_valid(sp, &c, NULL, 0) && sp->count < cap)
+                                sp->valid[sp->count++] = c;
+                        }
+    if (sp->count == 0) {
+        char why[256];
+        tuned__config widest = {TUNED__FAMILY_ROWS, 32, 1,
+                                (uint8_t)(16 / tuned_dtype_size(shape->dtype)),
+                                TUNED__LD_DEF, TUNED__ST_DEF,
+                                shape->dtype == TUNED_FP32 ? TUNED__REG_F32 : TUNED__REG_PK};
+        tuned__space_valid(sp, &widest, why, sizeof why);
+        tuned__space_free(sp);
+        return tuned__errf(e, TUNED_ENOSPACE,
+                           "space: no variant of the register-row family fits %llux%llu %s "
+                           "(the widest, 1024 threads a row: %s)",
+                           (unsigned long long)shape->rows, (unsigned long long)shape->cols,
+                           tuned_dtype_name(shape->dtype), why);
+    }
+    return 0;
+}
+
+void tuned__space_free(tuned__space *sp)
+{
+    free(sp->valid);
+    sp->valid = NULL;
+    sp->count = 0;
+}
+
+/* Appends c to out if it is valid and not already there; counts it. */
+static void add_move(const tuned__space *sp, const tuned__config *c, tuned__config *out,
+                     size_t cap, size_t *n)
+{
+    if (!tuned__space_valid(sp, c, NULL, 0))
+        return;
+    for (size_t i = 0; i < *n && i < cap; i++)
+        if (tuned__config_equal(&out[i], c))
+            return;
+    if (*n < cap)
+        out[*n] = *c;
+    (*n)++;
+}
+
+size_t tuned__space_neighbors(const tuned__space *sp, const tuned__config *c, tuned__config *out,
+                              size_t cap)
+{
+    size_t n = 0;
+    tuned__config m;
+    for (int up = 0; up < 2; up++) {
+        m = *c, m.warps = up ? c->warps * 2 : c->warps / 2;
+        add_move(sp, &m, out, cap, &n);
+        m = *c, m.rows = up ? c->rows * 2 : c->rows / 2;
+        add_move(sp, &m, out, cap, &n);
+        m = *c, m.warps = up ? c->warps * 2 : c->warps / 2, m.rows = up ? c->rows * 2 : c->rows / 2;
+        add_move(sp, &m, out, cap, &n);
+        m = *c, m.vec = up ? c->vec * 2 : c->vec / 2;
+        add_move(sp, &m, out, cap, &n);
+    }
+    for (unsigned v = 0; v < TUNED__LD_COUNT; v++)
+        if (v != c->ld)
+            m = *c, m.ld = (uint8_t)v, add_move(sp, &m, out, cap, &n);
+    for (unsigned v = 0; v < TUNED__ST_COUNT; v++)
+        if (v != c->st)
+            m = *c, m.st = (uint8_t)v, add_move(sp, &m, out, cap, &n);
+    for (unsigned v = 0; v < TUNED__REG_COUNT; v++)
+        if (v != c->reg)
+            m = *c, m.reg = (uint8_t)v, add_move(sp, &m, out, cap, &n);
+    return n < cap ? n : cap;
+}
+
+void tuned__space_random(const tuned__space *sp, tuned__rng *rng, tuned__config *out)
+{
+    *out = sp->valid[tuned__rng_below(rng, sp->count)];
+}
+
+size_t tuned__space_seeds(const tuned__space *sp, tuned__config *out, size_t cap)
+{
+    size_t n = 0;
+    uint8_t widest = (uint8_t)(16 / tuned_dtype_size(sp->shape.dtype));
+    /* For each row-group size, the widest vectors in a block of at least
+     * four warps (several rows per block when a row needs fewer). */
+    for (unsigned per_row = 1; per_row <= 32; per_row *= 2) {
+        unsigned warps = per_row < 4 ? 4 : per_row;
+        tuned__config c = {TUNED__FAMILY_ROWS, (uint8_t)warps, (uint8_t)(warps / per_row), widest,
+                           TUNED__LD_DEF, TUNED__ST_DEF, TUNED__REG_F32};
+        size_t before = n;
+        add_move(sp, &c, out, cap, &n);
+        if (n == before) { /* too long for fp32 registers: try packed */
+            c.reg = TUNED__REG_PK;
+            add_move(sp, &c, out, cap, &n);
+        }
+    }
+    return n < cap ? n : cap;
+}

@@ -1,0 +1,50 @@
+/* tune.h: one whole tune of one shape on one GPU, and its record.
+ *
+ * Ties the pieces together: space for the shape and architecture, an
+ * evaluator on the GPU, the search, and the store record of the winner.
+ * This is where the tuner hands its result to the cache (data flows
+ * codegen -> tuner -> cache). */
+#ifndef TUNED_TUNER_TUNE_H
+#define TUNED_TUNER_TUNE_H
+
+#include "../../cache/store.h"
+#include "search.h"
+
+typedef struct tuned__tune_request {
+    tuned__shape shape;
+    int device;                 /* GPU ordinal */
+    tuned__search_opts search;
+    tuned__eval_opts eval;
+} tuned__tune_request;
+
+void tuned__tune_request_default(tuned__tune_request *r);
+
+typedef struct tuned__tune_progress {
+    const tuned__gpu *gpu;
+    double copy_us;             /* the roofline, once measured */
+    const tuned__search_progress *search; /* NULL before the first generation */
+} tuned__tune_progress;
+
+typedef void (*tuned__tune_progress_fn)(void *ctx, const tuned__tune_progress *p);
+
+typedef struct tuned__tune_outcome {
+    tuned__gpu gpu;
+    double copy_us;
+    tuned__search_result search;
+} tuned__tune_outcome;
+
+/* Tunes r->shape on GPU r->device. TUNED_ENOSPACE when no variant fits the
+ * shape; TUNED_EWRONG when every variant tried failed its check (the
+ * message names the first failure). progress may be NULL. */
+int tuned__tune(const tuned__driver *d, const tuned__nvrtc *n, const tuned__tune_request *r,
+                tuned__tune_progress_fn progress, void *ctx, tuned__tune_outcome *out,
+                tuned__err *e);
+
+/* The store key of shape on gpu. */
+void tuned__tune_key(const tuned__gpu *gpu, const tuned__shape *shape, tuned__store_key *key);
+
+/* The store record of a successful outcome. */
+void tuned__tune_record(const tuned__tune_outcome *o, const tuned__shape *shape,
+                        tuned__record *rec);
+
+#endif

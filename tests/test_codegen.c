@@ -1,0 +1,148 @@
+/* test_codegen.c: every sampled variant of every dtype compiles with NVRTC
+ * for sm_90 and sm_80, and its PTX shows the vector width and cache hints
+ * its config asks for. Needs NVRTC (the CUDA toolkit), not a GPU. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "codegen/nvrtc.h"
+#include "codegen/source.h"
+#include "tuner/space.h"
+
+static int failures;
+
+#define EXPECT(cond, ...)                                                                       \
+    do {                                                                                        \
+        if (!(cond)) {                                                                          \
+            failures++;                                                                         \
+            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                \
+            fprintf(stderr, __VA_ARGS__);                                                       \
+            fprintf(stderr, "\n");                                                              \
+        }                                                                                       \
+    } while (0)
+
+/* The PTX load/store instruction a config must produce for full vectors. */
+static void expected_ops(const tuned__config *c, tuned_dtype dtype, char *ld, size_t nl, char *st,
+                         size_t ns)
+{
+    static const char *const ld_ops[] = {"ld.global", "ld.global.nc", "ld.global.cs",
+                                         "ld.global.L2::cache_hint"};
+    static const char *const st_ops[] = {"st.global", "st.global.cs"};
+    unsigned bytes = c->vec * (unsigned)tuned_dtype_size(dtype);
+    const char *suffix = bytes == 16 ? ".v4.u32" : bytes == 8 ? ".v2.u32" : bytes == 4 ? ".u32"
+                                                                                       : ".u16";
+    snprintf(ld, nl, "%s%s ", ld_ops[c->ld], suffix);
+    snprintf(st, ns, "%s%s ", st_ops[c->st], suffix);
+}
+
+static void check_variant(const tuned__nvrtc *n, const tuned__config *c, const tuned__shape *s)
+{
+    char name[TUNED__CONFIG_TEXT], *src = NULL;
+    tuned__config_format(c, name, sizeof name);
+    tuned__err e = {0};
+    if (tuned__source_softmax(c, s, NULL, &src, &e) != 0) {
+        EXPECT(0, "%s: source: %s", name, e.msg);
+        return;
+    }
+    tuned__blob ptx;
+    if (tuned__nvrtc_compile(n, src, name, 90, TUNED__NVRTC_PTX, &ptx, &e) != 0) {
+        EXPECT(0, "%s %s cols %llu: %s", name, tuned_dtype_name(s->dtype),
+               (unsigned long long)s->cols, e.msg);
+        free(src);
+        return;
+    }
+    char ld[64], st[64];
+    expected_ops(c, s->dtype, ld, sizeof ld, st, sizeof st);
+    /* A row shorter than one vector per thread never uses full vectors. */
+    if (s->cols >= (uint64_t)tuned__config_threads_per_row(c) * c->vec * 2) {
+        EXPECT(strstr(ptx.data, ld) != NULL, "%s %s: PTX lacks '%s'", name,
+               tuned_dtype_name(s->dtype), ld);
+        EXPECT(strstr(ptx.data, st) != NULL, "%s %s: PTX lacks '%s'", name,
+               tuned_dtype_name(s->dtype), st);
+    }
+    if (c->ld == TUNED__LD_EL)
+        EXPECT(strstr(ptx.data, "createpolicy.fractional.L2::evict_last") != NULL,
+               "%s: no evict_last policy in PTX", name);
+    if (c->ld != TUNED__LD_NC)
+        EXPECT(strstr(ptx.data, "ld.global.nc") == NULL, "%s: unexpected .nc load", name);
+    if (c->st != TUNED__ST_CS)
+        EXPECT(strstr(ptx.data, "st.global.cs") == NULL, "%s: unexpected .cs store", name);
+    tuned__blob_free(&ptx);
+    for (int arch = 80; arch <= 90; arch += 10) {
+        tuned__blob cubin;
+        if (tuned__nvrtc_compile(n, src, name, arch, TUNED__NVRTC_CUBIN, &cubin, &e) != 0) {
+            EXPECT(0, "%s sm_%d: %s", name, arch, e.msg);
+            continue;
+        }
+        EXPECT(cubin.size > 4 && memcmp(cubin.data, "\177ELF", 4) == 0,
+               "%s sm_%d: cubin is not an ELF file", name, arch);
+        tuned__blob_free(&cubin);
+    }
+    free(src);
+}
+
+int main(void)
+{
+    tuned__err e = {0};
+    tuned__nvrtc *n = NULL;
+    if (tuned__nvrtc_load(&n, &e) != 0) {
+        fprintf(stderr, "FAIL: %s\n", e.msg);
+        return 1;
+    }
+    /* Shapes chosen to exercise tails, unaligned rows and long rows. */
+    static const uint64_t cols_list[] = {1000, 4097, 32000};
+    static const int per_shape = 6;
+    size_t compiled = 0;
+    for (int dt = TUNED_FP16; dt <= TUNED_FP32; dt++) {
+        for (size_t i = 0; i < sizeof cols_list / sizeof cols_list[0]; i++) {
+            tuned__shape s = {(tuned_dtype)dt, 64, cols_list[i]};
+            tuned__space sp;
+            if (tuned__space_init(&sp, &s, 90, &e) != 0) {
+                EXPECT(0, "space %s x %llu: %s", tuned_dtype_name(s.dtype),
+                       (unsigned long long)s.cols, e.msg);
+                continue;
+            }
+            tuned__rng rng = {0x1234 + (uint64_t)dt * 7 + i};
+            /* Every hint at least once per shape, the rest random. */
+            for (int k = 0; k < per_shape; k++) {
+                tuned__config c;
+                tuned__space_random(&sp, &rng, &c);
+                c.ld = (uint8_t)(k % TUNED__LD_COUNT);
+                c.st = (uint8_t)(k % TUNED__ST_COUNT);
+                if (!tuned__space_valid(&sp, &c, NULL, 0))
+                    tuned__space_random(&sp, &rng, &c);
+                check_variant(n, &c, &s);
+                compiled++;
+            }
+            tuned__space_free(&sp);
+        }
+    }
+    for (int dt = TUNED_FP16; dt <= TUNED_FP32; dt++) {
+        char *src = NULL;
+        tuned__blob cubin;
+        EXPECT(tuned__source_reference((tuned_dtype)dt, &src, &e) == 0, "reference: %s", e.msg);
+        if (src != NULL) {
+            EXPECT(tuned__nvrtc_compile(n, src, "reference", 90, TUNED__NVRTC_CUBIN, &cubin, &e) == 0,
+                   "reference %s: %s", tuned_dtype_name((tuned_dtype)dt), e.msg);
+            tuned__blob_free(&cubin);
+            free(src);
+        }
+    }
+    /* Codegen refuses what it cannot emit, and a compile error carries the
+     * variant's name and NVRTC's log. */
+    tuned__shape fp32 = {TUNED_FP32, 4, 100};
+    tuned__config wide = {TUNED__FAMILY_ROWS, 4, 1, 8, 0, 0, 0};
+    char *src = NULL;
+    EXPECT(tuned__source_softmax(&wide, &fp32, NULL, &src, &e) == TUNED_EINVAL &&
+               strstr(e.msg, "16 bytes") != NULL,
+           "an 8 x fp32 vector was not refused: %s", e.msg);
+    tuned__blob junk;
+    EXPECT(tuned__nvrtc_compile(n, "this is not CUDA", "softmax junk", 90, TUNED__NVRTC_CUBIN, &junk,
+                                &e) == TUNED_ECOMPILE &&
+               strstr(e.msg, "nvrtc: softmax junk: ") == e.msg && strstr(e.msg, "error") != NULL,
+           "compile error message: %s", e.msg);
+    tuned__nvrtc_unload(n);
+    printf("%zu variants compiled for sm_80 and sm_90, PTX checked; %d failures\n", compiled,
+           failures);
+    return failures ? 1 : 0;
+}

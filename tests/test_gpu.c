@@ -1,0 +1,145 @@
+/* test_gpu.c: on a GPU, every sampled variant of every dtype computes
+ * softmax correctly at awkward column counts (1, 7, ... 128256, with -inf,
+ * NaN and +inf rows from the generator), also from unaligned base
+ * pointers; and the evaluator's gate catches deliberately broken variants.
+ * Exits 77 (skipped) where no CUDA driver or GPU is found. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tuner/evaluator.h"
+#include "tuner/space.h"
+
+#define SKIP 77
+
+static int failures;
+
+#define EXPECT(cond, ...)                                                                       \
+    do {                                                                                        \
+        if (!(cond)) {                                                                          \
+            failures++;                                                                         \
+            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                \
+            fprintf(stderr, __VA_ARGS__);                                                       \
+            fprintf(stderr, "\n");                                                              \
+        }                                                                                       \
+    } while (0)
+
+typedef struct gpu_env {
+    tuned__driver *d;
+    tuned__nvrtc *n;
+    tuned__gpu gpu;
+} gpu_env;
+
+static tuned__eval_opts quick_opts(void)
+{
+    tuned__eval_opts o;
+    tuned__eval_opts_default(&o);
+    o.budget_ms = 0.5;
+    o.min_reps = 1;
+    o.max_reps = 3;
+    return o;
+}
+
+/* Runs configs on shape with opts; every one must be correct. */
+static void expect_correct(gpu_env *g, const tuned__shape *s, const tuned__config *cfgs, size_t n,
+                           const tuned__eval_opts *o)
+{
+    tuned__err e = {0};
+    tuned__evaluator *ev = NULL;
+    if (tuned__evaluator_open(&ev, g->d, g->n, &g->gpu, s, o, &e) != 0) {
+        EXPECT(0, "evaluator %llux%llu %s: %s", (unsigned long long)s->rows,
+               (unsigned long long)s->cols, tuned_dtype_name(s->dtype), e.msg);
+        return;
+    }
+    tuned__eval_result *res = calloc(n, sizeof *res);
+    if (tuned__evaluator_run(ev, cfgs, n, res, &e) != 0) {
+        EXPECT(0, "run %llux%llu: %s", (unsigned long long)s->rows, (unsigned long long)s->cols,
+               e.msg);
+    } else {
+        for (size_t i = 0; i < n; i++) {
+            char name[TUNED__CONFIG_TEXT];
+            tuned__config_format(&cfgs[i], name, sizeof name);
+            EXPECT(res[i].status == TUNED__EVAL_OK, "%s %llux%llu %s offsets %zu/%zu: %s: %s",
+                   name, (unsigned long long)s->rows, (unsigned long long)s->cols,
+                   tuned_dtype_name(s->dtype), o->x_offset, o->y_offset,
+                   tuned__eval_status_name(res[i].status), res[i].detail);
+        }
+    }
+    free(res);
+    tuned__evaluator_close(ev);
+}
+
+static void planted_bugs_are_caught(gpu_env *g)
+{
+    tuned__shape s = {TUNED_FP16, 64, 4097};
+    tuned__config c = {TUNED__FAMILY_ROWS, 4, 1, 8, TUNED__LD_DEF, TUNED__ST_DEF, TUNED__REG_F32};
+    for (int bug = 1; bug <= 2; bug++) {
+        tuned__eval_opts o = quick_opts();
+        o.codegen.plant_bug = bug;
+        tuned__err e = {0};
+        tuned__evaluator *ev = NULL;
+        tuned__eval_result res;
+        if (tuned__evaluator_open(&ev, g->d, g->n, &g->gpu, &s, &o, &e) != 0 ||
+            tuned__evaluator_run(ev, &c, 1, &res, &e) != 0) {
+            EXPECT(0, "planted bug %d: %s", bug, e.msg);
+        } else {
+            EXPECT(res.status == TUNED__EVAL_WRONG && res.median_us == 0.0,
+                   "planted bug %d was not caught (status %s)", bug,
+                   tuned__eval_status_name(res.status));
+            printf("planted bug %d caught: %s\n", bug, res.detail);
+        }
+        tuned__evaluator_close(ev);
+    }
+}
+
+int main(void)
+{
+    gpu_env g = {0};
+    tuned__err e = {0};
+    int rc = tuned__driver_load(&g.d, &e);
+    if (rc == TUNED_ENODRIVER || rc == TUNED_ENODEV) {
+        printf("SKIP: %s\n", e.msg);
+        return SKIP;
+    }
+    if (rc != 0 || tuned__nvrtc_load(&g.n, &e) != 0 || tuned__gpu_query(g.d, g.n, 0, &g.gpu, &e)) {
+        fprintf(stderr, "FAIL: %s\n", e.msg);
+        return 1;
+    }
+    printf("GPU: %s\n", g.gpu.identity);
+    static const uint64_t cols_list[] = {1, 7, 32, 100, 1000, 1024, 4097, 32000, 50257, 128256};
+    const int per_shape = 8;
+    size_t variants = 0;
+    for (int dt = TUNED_FP16; dt <= TUNED_FP32; dt++) {
+        for (size_t i = 0; i < sizeof cols_list / sizeof cols_list[0]; i++) {
+            tuned__shape s = {(tuned_dtype)dt, cols_list[i] > 30000 ? 24 : 67, cols_list[i]};
+            tuned__space sp;
+            rc = tuned__space_init(&sp, &s, g.gpu.cc_major * 10 + g.gpu.cc_minor, &e);
+            if (rc == TUNED_ENOSPACE) {
+                printf("no variant of this family for %s x %llu: %s\n", tuned_dtype_name(s.dtype),
+                       (unsigned long long)s.cols, e.msg);
+                continue;
+            }
+            EXPECT(rc == 0, "space: %s", e.msg);
+            if (rc != 0)
+                continue;
+            tuned__config cfgs[16];
+            size_t n = tuned__space_seeds(&sp, cfgs, 4);
+            tuned__rng rng = {42 + (uint64_t)dt * 1000 + i};
+            for (; n < (size_t)per_shape; n++)
+                tuned__space_random(&sp, &rng, &cfgs[n]);
+            tuned__eval_opts o = quick_opts();
+            expect_correct(&g, &s, cfgs, n, &o);
+            /* Unaligned base pointers, x and y misaligned differently. */
+            o.x_offset = 1;
+            o.y_offset = 3;
+            expect_correct(&g, &s, cfgs, 3, &o);
+            variants += n + 3;
+            tuned__space_free(&sp);
+        }
+    }
+    planted_bugs_are_caught(&g);
+    tuned__nvrtc_unload(g.n);
+    tuned__driver_unload(g.d);
+    printf("%zu variant runs checked; %d failures\n", variants, failures);
+    return failures ? 1 : 0;
+}

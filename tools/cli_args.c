@@ -1,0 +1,208 @@
+/* cli_args.c: the command line of `tuned`: options, shapes, numbers, and
+ * the default store path. Every bad argument gets one line naming it. */
+#include <errno.h>
+#include <getopt.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+/* No GPU holds a softmax whose input and output together exceed this. */
+#define MAX_TOTAL_BYTES (1ull << 40)
+
+void cli_usage(FILE *f)
+{
+    fprintf(f,
+            "usage: tuned [tune] --shape ROWSxCOLS [options]   tune softmax on a GPU, store the winner\n"
+            "       tuned get --shape ROWSxCOLS [options]      print the stored winner\n"
+            "       tuned devices                              list the GPUs the driver sees\n"
+            "       tuned --help | --version\n"
+            "\n"
+            "options:\n"
+            "  --shape RxC    rows x columns; softmax runs over each row (the last dimension)\n"
+            "  --dtype D      fp16 (default), bf16 or fp32; math is fp32 for all three\n"
+            "  --budget N     evaluate at most N variants (default 160)\n"
+            "  --time S       search for at most S seconds (default 50)\n"
+            "  --seed N       seed of the random population (default 1): same seed, same search\n"
+            "  --device N     GPU ordinal (default 0)\n"
+            "  --db PATH      store directory (default: $TUNED_DB, else $XDG_DATA_HOME/tuned,\n"
+            "                 else ~/.local/share/tuned)\n"
+            "  -q, --quiet    no progress line\n"
+            "\n"
+            "`tuned get` on a machine without a GPU prints the records of every GPU for the shape.\n"
+            "exit status: 0 success, 1 error, 2 bad usage, 3 no stored record (get)\n");
+}
+
+/* Strict unsigned decimal: digits only, no sign, within [min, max]. */
+static bool parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out)
+{
+    if (s == NULL || *s < '0' || *s > '9')
+        return false;
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno != 0 || *end != '\0' || v < min || v > max)
+        return false;
+    *out = v;
+    return true;
+}
+
+bool cli_parse_shape(const char *text, tuned__shape *shape, char *why, size_t n)
+{
+    const char *x = strchr(text, 'x');
+    if (x == NULL || x == text || x[1] == '\0' || strchr(x + 1, 'x') != NULL) {
+        snprintf(why, n, "--shape %s: expected ROWSxCOLS, e.g. 4096x32000", text);
+        return false;
+    }
+    char rows_text[32];
+    size_t rl = (size_t)(x - text);
+    if (rl >= sizeof rows_text) {
+        snprintf(why, n, "--shape %s: rows out of range (1..%llu)", text,
+                 (unsigned long long)TUNED__MAX_ROWS);
+        return false;
+    }
+    memcpy(rows_text, text, rl);
+    rows_text[rl] = '\0';
+    const char *digits = "0123456789";
+    if (strspn(rows_text, digits) != rl || strspn(x + 1, digits) != strlen(x + 1)) {
+        snprintf(why, n, "--shape %s: rows and columns must be positive whole numbers", text);
+        return false;
+    }
+    uint64_t rows, cols;
+    if (!parse_u64(rows_text, 1, TUNED__MAX_ROWS, &rows)) {
+        snprintf(why, n, "--shape %s: rows out of range (1..%llu)", text,
+                 (unsigned long long)TUNED__MAX_ROWS);
+        return false;
+    }
+    if (!parse_u64(x + 1, 1, TUNED__MAX_COLS, &cols)) {
+        snprintf(why, n, "--shape %s: columns out of range (1..%llu)", text,
+                 (unsigned long long)TUNED__MAX_COLS);
+        return false;
+    }
+    shape->rows = rows;
+    shape->cols = cols;
+    return true;
+}
+
+static void default_db(char *out, size_t n)
+{
+    const char *env = getenv("TUNED_DB");
+    const char *xdg = getenv("XDG_DATA_HOME");
+    const char *home = getenv("HOME");
+    if (env != NULL && *env != '\0')
+        snprintf(out, n, "%s", env);
+    else if (xdg != NULL && *xdg == '/')
+        snprintf(out, n, "%s/tuned", xdg);
+    else if (home != NULL && *home == '/')
+        snprintf(out, n, "%s/.local/share/tuned", home);
+    else
+        snprintf(out, n, "/var/lib/tuned");
+}
+
+static int bad(const char *fmt, ...) TUNED__PRINTF(1, 2);
+
+static int bad(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "tuned: ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, " (see tuned --help)\n");
+    va_end(ap);
+    return CLI_USAGE;
+}
+
+int cli_parse(int argc, char **argv, cli_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    tuned__tune_request_default(&o->request);
+    default_db(o->db, sizeof o->db);
+    o->command = "tune";
+    int first = 1;
+    if (argc > 1 && argv[1][0] != '-') {
+        o->command = argv[1];
+        first = 2;
+        if (strcmp(o->command, "tune") != 0 && strcmp(o->command, "get") != 0 &&
+            strcmp(o->command, "devices") != 0)
+            return bad("unknown command '%s'", o->command);
+    }
+    enum { OPT_SHAPE = 256, OPT_DTYPE, OPT_BUDGET, OPT_TIME, OPT_SEED, OPT_DEVICE, OPT_DB,
+           OPT_VERSION };
+    static const struct option longopts[] = {
+        {"shape", required_argument, NULL, OPT_SHAPE},
+        {"dtype", required_argument, NULL, OPT_DTYPE},
+        {"budget", required_argument, NULL, OPT_BUDGET},
+        {"time", required_argument, NULL, OPT_TIME},
+        {"seed", required_argument, NULL, OPT_SEED},
+        {"device", required_argument, NULL, OPT_DEVICE},
+        {"db", required_argument, NULL, OPT_DB},
+        {"quiet", no_argument, NULL, 'q'},
+        {"help", no_argument, NULL, 'h'},
+        {"version", no_argument, NULL, OPT_VERSION},
+        {NULL, 0, NULL, 0},
+    };
+    optind = first;
+    opterr = 0;
+    const char *shape_text = NULL;
+    int c;
+    while ((c = getopt_long(argc, argv, ":qh", longopts, NULL)) != -1) {
+        uint64_t v;
+        char *end;
+        switch (c) {
+        case OPT_SHAPE: shape_text = optarg; break;
+        case OPT_DTYPE:
+            if (tuned_dtype_parse(optarg, &o->request.shape.dtype) != 0)
+                return bad("--dtype %s: unknown dtype (fp16, bf16 or fp32)", optarg);
+            break;
+        case OPT_BUDGET:
+            if (!parse_u64(optarg, 1, 100000, &v))
+                return bad("--budget %s: expected a whole number of variants from 1 to 100000",
+                           optarg);
+            o->request.search.budget = v;
+            break;
+        case OPT_TIME:
+            errno = 0;
+            o->request.search.time_s = strtod(optarg, &end);
+            if (errno != 0 || end == optarg || *end != '\0' || !(o->request.search.time_s > 0) ||
+                o->request.search.time_s > 86400)
+                return bad("--time %s: expected seconds, more than 0 and at most 86400", optarg);
+            break;
+        case OPT_SEED:
+            if (!parse_u64(optarg, 0, UINT64_MAX, &v))
+                return bad("--seed %s: expected a whole number", optarg);
+            o->request.search.seed = v;
+            break;
+        case OPT_DEVICE:
+            if (!parse_u64(optarg, 0, 1023, &v))
+                return bad("--device %s: expected a GPU ordinal (0, 1, ...)", optarg);
+            o->request.device = (int)v;
+            break;
+        case OPT_DB:
+            if (optarg[0] == '\0' || strlen(optarg) >= sizeof o->db)
+                return bad("--db '%s': expected a directory path", optarg);
+            snprintf(o->db, sizeof o->db, "%s", optarg);
+            break;
+        case 'q': o->quiet = true; break;
+        case 'h': cli_usage(stdout); return -1;
+        case OPT_VERSION: printf("tuned %s\n", tuned_version()); return -1;
+        case ':': return bad("%s needs a value", argv[optind - 1]);
+        default: return bad("unknown option '%s'", argv[optind - 1]);
+        }
+    }
+    if (optind < argc)
+        return bad("unexpected argument '%s'", argv[optind]);
+    if (shape_text != NULL) {
+        char why[256];
+        if (!cli_parse_shape(shape_text, &o->request.shape, why, sizeof why))
+            return bad("%s", why);
+        uint64_t esize = tuned_dtype_size(o->request.shape.dtype);
+        if (o->request.shape.rows > MAX_TOTAL_BYTES / 2 / esize / o->request.shape.cols)
+            return bad("--shape %s: input and output would exceed 1 TiB", shape_text);
+        o->have_shape = true;
+    }
+    if (strcmp(o->command, "devices") != 0 && !o->have_shape)
+        return bad("%s needs --shape ROWSxCOLS", o->command);
+    return 0;
+}

@@ -1,0 +1,75 @@
+/* cmd_tune.c: `tuned [tune] --shape RxC`: tune on one GPU with a live
+ * progress line, print the winner, store it. The store is opened first so
+ * that a bad --db fails before any GPU time is spent. */
+#include <unistd.h>
+
+#include "cli.h"
+
+typedef struct progress_line {
+    bool quiet, tty;
+    const tuned__shape *shape;
+} progress_line;
+
+static void on_progress(void *ctx, const tuned__tune_progress *p)
+{
+    progress_line *pl = ctx;
+    if (pl->quiet)
+        return;
+    if (p->search == NULL) {
+        double bytes = 2.0 * (double)pl->shape->rows * (double)pl->shape->cols *
+                       (double)tuned_dtype_size(pl->shape->dtype);
+        fprintf(stderr, "tuned: %llux%llu %s on GPU %d, %s (sm_%d%d, %d SMs)\n",
+                (unsigned long long)pl->shape->rows, (unsigned long long)pl->shape->cols,
+                tuned_dtype_name(pl->shape->dtype), p->gpu->ordinal, p->gpu->name,
+                p->gpu->cc_major, p->gpu->cc_minor, p->gpu->sm_count);
+        fprintf(stderr, "tuned: copy of the same bytes (roofline): %.2f us, %.0f GB/s\n",
+                p->copy_us, bytes / (p->copy_us * 1e3));
+        return;
+    }
+    const tuned__search_progress *s = p->search;
+    char best[TUNED__CONFIG_TEXT] = "-";
+    if (s->have_best)
+        tuned__config_format(&s->best, best, sizeof best);
+    fprintf(stderr, "%sgen %d  tried %zu/%zu  failed %zu  best %.2f us  %.1f%% of copy  %s  %.1fs%s",
+            pl->tty ? "\r\033[K" : "", s->generation, s->tried, s->budget, s->failed,
+            s->have_best ? s->best_us : 0.0,
+            s->have_best ? 100.0 * p->copy_us / s->best_us : 0.0, best, s->elapsed_s,
+            pl->tty ? "" : "\n");
+    fflush(stderr);
+}
+
+int cli_cmd_tune(const cli_opts *o)
+{
+    tuned__err e = {0};
+    tuned__store *store = NULL;
+    if (tuned__store_open(&store, o->db, 0, &e) != 0)
+        return cli_fail(&e);
+    tuned__driver *d = NULL;
+    tuned__nvrtc *n = NULL;
+    int rc = tuned__driver_load(&d, &e);
+    if (rc == 0)
+        rc = tuned__nvrtc_load(&n, &e);
+    tuned__tune_outcome out;
+    progress_line pl = {.quiet = o->quiet, .tty = isatty(STDERR_FILENO) == 1,
+                        .shape = &o->request.shape};
+    if (rc == 0)
+        rc = tuned__tune(d, n, &o->request, on_progress, &pl, &out, &e);
+    if (pl.tty && !pl.quiet)
+        fprintf(stderr, "\n");
+    tuned__record rec;
+    if (rc == 0) {
+        tuned__tune_record(&out, &o->request.shape, &rec);
+        rc = tuned__store_put_best(store, &rec, &e);
+    }
+    tuned__nvrtc_unload(n);
+    tuned__driver_unload(d);
+    tuned__store_close(store);
+    if (rc != 0)
+        return cli_fail(&e);
+    fprintf(stderr, "tuned: %s after %zu variants (%zu failed) in %.1f s, %d generations\n",
+            out.search.stop_reason, out.search.evaluations, out.search.failed,
+            out.search.elapsed_s, out.search.generations);
+    cli_print_record(stdout, &rec);
+    fprintf(stderr, "tuned: stored in %s\n", o->db);
+    return CLI_OK;
+}

@@ -1,0 +1,148 @@
+#!/usr/bin/env bash
+# tools/setup.sh - install the build dependencies (if missing) and build tuned.
+#
+# Usage: tools/setup.sh [--asan] [--no-deps]
+#
+#   1. Checks the Debian build dependencies (meson, ninja, pkg-config, gcc,
+#      python3, lmdb, libuv, jansson, lmdb-utils). Only if one is missing does
+#      it run `apt-get update` + `apt-get install` (as root, or through sudo).
+#      A dependency counts as present if dpkg says its package is installed OR
+#      its tool / pkg-config module is found, so on the GPU machine (no apt,
+#      no internet) it is satisfied by `source tools/device-env.sh`.
+#   2. Configures build/ (meson setup --buildtype=debugoptimized, or
+#      --reconfigure when build/ already exists) and compiles it.
+#   3. With --asan, also configures and compiles build-asan/ with
+#      -Db_sanitize=address,undefined -Db_lundef=false.
+#
+#   --no-deps   skip the dependency check entirely (never call apt-get).
+#
+# Idempotent: running it again only rebuilds what changed.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+
+log() { printf '==> setup: %s\n' "$*"; }
+die() { printf '==> setup: ERROR: %s\n' "$*" >&2; exit 1; }
+
+want_asan=0
+check_deps=1
+for arg in "$@"; do
+    case "$arg" in
+        --asan) want_asan=1 ;;
+        --no-deps) check_deps=0 ;;
+        -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "${BASH_SOURCE[0]}"; exit 0 ;;
+        *) die "unknown option '$arg' (try --help)" ;;
+    esac
+done
+
+# ---------------------------------------------------------------- deps ----
+# "debian-package:probe" where probe is cmd:NAME (on PATH) or pc:NAME
+# (pkg-config module).
+DEPS=(
+    "meson:cmd:meson"
+    "ninja-build:cmd:ninja"
+    "pkg-config:cmd:pkg-config"
+    "gcc:cmd:gcc"
+    "python3:cmd:python3"
+    "liblmdb-dev:pc:lmdb"
+    "libuv1-dev:pc:libuv"
+    "libjansson-dev:pc:jansson"
+    "lmdb-utils:cmd:mdb_stat"
+)
+
+deb_installed() {
+    command -v dpkg-query >/dev/null 2>&1 || return 1
+    [[ "$(dpkg-query -W -f='${db:Status-Abbrev}' "$1" 2>/dev/null)" == ii* ]]
+}
+
+probe_ok() {
+    local kind="$1" name="$2"
+    case "$kind" in
+        cmd) command -v "$name" >/dev/null 2>&1 ;;
+        pc)  command -v pkg-config >/dev/null 2>&1 && pkg-config --exists "$name" ;;
+        *)   return 1 ;;
+    esac
+}
+
+as_root() {
+    if [[ "$(id -u)" -eq 0 ]]; then
+        "$@"
+    elif command -v sudo >/dev/null 2>&1; then
+        sudo "$@"
+    else
+        die "need root to run '$*' (not root and no sudo)"
+    fi
+}
+
+install_deps() {
+    local missing=() entry pkg kind name
+    for entry in "${DEPS[@]}"; do
+        pkg="${entry%%:*}"
+        kind="${entry#*:}"; kind="${kind%%:*}"
+        name="${entry##*:}"
+        if deb_installed "$pkg" || probe_ok "$kind" "$name"; then
+            continue
+        fi
+        missing+=("$pkg")
+    done
+    if [[ ${#missing[@]} -eq 0 ]]; then
+        log "build dependencies: all present"
+        return 0
+    fi
+    log "missing build dependencies: ${missing[*]}"
+    command -v apt-get >/dev/null 2>&1 ||
+        die "apt-get not found; install ${missing[*]} by hand (on the GPU machine: 'source tools/device-env.sh' first)"
+    export DEBIAN_FRONTEND=noninteractive
+    log "apt-get update"
+    as_root apt-get update -q ||
+        die "apt-get update failed (no network? on the GPU machine: 'source tools/device-env.sh' first)"
+    log "apt-get install ${missing[*]}"
+    as_root apt-get install -y -q --no-install-recommends "${missing[@]}" ||
+        die "apt-get install failed"
+}
+
+if [[ $check_deps -eq 1 ]]; then
+    install_deps
+else
+    log "skipping dependency check (--no-deps)"
+fi
+
+command -v meson >/dev/null 2>&1 || die "meson not found on PATH"
+command -v ninja >/dev/null 2>&1 || die "ninja not found on PATH"
+
+# --------------------------------------------------------------- build ----
+# configure_and_build DIR [meson options...]
+configure_and_build() {
+    local dir="$1"; shift
+    if [[ -f "$dir/meson-private/coredata.dat" ]]; then
+        log "reconfiguring $dir/"
+        local out rc=0
+        out="$(mktemp)"
+        meson setup --reconfigure "$dir" "$@" 2>&1 | tee "$out" || rc=$?
+        if [[ $rc -ne 0 ]] && grep -qiE 'incompatible|--wipe' "$out"; then
+            # made by another meson version: start that build dir afresh
+            rm -f "$out"
+            log "$dir/ was made by an incompatible meson; re-creating it (--wipe)"
+            meson setup --wipe "$dir" "$@" || die "meson setup of $dir/ failed"
+        else
+            rm -f "$out"
+            [[ $rc -eq 0 ]] || die "meson setup --reconfigure of $dir/ failed"
+        fi
+    else
+        log "configuring $dir/"
+        meson setup "$dir" "$@" || die "meson setup of $dir/ failed"
+    fi
+    log "compiling $dir/"
+    meson compile -C "$dir" || die "build of $dir/ failed"
+    log "$dir/ is up to date"
+}
+
+configure_and_build build --buildtype=debugoptimized
+
+if [[ $want_asan -eq 1 ]]; then
+    configure_and_build build-asan --buildtype=debug \
+        -Db_sanitize=address,undefined -Db_lundef=false
+fi
+
+log "done"

@@ -1,0 +1,44 @@
+/* tuned.c: main() of the `tuned` executable: parse, then run one command.
+ * Every failure ends in one line on stderr and a non-zero exit status. */
+#include <signal.h>
+#include <string.h>
+
+#include "cli.h"
+
+int cli_fail(const tuned__err *e)
+{
+    fprintf(stderr, "tuned: %s\n", e->msg[0] ? e->msg : tuned_strerror(e->code));
+    return CLI_ERROR;
+}
+
+void cli_print_record(FILE *f, const tuned__record *r)
+{
+    const char *dtype = tuned_dtype_name((tuned_dtype)r->key.dtype);
+    fprintf(f, "shape        %llux%llu %s\n", (unsigned long long)r->key.rows,
+            (unsigned long long)r->key.cols, dtype ? dtype : "?");
+    fprintf(f, "gpu          %s\n", r->gpu_name);
+    fprintf(f, "identity     %s\n", r->gpu);
+    fprintf(f, "config       %s\n", r->config);
+    fprintf(f, "median_us    %.2f\n", r->median_us);
+    fprintf(f, "copy_us      %.2f\n", r->copy_us);
+    fprintf(f, "gbps         %.1f\n", r->gbps);
+    fprintf(f, "of_copy      %.1f%%\n", r->median_us > 0 ? 100.0 * r->copy_us / r->median_us : 0.0);
+    fprintf(f, "evaluations  %u\n", r->evaluations);
+    fprintf(f, "date         %s\n", r->date);
+    fprintf(f, "tuned        %s\n", r->tool_version);
+}
+
+int main(int argc, char **argv)
+{
+    /* A closed pipe on stdout must be an error return, not a kill. */
+    signal(SIGPIPE, SIG_IGN);
+    cli_opts o;
+    int rc = cli_parse(argc, argv, &o);
+    if (rc != 0)
+        return rc < 0 ? CLI_OK : rc;
+    if (strcmp(o.command, "get") == 0)
+        return cli_cmd_get(&o);
+    if (strcmp(o.command, "devices") == 0)
+        return cli_cmd_devices(&o);
+    return cli_cmd_tune(&o);
+}
