@@ -32,7 +32,8 @@ typedef struct tuned__store_key {
     uint64_t gpu_fp;
 } tuned__store_key;
 
-/* One stored winner. Strings are NUL-terminated and truncated to fit. */
+/* One stored winner. Strings are NUL-terminated; a string that does not fit
+ * its array, or rows/cols above INT64_MAX (JSON integers), is refused. */
 typedef struct tuned__record {
     tuned__store_key key;
     char config[128];       /* the winning config, e.g. "w32.r1.v8.ld=el.st=cs.reg=f32" */
@@ -57,15 +58,19 @@ int tuned__store_open(tuned__store **out, const char *path, unsigned flags, tune
 /* Closes the environment; NULL is allowed. */
 void tuned__store_close(tuned__store *s);
 
-/* Writes r under r->key in one transaction, replacing any older record. */
+/* Writes r under r->key in one transaction, replacing any older record.
+ * TUNED_EINVAL on a read-only store. Callers keep r->key.gpu_fp equal to
+ * the fingerprint of r->gpu. One handle may be used by several threads. */
 int tuned__store_put_best(tuned__store *s, const tuned__record *r, tuned__err *e);
 
 /* Reads the record under key into out; TUNED_ENOTFOUND if there is none. */
 int tuned__store_get_best(tuned__store *s, const tuned__store_key *key, tuned__record *out,
                           tuned__err *e);
 
-/* Every record for (kernel, dtype, rows, cols), whatever the GPU: at most
- * cap of them into out, their number in *n (which may exceed cap). */
+/* Every record for (kernel, dtype, rows, cols), whatever the GPU, in key
+ * order (ascending gpu_fp): at most cap of them into out (NULL when cap is
+ * 0), their number in *n (which may exceed cap). out may be partly written
+ * on error. */
 int tuned__store_find_shape(tuned__store *s, uint8_t kernel, uint8_t dtype, uint64_t rows,
                             uint64_t cols, tuned__record *out, size_t cap, size_t *n,
                             tuned__err *e);

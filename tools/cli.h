@@ -30,6 +30,18 @@ bool cli_parse_shape(const char *text, tuned__shape *shape, char *why, size_t n)
 
 void cli_usage(FILE *f);
 
+typedef struct cli_command {
+    const char *name;
+    bool needs_shape;
+    int (*run)(const cli_opts *o);
+} cli_command;
+
+/* The command table (tuned.c), ended by a NULL name. */
+extern const cli_command cli_commands[];
+
+/* The command called name, or NULL. */
+const cli_command *cli_find_command(const char *name);
+
 int cli_cmd_tune(const cli_opts *o);
 int cli_cmd_get(const cli_opts *o);
 int cli_cmd_devices(const cli_opts *o);

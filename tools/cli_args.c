@@ -124,8 +124,7 @@ int cli_parse(int argc, char **argv, cli_opts *o)
     if (argc > 1 && argv[1][0] != '-') {
         o->command = argv[1];
         first = 2;
-        if (strcmp(o->command, "tune") != 0 && strcmp(o->command, "get") != 0 &&
-            strcmp(o->command, "devices") != 0)
+        if (cli_find_command(o->command) == NULL)
             return bad("unknown command '%s'", o->command);
     }
     enum { OPT_SHAPE = 256, OPT_DTYPE, OPT_BUDGET, OPT_TIME, OPT_SEED, OPT_DEVICE, OPT_DB,
@@ -202,7 +201,7 @@ int cli_parse(int argc, char **argv, cli_opts *o)
             return bad("--shape %s: input and output would exceed 1 TiB", shape_text);
         o->have_shape = true;
     }
-    if (strcmp(o->command, "devices") != 0 && !o->have_shape)
+    if (cli_find_command(o->command)->needs_shape && !o->have_shape)
         return bad("%s needs --shape ROWSxCOLS", o->command);
     return 0;
 }

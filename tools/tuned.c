@@ -28,6 +28,23 @@ void cli_print_record(FILE *f, const tuned__record *r)
     fprintf(f, "tuned        %s\n", r->tool_version);
 }
 
+/* Every command: its name, whether it needs --shape, and its function.
+ * A new command is one line here and one cmd_*.c file. */
+const cli_command cli_commands[] = {
+    {"tune", true, cli_cmd_tune},
+    {"get", true, cli_cmd_get},
+    {"devices", false, cli_cmd_devices},
+    {NULL, false, NULL},
+};
+
+const cli_command *cli_find_command(const char *name)
+{
+    for (const cli_command *c = cli_commands; c->name != NULL; c++)
+        if (strcmp(c->name, name) == 0)
+            return c;
+    return NULL;
+}
+
 int main(int argc, char **argv)
 {
     /* A closed pipe on stdout must be an error return, not a kill. */
@@ -36,9 +53,5 @@ int main(int argc, char **argv)
     int rc = cli_parse(argc, argv, &o);
     if (rc != 0)
         return rc < 0 ? CLI_OK : rc;
-    if (strcmp(o.command, "get") == 0)
-        return cli_cmd_get(&o);
-    if (strcmp(o.command, "devices") == 0)
-        return cli_cmd_devices(&o);
-    return cli_cmd_tune(&o);
+    return cli_find_command(o.command)->run(&o);
 }
