@@ -150,7 +150,11 @@ int cli_parse(int argc, char **argv, cli_opts *o)
         uint64_t v;
         char *end;
         switch (c) {
-        case OPT_SHAPE: shape_text = optarg; break;
+        case OPT_SHAPE:
+            if (strncmp(optarg, "--", 2) == 0)
+                return bad("--shape needs a value ROWSxCOLS, got '%s'", optarg);
+            shape_text = optarg;
+            break;
         case OPT_DTYPE:
             if (tuned_dtype_parse(optarg, &o->request.shape.dtype) != 0)
                 return bad("--dtype %s: unknown dtype (fp16, bf16 or fp32)", optarg);

@@ -1,0 +1,144 @@
+/* test_space.c: the variant space's constraints, the config text form's
+ * round trip, neighbours and random draws. No GPU, no NVRTC. */
+#include <stdio.h>
+#include <string.h>
+
+#include "tuner/space.h"
+
+static int failures;
+
+#define EXPECT(cond, ...)                                                                       \
+    do {                                                                                        \
+        if (!(cond)) {                                                                          \
+            failures++;                                                                         \
+            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                \
+            fprintf(stderr, __VA_ARGS__);                                                       \
+            fprintf(stderr, "\n");                                                              \
+        }                                                                                       \
+    } while (0)
+
+static void text_round_trip(void)
+{
+    tuned__err e = {0};
+    tuned__config c;
+    EXPECT(tuned__config_parse("w8.r1.v8.ld=cs.st=cs.reg=f32", &c, &e) == 0, "%s", e.msg);
+    EXPECT(c.warps == 8 && c.rows == 1 && c.vec == 8 && c.ld == TUNED__LD_CS &&
+               c.st == TUNED__ST_CS && c.reg == TUNED__REG_F32,
+           "parsed fields");
+    static const char *const bad[] = {
+        "", "w8", "w8.r1.v8.ld=cs.st=cs", "w3.r1.v8.ld=cs.st=cs.reg=f32",
+        "w8.r16.v8.ld=cs.st=cs.reg=f32", "w8.r1.v16.ld=cs.st=cs.reg=f32",
+        "w8.r1.v8.ld=xx.st=cs.reg=f32", "w8.r1.v8.ld=cs.st=nc.reg=f32",
+        "w8.r1.v8.ld=cs.st=cs.reg=f64", "w8.r1.v8.ld=cs.st=cs.reg=f32.x",
+        "w-8.r1.v8.ld=cs.st=cs.reg=f32", "w64.r1.v8.ld=cs.st=cs.reg=f32",
+        "w8.r1.v8.ld=cs.st=cs.reg=f32.........................................",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        tuned__err be = {0};
+        EXPECT(tuned__config_parse(bad[i], &c, &be) == TUNED_EINVAL && be.msg[0] != '\0',
+               "'%s' was accepted", bad[i]);
+    }
+    /* Every valid config of a few spaces survives format -> parse. */
+    static const tuned__shape shapes[] = {
+        {TUNED_FP16, 4096, 32000}, {TUNED_BF16, 7, 7}, {TUNED_FP32, 1, 4097}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        tuned__space sp;
+        EXPECT(tuned__space_init(&sp, &shapes[s], 90, &e) == 0, "%s", e.msg);
+        for (size_t i = 0; i < sp.count; i++) {
+            char text[TUNED__CONFIG_TEXT];
+            tuned__config back;
+            tuned__config_format(&sp.valid[i], text, sizeof text);
+            EXPECT(tuned__config_parse(text, &back, &e) == 0 &&
+                       tuned__config_equal(&back, &sp.valid[i]),
+                   "round trip of %s", text);
+        }
+        tuned__space_free(&sp);
+    }
+}
+
+static void constraints(void)
+{
+    tuned__err e = {0};
+    tuned__space sp;
+    tuned__shape s = {TUNED_FP16, 4096, 32000};
+    EXPECT(tuned__space_init(&sp, &s, 90, &e) == 0, "%s", e.msg);
+    EXPECT(sp.count > 50, "only %zu configs for 4096x32000 fp16", sp.count);
+    char why[256];
+    tuned__config c = {TUNED__FAMILY_ROWS, 32, 1, 8, TUNED__LD_EL, TUNED__ST_CS, TUNED__REG_F32};
+    EXPECT(tuned__space_valid(&sp, &c, why, sizeof why), "w32.r1.v8 invalid: %s", why);
+    c.warps = 1; /* 32000 elements over 32 threads: far too many registers */
+    EXPECT(!tuned__space_valid(&sp, &c, why, sizeof why) && strstr(why, "per thread") != NULL,
+           "one warp per 32000-column row accepted (%s)", why);
+    c = (tuned__config){TUNED__FAMILY_ROWS, 8, 1, 16, 0, 0, 0};
+    EXPECT(!tuned__space_valid(&sp, &c, why, sizeof why), "16 fp16 elements a vector accepted");
+    c = (tuned__config){TUNED__FAMILY_ROWS, 8, 16, 8, 0, 0, 0};
+    EXPECT(!tuned__space_valid(&sp, &c, why, sizeof why), "rows above warps accepted");
+    tuned__space_free(&sp);
+
+    /* fp32: no packed registers, at most 4 elements a vector. */
+    s = (tuned__shape){TUNED_FP32, 64, 1000};
+    EXPECT(tuned__space_init(&sp, &s, 90, &e) == 0, "%s", e.msg);
+    for (size_t i = 0; i < sp.count; i++)
+        EXPECT(sp.valid[i].reg == TUNED__REG_F32 && sp.valid[i].vec <= 4, "fp32 config %zu", i);
+    tuned__space_free(&sp);
+
+    /* Before sm_80 there is no L2 eviction policy. */
+    s = (tuned__shape){TUNED_FP16, 64, 1000};
+    EXPECT(tuned__space_init(&sp, &s, 75, &e) == 0, "%s", e.msg);
+    for (size_t i = 0; i < sp.count; i++)
+        EXPECT(sp.valid[i].ld != TUNED__LD_EL, "evict_last offered on sm_75");
+    tuned__space_free(&sp);
+
+    /* One column: one warp a row, nothing wider. */
+    s = (tuned__shape){TUNED_FP16, 64, 1};
+    EXPECT(tuned__space_init(&sp, &s, 90, &e) == 0, "%s", e.msg);
+    for (size_t i = 0; i < sp.count; i++)
+        EXPECT(sp.valid[i].warps == sp.valid[i].rows, "idle warps on a 1-column row");
+    tuned__space_free(&sp);
+
+    /* Rows too long for registers: a clear ENOSPACE, not an empty space. */
+    s = (tuned__shape){TUNED_FP32, 8, 1000000};
+    EXPECT(tuned__space_init(&sp, &s, 90, &e) == TUNED_ENOSPACE && strstr(e.msg, "1000000"),
+           "no ENOSPACE for 8x1000000: %s", e.msg);
+    s = (tuned__shape){TUNED_FP16, 0, 10};
+    EXPECT(tuned__space_init(&sp, &s, 90, &e) == TUNED_EINVAL, "0 rows accepted");
+}
+
+static void moves(void)
+{
+    tuned__err e = {0};
+    tuned__space sp;
+    tuned__shape s = {TUNED_BF16, 1024, 50257};
+    EXPECT(tuned__space_init(&sp, &s, 90, &e) == 0, "%s", e.msg);
+    tuned__rng a = {7}, b = {7};
+    for (int i = 0; i < 200; i++) {
+        tuned__config x, y, nb[32];
+        tuned__space_random(&sp, &a, &x);
+        tuned__space_random(&sp, &b, &y);
+        EXPECT(tuned__config_equal(&x, &y), "same seed, different draw");
+        EXPECT(tuned__space_valid(&sp, &x, NULL, 0), "random draw invalid");
+        size_t n = tuned__space_neighbors(&sp, &x, nb, 32);
+        for (size_t k = 0; k < n; k++) {
+            EXPECT(tuned__space_valid(&sp, &nb[k], NULL, 0), "invalid neighbour");
+            EXPECT(!tuned__config_equal(&nb[k], &x), "a config is its own neighbour");
+            int changed = (nb[k].vec != x.vec) + (nb[k].ld != x.ld) + (nb[k].st != x.st) +
+                          (nb[k].reg != x.reg) + (nb[k].warps != x.warps || nb[k].rows != x.rows);
+            EXPECT(changed == 1, "neighbour changes %d parameters", changed);
+        }
+    }
+    tuned__config seeds[16];
+    size_t ns = tuned__space_seeds(&sp, seeds, 16);
+    EXPECT(ns > 0, "no seeds");
+    for (size_t i = 0; i < ns; i++)
+        EXPECT(tuned__space_valid(&sp, &seeds[i], NULL, 0), "invalid seed");
+    tuned__space_free(&sp);
+}
+
+int main(void)
+{
+    text_round_trip();
+    constraints();
+    moves();
+    printf("%d failures\n", failures);
+    return failures ? 1 : 0;
+}
