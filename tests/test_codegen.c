@@ -67,8 +67,13 @@ static void check_variant(const tuned__nvrtc *n, const tuned__config *c, const t
         EXPECT(strstr(ptx.data, "ld.global.nc") == NULL, "%s: unexpected .nc load", name);
     if (c->st != TUNED__ST_CS)
         EXPECT(strstr(ptx.data, "st.global.cs") == NULL, "%s: unexpected .cs store", name);
+    if (c->cluster > 1)
+        EXPECT(strstr(ptx.data, "mapa.shared::cluster") != NULL &&
+                   strstr(ptx.data, "barrier.cluster") != NULL,
+               "%s: no distributed shared memory exchange in PTX", name);
     tuned__blob_free(&ptx);
-    for (int arch = 80; arch <= 90; arch += 10) {
+    /* Clusters exist from sm_90 on. */
+    for (int arch = c->cluster > 1 ? 90 : 80; arch <= 90; arch += 10) {
         tuned__blob cubin;
         if (tuned__nvrtc_compile(n, src, name, arch, TUNED__NVRTC_CUBIN, &cubin, &e) != 0) {
             EXPECT(0, "%s sm_%d: %s", name, arch, e.msg);
@@ -90,9 +95,9 @@ int main(void)
         return 1;
     }
     /* Shapes chosen to exercise tails, unaligned rows and long rows. */
-    static const uint64_t cols_list[] = {1000, 4097, 32000};
-    static const int per_shape = 6;
-    size_t compiled = 0;
+    static const uint64_t cols_list[] = {100, 4097, 32000, 128256};
+    static const int per_shape = 5;
+    size_t compiled = 0, clusters = 0;
     for (int dt = TUNED_FP16; dt <= TUNED_FP32; dt++) {
         for (size_t i = 0; i < sizeof cols_list / sizeof cols_list[0]; i++) {
             tuned__shape s = {(tuned_dtype)dt, 64, cols_list[i]};
@@ -111,6 +116,7 @@ int main(void)
                 c.st = (uint8_t)(k % TUNED__ST_COUNT);
                 if (!tuned__space_valid(&sp, &c, NULL, 0))
                     tuned__space_random(&sp, &rng, &c);
+                clusters += c.cluster > 1;
                 check_variant(n, &c, &s);
                 compiled++;
             }
@@ -131,7 +137,7 @@ int main(void)
     /* Codegen refuses what it cannot emit, and a compile error carries the
      * variant's name and NVRTC's log. */
     tuned__shape fp32 = {TUNED_FP32, 4, 100};
-    tuned__config wide = {TUNED__FAMILY_ROWS, 4, 1, 8, 0, 0, 0};
+    tuned__config wide = {.warps = 4, .rows = 1, .cluster = 1, .vec = 8};
     char *src = NULL;
     EXPECT(tuned__source_softmax(&wide, &fp32, NULL, &src, &e) == TUNED_EINVAL &&
                strstr(e.msg, "16 bytes") != NULL,
@@ -141,8 +147,10 @@ int main(void)
                                 &e) == TUNED_ECOMPILE &&
                strstr(e.msg, "nvrtc: softmax junk: ") == e.msg && strstr(e.msg, "error") != NULL,
            "compile error message: %s", e.msg);
+    EXPECT(clusters > 0, "no cluster variant sampled");
     tuned__nvrtc_unload(n);
-    printf("%zu variants compiled for sm_80 and sm_90, PTX checked; %d failures\n", compiled,
-           failures);
+    printf("%zu variants (%zu with clusters) compiled for sm_80 and sm_90, PTX checked; "
+           "%d failures\n",
+           compiled, clusters, failures);
     return failures ? 1 : 0;
 }

@@ -72,7 +72,7 @@ static void expect_correct(gpu_env *g, const tuned__shape *s, const tuned__confi
 static void planted_bugs_are_caught(gpu_env *g)
 {
     tuned__shape s = {TUNED_FP16, 64, 4097};
-    tuned__config c = {TUNED__FAMILY_ROWS, 4, 1, 8, TUNED__LD_DEF, TUNED__ST_DEF, TUNED__REG_F32};
+    tuned__config c = {.warps = 4, .rows = 1, .cluster = 1, .vec = 8};
     for (int bug = 1; bug <= 2; bug++) {
         tuned__eval_opts o = quick_opts();
         o.codegen.plant_bug = bug;
@@ -106,12 +106,14 @@ int main(void)
         return 1;
     }
     printf("GPU: %s\n", g.gpu.identity);
-    static const uint64_t cols_list[] = {1, 7, 32, 100, 1000, 1024, 4097, 32000, 50257, 128256};
+    static const uint64_t cols_list[] = {1,    7,     32,    100,    1000,
+                                         1024, 4097, 32000, 50257, 128256, 262144};
     const int per_shape = 8;
     size_t variants = 0;
     for (int dt = TUNED_FP16; dt <= TUNED_FP32; dt++) {
         for (size_t i = 0; i < sizeof cols_list / sizeof cols_list[0]; i++) {
-            tuned__shape s = {(tuned_dtype)dt, cols_list[i] > 30000 ? 24 : 67, cols_list[i]};
+            tuned__shape s = {(tuned_dtype)dt, cols_list[i] > 200000 ? 2 : cols_list[i] > 30000 ? 24 : 67,
+                              cols_list[i]};
             tuned__space sp;
             rc = tuned__space_init(&sp, &s, g.gpu.cc_major * 10 + g.gpu.cc_minor, &e);
             if (rc == TUNED_ENOSPACE) {

@@ -21,17 +21,19 @@ static void text_round_trip(void)
 {
     tuned__err e = {0};
     tuned__config c;
-    EXPECT(tuned__config_parse("w8.r1.v8.ld=cs.st=cs.reg=f32", &c, &e) == 0, "%s", e.msg);
-    EXPECT(c.warps == 8 && c.rows == 1 && c.vec == 8 && c.ld == TUNED__LD_CS &&
+    EXPECT(tuned__config_parse("w8.r1.c1.v8.ld=cs.st=cs.reg=f32", &c, &e) == 0, "%s", e.msg);
+    EXPECT(c.warps == 8 && c.rows == 1 && c.cluster == 1 && c.vec == 8 && c.ld == TUNED__LD_CS &&
                c.st == TUNED__ST_CS && c.reg == TUNED__REG_F32,
            "parsed fields");
     static const char *const bad[] = {
-        "", "w8", "w8.r1.v8.ld=cs.st=cs", "w3.r1.v8.ld=cs.st=cs.reg=f32",
-        "w8.r16.v8.ld=cs.st=cs.reg=f32", "w8.r1.v16.ld=cs.st=cs.reg=f32",
-        "w8.r1.v8.ld=xx.st=cs.reg=f32", "w8.r1.v8.ld=cs.st=nc.reg=f32",
-        "w8.r1.v8.ld=cs.st=cs.reg=f64", "w8.r1.v8.ld=cs.st=cs.reg=f32.x",
-        "w-8.r1.v8.ld=cs.st=cs.reg=f32", "w64.r1.v8.ld=cs.st=cs.reg=f32",
-        "w8.r1.v8.ld=cs.st=cs.reg=f32.........................................",
+        "", "w8", "w8.r1.c1.v8.ld=cs.st=cs", "w3.r1.c1.v8.ld=cs.st=cs.reg=f32",
+        "w8.r512.c1.v8.ld=cs.st=cs.reg=f32", "w8.r1.c1.v16.ld=cs.st=cs.reg=f32",
+        "w8.r1.c1.v8.ld=xx.st=cs.reg=f32", "w8.r1.c1.v8.ld=cs.st=nc.reg=f32",
+        "w8.r1.c1.v8.ld=cs.st=cs.reg=f64", "w8.r1.c1.v8.ld=cs.st=cs.reg=f32.x",
+        "w-8.r1.c1.v8.ld=cs.st=cs.reg=f32", "w64.r1.c1.v8.ld=cs.st=cs.reg=f32",
+        "w8.r2.c2.v8.ld=cs.st=cs.reg=f32", "w8.r1.c32.v8.ld=cs.st=cs.reg=f32",
+        "w8.r1.v8.ld=cs.st=cs.reg=f32",
+        "w8.r1.c1.v8.ld=cs.st=cs.reg=f32.........................................",
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         tuned__err be = {0};
@@ -64,15 +66,17 @@ static void constraints(void)
     EXPECT(tuned__space_init(&sp, &s, 90, &e) == 0, "%s", e.msg);
     EXPECT(sp.count > 50, "only %zu configs for 4096x32000 fp16", sp.count);
     char why[256];
-    tuned__config c = {TUNED__FAMILY_ROWS, 32, 1, 8, TUNED__LD_EL, TUNED__ST_CS, TUNED__REG_F32};
+    tuned__config c = {.warps = 32, .rows = 1, .cluster = 1, .vec = 8, .ld = TUNED__LD_EL, .st = TUNED__ST_CS};
     EXPECT(tuned__space_valid(&sp, &c, why, sizeof why), "w32.r1.v8 invalid: %s", why);
     c.warps = 1; /* 32000 elements over 32 threads: far too many registers */
     EXPECT(!tuned__space_valid(&sp, &c, why, sizeof why) && strstr(why, "per thread") != NULL,
            "one warp per 32000-column row accepted (%s)", why);
-    c = (tuned__config){TUNED__FAMILY_ROWS, 8, 1, 16, 0, 0, 0};
+    c = (tuned__config){.warps = 8, .rows = 1, .cluster = 1, .vec = 16};
     EXPECT(!tuned__space_valid(&sp, &c, why, sizeof why), "16 fp16 elements a vector accepted");
-    c = (tuned__config){TUNED__FAMILY_ROWS, 8, 16, 8, 0, 0, 0};
-    EXPECT(!tuned__space_valid(&sp, &c, why, sizeof why), "rows above warps accepted");
+    c = (tuned__config){.warps = 8, .rows = 512, .cluster = 1, .vec = 8};
+    EXPECT(!tuned__space_valid(&sp, &c, why, sizeof why), "rows above threads accepted");
+    c = (tuned__config){.warps = 8, .rows = 2, .cluster = 2, .vec = 8};
+    EXPECT(!tuned__space_valid(&sp, &c, why, sizeof why), "two rows a block in a cluster");
     tuned__space_free(&sp);
 
     /* fp32: no packed registers, at most 4 elements a vector. */
@@ -82,19 +86,29 @@ static void constraints(void)
         EXPECT(sp.valid[i].reg == TUNED__REG_F32 && sp.valid[i].vec <= 4, "fp32 config %zu", i);
     tuned__space_free(&sp);
 
-    /* Before sm_80 there is no L2 eviction policy. */
+    /* Before sm_80 there is no L2 eviction policy, before sm_90 no cluster. */
     s = (tuned__shape){TUNED_FP16, 64, 1000};
     EXPECT(tuned__space_init(&sp, &s, 75, &e) == 0, "%s", e.msg);
     for (size_t i = 0; i < sp.count; i++)
-        EXPECT(sp.valid[i].ld != TUNED__LD_EL, "evict_last offered on sm_75");
+        EXPECT(sp.valid[i].ld != TUNED__LD_EL && sp.valid[i].cluster == 1,
+               "evict_last or a cluster offered on sm_75");
     tuned__space_free(&sp);
 
-    /* One column: one warp a row, nothing wider. */
+    /* One column: one thread a row. */
     s = (tuned__shape){TUNED_FP16, 64, 1};
     EXPECT(tuned__space_init(&sp, &s, 90, &e) == 0, "%s", e.msg);
     for (size_t i = 0; i < sp.count; i++)
-        EXPECT(sp.valid[i].warps == sp.valid[i].rows, "idle warps on a 1-column row");
+        EXPECT(sp.valid[i].warps * 32u == sp.valid[i].rows && sp.valid[i].cluster == 1,
+               "idle threads on a 1-column row");
     tuned__space_free(&sp);
+
+    /* Very long rows need a cluster on sm_90, and none fit before it. */
+    s = (tuned__shape){TUNED_FP16, 8192, 128256};
+    EXPECT(tuned__space_init(&sp, &s, 90, &e) == 0, "%s", e.msg);
+    for (size_t i = 0; i < sp.count; i++)
+        EXPECT(sp.valid[i].cluster > 1, "128256 columns without a cluster");
+    tuned__space_free(&sp);
+    EXPECT(tuned__space_init(&sp, &s, 80, &e) == TUNED_ENOSPACE, "128256 columns on sm_80");
 
     /* Rows too long for registers: a clear ENOSPACE, not an empty space. */
     s = (tuned__shape){TUNED_FP32, 8, 1000000};
@@ -121,8 +135,11 @@ static void moves(void)
         for (size_t k = 0; k < n; k++) {
             EXPECT(tuned__space_valid(&sp, &nb[k], NULL, 0), "invalid neighbour");
             EXPECT(!tuned__config_equal(&nb[k], &x), "a config is its own neighbour");
+            /* warps moves alone, with rows, or with the cluster */
             int changed = (nb[k].vec != x.vec) + (nb[k].ld != x.ld) + (nb[k].st != x.st) +
-                          (nb[k].reg != x.reg) + (nb[k].warps != x.warps || nb[k].rows != x.rows);
+                          (nb[k].reg != x.reg) +
+                          (nb[k].warps != x.warps || nb[k].rows != x.rows ||
+                           nb[k].cluster != x.cluster);
             EXPECT(changed == 1, "neighbour changes %d parameters", changed);
         }
     }

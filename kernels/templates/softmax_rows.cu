@@ -1,12 +1,15 @@
-/* softmax_rows.cu: family "rows", a row per block or per group of warps,
- * the row held in registers.
+/* softmax_rows.cu: family "rows": a row held in registers by a group of
+ * threads: part of a warp (short rows), one or more warps, a whole block, or
+ * a thread-block cluster of up to 16 blocks (long rows, sm_90).
  *
  * Idea: softmax is memory-bound, so every element is read once and written
- * once. A group of TPR = T_WARPS*32/T_ROWS threads owns one row. Each thread
+ * once. A group of TPR = T_WARPS*32/T_ROWS threads in each of T_CLUSTER
+ * blocks owns one row. Each thread
  * issues all of its T_ITERS vector loads (T_VEC elements each, at most 16
  * bytes) before the first reduction, reduces the row maximum and then the sum
  * of exp(x - max) across the group (warp shuffles, then shared memory across
- * the group's warps), and writes exp(x - max) / sum. Rows need not start on a
+ * the group's warps, then across the cluster's blocks through distributed
+ * shared memory), and writes exp(x - max) / sum. Rows need not start on a
  * vector boundary: vector slots are counted from the aligned address at or
  * below the row start, and the partial first and last vectors go element by
  * element.
@@ -14,7 +17,10 @@
  * Variants (codegen prepends the defines):
  *   T_DTYPE      0 fp16, 1 bf16, 2 fp32 (math is always fp32)
  *   T_WARPS      warps per block: 1, 2, 4, 8, 16, 32
- *   T_ROWS       rows per block, dividing T_WARPS
+ *   T_ROWS       rows per block: threads per row = T_WARPS*32/T_ROWS, 1 to 1024
+ *   T_CLUSTER    blocks per row (a cluster, sm_90; 1 = no cluster; then T_ROWS = 1)
+ *   T_HEAD_FREE  1 when every row starts on a vector boundary (aligned base
+ *                pointers, columns a multiple of T_VEC): no partial head
  *   T_VEC        elements per vector access (T_VEC * element size <= 16 bytes)
  *   T_ITERS      vector accesses per thread per row (from the column count)
  *   T_LD         0 ld.global, 1 .nc, 2 .cs (evict-first), 3 L2 evict_last policy
@@ -207,14 +213,45 @@ struct SumOp {
     __device__ __forceinline__ float operator()(float a, float b) const { return a + b; }
 };
 
-/* Reduces v over the TPR threads of this thread's row. partial has one
- * slot per warp of the block; each reduction uses its own array so that
- * no barrier is needed before reuse. */
+#if T_CLUSTER > 1
+__device__ __forceinline__ unsigned cluster_rank()
+{
+    unsigned r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return r;
+}
+
+__device__ __forceinline__ void cluster_sync()
+{
+    asm volatile("barrier.cluster.arrive.release.aligned;\n\t"
+                 "barrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+
+/* The float at the same shared-memory address in CTA `rank` of the
+ * cluster (distributed shared memory). */
+__device__ __forceinline__ float load_remote(const float *local, unsigned rank)
+{
+    unsigned addr, remote;
+    float v;
+    asm volatile("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }"
+                 : "=r"(addr) : "l"(local));
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(addr), "r"(rank));
+    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote) : "memory");
+    return v;
+}
+#endif
+
+/* Reduces v over the TPR threads of this thread's row in this block and,
+ * with a cluster, over the T_CLUSTER blocks that share the row. Groups of
+ * fewer than 32 threads are aligned power-of-two lane ranges, so xor
+ * shuffles with offsets below TPR stay inside the group. partial has a
+ * slot per warp and exchange one per cluster block; each reduction uses
+ * its own arrays so that no barrier is needed before reuse. */
 template <typename Op>
-__device__ __forceinline__ float row_reduce(float v, float *partial, Op op)
+__device__ __forceinline__ float row_reduce(float v, float *partial, float *exchange, Op op)
 {
 #pragma unroll
-    for (int offset = 16; offset > 0; offset /= 2)
+    for (int offset = (TPR < 32 ? TPR : 32) / 2; offset > 0; offset /= 2)
         v = op(v, __shfl_xor_sync(0xFFFFFFFFu, v, offset));
 #if TPR > 32
     const int warp = threadIdx.x / 32;
@@ -229,6 +266,20 @@ __device__ __forceinline__ float row_reduce(float v, float *partial, Op op)
 #else
     (void)partial;
 #endif
+#if T_CLUSTER > 1
+    /* One row per block (T_ROWS == 1): thread 0 publishes the block's
+     * value, and every thread combines all blocks' values in rank order,
+     * so every block computes the same result. */
+    if (threadIdx.x == 0)
+        exchange[0] = v;
+    cluster_sync();
+    v = load_remote(exchange, 0);
+#pragma unroll
+    for (unsigned r = 1; r < T_CLUSTER; r++)
+        v = op(v, load_remote(exchange, r));
+#else
+    (void)exchange;
+#endif
     return v;
 }
 
@@ -240,33 +291,55 @@ __device__ __forceinline__ float exp_shifted(float x, float max_scaled)
     return r;
 }
 
-extern "C" __global__ void __launch_bounds__(T_WARPS * 32, 1)
+#if T_CLUSTER > 1
+#define CLUSTER_ATTRIBUTE __cluster_dims__(T_CLUSTER, 1, 1)
+#else
+#define CLUSTER_ATTRIBUTE
+#endif
+
+extern "C" __global__ void __launch_bounds__(T_WARPS * 32, 1) CLUSTER_ATTRIBUTE
 tuned_softmax_rows(const unsigned char *x, unsigned char *y, long long rows, int cols,
                    long long row_stride)
 {
     __shared__ float partial_max[T_WARPS];
     __shared__ float partial_sum[T_WARPS];
+    __shared__ float exchange_max[1];
+    __shared__ float exchange_sum[1];
 
+#if T_CLUSTER > 1
+    /* The row's threads are the TPR threads of each of the cluster's
+     * blocks, numbered block by block. */
+    const int lane = (int)cluster_rank() * TPR + (int)threadIdx.x % TPR;
+    const long long row = (long long)(blockIdx.x / T_CLUSTER) * T_ROWS + threadIdx.x / TPR;
+#else
     const int lane = threadIdx.x % TPR;
     const long long row = (long long)blockIdx.x * T_ROWS + threadIdx.x / TPR;
+#endif
+#define ROW_THREADS (TPR * T_CLUSTER)
     /* Threads past the last row still take part in the barriers. */
     const bool active = row < rows;
     const long long row_bytes = (active ? row : 0) * row_stride * ESIZE;
     const unsigned char *xr = x + row_bytes;
     unsigned char *yr = y + row_bytes;
+#if T_HEAD_FREE
+    /* Codegen knows every row starts on a vector boundary. */
+    const int head = 0;
+    const bool y_aligned = true;
+#else
     const int head = (int)(((u64)xr / ESIZE) % T_VEC);
-    const unsigned char *xv = xr - head * ESIZE;
     /* Output vectors line up with the input's only when both start at the
      * same offset inside a vector; otherwise every store is per element. */
     const bool y_aligned = (int)(((u64)yr / ESIZE) % T_VEC) == head;
+#endif
+    const unsigned char *xv = xr - head * ESIZE;
     const u64 policy = make_policy();
 
     u32 w[T_ITERS][NWORDS];
 #pragma unroll
     for (int it = 0; it < T_ITERS; it++) {
-        const int first = (it * TPR + lane) * T_VEC - head;
+        const int first = (it * ROW_THREADS + lane) * T_VEC - head;
         if (active && first >= 0 && first + T_VEC <= cols) {
-            load_vec(xv + (long long)(it * TPR + lane) * VBYTES, w[it], policy);
+            load_vec(xv + (long long)(it * ROW_THREADS + lane) * VBYTES, w[it], policy);
         } else {
 #pragma unroll
             for (int k = 0; k < NWORDS; k++)
@@ -300,7 +373,7 @@ tuned_softmax_rows(const unsigned char *x, unsigned char *y, long long rows, int
 #pragma unroll
         for (int k = 0; k < T_VEC; k++)
             max = fmaxf(max, VALUE(it, k));
-    max = row_reduce(max, partial_max, MaxOp());
+    max = row_reduce(max, partial_max, exchange_max, MaxOp());
     const float max_scaled = max * LOG2E;
 
     float sum = 0.0f;
@@ -315,14 +388,18 @@ tuned_softmax_rows(const unsigned char *x, unsigned char *y, long long rows, int
             sum += exp_shifted(VALUE(it, k), max_scaled);
 #endif
         }
-    sum = row_reduce(sum, partial_sum, SumOp());
+    sum = row_reduce(sum, partial_sum, exchange_sum, SumOp());
     const float inv = __frcp_rn(sum);
+#if T_CLUSTER > 1
+    /* No block may exit while another still reads its shared memory. */
+    cluster_sync();
+#endif
 
     if (!active)
         return;
 #pragma unroll
     for (int it = 0; it < T_ITERS; it++) {
-        const int first = (it * TPR + lane) * T_VEC - head;
+        const int first = (it * ROW_THREADS + lane) * T_VEC - head;
         u32 out[NWORDS] = {};
 #pragma unroll
         for (int k = 0; k < T_VEC; k++) {

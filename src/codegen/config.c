@@ -28,7 +28,7 @@ const char *tuned__reg_name(unsigned reg)
 
 void tuned__config_format(const tuned__config *c, char *buf, size_t n)
 {
-    snprintf(buf, n, "w%u.r%u.v%u.ld=%s.st=%s.reg=%s", c->warps, c->rows, c->vec,
+    snprintf(buf, n, "w%u.r%u.c%u.v%u.ld=%s.st=%s.reg=%s", c->warps, c->rows, c->cluster, c->vec,
              tuned__ld_name(c->ld), tuned__st_name(c->st), tuned__reg_name(c->reg));
 }
 
@@ -38,7 +38,7 @@ static bool is_pow2_upto(unsigned long v, unsigned long max)
 }
 
 /* Parses "<letter><number>" with the number a power of two <= max. */
-static int parse_num_field(const char *field, char letter, unsigned long max, uint8_t *out,
+static int parse_num_field(const char *field, char letter, unsigned long max, unsigned *out,
                            const char *text, tuned__err *e)
 {
     if (field[0] != letter || field[1] < '0' || field[1] > '9')
@@ -51,7 +51,7 @@ static int parse_num_field(const char *field, char letter, unsigned long max, ui
         return tuned__errf(e, TUNED_EINVAL,
                            "config '%s': '%s' must be a power of two from 1 to %lu", text, field,
                            max);
-    *out = (uint8_t)v;
+    *out = (unsigned)v;
     return 0;
 }
 
@@ -85,30 +85,41 @@ int tuned__config_parse(const char *text, tuned__config *out, tuned__err *e)
                            TUNED__CONFIG_TEXT - 1);
     char copy[TUNED__CONFIG_TEXT];
     strcpy(copy, text);
-    char *fields[7];
+    char *fields[8];
     size_t nf = 0;
     char *save = NULL;
     for (char *f = strtok_r(copy, ".", &save); f != NULL; f = strtok_r(NULL, ".", &save)) {
-        if (nf == 6)
+        if (nf == 7)
             return tuned__errf(e, TUNED_EINVAL, "config '%s': too many fields", text);
         fields[nf++] = f;
     }
-    if (nf != 6)
+    if (nf != 7)
         return tuned__errf(e, TUNED_EINVAL,
-                           "config '%s': expected 6 fields like w8.r1.v8.ld=cs.st=cs.reg=f32",
+                           "config '%s': expected 7 fields like w8.r1.c1.v8.ld=cs.st=cs.reg=f32",
                            text);
     tuned__config c = {.family = TUNED__FAMILY_ROWS};
+    unsigned warps, rows, cluster, vec;
     int rc;
-    if ((rc = parse_num_field(fields[0], 'w', 32, &c.warps, text, e)) != 0 ||
-        (rc = parse_num_field(fields[1], 'r', 32, &c.rows, text, e)) != 0 ||
-        (rc = parse_num_field(fields[2], 'v', 8, &c.vec, text, e)) != 0 ||
-        (rc = parse_named_field(fields[3], "ld=", ld_names, TUNED__LD_COUNT, &c.ld, text, e)) != 0 ||
-        (rc = parse_named_field(fields[4], "st=", st_names, TUNED__ST_COUNT, &c.st, text, e)) != 0 ||
-        (rc = parse_named_field(fields[5], "reg=", reg_names, TUNED__REG_COUNT, &c.reg, text, e)) != 0)
+    if ((rc = parse_num_field(fields[0], 'w', 32, &warps, text, e)) != 0 ||
+        (rc = parse_num_field(fields[1], 'r', 1024, &rows, text, e)) != 0 ||
+        (rc = parse_num_field(fields[2], 'c', 16, &cluster, text, e)) != 0 ||
+        (rc = parse_num_field(fields[3], 'v', 8, &vec, text, e)) != 0 ||
+        (rc = parse_named_field(fields[4], "ld=", ld_names, TUNED__LD_COUNT, &c.ld, text, e)) != 0 ||
+        (rc = parse_named_field(fields[5], "st=", st_names, TUNED__ST_COUNT, &c.st, text, e)) != 0 ||
+        (rc = parse_named_field(fields[6], "reg=", reg_names, TUNED__REG_COUNT, &c.reg, text, e)) != 0)
         return rc;
-    if (c.rows > c.warps)
-        return tuned__errf(e, TUNED_EINVAL, "config '%s': rows per block (%u) exceed warps (%u)",
-                           text, c.rows, c.warps);
+    c.warps = (uint8_t)warps;
+    c.rows = (uint16_t)rows;
+    c.cluster = (uint8_t)cluster;
+    c.vec = (uint8_t)vec;
+    if (c.rows > 32u * c.warps)
+        return tuned__errf(e, TUNED_EINVAL,
+                           "config '%s': rows per block (%u) exceed the block's threads (%u)",
+                           text, c.rows, 32u * c.warps);
+    if (c.cluster > 1 && c.rows != 1)
+        return tuned__errf(e, TUNED_EINVAL,
+                           "config '%s': a row split over a cluster takes the whole block (r1)",
+                           text);
     *out = c;
     return 0;
 }
@@ -116,20 +127,23 @@ int tuned__config_parse(const char *text, tuned__config *out, tuned__err *e)
 bool tuned__config_equal(const tuned__config *a, const tuned__config *b)
 {
     return a->family == b->family && a->warps == b->warps && a->rows == b->rows &&
-           a->vec == b->vec && a->ld == b->ld && a->st == b->st && a->reg == b->reg;
+           a->cluster == b->cluster && a->vec == b->vec && a->ld == b->ld && a->st == b->st &&
+           a->reg == b->reg;
 }
 
-uint64_t tuned__config_iters(const tuned__config *c, uint64_t cols)
+uint64_t tuned__config_iters(const tuned__config *c, uint64_t cols, bool head_free)
 {
-    uint64_t span = (uint64_t)tuned__config_threads_per_row(c) * c->vec;
+    uint64_t span = (uint64_t)tuned__config_threads_per_row(c) * c->cluster * c->vec;
     /* A row starting at element offset `head` inside its first vector
      * covers cols + head <= cols + vec - 1 vector slots. */
-    return (cols + c->vec - 1 + span - 1) / span;
+    uint64_t slots = head_free ? cols : cols + c->vec - 1;
+    return (slots + span - 1) / span;
 }
 
-uint64_t tuned__config_row_registers(const tuned__config *c, tuned_dtype dtype, uint64_t cols)
+uint64_t tuned__config_row_registers(const tuned__config *c, tuned_dtype dtype, uint64_t cols,
+                                     bool head_free)
 {
-    uint64_t elems = tuned__config_iters(c, cols) * c->vec;
+    uint64_t elems = tuned__config_iters(c, cols, head_free) * c->vec;
     if (c->reg == TUNED__REG_PK) {
         uint64_t bytes = elems * tuned_dtype_size(dtype);
         return (bytes + 3) / 4;

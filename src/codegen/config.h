@@ -2,7 +2,7 @@
  *
  * A config is a handful of small integers; its canonical text form
  * (tuned__config_format) is what logs, the store and the CLI show, e.g.
- * "w8.r1.v8.ld=cs.st=cs.reg=f32". Parsing that text back gives the same
+ * "w8.r1.c1.v8.ld=cs.st=cs.reg=f32". Parsing that text back gives the same
  * config. Whether a config is valid for a shape and GPU is the tuner's
  * business (src/tuner/space.c); codegen only refuses what it cannot emit. */
 #ifndef TUNED_CODEGEN_CONFIG_H
@@ -44,9 +44,10 @@ enum {
 
 typedef struct tuned__config {
     uint8_t family; /* TUNED__FAMILY_* */
-    uint8_t warps;  /* warps per block: 1, 2, 4, ... 32 */
-    uint8_t rows;   /* rows per block: 1 .. warps (each row gets warps/rows warps) */
-    uint8_t vec;    /* elements per vector access: 1, 2, 4, 8 (at most 16 bytes) */
+    uint8_t warps;    /* warps per block: 1, 2, 4, ... 32 */
+    uint16_t rows;    /* rows per block: 1 .. 32 * warps (threads per row = 32 * warps / rows) */
+    uint8_t cluster;  /* blocks sharing one row (a thread-block cluster): 1, 2, 4, 8, 16 */
+    uint8_t vec;      /* elements per vector access: 1, 2, 4, 8 (at most 16 bytes) */
     uint8_t ld;     /* TUNED__LD_* */
     uint8_t st;     /* TUNED__ST_* */
     uint8_t reg;    /* TUNED__REG_* */
@@ -77,13 +78,21 @@ static inline unsigned tuned__config_threads_per_row(const tuned__config *c)
     return (unsigned)c->warps * 32u / c->rows;
 }
 
+/* Whether rows of cols elements always start on a vector boundary when
+ * the base pointers are 16-byte aligned (then no partial head vector). */
+static inline bool tuned__config_head_free(const tuned__config *c, uint64_t cols)
+{
+    return cols % c->vec == 0;
+}
+
 /* Vector accesses each thread makes per row: enough that the vectors of a
- * row group cover cols elements starting anywhere inside the first vector
- * (rows need not start on a vector boundary). */
-uint64_t tuned__config_iters(const tuned__config *c, uint64_t cols);
+ * row's threads (in all its cluster's blocks) cover cols elements starting
+ * anywhere inside the first vector, or, when head_free, on its start. */
+uint64_t tuned__config_iters(const tuned__config *c, uint64_t cols, bool head_free);
 
 /* 32-bit registers a thread needs to hold its part of a row. */
-uint64_t tuned__config_row_registers(const tuned__config *c, tuned_dtype dtype, uint64_t cols);
+uint64_t tuned__config_row_registers(const tuned__config *c, tuned_dtype dtype, uint64_t cols,
+                                     bool head_free);
 
 /* Names for the hint values, as in the text form ("def", "nc", ...). */
 const char *tuned__ld_name(unsigned ld);

@@ -36,6 +36,12 @@ uint64_t tuned__templates_hash(void)
     return tuned__fnv1a64(&version, sizeof version, h);
 }
 
+bool tuned__source_head_free(const tuned__config *c, const tuned__shape *s,
+                             const tuned__codegen_opts *opts)
+{
+    return !(opts != NULL && opts->unaligned) && tuned__config_head_free(c, s->cols);
+}
+
 const char *tuned__source_entry(const tuned__config *c)
 {
     (void)c;
@@ -73,9 +79,15 @@ int tuned__source_softmax(const tuned__config *c, const tuned__shape *s,
     if (c->family != TUNED__FAMILY_ROWS)
         return tuned__errf(e, TUNED_EINVAL, "codegen: softmax %s: unknown family %u", name,
                            c->family);
-    if (c->warps < 1 || c->warps > 32 || c->rows < 1 || c->warps % c->rows != 0)
+    if (c->warps < 1 || c->warps > 32 || c->rows < 1 || (32u * c->warps) % c->rows != 0)
         return tuned__errf(e, TUNED_EINVAL,
-                           "codegen: softmax %s: rows per block must divide warps (1..32)", name);
+                           "codegen: softmax %s: rows per block must divide the block's threads",
+                           name);
+    if (c->cluster < 1 || c->cluster > 16 || (c->cluster & (c->cluster - 1)) != 0 ||
+        (c->cluster > 1 && c->rows != 1))
+        return tuned__errf(e, TUNED_EINVAL,
+                           "codegen: softmax %s: a cluster is 1..16 blocks, each with one row",
+                           name);
     if (c->vec < 1 || c->vec * esize > 16 || (c->vec & (c->vec - 1)) != 0)
         return tuned__errf(e, TUNED_EINVAL,
                            "codegen: softmax %s: a vector of %u %s elements is not 1..16 bytes",
@@ -86,7 +98,8 @@ int tuned__source_softmax(const tuned__config *c, const tuned__shape *s,
     if (s->cols < 1 || s->cols > INT_MAX - 64)
         return tuned__errf(e, TUNED_EINVAL, "codegen: softmax %s: %llu columns out of range",
                            name, (unsigned long long)s->cols);
-    uint64_t iters = tuned__config_iters(c, s->cols);
+    bool head_free = tuned__source_head_free(c, s, opts);
+    uint64_t iters = tuned__config_iters(c, s->cols, head_free);
     if (iters > MAX_ITERS)
         return tuned__errf(e, TUNED_EINVAL,
                            "codegen: softmax %s: %llu vectors per thread for %llu columns "
@@ -97,12 +110,12 @@ int tuned__source_softmax(const tuned__config *c, const tuned__shape *s,
     char defines[512];
     snprintf(defines, sizeof defines,
              "// tuned softmax variant %s for %s x %llu columns\n"
-             "#define T_DTYPE %d\n#define T_WARPS %u\n#define T_ROWS %u\n#define T_VEC %u\n"
-             "#define T_ITERS %llu\n#define T_LD %u\n#define T_ST %u\n#define T_REG_PACKED %d\n"
-             "#define T_PLANT_BUG %d\n",
+             "#define T_DTYPE %d\n#define T_WARPS %u\n#define T_ROWS %u\n#define T_CLUSTER %u\n"
+             "#define T_VEC %u\n#define T_ITERS %llu\n#define T_HEAD_FREE %d\n#define T_LD %u\n"
+             "#define T_ST %u\n#define T_REG_PACKED %d\n#define T_PLANT_BUG %d\n",
              name, tuned_dtype_name(s->dtype), (unsigned long long)s->cols, (int)s->dtype,
-             c->warps, c->rows, c->vec, (unsigned long long)iters, c->ld, c->st,
-             c->reg == TUNED__REG_PK, plant);
+             c->warps, c->rows, c->cluster, c->vec, (unsigned long long)iters, head_free, c->ld,
+             c->st, c->reg == TUNED__REG_PK, plant);
     return join_source(defines, "softmax_rows", out, e);
 }
 

@@ -6,12 +6,19 @@
 
 /* Bump whenever the generated text changes meaning without the template
  * text changing (it is hashed into the store's GPU identity). */
-#define TUNED__CODEGEN_VERSION 1
+#define TUNED__CODEGEN_VERSION 2
 
 typedef struct tuned__codegen_opts {
-    int plant_bug; /* test only: 0 none, 1 skip each row's last element,
-                      2 write one element past the last row */
+    bool unaligned; /* the base pointers may not be 16-byte aligned: never
+                       assume rows start on a vector boundary */
+    int plant_bug;  /* test only: 0 none, 1 skip each row's last element,
+                       2 write one element past the last row */
 } tuned__codegen_opts;
+
+/* Whether a variant of c for shape s, with these opts, assumes every row
+ * starts on a vector boundary (see T_HEAD_FREE in the template). */
+bool tuned__source_head_free(const tuned__config *c, const tuned__shape *s,
+                             const tuned__codegen_opts *opts);
 
 /* The kernel's entry point name in the generated source. */
 const char *tuned__source_entry(const tuned__config *c);

@@ -51,6 +51,7 @@
     X(cuModuleUnload)                                                                           \
     X(cuModuleGetFunction)                                                                      \
     X(cuFuncGetAttribute)                                                                       \
+    X(cuFuncSetAttribute)                                                                       \
     X(cuLaunchKernel)
 
 typedef struct tuned__driver {

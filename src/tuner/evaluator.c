@@ -399,6 +399,10 @@ int tuned__evaluator_open(tuned__evaluator **out, const tuned__driver *d, const 
         tuned__eval_opts_default(&ev->opts);
     ev->esize = esize;
     ev->bytes = s->rows * s->cols * esize;
+    /* Variants may assume rows start on vector boundaries only when the
+     * buffers are 16-byte aligned. */
+    if ((ev->opts.x_offset * esize) % 16 != 0 || (ev->opts.y_offset * esize) % 16 != 0)
+        ev->opts.codegen.unaligned = true;
     ev->seed = 0x5eed0000u;
     tolerances(s->dtype, &ev->rtol, &ev->atol);
     /* Input, output, flush buffer and the float64 reference's statistics
@@ -565,17 +569,24 @@ static int evaluate_loaded(tuned__evaluator *ev, CUfunction fn, const tuned__con
                            tuned__eval_result *res, tuned__err *e)
 {
     variant_launch v = {.fn = fn,
-                        .grid = (unsigned)((ev->shape.rows + c->rows - 1) / c->rows),
+                        .grid = (unsigned)((ev->shape.rows + c->rows - 1) / c->rows) * c->cluster,
                         .block = c->warps * 32u};
     ev->d->cuFuncGetAttribute(&res->registers, CU_FUNC_ATTRIBUTE_NUM_REGS, fn);
     ev->d->cuFuncGetAttribute(&res->local_bytes, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, fn);
     int rc = generate_input(ev, e);
     if (rc != 0)
         return rc;
-    /* A launch the driver refuses (too many registers for the block, say)
-     * is the variant's failure, not the GPU's. */
+    /* A launch the driver refuses (too many registers for the block, a
+     * cluster the GPU cannot place) is the variant's failure, not the GPU's. */
     tuned__err launch_err = {0};
-    rc = enqueue_variant(ev, &v, &launch_err);
+    rc = 0;
+    if (c->cluster > 8)
+        rc = tuned__cuda_check(ev->d,
+                               ev->d->cuFuncSetAttribute(
+                                   fn, CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1),
+                               &launch_err, "allowing a 16-block cluster");
+    if (rc == 0)
+        rc = enqueue_variant(ev, &v, &launch_err);
     if (rc != 0) {
         if (tuned__cuda_check(ev->d, ev->d->cuStreamSynchronize(ev->stream), e, "after a refused launch"))
             return e != NULL ? e->code : TUNED_ECUDA;

@@ -17,6 +17,8 @@
 /* Unrolled vector accesses per thread; beyond this compile time and code
  * size explode for no gain. */
 #define MAX_ITERS 64
+/* Short rows: at most this many rows share a block. */
+#define MAX_ROWS_PER_BLOCK 256
 
 static int why_not(char *why, size_t n, const char *fmt, ...) TUNED__PRINTF(3, 4);
 
@@ -39,14 +41,20 @@ static bool pow2_in(unsigned v, unsigned lo, unsigned hi)
 bool tuned__space_valid(const tuned__space *sp, const tuned__config *c, char *why, size_t n)
 {
     size_t esize = tuned_dtype_size(sp->shape.dtype);
-    uint64_t cols = sp->shape.cols;
+    uint64_t cols = sp->shape.cols, rows = sp->shape.rows;
     if (c->family != TUNED__FAMILY_ROWS)
         return why_not(why, n, "unknown family %u", c->family);
     if (!pow2_in(c->warps, 1, 32))
         return why_not(why, n, "warps must be 1, 2, 4, 8, 16 or 32");
-    if (!pow2_in(c->rows, 1, c->warps))
-        return why_not(why, n, "rows per block must be a power of two up to the warps (%u)",
-                       c->warps);
+    if (!pow2_in(c->rows, 1, 32u * c->warps) || c->rows > MAX_ROWS_PER_BLOCK)
+        return why_not(why, n, "rows per block must be a power of two up to the threads (%u)",
+                       32u * c->warps);
+    if (!pow2_in(c->cluster, 1, 16))
+        return why_not(why, n, "a cluster is 1, 2, 4, 8 or 16 blocks");
+    if (c->cluster > 1 && sp->arch < 90)
+        return why_not(why, n, "thread-block clusters need sm_90");
+    if (c->cluster > 1 && c->rows != 1)
+        return why_not(why, n, "a row split over a cluster takes the whole block");
     if (!pow2_in(c->vec, 1, 16) || c->vec * esize > 16)
         return why_not(why, n, "a vector of %u %s elements exceeds 16 bytes", c->vec,
                        tuned_dtype_name(sp->shape.dtype));
@@ -56,11 +64,19 @@ bool tuned__space_valid(const tuned__space *sp, const tuned__config *c, char *wh
         return why_not(why, n, "L2 eviction policies need sm_80 or newer");
     if (c->reg == TUNED__REG_PK && (esize != 2 || c->vec * esize < 4))
         return why_not(why, n, "packed registers need a 16-bit dtype and vectors of 4+ bytes");
-    unsigned warps_per_row = c->warps / c->rows;
-    if ((uint64_t)(warps_per_row - 1) * 32u * c->vec >= cols + c->vec - 1)
-        return why_not(why, n, "%u warps per row leave a whole warp idle on %llu columns",
-                       warps_per_row, (unsigned long long)cols);
-    uint64_t iters = tuned__config_iters(c, cols);
+    bool head_free = tuned__config_head_free(c, cols);
+    uint64_t row_threads = (uint64_t)tuned__config_threads_per_row(c) * c->cluster;
+    uint64_t slots = head_free ? cols : cols + c->vec - 1;
+    if (row_threads > 1 && row_threads / 2 * c->vec >= slots)
+        return why_not(why, n, "%llu threads a row leave half of them idle on %llu columns",
+                       (unsigned long long)row_threads, (unsigned long long)cols);
+    if (c->rows > 1 && c->rows / 2 >= rows)
+        return why_not(why, n, "%u rows a block leave half the block idle on %llu rows",
+                       c->rows, (unsigned long long)rows);
+    uint64_t blocks = (rows + c->rows - 1) / c->rows * c->cluster;
+    if (blocks > 2147483647ull)
+        return why_not(why, n, "%llu blocks exceed a grid", (unsigned long long)blocks);
+    uint64_t iters = tuned__config_iters(c, cols, head_free);
     if (iters > MAX_ITERS)
         return why_not(why, n, "%llu vector accesses per thread (at most %d)",
                        (unsigned long long)iters, MAX_ITERS);
@@ -68,7 +84,8 @@ bool tuned__space_valid(const tuned__space *sp, const tuned__config *c, char *wh
     unsigned budget = REGISTERS_PER_SM / threads;
     if (budget > MAX_REGISTERS_PER_THREAD)
         budget = MAX_REGISTERS_PER_THREAD;
-    uint64_t need = tuned__config_row_registers(c, sp->shape.dtype, cols) + REGISTER_OVERHEAD;
+    uint64_t need = tuned__config_row_registers(c, sp->shape.dtype, cols, head_free) +
+                    REGISTER_OVERHEAD;
     if (need > budget)
         return why_not(why, n, "needs about %llu registers per thread, %u threads allow %u",
                        (unsigned long long)need, threads, budget);
@@ -86,35 +103,41 @@ int tuned__space_init(tuned__space *sp, const tuned__shape *shape, int arch, tun
         shape->cols > TUNED__MAX_COLS)
         return tuned__errf(e, TUNED_EINVAL, "space: shape %llux%llu out of range",
                            (unsigned long long)shape->rows, (unsigned long long)shape->cols);
-    size_t cap = 6 * 6 * 5 * TUNED__LD_COUNT * TUNED__ST_COUNT * TUNED__REG_COUNT;
+    /* warps x rows x cluster x vec x hints x register modes */
+    size_t cap = 6 * 9 * 5 * 4 * TUNED__LD_COUNT * TUNED__ST_COUNT * TUNED__REG_COUNT;
     sp->valid = malloc(cap * sizeof *sp->valid);
     if (sp->valid == NULL)
         return tuned__errf(e, TUNED_ENOMEM, "space: out of memory");
     for (unsigned w = 1; w <= 32; w *= 2)
-        for (unsigned r = 1; r <= w; r *= 2)
-            for (unsigned v = 1; v <= 8; v *= 2)
-                for (unsigned ld = 0; ld < TUNED__LD_COUNT; ld++)
-                    for (unsigned st = 0; st < TUNED__ST_COUNT; st++)
-                        for (unsigned reg = 0; reg < TUNED__REG_COUNT; reg++) {
-                            tuned__config c = {TUNED__FAMILY_ROWS, (uint8_t)w, (uint8_t)r,
-                                               (uint8_t)v, (uint8_t)ld, (uint8_t)st,
-                                               (uint8_t)reg};
-                            if (tuned__space_valid(sp, &c, NULL, 0) && sp->count < cap)
-                                sp->valid[sp->count++] = c;
-                        }
+        for (unsigned r = 1; r <= 32 * w && r <= MAX_ROWS_PER_BLOCK; r *= 2)
+            for (unsigned cl = 1; cl <= 16; cl *= 2)
+                for (unsigned v = 1; v <= 8; v *= 2)
+                    for (unsigned ld = 0; ld < TUNED__LD_COUNT; ld++)
+                        for (unsigned st = 0; st < TUNED__ST_COUNT; st++)
+                            for (unsigned reg = 0; reg < TUNED__REG_COUNT; reg++) {
+                                tuned__config c = {
+                                    .family = TUNED__FAMILY_ROWS, .warps = (uint8_t)w,
+                                    .rows = (uint16_t)r, .cluster = (uint8_t)cl,
+                                    .vec = (uint8_t)v, .ld = (uint8_t)ld, .st = (uint8_t)st,
+                                    .reg = (uint8_t)reg};
+                                if (tuned__space_valid(sp, &c, NULL, 0) && sp->count < cap)
+                                    sp->valid[sp->count++] = c;
+                            }
     if (sp->count == 0) {
         char why[256];
-        tuned__config widest = {TUNED__FAMILY_ROWS, 32, 1,
-                                (uint8_t)(16 / tuned_dtype_size(shape->dtype)),
-                                TUNED__LD_DEF, TUNED__ST_DEF,
-                                shape->dtype == TUNED_FP32 ? TUNED__REG_F32 : TUNED__REG_PK};
+        tuned__config widest = {
+            .family = TUNED__FAMILY_ROWS, .warps = 32, .rows = 1,
+            .cluster = (uint8_t)(arch >= 90 ? 16 : 1),
+            .vec = (uint8_t)(16 / tuned_dtype_size(shape->dtype)), .ld = TUNED__LD_DEF,
+            .st = TUNED__ST_DEF,
+            .reg = shape->dtype == TUNED_FP32 ? TUNED__REG_F32 : TUNED__REG_PK};
         tuned__space_valid(sp, &widest, why, sizeof why);
         tuned__space_free(sp);
         return tuned__errf(e, TUNED_ENOSPACE,
                            "space: no variant of the register-row family fits %llux%llu %s "
-                           "(the widest, 1024 threads a row: %s)",
+                           "(the widest, %u threads a row: %s)",
                            (unsigned long long)shape->rows, (unsigned long long)shape->cols,
-                           tuned_dtype_name(shape->dtype), why);
+                           tuned_dtype_name(shape->dtype), 1024u * widest.cluster, why);
     }
     return 0;
 }
@@ -154,6 +177,12 @@ size_t tuned__space_neighbors(const tuned__space *sp, const tuned__config *c, tu
         add_move(sp, &m, out, cap, &n);
         m = *c, m.vec = up ? c->vec * 2 : c->vec / 2;
         add_move(sp, &m, out, cap, &n);
+        m = *c, m.cluster = up ? c->cluster * 2 : c->cluster / 2;
+        add_move(sp, &m, out, cap, &n);
+        /* the same threads a row, in more and smaller blocks or fewer and larger */
+        m = *c, m.cluster = up ? c->cluster * 2 : c->cluster / 2;
+        m.warps = up ? c->warps / 2 : c->warps * 2;
+        add_move(sp, &m, out, cap, &n);
     }
     for (unsigned v = 0; v < TUNED__LD_COUNT; v++)
         if (v != c->ld)
@@ -176,12 +205,17 @@ size_t tuned__space_seeds(const tuned__space *sp, tuned__config *out, size_t cap
 {
     size_t n = 0;
     uint8_t widest = (uint8_t)(16 / tuned_dtype_size(sp->shape.dtype));
-    /* For each row-group size, the widest vectors in a block of at least
-     * four warps (several rows per block when a row needs fewer). */
-    for (unsigned per_row = 1; per_row <= 32; per_row *= 2) {
-        unsigned warps = per_row < 4 ? 4 : per_row;
-        tuned__config c = {TUNED__FAMILY_ROWS, (uint8_t)warps, (uint8_t)(warps / per_row), widest,
-                           TUNED__LD_DEF, TUNED__ST_DEF, TUNED__REG_F32};
+    /* For each size of a row's thread group, from a quarter warp to a
+     * 16-block cluster: the widest vectors, blocks of at least four warps
+     * (several rows per block when a row needs fewer threads). */
+    for (unsigned row_threads = 8; row_threads <= 16384; row_threads *= 2) {
+        unsigned cluster = row_threads > 1024 ? row_threads / 1024 : 1;
+        unsigned per_block = row_threads / cluster;
+        unsigned warps = per_block < 128 ? 4 : per_block / 32;
+        tuned__config c = {.family = TUNED__FAMILY_ROWS, .warps = (uint8_t)warps,
+                           .rows = (uint16_t)(warps * 32 / per_block), .cluster = (uint8_t)cluster,
+                           .vec = widest, .ld = TUNED__LD_DEF, .st = TUNED__ST_DEF,
+                           .reg = TUNED__REG_F32};
         size_t before = n;
         add_move(sp, &c, out, cap, &n);
         if (n == before) { /* too long for fp32 registers: try packed */

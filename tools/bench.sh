@@ -1,31 +1,35 @@
 #!/usr/bin/env bash
-# tools/bench-first-path.sh - tunes the first-path shapes on GPU 0 from an
-# empty store and prints a table (shape, dtype, winner, µs, GB/s, % of copy,
-# variants, wall time), each winner read back by `tuned get` in a second
+# tools/bench.sh - tunes shapes on GPU 0 from an empty store, in fp16, bf16
+# and fp32, and prints a table (shape, dtype, winner, µs, GB/s, copy µs, % of
+# copy, variants, wall time), each winner read back by `tuned get` in a second
 # process. Needs a built build/tuned and a GPU.
 #
-#   tools/bench-first-path.sh [OUTDIR] [SHAPE...]
-# Writes OUTDIR/first-path.md (the table) and OUTDIR/first-path.log.
+#   tools/bench.sh OUTDIR NAME [SHAPE...]
+# Writes OUTDIR/NAME.md (the table), OUTDIR/NAME.log and OUTDIR/NAME.jsonl
+# (the store's export, when `tuned export` exists). Without shapes: the
+# MISSION.md table plus 32x128256.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 out="${1:-$root/bench/results}"
-shift || true
+name="${2:-bench}"
+shift 2 || shift $#
 shapes=("$@")
-[[ ${#shapes[@]} -gt 0 ]] || shapes=(4096x4096 1024x50257 4096x32000)
+[[ ${#shapes[@]} -gt 0 ]] || shapes=(32x128 256x1024 1024x1024 2048x2048 4096x4096 1024x50257
+    4096x32000 1x262144 65536x128 8192x128256 32x128256)
 tuned="$root/build/tuned"
 [[ -x "$tuned" ]] || { echo "bench: $tuned is not built (run tools/setup.sh)" >&2; exit 1; }
 mkdir -p "$out"
 db="$(mktemp -d)/store"
-log="$out/first-path.log"
-table="$out/first-path.md"
+log="$out/$name.log"
+table="$out/$name.md"
 : >"$log"
 device="$("$tuned" devices | head -n 1)"
 {
-    echo "# First path: tuned softmax vs a device-to-device copy"
+    echo "# $name: tuned softmax vs a device-to-device copy"
     echo
     echo "- date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
     echo "- device: $device"
-    echo "- command: tools/bench-first-path.sh (tuned --shape S --dtype D, fresh store, then tuned get)"
+    echo "- command: tools/bench.sh OUT $name ${shapes[*]} (tuned --shape S --dtype D, fresh store, then tuned get)"
     echo "- timing: median of CUDA-event times, L2 flushed (memset of 2x L2) before every launch"
     echo
     echo "| shape | dtype | winner | µs | GB/s | copy µs | % of copy | variants | tune s |"
@@ -36,7 +40,7 @@ for shape in "${shapes[@]}"; do
         echo "== tuned --shape $shape --dtype $dtype" | tee -a "$log" >&2
         t0=$(date +%s.%N)
         if ! "$tuned" --shape "$shape" --dtype "$dtype" --db "$db" >>"$log" 2>&1; then
-            echo "| $shape | $dtype | FAILED (see first-path.log) | | | | | | |" >>"$table"
+            echo "| $shape | $dtype | FAILED (see $name.log) | | | | | | |" >>"$table"
             tail -n 3 "$log" >&2
             continue
         fi
@@ -48,4 +52,5 @@ for shape in "${shapes[@]}"; do
             "$(field of_copy)" "$(field evaluations)" "$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')" >>"$table"
     done
 done
+if "$tuned" export --db "$db" >"$out/$name.jsonl" 2>/dev/null; then :; else rm -f "$out/$name.jsonl"; fi
 cat "$table"
