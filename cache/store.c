@@ -603,3 +603,62 @@ uint64_t tuned__store_gpu_fingerprint(const char *gpu_identity)
 {
     return tuned__fnv1a64(gpu_identity, strlen(gpu_identity), TUNED__FNV_SEED);
 }
+
+/* ---- added for the daemon (issue 5): enumeration and change detection ---- */
+
+int tuned__store_scan(tuned__store *s, tuned__store_scan_fn fn, void *ctx, size_t *skipped,
+                      tuned__err *e)
+{
+    if (skipped != NULL)
+        *skipped = 0;
+    if (!s->have_best)
+        return 0;
+    store_txn t;
+    int rc = stx_begin(&t, s, MDB_RDONLY, e);
+    if (rc != 0)
+        return rc;
+    MDB_cursor *cur;
+    if ((rc = mdb_cursor_open(t.txn, s->best, &cur)) != 0) {
+        stx_fail(&t, "mdb_cursor_open", rc, e);
+        return stx_end(&t, e);
+    }
+    MDB_val k, v;
+    int stop = 0;
+    rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST);
+    while (rc == 0 && stop == 0) {
+        tuned__store_key key;
+        tuned__record r;
+        tuned__err ignored = {0};
+        if (tuned__key_decode(k.mv_data, k.mv_size, TUNED__KEY_TAG_BEST, &key, &ignored) != 0 ||
+            decode_value(s, &key, &v, &r, &ignored) != 0) {
+            if (skipped != NULL)
+                (*skipped)++;
+        } else {
+            stop = fn(ctx, &r);
+        }
+        if (stop == 0)
+            rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
+    }
+    if (rc != 0 && rc != MDB_NOTFOUND)
+        stx_fail(&t, "mdb_cursor_get", rc, e);
+    mdb_cursor_close(cur);
+    rc = stx_end(&t, e);
+    return rc != 0 ? rc : stop;
+}
+
+int tuned__store_txnid(tuned__store *s, uint64_t *out, tuned__err *e)
+{
+    /* Shared hold of s->resize: a resize remaps the metas mdb_env_info reads. */
+    int rc = pthread_rwlock_rdlock(&s->resize);
+    if (rc != 0)
+        return lock_fail(e, s->path, "pthread_rwlock_rdlock", rc);
+    MDB_envinfo info;
+    int mrc = mdb_env_info(s->env, &info);
+    rc = pthread_rwlock_unlock(&s->resize);
+    if (mrc != 0)
+        return mdb_fail(e, s->path, "mdb_env_info", mrc);
+    if (rc != 0)
+        return lock_fail(e, s->path, "pthread_rwlock_unlock", rc);
+    *out = (uint64_t)info.me_last_txnid;
+    return 0;
+}

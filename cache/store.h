@@ -78,4 +78,21 @@ int tuned__store_find_shape(tuned__store *s, uint8_t kernel, uint8_t dtype, uint
 /* 64-bit fingerprint (FNV-1a, common/hash.h) of a GPU identity string. */
 uint64_t tuned__store_gpu_fingerprint(const char *gpu_identity);
 
+/* ---- added for the daemon (issue 5): enumeration and change detection ---- */
+
+/* Called by tuned__store_scan() for each record; a nonzero return stops the
+ * scan and becomes its return value. */
+typedef int (*tuned__store_scan_fn)(void *ctx, const tuned__record *r);
+
+/* Calls fn for every best record, in key order, inside one read
+ * transaction. A record that cannot be decoded (malformed, or written by a
+ * newer version) is skipped and counted in *skipped (which may be NULL). */
+int tuned__store_scan(tuned__store *s, tuned__store_scan_fn fn, void *ctx, size_t *skipped,
+                      tuned__err *e);
+
+/* LMDB's last committed transaction id: it changes whenever any process
+ * commits a write, so a reader can tell cheaply whether its copy of the
+ * store is stale. */
+int tuned__store_txnid(tuned__store *s, uint64_t *out, tuned__err *e);
+
 #endif
