@@ -137,7 +137,7 @@ int main(void)
     /* Codegen refuses what it cannot emit, and a compile error carries the
      * variant's name and NVRTC's log. */
     tuned__shape fp32 = {TUNED_FP32, 4, 100};
-    tuned__config wide = {.warps = 4, .rows = 1, .cluster = 1, .vec = 8};
+    tuned__config wide = {.warps = 4, .rows = 1, .cluster = 1, .minb = 1, .vec = 8};
     char *src = NULL;
     EXPECT(tuned__source_softmax(&wide, &fp32, NULL, &src, &e) == TUNED_EINVAL &&
                strstr(e.msg, "16 bytes") != NULL,

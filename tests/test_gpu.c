@@ -72,7 +72,7 @@ static void expect_correct(gpu_env *g, const tuned__shape *s, const tuned__confi
 static void planted_bugs_are_caught(gpu_env *g)
 {
     tuned__shape s = {TUNED_FP16, 64, 4097};
-    tuned__config c = {.warps = 4, .rows = 1, .cluster = 1, .vec = 8};
+    tuned__config c = {.warps = 4, .rows = 1, .cluster = 1, .minb = 1, .vec = 8};
     for (int bug = 1; bug <= 2; bug++) {
         tuned__eval_opts o = quick_opts();
         o.codegen.plant_bug = bug;

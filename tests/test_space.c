@@ -21,19 +21,20 @@ static void text_round_trip(void)
 {
     tuned__err e = {0};
     tuned__config c;
-    EXPECT(tuned__config_parse("w8.r1.c1.v8.ld=cs.st=cs.reg=f32", &c, &e) == 0, "%s", e.msg);
-    EXPECT(c.warps == 8 && c.rows == 1 && c.cluster == 1 && c.vec == 8 && c.ld == TUNED__LD_CS &&
+    EXPECT(tuned__config_parse("w8.r1.c1.m1.v8.ld=cs.st=cs.reg=f32", &c, &e) == 0, "%s", e.msg);
+    EXPECT(c.warps == 8 && c.rows == 1 && c.cluster == 1 && c.minb == 1 && c.vec == 8 && c.ld == TUNED__LD_CS &&
                c.st == TUNED__ST_CS && c.reg == TUNED__REG_F32,
            "parsed fields");
     static const char *const bad[] = {
-        "", "w8", "w8.r1.c1.v8.ld=cs.st=cs", "w3.r1.c1.v8.ld=cs.st=cs.reg=f32",
-        "w8.r512.c1.v8.ld=cs.st=cs.reg=f32", "w8.r1.c1.v16.ld=cs.st=cs.reg=f32",
-        "w8.r1.c1.v8.ld=xx.st=cs.reg=f32", "w8.r1.c1.v8.ld=cs.st=nc.reg=f32",
-        "w8.r1.c1.v8.ld=cs.st=cs.reg=f64", "w8.r1.c1.v8.ld=cs.st=cs.reg=f32.x",
-        "w-8.r1.c1.v8.ld=cs.st=cs.reg=f32", "w64.r1.c1.v8.ld=cs.st=cs.reg=f32",
-        "w8.r2.c2.v8.ld=cs.st=cs.reg=f32", "w8.r1.c32.v8.ld=cs.st=cs.reg=f32",
-        "w8.r1.v8.ld=cs.st=cs.reg=f32",
-        "w8.r1.c1.v8.ld=cs.st=cs.reg=f32.........................................",
+        "", "w8", "w8.r1.c1.m1.v8.ld=cs.st=cs", "w3.r1.c1.m1.v8.ld=cs.st=cs.reg=f32",
+        "w8.r512.c1.m1.v8.ld=cs.st=cs.reg=f32", "w8.r1.c1.m1.v16.ld=cs.st=cs.reg=f32",
+        "w8.r1.c1.m1.v8.ld=xx.st=cs.reg=f32", "w8.r1.c1.m1.v8.ld=cs.st=nc.reg=f32",
+        "w8.r1.c1.m1.v8.ld=cs.st=cs.reg=f64", "w8.r1.c1.m1.v8.ld=cs.st=cs.reg=f32.x",
+        "w-8.r1.c1.m1.v8.ld=cs.st=cs.reg=f32", "w64.r1.c1.m1.v8.ld=cs.st=cs.reg=f32",
+        "w8.r2.c2.m1.v8.ld=cs.st=cs.reg=f32", "w8.r1.c32.m1.v8.ld=cs.st=cs.reg=f32",
+        "w8.r1.v8.ld=cs.st=cs.reg=f32", "w8.r1.c1.m3.v8.ld=cs.st=cs.reg=f32",
+        "w32.r1.c1.m4.v8.ld=cs.st=cs.reg=f32",
+        "w8.r1.c1.m1.v8.ld=cs.st=cs.reg=f32.........................................",
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         tuned__err be = {0};
@@ -66,16 +67,16 @@ static void constraints(void)
     EXPECT(tuned__space_init(&sp, &s, 90, &e) == 0, "%s", e.msg);
     EXPECT(sp.count > 50, "only %zu configs for 4096x32000 fp16", sp.count);
     char why[256];
-    tuned__config c = {.warps = 32, .rows = 1, .cluster = 1, .vec = 8, .ld = TUNED__LD_EL, .st = TUNED__ST_CS};
+    tuned__config c = {.warps = 32, .rows = 1, .cluster = 1, .minb = 1, .vec = 8, .ld = TUNED__LD_EL, .st = TUNED__ST_CS};
     EXPECT(tuned__space_valid(&sp, &c, why, sizeof why), "w32.r1.v8 invalid: %s", why);
     c.warps = 1; /* 32000 elements over 32 threads: far too many registers */
     EXPECT(!tuned__space_valid(&sp, &c, why, sizeof why) && strstr(why, "per thread") != NULL,
            "one warp per 32000-column row accepted (%s)", why);
-    c = (tuned__config){.warps = 8, .rows = 1, .cluster = 1, .vec = 16};
+    c = (tuned__config){.warps = 8, .rows = 1, .cluster = 1, .minb = 1, .vec = 16};
     EXPECT(!tuned__space_valid(&sp, &c, why, sizeof why), "16 fp16 elements a vector accepted");
-    c = (tuned__config){.warps = 8, .rows = 512, .cluster = 1, .vec = 8};
+    c = (tuned__config){.warps = 8, .rows = 512, .cluster = 1, .minb = 1, .vec = 8};
     EXPECT(!tuned__space_valid(&sp, &c, why, sizeof why), "rows above threads accepted");
-    c = (tuned__config){.warps = 8, .rows = 2, .cluster = 2, .vec = 8};
+    c = (tuned__config){.warps = 8, .rows = 2, .cluster = 2, .minb = 1, .vec = 8};
     EXPECT(!tuned__space_valid(&sp, &c, why, sizeof why), "two rows a block in a cluster");
     tuned__space_free(&sp);
 
@@ -139,7 +140,8 @@ static void moves(void)
             int changed = (nb[k].vec != x.vec) + (nb[k].ld != x.ld) + (nb[k].st != x.st) +
                           (nb[k].reg != x.reg) +
                           (nb[k].warps != x.warps || nb[k].rows != x.rows ||
-                           nb[k].cluster != x.cluster);
+                           nb[k].cluster != x.cluster) +
+                          (nb[k].minb != x.minb);
             EXPECT(changed == 1, "neighbour changes %d parameters", changed);
         }
     }

@@ -18,6 +18,7 @@ typedef struct cli_opts {
     tuned__tune_request request;
     char db[4096];
     bool quiet;
+    const char *trace;     /* --trace FILE: every evaluated variant, tab-separated */
 } cli_opts;
 
 /* Parses argv into o; on a bad argument prints one line to stderr and

@@ -29,6 +29,8 @@ void cli_usage(FILE *f)
             "  --device N     GPU ordinal (default 0)\n"
             "  --db PATH      store directory (default: $TUNED_DB, else $XDG_DATA_HOME/tuned,\n"
             "                 else ~/.local/share/tuned)\n"
+            "  --exhaustive   evaluate every valid variant (within --budget and --time)\n"
+            "  --trace FILE   write every evaluated variant (status, times) to FILE\n"
             "  -q, --quiet    no progress line\n"
             "\n"
             "`tuned get` on a machine without a GPU prints the records of every GPU for the shape.\n"
@@ -128,7 +130,7 @@ int cli_parse(int argc, char **argv, cli_opts *o)
             return bad("unknown command '%s'", o->command);
     }
     enum { OPT_SHAPE = 256, OPT_DTYPE, OPT_BUDGET, OPT_TIME, OPT_SEED, OPT_DEVICE, OPT_DB,
-           OPT_VERSION };
+           OPT_VERSION, OPT_EXHAUSTIVE, OPT_TRACE };
     static const struct option longopts[] = {
         {"shape", required_argument, NULL, OPT_SHAPE},
         {"dtype", required_argument, NULL, OPT_DTYPE},
@@ -138,6 +140,8 @@ int cli_parse(int argc, char **argv, cli_opts *o)
         {"device", required_argument, NULL, OPT_DEVICE},
         {"db", required_argument, NULL, OPT_DB},
         {"quiet", no_argument, NULL, 'q'},
+        {"exhaustive", no_argument, NULL, OPT_EXHAUSTIVE},
+        {"trace", required_argument, NULL, OPT_TRACE},
         {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, OPT_VERSION},
         {NULL, 0, NULL, 0},
@@ -188,6 +192,18 @@ int cli_parse(int argc, char **argv, cli_opts *o)
             snprintf(o->db, sizeof o->db, "%s", optarg);
             break;
         case 'q': o->quiet = true; break;
+        case OPT_EXHAUSTIVE:
+            o->request.search.exhaustive = true;
+            if (o->request.search.budget < 100000)
+                o->request.search.budget = 100000;
+            if (o->request.search.time_s < 3600)
+                o->request.search.time_s = 3600;
+            break;
+        case OPT_TRACE:
+            if (optarg[0] == '\0')
+                return bad("--trace needs a file name");
+            o->trace = optarg;
+            break;
         case 'h': cli_usage(stdout); return -1;
         case OPT_VERSION: printf("tuned %s\n", tuned_version()); return -1;
         case ':': return bad("%s needs a value", argv[optind - 1]);

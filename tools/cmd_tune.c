@@ -1,6 +1,8 @@
 /* cmd_tune.c: `tuned [tune] --shape RxC`: tune on one GPU with a live
  * progress line, print the winner, store it. The store is opened first so
  * that a bad --db fails before any GPU time is spent. */
+#include <errno.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -38,12 +40,38 @@ static void on_progress(void *ctx, const tuned__tune_progress *p)
     fflush(stderr);
 }
 
+static void write_trace(void *ctx, const tuned__config *c, const tuned__eval_result *r)
+{
+    char name[TUNED__CONFIG_TEXT];
+    tuned__config_format(c, name, sizeof name);
+    fprintf(ctx, "%s\t%s\t%.3f\t%.3f\t%.3f\t%d\t%.0f\t%d\t%d\t%s\n", name,
+            tuned__eval_status_name(r->status), r->median_us, r->p20_us, r->p80_us, r->reps,
+            r->compile_ms, r->registers, r->local_bytes, r->detail);
+    fflush(ctx);
+}
+
 int cli_cmd_tune(const cli_opts *o)
 {
     tuned__err e = {0};
+    tuned__tune_request request = o->request;
+    FILE *trace = NULL;
+    if (o->trace != NULL) {
+        trace = fopen(o->trace, "w");
+        if (trace == NULL) {
+            tuned__errf(&e, TUNED_EIO, "--trace %s: %s", o->trace, strerror(errno));
+            return cli_fail(&e);
+        }
+        fprintf(trace, "config\tstatus\tmedian_us\tp20_us\tp80_us\treps\tcompile_ms\t"
+                       "registers\tlocal_bytes\tdetail\n");
+        request.trace = write_trace;
+        request.trace_ctx = trace;
+    }
     tuned__store *store = NULL;
-    if (tuned__store_open(&store, o->db, 0, &e) != 0)
+    if (tuned__store_open(&store, o->db, 0, &e) != 0) {
+        if (trace != NULL)
+            fclose(trace);
         return cli_fail(&e);
+    }
     tuned__driver *d = NULL;
     tuned__nvrtc *n = NULL;
     int rc = tuned__driver_load(&d, &e);
@@ -53,7 +81,9 @@ int cli_cmd_tune(const cli_opts *o)
     progress_line pl = {.quiet = o->quiet, .tty = isatty(STDERR_FILENO) == 1,
                         .shape = &o->request.shape};
     if (rc == 0)
-        rc = tuned__tune(d, n, &o->request, on_progress, &pl, &out, &e);
+        rc = tuned__tune(d, n, &request, on_progress, &pl, &out, &e);
+    if (trace != NULL && fclose(trace) != 0 && rc == 0)
+        rc = tuned__errf(&e, TUNED_EIO, "--trace %s: %s", o->trace, strerror(errno));
     if (pl.tty && !pl.quiet)
         fprintf(stderr, "\n");
     tuned__record rec;

@@ -21,6 +21,7 @@
  *   T_CLUSTER    blocks per row (a cluster, sm_90; 1 = no cluster; then T_ROWS = 1)
  *   T_HEAD_FREE  1 when every row starts on a vector boundary (aligned base
  *                pointers, columns a multiple of T_VEC): no partial head
+ *   T_MIN_BLOCKS blocks per SM the registers must leave room for (1, 2, 4)
  *   T_VEC        elements per vector access (T_VEC * element size <= 16 bytes)
  *   T_ITERS      vector accesses per thread per row (from the column count)
  *   T_LD         0 ld.global, 1 .nc, 2 .cs (evict-first), 3 L2 evict_last policy
@@ -297,7 +298,7 @@ __device__ __forceinline__ float exp_shifted(float x, float max_scaled)
 #define CLUSTER_ATTRIBUTE
 #endif
 
-extern "C" __global__ void __launch_bounds__(T_WARPS * 32, 1) CLUSTER_ATTRIBUTE
+extern "C" __global__ void __launch_bounds__(T_WARPS * 32, T_MIN_BLOCKS) CLUSTER_ATTRIBUTE
 tuned_softmax_rows(const unsigned char *x, unsigned char *y, long long rows, int cols,
                    long long row_stride)
 {

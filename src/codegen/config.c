@@ -28,7 +28,8 @@ const char *tuned__reg_name(unsigned reg)
 
 void tuned__config_format(const tuned__config *c, char *buf, size_t n)
 {
-    snprintf(buf, n, "w%u.r%u.c%u.v%u.ld=%s.st=%s.reg=%s", c->warps, c->rows, c->cluster, c->vec,
+    snprintf(buf, n, "w%u.r%u.c%u.m%u.v%u.ld=%s.st=%s.reg=%s", c->warps, c->rows, c->cluster,
+             c->minb, c->vec,
              tuned__ld_name(c->ld), tuned__st_name(c->st), tuned__reg_name(c->reg));
 }
 
@@ -85,32 +86,34 @@ int tuned__config_parse(const char *text, tuned__config *out, tuned__err *e)
                            TUNED__CONFIG_TEXT - 1);
     char copy[TUNED__CONFIG_TEXT];
     strcpy(copy, text);
-    char *fields[8];
+    char *fields[9];
     size_t nf = 0;
     char *save = NULL;
     for (char *f = strtok_r(copy, ".", &save); f != NULL; f = strtok_r(NULL, ".", &save)) {
-        if (nf == 7)
+        if (nf == 8)
             return tuned__errf(e, TUNED_EINVAL, "config '%s': too many fields", text);
         fields[nf++] = f;
     }
-    if (nf != 7)
+    if (nf != 8)
         return tuned__errf(e, TUNED_EINVAL,
-                           "config '%s': expected 7 fields like w8.r1.c1.v8.ld=cs.st=cs.reg=f32",
+                           "config '%s': expected 8 fields like w8.r1.c1.m1.v8.ld=cs.st=cs.reg=f32",
                            text);
     tuned__config c = {.family = TUNED__FAMILY_ROWS};
-    unsigned warps, rows, cluster, vec;
+    unsigned warps, rows, cluster, minb, vec;
     int rc;
     if ((rc = parse_num_field(fields[0], 'w', 32, &warps, text, e)) != 0 ||
         (rc = parse_num_field(fields[1], 'r', 1024, &rows, text, e)) != 0 ||
         (rc = parse_num_field(fields[2], 'c', 16, &cluster, text, e)) != 0 ||
-        (rc = parse_num_field(fields[3], 'v', 8, &vec, text, e)) != 0 ||
-        (rc = parse_named_field(fields[4], "ld=", ld_names, TUNED__LD_COUNT, &c.ld, text, e)) != 0 ||
-        (rc = parse_named_field(fields[5], "st=", st_names, TUNED__ST_COUNT, &c.st, text, e)) != 0 ||
-        (rc = parse_named_field(fields[6], "reg=", reg_names, TUNED__REG_COUNT, &c.reg, text, e)) != 0)
+        (rc = parse_num_field(fields[3], 'm', 4, &minb, text, e)) != 0 ||
+        (rc = parse_num_field(fields[4], 'v', 8, &vec, text, e)) != 0 ||
+        (rc = parse_named_field(fields[5], "ld=", ld_names, TUNED__LD_COUNT, &c.ld, text, e)) != 0 ||
+        (rc = parse_named_field(fields[6], "st=", st_names, TUNED__ST_COUNT, &c.st, text, e)) != 0 ||
+        (rc = parse_named_field(fields[7], "reg=", reg_names, TUNED__REG_COUNT, &c.reg, text, e)) != 0)
         return rc;
     c.warps = (uint8_t)warps;
     c.rows = (uint16_t)rows;
     c.cluster = (uint8_t)cluster;
+    c.minb = (uint8_t)minb;
     c.vec = (uint8_t)vec;
     if (c.rows > 32u * c.warps)
         return tuned__errf(e, TUNED_EINVAL,
@@ -127,7 +130,7 @@ int tuned__config_parse(const char *text, tuned__config *out, tuned__err *e)
 bool tuned__config_equal(const tuned__config *a, const tuned__config *b)
 {
     return a->family == b->family && a->warps == b->warps && a->rows == b->rows &&
-           a->cluster == b->cluster && a->vec == b->vec && a->ld == b->ld && a->st == b->st &&
+           a->cluster == b->cluster && a->minb == b->minb && a->vec == b->vec && a->ld == b->ld && a->st == b->st &&
            a->reg == b->reg;
 }
 

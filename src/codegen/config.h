@@ -2,7 +2,7 @@
  *
  * A config is a handful of small integers; its canonical text form
  * (tuned__config_format) is what logs, the store and the CLI show, e.g.
- * "w8.r1.c1.v8.ld=cs.st=cs.reg=f32". Parsing that text back gives the same
+ * "w8.r1.c1.m1.v8.ld=cs.st=cs.reg=f32". Parsing that text back gives the same
  * config. Whether a config is valid for a shape and GPU is the tuner's
  * business (src/tuner/space.c); codegen only refuses what it cannot emit. */
 #ifndef TUNED_CODEGEN_CONFIG_H
@@ -47,6 +47,8 @@ typedef struct tuned__config {
     uint8_t warps;    /* warps per block: 1, 2, 4, ... 32 */
     uint16_t rows;    /* rows per block: 1 .. 32 * warps (threads per row = 32 * warps / rows) */
     uint8_t cluster;  /* blocks sharing one row (a thread-block cluster): 1, 2, 4, 8, 16 */
+    uint8_t minb;     /* blocks per SM the compiler must leave room for (__launch_bounds__):
+                         1, 2, 4; caps registers at 65536 / (threads * minb) */
     uint8_t vec;      /* elements per vector access: 1, 2, 4, 8 (at most 16 bytes) */
     uint8_t ld;     /* TUNED__LD_* */
     uint8_t st;     /* TUNED__ST_* */

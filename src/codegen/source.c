@@ -92,6 +92,10 @@ int tuned__source_softmax(const tuned__config *c, const tuned__shape *s,
         return tuned__errf(e, TUNED_EINVAL,
                            "codegen: softmax %s: a vector of %u %s elements is not 1..16 bytes",
                            name, c->vec, tuned_dtype_name(s->dtype));
+    if (c->minb < 1 || c->minb > 4 || c->warps * 32u * c->minb > 2048)
+        return tuned__errf(e, TUNED_EINVAL,
+                           "codegen: softmax %s: %u blocks of %u threads do not fit an SM", name,
+                           c->minb, c->warps * 32u);
     if (c->ld >= TUNED__LD_COUNT || c->st >= TUNED__ST_COUNT || c->reg >= TUNED__REG_COUNT)
         return tuned__errf(e, TUNED_EINVAL, "codegen: softmax %s: bad cache hint or register mode",
                            name);
@@ -111,10 +115,10 @@ int tuned__source_softmax(const tuned__config *c, const tuned__shape *s,
     snprintf(defines, sizeof defines,
              "// tuned softmax variant %s for %s x %llu columns\n"
              "#define T_DTYPE %d\n#define T_WARPS %u\n#define T_ROWS %u\n#define T_CLUSTER %u\n"
-             "#define T_VEC %u\n#define T_ITERS %llu\n#define T_HEAD_FREE %d\n#define T_LD %u\n"
+             "#define T_MIN_BLOCKS %u\n#define T_VEC %u\n#define T_ITERS %llu\n#define T_HEAD_FREE %d\n#define T_LD %u\n"
              "#define T_ST %u\n#define T_REG_PACKED %d\n#define T_PLANT_BUG %d\n",
              name, tuned_dtype_name(s->dtype), (unsigned long long)s->cols, (int)s->dtype,
-             c->warps, c->rows, c->cluster, c->vec, (unsigned long long)iters, head_free, c->ld,
+             c->warps, c->rows, c->cluster, c->minb, c->vec, (unsigned long long)iters, head_free, c->ld,
              c->st, c->reg == TUNED__REG_PK, plant);
     return join_source(defines, "softmax_rows", out, e);
 }

@@ -32,11 +32,11 @@ void tuned__search_opts_default(tuned__search_opts *o)
 {
     memset(o, 0, sizeof *o);
     o->seed = 1;
-    o->budget = 160;
+    o->budget = 200;
     o->time_s = 50.0;
-    o->population = 32;
-    o->copies = 3;
-    o->min_gain = 0.01;
+    o->population = 40;
+    o->copies = 4;
+    o->min_gain = 0.002;
 }
 
 static double now_s(void)
@@ -138,6 +138,31 @@ static void finish(search_state *st, int generations, const char *why)
     snprintf(st->out->stop_reason, sizeof st->out->stop_reason, "%s", why);
 }
 
+/* Every valid config in enumeration order, in batches, within the budgets. */
+static int run_exhaustive(search_state *st, tuned__eval_batch_fn eval, void *ctx,
+                          tuned__progress_fn progress, void *progress_ctx, tuned__err *e)
+{
+    enum { BATCH = 64 };
+    int rc = 0, generation = 0;
+    const char *why = "exhaustive";
+    for (size_t next = 0; next < st->sp->count && rc == 0; generation++) {
+        if (budget_left(st) == 0 || now_s() - st->t0 >= st->o->time_s) {
+            why = budget_left(st) == 0 ? "evaluation budget" : "time budget";
+            break;
+        }
+        size_t nb = st->sp->count - next;
+        if (nb > BATCH)
+            nb = BATCH;
+        if (nb > budget_left(st))
+            nb = budget_left(st);
+        rc = run_batch(st, &st->sp->valid[next], nb, eval, ctx, e);
+        next += nb;
+        report(st, generation, progress, progress_ctx);
+    }
+    finish(st, generation, rc != 0 ? "evaluation failed" : why);
+    return rc;
+}
+
 int tuned__search_run(const tuned__space *sp, const tuned__search_opts *o,
                       tuned__eval_batch_fn eval, void *eval_ctx, tuned__progress_fn progress,
                       void *progress_ctx, tuned__search_result *out, tuned__err *e)
@@ -146,7 +171,7 @@ int tuned__search_run(const tuned__space *sp, const tuned__search_opts *o,
     if (o->budget == 0 || o->population == 0 || o->copies == 0)
         return tuned__errf(e, TUNED_EINVAL, "search: budget, population and copies must be > 0");
     search_state st = {.sp = sp, .o = o, .out = out, .t0 = now_s()};
-    st.cap = o->budget;
+    st.cap = o->exhaustive && sp->count < o->budget ? sp->count : o->budget;
     st.log = calloc(st.cap, sizeof *st.log);
     size_t batch_cap = o->budget;
     tuned__config *batch = calloc(batch_cap, sizeof *batch);
@@ -157,6 +182,12 @@ int tuned__search_run(const tuned__space *sp, const tuned__search_opts *o,
     }
     tuned__rng rng = {o->seed};
     int rc = 0;
+    if (o->exhaustive) {
+        rc = run_exhaustive(&st, eval, eval_ctx, progress, progress_ctx, e);
+        free(st.log);
+        free(batch);
+        return rc;
+    }
 
     /* Generation 0: seeds, then random draws (several tries per slot, as
      * small spaces run out of untried configs). */

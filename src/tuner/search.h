@@ -24,7 +24,8 @@ typedef struct tuned__search_opts {
     double time_s;     /* most wall-clock seconds (default 50) */
     size_t population; /* random configs in generation 0 (default 32) */
     size_t copies;     /* incumbents the pattern search moves from (default 3) */
-    double min_gain;   /* relative improvement that keeps the search going (0.01) */
+    double min_gain;   /* relative improvement that keeps the search going (0.002) */
+    bool exhaustive;   /* evaluate every valid config instead (budgets still apply) */
 } tuned__search_opts;
 
 void tuned__search_opts_default(tuned__search_opts *o);

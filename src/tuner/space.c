@@ -14,6 +14,7 @@
 #define REGISTER_OVERHEAD 24
 #define MAX_REGISTERS_PER_THREAD 255
 #define REGISTERS_PER_SM 65536
+#define MAX_THREADS_PER_SM 2048
 /* Unrolled vector accesses per thread; beyond this compile time and code
  * size explode for no gain. */
 #define MAX_ITERS 64
@@ -49,6 +50,9 @@ bool tuned__space_valid(const tuned__space *sp, const tuned__config *c, char *wh
     if (!pow2_in(c->rows, 1, 32u * c->warps) || c->rows > MAX_ROWS_PER_BLOCK)
         return why_not(why, n, "rows per block must be a power of two up to the threads (%u)",
                        32u * c->warps);
+    if (!pow2_in(c->minb, 1, 4) || c->warps * 32u * c->minb > MAX_THREADS_PER_SM)
+        return why_not(why, n, "%u blocks of %u threads do not fit an SM", c->minb,
+                       c->warps * 32u);
     if (!pow2_in(c->cluster, 1, 16))
         return why_not(why, n, "a cluster is 1, 2, 4, 8 or 16 blocks");
     if (c->cluster > 1 && sp->arch < 90)
@@ -81,7 +85,7 @@ bool tuned__space_valid(const tuned__space *sp, const tuned__config *c, char *wh
         return why_not(why, n, "%llu vector accesses per thread (at most %d)",
                        (unsigned long long)iters, MAX_ITERS);
     unsigned threads = c->warps * 32u;
-    unsigned budget = REGISTERS_PER_SM / threads;
+    unsigned budget = REGISTERS_PER_SM / (threads * c->minb);
     if (budget > MAX_REGISTERS_PER_THREAD)
         budget = MAX_REGISTERS_PER_THREAD;
     uint64_t need = tuned__config_row_registers(c, sp->shape.dtype, cols, head_free) +
@@ -104,13 +108,14 @@ int tuned__space_init(tuned__space *sp, const tuned__shape *shape, int arch, tun
         return tuned__errf(e, TUNED_EINVAL, "space: shape %llux%llu out of range",
                            (unsigned long long)shape->rows, (unsigned long long)shape->cols);
     /* warps x rows x cluster x vec x hints x register modes */
-    size_t cap = 6 * 9 * 5 * 4 * TUNED__LD_COUNT * TUNED__ST_COUNT * TUNED__REG_COUNT;
+    size_t cap = 6 * 9 * 5 * 3 * 4 * TUNED__LD_COUNT * TUNED__ST_COUNT * TUNED__REG_COUNT;
     sp->valid = malloc(cap * sizeof *sp->valid);
     if (sp->valid == NULL)
         return tuned__errf(e, TUNED_ENOMEM, "space: out of memory");
     for (unsigned w = 1; w <= 32; w *= 2)
         for (unsigned r = 1; r <= 32 * w && r <= MAX_ROWS_PER_BLOCK; r *= 2)
             for (unsigned cl = 1; cl <= 16; cl *= 2)
+              for (unsigned mb = 1; mb <= 4; mb *= 2)
                 for (unsigned v = 1; v <= 8; v *= 2)
                     for (unsigned ld = 0; ld < TUNED__LD_COUNT; ld++)
                         for (unsigned st = 0; st < TUNED__ST_COUNT; st++)
@@ -118,6 +123,7 @@ int tuned__space_init(tuned__space *sp, const tuned__shape *shape, int arch, tun
                                 tuned__config c = {
                                     .family = TUNED__FAMILY_ROWS, .warps = (uint8_t)w,
                                     .rows = (uint16_t)r, .cluster = (uint8_t)cl,
+                                    .minb = (uint8_t)mb,
                                     .vec = (uint8_t)v, .ld = (uint8_t)ld, .st = (uint8_t)st,
                                     .reg = (uint8_t)reg};
                                 if (tuned__space_valid(sp, &c, NULL, 0) && sp->count < cap)
@@ -127,7 +133,7 @@ int tuned__space_init(tuned__space *sp, const tuned__shape *shape, int arch, tun
         char why[256];
         tuned__config widest = {
             .family = TUNED__FAMILY_ROWS, .warps = 32, .rows = 1,
-            .cluster = (uint8_t)(arch >= 90 ? 16 : 1),
+            .cluster = (uint8_t)(arch >= 90 ? 16 : 1), .minb = 1,
             .vec = (uint8_t)(16 / tuned_dtype_size(shape->dtype)), .ld = TUNED__LD_DEF,
             .st = TUNED__ST_DEF,
             .reg = shape->dtype == TUNED_FP32 ? TUNED__REG_F32 : TUNED__REG_PK};
@@ -179,6 +185,8 @@ size_t tuned__space_neighbors(const tuned__space *sp, const tuned__config *c, tu
         add_move(sp, &m, out, cap, &n);
         m = *c, m.cluster = up ? c->cluster * 2 : c->cluster / 2;
         add_move(sp, &m, out, cap, &n);
+        m = *c, m.minb = up ? c->minb * 2 : c->minb / 2;
+        add_move(sp, &m, out, cap, &n);
         /* the same threads a row, in more and smaller blocks or fewer and larger */
         m = *c, m.cluster = up ? c->cluster * 2 : c->cluster / 2;
         m.warps = up ? c->warps / 2 : c->warps * 2;
@@ -214,6 +222,7 @@ size_t tuned__space_seeds(const tuned__space *sp, tuned__config *out, size_t cap
         unsigned warps = per_block < 128 ? 4 : per_block / 32;
         tuned__config c = {.family = TUNED__FAMILY_ROWS, .warps = (uint8_t)warps,
                            .rows = (uint16_t)(warps * 32 / per_block), .cluster = (uint8_t)cluster,
+                           .minb = 1,
                            .vec = widest, .ld = TUNED__LD_DEF, .st = TUNED__ST_DEF,
                            .reg = TUNED__REG_F32};
         size_t before = n;

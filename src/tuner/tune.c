@@ -17,6 +17,7 @@ void tuned__tune_request_default(tuned__tune_request *r)
 
 typedef struct tune_ctx {
     tuned__evaluator *ev;
+    const tuned__tune_request *request;
     tuned__tune_progress_fn progress;
     void *user;
     const tuned__gpu *gpu;
@@ -27,7 +28,12 @@ static int eval_batch(void *ctx, const tuned__config *cfgs, size_t n, tuned__eva
                       tuned__err *e)
 {
     tune_ctx *t = ctx;
-    return tuned__evaluator_run(t->ev, cfgs, n, out, e);
+    int rc = tuned__evaluator_run(t->ev, cfgs, n, out, e);
+    if (t->request->trace != NULL)
+        for (size_t i = 0; i < n; i++)
+            if (rc == 0 || out[i].status != TUNED__EVAL_OK || out[i].median_us > 0)
+                t->request->trace(t->request->trace_ctx, &cfgs[i], &out[i]);
+    return rc;
 }
 
 static void on_progress(void *ctx, const tuned__search_progress *p)
@@ -56,7 +62,7 @@ int tuned__tune(const tuned__driver *d, const tuned__nvrtc *n, const tuned__tune
         return rc;
     }
     out->copy_us = tuned__evaluator_copy_us(ev);
-    tune_ctx t = {.ev = ev, .progress = progress, .user = ctx, .gpu = &out->gpu,
+    tune_ctx t = {.ev = ev, .request = r, .progress = progress, .user = ctx, .gpu = &out->gpu,
                   .copy_us = out->copy_us};
     if (progress != NULL) {
         tuned__tune_progress tp = {.gpu = &out->gpu, .copy_us = out->copy_us, .search = NULL};

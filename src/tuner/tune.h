@@ -15,6 +15,9 @@ typedef struct tuned__tune_request {
     int device;                 /* GPU ordinal */
     tuned__search_opts search;
     tuned__eval_opts eval;
+    /* Called with every evaluated variant (may be NULL): for traces. */
+    void (*trace)(void *ctx, const tuned__config *c, const tuned__eval_result *r);
+    void *trace_ctx;
 } tuned__tune_request;
 
 void tuned__tune_request_default(tuned__tune_request *r);
