@@ -119,6 +119,10 @@ int tuned__config_parse(const char *text, tuned__config *out, tuned__err *e)
         return tuned__errf(e, TUNED_EINVAL,
                            "config '%s': rows per block (%u) exceed the block's threads (%u)",
                            text, c.rows, 32u * c.warps);
+    if (32u * c.warps * c.minb > 2048)
+        return tuned__errf(e, TUNED_EINVAL,
+                           "config '%s': %u blocks of %u threads do not fit a multiprocessor",
+                           text, c.minb, 32u * c.warps);
     if (c.cluster > 1 && c.rows != 1)
         return tuned__errf(e, TUNED_EINVAL,
                            "config '%s': a row split over a cluster takes the whole block (r1)",
