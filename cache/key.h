@@ -4,10 +4,18 @@
  * the wide ones big-endian, so that memcmp() order (LMDB's default) equals
  * numeric order and all records of one shape sit next to each other:
  *
- *   tag(1) kernel(1) dtype(1) rows(8, BE) cols(8, BE) gpu_fp(8, BE) = 27 bytes
+ *   best     'B' kernel(1) dtype(1) rows(8) cols(8) layout(1) gpu_fp(8)      = 28 bytes
+ *   history  'H' kernel(1) dtype(1) rows(8) cols(8) layout(1) gpu_fp(8)
+ *            config text (1..127 bytes, printable ASCII, no NUL)           = 29..155 bytes
+ *   cubin    'C' hash(8)                                                    =  9 bytes
  *
- * The first 19 bytes (tag through cols) are the shape prefix that
- * tuned__store_find_shape() scans with MDB_SET_RANGE. */
+ * The first 19 bytes of a best key (tag through cols) are the shape prefix
+ * that tuned__store_find_shape() scans; the first 28 bytes of a history key
+ * (a best key under tag 'H') the group that tuned__store_list_evals() scans.
+ *
+ * Keys also have a text form for people and the command line:
+ *   softmax/fp16/4096x32000/dense/0123456789abcdef
+ * (kernel, dtype, rows x cols, layout "dense" or "L<n>", GPU fingerprint). */
 #ifndef TUNED_CACHE_KEY_H
 #define TUNED_CACHE_KEY_H
 
@@ -18,20 +26,58 @@
 #include "store.h"
 
 #define TUNED__KEY_TAG_BEST ((uint8_t)'B')
+#define TUNED__KEY_TAG_HIST ((uint8_t)'H')
+#define TUNED__KEY_TAG_CUBIN ((uint8_t)'C')
 
-#define TUNED__KEY_LEN 27         /* a full key */
+#define TUNED__KEY_LEN 28         /* a best key, and a history key's group prefix */
 #define TUNED__KEY_SHAPE_LEN 19   /* tag, kernel, dtype, rows, cols */
+#define TUNED__KEY_CONFIG_MAX 127 /* config text bytes in a history key */
+#define TUNED__KEY_HIST_MAX (TUNED__KEY_LEN + TUNED__KEY_CONFIG_MAX)
+#define TUNED__KEY_CUBIN_LEN 9
+#define TUNED__KEY_TEXT 96        /* text form plus NUL */
 
-/* Writes the 27-byte key of k under tag into out. */
+/* Writes the 28-byte key of k under tag into out. */
 void tuned__key_encode(uint8_t out[TUNED__KEY_LEN], uint8_t tag, const tuned__store_key *k);
 
-/* Writes the 19-byte shape prefix (a key without gpu_fp) into out. */
+/* Writes the 19-byte shape prefix (a key without layout and gpu_fp). */
 void tuned__key_encode_shape(uint8_t out[TUNED__KEY_SHAPE_LEN], uint8_t tag, uint8_t kernel,
                              uint8_t dtype, uint64_t rows, uint64_t cols);
 
-/* Parses a key of len bytes that must carry tag. Returns 0, or
- * TUNED_ESTORE for a wrong length or tag (the message says which). */
+/* Parses a 28-byte key that must carry tag. Returns 0, or TUNED_ESTORE for
+ * a wrong length or tag (the message says which). */
 int tuned__key_decode(const void *buf, size_t len, uint8_t tag, tuned__store_key *out,
                       tuned__err *e);
+
+/* Whether config is a valid config text for a history key: 1..127 bytes of
+ * printable ASCII (0x21..0x7e). */
+int tuned__key_config_ok(const char *config);
+
+/* Writes the history key of (k, config) into out and its length into
+ * *len. TUNED_EINVAL for a config text that tuned__key_config_ok() refuses. */
+int tuned__key_encode_hist(uint8_t out[TUNED__KEY_HIST_MAX], const tuned__store_key *k,
+                           const char *config, size_t *len, tuned__err *e);
+
+/* Parses a history key into k and config (at least TUNED__KEY_CONFIG_MAX + 1
+ * bytes). TUNED_ESTORE for anything malformed. */
+int tuned__key_decode_hist(const void *buf, size_t len, tuned__store_key *k, char *config,
+                           tuned__err *e);
+
+void tuned__key_encode_cubin(uint8_t out[TUNED__KEY_CUBIN_LEN], uint64_t hash);
+int tuned__key_decode_cubin(const void *buf, size_t len, uint64_t *hash, tuned__err *e);
+
+/* The text form of k into buf (TUNED__KEY_TEXT bytes suffice). */
+void tuned__key_format(char *buf, size_t n, const tuned__store_key *k);
+
+/* Parses the text form. TUNED_EINVAL naming the part that is wrong. */
+int tuned__key_parse(const char *text, tuned__store_key *out, tuned__err *e);
+
+/* "softmax" for TUNED__KERNEL_SOFTMAX, NULL for an unknown id; and back
+ * (TUNED_EINVAL for an unknown name). */
+const char *tuned__kernel_name(uint8_t kernel);
+int tuned__kernel_parse(const char *name, uint8_t *out);
+
+/* Big-endian 64-bit fields, for the store's binary values too. */
+void tuned__put_be64(uint8_t *p, uint64_t v);
+uint64_t tuned__get_be64(const uint8_t *p);
 
 #endif

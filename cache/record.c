@@ -1,122 +1,106 @@
-/* record.c: the JSON form of a stored winner (see record.h).
- *
- * Writing checks that every field can be represented faithfully (strings
- * terminated and UTF-8, numbers finite); reading checks every field's type
- * and range, so a value damaged on disk or written by a foreign tool turns
- * into an error naming the field rather than a half-filled struct. Unknown
- * fields are ignored: a same-version writer may add some. */
+/* record.c: the JSON form of a stored winner, its checks, and the
+ * provenance comparison that decides whether it may be served (record.h,
+ * store.h). */
 #include "record.h"
 
 #include <inttypes.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "../src/common/hash.h"
+#include "json.h"
+#include "key.h"
 #include "tuned.h"
 
-/* RFC 3629 UTF-8: no overlong forms, no surrogates, nothing past U+10FFFF
- * (what jansson accepts, checked here so the error can name the field). */
-static int utf8_valid(const unsigned char *s, size_t n)
+#define WHAT "record"
+
+uint64_t tuned__store_gpu_fingerprint(const char *gpu_identity)
 {
-    size_t i = 0;
-    while (i < n) {
-        unsigned c = s[i];
-        size_t more;
-        uint32_t cp;
-        if (c < 0x80) {
-            i++;
-            continue;
-        } else if (c >= 0xc2 && c <= 0xdf) {
-            more = 1;
-            cp = c & 0x1f;
-        } else if (c >= 0xe0 && c <= 0xef) {
-            more = 2;
-            cp = c & 0x0f;
-        } else if (c >= 0xf0 && c <= 0xf4) {
-            more = 3;
-            cp = c & 0x07;
-        } else {
-            return 0;
-        }
-        if (n - i - 1 < more)
-            return 0;
-        for (size_t k = 1; k <= more; k++) {
-            if ((s[i + k] & 0xc0) != 0x80)
-                return 0;
-            cp = (cp << 6) | (s[i + k] & 0x3f);
-        }
-        if ((more == 2 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff)))
-            || (more == 3 && (cp < 0x10000 || cp > 0x10ffff)))
-            return 0;
-        i += more + 1;
-    }
-    return 1;
+    return tuned__fnv1a64(gpu_identity, strlen(gpu_identity), TUNED__FNV_SEED);
+}
+
+int tuned__record_check(const tuned__record *r, int code, tuned__err *e)
+{
+    time_t t;
+    if (tuned__kernel_name(r->key.kernel) == NULL)
+        return tuned__errf(e, code, WHAT ": unknown kernel id %u", (unsigned)r->key.kernel);
+    if (tuned_dtype_name((tuned_dtype)r->key.dtype) == NULL)
+        return tuned__errf(e, code, WHAT ": unknown dtype id %u", (unsigned)r->key.dtype);
+    if (r->key.rows < 1 || r->key.cols < 1 || r->key.rows > INT64_MAX || r->key.cols > INT64_MAX)
+        return tuned__errf(e, code, WHAT ": shape %" PRIu64 "x%" PRIu64 " is out of range",
+                           r->key.rows, r->key.cols);
+    if (strnlen(r->gpu, sizeof r->gpu) == sizeof r->gpu || r->gpu[0] == '\0')
+        return tuned__errf(e, code, WHAT ": field \"gpu\": empty or not terminated");
+    if (tuned__store_gpu_fingerprint(r->gpu) != r->key.gpu_fp)
+        return tuned__errf(e, code,
+                           WHAT ": gpu_fp %016" PRIx64 " is not the fingerprint of its gpu "
+                           "identity (%016" PRIx64 ")",
+                           r->key.gpu_fp, tuned__store_gpu_fingerprint(r->gpu));
+    if (strnlen(r->config, sizeof r->config) == sizeof r->config || !tuned__key_config_ok(r->config))
+        return tuned__errf(e, code, WHAT ": field \"config\": must be 1..%d printable characters "
+                           "without spaces", TUNED__KEY_CONFIG_MAX);
+    if (strnlen(r->gpu_name, sizeof r->gpu_name) == sizeof r->gpu_name || r->gpu_name[0] == '\0')
+        return tuned__errf(e, code, WHAT ": field \"gpu_name\": empty or not terminated");
+    if (strnlen(r->prov.policy, sizeof r->prov.policy) == sizeof r->prov.policy ||
+        r->prov.policy[0] == '\0')
+        return tuned__errf(e, code, WHAT ": field \"policy\": empty or not terminated");
+    if (!(isfinite(r->median_us) && r->median_us > 0))
+        return tuned__errf(e, code, WHAT ": field \"median_us\": %g is not a time > 0",
+                           r->median_us);
+    if (!(isfinite(r->copy_us) && r->copy_us >= 0) || !(isfinite(r->gbps) && r->gbps >= 0))
+        return tuned__errf(e, code, WHAT ": copy_us and gbps must be finite numbers >= 0");
+    if (strnlen(r->date, sizeof r->date) == sizeof r->date || tuned__date_parse(r->date, &t) != 0)
+        return tuned__errf(e, code, WHAT ": field \"date\": not a date YYYY-MM-DDTHH:MM:SSZ");
+    if (strnlen(r->tool_version, sizeof r->tool_version) == sizeof r->tool_version)
+        return tuned__errf(e, code, WHAT ": field \"tool_version\": not terminated");
+    return 0;
 }
 
 /* ---- writing ---- */
 
-static int set_new(json_t *obj, const char *field, json_t *v, tuned__err *e)
-{
-    if (v == NULL || json_object_set_new(obj, field, v) != 0)
-        return tuned__errf(e, TUNED_ENOMEM, "record: field \"%s\": out of memory", field);
-    return 0;
-}
-
-static int set_str(json_t *obj, const char *field, const char *s, size_t size, tuned__err *e)
-{
-    size_t n = strnlen(s, size);
-    if (n == size)
-        return tuned__errf(e, TUNED_EINVAL,
-                           "record: field \"%s\": not NUL-terminated within %zu bytes",
-                           field, size);
-    if (!utf8_valid((const unsigned char *)s, n))
-        return tuned__errf(e, TUNED_EINVAL, "record: field \"%s\": not valid UTF-8", field);
-    return set_new(obj, field, json_stringn(s, n), e);
-}
-
-static int set_num(json_t *obj, const char *field, double v, tuned__err *e)
-{
-    if (!isfinite(v) || v < 0)
-        return tuned__errf(e, TUNED_EINVAL, "record: field \"%s\": %g is not a finite number >= 0",
-                           field, v);
-    return set_new(obj, field, json_real(v), e);
-}
-
-static int set_int(json_t *obj, const char *field, uint64_t v, tuned__err *e)
-{
-    if (v > (uint64_t)INT64_MAX)
-        return tuned__errf(e, TUNED_EINVAL, "record: field \"%s\": %" PRIu64 " exceeds %" PRId64,
-                           field, v, INT64_MAX);
-    return set_new(obj, field, json_integer((json_int_t)v), e);
-}
-
 int tuned__record_to_json(const tuned__record *r, json_t **out, tuned__err *e)
 {
+    const char *kernel = tuned__kernel_name(r->key.kernel);
+    const char *dtype = tuned_dtype_name((tuned_dtype)r->key.dtype);
+    if (kernel == NULL || dtype == NULL)
+        return tuned__errf(e, TUNED_EINVAL, WHAT ": unknown kernel %u or dtype %u",
+                           (unsigned)r->key.kernel, (unsigned)r->key.dtype);
     json_t *o = json_object();
     if (o == NULL)
-        return tuned__errf(e, TUNED_ENOMEM, "record: out of memory");
-
-    char fp[17];
-    snprintf(fp, sizeof fp, "%016" PRIx64, r->key.gpu_fp);
-
+        return tuned__errf(e, TUNED_ENOMEM, WHAT ": out of memory");
+    const tuned__provenance *p = &r->prov;
     int rc;
-    if ((rc = set_int(o, "v", TUNED__RECORD_VERSION, e)) != 0
-        || (rc = set_int(o, "kernel", r->key.kernel, e)) != 0
-        || (rc = set_int(o, "dtype", r->key.dtype, e)) != 0
-        || (rc = set_int(o, "rows", r->key.rows, e)) != 0
-        || (rc = set_int(o, "cols", r->key.cols, e)) != 0
-        || (rc = set_str(o, "gpu_fp", fp, sizeof fp, e)) != 0
-        || (rc = set_str(o, "config", r->config, sizeof r->config, e)) != 0
-        || (rc = set_str(o, "gpu", r->gpu, sizeof r->gpu, e)) != 0
-        || (rc = set_str(o, "gpu_name", r->gpu_name, sizeof r->gpu_name, e)) != 0
-        || (rc = set_num(o, "median_us", r->median_us, e)) != 0
-        || (rc = set_num(o, "copy_us", r->copy_us, e)) != 0
-        || (rc = set_num(o, "gbps", r->gbps, e)) != 0
-        || (rc = set_int(o, "evaluations", r->evaluations, e)) != 0
-        || (rc = set_str(o, "date", r->date, sizeof r->date, e)) != 0
-        || (rc = set_str(o, "tool_version", r->tool_version, sizeof r->tool_version, e)) != 0) {
+    if ((rc = tuned__json_set_uint(o, WHAT, "v", TUNED__RECORD_VERSION, e)) != 0
+        || (rc = tuned__json_set_str(o, WHAT, "kernel", kernel, 16, e)) != 0
+        || (rc = tuned__json_set_str(o, WHAT, "dtype", dtype, 16, e)) != 0
+        || (rc = tuned__json_set_uint(o, WHAT, "rows", r->key.rows, e)) != 0
+        || (rc = tuned__json_set_uint(o, WHAT, "cols", r->key.cols, e)) != 0
+        || (rc = tuned__json_set_uint(o, WHAT, "layout", r->key.layout, e)) != 0
+        || (rc = tuned__json_set_hex64(o, WHAT, "gpu_fp", r->key.gpu_fp, e)) != 0
+        || (rc = tuned__json_set_str(o, WHAT, "config", r->config, sizeof r->config, e)) != 0
+        || (rc = tuned__json_set_str(o, WHAT, "gpu", r->gpu, sizeof r->gpu, e)) != 0
+        || (rc = tuned__json_set_str(o, WHAT, "gpu_name", r->gpu_name, sizeof r->gpu_name, e)) != 0
+        || (rc = tuned__json_set_uint(o, WHAT, "cc_major", p->cc_major, e)) != 0
+        || (rc = tuned__json_set_uint(o, WHAT, "cc_minor", p->cc_minor, e)) != 0
+        || (rc = tuned__json_set_uint(o, WHAT, "sm_count", p->sm_count, e)) != 0
+        || (rc = tuned__json_set_uint(o, WHAT, "mem_mib", p->mem_mib, e)) != 0
+        || (rc = tuned__json_set_uint(o, WHAT, "driver", p->driver_version, e)) != 0
+        || (rc = tuned__json_set_uint(o, WHAT, "nvrtc_major", p->nvrtc_major, e)) != 0
+        || (rc = tuned__json_set_uint(o, WHAT, "nvrtc_minor", p->nvrtc_minor, e)) != 0
+        || (rc = tuned__json_set_hex64(o, WHAT, "template_hash", p->template_hash, e)) != 0
+        || (rc = tuned__json_set_str(o, WHAT, "policy", p->policy, sizeof p->policy, e)) != 0
+        || (rc = tuned__json_set_num(o, WHAT, "median_us", r->median_us, e)) != 0
+        || (rc = tuned__json_set_num(o, WHAT, "copy_us", r->copy_us, e)) != 0
+        || (rc = tuned__json_set_num(o, WHAT, "gbps", r->gbps, e)) != 0
+        || (rc = tuned__json_set_uint(o, WHAT, "evaluations", r->evaluations, e)) != 0
+        || (rc = tuned__json_set_hex64(o, WHAT, "cubin", r->cubin, e)) != 0
+        || (rc = tuned__json_set_str(o, WHAT, "date", r->date, sizeof r->date, e)) != 0
+        || (rc = tuned__json_set_str(o, WHAT, "tool_version", r->tool_version,
+                                     sizeof r->tool_version, e)) != 0) {
         json_decref(o);
         return rc;
     }
@@ -130,169 +114,154 @@ int tuned__record_encode(const tuned__record *r, char **text, size_t *len, tuned
     int rc = tuned__record_to_json(r, &o, e);
     if (rc != 0)
         return rc;
-    /* 17 significant digits: doubles come back bit for bit. Dumped into
-     * our own malloc() buffer, whatever allocator jansson was given. */
-    const size_t flags = JSON_COMPACT | JSON_REAL_PRECISION(17);
-    size_t n = json_dumpb(o, NULL, 0, flags);
-    char *s = n > 0 ? malloc(n) : NULL;
-    if (s == NULL || json_dumpb(o, s, n, flags) != n) {
-        free(s);
-        json_decref(o);
-        return tuned__errf(e, TUNED_ENOMEM, "record: json_dumpb: out of memory");
-    }
+    rc = tuned__json_dump(o, WHAT, text, len, e);
     json_decref(o);
-    *text = s;
-    *len = n;
-    return 0;
+    return rc;
 }
 
 /* ---- reading ---- */
 
-static int missing(const char *field, tuned__err *e)
-{
-    return tuned__errf(e, TUNED_ESTORE, "record: field \"%s\": missing", field);
-}
-
-static int get_uint(const json_t *obj, const char *field, uint64_t max, uint64_t *out,
-                    tuned__err *e)
-{
-    const json_t *v = json_object_get(obj, field);
-    if (v == NULL)
-        return missing(field, e);
-    if (!json_is_integer(v))
-        return tuned__errf(e, TUNED_ESTORE, "record: field \"%s\": not an integer", field);
-    json_int_t i = json_integer_value(v);
-    if (i < 0 || (uint64_t)i > max)
-        return tuned__errf(e, TUNED_ESTORE,
-                           "record: field \"%s\": %" JSON_INTEGER_FORMAT
-                           " is out of range 0..%" PRIu64,
-                           field, i, max);
-    *out = (uint64_t)i;
-    return 0;
-}
-
-static int get_num(const json_t *obj, const char *field, double *out, tuned__err *e)
-{
-    const json_t *v = json_object_get(obj, field);
-    if (v == NULL)
-        return missing(field, e);
-    if (!json_is_number(v))
-        return tuned__errf(e, TUNED_ESTORE, "record: field \"%s\": not a number", field);
-    double d = json_number_value(v);
-    if (!isfinite(d) || d < 0)
-        return tuned__errf(e, TUNED_ESTORE, "record: field \"%s\": %g is not a finite number >= 0",
-                           field, d);
-    *out = d;
-    return 0;
-}
-
-/* Copies a JSON string into dst[size]; too long or holding a NUL is an error. */
-static int get_str(const json_t *obj, const char *field, char *dst, size_t size, tuned__err *e)
-{
-    const json_t *v = json_object_get(obj, field);
-    if (v == NULL)
-        return missing(field, e);
-    if (!json_is_string(v))
-        return tuned__errf(e, TUNED_ESTORE, "record: field \"%s\": not a string", field);
-    const char *s = json_string_value(v);
-    size_t n = json_string_length(v);
-    if (strlen(s) != n)
-        return tuned__errf(e, TUNED_ESTORE, "record: field \"%s\": contains a NUL character",
-                           field);
-    if (n >= size)
-        return tuned__errf(e, TUNED_ESTORE, "record: field \"%s\": %zu bytes long, at most %zu fit",
-                           field, n, size - 1);
-    memcpy(dst, s, n + 1);
-    return 0;
-}
-
-static int hex_digit(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
-static int get_fp(const json_t *obj, const char *field, uint64_t *out, tuned__err *e)
-{
-    char s[17];
-    int rc = get_str(obj, field, s, sizeof s, e);
-    if (rc != 0)
-        return rc;
-    uint64_t v = 0;
-    size_t n = 0;
-    for (; s[n] != '\0'; n++) {
-        int d = hex_digit(s[n]);
-        if (d < 0)
-            break;
-        v = (v << 4) | (uint64_t)d;
-    }
-    if (n != 16 || s[n] != '\0')
-        return tuned__errf(e, TUNED_ESTORE, "record: field \"%s\": \"%s\" is not 16 hex digits",
-                           field, s);
-    *out = v;
-    return 0;
-}
-
 int tuned__record_from_json(const json_t *v, tuned__record *out, tuned__err *e)
 {
     if (!json_is_object(v))
-        return tuned__errf(e, TUNED_ESTORE, "record: not a JSON object");
+        return tuned__errf(e, TUNED_ESTORE, WHAT ": not a JSON object");
 
     uint64_t ver;
-    int rc = get_uint(v, "v", INT64_MAX, &ver, e);
+    int rc = tuned__json_get_uint(v, WHAT, "v", INT64_MAX, &ver, e);
     if (rc != 0)
         return rc;
-    if (ver > TUNED__RECORD_VERSION)
-        return tuned__errf(e, TUNED_ESCHEMA,
-                           "record: version %" PRIu64 ", this build reads up to %d", ver,
-                           TUNED__RECORD_VERSION);
-    if (ver < 1)
-        return tuned__errf(e, TUNED_ESTORE, "record: field \"v\": version 0 does not exist");
+    if (ver != TUNED__RECORD_VERSION)
+        return tuned__errf(e, TUNED_ESCHEMA, WHAT ": version %" PRIu64 ", this build reads "
+                           "version %d only", ver, TUNED__RECORD_VERSION);
 
     /* Zeroed so that array bytes past each string's NUL are deterministic. */
     tuned__record r;
     memset(&r, 0, sizeof r);
-    uint64_t kernel, dtype, evaluations;
-    if ((rc = get_uint(v, "kernel", UINT8_MAX, &kernel, e)) != 0
-        || (rc = get_uint(v, "dtype", UINT8_MAX, &dtype, e)) != 0
-        || (rc = get_uint(v, "rows", INT64_MAX, &r.key.rows, e)) != 0
-        || (rc = get_uint(v, "cols", INT64_MAX, &r.key.cols, e)) != 0
-        || (rc = get_fp(v, "gpu_fp", &r.key.gpu_fp, e)) != 0
-        || (rc = get_str(v, "config", r.config, sizeof r.config, e)) != 0
-        || (rc = get_str(v, "gpu", r.gpu, sizeof r.gpu, e)) != 0
-        || (rc = get_str(v, "gpu_name", r.gpu_name, sizeof r.gpu_name, e)) != 0
-        || (rc = get_num(v, "median_us", &r.median_us, e)) != 0
-        || (rc = get_num(v, "copy_us", &r.copy_us, e)) != 0
-        || (rc = get_num(v, "gbps", &r.gbps, e)) != 0
-        || (rc = get_uint(v, "evaluations", UINT32_MAX, &evaluations, e)) != 0
-        || (rc = get_str(v, "date", r.date, sizeof r.date, e)) != 0
-        || (rc = get_str(v, "tool_version", r.tool_version, sizeof r.tool_version, e)) != 0)
+    tuned__provenance *p = &r.prov;
+    char kernel[16], dtype[16];
+    uint64_t layout, evaluations, cc_major, cc_minor, sm, drv, nv_major, nv_minor;
+    if ((rc = tuned__json_get_str(v, WHAT, "kernel", kernel, sizeof kernel, e)) != 0
+        || (rc = tuned__json_get_str(v, WHAT, "dtype", dtype, sizeof dtype, e)) != 0
+        || (rc = tuned__json_get_uint(v, WHAT, "rows", INT64_MAX, &r.key.rows, e)) != 0
+        || (rc = tuned__json_get_uint(v, WHAT, "cols", INT64_MAX, &r.key.cols, e)) != 0
+        || (rc = tuned__json_get_uint(v, WHAT, "layout", UINT8_MAX, &layout, e)) != 0
+        || (rc = tuned__json_get_hex64(v, WHAT, "gpu_fp", &r.key.gpu_fp, e)) != 0
+        || (rc = tuned__json_get_str(v, WHAT, "config", r.config, sizeof r.config, e)) != 0
+        || (rc = tuned__json_get_str(v, WHAT, "gpu", r.gpu, sizeof r.gpu, e)) != 0
+        || (rc = tuned__json_get_str(v, WHAT, "gpu_name", r.gpu_name, sizeof r.gpu_name, e)) != 0
+        || (rc = tuned__json_get_uint(v, WHAT, "cc_major", UINT32_MAX, &cc_major, e)) != 0
+        || (rc = tuned__json_get_uint(v, WHAT, "cc_minor", UINT32_MAX, &cc_minor, e)) != 0
+        || (rc = tuned__json_get_uint(v, WHAT, "sm_count", UINT32_MAX, &sm, e)) != 0
+        || (rc = tuned__json_get_uint(v, WHAT, "mem_mib", INT64_MAX, &p->mem_mib, e)) != 0
+        || (rc = tuned__json_get_uint(v, WHAT, "driver", UINT32_MAX, &drv, e)) != 0
+        || (rc = tuned__json_get_uint(v, WHAT, "nvrtc_major", UINT32_MAX, &nv_major, e)) != 0
+        || (rc = tuned__json_get_uint(v, WHAT, "nvrtc_minor", UINT32_MAX, &nv_minor, e)) != 0
+        || (rc = tuned__json_get_hex64(v, WHAT, "template_hash", &p->template_hash, e)) != 0
+        || (rc = tuned__json_get_str(v, WHAT, "policy", p->policy, sizeof p->policy, e)) != 0
+        || (rc = tuned__json_get_num(v, WHAT, "median_us", &r.median_us, e)) != 0
+        || (rc = tuned__json_get_num(v, WHAT, "copy_us", &r.copy_us, e)) != 0
+        || (rc = tuned__json_get_num(v, WHAT, "gbps", &r.gbps, e)) != 0
+        || (rc = tuned__json_get_uint(v, WHAT, "evaluations", UINT32_MAX, &evaluations, e)) != 0
+        || (rc = tuned__json_get_hex64(v, WHAT, "cubin", &r.cubin, e)) != 0
+        || (rc = tuned__json_get_str(v, WHAT, "date", r.date, sizeof r.date, e)) != 0
+        || (rc = tuned__json_get_str(v, WHAT, "tool_version", r.tool_version,
+                                     sizeof r.tool_version, e)) != 0)
         return rc;
-    r.key.kernel = (uint8_t)kernel;
-    r.key.dtype = (uint8_t)dtype;
+    tuned_dtype dt;
+    if (tuned__kernel_parse(kernel, &r.key.kernel) != 0)
+        return tuned__errf(e, TUNED_ESTORE, WHAT ": field \"kernel\": unknown kernel \"%s\"",
+                           kernel);
+    if (tuned_dtype_parse(dtype, &dt) != 0 || strcmp(tuned_dtype_name(dt), dtype) != 0)
+        return tuned__errf(e, TUNED_ESTORE,
+                           WHAT ": field \"dtype\": \"%s\" is not fp16, bf16 or fp32", dtype);
+    r.key.dtype = (uint8_t)dt;
+    r.key.layout = (uint8_t)layout;
+    p->cc_major = (uint32_t)cc_major;
+    p->cc_minor = (uint32_t)cc_minor;
+    p->sm_count = (uint32_t)sm;
+    p->driver_version = (uint32_t)drv;
+    p->nvrtc_major = (uint32_t)nv_major;
+    p->nvrtc_minor = (uint32_t)nv_minor;
     r.evaluations = (uint32_t)evaluations;
+    if ((rc = tuned__record_check(&r, TUNED_ESTORE, e)) != 0)
+        return rc;
     *out = r;
     return 0;
 }
 
 int tuned__record_decode(const void *text, size_t len, tuned__record *out, tuned__err *e)
 {
-    json_error_t jerr;
-    json_t *v = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
-    if (v == NULL) {
-        /* jansson quotes the offending bytes: keep the message one clean line. */
-        for (char *c = jerr.text; *c != '\0'; c++)
-            if ((unsigned char)*c < 0x20 || *c == 0x7f)
-                *c = '?';
-        return tuned__errf(e, TUNED_ESTORE, "record: invalid JSON at line %d column %d: %s",
-                           jerr.line, jerr.column, jerr.text);
-    }
-    int rc = tuned__record_from_json(v, out, e);
+    json_t *v;
+    int rc = tuned__json_load(text, len, WHAT, &v, e);
+    if (rc != 0)
+        return rc;
+    rc = tuned__record_from_json(v, out, e);
     json_decref(v);
     return rc;
+}
+
+/* ---- provenance ---- */
+
+typedef struct why_buf {
+    char *buf;
+    size_t n, used;
+    int count;
+} why_buf;
+
+static void why_add(why_buf *w, const char *fmt, ...) TUNED__PRINTF(2, 3);
+
+static void why_add(why_buf *w, const char *fmt, ...)
+{
+    w->count++;
+    if (w->buf == NULL || w->used + 1 >= w->n)
+        return;
+    if (w->count > 1) {
+        int k = snprintf(w->buf + w->used, w->n - w->used, "; ");
+        w->used += k > 0 ? (size_t)k : 0;
+        if (w->used >= w->n)
+            w->used = w->n - 1;
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    int k = vsnprintf(w->buf + w->used, w->n - w->used, fmt, ap);
+    va_end(ap);
+    w->used += k > 0 ? (size_t)k : 0;
+    if (w->used >= w->n)
+        w->used = w->n - 1;
+}
+
+bool tuned__record_exact(const tuned__record *r, const tuned__record *here, char *why, size_t n)
+{
+    why_buf w = {.buf = why, .n = n};
+    if (why != NULL && n > 0)
+        why[0] = '\0';
+    const tuned__store_key *a = &r->key, *b = &here->key;
+    const tuned__provenance *p = &r->prov, *q = &here->prov;
+    if (a->kernel != b->kernel || a->dtype != b->dtype || a->rows != b->rows || a->cols != b->cols)
+        why_add(&w, "another shape or kernel");
+    if (a->layout != b->layout)
+        why_add(&w, "layout %u (here %u)", (unsigned)a->layout, (unsigned)b->layout);
+    if (strcmp(r->gpu_name, here->gpu_name) != 0)
+        why_add(&w, "GPU %s (here %s)", r->gpu_name, here->gpu_name);
+    if (p->cc_major != q->cc_major || p->cc_minor != q->cc_minor)
+        why_add(&w, "sm_%u%u (here sm_%u%u)", p->cc_major, p->cc_minor, q->cc_major, q->cc_minor);
+    if (p->sm_count != q->sm_count)
+        why_add(&w, "%u SMs (here %u)", p->sm_count, q->sm_count);
+    if (p->mem_mib != q->mem_mib)
+        why_add(&w, "%" PRIu64 " MiB (here %" PRIu64 ")", p->mem_mib, q->mem_mib);
+    if (p->driver_version != q->driver_version)
+        why_add(&w, "driver %u (here %u)", p->driver_version, q->driver_version);
+    if (p->nvrtc_major != q->nvrtc_major || p->nvrtc_minor != q->nvrtc_minor)
+        why_add(&w, "nvrtc %u.%u (here %u.%u)", p->nvrtc_major, p->nvrtc_minor, q->nvrtc_major,
+                q->nvrtc_minor);
+    if (p->template_hash != q->template_hash)
+        why_add(&w, "templates %016" PRIx64 " (here %016" PRIx64 ")", p->template_hash,
+                q->template_hash);
+    if (strcmp(p->policy, q->policy) != 0)
+        why_add(&w, "policy %s (here %s)", p->policy, q->policy);
+    /* The identity string and its fingerprint spell the same facts; a
+     * difference only there (another format, a collision) still counts. */
+    if (w.count == 0 && (a->gpu_fp != b->gpu_fp || strcmp(r->gpu, here->gpu) != 0))
+        why_add(&w, "GPU identity %s (here %s)", r->gpu, here->gpu);
+    return w.count == 0;
 }

@@ -1,12 +1,14 @@
-/* record.h: a tuned__record as a versioned JSON value, and back.
+/* record.h: a best-config record (tuned__record) as a versioned JSON
+ * object, and back; and the checks every record passes.
  *
- * Store values are JSON objects so that a person can read them with
- * mdb_dump and a newer tool can add fields. "v" is the record version:
- * a reader refuses versions newer than TUNED__RECORD_VERSION with
- * TUNED_ESCHEMA, and refuses malformed fields with TUNED_ESTORE naming the
+ * Store values and export lines are the same JSON object, so a person can
+ * read them with mdb_dump or jq and a newer tool can add fields. "v" is the
+ * record version: a reader refuses any version but TUNED__RECORD_VERSION
+ * with TUNED_ESCHEMA, and malformed fields with TUNED_ESTORE naming the
  * field; strings that do not fit the struct's arrays are errors, never
- * silently cut. The object carries the key fields too, so the store can
- * check that a value sits under its own key. */
+ * silently cut. Unknown fields are ignored. The object carries the key
+ * fields too, so the store can check that a value sits under its own key.
+ * The field list is documented in docs/store-format.md. */
 #ifndef TUNED_CACHE_RECORD_H
 #define TUNED_CACHE_RECORD_H
 
@@ -17,17 +19,24 @@
 #include "../src/common/err.h"
 #include "store.h"
 
-#define TUNED__RECORD_VERSION 1
+#define TUNED__RECORD_VERSION 2
+
+/* Whether r is a record the store may hold: known kernel and dtype, rows
+ * and cols >= 1, gpu_fp the fingerprint of gpu, a config text, GPU name and
+ * policy that are not empty, median_us > 0, a valid date. Returns 0 or code
+ * with the reason. */
+int tuned__record_check(const tuned__record *r, int code, tuned__err *e);
 
 /* Builds the JSON object of r into *out (a new reference). Returns 0,
  * TUNED_EINVAL for a field that cannot be written (a string that is not
  * NUL-terminated within its array or not UTF-8, a non-finite or negative
- * number, rows or cols above INT64_MAX), or TUNED_ENOMEM. */
+ * number, rows or cols above INT64_MAX), or TUNED_ENOMEM. Does not run
+ * tuned__record_check(). */
 int tuned__record_to_json(const tuned__record *r, json_t **out, tuned__err *e);
 
-/* Fills *out from the JSON value v. Returns 0, TUNED_ESCHEMA for a record
- * version newer than ours, or TUNED_ESTORE for anything malformed. *out is
- * written only on success. */
+/* Fills *out from the JSON value v and checks it (tuned__record_check).
+ * Returns 0, TUNED_ESCHEMA for another record version, or TUNED_ESTORE for
+ * anything malformed. *out is written only on success. */
 int tuned__record_from_json(const json_t *v, tuned__record *out, tuned__err *e);
 
 /* tuned__record_to_json(), serialized compactly into *text, a malloc()ed

@@ -1,10 +1,11 @@
-/* store.c: the LMDB store of tuned results (API in store.h).
+/* store.c: the LMDB environment of the store: opening, the schema check,
+ * the map that grows, and the sticky-error transactions every other store
+ * file uses (txn.h, store.h).
  *
- * One MDB_env per process, opened once with MDB_NOTLS so that daemon worker
- * threads can each run their own transactions. The named databases "meta"
- * and "best" are created in one start-up write transaction that also checks
- * the schema version, and are never closed. Keys come from key.c, values
- * from record.c.
+ * One MDB_env per handle, opened with MDB_NOTLS so that daemon worker
+ * threads can each run their own transactions. The named databases are
+ * created in one start-up write transaction that also checks the schema
+ * version, and are never closed.
  *
  * The map starts at 64 MiB and grows on demand: a write that hits
  * MDB_MAP_FULL aborts, doubles the map and retries; a transaction that
@@ -13,8 +14,10 @@
  * the map is resized, so every transaction holds s->resize shared and a
  * resize holds it exclusive.
  *
- * Every LMDB return code goes through mdb_fail(), the one place MDB_* and
- * errno values become TUNED_E* codes with "store PATH: mdb_xxx: reason". */
+ * Crash safety is LMDB's: copy-on-write pages and two meta pages, synced at
+ * every commit (no MDB_NOSYNC), so a process killed at any point leaves the
+ * last committed state; its write lock is a robust mutex the next writer
+ * recovers, and its reader slot is cleared by mdb_reader_check() at open. */
 #include "store.h"
 
 #include <errno.h>
@@ -25,52 +28,51 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 
-#include "../src/common/hash.h"
 #include "key.h"
-#include "record.h"
 #include "store_internal.h"
 #include "tuned.h"
+#include "txn.h"
 
-#define STORE_MAXDBS 4        /* "meta", "best", and room to add one later */
+#define STORE_MAXDBS 8        /* four used, room to add some later */
 #define STORE_MAX_RETRIES 16  /* map grows or adoptions for one operation */
-
-struct tuned__store {
-    MDB_env *env;
-    MDB_dbi meta;
-    MDB_dbi best;
-    int have_best;            /* 0 only for a read-only open of a store without dbs */
-    int readonly;
-    int lock_ready;           /* resize was initialized */
-    pthread_rwlock_t resize;  /* txns hold it shared, map resizes exclusive */
-    size_t mapsize;           /* current map size; written only under resize held exclusive */
-    char path[];
-};
 
 /* ---- errors ---- */
 
-/* The one translation of LMDB (and errno) codes returned by mdb_* calls. */
-static int mdb_fail(tuned__err *e, const char *path, const char *call, int rc)
+int tuned__mdb_fail(tuned__err *e, const char *path, const char *call, int rc)
 {
     int code;
+    const char *hint = "";
     switch (rc) {
     case MDB_NOTFOUND:
     case ENOENT:
         code = TUNED_ENOTFOUND;
         break;
-    case MDB_VERSION_MISMATCH:
-        code = TUNED_ESCHEMA;
-        break;
     case ENOMEM:
         code = TUNED_ENOMEM;
+        break;
+    case MDB_INVALID:
+    case MDB_CORRUPTED:
+    case MDB_PAGE_NOTFOUND:
+    case MDB_VERSION_MISMATCH:
+        code = TUNED_ESTORE;
+        hint = " (the store's files are damaged or not an LMDB store of this LMDB version; "
+               "move the directory away to start a new store)";
+        break;
+    case EACCES:
+    case EROFS:
+    case EPERM:
+        code = TUNED_ESTORE;
+        hint = " (the store directory and its files must be writable)";
         break;
     default:
         code = TUNED_ESTORE;
         break;
     }
-    return tuned__errf(e, code, "store %s: %s: %s", path, call, mdb_strerror(rc));
+    return tuned__errf(e, code, "store %s: %s: %s%s", path, call, mdb_strerror(rc), hint);
 }
 
 static int lock_fail(tuned__err *e, const char *path, const char *call, int rc)
@@ -78,30 +80,37 @@ static int lock_fail(tuned__err *e, const char *path, const char *call, int rc)
     return tuned__errf(e, TUNED_ESTORE, "store %s: %s: %s", path, call, strerror(rc));
 }
 
-static void key_str(char *buf, size_t size, const tuned__store_key *k)
+void tuned__store_key_str(char *buf, size_t size, const tuned__store_key *k)
 {
-    snprintf(buf, size, "key kernel %u dtype %u %" PRIu64 "x%" PRIu64 " gpu %016" PRIx64,
-             (unsigned)k->kernel, (unsigned)k->dtype, k->rows, k->cols, k->gpu_fp);
+    char text[TUNED__KEY_TEXT];
+    tuned__key_format(text, sizeof text, k);
+    snprintf(buf, size, "key %s", text);
+}
+
+const char *tuned__store_path(const tuned__store *s)
+{
+    return s->path;
 }
 
 /* ---- transactions ---- */
 
-/* A transaction with a sticky error: the first failure wins, later calls
- * are no-ops, and the end aborts instead of committing. */
-typedef struct store_txn {
-    tuned__store *s;
-    MDB_txn *txn;
-    size_t seen_mapsize;  /* s->mapsize when it began */
-    int mdb_rc;           /* the first LMDB failure, 0 if none */
-    int rc;               /* the first failure as a TUNED_E* code, 0 if none */
-} store_txn;
-
-static void stx_fail(store_txn *t, const char *call, int mdb_rc, tuned__err *e)
+void tuned__txn_fail(tuned__txn *t, const char *call, int mdb_rc, tuned__err *e)
 {
     if (t->rc != 0)
         return;
     t->mdb_rc = mdb_rc;
-    t->rc = mdb_fail(e, t->s->path, call, mdb_rc);
+    t->rc = tuned__mdb_fail(e, t->s->path, call, mdb_rc);
+}
+
+void tuned__txn_discard(tuned__txn *t)
+{
+    t->discard = 1;
+}
+
+void tuned__txn_error(tuned__txn *t, int code)
+{
+    if (t->rc == 0)
+        t->rc = code;
 }
 
 /* Adopts a map size another process set, or doubles the map when it is
@@ -116,11 +125,11 @@ static int map_resize(tuned__store *s, size_t seen, int grow, tuned__err *e)
     if (s->mapsize != seen)
         goto out; /* another thread resized it meanwhile */
     if ((rc = mdb_env_set_mapsize(s->env, 0)) != 0) {
-        rc = mdb_fail(e, s->path, "mdb_env_set_mapsize", rc);
+        rc = tuned__mdb_fail(e, s->path, "mdb_env_set_mapsize", rc);
         goto out;
     }
     if ((rc = mdb_env_info(s->env, &info)) != 0) {
-        rc = mdb_fail(e, s->path, "mdb_env_info", rc);
+        rc = tuned__mdb_fail(e, s->path, "mdb_env_info", rc);
         goto out;
     }
     if (grow && info.me_mapsize <= seen) {
@@ -130,11 +139,11 @@ static int map_resize(tuned__store *s, size_t seen, int grow, tuned__err *e)
             goto out;
         }
         if ((rc = mdb_env_set_mapsize(s->env, seen * 2)) != 0) {
-            rc = mdb_fail(e, s->path, "mdb_env_set_mapsize", rc);
+            rc = tuned__mdb_fail(e, s->path, "mdb_env_set_mapsize", rc);
             goto out;
         }
         if ((rc = mdb_env_info(s->env, &info)) != 0) {
-            rc = mdb_fail(e, s->path, "mdb_env_info", rc);
+            rc = tuned__mdb_fail(e, s->path, "mdb_env_info", rc);
             goto out;
         }
     }
@@ -147,9 +156,7 @@ out:
     return rc;
 }
 
-/* Begins a transaction (flags 0 or MDB_RDONLY) holding s->resize shared,
- * adopting a map grown by another process on MDB_MAP_RESIZED. */
-static int stx_begin(store_txn *t, tuned__store *s, unsigned flags, tuned__err *e)
+int tuned__txn_begin(tuned__txn *t, tuned__store *s, unsigned flags, tuned__err *e)
 {
     memset(t, 0, sizeof *t);
     t->s = s;
@@ -165,20 +172,18 @@ static int stx_begin(store_txn *t, tuned__store *s, unsigned flags, tuned__err *
         if (urc != 0)
             return lock_fail(e, s->path, "pthread_rwlock_unlock", urc);
         if (rc != MDB_MAP_RESIZED || tries >= STORE_MAX_RETRIES)
-            return mdb_fail(e, s->path, "mdb_txn_begin", rc);
+            return tuned__mdb_fail(e, s->path, "mdb_txn_begin", rc);
         if ((rc = map_resize(s, t->seen_mapsize, 0, e)) != 0)
             return rc;
     }
 }
 
-/* Commits (or, after a failure, aborts) and releases s->resize. Returns the
- * transaction's first failure or the commit's. */
-static int stx_end(store_txn *t, tuned__err *e)
+int tuned__txn_end(tuned__txn *t, tuned__err *e)
 {
-    if (t->rc == 0) {
+    if (t->rc == 0 && !t->discard) {
         int rc = mdb_txn_commit(t->txn);
         if (rc != 0)
-            stx_fail(t, "mdb_txn_commit", rc, e);
+            tuned__txn_fail(t, "mdb_txn_commit", rc, e);
     } else {
         mdb_txn_abort(t->txn);
     }
@@ -189,7 +194,7 @@ static int stx_end(store_txn *t, tuned__err *e)
     return t->rc;
 }
 
-static void stx_put(store_txn *t, MDB_dbi dbi, const void *k, size_t kn, const void *v,
+void tuned__txn_put(tuned__txn *t, MDB_dbi dbi, const void *k, size_t kn, const void *v,
                     size_t vn, tuned__err *e)
 {
     if (t->rc != 0)
@@ -198,28 +203,111 @@ static void stx_put(store_txn *t, MDB_dbi dbi, const void *k, size_t kn, const v
     MDB_val val = {.mv_size = vn, .mv_data = (void *)v};
     int rc = mdb_put(t->txn, dbi, &key, &val, 0);
     if (rc != 0)
-        stx_fail(t, "mdb_put", rc, e);
+        tuned__txn_fail(t, "mdb_put", rc, e);
 }
 
-/* Runs fn in a write transaction; on MDB_MAP_FULL aborts, grows the map
- * and runs it again. */
-typedef void (*write_fn)(store_txn *t, void *arg, tuned__err *e);
+int tuned__txn_get(tuned__txn *t, MDB_dbi dbi, const void *k, size_t kn, MDB_val *v,
+                   tuned__err *e)
+{
+    if (t->rc != 0)
+        return -1;
+    MDB_val key = {.mv_size = kn, .mv_data = (void *)k};
+    int rc = mdb_get(t->txn, dbi, &key, v);
+    if (rc == 0)
+        return 1;
+    if (rc == MDB_NOTFOUND)
+        return 0;
+    tuned__txn_fail(t, "mdb_get", rc, e);
+    return -1;
+}
 
-static int write_txn(tuned__store *s, write_fn fn, void *arg, tuned__err *e)
+int tuned__txn_del(tuned__txn *t, MDB_dbi dbi, const void *k, size_t kn, tuned__err *e)
+{
+    if (t->rc != 0)
+        return -1;
+    MDB_val key = {.mv_size = kn, .mv_data = (void *)k};
+    int rc = mdb_del(t->txn, dbi, &key, NULL);
+    if (rc == 0)
+        return 1;
+    if (rc == MDB_NOTFOUND)
+        return 0;
+    tuned__txn_fail(t, "mdb_del", rc, e);
+    return -1;
+}
+
+MDB_cursor *tuned__txn_cursor(tuned__txn *t, MDB_dbi dbi, tuned__err *e)
+{
+    if (t->rc != 0)
+        return NULL;
+    MDB_cursor *cur;
+    int rc = mdb_cursor_open(t->txn, dbi, &cur);
+    if (rc != 0) {
+        tuned__txn_fail(t, "mdb_cursor_open", rc, e);
+        return NULL;
+    }
+    return cur;
+}
+
+static int write_txn(tuned__store *s, tuned__write_fn fn, void *arg, tuned__err *e)
 {
     for (int tries = 0;; tries++) {
-        store_txn t;
-        int rc = stx_begin(&t, s, 0, e);
+        tuned__txn t;
+        int rc = tuned__txn_begin(&t, s, 0, e);
         if (rc != 0)
             return rc;
         fn(&t, arg, e);
-        rc = stx_end(&t, e);
+        if (t.rc == 0 && s->test_hook != NULL)
+            s->test_hook(s->test_ctx, "before-commit");
+        rc = tuned__txn_end(&t, e);
         if (rc == 0 || t.mdb_rc != MDB_MAP_FULL || tries >= STORE_MAX_RETRIES)
             return rc;
         if ((rc = map_resize(s, t.seen_mapsize, 1, e)) != 0)
             return rc;
         tuned__err_clear(e);
     }
+}
+
+int tuned__store_write(tuned__store *s, tuned__write_fn fn, void *arg, tuned__err *e)
+{
+    if (s->readonly)
+        return tuned__errf(e, TUNED_EINVAL, "store %s: opened read-only", s->path);
+    return write_txn(s, fn, arg, e);
+}
+
+/* ---- filters ---- */
+
+static int is_fingerprint(const char *s, uint64_t *fp)
+{
+    uint64_t v = 0;
+    size_t n = 0;
+    for (; s[n] != '\0'; n++) {
+        char c = s[n];
+        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+        if (d < 0 || n >= 16)
+            return 0;
+        v = (v << 4) | (uint64_t)d;
+    }
+    *fp = v;
+    return n == 16;
+}
+
+bool tuned__filter_match(const tuned__store_filter *f, const tuned__store_key *k,
+                         const tuned__record *r)
+{
+    if (f == NULL)
+        return true;
+    if (f->have_shape && (k->rows != f->rows || k->cols != f->cols))
+        return false;
+    if (f->have_dtype && k->dtype != f->dtype)
+        return false;
+    if (f->gpu != NULL && f->gpu[0] != '\0') {
+        uint64_t fp;
+        if (is_fingerprint(f->gpu, &fp) && fp == k->gpu_fp)
+            return true;
+        return r != NULL && strcasestr(r->gpu_name, f->gpu) != NULL;
+    }
+    return true;
 }
 
 /* ---- opening ---- */
@@ -289,7 +377,7 @@ static int check_readonly_path(const char *path, tuned__err *e)
 
 /* Checks meta "schema" against ours. In a writable open it also writes
  * "schema" into a new store and "writer" (our version) into any store. */
-static void check_schema(store_txn *t, int writable, tuned__err *e)
+static void check_schema(tuned__txn *t, int writable, tuned__err *e)
 {
     if (t->rc != 0)
         return;
@@ -299,16 +387,14 @@ static void check_schema(store_txn *t, int writable, tuned__err *e)
     char want[24];
     int want_n = snprintf(want, sizeof want, "%d", TUNED__STORE_SCHEMA);
 
-    MDB_val k = {.mv_size = sizeof schema_key - 1, .mv_data = (void *)schema_key};
     MDB_val v;
-    int rc = mdb_get(t->txn, s->meta, &k, &v);
-    if (rc == MDB_NOTFOUND) {
+    int found = tuned__txn_get(t, s->meta, schema_key, sizeof schema_key - 1, &v, e);
+    if (found < 0)
+        return;
+    if (found == 0) {
         /* A new store: this transaction creates it. */
         if (writable)
-            stx_put(t, s->meta, schema_key, sizeof schema_key - 1, want, (size_t)want_n, e);
-    } else if (rc != 0) {
-        stx_fail(t, "mdb_get", rc, e);
-        return;
+            tuned__txn_put(t, s->meta, schema_key, sizeof schema_key - 1, want, (size_t)want_n, e);
     } else {
         const char *p = v.mv_data;
         uint64_t have = 0;
@@ -317,60 +403,91 @@ static void check_schema(store_txn *t, int writable, tuned__err *e)
             have = have * 10 + (uint64_t)(p[i] - '0');
         if (v.mv_size == 0 || i != v.mv_size) {
             t->rc = tuned__errf(e, TUNED_ESTORE,
-                                "store %s: meta \"schema\" is not a decimal number", s->path);
+                                "store %s: meta \"schema\" is not a decimal number: the store is "
+                                "damaged or was not written by tuned", s->path);
             return;
         }
         if (have != TUNED__STORE_SCHEMA) {
-            t->rc = tuned__errf(e, TUNED_ESCHEMA,
-                                "store %s: schema version %" PRIu64 ", this build uses %d",
-                                s->path, have, TUNED__STORE_SCHEMA);
+            /* Say who wrote it, when the store says so (printable bytes only). */
+            char writer[40] = "an unknown version";
+            MDB_val w;
+            if (tuned__txn_get(t, s->meta, writer_key, sizeof writer_key - 1, &w, e) == 1) {
+                size_t n = w.mv_size < 30 ? w.mv_size : 30;
+                char *dst = writer + snprintf(writer, sizeof writer, "tuned ");
+                for (size_t k = 0; k < n; k++)
+                    *dst++ = ((const char *)w.mv_data)[k] >= 0x20 &&
+                                     ((const char *)w.mv_data)[k] < 0x7f
+                                 ? ((const char *)w.mv_data)[k]
+                                 : '?';
+                *dst = '\0';
+            }
+            t->rc = tuned__errf(
+                e, TUNED_ESCHEMA,
+                "store %s: schema version %" PRIu64 " (last written by %s), this build uses "
+                "schema %d; the store was left untouched: use a tuned that reads schema %" PRIu64
+                ", or move the directory away (or pass another --db) to start a new store",
+                s->path, have, writer, TUNED__STORE_SCHEMA, have);
             return;
         }
     }
     if (writable)
-        stx_put(t, s->meta, writer_key, sizeof writer_key - 1, TUNED_VERSION_STRING,
-                sizeof TUNED_VERSION_STRING - 1, e);
+        tuned__txn_put(t, s->meta, writer_key, sizeof writer_key - 1, TUNED_VERSION_STRING,
+                       sizeof TUNED_VERSION_STRING - 1, e);
 }
 
-/* The start-up write transaction: creates both dbs, checks the schema. */
-static void setup_write(store_txn *t, void *arg, tuned__err *e)
+static const struct {
+    const char *name;
+    size_t offset;
+} store_dbs[] = {
+    {"best", offsetof(tuned__store, best)},
+    {"history", offsetof(tuned__store, hist)},
+    {"cubins", offsetof(tuned__store, cubins)},
+};
+
+/* The start-up write transaction: meta first and the schema check, then
+ * the other dbs; any failure aborts it, so nothing is created. */
+static void setup_write(tuned__txn *t, void *arg, tuned__err *e)
 {
     (void)arg;
     tuned__store *s = t->s;
     int rc = mdb_dbi_open(t->txn, "meta", MDB_CREATE, &s->meta);
     if (rc != 0) {
-        stx_fail(t, "mdb_dbi_open meta", rc, e);
-        return;
-    }
-    if ((rc = mdb_dbi_open(t->txn, "best", MDB_CREATE, &s->best)) != 0) {
-        stx_fail(t, "mdb_dbi_open best", rc, e);
+        tuned__txn_fail(t, "mdb_dbi_open meta", rc, e);
         return;
     }
     check_schema(t, 1, e);
+    for (size_t i = 0; t->rc == 0 && i < sizeof store_dbs / sizeof store_dbs[0]; i++) {
+        MDB_dbi *dbi = (MDB_dbi *)((char *)s + store_dbs[i].offset);
+        if ((rc = mdb_dbi_open(t->txn, store_dbs[i].name, MDB_CREATE, dbi)) != 0)
+            tuned__txn_fail(t, "mdb_dbi_open", rc, e);
+    }
 }
 
 /* Read-only: missing dbs mean an empty store, not an error. */
 static int setup_read(tuned__store *s, tuned__err *e)
 {
-    store_txn t;
-    int rc = stx_begin(&t, s, MDB_RDONLY, e);
+    tuned__txn t;
+    int rc = tuned__txn_begin(&t, s, MDB_RDONLY, e);
     if (rc != 0)
         return rc;
     rc = mdb_dbi_open(t.txn, "meta", 0, &s->meta);
     if (rc == 0) {
         check_schema(&t, 0, e);
-        if (t.rc == 0) {
-            rc = mdb_dbi_open(t.txn, "best", 0, &s->best);
-            if (rc == 0)
-                s->have_best = 1;
-            else if (rc != MDB_NOTFOUND)
-                stx_fail(&t, "mdb_dbi_open best", rc, e);
+        int have = 1;
+        for (size_t i = 0; t.rc == 0 && i < sizeof store_dbs / sizeof store_dbs[0]; i++) {
+            MDB_dbi *dbi = (MDB_dbi *)((char *)s + store_dbs[i].offset);
+            rc = mdb_dbi_open(t.txn, store_dbs[i].name, 0, dbi);
+            if (rc == MDB_NOTFOUND)
+                have = 0;
+            else if (rc != 0)
+                tuned__txn_fail(&t, "mdb_dbi_open", rc, e);
         }
+        s->have_dbs = have;
     } else if (rc != MDB_NOTFOUND) {
-        stx_fail(&t, "mdb_dbi_open meta", rc, e);
+        tuned__txn_fail(&t, "mdb_dbi_open meta", rc, e);
     }
     /* Committed, not aborted: dbi handles opened in it must outlive it. */
-    return stx_end(&t, e);
+    return tuned__txn_end(&t, e);
 }
 
 int tuned__store_open_mapsize(tuned__store **out, const char *path, unsigned flags,
@@ -404,30 +521,29 @@ int tuned__store_open_mapsize(tuned__store **out, const char *path, unsigned fla
 
     if ((rc = mdb_env_create(&s->env)) != 0) {
         s->env = NULL;
-        rc = mdb_fail(e, path, "mdb_env_create", rc);
+        rc = tuned__mdb_fail(e, path, "mdb_env_create", rc);
         goto fail;
     }
     if ((rc = mdb_env_set_mapsize(s->env, mapsize)) != 0) {
-        rc = mdb_fail(e, path, "mdb_env_set_mapsize", rc);
+        rc = tuned__mdb_fail(e, path, "mdb_env_set_mapsize", rc);
         goto fail;
     }
     if ((rc = mdb_env_set_maxdbs(s->env, STORE_MAXDBS)) != 0) {
-        rc = mdb_fail(e, path, "mdb_env_set_maxdbs", rc);
+        rc = tuned__mdb_fail(e, path, "mdb_env_set_maxdbs", rc);
         goto fail;
     }
     unsigned env_flags = MDB_NOTLS | (readonly ? MDB_RDONLY : 0);
     if ((rc = mdb_env_open(s->env, path, env_flags, 0600)) != 0) {
-        rc = mdb_fail(e, path, "mdb_env_open", rc);
+        rc = tuned__mdb_fail(e, path, "mdb_env_open", rc);
         goto fail;
     }
-    int dead;
-    if ((rc = mdb_reader_check(s->env, &dead)) != 0) {
-        rc = mdb_fail(e, path, "mdb_reader_check", rc);
+    if ((rc = mdb_reader_check(s->env, &s->stale_readers)) != 0) {
+        rc = tuned__mdb_fail(e, path, "mdb_reader_check", rc);
         goto fail;
     }
     MDB_envinfo info;
     if ((rc = mdb_env_info(s->env, &info)) != 0) {
-        rc = mdb_fail(e, path, "mdb_env_info", rc);
+        rc = tuned__mdb_fail(e, path, "mdb_env_info", rc);
         goto fail;
     }
     s->mapsize = info.me_mapsize;
@@ -436,7 +552,7 @@ int tuned__store_open_mapsize(tuned__store **out, const char *path, unsigned fla
         rc = setup_read(s, e);
     } else {
         rc = write_txn(s, setup_write, NULL, e);
-        s->have_best = rc == 0;
+        s->have_dbs = rc == 0;
     }
     if (rc != 0)
         goto fail;
@@ -464,188 +580,6 @@ void tuned__store_close(tuned__store *s)
     free(s);
 }
 
-/* ---- records ---- */
-
-typedef struct put_arg {
-    const uint8_t *key;
-    const char *text;
-    size_t len;
-} put_arg;
-
-static void put_write(store_txn *t, void *arg, tuned__err *e)
-{
-    const put_arg *a = arg;
-    stx_put(t, t->s->best, a->key, TUNED__KEY_LEN, a->text, a->len, e);
-}
-
-int tuned__store_put_best(tuned__store *s, const tuned__record *r, tuned__err *e)
-{
-    if (s->readonly)
-        return tuned__errf(e, TUNED_EINVAL, "store %s: opened read-only", s->path);
-    char *text;
-    size_t len;
-    int rc = tuned__record_encode(r, &text, &len, e);
-    if (rc != 0) {
-        char ks[128];
-        key_str(ks, sizeof ks, &r->key);
-        return tuned__err_prefix(e, rc, "store %s: %s: ", s->path, ks);
-    }
-    uint8_t key[TUNED__KEY_LEN];
-    tuned__key_encode(key, TUNED__KEY_TAG_BEST, &r->key);
-    put_arg a = {.key = key, .text = text, .len = len};
-    rc = write_txn(s, put_write, &a, e);
-    free(text);
-    return rc;
-}
-
-static int key_equal(const tuned__store_key *a, const tuned__store_key *b)
-{
-    return a->kernel == b->kernel && a->dtype == b->dtype && a->rows == b->rows
-           && a->cols == b->cols && a->gpu_fp == b->gpu_fp;
-}
-
-/* Decodes a value found under key k; it must carry that same key. */
-static int decode_value(tuned__store *s, const tuned__store_key *k, const MDB_val *v,
-                        tuned__record *out, tuned__err *e)
-{
-    char ks[128];
-    tuned__record r;
-    int rc = tuned__record_decode(v->mv_data, v->mv_size, &r, e);
-    if (rc != 0) {
-        key_str(ks, sizeof ks, k);
-        return tuned__err_prefix(e, rc, "store %s: %s: ", s->path, ks);
-    }
-    if (!key_equal(&r.key, k)) {
-        key_str(ks, sizeof ks, k);
-        return tuned__errf(e, TUNED_ESTORE, "store %s: %s: record names another key", s->path,
-                           ks);
-    }
-    *out = r;
-    return 0;
-}
-
-int tuned__store_get_best(tuned__store *s, const tuned__store_key *key, tuned__record *out,
-                          tuned__err *e)
-{
-    char ks[128];
-    if (!s->have_best) {
-        key_str(ks, sizeof ks, key);
-        return tuned__errf(e, TUNED_ENOTFOUND, "store %s: no record for %s", s->path, ks);
-    }
-    uint8_t kb[TUNED__KEY_LEN];
-    tuned__key_encode(kb, TUNED__KEY_TAG_BEST, key);
-    store_txn t;
-    int rc = stx_begin(&t, s, MDB_RDONLY, e);
-    if (rc != 0)
-        return rc;
-    MDB_val k = {.mv_size = sizeof kb, .mv_data = kb};
-    MDB_val v;
-    rc = mdb_get(t.txn, s->best, &k, &v);
-    if (rc == MDB_NOTFOUND) {
-        key_str(ks, sizeof ks, key);
-        t.rc = tuned__errf(e, TUNED_ENOTFOUND, "store %s: no record for %s", s->path, ks);
-    } else if (rc != 0) {
-        stx_fail(&t, "mdb_get", rc, e);
-    } else {
-        t.rc = decode_value(s, key, &v, out, e);
-    }
-    return stx_end(&t, e);
-}
-
-int tuned__store_find_shape(tuned__store *s, uint8_t kernel, uint8_t dtype, uint64_t rows,
-                            uint64_t cols, tuned__record *out, size_t cap, size_t *n,
-                            tuned__err *e)
-{
-    *n = 0;
-    if (cap > 0 && out == NULL)
-        return tuned__errf(e, TUNED_EINVAL, "store %s: find_shape: no output array", s->path);
-    if (!s->have_best)
-        return 0;
-    uint8_t prefix[TUNED__KEY_SHAPE_LEN];
-    tuned__key_encode_shape(prefix, TUNED__KEY_TAG_BEST, kernel, dtype, rows, cols);
-
-    store_txn t;
-    int rc = stx_begin(&t, s, MDB_RDONLY, e);
-    if (rc != 0)
-        return rc;
-    MDB_cursor *cur;
-    if ((rc = mdb_cursor_open(t.txn, s->best, &cur)) != 0) {
-        stx_fail(&t, "mdb_cursor_open", rc, e);
-        return stx_end(&t, e);
-    }
-    size_t count = 0;
-    MDB_val k = {.mv_size = sizeof prefix, .mv_data = prefix};
-    MDB_val v;
-    rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
-    while (rc == 0) {
-        if (k.mv_size < sizeof prefix || memcmp(k.mv_data, prefix, sizeof prefix) != 0)
-            break;
-        tuned__store_key key;
-        if ((t.rc = tuned__key_decode(k.mv_data, k.mv_size, TUNED__KEY_TAG_BEST, &key, e)) != 0) {
-            tuned__err_prefix(e, t.rc, "store %s: ", s->path);
-            break;
-        }
-        if (count < cap && (t.rc = decode_value(s, &key, &v, &out[count], e)) != 0)
-            break;
-        count++;
-        rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
-    }
-    if (rc != 0 && rc != MDB_NOTFOUND)
-        stx_fail(&t, "mdb_cursor_get", rc, e);
-    mdb_cursor_close(cur);
-    rc = stx_end(&t, e);
-    if (rc == 0)
-        *n = count;
-    return rc;
-}
-
-uint64_t tuned__store_gpu_fingerprint(const char *gpu_identity)
-{
-    return tuned__fnv1a64(gpu_identity, strlen(gpu_identity), TUNED__FNV_SEED);
-}
-
-/* ---- added for the daemon (issue 5): enumeration and change detection ---- */
-
-int tuned__store_scan(tuned__store *s, tuned__store_scan_fn fn, void *ctx, size_t *skipped,
-                      tuned__err *e)
-{
-    if (skipped != NULL)
-        *skipped = 0;
-    if (!s->have_best)
-        return 0;
-    store_txn t;
-    int rc = stx_begin(&t, s, MDB_RDONLY, e);
-    if (rc != 0)
-        return rc;
-    MDB_cursor *cur;
-    if ((rc = mdb_cursor_open(t.txn, s->best, &cur)) != 0) {
-        stx_fail(&t, "mdb_cursor_open", rc, e);
-        return stx_end(&t, e);
-    }
-    MDB_val k, v;
-    int stop = 0;
-    rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST);
-    while (rc == 0 && stop == 0) {
-        tuned__store_key key;
-        tuned__record r;
-        tuned__err ignored = {0};
-        if (tuned__key_decode(k.mv_data, k.mv_size, TUNED__KEY_TAG_BEST, &key, &ignored) != 0 ||
-            decode_value(s, &key, &v, &r, &ignored) != 0) {
-            if (skipped != NULL)
-                (*skipped)++;
-        } else {
-            stop = fn(ctx, &r);
-        }
-        if (stop == 0)
-            rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
-    }
-    if (rc != 0 && rc != MDB_NOTFOUND)
-        stx_fail(&t, "mdb_cursor_get", rc, e);
-    mdb_cursor_close(cur);
-    rc = stx_end(&t, e);
-    return rc != 0 ? rc : stop;
-}
-
 int tuned__store_txnid(tuned__store *s, uint64_t *out, tuned__err *e)
 {
     /* Shared hold of s->resize: a resize remaps the metas mdb_env_info reads. */
@@ -656,9 +590,29 @@ int tuned__store_txnid(tuned__store *s, uint64_t *out, tuned__err *e)
     int mrc = mdb_env_info(s->env, &info);
     rc = pthread_rwlock_unlock(&s->resize);
     if (mrc != 0)
-        return mdb_fail(e, s->path, "mdb_env_info", mrc);
+        return tuned__mdb_fail(e, s->path, "mdb_env_info", mrc);
     if (rc != 0)
         return lock_fail(e, s->path, "pthread_rwlock_unlock", rc);
     *out = (uint64_t)info.me_last_txnid;
     return 0;
+}
+
+void tuned__store_set_test_hook(tuned__store *s, void (*fn)(void *ctx, const char *where),
+                                void *ctx)
+{
+    s->test_hook = fn;
+    s->test_ctx = ctx;
+}
+
+int tuned__store_stale_readers(const tuned__store *s)
+{
+    return s->stale_readers;
+}
+
+size_t tuned__store_mapsize(tuned__store *s)
+{
+    pthread_rwlock_rdlock(&s->resize);
+    size_t n = s->mapsize;
+    pthread_rwlock_unlock(&s->resize);
+    return n;
 }

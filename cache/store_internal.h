@@ -2,7 +2,9 @@
  *
  * tuned__store_open() always starts with a 64 MiB map; tests open with a
  * tiny one instead so that a few thousand records exercise the
- * MDB_MAP_FULL -> grow -> retry path in well under a second. */
+ * MDB_MAP_FULL -> grow -> retry path in well under a second. The test hook
+ * lets a crash test stop a writer at a known point inside its write
+ * transaction before killing it. */
 #ifndef TUNED_CACHE_STORE_INTERNAL_H
 #define TUNED_CACHE_STORE_INTERNAL_H
 
@@ -19,5 +21,16 @@
  * map is already larger keeps its size. */
 int tuned__store_open_mapsize(tuned__store **out, const char *path, unsigned flags,
                               size_t mapsize, tuned__err *e);
+
+/* Calls fn(ctx, "before-commit") in every write transaction after its work
+ * and before its commit. NULL removes the hook. */
+void tuned__store_set_test_hook(tuned__store *s, void (*fn)(void *ctx, const char *where),
+                                void *ctx);
+
+/* Reader slots of dead processes that tuned__store_open() cleared. */
+int tuned__store_stale_readers(const tuned__store *s);
+
+/* The current map size in bytes. */
+size_t tuned__store_mapsize(tuned__store *s);
 
 #endif

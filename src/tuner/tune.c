@@ -97,6 +97,16 @@ void tuned__tune_record(const tuned__tune_outcome *o, const tuned__shape *shape,
     tuned__config_format(&o->search.best, rec->config, sizeof rec->config);
     snprintf(rec->gpu, sizeof rec->gpu, "%s", o->gpu.identity);
     snprintf(rec->gpu_name, sizeof rec->gpu_name, "%s", o->gpu.name);
+    /* Provenance: the parts of the identity string, and how we measured. */
+    rec->prov.cc_major = (uint32_t)o->gpu.cc_major;
+    rec->prov.cc_minor = (uint32_t)o->gpu.cc_minor;
+    rec->prov.sm_count = (uint32_t)o->gpu.sm_count;
+    rec->prov.mem_mib = (uint64_t)(o->gpu.total_mem >> 20);
+    rec->prov.driver_version = (uint32_t)o->gpu.driver_version;
+    rec->prov.nvrtc_major = (uint32_t)o->gpu.nvrtc_major;
+    rec->prov.nvrtc_minor = (uint32_t)o->gpu.nvrtc_minor;
+    rec->prov.template_hash = o->gpu.template_hash;
+    snprintf(rec->prov.policy, sizeof rec->prov.policy, "%s", TUNED__MEASURE_POLICY);
     rec->median_us = o->search.best_us;
     rec->copy_us = o->copy_us;
     double bytes = 2.0 * (double)shape->rows * (double)shape->cols *

@@ -1,0 +1,106 @@
+/* txn.h: what the store's files share: the handle, and the transaction with
+ * a sticky error through which every LMDB call goes.
+ *
+ * A tuned__txn holds the first failure: later calls on it are no-ops, and
+ * tuned__txn_end() then aborts instead of committing, so call sites stay
+ * linear and check once. tuned__store_write() runs a function in a write
+ * transaction and, when the map is full, grows it and runs the function
+ * again: such functions must start from scratch on every run (reset their
+ * outputs first) and report to people only after it returned.
+ * Not for use outside cache/. */
+#ifndef TUNED_CACHE_TXN_H
+#define TUNED_CACHE_TXN_H
+
+#include <lmdb.h>
+#include <pthread.h>
+#include <stddef.h>
+
+#include "../src/common/err.h"
+#include "store.h"
+
+struct tuned__store {
+    MDB_env *env;
+    MDB_dbi meta, best, hist, cubins;
+    int have_dbs;             /* 0 only for a read-only open of a store without dbs */
+    int readonly;
+    int lock_ready;           /* resize was initialized */
+    pthread_rwlock_t resize;  /* txns hold it shared, map resizes exclusive */
+    size_t mapsize;           /* current map size; written only under resize held exclusive */
+    int stale_readers;        /* reader slots of dead processes cleared at open */
+    void (*test_hook)(void *ctx, const char *where); /* store_internal.h */
+    void *test_ctx;
+    char path[];
+};
+
+typedef struct tuned__txn {
+    tuned__store *s;
+    MDB_txn *txn;
+    size_t seen_mapsize;  /* s->mapsize when it began */
+    int mdb_rc;           /* the first LMDB failure, 0 if none */
+    int rc;               /* the first failure as a TUNED_E* code, 0 if none */
+    int discard;          /* end without committing, and without an error */
+} tuned__txn;
+
+/* The one translation of LMDB (and errno) codes returned by mdb_* calls
+ * into TUNED_E* with "store PATH: CALL: reason". */
+int tuned__mdb_fail(tuned__err *e, const char *path, const char *call, int rc);
+
+/* Begins a transaction (flags 0 or MDB_RDONLY), adopting a map another
+ * process grew. */
+int tuned__txn_begin(tuned__txn *t, tuned__store *s, unsigned flags, tuned__err *e);
+
+/* Commits, or after a failure aborts; returns the first failure. */
+int tuned__txn_end(tuned__txn *t, tuned__err *e);
+
+/* Records a failure of LMDB call `call` (if none is recorded yet). */
+void tuned__txn_fail(tuned__txn *t, const char *call, int mdb_rc, tuned__err *e);
+
+/* Makes tuned__txn_end() abort and return 0 (a dry run). */
+void tuned__txn_discard(tuned__txn *t);
+
+/* Records a failure that is not LMDB's (code and message already in e). */
+void tuned__txn_error(tuned__txn *t, int code);
+
+void tuned__txn_put(tuned__txn *t, MDB_dbi dbi, const void *k, size_t kn, const void *v,
+                    size_t vn, tuned__err *e);
+
+/* 1 and *v when found, 0 when not, -1 after a failure (recorded). */
+int tuned__txn_get(tuned__txn *t, MDB_dbi dbi, const void *k, size_t kn, MDB_val *v,
+                   tuned__err *e);
+
+/* 1 when deleted, 0 when there was nothing, -1 after a failure. */
+int tuned__txn_del(tuned__txn *t, MDB_dbi dbi, const void *k, size_t kn, tuned__err *e);
+
+/* A cursor on dbi, or NULL after a failure (recorded). Close it before the
+ * transaction ends. */
+MDB_cursor *tuned__txn_cursor(tuned__txn *t, MDB_dbi dbi, tuned__err *e);
+
+typedef void (*tuned__write_fn)(tuned__txn *t, void *arg, tuned__err *e);
+
+/* Runs fn in a write transaction and commits; on MDB_MAP_FULL aborts,
+ * grows the map and runs fn again. TUNED_EINVAL on a read-only store. */
+int tuned__store_write(tuned__store *s, tuned__write_fn fn, void *arg, tuned__err *e);
+
+/* "key softmax/fp16/4096x32000/dense/0123456789abcdef" for messages. */
+void tuned__store_key_str(char *buf, size_t size, const tuned__store_key *k);
+
+/* Whether record r (or, when r is NULL, key k alone) passes filter f. */
+bool tuned__filter_match(const tuned__store_filter *f, const tuned__store_key *k,
+                         const tuned__record *r);
+
+/* ---- decoders the store's files share ---- */
+
+/* Decodes a best value found under key k; it must carry that same key. */
+int tuned__best_decode(const tuned__store *s, const tuned__store_key *k, const void *data,
+                       size_t size, tuned__record *out, tuned__err *e);
+
+/* Decodes the value of a history entry into ev (key and config are the
+ * caller's). */
+int tuned__hist_decode(const void *data, size_t size, tuned__store_eval *ev, tuned__err *e);
+
+/* Checks a cubin value's header: *created (unix seconds) and *size (of the
+ * blob after the header). TUNED_ESTORE when the header is malformed. */
+int tuned__cubin_header(const void *data, size_t n, uint64_t *created, uint64_t *size,
+                        tuned__err *e);
+
+#endif
