@@ -35,6 +35,28 @@ static void expected_ops(const tuned__config *c, tuned_dtype dtype, char *ld, si
     snprintf(st, ns, "%s%s ", st_ops[c->st], suffix);
 }
 
+/* The register-row family's PTX: vector width and cache hints. */
+static void check_rows_ptx(const tuned__config *c, const tuned__shape *s, const char *name,
+                           const char *ptx)
+{
+    char ld[64], st[64];
+    expected_ops(c, s->dtype, ld, sizeof ld, st, sizeof st);
+    /* A row shorter than one vector per thread never uses full vectors. */
+    if (s->cols >= (uint64_t)tuned__config_threads_per_row(c) * c->vec * 2) {
+        EXPECT(strstr(ptx, ld) != NULL, "%s %s: PTX lacks '%s'", name,
+               tuned_dtype_name(s->dtype), ld);
+        EXPECT(strstr(ptx, st) != NULL, "%s %s: PTX lacks '%s'", name,
+               tuned_dtype_name(s->dtype), st);
+    }
+    if (c->ld == TUNED__LD_EL)
+        EXPECT(strstr(ptx, "createpolicy.fractional.L2::evict_last") != NULL,
+               "%s: no evict_last policy in PTX", name);
+    if (c->ld != TUNED__LD_NC)
+        EXPECT(strstr(ptx, "ld.global.nc") == NULL, "%s: unexpected .nc load", name);
+    if (c->st != TUNED__ST_CS)
+        EXPECT(strstr(ptx, "st.global.cs") == NULL, "%s: unexpected .cs store", name);
+}
+
 static void check_variant(const tuned__nvrtc *n, const tuned__config *c, const tuned__shape *s)
 {
     char name[TUNED__CONFIG_TEXT], *src = NULL;
@@ -51,29 +73,23 @@ static void check_variant(const tuned__nvrtc *n, const tuned__config *c, const t
         free(src);
         return;
     }
-    char ld[64], st[64];
-    expected_ops(c, s->dtype, ld, sizeof ld, st, sizeof st);
-    /* A row shorter than one vector per thread never uses full vectors. */
-    if (s->cols >= (uint64_t)tuned__config_threads_per_row(c) * c->vec * 2) {
-        EXPECT(strstr(ptx.data, ld) != NULL, "%s %s: PTX lacks '%s'", name,
-               tuned_dtype_name(s->dtype), ld);
-        EXPECT(strstr(ptx.data, st) != NULL, "%s %s: PTX lacks '%s'", name,
-               tuned_dtype_name(s->dtype), st);
+    if (c->family == TUNED__FAMILY_TMA) {
+        EXPECT(strstr(ptx.data, "cp.async.bulk.shared::cluster.global") != NULL &&
+                   strstr(ptx.data, "mbarrier.try_wait") != NULL,
+               "%s: no bulk copy on an mbarrier in PTX", name);
+        EXPECT(strstr(ptx.data, c->st == TUNED__ST_CS ? "st.global.cs.v4" : "st.global.v4") != NULL,
+               "%s: PTX lacks the 16-byte store with its hint", name);
+    } else {
+        check_rows_ptx(c, s, name, ptx.data);
     }
-    if (c->ld == TUNED__LD_EL)
-        EXPECT(strstr(ptx.data, "createpolicy.fractional.L2::evict_last") != NULL,
-               "%s: no evict_last policy in PTX", name);
-    if (c->ld != TUNED__LD_NC)
-        EXPECT(strstr(ptx.data, "ld.global.nc") == NULL, "%s: unexpected .nc load", name);
-    if (c->st != TUNED__ST_CS)
-        EXPECT(strstr(ptx.data, "st.global.cs") == NULL, "%s: unexpected .cs store", name);
     if (c->cluster > 1)
         EXPECT(strstr(ptx.data, "mapa.shared::cluster") != NULL &&
                    strstr(ptx.data, "barrier.cluster") != NULL,
                "%s: no distributed shared memory exchange in PTX", name);
     tuned__blob_free(&ptx);
-    /* Clusters exist from sm_90 on. */
-    for (int arch = c->cluster > 1 ? 90 : 80; arch <= 90; arch += 10) {
+    /* Clusters and the bulk copy engine exist from sm_90 on. */
+    for (int arch = c->cluster > 1 || c->family == TUNED__FAMILY_TMA ? 90 : 80; arch <= 90;
+         arch += 10) {
         tuned__blob cubin;
         if (tuned__nvrtc_compile(n, src, name, arch, TUNED__NVRTC_CUBIN, &cubin, &e) != 0) {
             EXPECT(0, "%s sm_%d: %s", name, arch, e.msg);
@@ -97,7 +113,7 @@ int main(void)
     /* Shapes chosen to exercise tails, unaligned rows and long rows. */
     static const uint64_t cols_list[] = {100, 4097, 32000, 128256};
     static const int per_shape = 5;
-    size_t compiled = 0, clusters = 0;
+    size_t compiled = 0, clusters = 0, staged = 0;
     for (int dt = TUNED_FP16; dt <= TUNED_FP32; dt++) {
         for (size_t i = 0; i < sizeof cols_list / sizeof cols_list[0]; i++) {
             tuned__shape s = {(tuned_dtype)dt, 64, cols_list[i]};
@@ -117,6 +133,7 @@ int main(void)
                 if (!tuned__space_valid(&sp, &c, NULL, 0))
                     tuned__space_random(&sp, &rng, &c);
                 clusters += c.cluster > 1;
+                staged += c.family == TUNED__FAMILY_TMA;
                 check_variant(n, &c, &s);
                 compiled++;
             }
@@ -148,9 +165,10 @@ int main(void)
                strstr(e.msg, "nvrtc: softmax junk: ") == e.msg && strstr(e.msg, "error") != NULL,
            "compile error message: %s", e.msg);
     EXPECT(clusters > 0, "no cluster variant sampled");
+    EXPECT(staged > 0, "no tma variant sampled");
     tuned__nvrtc_unload(n);
-    printf("%zu variants (%zu with clusters) compiled for sm_80 and sm_90, PTX checked; "
-           "%d failures\n",
-           compiled, clusters, failures);
+    printf("%zu variants (%zu with clusters, %zu tma) compiled for sm_80 and sm_90, PTX "
+           "checked; %d failures\n",
+           compiled, clusters, staged, failures);
     return failures ? 1 : 0;
 }

@@ -29,6 +29,8 @@ typedef struct landscape {
 /* A smooth bowl with its minimum at w8 r2 v4 ld=el st=cs reg=f32. */
 static double synthetic_us(const tuned__config *c)
 {
+    if (c->family == TUNED__FAMILY_TMA)
+        return 130.0 + c->stages + log2(c->warps) + log2(c->cluster);
     double dw = log2(c->warps) - 3, dr = log2(c->rows) - 1, dv = log2(c->vec) - 2;
     return 100.0 + 7 * dw * dw + 5 * dr * dr + 9 * dv * dv + (c->ld == TUNED__LD_EL ? 0 : 3) +
            (c->st == TUNED__ST_CS ? 0 : 2) + (c->reg == TUNED__REG_F32 ? 0 : 1);
@@ -77,7 +79,8 @@ int main(void)
         tuned__search_result r1, r2;
         EXPECT(tuned__search_run(&sp, &o, eval, &l, NULL, NULL, &r1, &e) == 0, "%s", e.msg);
         EXPECT(r1.found && fabs(r1.best_us - best) < 1e-9,
-               "seed %llu: best %.2f, optimum %.2f", (unsigned long long)seed, r1.best_us, best);
+               "seed %llu: best %.2f, optimum %.2f after %zu evaluations (%s)",
+               (unsigned long long)seed, r1.best_us, best, r1.evaluations, r1.stop_reason);
         EXPECT(r1.evaluations <= o.budget && l.evaluated == r1.evaluations,
                "evaluations %zu (budget %zu, evaluated %zu)", r1.evaluations, o.budget,
                l.evaluated);

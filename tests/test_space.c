@@ -111,6 +111,29 @@ static void constraints(void)
     tuned__space_free(&sp);
     EXPECT(tuned__space_init(&sp, &s, 80, &e) == TUNED_ENOSPACE, "128256 columns on sm_80");
 
+    /* Streamed rows: long rows on sm_90 only; text round trip. */
+    tuned__config t;
+    EXPECT(tuned__config_parse("tma.w16.c2.s3.st=cs", &t, &e) == 0 &&
+               t.family == TUNED__FAMILY_TMA && t.stages == 3 && t.cluster == 2,
+           "tma parse: %s", e.msg);
+    EXPECT(tuned__config_parse("tma.w16.c2.s5.st=cs", &t, &e) == TUNED_EINVAL, "5 stages parsed");
+    s = (tuned__shape){TUNED_FP16, 4096, 32000};
+    EXPECT(tuned__space_init(&sp, &s, 90, &e) == 0, "%s", e.msg);
+    size_t tma = 0;
+    for (size_t i = 0; i < sp.count; i++)
+        tma += sp.valid[i].family == TUNED__FAMILY_TMA;
+    EXPECT(tma > 10, "only %zu tma variants for 4096x32000", tma);
+    t = (tuned__config){.family = TUNED__FAMILY_TMA, .warps = 16, .rows = 1, .cluster = 1,
+                        .minb = 1, .stages = 4};
+    EXPECT(!tuned__space_valid(&sp, &t, why, sizeof why) && strstr(why, "shared memory"),
+           "4 stages of 64000 bytes accepted: %s", why);
+    tuned__space_free(&sp);
+    s = (tuned__shape){TUNED_FP16, 4096, 1024};
+    EXPECT(tuned__space_init(&sp, &s, 90, &e) == 0, "%s", e.msg);
+    for (size_t i = 0; i < sp.count; i++)
+        EXPECT(sp.valid[i].family == TUNED__FAMILY_ROWS, "tma offered for 2 KiB rows");
+    tuned__space_free(&sp);
+
     /* Rows too long for registers: a clear ENOSPACE, not an empty space. */
     s = (tuned__shape){TUNED_FP32, 8, 1000000};
     EXPECT(tuned__space_init(&sp, &s, 90, &e) == TUNED_ENOSPACE && strstr(e.msg, "1000000"),
@@ -141,7 +164,7 @@ static void moves(void)
                           (nb[k].reg != x.reg) +
                           (nb[k].warps != x.warps || nb[k].rows != x.rows ||
                            nb[k].cluster != x.cluster) +
-                          (nb[k].minb != x.minb);
+                          (nb[k].minb != x.minb) + (nb[k].stages != x.stages);
             EXPECT(changed == 1, "neighbour changes %d parameters", changed);
         }
     }

@@ -54,6 +54,20 @@ static void raw_put_record(const char *path, const tuned__store_key *k, const ch
     CHECK(raw_put(path, "best", kb, sizeof kb, json, strlen(json)) == 0);
 }
 
+/* raw_put() on the store s has open: closes it first (LMDB's locks are per
+ * process: one process must not open an environment twice) and reopens. */
+static void raw_put_open(tuned__store **s, const char *path, const char *db, const void *k,
+                         size_t kn, const void *v, size_t vn)
+{
+    tuned__err e = {0};
+    tuned__store_close(*s);
+    *s = NULL;
+    CHECK(raw_put(path, db, k, kn, v, vn) == 0);
+    CHECK_RC(tuned__store_open(s, path, 0, &e), 0, &e);
+    if (*s == NULL)
+        exit(1);
+}
+
 /* ---- keys ---- */
 
 static void test_key(void)
@@ -864,13 +878,13 @@ static void test_history(void)
     const char *maybe = "{\"v\":1,\"status\":\"maybe\",\"median_us\":0,\"p20_us\":0,"
                         "\"p80_us\":0,\"compile_ms\":0,\"date\":\"2026-11-21T10:00:00Z\","
                         "\"detail\":\"\"}";
-    CHECK(raw_put(path, "history", hk, hn, maybe, strlen(maybe)) == 0);
+    raw_put_open(&s, path, "history", hk, hn, maybe, strlen(maybe));
     CHECK_RC(tuned__store_list_evals(s, &other.key, NULL, page, 4, &n, &e), TUNED_ESTORE, &e);
     CHECK_MSG(&e, path);
     CHECK_MSG(&e, "w002.r1");
     CHECK_MSG(&e, "maybe");
     printf("  damaged history entry: %s\n", e.msg);
-    CHECK(raw_put(path, "history", hk, hn, "{\"v\":9}", 7) == 0);
+    raw_put_open(&s, path, "history", hk, hn, "{\"v\":9}", 7);
     CHECK_RC(tuned__store_list_evals(s, &other.key, NULL, page, 4, &n, &e), TUNED_ESCHEMA, &e);
     for (int i = 0; i < TUNED__HIST_COUNT; i++)
         CHECK(tuned__hist_status_name(i) != NULL);
@@ -918,19 +932,19 @@ static void test_cubins(void)
     uint8_t v[32 + 8] = {1};
     v[23] = 8; /* size 8 */
     memcpy(v + 32, "abcdefgh", 8);
-    CHECK(raw_put(path, "cubins", k, sizeof k, v, sizeof v) == 0);
+    raw_put_open(&s, path, "cubins", k, sizeof k, v, sizeof v);
     CHECK_RC(tuned__store_get_cubin(s, 1001, &got, &n, &e), TUNED_ESTORE, &e);
     CHECK_MSG(&e, "checksum");
     CHECK_MSG(&e, path);
-    CHECK(raw_put(path, "cubins", k, sizeof k, v, 20) == 0);
+    raw_put_open(&s, path, "cubins", k, sizeof k, v, 20);
     CHECK_RC(tuned__store_get_cubin(s, 1001, &got, &n, &e), TUNED_ESTORE, &e);
     v[0] = 2;
-    CHECK(raw_put(path, "cubins", k, sizeof k, v, sizeof v) == 0);
+    raw_put_open(&s, path, "cubins", k, sizeof k, v, sizeof v);
     CHECK_RC(tuned__store_get_cubin(s, 1001, &got, &n, &e), TUNED_ESTORE, &e);
     CHECK_MSG(&e, "version 2");
     v[0] = 1;
     v[23] = 9;
-    CHECK(raw_put(path, "cubins", k, sizeof k, v, sizeof v) == 0);
+    raw_put_open(&s, path, "cubins", k, sizeof k, v, sizeof v);
     CHECK_RC(tuned__store_get_cubin(s, 1001, &got, &n, &e), TUNED_ESTORE, &e);
     tuned__store_close(s);
 }
@@ -1021,7 +1035,7 @@ static void test_each_forget(void)
     make_record(&d, "broken", 5, 5);
     uint8_t kb[TUNED__KEY_LEN];
     tuned__key_encode(kb, TUNED__KEY_TAG_BEST, &d.key);
-    CHECK(raw_put(path, "best", kb, sizeof kb, "{oops", 5) == 0);
+    raw_put_open(&s, path, "best", kb, sizeof kb, "{oops", 5);
     memset(&c, 0, sizeof c);
     CHECK_RC(tuned__store_each_best(s, &all, collect_fn, &c, &e), 0, &e);
     CHECK(c.n == 12 && c.damaged == 1);
@@ -1092,10 +1106,10 @@ static void test_gc(void)
     uint8_t hk[TUNED__KEY_HIST_MAX];
     size_t hn;
     CHECK_RC(tuned__key_encode_hist(hk, &lone.key, "zzz", &hn, &e), 0, &e);
-    CHECK(raw_put(path, "history", hk, hn, "nope", 4) == 0);
+    raw_put_open(&s, path, "history", hk, hn, "nope", 4);
     uint8_t ck[TUNED__KEY_CUBIN_LEN];
     tuned__key_encode_cubin(ck, 99);
-    CHECK(raw_put(path, "cubins", ck, sizeof ck, "short", 5) == 0);
+    raw_put_open(&s, path, "cubins", ck, sizeof ck, "short", 5);
 
     time_t entries = 1795255200; /* 2026-11-21T10:00:00Z, the entries' date */
     tuned__gc_stats st;

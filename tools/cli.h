@@ -19,6 +19,16 @@ typedef struct cli_opts {
     char db[4096];
     bool quiet;
     const char *trace;     /* --trace FILE: every evaluated variant, tab-separated */
+    /* Store maintenance (export, import, list, forget, gc, verify). */
+    bool have_dtype;       /* --dtype was given (filters select every dtype otherwise) */
+    bool json;             /* --json */
+    bool force;            /* --force: import replaces better records */
+    bool dry_run;          /* --dry-run: forget and gc change nothing */
+    const char *gpu;       /* --gpu NAME: a part of the GPU name, or its fingerprint */
+    bool have_days;
+    double days;           /* --days N: gc's age limit */
+    char **args;           /* positional arguments of commands that take them */
+    int nargs;
 } cli_opts;
 
 /* Parses argv into o; on a bad argument prints one line to stderr and
@@ -35,6 +45,7 @@ typedef struct cli_command {
     const char *name;
     bool needs_shape;
     int (*run)(const cli_opts *o);
+    bool takes_args;  /* positional arguments (files, keys) allowed */
 } cli_command;
 
 /* The command table (tuned.c), ended by a NULL name. */
@@ -46,6 +57,29 @@ const cli_command *cli_find_command(const char *name);
 int cli_cmd_tune(const cli_opts *o);
 int cli_cmd_get(const cli_opts *o);
 int cli_cmd_devices(const cli_opts *o);
+int cli_cmd_export(const cli_opts *o);
+int cli_cmd_import(const cli_opts *o);
+int cli_cmd_list(const cli_opts *o);
+int cli_cmd_forget(const cli_opts *o);
+int cli_cmd_gc(const cli_opts *o);
+int cli_cmd_verify(const cli_opts *o);
+
+/* ---- store helpers (cli_store.c) ---- */
+
+/* The identity of GPU `device`, if the driver and NVRTC are here; else
+ * false with the reason in why. */
+bool cli_local_gpu(int device, tuned__gpu *gpu, tuned__err *why);
+
+/* What a record measured now for shape on gpu would hold, minus the
+ * measurement: its key and provenance, to compare stored records with. */
+void cli_here_record(const tuned__gpu *gpu, const tuned__shape *shape, tuned__record *here);
+
+/* The record filter of --gpu, --shape and --dtype. */
+void cli_filter(const cli_opts *o, tuned__store_filter *f);
+
+/* Opens the store at o->db; a missing store read-only is TUNED_ENOTFOUND
+ * (nothing is created). Prints nothing. */
+int cli_open_store(const cli_opts *o, unsigned flags, tuned__store **s, tuned__err *e);
 
 /* Prints a stored record as aligned "key value" lines. */
 void cli_print_record(FILE *f, const tuned__record *r);

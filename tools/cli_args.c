@@ -18,6 +18,12 @@ void cli_usage(FILE *f)
             "usage: tuned [tune] --shape ROWSxCOLS [options]   tune softmax on a GPU, store the winner\n"
             "       tuned get --shape ROWSxCOLS [options]      print the stored winner\n"
             "       tuned devices                              list the GPUs the driver sees\n"
+            "       tuned list [--json] [filters]              the stored winners\n"
+            "       tuned export [filters] > FILE.jsonl        write stored winners as JSON lines\n"
+            "       tuned import [--force] FILE.jsonl...       add an export's records ('-': stdin)\n"
+            "       tuned forget KEY... | filters [--dry-run]  remove stored winners\n"
+            "       tuned gc [--days N] [--dry-run]            drop unused history and cubins\n"
+            "       tuned verify [filters]                     re-measure stored winners on this GPU\n"
             "       tuned --help | --version\n"
             "\n"
             "options:\n"
@@ -32,6 +38,12 @@ void cli_usage(FILE *f)
             "  --exhaustive   evaluate every valid variant (within --budget and --time)\n"
             "  --trace FILE   write every evaluated variant (status, times) to FILE\n"
             "  -q, --quiet    no progress line\n"
+            "  filters        --gpu NAME (part of the GPU name, or its 16-hex-digit fingerprint),\n"
+            "                 --shape RxC, --dtype D\n"
+            "  --json         list: one JSON array instead of a table\n"
+            "  --force        import: replace stored records even when they are faster\n"
+            "  --dry-run      forget, gc: say what would go, change nothing\n"
+            "  --days N       gc: keep unused entries younger than N days (default 30; 0: none)\n"
             "\n"
             "`tuned get` on a machine without a GPU prints the records of every GPU for the shape.\n"
             "exit status: 0 success, 1 error, 2 bad usage, 3 no stored record (get)\n");
@@ -130,7 +142,8 @@ int cli_parse(int argc, char **argv, cli_opts *o)
             return bad("unknown command '%s'", o->command);
     }
     enum { OPT_SHAPE = 256, OPT_DTYPE, OPT_BUDGET, OPT_TIME, OPT_SEED, OPT_DEVICE, OPT_DB,
-           OPT_VERSION, OPT_EXHAUSTIVE, OPT_TRACE };
+           OPT_VERSION, OPT_EXHAUSTIVE, OPT_TRACE, OPT_JSON, OPT_FORCE, OPT_DRY_RUN, OPT_GPU,
+           OPT_DAYS };
     static const struct option longopts[] = {
         {"shape", required_argument, NULL, OPT_SHAPE},
         {"dtype", required_argument, NULL, OPT_DTYPE},
@@ -142,6 +155,11 @@ int cli_parse(int argc, char **argv, cli_opts *o)
         {"quiet", no_argument, NULL, 'q'},
         {"exhaustive", no_argument, NULL, OPT_EXHAUSTIVE},
         {"trace", required_argument, NULL, OPT_TRACE},
+        {"json", no_argument, NULL, OPT_JSON},
+        {"force", no_argument, NULL, OPT_FORCE},
+        {"dry-run", no_argument, NULL, OPT_DRY_RUN},
+        {"gpu", required_argument, NULL, OPT_GPU},
+        {"days", required_argument, NULL, OPT_DAYS},
         {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, OPT_VERSION},
         {NULL, 0, NULL, 0},
@@ -162,6 +180,7 @@ int cli_parse(int argc, char **argv, cli_opts *o)
         case OPT_DTYPE:
             if (tuned_dtype_parse(optarg, &o->request.shape.dtype) != 0)
                 return bad("--dtype %s: unknown dtype (fp16, bf16 or fp32)", optarg);
+            o->have_dtype = true;
             break;
         case OPT_BUDGET:
             if (!parse_u64(optarg, 1, 100000, &v))
@@ -204,14 +223,33 @@ int cli_parse(int argc, char **argv, cli_opts *o)
                 return bad("--trace needs a file name");
             o->trace = optarg;
             break;
+        case OPT_JSON: o->json = true; break;
+        case OPT_FORCE: o->force = true; break;
+        case OPT_DRY_RUN: o->dry_run = true; break;
+        case OPT_GPU:
+            if (optarg[0] == '\0' || strlen(optarg) > 127)
+                return bad("--gpu '%.40s': expected a part of a GPU name (1 to 127 bytes)",
+                           optarg);
+            o->gpu = optarg;
+            break;
+        case OPT_DAYS:
+            errno = 0;
+            o->days = strtod(optarg, &end);
+            if (errno != 0 || end == optarg || *end != '\0' || !(o->days >= 0) ||
+                o->days > 100000)
+                return bad("--days %s: expected a number of days from 0 to 100000", optarg);
+            o->have_days = true;
+            break;
         case 'h': cli_usage(stdout); return -1;
         case OPT_VERSION: printf("tuned %s\n", tuned_version()); return -1;
         case ':': return bad("%s needs a value", argv[optind - 1]);
         default: return bad("unknown option '%s'", argv[optind - 1]);
         }
     }
-    if (optind < argc)
+    if (optind < argc && !cli_find_command(o->command)->takes_args)
         return bad("unexpected argument '%s'", argv[optind]);
+    o->args = argv + optind;
+    o->nargs = argc - optind;
     if (shape_text != NULL) {
         char why[256];
         if (!cli_parse_shape(shape_text, &o->request.shape, why, sizeof why))

@@ -1,19 +1,21 @@
-/* cmd_get.c: `tuned get`: the stored winner for a shape on this GPU, or,
- * where no GPU can be identified, every GPU's record for the shape. */
+/* cmd_get.c: `tuned get`: the stored winner for a shape on this GPU, served
+ * only when its provenance matches this system exactly (same GPU identity,
+ * driver, NVRTC, templates, measurement policy and layout); otherwise the
+ * stored records of the shape are named with why they are not exact, and
+ * the exit status is 3. Where no GPU can be identified, every GPU's record
+ * for the shape is printed, marked as unchecked. */
+#include "../cache/key.h"
 #include "cli.h"
 
 #define MAX_LISTED 64
 
-/* The identity of GPU o->request.device, if driver and NVRTC are here. */
-static bool local_gpu(const cli_opts *o, tuned__gpu *gpu, tuned__err *why)
+static void print_match(FILE *f, const tuned__record *r, const char *match)
 {
-    tuned__driver *d = NULL;
-    tuned__nvrtc *n = NULL;
-    bool ok = tuned__driver_load(&d, why) == 0 && tuned__nvrtc_load(&n, why) == 0 &&
-              tuned__gpu_query(d, n, o->request.device, gpu, why) == 0;
-    tuned__nvrtc_unload(n);
-    tuned__driver_unload(d);
-    return ok;
+    char ks[TUNED__KEY_TEXT];
+    tuned__key_format(ks, sizeof ks, &r->key);
+    cli_print_record(f, r);
+    fprintf(f, "key          %s\n", ks);
+    fprintf(f, "match        %s\n", match);
 }
 
 int cli_cmd_get(const cli_opts *o)
@@ -30,29 +32,42 @@ int cli_cmd_get(const cli_opts *o)
     }
     if (rc != 0)
         return cli_fail(&e);
+    static tuned__record recs[MAX_LISTED];
+    size_t n = 0;
     tuned__gpu gpu;
     tuned__err no_gpu = {0};
-    if (local_gpu(o, &gpu, &no_gpu)) {
-        tuned__store_key key;
-        tuned__record rec;
-        tuned__tune_key(&gpu, s, &key);
-        rc = tuned__store_get_best(store, &key, &rec, &e);
-        tuned__store_close(store);
-        if (rc == TUNED_ENOTFOUND) {
-            fprintf(stderr, "tuned: no record for %llux%llu %s on %s (tune it with: tuned --shape "
-                            "%llux%llu --dtype %s)\n",
-                    (unsigned long long)s->rows, (unsigned long long)s->cols, dtype, gpu.name,
-                    (unsigned long long)s->rows, (unsigned long long)s->cols, dtype);
-            return CLI_NOT_FOUND;
+    if (cli_local_gpu(o->request.device, &gpu, &no_gpu)) {
+        tuned__record here, rec;
+        cli_here_record(&gpu, s, &here);
+        char why[1024];
+        rc = tuned__store_get_best(store, &here.key, &rec, &e);
+        if (rc == 0 && tuned__record_exact(&rec, &here, why, sizeof why)) {
+            tuned__store_close(store);
+            print_match(stdout, &rec, "exact");
+            return CLI_OK;
         }
+        if (rc != 0 && rc != TUNED_ENOTFOUND) {
+            tuned__store_close(store);
+            return cli_fail(&e);
+        }
+        /* Nothing exact: say what there is, and why it does not serve. */
+        rc = tuned__store_find_shape(store, TUNED__KERNEL_SOFTMAX, (uint8_t)s->dtype, s->rows,
+                                     s->cols, recs, MAX_LISTED, &n, &e);
+        tuned__store_close(store);
         if (rc != 0)
             return cli_fail(&e);
-        cli_print_record(stdout, &rec);
-        return CLI_OK;
+        fprintf(stderr, "tuned: no exact record for %llux%llu %s on %s (tune it with: tuned "
+                        "--shape %llux%llu --dtype %s)\n",
+                (unsigned long long)s->rows, (unsigned long long)s->cols, dtype, gpu.name,
+                (unsigned long long)s->rows, (unsigned long long)s->cols, dtype);
+        for (size_t i = 0; i < n && i < MAX_LISTED; i++) {
+            tuned__record_exact(&recs[i], &here, why, sizeof why);
+            fprintf(stderr, "tuned:   stored for %s: %s, %.2f us; not exact: %s\n",
+                    recs[i].gpu_name, recs[i].config, recs[i].median_us, why);
+        }
+        return CLI_NOT_FOUND;
     }
-    /* No GPU to ask: show what is stored for every GPU. */
-    tuned__record recs[MAX_LISTED];
-    size_t n = 0;
+    /* No GPU to ask: show what is stored for every GPU, unchecked. */
     rc = tuned__store_find_shape(store, TUNED__KERNEL_SOFTMAX, (uint8_t)s->dtype, s->rows, s->cols,
                                  recs, MAX_LISTED, &n, &e);
     tuned__store_close(store);
@@ -67,7 +82,7 @@ int cli_cmd_get(const cli_opts *o)
     for (size_t i = 0; i < n && i < MAX_LISTED; i++) {
         if (i > 0)
             printf("\n");
-        cli_print_record(stdout, &recs[i]);
+        print_match(stdout, &recs[i], "unchecked (no local GPU)");
     }
     return CLI_OK;
 }

@@ -18,6 +18,11 @@ void cli_print_record(FILE *f, const tuned__record *r)
             (unsigned long long)r->key.cols, dtype ? dtype : "?");
     fprintf(f, "gpu          %s\n", r->gpu_name);
     fprintf(f, "identity     %s\n", r->gpu);
+    fprintf(f, "provenance   sm_%u%u, %u SMs, %llu MiB, driver %u, nvrtc %u.%u, templates %016llx\n",
+            r->prov.cc_major, r->prov.cc_minor, r->prov.sm_count,
+            (unsigned long long)r->prov.mem_mib, r->prov.driver_version, r->prov.nvrtc_major,
+            r->prov.nvrtc_minor, (unsigned long long)r->prov.template_hash);
+    fprintf(f, "policy       %s\n", r->prov.policy);
     fprintf(f, "config       %s\n", r->config);
     fprintf(f, "median_us    %.2f\n", r->median_us);
     fprintf(f, "copy_us      %.2f\n", r->copy_us);
@@ -28,13 +33,20 @@ void cli_print_record(FILE *f, const tuned__record *r)
     fprintf(f, "tuned        %s\n", r->tool_version);
 }
 
-/* Every command: its name, whether it needs --shape, and its function.
+/* Every command: its name, whether it needs --shape, its function, and
+ * whether it takes positional arguments (files, keys).
  * A new command is one line here and one cmd_*.c file. */
 const cli_command cli_commands[] = {
-    {"tune", true, cli_cmd_tune},
-    {"get", true, cli_cmd_get},
-    {"devices", false, cli_cmd_devices},
-    {NULL, false, NULL},
+    {"tune", true, cli_cmd_tune, false},
+    {"get", true, cli_cmd_get, false},
+    {"devices", false, cli_cmd_devices, false},
+    {"list", false, cli_cmd_list, false},
+    {"export", false, cli_cmd_export, false},
+    {"import", false, cli_cmd_import, true},
+    {"forget", false, cli_cmd_forget, true},
+    {"gc", false, cli_cmd_gc, false},
+    {"verify", false, cli_cmd_verify, false},
+    {NULL, false, NULL, false},
 };
 
 const cli_command *cli_find_command(const char *name)

@@ -28,6 +28,11 @@ const char *tuned__reg_name(unsigned reg)
 
 void tuned__config_format(const tuned__config *c, char *buf, size_t n)
 {
+    if (c->family == TUNED__FAMILY_TMA) {
+        snprintf(buf, n, "tma.w%u.c%u.s%u.st=%s", c->warps, c->cluster, c->stages,
+                 tuned__st_name(c->st));
+        return;
+    }
     snprintf(buf, n, "w%u.r%u.c%u.m%u.v%u.ld=%s.st=%s.reg=%s", c->warps, c->rows, c->cluster,
              c->minb, c->vec,
              tuned__ld_name(c->ld), tuned__st_name(c->st), tuned__reg_name(c->reg));
@@ -38,9 +43,10 @@ static bool is_pow2_upto(unsigned long v, unsigned long max)
     return v >= 1 && v <= max && (v & (v - 1)) == 0;
 }
 
-/* Parses "<letter><number>" with the number a power of two <= max. */
-static int parse_num_field(const char *field, char letter, unsigned long max, unsigned *out,
-                           const char *text, tuned__err *e)
+/* Parses "<letter><number>" with the number in 1..max, a power of two
+ * unless any is set. */
+static int parse_number(const char *field, char letter, unsigned long max, bool any,
+                        unsigned *out, const char *text, tuned__err *e)
 {
     if (field[0] != letter || field[1] < '0' || field[1] > '9')
         return tuned__errf(e, TUNED_EINVAL, "config '%s': expected '%c<number>' at '%s'", text,
@@ -48,12 +54,17 @@ static int parse_num_field(const char *field, char letter, unsigned long max, un
     char *end;
     errno = 0;
     unsigned long v = strtoul(field + 1, &end, 10);
-    if (errno != 0 || *end != '\0' || !is_pow2_upto(v, max))
-        return tuned__errf(e, TUNED_EINVAL,
-                           "config '%s': '%s' must be a power of two from 1 to %lu", text, field,
-                           max);
+    if (errno != 0 || *end != '\0' || v < 1 || v > max || (!any && !is_pow2_upto(v, max)))
+        return tuned__errf(e, TUNED_EINVAL, "config '%s': '%s' must be %s from 1 to %lu", text,
+                           field, any ? "a number" : "a power of two", max);
     *out = (unsigned)v;
     return 0;
+}
+
+static int parse_num_field(const char *field, char letter, unsigned long max, unsigned *out,
+                           const char *text, tuned__err *e)
+{
+    return parse_number(field, letter, max, false, out, text, e);
 }
 
 static int parse_named_field(const char *field, const char *prefix, const char *const *names,
@@ -79,6 +90,36 @@ static int parse_named_field(const char *field, const char *prefix, const char *
                        prefix, allowed);
 }
 
+/* "tma.w16.c2.s3.st=cs" */
+static int parse_tma(const char *text, char *rest, tuned__config *out, tuned__err *e)
+{
+    char *fields[5];
+    size_t nf = 0;
+    char *save = NULL;
+    for (char *f = strtok_r(rest, ".", &save); f != NULL; f = strtok_r(NULL, ".", &save)) {
+        if (nf == 4)
+            return tuned__errf(e, TUNED_EINVAL, "config '%s': too many fields", text);
+        fields[nf++] = f;
+    }
+    if (nf != 4)
+        return tuned__errf(e, TUNED_EINVAL,
+                           "config '%s': expected 4 fields after tma., like tma.w16.c2.s3.st=cs",
+                           text);
+    tuned__config c = {.family = TUNED__FAMILY_TMA, .rows = 1, .minb = 1, .vec = 0};
+    unsigned warps, cluster, stages;
+    int rc;
+    if ((rc = parse_num_field(fields[0], 'w', 32, &warps, text, e)) != 0 ||
+        (rc = parse_num_field(fields[1], 'c', 16, &cluster, text, e)) != 0 ||
+        (rc = parse_number(fields[2], 's', 4, true, &stages, text, e)) != 0 ||
+        (rc = parse_named_field(fields[3], "st=", st_names, TUNED__ST_COUNT, &c.st, text, e)) != 0)
+        return rc;
+    c.warps = (uint8_t)warps;
+    c.cluster = (uint8_t)cluster;
+    c.stages = (uint8_t)stages;
+    *out = c;
+    return 0;
+}
+
 int tuned__config_parse(const char *text, tuned__config *out, tuned__err *e)
 {
     if (text == NULL || strlen(text) >= TUNED__CONFIG_TEXT)
@@ -86,6 +127,8 @@ int tuned__config_parse(const char *text, tuned__config *out, tuned__err *e)
                            TUNED__CONFIG_TEXT - 1);
     char copy[TUNED__CONFIG_TEXT];
     strcpy(copy, text);
+    if (strncmp(copy, "tma.", 4) == 0)
+        return parse_tma(text, copy + 4, out, e);
     char *fields[9];
     size_t nf = 0;
     char *save = NULL;
@@ -135,7 +178,7 @@ bool tuned__config_equal(const tuned__config *a, const tuned__config *b)
 {
     return a->family == b->family && a->warps == b->warps && a->rows == b->rows &&
            a->cluster == b->cluster && a->minb == b->minb && a->vec == b->vec && a->ld == b->ld && a->st == b->st &&
-           a->reg == b->reg;
+           a->reg == b->reg && a->stages == b->stages;
 }
 
 uint64_t tuned__config_iters(const tuned__config *c, uint64_t cols, bool head_free)

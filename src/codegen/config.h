@@ -2,7 +2,9 @@
  *
  * A config is a handful of small integers; its canonical text form
  * (tuned__config_format) is what logs, the store and the CLI show, e.g.
- * "w8.r1.c1.m1.v8.ld=cs.st=cs.reg=f32". Parsing that text back gives the same
+ * "w8.r1.c1.m1.v8.ld=cs.st=cs.reg=f32" (family rows) or "tma.w16.c2.s3.st=cs"
+ * (family tma, whose unused fields are fixed: rows 1, minb 1, 16-byte
+ * vectors, ld def, reg f32). Parsing that text back gives the same
  * config. Whether a config is valid for a shape and GPU is the tuner's
  * business (src/tuner/space.c); codegen only refuses what it cannot emit. */
 #ifndef TUNED_CODEGEN_CONFIG_H
@@ -16,7 +18,10 @@
 #include "../common/err.h"
 
 /* Kernel families; each is one template in kernels/templates/. */
-enum { TUNED__FAMILY_ROWS = 0 };
+enum {
+    TUNED__FAMILY_ROWS = 0, /* softmax_rows.cu: rows held in registers */
+    TUNED__FAMILY_TMA = 1,  /* softmax_staged.cu: rows streamed through shared memory */
+};
 
 /* Load cache hints, in the order the text form and the space use them. */
 enum {
@@ -53,6 +58,7 @@ typedef struct tuned__config {
     uint8_t ld;     /* TUNED__LD_* */
     uint8_t st;     /* TUNED__ST_* */
     uint8_t reg;    /* TUNED__REG_* */
+    uint8_t stages; /* tma: rows in flight per block, 1..4; rows family: 0 */
 } tuned__config;
 
 /* The problem a variant is generated and tuned for. */

@@ -44,8 +44,46 @@ bool tuned__source_head_free(const tuned__config *c, const tuned__shape *s,
 
 const char *tuned__source_entry(const tuned__config *c)
 {
-    (void)c;
-    return "tuned_softmax_rows";
+    return c->family == TUNED__FAMILY_TMA ? "tuned_softmax_staged" : "tuned_softmax_rows";
+}
+
+size_t tuned__source_stage_bytes(const tuned__config *c, const tuned__shape *s)
+{
+    uint64_t units = s->cols * tuned_dtype_size(s->dtype) / 16;
+    uint64_t per_block = (units + c->cluster - 1) / c->cluster;
+    return (size_t)((per_block * 16 + 127) / 128 * 128);
+}
+
+size_t tuned__source_dynamic_smem(const tuned__config *c, const tuned__shape *s)
+{
+    return c->family == TUNED__FAMILY_TMA ? c->stages * tuned__source_stage_bytes(c, s) : 0;
+}
+
+static int join_source(const char *defines, const char *template_name, char **out,
+                       tuned__err *e);
+
+/* The staged (TMA) family's source. */
+static int staged_source(const tuned__config *c, const tuned__shape *s, const char *name,
+                         char **out, tuned__err *e)
+{
+    if (c->warps < 1 || c->warps > 32 || (c->warps & (c->warps - 1)) != 0 || c->cluster < 1 ||
+        c->cluster > 16 || (c->cluster & (c->cluster - 1)) != 0 || c->stages < 1 ||
+        c->stages > 4 || c->st >= TUNED__ST_COUNT)
+        return tuned__errf(e, TUNED_EINVAL, "codegen: softmax %s: bad warps, cluster or stages",
+                           name);
+    size_t smem = tuned__source_dynamic_smem(c, s);
+    if (smem > TUNED__MAX_DYNAMIC_SMEM)
+        return tuned__errf(e, TUNED_EINVAL,
+                           "codegen: softmax %s: %zu bytes of stages exceed shared memory", name,
+                           smem);
+    char defines[512];
+    snprintf(defines, sizeof defines,
+             "// tuned softmax variant %s for %s x %llu columns\n"
+             "#define T_DTYPE %d\n#define T_WARPS %u\n#define T_CLUSTER %u\n#define T_STAGES %u\n"
+             "#define T_STAGE_BYTES %zu\n#define T_ST %u\n",
+             name, tuned_dtype_name(s->dtype), (unsigned long long)s->cols, (int)s->dtype,
+             c->warps, c->cluster, c->stages, tuned__source_stage_bytes(c, s), c->st);
+    return join_source(defines, "softmax_staged", out, e);
 }
 
 /* Concatenates a defines block and a template into a malloc'd string. */
@@ -76,6 +114,11 @@ int tuned__source_softmax(const tuned__config *c, const tuned__shape *s,
     if (esize == 0)
         return tuned__errf(e, TUNED_EINVAL, "codegen: softmax %s: unknown dtype %d", name,
                            (int)s->dtype);
+    if (s->cols < 1 || s->cols > INT_MAX - 64)
+        return tuned__errf(e, TUNED_EINVAL, "codegen: softmax %s: %llu columns out of range",
+                           name, (unsigned long long)s->cols);
+    if (c->family == TUNED__FAMILY_TMA)
+        return staged_source(c, s, name, out, e);
     if (c->family != TUNED__FAMILY_ROWS)
         return tuned__errf(e, TUNED_EINVAL, "codegen: softmax %s: unknown family %u", name,
                            c->family);

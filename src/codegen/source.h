@@ -23,6 +23,17 @@ bool tuned__source_head_free(const tuned__config *c, const tuned__shape *s,
 /* The kernel's entry point name in the generated source. */
 const char *tuned__source_entry(const tuned__config *c);
 
+/* Bytes of one shared-memory stage of a tma variant: the largest slice of
+ * a row's 16-byte body one block of the cluster copies, rounded up to 128. */
+size_t tuned__source_stage_bytes(const tuned__config *c, const tuned__shape *s);
+
+/* Dynamic shared memory the variant launches with (0 for register rows). */
+size_t tuned__source_dynamic_smem(const tuned__config *c, const tuned__shape *s);
+
+/* Most dynamic shared memory one block may have on sm_90 (227 KiB), less
+ * what the staged template declares statically. */
+#define TUNED__MAX_DYNAMIC_SMEM (232448 - 1024)
+
 /* Builds the source for config c specialised for shape s; *out is
  * malloc'd, the caller frees it. opts may be NULL. */
 int tuned__source_softmax(const tuned__config *c, const tuned__shape *s,

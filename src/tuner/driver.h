@@ -52,6 +52,7 @@
     X(cuModuleGetFunction)                                                                      \
     X(cuFuncGetAttribute)                                                                       \
     X(cuFuncSetAttribute)                                                                       \
+    X(cuOccupancyMaxActiveBlocksPerMultiprocessor)                                              \
     X(cuLaunchKernel)
 
 typedef struct tuned__driver {

@@ -294,7 +294,7 @@ static int enqueue_copy(tuned__evaluator *ev, void *arg, tuned__err *e)
 
 typedef struct variant_launch {
     CUfunction fn;
-    unsigned grid, block;
+    unsigned grid, block, smem;
 } variant_launch;
 
 static int enqueue_variant(tuned__evaluator *ev, void *arg, tuned__err *e)
@@ -303,7 +303,7 @@ static int enqueue_variant(tuned__evaluator *ev, void *arg, tuned__err *e)
     long long rows = (long long)ev->shape.rows, stride = (long long)ev->shape.cols;
     int cols = (int)ev->shape.cols;
     void *args[] = {&ev->x, &ev->y, &rows, &cols, &stride};
-    CU(ev->d->cuLaunchKernel(v->fn, v->grid, 1, 1, v->block, 1, 1, 0, ev->stream, args, NULL),
+    CU(ev->d->cuLaunchKernel(v->fn, v->grid, 1, 1, v->block, 1, 1, v->smem, ev->stream, args, NULL),
        "launching the variant");
     return 0;
 }
@@ -570,7 +570,8 @@ static int evaluate_loaded(tuned__evaluator *ev, CUfunction fn, const tuned__con
 {
     variant_launch v = {.fn = fn,
                         .grid = (unsigned)((ev->shape.rows + c->rows - 1) / c->rows) * c->cluster,
-                        .block = c->warps * 32u};
+                        .block = c->warps * 32u,
+                        .smem = (unsigned)tuned__source_dynamic_smem(c, &ev->shape)};
     ev->d->cuFuncGetAttribute(&res->registers, CU_FUNC_ATTRIBUTE_NUM_REGS, fn);
     ev->d->cuFuncGetAttribute(&res->local_bytes, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, fn);
     int rc = generate_input(ev, e);
@@ -585,6 +586,25 @@ static int evaluate_loaded(tuned__evaluator *ev, CUfunction fn, const tuned__con
                                ev->d->cuFuncSetAttribute(
                                    fn, CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1),
                                &launch_err, "allowing a 16-block cluster");
+    if (rc == 0 && v.smem > 48 * 1024)
+        rc = tuned__cuda_check(ev->d,
+                               ev->d->cuFuncSetAttribute(
+                                   fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)v.smem),
+                               &launch_err, "raising the dynamic shared memory limit");
+    if (rc == 0 && c->family == TUNED__FAMILY_TMA) {
+        /* Persistent: as many row groups as fit on the GPU at once. */
+        int per_sm = 0;
+        rc = tuned__cuda_check(ev->d,
+                               ev->d->cuOccupancyMaxActiveBlocksPerMultiprocessor(
+                                   &per_sm, fn, (int)v.block, v.smem),
+                               &launch_err, "occupancy");
+        uint64_t groups = (uint64_t)(per_sm > 0 ? per_sm : 1) * ev->gpu.sm_count / c->cluster;
+        if (groups < 1)
+            groups = 1;
+        if (groups > ev->shape.rows)
+            groups = ev->shape.rows;
+        v.grid = (unsigned)(groups * c->cluster);
+    }
     if (rc == 0)
         rc = enqueue_variant(ev, &v, &launch_err);
     if (rc != 0) {

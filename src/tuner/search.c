@@ -11,6 +11,8 @@
 #include "tuned.h"
 
 #define MAX_NEIGHBORS 32
+/* How far down the ranking the pattern search looks for incumbents. */
+#define MAX_RANK 16
 
 typedef struct tried {
     tuned__config config;
@@ -218,7 +220,6 @@ int tuned__search_run(const tuned__space *sp, const tuned__search_opts *o,
             why = "no correct variant";
             break;
         }
-        /* Incumbents: the best `copies` correct configs so far. */
         tried *ranked = malloc(st.n * sizeof *ranked);
         if (ranked == NULL) {
             rc = tuned__errf(e, TUNED_ENOMEM, "search: out of memory");
@@ -226,13 +227,17 @@ int tuned__search_run(const tuned__space *sp, const tuned__search_opts *o,
         }
         memcpy(ranked, st.log, st.n * sizeof *ranked);
         qsort(ranked, st.n, sizeof *ranked, cmp_tried);
+        /* Incumbents: the best configs that still have an untried
+         * neighbour, up to `copies` of them from the best few. */
         nb = 0;
-        size_t left = budget_left(&st);
-        for (size_t i = 0; i < o->copies && i < st.n && ranked[i].ok; i++) {
+        size_t left = budget_left(&st), taken = 0;
+        for (size_t i = 0; taken < o->copies && i < st.n && i < MAX_RANK && ranked[i].ok; i++) {
             tuned__config nbrs[MAX_NEIGHBORS];
             size_t k = tuned__space_neighbors(sp, &ranked[i].config, nbrs, MAX_NEIGHBORS);
+            size_t before = nb;
             for (size_t j = 0; j < k; j++)
                 propose(&st, batch, &nb, left, &nbrs[j]);
+            taken += nb > before;
         }
         free(ranked);
         if (nb == 0) {

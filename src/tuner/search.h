@@ -1,8 +1,9 @@
 /* search.h: random population, then pattern search, over a variant space.
  *
  * Generation 0 evaluates the heuristic seeds and a random population.
- * Every later generation takes the best few distinct configs so far (the
- * incumbents) and evaluates all their not-yet-tried neighbours; the search
+ * Every later generation takes the best few configs so far that still have
+ * an untried neighbour (the incumbents) and evaluates all those neighbours;
+ * the search
  * stops when a generation improves the best time by less than min_gain,
  * when no untried neighbour is left, or when the evaluation or wall-clock
  * budget runs out. The search never touches a GPU: it calls an evaluation

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../codegen/source.h"
 #include "tuned.h"
 
 /* Registers a thread needs beside its part of the row (indices, the
@@ -20,6 +21,9 @@
 #define MAX_ITERS 64
 /* Short rows: at most this many rows share a block. */
 #define MAX_ROWS_PER_BLOCK 256
+/* Shorter rows stay with the register family: a bulk copy per row would
+ * cost more than it hides. */
+#define MIN_TMA_ROW_BYTES 4096
 
 static int why_not(char *why, size_t n, const char *fmt, ...) TUNED__PRINTF(3, 4);
 
@@ -39,11 +43,40 @@ static bool pow2_in(unsigned v, unsigned lo, unsigned hi)
     return v >= lo && v <= hi && (v & (v - 1)) == 0;
 }
 
+/* The staged (TMA) family: rows long enough to be worth streaming, stages
+ * that fit shared memory, every thread with work. */
+static bool tma_valid(const tuned__space *sp, const tuned__config *c, char *why, size_t n)
+{
+    size_t esize = tuned_dtype_size(sp->shape.dtype);
+    uint64_t row_bytes = sp->shape.cols * esize;
+    if (sp->arch < 90)
+        return why_not(why, n, "the bulk copy engine needs sm_90");
+    if (c->rows != 1 || c->minb != 1 || c->vec != 0 || c->ld != 0 || c->reg != 0)
+        return why_not(why, n, "tma variants fix rows, minb, vec, ld and reg");
+    if (!pow2_in(c->warps, 1, 32) || !pow2_in(c->cluster, 1, 16) || c->stages < 1 ||
+        c->stages > 4 || c->st >= TUNED__ST_COUNT)
+        return why_not(why, n, "warps 1..32, cluster 1..16 (powers of two), stages 1..4");
+    if (row_bytes < MIN_TMA_ROW_BYTES)
+        return why_not(why, n, "rows of %llu bytes are too short to stream",
+                       (unsigned long long)row_bytes);
+    uint64_t units = row_bytes / 16 / c->cluster;
+    if (units * 2 < c->warps * 32u)
+        return why_not(why, n, "%llu 16-byte units a block leave half of %u threads idle",
+                       (unsigned long long)units, c->warps * 32u);
+    size_t smem = tuned__source_dynamic_smem(c, &sp->shape);
+    if (smem > TUNED__MAX_DYNAMIC_SMEM)
+        return why_not(why, n, "%u stages of %zu bytes exceed shared memory", c->stages,
+                       tuned__source_stage_bytes(c, &sp->shape));
+    return true;
+}
+
 bool tuned__space_valid(const tuned__space *sp, const tuned__config *c, char *why, size_t n)
 {
     size_t esize = tuned_dtype_size(sp->shape.dtype);
     uint64_t cols = sp->shape.cols, rows = sp->shape.rows;
-    if (c->family != TUNED__FAMILY_ROWS)
+    if (c->family == TUNED__FAMILY_TMA)
+        return tma_valid(sp, c, why, n);
+    if (c->family != TUNED__FAMILY_ROWS || c->stages != 0)
         return why_not(why, n, "unknown family %u", c->family);
     if (!pow2_in(c->warps, 1, 32))
         return why_not(why, n, "warps must be 1, 2, 4, 8, 16 or 32");
@@ -108,7 +141,8 @@ int tuned__space_init(tuned__space *sp, const tuned__shape *shape, int arch, tun
         return tuned__errf(e, TUNED_EINVAL, "space: shape %llux%llu out of range",
                            (unsigned long long)shape->rows, (unsigned long long)shape->cols);
     /* warps x rows x cluster x vec x hints x register modes */
-    size_t cap = 6 * 9 * 5 * 3 * 4 * TUNED__LD_COUNT * TUNED__ST_COUNT * TUNED__REG_COUNT;
+    size_t cap = 6 * 9 * 5 * 3 * 4 * TUNED__LD_COUNT * TUNED__ST_COUNT * TUNED__REG_COUNT +
+                 6 * 5 * 4 * TUNED__ST_COUNT;
     sp->valid = malloc(cap * sizeof *sp->valid);
     if (sp->valid == NULL)
         return tuned__errf(e, TUNED_ENOMEM, "space: out of memory");
@@ -129,6 +163,16 @@ int tuned__space_init(tuned__space *sp, const tuned__shape *shape, int arch, tun
                                 if (tuned__space_valid(sp, &c, NULL, 0) && sp->count < cap)
                                     sp->valid[sp->count++] = c;
                             }
+    for (unsigned w = 1; w <= 32; w *= 2)
+        for (unsigned cl = 1; cl <= 16; cl *= 2)
+            for (unsigned stages = 1; stages <= 4; stages++)
+                for (unsigned st = 0; st < TUNED__ST_COUNT; st++) {
+                    tuned__config c = {.family = TUNED__FAMILY_TMA, .warps = (uint8_t)w,
+                                       .rows = 1, .cluster = (uint8_t)cl, .minb = 1,
+                                       .st = (uint8_t)st, .stages = (uint8_t)stages};
+                    if (tuned__space_valid(sp, &c, NULL, 0) && sp->count < cap)
+                        sp->valid[sp->count++] = c;
+                }
     if (sp->count == 0) {
         char why[256];
         tuned__config widest = {
@@ -169,9 +213,33 @@ static void add_move(const tuned__space *sp, const tuned__config *c, tuned__conf
     (*n)++;
 }
 
+/* tma: warps, cluster and stages one step, the store hint flipped. */
+static size_t tma_neighbors(const tuned__space *sp, const tuned__config *c, tuned__config *out,
+                            size_t cap)
+{
+    size_t n = 0;
+    tuned__config m;
+    for (int up = 0; up < 2; up++) {
+        m = *c, m.warps = up ? c->warps * 2 : c->warps / 2;
+        add_move(sp, &m, out, cap, &n);
+        m = *c, m.cluster = up ? c->cluster * 2 : c->cluster / 2;
+        add_move(sp, &m, out, cap, &n);
+        m = *c, m.cluster = up ? c->cluster * 2 : c->cluster / 2;
+        m.warps = up ? c->warps / 2 : c->warps * 2;
+        add_move(sp, &m, out, cap, &n);
+        m = *c, m.stages = (uint8_t)(up ? c->stages + 1 : c->stages - 1);
+        add_move(sp, &m, out, cap, &n);
+    }
+    m = *c, m.st = c->st == TUNED__ST_DEF ? TUNED__ST_CS : TUNED__ST_DEF;
+    add_move(sp, &m, out, cap, &n);
+    return n < cap ? n : cap;
+}
+
 size_t tuned__space_neighbors(const tuned__space *sp, const tuned__config *c, tuned__config *out,
                               size_t cap)
 {
+    if (c->family == TUNED__FAMILY_TMA)
+        return tma_neighbors(sp, c, out, cap);
     size_t n = 0;
     tuned__config m;
     for (int up = 0; up < 2; up++) {
@@ -232,5 +300,16 @@ size_t tuned__space_seeds(const tuned__space *sp, tuned__config *out, size_t cap
             add_move(sp, &c, out, cap, &n);
         }
     }
+    /* Streamed rows: 16 warps, as many stages as fit (up to 3). */
+    for (unsigned cluster = 1; cluster <= 8; cluster *= 2)
+        for (unsigned stages = 3; stages >= 1; stages--) {
+            tuned__config c = {.family = TUNED__FAMILY_TMA, .warps = 16, .rows = 1,
+                               .cluster = (uint8_t)cluster, .minb = 1, .st = TUNED__ST_DEF,
+                               .stages = (uint8_t)stages};
+            size_t before = n;
+            add_move(sp, &c, out, cap, &n);
+            if (n != before)
+                break;
+        }
     return n < cap ? n : cap;
 }

@@ -1,0 +1,379 @@
+/* softmax_staged.cu: family "tma", rows streamed into shared memory by the
+ * Hopper bulk copy engine, several rows in flight per block (sm_90).
+ *
+ * Idea: a register-held row ends every block's life in a load phase, then a
+ * reduce phase, then a store phase, and the SM's memory pipe idles between.
+ * Here a persistent block (or cluster of blocks) walks over rows g, g + G,
+ * g + 2G, ...; T_STAGES shared-memory buffers each hold one row (or this
+ * block's slice of it), filled by one `cp.async.bulk` (the TMA engine)
+ * completing on an mbarrier, so while the block reduces and writes one row
+ * the next T_STAGES - 1 rows are already on their way. The 16-byte-aligned
+ * body of a row goes through the copy engine; the few elements before and
+ * after it (rows need not start on 16 bytes) are loaded directly. With a
+ * cluster, each block takes a contiguous slice of every row and the (max,
+ * sum) pair is exchanged through distributed shared memory.
+ *
+ * Variants (codegen prepends the defines):
+ *   T_DTYPE       0 fp16, 1 bf16, 2 fp32 (math is always fp32)
+ *   T_WARPS       warps per block: 1 .. 32
+ *   T_CLUSTER     blocks per row (a cluster): 1, 2, 4, 8, 16
+ *   T_STAGES      rows in flight per block: 1 .. 4
+ *   T_STAGE_BYTES bytes of one stage (the largest slice of a row body)
+ *   T_ST          0 st.global, 1 .cs (evict-first)
+ *
+ * Semantics as softmax_rows.cu (torch.softmax on the last dimension).
+ * Checked against: the float64 reference in reference.cu, like every family. */
+
+#define ESIZE (T_DTYPE == 2 ? 4 : 2)
+#define THREADS (T_WARPS * 32)
+#define PER_UNIT (16 / ESIZE) /* elements per 16-byte unit */
+#define LOG2E 1.4426950408889634f
+
+typedef unsigned short u16;
+typedef unsigned int u32;
+typedef unsigned long long u64;
+
+__device__ __forceinline__ float bits_to_float(u32 b)
+{
+#if T_DTYPE == 0
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"((u16)b));
+    return f;
+#elif T_DTYPE == 1
+    return __uint_as_float(b << 16);
+#else
+    return __uint_as_float(b);
+#endif
+}
+
+__device__ __forceinline__ u32 float_to_bits(float f)
+{
+#if T_DTYPE == 0
+    u16 h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+#elif T_DTYPE == 1
+    u16 h;
+    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+#else
+    return __float_as_uint(f);
+#endif
+}
+
+#if T_ST == 0
+#define ST_OP "st.global"
+#else
+#define ST_OP "st.global.cs"
+#endif
+
+__device__ __forceinline__ u32 load_elem(const unsigned char *p)
+{
+#if ESIZE == 2
+    u16 h;
+    asm volatile("ld.global.nc.u16 %0, [%1];" : "=h"(h) : "l"(p));
+    return h;
+#else
+    u32 w;
+    asm volatile("ld.global.nc.u32 %0, [%1];" : "=r"(w) : "l"(p));
+    return w;
+#endif
+}
+
+__device__ __forceinline__ void store_elem(unsigned char *p, u32 bits)
+{
+#if ESIZE == 2
+    asm volatile(ST_OP ".u16 [%0], %1;" : : "l"(p), "h"((u16)bits) : "memory");
+#else
+    asm volatile(ST_OP ".u32 [%0], %1;" : : "l"(p), "r"(bits) : "memory");
+#endif
+}
+
+__device__ __forceinline__ void store_unit(unsigned char *p, const u32 (&w)[4])
+{
+    asm volatile(ST_OP ".v4.u32 [%0], {%1, %2, %3, %4};"
+                 : : "l"(p), "r"(w[0]), "r"(w[1]), "r"(w[2]), "r"(w[3]) : "memory");
+}
+
+__device__ __forceinline__ u32 unit_elem(const u32 (&w)[4], int k)
+{
+#if ESIZE == 2
+    return (w[k / 2] >> (16 * (k % 2))) & 0xFFFFu;
+#else
+    return w[k];
+#endif
+}
+
+__device__ __forceinline__ void unit_set(u32 (&w)[4], int k, u32 bits)
+{
+#if ESIZE == 2
+    w[k / 2] = k % 2 ? (w[k / 2] & 0x0000FFFFu) | (bits << 16) : (w[k / 2] & 0xFFFF0000u) | bits;
+#else
+    w[k] = bits;
+#endif
+}
+
+/* ---- shared memory, mbarriers and the bulk copy engine ---- */
+
+__device__ __forceinline__ u32 smem_addr(const void *p)
+{
+    u32 a;
+    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+    return a;
+}
+
+__device__ __forceinline__ void load_unit_shared(u32 addr, u32 (&w)[4])
+{
+    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3]) : "r"(addr));
+}
+
+__device__ __forceinline__ void mbar_init(u32 bar)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" : : "r"(bar) : "memory");
+}
+
+/* One arrival that also announces the bytes the copy will deliver. */
+__device__ __forceinline__ void mbar_expect(u32 bar, u32 bytes)
+{
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;"
+                 : : "r"(bar), "r"(bytes) : "memory");
+}
+
+__device__ __forceinline__ void mbar_wait(u32 bar, u32 parity)
+{
+    u32 done = 0;
+    while (!done)
+        asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;"
+                     " selp.u32 %0, 1, 0, p; }"
+                     : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+}
+
+__device__ __forceinline__ void bulk_copy(u32 dst, const unsigned char *src, u32 bytes, u32 bar)
+{
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes"
+                 " [%0], [%1], %2, [%3];"
+                 : : "r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
+}
+
+/* ---- reductions over the block and the cluster ---- */
+
+#if T_CLUSTER > 1
+__device__ __forceinline__ unsigned cluster_rank()
+{
+    unsigned r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return r;
+}
+
+__device__ __forceinline__ void cluster_sync()
+{
+    asm volatile("barrier.cluster.arrive.release.aligned;\n\t"
+                 "barrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+
+__device__ __forceinline__ float load_remote(const float *local, unsigned rank)
+{
+    unsigned remote;
+    float v;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
+                 : "=r"(remote) : "r"(smem_addr(local)), "r"(rank));
+    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote) : "memory");
+    return v;
+}
+#define RANK cluster_rank()
+#else
+#define RANK 0u
+#endif
+
+struct MaxOp {
+    __device__ __forceinline__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+struct SumOp {
+    __device__ __forceinline__ float operator()(float a, float b) const { return a + b; }
+};
+
+/* Reduces v over the block, then over the cluster (exchange is this row's
+ * slot: the slots alternate between rows, and the cluster barriers of row
+ * k+1 keep row k+2 from overwriting a slot row k still reads). */
+template <typename Op>
+__device__ __forceinline__ float block_reduce(float v, float *partial, float *exchange, Op op)
+{
+#pragma unroll
+    for (int offset = 16; offset > 0; offset /= 2)
+        v = op(v, __shfl_xor_sync(0xFFFFFFFFu, v, offset));
+#if T_WARPS > 1
+    if (threadIdx.x % 32 == 0)
+        partial[threadIdx.x / 32] = v;
+    __syncthreads();
+    v = partial[0];
+#pragma unroll
+    for (int i = 1; i < T_WARPS; i++)
+        v = op(v, partial[i]);
+#endif
+#if T_CLUSTER > 1
+    if (threadIdx.x == 0)
+        *exchange = v;
+    cluster_sync();
+    v = load_remote(exchange, 0);
+#pragma unroll
+    for (unsigned r = 1; r < T_CLUSTER; r++)
+        v = op(v, load_remote(exchange, r));
+#else
+    (void)exchange;
+#endif
+    return v;
+}
+
+__device__ __forceinline__ float exp_shifted(float x, float max_scaled)
+{
+    float r;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(fmaf(x, LOG2E, -max_scaled)));
+    return r;
+}
+
+/* Where this block's part of a row lies. */
+struct Slice {
+    const unsigned char *xr; /* row start */
+    unsigned char *yr;
+    const unsigned char *body; /* first 16-byte boundary in the row */
+    int head, tail;            /* elements before and after the 16-byte body */
+    u32 unit0, units;          /* this block's 16-byte units of the body */
+};
+
+__device__ __forceinline__ Slice slice_of(const unsigned char *x, unsigned char *y, long long row,
+                                          int cols, long long row_stride, unsigned rank)
+{
+    Slice s;
+    s.xr = x + row * row_stride * ESIZE;
+    s.yr = y + row * row_stride * ESIZE;
+    const u64 start = (u64)s.xr, end = start + (u64)cols * ESIZE;
+    u64 body_start = (start + 15) & ~15ull, body_end = end & ~15ull;
+    if (body_end < body_start)
+        body_end = body_start = end; /* no whole unit: all head */
+    s.body = (const unsigned char *)body_start;
+    s.head = (int)((body_start - start) / ESIZE);
+    s.tail = (int)((end - body_end) / ESIZE);
+    const u32 total = (u32)((body_end - body_start) / 16);
+    const u32 per_block = (total + T_CLUSTER - 1) / T_CLUSTER;
+    s.unit0 = rank * per_block < total ? rank * per_block : total;
+    s.units = s.unit0 + per_block <= total ? per_block : total - s.unit0;
+    return s;
+}
+
+/* Starts the copy of this block's slice of `row` into stage `st`. */
+__device__ __forceinline__ void issue_row(const Slice &s, u32 stage, u32 bar)
+{
+    mbar_expect(bar, s.units * 16);
+    if (s.units > 0)
+        bulk_copy(stage, s.body + (u64)s.unit0 * 16, s.units * 16, bar);
+}
+
+#if T_CLUSTER > 1
+#define CLUSTER_ATTRIBUTE __cluster_dims__(T_CLUSTER, 1, 1)
+#else
+#define CLUSTER_ATTRIBUTE
+#endif
+
+extern "C" __global__ void __launch_bounds__(THREADS, 1) CLUSTER_ATTRIBUTE
+tuned_softmax_staged(const unsigned char *x, unsigned char *y, long long rows, int cols,
+                     long long row_stride)
+{
+    extern __shared__ __align__(128) unsigned char stage_mem[];
+    __shared__ __align__(8) u64 bars[T_STAGES];
+    __shared__ float partial_max[T_WARPS], partial_sum[T_WARPS];
+    __shared__ float exchange_max[2], exchange_sum[2];
+
+    const unsigned rank = RANK;
+    const long long group = blockIdx.x / T_CLUSTER;
+    const long long groups = gridDim.x / T_CLUSTER;
+    const u32 stage0 = smem_addr(stage_mem);
+    const u32 bar0 = smem_addr(bars);
+
+    if (threadIdx.x == 0) {
+        for (int st = 0; st < T_STAGES; st++)
+            mbar_init(bar0 + 8 * st);
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        for (int st = 0; st < T_STAGES; st++) {
+            const long long row = group + st * groups;
+            if (row < rows)
+                issue_row(slice_of(x, y, row, cols, row_stride, rank),
+                          stage0 + st * T_STAGE_BYTES, bar0 + 8 * st);
+        }
+    }
+    __syncthreads();
+
+    long long k = 0;
+    for (long long row = group; row < rows; row += groups, k++) {
+        const int st = (int)(k % T_STAGES);
+        const u32 stage = stage0 + st * T_STAGE_BYTES;
+        const Slice s = slice_of(x, y, row, cols, row_stride, rank);
+        /* The head belongs to the first block, the tail to the last; their
+         * loads go out before the wait. */
+        const bool has_head = rank == 0 && (int)threadIdx.x < s.head;
+        const bool has_tail = rank == T_CLUSTER - 1 && (int)threadIdx.x < s.tail;
+        const float neg_inf = -__int_as_float(0x7f800000);
+        const u64 tail_off = (u64)(cols - s.tail + (int)threadIdx.x) * ESIZE;
+        const float head_v = has_head ? bits_to_float(load_elem(s.xr + threadIdx.x * ESIZE)) : neg_inf;
+        const float tail_v = has_tail ? bits_to_float(load_elem(s.xr + tail_off)) : neg_inf;
+        mbar_wait(bar0 + 8 * st, (u32)((k / T_STAGES) & 1));
+
+        float max = fmaxf(head_v, tail_v);
+        for (u32 u = threadIdx.x; u < s.units; u += THREADS) {
+            u32 w[4];
+            load_unit_shared(stage + u * 16, w);
+#pragma unroll
+            for (int e = 0; e < PER_UNIT; e++)
+                max = fmaxf(max, bits_to_float(unit_elem(w, e)));
+        }
+        max = block_reduce(max, partial_max, &exchange_max[k & 1], MaxOp());
+        const float max_scaled = max * LOG2E;
+
+        float sum = (has_head ? exp_shifted(head_v, max_scaled) : 0.0f) +
+                    (has_tail ? exp_shifted(tail_v, max_scaled) : 0.0f);
+        for (u32 u = threadIdx.x; u < s.units; u += THREADS) {
+            u32 w[4];
+            load_unit_shared(stage + u * 16, w);
+#pragma unroll
+            for (int e = 0; e < PER_UNIT; e++)
+                sum += exp_shifted(bits_to_float(unit_elem(w, e)), max_scaled);
+        }
+        sum = block_reduce(sum, partial_sum, &exchange_sum[k & 1], SumOp());
+        const float inv = __frcp_rn(sum);
+
+        if (has_head)
+            store_elem(s.yr + threadIdx.x * ESIZE, float_to_bits(exp_shifted(head_v, max_scaled) * inv));
+        if (has_tail)
+            store_elem(s.yr + tail_off, float_to_bits(exp_shifted(tail_v, max_scaled) * inv));
+        /* y's body lines up with 16 bytes only when y and x share their
+         * offset inside 16 bytes; otherwise it is written element by element. */
+        unsigned char *ybody = s.yr + (s.body - s.xr);
+        const bool y_aligned = ((u64)ybody & 15) == 0;
+        for (u32 u = threadIdx.x; u < s.units; u += THREADS) {
+            u32 w[4], out[4] = {0, 0, 0, 0};
+            load_unit_shared(stage + u * 16, w);
+#pragma unroll
+            for (int e = 0; e < PER_UNIT; e++)
+                unit_set(out, e, float_to_bits(exp_shifted(bits_to_float(unit_elem(w, e)), max_scaled) * inv));
+            unsigned char *dst = ybody + (u64)(s.unit0 + u) * 16;
+            if (y_aligned) {
+                store_unit(dst, out);
+            } else {
+#pragma unroll
+                for (int e = 0; e < PER_UNIT; e++)
+                    store_elem(dst + e * ESIZE, unit_elem(out, e));
+            }
+        }
+        /* Every thread is done with this stage: refill it with a later row. */
+        __syncthreads();
+        const long long next = row + (long long)T_STAGES * groups;
+        if (threadIdx.x == 0 && next < rows) {
+            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+            issue_row(slice_of(x, y, next, cols, row_stride, rank), stage, bar0 + 8 * st);
+        }
+    }
+#if T_CLUSTER > 1
+    /* No block may exit while another still reads its shared memory. */
+    cluster_sync();
+#endif
+}

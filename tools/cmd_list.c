@@ -1,0 +1,94 @@
+/* cmd_list.c: `tuned list`: the stored winners as a table (or, with
+ * --json, one JSON array of the stored records, each with its "key"),
+ * filtered by --gpu, --shape and --dtype. Damaged records are listed on
+ * stderr and make the exit status 1. */
+#include <jansson.h>
+#include <string.h>
+
+#include "../cache/key.h"
+#include "../cache/record.h"
+#include "cli.h"
+
+typedef struct list_ctx {
+    bool json;
+    json_t *array;
+    size_t shown, damaged;
+    int failed;
+    tuned__err e;
+} list_ctx;
+
+static int row(void *ctx, const tuned__store_key *key, const tuned__record *r, const char *damage)
+{
+    list_ctx *c = ctx;
+    char ks[TUNED__KEY_TEXT];
+    tuned__key_format(ks, sizeof ks, key);
+    if (r == NULL) {
+        c->damaged++;
+        fprintf(stderr, "tuned: damaged record %s: %s\n", ks, damage);
+        return 0;
+    }
+    c->shown++;
+    if (c->json) {
+        json_t *o;
+        if (tuned__record_to_json(r, &o, &c->e) != 0)
+            return c->failed = 1;
+        if (json_object_set_new(o, "key", json_string(ks)) != 0 ||
+            json_array_append_new(c->array, o) != 0) {
+            tuned__errf(&c->e, TUNED_ENOMEM, "list: out of memory");
+            return c->failed = 1;
+        }
+        return 0;
+    }
+    char shape[48];
+    snprintf(shape, sizeof shape, "%llux%llu", (unsigned long long)r->key.rows,
+             (unsigned long long)r->key.cols);
+    printf("%-14s %-5s %-24.24s %-36s %10.2f %7.1f%%  %-20s  %s\n", shape,
+           tuned_dtype_name((tuned_dtype)r->key.dtype), r->gpu_name, r->config, r->median_us,
+           r->median_us > 0 ? 100.0 * r->copy_us / r->median_us : 0.0, r->date, ks);
+    return 0;
+}
+
+int cli_cmd_list(const cli_opts *o)
+{
+    tuned__err e = {0};
+    tuned__store *s = NULL;
+    int rc = cli_open_store(o, TUNED__STORE_READONLY, &s, &e);
+    if (rc != 0 && rc != TUNED_ENOTFOUND)
+        return cli_fail(&e);
+    list_ctx c = {.json = o->json};
+    if (o->json && (c.array = json_array()) == NULL) {
+        tuned__store_close(s);
+        return cli_fail(&(tuned__err){TUNED_ENOMEM, "list: out of memory"});
+    }
+    if (!o->json)
+        printf("%-14s %-5s %-24s %-36s %10s %8s  %-20s  %s\n", "SHAPE", "DTYPE", "GPU", "CONFIG",
+               "MEDIAN_US", "OF_COPY", "DATE", "KEY");
+    if (s != NULL) {
+        tuned__store_filter f;
+        cli_filter(o, &f);
+        rc = tuned__store_each_best(s, &f, row, &c, &e);
+        tuned__store_close(s);
+        if (c.failed) {
+            json_decref(c.array);
+            return cli_fail(&c.e);
+        }
+        if (rc != 0) {
+            json_decref(c.array);
+            return cli_fail(&e);
+        }
+    }
+    if (o->json) {
+        if (json_dumpf(c.array, stdout, JSON_INDENT(2) | JSON_REAL_PRECISION(17)) != 0 ||
+            putchar('\n') == EOF) {
+            json_decref(c.array);
+            return cli_fail(&(tuned__err){TUNED_EIO, "list: cannot write to stdout"});
+        }
+        json_decref(c.array);
+    }
+    if (fflush(stdout) != 0)
+        return cli_fail(&(tuned__err){TUNED_EIO, "list: cannot write to stdout"});
+    if (!o->quiet)
+        fprintf(stderr, "tuned: %zu record%s in %s%s\n", c.shown, c.shown == 1 ? "" : "s",
+                o->db, s == NULL ? " (no store there yet)" : "");
+    return c.damaged > 0 ? CLI_ERROR : CLI_OK;
+}

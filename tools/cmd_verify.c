@@ -1,0 +1,155 @@
+/* cmd_verify.c: `tuned verify [--shape RxC] [--dtype D] [--device N]`:
+ * re-measures the stored winners of this GPU model (same name and compute
+ * capability; exact records and ones of another driver, NVRTC or template
+ * alike) with the evaluator, and reports the drift from the stored time.
+ * Without a usable GPU it says why in one line and exits 1. Exit 1 also
+ * when a stored winner now fails (does not compile, computes a wrong
+ * result, does not launch). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+#define DRIFT_FLAG 0.10 /* report a drift beyond 10% */
+
+typedef struct collect {
+    const tuned__gpu *gpu;
+    tuned__record *recs;
+    size_t n, cap, damaged, other_gpu;
+} collect;
+
+static int gather(void *ctx, const tuned__store_key *key, const tuned__record *r,
+                  const char *damage)
+{
+    (void)key;
+    (void)damage;
+    collect *c = ctx;
+    if (r == NULL) {
+        c->damaged++;
+        return 0;
+    }
+    if (strcmp(r->gpu_name, c->gpu->name) != 0 || r->prov.cc_major != (uint32_t)c->gpu->cc_major ||
+        r->prov.cc_minor != (uint32_t)c->gpu->cc_minor) {
+        c->other_gpu++;
+        return 0;
+    }
+    if (c->n == c->cap) {
+        size_t cap = c->cap ? c->cap * 2 : 16;
+        tuned__record *p = realloc(c->recs, cap * sizeof *p);
+        if (p == NULL)
+            return TUNED_ENOMEM;
+        c->recs = p;
+        c->cap = cap;
+    }
+    c->recs[c->n++] = *r;
+    return 0;
+}
+
+/* Re-measures r; prints one line. Returns 1 when the winner now fails, a
+ * negative code when the GPU itself failed. */
+static int verify_one(const tuned__driver *d, const tuned__nvrtc *n, const tuned__gpu *gpu,
+                      const tuned__record *r, tuned__err *e)
+{
+    tuned__record here;
+    tuned__shape shape = {.dtype = (tuned_dtype)r->key.dtype, .rows = r->key.rows,
+                          .cols = r->key.cols};
+    cli_here_record(gpu, &shape, &here);
+    char why[512];
+    bool exact = tuned__record_exact(r, &here, why, sizeof why);
+    char label[64];
+    snprintf(label, sizeof label, "%llux%llu %s", (unsigned long long)r->key.rows,
+             (unsigned long long)r->key.cols, tuned_dtype_name(shape.dtype));
+    if (r->key.layout != TUNED__LAYOUT_DENSE) {
+        printf("%-22s %-36s %10.2f %10s %8s  skipped: layout %u is not measured by this build\n",
+               label, r->config, r->median_us, "-", "-", (unsigned)r->key.layout);
+        return 0;
+    }
+    tuned__config cfg;
+    tuned__err why_cfg = {0};
+    if (tuned__config_parse(r->config, &cfg, &why_cfg) != 0) {
+        printf("%-22s %-36s %10.2f %10s %8s  FAILED: this build cannot read the config: %s\n",
+               label, r->config, r->median_us, "-", "-", why_cfg.msg);
+        return 1;
+    }
+    tuned__eval_opts opts;
+    tuned__eval_opts_default(&opts);
+    tuned__evaluator *ev = NULL;
+    tuned__eval_result res;
+    int rc = tuned__evaluator_open(&ev, d, n, gpu, &shape, &opts, e);
+    if (rc == 0)
+        rc = tuned__evaluator_run(ev, &cfg, 1, &res, e);
+    tuned__evaluator_close(ev);
+    if (rc != 0)
+        return rc;
+    if (res.status != TUNED__EVAL_OK) {
+        printf("%-22s %-36s %10.2f %10s %8s  FAILED: %s: %s\n", label, r->config, r->median_us,
+               "-", "-", tuned__eval_status_name(res.status), res.detail);
+        return 1;
+    }
+    double drift = (res.median_us - r->median_us) / r->median_us;
+    printf("%-22s %-36s %10.2f %10.2f %+7.1f%%  %s%s%s\n", label, r->config, r->median_us,
+           res.median_us, 100.0 * drift, fabs(drift) > DRIFT_FLAG ? "DRIFT " : "",
+           exact ? "exact" : "not exact: ", exact ? "" : why);
+    return 0;
+}
+
+int cli_cmd_verify(const cli_opts *o)
+{
+    tuned__err e = {0};
+    tuned__driver *d = NULL;
+    tuned__nvrtc *n = NULL;
+    tuned__gpu gpu;
+    if (tuned__driver_load(&d, &e) != 0 || tuned__nvrtc_load(&n, &e) != 0 ||
+        tuned__gpu_query(d, n, o->request.device, &gpu, &e) != 0) {
+        fprintf(stderr, "tuned: verify re-measures stored winners on a GPU and cannot here: %s\n",
+                e.msg);
+        tuned__nvrtc_unload(n);
+        tuned__driver_unload(d);
+        return CLI_ERROR;
+    }
+    tuned__store *s = NULL;
+    int rc = cli_open_store(o, TUNED__STORE_READONLY, &s, &e);
+    collect c = {.gpu = &gpu};
+    if (rc == 0) {
+        tuned__store_filter f;
+        cli_filter(o, &f);
+        rc = tuned__store_each_best(s, &f, gather, &c, &e);
+        tuned__store_close(s);
+    }
+    int status = CLI_OK;
+    if (rc == TUNED_ENOTFOUND) {
+        fprintf(stderr, "tuned: nothing to verify: %s\n", e.msg);
+        status = CLI_NOT_FOUND;
+    } else if (rc != 0) {
+        status = cli_fail(&e);
+    } else {
+        fprintf(stderr, "tuned: verifying %zu stored winner%s on GPU %d, %s (%s)\n", c.n,
+                c.n == 1 ? "" : "s", gpu.ordinal, gpu.name, gpu.identity);
+        if (c.n > 0)
+            printf("%-22s %-36s %10s %10s %8s  %s\n", "SHAPE", "CONFIG", "STORED_US", "NOW_US",
+                   "DRIFT", "STATUS");
+        size_t failed = 0;
+        for (size_t i = 0; i < c.n; i++) {
+            fflush(stdout);
+            int vrc = verify_one(d, n, &gpu, &c.recs[i], &e);
+            if (vrc < 0) {
+                status = cli_fail(&e);
+                break;
+            }
+            failed += (size_t)vrc;
+        }
+        if (c.other_gpu > 0 || c.damaged > 0)
+            fprintf(stderr, "tuned: not verified here: %zu record%s of other GPUs, %zu damaged\n",
+                    c.other_gpu, c.other_gpu == 1 ? "" : "s", c.damaged);
+        if (failed > 0) {
+            fprintf(stderr, "tuned: %zu stored winner%s failed on this GPU\n", failed,
+                    failed == 1 ? "" : "s");
+            status = CLI_ERROR;
+        }
+    }
+    free(c.recs);
+    tuned__nvrtc_unload(n);
+    tuned__driver_unload(d);
+    return status;
+}
