@@ -586,7 +586,8 @@ static int evaluate_loaded(tuned__evaluator *ev, CUfunction fn, const tuned__con
                                ev->d->cuFuncSetAttribute(
                                    fn, CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1),
                                &launch_err, "allowing a 16-block cluster");
-    if (rc == 0 && v.smem > 48 * 1024)
+    /* The limit counts static shared memory too: raise it for any dynamic. */
+    if (rc == 0 && v.smem > 0)
         rc = tuned__cuda_check(ev->d,
                                ev->d->cuFuncSetAttribute(
                                    fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)v.smem),
