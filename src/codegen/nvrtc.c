@@ -14,6 +14,7 @@
 
 #include <nvrtc.h>
 
+#include "../common/hash.h"
 #include "tuned.h"
 
 struct tuned__nvrtc {
@@ -112,6 +113,24 @@ void tuned__blob_free(tuned__blob *b)
     }
 }
 
+#define STD_OPTION "--std=c++17"
+
+static void arch_option(int arch, int output, char *buf, size_t n)
+{
+    snprintf(buf, n, "--gpu-architecture=%s_%d", output == TUNED__NVRTC_PTX ? "compute" : "sm",
+             arch);
+}
+
+uint64_t tuned__nvrtc_cache_key(const tuned__nvrtc *n, const char *source, int arch, int output)
+{
+    char opts[128];
+    arch_option(arch, output, opts, sizeof opts);
+    size_t len = strlen(opts);
+    snprintf(opts + len, sizeof opts - len, " %s nvrtc %d.%d", STD_OPTION, n->major, n->minor);
+    uint64_t h = tuned__fnv1a64(source, strlen(source), TUNED__FNV_SEED);
+    return tuned__fnv1a64(opts, strlen(opts), h);
+}
+
 static double now_ms(void)
 {
     struct timespec ts;
@@ -145,9 +164,8 @@ int tuned__nvrtc_compile(const tuned__nvrtc *n, const char *source, const char *
     if (arch < 50 || arch > 200)
         return tuned__errf(e, TUNED_EINVAL, "nvrtc: %s: architecture %d out of range", name, arch);
     char arch_opt[48];
-    snprintf(arch_opt, sizeof arch_opt, "--gpu-architecture=%s_%d",
-             output == TUNED__NVRTC_PTX ? "compute" : "sm", arch);
-    const char *opts[] = {arch_opt, "--std=c++17"};
+    arch_option(arch, output, arch_opt, sizeof arch_opt);
+    const char *opts[] = {arch_opt, STD_OPTION};
     double t0 = now_ms();
     nvrtcProgram prog;
     nvrtcResult r = n->CreateProgram(&prog, source, name, 0, NULL, NULL);

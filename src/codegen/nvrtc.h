@@ -7,6 +7,7 @@
 #define TUNED_CODEGEN_NVRTC_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "../common/err.h"
 
@@ -38,5 +39,10 @@ int tuned__nvrtc_compile(const tuned__nvrtc *n, const char *source, const char *
                          int output, tuned__blob *out, tuned__err *e);
 
 void tuned__blob_free(tuned__blob *b);
+
+/* A 64-bit hash of everything a compile's output depends on: the source
+ * text, the options, the architecture and output kind, NVRTC's version.
+ * The compile cache files cubins under it. */
+uint64_t tuned__nvrtc_cache_key(const tuned__nvrtc *n, const char *source, int arch, int output);
 
 #endif

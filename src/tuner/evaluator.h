@@ -11,6 +11,7 @@
 #ifndef TUNED_TUNER_EVALUATOR_H
 #define TUNED_TUNER_EVALUATOR_H
 
+#include "../../cache/store.h"
 #include "../codegen/config.h"
 #include "../codegen/nvrtc.h"
 #include "../codegen/source.h"
@@ -25,6 +26,8 @@ typedef struct tuned__eval_opts {
     size_t x_offset;         /* elements between the allocation and x (alignment tests) */
     size_t y_offset;         /* likewise for y */
     tuned__codegen_opts codegen; /* test only: planted bugs */
+    tuned__store *cubins;    /* compile cache (may be NULL): cubins by
+                                tuned__nvrtc_cache_key, shared by every shape */
 } tuned__eval_opts;
 
 /* Fills the defaults. */
@@ -42,7 +45,8 @@ typedef struct tuned__eval_result {
     double median_us;         /* only for TUNED__EVAL_OK */
     double p20_us, p80_us;
     int reps;
-    double compile_ms;
+    double compile_ms;        /* 0 when the cubin came from the compile cache */
+    bool cached;              /* the cubin came from the compile cache */
     int registers;            /* per thread, from the loaded cubin */
     int local_bytes;          /* per thread: spills */
     char detail[512];         /* why it failed */

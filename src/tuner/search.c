@@ -25,6 +25,7 @@ typedef struct search_state {
     const tuned__search_opts *o;
     tried *log;
     size_t n, cap;
+    size_t nprior;      /* log entries measured before this search */
     size_t failed;
     double t0;
     tuned__search_result *out;
@@ -70,7 +71,28 @@ static void propose(const search_state *st, tuned__config *batch, size_t *nb, si
 
 static size_t budget_left(const search_state *st)
 {
-    return st->o->budget > st->n ? st->o->budget - st->n : 0;
+    size_t spent = st->n - st->nprior;
+    return st->o->budget > spent ? st->o->budget - spent : 0;
+}
+
+/* Takes the prior measurements into the log (valid ones, once each). */
+static void load_prior(search_state *st)
+{
+    for (size_t i = 0; i < st->o->nprior && st->n < st->cap; i++) {
+        const tuned__search_prior *p = &st->o->prior[i];
+        if (!tuned__space_valid(st->sp, &p->config, NULL, 0) || was_tried(st, &p->config))
+            continue;
+        bool ok = p->ok && p->us > 0.0;
+        st->log[st->n++] = (tried){p->config, ok, p->us};
+        if (!ok)
+            st->failed++;
+        else if (!st->out->found || p->us < st->out->best_us) {
+            st->out->found = true;
+            st->out->best = p->config;
+            st->out->best_us = p->us;
+        }
+    }
+    st->nprior = st->n;
 }
 
 /* Evaluates batch and records every result; updates out's best. */
@@ -133,7 +155,8 @@ static void report(const search_state *st, int generation, tuned__progress_fn pr
 
 static void finish(search_state *st, int generations, const char *why)
 {
-    st->out->evaluations = st->n;
+    st->out->evaluations = st->n - st->nprior;
+    st->out->resumed = st->nprior;
     st->out->failed = st->failed;
     st->out->generations = generations;
     st->out->elapsed_s = now_s() - st->t0;
@@ -152,13 +175,13 @@ static int run_exhaustive(search_state *st, tuned__eval_batch_fn eval, void *ctx
             why = budget_left(st) == 0 ? "evaluation budget" : "time budget";
             break;
         }
-        size_t nb = st->sp->count - next;
-        if (nb > BATCH)
-            nb = BATCH;
-        if (nb > budget_left(st))
-            nb = budget_left(st);
-        rc = run_batch(st, &st->sp->valid[next], nb, eval, ctx, e);
-        next += nb;
+        tuned__config batch[BATCH];
+        size_t nb = 0, cap = budget_left(st) < BATCH ? budget_left(st) : BATCH;
+        for (; next < st->sp->count && nb < cap; next++)
+            if (!was_tried(st, &st->sp->valid[next]))
+                batch[nb++] = st->sp->valid[next];
+        if (nb > 0)
+            rc = run_batch(st, batch, nb, eval, ctx, e);
         report(st, generation, progress, progress_ctx);
     }
     finish(st, generation, rc != 0 ? "evaluation failed" : why);
@@ -173,7 +196,7 @@ int tuned__search_run(const tuned__space *sp, const tuned__search_opts *o,
     if (o->budget == 0 || o->population == 0 || o->copies == 0)
         return tuned__errf(e, TUNED_EINVAL, "search: budget, population and copies must be > 0");
     search_state st = {.sp = sp, .o = o, .out = out, .t0 = now_s()};
-    st.cap = o->exhaustive && sp->count < o->budget ? sp->count : o->budget;
+    st.cap = (o->exhaustive && sp->count < o->budget ? sp->count : o->budget) + o->nprior;
     st.log = calloc(st.cap, sizeof *st.log);
     size_t batch_cap = o->budget;
     tuned__config *batch = calloc(batch_cap, sizeof *batch);
@@ -184,6 +207,7 @@ int tuned__search_run(const tuned__space *sp, const tuned__search_opts *o,
     }
     tuned__rng rng = {o->seed};
     int rc = 0;
+    load_prior(&st);
     if (o->exhaustive) {
         rc = run_exhaustive(&st, eval, eval_ctx, progress, progress_ctx, e);
         free(st.log);
@@ -194,6 +218,9 @@ int tuned__search_run(const tuned__space *sp, const tuned__search_opts *o,
     /* Generation 0: seeds, then random draws (several tries per slot, as
      * small spaces run out of untried configs). */
     size_t nb = 0, want = o->population < budget_left(&st) ? o->population : budget_left(&st);
+    for (size_t i = 0; i < o->nseeds; i++)
+        if (tuned__space_valid(sp, &o->seeds[i], NULL, 0))
+            propose(&st, batch, &nb, want, &o->seeds[i]);
     tuned__config seeds[16];
     size_t ns = tuned__space_seeds(sp, seeds, 16);
     for (size_t i = 0; i < ns; i++)
@@ -203,7 +230,8 @@ int tuned__search_run(const tuned__space *sp, const tuned__search_opts *o,
         tuned__space_random(sp, &rng, &c);
         propose(&st, batch, &nb, want, &c);
     }
-    rc = run_batch(&st, batch, nb, eval, eval_ctx, e);
+    if (nb > 0)
+        rc = run_batch(&st, batch, nb, eval, eval_ctx, e);
     report(&st, 0, progress, progress_ctx);
     int generation = 0;
     const char *why = "budget";

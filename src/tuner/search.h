@@ -19,6 +19,13 @@
 #include "evaluator.h"
 #include "space.h"
 
+/* A config measured before this search (a resumed tune's history). */
+typedef struct tuned__search_prior {
+    tuned__config config;
+    bool ok;
+    double us;
+} tuned__search_prior;
+
 typedef struct tuned__search_opts {
     uint64_t seed;
     size_t budget;     /* most evaluations (default 160) */
@@ -27,6 +34,13 @@ typedef struct tuned__search_opts {
     size_t copies;     /* incumbents the pattern search moves from (default 3) */
     double min_gain;   /* relative improvement that keeps the search going (0.002) */
     bool exhaustive;   /* evaluate every valid config instead (budgets still apply) */
+    /* Measured before: never evaluated again, and not counted in budget. */
+    const tuned__search_prior *prior;
+    size_t nprior;
+    /* Extra starting points for generation 0 (e.g. neighbouring shapes'
+     * winners), tried before the heuristic seeds; invalid ones are skipped. */
+    const tuned__config *seeds;
+    size_t nseeds;
 } tuned__search_opts;
 
 void tuned__search_opts_default(tuned__search_opts *o);
@@ -52,7 +66,8 @@ typedef struct tuned__search_result {
     bool found;          /* at least one variant was correct */
     tuned__config best;
     double best_us;
-    size_t evaluations;
+    size_t evaluations;  /* new evaluations by this search */
+    size_t resumed;      /* measurements taken over from prior */
     size_t failed;
     int generations;
     double elapsed_s;

@@ -1,7 +1,9 @@
 /* tune.c: the whole tune of one shape (see tune.h). */
 #include "tune.h"
 
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -18,21 +20,94 @@ void tuned__tune_request_default(tuned__tune_request *r)
 typedef struct tune_ctx {
     tuned__evaluator *ev;
     const tuned__tune_request *request;
+    tuned__store_key key;
     tuned__tune_progress_fn progress;
     void *user;
     const tuned__gpu *gpu;
     double copy_us;
+    /* Everything measured for this tune (prior and new): the finalists
+     * come from here. */
+    tuned__search_prior *log;
+    size_t nlog, caplog;
+    bool log_oom;
 } tune_ctx;
+
+static void remember(tune_ctx *t, const tuned__config *c, bool ok, double us)
+{
+    if (t->nlog == t->caplog) {
+        size_t cap = t->caplog ? 2 * t->caplog : 256;
+        tuned__search_prior *grown = realloc(t->log, cap * sizeof *grown);
+        if (grown == NULL) {
+            t->log_oom = true;
+            return;
+        }
+        t->log = grown;
+        t->caplog = cap;
+    }
+    t->log[t->nlog++] = (tuned__search_prior){*c, ok, us};
+}
+
+static void now_iso(char *buf, size_t n)
+{
+    time_t now = time(NULL);
+    struct tm tm;
+    gmtime_r(&now, &tm);
+    strftime(buf, n, "%Y-%m-%dT%H:%M:%SZ", &tm);
+}
+
+/* Writes one generation's results to the history in one transaction, so
+ * a killed tune loses at most the generation in flight. */
+static int record_history(const tune_ctx *t, const tuned__config *cfgs, size_t n,
+                          const tuned__eval_result *res, tuned__err *e)
+{
+    tuned__store_eval *evs = calloc(n, sizeof *evs);
+    if (evs == NULL)
+        return tuned__errf(e, TUNED_ENOMEM, "tune: out of memory for the history");
+    char date[32];
+    now_iso(date, sizeof date);
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        /* After a fatal GPU error the rest of the batch was never run. */
+        if (res[i].status == TUNED__EVAL_OK && res[i].median_us <= 0.0)
+            continue;
+        tuned__store_eval *h = &evs[k++];
+        h->key = t->key;
+        tuned__config_format(&cfgs[i], h->config, sizeof h->config);
+        h->status = res[i].status; /* TUNED__EVAL_* and TUNED__HIST_* agree */
+        if (res[i].status == TUNED__EVAL_OK) {
+            h->median_us = res[i].median_us;
+            h->p20_us = res[i].p20_us;
+            h->p80_us = res[i].p80_us;
+        }
+        h->compile_ms = res[i].compile_ms;
+        snprintf(h->date, sizeof h->date, "%s", date);
+        snprintf(h->detail, sizeof h->detail, "%s", res[i].detail);
+    }
+    int rc = k > 0 ? tuned__store_put_evals(t->request->store, evs, k, e) : 0;
+    free(evs);
+    return rc;
+}
 
 static int eval_batch(void *ctx, const tuned__config *cfgs, size_t n, tuned__eval_result *out,
                       tuned__err *e)
 {
     tune_ctx *t = ctx;
     int rc = tuned__evaluator_run(t->ev, cfgs, n, out, e);
+    for (size_t i = 0; i < n; i++)
+        if (out[i].status == TUNED__EVAL_OK && out[i].median_us > 0)
+            remember(t, &cfgs[i], true, out[i].median_us);
     if (t->request->trace != NULL)
         for (size_t i = 0; i < n; i++)
             if (rc == 0 || out[i].status != TUNED__EVAL_OK || out[i].median_us > 0)
                 t->request->trace(t->request->trace_ctx, &cfgs[i], &out[i]);
+    if (t->request->store != NULL) {
+        tuned__err he = {0};
+        int hrc = record_history(t, cfgs, n, out, &he);
+        if (rc == 0 && hrc != 0) {
+            *e = he;
+            rc = hrc;
+        }
+    }
     return rc;
 }
 
@@ -43,6 +118,197 @@ static void on_progress(void *ctx, const tuned__search_progress *p)
         tuned__tune_progress tp = {.gpu = t->gpu, .copy_us = t->copy_us, .search = p};
         t->progress(t->user, &tp);
     }
+}
+
+/* This shape's earlier measurements on this GPU, for a resumed tune. */
+static int load_history(tuned__store *store, const tuned__store_key *key,
+                        tuned__search_prior **out, size_t *n, tuned__err *e)
+{
+    enum { PAGE = 256 };
+    *out = NULL;
+    *n = 0;
+    tuned__store_eval *page = malloc(PAGE * sizeof *page);
+    if (page == NULL)
+        return tuned__errf(e, TUNED_ENOMEM, "tune: out of memory for the history");
+    char after[128] = "";
+    size_t got, cap = 0;
+    int rc;
+    do {
+        if ((rc = tuned__store_list_evals(store, key, after, page, PAGE, &got, e)) != 0)
+            break;
+        for (size_t i = 0; i < got; i++) {
+            tuned__config c;
+            if (tuned__config_parse(page[i].config, &c, NULL) != 0)
+                continue; /* a config of an older codegen: measure anew */
+            if (*n == cap) {
+                cap = cap ? 2 * cap : PAGE;
+                tuned__search_prior *grown = realloc(*out, cap * sizeof **out);
+                if (grown == NULL) {
+                    rc = tuned__errf(e, TUNED_ENOMEM, "tune: out of memory for the history");
+                    break;
+                }
+                *out = grown;
+            }
+            (*out)[(*n)++] = (tuned__search_prior){c, page[i].status == TUNED__HIST_OK,
+                                                   page[i].median_us};
+        }
+        if (got > 0)
+            snprintf(after, sizeof after, "%s", page[got - 1].config);
+    } while (rc == 0 && got == PAGE);
+    free(page);
+    if (rc != 0) {
+        free(*out);
+        *out = NULL;
+        *n = 0;
+    }
+    return rc;
+}
+
+/* ---- warm start: winners of neighbouring shapes ---- */
+
+#define WARM_SEEDS 4
+
+typedef struct warm_scan {
+    const tuned__space *sp;
+    const tuned__store_key *key;
+    tuned__config seeds[WARM_SEEDS];
+    double dist[WARM_SEEDS];
+    size_t n;
+} warm_scan;
+
+static int warm_candidate(void *ctx, const tuned__record *r)
+{
+    warm_scan *w = ctx;
+    const tuned__store_key *k = &r->key;
+    if (k->gpu_fp != w->key->gpu_fp || k->dtype != w->key->dtype || k->kernel != w->key->kernel ||
+        (k->rows == w->key->rows && k->cols == w->key->cols))
+        return 0;
+    tuned__config c;
+    if (tuned__config_parse(r->config, &c, NULL) != 0 || !tuned__space_valid(w->sp, &c, NULL, 0))
+        return 0;
+    /* Columns matter more than rows: they decide the per-row layout. */
+    double d = fabs(log2((double)k->rows / (double)w->key->rows)) +
+               2.0 * fabs(log2((double)k->cols / (double)w->key->cols));
+    for (size_t i = 0; i < w->n; i++)
+        if (tuned__config_equal(&w->seeds[i], &c)) {
+            if (d < w->dist[i])
+                w->dist[i] = d;
+            return 0;
+        }
+    size_t slot = w->n;
+    if (w->n == WARM_SEEDS) {
+        slot = 0;
+        for (size_t i = 1; i < w->n; i++)
+            if (w->dist[i] > w->dist[slot])
+                slot = i;
+        if (w->dist[slot] <= d)
+            return 0;
+    } else {
+        w->n++;
+    }
+    w->seeds[slot] = c;
+    w->dist[slot] = d;
+    return 0;
+}
+
+/* ---- finalists ---- */
+
+#define FINALISTS 5
+#define FINALIST_WINDOW 0.05 /* within 5% of the best */
+#define FINALIST_ROUNDS 3
+
+static int simplicity(const tuned__config *c)
+{
+    int cluster_log = 0;
+    for (unsigned v = c->cluster; v > 1; v /= 2)
+        cluster_log++;
+    return 64 * c->family + 8 * cluster_log + 4 * (c->minb > 1) + 2 * c->stages +
+           (c->ld != TUNED__LD_DEF) + (c->st != TUNED__ST_DEF) + (c->reg == TUNED__REG_PK);
+}
+
+int tuned__config_simpler(const tuned__config *a, const tuned__config *b)
+{
+    int d = simplicity(a) - simplicity(b);
+    if (d != 0)
+        return d;
+    char ta[TUNED__CONFIG_TEXT], tb[TUNED__CONFIG_TEXT];
+    tuned__config_format(a, ta, sizeof ta);
+    tuned__config_format(b, tb, sizeof tb);
+    return strcmp(ta, tb);
+}
+
+typedef struct finalist {
+    tuned__config config;
+    double times[FINALIST_ROUNDS + 1];
+    size_t rounds;
+    double median;
+} finalist;
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Times the finalists again, interleaved, and picks the winner (see tune.h). */
+static int run_finalists(tune_ctx *t, const tuned__search_prior *log, size_t nlog,
+                         tuned__tune_outcome *out, tuned__err *e)
+{
+    finalist f[FINALISTS];
+    size_t nf = 0;
+    double best = out->search.best_us;
+    for (size_t i = 0; i < nlog; i++) {
+        if (!log[i].ok || log[i].us > best * (1.0 + FINALIST_WINDOW))
+            continue;
+        size_t slot = nf;
+        if (nf == FINALISTS) {
+            slot = 0;
+            for (size_t k = 1; k < nf; k++)
+                if (f[k].times[0] > f[slot].times[0])
+                    slot = k;
+            if (f[slot].times[0] <= log[i].us)
+                continue;
+        } else {
+            nf++;
+        }
+        f[slot] = (finalist){.config = log[i].config, .times = {log[i].us}, .rounds = 1};
+    }
+    if (nf < 2)
+        return 0;
+    tuned__config cfgs[FINALISTS];
+    tuned__eval_result res[FINALISTS];
+    for (size_t i = 0; i < nf; i++)
+        cfgs[i] = f[i].config;
+    for (int round = 0; round < FINALIST_ROUNDS; round++) {
+        int rc = tuned__evaluator_run(t->ev, cfgs, nf, res, e);
+        if (rc != 0)
+            return rc;
+        for (size_t i = 0; i < nf; i++)
+            if (res[i].status == TUNED__EVAL_OK)
+                f[i].times[f[i].rounds++] = res[i].median_us;
+    }
+    /* Noise: the largest relative spread of one config's rounds. */
+    double noise = 0.0;
+    size_t win = 0;
+    for (size_t i = 0; i < nf; i++) {
+        qsort(f[i].times, f[i].rounds, sizeof f[i].times[0], cmp_double);
+        f[i].median = f[i].times[f[i].rounds / 2];
+        double spread = (f[i].times[f[i].rounds - 1] - f[i].times[0]) / f[i].median;
+        if (spread > noise)
+            noise = spread;
+        if (f[i].median < f[win].median)
+            win = i;
+    }
+    size_t pick = win;
+    for (size_t i = 0; i < nf; i++)
+        if (f[i].median <= f[win].median * (1.0 + noise) &&
+            tuned__config_simpler(&f[i].config, &f[pick].config) < 0)
+            pick = i;
+    out->finalists = nf;
+    out->noise = noise;
+    out->search.best = f[pick].config;
+    out->search.best_us = f[pick].median;
+    return 0;
 }
 
 int tuned__tune(const tuned__driver *d, const tuned__nvrtc *n, const tuned__tune_request *r,
@@ -56,19 +322,48 @@ int tuned__tune(const tuned__driver *d, const tuned__nvrtc *n, const tuned__tune
     tuned__space sp;
     if ((rc = tuned__space_init(&sp, &r->shape, out->gpu.cc_major * 10 + out->gpu.cc_minor, e)))
         return rc;
+    tune_ctx t = {.request = r, .progress = progress, .user = ctx, .gpu = &out->gpu};
+    tuned__tune_key(&out->gpu, &r->shape, &t.key);
+    tuned__search_opts so = r->search;
+    tuned__eval_opts eo = r->eval;
+    tuned__search_prior *prior = NULL;
+    warm_scan warm = {.sp = &sp, .key = &t.key};
+    if (r->store != NULL) {
+        eo.cubins = r->store;
+        if (!r->retune && (rc = load_history(r->store, &t.key, &prior, &so.nprior, e)) != 0) {
+            tuned__space_free(&sp);
+            return rc;
+        }
+        so.prior = prior;
+        for (size_t i = 0; i < so.nprior; i++)
+            if (prior[i].ok)
+                remember(&t, &prior[i].config, true, prior[i].us);
+        /* Warm start is a hint: a store that cannot be scanned only
+         * loses the hint. */
+        if (tuned__store_scan(r->store, warm_candidate, &warm, NULL, NULL) == 0) {
+            so.seeds = warm.seeds;
+            so.nseeds = warm.n;
+            out->warm_seeds = warm.n;
+        }
+    }
     tuned__evaluator *ev = NULL;
-    if ((rc = tuned__evaluator_open(&ev, d, n, &out->gpu, &r->shape, &r->eval, e)) != 0) {
+    if ((rc = tuned__evaluator_open(&ev, d, n, &out->gpu, &r->shape, &eo, e)) != 0) {
+        free(t.log);
+        free(prior);
         tuned__space_free(&sp);
         return rc;
     }
-    out->copy_us = tuned__evaluator_copy_us(ev);
-    tune_ctx t = {.ev = ev, .request = r, .progress = progress, .user = ctx, .gpu = &out->gpu,
-                  .copy_us = out->copy_us};
+    t.ev = ev;
+    out->copy_us = t.copy_us = tuned__evaluator_copy_us(ev);
     if (progress != NULL) {
         tuned__tune_progress tp = {.gpu = &out->gpu, .copy_us = out->copy_us, .search = NULL};
         progress(ctx, &tp);
     }
-    rc = tuned__search_run(&sp, &r->search, eval_batch, &t, on_progress, &t, &out->search, e);
+    rc = tuned__search_run(&sp, &so, eval_batch, &t, on_progress, &t, &out->search, e);
+    free(prior);
+    if (rc == 0 && out->search.found && !t.log_oom)
+        rc = run_finalists(&t, t.log, t.nlog, out, e);
+    free(t.log);
     tuned__evaluator_close(ev);
     tuned__space_free(&sp);
     if (rc != 0)

@@ -15,6 +15,11 @@ typedef struct tuned__tune_request {
     int device;                 /* GPU ordinal */
     tuned__search_opts search;
     tuned__eval_opts eval;
+    /* The store (may be NULL): compile cache, evaluation history (written
+     * after every generation, read back to resume), and the winners of
+     * neighbouring shapes as starting points. */
+    tuned__store *store;
+    bool retune;                /* ignore this shape's history: measure again */
     /* Called with every evaluated variant (may be NULL): for traces. */
     void (*trace)(void *ctx, const tuned__config *c, const tuned__eval_result *r);
     void *trace_ctx;
@@ -33,18 +38,31 @@ typedef void (*tuned__tune_progress_fn)(void *ctx, const tuned__tune_progress *p
 typedef struct tuned__tune_outcome {
     tuned__gpu gpu;
     double copy_us;
-    tuned__search_result search;
+    tuned__search_result search; /* best and best_us: after the finalists' re-timing */
+    size_t finalists;            /* configs re-timed against each other */
+    double noise;                /* relative spread of timing one config repeatedly */
+    size_t warm_seeds;           /* starting points taken from other shapes */
 } tuned__tune_outcome;
 
 /* Tunes r->shape on GPU r->device. TUNED_ENOSPACE when no variant fits the
  * shape; TUNED_EWRONG when every variant tried failed its check (the
- * message names the first failure). progress may be NULL. */
+ * message names the first failure). progress may be NULL.
+ *
+ * After the search, the finalists (correct configs within a few percent of
+ * the best) are timed again, interleaved, several rounds; the fastest by
+ * the median of its rounds wins, unless a simpler config is within the
+ * measured noise of it, so that two runs on two identical GPUs pick the
+ * same winner. */
 int tuned__tune(const tuned__driver *d, const tuned__nvrtc *n, const tuned__tune_request *r,
                 tuned__tune_progress_fn progress, void *ctx, tuned__tune_outcome *out,
                 tuned__err *e);
 
 /* The store key of shape on gpu. */
 void tuned__tune_key(const tuned__gpu *gpu, const tuned__shape *shape, tuned__store_key *key);
+
+/* Orders configs by simplicity (family, cluster, blocks per SM, stages,
+ * hints, register mode, then the text): negative when a is simpler. */
+int tuned__config_simpler(const tuned__config *a, const tuned__config *b);
 
 /* The store record of a successful outcome. */
 void tuned__tune_record(const tuned__tune_outcome *o, const tuned__shape *shape,
