@@ -19,6 +19,13 @@ typedef struct cli_opts {
     char db[4096];
     bool quiet;
     const char *trace;     /* --trace FILE: every evaluated variant, tab-separated */
+    /* The daemon: serve, and get/tune/list through it (client.c). */
+    char socket[108];      /* --socket PATH ("": the default socket) */
+    bool db_given;         /* --db was on the command line: that store, no daemon */
+    const char *listen;    /* serve --listen [HOST:]PORT */
+    const char *group;     /* serve --group NAME */
+    const char *limits[16];/* serve --limit NAME=VALUE */
+    size_t nlimits;
     /* Store maintenance (export, import, list, forget, gc, verify). */
     bool have_dtype;       /* --dtype was given (filters select every dtype otherwise) */
     bool json;             /* --json */
@@ -57,6 +64,17 @@ const cli_command *cli_find_command(const char *name);
 int cli_cmd_tune(const cli_opts *o);
 int cli_cmd_get(const cli_opts *o);
 int cli_cmd_devices(const cli_opts *o);
+int cli_cmd_serve(const cli_opts *o);
+int cli_cmd_worker(const cli_opts *o);
+
+/* ---- the daemon's clients (client.c) ---- */
+
+/* Each asks the daemon, when one answers on the socket, and returns the
+ * exit status; -1 when none does or --db was given: the caller then works
+ * on the store itself. */
+int cli_daemon_get(const cli_opts *o);
+int cli_daemon_tune(const cli_opts *o);
+int cli_daemon_list(const cli_opts *o);
 int cli_cmd_export(const cli_opts *o);
 int cli_cmd_import(const cli_opts *o);
 int cli_cmd_list(const cli_opts *o);

@@ -18,6 +18,8 @@ void cli_usage(FILE *f)
             "usage: tuned [tune] --shape ROWSxCOLS [options]   tune softmax on a GPU, store the winner\n"
             "       tuned get --shape ROWSxCOLS [options]      print the stored winner\n"
             "       tuned devices                              list the GPUs the driver sees\n"
+            "       tuned serve [--socket PATH] [options]      the daemon: answers over a socket, tunes\n"
+            "                                                  in the background (docs/protocol.md)\n"
             "       tuned list [--json] [filters]              the stored winners\n"
             "       tuned export [filters] > FILE.jsonl        write stored winners as JSON lines\n"
             "       tuned import [--force] FILE.jsonl...       add an export's records ('-': stdin)\n"
@@ -38,6 +40,14 @@ void cli_usage(FILE *f)
             "  --exhaustive   evaluate every valid variant (within --budget and --time)\n"
             "  --trace FILE   write every evaluated variant (status, times) to FILE\n"
             "  -q, --quiet    no progress line\n"
+            "  --socket PATH  the daemon's socket (default: $TUNED_SOCKET, else\n"
+            "                 $XDG_RUNTIME_DIR/tuned/tuned.sock, else /run/tuned/tuned.sock);\n"
+            "                 get and tune ask a daemon there, the store when none runs or\n"
+            "                 --db is given\n"
+            "  --listen A     serve: TCP too, on [HOST:]PORT (HOST defaults to 127.0.0.1)\n"
+            "  --group G      serve: socket mode 0660 for group G (default 0600)\n"
+            "  --limit N=V    serve: clients, jobs, line, output (bytes), variant-timeout,\n"
+            "                 client-timeout, grace (seconds), nice (docs/protocol.md)\n"
             "  filters        --gpu NAME (part of the GPU name, or its 16-hex-digit fingerprint),\n"
             "                 --shape RxC, --dtype D\n"
             "  --json         list: one JSON array instead of a table\n"
@@ -142,7 +152,7 @@ int cli_parse(int argc, char **argv, cli_opts *o)
             return bad("unknown command '%s'", o->command);
     }
     enum { OPT_SHAPE = 256, OPT_DTYPE, OPT_BUDGET, OPT_TIME, OPT_SEED, OPT_DEVICE, OPT_DB,
-           OPT_VERSION, OPT_EXHAUSTIVE, OPT_TRACE, OPT_JSON, OPT_FORCE, OPT_DRY_RUN, OPT_GPU,
+           OPT_VERSION, OPT_EXHAUSTIVE, OPT_TRACE, OPT_SOCKET, OPT_LISTEN, OPT_GROUP, OPT_LIMIT, OPT_JSON, OPT_FORCE, OPT_DRY_RUN, OPT_GPU,
            OPT_DAYS };
     static const struct option longopts[] = {
         {"shape", required_argument, NULL, OPT_SHAPE},
@@ -155,6 +165,10 @@ int cli_parse(int argc, char **argv, cli_opts *o)
         {"quiet", no_argument, NULL, 'q'},
         {"exhaustive", no_argument, NULL, OPT_EXHAUSTIVE},
         {"trace", required_argument, NULL, OPT_TRACE},
+        {"socket", required_argument, NULL, OPT_SOCKET},
+        {"listen", required_argument, NULL, OPT_LISTEN},
+        {"group", required_argument, NULL, OPT_GROUP},
+        {"limit", required_argument, NULL, OPT_LIMIT},
         {"json", no_argument, NULL, OPT_JSON},
         {"force", no_argument, NULL, OPT_FORCE},
         {"dry-run", no_argument, NULL, OPT_DRY_RUN},
@@ -209,6 +223,7 @@ int cli_parse(int argc, char **argv, cli_opts *o)
             if (optarg[0] == '\0' || strlen(optarg) >= sizeof o->db)
                 return bad("--db '%s': expected a directory path", optarg);
             snprintf(o->db, sizeof o->db, "%s", optarg);
+            o->db_given = true;
             break;
         case 'q': o->quiet = true; break;
         case OPT_EXHAUSTIVE:
@@ -222,6 +237,27 @@ int cli_parse(int argc, char **argv, cli_opts *o)
             if (optarg[0] == '\0')
                 return bad("--trace needs a file name");
             o->trace = optarg;
+            break;
+        case OPT_SOCKET:
+            if (optarg[0] == '\0' || strlen(optarg) >= sizeof o->socket)
+                return bad("--socket '%.40s': expected a path of 1 to %zu bytes", optarg,
+                           sizeof o->socket - 1);
+            snprintf(o->socket, sizeof o->socket, "%s", optarg);
+            break;
+        case OPT_LISTEN:
+            if (optarg[0] == '\0' || strlen(optarg) > 127)
+                return bad("--listen '%.40s': expected [HOST:]PORT", optarg);
+            o->listen = optarg;
+            break;
+        case OPT_GROUP:
+            if (optarg[0] == '\0' || strlen(optarg) > 63)
+                return bad("--group '%.40s': expected a group name", optarg);
+            o->group = optarg;
+            break;
+        case OPT_LIMIT:
+            if (o->nlimits == sizeof o->limits / sizeof o->limits[0])
+                return bad("at most %zu --limit options", o->nlimits);
+            o->limits[o->nlimits++] = optarg;
             break;
         case OPT_JSON: o->json = true; break;
         case OPT_FORCE: o->force = true; break;

@@ -20,6 +20,9 @@ static void print_match(FILE *f, const tuned__record *r, const char *match)
 
 int cli_cmd_get(const cli_opts *o)
 {
+    int daemon_rc = cli_daemon_get(o); /* a running daemon answers first */
+    if (daemon_rc >= 0)
+        return daemon_rc;
     const tuned__shape *s = &o->request.shape;
     const char *dtype = tuned_dtype_name(s->dtype);
     tuned__err e = {0};

@@ -52,6 +52,9 @@ static void write_trace(void *ctx, const tuned__config *c, const tuned__eval_res
 
 int cli_cmd_tune(const cli_opts *o)
 {
+    int daemon_rc = cli_daemon_tune(o); /* a running daemon tunes it */
+    if (daemon_rc >= 0)
+        return daemon_rc;
     tuned__err e = {0};
     tuned__tune_request request = o->request;
     FILE *trace = NULL;

@@ -40,6 +40,8 @@ const cli_command cli_commands[] = {
     {"tune", true, cli_cmd_tune, false},
     {"get", true, cli_cmd_get, false},
     {"devices", false, cli_cmd_devices, false},
+    {"serve", false, cli_cmd_serve, false},
+    {"worker", false, cli_cmd_worker, false}, /* hidden: the daemon's GPU process */
     {"list", false, cli_cmd_list, false},
     {"export", false, cli_cmd_export, false},
     {"import", false, cli_cmd_import, true},

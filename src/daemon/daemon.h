@@ -1,0 +1,48 @@
+/* daemon.h: `tuned serve`, the daemon, as the CLI starts it.
+ *
+ * The daemon answers stored configs over a Unix socket (and, when asked,
+ * TCP on loopback) in newline-delimited JSON (docs/protocol.md) and tunes
+ * in the background, one worker process per GPU. tuned__serve() runs until
+ * SIGTERM or SIGINT, then stops accepting, lets running jobs finish their
+ * chunk and checkpoint, closes every handle and the store, and returns. */
+#ifndef TUNED_DAEMON_DAEMON_H
+#define TUNED_DAEMON_DAEMON_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "../common/err.h"
+
+/* Longest Unix socket path (sizeof sockaddr_un.sun_path - 1). */
+#define TUNED__SOCKET_PATH_MAX 107
+
+typedef struct tuned__serve_opts {
+    char socket_path[TUNED__SOCKET_PATH_MAX + 1];
+    char group[64];          /* "": socket mode 0600; else 0660 and this group */
+    char listen[128];        /* "": no TCP; "[HOST:]PORT" (HOST defaults to 127.0.0.1) */
+    char db[4096];           /* the store directory */
+    char worker_exe[4096];   /* "": this executable (/proc/self/exe) */
+    unsigned max_clients;    /* connections at once (default 1024) */
+    size_t max_line;         /* bytes in one request line (default 65536) */
+    size_t max_output;       /* reply bytes queued per client before it is
+                                no longer read (default 1 MiB); 4x that closes it */
+    unsigned max_jobs;       /* queued tune jobs (default 64) */
+    double variant_timeout_s;/* longest a worker may go without a result (default 60) */
+    double client_timeout_s; /* a client that reads none of its replies for this
+                                long is cut off (default 30) */
+    double shutdown_grace_s; /* running chunk's time to finish at a stop (default 10) */
+    int worker_nice;         /* the workers' nice value (default 10) */
+    bool quiet;              /* no log lines on stderr */
+} tuned__serve_opts;
+
+void tuned__serve_opts_default(tuned__serve_opts *o);
+
+/* The default socket path: $TUNED_SOCKET, else
+ * $XDG_RUNTIME_DIR/tuned/tuned.sock, else /run/tuned/tuned.sock. */
+void tuned__socket_default(char *out, size_t n);
+
+/* Runs the daemon until SIGTERM/SIGINT. 0 after a clean stop (every
+ * handle closed, uv_loop_close() == 0, the store closed). */
+int tuned__serve(const tuned__serve_opts *o, tuned__err *e);
+
+#endif

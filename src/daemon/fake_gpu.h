@@ -1,0 +1,43 @@
+/* fake_gpu.h: TEST ONLY. A pretend GPU for the worker process, so that the
+ * daemon's whole job path (queue, worker process, progress, joining, a
+ * worker that crashes or hangs, kill -9 during a tune) runs on a machine
+ * without a GPU, as on CI.
+ *
+ * It is off unless the environment says otherwise, and nothing but tests
+ * and the load generator sets these variables:
+ *
+ *   TUNED_TEST_FAKE_GPU=N      the worker pretends to see N (1..8) identical
+ *                              GPUs named "tuned test-only fake GPU"
+ *   TUNED_TEST_FAKE_MS=M       milliseconds each variant takes (default 5)
+ *   TUNED_TEST_FAKE_BUSY=1     spin for those milliseconds instead of sleeping
+ *   TUNED_TEST_FAKE_FAULT=CFG  abort() when config CFG is evaluated (a kernel
+ *                              that kills its process)
+ *   TUNED_TEST_FAKE_HANG=CFG   never return when CFG is evaluated (a hung kernel)
+ *
+ * Times are synthetic and deterministic: a config's time is the shape's
+ * copy time at 3 TB/s times a factor in [1.05, 2.05) hashed from the
+ * config's text, so the search runs over the real space with a fixed
+ * landscape. Nothing measured this way is a GPU result; its records carry
+ * the fake GPU's identity and never match a real GPU's fingerprint. */
+#ifndef TUNED_DAEMON_FAKE_GPU_H
+#define TUNED_DAEMON_FAKE_GPU_H
+
+#include <stdbool.h>
+
+#include "../tuner/evaluator.h"
+#include "../tuner/gpu.h"
+
+/* Whether TUNED_TEST_FAKE_GPU is set to a count from 1 to 8. */
+bool tuned__fake_gpu_enabled(void);
+
+/* The fake GPU ordinal, and the count; TUNED_ENODEV past the count. */
+int tuned__fake_gpu_query(int ordinal, tuned__gpu *out, int *count, tuned__err *e);
+
+/* The synthetic copy time of shape s. */
+double tuned__fake_copy_us(const tuned__shape *s);
+
+/* Evaluates c for s: sleeps (or spins), and may abort() or hang as the
+ * environment says. */
+void tuned__fake_eval(const tuned__shape *s, const tuned__config *c, tuned__eval_result *out);
+
+#endif

@@ -1,0 +1,307 @@
+/* index.c: the in-memory copy of the store (index.h).
+ *
+ * Records sit in one array in key order; a power-of-two open-addressing
+ * table maps a key's hash to its position. Each record's reply fields are
+ * rendered once into a text arena at load. The memo is a second,
+ * fixed-size table of derived answers that is simply emptied when full:
+ * its entries are cheap to recompute, and a client asking for random
+ * shapes must not grow the daemon's memory. */
+#include "index.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../common/hash.h"
+#include "protocol.h"
+#include "tuned.h"
+
+#define MEMO_SLOTS 8192          /* a power of two */
+#define MEMO_MAX (MEMO_SLOTS / 2)
+
+typedef struct memo_entry {
+    bool used;
+    tuned__store_key key;
+    tuned__answer a;
+} memo_entry;
+
+struct tuned__index {
+    tuned__record *recs;
+    size_t n;
+    size_t *frag_off, *frag_len;
+    tuned__buf text;
+    uint32_t *table;   /* position + 1; 0 is empty */
+    size_t table_size; /* a power of two */
+    tuned__index_gpu *gpus;
+    size_t ngpus;
+    memo_entry *memo;
+    size_t memo_n;
+};
+
+static uint64_t key_hash(const tuned__store_key *k)
+{
+    uint64_t h = TUNED__FNV_SEED;
+    h = tuned__fnv1a64(&k->kernel, 1, h);
+    h = tuned__fnv1a64(&k->dtype, 1, h);
+    h = tuned__fnv1a64(&k->rows, sizeof k->rows, h);
+    h = tuned__fnv1a64(&k->cols, sizeof k->cols, h);
+    h = tuned__fnv1a64(&k->gpu_fp, sizeof k->gpu_fp, h);
+    return h ^ (h >> 29);
+}
+
+static bool key_eq(const tuned__store_key *a, const tuned__store_key *b)
+{
+    return a->kernel == b->kernel && a->dtype == b->dtype && a->rows == b->rows &&
+           a->cols == b->cols && a->gpu_fp == b->gpu_fp;
+}
+
+int tuned__index_new(tuned__index **out, tuned__err *e)
+{
+    tuned__index *ix = calloc(1, sizeof *ix);
+    if (ix != NULL)
+        ix->memo = calloc(MEMO_SLOTS, sizeof *ix->memo);
+    if (ix == NULL || ix->memo == NULL) {
+        free(ix);
+        return tuned__errf(e, TUNED_ENOMEM, "index: out of memory");
+    }
+    *out = ix;
+    return 0;
+}
+
+static void clear(tuned__index *ix)
+{
+    free(ix->recs);
+    free(ix->frag_off);
+    free(ix->frag_len);
+    tuned__buf_free(&ix->text);
+    free(ix->table);
+    free(ix->gpus);
+    ix->recs = NULL;
+    ix->frag_off = ix->frag_len = NULL;
+    ix->table = NULL;
+    ix->gpus = NULL;
+    ix->n = ix->table_size = ix->ngpus = 0;
+}
+
+void tuned__index_free(tuned__index *ix)
+{
+    if (ix == NULL)
+        return;
+    clear(ix);
+    free(ix->memo);
+    free(ix);
+}
+
+bool tuned__identity_parse(const char *identity, int *arch, uint64_t *total_mem)
+{
+    const char *p = strstr(identity, "|sm_");
+    if (p == NULL)
+        return false;
+    char *end;
+    long a = strtol(p + 4, &end, 10);
+    if (end == p + 4 || *end != '|' || a <= 0 || a > 1000)
+        return false;
+    const char *q = strchr(end + 1, '|'); /* after "132sm" */
+    if (q == NULL)
+        return false;
+    unsigned long long mib = strtoull(q + 1, &end, 10);
+    if (end == q + 1 || strncmp(end, "MiB", 3) != 0 || mib > (1ull << 40))
+        return false;
+    *arch = (int)a;
+    *total_mem = (uint64_t)mib << 20;
+    return true;
+}
+
+int tuned__index_load(tuned__index *ix, const tuned__record *recs, size_t n, tuned__err *e)
+{
+    tuned__index fresh = {.memo = ix->memo};
+    size_t size = 16;
+    while (size < 2 * n + 1)
+        size *= 2;
+    fresh.recs = malloc((n ? n : 1) * sizeof *fresh.recs);
+    fresh.frag_off = malloc((n ? n : 1) * sizeof *fresh.frag_off);
+    fresh.frag_len = malloc((n ? n : 1) * sizeof *fresh.frag_len);
+    fresh.gpus = malloc((n ? n : 1) * sizeof *fresh.gpus);
+    fresh.table = calloc(size, sizeof *fresh.table);
+    fresh.table_size = size;
+    if (fresh.recs == NULL || fresh.frag_off == NULL || fresh.frag_len == NULL ||
+        fresh.gpus == NULL || fresh.table == NULL || n > UINT32_MAX - 1)
+        goto oom;
+    for (size_t i = 0; i < n; i++) {
+        const tuned__record *r = &recs[i];
+        size_t mask = size - 1, h = (size_t)key_hash(&r->key) & mask;
+        while (fresh.table[h] != 0 && !key_eq(&fresh.recs[fresh.table[h] - 1].key, &r->key))
+            h = (h + 1) & mask;
+        size_t at = fresh.n;
+        if (fresh.table[h] != 0)
+            at = fresh.table[h] - 1; /* a duplicate key: the later record wins */
+        else
+            fresh.table[h] = (uint32_t)(fresh.n++ + 1);
+        fresh.recs[at] = *r;
+        fresh.frag_off[at] = fresh.text.len;
+        tuned__reply_record(&fresh.text, r);
+        fresh.frag_len[at] = fresh.text.len - fresh.frag_off[at];
+        size_t g = 0;
+        while (g < fresh.ngpus && fresh.gpus[g].fp != r->key.gpu_fp)
+            g++;
+        if (g == fresh.ngpus) {
+            tuned__index_gpu *x = &fresh.gpus[fresh.ngpus++];
+            memset(x, 0, sizeof *x);
+            x->fp = r->key.gpu_fp;
+            memcpy(x->name, r->gpu_name, sizeof x->name);
+            x->name[sizeof x->name - 1] = '\0';
+            if (!tuned__identity_parse(r->gpu, &x->arch, &x->total_mem))
+                x->arch = 0, x->total_mem = 0;
+        }
+    }
+    if (fresh.text.oom)
+        goto oom;
+    clear(ix);
+    *ix = fresh;
+    memset(ix->memo, 0, MEMO_SLOTS * sizeof *ix->memo);
+    ix->memo_n = 0;
+    return 0;
+oom:
+    fresh.memo = NULL;
+    free(fresh.recs);
+    free(fresh.frag_off);
+    free(fresh.frag_len);
+    free(fresh.gpus);
+    free(fresh.table);
+    tuned__buf_free(&fresh.text);
+    return tuned__errf(e, TUNED_ENOMEM, "index: out of memory for %zu records", n);
+}
+
+typedef struct collect {
+    tuned__record *recs;
+    size_t n, cap;
+    bool oom;
+} collect;
+
+static int collect_one(void *ctx, const tuned__record *r)
+{
+    collect *c = ctx;
+    if (c->n == c->cap) {
+        size_t cap = c->cap ? c->cap * 2 : 64;
+        tuned__record *p = realloc(c->recs, cap * sizeof *p);
+        if (p == NULL) {
+            c->oom = true;
+            return 1;
+        }
+        c->recs = p;
+        c->cap = cap;
+    }
+    c->recs[c->n++] = *r;
+    return 0;
+}
+
+int tuned__index_load_store(tuned__index *ix, tuned__store *s, size_t *skipped, tuned__err *e)
+{
+    collect c = {0};
+    int rc = tuned__store_scan(s, collect_one, &c, skipped, e);
+    if (rc == 0 && c.oom)
+        rc = tuned__errf(e, TUNED_ENOMEM, "index: out of memory reading the store");
+    if (rc == 0)
+        rc = tuned__index_load(ix, c.recs, c.n, e);
+    free(c.recs);
+    return rc;
+}
+
+size_t tuned__index_count(const tuned__index *ix)
+{
+    return ix->n;
+}
+
+const tuned__record *tuned__index_at(const tuned__index *ix, size_t i)
+{
+    return i < ix->n ? &ix->recs[i] : NULL;
+}
+
+long tuned__index_find(const tuned__index *ix, const tuned__store_key *k)
+{
+    if (ix->table_size == 0)
+        return -1;
+    size_t mask = ix->table_size - 1, h = (size_t)key_hash(k) & mask;
+    while (ix->table[h] != 0) {
+        size_t at = ix->table[h] - 1;
+        if (key_eq(&ix->recs[at].key, k))
+            return (long)at;
+        h = (h + 1) & mask;
+    }
+    return -1;
+}
+
+const char *tuned__index_fields(const tuned__index *ix, size_t i, size_t *len)
+{
+    *len = ix->frag_len[i];
+    return ix->text.data + ix->frag_off[i];
+}
+
+size_t tuned__index_gpu_count(const tuned__index *ix)
+{
+    return ix->ngpus;
+}
+
+const tuned__index_gpu *tuned__index_gpu_at(const tuned__index *ix, size_t i)
+{
+    return i < ix->ngpus ? &ix->gpus[i] : NULL;
+}
+
+long tuned__index_nearest(const tuned__index *ix, const tuned__space *sp, uint64_t fp)
+{
+    long best = -1;
+    double best_d = INFINITY;
+    for (size_t i = 0; i < ix->n; i++) {
+        const tuned__record *r = &ix->recs[i];
+        if (r->key.gpu_fp != fp || r->key.kernel != TUNED__KERNEL_SOFTMAX ||
+            r->key.dtype != (uint8_t)sp->shape.dtype ||
+            (r->key.rows == sp->shape.rows && r->key.cols == sp->shape.cols))
+            continue;
+        double d = 2.0 * fabs(log((double)r->key.cols / (double)sp->shape.cols)) +
+                   fabs(log((double)r->key.rows / (double)sp->shape.rows));
+        if (!(d < best_d))
+            continue;
+        tuned__config c;
+        tuned__err ignored = {0};
+        if (tuned__config_parse(r->config, &c, &ignored) != 0 ||
+            !tuned__space_valid(sp, &c, NULL, 0))
+            continue;
+        best = (long)i;
+        best_d = d;
+    }
+    return best;
+}
+
+static size_t memo_slot(const tuned__index *ix, const tuned__store_key *k, bool *found)
+{
+    size_t mask = MEMO_SLOTS - 1, h = (size_t)key_hash(k) & mask;
+    while (ix->memo[h].used && !key_eq(&ix->memo[h].key, k))
+        h = (h + 1) & mask;
+    *found = ix->memo[h].used;
+    return h;
+}
+
+bool tuned__index_memo_get(const tuned__index *ix, const tuned__store_key *k, tuned__answer *out)
+{
+    bool found;
+    size_t h = memo_slot(ix, k, &found);
+    if (found)
+        *out = ix->memo[h].a;
+    return found;
+}
+
+void tuned__index_memo_put(tuned__index *ix, const tuned__store_key *k, const tuned__answer *a)
+{
+    if (ix->memo_n >= MEMO_MAX) {
+        memset(ix->memo, 0, MEMO_SLOTS * sizeof *ix->memo);
+        ix->memo_n = 0;
+    }
+    bool found;
+    size_t h = memo_slot(ix, k, &found);
+    if (!found) {
+        ix->memo[h].used = true;
+        ix->memo[h].key = *k;
+        ix->memo_n++;
+    }
+    ix->memo[h].a = *a;
+}

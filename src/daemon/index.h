@@ -1,0 +1,72 @@
+/* index.h: the daemon's in-memory copy of the store, for fast answers.
+ *
+ * A `get` must be answered in microseconds, many thousand times a second;
+ * a store read decodes a JSON record each time. The index holds every
+ * record once, decoded, with the record's reply text prepared, in a hash
+ * table by key; the GPUs the records name (model, architecture and memory
+ * read back from the identity string); and a memo of derived answers
+ * (`nearest`, `default`) by key. The owner reloads it whole when the
+ * store changed (tuned__store_txnid); it is used by one thread only. */
+#ifndef TUNED_DAEMON_INDEX_H
+#define TUNED_DAEMON_INDEX_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../../cache/store.h"
+#include "../tuner/space.h"
+
+typedef struct tuned__index tuned__index;
+
+typedef struct tuned__index_gpu {
+    uint64_t fp;
+    char name[128];
+    int arch;            /* 0 when the identity does not say */
+    uint64_t total_mem;  /* bytes; 0 when the identity does not say */
+} tuned__index_gpu;
+
+int tuned__index_new(tuned__index **out, tuned__err *e);
+void tuned__index_free(tuned__index *ix);
+
+/* Replaces the contents with copies of recs[0..n); unchanged on failure.
+ * The memo is emptied. */
+int tuned__index_load(tuned__index *ix, const tuned__record *recs, size_t n, tuned__err *e);
+
+/* tuned__index_load() of every record in the store. */
+int tuned__index_load_store(tuned__index *ix, tuned__store *s, size_t *skipped, tuned__err *e);
+
+size_t tuned__index_count(const tuned__index *ix);
+const tuned__record *tuned__index_at(const tuned__index *ix, size_t i);
+
+/* The position of the record under k, or -1. */
+long tuned__index_find(const tuned__index *ix, const tuned__store_key *k);
+
+/* Record i's reply fields, as tuned__reply_record() writes them. */
+const char *tuned__index_fields(const tuned__index *ix, size_t i, size_t *len);
+
+size_t tuned__index_gpu_count(const tuned__index *ix);
+const tuned__index_gpu *tuned__index_gpu_at(const tuned__index *ix, size_t i);
+
+/* Reads the architecture (sm_XY -> XY) and memory (NNNMiB) out of a GPU
+ * identity string "name|sm_90|132sm|81559MiB|..."; false if it cannot. */
+bool tuned__identity_parse(const char *identity, int *arch, uint64_t *total_mem);
+
+/* The record on GPU fp, same kernel and dtype as sp's shape but another
+ * shape, whose config is valid for sp (tuned__space_valid), closest in
+ * shape (log-distance, columns weighing double); -1 if none. */
+long tuned__index_nearest(const tuned__index *ix, const tuned__space *sp, uint64_t fp);
+
+/* Derived answers, remembered until the next load. */
+enum { TUNED__SOURCE_EXACT = 0, TUNED__SOURCE_NEAREST, TUNED__SOURCE_DEFAULT };
+
+typedef struct tuned__answer {
+    int source;                        /* TUNED__SOURCE_* */
+    long rec;                          /* the record (exact, nearest), else -1 */
+    char config[TUNED__CONFIG_TEXT];   /* default's config */
+} tuned__answer;
+
+bool tuned__index_memo_get(const tuned__index *ix, const tuned__store_key *k, tuned__answer *out);
+void tuned__index_memo_put(tuned__index *ix, const tuned__store_key *k, const tuned__answer *a);
+
+#endif

@@ -1,0 +1,558 @@
+/* requests.c: what each request means: one validated request in, one
+ * reply line out (state.h). Runs on the event loop's thread and must
+ * never block: answers come from the in-memory index, jobs are handed to
+ * the job threads, and the only store access is the index reload after
+ * the store changed.
+ *
+ * Which GPU a request means: "gpu" absent is the daemon's first GPU (or,
+ * with no GPU here, the only GPU the store knows); an ordinal is a local
+ * GPU; a fingerprint or a model name is a local GPU of that model or one
+ * the store has records of. `get` answers `exact` from the record of that
+ * key, else `nearest` (the closest stored shape on that GPU and dtype whose
+ * config is valid for this shape), else `default` (the first heuristic
+ * seed of the variant space). */
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+#include "../tuner/space.h"
+#include "state.h"
+#include "tuned.h"
+
+/* The index is reloaded at most this often when another process writes;
+ * our own jobs' writes reload it at once. */
+#define RELOAD_MIN_MS 100
+
+typedef struct target {
+    uint64_t fp;
+    char name[128];
+    int arch;
+    uint64_t total_mem;  /* 0: unknown */
+    bool local;
+} target;
+
+int tuned__daemon_reload(tuned__daemon *d, tuned__err *e)
+{
+    uint64_t txnid = 0;
+    int rc = tuned__store_txnid(d->store, &txnid, e);
+    uint64_t writes = d->jobs != NULL ? tuned__jobs_writes(d->jobs) : 0;
+    size_t skipped = 0;
+    if (rc == 0)
+        rc = tuned__index_load_store(d->index, d->store, &skipped, e);
+    if (rc != 0)
+        return rc;
+    d->index_txnid = txnid;
+    d->index_writes = writes;
+    d->index_loaded_ms = d->now_ms(d->now_ctx);
+    d->st.index_loads++;
+    if (skipped > 0 && !d->o->quiet)
+        fprintf(stderr, "tuned serve: %zu stored records could not be read and are not served\n",
+                skipped);
+    return 0;
+}
+
+/* Reloads the index if the store changed (see RELOAD_MIN_MS); a failed
+ * reload keeps serving the old index. */
+static void refresh(tuned__daemon *d)
+{
+    uint64_t txnid;
+    tuned__err e = {0};
+    if (tuned__store_txnid(d->store, &txnid, &e) != 0 || txnid == d->index_txnid)
+        return;
+    uint64_t writes = d->jobs != NULL ? tuned__jobs_writes(d->jobs) : 0;
+    if (writes == d->index_writes && d->now_ms(d->now_ctx) - d->index_loaded_ms < RELOAD_MIN_MS)
+        return;
+    if (tuned__daemon_reload(d, &e) != 0 && !d->o->quiet)
+        fprintf(stderr, "tuned serve: reloading the store: %s\n", e.msg);
+}
+
+static int error_reply(tuned__daemon *d, tuned__buf *out, const tuned__request *r, int code,
+                       const char *fmt, ...) TUNED__PRINTF(5, 6);
+
+static int error_reply(tuned__daemon *d, tuned__buf *out, const tuned__request *r, int code,
+                       const char *fmt, ...)
+{
+    char msg[768];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    d->st.errors++;
+    tuned__reply_error(out, r->id, code, msg);
+    return -1;
+}
+
+static void from_local(const tuned__jobs_gpu *g, target *t)
+{
+    t->fp = g->gpu.fingerprint;
+    snprintf(t->name, sizeof t->name, "%s", g->gpu.name);
+    t->arch = g->arch;
+    t->total_mem = g->gpu.total_mem;
+    t->local = true;
+}
+
+static void from_index(const tuned__index_gpu *g, target *t)
+{
+    t->fp = g->fp;
+    snprintf(t->name, sizeof t->name, "%s", g->name);
+    t->arch = g->arch;
+    t->total_mem = g->total_mem;
+    t->local = false;
+}
+
+static int resolve_gpu(tuned__daemon *d, const tuned__request *r, target *t, tuned__buf *out)
+{
+    memset(t, 0, sizeof *t);
+    const tuned__gpu_sel *sel = &r->gpu;
+    size_t nlocal = tuned__jobs_gpu_count(d->jobs);
+    size_t nidx = tuned__index_gpu_count(d->index);
+    tuned__jobs_gpu g;
+    switch (sel->kind) {
+    case TUNED__GPU_ANY:
+        if (tuned__jobs_gpu_at(d->jobs, 0, &g)) {
+            from_local(&g, t);
+            return 0;
+        }
+        if (nidx == 1) {
+            from_index(tuned__index_gpu_at(d->index, 0), t);
+            return 0;
+        }
+        if (nidx == 0)
+            return error_reply(d, out, r, TUNED__PE_NO_GPU,
+                               "no GPU here (%s) and no stored record names one",
+                               tuned__jobs_no_gpu(d->jobs));
+        return error_reply(d, out, r, TUNED__PE_GPU_REQUIRED,
+                           "no GPU here and the store holds %zu GPUs: name one in \"gpu\"", nidx);
+    case TUNED__GPU_ORDINAL:
+        for (size_t i = 0; i < nlocal; i++)
+            if (tuned__jobs_gpu_at(d->jobs, i, &g) && g.gpu.ordinal == sel->ordinal) {
+                from_local(&g, t);
+                return 0;
+            }
+        return error_reply(d, out, r, TUNED__PE_UNKNOWN_GPU, "no GPU %d here (%zu GPUs)",
+                           sel->ordinal, nlocal);
+    case TUNED__GPU_FP:
+        for (size_t i = 0; i < nlocal; i++)
+            if (tuned__jobs_gpu_at(d->jobs, i, &g) && g.gpu.fingerprint == sel->fp) {
+                from_local(&g, t);
+                return 0;
+            }
+        for (size_t i = 0; i < nidx; i++)
+            if (tuned__index_gpu_at(d->index, i)->fp == sel->fp) {
+                from_index(tuned__index_gpu_at(d->index, i), t);
+                return 0;
+            }
+        return error_reply(d, out, r, TUNED__PE_UNKNOWN_GPU,
+                           "no GPU here or in the store has fingerprint %016" PRIx64, sel->fp);
+    default:
+        for (size_t i = 0; i < nlocal; i++)
+            if (tuned__jobs_gpu_at(d->jobs, i, &g) && strcasecmp(g.gpu.name, sel->name) == 0) {
+                from_local(&g, t);
+                return 0;
+            }
+        for (size_t i = 0; i < nidx; i++)
+            if (strcasecmp(tuned__index_gpu_at(d->index, i)->name, sel->name) == 0) {
+                from_index(tuned__index_gpu_at(d->index, i), t);
+                return 0;
+            }
+        return error_reply(d, out, r, TUNED__PE_UNKNOWN_GPU,
+                           "no GPU here or in the store is named \"%s\"", sel->name);
+    }
+}
+
+/* The shape's input plus output must fit the GPU's memory. */
+static int check_fits(tuned__daemon *d, const tuned__request *r, const target *t, tuned__buf *out)
+{
+    uint64_t row_bytes = 2 * r->shape.cols * tuned_dtype_size(r->shape.dtype);
+    if (t->total_mem != 0 && r->shape.rows > t->total_mem / row_bytes)
+        return error_reply(d, out, r, TUNED__PE_TOO_BIG,
+                           "%" PRIu64 "x%" PRIu64 " %s: input and output exceed the %" PRIu64
+                           " MiB of %s",
+                           r->shape.rows, r->shape.cols, tuned_dtype_name(r->shape.dtype),
+                           t->total_mem >> 20, t->name);
+    return 0;
+}
+
+static void search_opts(const tuned__request *r, tuned__search_opts *o)
+{
+    tuned__search_opts_default(o);
+    if (r->have_budget)
+        o->budget = (size_t)r->budget;
+    if (r->have_time)
+        o->time_s = r->time_s;
+    if (r->have_seed)
+        o->seed = r->seed;
+}
+
+/* Submits a tune; on failure fills code and msg. */
+static int submit(tuned__daemon *d, const tuned__request *r, const target *t, uint64_t *id,
+                  bool *joined, int *code, char *msg, size_t n)
+{
+    if (!t->local) {
+        *code = TUNED__PE_NO_GPU;
+        snprintf(msg, n, "no %s here to tune on%s%s", t->name,
+                 tuned__jobs_gpu_count(d->jobs) == 0 ? ": " : "", tuned__jobs_no_gpu(d->jobs));
+        return -1;
+    }
+    tuned__job_params p = {.shape = r->shape, .gpu_fp = t->fp};
+    search_opts(r, &p.search);
+    switch (tuned__jobs_submit(d->jobs, &p, id, joined)) {
+    case TUNED__SUBMIT_OK: return 0;
+    case TUNED__SUBMIT_FULL:
+        *code = TUNED__PE_QUEUE_FULL;
+        snprintf(msg, n, "%u tune jobs are queued already; try later", d->o->max_jobs);
+        return -1;
+    case TUNED__SUBMIT_NO_GPU:
+        *code = TUNED__PE_NO_GPU;
+        snprintf(msg, n, "no %s here to tune on", t->name);
+        return -1;
+    case TUNED__SUBMIT_STOPPING:
+        *code = TUNED__PE_SHUTTING_DOWN;
+        snprintf(msg, n, "the daemon is stopping");
+        return -1;
+    default:
+        *code = TUNED__PE_INTERNAL;
+        snprintf(msg, n, "out of memory");
+        return -1;
+    }
+}
+
+static void gpu_fields(tuned__buf *out, const target *t)
+{
+    char fp[17];
+    tuned__fp_hex(t->fp, fp);
+    tuned__json_key(out, "gpu", false);
+    tuned__json_str(out, t->name);
+    tuned__json_key(out, "gpu_fp", false);
+    tuned__json_str(out, fp);
+}
+
+static void op_get(tuned__daemon *d, const tuned__request *r, tuned__buf *out)
+{
+    target t;
+    if (resolve_gpu(d, r, &t, out) != 0 || check_fits(d, r, &t, out) != 0)
+        return;
+    refresh(d);
+    tuned__store_key key = {.kernel = r->kernel, .dtype = (uint8_t)r->shape.dtype,
+                            .rows = r->shape.rows, .cols = r->shape.cols, .gpu_fp = t.fp};
+    tuned__answer a;
+    long at = tuned__index_find(d->index, &key);
+    if (at >= 0) {
+        a.source = TUNED__SOURCE_EXACT;
+        a.rec = at;
+    } else if (!tuned__index_memo_get(d->index, &key, &a)) {
+        tuned__space sp;
+        tuned__err e = {0};
+        if (tuned__space_init(&sp, &r->shape, t.arch > 0 ? t.arch : 80, &e) != 0) {
+            error_reply(d, out, r, TUNED__PE_NO_SPACE, "%s", e.msg);
+            return;
+        }
+        a.rec = tuned__index_nearest(d->index, &sp, t.fp);
+        a.source = a.rec >= 0 ? TUNED__SOURCE_NEAREST : TUNED__SOURCE_DEFAULT;
+        a.config[0] = '\0';
+        tuned__config seed;
+        if (a.rec < 0 && tuned__space_seeds(&sp, &seed, 1) == 1)
+            tuned__config_format(&seed, a.config, sizeof a.config);
+        else if (a.rec < 0 && sp.count > 0)
+            tuned__config_format(&sp.valid[0], a.config, sizeof a.config);
+        tuned__space_free(&sp);
+        tuned__index_memo_put(d->index, &key, &a);
+    }
+    /* tune_if_missing: queue (or join) a tune, answer at once. */
+    uint64_t job = 0;
+    bool joined = false;
+    int code = 0;
+    char msg[256] = "";
+    if (r->tune_if_missing && a.source != TUNED__SOURCE_EXACT)
+        submit(d, r, &t, &job, &joined, &code, msg, sizeof msg);
+
+    static const char *const names[] = {"exact", "nearest", "default"};
+    tuned__reply_begin(out, r->id);
+    tuned__json_key(out, "source", false);
+    tuned__json_str(out, names[a.source]);
+    const tuned__record *rec = a.rec >= 0 ? tuned__index_at(d->index, (size_t)a.rec) : NULL;
+    tuned__json_key(out, "config", false);
+    tuned__json_str(out, rec != NULL ? rec->config : a.config);
+    tuned__json_key(out, "median_us", false);
+    if (rec != NULL)
+        tuned__json_double(out, rec->median_us);
+    else
+        tuned__buf_add(out, "null", 4);
+    if (rec != NULL) {
+        size_t len;
+        const char *f = tuned__index_fields(d->index, (size_t)a.rec, &len);
+        tuned__buf_adds(out, ",\"record\":{");
+        tuned__buf_add(out, f + 1, len - 1); /* without its leading comma */
+        tuned__buf_add(out, "}", 1);
+    }
+    if (a.source != TUNED__SOURCE_EXACT)
+        gpu_fields(out, &t);
+    if (r->tune_if_missing && a.source != TUNED__SOURCE_EXACT) {
+        tuned__json_key(out, "job", false);
+        if (code == 0) {
+            tuned__json_u64(out, job);
+            tuned__json_key(out, "joined", false);
+            tuned__json_bool(out, joined);
+        } else {
+            tuned__buf_add(out, "null", 4);
+            tuned__json_key(out, "job_error", false);
+            tuned__buf_adds(out, "{\"code\":");
+            tuned__json_str(out, tuned__perr_name(code));
+            tuned__buf_adds(out, ",\"message\":");
+            tuned__json_str(out, msg);
+            tuned__buf_add(out, "}", 1);
+        }
+    }
+    tuned__reply_end(out);
+    if (a.source == TUNED__SOURCE_EXACT)
+        d->st.exact++;
+    else if (a.source == TUNED__SOURCE_NEAREST)
+        d->st.nearest++;
+    else
+        d->st.defaults++;
+}
+
+static void op_tune(tuned__daemon *d, const tuned__request *r, tuned__buf *out)
+{
+    target t;
+    if (resolve_gpu(d, r, &t, out) != 0 || check_fits(d, r, &t, out) != 0)
+        return;
+    uint64_t id;
+    bool joined;
+    int code;
+    char msg[256];
+    if (submit(d, r, &t, &id, &joined, &code, msg, sizeof msg) != 0) {
+        error_reply(d, out, r, code, "%s", msg);
+        return;
+    }
+    tuned__job_view v;
+    bool have = tuned__jobs_get(d->jobs, id, &v);
+    tuned__reply_begin(out, r->id);
+    tuned__json_key(out, "job", false);
+    tuned__json_u64(out, id);
+    tuned__json_key(out, "joined", false);
+    tuned__json_bool(out, joined);
+    tuned__json_key(out, "state", false);
+    tuned__json_str(out, have ? tuned__job_state_name(v.state) : "queued");
+    gpu_fields(out, &t);
+    tuned__reply_end(out);
+}
+
+static void opt_double(tuned__buf *out, const char *key, bool have, double v)
+{
+    tuned__json_key(out, key, false);
+    if (have)
+        tuned__json_double(out, v);
+    else
+        tuned__buf_add(out, "null", 4);
+}
+
+static void op_job(tuned__daemon *d, const tuned__request *r, tuned__buf *out)
+{
+    tuned__job_view v;
+    if (!tuned__jobs_get(d->jobs, r->job, &v)) {
+        error_reply(d, out, r, TUNED__PE_NO_SUCH_JOB, "no job %" PRIu64 " (finished jobs are "
+                    "kept for a while, then forgotten)", r->job);
+        return;
+    }
+    char fp[17];
+    tuned__fp_hex(v.gpu_fp, fp);
+    tuned__reply_begin(out, r->id);
+    tuned__buf_adds(out, ",\"job\":{\"id\":");
+    tuned__json_u64(out, v.id);
+    tuned__json_key(out, "state", false);
+    tuned__json_str(out, tuned__job_state_name(v.state));
+    tuned__json_key(out, "kernel", false);
+    tuned__json_str(out, "softmax");
+    tuned__json_key(out, "dtype", false);
+    tuned__json_str(out, tuned_dtype_name(v.shape.dtype));
+    tuned__json_key(out, "rows", false);
+    tuned__json_u64(out, v.shape.rows);
+    tuned__json_key(out, "cols", false);
+    tuned__json_u64(out, v.shape.cols);
+    tuned__json_key(out, "gpu", false);
+    tuned__json_str(out, v.gpu_name);
+    tuned__json_key(out, "gpu_fp", false);
+    tuned__json_str(out, fp);
+    tuned__json_key(out, "device", false);
+    tuned__json_i64(out, v.device);
+    tuned__json_key(out, "queue_position", false);
+    tuned__json_u64(out, v.queue_position);
+    tuned__json_key(out, "budget", false);
+    tuned__json_u64(out, v.budget);
+    tuned__json_key(out, "evaluated", false);
+    tuned__json_u64(out, v.evaluated);
+    tuned__json_key(out, "failed", false);
+    tuned__json_u64(out, v.failed);
+    tuned__json_key(out, "generation", false);
+    tuned__json_i64(out, v.generation);
+    tuned__json_key(out, "best_config", false);
+    if (v.have_best)
+        tuned__json_str(out, v.best_config);
+    else
+        tuned__buf_add(out, "null", 4);
+    opt_double(out, "best_us", v.have_best, v.best_us);
+    opt_double(out, "copy_us", v.copy_us > 0, v.copy_us);
+    tuned__json_key(out, "elapsed_s", false);
+    tuned__json_double(out, v.elapsed_s);
+    tuned__json_key(out, "worker_restarts", false);
+    tuned__json_u64(out, v.worker_restarts);
+    tuned__json_key(out, "crashes", false);
+    tuned__json_u64(out, v.crashes);
+    tuned__json_key(out, "crashed", false);
+    tuned__buf_add(out, "[", 1);
+    for (unsigned i = 0; i < v.crashes && i < TUNED__JOB_CRASHES_SHOWN; i++) {
+        if (i > 0)
+            tuned__buf_add(out, ",", 1);
+        tuned__json_str(out, v.crashed[i]);
+    }
+    tuned__buf_add(out, "]", 1);
+    tuned__json_key(out, "stop_reason", false);
+    tuned__json_str(out, v.stop_reason);
+    tuned__json_key(out, "stored", false);
+    tuned__json_bool(out, v.stored);
+    tuned__json_key(out, "checkpointed", false);
+    tuned__json_bool(out, v.checkpointed);
+    tuned__json_key(out, "joined", false);
+    tuned__json_u64(out, v.joined);
+    tuned__json_key(out, "error", false);
+    if (v.error[0] != '\0')
+        tuned__json_str(out, v.error);
+    else
+        tuned__buf_add(out, "null", 4);
+    tuned__buf_add(out, "}", 1);
+    tuned__reply_end(out);
+}
+
+static bool list_match(tuned__daemon *d, const tuned__request *r, const tuned__record *rec)
+{
+    if ((r->have_dtype && rec->key.dtype != (uint8_t)r->shape.dtype) ||
+        (r->have_rows && rec->key.rows != r->shape.rows) ||
+        (r->have_cols && rec->key.cols != r->shape.cols) || rec->key.kernel != r->kernel)
+        return false;
+    tuned__jobs_gpu g;
+    switch (r->gpu.kind) {
+    case TUNED__GPU_ORDINAL:
+        for (size_t i = 0; tuned__jobs_gpu_at(d->jobs, i, &g); i++)
+            if (g.gpu.ordinal == r->gpu.ordinal)
+                return rec->key.gpu_fp == g.gpu.fingerprint;
+        return false;
+    case TUNED__GPU_FP: return rec->key.gpu_fp == r->gpu.fp;
+    case TUNED__GPU_NAME: return strcasecmp(rec->gpu_name, r->gpu.name) == 0;
+    default: return true;
+    }
+}
+
+static void op_list(tuned__daemon *d, const tuned__request *r, tuned__buf *out)
+{
+    refresh(d);
+    size_t n = tuned__index_count(d->index), shown = 0, total = 0;
+    tuned__reply_begin(out, r->id);
+    tuned__buf_adds(out, ",\"records\":[");
+    for (size_t i = 0; i < n; i++) {
+        if (!list_match(d, r, tuned__index_at(d->index, i)))
+            continue;
+        total++;
+        if (shown == r->limit)
+            continue;
+        size_t len;
+        const char *f = tuned__index_fields(d->index, i, &len);
+        tuned__buf_add(out, shown > 0 ? ",{" : "{", shown > 0 ? 2 : 1);
+        tuned__buf_add(out, f + 1, len - 1);
+        tuned__buf_add(out, "}", 1);
+        shown++;
+    }
+    tuned__buf_add(out, "]", 1);
+    tuned__json_key(out, "count", false);
+    tuned__json_u64(out, shown);
+    tuned__json_key(out, "total", false);
+    tuned__json_u64(out, total);
+    tuned__json_key(out, "truncated", false);
+    tuned__json_bool(out, total > shown);
+    tuned__reply_end(out);
+}
+
+static void op_stats(tuned__daemon *d, const tuned__request *r, tuned__buf *out)
+{
+    refresh(d);
+    const tuned__stats *s = &d->st;
+    tuned__jobs_counts c;
+    tuned__jobs_counts_get(d->jobs, &c);
+    tuned__reply_begin(out, r->id);
+    tuned__json_key(out, "version", false);
+    tuned__json_str(out, tuned_version());
+    tuned__json_key(out, "uptime_s", false);
+    tuned__json_double(out, (double)(d->now_ms(d->now_ctx) - d->start_ms) / 1000.0);
+    tuned__buf_printf(out, ",\"requests\":{\"total\":%" PRIu64 ",\"errors\":%" PRIu64,
+                      s->requests, s->errors);
+    for (int i = 0; i < TUNED__OP_COUNT; i++)
+        tuned__buf_printf(out, ",\"%s\":%" PRIu64, tuned__op_name(i), s->by_op[i]);
+    tuned__buf_printf(out, "},\"get\":{\"exact\":%" PRIu64 ",\"nearest\":%" PRIu64
+                      ",\"default\":%" PRIu64 "}",
+                      s->exact, s->nearest, s->defaults);
+    tuned__buf_printf(out, ",\"clients\":{\"now\":%" PRIu64 ",\"total\":%" PRIu64
+                      ",\"rejected\":%" PRIu64 ",\"cut_off\":%" PRIu64
+                      ",\"lines_too_long\":%" PRIu64 "}",
+                      s->clients_now, s->clients_total, s->clients_rejected, s->clients_cut_off,
+                      s->lines_too_long);
+    tuned__buf_printf(out, ",\"jobs\":{\"queued\":%zu,\"running\":%zu,\"done\":%" PRIu64
+                      ",\"failed\":%" PRIu64 ",\"cancelled\":%" PRIu64 ",\"submitted\":%" PRIu64
+                      ",\"joined\":%" PRIu64 ",\"worker_restarts\":%" PRIu64 "}",
+                      c.queued, c.running, c.done, c.failed, c.cancelled, c.submitted, c.joined,
+                      c.worker_restarts);
+    tuned__buf_printf(out, ",\"store\":{\"records\":%zu,\"loads\":%" PRIu64 ",\"path\":",
+                      tuned__index_count(d->index), s->index_loads);
+    tuned__json_str(out, d->o->db);
+    tuned__buf_adds(out, "},\"gpus\":[");
+    tuned__jobs_gpu g;
+    for (size_t i = 0; tuned__jobs_gpu_at(d->jobs, i, &g); i++) {
+        char fp[17];
+        tuned__fp_hex(g.gpu.fingerprint, fp);
+        tuned__buf_adds(out, i > 0 ? ",{\"ordinal\":" : "{\"ordinal\":");
+        tuned__json_i64(out, g.gpu.ordinal);
+        tuned__json_key(out, "name", false);
+        tuned__json_str(out, g.gpu.name);
+        tuned__json_key(out, "gpu_fp", false);
+        tuned__json_str(out, fp);
+        tuned__buf_printf(out, ",\"arch\":%d,\"total_mem\":%zu,\"worker_pid\":%d,\"job\":%" PRIu64
+                          ",\"worker_restarts\":%u,\"test_only_fake\":%s}",
+                          g.arch, g.gpu.total_mem, (int)g.worker_pid, g.job, g.restarts,
+                          g.fake ? "true" : "false");
+    }
+    tuned__buf_add(out, "]", 1);
+    tuned__json_key(out, "no_gpu", false);
+    if (tuned__jobs_gpu_count(d->jobs) == 0)
+        tuned__json_str(out, tuned__jobs_no_gpu(d->jobs));
+    else
+        tuned__buf_add(out, "null", 4);
+    tuned__reply_end(out);
+}
+
+void tuned__daemon_answer(tuned__daemon *d, const char *line, size_t len, tuned__buf *out)
+{
+    tuned__request r;
+    tuned__proto_error pe;
+    d->st.requests++;
+    if (tuned__proto_parse(line, len, &r, &pe) != 0) {
+        d->st.errors++;
+        tuned__reply_error(out, r.id, pe.code, pe.message);
+        return;
+    }
+    d->st.by_op[r.op]++;
+    switch (r.op) {
+    case TUNED__OP_PING:
+        tuned__reply_begin(out, r.id);
+        tuned__buf_adds(out, ",\"pong\":true,\"version\":");
+        tuned__json_str(out, tuned_version());
+        tuned__reply_end(out);
+        break;
+    case TUNED__OP_GET: op_get(d, &r, out); break;
+    case TUNED__OP_TUNE: op_tune(d, &r, out); break;
+    case TUNED__OP_JOB: op_job(d, &r, out); break;
+    case TUNED__OP_LIST: op_list(d, &r, out); break;
+    case TUNED__OP_STATS: op_stats(d, &r, out); break;
+    default: error_reply(d, out, &r, TUNED__PE_INTERNAL, "unhandled op"); break;
+    }
+}

@@ -1,0 +1,731 @@
+/* server.c: the event loop: listeners, connections, backpressure, signals
+ * and the orderly stop (daemon.h).
+ *
+ * One libuv loop on one thread does all the serving. Each connection has
+ * one read buffer (start/end indices; libuv reads into its free tail) that
+ * grows up to the line limit; complete lines are answered in order and the
+ * replies collected in an output buffer that is written with one
+ * uv_try_write per read, the rest (if the socket is full) through uv_write.
+ * A client whose queued replies pass max_output is no longer read (its
+ * unanswered lines wait in its buffer) until they drain to half; one whose
+ * replies do not drain for client_timeout_s, or pass 4 x max_output, is
+ * cut off. A line over max_line gets a line_too_long error and the
+ * connection is closed after it; so does a connection over max_clients.
+ *
+ * Stop (SIGTERM or SIGINT): the listeners close at once, the jobs are told
+ * to stop (running ones checkpoint), every connection stops reading and
+ * closes once its replies are written; a 100 ms timer watches for the jobs
+ * to finish, then closes the remaining handles with uv_walk. The socket
+ * file is removed; a stale one left by a crash is replaced at start (a
+ * live daemon on it is an error). */
+#include "daemon.h"
+
+#include <errno.h>
+#include <grp.h>
+#include <signal.h>
+#include <stddef.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <uv.h>
+
+#include "state.h"
+#include "tuned.h"
+
+#define TICK_MS 100
+#define container_of(ptr, type, member) ((type *)((char *)(ptr) - offsetof(type, member)))
+#define READ_BUF_MIN 4096
+#define BACKLOG 511
+
+typedef struct server server;
+
+typedef struct conn {
+    union {
+        uv_handle_t handle;
+        uv_stream_t stream;
+        uv_pipe_t pipe;
+        uv_tcp_t tcp;
+    } h;
+    server *srv;
+    struct conn *prev, *next;
+    char *in;
+    size_t in_start, in_end, in_cap;
+    tuned__buf out;          /* replies not yet handed to libuv */
+    size_t queued;           /* bytes in uv_write requests in flight */
+    uint64_t stalled_since;  /* uv_now() when queued output last made no progress; 0 */
+    bool reading;
+    bool paused;             /* backpressure: not reading, lines left unanswered */
+    bool eof;
+    bool close_after_flush;
+    bool closing;
+    bool counted;            /* counted in clients_now */
+} conn;
+
+typedef struct wreq {
+    uv_write_t req;
+    conn *c;
+    size_t len;
+    char data[];
+} wreq;
+
+struct server {
+    tuned__daemon d;
+    const tuned__serve_opts *o;
+    uv_loop_t loop;
+    bool loop_ready;
+    uv_pipe_t unix_listener;
+    bool unix_open;
+    uv_tcp_t tcp_listener;
+    bool tcp_open;
+    uv_signal_t sigterm, sigint;
+    bool signals_open;
+    uv_timer_t tick;
+    bool tick_open;
+    conn *conns;
+    bool stopping;
+    bool socket_made;
+    struct stat socket_st;
+    char exe[4096];
+};
+
+static void logf_(const server *s, const char *fmt, ...) TUNED__PRINTF(2, 3);
+
+static void logf_(const server *s, const char *fmt, ...)
+{
+    if (s->o->quiet)
+        return;
+    char line[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "tuned serve: %s\n", line);
+}
+
+void tuned__serve_opts_default(tuned__serve_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    tuned__socket_default(o->socket_path, sizeof o->socket_path);
+    o->max_clients = 1024;
+    o->max_line = 65536;
+    o->max_output = 1 << 20;
+    o->max_jobs = 64;
+    o->variant_timeout_s = 60;
+    o->client_timeout_s = 30;
+    o->shutdown_grace_s = 10;
+    o->worker_nice = 10;
+}
+
+void tuned__socket_default(char *out, size_t n)
+{
+    const char *env = getenv("TUNED_SOCKET");
+    const char *xdg = getenv("XDG_RUNTIME_DIR");
+    if (env != NULL && *env != '\0')
+        snprintf(out, n, "%s", env);
+    else if (xdg != NULL && *xdg == '/')
+        snprintf(out, n, "%s/tuned/tuned.sock", xdg);
+    else
+        snprintf(out, n, "/run/tuned/tuned.sock");
+}
+
+static uint64_t loop_now(void *ctx)
+{
+    return uv_now(ctx);
+}
+
+/* ---- connections ---- */
+
+static void on_conn_closed(uv_handle_t *h)
+{
+    conn *c = h->data;
+    server *s = c->srv;
+    if (c->prev != NULL)
+        c->prev->next = c->next;
+    else if (s->conns == c)
+        s->conns = c->next;
+    if (c->next != NULL)
+        c->next->prev = c->prev;
+    if (c->counted)
+        s->d.st.clients_now--;
+    free(c->in);
+    tuned__buf_free(&c->out);
+    free(c);
+}
+
+static void conn_close(conn *c)
+{
+    if (c->closing)
+        return;
+    c->closing = true;
+    uv_close(&c->h.handle, on_conn_closed);
+}
+
+static void process(conn *c);
+static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf);
+
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+    (void)suggested;
+    conn *c = h->data;
+    size_t limit = c->srv->o->max_line + 1;
+    if (c->in_end == c->in_cap && c->in_start > 0) {
+        memmove(c->in, c->in + c->in_start, c->in_end - c->in_start);
+        c->in_end -= c->in_start;
+        c->in_start = 0;
+    }
+    if (c->in_end == c->in_cap && c->in_cap < limit) {
+        size_t cap = c->in_cap ? c->in_cap * 2 : READ_BUF_MIN;
+        if (cap > limit)
+            cap = limit;
+        char *p = realloc(c->in, cap);
+        if (p != NULL) {
+            c->in = p;
+            c->in_cap = cap;
+        }
+    }
+    /* Full with no newline: len 0 makes libuv report UV_ENOBUFS. */
+    *buf = uv_buf_init(c->in + c->in_end, (unsigned)(c->in_cap - c->in_end));
+}
+
+static void start_reading(conn *c)
+{
+    if (c->reading || c->closing || c->eof || c->close_after_flush || c->srv->stopping)
+        return;
+    int rc = uv_read_start(&c->h.stream, on_alloc, on_read);
+    if (rc != 0) {
+        logf_(c->srv, "uv_read_start: %s", uv_strerror(rc));
+        conn_close(c);
+        return;
+    }
+    c->reading = true;
+}
+
+static void stop_reading(conn *c)
+{
+    if (!c->reading)
+        return;
+    int rc = uv_read_stop(&c->h.stream);
+    if (rc != 0)
+        logf_(c->srv, "uv_read_stop: %s", uv_strerror(rc));
+    c->reading = false;
+}
+
+static bool drained(const conn *c)
+{
+    return c->queued == 0 && c->out.len == 0;
+}
+
+static void on_write(uv_write_t *req, int status)
+{
+    wreq *w = container_of(req, wreq, req);
+    conn *c = w->c;
+    c->queued -= w->len;
+    free(w);
+    if (c->closing)
+        return;
+    if (status < 0) {
+        conn_close(c);
+        return;
+    }
+    c->stalled_since = c->queued > 0 ? uv_now(&c->srv->loop) : 0;
+    if (c->paused && c->queued + c->out.len <= c->srv->o->max_output / 2) {
+        c->paused = false;
+        process(c);
+    }
+    if (!c->closing && (c->close_after_flush || (c->eof && !c->paused)) && drained(c))
+        conn_close(c);
+}
+
+/* Hands the collected replies to the socket. */
+static void flush(conn *c)
+{
+    if (c->closing || c->out.len == 0)
+        return;
+    if (c->out.oom) {
+        conn_close(c);
+        return;
+    }
+    size_t off = 0;
+    if (c->queued == 0) {
+        uv_buf_t b = uv_buf_init(c->out.data, (unsigned)c->out.len);
+        int n = uv_try_write(&c->h.stream, &b, 1);
+        if (n >= 0) {
+            off = (size_t)n;
+        } else if (n != UV_EAGAIN) {
+            conn_close(c); /* the peer is gone */
+            return;
+        }
+    }
+    if (off < c->out.len) {
+        size_t rest = c->out.len - off;
+        wreq *w = malloc(sizeof *w + rest);
+        if (w == NULL) {
+            conn_close(c);
+            return;
+        }
+        w->c = c;
+        w->len = rest;
+        memcpy(w->data, c->out.data + off, rest);
+        uv_buf_t b = uv_buf_init(w->data, (unsigned)rest);
+        int rc = uv_write(&w->req, &c->h.stream, &b, 1, on_write);
+        if (rc != 0) {
+            free(w);
+            conn_close(c);
+            return;
+        }
+        if (c->queued == 0)
+            c->stalled_since = uv_now(&c->srv->loop);
+        c->queued += rest;
+    }
+    c->out.len = 0;
+    if (c->out.cap > ((size_t)1 << 20)) /* do not keep a big list reply's buffer */
+        tuned__buf_free(&c->out);
+    if (c->close_after_flush && drained(c))
+        conn_close(c);
+}
+
+/* A protocol error that ends the connection: the reply, then close. */
+static void fatal_reply(conn *c, int code, const char *msg)
+{
+    tuned__reply_error(&c->out, "", code, msg);
+    c->close_after_flush = true;
+    stop_reading(c);
+    flush(c);
+}
+
+static void answer(conn *c, const char *line, size_t len)
+{
+    while (len > 0 && line[len - 1] == '\r')
+        len--;
+    if (len == 0)
+        return; /* blank lines are ignored */
+    tuned__daemon_answer(&c->srv->d, line, len, &c->out);
+}
+
+/* Answers the complete lines in the buffer, until backpressure. */
+static void process(conn *c)
+{
+    server *s = c->srv;
+    while (!c->paused && !c->closing && !c->close_after_flush) {
+        char *start = c->in + c->in_start;
+        size_t avail = c->in_end - c->in_start;
+        char *nl = avail > 0 ? memchr(start, '\n', avail) : NULL;
+        if (nl == NULL) {
+            if (avail > s->o->max_line) {
+                s->d.st.lines_too_long++;
+                char msg[128];
+                snprintf(msg, sizeof msg, "a request line is longer than %zu bytes",
+                         s->o->max_line);
+                fatal_reply(c, TUNED__PE_LINE_TOO_LONG, msg);
+                return;
+            }
+            if (c->eof && avail > 0) { /* a last line without its newline */
+                answer(c, start, avail);
+                c->in_start = c->in_end;
+            }
+            break;
+        }
+        size_t len = (size_t)(nl - start);
+        if (len > s->o->max_line) {
+            s->d.st.lines_too_long++;
+            char msg[128];
+            snprintf(msg, sizeof msg, "a request line is longer than %zu bytes", s->o->max_line);
+            fatal_reply(c, TUNED__PE_LINE_TOO_LONG, msg);
+            return;
+        }
+        answer(c, start, len);
+        c->in_start += len + 1;
+        size_t pending = c->out.len + c->queued;
+        if (pending > 4 * s->o->max_output) {
+            s->d.st.clients_cut_off++;
+            logf_(s, "client cut off: %zu reply bytes pending", pending);
+            conn_close(c);
+            return;
+        }
+        if (pending > s->o->max_output) {
+            c->paused = true;
+            flush(c);
+            if (c->closing)
+                return;
+            /* flush may have drained it all */
+            if (c->queued + c->out.len > s->o->max_output / 2) {
+                stop_reading(c);
+                return;
+            }
+            c->paused = false;
+        }
+    }
+    if (c->in_start == c->in_end)
+        c->in_start = c->in_end = 0;
+    flush(c);
+    if (!c->closing && !c->paused && c->eof && drained(c))
+        conn_close(c);
+    else if (!c->closing && !c->paused)
+        start_reading(c);
+}
+
+static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
+{
+    (void)buf;
+    conn *c = st->data;
+    if (nread > 0) {
+        c->in_end += (size_t)nread;
+        process(c);
+    } else if (nread == UV_ENOBUFS) {
+        c->srv->d.st.lines_too_long++;
+        char msg[128];
+        snprintf(msg, sizeof msg, "a request line is longer than %zu bytes", c->srv->o->max_line);
+        fatal_reply(c, TUNED__PE_LINE_TOO_LONG, msg);
+    } else if (nread == UV_EOF) {
+        /* Answer what is left (a last line may lack its newline), write
+         * it, then close: process() and on_write() close once drained. */
+        c->eof = true;
+        stop_reading(c);
+        process(c);
+    } else if (nread < 0) {
+        conn_close(c);
+    }
+    /* nread == 0: nothing read (EAGAIN); not EOF. */
+}
+
+static void on_connection(uv_stream_t *listener, int status)
+{
+    server *s = listener->data;
+    if (status < 0) {
+        logf_(s, "accept: %s", uv_strerror(status));
+        return;
+    }
+    conn *c = calloc(1, sizeof *c);
+    if (c == NULL) {
+        logf_(s, "accept: out of memory");
+        return;
+    }
+    c->srv = s;
+    int rc = listener == (uv_stream_t *)&s->unix_listener ? uv_pipe_init(&s->loop, &c->h.pipe, 0)
+                                                           : uv_tcp_init(&s->loop, &c->h.tcp);
+    if (rc != 0) {
+        logf_(s, "accept: init: %s", uv_strerror(rc));
+        free(c);
+        return;
+    }
+    c->h.handle.data = c;
+    c->next = s->conns;
+    if (s->conns != NULL)
+        s->conns->prev = c;
+    s->conns = c;
+    if ((rc = uv_accept(listener, &c->h.stream)) != 0) {
+        logf_(s, "uv_accept: %s", uv_strerror(rc));
+        conn_close(c);
+        return;
+    }
+    if (listener == (uv_stream_t *)&s->tcp_listener)
+        uv_tcp_nodelay(&c->h.tcp, 1); /* replies are small and latency-bound */
+    s->d.st.clients_total++;
+    if (s->d.st.clients_now >= s->o->max_clients) {
+        s->d.st.clients_rejected++;
+        char msg[96];
+        snprintf(msg, sizeof msg, "the daemon serves at most %u clients at once",
+                 s->o->max_clients);
+        fatal_reply(c, TUNED__PE_TOO_MANY_CLIENTS, msg);
+        return;
+    }
+    c->counted = true;
+    s->d.st.clients_now++;
+    start_reading(c);
+}
+
+/* ---- stop ---- */
+
+static void close_any(uv_handle_t *h, void *arg)
+{
+    (void)arg;
+    if (!uv_is_closing(h))
+        uv_close(h, NULL);
+}
+
+static void on_tick(uv_timer_t *t)
+{
+    server *s = t->data;
+    uint64_t now = uv_now(&s->loop);
+    uint64_t limit = (uint64_t)(s->o->client_timeout_s * 1000.0);
+    for (conn *c = s->conns, *next; c != NULL; c = next) {
+        next = c->next;
+        if (!c->closing && c->queued > 0 && c->stalled_since != 0 &&
+            now - c->stalled_since > limit) {
+            s->d.st.clients_cut_off++;
+            logf_(s, "client cut off: it read none of %zu reply bytes for %.0f s", c->queued,
+                  s->o->client_timeout_s);
+            conn_close(c);
+        }
+    }
+    if (s->stopping && s->conns == NULL && tuned__jobs_finished(s->d.jobs)) {
+        logf_(s, "stopped");
+        uv_walk(&s->loop, close_any, NULL);
+    }
+}
+
+static void begin_stop(server *s, int signum)
+{
+    if (s->stopping) {
+        logf_(s, "%s again: still waiting for running jobs to checkpoint", strsignal(signum));
+        return;
+    }
+    s->stopping = true;
+    logf_(s, "%s: no new clients; running jobs checkpoint, then exit", strsignal(signum));
+    if (s->unix_open)
+        uv_close((uv_handle_t *)&s->unix_listener, NULL);
+    if (s->tcp_open)
+        uv_close((uv_handle_t *)&s->tcp_listener, NULL);
+    s->unix_open = s->tcp_open = false;
+    tuned__jobs_stop(s->d.jobs);
+    for (conn *c = s->conns, *next; c != NULL; c = next) {
+        next = c->next;
+        stop_reading(c);
+        if (drained(c))
+            conn_close(c);
+        else
+            c->close_after_flush = true;
+    }
+}
+
+static void on_signal(uv_signal_t *h, int signum)
+{
+    begin_stop(h->data, signum);
+}
+
+/* ---- start ---- */
+
+/* mkdir -p of the socket's directory. */
+static int make_dir(const char *path, mode_t mode, tuned__err *e)
+{
+    char dir[TUNED__SOCKET_PATH_MAX + 1];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash == NULL || slash == dir)
+        return 0;
+    *slash = '\0';
+    for (char *p = dir + 1;; p++) {
+        if (*p != '/' && *p != '\0')
+            continue;
+        char saved = *p;
+        *p = '\0';
+        if (mkdir(dir, mode) != 0 && errno != EEXIST)
+            return tuned__errf(e, TUNED_EIO, "socket %s: cannot create %s: %s", path, dir,
+                               strerror(errno));
+        *p = saved;
+        if (saved == '\0')
+            break;
+    }
+    return 0;
+}
+
+/* A socket file left by a crashed daemon is removed; a live daemon on it,
+ * or a file that is not a socket, is an error. */
+static int clear_stale(const char *path, tuned__err *e)
+{
+    struct stat st;
+    if (lstat(path, &st) != 0)
+        return errno == ENOENT ? 0
+                               : tuned__errf(e, TUNED_EIO, "socket %s: %s", path, strerror(errno));
+    if (!S_ISSOCK(st.st_mode))
+        return tuned__errf(e, TUNED_EIO, "socket %s: exists and is not a socket; not replacing it",
+                           path);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return tuned__errf(e, TUNED_EIO, "socket: %s", strerror(errno));
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path);
+    int live = connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0;
+    int err = errno;
+    close(fd);
+    if (live)
+        return tuned__errf(e, TUNED_EIO, "socket %s: another daemon is listening on it", path);
+    if (err != ECONNREFUSED && err != ENOENT)
+        return tuned__errf(e, TUNED_EIO, "socket %s: %s", path, strerror(err));
+    if (unlink(path) != 0 && errno != ENOENT)
+        return tuned__errf(e, TUNED_EIO, "socket %s: cannot remove the stale socket: %s", path,
+                           strerror(errno));
+    return 0;
+}
+
+static int listen_unix(server *s, tuned__err *e)
+{
+    const char *path = s->o->socket_path;
+    gid_t gid = (gid_t)-1;
+    if (s->o->group[0] != '\0') {
+        struct group gr, *res = NULL;
+        char buf[4096];
+        if (getgrnam_r(s->o->group, &gr, buf, sizeof buf, &res) != 0 || res == NULL)
+            return tuned__errf(e, TUNED_EINVAL, "--group %s: no such group", s->o->group);
+        gid = gr.gr_gid;
+    }
+    int rc = make_dir(path, gid != (gid_t)-1 ? 0750 : 0700, e);
+    if (rc == 0)
+        rc = clear_stale(path, e);
+    if (rc != 0)
+        return rc;
+    if ((rc = uv_pipe_init(&s->loop, &s->unix_listener, 0)) != 0)
+        return tuned__errf(e, TUNED_EIO, "uv_pipe_init: %s", uv_strerror(rc));
+    s->unix_listener.data = s;
+    s->unix_open = true;
+    /* Created 0600 (0660 with a group) from the start: no window. */
+    mode_t old = umask(gid != (gid_t)-1 ? 0117 : 0177);
+    rc = uv_pipe_bind(&s->unix_listener, path);
+    umask(old);
+    if (rc != 0)
+        return tuned__errf(e, TUNED_EIO, "socket %s: bind: %s", path, uv_strerror(rc));
+    s->socket_made = true;
+    if (lstat(path, &s->socket_st) != 0)
+        return tuned__errf(e, TUNED_EIO, "socket %s: %s", path, strerror(errno));
+    if (gid != (gid_t)-1 && (chown(path, (uid_t)-1, gid) != 0 || chmod(path, 0660) != 0))
+        return tuned__errf(e, TUNED_EIO, "socket %s: group %s: %s", path, s->o->group,
+                           strerror(errno));
+    if ((rc = uv_listen((uv_stream_t *)&s->unix_listener, BACKLOG, on_connection)) != 0)
+        return tuned__errf(e, TUNED_EIO, "socket %s: listen: %s", path, uv_strerror(rc));
+    logf_(s, "listening on %s (mode %s)", path, gid != (gid_t)-1 ? "0660" : "0600");
+    return 0;
+}
+
+static int listen_tcp(server *s, tuned__err *e)
+{
+    char host[128] = "127.0.0.1";
+    const char *spec = s->o->listen, *port_s = spec;
+    const char *colon = strrchr(spec, ':');
+    if (colon != NULL) {
+        size_t n = (size_t)(colon - spec);
+        if (n >= sizeof host || n == 0)
+            return tuned__errf(e, TUNED_EINVAL, "--listen %s: bad host", spec);
+        memcpy(host, spec, n);
+        host[n] = '\0';
+        if (host[0] == '[' && host[n - 1] == ']') { /* [::1]:port */
+            memmove(host, host + 1, n - 2);
+            host[n - 2] = '\0';
+        }
+        port_s = colon + 1;
+    }
+    char *end;
+    long port = strtol(port_s, &end, 10);
+    if (*port_s == '\0' || *end != '\0' || port < 0 || port > 65535)
+        return tuned__errf(e, TUNED_EINVAL, "--listen %s: expected [HOST:]PORT", spec);
+    struct sockaddr_storage sa;
+    int rc = strchr(host, ':') != NULL
+                 ? uv_ip6_addr(host, (int)port, (struct sockaddr_in6 *)&sa)
+                 : uv_ip4_addr(host, (int)port, (struct sockaddr_in *)&sa);
+    if (rc != 0)
+        return tuned__errf(e, TUNED_EINVAL, "--listen %s: bad address: %s", spec, uv_strerror(rc));
+    if ((rc = uv_tcp_init(&s->loop, &s->tcp_listener)) != 0)
+        return tuned__errf(e, TUNED_EIO, "uv_tcp_init: %s", uv_strerror(rc));
+    s->tcp_listener.data = s;
+    s->tcp_open = true;
+    if ((rc = uv_tcp_bind(&s->tcp_listener, (struct sockaddr *)&sa, 0)) != 0 ||
+        (rc = uv_listen((uv_stream_t *)&s->tcp_listener, BACKLOG, on_connection)) != 0)
+        return tuned__errf(e, TUNED_EIO, "--listen %s: %s", spec, uv_strerror(rc));
+    logf_(s, "listening on tcp %s port %ld%s", host, port,
+          strcmp(host, "127.0.0.1") == 0 || strcmp(host, "::1") == 0 ? " (loopback)" : "");
+    return 0;
+}
+
+static int start(server *s, tuned__err *e)
+{
+    const tuned__serve_opts *o = s->o;
+    if (o->socket_path[0] == '\0' || strlen(o->socket_path) > TUNED__SOCKET_PATH_MAX)
+        return tuned__errf(e, TUNED_EINVAL, "socket path must be 1 to %d bytes",
+                           TUNED__SOCKET_PATH_MAX);
+    if (o->max_clients == 0 || o->max_line < 64 || o->max_output < 4096 || o->max_jobs == 0 ||
+        !(o->variant_timeout_s > 0) || !(o->client_timeout_s > 0) || !(o->shutdown_grace_s >= 0))
+        return tuned__errf(e, TUNED_EINVAL, "serve: a limit is out of range");
+    int rc = tuned__store_open(&s->d.store, o->db, 0, e);
+    if (rc == 0)
+        rc = tuned__index_new(&s->d.index, e);
+    if (rc != 0)
+        return rc;
+    if ((rc = uv_loop_init(&s->loop)) != 0)
+        return tuned__errf(e, TUNED_EIO, "uv_loop_init: %s", uv_strerror(rc));
+    s->loop_ready = true;
+    s->d.now_ms = loop_now;
+    s->d.now_ctx = &s->loop;
+    s->d.start_ms = uv_now(&s->loop);
+    if ((rc = tuned__daemon_reload(&s->d, e)) != 0)
+        return rc;
+    /* The workers run this same binary. */
+    if (o->worker_exe[0] != '\0') {
+        snprintf(s->exe, sizeof s->exe, "%s", o->worker_exe);
+    } else {
+        ssize_t n = readlink("/proc/self/exe", s->exe, sizeof s->exe - 1);
+        if (n <= 0)
+            return tuned__errf(e, TUNED_EIO, "readlink /proc/self/exe: %s", strerror(errno));
+        s->exe[n] = '\0';
+    }
+    tuned__jobs_opts jo = {.worker_exe = s->exe, .worker_nice = o->worker_nice,
+                           .hello_timeout_s = 120, .variant_timeout_s = o->variant_timeout_s,
+                           .shutdown_grace_s = o->shutdown_grace_s, .max_queued = o->max_jobs,
+                           .history = 1024, .quiet = o->quiet};
+    if ((rc = tuned__jobs_start(&s->d.jobs, s->d.store, &jo, e)) != 0)
+        return rc;
+    if ((rc = listen_unix(s, e)) != 0)
+        return rc;
+    if (o->listen[0] != '\0' && (rc = listen_tcp(s, e)) != 0)
+        return rc;
+    if ((rc = uv_signal_init(&s->loop, &s->sigterm)) != 0 ||
+        (rc = uv_signal_init(&s->loop, &s->sigint)) != 0)
+        return tuned__errf(e, TUNED_EIO, "uv_signal_init: %s", uv_strerror(rc));
+    s->signals_open = true;
+    s->sigterm.data = s->sigint.data = s;
+    if ((rc = uv_signal_start(&s->sigterm, on_signal, SIGTERM)) != 0 ||
+        (rc = uv_signal_start(&s->sigint, on_signal, SIGINT)) != 0)
+        return tuned__errf(e, TUNED_EIO, "uv_signal_start: %s", uv_strerror(rc));
+    if ((rc = uv_timer_init(&s->loop, &s->tick)) != 0)
+        return tuned__errf(e, TUNED_EIO, "uv_timer_init: %s", uv_strerror(rc));
+    s->tick_open = true;
+    s->tick.data = s;
+    if ((rc = uv_timer_start(&s->tick, on_tick, TICK_MS, TICK_MS)) != 0)
+        return tuned__errf(e, TUNED_EIO, "uv_timer_start: %s", uv_strerror(rc));
+    logf_(s, "store %s: %zu records; ready", o->db, tuned__index_count(s->d.index));
+    return 0;
+}
+
+/* Removes the socket file if it is still the one we made. */
+static void remove_socket(server *s)
+{
+    struct stat st;
+    if (s->socket_made && lstat(s->o->socket_path, &st) == 0 &&
+        st.st_ino == s->socket_st.st_ino && st.st_dev == s->socket_st.st_dev)
+        unlink(s->o->socket_path);
+}
+
+int tuned__serve(const tuned__serve_opts *o, tuned__err *e)
+{
+    server *s = calloc(1, sizeof *s);
+    if (s == NULL)
+        return tuned__errf(e, TUNED_ENOMEM, "serve: out of memory");
+    s->o = o;
+    s->d.o = o;
+    int rc = start(s, e);
+    if (rc == 0) {
+        rc = uv_run(&s->loop, UV_RUN_DEFAULT);
+        (void)rc; /* returns when every handle is closed */
+        rc = 0;
+    } else if (s->loop_ready) {
+        /* A failed start: close what was opened. */
+        uv_walk(&s->loop, close_any, NULL);
+        uv_run(&s->loop, UV_RUN_DEFAULT);
+    }
+    remove_socket(s);
+    tuned__jobs_free(s->d.jobs);
+    tuned__index_free(s->d.index);
+    tuned__store_close(s->d.store);
+    if (s->loop_ready) {
+        int lc = uv_loop_close(&s->loop);
+        if (lc != 0 && rc == 0)
+            rc = tuned__errf(e, TUNED_EIO, "uv_loop_close: %s (a handle was left open)",
+                             uv_strerror(lc));
+    }
+    free(s);
+    return rc;
+}

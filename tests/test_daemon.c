@@ -1,0 +1,1266 @@
+/* test_daemon.c: the real daemon, started from the built `tuned` binary on
+ * a temporary socket and store, talked to over the socket.
+ *
+ *   test_daemon TUNED            suite 'integration': the test-only fake GPU
+ *                                (TUNED_TEST_FAKE_GPU) stands in for a GPU
+ *   test_daemon TUNED --gpu      suite 'gpu': a real GPU, with a fault planted
+ *                                in one variant (exit 77 without a GPU)
+ *
+ * Integration cases: start, ping, socket mode, a stale socket replaced and
+ * a live one refused; every malformed-input class over the wire (the
+ * connection survives each); an overlong line, too many clients and a
+ * client that reads none of its replies (each closed cleanly, the daemon
+ * serving on); get exact / nearest / default; tune, joining, job
+ * progress, tune_if_missing, a full queue, a shape too big for the GPU;
+ * concurrent clients and a pipelined one; a worker that aborts and one
+ * that hangs during a tune (the job still finishes with a winner); SIGTERM
+ * during a tune (exit 0, i.e. uv_loop_close() == 0, and a checkpoint); a
+ * kill -9 during a tune and a restart that finds the store intact and no
+ * worker left; two GPUs tuning two shapes at once; TCP on loopback; the
+ * CLI through the daemon. Everything waits with a deadline; an alarm ends
+ * a stuck run. Exit 0 when every check passed; each failure prints its line
+ * and the daemon's log. */
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "../src/tuner/space.h"
+#include "tuned.h"
+
+extern char **environ;
+
+static int failures;
+static int case_failures; /* failures before the running case */
+static const char *tuned_exe;
+static char root[256];
+
+#define CHECK(cond)                                                                   \
+    do {                                                                              \
+        if (!(cond)) {                                                                \
+            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
+            failures++;                                                               \
+        }                                                                             \
+    } while (0)
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* ---- the daemon ---- */
+
+typedef struct daemon_t {
+    pid_t pid;
+    char dir[512], sock[108], db[512], log[512];
+    int dumped;
+} daemon_t;
+
+static void dump_log(daemon_t *d)
+{
+    if (d->dumped++)
+        return;
+    fprintf(stderr, "---- daemon log %s ----\n", d->log);
+    FILE *f = fopen(d->log, "r");
+    char line[1024];
+    while (f != NULL && fgets(line, sizeof line, f) != NULL)
+        fputs(line, stderr);
+    if (f != NULL)
+        fclose(f);
+    fprintf(stderr, "---- end of log ----\n");
+}
+
+static int connect_unix(const char *path)
+{
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path);
+    if (fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0)
+        return fd;
+    if (fd >= 0)
+        close(fd);
+    return -1;
+}
+
+/* Prepares names under root/name (the store survives restarts). */
+static void daemon_init(daemon_t *d, const char *name)
+{
+    memset(d, 0, sizeof *d);
+    snprintf(d->dir, sizeof d->dir, "%s/%s", root, name);
+    mkdir(d->dir, 0700);
+    snprintf(d->sock, sizeof d->sock, "%s/%s.sock", root, name);
+    snprintf(d->db, sizeof d->db, "%s/db", d->dir);
+    snprintf(d->log, sizeof d->log, "%s/log", d->dir);
+}
+
+/* Starts `tuned serve` with extra environment (NULL-ended "K=V") and
+ * arguments (daemon_start then waits until the socket accepts). */
+static bool daemon_spawn(daemon_t *d, const char *const *env, const char *const *args)
+{
+    const char *argv[32];
+    int n = 0;
+    argv[n++] = tuned_exe;
+    argv[n++] = "serve";
+    argv[n++] = "--socket";
+    argv[n++] = d->sock;
+    argv[n++] = "--db";
+    argv[n++] = d->db;
+    for (int i = 0; args != NULL && args[i] != NULL && n < 30; i++)
+        argv[n++] = args[i];
+    argv[n] = NULL;
+    size_t ne = 0;
+    while (environ[ne] != NULL)
+        ne++;
+    const char **envp = calloc(ne + 16, sizeof *envp);
+    size_t k = 0;
+    for (size_t i = 0; i < ne; i++)
+        if (strncmp(environ[i], "TUNED_TEST_", 11) != 0 && strncmp(environ[i], "TUNED_SOCKET=", 13))
+            envp[k++] = environ[i];
+    for (int i = 0; env != NULL && env[i] != NULL && k < ne + 15; i++)
+        envp[k++] = env[i];
+    envp[k] = NULL;
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, d->log, O_WRONLY | O_CREAT | O_APPEND, 0600);
+    posix_spawn_file_actions_adddup2(&fa, STDOUT_FILENO, STDERR_FILENO);
+    int rc = posix_spawn(&d->pid, tuned_exe, &fa, NULL, (char **)argv, (char **)envp);
+    posix_spawn_file_actions_destroy(&fa);
+    free(envp);
+    if (rc != 0) {
+        fprintf(stderr, "posix_spawn %s: %s\n", tuned_exe, strerror(rc));
+        d->pid = 0;
+        return false;
+    }
+    return true;
+}
+
+/* Starts a daemon that must refuse to start: its exit status (-1 if it
+ * ran on for 30 s, then it is killed). */
+static int daemon_start_fails(daemon_t *d, const char *const *env)
+{
+    if (!daemon_spawn(d, env, NULL))
+        return -1;
+    double end = now_s() + 30;
+    int status;
+    while (now_s() < end) {
+        if (waitpid(d->pid, &status, WNOHANG) == d->pid) {
+            d->pid = 0;
+            return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+        }
+        sleep_ms(10);
+    }
+    kill(d->pid, SIGKILL);
+    waitpid(d->pid, &status, 0);
+    d->pid = 0;
+    return -1;
+}
+
+static bool daemon_start(daemon_t *d, const char *const *env, const char *const *args)
+{
+    if (!daemon_spawn(d, env, args))
+        return false;
+    double end = now_s() + 30;
+    while (now_s() < end) {
+        int status;
+        if (waitpid(d->pid, &status, WNOHANG) == d->pid) {
+            d->pid = 0;
+            return false; /* it exited: the caller looks at the log */
+        }
+        int fd = connect_unix(d->sock);
+        if (fd >= 0) {
+            close(fd);
+            return true;
+        }
+        sleep_ms(10);
+    }
+    fprintf(stderr, "daemon did not start in 30 s\n");
+    dump_log(d);
+    return false;
+}
+
+static bool log_has(daemon_t *d, const char *needle)
+{
+    FILE *f = fopen(d->log, "r");
+    char line[2048];
+    bool found = false;
+    while (!found && f != NULL && fgets(line, sizeof line, f) != NULL)
+        found = strstr(line, needle) != NULL;
+    if (f != NULL)
+        fclose(f);
+    return found;
+}
+
+/* SIGTERM, then the exit status (-1: it had to be killed, or died of a signal). */
+static int daemon_stop(daemon_t *d)
+{
+    if (d->pid <= 0)
+        return -1;
+    kill(d->pid, SIGTERM);
+    double end = now_s() + 60;
+    int status = 0;
+    while (waitpid(d->pid, &status, WNOHANG) == 0) {
+        if (now_s() > end) {
+            fprintf(stderr, "daemon did not stop in 60 s after SIGTERM\n");
+            kill(d->pid, SIGKILL);
+            waitpid(d->pid, &status, 0);
+            d->pid = 0;
+            return -1;
+        }
+        sleep_ms(10);
+    }
+    d->pid = 0;
+    if (log_has(d, "Sanitizer")) { /* a worker's report: it exits on its own */
+        fprintf(stderr, "a sanitizer report in %s\n", d->log);
+        return -2;
+    }
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+static void daemon_kill9(daemon_t *d)
+{
+    kill(d->pid, SIGKILL);
+    waitpid(d->pid, NULL, 0);
+    d->pid = 0;
+}
+
+/* ---- a client ---- */
+
+typedef struct client {
+    int fd;
+    char *buf;
+    size_t len, cap;
+} client;
+
+static bool cl_open_fd(client *c, int fd)
+{
+    memset(c, 0, sizeof *c);
+    c->fd = fd;
+    c->cap = 1 << 20;
+    c->buf = malloc(c->cap);
+    return fd >= 0 && c->buf != NULL;
+}
+
+static bool cl_open(client *c, const daemon_t *d)
+{
+    return cl_open_fd(c, connect_unix(d->sock));
+}
+
+static void cl_close(client *c)
+{
+    if (c->fd >= 0)
+        close(c->fd);
+    free(c->buf);
+    c->fd = -1;
+    c->buf = NULL;
+}
+
+static bool cl_send(client *c, const char *s, size_t n)
+{
+    size_t off = 0;
+    while (off < n) {
+        ssize_t w = send(c->fd, s + off, n - off, MSG_NOSIGNAL);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return false;
+        off += (size_t)w;
+    }
+    return true;
+}
+
+/* The next line (malloc'd, no newline), or NULL on EOF, error or timeout. */
+static char *cl_line(client *c, double timeout_s)
+{
+    double end = now_s() + timeout_s;
+    for (;;) {
+        char *nl = c->len > 0 ? memchr(c->buf, '\n', c->len) : NULL;
+        if (nl != NULL) {
+            size_t n = (size_t)(nl - c->buf);
+            char *line = malloc(n + 1);
+            memcpy(line, c->buf, n);
+            line[n] = '\0';
+            memmove(c->buf, nl + 1, c->len - n - 1);
+            c->len -= n + 1;
+            return line;
+        }
+        if (c->len == c->cap)
+            return NULL;
+        double left = end - now_s();
+        if (left <= 0)
+            return NULL;
+        struct pollfd p = {.fd = c->fd, .events = POLLIN};
+        int r = poll(&p, 1, (int)(left * 1000) + 1);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return NULL;
+        ssize_t got = recv(c->fd, c->buf + c->len, c->cap - c->len, 0);
+        if (got <= 0)
+            return NULL;
+        c->len += (size_t)got;
+    }
+}
+
+/* Whether the daemon closed the connection (EOF) within timeout_s, reading
+ * and dropping whatever comes before. */
+static bool cl_eof(client *c, double timeout_s)
+{
+    double end = now_s() + timeout_s;
+    char junk[65536];
+    while (now_s() < end) {
+        struct pollfd p = {.fd = c->fd, .events = POLLIN};
+        if (poll(&p, 1, 50) <= 0)
+            continue;
+        ssize_t got = recv(c->fd, junk, sizeof junk, 0);
+        if (got == 0 || (got < 0 && errno == ECONNRESET))
+            return true;
+    }
+    return false;
+}
+
+/* Sends one request line and parses the reply (NULL on any failure). */
+static json_t *cl_call(client *c, const char *req)
+{
+    size_t n = strlen(req);
+    char *line = malloc(n + 2);
+    memcpy(line, req, n);
+    line[n] = '\n';
+    bool sent = cl_send(c, line, n + 1);
+    free(line);
+    if (!sent)
+        return NULL;
+    char *rep = cl_line(c, 30);
+    if (rep == NULL)
+        return NULL;
+    json_error_t jerr;
+    json_t *v = json_loads(rep, 0, &jerr);
+    if (!json_is_object(v))
+        fprintf(stderr, "reply is not a JSON object: %s\n", rep);
+    free(rep);
+    return v;
+}
+
+static json_t *call_fmt(client *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static json_t *call_fmt(client *c, const char *fmt, ...)
+{
+    char req[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(req, sizeof req, fmt, ap);
+    va_end(ap);
+    return cl_call(c, req);
+}
+
+static bool is_ok(const json_t *v)
+{
+    return json_is_true(json_object_get(v, "ok"));
+}
+
+static const char *err_code(const json_t *v)
+{
+    const char *s = json_string_value(json_object_get(json_object_get(v, "error"), "code"));
+    return s != NULL ? s : "";
+}
+
+static const char *str(const json_t *v, const char *key)
+{
+    const char *s = json_string_value(json_object_get(v, key));
+    return s != NULL ? s : "";
+}
+
+static long long integer(const json_t *v, const char *key)
+{
+    return (long long)json_integer_value(json_object_get(v, key));
+}
+
+/* Polls job id until it leaves queued/running (or timeout); its object. */
+static json_t *wait_job(client *c, long long id, double timeout_s)
+{
+    double end = now_s() + timeout_s;
+    while (now_s() < end) {
+        json_t *r = call_fmt(c, "{\"op\":\"job\",\"job\":%lld}", id);
+        const json_t *job = json_object_get(r, "job");
+        const char *state = str(job, "state");
+        if (r == NULL || (strcmp(state, "queued") != 0 && strcmp(state, "running") != 0))
+            return r;
+        json_decref(r);
+        sleep_ms(20);
+    }
+    fprintf(stderr, "job %lld did not end in %.0f s\n", id, timeout_s);
+    return NULL;
+}
+
+static long long submit_tune(client *c, uint64_t rows, uint64_t cols, const char *extra)
+{
+    json_t *r = call_fmt(c, "{\"op\":\"tune\",\"rows\":%llu,\"cols\":%llu%s}",
+                         (unsigned long long)rows, (unsigned long long)cols, extra ? extra : "");
+    long long id = is_ok(r) ? integer(r, "job") : -1;
+    if (id < 0)
+        fprintf(stderr, "tune refused: %s\n", r ? err_code(r) : "no reply");
+    json_decref(r);
+    return id;
+}
+
+/* The i-th heuristic seed of shape's space on sm_90 (what a tune tries
+ * first), as text. */
+static void seed_config(uint64_t rows, uint64_t cols, int arch, size_t i, char *out, size_t n)
+{
+    tuned__shape s = {TUNED_FP16, rows, cols};
+    tuned__space sp;
+    tuned__err e = {0};
+    tuned__config seeds[16];
+    out[0] = '\0';
+    if (tuned__space_init(&sp, &s, arch, &e) != 0)
+        return;
+    size_t k = tuned__space_seeds(&sp, seeds, 16);
+    if (i < k)
+        tuned__config_format(&seeds[i], out, n);
+    tuned__space_free(&sp);
+}
+
+static const char *const FAKE_FAST[] = {"TUNED_TEST_FAKE_GPU=1", "TUNED_TEST_FAKE_MS=1", NULL};
+
+/* ---- cases ---- */
+
+static void test_start_and_socket(void)
+{
+    daemon_t d;
+    daemon_init(&d, "start");
+    /* a stale socket file, as a crash leaves it */
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", d.sock);
+    CHECK(bind(fd, (struct sockaddr *)&sa, sizeof sa) == 0);
+    close(fd);
+    CHECK(daemon_start(&d, FAKE_FAST, NULL));
+    struct stat st;
+    CHECK(stat(d.sock, &st) == 0 && S_ISSOCK(st.st_mode) && (st.st_mode & 0777) == 0600);
+    client c;
+    CHECK(cl_open(&c, &d));
+    json_t *r = cl_call(&c, "{\"op\":\"ping\",\"id\":42}");
+    CHECK(is_ok(r) && integer(r, "id") == 42 && json_is_true(json_object_get(r, "pong")));
+    json_decref(r);
+    r = cl_call(&c, "{\"op\":\"stats\"}");
+    const json_t *gpus = json_object_get(r, "gpus");
+    CHECK(is_ok(r) && json_array_size(gpus) == 1);
+    CHECK(json_is_true(json_object_get(json_array_get(gpus, 0), "test_only_fake")));
+    json_decref(r);
+    /* a second daemon on a live socket refuses to start */
+    daemon_t d2 = d;
+    snprintf(d2.log, sizeof d2.log, "%s/log2", d.dir);
+    snprintf(d2.db, sizeof d2.db, "%s/db2", d.dir);
+    CHECK(daemon_start_fails(&d2, FAKE_FAST) == 1);
+    CHECK(log_has(&d2, "another daemon is listening"));
+    /* a file that is not a socket is never replaced */
+    daemon_t d3;
+    daemon_init(&d3, "notasocket");
+    FILE *f = fopen(d3.sock, "w");
+    if (f != NULL)
+        fclose(f);
+    CHECK(daemon_start_fails(&d3, FAKE_FAST) == 1);
+    CHECK(log_has(&d3, "is not a socket"));
+    CHECK(access(d3.sock, F_OK) == 0);
+    cl_close(&c);
+    CHECK(daemon_stop(&d) == 0);
+    CHECK(access(d.sock, F_OK) != 0); /* removed at exit */
+    if (failures > case_failures)
+        dump_log(&d);
+}
+
+/* Each malformed class gets its error, and the connection stays usable. */
+static void test_malformed(void)
+{
+    static const struct {
+        const char *line;
+        const char *code;
+    } cases[] = {
+        {"{", "bad_json"},
+        {"not json at all", "bad_json"},
+        {"{\"op\":\"ping\",\"op\":\"get\"}", "bad_json"},
+        {"{\"op\":\"get\",\"rows\":1e999,\"cols\":1}", "bad_json"},
+        {"[1,2,3]", "bad_request"},
+        {"{}", "bad_request"},
+        {"{\"op\":7}", "bad_request"},
+        {"{\"op\":\"frobnicate\"}", "unknown_op"},
+        {"{\"op\":\"ping\",\"extra\":true}", "unknown_field"},
+        {"{\"op\":\"get\",\"cols\":5}", "missing_field"},
+        {"{\"op\":\"get\",\"rows\":\"5\",\"cols\":5}", "bad_type"},
+        {"{\"op\":\"get\",\"rows\":5,\"cols\":5.5}", "bad_type"},
+        {"{\"op\":\"get\",\"rows\":0,\"cols\":5}", "bad_value"},
+        {"{\"op\":\"get\",\"rows\":-3,\"cols\":5}", "bad_value"},
+        {"{\"op\":\"get\",\"rows\":5,\"cols\":2147483648}", "bad_value"},
+        {"{\"op\":\"get\",\"rows\":5,\"cols\":5,\"dtype\":\"int8\"}", "bad_value"},
+        {"{\"op\":\"get\",\"rows\":2147483647,\"cols\":2147483392}", "too_big"},
+        /* beyond the fake GPU's 80 GiB, within 1 TiB */
+        {"{\"op\":\"get\",\"rows\":1000000,\"cols\":65536}", "too_big"},
+        {"{\"op\":\"tune\",\"rows\":1000000,\"cols\":65536}", "too_big"},
+        {"{\"op\":\"get\",\"rows\":5,\"cols\":5,\"gpu\":\"GeForce 256\"}", "unknown_gpu"},
+        {"{\"op\":\"get\",\"rows\":5,\"cols\":5,\"gpu\":7}", "unknown_gpu"},
+        {"{\"op\":\"get\",\"rows\":5,\"cols\":5,\"gpu\":\"0123456789abcdef\"}", "unknown_gpu"},
+        {"{\"op\":\"job\",\"job\":999999}", "no_such_job"},
+    };
+    daemon_t d;
+    daemon_init(&d, "malformed");
+    const char *const args[] = {"--limit", "line=1024", "--limit", "clients=4", NULL};
+    CHECK(daemon_start(&d, FAKE_FAST, args));
+    client c;
+    CHECK(cl_open(&c, &d));
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        json_t *r = cl_call(&c, cases[i].line);
+        if (r == NULL || is_ok(r) || strcmp(err_code(r), cases[i].code) != 0) {
+            fprintf(stderr, "FAIL: %s -> %s, expected %s\n", cases[i].line,
+                    r == NULL ? "no reply" : is_ok(r) ? "ok" : err_code(r), cases[i].code);
+            failures++;
+        }
+        json_decref(r);
+    }
+    /* raw bytes: NULs, invalid UTF-8, CRLF, blank lines (ignored) */
+    CHECK(cl_send(&c, "{\"op\":\0\"ping\"}\n", 16));
+    char *line = cl_line(&c, 10);
+    CHECK(line != NULL && strstr(line, "bad_json") != NULL);
+    free(line);
+    CHECK(cl_send(&c, "\xff\xfe\xfd\n", 4));
+    line = cl_line(&c, 10);
+    CHECK(line != NULL && strstr(line, "bad_json") != NULL);
+    free(line);
+    const char *crlf = "\n\r\n\n{\"op\":\"ping\",\"id\":\"crlf\"}\r\n";
+    CHECK(cl_send(&c, crlf, strlen(crlf)));
+    line = cl_line(&c, 10);
+    CHECK(line != NULL && strstr(line, "\"crlf\"") != NULL && strstr(line, "\"pong\":true"));
+    free(line);
+    json_t *r = cl_call(&c, "{\"op\":\"ping\"}");
+    CHECK(is_ok(r)); /* the connection survived every error */
+    json_decref(r);
+
+    /* an overlong line: line_too_long, then the connection is closed */
+    client big;
+    CHECK(cl_open(&big, &d));
+    char *huge = malloc(5000);
+    memset(huge, 'x', 5000);
+    CHECK(cl_send(&big, huge, 5000));
+    line = cl_line(&big, 10);
+    CHECK(line != NULL && strstr(line, "line_too_long") != NULL);
+    free(line);
+    CHECK(cl_eof(&big, 10));
+    cl_close(&big);
+    /* ... also when the newline comes in the same read */
+    CHECK(cl_open(&big, &d));
+    huge[1999] = '\n';
+    CHECK(cl_send(&big, huge, 2000));
+    line = cl_line(&big, 10);
+    CHECK(line != NULL && strstr(line, "line_too_long") != NULL);
+    free(line);
+    CHECK(cl_eof(&big, 10));
+    cl_close(&big);
+    free(huge);
+
+    /* too many clients: the 5th gets too_many_clients and is closed */
+    client more[4];
+    for (int i = 0; i < 3; i++)
+        CHECK(cl_open(&more[i], &d)); /* c plus 3 = 4 */
+    sleep_ms(100);
+    CHECK(cl_open(&more[3], &d));
+    line = cl_line(&more[3], 10);
+    CHECK(line != NULL && strstr(line, "too_many_clients") != NULL);
+    free(line);
+    CHECK(cl_eof(&more[3], 10));
+    cl_close(&more[3]);
+    cl_close(&more[0]);
+    sleep_ms(100);
+    CHECK(cl_open(&more[0], &d));
+    r = cl_call(&more[0], "{\"op\":\"ping\"}");
+    CHECK(is_ok(r)); /* a slot came free */
+    json_decref(r);
+    r = cl_call(&c, "{\"op\":\"stats\"}");
+    const json_t *cls = json_object_get(r, "clients");
+    CHECK(integer(cls, "rejected") == 1 && integer(cls, "lines_too_long") == 2);
+    json_decref(r);
+    for (int i = 0; i < 3; i++)
+        cl_close(&more[i]);
+    cl_close(&c);
+    CHECK(daemon_stop(&d) == 0);
+    if (failures > case_failures)
+        dump_log(&d);
+}
+
+/* get's three sources, tune joining, progress, tune_if_missing, list. */
+static void test_get_and_tune(void)
+{
+    daemon_t d;
+    daemon_init(&d, "gettune");
+    const char *const env[] = {"TUNED_TEST_FAKE_GPU=1", "TUNED_TEST_FAKE_MS=3", NULL};
+    const char *const args[] = {"--limit", "jobs=2", NULL};
+    CHECK(daemon_start(&d, env, args));
+    client c;
+    CHECK(cl_open(&c, &d));
+    json_t *r = cl_call(&c, "{\"op\":\"get\",\"rows\":4096,\"cols\":32000}");
+    char seed0[64];
+    seed_config(4096, 32000, 90, 0, seed0, sizeof seed0);
+    CHECK(is_ok(r) && strcmp(str(r, "source"), "default") == 0);
+    CHECK(strcmp(str(r, "config"), seed0) == 0 && json_is_null(json_object_get(r, "median_us")));
+    json_decref(r);
+    long long id = submit_tune(&c, 4096, 32000, ",\"budget\":60,\"id\":\"t1\"");
+    r = cl_call(&c, "{\"op\":\"tune\",\"rows\":4096,\"cols\":32000,\"dtype\":\"fp16\"}");
+    CHECK(is_ok(r) && integer(r, "job") == id && json_is_true(json_object_get(r, "joined")));
+    json_decref(r);
+    /* progress while it runs */
+    bool saw_progress = false;
+    for (int i = 0; i < 200 && !saw_progress; i++) {
+        r = call_fmt(&c, "{\"op\":\"job\",\"job\":%lld}", id);
+        const json_t *j = json_object_get(r, "job");
+        saw_progress = strcmp(str(j, "state"), "running") == 0 && integer(j, "evaluated") > 0;
+        if (strcmp(str(j, "state"), "done") == 0)
+            saw_progress = true; /* too fast to see; fine */
+        json_decref(r);
+        sleep_ms(5);
+    }
+    CHECK(saw_progress);
+    r = wait_job(&c, id, 60);
+    const json_t *job = json_object_get(r, "job");
+    CHECK(strcmp(str(job, "state"), "done") == 0 && json_is_true(json_object_get(job, "stored")));
+    CHECK(integer(job, "evaluated") == 60 && integer(job, "joined") == 1);
+    char best[64];
+    snprintf(best, sizeof best, "%s", str(job, "best_config"));
+    json_decref(r);
+    r = cl_call(&c, "{\"op\":\"get\",\"rows\":4096,\"cols\":32000,\"id\":5}");
+    CHECK(is_ok(r) && strcmp(str(r, "source"), "exact") == 0 && strcmp(str(r, "config"), best) == 0);
+    CHECK(json_number_value(json_object_get(r, "median_us")) > 0);
+    CHECK(integer(json_object_get(r, "record"), "evaluations") == 60);
+    json_decref(r);
+    /* nearest: a shape close by, same GPU and dtype; never for another dtype */
+    r = cl_call(&c, "{\"op\":\"get\",\"rows\":4096,\"cols\":31000}");
+    CHECK(is_ok(r));
+    if (strcmp(str(r, "source"), "nearest") == 0)
+        CHECK(integer(json_object_get(r, "record"), "cols") == 32000);
+    else
+        CHECK(strcmp(str(r, "source"), "default") == 0); /* the winner may not fit */
+    json_decref(r);
+    r = cl_call(&c, "{\"op\":\"get\",\"rows\":4096,\"cols\":32000,\"dtype\":\"fp32\"}");
+    CHECK(is_ok(r) && strcmp(str(r, "source"), "default") == 0);
+    json_decref(r);
+    r = cl_call(&c, "{\"op\":\"get\",\"rows\":4096,\"cols\":32000,\"gpu\":\"TUNED TEST-ONLY FAKE GPU\"}");
+    CHECK(is_ok(r) && strcmp(str(r, "source"), "exact") == 0); /* names match without case */
+    json_decref(r);
+    /* tune_if_missing: answers at once, with a job */
+    r = cl_call(&c, "{\"op\":\"get\",\"rows\":512,\"cols\":512,\"tune_if_missing\":true}");
+    CHECK(is_ok(r) && strcmp(str(r, "source"), "exact") != 0 && integer(r, "job") > 0);
+    long long id2 = integer(r, "job");
+    json_decref(r);
+    r = wait_job(&c, id2, 60);
+    CHECK(strcmp(str(json_object_get(r, "job"), "state"), "done") == 0);
+    json_decref(r);
+    r = cl_call(&c, "{\"op\":\"get\",\"rows\":512,\"cols\":512,\"tune_if_missing\":true}");
+    CHECK(is_ok(r) && strcmp(str(r, "source"), "exact") == 0 && json_object_get(r, "job") == NULL);
+    json_decref(r);
+    /* list, filtered */
+    r = cl_call(&c, "{\"op\":\"list\"}");
+    CHECK(is_ok(r) && integer(r, "count") == 2 && !json_is_true(json_object_get(r, "truncated")));
+    json_decref(r);
+    r = cl_call(&c, "{\"op\":\"list\",\"rows\":512,\"cols\":512}");
+    CHECK(is_ok(r) && integer(r, "count") == 1);
+    json_decref(r);
+    r = cl_call(&c, "{\"op\":\"list\",\"limit\":1}");
+    CHECK(is_ok(r) && integer(r, "count") == 1 && integer(r, "total") == 2);
+    CHECK(json_is_true(json_object_get(r, "truncated")));
+    json_decref(r);
+    r = cl_call(&c, "{\"op\":\"list\",\"dtype\":\"bf16\"}");
+    CHECK(is_ok(r) && integer(r, "count") == 0);
+    json_decref(r);
+    /* a full queue: one running, two queued (the limit), the next refused */
+    CHECK(daemon_stop(&d) == 0);
+    const char *const slow[] = {"TUNED_TEST_FAKE_GPU=1", "TUNED_TEST_FAKE_MS=200", NULL};
+    const char *const slow_args[] = {"--limit", "jobs=2", "--limit", "grace=0.5", NULL};
+    cl_close(&c);
+    CHECK(daemon_start(&d, slow, slow_args));
+    CHECK(cl_open(&c, &d));
+    long long a = submit_tune(&c, 64, 1000, NULL);
+    for (int i = 0; i < 100; i++) { /* until it runs */
+        r = call_fmt(&c, "{\"op\":\"job\",\"job\":%lld}", a);
+        bool running = strcmp(str(json_object_get(r, "job"), "state"), "running") == 0;
+        json_decref(r);
+        if (running)
+            break;
+        sleep_ms(10);
+    }
+    CHECK(submit_tune(&c, 64, 1001, NULL) > 0);
+    CHECK(submit_tune(&c, 64, 1002, NULL) > 0);
+    r = cl_call(&c, "{\"op\":\"tune\",\"rows\":64,\"cols\":1003}");
+    CHECK(!is_ok(r) && strcmp(err_code(r), "queue_full") == 0);
+    json_decref(r);
+    r = cl_call(&c, "{\"op\":\"tune\",\"rows\":64,\"cols\":1001}");
+    CHECK(is_ok(r) && json_is_true(json_object_get(r, "joined"))); /* joining needs no room */
+    json_decref(r);
+    r = cl_call(&c, "{\"op\":\"stats\"}");
+    const json_t *jobs = json_object_get(r, "jobs");
+    CHECK(integer(jobs, "queued") == 2 && integer(jobs, "running") == 1);
+    json_decref(r);
+    cl_close(&c);
+    /* SIGTERM with one running and two queued: exit 0; the queued ones
+     * are cancelled, the running one checkpoints */
+    CHECK(daemon_stop(&d) == 0);
+    CHECK(log_has(&d, "stopped"));
+    if (failures > case_failures)
+        dump_log(&d);
+}
+
+typedef struct worker_arg {
+    const daemon_t *d;
+    int id;
+    int bad;
+} worker_arg;
+
+/* One of many concurrent clients: gets, pings, stats, bad requests. */
+static void *hammer(void *p)
+{
+    worker_arg *a = p;
+    client c;
+    if (!cl_open(&c, a->d)) {
+        a->bad++;
+        return NULL;
+    }
+    for (int i = 0; i < 300; i++) {
+        json_t *r;
+        switch (i % 5) {
+        case 0:
+            r = call_fmt(&c, "{\"op\":\"get\",\"rows\":256,\"cols\":%d,\"id\":%d}", 1024 + (i % 7),
+                         i);
+            if (!is_ok(r) || integer(r, "id") != i)
+                a->bad++;
+            break;
+        case 1: r = cl_call(&c, "{\"op\":\"ping\"}"); a->bad += !is_ok(r); break;
+        case 2: r = cl_call(&c, "{\"op\":\"stats\"}"); a->bad += !is_ok(r); break;
+        case 3:
+            r = cl_call(&c, "{\"op\":\"get\",\"rows\":-1}");
+            a->bad += r == NULL || strcmp(err_code(r), "bad_value") != 0;
+            break;
+        default:
+            r = cl_call(&c, "{\"op\":\"list\",\"limit\":3}");
+            a->bad += !is_ok(r);
+            break;
+        }
+        json_decref(r);
+    }
+    cl_close(&c);
+    return NULL;
+}
+
+static void test_concurrent(void)
+{
+    daemon_t d;
+    daemon_init(&d, "concurrent");
+    CHECK(daemon_start(&d, FAKE_FAST, NULL));
+    client c;
+    CHECK(cl_open(&c, &d));
+    long long id = submit_tune(&c, 256, 1024, ",\"budget\":20");
+    json_t *r = wait_job(&c, id, 60);
+    json_decref(r);
+    enum { N = 32 };
+    pthread_t th[N];
+    worker_arg args[N];
+    for (int i = 0; i < N; i++) {
+        args[i] = (worker_arg){.d = &d, .id = i};
+        CHECK(pthread_create(&th[i], NULL, hammer, &args[i]) == 0);
+    }
+    /* and one pipelined client: 1000 requests in one write, replies in order */
+    char *batch = malloc(1000 * 64);
+    size_t len = 0;
+    for (int i = 0; i < 1000; i++)
+        len += (size_t)snprintf(batch + len, 64, "{\"op\":\"ping\",\"id\":%d}\n", i);
+    CHECK(cl_send(&c, batch, len));
+    for (int i = 0; i < 1000; i++) {
+        char *line = cl_line(&c, 30);
+        char want[32];
+        snprintf(want, sizeof want, "{\"id\":%d,", i);
+        if (line == NULL || strncmp(line, want, strlen(want)) != 0) {
+            fprintf(stderr, "pipelined reply %d: %s\n", i, line ? line : "none");
+            failures++;
+            free(line);
+            break;
+        }
+        free(line);
+    }
+    free(batch);
+    int bad = 0;
+    for (int i = 0; i < N; i++) {
+        pthread_join(th[i], NULL);
+        bad += args[i].bad;
+    }
+    CHECK(bad == 0);
+    r = cl_call(&c, "{\"op\":\"stats\"}");
+    CHECK(integer(json_object_get(r, "requests"), "total") >= N * 300 + 1000);
+    json_decref(r);
+    cl_close(&c);
+    CHECK(daemon_stop(&d) == 0);
+    if (failures > case_failures)
+        dump_log(&d);
+}
+
+/* A client that sends and never reads is stopped, then cut off; the
+ * daemon serves others all along. */
+static void test_slow_reader(void)
+{
+    daemon_t d;
+    daemon_init(&d, "slowreader");
+    const char *const args[] = {"--limit", "output=4096", "--limit", "client-timeout=1", NULL};
+    CHECK(daemon_start(&d, FAKE_FAST, args));
+    client c, hog;
+    CHECK(cl_open(&c, &d) && cl_open(&hog, &d));
+    long long id = submit_tune(&c, 128, 4096, ",\"budget\":8");
+    json_decref(wait_job(&c, id, 60));
+    /* 20000 list requests (about 400 bytes of reply each), never read */
+    int fl = fcntl(hog.fd, F_GETFL);
+    fcntl(hog.fd, F_SETFL, fl | O_NONBLOCK);
+    const char *req = "{\"op\":\"list\"}\n";
+    size_t sent = 0;
+    double end = now_s() + 5;
+    for (int i = 0; i < 20000 && now_s() < end;) {
+        ssize_t w = send(hog.fd, req, strlen(req), MSG_NOSIGNAL);
+        if (w == (ssize_t)strlen(req)) {
+            i++;
+            sent++;
+        } else if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            sleep_ms(5); /* the daemon stopped reading us: backpressure */
+        } else {
+            break;
+        }
+    }
+    fcntl(hog.fd, F_SETFL, fl);
+    json_t *r = cl_call(&c, "{\"op\":\"ping\"}");
+    CHECK(is_ok(r));
+    json_decref(r);
+    sleep_ms(2500); /* past client-timeout */
+    CHECK(cl_eof(&hog, 10));
+    r = cl_call(&c, "{\"op\":\"stats\"}");
+    CHECK(is_ok(r) && integer(json_object_get(r, "clients"), "cut_off") == 1);
+    json_decref(r);
+    cl_close(&hog);
+    cl_close(&c);
+    CHECK(daemon_stop(&d) == 0);
+    if (failures > case_failures)
+        dump_log(&d);
+}
+
+/* A variant that aborts the worker, and one that hangs it: the job ends
+ * done, with a winner, the culprits named; the daemon serves throughout. */
+static void test_worker_crash_and_hang(void)
+{
+    char fault[64], hang[64], envf[128], envh[128];
+    seed_config(1024, 4096, 90, 0, fault, sizeof fault);
+    seed_config(1024, 4096, 90, 1, hang, sizeof hang);
+    CHECK(fault[0] != '\0' && hang[0] != '\0' && strcmp(fault, hang) != 0);
+    snprintf(envf, sizeof envf, "TUNED_TEST_FAKE_FAULT=%s", fault);
+    snprintf(envh, sizeof envh, "TUNED_TEST_FAKE_HANG=%s", hang);
+    const char *const env[] = {"TUNED_TEST_FAKE_GPU=1", "TUNED_TEST_FAKE_MS=2", envf, envh, NULL};
+    const char *const args[] = {"--limit", "variant-timeout=1", NULL};
+    daemon_t d;
+    daemon_init(&d, "crash");
+    CHECK(daemon_start(&d, env, args));
+    client c;
+    CHECK(cl_open(&c, &d));
+    json_t *r = cl_call(&c, "{\"op\":\"stats\"}");
+    long long pid0 = integer(json_array_get(json_object_get(r, "gpus"), 0), "worker_pid");
+    json_decref(r);
+    long long id = submit_tune(&c, 1024, 4096, ",\"budget\":50");
+    double end = now_s() + 120, worst = 0;
+    json_t *done = NULL;
+    while (now_s() < end) { /* ping all along: the daemon never stalls */
+        double t = now_s();
+        r = cl_call(&c, "{\"op\":\"ping\"}");
+        CHECK(is_ok(r));
+        json_decref(r);
+        if (now_s() - t > worst)
+            worst = now_s() - t;
+        r = call_fmt(&c, "{\"op\":\"job\",\"job\":%lld}", id);
+        const char *state = str(json_object_get(r, "job"), "state");
+        if (strcmp(state, "queued") != 0 && strcmp(state, "running") != 0) {
+            done = r;
+            break;
+        }
+        json_decref(r);
+        sleep_ms(20);
+    }
+    const json_t *job = json_object_get(done, "job");
+    CHECK(strcmp(str(job, "state"), "done") == 0 && json_is_true(json_object_get(job, "stored")));
+    CHECK(integer(job, "crashes") == 2 && integer(job, "worker_restarts") >= 2);
+    const json_t *crashed = json_object_get(job, "crashed");
+    bool has_fault = false, has_hang = false;
+    for (size_t i = 0; i < json_array_size(crashed); i++) {
+        const char *s = json_string_value(json_array_get(crashed, i));
+        has_fault = has_fault || (s != NULL && strcmp(s, fault) == 0);
+        has_hang = has_hang || (s != NULL && strcmp(s, hang) == 0);
+    }
+    CHECK(has_fault && has_hang);
+    CHECK(strcmp(str(job, "best_config"), fault) != 0 && strcmp(str(job, "best_config"), hang) != 0);
+    CHECK(integer(job, "evaluated") == 50 && integer(job, "failed") >= 2);
+    CHECK(worst < 0.5);
+    json_decref(done);
+    r = cl_call(&c, "{\"op\":\"stats\"}");
+    const json_t *g0 = json_array_get(json_object_get(r, "gpus"), 0);
+    CHECK(integer(g0, "worker_pid") > 0 && integer(g0, "worker_pid") != pid0);
+    json_decref(r);
+    CHECK(log_has(&d, "took the worker down"));
+    cl_close(&c);
+    CHECK(daemon_stop(&d) == 0);
+    if (failures > case_failures)
+        dump_log(&d);
+}
+
+static bool process_gone(long long pid, double timeout_s)
+{
+    double end = now_s() + timeout_s;
+    while (now_s() < end) {
+        char path[64], buf[512] = "";
+        snprintf(path, sizeof path, "/proc/%lld/stat", pid);
+        FILE *f = fopen(path, "r");
+        if (f == NULL)
+            return true;
+        size_t n = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        buf[n] = '\0';
+        const char *rp = strrchr(buf, ')');
+        if (rp != NULL && (rp[2] == 'Z' || rp[2] == 'X'))
+            return true; /* a zombie waiting for init: dead */
+        sleep_ms(20);
+    }
+    return false;
+}
+
+/* SIGTERM during a tune: exit 0 and a checkpoint; then kill -9 during a
+ * tune: the restart replaces the stale socket and finds every record. */
+static void test_stop_and_kill(void)
+{
+    daemon_t d;
+    daemon_init(&d, "kill");
+    CHECK(daemon_start(&d, FAKE_FAST, NULL));
+    client c;
+    CHECK(cl_open(&c, &d));
+    for (int i = 0; i < 3; i++) {
+        long long id = submit_tune(&c, 512, 2048 + 128 * i, ",\"budget\":10");
+        json_decref(wait_job(&c, id, 60));
+    }
+    cl_close(&c);
+    CHECK(daemon_stop(&d) == 0);
+    /* slow variants: a tune that runs for many seconds */
+    const char *const slow[] = {"TUNED_TEST_FAKE_GPU=1", "TUNED_TEST_FAKE_MS=40", NULL};
+    const char *const grace[] = {"--limit", "grace=5", NULL};
+    CHECK(daemon_start(&d, slow, grace));
+    CHECK(cl_open(&c, &d));
+    long long id = submit_tune(&c, 2048, 2048, ",\"budget\":400");
+    sleep_ms(1000); /* within generation 0 (40 variants, 1.6 s): it finishes, then stops */
+    cl_close(&c);
+    double t = now_s();
+    CHECK(daemon_stop(&d) == 0); /* exit 0: uv_loop_close() == 0 and the store closed */
+    CHECK(now_s() - t < 8);
+    CHECK(log_has(&d, "checkpoint stored"));
+    (void)id;
+    /* kill -9 during a tune */
+    CHECK(daemon_start(&d, slow, NULL));
+    CHECK(cl_open(&c, &d));
+    json_t *r = cl_call(&c, "{\"op\":\"get\",\"rows\":2048,\"cols\":2048}");
+    CHECK(is_ok(r) && strcmp(str(r, "source"), "exact") == 0); /* the checkpoint */
+    json_decref(r);
+    r = cl_call(&c, "{\"op\":\"stats\"}");
+    long long worker = integer(json_array_get(json_object_get(r, "gpus"), 0), "worker_pid");
+    json_decref(r);
+    id = submit_tune(&c, 4096, 4096, ",\"budget\":400");
+    sleep_ms(700);
+    r = call_fmt(&c, "{\"op\":\"job\",\"job\":%lld}", id);
+    CHECK(strcmp(str(json_object_get(r, "job"), "state"), "running") == 0);
+    json_decref(r);
+    cl_close(&c);
+    daemon_kill9(&d);
+    CHECK(process_gone(worker, 5)); /* the worker dies with the daemon */
+    struct stat st;
+    CHECK(lstat(d.sock, &st) == 0); /* the stale socket is left behind */
+    CHECK(daemon_start(&d, FAKE_FAST, NULL));
+    CHECK(cl_open(&c, &d));
+    r = cl_call(&c, "{\"op\":\"list\"}");
+    CHECK(is_ok(r) && integer(r, "count") == 4); /* 3 tunes and the checkpoint */
+    json_decref(r);
+    for (int i = 0; i < 3; i++) {
+        r = call_fmt(&c, "{\"op\":\"get\",\"rows\":512,\"cols\":%d}", 2048 + 128 * i);
+        CHECK(is_ok(r) && strcmp(str(r, "source"), "exact") == 0);
+        json_decref(r);
+    }
+    id = submit_tune(&c, 4096, 4096, ",\"budget\":20");
+    r = wait_job(&c, id, 60);
+    CHECK(strcmp(str(json_object_get(r, "job"), "state"), "done") == 0);
+    json_decref(r);
+    cl_close(&c);
+    CHECK(daemon_stop(&d) == 0);
+    if (failures > case_failures)
+        dump_log(&d);
+}
+
+/* Two GPUs: two shapes tune at the same time, one on each. */
+static void test_two_gpus(void)
+{
+    daemon_t d;
+    daemon_init(&d, "twogpus");
+    const char *const env[] = {"TUNED_TEST_FAKE_GPU=2", "TUNED_TEST_FAKE_MS=20", NULL};
+    CHECK(daemon_start(&d, env, NULL));
+    client c;
+    CHECK(cl_open(&c, &d));
+    long long a = submit_tune(&c, 1024, 1024, ",\"budget\":40");
+    long long b = submit_tune(&c, 2048, 1024, ",\"budget\":40");
+    bool both = false;
+    long long dev_a = -1, dev_b = -1;
+    for (int i = 0; i < 300 && !both; i++) {
+        json_t *ra = call_fmt(&c, "{\"op\":\"job\",\"job\":%lld}", a);
+        json_t *rb = call_fmt(&c, "{\"op\":\"job\",\"job\":%lld}", b);
+        const json_t *ja = json_object_get(ra, "job"), *jb = json_object_get(rb, "job");
+        both = strcmp(str(ja, "state"), "running") == 0 && strcmp(str(jb, "state"), "running") == 0;
+        dev_a = integer(ja, "device");
+        dev_b = integer(jb, "device");
+        json_decref(ra);
+        json_decref(rb);
+        sleep_ms(5);
+    }
+    CHECK(both && dev_a != dev_b);
+    json_t *r = wait_job(&c, a, 60);
+    CHECK(strcmp(str(json_object_get(r, "job"), "state"), "done") == 0);
+    json_decref(r);
+    r = wait_job(&c, b, 60);
+    CHECK(strcmp(str(json_object_get(r, "job"), "state"), "done") == 0);
+    json_decref(r);
+    cl_close(&c);
+    CHECK(daemon_stop(&d) == 0);
+    if (failures > case_failures)
+        dump_log(&d);
+}
+
+/* TCP on loopback, and the CLI through the daemon and without it. */
+static void test_tcp_and_cli(void)
+{
+    /* a free loopback port */
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t sl = sizeof sa;
+    CHECK(bind(s, (struct sockaddr *)&sa, sizeof sa) == 0 &&
+          getsockname(s, (struct sockaddr *)&sa, &sl) == 0);
+    int port = ntohs(sa.sin_port);
+    close(s);
+    char listen[32];
+    snprintf(listen, sizeof listen, "%d", port);
+    daemon_t d;
+    daemon_init(&d, "tcpcli");
+    const char *const args[] = {"--listen", listen, NULL};
+    CHECK(daemon_start(&d, FAKE_FAST, args));
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sa.sin_port = htons((uint16_t)port);
+    CHECK(connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0);
+    client c;
+    CHECK(cl_open_fd(&c, fd));
+    json_t *r = cl_call(&c, "{\"op\":\"ping\"}");
+    CHECK(is_ok(r));
+    json_decref(r);
+    cl_close(&c);
+    CHECK(log_has(&d, "(loopback)"));
+    /* tuned tune / get through the daemon */
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "TUNED_SOCKET=%s %s tune --shape 300x3000 --budget 12 -q > %s/out 2>&1",
+             d.sock, tuned_exe, d.dir);
+    CHECK(system(cmd) == 0);
+    snprintf(cmd, sizeof cmd, "%s get --socket %s --shape 300x3000 > %s/out 2>&1", tuned_exe,
+             d.sock, d.dir);
+    CHECK(system(cmd) == 0);
+    snprintf(cmd, sizeof cmd, "grep -q 'source       exact' %s/out", d.dir);
+    CHECK(system(cmd) == 0);
+    snprintf(cmd, sizeof cmd, "%s get --socket %s --shape 300x3001 > %s/out 2>&1", tuned_exe,
+             d.sock, d.dir);
+    CHECK(WEXITSTATUS(system(cmd)) == 3); /* not stored: nearest or default, exit 3 */
+    CHECK(daemon_stop(&d) == 0);
+    /* no daemon: get reads the store itself */
+    snprintf(cmd, sizeof cmd, "%s get --socket %s/none.sock --db %s --shape 300x3000 > %s/out 2>&1",
+             tuned_exe, root, d.db, d.dir);
+    int rc = system(cmd);
+    CHECK(WIFEXITED(rc) && WEXITSTATUS(rc) != 1 && WEXITSTATUS(rc) != 2);
+    if (failures > case_failures)
+        dump_log(&d);
+}
+
+/* ---- the GPU check (suite 'gpu') ---- */
+
+/* A fault planted in one variant (TUNED_TEST_PLANT_FAULT: the worker makes
+ * the context fault with an out-of-bounds store when that variant comes
+ * up) during a tune on a real GPU: the daemon keeps answering, the worker
+ * is replaced, the job ends done with another winner. With two GPUs, two
+ * shapes also tune at the same time, one per GPU. */
+static int gpu_check(void)
+{
+    daemon_t d;
+    daemon_init(&d, "gpu");
+    if (!daemon_start(&d, NULL, NULL)) {
+        dump_log(&d);
+        return 1;
+    }
+    client c;
+    CHECK(cl_open(&c, &d));
+    json_t *r = cl_call(&c, "{\"op\":\"stats\"}");
+    const json_t *gpus = json_object_get(r, "gpus");
+    size_t ngpus = json_array_size(gpus);
+    int arch = (int)integer(json_array_get(gpus, 0), "arch");
+    if (ngpus == 0) {
+        printf("no GPU (%s): skipped\n", str(r, "no_gpu"));
+        json_decref(r);
+        cl_close(&c);
+        daemon_stop(&d);
+        return 77;
+    }
+    printf("GPUs: %zu, GPU 0: %s (sm_%d)\n", ngpus, str(json_array_get(gpus, 0), "name"), arch);
+    json_decref(r);
+    cl_close(&c);
+    CHECK(daemon_stop(&d) == 0);
+
+    const uint64_t rows = 4096, cols = 4096;
+    char fault[64], env[128];
+    seed_config(rows, cols, arch, 0, fault, sizeof fault);
+    snprintf(env, sizeof env, "TUNED_TEST_PLANT_FAULT=%s", fault);
+    printf("planting a fault in %s for %llux%llu fp16\n", fault, (unsigned long long)rows,
+           (unsigned long long)cols);
+    const char *const envs[] = {env, NULL};
+    CHECK(daemon_start(&d, envs, NULL));
+    CHECK(cl_open(&c, &d));
+    long long id = submit_tune(&c, rows, cols, ",\"budget\":80");
+    double end = now_s() + 600, worst = 0;
+    json_t *done = NULL;
+    while (now_s() < end) {
+        double t = now_s();
+        r = cl_call(&c, "{\"op\":\"get\",\"rows\":64,\"cols\":64}");
+        CHECK(is_ok(r));
+        json_decref(r);
+        if (now_s() - t > worst)
+            worst = now_s() - t;
+        r = call_fmt(&c, "{\"op\":\"job\",\"job\":%lld}", id);
+        const char *state = str(json_object_get(r, "job"), "state");
+        if (strcmp(state, "queued") != 0 && strcmp(state, "running") != 0) {
+            done = r;
+            break;
+        }
+        json_decref(r);
+        sleep_ms(50);
+    }
+    char *text = done ? json_dumps(json_object_get(done, "job"), JSON_INDENT(2)) : NULL;
+    printf("job: %s\n", text ? text : "(did not end)");
+    free(text);
+    const json_t *job = json_object_get(done, "job");
+    CHECK(strcmp(str(job, "state"), "done") == 0 && json_is_true(json_object_get(job, "stored")));
+    CHECK(integer(job, "crashes") >= 1 && integer(job, "worker_restarts") >= 1);
+    const char *first = json_string_value(json_array_get(json_object_get(job, "crashed"), 0));
+    CHECK(first != NULL && strcmp(first, fault) == 0);
+    CHECK(strcmp(str(job, "best_config"), fault) != 0);
+    printf("slowest answer while tuning: %.2f ms\n", worst * 1e3);
+    CHECK(worst < 0.1);
+    json_decref(done);
+    if (ngpus >= 2) {
+        long long a = submit_tune(&c, 8192, 8192, ",\"budget\":60");
+        long long b = submit_tune(&c, 2048, 32000, ",\"budget\":60");
+        bool both = false;
+        for (int i = 0; i < 6000 && !both; i++) {
+            json_t *ra = call_fmt(&c, "{\"op\":\"job\",\"job\":%lld}", a);
+            json_t *rb = call_fmt(&c, "{\"op\":\"job\",\"job\":%lld}", b);
+            const json_t *ja = json_object_get(ra, "job"), *jb = json_object_get(rb, "job");
+            both = strcmp(str(ja, "state"), "running") == 0 &&
+                   strcmp(str(jb, "state"), "running") == 0 &&
+                   integer(ja, "device") != integer(jb, "device");
+            json_decref(ra);
+            json_decref(rb);
+            sleep_ms(10);
+        }
+        printf("two GPUs: both jobs running at once on different GPUs: %s\n", both ? "yes" : "NO");
+        CHECK(both);
+        for (long long j = a; j <= b; j++) {
+            r = wait_job(&c, j, 600);
+            CHECK(strcmp(str(json_object_get(r, "job"), "state"), "done") == 0);
+            json_decref(r);
+        }
+    } else {
+        printf("one GPU: the two-GPU check needs a machine with two\n");
+    }
+    cl_close(&c);
+    CHECK(daemon_stop(&d) == 0);
+    if (failures > case_failures)
+        dump_log(&d);
+    return failures == 0 ? 0 : 1;
+}
+
+static int rm_tree(const char *path)
+{
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", path);
+    return system(cmd);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fprintf(stderr, "usage: test_daemon TUNED [--gpu]\n");
+        return 2;
+    }
+    tuned_exe = argv[1];
+    signal(SIGPIPE, SIG_IGN);
+    alarm(argc > 2 ? 1500 : 280); /* a stuck run ends; meson's timeout is longer */
+    snprintf(root, sizeof root, "/tmp/tuned-daemon-XXXXXX");
+    if (mkdtemp(root) == NULL) {
+        perror("mkdtemp");
+        return 1;
+    }
+    int rc;
+    if (argc > 2 && strcmp(argv[2], "--gpu") == 0) {
+        rc = gpu_check();
+    } else {
+        struct {
+            const char *name;
+            void (*fn)(void);
+        } cases[] = {
+            {"start and socket", test_start_and_socket},
+            {"malformed input", test_malformed},
+            {"get and tune", test_get_and_tune},
+            {"concurrent clients", test_concurrent},
+            {"slow reader", test_slow_reader},
+            {"worker crash and hang", test_worker_crash_and_hang},
+            {"SIGTERM and kill -9", test_stop_and_kill},
+            {"two GPUs", test_two_gpus},
+            {"TCP and CLI", test_tcp_and_cli},
+        };
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+            int before = case_failures = failures;
+            double t = now_s();
+            cases[i].fn();
+            printf("%s: %s (%.1f s)\n", failures == before ? "ok" : "FAIL", cases[i].name,
+                   now_s() - t);
+            fflush(stdout);
+        }
+        printf("%d failures\n", failures);
+        rc = failures == 0 ? 0 : 1;
+    }
+    if (rc == 0 || rc == 77)
+        rm_tree(root);
+    else
+        fprintf(stderr, "kept %s for inspection\n", root);
+    return rc;
+}

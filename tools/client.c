@@ -1,0 +1,358 @@
+/* client.c: the CLI's end of the daemon protocol (docs/protocol.md).
+ *
+ * `tuned get`, `tuned tune` and `tuned list` ask the daemon when one
+ * answers on the socket (--socket, else $TUNED_SOCKET, else the default
+ * path), and work on the store directly when none does, or when --db was
+ * given on the command line (an explicit store is that store). A tune
+ * through the daemon is queued there (joining a running tune of the same
+ * shape) and followed with `job` requests until it ends. */
+#include <errno.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "../src/daemon/daemon.h"
+#include "cli.h"
+
+#define REPLY_TIMEOUT_S 30.0
+#define REPLY_MAX ((size_t)16 << 20)
+
+typedef struct client {
+    int fd;
+    char *buf;
+    size_t len, cap;
+} client;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* 0: connected; 1: no daemon there (fall back to the store); -1: error
+ * printed. */
+static int client_open(const cli_opts *o, client *c)
+{
+    memset(c, 0, sizeof *c);
+    c->fd = -1;
+    if (o->db_given)
+        return 1;
+    char path[TUNED__SOCKET_PATH_MAX + 1];
+    if (o->socket[0] != '\0')
+        snprintf(path, sizeof path, "%s", o->socket);
+    else
+        tuned__socket_default(path, sizeof path);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        fprintf(stderr, "tuned: socket: %s\n", strerror(errno));
+        return -1;
+    }
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path);
+    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
+        int err = errno;
+        close(fd);
+        if (err == ENOENT || err == ECONNREFUSED) {
+            if (o->socket[0] != '\0' && !o->quiet)
+                fprintf(stderr, "tuned: no daemon on %s; using the store %s\n", path, o->db);
+            return 1;
+        }
+        fprintf(stderr, "tuned: daemon %s: %s\n", path, strerror(err));
+        return -1;
+    }
+    c->fd = fd;
+    return 0;
+}
+
+static void client_close(client *c)
+{
+    if (c->fd >= 0)
+        close(c->fd);
+    free(c->buf);
+    memset(c, 0, sizeof *c);
+    c->fd = -1;
+}
+
+/* Sends req (taken) and reads one reply object into *rep; prints errors. */
+static int call(client *c, json_t *req, json_t **rep)
+{
+    *rep = NULL;
+    char *text = req != NULL ? json_dumps(req, JSON_COMPACT) : NULL;
+    json_decref(req);
+    if (text == NULL) {
+        fprintf(stderr, "tuned: out of memory\n");
+        return -1;
+    }
+    size_t n = strlen(text), off = 0;
+    text[n++] = '\n';
+    while (off < n) {
+        ssize_t w = send(c->fd, text + off, n - off, MSG_NOSIGNAL);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0) {
+            fprintf(stderr, "tuned: daemon: send: %s\n", strerror(errno));
+            free(text);
+            return -1;
+        }
+        off += (size_t)w;
+    }
+    free(text);
+    double deadline = now_s() + REPLY_TIMEOUT_S;
+    for (;;) {
+        char *nl = c->len > 0 ? memchr(c->buf, '\n', c->len) : NULL;
+        if (nl != NULL) {
+            size_t line = (size_t)(nl - c->buf);
+            json_error_t jerr;
+            *rep = json_loadb(c->buf, line, 0, &jerr);
+            memmove(c->buf, nl + 1, c->len - line - 1);
+            c->len -= line + 1;
+            if (!json_is_object(*rep)) {
+                json_decref(*rep);
+                *rep = NULL;
+                fprintf(stderr, "tuned: daemon: a reply that is not a JSON object\n");
+                return -1;
+            }
+            return 0;
+        }
+        if (c->len == c->cap) {
+            size_t cap = c->cap ? c->cap * 2 : 65536;
+            char *p = cap <= REPLY_MAX ? realloc(c->buf, cap) : NULL;
+            if (p == NULL) {
+                fprintf(stderr, "tuned: daemon: reply too long\n");
+                return -1;
+            }
+            c->buf = p;
+            c->cap = cap;
+        }
+        double left = deadline - now_s();
+        struct pollfd p = {.fd = c->fd, .events = POLLIN};
+        int r = left > 0 ? poll(&p, 1, (int)(left * 1000) + 1) : 0;
+        if (r == 0) {
+            fprintf(stderr, "tuned: daemon: no reply in %.0f s\n", REPLY_TIMEOUT_S);
+            return -1;
+        }
+        if (r < 0 && errno == EINTR)
+            continue;
+        ssize_t got = r > 0 ? recv(c->fd, c->buf + c->len, c->cap - c->len, 0) : -1;
+        if (got <= 0) {
+            if (got < 0 && errno == EINTR)
+                continue;
+            fprintf(stderr, "tuned: daemon: %s\n", got == 0 ? "closed the connection" : strerror(errno));
+            return -1;
+        }
+        c->len += (size_t)got;
+    }
+}
+
+/* An error reply as one line; CLI_ERROR. */
+static int reply_error(const json_t *rep)
+{
+    const json_t *err = json_object_get(rep, "error");
+    const char *code = json_string_value(json_object_get(err, "code"));
+    const char *msg = json_string_value(json_object_get(err, "message"));
+    fprintf(stderr, "tuned: daemon: %s (%s)\n", msg ? msg : "error", code ? code : "?");
+    return CLI_ERROR;
+}
+
+static json_t *shape_request(const cli_opts *o, const char *op)
+{
+    const tuned__shape *s = &o->request.shape;
+    json_t *req = json_pack("{s:s, s:s, s:I, s:I}", "op", op, "dtype", tuned_dtype_name(s->dtype),
+                            "rows", (json_int_t)s->rows, "cols", (json_int_t)s->cols);
+    if (req != NULL && o->request.device > 0)
+        json_object_set_new(req, "gpu", json_integer(o->request.device));
+    return req;
+}
+
+/* A string field, or "?" when absent. */
+static const char *text(const json_t *obj, const char *key)
+{
+    const char *s = json_string_value(json_object_get(obj, key));
+    return s != NULL ? s : "?";
+}
+
+static void print_field(const json_t *obj, const char *key, const char *label)
+{
+    const json_t *v = json_object_get(obj, key);
+    if (json_is_string(v))
+        printf("%-12s %s\n", label, json_string_value(v));
+    else if (json_is_integer(v))
+        printf("%-12s %lld\n", label, (long long)json_integer_value(v));
+    else if (json_is_real(v))
+        printf("%-12s %.2f\n", label, json_real_value(v));
+}
+
+static void print_record(const json_t *r)
+{
+    printf("shape        %lldx%lld %s\n", (long long)json_integer_value(json_object_get(r, "rows")),
+           (long long)json_integer_value(json_object_get(r, "cols")), text(r, "dtype"));
+    print_field(r, "gpu", "gpu");
+    print_field(r, "gpu_fp", "gpu_fp");
+    print_field(r, "config", "config");
+    print_field(r, "median_us", "median_us");
+    print_field(r, "copy_us", "copy_us");
+    print_field(r, "gbps", "gbps");
+    print_field(r, "evaluations", "evaluations");
+    print_field(r, "date", "date");
+    print_field(r, "tuned", "tuned");
+}
+
+int cli_daemon_get(const cli_opts *o)
+{
+    client c;
+    int rc = client_open(o, &c);
+    if (rc != 0)
+        return rc > 0 ? -1 : CLI_ERROR;
+    json_t *rep;
+    rc = call(&c, shape_request(o, "get"), &rep) != 0 ? CLI_ERROR : CLI_OK;
+    client_close(&c);
+    if (rc != CLI_OK)
+        return rc;
+    if (!json_is_true(json_object_get(rep, "ok"))) {
+        rc = reply_error(rep);
+        json_decref(rep);
+        return rc;
+    }
+    const char *source = json_string_value(json_object_get(rep, "source"));
+    const json_t *record = json_object_get(rep, "record");
+    printf("source       %s\n", source ? source : "?");
+    if (source != NULL && strcmp(source, "exact") == 0 && json_is_object(record)) {
+        print_record(record);
+    } else {
+        print_field(rep, "config", "config");
+        print_field(rep, "gpu", "gpu");
+        if (json_is_object(record))
+            printf("from         %lldx%lld (median_us %.2f there)\n",
+                   (long long)json_integer_value(json_object_get(record, "rows")),
+                   (long long)json_integer_value(json_object_get(record, "cols")),
+                   json_number_value(json_object_get(record, "median_us")));
+        fprintf(stderr, "tuned: no record for this shape; the daemon suggests a %s config\n",
+                source ? source : "?");
+        rc = CLI_NOT_FOUND;
+    }
+    json_decref(rep);
+    return rc;
+}
+
+int cli_daemon_tune(const cli_opts *o)
+{
+    client c;
+    int rc = client_open(o, &c);
+    if (rc != 0)
+        return rc > 0 ? -1 : CLI_ERROR;
+    if (o->request.search.exhaustive || o->trace != NULL) {
+        client_close(&c);
+        fprintf(stderr, "tuned: --exhaustive and --trace tune locally: a daemon runs, so pass "
+                        "--db to bypass it\n");
+        return CLI_USAGE;
+    }
+    json_t *req = shape_request(o, "tune");
+    json_object_set_new(req, "budget", json_integer((json_int_t)o->request.search.budget));
+    json_object_set_new(req, "time_s", json_real(o->request.search.time_s));
+    if (o->request.search.seed <= INT64_MAX)
+        json_object_set_new(req, "seed", json_integer((json_int_t)o->request.search.seed));
+    json_t *rep;
+    if (call(&c, req, &rep) != 0) {
+        client_close(&c);
+        return CLI_ERROR;
+    }
+    if (!json_is_true(json_object_get(rep, "ok"))) {
+        rc = reply_error(rep);
+        json_decref(rep);
+        client_close(&c);
+        return rc;
+    }
+    json_int_t id = json_integer_value(json_object_get(rep, "job"));
+    if (!o->quiet)
+        fprintf(stderr, "tuned: daemon job %lld%s\n", (long long)id,
+                json_is_true(json_object_get(rep, "joined")) ? " (joined a running tune)" : "");
+    json_decref(rep);
+    rc = CLI_ERROR;
+    for (;;) {
+        if (call(&c, json_pack("{s:s, s:I}", "op", "job", "job", id), &rep) != 0)
+            break;
+        if (!json_is_true(json_object_get(rep, "ok"))) {
+            reply_error(rep);
+            json_decref(rep);
+            break;
+        }
+        const json_t *job = json_object_get(rep, "job");
+        const char *state = json_string_value(json_object_get(job, "state"));
+        if (!o->quiet)
+            fprintf(stderr, "tuned: job %lld %s: %lld evaluated, %lld failed, best %s %.2f us\n",
+                    (long long)id, state ? state : "?",
+                    (long long)json_integer_value(json_object_get(job, "evaluated")),
+                    (long long)json_integer_value(json_object_get(job, "failed")),
+                    json_is_string(json_object_get(job, "best_config"))
+                        ? json_string_value(json_object_get(job, "best_config"))
+                        : "-",
+                    json_number_value(json_object_get(job, "best_us")));
+        bool end = state == NULL || (strcmp(state, "queued") != 0 && strcmp(state, "running") != 0);
+        if (end && state != NULL && strcmp(state, "done") == 0)
+            rc = CLI_OK;
+        else if (end)
+            fprintf(stderr, "tuned: job %lld %s: %s\n", (long long)id, state ? state : "?",
+                    json_is_string(json_object_get(job, "error"))
+                        ? json_string_value(json_object_get(job, "error"))
+                        : "no winner stored");
+        json_decref(rep);
+        if (end)
+            break;
+        struct timespec ts = {0, 250 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    client_close(&c);
+    if (rc == CLI_OK) {
+        cli_opts get = *o;
+        rc = cli_daemon_get(&get);
+    }
+    return rc;
+}
+
+int cli_daemon_list(const cli_opts *o)
+{
+    client c;
+    int rc = client_open(o, &c);
+    if (rc != 0)
+        return rc > 0 ? -1 : CLI_ERROR;
+    json_t *req = json_pack("{s:s, s:i}", "op", "list", "limit", 1000);
+    if (req != NULL && o->have_shape) {
+        json_object_set_new(req, "rows", json_integer((json_int_t)o->request.shape.rows));
+        json_object_set_new(req, "cols", json_integer((json_int_t)o->request.shape.cols));
+        json_object_set_new(req, "dtype", json_string(tuned_dtype_name(o->request.shape.dtype)));
+    }
+    json_t *rep;
+    rc = call(&c, req, &rep) != 0 ? CLI_ERROR : CLI_OK;
+    client_close(&c);
+    if (rc != CLI_OK)
+        return rc;
+    if (!json_is_true(json_object_get(rep, "ok"))) {
+        rc = reply_error(rep);
+        json_decref(rep);
+        return rc;
+    }
+    const json_t *recs = json_object_get(rep, "records");
+    size_t i;
+    const json_t *r;
+    json_array_foreach(recs, i, r) {
+        char shape[64];
+        snprintf(shape, sizeof shape, "%lldx%lld",
+                 (long long)json_integer_value(json_object_get(r, "rows")),
+                 (long long)json_integer_value(json_object_get(r, "cols")));
+        printf("%-16s %-5s %-34s %10.2f us  %s\n", shape, text(r, "dtype"), text(r, "config"),
+               json_number_value(json_object_get(r, "median_us")), text(r, "gpu"));
+    }
+    if (json_is_true(json_object_get(rep, "truncated")))
+        fprintf(stderr, "tuned: %lld records; showing the first %zu\n",
+                (long long)json_integer_value(json_object_get(rep, "total")), json_array_size(recs));
+    rc = json_array_size(recs) > 0 ? CLI_OK : CLI_NOT_FOUND;
+    json_decref(rep);
+    return rc;
+}
