@@ -22,5 +22,7 @@ for item in "$@"; do
     ok=$(awk -F'\t' 'NR > 1 && $2 == "ok"' "$tsv" | wc -l)
     all=$(($(wc -l <"$tsv") - 1))
     echo "== $shape $dtype: $all variants, $ok correct, $((t1 - t0)) s; fastest:"
-    awk -F'\t' 'NR > 1 && $2 == "ok" { print $3 "\t" $1 }' "$tsv" | sort -n | head -n 5
+    awk -F'\t' 'NR > 1 && $2 == "ok" { print $3 "\t" $1 }' "$tsv" | sort -g >"$tsv.sorted"
+    sed -n 1,5p "$tsv.sorted"
+    rm -f "$tsv.sorted"
 done
