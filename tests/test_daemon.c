@@ -1093,6 +1093,12 @@ static void test_tcp_and_cli(void)
     snprintf(cmd, sizeof cmd, "%s get --socket %s --shape 300x3001 > %s/out 2>&1", tuned_exe,
              d.sock, d.dir);
     CHECK(WEXITSTATUS(system(cmd)) == 3); /* not stored: nearest or default, exit 3 */
+    snprintf(cmd, sizeof cmd, "%s list --socket %s > %s/out 2>&1 && grep -q '^300x3000 ' %s/out",
+             tuned_exe, d.sock, d.dir, d.dir);
+    CHECK(system(cmd) == 0);
+    snprintf(cmd, sizeof cmd, "%s list --json --socket %s > %s/out 2>&1 && grep -q '\"cols\": 3000' %s/out",
+             tuned_exe, d.sock, d.dir, d.dir);
+    CHECK(system(cmd) == 0);
     CHECK(daemon_stop(&d) == 0);
     /* no daemon: get reads the store itself */
     snprintf(cmd, sizeof cmd, "%s get --socket %s/none.sock --db %s --shape 300x3000 > %s/out 2>&1",

@@ -246,6 +246,7 @@ static void make_record(tuned__record *r, uint64_t rows, uint64_t cols, uint64_t
     snprintf(r->gpu, sizeof r->gpu, "Test GPU|sm_90|132sm|81559MiB|drv13000|nvrtc13.0|tpl0");
     snprintf(r->gpu_name, sizeof r->gpu_name, "Test GPU");
     r->median_us = us;
+    snprintf(r->prov.policy, sizeof r->prov.policy, "%s", TUNED__MEASURE_POLICY);
     snprintf(r->date, sizeof r->date, "2026-11-21T10:00:00Z");
     snprintf(r->tool_version, sizeof r->tool_version, "0.1.0");
 }
@@ -275,15 +276,22 @@ static void test_index(void)
     tuned__config_format(&cs, tsmall, sizeof tsmall);
     tuned__config_format(&cb, tbig, sizeof tbig);
 
-    tuned__record recs[4];
+    tuned__record recs[6];
     make_record(&recs[0], 1024, 1024, 7, tsmall, 6.0);
     make_record(&recs[1], 4096, 32000, 7, tbig, 143.0);
     make_record(&recs[2], 4096, 32000, 8, tbig, 150.0); /* another GPU */
     make_record(&recs[3], 4096, 32000, 7, tbig, 140.0); /* the same key again: it wins */
+    make_record(&recs[4], 2048, 2048, 7, tsmall, 9.0);  /* another policy: never exact */
+    snprintf(recs[4].prov.policy, sizeof recs[4].prov.policy, "some-older-policy/0");
+    make_record(&recs[5], 512, 512, 7, tsmall, 3.0);    /* another layout: not held */
+    recs[5].key.layout = 1;
     tuned__index *ix;
     CHECK(tuned__index_new(&ix, &e) == 0);
-    CHECK(tuned__index_load(ix, recs, 4, &e) == 0);
-    CHECK(tuned__index_count(ix) == 3);
+    CHECK(tuned__index_load(ix, recs, 6, &e) == 0);
+    CHECK(tuned__index_count(ix) == 4);
+    CHECK(tuned__index_find(ix, &recs[4].key) == -1);
+    recs[5].key.layout = 0;
+    CHECK(tuned__index_find(ix, &recs[5].key) == -1);
     CHECK(tuned__index_gpu_count(ix) == 2);
     CHECK(tuned__index_gpu_at(ix, 0)->arch == 90);
     tuned__store_key k = recs[1].key;

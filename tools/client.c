@@ -1,9 +1,11 @@
 /* client.c: the CLI's end of the daemon protocol (docs/protocol.md).
  *
- * `tuned get`, `tuned tune` and `tuned list` ask the daemon when one
- * answers on the socket (--socket, else $TUNED_SOCKET, else the default
- * path), and work on the store directly when none does, or when --db was
- * given on the command line (an explicit store is that store). A tune
+ * `tuned get` and `tuned tune` ask the daemon when one answers on the
+ * socket (--socket, else $TUNED_SOCKET, else the default path), and work
+ * on the store directly when none does, or when --db was given on the
+ * command line (an explicit store is that store). `tuned list` asks a
+ * daemon only with an explicit --socket: the store itself answers the
+ * same, with more (keys, damaged records), and readers never wait. A tune
  * through the daemon is queued there (joining a running tune of the same
  * shape) and followed with `job` requests until it ends. */
 #include <errno.h>
@@ -326,8 +328,11 @@ int cli_daemon_list(const cli_opts *o)
     if (req != NULL && o->have_shape) {
         json_object_set_new(req, "rows", json_integer((json_int_t)o->request.shape.rows));
         json_object_set_new(req, "cols", json_integer((json_int_t)o->request.shape.cols));
-        json_object_set_new(req, "dtype", json_string(tuned_dtype_name(o->request.shape.dtype)));
     }
+    if (req != NULL && o->have_dtype)
+        json_object_set_new(req, "dtype", json_string(tuned_dtype_name(o->request.shape.dtype)));
+    if (req != NULL && o->gpu != NULL) /* the daemon matches a whole model name */
+        json_object_set_new(req, "gpu", json_string(o->gpu));
     json_t *rep;
     rc = call(&c, req, &rep) != 0 ? CLI_ERROR : CLI_OK;
     client_close(&c);
@@ -339,20 +344,35 @@ int cli_daemon_list(const cli_opts *o)
         return rc;
     }
     const json_t *recs = json_object_get(rep, "records");
-    size_t i;
-    const json_t *r;
-    json_array_foreach(recs, i, r) {
-        char shape[64];
-        snprintf(shape, sizeof shape, "%lldx%lld",
-                 (long long)json_integer_value(json_object_get(r, "rows")),
-                 (long long)json_integer_value(json_object_get(r, "cols")));
-        printf("%-16s %-5s %-34s %10.2f us  %s\n", shape, text(r, "dtype"), text(r, "config"),
-               json_number_value(json_object_get(r, "median_us")), text(r, "gpu"));
+    if (o->json) {
+        char *text = json_dumps(recs, JSON_INDENT(2));
+        if (text == NULL) {
+            json_decref(rep);
+            fprintf(stderr, "tuned: out of memory\n");
+            return CLI_ERROR;
+        }
+        printf("%s\n", text);
+        free(text);
+    } else {
+        printf("%-14s %-5s %-24s %-36s %10s %8s  %-20s  %s\n", "SHAPE", "DTYPE", "GPU", "CONFIG",
+               "MEDIAN_US", "OF_COPY", "DATE", "GPU_FP");
+        size_t i;
+        const json_t *r;
+        json_array_foreach(recs, i, r) {
+            char shape[48];
+            snprintf(shape, sizeof shape, "%lldx%lld",
+                     (long long)json_integer_value(json_object_get(r, "rows")),
+                     (long long)json_integer_value(json_object_get(r, "cols")));
+            double us = json_number_value(json_object_get(r, "median_us"));
+            double copy = json_number_value(json_object_get(r, "copy_us"));
+            printf("%-14s %-5s %-24.24s %-36s %10.2f %7.1f%%  %-20s  %s\n", shape,
+                   text(r, "dtype"), text(r, "gpu"), text(r, "config"), us,
+                   us > 0 ? 100.0 * copy / us : 0.0, text(r, "date"), text(r, "gpu_fp"));
+        }
     }
     if (json_is_true(json_object_get(rep, "truncated")))
-        fprintf(stderr, "tuned: %lld records; showing the first %zu\n",
+        fprintf(stderr, "tuned: %lld records; the daemon sent the first %zu\n",
                 (long long)json_integer_value(json_object_get(rep, "total")), json_array_size(recs));
-    rc = json_array_size(recs) > 0 ? CLI_OK : CLI_NOT_FOUND;
     json_decref(rep);
-    return rc;
+    return CLI_OK;
 }

@@ -50,6 +50,11 @@ static int row(void *ctx, const tuned__store_key *key, const tuned__record *r, c
 
 int cli_cmd_list(const cli_opts *o)
 {
+    if (o->socket[0] != '\0') { /* --socket: ask that daemon, the store if none runs */
+        int daemon_rc = cli_daemon_list(o);
+        if (daemon_rc >= 0)
+            return daemon_rc;
+    }
     tuned__err e = {0};
     tuned__store *s = NULL;
     int rc = cli_open_store(o, TUNED__STORE_READONLY, &s, &e);

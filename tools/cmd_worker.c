@@ -6,5 +6,5 @@
 
 int cli_cmd_worker(const cli_opts *o)
 {
-    return tuned__worker_main(o->request.device);
+    return tuned__worker_main(o->request.device, o->db);
 }

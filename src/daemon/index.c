@@ -28,6 +28,7 @@ typedef struct memo_entry {
 struct tuned__index {
     tuned__record *recs;
     size_t n;
+    bool *exact;       /* measured under this build's policy: may be served as exact */
     size_t *frag_off, *frag_len;
     tuned__buf text;
     uint32_t *table;   /* position + 1; 0 is empty */
@@ -71,12 +72,14 @@ int tuned__index_new(tuned__index **out, tuned__err *e)
 static void clear(tuned__index *ix)
 {
     free(ix->recs);
+    free(ix->exact);
     free(ix->frag_off);
     free(ix->frag_len);
     tuned__buf_free(&ix->text);
     free(ix->table);
     free(ix->gpus);
     ix->recs = NULL;
+    ix->exact = NULL;
     ix->frag_off = ix->frag_len = NULL;
     ix->table = NULL;
     ix->gpus = NULL;
@@ -119,16 +122,19 @@ int tuned__index_load(tuned__index *ix, const tuned__record *recs, size_t n, tun
     while (size < 2 * n + 1)
         size *= 2;
     fresh.recs = malloc((n ? n : 1) * sizeof *fresh.recs);
+    fresh.exact = malloc((n ? n : 1) * sizeof *fresh.exact);
     fresh.frag_off = malloc((n ? n : 1) * sizeof *fresh.frag_off);
     fresh.frag_len = malloc((n ? n : 1) * sizeof *fresh.frag_len);
     fresh.gpus = malloc((n ? n : 1) * sizeof *fresh.gpus);
     fresh.table = calloc(size, sizeof *fresh.table);
     fresh.table_size = size;
-    if (fresh.recs == NULL || fresh.frag_off == NULL || fresh.frag_len == NULL ||
+    if (fresh.recs == NULL || fresh.exact == NULL || fresh.frag_off == NULL || fresh.frag_len == NULL ||
         fresh.gpus == NULL || fresh.table == NULL || n > UINT32_MAX - 1)
         goto oom;
     for (size_t i = 0; i < n; i++) {
         const tuned__record *r = &recs[i];
+        if (r->key.layout != TUNED__LAYOUT_DENSE)
+            continue; /* the daemon serves dense rows only */
         size_t mask = size - 1, h = (size_t)key_hash(&r->key) & mask;
         while (fresh.table[h] != 0 && !key_eq(&fresh.recs[fresh.table[h] - 1].key, &r->key))
             h = (h + 1) & mask;
@@ -138,6 +144,7 @@ int tuned__index_load(tuned__index *ix, const tuned__record *recs, size_t n, tun
         else
             fresh.table[h] = (uint32_t)(fresh.n++ + 1);
         fresh.recs[at] = *r;
+        fresh.exact[at] = strcmp(r->prov.policy, TUNED__MEASURE_POLICY) == 0;
         fresh.frag_off[at] = fresh.text.len;
         tuned__reply_record(&fresh.text, r);
         fresh.frag_len[at] = fresh.text.len - fresh.frag_off[at];
@@ -164,6 +171,7 @@ int tuned__index_load(tuned__index *ix, const tuned__record *recs, size_t n, tun
 oom:
     fresh.memo = NULL;
     free(fresh.recs);
+    free(fresh.exact);
     free(fresh.frag_off);
     free(fresh.frag_len);
     free(fresh.gpus);
@@ -225,7 +233,7 @@ long tuned__index_find(const tuned__index *ix, const tuned__store_key *k)
     while (ix->table[h] != 0) {
         size_t at = ix->table[h] - 1;
         if (key_eq(&ix->recs[at].key, k))
-            return (long)at;
+            return ix->exact[at] ? (long)at : -1;
         h = (h + 1) & mask;
     }
     return -1;

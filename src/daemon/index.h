@@ -39,7 +39,9 @@ int tuned__index_load_store(tuned__index *ix, tuned__store *s, size_t *skipped, 
 size_t tuned__index_count(const tuned__index *ix);
 const tuned__record *tuned__index_at(const tuned__index *ix, size_t i);
 
-/* The position of the record under k, or -1. */
+/* The position of the record under k, or -1 (also for a record measured
+ * under another measurement policy: listed, but never served as exact;
+ * records of another layout class than dense rows are not held at all). */
 long tuned__index_find(const tuned__index *ix, const tuned__store_key *k);
 
 /* Record i's reply fields, as tuned__reply_record() writes them. */

@@ -149,7 +149,7 @@ static void set_worker(slot *s, tuned__worker *w)
 static int start_worker(slot *s, tuned__err *e)
 {
     tuned__jobs *j = s->owner;
-    tuned__worker_opts wo = {.exe = j->o.worker_exe, .device = s->info.gpu.ordinal,
+    tuned__worker_opts wo = {.exe = j->o.worker_exe, .device = s->info.gpu.ordinal, .db = j->o.db,
                              .nice = j->o.worker_nice, .hello_timeout_s = j->o.hello_timeout_s};
     tuned__gpu gpu;
     int count, chunk;
@@ -530,7 +530,7 @@ int tuned__jobs_start(tuned__jobs **out, tuned__store *store, const tuned__jobs_
         return tuned__errf(e, TUNED_ENOMEM, "jobs: uv_cond_init: %s", uv_strerror(rc));
     }
     /* GPU 0's worker tells how many GPUs there are. */
-    tuned__worker_opts wo = {.exe = o->worker_exe, .device = 0, .nice = o->worker_nice,
+    tuned__worker_opts wo = {.exe = o->worker_exe, .device = 0, .db = o->db, .nice = o->worker_nice,
                              .hello_timeout_s = o->hello_timeout_s};
     tuned__worker *w = NULL;
     tuned__gpu gpu;

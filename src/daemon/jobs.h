@@ -28,6 +28,7 @@ typedef struct tuned__jobs tuned__jobs;
 
 typedef struct tuned__jobs_opts {
     const char *worker_exe;
+    const char *db;           /* the store path, for the workers' compile cache */
     int worker_nice;
     double hello_timeout_s;   /* worker start-up (driver load, cuInit) */
     double variant_timeout_s; /* longest a worker may go without a result line */

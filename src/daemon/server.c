@@ -662,7 +662,7 @@ static int start(server *s, tuned__err *e)
             return tuned__errf(e, TUNED_EIO, "readlink /proc/self/exe: %s", strerror(errno));
         s->exe[n] = '\0';
     }
-    tuned__jobs_opts jo = {.worker_exe = s->exe, .worker_nice = o->worker_nice,
+    tuned__jobs_opts jo = {.worker_exe = s->exe, .db = o->db, .worker_nice = o->worker_nice,
                            .hello_timeout_s = 120, .variant_timeout_s = o->variant_timeout_s,
                            .shutdown_grace_s = o->shutdown_grace_s, .max_queued = o->max_jobs,
                            .history = 1024, .quiet = o->quiet};

@@ -261,7 +261,11 @@ static int spawn(tuned__worker *w, const tuned__worker_opts *o, tuned__err *e)
     snprintf(device, sizeof device, "%d", o->device);
     snprintf(parent, sizeof parent, "TUNED_WORKER_PARENT=%d", (int)getpid());
     snprintf(nice_env, sizeof nice_env, "TUNED_WORKER_NICE=%d", o->nice);
-    char *argv[] = {(char *)o->exe, "worker", "--device", device, NULL};
+    char *argv[] = {(char *)o->exe, "worker", "--device", device, NULL, NULL, NULL};
+    if (o->db != NULL && o->db[0] != '\0') {
+        argv[4] = "--db";
+        argv[5] = (char *)o->db;
+    }
     size_t n = 0;
     while (environ[n] != NULL)
         n++;

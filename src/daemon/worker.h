@@ -41,6 +41,7 @@ typedef struct tuned__worker tuned__worker;
 typedef struct tuned__worker_opts {
     const char *exe;        /* the tuned binary */
     int device;             /* GPU ordinal */
+    const char *db;         /* the store: the worker's compile cache (may be NULL) */
     int nice;               /* the worker's nice value (compiles yield to serving) */
     double hello_timeout_s; /* how long driver load + cuInit may take */
 } tuned__worker_opts;
@@ -82,7 +83,8 @@ void tuned__worker_stop(tuned__worker *w, double grace_s);
 
 /* ---- the worker's end (`tuned worker`) ---- */
 
-/* The worker process's main loop on stdin/stdout; returns its exit code. */
-int tuned__worker_main(int device);
+/* The worker process's main loop on stdin/stdout; returns its exit code.
+ * db (may be NULL): the store whose compile cache the evaluator uses. */
+int tuned__worker_main(int device, const char *db);
 
 #endif

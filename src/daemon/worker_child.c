@@ -26,6 +26,7 @@
 
 #include <jansson.h>
 
+#include "../../cache/store.h"
 #include "../tuner/driver.h"
 #include "fake_gpu.h"
 #include "tuned.h"
@@ -37,6 +38,7 @@ typedef struct backend {
     int device;
     tuned__driver *d;
     tuned__nvrtc *n;
+    tuned__store *cubins;    /* the compile cache, when the store opens */
     tuned__gpu gpu;
     int count;
     int chunk;
@@ -161,6 +163,7 @@ static void do_open(backend *b, const json_t *req)
     } else {
         tuned__eval_opts o;
         tuned__eval_opts_default(&o);
+        o.cubins = b->cubins;
         if (tuned__evaluator_open(&b->ev, b->d, b->n, &b->gpu, &s, &o, &e) != 0) {
             emit_error("error", &e);
             return;
@@ -301,7 +304,7 @@ static void lifetime(void)
         fprintf(stderr, "tuned worker: setpriority(%d): %s\n", nice_v, strerror(errno));
 }
 
-int tuned__worker_main(int device)
+int tuned__worker_main(int device, const char *db)
 {
     lifetime();
     backend b = {.device = device, .fake = tuned__fake_gpu_enabled()};
@@ -313,6 +316,10 @@ int tuned__worker_main(int device)
         rc = tuned__fake_gpu_query(device, &b.gpu, &b.count, &e);
     } else {
         rc = real_init(&b, &e);
+        /* The compile cache is a help, not a need: without it, compile. */
+        tuned__err se = {0};
+        if (rc == 0 && db != NULL && *db != '\0' && tuned__store_open(&b.cubins, db, 0, &se) != 0)
+            fprintf(stderr, "tuned worker: no compile cache: %s\n", se.msg);
     }
     if (rc != 0) {
         emit_error("error", &e);
@@ -346,6 +353,7 @@ int tuned__worker_main(int device)
     }
     free(line);
     close_shape(&b);
+    tuned__store_close(b.cubins);
     tuned__nvrtc_unload(b.n);
     tuned__driver_unload(b.d);
     return 0;
