@@ -80,7 +80,10 @@ int tuned__store_get_best(tuned__store *s, const tuned__store_key *key, tuned__r
                           tuned__err *e)
 {
     char ks[160];
-    if (!s->have_dbs) {
+    int ready = tuned__store_dbs(s, e);
+    if (ready < 0)
+        return ready;
+    if (ready == 0) {
         tuned__store_key_str(ks, sizeof ks, key);
         return tuned__errf(e, TUNED_ENOTFOUND, "store %s: no record for %s", s->path, ks);
     }
@@ -168,8 +171,9 @@ int tuned__store_find_shape(tuned__store *s, uint8_t kernel, uint8_t dtype, uint
     *n = 0;
     if (cap > 0 && out == NULL)
         return tuned__errf(e, TUNED_EINVAL, "store %s: find_shape: no output array", s->path);
-    if (!s->have_dbs)
-        return 0;
+    int ready = tuned__store_dbs(s, e);
+    if (ready <= 0)
+        return ready;
     uint8_t prefix[TUNED__KEY_SHAPE_LEN];
     tuned__key_encode_shape(prefix, TUNED__KEY_TAG_BEST, kernel, dtype, rows, cols);
     tuned__txn t;
@@ -224,8 +228,9 @@ static int each_visit(void *ctx, tuned__txn *t, MDB_cursor *cur, const MDB_val *
 int tuned__store_each_best(tuned__store *s, const tuned__store_filter *f, tuned__store_each_fn fn,
                            void *ctx, tuned__err *e)
 {
-    if (!s->have_dbs)
-        return 0;
+    int ready = tuned__store_dbs(s, e);
+    if (ready <= 0)
+        return ready;
     uint8_t tag = TUNED__KEY_TAG_BEST;
     tuned__txn t;
     int rc = tuned__txn_begin(&t, s, MDB_RDONLY, e);
@@ -270,8 +275,9 @@ int tuned__store_scan(tuned__store *s, tuned__store_scan_fn fn, void *ctx, size_
 {
     if (skipped != NULL)
         *skipped = 0;
-    if (!s->have_dbs)
-        return 0;
+    int ready = tuned__store_dbs(s, e);
+    if (ready <= 0)
+        return ready;
     uint8_t tag = TUNED__KEY_TAG_BEST;
     tuned__txn t;
     int rc = tuned__txn_begin(&t, s, MDB_RDONLY, e);

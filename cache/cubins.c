@@ -82,7 +82,10 @@ int tuned__store_get_cubin(tuned__store *s, uint64_t hash, void **data, size_t *
 {
     *data = NULL;
     *size = 0;
-    if (!s->have_dbs)
+    int ready = tuned__store_dbs(s, e);
+    if (ready < 0)
+        return ready;
+    if (ready == 0)
         return tuned__errf(e, TUNED_ENOTFOUND, "store %s: no cubin %016" PRIx64, s->path, hash);
     uint8_t kb[TUNED__KEY_CUBIN_LEN];
     tuned__key_encode_cubin(kb, hash);

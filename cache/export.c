@@ -128,8 +128,10 @@ int tuned__store_export(tuned__store *s, const tuned__store_filter *f, FILE *out
 {
     *exported = 0;
     size_t count = 0, written = 0;
-    int rc;
-    if (!s->have_dbs) {
+    int rc = tuned__store_dbs(s, e);
+    if (rc < 0)
+        return rc;
+    if (rc == 0) {
         rc = write_header(out, 0, e);
     } else {
         tuned__txn t;
@@ -433,6 +435,9 @@ static int import_lines(import_state *is, line_reader *lr, tuned__err *e)
 int tuned__store_import(tuned__store *s, FILE *in, const char *name, const tuned__import_opts *o,
                         tuned__import_stats *st, tuned__err *e)
 {
+    static const tuned__import_opts defaults = {0};
+    if (o == NULL)
+        o = &defaults;
     memset(st, 0, sizeof *st);
     if (s->readonly)
         return tuned__errf(e, TUNED_EINVAL, "store %s: opened read-only", s->path);

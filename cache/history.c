@@ -194,8 +194,9 @@ int tuned__store_list_evals(tuned__store *s, const tuned__store_key *key, const 
     if (after != NULL && after[0] != '\0' && !tuned__key_config_ok(after))
         return tuned__errf(e, TUNED_EINVAL, "store %s: list_evals: 'after' is not a config text",
                            s->path);
-    if (!s->have_dbs)
-        return 0;
+    int ready = tuned__store_dbs(s, e);
+    if (ready <= 0)
+        return ready;
     uint8_t start[TUNED__KEY_HIST_MAX];
     size_t slen = TUNED__KEY_LEN;
     tuned__key_encode(start, TUNED__KEY_TAG_HIST, key);

@@ -463,7 +463,8 @@ static void setup_write(tuned__txn *t, void *arg, tuned__err *e)
     }
 }
 
-/* Read-only: missing dbs mean an empty store, not an error. */
+/* Read-only: missing dbs mean an empty store, not an error. Called at open
+ * and again, under s->dbs_lock, until the dbs are found. */
 static int setup_read(tuned__store *s, tuned__err *e)
 {
     tuned__txn t;
@@ -482,7 +483,7 @@ static int setup_read(tuned__store *s, tuned__err *e)
             else if (rc != 0)
                 tuned__txn_fail(&t, "mdb_dbi_open", rc, e);
         }
-        s->have_dbs = have;
+        atomic_store(&s->have_dbs, have);
     } else if (rc != MDB_NOTFOUND) {
         tuned__txn_fail(&t, "mdb_dbi_open meta", rc, e);
     }
@@ -515,6 +516,11 @@ int tuned__store_open_mapsize(tuned__store **out, const char *path, unsigned fla
 
     if ((rc = pthread_rwlock_init(&s->resize, NULL)) != 0) {
         rc = lock_fail(e, path, "pthread_rwlock_init", rc);
+        goto fail;
+    }
+    if ((rc = pthread_mutex_init(&s->dbs_lock, NULL)) != 0) {
+        pthread_rwlock_destroy(&s->resize);
+        rc = lock_fail(e, path, "pthread_mutex_init", rc);
         goto fail;
     }
     s->lock_ready = 1;
@@ -552,7 +558,7 @@ int tuned__store_open_mapsize(tuned__store **out, const char *path, unsigned fla
         rc = setup_read(s, e);
     } else {
         rc = write_txn(s, setup_write, NULL, e);
-        s->have_dbs = rc == 0;
+        atomic_store(&s->have_dbs, rc == 0);
     }
     if (rc != 0)
         goto fail;
@@ -562,6 +568,20 @@ int tuned__store_open_mapsize(tuned__store **out, const char *path, unsigned fla
 fail:
     tuned__store_close(s);
     return rc;
+}
+
+int tuned__store_dbs(tuned__store *s, tuned__err *e)
+{
+    if (atomic_load(&s->have_dbs))
+        return 1;
+    /* mdb_dbi_open must not run in two transactions of a process at once. */
+    int rc = pthread_mutex_lock(&s->dbs_lock);
+    if (rc != 0)
+        return lock_fail(e, s->path, "pthread_mutex_lock", rc);
+    if (!atomic_load(&s->have_dbs))
+        rc = setup_read(s, e);
+    pthread_mutex_unlock(&s->dbs_lock);
+    return rc != 0 ? rc : atomic_load(&s->have_dbs);
 }
 
 int tuned__store_open(tuned__store **out, const char *path, unsigned flags, tuned__err *e)
@@ -575,8 +595,10 @@ void tuned__store_close(tuned__store *s)
         return;
     if (s->env != NULL)
         mdb_env_close(s->env);
-    if (s->lock_ready)
+    if (s->lock_ready) {
         pthread_rwlock_destroy(&s->resize);
+        pthread_mutex_destroy(&s->dbs_lock);
+    }
     free(s);
 }
 

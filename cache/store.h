@@ -325,7 +325,8 @@ typedef struct tuned__import_stats {
     bool truncated;    /* fewer records than a header declared */
 } tuned__import_stats;
 
-/* Reads an export from in (name labels the notes, "FILE:LINE: ..."),
+/* Reads an export from in (name labels the notes, "FILE:LINE: ..."; o may
+ * be NULL for the defaults),
  * validating every line; valid records are stored in batches, a stored
  * record is replaced only by a faster one (or with o->force). Invalid lines
  * are noted and counted, not fatal. Returns 0, TUNED_EINVAL for a file

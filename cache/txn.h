@@ -13,6 +13,7 @@
 
 #include <lmdb.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stddef.h>
 
 #include "../src/common/err.h"
@@ -21,7 +22,9 @@
 struct tuned__store {
     MDB_env *env;
     MDB_dbi meta, best, hist, cubins;
-    int have_dbs;             /* 0 only for a read-only open of a store without dbs */
+    atomic_int have_dbs;      /* 0 only for a read-only open of a store without dbs
+                                 (yet: tuned__store_dbs() looks again) */
+    pthread_mutex_t dbs_lock; /* serializes the read-only look for the dbs */
     int readonly;
     int lock_ready;           /* resize was initialized */
     pthread_rwlock_t resize;  /* txns hold it shared, map resizes exclusive */
@@ -80,6 +83,12 @@ typedef void (*tuned__write_fn)(tuned__txn *t, void *arg, tuned__err *e);
 /* Runs fn in a write transaction and commits; on MDB_MAP_FULL aborts,
  * grows the map and runs fn again. TUNED_EINVAL on a read-only store. */
 int tuned__store_write(tuned__store *s, tuned__write_fn fn, void *arg, tuned__err *e);
+
+/* Whether the store's databases exist: 1, 0 for a read-only handle of a
+ * store not yet initialized (or not ours: an empty store), or an error. A
+ * read-only handle opened while a writer was creating the store looks
+ * again at each call until it finds them. */
+int tuned__store_dbs(tuned__store *s, tuned__err *e);
 
 /* "key softmax/fp16/4096x32000/dense/0123456789abcdef" for messages. */
 void tuned__store_key_str(char *buf, size_t size, const tuned__store_key *k);

@@ -538,6 +538,32 @@ static void test_other_process_grows(void)
     tuned__store_close(s);
 }
 
+/* A read-only handle opened before any writer created the store's
+ * databases finds them once another process has. */
+static void test_reader_before_writer(void)
+{
+    char path[4200];
+    dir_path(path, sizeof path, "early-reader");
+    CHECK(mkdir(path, 0700) == 0);
+    CHECK(raw_put(path, "unrelated", "k", 1, "v", 1) == 0); /* an LMDB env, none of our dbs */
+    tuned__err e = {0};
+    tuned__store *s;
+    CHECK_RC(tuned__store_open(&s, path, TUNED__STORE_READONLY, &e), 0, &e);
+    if (s == NULL)
+        return;
+    tuned__record r;
+    make_record(&r, "gpu-child", CHILD_RECORDS, 2);
+    CHECK_RC(tuned__store_get_best(s, &r.key, &r, &e), TUNED_ENOTFOUND, &e);
+    pid_t pid = spawn("--grow-child", path, "", "", "");
+    int status;
+    CHECK(waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    CHECK_RC(tuned__store_get_best(s, &r.key, &r, &e), 0, &e);
+    size_t n;
+    CHECK_RC(tuned__store_find_shape(s, 1, 0, 1, 2, &r, 1, &n, &e), 0, &e);
+    CHECK(n == 1);
+    tuned__store_close(s);
+}
+
 /* ---- stale readers ---- */
 
 static int hold_fd = -1;
@@ -654,6 +680,7 @@ int main(int argc, char **argv)
         {"writers killed with SIGKILL mid-transaction", test_sigkill},
         {"two writers and a reader", test_two_writers_one_reader},
         {"another process grows the map", test_other_process_grows},
+        {"a reader opened before the store existed", test_reader_before_writer},
         {"stale readers cleared at open", test_stale_reader},
     };
     return run_tests("test_store_procs", tests, sizeof tests / sizeof tests[0]);
