@@ -40,7 +40,9 @@ int tuned__nvrtc_load(tuned__nvrtc **out, tuned__err *e)
     void *lib = NULL;
     char reasons[1024] = "";
     for (size_t i = 0; i < sizeof nvrtc_sonames / sizeof nvrtc_sonames[0] && lib == NULL; i++) {
-        lib = dlopen(nvrtc_sonames[i], RTLD_NOW | RTLD_LOCAL);
+        /* NODELETE: NVRTC's runtime keeps allocations in its own globals;
+         * unmapping it at unload would turn them into leaks. */
+        lib = dlopen(nvrtc_sonames[i], RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
         if (lib == NULL) {
             const char *why = dlerror();
             size_t used = strlen(reasons);

@@ -283,7 +283,9 @@ size_t tuned__space_seeds(const tuned__space *sp, tuned__config *out, size_t cap
     uint8_t widest = (uint8_t)(16 / tuned_dtype_size(sp->shape.dtype));
     /* For each size of a row's thread group, from a quarter warp to a
      * 16-block cluster: the widest vectors, blocks of at least four warps
-     * (several rows per block when a row needs fewer threads). */
+     * (several rows per block when a row needs fewer threads), and as many
+     * blocks per SM as the registers allow (occupancy hides latency; the
+     * landscapes show the best variants at the register limit). */
     for (unsigned row_threads = 8; row_threads <= 16384; row_threads *= 2) {
         unsigned cluster = row_threads > 1024 ? row_threads / 1024 : 1;
         unsigned per_block = row_threads / cluster;
@@ -294,11 +296,12 @@ size_t tuned__space_seeds(const tuned__space *sp, tuned__config *out, size_t cap
                            .vec = widest, .ld = TUNED__LD_DEF, .st = TUNED__ST_DEF,
                            .reg = TUNED__REG_F32};
         size_t before = n;
-        add_move(sp, &c, out, cap, &n);
-        if (n == before) { /* too long for fp32 registers: try packed */
-            c.reg = TUNED__REG_PK;
-            add_move(sp, &c, out, cap, &n);
-        }
+        for (unsigned reg = 0; reg < TUNED__REG_COUNT && n == before; reg++)
+            for (unsigned minb = 4; minb >= 1 && n == before; minb /= 2) {
+                c.reg = (uint8_t)reg;
+                c.minb = (uint8_t)minb;
+                add_move(sp, &c, out, cap, &n);
+            }
     }
     /* Streamed rows: 16 warps, as many stages as fit (up to 3). */
     for (unsigned cluster = 1; cluster <= 8; cluster *= 2)
