@@ -30,6 +30,12 @@
     X(cuDevicePrimaryCtxRetain)                                                                 \
     X(cuDevicePrimaryCtxRelease)                                                                \
     X(cuCtxSetCurrent)                                                                          \
+    X(cuCtxGetCurrent)                                                                          \
+    X(cuCtxGetDevice)                                                                           \
+    X(cuCtxPushCurrent)                                                                         \
+    X(cuCtxPopCurrent)                                                                          \
+    X(cuPointerGetAttribute)                                                                    \
+    X(cuStreamIsCapturing)                                                                      \
     X(cuCtxSynchronize)                                                                         \
     X(cuStreamCreate)                                                                           \
     X(cuStreamDestroy)                                                                          \

@@ -11,6 +11,8 @@
 #include "tuned.h"
 
 #define MAX_NEIGHBORS 32
+/* Generations in a row that gain less than min_gain before the search stops. */
+#define PATIENCE 2
 /* How far down the ranking the pattern search looks for incumbents. */
 #define MAX_RANK 16
 
@@ -233,7 +235,7 @@ int tuned__search_run(const tuned__space *sp, const tuned__search_opts *o,
     if (nb > 0)
         rc = run_batch(&st, batch, nb, eval, eval_ctx, e);
     report(&st, 0, progress, progress_ctx);
-    int generation = 0;
+    int generation = 0, stale = 0;
     const char *why = "budget";
     while (rc == 0) {
         if (budget_left(&st) == 0) {
@@ -276,7 +278,10 @@ int tuned__search_run(const tuned__space *sp, const tuned__search_opts *o,
         generation++;
         rc = run_batch(&st, batch, nb, eval, eval_ctx, e);
         report(&st, generation, progress, progress_ctx);
-        if (rc == 0 && out->best_us > before * (1.0 - o->min_gain)) {
+        /* One flat generation may only mean the incumbents sit on a ridge;
+         * the next ones move from the runners-up. */
+        stale = out->best_us > before * (1.0 - o->min_gain) ? stale + 1 : 0;
+        if (rc == 0 && stale >= PATIENCE) {
             why = "converged (gain under threshold)";
             break;
         }

@@ -4,7 +4,8 @@
  * Every later generation takes the best few configs so far that still have
  * an untried neighbour (the incumbents) and evaluates all those neighbours;
  * the search
- * stops when a generation improves the best time by less than min_gain,
+ * stops when two generations in a row improve the best time by less than
+ * min_gain,
  * when no untried neighbour is left, or when the evaluation or wall-clock
  * budget runs out. The search never touches a GPU: it calls an evaluation
  * function, so tests can replay a recorded landscape. Same seed, same

@@ -296,8 +296,8 @@ size_t tuned__space_seeds(const tuned__space *sp, tuned__config *out, size_t cap
                            .vec = widest, .ld = TUNED__LD_DEF, .st = TUNED__ST_DEF,
                            .reg = TUNED__REG_F32};
         size_t before = n;
-        for (unsigned reg = 0; reg < TUNED__REG_COUNT && n == before; reg++)
-            for (unsigned minb = 4; minb >= 1 && n == before; minb /= 2) {
+        for (unsigned minb = 4; minb >= 1 && n == before; minb /= 2)
+            for (unsigned reg = 0; reg < TUNED__REG_COUNT && n == before; reg++) {
                 c.reg = (uint8_t)reg;
                 c.minb = (uint8_t)minb;
                 add_move(sp, &c, out, cap, &n);

@@ -1,0 +1,1047 @@
+/* api.c: the embedding API of include/tuned.h: handles, tuned_softmax on
+ * the caller's stream, lookups and tunes (issue 6).
+ *
+ * A call's key (context, rows, cols, row stride, dtype, alignment) maps to
+ * an immutable entry holding the loaded kernel and its launch; the map is
+ * read without locks (api_table.c), so a repeated call costs the current
+ * context, a hash, a probe and cuLaunchKernel. Everything else happens on
+ * the slow path, under the handle's lock, once per key: the GPU's
+ * identity, the config (api_pick.c: exact, nearest, default), the cubin
+ * (compile cache or NVRTC), the module (one per context and variant,
+ * shared by every key that compiles to the same source), the launch
+ * geometry. Entries that are not exact carry a recheck time: at most once
+ * a second a call looks whether the store changed (its transaction id)
+ * and, if a better record appeared, builds and publishes a new entry.
+ * Nothing is freed before tuned_close(), so a reader holding an old entry
+ * (or a CUDA graph holding its function) stays valid.
+ *
+ * Tunes never run in this process (api_child.c): under
+ * TUNED_POLICY_PROCESS a background thread of the handle runs `tuned`
+ * child processes one at a time; under TUNED_POLICY_DAEMON it sends the
+ * daemon a `tune` request. Errors reach the caller as a code and the
+ * calling thread's message (tuned_last_error). */
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../codegen/source.h"
+#include "api.h"
+#include "space.h"
+
+#ifndef TUNED__BINDIR
+#define TUNED__BINDIR "/usr/local/bin"
+#endif
+
+/* A call whose config is not exact looks at the store again after this. */
+#define RECHECK_NS 1000000000ll
+/* How long a background or explicit tune may run past its search time. */
+#define TUNE_SLACK_S 300.0
+#define TUNE_DEFAULT_S 50.0
+
+/* ---- the store, opened once per process ---- */
+
+/* LMDB's locks are per process: two environments on one store in one
+ * process would drop each other's locks. Handles naming the same store
+ * directory share one. */
+typedef struct store_ref {
+    char real[PATH_MAX];
+    tuned__store *s;
+    bool writable;
+    int refs;
+    struct store_ref *next;
+} store_ref;
+
+static pthread_mutex_t registry_mu = PTHREAD_MUTEX_INITIALIZER;
+static store_ref *registry;
+
+static int store_acquire(const char *path, store_ref **out, tuned__err *e)
+{
+    pthread_mutex_lock(&registry_mu);
+    char real[PATH_MAX];
+    store_ref *r = NULL;
+    if (realpath(path, real) != NULL)
+        for (r = registry; r != NULL; r = r->next)
+            if (strcmp(r->real, real) == 0)
+                break;
+    if (r == NULL) {
+        tuned__store *s = NULL;
+        bool writable = true;
+        int rc = tuned__store_open(&s, path, 0, e);
+        if (rc == TUNED_ESTORE) {
+            /* Not writable by this user: read the results, skip the cache. */
+            tuned__err ro = {0};
+            if (tuned__store_open(&s, path, TUNED__STORE_READONLY, &ro) == 0) {
+                writable = false;
+                rc = 0;
+                tuned__err_clear(e);
+            }
+        }
+        if (rc != 0) {
+            pthread_mutex_unlock(&registry_mu);
+            return rc;
+        }
+        r = calloc(1, sizeof *r);
+        if (r == NULL) {
+            tuned__store_close(s);
+            pthread_mutex_unlock(&registry_mu);
+            return tuned__errf(e, TUNED_ENOMEM, "tuned_open: out of memory");
+        }
+        if (realpath(path, r->real) == NULL)
+            snprintf(r->real, sizeof r->real, "%s", path);
+        r->s = s;
+        r->writable = writable;
+        r->next = registry;
+        registry = r;
+    }
+    r->refs++;
+    pthread_mutex_unlock(&registry_mu);
+    *out = r;
+    return 0;
+}
+
+static void store_release(store_ref *r)
+{
+    if (r == NULL)
+        return;
+    pthread_mutex_lock(&registry_mu);
+    if (--r->refs == 0) {
+        for (store_ref **p = &registry; *p != NULL; p = &(*p)->next) {
+            if (*p == r) {
+                *p = r->next;
+                break;
+            }
+        }
+        tuned__store_close(r->s);
+        free(r);
+    }
+    pthread_mutex_unlock(&registry_mu);
+}
+
+/* ---- the handle ---- */
+
+typedef struct module_rec {
+    CUcontext ctx;
+    uint64_t hash;     /* the cubin's compile-cache key */
+    CUmodule module;
+    CUfunction fn;
+    struct module_rec *next;
+} module_rec;
+
+typedef struct device_info {
+    bool ready;
+    tuned__gpu gpu;
+} device_info;
+
+typedef struct tune_job {
+    int device;
+    uint64_t fp;
+    tuned__shape shape;
+    tuned_tune_state state;
+    bool started;      /* taken by the background thread or an explicit tune */
+    char message[256];
+    struct tune_job *next;
+} tune_job;
+
+struct tuned_handle {
+    uint64_t serial;   /* unique in the process: tags the per-thread records */
+    tuned__driver *d;
+    tuned__nvrtc *n;
+    store_ref *store;  /* NULL: no store */
+    char *socket;
+    char *tuned_path;
+    tuned_policy policy;
+    double tune_time_s;
+    tuned__api_map map;
+    pthread_mutex_t mu;        /* everything below, and map writes */
+    tuned__api_entry *entries; /* every entry made, newest first */
+    module_rec *modules;
+    device_info *devs;
+    int ndev;
+    tune_job *jobs;
+    pthread_cond_t cv;         /* the background thread waits on it */
+    pthread_t worker;
+    bool worker_started, stopping;
+    atomic_int cancel;         /* kills a running child tune */
+    pthread_mutex_t tune_mu;   /* one child tune at a time */
+};
+
+static atomic_uint_fast64_t next_serial = 1;
+
+/* ---- per-thread records: the last error and the last call ---- */
+
+static _Thread_local uint64_t err_serial;
+static _Thread_local char err_msg[TUNED__ERR_MSG];
+static _Thread_local uint64_t call_serial;
+static _Thread_local const tuned__api_entry *call_entry;
+
+static int fail(const tuned_handle *h, const tuned__err *e)
+{
+    err_serial = h != NULL ? h->serial : 0;
+    snprintf(err_msg, sizeof err_msg, "%s", e->msg[0] != '\0' ? e->msg : tuned_strerror(e->code));
+    return e->code;
+}
+
+static int failf(const tuned_handle *h, int code, const char *fmt, ...) TUNED__PRINTF(3, 4);
+
+static int failf(const tuned_handle *h, int code, const char *fmt, ...)
+{
+    err_serial = h != NULL ? h->serial : 0;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err_msg, sizeof err_msg, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+const char *tuned_last_error(const tuned_handle *h)
+{
+    return err_serial == (h != NULL ? h->serial : 0) ? err_msg : "";
+}
+
+const char *tuned_source_name(tuned_source s)
+{
+    switch (s) {
+    case TUNED_SOURCE_EXACT: return "exact";
+    case TUNED_SOURCE_NEAREST: return "nearest";
+    case TUNED_SOURCE_DEFAULT: return "default";
+    }
+    return NULL;
+}
+
+static int64_t coarse_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return (int64_t)ts.tv_sec * 1000000000ll + ts.tv_nsec;
+}
+
+/* ---- options, open, close ---- */
+
+void tuned_options_init(tuned_options *o)
+{
+    if (o != NULL)
+        memset(o, 0, sizeof *o);
+}
+
+static char *dup_or_null(const char *s)
+{
+    return s != NULL ? strdup(s) : NULL;
+}
+
+/* The tuned executable: the option, $TUNED_BIN, the installed one, $PATH. */
+static const char *pick_tuned_path(const tuned_options *o)
+{
+    if (o->tuned_path != NULL && o->tuned_path[0] != '\0')
+        return o->tuned_path;
+    const char *env = getenv("TUNED_BIN");
+    if (env != NULL && env[0] != '\0')
+        return env;
+    if (access(TUNED__BINDIR "/tuned", X_OK) == 0)
+        return TUNED__BINDIR "/tuned";
+    return "tuned";
+}
+
+int tuned_open(tuned_handle **out, const tuned_options *o)
+{
+    tuned__err e = {0};
+    if (out == NULL)
+        return failf(NULL, TUNED_EINVAL, "tuned_open: out is NULL");
+    *out = NULL;
+    tuned_options defaults;
+    tuned_options_init(&defaults);
+    if (o == NULL)
+        o = &defaults;
+    if (o->policy != TUNED_POLICY_NEVER && o->policy != TUNED_POLICY_DAEMON &&
+        o->policy != TUNED_POLICY_PROCESS)
+        return failf(NULL, TUNED_EINVAL, "tuned_open: unknown policy %d", (int)o->policy);
+    if (!(o->tune_time_s >= 0 && o->tune_time_s <= 86400))
+        return failf(NULL, TUNED_EINVAL, "tuned_open: tune_time_s %g out of range (0 to 86400)",
+                     o->tune_time_s);
+    tuned_handle *h = calloc(1, sizeof *h);
+    if (h == NULL)
+        return failf(NULL, TUNED_ENOMEM, "tuned_open: out of memory");
+    h->serial = atomic_fetch_add(&next_serial, 1);
+    h->policy = o->policy;
+    h->tune_time_s = o->tune_time_s;
+    atomic_init(&h->cancel, 0);
+    pthread_mutex_init(&h->mu, NULL);
+    pthread_mutex_init(&h->tune_mu, NULL);
+    pthread_cond_init(&h->cv, NULL);
+    int rc = tuned__api_map_init(&h->map, &e);
+    if (rc == 0)
+        rc = tuned__driver_load(&h->d, &e);
+    if (rc == 0)
+        rc = tuned__nvrtc_load(&h->n, &e);
+    if (rc == 0)
+        rc = tuned__gpu_count(h->d, &h->ndev, &e);
+    if (rc == 0 && h->ndev < 1)
+        rc = tuned__errf(&e, TUNED_ENODEV, "cuda: the driver sees no GPU");
+    if (rc == 0 && (h->devs = calloc((size_t)h->ndev, sizeof *h->devs)) == NULL)
+        rc = tuned__errf(&e, TUNED_ENOMEM, "out of memory");
+    char socket[PATH_MAX];
+    if (o->socket != NULL && o->socket[0] != '\0')
+        snprintf(socket, sizeof socket, "%s", o->socket);
+    else
+        tuned__api_default_socket(socket, sizeof socket);
+    if (rc == 0) {
+        h->socket = strdup(socket);
+        h->tuned_path = dup_or_null(pick_tuned_path(o));
+        if (h->socket == NULL || h->tuned_path == NULL)
+            rc = tuned__errf(&e, TUNED_ENOMEM, "out of memory");
+    }
+    if (rc == 0 && !(o->store != NULL && o->store[0] == '\0')) {
+        char path[PATH_MAX] = "";
+        if (o->store != NULL) {
+            snprintf(path, sizeof path, "%s", o->store);
+        } else if (o->policy == TUNED_POLICY_DAEMON) {
+            /* The daemon's store, so that its results are ours to see. */
+            tuned__err ignored = {0};
+            if (tuned__api_daemon_store(h->socket, path, sizeof path, &ignored) != 0 ||
+                path[0] != '/')
+                path[0] = '\0';
+        }
+        if (path[0] == '\0')
+            tuned__api_default_store(path, sizeof path);
+        rc = store_acquire(path, &h->store, &e);
+    }
+    if (rc != 0) {
+        tuned__err_prefix(&e, rc, "tuned_open: ");
+        tuned_close(h);
+        return fail(NULL, &e);
+    }
+    *out = h;
+    return 0;
+}
+
+static void stop_worker(tuned_handle *h)
+{
+    pthread_mutex_lock(&h->mu);
+    h->stopping = true;
+    pthread_cond_broadcast(&h->cv);
+    bool started = h->worker_started;
+    pthread_mutex_unlock(&h->mu);
+    atomic_store(&h->cancel, 1);
+    if (started)
+        pthread_join(h->worker, NULL);
+}
+
+void tuned_close(tuned_handle *h)
+{
+    if (h == NULL)
+        return;
+    stop_worker(h);
+    for (module_rec *m = h->modules, *next; m != NULL; m = next) {
+        next = m->next;
+        /* Unload from the context it was loaded into. */
+        if (h->d->cuCtxPushCurrent(m->ctx) == CUDA_SUCCESS) {
+            h->d->cuModuleUnload(m->module);
+            CUcontext popped;
+            h->d->cuCtxPopCurrent(&popped);
+        }
+        free(m);
+    }
+    for (tuned__api_entry *e = h->entries, *next; e != NULL; e = next) {
+        next = e->all_next;
+        free(e);
+    }
+    for (tune_job *j = h->jobs, *next; j != NULL; j = next) {
+        next = j->next;
+        free(j);
+    }
+    tuned__api_map_free(&h->map);
+    store_release(h->store);
+    tuned__nvrtc_unload(h->n);
+    tuned__driver_unload(h->d);
+    free(h->devs);
+    free(h->socket);
+    free(h->tuned_path);
+    pthread_cond_destroy(&h->cv);
+    pthread_mutex_destroy(&h->tune_mu);
+    pthread_mutex_destroy(&h->mu);
+    free(h);
+}
+
+/* ---- devices (under h->mu) ---- */
+
+static int device_get(tuned_handle *h, int ordinal, const tuned__gpu **out, tuned__err *e)
+{
+    if (ordinal < 0 || ordinal >= h->ndev)
+        return tuned__errf(e, TUNED_ENODEV, "no GPU %d (this machine has %d)", ordinal, h->ndev);
+    device_info *di = &h->devs[ordinal];
+    if (!di->ready) {
+        int rc = tuned__gpu_query(h->d, h->n, ordinal, &di->gpu, e);
+        if (rc != 0)
+            return rc;
+        di->ready = true;
+    }
+    *out = &di->gpu;
+    return 0;
+}
+
+/* The ordinal of the current context's device. */
+static int current_ordinal(tuned_handle *h, int *ordinal, tuned__err *e)
+{
+    CUdevice dev;
+    int rc = tuned__cuda_check(h->d, h->d->cuCtxGetDevice(&dev), e,
+                               "the current context's device");
+    if (rc != 0)
+        return rc;
+    for (int i = 0; i < h->ndev; i++) {
+        CUdevice di;
+        if (h->d->cuDeviceGet(&di, i) == CUDA_SUCCESS && di == dev) {
+            *ordinal = i;
+            return 0;
+        }
+    }
+    return tuned__errf(e, TUNED_ENODEV, "the current context's device is none of the %d GPUs",
+                       h->ndev);
+}
+
+/* ---- tunes (under h->mu unless said otherwise) ---- */
+
+static tune_job *job_find(tuned_handle *h, uint64_t fp, const tuned__shape *s)
+{
+    for (tune_job *j = h->jobs; j != NULL; j = j->next)
+        if (j->fp == fp && j->shape.rows == s->rows && j->shape.cols == s->cols &&
+            j->shape.dtype == s->dtype)
+            return j;
+    return NULL;
+}
+
+static tune_job *job_add(tuned_handle *h, int device, uint64_t fp, const tuned__shape *s)
+{
+    tune_job *j = calloc(1, sizeof *j);
+    if (j == NULL)
+        return NULL;
+    j->device = device;
+    j->fp = fp;
+    j->shape = *s;
+    j->state = TUNED_TUNE_QUEUED;
+    j->next = h->jobs;
+    h->jobs = j;
+    return j;
+}
+
+/* Makes every call of the shape on device look at the store again. */
+static void force_recheck(tuned_handle *h, int device, const tuned__shape *s)
+{
+    for (tuned__api_entry *e = h->entries; e != NULL; e = e->all_next)
+        if (e->key.rows == s->rows && e->key.cols == s->cols && e->key.dtype == s->dtype &&
+            e->choice.device == device)
+            atomic_store_explicit(&e->recheck_ns, 0, memory_order_relaxed);
+}
+
+/* Runs one child tune; not under h->mu. */
+static int child_tune(tuned_handle *h, int device, const tuned__shape *s, double time_s,
+                      tuned__err *e)
+{
+    tuned__api_child c = {.binary = h->tuned_path, .store = h->store->real, .device = device,
+                          .shape = *s, .time_s = time_s,
+                          .timeout_s = (time_s > 0 ? time_s : TUNE_DEFAULT_S) * 2 + TUNE_SLACK_S,
+                          .cancel = &h->cancel};
+    pthread_mutex_lock(&h->tune_mu);
+    int rc = tuned__api_run_child(&c, e);
+    pthread_mutex_unlock(&h->tune_mu);
+    return rc;
+}
+
+static void *worker_main(void *arg)
+{
+    tuned_handle *h = arg;
+    pthread_mutex_lock(&h->mu);
+    while (!h->stopping) {
+        tune_job *j = h->jobs;
+        while (j != NULL && (j->started || j->state != TUNED_TUNE_QUEUED))
+            j = j->next;
+        if (j == NULL) {
+            pthread_cond_wait(&h->cv, &h->mu);
+            continue;
+        }
+        j->started = true;
+        int device = j->device;
+        uint64_t fp = j->fp;
+        tuned__shape shape = j->shape;
+        pthread_mutex_unlock(&h->mu);
+        tuned__err e = {0};
+        uint64_t daemon_job = 0;
+        int rc = h->policy == TUNED_POLICY_DAEMON
+                     ? tuned__api_daemon_tune(h->socket, &shape, fp, h->tune_time_s, &daemon_job, &e)
+                     : child_tune(h, device, &shape, h->tune_time_s, &e);
+        pthread_mutex_lock(&h->mu);
+        if (rc != 0) {
+            j->state = TUNED_TUNE_FAILED;
+            snprintf(j->message, sizeof j->message, "%s", e.msg);
+        } else if (h->policy == TUNED_POLICY_DAEMON) {
+            /* Queued there; the store tells when it is done. */
+            snprintf(j->message, sizeof j->message, "daemon job %llu",
+                     (unsigned long long)daemon_job);
+        } else {
+            j->state = TUNED_TUNE_DONE;
+            snprintf(j->message, sizeof j->message, "tuned by a child process");
+            force_recheck(h, device, &shape);
+        }
+    }
+    pthread_mutex_unlock(&h->mu);
+    return NULL;
+}
+
+/* Under the daemon and process policies, queues a background tune of a
+ * shape that has no exact record (once per shape and handle). */
+static void request_tune(tuned_handle *h, int device, const tuned__gpu *gpu,
+                         const tuned__shape *s, tuned_source source)
+{
+    if (source == TUNED_SOURCE_EXACT || h->policy == TUNED_POLICY_NEVER || h->store == NULL ||
+        h->stopping || job_find(h, gpu->fingerprint, s) != NULL)
+        return;
+    tune_job *j = job_add(h, device, gpu->fingerprint, s);
+    if (j == NULL)
+        return; /* out of memory: no tune, nothing else lost */
+    if (!h->worker_started) {
+        if (pthread_create(&h->worker, NULL, worker_main, h) != 0) {
+            j->state = TUNED_TUNE_FAILED;
+            snprintf(j->message, sizeof j->message, "cannot start the tuning thread");
+            return;
+        }
+        h->worker_started = true;
+    }
+    snprintf(j->message, sizeof j->message, "queued");
+    pthread_cond_signal(&h->cv);
+}
+
+/* ---- kernels (under h->mu) ---- */
+
+static int module_get(tuned_handle *h, CUcontext ctx, const tuned__config *c,
+                      const tuned__shape *s, bool aligned, int arch, CUfunction *fn,
+                      tuned__err *e)
+{
+    tuned__codegen_opts opts = {.unaligned = !aligned};
+    char *src = NULL;
+    int rc = tuned__source_softmax(c, s, &opts, &src, e);
+    if (rc != 0)
+        return rc;
+    uint64_t hash = tuned__nvrtc_cache_key(h->n, src, arch, TUNED__NVRTC_CUBIN);
+    free(src);
+    for (module_rec *m = h->modules; m != NULL; m = m->next) {
+        if (m->ctx == ctx && m->hash == hash) {
+            *fn = m->fn;
+            return 0;
+        }
+    }
+    tuned__blob blob;
+    bool cached;
+    tuned__store *store = h->store != NULL ? h->store->s : NULL;
+    bool writable = h->store != NULL && h->store->writable;
+    if ((rc = tuned__api_cubin(h->n, store, writable, c, s, aligned, arch, &blob, &hash, &cached,
+                               e)) != 0)
+        return rc;
+    module_rec *m = calloc(1, sizeof *m);
+    if (m == NULL) {
+        tuned__blob_free(&blob);
+        return tuned__errf(e, TUNED_ENOMEM, "out of memory");
+    }
+    rc = tuned__cuda_check(h->d, h->d->cuModuleLoadData(&m->module, blob.data), e,
+                           "loading the kernel");
+    tuned__blob_free(&blob);
+    if (rc == 0 && (rc = tuned__cuda_check(h->d,
+                                           h->d->cuModuleGetFunction(&m->fn, m->module,
+                                                                     tuned__source_entry(c)),
+                                           e, "finding the kernel")) != 0)
+        h->d->cuModuleUnload(m->module);
+    if (rc != 0) {
+        free(m);
+        return rc;
+    }
+    m->ctx = ctx;
+    m->hash = hash;
+    m->next = h->modules;
+    h->modules = m;
+    *fn = m->fn;
+    return 0;
+}
+
+static void fill_choice(const tuned_handle *h, const tuned__gpu *gpu, int device,
+                        const tuned__api_pick *p, bool aligned, tuned_choice *out)
+{
+    (void)h;
+    memset(out, 0, sizeof *out);
+    tuned__config_format(&p->config, out->config, sizeof out->config);
+    out->source = p->source;
+    out->median_us = p->median_us;
+    out->record_rows = (int64_t)p->record_rows;
+    out->record_cols = (int64_t)p->record_cols;
+    out->device = device;
+    snprintf(out->gpu, sizeof out->gpu, "%s", gpu->name);
+    out->aligned = aligned;
+}
+
+/* Builds and publishes the entry for key k (current context k->ctx) with
+ * pick p on GPU device. */
+static int build_entry(tuned_handle *h, const tuned__api_key *k, uint64_t hash, int device,
+                       const tuned__gpu *gpu, const tuned__api_pick *p, tuned__api_entry **out,
+                       tuned__err *e)
+{
+    tuned__shape s = {.dtype = (tuned_dtype)k->dtype, .rows = k->rows, .cols = k->cols};
+    int arch = gpu->cc_major * 10 + gpu->cc_minor;
+    CUfunction fn = NULL;
+    int rc = module_get(h, (CUcontext)k->ctx, &p->config, &s, k->aligned != 0, arch, &fn, e);
+    unsigned grid, block, smem;
+    if (rc == 0)
+        rc = tuned__api_geometry(h->d, fn, &p->config, &s, gpu->sm_count, &grid, &block, &smem, e);
+    if (rc != 0) {
+        char text[TUNED__CONFIG_TEXT];
+        tuned__config_format(&p->config, text, sizeof text);
+        return tuned__err_prefix(e, rc, "%s config %s: ", tuned_source_name(p->source), text);
+    }
+    tuned__api_entry *en = calloc(1, sizeof *en);
+    if (en == NULL)
+        return tuned__errf(e, TUNED_ENOMEM, "out of memory");
+    en->key = *k;
+    en->hash = hash;
+    en->fn = fn;
+    en->grid = grid;
+    en->block = block;
+    en->smem = smem;
+    bool final = p->source == TUNED_SOURCE_EXACT || h->store == NULL;
+    atomic_init(&en->recheck_ns, final ? INT64_MAX : coarse_ns() + RECHECK_NS);
+    en->txnid = p->txnid;
+    en->config = p->config;
+    fill_choice(h, gpu, device, p, k->aligned != 0, &en->choice);
+    en->choice.function = (void *)fn;
+    en->choice.grid = grid;
+    en->choice.block = block;
+    en->choice.smem = smem;
+    if ((rc = tuned__api_map_put(&h->map, en, NULL, e)) != 0) {
+        free(en);
+        return rc;
+    }
+    en->all_next = h->entries;
+    h->entries = en;
+    *out = en;
+    return 0;
+}
+
+/* A new key: device, config, kernel, entry. */
+static int build_new(tuned_handle *h, const tuned__api_key *k, uint64_t hash,
+                     tuned__api_entry **out, tuned__err *e)
+{
+    int device;
+    const tuned__gpu *gpu;
+    int rc = current_ordinal(h, &device, e);
+    if (rc == 0)
+        rc = device_get(h, device, &gpu, e);
+    if (rc != 0)
+        return rc;
+    tuned__shape s = {.dtype = (tuned_dtype)k->dtype, .rows = k->rows, .cols = k->cols};
+    tuned__api_pick p;
+    if ((rc = tuned__api_pick_config(h->store != NULL ? h->store->s : NULL, gpu, &s, &p, e)) != 0)
+        return rc;
+    request_tune(h, device, gpu, &s, p.source);
+    return build_entry(h, k, hash, device, gpu, &p, out, e);
+}
+
+/* An entry whose recheck is due: keep it, or replace it by a better one.
+ * Never fails the call: whatever goes wrong, the old kernel still works. */
+static tuned__api_entry *recheck(tuned_handle *h, const tuned__api_key *k, uint64_t hash,
+                                 tuned__api_entry *old, void *stream)
+{
+    tuned__api_entry *cur = tuned__api_map_find(&h->map, k, hash);
+    if (cur != NULL)
+        old = cur;
+    int64_t due = atomic_load_explicit(&old->recheck_ns, memory_order_relaxed);
+    int64_t now = coarse_ns();
+    if (due == INT64_MAX || now < due)
+        return old; /* another thread did it */
+    bool forced = due == 0; /* by a tune this handle saw finish */
+    int64_t next = now + RECHECK_NS;
+    tuned__store *store = h->store != NULL ? h->store->s : NULL;
+    if (store == NULL) {
+        atomic_store_explicit(&old->recheck_ns, INT64_MAX, memory_order_relaxed);
+        return old;
+    }
+    /* Not while the stream is being captured: loading a module there may
+     * be refused. The capture keeps the current kernel. */
+    CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
+    uint64_t txn = 0;
+    if (h->d->cuStreamIsCapturing((CUstream)stream, &capture) != CUDA_SUCCESS ||
+        capture != CU_STREAM_CAPTURE_STATUS_NONE || tuned__store_txnid(store, &txn, NULL) != 0) {
+        atomic_store_explicit(&old->recheck_ns, next, memory_order_relaxed);
+        return old;
+    }
+    if (txn == old->txnid && !forced) {
+        /* Nothing was written since the pick. */
+        atomic_store_explicit(&old->recheck_ns,
+                              old->choice.source == TUNED_SOURCE_EXACT ? INT64_MAX : next,
+                              memory_order_relaxed);
+        return old;
+    }
+    const tuned__gpu *gpu;
+    tuned__shape s = {.dtype = (tuned_dtype)k->dtype, .rows = k->rows, .cols = k->cols};
+    tuned__api_pick p;
+    tuned__err ignored = {0};
+    if (device_get(h, old->choice.device, &gpu, &ignored) != 0 ||
+        tuned__api_pick_config(store, gpu, &s, &p, &ignored) != 0) {
+        atomic_store_explicit(&old->recheck_ns, next, memory_order_relaxed);
+        return old;
+    }
+    if (p.source == TUNED_SOURCE_EXACT) {
+        tune_job *j = job_find(h, gpu->fingerprint, &s);
+        if (j != NULL && j->state == TUNED_TUNE_QUEUED && j->started) {
+            j->state = TUNED_TUNE_DONE;
+            snprintf(j->message, sizeof j->message, "stored");
+        }
+    }
+    if (tuned__config_equal(&p.config, &old->config) && p.source == old->choice.source) {
+        old->txnid = p.txnid;
+        atomic_store_explicit(&old->recheck_ns,
+                              p.source == TUNED_SOURCE_EXACT ? INT64_MAX : next,
+                              memory_order_relaxed);
+        return old;
+    }
+    tuned__api_entry *fresh = NULL;
+    if (build_entry(h, k, hash, old->choice.device, gpu, &p, &fresh, &ignored) != 0) {
+        atomic_store_explicit(&old->recheck_ns, next, memory_order_relaxed);
+        return old;
+    }
+    return fresh;
+}
+
+/* ---- the call ---- */
+
+static int bad_call(const tuned_handle *h, const char *fn, const void *x, const void *y,
+                    int64_t rows, int64_t cols, int64_t stride, tuned_dtype dtype)
+{
+    size_t esize = tuned_dtype_size(dtype);
+    if (h == NULL)
+        return failf(NULL, TUNED_EINVAL, "%s: the handle is NULL", fn);
+    if (esize == 0)
+        return failf(h, TUNED_EINVAL, "%s: unknown dtype %d", fn, (int)dtype);
+    if (x == NULL || y == NULL)
+        return failf(h, TUNED_EINVAL, "%s: %s is NULL", fn, x == NULL ? "x" : "y");
+    if (rows < 1 || (uint64_t)rows > TUNED__MAX_ROWS || cols < 1 ||
+        (uint64_t)cols > TUNED__MAX_COLS)
+        return failf(h, TUNED_EINVAL,
+                     "%s: shape %lldx%lld out of range (rows 1..%llu, cols 1..%llu)", fn,
+                     (long long)rows, (long long)cols, TUNED__MAX_ROWS, TUNED__MAX_COLS);
+    if (stride < cols)
+        return failf(h, TUNED_EINVAL, "%s: row_stride %lld is less than cols %lld", fn,
+                     (long long)stride, (long long)cols);
+    if (rows > 1 && (uint64_t)stride > ((uint64_t)INT64_MAX / esize - (uint64_t)cols) / (uint64_t)(rows - 1))
+        return failf(h, TUNED_EINVAL, "%s: %lld rows of stride %lld overflow the address space",
+                     fn, (long long)rows, (long long)stride);
+    if ((uintptr_t)x % esize != 0 || (uintptr_t)y % esize != 0)
+        return failf(h, TUNED_EINVAL, "%s: %s (%p) is not %zu-byte aligned", fn,
+                     (uintptr_t)x % esize != 0 ? "x" : "y", (uintptr_t)x % esize != 0 ? x : y,
+                     esize);
+    return failf(h, TUNED_EINVAL, "%s: x (%p) and y (%p) overlap", fn, x, y);
+}
+
+static inline bool call_ok(const tuned_handle *h, const void *x, const void *y, int64_t rows,
+                           int64_t cols, int64_t stride, tuned_dtype dtype, uint64_t *esize)
+{
+    if (h == NULL || (unsigned)dtype > (unsigned)TUNED_FP32 || x == NULL || y == NULL ||
+        rows < 1 || (uint64_t)rows > TUNED__MAX_ROWS || cols < 1 ||
+        (uint64_t)cols > TUNED__MAX_COLS || stride < cols)
+        return false;
+    uint64_t es = dtype == TUNED_FP32 ? 4 : 2;
+    if (rows > 1 && (uint64_t)stride > ((uint64_t)INT64_MAX / es - (uint64_t)cols) / (uint64_t)(rows - 1))
+        return false;
+    uintptr_t xa = (uintptr_t)x, ya = (uintptr_t)y;
+    if ((xa | ya) & (es - 1))
+        return false;
+    uint64_t span = ((uint64_t)(rows - 1) * (uint64_t)stride + (uint64_t)cols) * es;
+    if (xa < ya + span && ya < xa + span)
+        return false;
+    *esize = es;
+    return true;
+}
+
+/* The entry for a call: the fast path, else the slow path. */
+static int resolve(tuned_handle *h, const char *fn, const void *x, const void *y, int64_t rows,
+                   int64_t cols, int64_t stride, tuned_dtype dtype, void *stream,
+                   tuned__api_entry **out)
+{
+    uint64_t esize;
+    if (!call_ok(h, x, y, rows, cols, stride, dtype, &esize))
+        return bad_call(h, fn, x, y, rows, cols, stride, dtype);
+    CUcontext ctx = NULL;
+    h->d->cuCtxGetCurrent(&ctx);
+    uintptr_t xa = (uintptr_t)x, ya = (uintptr_t)y;
+    tuned__api_key k = {.ctx = ctx, .rows = (uint64_t)rows, .cols = (uint64_t)cols,
+                        .stride = (uint64_t)stride, .dtype = (uint32_t)dtype,
+                        .aligned = ((xa | ya) & 15) == 0 &&
+                                   (stride == cols || ((uint64_t)stride * esize) % 16 == 0)};
+    uint64_t hash = tuned__api_key_hash(&k);
+    tuned__api_entry *e = ctx != NULL ? tuned__api_map_find(&h->map, &k, hash) : NULL;
+    if (e != NULL) {
+        int64_t due = atomic_load_explicit(&e->recheck_ns, memory_order_relaxed);
+        if (due == INT64_MAX || coarse_ns() < due)
+            goto found;
+        /* A recheck: whoever gets the lock does it; the others go on. */
+        if (pthread_mutex_trylock(&h->mu) == 0) {
+            e = recheck(h, &k, hash, e, stream);
+            pthread_mutex_unlock(&h->mu);
+        }
+        goto found;
+    }
+    /* The slow path. */
+    tuned__err err = {0};
+    if (ctx == NULL) {
+        /* No current context: x's, made current as the runtime would. */
+        CUresult r = h->d->cuPointerGetAttribute(&ctx, CU_POINTER_ATTRIBUTE_CONTEXT,
+                                                 (CUdeviceptr)xa);
+        if (r != CUDA_SUCCESS || ctx == NULL)
+            return failf(h, TUNED_EINVAL,
+                         "%s: no CUDA context is current on this thread, and x (%p) is not "
+                         "memory of a context the driver knows: make a context current first "
+                         "(cudaSetDevice, cuCtxSetCurrent)",
+                         fn, x);
+        int rc = tuned__cuda_check(h->d, h->d->cuCtxSetCurrent(ctx), &err,
+                                   "making x's context current");
+        if (rc != 0)
+            return fail(h, &err);
+        k.ctx = ctx;
+        hash = tuned__api_key_hash(&k);
+    }
+    pthread_mutex_lock(&h->mu);
+    int rc = 0;
+    e = tuned__api_map_find(&h->map, &k, hash); /* another thread may have built it */
+    if (e == NULL)
+        rc = build_new(h, &k, hash, &e, &err);
+    pthread_mutex_unlock(&h->mu);
+    if (rc != 0) {
+        tuned__err_prefix(&err, rc, "%s %lldx%lld %s: ", fn, (long long)rows, (long long)cols,
+                          tuned_dtype_name(dtype));
+        return fail(h, &err);
+    }
+found:
+    call_serial = h->serial;
+    call_entry = e;
+    *out = e;
+    return 0;
+}
+
+int tuned_softmax(tuned_handle *h, const void *x, void *y, int64_t rows, int64_t cols,
+                  int64_t row_stride, tuned_dtype dtype, void *stream)
+{
+    tuned__api_entry *e;
+    int rc = resolve(h, "tuned_softmax", x, y, rows, cols, row_stride, dtype, stream, &e);
+    if (rc != 0)
+        return rc;
+    CUdeviceptr xp = (CUdeviceptr)(uintptr_t)x, yp = (CUdeviceptr)(uintptr_t)y;
+    long long r = rows, stride = row_stride;
+    int c = (int)cols;
+    void *args[] = {&xp, &yp, &r, &c, &stride};
+    CUresult cr = h->d->cuLaunchKernel(e->fn, e->grid, 1, 1, e->block, 1, 1, e->smem,
+                                       (CUstream)stream, args, NULL);
+    if (cr != CUDA_SUCCESS) {
+        tuned__err err = {0};
+        char what[160];
+        snprintf(what, sizeof what, "tuned_softmax %lldx%lld %s: launching %s (grid %u, block %u, %u bytes shared)",
+                 (long long)rows, (long long)cols, tuned_dtype_name(dtype), e->choice.config,
+                 e->grid, e->block, e->smem);
+        tuned__cuda_check(h->d, cr, &err, what);
+        return fail(h, &err);
+    }
+    return 0;
+}
+
+/* Copies e's choice and the shape's tune state. */
+static void copy_choice(tuned_handle *h, const tuned__api_entry *e, tuned_choice *out)
+{
+    pthread_mutex_lock(&h->mu);
+    *out = e->choice;
+    const tuned__gpu *gpu = h->devs[e->choice.device].ready ? &h->devs[e->choice.device].gpu : NULL;
+    tuned__shape s = {.dtype = (tuned_dtype)e->key.dtype, .rows = e->key.rows,
+                      .cols = e->key.cols};
+    tune_job *j = gpu != NULL ? job_find(h, gpu->fingerprint, &s) : NULL;
+    if (j != NULL) {
+        out->tune = j->state;
+        snprintf(out->tune_message, sizeof out->tune_message, "%s", j->message);
+    }
+    pthread_mutex_unlock(&h->mu);
+}
+
+int tuned_prepare(tuned_handle *h, const void *x, void *y, int64_t rows, int64_t cols,
+                  int64_t row_stride, tuned_dtype dtype, tuned_choice *out)
+{
+    tuned__api_entry *e;
+    int rc = resolve(h, "tuned_prepare", x, y, rows, cols, row_stride, dtype, NULL, &e);
+    if (rc == 0 && out != NULL)
+        copy_choice(h, e, out);
+    return rc;
+}
+
+int tuned_last_choice(tuned_handle *h, tuned_choice *out)
+{
+    if (h == NULL || out == NULL)
+        return failf(h, TUNED_EINVAL, "tuned_last_choice: %s is NULL", h == NULL ? "h" : "out");
+    if (call_serial != h->serial || call_entry == NULL)
+        return failf(h, TUNED_ENOTFOUND,
+                     "tuned_last_choice: this thread has made no successful call on this handle");
+    copy_choice(h, call_entry, out);
+    return 0;
+}
+
+/* The ordinal for device (-1: the current context's, else 0). */
+static int resolve_device(tuned_handle *h, int device, int *ordinal, tuned__err *e)
+{
+    if (device >= 0) {
+        *ordinal = device;
+        return 0;
+    }
+    CUcontext ctx = NULL;
+    if (h->d->cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || ctx == NULL) {
+        *ordinal = 0;
+        return 0;
+    }
+    return current_ordinal(h, ordinal, e);
+}
+
+static int shape_ok(const tuned_handle *h, const char *fn, int64_t rows, int64_t cols,
+                    tuned_dtype dtype, int device)
+{
+    if (h == NULL)
+        return failf(NULL, TUNED_EINVAL, "%s: the handle is NULL", fn);
+    if (tuned_dtype_size(dtype) == 0)
+        return failf(h, TUNED_EINVAL, "%s: unknown dtype %d", fn, (int)dtype);
+    if (rows < 1 || (uint64_t)rows > TUNED__MAX_ROWS || cols < 1 ||
+        (uint64_t)cols > TUNED__MAX_COLS)
+        return failf(h, TUNED_EINVAL,
+                     "%s: shape %lldx%lld out of range (rows 1..%llu, cols 1..%llu)", fn,
+                     (long long)rows, (long long)cols, TUNED__MAX_ROWS, TUNED__MAX_COLS);
+    if (device < -1)
+        return failf(h, TUNED_EINVAL, "%s: device %d (an ordinal, or -1)", fn, device);
+    return 0;
+}
+
+int tuned_lookup(tuned_handle *h, int64_t rows, int64_t cols, tuned_dtype dtype, int device,
+                 tuned_choice *out)
+{
+    int rc = shape_ok(h, "tuned_lookup", rows, cols, dtype, device);
+    if (rc != 0)
+        return rc;
+    if (out == NULL)
+        return failf(h, TUNED_EINVAL, "tuned_lookup: out is NULL");
+    tuned__err e = {0};
+    int ordinal = 0;
+    const tuned__gpu *gpu = NULL;
+    tuned__shape s = {.dtype = dtype, .rows = (uint64_t)rows, .cols = (uint64_t)cols};
+    tuned__api_pick p;
+    pthread_mutex_lock(&h->mu);
+    rc = resolve_device(h, device, &ordinal, &e);
+    if (rc == 0)
+        rc = device_get(h, ordinal, &gpu, &e);
+    if (rc == 0)
+        rc = tuned__api_pick_config(h->store != NULL ? h->store->s : NULL, gpu, &s, &p, &e);
+    if (rc == 0) {
+        request_tune(h, ordinal, gpu, &s, p.source);
+        fill_choice(h, gpu, ordinal, &p, true, out);
+        tune_job *j = job_find(h, gpu->fingerprint, &s);
+        if (j != NULL) {
+            out->tune = j->state;
+            snprintf(out->tune_message, sizeof out->tune_message, "%s", j->message);
+        }
+    }
+    pthread_mutex_unlock(&h->mu);
+    if (rc != 0) {
+        tuned__err_prefix(&e, rc, "tuned_lookup %lldx%lld %s: ", (long long)rows,
+                          (long long)cols, tuned_dtype_name(dtype));
+        return fail(h, &e);
+    }
+    return 0;
+}
+
+/* Follows daemon job id until it ends; not under h->mu. */
+static int follow_daemon_job(tuned_handle *h, uint64_t id, double timeout_s, tuned__err *e)
+{
+    struct timespec start;
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    for (;;) {
+        char state[32], why[256];
+        int rc = tuned__api_daemon_job(h->socket, id, state, sizeof state, why, sizeof why, e);
+        if (rc != 0)
+            return rc;
+        if (strcmp(state, "done") == 0)
+            return 0;
+        if (strcmp(state, "failed") == 0 || strcmp(state, "cancelled") == 0)
+            return tuned__errf(e, TUNED_ETUNE, "daemon job %llu %s%s%s", (unsigned long long)id,
+                               state, why[0] ? ": " : "", why);
+        struct timespec now;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        double elapsed = (double)(now.tv_sec - start.tv_sec) +
+                         (double)(now.tv_nsec - start.tv_nsec) / 1e9;
+        if (elapsed > timeout_s)
+            return tuned__errf(e, TUNED_ETIMEOUT, "daemon job %llu still %s after %.0f s",
+                               (unsigned long long)id, state, elapsed);
+        if (atomic_load(&h->cancel) != 0)
+            return tuned__errf(e, TUNED_EIO, "daemon job %llu: no longer followed (closing)",
+                               (unsigned long long)id);
+        struct timespec pause = {.tv_sec = 0, .tv_nsec = 250 * 1000000L};
+        nanosleep(&pause, NULL);
+    }
+}
+
+int tuned_tune(tuned_handle *h, int64_t rows, int64_t cols, tuned_dtype dtype, int device,
+               double time_s)
+{
+    int rc = shape_ok(h, "tuned_tune", rows, cols, dtype, device);
+    if (rc != 0)
+        return rc;
+    if (!(time_s >= 0 && time_s <= 86400))
+        return failf(h, TUNED_EINVAL, "tuned_tune: time_s %g out of range (0 to 86400)", time_s);
+    if (h->store == NULL)
+        return failf(h, TUNED_EINVAL, "tuned_tune: this handle has no store to keep a result in");
+    tuned__err e = {0};
+    tuned__shape s = {.dtype = dtype, .rows = (uint64_t)rows, .cols = (uint64_t)cols};
+    int ordinal = 0;
+    const tuned__gpu *gpu = NULL;
+    uint64_t fp = 0;
+    pthread_mutex_lock(&h->mu);
+    rc = resolve_device(h, device, &ordinal, &e);
+    if (rc == 0)
+        rc = device_get(h, ordinal, &gpu, &e);
+    if (rc == 0) {
+        fp = gpu->fingerprint;
+        tune_job *j = job_find(h, fp, &s);
+        if (j == NULL)
+            j = job_add(h, ordinal, fp, &s);
+        if (j != NULL) {
+            j->started = true; /* the background thread leaves it to us */
+            j->state = TUNED_TUNE_QUEUED;
+            snprintf(j->message, sizeof j->message, "tuning (tuned_tune)");
+        }
+    }
+    pthread_mutex_unlock(&h->mu);
+    if (rc == 0) {
+        double budget = time_s > 0 ? time_s : (h->tune_time_s > 0 ? h->tune_time_s : 0);
+        if (h->policy == TUNED_POLICY_DAEMON) {
+            uint64_t id = 0;
+            rc = tuned__api_daemon_tune(h->socket, &s, fp, budget, &id, &e);
+            if (rc == 0)
+                rc = follow_daemon_job(h, id, (budget > 0 ? budget : TUNE_DEFAULT_S) * 2 + TUNE_SLACK_S, &e);
+        } else {
+            rc = child_tune(h, ordinal, &s, budget, &e);
+        }
+    }
+    pthread_mutex_lock(&h->mu);
+    tune_job *j = gpu != NULL ? job_find(h, fp, &s) : NULL;
+    if (j != NULL) {
+        j->state = rc == 0 ? TUNED_TUNE_DONE : TUNED_TUNE_FAILED;
+        snprintf(j->message, sizeof j->message, "%s", rc == 0 ? "stored" : e.msg);
+    }
+    if (rc == 0)
+        force_recheck(h, ordinal, &s);
+    pthread_mutex_unlock(&h->mu);
+    if (rc != 0) {
+        tuned__err_prefix(&e, rc, "tuned_tune %lldx%lld %s: ", (long long)rows, (long long)cols,
+                          tuned_dtype_name(dtype));
+        return fail(h, &e);
+    }
+    return 0;
+}

@@ -1,0 +1,191 @@
+/* api.h: the internals of the embedding API (include/tuned.h, issue 6),
+ * shared by its files and their tests.
+ *
+ *   api.c        the public functions: handles, tuned_softmax's fast and
+ *                slow paths, lookups, tunes, the per-thread last error
+ *   api_table.c  the lock-free map from a call's key to an immutable entry
+ *   api_pick.c   exact / nearest / default, and a variant's cubin (compile
+ *                cache or NVRTC), and its launch geometry
+ *   api_child.c  tunes outside this process: a `tuned` child process, or
+ *                the daemon over its socket
+ *
+ * The fast path of tuned_softmax reads the current context, hashes the
+ * call's key, finds an entry in the map without taking a lock, and
+ * launches. Entries never change after they are published (except the
+ * time of their next recheck, an atomic); a better entry for a key
+ * replaces the pointer in its slot, and the old one stays allocated until
+ * the handle is closed, so a reader never sees freed memory. */
+#ifndef TUNED_TUNER_API_H
+#define TUNED_TUNER_API_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "../../cache/store.h"
+#include "../codegen/config.h"
+#include "../codegen/nvrtc.h"
+#include "driver.h"
+#include "gpu.h"
+#include "tuned.h"
+
+/* ---- the map (api_table.c) ---- */
+
+/* What one tuned_softmax call is cached under. 40 bytes, no padding, so
+ * keys compare with memcmp. */
+typedef struct tuned__api_key {
+    void *ctx;          /* CUcontext the call ran in */
+    uint64_t rows, cols, stride;
+    uint32_t dtype;
+    uint32_t aligned;   /* x, y and every row start are 16-byte aligned */
+} tuned__api_key;
+
+typedef struct tuned__api_entry {
+    tuned__api_key key;
+    uint64_t hash;
+    /* The launch. */
+    CUfunction fn;
+    unsigned grid, block, smem;
+    /* CLOCK_MONOTONIC_COARSE nanoseconds after which a call takes the slow
+     * path to look again (a better record may have been stored);
+     * INT64_MAX: never (an exact record). Set to 0 to force a recheck. */
+    _Atomic int64_t recheck_ns;
+    /* Slow path only (under the handle's lock). */
+    uint64_t txnid;           /* the store's last transaction when picked */
+    tuned__config config;
+    tuned_choice choice;      /* what tuned_last_choice() reports */
+    struct tuned__api_entry *all_next; /* every entry ever made, freed at close */
+} tuned__api_entry;
+
+typedef struct tuned__api_table {
+    size_t mask;                       /* slots - 1 (a power of two) */
+    struct tuned__api_table *retired;  /* older tables, freed with the map */
+    _Atomic(tuned__api_entry *) slot[];
+} tuned__api_table;
+
+/* Readers: tuned__api_map_find() from any thread, no lock. Writers:
+ * tuned__api_map_put(), serialised by the caller. */
+typedef struct tuned__api_map {
+    _Atomic(tuned__api_table *) live;
+    size_t count;             /* distinct keys (writer only) */
+} tuned__api_map;
+
+uint64_t tuned__api_key_hash(const tuned__api_key *k);
+
+int tuned__api_map_init(tuned__api_map *m, tuned__err *e);
+
+/* Frees the tables (not the entries, which the caller owns). */
+void tuned__api_map_free(tuned__api_map *m);
+
+/* Publishes e under e->key (e->hash set): a new key takes an empty slot,
+ * growing the table (a new one is published; the old one is retired) when
+ * it is half full; a known key's slot is overwritten, and *replaced (may
+ * be NULL) receives the entry it held, or NULL. Only TUNED_ENOMEM fails. */
+int tuned__api_map_put(tuned__api_map *m, tuned__api_entry *e, tuned__api_entry **replaced,
+                       tuned__err *e_out);
+
+/* The entry for k, or NULL. Lock-free: safe against a concurrent put. */
+static inline tuned__api_entry *tuned__api_map_find(tuned__api_map *m, const tuned__api_key *k,
+                                                    uint64_t hash)
+{
+    tuned__api_table *t = atomic_load_explicit(&m->live, memory_order_acquire);
+    for (size_t i = (size_t)hash & t->mask;; i = (i + 1) & t->mask) {
+        tuned__api_entry *e = atomic_load_explicit(&t->slot[i], memory_order_acquire);
+        if (e == NULL)
+            return NULL;
+        if (e->hash == hash && e->key.ctx == k->ctx && e->key.rows == k->rows &&
+            e->key.cols == k->cols && e->key.stride == k->stride &&
+            e->key.dtype == k->dtype && e->key.aligned == k->aligned)
+            return e;
+    }
+}
+
+/* ---- picking a config and building its kernel (api_pick.c) ---- */
+
+typedef struct tuned__api_pick {
+    tuned__config config;
+    tuned_source source;
+    double median_us;            /* the record's, 0 for default */
+    uint64_t record_rows, record_cols;
+    uint64_t txnid;              /* the store's last transaction before the lookup */
+} tuned__api_pick;
+
+/* Exact (the stored winner of this shape on this GPU), else nearest (the
+ * stored winner of the closest other shape on the same GPU fingerprint and
+ * dtype whose config is valid for this shape: distance |log rows ratio| +
+ * 2 |log cols ratio|, as the daemon), else default (the first heuristic
+ * seed of the space). store may be NULL (then always default).
+ * TUNED_ENOSPACE when no variant fits the shape; store errors pass up. */
+int tuned__api_pick_config(tuned__store *store, const tuned__gpu *gpu, const tuned__shape *shape,
+                           tuned__api_pick *out, tuned__err *e);
+
+/* The cubin of config c for shape s, compiled assuming 16-byte-aligned
+ * rows or not, for arch: from the store's compile cache (under
+ * tuned__nvrtc_cache_key, as the evaluator files them), else NVRTC, then
+ * into the cache (when writable is true; a failed put is ignored).
+ * *from_cache says which. out is freed with tuned__blob_free(). */
+int tuned__api_cubin(const tuned__nvrtc *n, tuned__store *store, bool writable,
+                     const tuned__config *c, const tuned__shape *s, bool aligned, int arch,
+                     tuned__blob *out, uint64_t *hash, bool *from_cache, tuned__err *e);
+
+/* Sets fn's attributes for c (clusters over 8 blocks, dynamic shared
+ * memory) and computes the launch as the evaluator does (evaluate_loaded
+ * in evaluator.c; duplicated here, the evaluator is not shared): register
+ * rows: ceil(rows / c.rows) * c.cluster blocks; tma: persistent,
+ * min(rows, occupancy * SMs / cluster) * cluster blocks. */
+int tuned__api_geometry(const tuned__driver *d, CUfunction fn, const tuned__config *c,
+                        const tuned__shape *s, int sm_count, unsigned *grid, unsigned *block,
+                        unsigned *smem, tuned__err *e);
+
+/* ---- tunes in another process (api_child.c) ---- */
+
+typedef struct tuned__api_child {
+    const char *binary;   /* the tuned executable: a path, or a name searched in $PATH */
+    const char *store;    /* --db */
+    int device;           /* --device */
+    tuned__shape shape;
+    double time_s;        /* --time; 0: tuned's default */
+    double timeout_s;     /* kill the child after this long (0: no limit) */
+    atomic_int *cancel;   /* may be NULL; nonzero: kill the child now */
+} tuned__api_child;
+
+/* Runs `BINARY --shape RxC --dtype D --device N --db STORE -q [--time S]`
+ * and waits for it. The child gets /dev/null as stdin and stdout, its
+ * stderr is read (its last line ends up in error messages), and it dies
+ * with the calling thread (PR_SET_PDEATHSIG). TUNED_ETUNE when it exits
+ * with a failure, TUNED_ETIMEOUT when killed after timeout_s, TUNED_EIO
+ * when it cannot be started or was cancelled. */
+int tuned__api_run_child(const tuned__api_child *c, tuned__err *e);
+
+/* The default paths, as the CLI and the daemon use them: the store
+ * ($TUNED_DB, $XDG_DATA_HOME/tuned, ~/.local/share/tuned, /var/lib/tuned)
+ * and the daemon's socket ($TUNED_SOCKET, $XDG_RUNTIME_DIR/tuned/tuned.sock,
+ * /run/tuned/tuned.sock). */
+void tuned__api_default_store(char *out, size_t n);
+void tuned__api_default_socket(char *out, size_t n);
+
+/* One request line to the daemon at socket, one reply line back, within
+ * timeout_s. The reply's text (NUL-terminated, malloc'd) in *reply.
+ * TUNED_EIO when the daemon cannot be reached or answers nothing,
+ * TUNED_ETIMEOUT when it answers too slowly. */
+int tuned__api_daemon_call(const char *socket, const char *line, double timeout_s, char **reply,
+                           tuned__err *e);
+
+/* Asks the daemon to tune shape on the GPU with fingerprint gpu_fp
+ * (time_s 0: the daemon's default); its job id in *job. A refusal is the
+ * daemon's code mapped to ours (no_gpu: TUNED_ENODEV, no_space:
+ * TUNED_ENOSPACE, bad values: TUNED_EINVAL, store_error: TUNED_ESTORE,
+ * anything else TUNED_ETUNE) with its message. */
+int tuned__api_daemon_tune(const char *socket, const tuned__shape *shape, uint64_t gpu_fp,
+                           double time_s, uint64_t *job, tuned__err *e);
+
+/* The state of daemon job `job` ("queued", "running", "done", "failed",
+ * "cancelled") into state; its error message, if any, into why. */
+int tuned__api_daemon_job(const char *socket, uint64_t job, char *state, size_t state_n,
+                          char *why, size_t why_n, tuned__err *e);
+
+/* The store directory the daemon serves (its `stats` reply). */
+int tuned__api_daemon_store(const char *socket, char *out, size_t n, tuned__err *e);
+
+#endif

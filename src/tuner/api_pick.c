@@ -1,0 +1,186 @@
+/* api_pick.c: the slow path's three questions, in the order a call asks
+ * them: which config (exact, nearest, default), which cubin (compile cache
+ * or NVRTC), and which launch (grid, block, shared memory).
+ *
+ * The config choice follows the daemon's `get` (src/daemon/requests.c), so
+ * that a process and the daemon answer the same for the same store. The
+ * launch follows the evaluator (evaluate_loaded in evaluator.c), which
+ * measured the config: the same attributes and the same grid, or the
+ * timing would not hold. That computation is duplicated here, small and on
+ * purpose: the evaluator is the tuner's, this is the API's. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../codegen/source.h"
+#include "api.h"
+#include "space.h"
+#include "tune.h"
+
+/* ---- exact, nearest, default ---- */
+
+typedef struct nearest_scan {
+    const tuned__space *sp;
+    uint64_t fp;
+    double best_d;
+    bool found;
+    tuned__record best;
+    tuned__config config;
+} nearest_scan;
+
+static int nearest_one(void *ctx, const tuned__record *r)
+{
+    nearest_scan *n = ctx;
+    const tuned__shape *s = &n->sp->shape;
+    if (r->key.gpu_fp != n->fp || r->key.kernel != TUNED__KERNEL_SOFTMAX ||
+        r->key.dtype != (uint8_t)s->dtype || r->key.rows == 0 || r->key.cols == 0 ||
+        (r->key.rows == s->rows && r->key.cols == s->cols))
+        return 0;
+    double d = 2.0 * fabs(log((double)r->key.cols / (double)s->cols)) +
+               fabs(log((double)r->key.rows / (double)s->rows));
+    if (!(d < n->best_d))
+        return 0;
+    tuned__config c;
+    if (tuned__config_parse(r->config, &c, NULL) != 0 || !tuned__space_valid(n->sp, &c, NULL, 0))
+        return 0;
+    n->best_d = d;
+    n->best = *r;
+    n->config = c;
+    n->found = true;
+    return 0;
+}
+
+int tuned__api_pick_config(tuned__store *store, const tuned__gpu *gpu, const tuned__shape *shape,
+                           tuned__api_pick *out, tuned__err *e)
+{
+    memset(out, 0, sizeof *out);
+    tuned__space sp;
+    int rc = tuned__space_init(&sp, shape, gpu->cc_major * 10 + gpu->cc_minor, e);
+    if (rc != 0)
+        return rc;
+    if (store != NULL) {
+        /* The transaction id first: a record committed after it makes the
+         * next recheck look again. */
+        if ((rc = tuned__store_txnid(store, &out->txnid, e)) != 0)
+            goto done;
+        tuned__store_key key;
+        tuned__tune_key(gpu, shape, &key);
+        tuned__record rec;
+        tuned__err miss = {0};
+        rc = tuned__store_get_best(store, &key, &rec, &miss);
+        if (rc == 0 && tuned__config_parse(rec.config, &out->config, NULL) == 0 &&
+            tuned__space_valid(&sp, &out->config, NULL, 0)) {
+            out->source = TUNED_SOURCE_EXACT;
+            out->median_us = rec.median_us;
+            out->record_rows = rec.key.rows;
+            out->record_cols = rec.key.cols;
+            goto done;
+        }
+        if (rc != 0 && rc != TUNED_ENOTFOUND) {
+            tuned__errf(e, rc, "%s", miss.msg);
+            goto done;
+        }
+        nearest_scan n = {.sp = &sp, .fp = gpu->fingerprint, .best_d = INFINITY};
+        if ((rc = tuned__store_scan(store, nearest_one, &n, NULL, e)) != 0)
+            goto done;
+        if (n.found) {
+            out->config = n.config;
+            out->source = TUNED_SOURCE_NEAREST;
+            out->median_us = n.best.median_us;
+            out->record_rows = n.best.key.rows;
+            out->record_cols = n.best.key.cols;
+            goto done;
+        }
+    }
+    rc = 0;
+    out->source = TUNED_SOURCE_DEFAULT;
+    if (tuned__space_seeds(&sp, &out->config, 1) != 1)
+        out->config = sp.valid[0]; /* space_init guarantees one */
+done:
+    tuned__space_free(&sp);
+    return rc;
+}
+
+/* ---- the cubin ---- */
+
+int tuned__api_cubin(const tuned__nvrtc *n, tuned__store *store, bool writable,
+                     const tuned__config *c, const tuned__shape *s, bool aligned, int arch,
+                     tuned__blob *out, uint64_t *hash, bool *from_cache, tuned__err *e)
+{
+    memset(out, 0, sizeof *out);
+    *from_cache = false;
+    tuned__codegen_opts opts = {.unaligned = !aligned};
+    char *src = NULL;
+    int rc = tuned__source_softmax(c, s, &opts, &src, e);
+    if (rc != 0)
+        return rc;
+    *hash = tuned__nvrtc_cache_key(n, src, arch, TUNED__NVRTC_CUBIN);
+    if (store != NULL) {
+        void *data = NULL;
+        size_t size = 0;
+        /* A damaged cached cubin (TUNED_ESTORE) is recompiled and replaced. */
+        if (tuned__store_get_cubin(store, *hash, &data, &size, NULL) == 0) {
+            out->data = data;
+            out->size = size;
+            *from_cache = true;
+            free(src);
+            return 0;
+        }
+    }
+    char text[TUNED__CONFIG_TEXT], name[TUNED__CONFIG_TEXT + 16];
+    tuned__config_format(c, text, sizeof text);
+    snprintf(name, sizeof name, "softmax %s", text);
+    rc = tuned__nvrtc_compile(n, src, name, arch, TUNED__NVRTC_CUBIN, out, e);
+    free(src);
+    if (rc == 0 && store != NULL && writable)
+        /* A cache that cannot take it costs a compile next time, nothing else. */
+        tuned__store_put_cubin(store, *hash, out->data, out->size, NULL);
+    return rc;
+}
+
+/* ---- the launch ---- */
+
+int tuned__api_geometry(const tuned__driver *d, CUfunction fn, const tuned__config *c,
+                        const tuned__shape *s, int sm_count, unsigned *grid, unsigned *block,
+                        unsigned *smem, tuned__err *e)
+{
+    uint64_t blocks = (s->rows + c->rows - 1) / c->rows * c->cluster;
+    *block = c->warps * 32u;
+    *smem = (unsigned)tuned__source_dynamic_smem(c, s);
+    int rc = 0;
+    if (c->cluster > 8 &&
+        (rc = tuned__cuda_check(d,
+                                d->cuFuncSetAttribute(
+                                    fn, CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1),
+                                e, "allowing a 16-block cluster")) != 0)
+        return rc;
+    /* The limit counts static shared memory too: raise it for any dynamic. */
+    if (*smem > 0 &&
+        (rc = tuned__cuda_check(d,
+                                d->cuFuncSetAttribute(
+                                    fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                    (int)*smem),
+                                e, "raising the dynamic shared memory limit")) != 0)
+        return rc;
+    if (c->family == TUNED__FAMILY_TMA) {
+        /* Persistent: as many row groups as fit on the GPU at once. */
+        int per_sm = 0;
+        if ((rc = tuned__cuda_check(d,
+                                    d->cuOccupancyMaxActiveBlocksPerMultiprocessor(
+                                        &per_sm, fn, (int)*block, *smem),
+                                    e, "occupancy")) != 0)
+            return rc;
+        uint64_t groups = (uint64_t)(per_sm > 0 ? per_sm : 1) * (uint64_t)sm_count / c->cluster;
+        if (groups < 1)
+            groups = 1;
+        if (groups > s->rows)
+            groups = s->rows;
+        blocks = groups * c->cluster;
+    }
+    if (blocks < 1 || blocks > 2147483647ull)
+        return tuned__errf(e, TUNED_EUNSUPPORTED, "%llu blocks exceed a CUDA grid",
+                           (unsigned long long)blocks);
+    *grid = (unsigned)blocks;
+    return 0;
+}
