@@ -38,6 +38,12 @@ void cli_usage(FILE *f)
             "  --db PATH      store directory (default: $TUNED_DB, else $XDG_DATA_HOME/tuned,\n"
             "                 else ~/.local/share/tuned)\n"
             "  --exhaustive   evaluate every valid variant (within --budget and --time)\n"
+            "  --retune       tune again although a winner is stored (compiled variants are\n"
+            "                 reused); without it a stored winner is printed, and an interrupted\n"
+            "                 tune resumes from the variants it already measured\n"
+            "  --population N random variants in the first generation (default 40)\n"
+            "  --copies N     incumbents the pattern search moves from (default 4)\n"
+            "  --min-gain F   stop when a generation gains less than F (default 0.002)\n"
             "  --trace FILE   write every evaluated variant (status, times) to FILE\n"
             "  -q, --quiet    no progress line\n"
             "  --socket PATH  the daemon's socket (default: $TUNED_SOCKET, else\n"
@@ -152,7 +158,7 @@ int cli_parse(int argc, char **argv, cli_opts *o)
             return bad("unknown command '%s'", o->command);
     }
     enum { OPT_SHAPE = 256, OPT_DTYPE, OPT_BUDGET, OPT_TIME, OPT_SEED, OPT_DEVICE, OPT_DB,
-           OPT_VERSION, OPT_EXHAUSTIVE, OPT_TRACE, OPT_SOCKET, OPT_LISTEN, OPT_GROUP, OPT_LIMIT, OPT_JSON, OPT_FORCE, OPT_DRY_RUN, OPT_GPU,
+           OPT_VERSION, OPT_EXHAUSTIVE, OPT_TRACE, OPT_RETUNE, OPT_POPULATION, OPT_COPIES, OPT_MIN_GAIN, OPT_SOCKET, OPT_LISTEN, OPT_GROUP, OPT_LIMIT, OPT_JSON, OPT_FORCE, OPT_DRY_RUN, OPT_GPU,
            OPT_DAYS };
     static const struct option longopts[] = {
         {"shape", required_argument, NULL, OPT_SHAPE},
@@ -164,6 +170,10 @@ int cli_parse(int argc, char **argv, cli_opts *o)
         {"db", required_argument, NULL, OPT_DB},
         {"quiet", no_argument, NULL, 'q'},
         {"exhaustive", no_argument, NULL, OPT_EXHAUSTIVE},
+        {"retune", no_argument, NULL, OPT_RETUNE},
+        {"population", required_argument, NULL, OPT_POPULATION},
+        {"copies", required_argument, NULL, OPT_COPIES},
+        {"min-gain", required_argument, NULL, OPT_MIN_GAIN},
         {"trace", required_argument, NULL, OPT_TRACE},
         {"socket", required_argument, NULL, OPT_SOCKET},
         {"listen", required_argument, NULL, OPT_LISTEN},
@@ -232,6 +242,24 @@ int cli_parse(int argc, char **argv, cli_opts *o)
                 o->request.search.budget = 100000;
             if (o->request.search.time_s < 3600)
                 o->request.search.time_s = 3600;
+            break;
+        case OPT_RETUNE: o->request.retune = true; break;
+        case OPT_POPULATION:
+            if (!parse_u64(optarg, 1, 10000, &v))
+                return bad("--population %s: expected a whole number from 1 to 10000", optarg);
+            o->request.search.population = v;
+            break;
+        case OPT_COPIES:
+            if (!parse_u64(optarg, 1, 64, &v))
+                return bad("--copies %s: expected a whole number from 1 to 64", optarg);
+            o->request.search.copies = v;
+            break;
+        case OPT_MIN_GAIN:
+            errno = 0;
+            o->request.search.min_gain = strtod(optarg, &end);
+            if (errno != 0 || end == optarg || *end != '\0' || !(o->request.search.min_gain >= 0) ||
+                o->request.search.min_gain >= 1)
+                return bad("--min-gain %s: expected a fraction from 0 to below 1", optarg);
             break;
         case OPT_TRACE:
             if (optarg[0] == '\0')

@@ -50,6 +50,26 @@ static void write_trace(void *ctx, const tuned__config *c, const tuned__eval_res
     fflush(ctx);
 }
 
+/* Whether the store already holds a winner for this shape on this GPU. */
+static int stored_winner(const tuned__driver *d, const tuned__nvrtc *n, tuned__store *store,
+                         const tuned__tune_request *r, tuned__record *rec, bool *found,
+                         tuned__err *e)
+{
+    tuned__gpu gpu;
+    int rc = tuned__gpu_query(d, n, r->device, &gpu, e);
+    if (rc != 0)
+        return rc;
+    tuned__store_key key;
+    tuned__tune_key(&gpu, &r->shape, &key);
+    rc = tuned__store_get_best(store, &key, rec, e);
+    *found = rc == 0;
+    if (rc == TUNED_ENOTFOUND) {
+        tuned__err_clear(e);
+        rc = 0;
+    }
+    return rc;
+}
+
 int cli_cmd_tune(const cli_opts *o)
 {
     int daemon_rc = cli_daemon_tune(o); /* a running daemon tunes it */
@@ -75,22 +95,30 @@ int cli_cmd_tune(const cli_opts *o)
             fclose(trace);
         return cli_fail(&e);
     }
+    request.store = store;
     tuned__driver *d = NULL;
     tuned__nvrtc *n = NULL;
     int rc = tuned__driver_load(&d, &e);
     if (rc == 0)
         rc = tuned__nvrtc_load(&n, &e);
+    tuned__record rec;
+    bool stored = false;
+    if (rc == 0 && !request.retune)
+        rc = stored_winner(d, n, store, &request, &rec, &stored, &e);
+    if (rc == 0 && stored) {
+        fprintf(stderr, "tuned: already tuned on this GPU (tune again with --retune)\n");
+        cli_print_record(stdout, &rec);
+    }
     tuned__tune_outcome out;
     progress_line pl = {.quiet = o->quiet, .tty = isatty(STDERR_FILENO) == 1,
                         .shape = &o->request.shape};
-    if (rc == 0)
+    if (rc == 0 && !stored)
         rc = tuned__tune(d, n, &request, on_progress, &pl, &out, &e);
     if (trace != NULL && fclose(trace) != 0 && rc == 0)
         rc = tuned__errf(&e, TUNED_EIO, "--trace %s: %s", o->trace, strerror(errno));
-    if (pl.tty && !pl.quiet)
+    if (pl.tty && !pl.quiet && !stored)
         fprintf(stderr, "\n");
-    tuned__record rec;
-    if (rc == 0) {
+    if (rc == 0 && !stored) {
         tuned__tune_record(&out, &o->request.shape, &rec);
         rc = tuned__store_put_best(store, &rec, &e);
     }
@@ -99,9 +127,14 @@ int cli_cmd_tune(const cli_opts *o)
     tuned__store_close(store);
     if (rc != 0)
         return cli_fail(&e);
-    fprintf(stderr, "tuned: %s after %zu variants (%zu failed) in %.1f s, %d generations\n",
+    if (stored)
+        return CLI_OK;
+    fprintf(stderr,
+            "tuned: %s after %zu new variants (%zu failed, %zu resumed from the store, %zu warm "
+            "seeds) in %.1f s, %d generations; %zu finalists re-timed, noise %.1f%%\n",
             out.search.stop_reason, out.search.evaluations, out.search.failed,
-            out.search.elapsed_s, out.search.generations);
+            out.search.resumed, out.warm_seeds, out.search.elapsed_s, out.search.generations,
+            out.finalists, 100.0 * out.noise);
     cli_print_record(stdout, &rec);
     fprintf(stderr, "tuned: stored in %s\n", o->db);
     return CLI_OK;
