@@ -326,6 +326,19 @@ static void test_index(void)
         k.rows = i + 1;
         tuned__index_memo_put(ix, &k, &a);
     }
+    /* GPU 7 is local: its records must match this system's provenance */
+    tuned__record here;
+    make_record(&here, 1, 1, 7, tsmall, 0);
+    here.prov.driver_version = 13000;
+    CHECK(tuned__index_set_here(ix, &here, 1, &e) == 0);
+    recs[1].prov.driver_version = 13000;
+    recs[3].prov.driver_version = 12080; /* measured under another driver */
+    CHECK(tuned__index_load(ix, recs, 4, &e) == 0);
+    CHECK(tuned__index_find(ix, &recs[3].key) == -1);
+    recs[3].prov.driver_version = 13000;
+    CHECK(tuned__index_load(ix, recs, 4, &e) == 0);
+    CHECK(tuned__index_find(ix, &recs[3].key) >= 0);
+    CHECK(tuned__index_find(ix, &recs[2].key) >= 0); /* GPU 8 is not local: key and policy */
     CHECK(tuned__index_load(ix, recs, 1, &e) == 0); /* a reload empties the memo */
     CHECK(!tuned__index_memo_get(ix, &k, &b));
     CHECK(tuned__index_load(ix, NULL, 0, &e) == 0);

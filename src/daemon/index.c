@@ -37,6 +37,8 @@ struct tuned__index {
     size_t ngpus;
     memo_entry *memo;
     size_t memo_n;
+    tuned__record *here;  /* the local systems (tuned__index_set_here) */
+    size_t nhere;
 };
 
 static uint64_t key_hash(const tuned__store_key *k)
@@ -92,6 +94,7 @@ void tuned__index_free(tuned__index *ix)
         return;
     clear(ix);
     free(ix->memo);
+    free(ix->here);
     free(ix);
 }
 
@@ -115,9 +118,40 @@ bool tuned__identity_parse(const char *identity, int *arch, uint64_t *total_mem)
     return true;
 }
 
+int tuned__index_set_here(tuned__index *ix, const tuned__record *here, size_t n, tuned__err *e)
+{
+    tuned__record *copy = NULL;
+    if (n > 0 && (copy = malloc(n * sizeof *copy)) == NULL)
+        return tuned__errf(e, TUNED_ENOMEM, "index: out of memory");
+    if (n > 0)
+        memcpy(copy, here, n * sizeof *copy);
+    free(ix->here);
+    ix->here = copy;
+    ix->nhere = n;
+    return 0;
+}
+
+/* Whether stored record r may be served as exact (see set_here). */
+static bool servable(const tuned__index *ix, const tuned__record *r)
+{
+    for (size_t i = 0; i < ix->nhere; i++) {
+        if (ix->here[i].key.gpu_fp != r->key.gpu_fp)
+            continue;
+        tuned__record here = ix->here[i];
+        here.key.kernel = r->key.kernel;
+        here.key.dtype = r->key.dtype;
+        here.key.rows = r->key.rows;
+        here.key.cols = r->key.cols;
+        here.key.layout = TUNED__LAYOUT_DENSE;
+        return tuned__record_exact(r, &here, NULL, 0);
+    }
+    return r->key.layout == TUNED__LAYOUT_DENSE &&
+           strcmp(r->prov.policy, TUNED__MEASURE_POLICY) == 0;
+}
+
 int tuned__index_load(tuned__index *ix, const tuned__record *recs, size_t n, tuned__err *e)
 {
-    tuned__index fresh = {.memo = ix->memo};
+    tuned__index fresh = {.memo = ix->memo, .here = ix->here, .nhere = ix->nhere};
     size_t size = 16;
     while (size < 2 * n + 1)
         size *= 2;
@@ -144,7 +178,7 @@ int tuned__index_load(tuned__index *ix, const tuned__record *recs, size_t n, tun
         else
             fresh.table[h] = (uint32_t)(fresh.n++ + 1);
         fresh.recs[at] = *r;
-        fresh.exact[at] = strcmp(r->prov.policy, TUNED__MEASURE_POLICY) == 0;
+        fresh.exact[at] = servable(ix, r);
         fresh.frag_off[at] = fresh.text.len;
         tuned__reply_record(&fresh.text, r);
         fresh.frag_len[at] = fresh.text.len - fresh.frag_off[at];
@@ -164,7 +198,7 @@ int tuned__index_load(tuned__index *ix, const tuned__record *recs, size_t n, tun
     if (fresh.text.oom)
         goto oom;
     clear(ix);
-    *ix = fresh;
+    *ix = fresh; /* memo, here: the same pointers */
     memset(ix->memo, 0, MEMO_SLOTS * sizeof *ix->memo);
     ix->memo_n = 0;
     return 0;

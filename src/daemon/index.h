@@ -29,6 +29,15 @@ typedef struct tuned__index_gpu {
 int tuned__index_new(tuned__index **out, tuned__err *e);
 void tuned__index_free(tuned__index *ix);
 
+/* The systems this daemon measures on: for each local GPU, the record a
+ * tune there would write, minus the measurement (tuned__tune_record of an
+ * empty outcome). A stored record on one of these GPUs is served as exact
+ * only when tuned__record_exact() says it matches (provenance, policy,
+ * layout); on other GPUs (a fleet's, known from the store) when its key
+ * matches and it was measured under this build's policy. Copied; takes
+ * effect at the next load. */
+int tuned__index_set_here(tuned__index *ix, const tuned__record *here, size_t n, tuned__err *e);
+
 /* Replaces the contents with copies of recs[0..n); unchanged on failure.
  * The memo is emptied. */
 int tuned__index_load(tuned__index *ix, const tuned__record *recs, size_t n, tuned__err *e);

@@ -18,6 +18,7 @@
 #include <strings.h>
 
 #include "../tuner/space.h"
+#include "../tuner/tune.h"
 #include "state.h"
 #include "tuned.h"
 
@@ -33,10 +34,31 @@ typedef struct target {
     bool local;
 } target;
 
+/* The record a tune on each local GPU would write, for exact matching. */
+static int set_here(tuned__daemon *d, tuned__err *e)
+{
+    size_t n = d->jobs != NULL ? tuned__jobs_gpu_count(d->jobs) : 0;
+    tuned__record *here = n > 0 ? calloc(n, sizeof *here) : NULL;
+    if (n > 0 && here == NULL)
+        return tuned__errf(e, TUNED_ENOMEM, "index: out of memory");
+    tuned__jobs_gpu g;
+    for (size_t i = 0; i < n && tuned__jobs_gpu_at(d->jobs, i, &g); i++) {
+        tuned__tune_outcome o = {.gpu = g.gpu};
+        o.search.best_us = 1.0;
+        tuned__shape s = {TUNED_FP16, 1, 1};
+        tuned__tune_record(&o, &s, &here[i]);
+    }
+    int rc = tuned__index_set_here(d->index, here, n, e);
+    free(here);
+    return rc;
+}
+
 int tuned__daemon_reload(tuned__daemon *d, tuned__err *e)
 {
     uint64_t txnid = 0;
-    int rc = tuned__store_txnid(d->store, &txnid, e);
+    int rc = d->st.index_loads == 0 ? set_here(d, e) : 0;
+    if (rc == 0)
+        rc = tuned__store_txnid(d->store, &txnid, e);
     uint64_t writes = d->jobs != NULL ? tuned__jobs_writes(d->jobs) : 0;
     size_t skipped = 0;
     if (rc == 0)

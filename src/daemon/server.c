@@ -651,8 +651,6 @@ static int start(server *s, tuned__err *e)
     s->d.now_ms = loop_now;
     s->d.now_ctx = &s->loop;
     s->d.start_ms = uv_now(&s->loop);
-    if ((rc = tuned__daemon_reload(&s->d, e)) != 0)
-        return rc;
     /* The workers run this same binary. */
     if (o->worker_exe[0] != '\0') {
         snprintf(s->exe, sizeof s->exe, "%s", o->worker_exe);
@@ -667,6 +665,9 @@ static int start(server *s, tuned__err *e)
                            .shutdown_grace_s = o->shutdown_grace_s, .max_queued = o->max_jobs,
                            .history = 1024, .quiet = o->quiet};
     if ((rc = tuned__jobs_start(&s->d.jobs, s->d.store, &jo, e)) != 0)
+        return rc;
+    /* The index knows the local GPUs, to match records exactly. */
+    if ((rc = tuned__daemon_reload(&s->d, e)) != 0)
         return rc;
     if ((rc = listen_unix(s, e)) != 0)
         return rc;
