@@ -716,6 +716,8 @@ int tuned__evaluator_run(tuned__evaluator *ev, const tuned__config *cfgs, size_t
             res->status = TUNED__EVAL_LAUNCH_ERROR;
             snprintf(res->detail, sizeof res->detail, "%s", load_err.msg);
         } else {
+            if (ev->opts.on_variant != NULL)
+                ev->opts.on_variant(ev->opts.on_variant_ctx, &cfgs[i]);
             rc = evaluate_loaded(ev, fn, &cfgs[i], res, e);
         }
         if (module != NULL)

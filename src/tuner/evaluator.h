@@ -28,6 +28,10 @@ typedef struct tuned__eval_opts {
     tuned__codegen_opts codegen; /* test only: planted bugs */
     tuned__store *cubins;    /* compile cache (may be NULL): cubins by
                                 tuned__nvrtc_cache_key, shared by every shape */
+    /* Called right before a variant's first launch (may be NULL): a
+     * process that a faulting variant kills can say which one it was. */
+    void (*on_variant)(void *ctx, const tuned__config *c);
+    void *on_variant_ctx;
 } tuned__eval_opts;
 
 /* Fills the defaults. */
