@@ -1085,6 +1085,12 @@ static void test_tcp_and_cli(void)
     snprintf(cmd, sizeof cmd, "TUNED_SOCKET=%s %s tune --shape 300x3000 --budget 12 -q > %s/out 2>&1",
              d.sock, tuned_exe, d.dir);
     CHECK(system(cmd) == 0);
+    snprintf(cmd, sizeof cmd, "TUNED_SOCKET=%s %s tune --shape 300x3000 > %s/out 2>&1 && "
+             "grep -q 'already tuned' %s/out", d.sock, tuned_exe, d.dir, d.dir);
+    CHECK(system(cmd) == 0); /* a stored winner is printed, not tuned again */
+    snprintf(cmd, sizeof cmd, "TUNED_SOCKET=%s %s tune --retune --budget 5 --shape 300x3000 > %s/out 2>&1 "
+             "&& grep -q 'daemon job 2' %s/out", d.sock, tuned_exe, d.dir, d.dir);
+    CHECK(system(cmd) == 0);
     snprintf(cmd, sizeof cmd, "%s get --socket %s --shape 300x3000 > %s/out 2>&1", tuned_exe,
              d.sock, d.dir);
     CHECK(system(cmd) == 0);

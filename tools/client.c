@@ -249,11 +249,33 @@ int cli_daemon_tune(const cli_opts *o)
     int rc = client_open(o, &c);
     if (rc != 0)
         return rc > 0 ? -1 : CLI_ERROR;
-    if (o->request.search.exhaustive || o->trace != NULL) {
+    tuned__search_opts def;
+    tuned__search_opts_default(&def);
+    const tuned__search_opts *so = &o->request.search;
+    if (so->exhaustive || o->trace != NULL || so->population != def.population ||
+        so->copies != def.copies || so->min_gain != def.min_gain) {
         client_close(&c);
-        fprintf(stderr, "tuned: --exhaustive and --trace tune locally: a daemon runs, so pass "
-                        "--db to bypass it\n");
+        fprintf(stderr, "tuned: --exhaustive, --trace, --population, --copies and --min-gain "
+                        "tune locally: a daemon runs, so pass --db to bypass it\n");
         return CLI_USAGE;
+    }
+    if (!o->request.retune) { /* as without a daemon: a stored winner is printed */
+        json_t *got;
+        if (call(&c, shape_request(o, "get"), &got) != 0) {
+            client_close(&c);
+            return CLI_ERROR;
+        }
+        bool exact = json_is_true(json_object_get(got, "ok")) &&
+                     strcmp(text(got, "source"), "exact") == 0;
+        if (exact) {
+            fprintf(stderr, "tuned: already tuned on this GPU (tune again with --retune)\n");
+            print_record(json_object_get(got, "record"));
+        }
+        json_decref(got);
+        if (exact) {
+            client_close(&c);
+            return CLI_OK;
+        }
     }
     json_t *req = shape_request(o, "tune");
     json_object_set_new(req, "budget", json_integer((json_int_t)o->request.search.budget));
