@@ -1053,6 +1053,47 @@ static void test_two_gpus(void)
         dump_log(&d);
 }
 
+/* A daemon with no GPU (no driver here) serves what the store holds and
+ * refuses to tune. Skipped where a GPU driver is found. */
+static void test_no_gpu(void)
+{
+    daemon_t d;
+    daemon_init(&d, "nogpu");
+    CHECK(daemon_start(&d, FAKE_FAST, NULL)); /* a store with one fake-GPU record */
+    client c;
+    CHECK(cl_open(&c, &d));
+    long long id = submit_tune(&c, 640, 640, ",\"budget\":8");
+    json_decref(wait_job(&c, id, 60));
+    cl_close(&c);
+    CHECK(daemon_stop(&d) == 0);
+    CHECK(daemon_start(&d, NULL, NULL));
+    CHECK(cl_open(&c, &d));
+    json_t *r = cl_call(&c, "{\"op\":\"stats\"}");
+    bool none = json_is_string(json_object_get(r, "no_gpu"));
+    json_decref(r);
+    if (none) {
+        r = cl_call(&c, "{\"op\":\"get\",\"rows\":640,\"cols\":640}");
+        CHECK(is_ok(r) && strcmp(str(r, "source"), "exact") == 0); /* the store's only GPU */
+        json_decref(r);
+        r = cl_call(&c, "{\"op\":\"get\",\"rows\":640,\"cols\":700,\"gpu\":\"tuned test-only fake GPU\"}");
+        CHECK(is_ok(r) && strcmp(str(r, "source"), "exact") != 0);
+        json_decref(r);
+        r = cl_call(&c, "{\"op\":\"tune\",\"rows\":640,\"cols\":700}");
+        CHECK(!is_ok(r) && strcmp(err_code(r), "no_gpu") == 0);
+        json_decref(r);
+        r = cl_call(&c, "{\"op\":\"get\",\"rows\":9,\"cols\":9,\"tune_if_missing\":true}");
+        CHECK(is_ok(r) && json_is_null(json_object_get(r, "job")) &&
+              strcmp(str(json_object_get(r, "job_error"), "code"), "no_gpu") == 0);
+        json_decref(r);
+    } else {
+        printf("a GPU driver is here: the no-GPU checks are skipped\n");
+    }
+    cl_close(&c);
+    CHECK(daemon_stop(&d) == 0);
+    if (failures > case_failures)
+        dump_log(&d);
+}
+
 /* TCP on loopback, and the CLI through the daemon and without it. */
 static void test_tcp_and_cli(void)
 {
@@ -1257,6 +1298,7 @@ int main(int argc, char **argv)
             {"worker crash and hang", test_worker_crash_and_hang},
             {"SIGTERM and kill -9", test_stop_and_kill},
             {"two GPUs", test_two_gpus},
+            {"no GPU", test_no_gpu},
             {"TCP and CLI", test_tcp_and_cli},
         };
         for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
