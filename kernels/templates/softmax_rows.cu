@@ -205,6 +205,39 @@ __device__ __forceinline__ void word_set(u32 (&w)[NWORDS], int k, u32 bits)
 #endif
 }
 
+/* Element k of a vector held as words, as fp32: for 16-bit types the half
+ * is taken straight from its word (bf16: a shift or a mask). */
+__device__ __forceinline__ float word_float(const u32 (&w)[NWORDS], int k)
+{
+#if ESIZE == 2 && VBYTES >= 4
+#if T_DTYPE == 1
+    return __uint_as_float(k % 2 ? w[k / 2] & 0xFFFF0000u : w[k / 2] << 16);
+#else
+    float f;
+    if (k % 2)
+        asm("{ .reg .b16 lo, hi; mov.b32 {lo, hi}, %1; cvt.f32.f16 %0, hi; }" : "=f"(f) : "r"(w[k / 2]));
+    else
+        asm("{ .reg .b16 lo, hi; mov.b32 {lo, hi}, %1; cvt.f32.f16 %0, lo; }" : "=f"(f) : "r"(w[k / 2]));
+    return f;
+#endif
+#else
+    return bits_to_float(word_elem(w, k));
+#endif
+}
+
+/* Two fp32 values rounded into one word of two 16-bit elements (lo first),
+ * one cvt for the pair. */
+__device__ __forceinline__ u32 pack_pair(float lo, float hi)
+{
+    u32 d;
+#if T_DTYPE == 0
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+#else
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+#endif
+    return d;
+}
+
 /* ---- reductions over the threads of one row ---- */
 
 struct MaxOp {
@@ -362,10 +395,10 @@ tuned_softmax_rows(const unsigned char *x, unsigned char *y, long long rows, int
     for (int it = 0; it < T_ITERS; it++)
 #pragma unroll
         for (int k = 0; k < T_VEC; k++)
-            v[it][k] = bits_to_float(word_elem(w[it], k));
+            v[it][k] = word_float(w[it], k);
 #define VALUE(it, k) v[it][k]
 #else
-#define VALUE(it, k) bits_to_float(word_elem(w[it], k))
+#define VALUE(it, k) word_float(w[it], k)
 #endif
 
     float max = -__int_as_float(0x7f800000);
@@ -402,15 +435,20 @@ tuned_softmax_rows(const unsigned char *x, unsigned char *y, long long rows, int
     for (int it = 0; it < T_ITERS; it++) {
         const int first = (it * ROW_THREADS + lane) * T_VEC - head;
         u32 out[NWORDS] = {};
-#pragma unroll
-        for (int k = 0; k < T_VEC; k++) {
 #if !T_REG_PACKED
-            const float e = v[it][k];
+#define EXPONENTIAL(it, k) v[it][k]
 #else
-            const float e = exp_shifted(VALUE(it, k), max_scaled);
+#define EXPONENTIAL(it, k) exp_shifted(VALUE(it, k), max_scaled)
 #endif
-            word_set(out, k, float_to_bits(e * inv));
-        }
+#if ESIZE == 2 && VBYTES >= 4
+#pragma unroll
+        for (int k = 0; k < T_VEC; k += 2)
+            out[k / 2] = pack_pair(EXPONENTIAL(it, k) * inv, EXPONENTIAL(it, k + 1) * inv);
+#else
+#pragma unroll
+        for (int k = 0; k < T_VEC; k++)
+            word_set(out, k, float_to_bits(EXPONENTIAL(it, k) * inv));
+#endif
         const bool whole = y_aligned && first >= 0 && first + T_VEC <= cols &&
                            !(T_PLANT_BUG == 1 && first + T_VEC == cols);
         if (whole) {

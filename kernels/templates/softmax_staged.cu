@@ -113,6 +113,30 @@ __device__ __forceinline__ void unit_set(u32 (&w)[4], int k, u32 bits)
 #endif
 }
 
+/* Element k of a 16-byte unit as fp32 (bf16: a shift or a mask). */
+__device__ __forceinline__ float unit_float(const u32 (&w)[4], int k)
+{
+#if T_DTYPE == 1
+    return __uint_as_float(k % 2 ? w[k / 2] & 0xFFFF0000u : w[k / 2] << 16);
+#else
+    return bits_to_float(unit_elem(w, k));
+#endif
+}
+
+#if ESIZE == 2
+/* Two fp32 values rounded into one word (lo first), one cvt for the pair. */
+__device__ __forceinline__ u32 pack_pair(float lo, float hi)
+{
+    u32 d;
+#if T_DTYPE == 0
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+#else
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+#endif
+    return d;
+}
+#endif
+
 /* ---- shared memory, mbarriers and the bulk copy engine ---- */
 
 __device__ __forceinline__ u32 smem_addr(const void *p)
@@ -324,7 +348,7 @@ tuned_softmax_staged(const unsigned char *x, unsigned char *y, long long rows, i
             load_unit_shared(stage + u * 16, w);
 #pragma unroll
             for (int e = 0; e < PER_UNIT; e++)
-                max = fmaxf(max, bits_to_float(unit_elem(w, e)));
+                max = fmaxf(max, unit_float(w, e));
         }
         max = block_reduce(max, partial_max, &exchange_max[k & 1], MaxOp());
         const float max_scaled = max * LOG2E;
@@ -336,7 +360,7 @@ tuned_softmax_staged(const unsigned char *x, unsigned char *y, long long rows, i
             load_unit_shared(stage + u * 16, w);
 #pragma unroll
             for (int e = 0; e < PER_UNIT; e++)
-                sum += exp_shifted(bits_to_float(unit_elem(w, e)), max_scaled);
+                sum += exp_shifted(unit_float(w, e), max_scaled);
         }
         sum = block_reduce(sum, partial_sum, &exchange_sum[k & 1], SumOp());
         const float inv = __frcp_rn(sum);
@@ -352,9 +376,16 @@ tuned_softmax_staged(const unsigned char *x, unsigned char *y, long long rows, i
         for (u32 u = threadIdx.x; u < s.units; u += THREADS) {
             u32 w[4], out[4] = {0, 0, 0, 0};
             load_unit_shared(stage + u * 16, w);
+#if ESIZE == 2
+#pragma unroll
+            for (int e = 0; e < PER_UNIT; e += 2)
+                out[e / 2] = pack_pair(exp_shifted(unit_float(w, e), max_scaled) * inv,
+                                       exp_shifted(unit_float(w, e + 1), max_scaled) * inv);
+#else
 #pragma unroll
             for (int e = 0; e < PER_UNIT; e++)
-                unit_set(out, e, float_to_bits(exp_shifted(bits_to_float(unit_elem(w, e)), max_scaled) * inv));
+                unit_set(out, e, float_to_bits(exp_shifted(unit_float(w, e), max_scaled) * inv));
+#endif
             unsigned char *dst = ybody + (u64)(s.unit0 + u) * 16;
             if (y_aligned) {
                 store_unit(dst, out);
