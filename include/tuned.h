@@ -1,9 +1,14 @@
 /* tuned.h: the one public header of libtuned, the softmax autotuner.
  *
  * Every function that can fail returns 0 or a negative TUNED_E* code;
- * tuned_strerror() names a code. Functions that can fail with more to say
- * also fill a caller-provided message buffer. Nothing here is global or
- * mutable: all state lives in objects the caller owns. */
+ * tuned_strerror() names a code, and tuned_last_error() gives the calling
+ * thread's message for the last failure on a handle. All state lives in
+ * handles the caller owns (the one exception: handles of one process that
+ * name the same store share one open LMDB environment, as LMDB requires).
+ *
+ * Build against it with `pkg-config --cflags --libs tuned`. The CUDA driver
+ * (libcuda.so.1) and NVRTC are loaded at run time: the library itself
+ * needs neither to link or start, and says so when they are missing. */
 #ifndef TUNED_H
 #define TUNED_H
 
@@ -40,6 +45,7 @@ enum {
     TUNED_ETIMEOUT = -13,   /* a budget or timeout ran out */
     TUNED_EUNSUPPORTED = -14, /* valid, but not supported on this GPU or build */
     TUNED_ENOSPACE = -15,   /* no valid variant for this shape */
+    TUNED_ETUNE = -16,      /* a tune failed or was refused (the message says why) */
 };
 
 /* A short English phrase for an error code; never NULL. */
@@ -64,6 +70,227 @@ TUNED_EXTERN int tuned_dtype_parse(const char *name, tuned_dtype *out);
 
 /* Size in bytes of one element of dtype (2 or 4); 0 for an unknown value. */
 TUNED_EXTERN size_t tuned_dtype_size(tuned_dtype dtype);
+
+/* ======================================================================
+ * The embedding API: a handle that launches the tuned softmax on the
+ * caller's CUDA stream.
+ *
+ *     tuned_handle *h;
+ *     if (tuned_open(&h, NULL) != 0) { puts(tuned_last_error(NULL)); ... }
+ *     tuned_softmax(h, x, y, rows, cols, cols, TUNED_FP16, stream);
+ *     ...
+ *     tuned_close(h);
+ *
+ * What a call does. tuned_softmax(h, x, y, rows, cols, row_stride, dtype,
+ * stream) computes y[r][c] = softmax over c of x[r][c] (as torch.softmax
+ * on the last dimension: math in fp32) for rows rows of cols elements,
+ * row r starting row_stride elements after row r - 1, in both x and y.
+ * The first call for a key (the current context, rows, cols, row_stride,
+ * dtype, and whether x, y and every row start are 16-byte aligned) takes
+ * the slow path: it finds the GPU of the current context, picks a config
+ * (see tuned_source), gets its compiled kernel (the store's compile cache,
+ * else NVRTC, about 0.1-0.2 s, then into the cache), loads it into the
+ * context, and remembers the launch. Every later call for that key takes
+ * the fast path: no lock, no allocation, no system call; a table lookup
+ * and one cuLaunchKernel on the caller's stream. Calls for a shape whose
+ * config is not exact look again at most once a second (a cheap check of
+ * the store) and switch to a better record when one was stored.
+ *
+ * Contexts. Calls run in the CUDA context current on the calling thread
+ * (the CUDA runtime's current device: its primary context). When none is
+ * current, the slow path takes the context x was allocated in and makes
+ * it current on the thread, as the CUDA runtime would. Kernels are loaded
+ * into each context a handle is used in and unloaded by tuned_close():
+ * close the handle before destroying (or resetting) such a context, and
+ * after destroying every CUDA graph that captured one of its launches.
+ * Launches may be captured into CUDA graphs; take the first call of a
+ * shape (or tuned_prepare) outside the capture, since it loads a module.
+ *
+ * Thread safety. Every function may be called from any number of threads
+ * on one handle at once, except tuned_close(), which must be the last
+ * call on the handle (no call may be running or start). Slow paths (and
+ * lookups) of one handle take turns; fast paths never wait.
+ *
+ * Tuning. Nothing tunes inside the calling process: a policy chooses who
+ * tunes a shape that has no exact record, in the background, while calls
+ * go on with the nearest or default config (see tuned_policy). A tune is
+ * a child process or the daemon's job; whatever it does, the host process
+ * only ever sees an error code.
+ *
+ * Memory. A handle keeps every kernel and key it has launched until it is
+ * closed (a few hundred bytes a key, one module per distinct variant and
+ * context). */
+
+/* An open handle; opaque. */
+typedef struct tuned_handle tuned_handle;
+
+/* Who tunes a shape that has no exact record. */
+typedef enum tuned_policy {
+    TUNED_POLICY_NEVER = 0,   /* nobody: use nearest or default until someone
+                                 else stores a winner (tuned_tune, the CLI) */
+    TUNED_POLICY_DAEMON = 1,  /* ask the daemon (`tuned serve`, on the socket)
+                                 to tune it; once per shape and handle */
+    TUNED_POLICY_PROCESS = 2, /* run `tuned --shape ...` as a child process of
+                                 this handle (one at a time, in a background
+                                 thread); it stores its winner in the store */
+} tuned_policy;
+
+/* What tuned_open() takes. Initialise with tuned_options_init(); the
+ * strings are copied, the caller keeps them. */
+typedef struct tuned_options {
+    /* The store directory (created if missing). NULL: the daemon's store
+     * when the policy is TUNED_POLICY_DAEMON and a daemon answers (so that
+     * its results are seen), else $TUNED_DB, else $XDG_DATA_HOME/tuned,
+     * else ~/.local/share/tuned, else /var/lib/tuned. "": no store: every
+     * call uses the default config, kernels are compiled each time a
+     * handle first needs them, and tuned_tune() is refused. */
+    const char *store;
+    /* The daemon's socket. NULL: $TUNED_SOCKET, else
+     * $XDG_RUNTIME_DIR/tuned/tuned.sock, else /run/tuned/tuned.sock. */
+    const char *socket;
+    tuned_policy policy;
+    /* The tuned executable for TUNED_POLICY_PROCESS and tuned_tune().
+     * NULL: $TUNED_BIN, else the installed one (BINDIR/tuned), else
+     * "tuned" in $PATH. */
+    const char *tuned_path;
+    /* Search time of a background tune in seconds (tuned --time); 0:
+     * tuned's default (50 s). */
+    double tune_time_s;
+} tuned_options;
+
+/* Fills o with the defaults: every string NULL, TUNED_POLICY_NEVER, 0. */
+TUNED_EXTERN void tuned_options_init(tuned_options *o);
+
+/* Opens a handle: loads the CUDA driver and NVRTC, opens the store. o may
+ * be NULL for the defaults. On success *out is the handle (free it with
+ * tuned_close()); on failure *out is NULL and tuned_last_error(NULL) says
+ * why. Returns 0 or
+ *   TUNED_EINVAL      out is NULL, or o holds a bad policy or time
+ *   TUNED_ENODRIVER   no CUDA driver (libcuda.so.1) on this machine
+ *   TUNED_ENODEV      a driver, but no GPU
+ *   TUNED_ENONVRTC    no NVRTC (libnvrtc.so.13 or .12)
+ *   TUNED_ESTORE      the store cannot be opened or created (the message
+ *                     names the path); TUNED_ESCHEMA: it is of another schema
+ *   TUNED_ECUDA       a driver call failed
+ *   TUNED_ENOMEM      out of memory */
+TUNED_EXTERN int tuned_open(tuned_handle **out, const tuned_options *o);
+
+/* Stops a running background tune (its child is killed; a daemon job goes
+ * on), unloads every kernel the handle loaded (from the contexts it loaded
+ * them into), releases the store, and frees the handle. NULL is allowed.
+ * Must be the handle's last call (see "Thread safety" above). */
+TUNED_EXTERN void tuned_close(tuned_handle *h);
+
+/* The message of the calling thread's last failed call on h (tuned_open
+ * failures: h NULL), e.g. "tuned_softmax: x is not 2-byte aligned"; "" if
+ * that thread's last failure was on another handle, or there was none.
+ * Valid until the thread's next call into the library. */
+TUNED_EXTERN const char *tuned_last_error(const tuned_handle *h);
+
+/* Where a call's config came from. */
+typedef enum tuned_source {
+    TUNED_SOURCE_EXACT = 0,   /* the stored winner of this shape on this GPU */
+    TUNED_SOURCE_NEAREST = 1, /* the stored winner of the closest other shape
+                                 on this GPU and dtype whose config is valid
+                                 for this shape (distance |log rows ratio| +
+                                 2 |log cols ratio|, as the daemon's `get`) */
+    TUNED_SOURCE_DEFAULT = 2, /* nothing suitable stored: the first heuristic
+                                 seed of this shape's variant space */
+} tuned_source;
+
+/* "exact", "nearest", "default"; NULL for another value. */
+TUNED_EXTERN const char *tuned_source_name(tuned_source s);
+
+/* A background or explicit tune of one shape requested by this handle. */
+typedef enum tuned_tune_state {
+    TUNED_TUNE_NONE = 0,    /* none requested by this handle */
+    TUNED_TUNE_QUEUED = 1,  /* requested: waiting or running (here or in the daemon) */
+    TUNED_TUNE_DONE = 2,    /* finished; the winner is stored */
+    TUNED_TUNE_FAILED = 3,  /* failed; tune_message says why */
+} tuned_tune_state;
+
+/* Which kernel a call used or a lookup would use. */
+typedef struct tuned_choice {
+    char config[64];          /* e.g. "w32.r1.c1.m1.v8.ld=el.st=cs.reg=f32" */
+    tuned_source source;
+    double median_us;         /* the record's measured median (exact: this
+                                 shape; nearest: record_rows x record_cols);
+                                 0 for default */
+    int64_t record_rows, record_cols; /* the record's shape; 0 for default */
+    int device;               /* GPU ordinal */
+    char gpu[128];            /* its name */
+    int aligned;              /* 1: the kernel assumes 16-byte-aligned rows */
+    tuned_tune_state tune;    /* this handle's tune of the shape, if any */
+    char tune_message[256];   /* e.g. "daemon job 4" or why it failed */
+    /* The launch, as tuned_softmax makes it (tuned_last_choice only; NULL
+     * and 0 from tuned_lookup): function is the CUfunction, valid in the
+     * context of the call until tuned_close(). Kernel parameters: (const
+     * void *x, void *y, long long rows, int cols, long long row_stride). */
+    void *function;
+    unsigned grid, block, smem;
+} tuned_choice;
+
+/* Softmax over the last dimension: see "What a call does" above. x and y
+ * are device pointers in the current context, element-aligned, and must
+ * not overlap; row_stride >= cols; stream is a CUstream / cudaStream_t of
+ * the current context (NULL: the legacy default stream). Asynchronous like
+ * any launch: errors of the kernel itself show up on the stream. Returns 0
+ * or
+ *   TUNED_EINVAL      h, x or y NULL; rows or cols < 1 or too big (rows up
+ *                     to 2^31-1, cols up to 2147483392); row_stride < cols;
+ *                     an unknown dtype; a misaligned or overlapping x / y;
+ *                     no current context and x not device memory
+ *   TUNED_ENOSPACE    no variant fits the shape on this GPU
+ *   TUNED_EUNSUPPORTED the launch does not fit a CUDA grid
+ *   TUNED_ECOMPILE    NVRTC rejected the variant
+ *   TUNED_ECUDA       a driver call failed (loading, cuLaunchKernel)
+ *   TUNED_ESTORE      the store could not be read
+ *   TUNED_ENOMEM      out of host memory (or of GPU memory for the module) */
+TUNED_EXTERN int tuned_softmax(tuned_handle *h, const void *x, void *y, int64_t rows,
+                               int64_t cols, int64_t row_stride, tuned_dtype dtype,
+                               void *stream);
+
+/* Everything tuned_softmax does for these arguments except the launch (the
+ * slow path, if this key has none yet): for warming up shapes before a CUDA
+ * graph capture or a timed loop. out (may be NULL) receives the choice.
+ * Errors as tuned_softmax. */
+TUNED_EXTERN int tuned_prepare(tuned_handle *h, const void *x, void *y, int64_t rows,
+                               int64_t cols, int64_t row_stride, tuned_dtype dtype,
+                               tuned_choice *out);
+
+/* The choice of the calling thread's last successful tuned_softmax or
+ * tuned_prepare on h. TUNED_ENOTFOUND when this thread has made none;
+ * TUNED_EINVAL for NULL arguments. */
+TUNED_EXTERN int tuned_last_choice(tuned_handle *h, tuned_choice *out);
+
+/* The config a call of this shape would use on GPU device (-1: the current
+ * context's device, or 0 without one), without launching or compiling
+ * anything (function NULL). Like a call, it asks for a tune under the
+ * daemon and process policies when the answer is not exact. Returns 0 or
+ * TUNED_EINVAL, TUNED_ENODEV (no such GPU), TUNED_ENOSPACE, TUNED_ESTORE,
+ * TUNED_ECUDA, TUNED_ENOMEM. */
+TUNED_EXTERN int tuned_lookup(tuned_handle *h, int64_t rows, int64_t cols, tuned_dtype dtype,
+                              int device, tuned_choice *out);
+
+/* Tunes rows x cols of dtype on GPU device (-1 as for tuned_lookup) and
+ * waits for it: through the daemon under TUNED_POLICY_DAEMON (following its
+ * job), else as a child process `tuned --shape ...` writing to this
+ * handle's store (one tune at a time per handle; a shape the store already
+ * has a winner for on this GPU is not tuned again). time_s: the search
+ * time (0: the handle's tune_time_s, else tuned's default). Afterwards
+ * calls of the shape switch to the stored winner (source exact). Returns 0
+ * or
+ *   TUNED_EINVAL      bad arguments, or a handle without a store
+ *   TUNED_ENODEV      no such GPU (or the daemon has none of its model)
+ *   TUNED_ENOSPACE    no variant fits the shape
+ *   TUNED_ETUNE       the tune failed or the daemon refused it (the message
+ *                     has the tuner's own last line)
+ *   TUNED_ETIMEOUT    it ran far past its time and was killed
+ *   TUNED_EIO         the tuned executable could not be run, or the daemon
+ *                     could not be reached
+ *   TUNED_ESTORE, TUNED_ECUDA, TUNED_ENOMEM as above */
+TUNED_EXTERN int tuned_tune(tuned_handle *h, int64_t rows, int64_t cols, tuned_dtype dtype,
+                            int device, double time_s);
 
 #ifdef __cplusplus
 }

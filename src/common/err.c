@@ -63,6 +63,7 @@ const char *tuned_strerror(int err)
     case TUNED_ETIMEOUT: return "timed out";
     case TUNED_EUNSUPPORTED: return "not supported";
     case TUNED_ENOSPACE: return "no valid variant for this shape";
+    case TUNED_ETUNE: return "tune failed";
     default: return "unknown error";
     }
 }

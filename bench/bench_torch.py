@@ -1,0 +1,526 @@
+#!/usr/bin/env python3
+"""bench_torch.py: tuned.softmax against the alternatives a PyTorch user has
+(issue 6), on the shape table of MISSION.md.
+
+    bench/bench_torch.py --out DIR [--state DIR] [--tuned-bin build/tuned]
+        [--overhead-bin build/tests/bench_overhead] [--dtypes fp16,bf16,fp32]
+        [--shapes 32x128,...] [--tune-time S] [--budget-s S] [--no-tune]
+
+For each dtype and shape: tune the shape first (a child `tuned`, through
+tuned.tune; a shape already stored is not tuned again), then time, each
+with the L2 flushed before every repeat (a memset of twice the L2), CUDA
+events around one call, the median of 10-200 repeats:
+
+    copy       y.copy_(x): a device-to-device copy of the same bytes (the floor)
+    tuned      tuned.softmax(x)
+    torch      torch.softmax(x, -1)
+    compile    torch.compile(lambda t: torch.softmax(t, -1)), one per shape
+    triton     the Triton tutorial's kernel: one row per program, the whole
+               row in registers (BLOCK = next power of two of cols)
+
+Every method's output is checked against torch.softmax in fp32 first; a
+wrong one is reported, not timed. Then host overhead per call on a tiny
+shape: the C tool bench_overhead (tuned_softmax against a raw cuLaunchKernel
+of the same cubin, eager and while capturing a CUDA graph), and the same
+from Python (tuned.softmax, the ctypes call alone, a raw ctypes
+cuLaunchKernel, torch.softmax; eager and inside torch.cuda.graph).
+
+Results accumulate in --state (results.json; the tuned store): a run that
+stops at --budget-s (exit status 3) continues where it stopped when run
+again. Every run writes results.md, results.json and softmax-gbps.png to
+--out.
+"""
+
+import argparse
+import ctypes
+import datetime
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(ROOT, "bindings", "python"))
+
+SHAPES = ["32x128", "256x1024", "1024x1024", "2048x2048", "4096x4096", "1024x50257",
+          "4096x32000", "1x262144", "65536x128", "8192x128256"]
+METHODS = ["copy", "tuned", "torch", "compile", "triton"]
+LABELS = {"copy": "D2D copy", "tuned": "tuned.softmax", "torch": "torch.softmax",
+          "compile": "torch.compile", "triton": "Triton one-row"}
+TOL = {"fp16": 4e-3, "bf16": 3e-2, "fp32": 1e-4}
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", required=True, help="where results.md, results.json and the plot go")
+    p.add_argument("--state", default=os.path.join(ROOT, "build", "api-bench-state"),
+                   help="results so far and the tuned store (kept between runs)")
+    p.add_argument("--tuned-bin", default=os.path.join(ROOT, "build", "tuned"))
+    p.add_argument("--overhead-bin", default=os.path.join(ROOT, "build", "tests", "bench_overhead"))
+    p.add_argument("--dtypes", default="fp16,bf16,fp32")
+    p.add_argument("--shapes", default=",".join(SHAPES))
+    p.add_argument("--methods", default=",".join(METHODS))
+    p.add_argument("--tune-time", type=float, default=20.0, help="tuned --time per shape")
+    p.add_argument("--budget-s", type=float, default=0, help="stop after this long (0: never)")
+    p.add_argument("--no-tune", action="store_true", help="use the store as it is")
+    p.add_argument("--redo", action="store_true", help="forget earlier results")
+    return p.parse_args()
+
+
+class Budget(Exception):
+    pass
+
+
+def main():
+    args = parse_args()
+    start = time.monotonic()
+    os.makedirs(args.out, exist_ok=True)
+    os.makedirs(args.state, exist_ok=True)
+    state_file = os.path.join(args.state, "results.json")
+    res = {} if args.redo or not os.path.exists(state_file) else json.load(open(state_file))
+    res.setdefault("times", {})
+    res.setdefault("tunes", {})
+    res.setdefault("choices", {})
+
+    def save():
+        with open(state_file + ".tmp", "w") as f:
+            json.dump(res, f, indent=1, sort_keys=True)
+        os.replace(state_file + ".tmp", state_file)
+
+    def check_budget():
+        if args.budget_s and time.monotonic() - start > args.budget_s:
+            raise Budget()
+
+    import torch
+
+    import tuned
+
+    store = os.path.join(args.state, "store")
+    h = tuned.Handle(store=store, policy="never", tuned_path=args.tuned_bin)
+    dev = torch.cuda.current_device()
+    props = torch.cuda.get_device_properties(dev)
+    l2 = getattr(props, "L2_cache_size", 0) or (64 << 20)
+    flush = torch.empty(2 * l2, dtype=torch.uint8, device="cuda")
+    res["env"] = {
+        "gpu": props.name, "torch": torch.__version__, "cuda": torch.version.cuda,
+        "triton": triton_version(), "python": platform.python_version(),
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "l2_bytes": l2, "command": " ".join(sys.argv),
+        "driver": nvidia_smi("driver_version"),
+    }
+    dtypes = [d for d in args.dtypes.split(",") if d]
+    shapes = [s for s in args.shapes.split(",") if s]
+    methods = [m for m in args.methods.split(",") if m]
+    tdt = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
+    complete = True
+    try:
+        for dtype in dtypes:
+            for shape in shapes:
+                rows, cols = map(int, shape.split("x"))
+                key = f"{shape}|{dtype}"
+                # 1. Tune (the child writes the store this handle reads).
+                if not args.no_tune and key not in res["tunes"]:
+                    check_budget()
+                    t0 = time.monotonic()
+                    try:
+                        h.tune(rows, cols, dtype, time_s=args.tune_time)
+                        res["tunes"][key] = {"s": round(time.monotonic() - t0, 2)}
+                    except tuned.TunedError as exc:
+                        res["tunes"][key] = {"s": round(time.monotonic() - t0, 2),
+                                             "error": exc.message}
+                    save()
+                    print(f"tune {key}: {res['tunes'][key]}", flush=True)
+                todo = [m for m in methods if f"{key}|{m}" not in res["times"]]
+                if not todo:
+                    continue
+                check_budget()
+                x = torch.randn(rows, cols, device="cuda", dtype=tdt[dtype]) * 3
+                ref = torch.softmax(x.float(), -1)
+                for m in todo:
+                    check_budget()
+                    r = measure(m, x, ref, dtype, flush, h)
+                    res["times"][f"{key}|{m}"] = r
+                    if m == "tuned":
+                        c = h.last_choice()
+                        if c is not None:
+                            res["choices"][key] = {"config": c.config, "source": c.source,
+                                                   "stored_us": c.median_us}
+                    save()
+                    print(f"{key} {m}: {r}", flush=True)
+                del x, ref
+                torch.cuda.empty_cache()
+        if "overhead" not in res:
+            check_budget()
+            res["overhead"] = overhead(args, h, flush)
+            save()
+    except Budget:
+        complete = False
+        print(f"budget of {args.budget_s:.0f} s used up: run the same command again to go on",
+              flush=True)
+    write_report(args, res, dtypes, shapes, methods)
+    h.close()
+    return 0 if complete else 3
+
+
+def triton_version():
+    try:
+        import triton
+
+        return triton.__version__
+    except Exception:  # noqa: BLE001 - any import failure means "no Triton"
+        return None
+
+
+def nvidia_smi(field):
+    try:
+        return subprocess.run(["nvidia-smi", f"--query-gpu={field}", "--format=csv,noheader"],
+                              capture_output=True, text=True, timeout=20).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+# ---- the methods ----
+
+_triton_kernel = None
+_compiled = {}
+
+
+def triton_softmax(x):
+    global _triton_kernel
+    import torch
+    import triton
+    import triton.language as tl
+
+    if _triton_kernel is None:
+        @triton.jit
+        def softmax_kernel(out_ptr, in_ptr, in_stride, out_stride, n_cols,
+                           BLOCK: tl.constexpr):
+            row = tl.program_id(0)
+            offs = tl.arange(0, BLOCK)
+            mask = offs < n_cols
+            v = tl.load(in_ptr + row * in_stride + offs, mask=mask,
+                        other=-float("inf")).to(tl.float32)
+            v = v - tl.max(v, axis=0)
+            num = tl.exp(v)
+            den = tl.sum(num, axis=0)
+            tl.store(out_ptr + row * out_stride + offs, (num / den).to(out_ptr.dtype.element_ty),
+                     mask=mask)
+
+        _triton_kernel = softmax_kernel
+    rows, cols = x.shape
+    block = triton.next_power_of_2(cols)
+    warps = 4 if block < 2048 else 8 if block < 4096 else 16 if block < 16384 else 32
+    y = torch.empty_like(x)
+    _triton_kernel[(rows,)](y, x, x.stride(0), y.stride(0), cols, BLOCK=block, num_warps=warps)
+    return y
+
+
+def method_fn(m, x, h):
+    import torch
+
+    import tuned
+
+    if m == "copy":
+        y = torch.empty_like(x)
+        return lambda: y.copy_(x)
+    if m == "tuned":
+        return lambda: tuned.softmax(x, handle=h)
+    if m == "torch":
+        return lambda: torch.softmax(x, -1)
+    if m == "compile":
+        fn = torch.compile(lambda t: torch.softmax(t, -1), dynamic=False)
+        return lambda: fn(x)
+    if m == "triton":
+        return lambda: triton_softmax(x)
+    raise ValueError(m)
+
+
+def time_us(fn, flush):
+    """Median microseconds of fn with the L2 flushed before each repeat."""
+    import torch
+
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    fn()
+    torch.cuda.synchronize()
+    guess = max(time.perf_counter() - t0, 1e-6)
+    reps = int(min(200, max(10, 0.4 / (guess + 50e-6))))
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    for i in range(reps):
+        flush.zero_()
+        starts[i].record()
+        fn()
+        ends[i].record()
+    torch.cuda.synchronize()
+    times = sorted(s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends))
+    return statistics.median(times), reps
+
+
+def measure(m, x, ref, dtype, flush, h):
+    import torch
+
+    rows, cols = x.shape
+    nbytes = 2 * x.numel() * x.element_size()
+    try:
+        fn = method_fn(m, x, h)
+        out = fn()
+        torch.cuda.synchronize()
+        if m != "copy":
+            err = ((out.float() - ref).abs() / (ref.abs() + 1e-6)).max().item()
+            if not (err <= TOL[dtype]):
+                return {"error": f"wrong result: max relative error {err:.3g}"}
+        del out
+        us, reps = time_us(fn, flush)
+        return {"us": round(us, 3), "gbps": round(nbytes / (us * 1e3), 1), "reps": reps}
+    except Exception as exc:  # noqa: BLE001 - a method that cannot run is reported, not fatal
+        text = str(exc).strip().splitlines()
+        return {"error": f"{type(exc).__name__}: {text[0][:200] if text else ''}"}
+    finally:
+        torch.cuda.synchronize()
+
+
+# ---- host overhead ----
+
+def host_us_per_call(fn, batch=200, reps=31):
+    import torch
+
+    per = []
+    for _ in range(reps):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(batch):
+            fn()
+        per.append((time.perf_counter() - t0) / batch * 1e6)
+    torch.cuda.synchronize()
+    return round(statistics.median(per), 3)
+
+
+def graph_us(fn, calls=100):
+    """(host us per call while capturing, GPU us per kernel on replay)."""
+    import torch
+
+    g = torch.cuda.CUDAGraph()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        fn()  # warm on the capture stream
+    torch.cuda.current_stream().wait_stream(s)
+    torch.cuda.synchronize()
+    with torch.cuda.graph(g):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        host = (time.perf_counter() - t0) / calls * 1e6
+    g.replay()
+    torch.cuda.synchronize()
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    a.record()
+    g.replay()
+    b.record()
+    torch.cuda.synchronize()
+    return round(host, 3), round(a.elapsed_time(b) * 1e3 / calls, 3)
+
+
+def overhead(args, h, flush):
+    import torch
+
+    import tuned
+    from tuned import _lib
+
+    out = {}
+    if os.access(args.overhead_bin, os.X_OK):
+        p = subprocess.run([args.overhead_bin, "--json", "--store",
+                            os.path.join(args.state, "store")], capture_output=True, text=True)
+        try:
+            out["c"] = json.loads(p.stdout.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            out["c"] = {"error": (p.stdout + p.stderr)[-400:]}
+    rows, cols = 32, 128
+    x = torch.randn(rows, cols, device="cuda", dtype=torch.float16)
+    y = torch.empty_like(x)
+    tuned.softmax(x, handle=h)
+    c = h.last_choice()
+    lib = h._lib
+    hp = h._h
+    xp, yp = x.data_ptr(), y.data_ptr()
+
+    def ctypes_call():
+        lib.tuned_softmax(hp, xp, yp, rows, cols, cols, _lib.FP16,
+                          torch.cuda.current_stream().cuda_stream or None)
+
+    cuda = ctypes.CDLL("libcuda.so.1")
+    launch = cuda.cuLaunchKernel
+    launch.restype = ctypes.c_int
+    launch.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p,
+                                                                 ctypes.POINTER(ctypes.c_void_p),
+                                                                 ctypes.c_void_p]
+    vals = [ctypes.c_uint64(xp), ctypes.c_uint64(yp), ctypes.c_longlong(rows),
+            ctypes.c_int(cols), ctypes.c_longlong(cols)]
+    params = (ctypes.c_void_p * 5)(*[ctypes.cast(ctypes.pointer(v), ctypes.c_void_p) for v in vals])
+
+    def raw_call():
+        rc = launch(c.function, c.grid, 1, 1, c.block, 1, 1, c.smem,
+                    torch.cuda.current_stream().cuda_stream or None, params, None)
+        if rc != 0:
+            raise RuntimeError(f"cuLaunchKernel: CUDA error {rc}")
+
+    calls = {
+        "tuned.softmax": lambda: tuned.softmax(x, handle=h),
+        "tuned_softmax via ctypes": ctypes_call,
+        "cuLaunchKernel via ctypes (same kernel)": raw_call,
+        "torch.softmax": lambda: torch.softmax(x, -1),
+    }
+    py = {"shape": f"{rows}x{cols}", "dtype": "fp16", "config": c.config, "source": c.source}
+    for name, fn in calls.items():
+        try:
+            eager = host_us_per_call(fn)
+            cap_host, cap_gpu = graph_us(fn)
+            py[name] = {"eager_host_us": eager, "capture_host_us": cap_host,
+                        "graph_gpu_us_per_kernel": cap_gpu}
+        except Exception as exc:  # noqa: BLE001
+            py[name] = {"error": f"{type(exc).__name__}: {exc}"[:200]}
+    out["python"] = py
+    return out
+
+
+# ---- the report ----
+
+def fmt(r, key="us"):
+    if r is None:
+        return "—"
+    if "error" in r:
+        return "err"
+    return f"{r[key]:.1f}" if key == "gbps" else f"{r[key]:.2f}"
+
+
+def write_report(args, res, dtypes, shapes, methods):
+    env = res.get("env", {})
+    lines = [
+        "# tuned.softmax against the alternatives (issue 6)", "",
+        f"GPU: {env.get('gpu')}, driver {env.get('driver')}; torch {env.get('torch')} "
+        f"(CUDA {env.get('cuda')}), Triton {env.get('triton')}; {env.get('date')}.",
+        "Median µs per call with the L2 flushed before each repeat (CUDA events around one "
+        "call, 10-200 repeats); GB/s = bytes read + written / time. Every shape tuned first "
+        f"(`tuned --time {args.tune_time:g}`, skipped when already stored).",
+        f"Command: `{env.get('command')}`", "",
+    ]
+    wins = total = 0
+    losses = []
+    for dtype in dtypes:
+        lines += [f"## {dtype}", "",
+                  "| shape | " + " | ".join(f"{LABELS[m]} µs" for m in methods) +
+                  " | tuned GB/s | tuned vs copy | config (source) | tune s | tuned fastest |",
+                  "|---" * (len(methods) + 6) + "|"]
+        for shape in shapes:
+            key = f"{shape}|{dtype}"
+            row = {m: res["times"].get(f"{key}|{m}") for m in methods}
+            t = row.get("tuned")
+            ch = res["choices"].get(key, {})
+            tune = res["tunes"].get(key, {})
+            others = [r["us"] for m, r in row.items() if m not in ("tuned", "copy") and r
+                      and "us" in r]
+            fastest = ""
+            if t and "us" in t and others:
+                total += 1
+                ok = all(t["us"] < o for o in others)
+                wins += ok
+                fastest = "yes" if ok else "**no**"
+                if not ok:
+                    best = min((r["us"], m) for m, r in row.items()
+                               if m not in ("tuned", "copy") and r and "us" in r)
+                    losses.append(f"{shape} {dtype} ({t['us']:.2f} µs vs {LABELS[best[1]]} "
+                                  f"{best[0]:.2f})")
+            vs_copy = (f"{100 * row['copy']['us'] / t['us']:.0f}%"
+                       if t and "us" in t and row.get("copy") and "us" in row["copy"] else "—")
+            tune_s = (f"{tune['s']:.1f}" + (" (failed)" if "error" in tune else "")) if tune else "—"
+            lines.append(f"| {shape} | " + " | ".join(fmt(row[m]) for m in methods) +
+                         f" | {fmt(t, 'gbps')} | {vs_copy} | "
+                         f"{ch.get('config', '—')} ({ch.get('source', '—')}) | {tune_s} | "
+                         f"{fastest} |")
+        lines.append("")
+    lines += [f"**tuned.softmax fastest on {wins} of {total} measured (shape, dtype) pairs.**"]
+    if losses:
+        lines += ["", "Slower than another method: " + "; ".join(losses) + "."]
+    errors = [f"{k}: {v['error']}" for k, v in sorted(res["times"].items()) if "error" in v]
+    if errors:
+        lines += ["", "Methods that could not run or were wrong:", ""] + [f"- {e}" for e in errors]
+    ov = res.get("overhead")
+    if ov:
+        lines += ["", "## Host overhead per call", ""]
+        c = ov.get("c", {})
+        if "eager_tuned_us" in c:
+            lines += [
+                f"C (`bench_overhead`, {c['shape']} {c['dtype']}, {c['config']}, {c['source']}; "
+                f"median of {c['reps']} batches of {c['batch']} launches):", "",
+                "| | tuned_softmax µs | raw cuLaunchKernel µs | difference |", "|---|---|---|---|",
+                f"| eager, host per launch | {c['eager_tuned_us']:.3f} | {c['eager_raw_us']:.3f} | "
+                f"{c['eager_tuned_us'] - c['eager_raw_us']:+.3f} |",
+                f"| capturing a CUDA graph, host per launch | {c['capture_tuned_us']:.3f} | "
+                f"{c['capture_raw_us']:.3f} | {c['capture_tuned_us'] - c['capture_raw_us']:+.3f} |",
+                f"| graph replay, GPU per kernel | {c['graph_kernel_tuned_us']:.3f} | "
+                f"{c['graph_kernel_raw_us']:.3f} | "
+                f"{c['graph_kernel_tuned_us'] - c['graph_kernel_raw_us']:+.3f} |", "",
+                f"Within 1 µs of a raw launch: **{'yes' if c.get('within_1us') else 'no'}**.", ""]
+        elif c:
+            lines += [f"C tool failed: {c.get('error')}", ""]
+        py = ov.get("python", {})
+        if py:
+            lines += [f"Python ({py.get('shape')} {py.get('dtype')}, {py.get('config')}):", "",
+                      "| call | eager host µs | host µs while capturing | graph replay GPU µs/kernel |",
+                      "|---|---|---|---|"]
+            for name, r in py.items():
+                if isinstance(r, dict):
+                    if "error" in r:
+                        lines.append(f"| {name} | {r['error']} | | |")
+                    else:
+                        lines.append(f"| {name} | {r['eager_host_us']:.2f} | "
+                                     f"{r['capture_host_us']:.2f} | "
+                                     f"{r['graph_gpu_us_per_kernel']:.2f} |")
+            lines.append("")
+    text = "\n".join(lines) + "\n"
+    with open(os.path.join(args.out, "results.md"), "w") as f:
+        f.write(text)
+    with open(os.path.join(args.out, "results.json"), "w") as f:
+        json.dump(res, f, indent=1, sort_keys=True)
+    plot(args, res, dtypes, shapes, methods)
+    print(text)
+
+
+def plot(args, res, dtypes, shapes, methods):
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("no matplotlib: no plot")
+        return
+    fig, axes = plt.subplots(len(dtypes), 1, figsize=(14, 4.2 * len(dtypes)), squeeze=False)
+    width = 0.8 / len(methods)
+    for ax, dtype in zip(axes[:, 0], dtypes):
+        for i, m in enumerate(methods):
+            vals = []
+            for shape in shapes:
+                r = res["times"].get(f"{shape}|{dtype}|{m}")
+                vals.append(r["gbps"] if r and "gbps" in r else 0)
+            xs = [j + (i - (len(methods) - 1) / 2) * width for j in range(len(shapes))]
+            ax.bar(xs, vals, width, label=LABELS[m])
+        ax.set_xticks(range(len(shapes)))
+        ax.set_xticklabels(shapes, rotation=20)
+        ax.set_ylabel("GB/s (read + write)")
+        ax.set_title(f"softmax {dtype}, {res.get('env', {}).get('gpu', '')}")
+        ax.grid(axis="y", alpha=0.3)
+        ax.legend(fontsize=8, ncol=len(methods))
+    fig.tight_layout()
+    fig.savefig(os.path.join(args.out, "softmax-gbps.png"), dpi=110)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,146 @@
+"""Handle: a libtuned handle (tuned_open ... tuned_close) from Python."""
+
+import ctypes
+import dataclasses
+import sys
+
+from . import _lib
+
+
+@dataclasses.dataclass
+class Choice:
+    """Which kernel a call used (last_choice) or a call would use (lookup)."""
+
+    config: str
+    source: str          # "exact", "nearest" or "default"
+    median_us: float     # the record's measured median (0 for default)
+    record_rows: int     # the record's shape (0 for default)
+    record_cols: int
+    device: int
+    gpu: str
+    aligned: bool
+    tune: str            # this handle's tune of the shape: none, queued, done, failed
+    tune_message: str
+    function: int        # the CUfunction (last_choice only; 0 from lookup)
+    grid: int
+    block: int
+    smem: int
+
+
+def _choice(c):
+    return Choice(
+        config=c.config.decode(), source=_lib.SOURCES.get(c.source, str(c.source)),
+        median_us=c.median_us, record_rows=c.record_rows, record_cols=c.record_cols,
+        device=c.device, gpu=c.gpu.decode(errors="replace"), aligned=bool(c.aligned),
+        tune=_lib.TUNE_STATES.get(c.tune, str(c.tune)),
+        tune_message=c.tune_message.decode(errors="replace"), function=c.function or 0,
+        grid=c.grid, block=c.block, smem=c.smem)
+
+
+def dtype_code(dtype):
+    """"fp16"/"half"/..., or a TUNED_* number, as the number."""
+    if isinstance(dtype, int) and dtype in (0, 1, 2):
+        return dtype
+    names = {"fp16": 0, "half": 0, "float16": 0, "bf16": 1, "bfloat16": 1, "fp32": 2,
+             "float": 2, "float32": 2}
+    try:
+        return names[str(dtype).replace("torch.", "")]
+    except KeyError:
+        raise ValueError(f"unknown dtype {dtype!r} (fp16, bf16 or fp32)") from None
+
+
+class Handle:
+    """An open libtuned handle.
+
+    store: the store directory (None: the default; "": none); socket: the
+    daemon's socket (None: the default); policy: "never", "daemon" or
+    "process" (who tunes shapes without an exact record); tuned_path: the
+    tuned executable for child tunes; tune_time_s: their search time.
+    Thread-safe; close() (or a with block) releases it.
+    """
+
+    def __init__(self, store=None, socket=None, policy="never", tuned_path=None,
+                 tune_time_s=0.0):
+        lib = _lib.load()
+        if policy not in _lib.POLICIES:
+            raise ValueError(f"unknown policy {policy!r} (never, daemon, process)")
+        opts = _lib.Options()
+        lib.tuned_options_init(ctypes.byref(opts))
+        # Keep the encoded strings alive until tuned_open has copied them.
+        self._keep = [None if s is None else str(s).encode() for s in (store, socket, tuned_path)]
+        opts.store, opts.socket, opts.tuned_path = self._keep
+        opts.policy = _lib.POLICIES[policy]
+        opts.tune_time_s = float(tune_time_s)
+        h = ctypes.c_void_p()
+        rc = lib.tuned_open(ctypes.byref(h), ctypes.byref(opts))
+        _lib.check(lib, rc, None, "tuned_open")
+        self._lib = lib
+        self._h = h
+        self.policy = policy
+
+    @property
+    def pointer(self):
+        """The tuned_handle * as an int (for other ctypes code)."""
+        return self._h.value or 0
+
+    def close(self):
+        if getattr(self, "_h", None):
+            self._lib.tuned_close(self._h)
+            self._h = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        # Not at interpreter exit: CUDA may already be gone, and the process
+        # frees everything anyway.
+        if not sys.is_finalizing():
+            self.close()
+
+    def _live(self):
+        if not self._h:
+            raise ValueError("the handle is closed")
+        return self._h
+
+    def softmax_ptr(self, x, y, rows, cols, row_stride=None, dtype="fp16", stream=0):
+        """tuned_softmax on raw device pointers (ints) and a stream handle."""
+        h = self._live()
+        rc = self._lib.tuned_softmax(h, x, y, rows, cols, cols if row_stride is None else row_stride,
+                                     dtype_code(dtype), stream or None)
+        _lib.check(self._lib, rc, h, "tuned_softmax")
+
+    def prepare(self, x, y, rows, cols, row_stride=None, dtype="fp16"):
+        """Everything tuned_softmax does but the launch; the Choice."""
+        h = self._live()
+        c = _lib.Choice()
+        rc = self._lib.tuned_prepare(h, x, y, rows, cols, cols if row_stride is None else row_stride,
+                                     dtype_code(dtype), ctypes.byref(c))
+        _lib.check(self._lib, rc, h, "tuned_prepare")
+        return _choice(c)
+
+    def last_choice(self):
+        """The Choice of this thread's last successful call, or None."""
+        h = self._live()
+        c = _lib.Choice()
+        rc = self._lib.tuned_last_choice(h, ctypes.byref(c))
+        if rc == _lib.ENOTFOUND:
+            return None
+        _lib.check(self._lib, rc, h, "tuned_last_choice")
+        return _choice(c)
+
+    def lookup(self, rows, cols, dtype="fp16", device=-1):
+        """The Choice a call of this shape would make (nothing launched)."""
+        h = self._live()
+        c = _lib.Choice()
+        rc = self._lib.tuned_lookup(h, rows, cols, dtype_code(dtype), device, ctypes.byref(c))
+        _lib.check(self._lib, rc, h, "tuned_lookup")
+        return _choice(c)
+
+    def tune(self, rows, cols, dtype="fp16", device=-1, time_s=0.0):
+        """Tunes the shape and waits (the daemon, or a child tuned process)."""
+        h = self._live()
+        rc = self._lib.tuned_tune(h, rows, cols, dtype_code(dtype), device, float(time_s))
+        _lib.check(self._lib, rc, h, "tuned_tune")

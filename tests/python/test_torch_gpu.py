@@ -1,0 +1,129 @@
+"""test_torch_gpu.py TUNED LIBTUNED SOURCE_ROOT: tuned.softmax against
+torch.softmax on a GPU (issue 6). Exits 77 (skipped) without torch or CUDA.
+
+  shapes     the MISSION.md shape table (the largest scaled down) and odd
+             sizes, fp16 / bf16 / fp32, 2-d and 3-d, against torch.softmax
+             in fp32 (fp16 and bf16 within a rounding or two)
+  layouts    row slices (a stride between rows), a misaligned view (offset
+             one element), a transposed tensor (falls back, warns once)
+  streams    a side stream: the result is ordered on it
+  autograd   the gradient equals torch.softmax's
+  graphs     tuned.softmax captured in a torch.cuda.CUDAGraph and replayed
+  choice     last_choice names the config and its source; after tuned.tune
+             (a child `tuned`) the source is exact
+"""
+
+import os
+import sys
+import tempfile
+import warnings
+
+TUNED, LIBTUNED, ROOT = [os.path.abspath(a) if a else None
+                         for a in (sys.argv[1:4] + [None, None, None])[:3]]
+ROOT = ROOT or os.path.join(os.path.dirname(__file__), "..", "..")
+sys.path.insert(0, os.path.join(ROOT, "bindings", "python"))
+
+try:
+    import torch
+except ImportError:
+    print("SKIP: no torch")
+    sys.exit(77)
+if not torch.cuda.is_available():
+    print("SKIP: torch sees no CUDA device")
+    sys.exit(77)
+
+if LIBTUNED:
+    os.environ["TUNED_LIBRARY"] = LIBTUNED
+if TUNED:
+    os.environ["TUNED_BIN"] = TUNED
+store = tempfile.mkdtemp(prefix="tuned-torch-")
+os.environ["TUNED_DB"] = store
+os.environ["TUNED_POLICY"] = "never"
+
+import tuned  # noqa: E402
+
+failures = 0
+
+
+def expect(cond, what):
+    global failures
+    if not cond:
+        failures += 1
+        print("FAIL:", what)
+
+
+TOL = {torch.float16: 2e-3, torch.bfloat16: 1.6e-2, torch.float32: 2e-5}
+
+
+def compare(x, what, dim=-1):
+    y = tuned.softmax(x, dim)
+    ref = torch.softmax(x.float(), dim)
+    err = ((y.float() - ref).abs() / (ref.abs() + 1e-6)).max().item()
+    ok = err <= TOL[x.dtype] + 1e-6 and y.shape == x.shape and y.dtype == x.dtype
+    expect(ok, f"{what}: max relative error {err:.3g}")
+    return y
+
+
+shapes = [(32, 128), (256, 1024), (1024, 1024), (2048, 2048), (4096, 4096), (1024, 50257),
+          (4096, 32000), (1, 262144), (65536, 128), (512, 128256), (7, 1), (3, 4097)]
+for dtype in (torch.float16, torch.bfloat16, torch.float32):
+    for rows, cols in shapes:
+        x = torch.randn(rows, cols, device="cuda", dtype=dtype) * 4
+        compare(x, f"{rows}x{cols} {dtype}")
+        c = tuned.last_choice()
+        expect(c is not None and c.source in ("exact", "nearest", "default") and c.config,
+               f"last_choice after {rows}x{cols} {dtype}: {c}")
+    x = torch.randn(4, 9, 1000, device="cuda", dtype=dtype)
+    compare(x, f"3-d {dtype}")
+    base = torch.randn(64, 1500, device="cuda", dtype=dtype)
+    compare(base[:, :1000], f"row slices {dtype}")
+    flat = torch.randn(64 * 1000 + 1, device="cuda", dtype=dtype)
+    compare(flat[1:].view(64, 1000), f"misaligned view {dtype}")
+    expect(not tuned.last_choice().aligned, "a misaligned view ran an aligned kernel")
+
+with warnings.catch_warnings(record=True) as w:
+    warnings.simplefilter("always")
+    t = torch.randn(1000, 64, device="cuda", dtype=torch.float16).t()
+    compare(t, "transposed (fallback)")
+    expect(any("not rows" in str(i.message) for i in w), "no warning for a transposed tensor")
+
+side = torch.cuda.Stream()
+with torch.cuda.stream(side):
+    x = torch.randn(512, 4096, device="cuda", dtype=torch.float16)
+    y = tuned.softmax(x)
+side.synchronize()
+expect(torch.allclose(y.float(), torch.softmax(x.float(), -1), rtol=2e-3, atol=1e-6), "side stream")
+
+x = torch.randn(64, 1000, device="cuda", dtype=torch.float32, requires_grad=True)
+g = torch.randn(64, 1000, device="cuda")
+(tuned.softmax(x) * g).sum().backward()
+gx = x.grad.clone()
+x.grad = None
+(torch.softmax(x, -1) * g).sum().backward()
+expect(torch.allclose(gx, x.grad, rtol=1e-4, atol=1e-6), "autograd")
+
+x = torch.randn(256, 1024, device="cuda", dtype=torch.float16)
+tuned.softmax(x)  # the first call of a shape loads its kernel: before the capture
+graph = torch.cuda.CUDAGraph()
+with torch.cuda.graph(graph):
+    y = tuned.softmax(x)
+x.copy_(torch.randn_like(x))
+graph.replay()
+torch.cuda.synchronize()
+expect(torch.allclose(y.float(), torch.softmax(x.float(), -1), rtol=2e-3, atol=1e-6),
+       "CUDA graph replay")
+
+before = tuned.lookup(128, 3000, "fp16")
+expect(before.source != "exact", f"128x3000 stored before any tune: {before}")
+tuned.tune(128, 3000, "fp16", time_s=3)
+x = torch.randn(128, 3000, device="cuda", dtype=torch.float16)
+compare(x, "after tune")
+c = tuned.last_choice()
+expect(c.source == "exact", f"after tuned.tune the call used {c.source} {c.config}")
+print(f"tuned 128x3000 fp16: {c.config} ({c.source}, {c.median_us:.2f} us)")
+
+import shutil  # noqa: E402
+
+shutil.rmtree(store, ignore_errors=True)
+print(f"python-gpu: {failures} failure(s)")
+sys.exit(1 if failures else 0)

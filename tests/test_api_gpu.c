@@ -1,0 +1,543 @@
+/* test_api_gpu.c TUNED: the embedding API on a real GPU (issue 6).
+ *
+ *   correctness  tuned_softmax against a CPU float64 softmax for every dtype
+ *                and a matrix of shapes, with dense rows, strided rows (the
+ *                gaps between rows must stay untouched) and misaligned x / y;
+ *                the guard bytes after the output untouched
+ *   sources      default (empty store), nearest and exact (records written
+ *                before the handle opens, under this GPU's identity)
+ *   fast path    repeated calls reuse the entry; host time per call printed
+ *   threads      8 threads on their own streams and buffers, one handle
+ *   contexts     a thread with no current context: x's context is adopted
+ *   errors       misaligned, overlapping, bad stride: TUNED_EINVAL + message
+ *   tunes        tuned_tune (a child `tuned` process, the path in argv[1])
+ *                switches the shape to exact; a second handle on the same
+ *                store with TUNED_POLICY_PROCESS tunes a shape in the
+ *                background and its calls switch to exact by themselves
+ *
+ * Exits 77 (skipped) where no CUDA driver or GPU is found. */
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "tuned.h"
+#include "tuner/driver.h"
+#include "tuner/gpu.h"
+#include "tuner/tune.h"
+
+#define SKIP 77
+#define GUARD 4096
+#define POISON 0x7B
+
+static atomic_int failures; /* EXPECT runs in several threads */
+
+#define EXPECT(cond, ...)                                                                       \
+    do {                                                                                        \
+        if (!(cond)) {                                                                          \
+            failures++;                                                                         \
+            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                \
+            fprintf(stderr, __VA_ARGS__);                                                       \
+            fprintf(stderr, "\n");                                                              \
+        }                                                                                       \
+    } while (0)
+
+static tuned__driver *d;
+static CUcontext ctx;
+
+/* ---- host-side element conversions ---- */
+
+static uint16_t f32_to_f16(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    uint32_t sign = (x >> 16) & 0x8000, exp = (x >> 23) & 0xff, man = x & 0x7fffff;
+    if (exp == 0xff)
+        return (uint16_t)(sign | 0x7c00 | (man ? 0x200 : 0));
+    int e = (int)exp - 127 + 15;
+    if (e >= 31)
+        return (uint16_t)(sign | 0x7c00);
+    if (e <= 0) {
+        if (e < -10)
+            return (uint16_t)sign;
+        man |= 0x800000;
+        int shift = 14 - e;
+        uint32_t half = man >> shift, rem = man & ((1u << shift) - 1), mid = 1u << (shift - 1);
+        if (rem > mid || (rem == mid && (half & 1)))
+            half++;
+        return (uint16_t)(sign | half);
+    }
+    uint32_t half = sign | ((uint32_t)e << 10) | (man >> 13), rem = man & 0x1fff;
+    if (rem > 0x1000 || (rem == 0x1000 && (half & 1)))
+        half++;
+    return (uint16_t)half;
+}
+
+static float f16_to_f32(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff, x;
+    if (exp == 0) {
+        if (man == 0) {
+            x = sign;
+        } else {
+            int e = -1;
+            do {
+                e++;
+                man <<= 1;
+            } while (!(man & 0x400));
+            x = sign | ((uint32_t)(127 - 15 - e) << 23) | ((man & 0x3ff) << 13);
+        }
+    } else if (exp == 31) {
+        x = sign | 0x7f800000 | (man << 13);
+    } else {
+        x = sign | ((exp - 15 + 127) << 23) | (man << 13);
+    }
+    float f;
+    memcpy(&f, &x, 4);
+    return f;
+}
+
+static uint16_t f32_to_bf16(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    uint32_t r = x + 0x7fff + ((x >> 16) & 1);
+    return (uint16_t)(r >> 16);
+}
+
+static float bf16_to_f32(uint16_t b)
+{
+    uint32_t x = (uint32_t)b << 16;
+    float f;
+    memcpy(&f, &x, 4);
+    return f;
+}
+
+static void put_elem(unsigned char *p, tuned_dtype dt, float v)
+{
+    if (dt == TUNED_FP32) {
+        memcpy(p, &v, 4);
+    } else {
+        uint16_t h = dt == TUNED_FP16 ? f32_to_f16(v) : f32_to_bf16(v);
+        memcpy(p, &h, 2);
+    }
+}
+
+static double get_elem(const unsigned char *p, tuned_dtype dt)
+{
+    if (dt == TUNED_FP32) {
+        float f;
+        memcpy(&f, p, 4);
+        return f;
+    }
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return dt == TUNED_FP16 ? f16_to_f32(h) : bf16_to_f32(h);
+}
+
+static _Thread_local uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+
+static float rnd(void)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (float)((double)(rng_state >> 11) / 9007199254740992.0 * 16.0 - 8.0);
+}
+
+/* ---- one checked call ---- */
+
+typedef struct call_case {
+    tuned_dtype dtype;
+    int64_t rows, cols, stride;
+    size_t x_off, y_off; /* elements */
+} call_case;
+
+typedef struct device_buf {
+    CUdeviceptr x_alloc, y_alloc;
+    size_t x_bytes, y_bytes;
+} device_buf;
+
+/* Runs c on stream through h and checks it; returns 0 when it ran. */
+static int run_case(tuned_handle *h, const call_case *c, CUstream stream, tuned_choice *choice,
+                    bool quiet)
+{
+    size_t es = tuned_dtype_size(c->dtype);
+    size_t span = (size_t)((c->rows - 1) * c->stride + c->cols);
+    size_t x_bytes = (span + c->x_off) * es, y_bytes = (span + c->y_off) * es + GUARD;
+    unsigned char *hx = malloc(x_bytes), *hy = malloc(y_bytes);
+    memset(hx, 0, x_bytes);
+    for (int64_t r = 0; r < c->rows; r++)
+        for (int64_t j = 0; j < c->cols; j++)
+            put_elem(hx + (c->x_off + (size_t)(r * c->stride + j)) * es, c->dtype, rnd());
+    CUdeviceptr xa = 0, ya = 0;
+    int rc = 1;
+    if (d->cuMemAlloc(&xa, x_bytes) != CUDA_SUCCESS || d->cuMemAlloc(&ya, y_bytes) != CUDA_SUCCESS) {
+        EXPECT(0, "cuMemAlloc");
+        goto out;
+    }
+    d->cuMemcpyHtoD(xa, hx, x_bytes);
+    d->cuMemsetD8Async(ya, POISON, y_bytes, stream);
+    const void *x = (const void *)(uintptr_t)(xa + c->x_off * es);
+    void *y = (void *)(uintptr_t)(ya + c->y_off * es);
+    int got = tuned_softmax(h, x, y, c->rows, c->cols, c->stride, c->dtype, stream);
+    EXPECT(got == 0, "%s %lldx%lld stride %lld offsets %zu/%zu: %s", tuned_dtype_name(c->dtype),
+           (long long)c->rows, (long long)c->cols, (long long)c->stride, c->x_off, c->y_off,
+           tuned_last_error(h));
+    if (got != 0)
+        goto out;
+    if (choice != NULL)
+        EXPECT(tuned_last_choice(h, choice) == 0, "last choice: %s", tuned_last_error(h));
+    EXPECT(d->cuStreamSynchronize(stream) == CUDA_SUCCESS, "the kernel failed");
+    d->cuMemcpyDtoH(hy, ya, y_bytes);
+    double rtol = c->dtype == TUNED_FP16 ? 2e-3 : c->dtype == TUNED_BF16 ? 1e-2 : 2e-5;
+    size_t bad = 0;
+    for (int64_t r = 0; r < c->rows; r++) {
+        const unsigned char *xr = hx + (c->x_off + (size_t)(r * c->stride)) * es;
+        const unsigned char *yr = hy + (c->y_off + (size_t)(r * c->stride)) * es;
+        double m = -INFINITY, sum = 0;
+        for (int64_t j = 0; j < c->cols; j++)
+            m = fmax(m, get_elem(xr + j * es, c->dtype));
+        for (int64_t j = 0; j < c->cols; j++)
+            sum += exp(get_elem(xr + j * es, c->dtype) - m);
+        for (int64_t j = 0; j < c->cols; j++) {
+            double want = exp(get_elem(xr + j * es, c->dtype) - m) / sum;
+            double have = get_elem(yr + j * es, c->dtype);
+            if (!(fabs(have - want) <= 1e-6 + rtol * want) && bad++ < 3)
+                fprintf(stderr, "  row %lld col %lld: %g, want %g\n", (long long)r, (long long)j,
+                        have, want);
+        }
+        /* The gap after the row (strided layouts) stays untouched. */
+        for (size_t b = (size_t)c->cols * es; r + 1 < c->rows && b < (size_t)c->stride * es; b++)
+            if (yr[b] != POISON && bad++ < 3)
+                fprintf(stderr, "  row %lld: a write into the gap\n", (long long)r);
+    }
+    for (size_t b = (c->y_off + span) * es; b < y_bytes; b++)
+        if (hy[b] != POISON && bad++ < 3)
+            fprintf(stderr, "  a write past the output\n");
+    EXPECT(bad == 0, "%s %lldx%lld stride %lld offsets %zu/%zu (%s): %zu wrong",
+           tuned_dtype_name(c->dtype), (long long)c->rows, (long long)c->cols,
+           (long long)c->stride, c->x_off, c->y_off, choice ? choice->config : "?", bad);
+    if (!quiet && choice != NULL)
+        printf("%-4s %6lldx%-6lld stride %-6lld off %zu/%zu  %-7s %-40s grid %u block %u\n",
+               tuned_dtype_name(c->dtype), (long long)c->rows, (long long)c->cols,
+               (long long)c->stride, c->x_off, c->y_off, tuned_source_name(choice->source),
+               choice->config, choice->grid, choice->block);
+    rc = 0;
+out:
+    if (xa)
+        d->cuMemFree(xa);
+    if (ya)
+        d->cuMemFree(ya);
+    free(hx);
+    free(hy);
+    return rc;
+}
+
+/* ---- threads ---- */
+
+typedef struct worker {
+    tuned_handle *h;
+    int id;
+} worker;
+
+static void *worker_main(void *arg)
+{
+    worker *w = arg;
+    d->cuCtxSetCurrent(ctx);
+    CUstream s;
+    d->cuStreamCreate(&s, CU_STREAM_NON_BLOCKING);
+    static const call_case cases[] = {{TUNED_FP16, 64, 1000, 1000, 0, 0},
+                                      {TUNED_BF16, 33, 4097, 4097, 0, 0},
+                                      {TUNED_FP32, 8, 32000, 32000, 0, 0},
+                                      {TUNED_FP16, 300, 128, 128, 0, 0}};
+    for (int i = 0; i < 40; i++)
+        run_case(w->h, &cases[(i + w->id) % 4], s, NULL, true);
+    d->cuStreamDestroy(s);
+    return NULL;
+}
+
+/* A thread with no current context: the call adopts x's. */
+static void *no_context_main(void *arg)
+{
+    tuned_handle *h = arg;
+    CUcontext none = (CUcontext)0x1;
+    d->cuCtxSetCurrent(NULL);
+    d->cuCtxGetCurrent(&none);
+    EXPECT(none == NULL, "the thread starts without a context");
+    call_case c = {TUNED_FP16, 16, 1000, 1000, 0, 0};
+    /* run_case allocates with cuMemAlloc, which needs a context: allocate
+     * in the main context, then drop it, then call. */
+    d->cuCtxSetCurrent(ctx);
+    size_t bytes = 16 * 1000 * 2;
+    CUdeviceptr x, y;
+    d->cuMemAlloc(&x, bytes);
+    d->cuMemAlloc(&y, bytes);
+    d->cuMemsetD8Async(x, 0, bytes, NULL);
+    d->cuCtxSynchronize();
+    d->cuCtxSetCurrent(NULL);
+    int rc = tuned_softmax(h, (void *)(uintptr_t)x, (void *)(uintptr_t)y, c.rows, c.cols,
+                           c.stride, c.dtype, NULL);
+    EXPECT(rc == 0, "no current context: %s", tuned_last_error(h));
+    CUcontext now = NULL;
+    d->cuCtxGetCurrent(&now);
+    EXPECT(now == ctx, "x's context was made current");
+    d->cuCtxSynchronize();
+    d->cuMemFree(x);
+    d->cuMemFree(y);
+    return NULL;
+}
+
+/* ---- records written before the handle opens ---- */
+
+static void put_record(tuned__store *s, const tuned__gpu *g, tuned_dtype dt, uint64_t rows,
+                       uint64_t cols, const char *config)
+{
+    static tuned__tune_outcome o;
+    memset(&o, 0, sizeof o);
+    o.gpu = *g;
+    o.copy_us = 10;
+    o.search.best_us = 11;
+    tuned__err e = {0};
+    EXPECT(tuned__config_parse(config, &o.search.best, &e) == 0, "%s", e.msg);
+    tuned__shape shape = {.dtype = dt, .rows = rows, .cols = cols};
+    tuned__record rec;
+    tuned__tune_record(&o, &shape, &rec);
+    EXPECT(tuned__store_put_best(s, &rec, &e) == 0, "%s", e.msg);
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+int main(int argc, char **argv)
+{
+    const char *tuned_bin = argc > 1 ? argv[1] : "tuned";
+    tuned__err e = {0};
+    int rc = tuned__driver_load(&d, &e);
+    if (rc == TUNED_ENODRIVER || rc == TUNED_ENODEV) {
+        printf("SKIP: %s\n", e.msg);
+        return SKIP;
+    }
+    tuned__nvrtc *n = NULL;
+    tuned__gpu gpu;
+    CUdevice dev;
+    if (rc != 0 || tuned__nvrtc_load(&n, &e) != 0 || tuned__gpu_query(d, n, 0, &gpu, &e) != 0 ||
+        tuned__cuda_check(d, d->cuDeviceGet(&dev, 0), &e, "device") != 0 ||
+        tuned__cuda_check(d, d->cuDevicePrimaryCtxRetain(&ctx, dev), &e, "context") != 0 ||
+        tuned__cuda_check(d, d->cuCtxSetCurrent(ctx), &e, "current") != 0) {
+        fprintf(stderr, "FAIL: %s\n", e.msg);
+        return 1;
+    }
+    printf("GPU: %s\n", gpu.identity);
+    char dir[] = "/tmp/tuned-test-api-gpu-XXXXXX";
+    if (mkdtemp(dir) == NULL)
+        return 1;
+    char store_path[128];
+    snprintf(store_path, sizeof store_path, "%s/store", dir);
+
+    /* Records under this GPU's identity: exact for 256x4096 fp32, and a
+     * record of 128x4096 fp32 that is the nearest for 100x4096. */
+    tuned__store *s = NULL;
+    EXPECT(tuned__store_open(&s, store_path, 0, &e) == 0, "%s", e.msg);
+    put_record(s, &gpu, TUNED_FP32, 256, 4096, "w8.r1.c1.m1.v4.ld=cs.st=cs.reg=f32");
+    put_record(s, &gpu, TUNED_FP32, 128, 4096, "w4.r1.c1.m1.v4.ld=def.st=def.reg=f32");
+    tuned__store_close(s);
+
+    tuned_options o;
+    tuned_options_init(&o);
+    o.store = store_path;
+    o.tuned_path = tuned_bin;
+    tuned_handle *h = NULL;
+    if (tuned_open(&h, &o) != 0) {
+        fprintf(stderr, "FAIL: %s\n", tuned_last_error(NULL));
+        return 1;
+    }
+    CUstream stream;
+    d->cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING);
+
+    /* Correctness over dtypes, shapes, strides and alignments. */
+    static const int64_t shapes[][2] = {{1, 1},     {7, 100},    {64, 1000},   {333, 4097},
+                                        {128, 32000}, {16, 50257}, {2, 262144}, {4096, 128}};
+    tuned_choice ch;
+    for (int dt = TUNED_FP16; dt <= TUNED_FP32; dt++) {
+        for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+            call_case c = {(tuned_dtype)dt, shapes[i][0], shapes[i][1], shapes[i][1], 0, 0};
+            /* fp16 and bf16: nothing stored, default; fp32: the records of
+             * 4096 columns are the nearest wherever their config fits. */
+            if (run_case(h, &c, stream, &ch, false) == 0)
+                EXPECT((dt == TUNED_FP32 ? ch.source != TUNED_SOURCE_EXACT
+                                         : ch.source == TUNED_SOURCE_DEFAULT) &&
+                           ch.aligned == 1 && ch.function != NULL,
+                       "dense %lldx%lld: %s aligned %d", (long long)c.rows, (long long)c.cols,
+                       tuned_source_name(ch.source), ch.aligned);
+            c.stride = c.cols + 5;
+            if (run_case(h, &c, stream, &ch, false) == 0)
+                EXPECT(ch.aligned == (((c.stride * (int64_t)tuned_dtype_size(c.dtype)) % 16) == 0),
+                       "strided: aligned %d", ch.aligned);
+            c.stride = c.cols;
+            c.x_off = 1;
+            c.y_off = 3;
+            if (run_case(h, &c, stream, &ch, false) == 0)
+                EXPECT(ch.aligned == 0, "misaligned rows compiled as aligned");
+        }
+    }
+
+    /* Exact and nearest. */
+    call_case exact = {TUNED_FP32, 256, 4096, 4096, 0, 0};
+    if (run_case(h, &exact, stream, &ch, false) == 0)
+        EXPECT(ch.source == TUNED_SOURCE_EXACT &&
+                   strcmp(ch.config, "w8.r1.c1.m1.v4.ld=cs.st=cs.reg=f32") == 0 &&
+                   ch.median_us == 11,
+               "exact: %s %s", tuned_source_name(ch.source), ch.config);
+    call_case near = {TUNED_FP32, 100, 4096, 4096, 0, 0};
+    if (run_case(h, &near, stream, &ch, false) == 0)
+        EXPECT(ch.source == TUNED_SOURCE_NEAREST && ch.record_rows == 128 &&
+                   strcmp(ch.config, "w4.r1.c1.m1.v4.ld=def.st=def.reg=f32") == 0,
+               "nearest: %s %s from %lld rows", tuned_source_name(ch.source), ch.config,
+               (long long)ch.record_rows);
+    EXPECT(tuned_lookup(h, 256, 4096, TUNED_FP32, -1, &ch) == 0 &&
+               ch.source == TUNED_SOURCE_EXACT && ch.function == NULL,
+           "lookup: %s", tuned_last_error(h));
+
+    /* The fast path: the same entry, and its cost. */
+    {
+        size_t bytes = 64 * 1000 * 2;
+        CUdeviceptr x, y;
+        d->cuMemAlloc(&x, bytes);
+        d->cuMemAlloc(&y, bytes);
+        d->cuMemsetD8Async(x, 0, bytes, stream);
+        tuned_choice first;
+        EXPECT(tuned_prepare(h, (void *)(uintptr_t)x, (void *)(uintptr_t)y, 64, 1000, 1000,
+                             TUNED_FP16, &first) == 0,
+               "prepare: %s", tuned_last_error(h));
+        double t0 = now_s();
+        const int calls = 2000;
+        for (int i = 0; i < calls; i++) {
+            if (i % 200 == 0)
+                d->cuStreamSynchronize(stream);
+            tuned_softmax(h, (void *)(uintptr_t)x, (void *)(uintptr_t)y, 64, 1000, 1000,
+                          TUNED_FP16, stream);
+        }
+        double t1 = now_s();
+        d->cuStreamSynchronize(stream);
+        EXPECT(tuned_last_choice(h, &ch) == 0 && ch.function == first.function, "same kernel");
+        printf("fast path: %.2f us per call (host, with the launch)\n", (t1 - t0) / calls * 1e6);
+        d->cuMemFree(x);
+        d->cuMemFree(y);
+    }
+
+    /* Errors. */
+    {
+        CUdeviceptr x;
+        d->cuMemAlloc(&x, 1 << 20);
+        void *p = (void *)(uintptr_t)x;
+        EXPECT(tuned_softmax(h, (char *)p + 1, (char *)p + 65536, 4, 100, 100, TUNED_FP16, stream) ==
+                       TUNED_EINVAL &&
+                   strstr(tuned_last_error(h), "aligned") != NULL,
+               "misaligned: %s", tuned_last_error(h));
+        EXPECT(tuned_softmax(h, p, (char *)p + 100, 4, 100, 100, TUNED_FP16, stream) ==
+                       TUNED_EINVAL &&
+                   strstr(tuned_last_error(h), "overlap") != NULL,
+               "overlap: %s", tuned_last_error(h));
+        EXPECT(tuned_softmax(h, p, (char *)p + 65536, 4, 100, 99, TUNED_FP16, stream) ==
+                       TUNED_EINVAL &&
+                   strstr(tuned_last_error(h), "row_stride") != NULL,
+               "stride: %s", tuned_last_error(h));
+        EXPECT(tuned_softmax(h, p, (char *)p + 65536, 0, 100, 100, TUNED_FP16, stream) ==
+                   TUNED_EINVAL,
+               "zero rows");
+        EXPECT(tuned_softmax(h, p, (char *)p + 65536, 4, 100, 100, (tuned_dtype)5, stream) ==
+                   TUNED_EINVAL,
+               "dtype");
+        d->cuMemFree(x);
+    }
+
+    /* Threads and a context-less thread. */
+    {
+        pthread_t t[8];
+        worker w[8];
+        for (int i = 0; i < 8; i++) {
+            w[i] = (worker){.h = h, .id = i};
+            pthread_create(&t[i], NULL, worker_main, &w[i]);
+        }
+        for (int i = 0; i < 8; i++)
+            pthread_join(t[i], NULL);
+        pthread_t nc;
+        pthread_create(&nc, NULL, no_context_main, h);
+        pthread_join(nc, NULL);
+        printf("threads: 8 x 40 calls checked\n");
+    }
+
+    /* An explicit tune through a child `tuned` process. */
+    {
+        call_case c = {TUNED_FP16, 512, 1000, 1000, 0, 0};
+        run_case(h, &c, stream, &ch, true);
+        EXPECT(ch.source != TUNED_SOURCE_EXACT, "512x1000 not tuned yet");
+        double t0 = now_s();
+        rc = tuned_tune(h, 512, 1000, TUNED_FP16, -1, 3.0);
+        EXPECT(rc == 0, "tuned_tune: %s", tuned_last_error(h));
+        printf("tuned_tune 512x1000 fp16: %.1f s\n", now_s() - t0);
+        if (run_case(h, &c, stream, &ch, false) == 0)
+            EXPECT(ch.source == TUNED_SOURCE_EXACT && ch.tune == TUNED_TUNE_DONE,
+                   "after tuned_tune: %s, tune state %d (%s)", tuned_source_name(ch.source),
+                   (int)ch.tune, ch.tune_message);
+    }
+
+    /* A second handle on the same store (one LMDB environment shared),
+     * tuning in the background. */
+    {
+        tuned_options po = o;
+        po.policy = TUNED_POLICY_PROCESS;
+        po.tune_time_s = 3.0;
+        tuned_handle *h2 = NULL;
+        EXPECT(tuned_open(&h2, &po) == 0, "second handle: %s", tuned_last_error(NULL));
+        if (h2 != NULL) {
+            call_case c = {TUNED_BF16, 96, 3000, 3000, 0, 0};
+            run_case(h2, &c, stream, &ch, true);
+            EXPECT(ch.source != TUNED_SOURCE_EXACT && ch.tune == TUNED_TUNE_QUEUED,
+                   "background tune queued: %s %d %s", tuned_source_name(ch.source), (int)ch.tune,
+                   ch.tune_message);
+            double t0 = now_s();
+            while (ch.source != TUNED_SOURCE_EXACT && now_s() - t0 < 240) {
+                struct timespec ts = {.tv_sec = 0, .tv_nsec = 500000000L};
+                nanosleep(&ts, NULL);
+                if (run_case(h2, &c, stream, &ch, true) != 0 || ch.tune == TUNED_TUNE_FAILED)
+                    break;
+            }
+            EXPECT(ch.source == TUNED_SOURCE_EXACT,
+                   "the background tune did not land: %s, state %d: %s",
+                   tuned_source_name(ch.source), (int)ch.tune, ch.tune_message);
+            printf("background tune 96x3000 bf16: exact %s after %.1f s\n", ch.config,
+                   now_s() - t0);
+            /* The first handle sees it too (same store). */
+            EXPECT(tuned_lookup(h, 96, 3000, TUNED_BF16, 0, &ch) == 0 &&
+                       ch.source == TUNED_SOURCE_EXACT,
+                   "the first handle's lookup: %s", tuned_source_name(ch.source));
+            tuned_close(h2);
+        }
+    }
+
+    d->cuStreamDestroy(stream);
+    tuned_close(h);
+    d->cuDevicePrimaryCtxRelease(dev);
+    tuned__nvrtc_unload(n);
+    tuned__driver_unload(d);
+    char cmd[200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "warning: %s left behind\n", dir);
+    if (failures != 0) {
+        fprintf(stderr, "%d failure(s)\n", atomic_load(&failures));
+        return 1;
+    }
+    printf("api-gpu: all checks passed\n");
+    return 0;
+}
