@@ -107,7 +107,9 @@ bool tuned__space_valid(const tuned__space *sp, const tuned__config *c, char *wh
     if (row_threads > 1 && row_threads / 2 * c->vec >= slots)
         return why_not(why, n, "%llu threads a row leave half of them idle on %llu columns",
                        (unsigned long long)row_threads, (unsigned long long)cols);
-    if (c->rows > 1 && c->rows / 2 >= rows)
+    /* Up to a warp's worth of rows a block stays allowed: a shape with one
+     * short row still needs some block. */
+    if (c->rows > 32 && c->rows / 2 >= rows)
         return why_not(why, n, "%u rows a block leave half the block idle on %llu rows",
                        c->rows, (unsigned long long)rows);
     uint64_t blocks = (rows + c->rows - 1) / c->rows * c->cluster;
