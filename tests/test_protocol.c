@@ -133,6 +133,8 @@ static void test_malformed(void)
     expect("{\"op\":\"tune\",\"rows\":1,\"cols\":1,\"time_s\":-1}", "bad_value");
     expect("{\"op\":\"tune\",\"rows\":1,\"cols\":1,\"time_s\":1e300}", "bad_value");
     expect("{\"op\":\"tune\",\"rows\":1,\"cols\":1,\"seed\":-1}", "bad_value");
+    expect("{\"op\":\"tune\",\"rows\":1,\"cols\":1,\"retune\":1}", "bad_type");
+    expect("{\"op\":\"get\",\"rows\":1,\"cols\":1,\"retune\":true}", "unknown_field");
     expect("{\"op\":\"job\",\"job\":0}", "bad_value");
     expect("{\"op\":\"list\",\"limit\":0}", "bad_value");
     expect("{\"op\":\"list\",\"limit\":1001}", "bad_value");

@@ -279,6 +279,7 @@ int cli_daemon_tune(const cli_opts *o)
     }
     json_t *req = shape_request(o, "tune");
     json_object_set_new(req, "budget", json_integer((json_int_t)o->request.search.budget));
+    json_object_set_new(req, "retune", json_boolean(o->request.retune));
     json_object_set_new(req, "time_s", json_real(o->request.search.time_s));
     if (o->request.search.seed <= INT64_MAX)
         json_object_set_new(req, "seed", json_integer((json_int_t)o->request.search.seed));

@@ -26,6 +26,7 @@
 
 #include "../tuner/evaluator.h"
 #include "../tuner/gpu.h"
+#include "../tuner/tune.h"
 
 /* Whether TUNED_TEST_FAKE_GPU is set to a count from 1 to 8. */
 bool tuned__fake_gpu_enabled(void);
@@ -39,5 +40,15 @@ double tuned__fake_copy_us(const tuned__shape *s);
 /* Evaluates c for s: sleeps (or spins), and may abort() or hang as the
  * environment says. */
 void tuned__fake_eval(const tuned__shape *s, const tuned__config *c, tuned__eval_result *out);
+
+/* tuned__tune() on the fake GPU: the same request, callbacks (progress,
+ * trace, eval.on_variant) and outcome, the search over the real variant
+ * space, and the store's history as tuned__tune keeps it (read back as
+ * prior unless r->retune, written after every batch), so that a resumed
+ * tune skips what was measured and what took a worker down. No warm start,
+ * no finalists' re-timing. */
+int tuned__fake_tune(const tuned__tune_request *r, const tuned__gpu *gpu,
+                     tuned__tune_progress_fn progress, void *ctx, tuned__tune_outcome *out,
+                     tuned__err *e);
 
 #endif

@@ -2,24 +2,26 @@
  *
  * One mutex guards the table, the queue and each GPU's public state; the
  * GPU threads hold it only to take a job and to publish progress, never
- * while they wait on a worker. A job's search runs in its GPU's thread
- * (tuned__search_run over the real tuned__space); its evaluation function
- * sends the variants to the worker process and survives the worker:
+ * while they wait on a worker. A job runs as a whole tune in its GPU's
+ * worker process (tuned__tune: compile cache, history, warm start,
+ * finalists); the GPU thread follows its events and survives the worker:
  *
- *   - batch mode: up to TUNED__WORKER_MAX_BATCH variants per request, the
- *     results streaming back a chunk at a time;
- *   - the worker is lost (crash, fatal GPU error, missed deadline): it is
- *     stopped, a new one is started and opened on the same shape, and the
- *     variants not yet answered are sent one at a time (single mode); the
- *     first one that takes the worker down again is the culprit: it is
- *     marked failed ("launch error") and named in the job; batch mode
- *     resumes after it, or after a chunk's worth of singles that passed;
+ *   - the worker names each variant before its first launch; when the
+ *     worker dies, reports a dead context, or says nothing for
+ *     variant_timeout_s (then it is killed), the variant named and not yet
+ *     answered is the culprit: it gets a failed entry in the store's
+ *     history (launch_error, or timeout for a hang), the job names it, a
+ *     new worker starts and the same tune is sent again; tuned__tune
+ *     resumes from the history, so neither the culprit nor anything
+ *     measured before runs again, with the budget and time that are left;
  *   - MAX_CONSECUTIVE culprits without one good answer in between mean
- *     the GPU itself is gone: the job fails.
+ *     the GPU itself is gone, and two losses with no variant named (a
+ *     start-up or compile crash) too: the job fails.
  *
- * A stop (daemon shutdown) lets the running chunk finish within the grace,
- * then the search ends and the best found so far is stored if it beats
- * the stored record (a checkpoint). */
+ * A stop (daemon shutdown) lets the tune run on for the grace; if it does
+ * not finish, the worker is killed and the best answer seen so far is
+ * stored if it beats the stored record (a checkpoint). Its history stays
+ * in the store: the next tune of the shape resumes from it. */
 #include "jobs.h"
 
 #include <stdarg.h>
@@ -36,10 +38,12 @@
 #include "worker.h"
 
 #define MAX_CONSECUTIVE 5
+#define MAX_UNNAMED 2
 
 typedef struct job {
     tuned__job_view v;   /* public state, under the mutex */
     tuned__search_opts search;
+    bool retune;
     double started_s;
     struct job *next;
 } job;
@@ -47,7 +51,6 @@ typedef struct job {
 typedef struct slot {
     tuned__jobs *owner;
     tuned__jobs_gpu info;   /* public part, under the mutex */
-    int chunk;
     tuned__worker *worker;  /* the slot thread's (the starter's before it runs) */
     uv_thread_t thread;
     bool thread_started;
@@ -114,10 +117,15 @@ typedef struct run_ctx {
     slot *s;
     job *jb;
     tuned__shape shape;
+    tuned__store_key key;                /* the tune's history key */
     double copy_us;
-    bool single;        /* single mode after a lost worker */
-    int singles_ok;
-    int consecutive;    /* culprits without a good answer between them */
+    size_t evaluated;                    /* answers over every attempt */
+    char running[TUNED__CONFIG_TEXT];    /* named by the worker, not yet answered */
+    bool have_best;                      /* the best answer seen, for a checkpoint */
+    tuned__config best;
+    double best_us;
+    int consecutive;                     /* culprits without a good answer between */
+    int unnamed;                         /* losses with no variant named */
 } run_ctx;
 
 static bool stopping(tuned__jobs *j)
@@ -152,10 +160,10 @@ static int start_worker(slot *s, tuned__err *e)
     tuned__worker_opts wo = {.exe = j->o.worker_exe, .device = s->info.gpu.ordinal, .db = j->o.db,
                              .nice = j->o.worker_nice, .hello_timeout_s = j->o.hello_timeout_s};
     tuned__gpu gpu;
-    int count, chunk;
+    int count;
     bool fake;
     tuned__worker *w;
-    int rc = tuned__worker_start(&w, &wo, &gpu, &count, &chunk, &fake, e);
+    int rc = tuned__worker_start(&w, &wo, &gpu, &count, &fake, e);
     if (rc != 0)
         return rc;
     if (gpu.fingerprint != s->info.gpu.fingerprint) {
@@ -163,65 +171,46 @@ static int start_worker(slot *s, tuned__err *e)
         return tuned__errf(e, TUNED_ENODEV, "GPU %d is now %s, not %s (a driver update?)",
                            s->info.gpu.ordinal, gpu.identity, s->info.gpu.identity);
     }
-    s->chunk = chunk;
     set_worker(s, w);
     return 0;
 }
 
-static void drop_worker(slot *s)
+/* Stops the worker (one that is exiting by itself gets grace_s). */
+static void drop_worker(slot *s, double grace_s)
 {
     tuned__worker *w = s->worker;
     set_worker(s, NULL);
-    tuned__worker_stop(w, 0.0);
+    tuned__worker_stop(w, grace_s);
 }
 
-static double open_timeout(const tuned__jobs *j)
-{
-    double t = 3 * j->o.variant_timeout_s;
-    return t < 60 ? 60 : t;
-}
-
-/* A running worker with the job's shape open; one restart allowed. */
-static int ensure_open(run_ctx *rx, tuned__err *e)
-{
-    slot *s = rx->s;
-    int rc = 0;
-    for (int attempt = 0; attempt < 2; attempt++) {
-        if (s->worker == NULL && (rc = start_worker(s, e)) != 0)
-            continue;
-        double copy_us;
-        rc = tuned__worker_open(s->worker, &rx->shape, open_timeout(s->owner), &copy_us, e);
-        if (rc == 0) {
-            if (rx->copy_us == 0)
-                rx->copy_us = copy_us;
-            return 0;
-        }
-        drop_worker(s);
-    }
-    return rc;
-}
-
-/* Publishes n results in the job's live counters. */
-static void account(run_ctx *rx, const tuned__config *cfgs, const tuned__eval_result *res,
-                    size_t n)
+/* One answered variant into the job's live counters. */
+static void account(run_ctx *rx, const char *config, int status, double us)
 {
     tuned__jobs *j = rx->s->owner;
+    tuned__config c;
+    bool ok = status == TUNED__EVAL_OK && us > 0 && tuned__config_parse(config, &c, NULL) == 0;
+    rx->evaluated++;
+    if (ok) {
+        rx->consecutive = 0;
+        if (!rx->have_best || us < rx->best_us) {
+            rx->have_best = true;
+            rx->best = c;
+            rx->best_us = us;
+        }
+    }
     uv_mutex_lock(&j->mu);
     tuned__job_view *v = &rx->jb->v;
-    for (size_t i = 0; i < n; i++) {
-        v->evaluated++;
-        if (res[i].status != TUNED__EVAL_OK || !(res[i].median_us > 0)) {
-            v->failed++;
-        } else if (!v->have_best || res[i].median_us < v->best_us) {
-            v->have_best = true;
-            v->best_us = res[i].median_us;
-            tuned__config_format(&cfgs[i], v->best_config, sizeof v->best_config);
-        }
+    v->evaluated = rx->evaluated;
+    v->failed += !ok;
+    if (ok && (!v->have_best || us < v->best_us)) {
+        v->have_best = true;
+        v->best_us = us;
+        snprintf(v->best_config, sizeof v->best_config, "%s", config);
     }
     uv_mutex_unlock(&j->mu);
 }
 
-static void note_restart(run_ctx *rx, const tuned__config *culprit)
+static void note_restart(run_ctx *rx, const char *culprit)
 {
     tuned__jobs *j = rx->s->owner;
     uv_mutex_lock(&j->mu);
@@ -231,91 +220,32 @@ static void note_restart(run_ctx *rx, const tuned__config *culprit)
     v->worker_restarts++;
     if (culprit != NULL) {
         if (v->crashes < TUNED__JOB_CRASHES_SHOWN)
-            tuned__config_format(culprit, v->crashed[v->crashes], sizeof v->crashed[0]);
+            snprintf(v->crashed[v->crashes], sizeof v->crashed[0], "%s", culprit);
         v->crashes++;
     }
     uv_mutex_unlock(&j->mu);
 }
 
-static int eval_batch(void *ctx, const tuned__config *cfgs, size_t n, tuned__eval_result *out,
-                      tuned__err *e)
+/* The culprit's failed entry in the history, so the resumed tune skips it. */
+static void record_culprit(run_ctx *rx, bool hang, const char *why)
 {
-    run_ctx *rx = ctx;
-    slot *s = rx->s;
-    tuned__jobs *j = s->owner;
-    size_t i = 0;
-    while (i < n) {
-        if (stopping(j))
-            return tuned__errf(e, TUNED_ETIMEOUT, "the daemon is stopping");
-        if (s->worker == NULL) {
-            int rc = ensure_open(rx, e);
-            if (rc != 0)
-                return tuned__err_prefix(e, rc, "GPU %d: cannot restart its worker: ",
-                                         s->info.gpu.ordinal);
-        }
-        size_t m = rx->single ? 1 : n - i;
-        if (m > TUNED__WORKER_MAX_BATCH)
-            m = TUNED__WORKER_MAX_BATCH;
-        size_t done = 0;
-        tuned__err we = {0};
-        int rc = tuned__worker_eval(s->worker, cfgs + i, m, out + i, &done,
-                                    j->o.variant_timeout_s, cancel_fn, j, &we);
-        account(rx, cfgs + i, out + i, done);
-        i += done;
-        if (rc == 0) {
-            rx->consecutive = 0;
-            if (rx->single && ++rx->singles_ok >= s->chunk)
-                rx->single = false;
-            continue;
-        }
-        drop_worker(s);
-        if (stopping(j))
-            return tuned__errf(e, TUNED_ETIMEOUT, "the daemon is stopping");
-        if (!rx->single) {
-            /* The culprit is among the next chunk: find it one at a time. */
-            logf_(j, "GPU %d: job %llu: %s; retrying its variants one at a time",
-                  s->info.gpu.ordinal, (unsigned long long)rx->jb->v.id, we.msg);
-            note_restart(rx, NULL);
-            rx->single = true;
-            rx->singles_ok = 0;
-            continue;
-        }
-        char name[TUNED__CONFIG_TEXT];
-        tuned__config_format(&cfgs[i], name, sizeof name);
-        logf_(j, "GPU %d: job %llu: variant %s took the worker down: %s", s->info.gpu.ordinal,
-              (unsigned long long)rx->jb->v.id, name, we.msg);
-        note_restart(rx, &cfgs[i]);
-        memset(&out[i], 0, sizeof out[i]);
-        out[i].status = TUNED__EVAL_LAUNCH_ERROR;
-        snprintf(out[i].detail, sizeof out[i].detail, "took the worker down: %s", we.msg);
-        account(rx, cfgs + i, out + i, 1);
-        i++;
-        rx->single = false;
-        if (++rx->consecutive >= MAX_CONSECUTIVE)
-            return tuned__errf(e, TUNED_ECUDA,
-                               "GPU %d lost: %d variants in a row took its worker down; last: %s",
-                               s->info.gpu.ordinal, rx->consecutive, we.msg);
-    }
-    return 0;
-}
-
-static void on_progress(void *ctx, const tuned__search_progress *p)
-{
-    run_ctx *rx = ctx;
     tuned__jobs *j = rx->s->owner;
-    uv_mutex_lock(&j->mu);
-    tuned__job_view *v = &rx->jb->v;
-    v->generation = p->generation;
-    if (p->have_best) {
-        v->have_best = true;
-        v->best_us = p->best_us;
-        tuned__config_format(&p->best, v->best_config, sizeof v->best_config);
-    }
-    uv_mutex_unlock(&j->mu);
+    tuned__store_eval ev = {.key = rx->key, .status = hang ? TUNED__HIST_TIMEOUT
+                                                           : TUNED__HIST_LAUNCH_ERROR};
+    snprintf(ev.config, sizeof ev.config, "%s", rx->running);
+    time_t now = time(NULL);
+    struct tm tm;
+    gmtime_r(&now, &tm);
+    strftime(ev.date, sizeof ev.date, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    snprintf(ev.detail, sizeof ev.detail, "took the worker down: %s", why);
+    tuned__err e = {0};
+    if (tuned__store_put_eval(j->store, &ev, &e) != 0)
+        logf_(j, "GPU %d: job %llu: cannot record %s in the history: %s", rx->s->info.gpu.ordinal,
+              (unsigned long long)rx->jb->v.id, rx->running, e.msg);
 }
 
-static void finish(run_ctx *rx, int state, bool stored, bool checkpointed,
-                   const tuned__search_result *res, const char *error)
+static void finish(run_ctx *rx, int state, bool stored, bool checkpointed, const char *reason,
+                   const char *error)
 {
     tuned__jobs *j = rx->s->owner;
     uv_mutex_lock(&j->mu);
@@ -325,15 +255,8 @@ static void finish(run_ctx *rx, int state, bool stored, bool checkpointed,
     v->checkpointed = checkpointed;
     v->copy_us = rx->copy_us;
     v->elapsed_s = now_s() - rx->jb->started_s;
-    if (res != NULL) {
-        v->generation = res->generations;
-        snprintf(v->stop_reason, sizeof v->stop_reason, "%s", res->stop_reason);
-        if (res->found) {
-            v->have_best = true;
-            v->best_us = res->best_us;
-            tuned__config_format(&res->best, v->best_config, sizeof v->best_config);
-        }
-    }
+    if (reason != NULL)
+        snprintf(v->stop_reason, sizeof v->stop_reason, "%s", reason);
     if (error != NULL)
         snprintf(v->error, sizeof v->error, "%s", error);
     j->counts.running--;
@@ -366,65 +289,166 @@ static int store_result(tuned__jobs *j, const tuned__record *rec, bool checkpoin
     return rc;
 }
 
+/* The daemon stopped before the tune ended: store the best seen so far. */
+static void checkpoint(run_ctx *rx)
+{
+    tuned__jobs *j = rx->s->owner;
+    bool stored = false;
+    tuned__err e = {0};
+    if (rx->have_best) {
+        tuned__tune_outcome o = {.gpu = rx->s->info.gpu, .copy_us = rx->copy_us};
+        o.search.found = true;
+        o.search.best = rx->best;
+        o.search.best_us = rx->best_us;
+        o.search.evaluations = rx->evaluated;
+        tuned__record rec;
+        tuned__tune_record(&o, &rx->shape, &rec);
+        if (store_result(j, &rec, true, &stored, &e) != 0)
+            logf_(j, "job %llu: checkpoint not stored: %s", (unsigned long long)rx->jb->v.id,
+                  e.msg);
+    }
+    logf_(j, "GPU %d: job %llu: stopped after %zu variants%s", rx->s->info.gpu.ordinal,
+          (unsigned long long)rx->jb->v.id, rx->evaluated,
+          stored ? "; checkpoint stored" : "");
+    finish(rx, TUNED__JOB_CANCELLED, stored, stored, "daemon stopped",
+           "the daemon stopped before the tune ended");
+}
+
+/* What a stop, a failure or a winner does to the job; false: go on. */
+static bool on_event(run_ctx *rx, const tuned__worker_event *ev, bool *lost, char *why, size_t n)
+{
+    slot *s = rx->s;
+    tuned__jobs *j = s->owner;
+    switch (ev->kind) {
+    case TUNED__WEV_PROGRESS:
+        uv_mutex_lock(&j->mu);
+        if (ev->copy_us > 0)
+            rx->jb->v.copy_us = rx->copy_us = ev->copy_us;
+        if (ev->have_generation)
+            rx->jb->v.generation = ev->generation;
+        uv_mutex_unlock(&j->mu);
+        return false;
+    case TUNED__WEV_RUNNING:
+        snprintf(rx->running, sizeof rx->running, "%s", ev->config);
+        return false;
+    case TUNED__WEV_EVALUATED:
+        if (strcmp(rx->running, ev->config) == 0)
+            rx->running[0] = '\0';
+        account(rx, ev->config, ev->status, ev->us);
+        return false;
+    case TUNED__WEV_OUTCOME: {
+        bool stored;
+        tuned__err se = {0};
+        tuned__record rec = ev->record;
+        if (rec.evaluations < rx->evaluated)
+            rec.evaluations = (uint32_t)rx->evaluated; /* over every attempt */
+        int rc = store_result(j, &rec, false, &stored, &se);
+        uv_mutex_lock(&j->mu);
+        rx->jb->v.have_best = true;
+        rx->jb->v.best_us = rec.median_us;
+        snprintf(rx->jb->v.best_config, sizeof rx->jb->v.best_config, "%s", rec.config);
+        uv_mutex_unlock(&j->mu);
+        if (rc != 0) {
+            finish(rx, TUNED__JOB_FAILED, false, false, ev->stop_reason, se.msg);
+        } else {
+            finish(rx, TUNED__JOB_DONE, stored, false, ev->stop_reason, NULL);
+            logf_(j, "GPU %d: job %llu: %s %.2f us after %zu variants (%zu failed, %zu resumed, "
+                  "%zu finalists)", s->info.gpu.ordinal, (unsigned long long)rx->jb->v.id,
+                  rec.config, rec.median_us, rx->evaluated, rx->jb->v.failed, ev->resumed,
+                  ev->finalists);
+        }
+        return true;
+    }
+    default: /* TUNED__WEV_ERROR: the worker exits after it */
+        drop_worker(s, 2.0);
+        if (ev->lost) {
+            *lost = true;
+            snprintf(why, n, "GPU error: %s", ev->message);
+            return false;
+        }
+        finish(rx, TUNED__JOB_FAILED, false, false, NULL, ev->message);
+        logf_(j, "GPU %d: job %llu: failed: %s", s->info.gpu.ordinal,
+              (unsigned long long)rx->jb->v.id, ev->message);
+        return true;
+    }
+}
+
 static void run_job(slot *s, job *jb)
 {
     tuned__jobs *j = s->owner;
     run_ctx rx = {.s = s, .jb = jb, .shape = jb->v.shape};
-    tuned__err e = {0};
-    tuned__space sp;
+    tuned__tune_key(&s->info.gpu, &rx.shape, &rx.key);
     char sh[96];
     snprintf(sh, sizeof sh, "%llux%llu %s", (unsigned long long)rx.shape.rows,
              (unsigned long long)rx.shape.cols, tuned_dtype_name(rx.shape.dtype));
     logf_(j, "GPU %d: job %llu: tuning %s", s->info.gpu.ordinal, (unsigned long long)jb->v.id, sh);
-    if (tuned__space_init(&sp, &rx.shape, s->info.arch, &e) != 0) {
-        finish(&rx, TUNED__JOB_FAILED, false, false, NULL, e.msg);
-        return;
-    }
-    int rc = ensure_open(&rx, &e);
-    if (rc != 0) {
-        tuned__space_free(&sp);
-        finish(&rx, TUNED__JOB_FAILED, false, false, NULL, e.msg);
-        return;
-    }
-    uv_mutex_lock(&j->mu);
-    jb->v.copy_us = rx.copy_us;
-    uv_mutex_unlock(&j->mu);
-    tuned__search_result res;
-    rc = tuned__search_run(&sp, &jb->search, eval_batch, &rx, on_progress, &rx, &res, &e);
-    tuned__space_free(&sp);
-    if (s->worker != NULL) {
-        tuned__err ce = {0};
-        if (tuned__worker_close_shape(s->worker, open_timeout(j), &ce) != 0)
-            drop_worker(s);
-    }
-    bool stop = stopping(j);
-    if (res.found && (rc == 0 || stop)) {
-        tuned__tune_outcome o = {.gpu = s->info.gpu, .copy_us = rx.copy_us, .search = res};
-        tuned__record rec;
-        tuned__tune_record(&o, &rx.shape, &rec);
-        bool stored;
-        tuned__err se = {0};
-        int src = store_result(j, &rec, rc != 0, &stored, &se);
-        if (src != 0)
-            finish(&rx, TUNED__JOB_FAILED, false, false, &res, se.msg);
-        else if (rc == 0)
-            finish(&rx, TUNED__JOB_DONE, stored, false, &res, NULL);
-        else
-            finish(&rx, TUNED__JOB_CANCELLED, stored, stored, &res, e.msg);
-        logf_(j, "GPU %d: job %llu: %s: %s %.2f us after %zu variants (%zu failed)%s",
-              s->info.gpu.ordinal, (unsigned long long)jb->v.id, sh, rec.config, rec.median_us,
-              res.evaluations, res.failed,
-              src != 0 ? "; NOT stored" : rc != 0 ? (stored ? "; checkpoint stored" : "; stopped")
-                                                  : "");
-    } else if (rc == 0) {
-        char why[768];
-        snprintf(why, sizeof why, "none of %zu variants passed its check; first: %s",
-                 res.evaluations, res.first_failure);
-        finish(&rx, TUNED__JOB_FAILED, false, false, &res, why);
-    } else {
-        finish(&rx, stop ? TUNED__JOB_CANCELLED : TUNED__JOB_FAILED, false, false, &res, e.msg);
-        logf_(j, "GPU %d: job %llu: %s: %s", s->info.gpu.ordinal, (unsigned long long)jb->v.id,
-              stop ? "stopped" : "failed", e.msg);
+    double t0 = now_s();
+    for (int attempt = 0;; attempt++) {
+        tuned__err e = {0};
+        if (stopping(j)) {
+            checkpoint(&rx);
+            return;
+        }
+        if (s->worker == NULL && start_worker(s, &e) != 0 && start_worker(s, &e) != 0) {
+            finish(&rx, TUNED__JOB_FAILED, false, false, NULL, e.msg);
+            return;
+        }
+        /* A resumed attempt gets what is left of the budget and the time. */
+        tuned__worker_tune t = {.shape = rx.shape, .seed = jb->search.seed,
+                                .retune = jb->retune && attempt == 0};
+        t.budget = jb->search.budget > rx.evaluated ? jb->search.budget - rx.evaluated : 1;
+        t.time_s = jb->search.time_s - (now_s() - t0);
+        if (t.time_s < 1)
+            t.time_s = 1;
+        rx.running[0] = '\0';
+        bool lost = false, hang = false, done = false;
+        char why[1100] = "";
+        if (tuned__worker_send_tune(s->worker, &t, &e) != 0) {
+            lost = true;
+            snprintf(why, sizeof why, "%s", e.msg);
+        }
+        while (!lost && !done) {
+            tuned__worker_event ev;
+            int rc = tuned__worker_next(s->worker, &ev, j->o.variant_timeout_s, cancel_fn, j, &e);
+            if (rc != 0) {
+                lost = true;
+                hang = rc == TUNED_ETIMEOUT;
+                snprintf(why, sizeof why, "%s", e.msg);
+                drop_worker(s, 0.0);
+            } else {
+                done = on_event(&rx, &ev, &lost, why, sizeof why);
+            }
+        }
+        if (done)
+            return;
+        /* The worker is lost: who took it down? */
+        if (stopping(j)) {
+            note_restart(&rx, NULL);
+            checkpoint(&rx);
+            return;
+        }
+        if (rx.running[0] != '\0') {
+            logf_(j, "GPU %d: job %llu: variant %s took the worker down (%s); resuming",
+                  s->info.gpu.ordinal, (unsigned long long)jb->v.id, rx.running, why);
+            record_culprit(&rx, hang, why);
+            note_restart(&rx, rx.running);
+            account(&rx, rx.running, TUNED__EVAL_LAUNCH_ERROR, 0);
+            if (++rx.consecutive >= MAX_CONSECUTIVE) {
+                char msg[1400];
+                snprintf(msg, sizeof msg, "GPU %d lost: %d variants in a row took its worker "
+                         "down; last: %s", s->info.gpu.ordinal, rx.consecutive, why);
+                finish(&rx, TUNED__JOB_FAILED, false, false, NULL, msg);
+                return;
+            }
+        } else {
+            logf_(j, "GPU %d: job %llu: the worker was lost outside any variant (%s)",
+                  s->info.gpu.ordinal, (unsigned long long)jb->v.id, why);
+            note_restart(&rx, NULL);
+            if (++rx.unnamed >= MAX_UNNAMED) {
+                finish(&rx, TUNED__JOB_FAILED, false, false, NULL, why);
+                return;
+            }
+        }
     }
 }
 
@@ -484,7 +508,7 @@ static void slot_main(void *arg)
         trim(j);
     }
     uv_mutex_unlock(&j->mu);
-    drop_worker(s);
+    drop_worker(s, 2.0);
     uv_mutex_lock(&j->mu);
     s->finished = true;
     uv_mutex_unlock(&j->mu);
@@ -492,14 +516,13 @@ static void slot_main(void *arg)
 
 /* ---- the API ---- */
 
-static int add_slot(tuned__jobs *j, tuned__worker *w, const tuned__gpu *gpu, int chunk, bool fake)
+static int add_slot(tuned__jobs *j, tuned__worker *w, const tuned__gpu *gpu, bool fake)
 {
     slot *s = &j->slots[j->nslots++];
     s->owner = j;
     s->info.gpu = *gpu;
     s->info.arch = gpu->cc_major * 10 + gpu->cc_minor;
     s->info.fake = fake;
-    s->chunk = chunk;
     s->worker = w;
     s->info.worker_pid = tuned__worker_pid(w);
     logf_(j, "GPU %d: %s (sm_%d%d, %zu MiB), worker pid %d%s", gpu->ordinal, gpu->name,
@@ -534,10 +557,10 @@ int tuned__jobs_start(tuned__jobs **out, tuned__store *store, const tuned__jobs_
                              .hello_timeout_s = o->hello_timeout_s};
     tuned__worker *w = NULL;
     tuned__gpu gpu;
-    int count = 0, chunk = 0;
+    int count = 0;
     bool fake = false;
     tuned__err we = {0};
-    if (tuned__worker_start(&w, &wo, &gpu, &count, &chunk, &fake, &we) != 0) {
+    if (tuned__worker_start(&w, &wo, &gpu, &count, &fake, &we) != 0) {
         snprintf(j->no_gpu, sizeof j->no_gpu, "%s", we.msg);
         logf_(j, "no GPU to tune on (%s); serving stored results only", we.msg);
         *out = j;
@@ -549,16 +572,16 @@ int tuned__jobs_start(tuned__jobs **out, tuned__store *store, const tuned__jobs_
         tuned__jobs_free(j);
         return tuned__errf(e, TUNED_ENOMEM, "jobs: out of memory");
     }
-    add_slot(j, w, &gpu, chunk, fake);
+    add_slot(j, w, &gpu, fake);
     for (int d = 1; d < count; d++) {
         wo.device = d;
         tuned__err de = {0};
         int dcount;
-        if (tuned__worker_start(&w, &wo, &gpu, &dcount, &chunk, &fake, &de) != 0) {
+        if (tuned__worker_start(&w, &wo, &gpu, &dcount, &fake, &de) != 0) {
             logf_(j, "GPU %d: no worker, not used: %s", d, de.msg);
             continue;
         }
-        add_slot(j, w, &gpu, chunk, fake);
+        add_slot(j, w, &gpu, fake);
     }
     for (size_t i = 0; i < j->nslots; i++) {
         if ((rc = uv_thread_create(&j->slots[i].thread, slot_main, &j->slots[i])) != 0) {
@@ -687,6 +710,7 @@ int tuned__jobs_submit(tuned__jobs *j, const tuned__job_params *p, uint64_t *id,
     jb->v.device = -1;
     jb->v.budget = p->search.budget;
     jb->search = p->search;
+    jb->retune = p->retune;
     if (j->tail != NULL)
         j->tail->next = jb;
     else

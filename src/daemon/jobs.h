@@ -3,11 +3,11 @@
  * A job tunes one (dtype, rows, cols) on one GPU model (the store's GPU
  * fingerprint). Submitting a job for a key that is already queued or
  * running joins that job instead of starting another. Each GPU has a
- * thread that takes the oldest queued job for its model and runs the
- * search (tuned__search_run over the real variant space) with the
- * evaluations sent to that GPU's worker process (worker.h). A worker that
- * crashes, reports a lost GPU or misses its deadline is replaced, and the
- * variant that took it down is marked failed; the search goes on.
+ * thread that takes the oldest queued job for its model and has that
+ * GPU's worker process (worker.h) run it with tuned__tune. A worker that
+ * crashes, reports a lost GPU or misses its deadline is replaced, the
+ * variant that took it down is marked failed in the store's history, and
+ * the tune resumes without it.
  *
  * The event loop calls in here to submit and to read job state; all of it
  * is guarded by one mutex and nothing here blocks on a GPU while holding
@@ -120,7 +120,8 @@ typedef struct tuned__job_view {
 typedef struct tuned__job_params {
     tuned__shape shape;
     uint64_t gpu_fp;           /* the model to run on */
-    tuned__search_opts search;
+    tuned__search_opts search; /* budget, time_s and seed are used */
+    bool retune;               /* ignore the shape's history (else resume from it) */
 } tuned__job_params;
 
 enum {

@@ -365,6 +365,7 @@ static const struct field {
     {"budget", B_TUNE},
     {"time_s", B_TUNE},
     {"seed", B_TUNE},
+    {"retune", B_TUNE},
     {"job", B_JOB},
     {"limit", B_LIST},
 };
@@ -494,6 +495,11 @@ static int parse_fields(const json_t *root, tuned__request *r, tuned__proto_erro
         if (get_uint(v, "seed", 0, INT64_MAX, &r->seed, err) != 0)
             return -1;
         r->have_seed = true;
+    }
+    if ((v = json_object_get(root, "retune")) != NULL) {
+        if (!json_is_boolean(v))
+            return fail(err, TUNED__PE_BAD_TYPE, "\"retune\" must be true or false");
+        r->retune = json_is_true(v);
     }
     if ((v = json_object_get(root, "job")) != NULL) {
         if (get_uint(v, "job", 1, INT64_MAX, &r->job, err) != 0)

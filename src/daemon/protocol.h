@@ -96,6 +96,7 @@ typedef struct tuned__request {
     uint64_t budget;        /* tune: 1..100000 */
     double time_s;          /* tune: (0, 86400] */
     uint64_t seed;          /* tune */
+    bool retune;            /* tune: ignore the shape's history */
     uint64_t job;           /* job: >= 1 */
     size_t limit;           /* list: 1..TUNED__PROTO_LIST_MAX */
 } tuned__request;

@@ -218,7 +218,7 @@ static int submit(tuned__daemon *d, const tuned__request *r, const target *t, ui
                  tuned__jobs_gpu_count(d->jobs) == 0 ? ": " : "", tuned__jobs_no_gpu(d->jobs));
         return -1;
     }
-    tuned__job_params p = {.shape = r->shape, .gpu_fp = t->fp};
+    tuned__job_params p = {.shape = r->shape, .gpu_fp = t->fp, .retune = r->retune};
     search_opts(r, &p.search);
     switch (tuned__jobs_submit(d->jobs, &p, id, joined)) {
     case TUNED__SUBMIT_OK: return 0;

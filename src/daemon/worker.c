@@ -26,6 +26,7 @@
 
 #include <jansson.h>
 
+#include "../../cache/record.h"
 #include "../../cache/store.h"
 #include "tuned.h"
 
@@ -344,7 +345,7 @@ static int parse_gpu(const json_t *g, int device, tuned__gpu *gpu, tuned__err *e
 }
 
 int tuned__worker_start(tuned__worker **out, const tuned__worker_opts *o, tuned__gpu *gpu,
-                        int *count, int *chunk, bool *fake, tuned__err *e)
+                        int *count, bool *fake, tuned__err *e)
 {
     *out = NULL;
     tuned__worker *w = calloc(1, sizeof *w);
@@ -360,15 +361,13 @@ int tuned__worker_start(tuned__worker **out, const tuned__worker_opts *o, tuned_
         const json_t *err = json_object_get(hello, "error");
         if (err != NULL) {
             rc = worker_error(err, TUNED_ENODEV, e);
-        } else if (!json_is_object(h) || !json_is_integer(json_object_get(h, "count")) ||
-                   !json_is_integer(json_object_get(h, "chunk"))) {
+        } else if (!json_is_object(h) || !json_is_integer(json_object_get(h, "count"))) {
             rc = tuned__errf(e, TUNED_EIO, "worker: malformed hello");
         } else {
             rc = parse_gpu(json_object_get(h, "gpu"), o->device, gpu, e);
             *count = (int)json_integer_value(json_object_get(h, "count"));
-            *chunk = (int)json_integer_value(json_object_get(h, "chunk"));
             *fake = json_is_true(json_object_get(h, "fake"));
-            if (rc == 0 && (*chunk < 1 || *count < 1))
+            if (rc == 0 && *count < 1)
                 rc = tuned__errf(e, TUNED_EIO, "worker: malformed hello");
         }
     }
@@ -381,123 +380,84 @@ int tuned__worker_start(tuned__worker **out, const tuned__worker_opts *o, tuned_
     return 0;
 }
 
-int tuned__worker_open(tuned__worker *w, const tuned__shape *s, double timeout_s,
-                       double *copy_us, tuned__err *e)
+int tuned__worker_send_tune(tuned__worker *w, const tuned__worker_tune *t, tuned__err *e)
 {
-    double deadline = now_s() + timeout_s;
-    json_t *req = json_pack("{s:s, s:s, s:I, s:I}", "op", "open", "dtype",
-                            tuned_dtype_name(s->dtype), "rows", (json_int_t)s->rows, "cols",
-                            (json_int_t)s->cols);
+    json_t *req = json_pack("{s:s, s:s, s:I, s:I, s:I, s:f, s:I, s:b}", "op", "tune", "dtype",
+                            tuned_dtype_name(t->shape.dtype), "rows", (json_int_t)t->shape.rows,
+                            "cols", (json_int_t)t->shape.cols, "budget", (json_int_t)t->budget,
+                            "time_s", t->time_s, "seed", (json_int_t)(t->seed & INT64_MAX),
+                            "retune", t->retune);
     if (req == NULL)
         return tuned__errf(e, TUNED_ENOMEM, "worker: out of memory");
-    int rc = send_json(w, req, deadline, e);
-    json_t *rep = NULL;
-    if (rc == 0)
-        rc = read_json(w, deadline, NULL, NULL, &rep, e);
-    if (rc != 0)
-        return rc;
-    const json_t *ok = json_object_get(rep, "opened");
-    const json_t *err = json_object_get(rep, "error");
-    if (json_is_object(ok) && json_is_number(json_object_get(ok, "copy_us"))) {
-        *copy_us = json_number_value(json_object_get(ok, "copy_us"));
-    } else if (err != NULL) {
-        rc = worker_error(err, TUNED_ECUDA, e);
-    } else {
-        rc = tuned__errf(e, TUNED_EIO, "worker %d: malformed reply to open", (int)w->pid);
-    }
-    json_decref(rep);
-    return rc;
+    return send_json(w, req, now_s() + 10.0, e);
 }
 
-/* Appends the results array r to res[*done..n). */
-static int take_results(const json_t *r, tuned__eval_result *res, size_t n, size_t *done)
+static size_t count_of(const json_t *o, const char *k)
 {
-    if (r == NULL)
-        return 0;
-    if (!json_is_array(r) || *done + json_array_size(r) > n)
-        return -1;
-    size_t i;
-    const json_t *v;
-    json_array_foreach(r, i, v) {
-        tuned__eval_result *x = &res[*done];
-        memset(x, 0, sizeof *x);
-        const json_t *s = json_object_get(v, "s");
-        if (!json_is_integer(s) || json_integer_value(s) < TUNED__EVAL_OK ||
-            json_integer_value(s) > TUNED__EVAL_LAUNCH_ERROR)
-            return -1;
-        x->status = (int)json_integer_value(s);
-        x->median_us = num(v, "us");
-        x->p20_us = num(v, "p20");
-        x->p80_us = num(v, "p80");
-        x->reps = (int)num(v, "reps");
-        x->compile_ms = num(v, "cms");
-        x->registers = (int)num(v, "regs");
-        x->local_bytes = (int)num(v, "local");
-        copy_str(x->detail, sizeof x->detail, json_object_get(v, "detail"));
-        (*done)++;
-    }
-    return 0;
+    double v = num(o, k);
+    return v > 0 ? (size_t)v : 0;
 }
 
-int tuned__worker_eval(tuned__worker *w, const tuned__config *cfgs, size_t n,
-                       tuned__eval_result *res, size_t *done, double line_timeout_s,
+/* Fills ev from one event line; -1 if it is none of the known events. */
+static int parse_event(const json_t *m, tuned__worker_event *ev)
+{
+    memset(ev, 0, sizeof *ev);
+    const json_t *v;
+    if ((v = json_object_get(m, "running")) != NULL) {
+        ev->kind = TUNED__WEV_RUNNING;
+        copy_str(ev->config, sizeof ev->config, v);
+        return ev->config[0] != '\0' ? 0 : -1;
+    }
+    if ((v = json_object_get(m, "evaluated")) != NULL) {
+        ev->kind = TUNED__WEV_EVALUATED;
+        copy_str(ev->config, sizeof ev->config, json_object_get(v, "config"));
+        ev->status = (int)num(v, "s");
+        ev->us = num(v, "us");
+        copy_str(ev->detail, sizeof ev->detail, json_object_get(v, "detail"));
+        return ev->config[0] != '\0' ? 0 : -1;
+    }
+    if ((v = json_object_get(m, "progress")) != NULL) {
+        ev->kind = TUNED__WEV_PROGRESS;
+        ev->copy_us = num(v, "copy_us");
+        ev->have_generation = json_is_integer(json_object_get(v, "generation"));
+        ev->generation = (int)num(v, "generation");
+        return 0;
+    }
+    if ((v = json_object_get(m, "outcome")) != NULL) {
+        ev->kind = TUNED__WEV_OUTCOME;
+        tuned__err re = {0};
+        if (tuned__record_from_json(json_object_get(v, "record"), &ev->record, &re) != 0)
+            return -1;
+        ev->evaluations = count_of(v, "evaluations");
+        ev->resumed = count_of(v, "resumed");
+        ev->failed = count_of(v, "failed");
+        ev->finalists = count_of(v, "finalists");
+        ev->warm_seeds = count_of(v, "warm_seeds");
+        copy_str(ev->stop_reason, sizeof ev->stop_reason, json_object_get(v, "stop_reason"));
+        return 0;
+    }
+    if ((v = json_object_get(m, "error")) != NULL) {
+        ev->kind = TUNED__WEV_ERROR;
+        tuned__err we = {0};
+        ev->code = worker_error(v, TUNED_ECUDA, &we);
+        snprintf(ev->message, sizeof ev->message, "%s", we.msg);
+        ev->lost = json_is_true(json_object_get(m, "lost"));
+        return 0;
+    }
+    return -1;
+}
+
+int tuned__worker_next(tuned__worker *w, tuned__worker_event *ev, double timeout_s,
                        tuned__worker_cancel_fn cancel, void *ctx, tuned__err *e)
 {
-    *done = 0;
-    if (n == 0)
-        return 0;
-    if (n > TUNED__WORKER_MAX_BATCH)
-        return tuned__errf(e, TUNED_EINVAL, "worker: batch of %zu variants (at most %d)", n,
-                           TUNED__WORKER_MAX_BATCH);
-    json_t *list = json_array();
-    json_t *req = json_pack("{s:s, s:o}", "op", "eval", "configs", list);
-    if (req == NULL)
-        return tuned__errf(e, TUNED_ENOMEM, "worker: out of memory");
-    for (size_t i = 0; i < n; i++) {
-        char text[TUNED__CONFIG_TEXT];
-        tuned__config_format(&cfgs[i], text, sizeof text);
-        if (json_array_append_new(list, json_string(text)) != 0) {
-            json_decref(req);
-            return tuned__errf(e, TUNED_ENOMEM, "worker: out of memory");
-        }
+    json_t *m = NULL;
+    int rc = read_json(w, now_s() + timeout_s, cancel, ctx, &m, e);
+    if (rc != 0)
+        return rc;
+    if (parse_event(m, ev) != 0) {
+        kill(w->pid, SIGKILL);
+        rc = lost(w, TUNED_EIO, e, "sent an unknown or malformed event; killed");
     }
-    int rc = send_json(w, req, now_s() + line_timeout_s, e);
-    while (rc == 0 && *done < n) {
-        json_t *rep = NULL;
-        rc = read_json(w, now_s() + line_timeout_s, cancel, ctx, &rep, e);
-        if (rc != 0)
-            break;
-        const json_t *fatal = json_object_get(rep, "fatal");
-        if (take_results(json_object_get(rep, "results"), res, n, done) != 0) {
-            kill(w->pid, SIGKILL);
-            rc = lost(w, TUNED_EIO, e, "sent malformed results; killed");
-        } else if (fatal != NULL) {
-            char why[1024];
-            tuned__err fe = {0};
-            worker_error(fatal, TUNED_ECUDA, &fe);
-            snprintf(why, sizeof why, "GPU error: %s", fe.msg);
-            rc = lost(w, TUNED_ECUDA, e, why);
-        } else if (json_object_get(rep, "results") == NULL) {
-            kill(w->pid, SIGKILL);
-            rc = lost(w, TUNED_EIO, e, "sent an unexpected line; killed");
-        }
-        json_decref(rep);
-    }
-    return rc;
-}
-
-int tuned__worker_close_shape(tuned__worker *w, double timeout_s, tuned__err *e)
-{
-    double deadline = now_s() + timeout_s;
-    json_t *req = json_pack("{s:s}", "op", "close");
-    if (req == NULL)
-        return tuned__errf(e, TUNED_ENOMEM, "worker: out of memory");
-    int rc = send_json(w, req, deadline, e);
-    json_t *rep = NULL;
-    if (rc == 0)
-        rc = read_json(w, deadline, NULL, NULL, &rep, e);
-    if (rc == 0 && !json_is_true(json_object_get(rep, "closed")))
-        rc = tuned__errf(e, TUNED_EIO, "worker %d: malformed reply to close", (int)w->pid);
-    json_decref(rep);
+    json_decref(m);
     return rc;
 }

@@ -1,29 +1,30 @@
 /* worker.h: the GPU worker process, seen from both ends of its pipes.
  *
  * The daemon never touches a GPU itself. For each GPU it runs the tuned
- * binary again as `tuned worker --device N`, a child that owns the CUDA
- * context, compiles and times variants, and talks one JSON object per line
- * over its stdin (requests) and stdout (replies); its stderr is the
- * daemon's. A variant that faults (illegal address: the context is dead),
- * aborts or hangs takes only this process down: the daemon sees EOF, a
- * "fatal" line or a missed deadline, kills what is left and starts a new
- * one. The lines:
+ * binary again as `tuned worker --device N --db STORE`, a child that owns
+ * the CUDA context and runs whole tunes with tuned__tune() (the store's
+ * compile cache, history, warm start, finalists: the same tune as `tuned
+ * tune`), talking one JSON object per line over its stdin (requests) and
+ * stdout (events); its stderr is the daemon's. Before each variant's first
+ * launch it names that variant (the evaluator's on_variant hook), so when
+ * a variant faults (illegal address: the context is dead), aborts or hangs
+ * and takes the process down, the daemon knows which one: it writes a
+ * failed entry for it into the store's history, starts a new worker and
+ * sends the same tune again, which resumes from the history (every
+ * variant measured so far, and the culprit, are not run again). The lines:
  *
- *   worker -> {"hello":{"count":N,"chunk":P,"fake":B,"gpu":{...}}}  once, at start
- *             {"error":{"code":C,"message":M}}                      instead, then exits
- *   daemon -> {"op":"open","dtype":"fp16","rows":R,"cols":C}
- *   worker -> {"opened":{"copy_us":X}} | {"error":{...}}
- *   daemon -> {"op":"eval","configs":["w8.r1.v8...",...]}
- *   worker -> {"results":[{...},...]}   one line per chunk of at most P variants,
- *                                       in order, until every config has a result
- *             {"fatal":{...},"results":[...]}  the GPU is lost: the results done
- *                                       before it, then the worker exits
- *   daemon -> {"op":"close"}            frees the shape's buffers
- *   worker -> {"closed":true}
- *   EOF on stdin: the worker exits.
- *
- * A result is {"s":status,"us":median,"p20":..,"p80":..,"reps":..,"cms":..,
- * "regs":..,"local":..,"detail":".."} with s a TUNED__EVAL_* value. */
+ *   worker -> {"hello":{"count":N,"fake":B,"gpu":{...}}}   once, at start
+ *             {"error":{"code":C,"message":M}}             instead, then exits
+ *   daemon -> {"op":"tune","dtype":"fp16","rows":R,"cols":C,"budget":B,
+ *              "time_s":T,"seed":S,"retune":false}
+ *   worker -> {"progress":{"copy_us":X,...}}   the roofline, then after each generation
+ *             {"running":"w8.r1.v8..."}        before each variant's first launch
+ *             {"evaluated":{"config":..,"s":STATUS,"us":MEDIAN,"detail":..}}
+ *                                              each variant, after its batch
+ *             {"outcome":{"record":{...},"evaluations":N,...}}   done; the next tune may come
+ *             {"error":{...},"lost":B}         the tune failed (lost: the GPU context
+ *                                              is dead); the worker exits after it
+ *   EOF on stdin: the worker exits. */
 #ifndef TUNED_DAEMON_WORKER_H
 #define TUNED_DAEMON_WORKER_H
 
@@ -31,6 +32,7 @@
 #include <stddef.h>
 #include <sys/types.h>
 
+#include "../../cache/store.h"
 #include "../tuner/evaluator.h"
 #include "../tuner/gpu.h"
 
@@ -51,35 +53,60 @@ typedef struct tuned__worker_opts {
 typedef bool (*tuned__worker_cancel_fn)(void *ctx);
 
 /* Starts a worker and reads its hello into gpu and *count (the GPUs the
- * driver sees) and *chunk (variants per result line). On failure *out is
- * NULL and e holds the worker's own message when it sent one. */
+ * driver sees). On failure *out is NULL and e holds the worker's own
+ * message when it sent one. */
 int tuned__worker_start(tuned__worker **out, const tuned__worker_opts *o, tuned__gpu *gpu,
-                        int *count, int *chunk, bool *fake, tuned__err *e);
+                        int *count, bool *fake, tuned__err *e);
 
 pid_t tuned__worker_pid(const tuned__worker *w);
 
-/* Sets up shape s in the worker; *copy_us is the roofline it measured. */
-int tuned__worker_open(tuned__worker *w, const tuned__shape *s, double timeout_s,
-                       double *copy_us, tuned__err *e);
+typedef struct tuned__worker_tune {
+    tuned__shape shape;
+    size_t budget;
+    double time_s;
+    uint64_t seed;
+    bool retune;
+} tuned__worker_tune;
 
-/* Evaluates cfgs[0..n) (n at most TUNED__WORKER_MAX_BATCH): res[i] for
- * i < *done holds the worker's result. 0 when all n came back. Otherwise
- * the worker is lost: it died (EOF: TUNED_EIO), sent no line within
- * line_timeout_s or was cancelled (TUNED_ETIMEOUT; it is killed), or
- * reported a fatal GPU error (TUNED_ECUDA); e says which, and the caller
- * must tuned__worker_stop() it. */
-int tuned__worker_eval(tuned__worker *w, const tuned__config *cfgs, size_t n,
-                       tuned__eval_result *res, size_t *done, double line_timeout_s,
+/* Starts a tune in the worker; its events come from tuned__worker_next. */
+int tuned__worker_send_tune(tuned__worker *w, const tuned__worker_tune *t, tuned__err *e);
+
+enum {
+    TUNED__WEV_PROGRESS = 0,
+    TUNED__WEV_RUNNING,
+    TUNED__WEV_EVALUATED,
+    TUNED__WEV_OUTCOME,
+    TUNED__WEV_ERROR,
+};
+
+typedef struct tuned__worker_event {
+    int kind;                           /* TUNED__WEV_* */
+    char config[TUNED__CONFIG_TEXT];    /* RUNNING, EVALUATED */
+    int status;                         /* EVALUATED: TUNED__EVAL_* */
+    double us;                          /* EVALUATED: the median, OK only */
+    char detail[512];                   /* EVALUATED: why it failed */
+    double copy_us;                     /* PROGRESS */
+    bool have_generation;               /* PROGRESS: after a generation (else the roofline) */
+    int generation;
+    tuned__record record;               /* OUTCOME: the winner, as it is to be stored */
+    size_t evaluations, resumed, failed, finalists, warm_seeds; /* OUTCOME */
+    char stop_reason[64];               /* OUTCOME */
+    int code;                           /* ERROR: TUNED_E* */
+    char message[1024];                 /* ERROR */
+    bool lost;                          /* ERROR: the GPU context is dead */
+} tuned__worker_event;
+
+/* The next event of the running tune, waiting at most timeout_s. 0 with
+ * *ev; otherwise the worker is lost: it died (TUNED_EIO), sent nothing in
+ * time or was cancelled (TUNED_ETIMEOUT; it is killed), and e says how; the
+ * caller must tuned__worker_stop() it. After an ERROR event the worker
+ * exits by itself. */
+int tuned__worker_next(tuned__worker *w, tuned__worker_event *ev, double timeout_s,
                        tuned__worker_cancel_fn cancel, void *ctx, tuned__err *e);
-
-/* Frees the shape's buffers in the worker. */
-int tuned__worker_close_shape(tuned__worker *w, double timeout_s, tuned__err *e);
 
 /* Ends the worker: closes its stdin, waits up to grace_s for it to exit,
  * then SIGKILLs it; reaps it and frees w. NULL is allowed. */
 void tuned__worker_stop(tuned__worker *w, double grace_s);
-
-#define TUNED__WORKER_MAX_BATCH 256
 
 /* ---- the worker's end (`tuned worker`) ---- */
 

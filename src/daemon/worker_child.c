@@ -1,18 +1,21 @@
 /* worker_child.c: `tuned worker`, the process that owns one GPU for the
  * daemon (the protocol is in worker.h).
  *
- * The real backend loads the CUDA driver and NVRTC and evaluates with the
- * tuner's own evaluator (tuned__evaluator_open/run: the same compile,
- * check against the float64 reference and timing as `tuned tune`). The
- * test-only fake backend (fake_gpu.h) stands in when TUNED_TEST_FAKE_GPU
- * is set. Results go back one line per chunk of variants (as many as
- * compile in parallel), so the daemon's deadline is per chunk and a hang
- * is noticed within one chunk's time.
+ * A tune request runs tuned__tune() with the real driver and NVRTC and
+ * the store (compile cache, history, warm start): the same tune as `tuned
+ * tune`. Its callbacks become event lines: the roofline and each
+ * generation (progress), each variant right before its first launch
+ * (running: the evaluator's on_variant hook), each variant's result after
+ * its batch (evaluated), the winner (outcome). The test-only fake backend
+ * (fake_gpu.h) stands in for the GPU when TUNED_TEST_FAKE_GPU is set, with
+ * the same lines.
  *
- * The process dies with the daemon thread that started it (PDEATHSIG),
- * ignores SIGINT (a Ctrl-C in the daemon's terminal reaches the whole
- * process group; the daemon stops its workers itself) and lowers its
- * priority so that NVRTC compiles do not slow down the daemon's answers. */
+ * After a failed tune the worker reports it and exits: a fatal CUDA error
+ * leaves the context unusable, and a fresh process is cheap. It dies with
+ * the daemon thread that started it (PDEATHSIG), ignores SIGINT (a Ctrl-C
+ * in the daemon's terminal reaches the whole process group; the daemon
+ * stops its workers itself) and lowers its priority so that NVRTC compiles
+ * do not slow down the daemon's answers. */
 #include "worker.h"
 
 #include <errno.h>
@@ -26,8 +29,10 @@
 
 #include <jansson.h>
 
+#include "../../cache/record.h"
 #include "../../cache/store.h"
 #include "../tuner/driver.h"
+#include "../tuner/tune.h"
 #include "fake_gpu.h"
 #include "tuned.h"
 
@@ -38,14 +43,9 @@ typedef struct backend {
     int device;
     tuned__driver *d;
     tuned__nvrtc *n;
-    tuned__store *cubins;    /* the compile cache, when the store opens */
+    tuned__store *store;     /* compile cache and history, when it opens */
     tuned__gpu gpu;
     int count;
-    int chunk;
-    tuned__evaluator *ev;
-    bool open;
-    tuned__shape shape;
-    double copy_us;
     const char *plant_fault; /* TEST ONLY: TUNED_TEST_PLANT_FAULT */
 } backend;
 
@@ -70,18 +70,20 @@ static json_t *error_obj(int code, const char *message)
     return json_pack("{s:i, s:s}", "code", code, "message", message);
 }
 
-static void emit_error(const char *key, const tuned__err *e)
+static void emit_error(const tuned__err *e, bool lost)
 {
-    emit(json_pack("{s:o}", key, error_obj(e->code != 0 ? e->code : TUNED_ECUDA, e->msg)));
+    emit(json_pack("{s:o, s:b}", "error", error_obj(e->code != 0 ? e->code : TUNED_ECUDA, e->msg),
+                   "lost", lost));
 }
 
 /* ---- the real GPU ---- */
 
 /* TEST ONLY (TUNED_TEST_PLANT_FAULT): makes the context fault as a variant
  * writing out of bounds would, with a one-thread PTX kernel that stores to
- * address 8. The context is dead afterwards (a sticky error), exactly the
- * state a faulting variant leaves; the caller reports it as fatal. */
-static int plant_fault(backend *b, tuned__err *e)
+ * address 8. The context is dead afterwards (a sticky error): the variant
+ * about to run fails on it, and so does the tune, exactly as after a
+ * faulting variant. */
+static void plant_fault(backend *b)
 {
     static const char ptx[] = ".version 7.0\n.target sm_70\n.address_size 64\n"
                               ".visible .entry tuned_planted_fault()\n{\n"
@@ -89,27 +91,26 @@ static int plant_fault(backend *b, tuned__err *e)
                               "  mov.u64 %rd1, 8;\n  mov.u32 %r1, 1;\n"
                               "  st.global.u32 [%rd1], %r1;\n  ret;\n}\n";
     const tuned__driver *d = b->d;
+    tuned__err e = {0};
     CUcontext ctx;
     CUmodule mod;
     CUfunction fn;
-    int rc = tuned__cuda_check(d, d->cuDevicePrimaryCtxRetain(&ctx, b->gpu.device), e,
-                               "planted fault: cuDevicePrimaryCtxRetain");
+    int rc = tuned__cuda_check(d, d->cuDevicePrimaryCtxRetain(&ctx, b->gpu.device), &e,
+                               "cuDevicePrimaryCtxRetain");
     if (rc == 0)
-        rc = tuned__cuda_check(d, d->cuCtxSetCurrent(ctx), e, "planted fault: cuCtxSetCurrent");
+        rc = tuned__cuda_check(d, d->cuCtxSetCurrent(ctx), &e, "cuCtxSetCurrent");
     if (rc == 0)
-        rc = tuned__cuda_check(d, d->cuModuleLoadData(&mod, ptx), e,
-                               "planted fault: cuModuleLoadData");
+        rc = tuned__cuda_check(d, d->cuModuleLoadData(&mod, ptx), &e, "cuModuleLoadData");
     if (rc == 0)
-        rc = tuned__cuda_check(d, d->cuModuleGetFunction(&fn, mod, "tuned_planted_fault"), e,
-                               "planted fault: cuModuleGetFunction");
+        rc = tuned__cuda_check(d, d->cuModuleGetFunction(&fn, mod, "tuned_planted_fault"), &e,
+                               "cuModuleGetFunction");
     if (rc == 0)
         rc = tuned__cuda_check(d, d->cuLaunchKernel(fn, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL),
-                               e, "planted fault: launch");
+                               &e, "launch");
     if (rc == 0)
-        rc = tuned__cuda_check(d, d->cuCtxSynchronize(), e, "planted fault: cuCtxSynchronize");
-    if (rc == 0)
-        rc = tuned__errf(e, TUNED_ECUDA, "planted fault: the kernel did not fault");
-    return rc;
+        rc = tuned__cuda_check(d, d->cuCtxSynchronize(), &e, "cuCtxSynchronize");
+    fprintf(stderr, "tuned worker: TEST ONLY: planted fault: %s\n",
+            rc != 0 ? e.msg : "the kernel did not fault");
 }
 
 static int real_init(backend *b, tuned__err *e)
@@ -123,154 +124,100 @@ static int real_init(backend *b, tuned__err *e)
         rc = tuned__errf(e, TUNED_ENODEV, "the CUDA driver sees no GPU");
     if (rc == 0)
         rc = tuned__gpu_query(b->d, b->n, b->device, &b->gpu, e);
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    b->chunk = cores < 4 ? 4 : cores > 32 ? 32 : (int)cores;
     b->plant_fault = getenv("TUNED_TEST_PLANT_FAULT");
     if (b->plant_fault != NULL && *b->plant_fault != '\0')
         fprintf(stderr, "tuned worker: TEST ONLY: a fault is planted in %s\n", b->plant_fault);
     return rc;
 }
 
-/* ---- requests ---- */
+/* ---- the tune's callbacks, as event lines ---- */
 
-static void close_shape(backend *b)
+static void on_variant(void *ctx, const tuned__config *c)
 {
-    if (b->ev != NULL)
-        tuned__evaluator_close(b->ev);
-    b->ev = NULL;
-    b->open = false;
+    backend *b = ctx;
+    char text[TUNED__CONFIG_TEXT];
+    tuned__config_format(c, text, sizeof text);
+    emit(json_pack("{s:s}", "running", text));
+    if (!b->fake && b->plant_fault != NULL && strcmp(text, b->plant_fault) == 0)
+        plant_fault(b);
 }
 
-static void do_open(backend *b, const json_t *req)
+static void on_trace(void *ctx, const tuned__config *c, const tuned__eval_result *r)
 {
-    close_shape(b);
+    (void)ctx;
+    char text[TUNED__CONFIG_TEXT];
+    tuned__config_format(c, text, sizeof text);
+    emit(json_pack("{s:{s:s, s:i, s:f, s:s}}", "evaluated", "config", text, "s", r->status, "us",
+                   r->median_us, "detail", r->detail));
+}
+
+static void on_progress(void *ctx, const tuned__tune_progress *p)
+{
+    (void)ctx;
+    if (p->search == NULL) {
+        emit(json_pack("{s:{s:f}}", "progress", "copy_us", p->copy_us));
+        return;
+    }
+    emit(json_pack("{s:{s:f, s:i, s:I, s:I}}", "progress", "copy_us", p->copy_us, "generation",
+                   p->search->generation, "tried", (json_int_t)p->search->tried, "failed",
+                   (json_int_t)p->search->failed));
+}
+
+/* Runs one tune request; false when the worker must exit (the tune failed). */
+static bool do_tune(backend *b, const json_t *req)
+{
     tuned__err e = {0};
-    tuned__shape s = {0};
+    tuned__tune_request r;
+    tuned__tune_request_default(&r);
     const json_t *dt = json_object_get(req, "dtype");
     const json_t *rows = json_object_get(req, "rows");
     const json_t *cols = json_object_get(req, "cols");
-    if (!json_is_string(dt) || tuned_dtype_parse(json_string_value(dt), &s.dtype) != 0 ||
+    const json_t *budget = json_object_get(req, "budget");
+    const json_t *time_s = json_object_get(req, "time_s");
+    const json_t *seed = json_object_get(req, "seed");
+    if (!json_is_string(dt) || tuned_dtype_parse(json_string_value(dt), &r.shape.dtype) != 0 ||
         !json_is_integer(rows) || !json_is_integer(cols) || json_integer_value(rows) < 1 ||
-        json_integer_value(cols) < 1) {
-        tuned__errf(&e, TUNED_EINVAL, "worker: malformed open request");
-        emit_error("error", &e);
-        return;
+        json_integer_value(cols) < 1 || !json_is_integer(budget) ||
+        json_integer_value(budget) < 1 || !json_is_number(time_s) ||
+        !(json_number_value(time_s) > 0) || !json_is_integer(seed)) {
+        tuned__errf(&e, TUNED_EINVAL, "worker: malformed tune request");
+        emit_error(&e, false);
+        return false;
     }
-    s.rows = (uint64_t)json_integer_value(rows);
-    s.cols = (uint64_t)json_integer_value(cols);
-    if (b->fake) {
-        b->copy_us = tuned__fake_copy_us(&s);
-    } else {
-        tuned__eval_opts o;
-        tuned__eval_opts_default(&o);
-        o.cubins = b->cubins;
-        if (tuned__evaluator_open(&b->ev, b->d, b->n, &b->gpu, &s, &o, &e) != 0) {
-            emit_error("error", &e);
-            return;
-        }
-        b->copy_us = tuned__evaluator_copy_us(b->ev);
+    r.shape.rows = (uint64_t)json_integer_value(rows);
+    r.shape.cols = (uint64_t)json_integer_value(cols);
+    r.device = b->device;
+    r.search.budget = (size_t)json_integer_value(budget);
+    r.search.time_s = json_number_value(time_s);
+    r.search.seed = (uint64_t)json_integer_value(seed);
+    r.retune = json_is_true(json_object_get(req, "retune"));
+    r.store = b->store;
+    r.eval.on_variant = on_variant;
+    r.eval.on_variant_ctx = b;
+    r.trace = on_trace;
+    r.trace_ctx = b;
+    tuned__tune_outcome out;
+    int rc = b->fake ? tuned__fake_tune(&r, &b->gpu, on_progress, b, &out, &e)
+                     : tuned__tune(b->d, b->n, &r, on_progress, b, &out, &e);
+    if (rc != 0) {
+        /* A dead context (a faulting variant, a lost GPU): say so. */
+        emit_error(&e, rc == TUNED_ECUDA);
+        return false;
     }
-    b->shape = s;
-    b->open = true;
-    emit(json_pack("{s:{s:f}}", "opened", "copy_us", b->copy_us));
-}
-
-static json_t *result_obj(const tuned__eval_result *r)
-{
-    return json_pack("{s:i, s:f, s:f, s:f, s:i, s:f, s:i, s:i, s:s}", "s", r->status, "us",
-                     r->median_us, "p20", r->p20_us, "p80", r->p80_us, "reps", r->reps, "cms",
-                     r->compile_ms, "regs", r->registers, "local", r->local_bytes, "detail",
-                     r->detail);
-}
-
-/* Sends {"results":[res[0..n)]} (with "fatal" when fe is not NULL). */
-static void emit_results(const tuned__eval_result *res, size_t n, const tuned__err *fe)
-{
-    json_t *arr = json_array();
-    json_t *msg = json_pack("{s:o}", "results", arr);
-    if (msg == NULL) {
-        fprintf(stderr, "tuned worker: out of memory\n");
-        _exit(2);
+    tuned__record rec;
+    tuned__tune_record(&out, &r.shape, &rec);
+    json_t *rj = NULL;
+    if (tuned__record_to_json(&rec, &rj, &e) != 0) {
+        emit_error(&e, false);
+        return false;
     }
-    for (size_t i = 0; i < n; i++)
-        if (json_array_append_new(arr, result_obj(&res[i])) != 0) {
-            fprintf(stderr, "tuned worker: out of memory\n");
-            _exit(2);
-        }
-    if (fe != NULL &&
-        json_object_set_new(msg, "fatal", error_obj(fe->code ? fe->code : TUNED_ECUDA, fe->msg)))
-        _exit(2);
-    emit(msg);
-}
-
-/* Evaluates one chunk on the real GPU; on a fatal error reports what was
- * done before it and exits (the context is unusable). */
-static void real_chunk(backend *b, const tuned__config *cfgs, size_t n, tuned__eval_result *res)
-{
-    tuned__err e = {0};
-    size_t upto = n, planted = n;
-    if (b->plant_fault != NULL && *b->plant_fault != '\0') {
-        for (size_t i = 0; i < n && planted == n; i++) {
-            char text[TUNED__CONFIG_TEXT];
-            tuned__config_format(&cfgs[i], text, sizeof text);
-            if (strcmp(text, b->plant_fault) == 0)
-                planted = upto = i;
-        }
-    }
-    int rc = upto > 0 ? tuned__evaluator_run(b->ev, cfgs, upto, res, &e) : 0;
-    if (rc == 0 && planted < n) {
-        fprintf(stderr, "tuned worker: TEST ONLY: planted fault in %s\n", b->plant_fault);
-        rc = plant_fault(b, &e);
-    }
-    if (rc == 0) {
-        emit_results(res, n, NULL);
-        return;
-    }
-    size_t done = 0; /* the results finished before the failure */
-    while (done < upto && (res[done].status != TUNED__EVAL_OK || res[done].median_us > 0))
-        done++;
-    emit_results(res, done, &e);
-    fprintf(stderr, "tuned worker %d: GPU %d lost: %s\n", (int)getpid(), b->device, e.msg);
-    _exit(3);
-}
-
-static void do_eval(backend *b, const json_t *req)
-{
-    tuned__err e = {0};
-    const json_t *list = json_object_get(req, "configs");
-    size_t n = json_array_size(list);
-    if (!b->open || !json_is_array(list) || n == 0 || n > TUNED__WORKER_MAX_BATCH) {
-        tuned__errf(&e, TUNED_EINVAL, "worker: eval needs an open shape and 1 to %d configs",
-                    TUNED__WORKER_MAX_BATCH);
-        emit_error("error", &e);
-        return;
-    }
-    tuned__config cfgs[TUNED__WORKER_MAX_BATCH];
-    for (size_t i = 0; i < n; i++) {
-        const json_t *v = json_array_get(list, i);
-        if (!json_is_string(v) || tuned__config_parse(json_string_value(v), &cfgs[i], &e) != 0) {
-            tuned__errf(&e, TUNED_EINVAL, "worker: config %zu is not a config", i);
-            emit_error("error", &e);
-            return;
-        }
-    }
-    tuned__eval_result *res = calloc((size_t)b->chunk, sizeof *res);
-    if (res == NULL) {
-        fprintf(stderr, "tuned worker: out of memory\n");
-        _exit(2);
-    }
-    for (size_t at = 0; at < n; at += (size_t)b->chunk) {
-        size_t m = n - at < (size_t)b->chunk ? n - at : (size_t)b->chunk;
-        memset(res, 0, (size_t)b->chunk * sizeof *res);
-        if (b->fake) {
-            for (size_t i = 0; i < m; i++)
-                tuned__fake_eval(&b->shape, &cfgs[at + i], &res[i]);
-            emit_results(res, m, NULL);
-        } else {
-            real_chunk(b, cfgs + at, m, res);
-        }
-    }
-    free(res);
+    emit(json_pack("{s:{s:o, s:I, s:I, s:I, s:i, s:s, s:I, s:f, s:I}}", "outcome", "record", rj,
+                   "evaluations", (json_int_t)out.search.evaluations, "resumed",
+                   (json_int_t)out.search.resumed, "failed", (json_int_t)out.search.failed,
+                   "generations", out.search.generations, "stop_reason", out.search.stop_reason,
+                   "finalists", (json_int_t)out.finalists, "noise", out.noise, "warm_seeds",
+                   (json_int_t)out.warm_seeds));
+    return true;
 }
 
 static void hello(const backend *b)
@@ -283,8 +230,8 @@ static void hello(const backend *b)
                             "total_mem", (json_int_t)b->gpu.total_mem, "l2", b->gpu.l2_bytes,
                             "driver", b->gpu.driver_version, "nvrtc_major", b->gpu.nvrtc_major,
                             "nvrtc_minor", b->gpu.nvrtc_minor, "template_hash", tpl);
-    emit(json_pack("{s:{s:s, s:i, s:i, s:b, s:o}}", "hello", "version", tuned_version(), "count",
-                   b->count, "chunk", b->chunk, "fake", b->fake, "gpu", gpu));
+    emit(json_pack("{s:{s:s, s:i, s:b, s:o}}", "hello", "version", tuned_version(), "count",
+                   b->count, "fake", b->fake, "gpu", gpu));
 }
 
 /* Dies with the daemon thread that spawned us; yields the CPU to it. */
@@ -312,17 +259,17 @@ int tuned__worker_main(int device, const char *db)
     int rc;
     if (b.fake) {
         fprintf(stderr, "tuned worker: TEST ONLY: fake GPU backend (TUNED_TEST_FAKE_GPU)\n");
-        b.chunk = 4;
         rc = tuned__fake_gpu_query(device, &b.gpu, &b.count, &e);
     } else {
         rc = real_init(&b, &e);
-        /* The compile cache is a help, not a need: without it, compile. */
-        tuned__err se = {0};
-        if (rc == 0 && db != NULL && *db != '\0' && tuned__store_open(&b.cubins, db, 0, &se) != 0)
-            fprintf(stderr, "tuned worker: no compile cache: %s\n", se.msg);
     }
+    /* The store is a help, not a need: without it, no compile cache and no
+     * history (a crash then cannot be resumed past). */
+    tuned__err se = {0};
+    if (rc == 0 && db != NULL && *db != '\0' && tuned__store_open(&b.store, db, 0, &se) != 0)
+        fprintf(stderr, "tuned worker: no store: %s\n", se.msg);
     if (rc != 0) {
-        emit_error("error", &e);
+        emit(json_pack("{s:o}", "error", error_obj(e.code != 0 ? e.code : TUNED_ENODEV, e.msg)));
         tuned__nvrtc_unload(b.n);
         tuned__driver_unload(b.d);
         return 1;
@@ -331,30 +278,26 @@ int tuned__worker_main(int device, const char *db)
     char *line = NULL;
     size_t cap = 0;
     ssize_t len;
-    while ((len = getline(&line, &cap, stdin)) > 0) {
+    rc = 0;
+    while (rc == 0 && (len = getline(&line, &cap, stdin)) > 0) {
         if ((size_t)len > MAX_REQUEST_LINE)
             break;
         json_error_t jerr;
         json_t *req = json_loadb(line, (size_t)len, 0, &jerr);
         const json_t *op = json_object_get(req, "op");
-        const char *name = json_is_string(op) ? json_string_value(op) : "";
-        if (strcmp(name, "open") == 0) {
-            do_open(&b, req);
-        } else if (strcmp(name, "eval") == 0) {
-            do_eval(&b, req);
-        } else if (strcmp(name, "close") == 0) {
-            close_shape(&b);
-            emit(json_pack("{s:b}", "closed", 1));
+        if (json_is_string(op) && strcmp(json_string_value(op), "tune") == 0) {
+            if (!do_tune(&b, req))
+                rc = 3;
         } else {
             tuned__errf(&e, TUNED_EINVAL, "worker: unknown request");
-            emit_error("error", &e);
+            emit_error(&e, false);
+            rc = 3;
         }
         json_decref(req);
     }
     free(line);
-    close_shape(&b);
-    tuned__store_close(b.cubins);
+    tuned__store_close(b.store);
     tuned__nvrtc_unload(b.n);
     tuned__driver_unload(b.d);
-    return 0;
+    return rc;
 }
