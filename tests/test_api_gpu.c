@@ -181,6 +181,11 @@ static int run_case(tuned_handle *h, const call_case *c, CUstream stream, tuned_
         goto out;
     }
     d->cuMemcpyHtoD(xa, hx, x_bytes);
+    /* From pageable memory cuMemcpyHtoD may return before its DMA (on the
+     * legacy stream) lands, and a non-blocking stream does not wait for
+     * it: without this the kernel can read the previous owner's bytes
+     * (seen on the H200 with 8 threads: rows of another input's softmax). */
+    d->cuCtxSynchronize();
     d->cuMemsetD8Async(ya, POISON, y_bytes, stream);
     const void *x = (const void *)(uintptr_t)(xa + c->x_off * es);
     void *y = (void *)(uintptr_t)(ya + c->y_off * es);
