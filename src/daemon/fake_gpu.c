@@ -173,50 +173,6 @@ static void fake_progress(void *ctx, const tuned__search_progress *p)
     }
 }
 
-/* This key's history as the search's prior (as tune.c's load_history). */
-static int load_prior(tuned__store *s, const tuned__store_key *key, tuned__search_prior **out,
-                      size_t *n, tuned__err *e)
-{
-    enum { PAGE = 128 };
-    *out = NULL;
-    *n = 0;
-    tuned__store_eval *page = malloc(PAGE * sizeof *page);
-    if (page == NULL)
-        return tuned__errf(e, TUNED_ENOMEM, "fake tune: out of memory");
-    char after[128] = "";
-    size_t got, cap = 0;
-    int rc;
-    do {
-        if ((rc = tuned__store_list_evals(s, key, after, page, PAGE, &got, e)) != 0)
-            break;
-        for (size_t i = 0; i < got && rc == 0; i++) {
-            tuned__config c;
-            if (tuned__config_parse(page[i].config, &c, NULL) != 0)
-                continue;
-            if (*n == cap) {
-                cap = cap ? 2 * cap : PAGE;
-                tuned__search_prior *grown = realloc(*out, cap * sizeof **out);
-                if (grown == NULL) {
-                    rc = tuned__errf(e, TUNED_ENOMEM, "fake tune: out of memory");
-                    break;
-                }
-                *out = grown;
-            }
-            (*out)[(*n)++] = (tuned__search_prior){c, page[i].status == TUNED__HIST_OK,
-                                                   page[i].median_us};
-        }
-        if (got > 0)
-            snprintf(after, sizeof after, "%s", page[got - 1].config);
-    } while (rc == 0 && got == PAGE);
-    free(page);
-    if (rc != 0) {
-        free(*out);
-        *out = NULL;
-        *n = 0;
-    }
-    return rc;
-}
-
 int tuned__fake_tune(const tuned__tune_request *r, const tuned__gpu *gpu,
                      tuned__tune_progress_fn progress, void *ctx, tuned__tune_outcome *out,
                      tuned__err *e)
@@ -232,7 +188,7 @@ int tuned__fake_tune(const tuned__tune_request *r, const tuned__gpu *gpu,
     tuned__search_opts so = r->search;
     tuned__search_prior *prior = NULL;
     if (r->store != NULL && !r->retune &&
-        (rc = load_prior(r->store, &f.key, &prior, &so.nprior, e)) != 0) {
+        (rc = tuned__tune_history(r->store, &f.key, &prior, &so.nprior, e)) != 0) {
         tuned__space_free(&sp);
         return rc;
     }

@@ -120,8 +120,7 @@ static void on_progress(void *ctx, const tuned__search_progress *p)
     }
 }
 
-/* This shape's earlier measurements on this GPU, for a resumed tune. */
-static int load_history(tuned__store *store, const tuned__store_key *key,
+int tuned__tune_history(tuned__store *store, const tuned__store_key *key,
                         tuned__search_prior **out, size_t *n, tuned__err *e)
 {
     enum { PAGE = 256 };
@@ -330,7 +329,7 @@ int tuned__tune(const tuned__driver *d, const tuned__nvrtc *n, const tuned__tune
     warm_scan warm = {.sp = &sp, .key = &t.key};
     if (r->store != NULL) {
         eo.cubins = r->store;
-        if (!r->retune && (rc = load_history(r->store, &t.key, &prior, &so.nprior, e)) != 0) {
+        if (!r->retune && (rc = tuned__tune_history(r->store, &t.key, &prior, &so.nprior, e)) != 0) {
             tuned__space_free(&sp);
             return rc;
         }

@@ -57,6 +57,12 @@ int tuned__tune(const tuned__driver *d, const tuned__nvrtc *n, const tuned__tune
                 tuned__tune_progress_fn progress, void *ctx, tuned__tune_outcome *out,
                 tuned__err *e);
 
+/* The measurements stored under key (every config the store's history
+ * holds for that shape and GPU, parsed; unparsable ones skipped), as a
+ * search's prior; *out is malloc'd. */
+int tuned__tune_history(tuned__store *store, const tuned__store_key *key,
+                        tuned__search_prior **out, size_t *n, tuned__err *e);
+
 /* The store key of shape on gpu. */
 void tuned__tune_key(const tuned__gpu *gpu, const tuned__shape *shape, tuned__store_key *key);
 
