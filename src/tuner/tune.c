@@ -310,6 +310,21 @@ static int run_finalists(tune_ctx *t, const tuned__search_prior *log, size_t nlo
     return 0;
 }
 
+/* The compile-cache key the evaluator filed the winner's cubin under, so
+ * that the store's gc knows the cubin is in use. */
+static uint64_t winner_cubin(const tuned__nvrtc *n, const tuned__gpu *gpu,
+                             const tuned__shape *shape, const tuned__eval_opts *eo,
+                             const tuned__config *best)
+{
+    char *src = NULL;
+    if (tuned__source_softmax(best, shape, &eo->codegen, &src, NULL) != 0)
+        return 0;
+    uint64_t key = tuned__nvrtc_cache_key(n, src, gpu->cc_major * 10 + gpu->cc_minor,
+                                          TUNED__NVRTC_CUBIN);
+    free(src);
+    return key;
+}
+
 int tuned__tune(const tuned__driver *d, const tuned__nvrtc *n, const tuned__tune_request *r,
                 tuned__tune_progress_fn progress, void *ctx, tuned__tune_outcome *out,
                 tuned__err *e)
@@ -362,6 +377,8 @@ int tuned__tune(const tuned__driver *d, const tuned__nvrtc *n, const tuned__tune
     free(prior);
     if (rc == 0 && out->search.found && !t.log_oom)
         rc = run_finalists(&t, t.log, t.nlog, out, e);
+    if (rc == 0 && out->search.found)
+        out->cubin = winner_cubin(n, &out->gpu, &r->shape, &eo, &out->search.best);
     free(t.log);
     tuned__evaluator_close(ev);
     tuned__space_free(&sp);
@@ -407,6 +424,7 @@ void tuned__tune_record(const tuned__tune_outcome *o, const tuned__shape *shape,
                    (double)tuned_dtype_size(shape->dtype);
     rec->gbps = bytes / (o->search.best_us * 1e3);
     rec->evaluations = (uint32_t)o->search.evaluations;
+    rec->cubin = o->cubin;
     time_t now = time(NULL);
     struct tm tm;
     gmtime_r(&now, &tm);

@@ -42,6 +42,7 @@ typedef struct tuned__tune_outcome {
     size_t finalists;            /* configs re-timed against each other */
     double noise;                /* relative spread of timing one config repeatedly */
     size_t warm_seeds;           /* starting points taken from other shapes */
+    uint64_t cubin;              /* compile-cache key of the winner's cubin (0: unknown) */
 } tuned__tune_outcome;
 
 /* Tunes r->shape on GPU r->device. TUNED_ENOSPACE when no variant fits the
