@@ -29,7 +29,7 @@ typedef struct tuned__search_prior {
 
 typedef struct tuned__search_opts {
     uint64_t seed;
-    size_t budget;     /* most evaluations (default 160) */
+    size_t budget;     /* most new evaluations (default 200) */
     double time_s;     /* most wall-clock seconds (default 50) */
     size_t population; /* random configs in generation 0 (default 32) */
     size_t copies;     /* incumbents the pattern search moves from (default 3) */
