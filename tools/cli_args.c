@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "../src/tuner/api.h"
 
 /* No GPU holds a softmax whose input and output together exceed this. */
 #define MAX_TOTAL_BYTES (1ull << 40)
@@ -116,21 +117,6 @@ bool cli_parse_shape(const char *text, tuned__shape *shape, char *why, size_t n)
     return true;
 }
 
-static void default_db(char *out, size_t n)
-{
-    const char *env = getenv("TUNED_DB");
-    const char *xdg = getenv("XDG_DATA_HOME");
-    const char *home = getenv("HOME");
-    if (env != NULL && *env != '\0')
-        snprintf(out, n, "%s", env);
-    else if (xdg != NULL && *xdg == '/')
-        snprintf(out, n, "%s/tuned", xdg);
-    else if (home != NULL && *home == '/')
-        snprintf(out, n, "%s/.local/share/tuned", home);
-    else
-        snprintf(out, n, "/var/lib/tuned");
-}
-
 static int bad(const char *fmt, ...) TUNED__PRINTF(1, 2);
 
 static int bad(const char *fmt, ...)
@@ -148,7 +134,7 @@ int cli_parse(int argc, char **argv, cli_opts *o)
 {
     memset(o, 0, sizeof *o);
     tuned__tune_request_default(&o->request);
-    default_db(o->db, sizeof o->db);
+    tuned__api_default_store(o->db, sizeof o->db);
     o->command = "tune";
     int first = 1;
     if (argc > 1 && argv[1][0] != '-') {

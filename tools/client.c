@@ -21,6 +21,7 @@
 
 #include "../src/daemon/daemon.h"
 #include "cli.h"
+#include "../src/tuner/api.h"
 
 #define REPLY_TIMEOUT_S 30.0
 #define REPLY_MAX ((size_t)16 << 20)
@@ -50,7 +51,7 @@ static int client_open(const cli_opts *o, client *c)
     if (o->socket[0] != '\0')
         snprintf(path, sizeof path, "%s", o->socket);
     else
-        tuned__socket_default(path, sizeof path);
+        tuned__api_default_socket(path, sizeof path);
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0) {
         fprintf(stderr, "tuned: socket: %s\n", strerror(errno));

@@ -37,9 +37,8 @@ typedef struct tuned__serve_opts {
 
 void tuned__serve_opts_default(tuned__serve_opts *o);
 
-/* The default socket path: $TUNED_SOCKET, else
- * $XDG_RUNTIME_DIR/tuned/tuned.sock, else /run/tuned/tuned.sock. */
-void tuned__socket_default(char *out, size_t n);
+/* The default socket path is tuned__api_default_socket() (src/tuner/api.h):
+ * the daemon and its clients agree on it. */
 
 /* Runs the daemon until SIGTERM/SIGINT. 0 after a clean stop (every
  * handle closed, uv_loop_close() == 0, the store closed). */

@@ -19,6 +19,7 @@
  * file is removed; a stale one left by a crash is replaced at start (a
  * live daemon on it is an error). */
 #include "daemon.h"
+#include "../tuner/api.h"
 
 #include <errno.h>
 #include <grp.h>
@@ -111,7 +112,7 @@ static void logf_(const server *s, const char *fmt, ...)
 void tuned__serve_opts_default(tuned__serve_opts *o)
 {
     memset(o, 0, sizeof *o);
-    tuned__socket_default(o->socket_path, sizeof o->socket_path);
+    tuned__api_default_socket(o->socket_path, sizeof o->socket_path);
     o->max_clients = 1024;
     o->max_line = 65536;
     o->max_output = 1 << 20;
@@ -120,18 +121,6 @@ void tuned__serve_opts_default(tuned__serve_opts *o)
     o->client_timeout_s = 30;
     o->shutdown_grace_s = 10;
     o->worker_nice = 10;
-}
-
-void tuned__socket_default(char *out, size_t n)
-{
-    const char *env = getenv("TUNED_SOCKET");
-    const char *xdg = getenv("XDG_RUNTIME_DIR");
-    if (env != NULL && *env != '\0')
-        snprintf(out, n, "%s", env);
-    else if (xdg != NULL && *xdg == '/')
-        snprintf(out, n, "%s/tuned/tuned.sock", xdg);
-    else
-        snprintf(out, n, "/run/tuned/tuned.sock");
 }
 
 static uint64_t loop_now(void *ctx)
