@@ -113,98 +113,26 @@ void tuned__fake_eval(const tuned__shape *s, const tuned__config *c, tuned__eval
 
 /* ---- the fake tune ---- */
 
-typedef struct fake_ctx {
-    const tuned__tune_request *r;
-    const tuned__gpu *gpu;
-    tuned__store_key key;
-    double copy_us;
-    tuned__tune_progress_fn progress;
-    void *user;
-} fake_ctx;
-
-static void now_iso(char *buf, size_t n)
+/* The fake backend of tuned__tune_on: every variant announced through the
+ * request's on_variant hook, as the GPU evaluator does, then faked. */
+static int fake_run(void *ctx, const tuned__config *cfgs, size_t n, tuned__eval_result *out,
+                    tuned__err *e)
 {
-    time_t now = time(NULL);
-    struct tm tm;
-    gmtime_r(&now, &tm);
-    strftime(buf, n, "%Y-%m-%dT%H:%M:%SZ", &tm);
-}
-
-static int fake_batch(void *ctx, const tuned__config *cfgs, size_t n, tuned__eval_result *out,
-                      tuned__err *e)
-{
-    fake_ctx *f = ctx;
-    const tuned__tune_request *r = f->r;
+    (void)e;
+    const tuned__tune_request *r = ctx;
     for (size_t i = 0; i < n; i++) {
         if (r->eval.on_variant != NULL)
             r->eval.on_variant(r->eval.on_variant_ctx, &cfgs[i]);
         tuned__fake_eval(&r->shape, &cfgs[i], &out[i]);
     }
-    if (r->trace != NULL)
-        for (size_t i = 0; i < n; i++)
-            r->trace(r->trace_ctx, &cfgs[i], &out[i]);
-    if (r->store == NULL)
-        return 0;
-    tuned__store_eval *evs = calloc(n, sizeof *evs);
-    if (evs == NULL)
-        return tuned__errf(e, TUNED_ENOMEM, "fake tune: out of memory");
-    char date[32];
-    now_iso(date, sizeof date);
-    for (size_t i = 0; i < n; i++) {
-        evs[i].key = f->key;
-        tuned__config_format(&cfgs[i], evs[i].config, sizeof evs[i].config);
-        evs[i].status = out[i].status;
-        evs[i].median_us = out[i].median_us;
-        evs[i].p20_us = out[i].p20_us;
-        evs[i].p80_us = out[i].p80_us;
-        snprintf(evs[i].date, sizeof evs[i].date, "%s", date);
-    }
-    int rc = tuned__store_put_evals(r->store, evs, n, e);
-    free(evs);
-    return rc;
-}
-
-static void fake_progress(void *ctx, const tuned__search_progress *p)
-{
-    fake_ctx *f = ctx;
-    if (f->progress != NULL) {
-        tuned__tune_progress tp = {.gpu = f->gpu, .copy_us = f->copy_us, .search = p};
-        f->progress(f->user, &tp);
-    }
+    return 0;
 }
 
 int tuned__fake_tune(const tuned__tune_request *r, const tuned__gpu *gpu,
                      tuned__tune_progress_fn progress, void *ctx, tuned__tune_outcome *out,
                      tuned__err *e)
 {
-    memset(out, 0, sizeof *out);
-    out->gpu = *gpu;
-    tuned__space sp;
-    int rc = tuned__space_init(&sp, &r->shape, gpu->cc_major * 10 + gpu->cc_minor, e);
-    if (rc != 0)
-        return rc;
-    fake_ctx f = {.r = r, .gpu = &out->gpu, .progress = progress, .user = ctx};
-    tuned__tune_key(gpu, &r->shape, &f.key);
-    tuned__search_opts so = r->search;
-    tuned__search_prior *prior = NULL;
-    if (r->store != NULL && !r->retune &&
-        (rc = tuned__tune_history(r->store, &f.key, &prior, &so.nprior, e)) != 0) {
-        tuned__space_free(&sp);
-        return rc;
-    }
-    so.prior = prior;
-    out->copy_us = f.copy_us = tuned__fake_copy_us(&r->shape);
-    if (progress != NULL) {
-        tuned__tune_progress tp = {.gpu = &out->gpu, .copy_us = out->copy_us, .search = NULL};
-        progress(ctx, &tp);
-    }
-    rc = tuned__search_run(&sp, &so, fake_batch, &f, fake_progress, &f, &out->search, e);
-    free(prior);
-    tuned__space_free(&sp);
-    if (rc != 0)
-        return rc;
-    if (!out->search.found)
-        return tuned__errf(e, TUNED_EWRONG, "fake tune: none of %zu variants passed its check",
-                           out->search.evaluations);
-    return 0;
+    tuned__tune_backend b = {.run = fake_run, .ctx = (void *)r,
+                             .copy_us = tuned__fake_copy_us(&r->shape)};
+    return tuned__tune_on(&b, gpu, r, progress, ctx, out, e);
 }

@@ -41,12 +41,10 @@ double tuned__fake_copy_us(const tuned__shape *s);
  * environment says. */
 void tuned__fake_eval(const tuned__shape *s, const tuned__config *c, tuned__eval_result *out);
 
-/* tuned__tune() on the fake GPU: the same request, callbacks (progress,
- * trace, eval.on_variant) and outcome, the search over the real variant
- * space, and the store's history as tuned__tune keeps it (read back as
- * prior unless r->retune, written after every batch), so that a resumed
- * tune skips what was measured and what took a worker down. No warm start,
- * no finalists' re-timing. */
+/* tuned__tune() on the fake GPU: the same whole tune (tuned__tune_on:
+ * history and resume, warm start, search, finalists; progress, trace and
+ * eval.on_variant), with tuned__fake_eval as the evaluator, so that a
+ * resumed tune skips what was measured and what took a worker down. */
 int tuned__fake_tune(const tuned__tune_request *r, const tuned__gpu *gpu,
                      tuned__tune_progress_fn progress, void *ctx, tuned__tune_outcome *out,
                      tuned__err *e);

@@ -18,7 +18,7 @@ void tuned__tune_request_default(tuned__tune_request *r)
 }
 
 typedef struct tune_ctx {
-    tuned__evaluator *ev;
+    const tuned__tune_backend *backend;
     const tuned__tune_request *request;
     tuned__store_key key;
     tuned__tune_progress_fn progress;
@@ -92,7 +92,7 @@ static int eval_batch(void *ctx, const tuned__config *cfgs, size_t n, tuned__eva
                       tuned__err *e)
 {
     tune_ctx *t = ctx;
-    int rc = tuned__evaluator_run(t->ev, cfgs, n, out, e);
+    int rc = t->backend->run(t->backend->ctx, cfgs, n, out, e);
     for (size_t i = 0; i < n; i++)
         if (out[i].status == TUNED__EVAL_OK && out[i].median_us > 0)
             remember(t, &cfgs[i], true, out[i].median_us);
@@ -249,29 +249,39 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+/* Faster first; among equal times the simpler, so that the same
+ * measurements always make the same finalists. */
+static int cmp_candidate(const void *a, const void *b)
+{
+    const tuned__search_prior *x = a, *y = b;
+    if (x->us != y->us)
+        return x->us < y->us ? -1 : 1;
+    return tuned__config_simpler(&x->config, &y->config);
+}
+
 /* Times the finalists again, interleaved, and picks the winner (see tune.h). */
 static int run_finalists(tune_ctx *t, const tuned__search_prior *log, size_t nlog,
                          tuned__tune_outcome *out, tuned__err *e)
 {
+    double best = out->search.best_us;
+    tuned__search_prior *cand = malloc((nlog ? nlog : 1) * sizeof *cand);
+    if (cand == NULL)
+        return tuned__errf(e, TUNED_ENOMEM, "tune: out of memory for the finalists");
+    size_t nc = 0;
+    for (size_t i = 0; i < nlog; i++)
+        if (log[i].ok && log[i].us <= best * (1.0 + FINALIST_WINDOW))
+            cand[nc++] = log[i];
+    qsort(cand, nc, sizeof *cand, cmp_candidate);
     finalist f[FINALISTS];
     size_t nf = 0;
-    double best = out->search.best_us;
-    for (size_t i = 0; i < nlog; i++) {
-        if (!log[i].ok || log[i].us > best * (1.0 + FINALIST_WINDOW))
-            continue;
-        size_t slot = nf;
-        if (nf == FINALISTS) {
-            slot = 0;
-            for (size_t k = 1; k < nf; k++)
-                if (f[k].times[0] > f[slot].times[0])
-                    slot = k;
-            if (f[slot].times[0] <= log[i].us)
-                continue;
-        } else {
-            nf++;
-        }
-        f[slot] = (finalist){.config = log[i].config, .times = {log[i].us}, .rounds = 1};
+    for (size_t i = 0; i < nc && nf < FINALISTS; i++) {
+        bool seen = false;
+        for (size_t k = 0; k < nf; k++)
+            seen = seen || tuned__config_equal(&f[k].config, &cand[i].config);
+        if (!seen)
+            f[nf++] = (finalist){.config = cand[i].config, .times = {cand[i].us}, .rounds = 1};
     }
+    free(cand);
     if (nf < 2)
         return 0;
     tuned__config cfgs[FINALISTS];
@@ -279,7 +289,7 @@ static int run_finalists(tune_ctx *t, const tuned__search_prior *log, size_t nlo
     for (size_t i = 0; i < nf; i++)
         cfgs[i] = f[i].config;
     for (int round = 0; round < FINALIST_ROUNDS; round++) {
-        int rc = tuned__evaluator_run(t->ev, cfgs, nf, res, e);
+        int rc = t->backend->run(t->backend->ctx, cfgs, nf, res, e);
         if (rc != 0)
             return rc;
         for (size_t i = 0; i < nf; i++)
@@ -325,25 +335,24 @@ static uint64_t winner_cubin(const tuned__nvrtc *n, const tuned__gpu *gpu,
     return key;
 }
 
-int tuned__tune(const tuned__driver *d, const tuned__nvrtc *n, const tuned__tune_request *r,
-                tuned__tune_progress_fn progress, void *ctx, tuned__tune_outcome *out,
-                tuned__err *e)
+int tuned__tune_on(const tuned__tune_backend *b, const tuned__gpu *gpu,
+                   const tuned__tune_request *r, tuned__tune_progress_fn progress, void *ctx,
+                   tuned__tune_outcome *out, tuned__err *e)
 {
     memset(out, 0, sizeof *out);
-    int rc = tuned__gpu_query(d, n, r->device, &out->gpu, e);
+    out->gpu = *gpu;
+    out->copy_us = b->copy_us;
+    tuned__space sp;
+    int rc = tuned__space_init(&sp, &r->shape, gpu->cc_major * 10 + gpu->cc_minor, e);
     if (rc != 0)
         return rc;
-    tuned__space sp;
-    if ((rc = tuned__space_init(&sp, &r->shape, out->gpu.cc_major * 10 + out->gpu.cc_minor, e)))
-        return rc;
-    tune_ctx t = {.request = r, .progress = progress, .user = ctx, .gpu = &out->gpu};
-    tuned__tune_key(&out->gpu, &r->shape, &t.key);
+    tune_ctx t = {.backend = b, .request = r, .progress = progress, .user = ctx,
+                  .gpu = &out->gpu, .copy_us = b->copy_us};
+    tuned__tune_key(gpu, &r->shape, &t.key);
     tuned__search_opts so = r->search;
-    tuned__eval_opts eo = r->eval;
     tuned__search_prior *prior = NULL;
     warm_scan warm = {.sp = &sp, .key = &t.key};
     if (r->store != NULL) {
-        eo.cubins = r->store;
         if (!r->retune && (rc = tuned__tune_history(r->store, &t.key, &prior, &so.nprior, e)) != 0) {
             tuned__space_free(&sp);
             return rc;
@@ -360,15 +369,6 @@ int tuned__tune(const tuned__driver *d, const tuned__nvrtc *n, const tuned__tune
             out->warm_seeds = warm.n;
         }
     }
-    tuned__evaluator *ev = NULL;
-    if ((rc = tuned__evaluator_open(&ev, d, n, &out->gpu, &r->shape, &eo, e)) != 0) {
-        free(t.log);
-        free(prior);
-        tuned__space_free(&sp);
-        return rc;
-    }
-    t.ev = ev;
-    out->copy_us = t.copy_us = tuned__evaluator_copy_us(ev);
     if (progress != NULL) {
         tuned__tune_progress tp = {.gpu = &out->gpu, .copy_us = out->copy_us, .search = NULL};
         progress(ctx, &tp);
@@ -377,10 +377,7 @@ int tuned__tune(const tuned__driver *d, const tuned__nvrtc *n, const tuned__tune
     free(prior);
     if (rc == 0 && out->search.found && !t.log_oom)
         rc = run_finalists(&t, t.log, t.nlog, out, e);
-    if (rc == 0 && out->search.found)
-        out->cubin = winner_cubin(n, &out->gpu, &r->shape, &eo, &out->search.best);
     free(t.log);
-    tuned__evaluator_close(ev);
     tuned__space_free(&sp);
     if (rc != 0)
         return rc;
@@ -388,6 +385,36 @@ int tuned__tune(const tuned__driver *d, const tuned__nvrtc *n, const tuned__tune
         return tuned__errf(e, TUNED_EWRONG, "tune: none of %zu variants passed its check; first: %s",
                            out->search.evaluations, out->search.first_failure);
     return 0;
+}
+
+static int evaluator_backend_run(void *ctx, const tuned__config *cfgs, size_t n,
+                                 tuned__eval_result *out, tuned__err *e)
+{
+    return tuned__evaluator_run(ctx, cfgs, n, out, e);
+}
+
+int tuned__tune(const tuned__driver *d, const tuned__nvrtc *n, const tuned__tune_request *r,
+                tuned__tune_progress_fn progress, void *ctx, tuned__tune_outcome *out,
+                tuned__err *e)
+{
+    memset(out, 0, sizeof *out);
+    tuned__gpu gpu;
+    int rc = tuned__gpu_query(d, n, r->device, &gpu, e);
+    if (rc != 0)
+        return rc;
+    tuned__eval_opts eo = r->eval;
+    if (r->store != NULL)
+        eo.cubins = r->store;
+    tuned__evaluator *ev = NULL;
+    if ((rc = tuned__evaluator_open(&ev, d, n, &gpu, &r->shape, &eo, e)) != 0)
+        return rc;
+    tuned__tune_backend b = {.run = evaluator_backend_run, .ctx = ev,
+                             .copy_us = tuned__evaluator_copy_us(ev)};
+    rc = tuned__tune_on(&b, &gpu, r, progress, ctx, out, e);
+    if (rc == 0)
+        out->cubin = winner_cubin(n, &gpu, &r->shape, &eo, &out->search.best);
+    tuned__evaluator_close(ev);
+    return rc;
 }
 
 void tuned__tune_key(const tuned__gpu *gpu, const tuned__shape *shape, tuned__store_key *key)

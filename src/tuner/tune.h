@@ -58,6 +58,24 @@ int tuned__tune(const tuned__driver *d, const tuned__nvrtc *n, const tuned__tune
                 tuned__tune_progress_fn progress, void *ctx, tuned__tune_outcome *out,
                 tuned__err *e);
 
+/* What evaluates variants for a tune: the GPU evaluator, or for tests and
+ * the daemon's test-only fake GPU, anything with the evaluator's contract
+ * (run: results for every config; nonzero only when evaluation as a whole
+ * cannot go on). */
+typedef struct tuned__tune_backend {
+    int (*run)(void *ctx, const tuned__config *cfgs, size_t n, tuned__eval_result *out,
+               tuned__err *e);
+    void *ctx;
+    double copy_us; /* the roofline */
+} tuned__tune_backend;
+
+/* The whole tune of tuned__tune() (store history and resume, warm start,
+ * search, finalists) over backend b for a GPU described by gpu; leaves
+ * out->cubin 0. */
+int tuned__tune_on(const tuned__tune_backend *b, const tuned__gpu *gpu,
+                   const tuned__tune_request *r, tuned__tune_progress_fn progress, void *ctx,
+                   tuned__tune_outcome *out, tuned__err *e);
+
 /* The measurements stored under key (every config the store's history
  * holds for that shape and GPU, parsed; unparsable ones skipped), as a
  * search's prior; *out is malloc'd. */

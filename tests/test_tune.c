@@ -1,0 +1,193 @@
+/* test_tune.c: the whole tune (tuned__tune_on) over a synthetic backend and
+ * a real store, no GPU: history written after every generation and read
+ * back to resume (nothing measured twice), --retune measuring anew, the
+ * finalists' tie going to the simpler config, warm start from another
+ * shape's record, and a fatal backend error. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/hash.h"
+#include "tuner/tune.h"
+
+static int failures;
+
+#define EXPECT(cond, ...)                                                                       \
+    do {                                                                                        \
+        if (!(cond)) {                                                                          \
+            failures++;                                                                         \
+            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                \
+            fprintf(stderr, __VA_ARGS__);                                                       \
+            fprintf(stderr, "\n");                                                              \
+        }                                                                                       \
+    } while (0)
+
+typedef struct synthetic {
+    size_t calls;      /* configs evaluated, finalists' rounds included */
+    size_t fail_after; /* fatal error after this many (0: never) */
+} synthetic;
+
+/* A bowl with its minimum at w8 r2 c1 m1 v4 reg=f32 (rows family);
+ * load and store hints do not matter, so the finalists tie on them. */
+static double synthetic_us(const tuned__config *c)
+{
+    if (c->family == TUNED__FAMILY_TMA)
+        return 200.0 + c->stages;
+    double dw = log2(c->warps) - 3, dr = log2(c->rows) - 1, dv = log2(c->vec) - 2;
+    return 100.0 + 7 * dw * dw + 5 * dr * dr + 9 * dv * dv + 3 * log2(c->cluster) +
+           2 * log2(c->minb) + (c->reg == TUNED__REG_PK ? 1 : 0);
+}
+
+static int run(void *ctx, const tuned__config *cfgs, size_t n, tuned__eval_result *out,
+               tuned__err *e)
+{
+    synthetic *s = ctx;
+    for (size_t i = 0; i < n; i++) {
+        memset(&out[i], 0, sizeof out[i]);
+        if (s->fail_after != 0 && s->calls >= s->fail_after)
+            return tuned__errf(e, TUNED_ECUDA, "cuda: planted fatal error");
+        s->calls++;
+        out[i].status = TUNED__EVAL_OK;
+        out[i].median_us = out[i].p20_us = out[i].p80_us = synthetic_us(&cfgs[i]);
+    }
+    return 0;
+}
+
+static void fake_gpu(tuned__gpu *g)
+{
+    memset(g, 0, sizeof *g);
+    snprintf(g->name, sizeof g->name, "Synthetic GPU");
+    g->cc_major = 9;
+    g->sm_count = 132;
+    g->total_mem = 80ull << 30;
+    snprintf(g->identity, sizeof g->identity, "Synthetic GPU|sm_90|132sm|81920MiB|test");
+    g->fingerprint = tuned__fnv1a64(g->identity, strlen(g->identity), TUNED__FNV_SEED);
+}
+
+static size_t history_count(tuned__store *st, const tuned__gpu *g, const tuned__shape *s)
+{
+    tuned__store_key key;
+    tuned__tune_key(g, s, &key);
+    tuned__store_eval page[512];
+    size_t n = 0, total = 0;
+    char after[128] = "";
+    do {
+        if (tuned__store_list_evals(st, &key, after, page, 512, &n, NULL) != 0)
+            return 0;
+        total += n;
+        if (n > 0)
+            snprintf(after, sizeof after, "%s", page[n - 1].config);
+    } while (n == 512);
+    return total;
+}
+
+/* The simplest config of those the history holds at time best. */
+static bool simplest_fastest(tuned__store *st, const tuned__gpu *g, const tuned__shape *s,
+                             double best, tuned__config *out)
+{
+    tuned__store_key key;
+    tuned__tune_key(g, s, &key);
+    static tuned__store_eval page[4096];
+    size_t n = 0;
+    if (tuned__store_list_evals(st, &key, NULL, page, 4096, &n, NULL) != 0)
+        return false;
+    bool found = false;
+    for (size_t i = 0; i < n; i++) {
+        tuned__config c;
+        if (page[i].median_us != best || tuned__config_parse(page[i].config, &c, NULL) != 0)
+            continue;
+        if (!found || tuned__config_simpler(&c, out) < 0)
+            *out = c;
+        found = true;
+    }
+    return found;
+}
+
+int main(void)
+{
+    char dir[] = "/tmp/test_tune.XXXXXX";
+    if (mkdtemp(dir) == NULL) {
+        perror("mkdtemp");
+        return 1;
+    }
+    char path[256];
+    snprintf(path, sizeof path, "%s/store", dir);
+    tuned__err e = {0};
+    tuned__store *st = NULL;
+    if (tuned__store_open(&st, path, 0, &e) != 0) {
+        fprintf(stderr, "FAIL: %s\n", e.msg);
+        return 1;
+    }
+    tuned__gpu g;
+    fake_gpu(&g);
+    synthetic syn = {0};
+    tuned__tune_backend b = {.run = run, .ctx = &syn, .copy_us = 90.0};
+    tuned__tune_request r;
+    tuned__tune_request_default(&r);
+    r.shape = (tuned__shape){TUNED_FP16, 4096, 4096};
+    r.store = st;
+
+    /* Cold: found the bowl's bottom, every evaluation in the history. */
+    tuned__tune_outcome cold;
+    EXPECT(tuned__tune_on(&b, &g, &r, NULL, NULL, &cold, &e) == 0, "cold: %s", e.msg);
+    EXPECT(cold.search.found && fabs(cold.search.best_us - 100.0) < 1e-9,
+           "cold best %.2f", cold.search.best_us);
+    EXPECT(cold.search.resumed == 0 && cold.search.evaluations > 0, "cold counts");
+    size_t hist = history_count(st, &g, &r.shape);
+    EXPECT(hist == cold.search.evaluations, "history holds %zu of %zu evaluations", hist,
+           cold.search.evaluations);
+    /* The hints tie: the pick is the simplest of the fastest measured. */
+    tuned__config simplest;
+    EXPECT(simplest_fastest(st, &g, &r.shape, cold.search.best_us, &simplest) &&
+               tuned__config_equal(&simplest, &cold.search.best) && cold.finalists >= 2,
+           "finalists %zu: the winner is not the simplest of the fastest", cold.finalists);
+
+    /* Again: everything measured is taken over, not measured again. */
+    tuned__tune_outcome again;
+    EXPECT(tuned__tune_on(&b, &g, &r, NULL, NULL, &again, &e) == 0, "again: %s", e.msg);
+    EXPECT(again.search.resumed == hist, "resumed %zu of %zu", again.search.resumed, hist);
+    EXPECT(tuned__config_equal(&again.search.best, &cold.search.best), "another winner");
+    size_t hist2 = history_count(st, &g, &r.shape);
+    EXPECT(hist2 == hist + again.search.evaluations, "history %zu after %zu new", hist2,
+           again.search.evaluations);
+
+    /* --retune: measured anew. */
+    r.retune = true;
+    tuned__tune_outcome re;
+    EXPECT(tuned__tune_on(&b, &g, &r, NULL, NULL, &re, &e) == 0, "retune: %s", e.msg);
+    EXPECT(re.search.resumed == 0 && re.search.evaluations >= cold.search.evaluations / 2,
+           "retune resumed %zu, evaluated %zu", re.search.resumed, re.search.evaluations);
+    r.retune = false;
+
+    /* Warm start: the winner stored for this shape seeds a neighbour. */
+    tuned__record rec;
+    tuned__tune_record(&cold, &r.shape, &rec);
+    EXPECT(tuned__store_put_best(st, &rec, &e) == 0, "put: %s", e.msg);
+    tuned__tune_request near = r;
+    near.shape.rows = 2048;
+    tuned__tune_outcome warm;
+    EXPECT(tuned__tune_on(&b, &g, &near, NULL, NULL, &warm, &e) == 0, "warm: %s", e.msg);
+    EXPECT(warm.warm_seeds == 1, "warm seeds %zu", warm.warm_seeds);
+
+    /* A fatal error stops the tune; what was measured before it is kept. */
+    synthetic dying = {.fail_after = 25};
+    tuned__tune_backend bd = {.run = run, .ctx = &dying, .copy_us = 90.0};
+    tuned__tune_request other = r;
+    other.shape.cols = 2048;
+    tuned__tune_outcome dead;
+    EXPECT(tuned__tune_on(&bd, &g, &other, NULL, NULL, &dead, &e) == TUNED_ECUDA,
+           "fatal error not returned");
+    EXPECT(history_count(st, &g, &other.shape) == 25, "history after the fatal error: %zu",
+           history_count(st, &g, &other.shape));
+
+    tuned__store_close(st);
+    char cmd[320];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", dir);
+    printf("cold: %zu evaluations, %zu finalists; again: %zu resumed, %zu new; %d failures\n",
+           cold.search.evaluations, cold.finalists, again.search.resumed, again.search.evaluations,
+           failures);
+    return failures ? 1 : 0;
+}
