@@ -13,6 +13,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -384,7 +385,9 @@ int tuned__evaluator_open(tuned__evaluator **out, const tuned__driver *d, const 
                           tuned__err *e)
 {
     size_t esize = tuned_dtype_size(s->dtype);
-    if (esize == 0 || s->rows < 1 || s->cols < 1 || s->cols > 0x7fffff00u)
+    /* The byte count below must not wrap before the memory check sees it. */
+    if (esize == 0 || s->rows < 1 || s->cols < 1 || s->cols > 0x7fffff00u ||
+        s->rows > (SIZE_MAX / 4) / s->cols / esize)
         return tuned__errf(e, TUNED_EINVAL, "evaluator: bad shape %llux%llu",
                            (unsigned long long)s->rows, (unsigned long long)s->cols);
     tuned__evaluator *ev = calloc(1, sizeof *ev);
