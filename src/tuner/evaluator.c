@@ -1,23 +1,23 @@
 /* evaluator.c: the GPU side of tuning: compile, check, time.
  *
- * Order of work for a batch of variants: worker threads generate and
- * compile every source (NVRTC is CPU-bound and thread-safe), or take its
- * cubin from the compile cache; meanwhile this thread takes the variants in
- * order as soon as each is ready, one at a time on the GPU: load the
+ * Order of work for a batch of variants: the compile pipeline (compile.c)
+ * generates and compiles every source on worker threads, or takes its cubin
+ * from the compile cache; meanwhile this thread takes the variants in order
+ * as soon as each is ready (or gives one up when its compile runs past the
+ * timeout), one at a time on the GPU: load the
  * cubin, draw fresh random input, poison the output and the guard band
  * after it with a finite value no softmax produces, run, compare with the
  * float64 reference (an unwritten element fails even where the reference
  * is NaN), and only then time it. */
 #include "evaluator.h"
 
+#include "compile.h"
+
 #include <math.h>
-#include <pthread.h>
-#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "tuned.h"
 
@@ -53,6 +53,7 @@ void tuned__eval_opts_default(tuned__eval_opts *o)
     o->budget_ms = 25.0;
     o->min_reps = 5;
     o->max_reps = 200;
+    o->compile_timeout_s = 120.0;
 }
 
 const char *tuned__eval_status_name(int status)
@@ -62,6 +63,7 @@ const char *tuned__eval_status_name(int status)
     case TUNED__EVAL_COMPILE_ERROR: return "compile error";
     case TUNED__EVAL_WRONG: return "wrong result";
     case TUNED__EVAL_LAUNCH_ERROR: return "launch error";
+    case TUNED__EVAL_TIMEOUT: return "timeout";
     }
     return "?";
 }
@@ -474,108 +476,6 @@ void tuned__evaluator_close(tuned__evaluator *ev)
     free(ev);
 }
 
-/* ---- the compile pipeline ---- */
-
-typedef struct compile_job {
-    const tuned__evaluator *ev;
-    const tuned__config *cfgs;
-    tuned__blob *blobs;
-    tuned__err *errs;
-    bool *cached;
-    size_t n;
-    atomic_size_t next;
-    pthread_mutex_t lock;
-    pthread_cond_t compiled; /* signalled whenever an item is done */
-    bool *done;              /* under lock */
-    pthread_t tids[64];
-    size_t started;
-} compile_job;
-
-/* Source, then the compile cache, then NVRTC (and into the cache). */
-static void compile_one(const tuned__evaluator *ev, const tuned__config *c, tuned__blob *blob,
-                        bool *cached, tuned__err *err)
-{
-    char name[TUNED__CONFIG_TEXT + 16], *src = NULL;
-    char text[TUNED__CONFIG_TEXT];
-    tuned__config_format(c, text, sizeof text);
-    snprintf(name, sizeof name, "softmax %s", text);
-    if (tuned__source_softmax(c, &ev->shape, &ev->opts.codegen, &src, err) != 0)
-        return;
-    int arch = ev->gpu.cc_major * 10 + ev->gpu.cc_minor;
-    uint64_t key = tuned__nvrtc_cache_key(ev->nvrtc, src, arch, TUNED__NVRTC_CUBIN);
-    if (ev->opts.cubins != NULL) {
-        void *data = NULL;
-        size_t size = 0;
-        if (tuned__store_get_cubin(ev->opts.cubins, key, &data, &size, NULL) == 0) {
-            blob->data = data;
-            blob->size = size;
-            blob->compile_ms = 0.0;
-            *cached = true;
-            free(src);
-            return;
-        }
-    }
-    if (tuned__nvrtc_compile(ev->nvrtc, src, name, arch, TUNED__NVRTC_CUBIN, blob, err) == 0 &&
-        ev->opts.cubins != NULL)
-        /* A cache that cannot take the cubin costs a compile next time,
-         * nothing else: the variant is still evaluated. */
-        tuned__store_put_cubin(ev->opts.cubins, key, blob->data, blob->size, NULL);
-    free(src);
-}
-
-static void *compile_worker(void *arg)
-{
-    compile_job *job = arg;
-    for (;;) {
-        size_t i = atomic_fetch_add(&job->next, 1);
-        if (i >= job->n)
-            return NULL;
-        compile_one(job->ev, &job->cfgs[i], &job->blobs[i], &job->cached[i], &job->errs[i]);
-        pthread_mutex_lock(&job->lock);
-        job->done[i] = true;
-        pthread_cond_broadcast(&job->compiled);
-        pthread_mutex_unlock(&job->lock);
-    }
-}
-
-/* Starts the compile threads (one per core, at most n). With none, items
- * are compiled by compile_wait() on this thread. */
-static void compile_start(compile_job *job)
-{
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    size_t threads = job->ev->opts.compile_threads > 0 ? (size_t)job->ev->opts.compile_threads
-                                                       : (size_t)(cores > 0 ? cores : 1);
-    if (threads > job->n)
-        threads = job->n;
-    if (threads > 64)
-        threads = 64;
-    for (job->started = 0; job->started < threads; job->started++)
-        if (pthread_create(&job->tids[job->started], NULL, compile_worker, job) != 0)
-            break;
-}
-
-/* Waits until item i is compiled (compiling it here if no thread runs). */
-static void compile_wait(compile_job *job, size_t i)
-{
-    if (job->started == 0) {
-        compile_one(job->ev, &job->cfgs[i], &job->blobs[i], &job->cached[i], &job->errs[i]);
-        return;
-    }
-    pthread_mutex_lock(&job->lock);
-    while (!job->done[i])
-        pthread_cond_wait(&job->compiled, &job->lock);
-    pthread_mutex_unlock(&job->lock);
-}
-
-/* Stops handing out items, lets the threads finish the ones they took,
- * and joins them. */
-static void compile_finish(compile_job *job)
-{
-    atomic_store(&job->next, job->n);
-    for (size_t i = 0; i < job->started; i++)
-        pthread_join(job->tids[i], NULL);
-}
-
 /* ---- one variant on the GPU ---- */
 
 /* Poisons y and its guard, runs the variant, and compares with the
@@ -678,39 +578,34 @@ int tuned__evaluator_run(tuned__evaluator *ev, const tuned__config *cfgs, size_t
 {
     if (n == 0)
         return 0;
-    compile_job job = {.ev = ev, .cfgs = cfgs, .n = n};
-    job.blobs = calloc(n, sizeof *job.blobs);
-    job.errs = calloc(n, sizeof *job.errs);
-    job.cached = calloc(n, sizeof *job.cached);
-    job.done = calloc(n, sizeof *job.done);
-    if (job.blobs == NULL || job.errs == NULL || job.cached == NULL || job.done == NULL) {
-        free(job.blobs);
-        free(job.errs);
-        free(job.cached);
-        free(job.done);
-        return tuned__errf(e, TUNED_ENOMEM, "evaluator: out of memory for %zu variants", n);
-    }
-    atomic_init(&job.next, 0);
-    pthread_mutex_init(&job.lock, NULL);
-    pthread_cond_init(&job.compiled, NULL);
-    compile_start(&job);
-    tuned__blob *blobs = job.blobs;
-    tuned__err *errs = job.errs;
-    int rc = tuned__cuda_check(ev->d, ev->d->cuCtxSetCurrent(ev->ctx), e, "making the context current");
+    tuned__compile_target target = {
+        .nvrtc = ev->nvrtc,
+        .arch = ev->gpu.cc_major * 10 + ev->gpu.cc_minor,
+        .shape = ev->shape,
+        .codegen = ev->opts.codegen,
+        .cubins = ev->opts.cubins,
+        .threads = ev->opts.compile_threads,
+    };
+    tuned__compile_batch *batch = NULL;
+    int rc = tuned__compile_start(&batch, &target, cfgs, n, e);
+    if (rc != 0)
+        return rc;
+    rc = tuned__cuda_check(ev->d, ev->d->cuCtxSetCurrent(ev->ctx), e, "making the context current");
     for (size_t i = 0; i < n && rc == 0; i++) {
         tuned__eval_result *res = &results[i];
         memset(res, 0, sizeof *res);
-        compile_wait(&job, i);
-        res->compile_ms = blobs[i].compile_ms;
-        res->cached = job.cached[i];
-        if (errs[i].code != 0) {
-            res->status = TUNED__EVAL_COMPILE_ERROR;
-            snprintf(res->detail, sizeof res->detail, "%s", errs[i].msg);
+        const tuned__blob *cubin = NULL;
+        tuned__err compile_err = {0};
+        int crc = tuned__compile_wait(batch, i, ev->opts.compile_timeout_s, &cubin, &res->cached,
+                                      &res->compile_ms, &compile_err);
+        if (crc != 0) {
+            res->status = crc == TUNED_ETIMEOUT ? TUNED__EVAL_TIMEOUT : TUNED__EVAL_COMPILE_ERROR;
+            snprintf(res->detail, sizeof res->detail, "%s", compile_err.msg);
             continue;
         }
         CUmodule module = NULL;
         CUfunction fn = NULL;
-        CUresult r = ev->d->cuModuleLoadData(&module, blobs[i].data);
+        CUresult r = ev->d->cuModuleLoadData(&module, cubin->data);
         if (r == CUDA_SUCCESS)
             r = ev->d->cuModuleGetFunction(&fn, module, tuned__source_entry(&cfgs[i]));
         if (r != CUDA_SUCCESS) {
@@ -726,14 +621,6 @@ int tuned__evaluator_run(tuned__evaluator *ev, const tuned__config *cfgs, size_t
         if (module != NULL)
             ev->d->cuModuleUnload(module);
     }
-    compile_finish(&job);
-    for (size_t i = 0; i < n; i++)
-        tuned__blob_free(&blobs[i]);
-    free(blobs);
-    free(errs);
-    free(job.cached);
-    free(job.done);
-    pthread_cond_destroy(&job.compiled);
-    pthread_mutex_destroy(&job.lock);
+    tuned__compile_finish(batch);
     return rc;
 }

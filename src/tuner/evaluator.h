@@ -23,6 +23,8 @@ typedef struct tuned__eval_opts {
     double budget_ms;        /* GPU time to spend timing one variant (default 25) */
     int min_reps, max_reps;  /* repeats per variant (defaults 5 and 200) */
     int compile_threads;     /* parallel NVRTC compiles; 0: one per core */
+    double compile_timeout_s; /* a variant not compiled by then is given up
+                                 (status timeout); 0: no limit (default 120) */
     size_t x_offset;         /* elements between the allocation and x (alignment tests) */
     size_t y_offset;         /* likewise for y */
     tuned__codegen_opts codegen; /* test only: planted bugs */
@@ -42,6 +44,7 @@ enum {
     TUNED__EVAL_COMPILE_ERROR,
     TUNED__EVAL_WRONG,
     TUNED__EVAL_LAUNCH_ERROR,
+    TUNED__EVAL_TIMEOUT,      /* its compile did not finish in time */
 };
 
 typedef struct tuned__eval_result {

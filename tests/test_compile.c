@@ -1,0 +1,101 @@
+/* test_compile.c: the compile pipeline with the real NVRTC (no GPU):
+ * every item of a batch compiles to a cubin, a second batch takes them from
+ * the compile cache, a code-generation error is the item's alone, a wait
+ * that runs out gives the item up, and finishing early leaves nothing
+ * behind (ASan). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tuner/compile.h"
+#include "tuner/space.h"
+
+static int failures;
+
+#define EXPECT(cond, ...)                                                                       \
+    do {                                                                                        \
+        if (!(cond)) {                                                                          \
+            failures++;                                                                         \
+            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                \
+            fprintf(stderr, __VA_ARGS__);                                                       \
+            fprintf(stderr, "\n");                                                              \
+        }                                                                                       \
+    } while (0)
+
+enum { N = 6 };
+
+int main(void)
+{
+    tuned__err e = {0};
+    tuned__nvrtc *nv = NULL;
+    if (tuned__nvrtc_load(&nv, &e) != 0) {
+        fprintf(stderr, "FAIL: %s\n", e.msg);
+        return 1;
+    }
+    char dir[] = "/tmp/test_compile.XXXXXX", path[256];
+    if (mkdtemp(dir) == NULL) {
+        perror("mkdtemp");
+        return 1;
+    }
+    snprintf(path, sizeof path, "%s/store", dir);
+    tuned__store *st = NULL;
+    EXPECT(tuned__store_open(&st, path, 0, &e) == 0, "store: %s", e.msg);
+
+    tuned__shape shape = {TUNED_FP16, 64, 4097};
+    tuned__space sp;
+    EXPECT(tuned__space_init(&sp, &shape, 90, &e) == 0, "space: %s", e.msg);
+    tuned__config cfgs[N];
+    tuned__rng rng = {99};
+    for (int i = 0; i < N; i++)
+        tuned__space_random(&sp, &rng, &cfgs[i]);
+    cfgs[N - 1].vec = 16; /* no 16-element fp16 vector: codegen refuses it */
+    tuned__compile_target t = {.nvrtc = nv, .arch = 90, .shape = shape, .cubins = st, .threads = 2};
+
+    for (int pass = 0; pass < 2; pass++) {
+        tuned__compile_batch *b = NULL;
+        EXPECT(tuned__compile_start(&b, &t, cfgs, N, &e) == 0, "start: %s", e.msg);
+        for (size_t i = 0; i < N && b != NULL; i++) {
+            const tuned__blob *cubin;
+            bool cached;
+            double ms;
+            tuned__err ie = {0};
+            int rc = tuned__compile_wait(b, i, 0, &cubin, &cached, &ms, &ie);
+            if (i == N - 1) {
+                EXPECT(rc == TUNED_EINVAL && strstr(ie.msg, "16 bytes") != NULL,
+                       "the bad config: %d %s", rc, ie.msg);
+                continue;
+            }
+            EXPECT(rc == 0 && cubin != NULL && cubin->size > 4 &&
+                       memcmp(cubin->data, "\177ELF", 4) == 0,
+                   "item %zu: %s", i, ie.msg);
+            /* The first pass compiles, the second finds every cubin cached. */
+            EXPECT(cached == (pass == 1) && (pass == 1 ? ms == 0.0 : ms > 0.0),
+                   "pass %d item %zu: cached %d, %.1f ms", pass, i, cached, ms);
+        }
+        tuned__compile_finish(b);
+    }
+
+    /* A wait that runs out gives the item up; finishing early is clean. */
+    tuned__compile_target uncached = t;
+    uncached.cubins = NULL;
+    tuned__compile_batch *b = NULL;
+    EXPECT(tuned__compile_start(&b, &uncached, cfgs, N, &e) == 0, "start: %s", e.msg);
+    const tuned__blob *cubin;
+    bool cached;
+    double ms;
+    tuned__err te = {0};
+    int rc = tuned__compile_wait(b, 0, 1e-6, &cubin, &cached, &ms, &te);
+    EXPECT(rc == TUNED_ETIMEOUT && cubin == NULL && strstr(te.msg, "given up") != NULL,
+           "timeout: %d %s", rc, te.msg);
+    tuned__compile_finish(b);
+
+    tuned__space_free(&sp);
+    tuned__store_close(st);
+    tuned__nvrtc_unload(nv);
+    char cmd[320];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", dir);
+    printf("%d failures\n", failures);
+    return failures ? 1 : 0;
+}
