@@ -159,6 +159,18 @@ int main(void)
     EXPECT(tuned__source_softmax(&wide, &fp32, NULL, &src, &e) == TUNED_EINVAL &&
                strstr(e.msg, "16 bytes") != NULL,
            "an 8 x fp32 vector was not refused: %s", e.msg);
+    /* Row groups that are not power-of-two lane ranges would mix rows in
+     * the shuffles: refused even where the text form never produces them. */
+    tuned__config odd = {.warps = 3, .rows = 2, .cluster = 1, .minb = 1, .vec = 4};
+    tuned__shape f16 = {TUNED_FP16, 4, 100};
+    EXPECT(tuned__source_softmax(&odd, &f16, NULL, &src, &e) == TUNED_EINVAL,
+           "3 warps for 2 rows not refused");
+    tuned__config tma = {.family = TUNED__FAMILY_TMA, .warps = 16, .rows = 1, .cluster = 1,
+                         .minb = 1, .stages = 2};
+    tuned__codegen_opts plant = {.plant_bug = 1};
+    tuned__shape long_rows = {TUNED_FP16, 4, 32000};
+    EXPECT(tuned__source_softmax(&tma, &long_rows, &plant, &src, &e) == TUNED_EINVAL,
+           "a planted bug accepted for a tma variant");
     tuned__blob junk;
     EXPECT(tuned__nvrtc_compile(n, "this is not CUDA", "softmax junk", 90, TUNED__NVRTC_CUBIN, &junk,
                                 &e) == TUNED_ECOMPILE &&

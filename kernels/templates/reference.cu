@@ -12,12 +12,30 @@
  * The generator fills rows with uniform values in [-8, 8) from a counter-based
  * hash (fresh data for every seed) and plants torch's awkward cases: rows
  * sprinkled with -inf (masked attention), and when there are at least 8 rows,
- * one row of only -inf, one with a NaN and one with a +inf.
+ * one row of only -inf, one with a NaN, one with a +inf, one of only the
+ * dtype's lowest finite value (a fully masked row) and one of values around
+ * 1e10 (60000 in fp16).
  *
  * Codegen prepends: T_DTYPE (0 fp16, 1 bf16, 2 fp32). */
 
 #define ESIZE (T_DTYPE == 2 ? 4 : 2)
 #define CHECK_THREADS 256
+/* Large magnitudes for the masked and the huge rows: the dtype's lowest
+ * finite value (how frameworks mask), and values around 1e10 (60000 in
+ * fp16) a few thousand apart. */
+#if T_DTYPE == 0
+#define LOWEST -65504.0f
+#define HUGE_BASE 60000.0f
+#define HUGE_SPREAD 4000.0f
+#else
+#if T_DTYPE == 1
+#define LOWEST -3.3895314e38f /* bf16's lowest finite value */
+#else
+#define LOWEST -3.40282347e38f
+#endif
+#define HUGE_BASE 1.0e10f
+#define HUGE_SPREAD 1.0e5f
+#endif
 
 typedef unsigned short u16;
 typedef unsigned int u32;
@@ -98,6 +116,10 @@ extern "C" __global__ void tuned_gen_input(unsigned char *x, long long rows, int
                 v = __int_as_float(0x7fc00000);
             else if (row == rows / 3 && (u64)col == pick)
                 v = inf;
+            else if (row == rows / 2 + 1)
+                v = LOWEST; /* a fully masked row: softmax is uniform */
+            else if (row == rows / 2 + 2)
+                v = HUGE_BASE + (float)(h >> 40) * (HUGE_SPREAD / 16777216.0f);
         }
         store_bits(x + (row * row_stride + col) * ESIZE, float_to_bits(v));
     }

@@ -317,11 +317,14 @@ __device__ __forceinline__ float row_reduce(float v, float *partial, float *exch
     return v;
 }
 
-/* exp(x - max) with the log2(e) prescale folded into one FMA. */
-__device__ __forceinline__ float exp_shifted(float x, float max_scaled)
+/* exp(x - max) as ex2((x - max) * log2 e). The difference is taken first:
+ * prescaling max (x * log2e - max * log2e in one FMA) loses max's rounding
+ * error, which for |max| above ~4e9 (rows masked with -1e10 or the dtype's
+ * lowest value) exceeds the exponent range and turned whole rows into NaN. */
+__device__ __forceinline__ float exp_shifted(float x, float max)
 {
     float r;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(fmaf(x, LOG2E, -max_scaled)));
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"((x - max) * LOG2E));
     return r;
 }
 
@@ -408,7 +411,6 @@ tuned_softmax_rows(const unsigned char *x, unsigned char *y, long long rows, int
         for (int k = 0; k < T_VEC; k++)
             max = fmaxf(max, VALUE(it, k));
     max = row_reduce(max, partial_max, exchange_max, MaxOp());
-    const float max_scaled = max * LOG2E;
 
     float sum = 0.0f;
 #pragma unroll
@@ -416,10 +418,10 @@ tuned_softmax_rows(const unsigned char *x, unsigned char *y, long long rows, int
 #pragma unroll
         for (int k = 0; k < T_VEC; k++) {
 #if !T_REG_PACKED
-            v[it][k] = exp_shifted(v[it][k], max_scaled);
+            v[it][k] = exp_shifted(v[it][k], max);
             sum += v[it][k];
 #else
-            sum += exp_shifted(VALUE(it, k), max_scaled);
+            sum += exp_shifted(VALUE(it, k), max);
 #endif
         }
     sum = row_reduce(sum, partial_sum, exchange_sum, SumOp());
@@ -438,7 +440,7 @@ tuned_softmax_rows(const unsigned char *x, unsigned char *y, long long rows, int
 #if !T_REG_PACKED
 #define EXPONENTIAL(it, k) v[it][k]
 #else
-#define EXPONENTIAL(it, k) exp_shifted(VALUE(it, k), max_scaled)
+#define EXPONENTIAL(it, k) exp_shifted(VALUE(it, k), max)
 #endif
 #if ESIZE == 2 && VBYTES >= 4
 #pragma unroll

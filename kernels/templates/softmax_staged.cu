@@ -249,10 +249,14 @@ __device__ __forceinline__ float block_reduce(float v, float *partial, float *ex
     return v;
 }
 
-__device__ __forceinline__ float exp_shifted(float x, float max_scaled)
+/* exp(x - max) as ex2((x - max) * log2 e). The difference is taken first:
+ * prescaling max (x * log2e - max * log2e in one FMA) loses max's rounding
+ * error, which for |max| above ~4e9 (rows masked with -1e10 or the dtype's
+ * lowest value) exceeds the exponent range and turned whole rows into NaN. */
+__device__ __forceinline__ float exp_shifted(float x, float max)
 {
     float r;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(fmaf(x, LOG2E, -max_scaled)));
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"((x - max) * LOG2E));
     return r;
 }
 
@@ -351,24 +355,23 @@ tuned_softmax_staged(const unsigned char *x, unsigned char *y, long long rows, i
                 max = fmaxf(max, unit_float(w, e));
         }
         max = block_reduce(max, partial_max, &exchange_max[k & 1], MaxOp());
-        const float max_scaled = max * LOG2E;
 
-        float sum = (has_head ? exp_shifted(head_v, max_scaled) : 0.0f) +
-                    (has_tail ? exp_shifted(tail_v, max_scaled) : 0.0f);
+        float sum = (has_head ? exp_shifted(head_v, max) : 0.0f) +
+                    (has_tail ? exp_shifted(tail_v, max) : 0.0f);
         for (u32 u = threadIdx.x; u < s.units; u += THREADS) {
             u32 w[4];
             load_unit_shared(stage + u * 16, w);
 #pragma unroll
             for (int e = 0; e < PER_UNIT; e++)
-                sum += exp_shifted(unit_float(w, e), max_scaled);
+                sum += exp_shifted(unit_float(w, e), max);
         }
         sum = block_reduce(sum, partial_sum, &exchange_sum[k & 1], SumOp());
         const float inv = __frcp_rn(sum);
 
         if (has_head)
-            store_elem(s.yr + threadIdx.x * ESIZE, float_to_bits(exp_shifted(head_v, max_scaled) * inv));
+            store_elem(s.yr + threadIdx.x * ESIZE, float_to_bits(exp_shifted(head_v, max) * inv));
         if (has_tail)
-            store_elem(s.yr + tail_off, float_to_bits(exp_shifted(tail_v, max_scaled) * inv));
+            store_elem(s.yr + tail_off, float_to_bits(exp_shifted(tail_v, max) * inv));
         /* y's body lines up with 16 bytes only when y and x share their
          * offset inside 16 bytes; otherwise it is written element by element. */
         unsigned char *ybody = s.yr + (s.body - s.xr);
@@ -379,12 +382,12 @@ tuned_softmax_staged(const unsigned char *x, unsigned char *y, long long rows, i
 #if ESIZE == 2
 #pragma unroll
             for (int e = 0; e < PER_UNIT; e += 2)
-                out[e / 2] = pack_pair(exp_shifted(unit_float(w, e), max_scaled) * inv,
-                                       exp_shifted(unit_float(w, e + 1), max_scaled) * inv);
+                out[e / 2] = pack_pair(exp_shifted(unit_float(w, e), max) * inv,
+                                       exp_shifted(unit_float(w, e + 1), max) * inv);
 #else
 #pragma unroll
             for (int e = 0; e < PER_UNIT; e++)
-                unit_set(out, e, float_to_bits(exp_shifted(unit_float(w, e), max_scaled) * inv));
+                unit_set(out, e, float_to_bits(exp_shifted(unit_float(w, e), max) * inv));
 #endif
             unsigned char *dst = ybody + (u64)(s.unit0 + u) * 16;
             if (y_aligned) {

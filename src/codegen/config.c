@@ -183,6 +183,8 @@ bool tuned__config_equal(const tuned__config *a, const tuned__config *b)
 
 uint64_t tuned__config_iters(const tuned__config *c, uint64_t cols, bool head_free)
 {
+    if (c->family != TUNED__FAMILY_ROWS || c->vec == 0)
+        return 0;
     uint64_t span = (uint64_t)tuned__config_threads_per_row(c) * c->cluster * c->vec;
     /* A row starting at element offset `head` inside its first vector
      * covers cols + head <= cols + vec - 1 vector slots. */

@@ -90,12 +90,14 @@ static inline unsigned tuned__config_threads_per_row(const tuned__config *c)
  * the base pointers are 16-byte aligned (then no partial head vector). */
 static inline bool tuned__config_head_free(const tuned__config *c, uint64_t cols)
 {
-    return cols % c->vec == 0;
+    /* tma variants find each row's 16-byte body at run time */
+    return c->family == TUNED__FAMILY_TMA || cols % c->vec == 0;
 }
 
 /* Vector accesses each thread makes per row: enough that the vectors of a
  * row's threads (in all its cluster's blocks) cover cols elements starting
- * anywhere inside the first vector, or, when head_free, on its start. */
+ * anywhere inside the first vector, or, when head_free, on its start.
+ * Register rows only (0 for tma variants, which keep no row in registers). */
 uint64_t tuned__config_iters(const tuned__config *c, uint64_t cols, bool head_free);
 
 /* 32-bit registers a thread needs to hold its part of a row. */

@@ -117,14 +117,25 @@ int tuned__source_softmax(const tuned__config *c, const tuned__shape *s,
     if (s->cols < 1 || s->cols > INT_MAX - 64)
         return tuned__errf(e, TUNED_EINVAL, "codegen: softmax %s: %llu columns out of range",
                            name, (unsigned long long)s->cols);
-    if (c->family == TUNED__FAMILY_TMA)
+    if (c->family == TUNED__FAMILY_TMA) {
+        if (opts != NULL && opts->plant_bug != 0)
+            return tuned__errf(e, TUNED_EINVAL,
+                               "codegen: softmax %s: planted bugs exist in the rows family only",
+                               name);
+        /* Staged rows handle any alignment at run time: opts->unaligned
+         * needs no other code. */
         return staged_source(c, s, name, out, e);
+    }
     if (c->family != TUNED__FAMILY_ROWS)
         return tuned__errf(e, TUNED_EINVAL, "codegen: softmax %s: unknown family %u", name,
                            c->family);
-    if (c->warps < 1 || c->warps > 32 || c->rows < 1 || (32u * c->warps) % c->rows != 0)
+    /* Row groups must be aligned power-of-two lane ranges: the reductions'
+     * xor shuffles stay inside them only then. */
+    if (c->warps < 1 || c->warps > 32 || (c->warps & (c->warps - 1)) != 0 || c->rows < 1 ||
+        (c->rows & (c->rows - 1)) != 0 || c->rows > 32u * c->warps)
         return tuned__errf(e, TUNED_EINVAL,
-                           "codegen: softmax %s: rows per block must divide the block's threads",
+                           "codegen: softmax %s: warps and rows per block must be powers of two, "
+                           "rows at most the block's threads",
                            name);
     if (c->cluster < 1 || c->cluster > 16 || (c->cluster & (c->cluster - 1)) != 0 ||
         (c->cluster > 1 && c->rows != 1))
@@ -142,9 +153,6 @@ int tuned__source_softmax(const tuned__config *c, const tuned__shape *s,
     if (c->ld >= TUNED__LD_COUNT || c->st >= TUNED__ST_COUNT || c->reg >= TUNED__REG_COUNT)
         return tuned__errf(e, TUNED_EINVAL, "codegen: softmax %s: bad cache hint or register mode",
                            name);
-    if (s->cols < 1 || s->cols > INT_MAX - 64)
-        return tuned__errf(e, TUNED_EINVAL, "codegen: softmax %s: %llu columns out of range",
-                           name, (unsigned long long)s->cols);
     bool head_free = tuned__source_head_free(c, s, opts);
     uint64_t iters = tuned__config_iters(c, s->cols, head_free);
     if (iters > MAX_ITERS)

@@ -25,8 +25,9 @@ struct tuned__compile_batch {
     bool *cached;
     atomic_size_t next;
     pthread_mutex_t lock;
-    pthread_cond_t compiled; /* signalled whenever an item is done */
+    pthread_cond_t compiled; /* signalled whenever an item starts or is done */
     bool *done;              /* under lock */
+    struct timespec *began;  /* under lock: when a thread took the item (0: not yet) */
     pthread_t tids[MAX_THREADS];
     size_t started;
 };
@@ -69,6 +70,10 @@ static void *compile_worker(void *arg)
         size_t i = atomic_fetch_add(&b->next, 1);
         if (i >= b->n)
             return NULL;
+        pthread_mutex_lock(&b->lock);
+        clock_gettime(CLOCK_REALTIME, &b->began[i]);
+        pthread_cond_broadcast(&b->compiled); /* a waiter's clock starts */
+        pthread_mutex_unlock(&b->lock);
         compile_one(&b->target, &b->cfgs[i], &b->blobs[i], &b->cached[i], &b->errs[i]);
         pthread_mutex_lock(&b->lock);
         b->done[i] = true;
@@ -86,13 +91,16 @@ int tuned__compile_start(tuned__compile_batch **out, const tuned__compile_target
         b->errs = calloc(n ? n : 1, sizeof *b->errs);
         b->cached = calloc(n ? n : 1, sizeof *b->cached);
         b->done = calloc(n ? n : 1, sizeof *b->done);
+        b->began = calloc(n ? n : 1, sizeof *b->began);
     }
-    if (b == NULL || b->blobs == NULL || b->errs == NULL || b->cached == NULL || b->done == NULL) {
+    if (b == NULL || b->blobs == NULL || b->errs == NULL || b->cached == NULL || b->done == NULL ||
+        b->began == NULL) {
         if (b != NULL) {
             free(b->blobs);
             free(b->errs);
             free(b->cached);
             free(b->done);
+            free(b->began);
             free(b);
         }
         return tuned__errf(e, TUNED_ENOMEM, "compile: out of memory for %zu variants", n);
@@ -116,14 +124,31 @@ int tuned__compile_start(tuned__compile_batch **out, const tuned__compile_target
     return 0;
 }
 
-/* Whether item i is done, waiting until deadline (NULL: for ever). */
-static bool wait_done(tuned__compile_batch *b, size_t i, const struct timespec *deadline)
+static struct timespec plus_seconds(struct timespec t, double s)
+{
+    double whole = (double)(long long)s;
+    t.tv_sec += (time_t)whole;
+    t.tv_nsec += (long)((s - whole) * 1e9);
+    if (t.tv_nsec >= 1000000000L) {
+        t.tv_sec++;
+        t.tv_nsec -= 1000000000L;
+    }
+    return t;
+}
+
+/* Whether item i is done, waiting at most timeout_s from the moment a
+ * thread took it (0: for ever). An item still queued behind slow ones has
+ * not started its clock. */
+static bool wait_done(tuned__compile_batch *b, size_t i, double timeout_s)
 {
     pthread_mutex_lock(&b->lock);
     while (!b->done[i]) {
-        if (deadline == NULL)
+        if (timeout_s <= 0 || b->began[i].tv_sec == 0) {
             pthread_cond_wait(&b->compiled, &b->lock);
-        else if (pthread_cond_timedwait(&b->compiled, &b->lock, deadline) == ETIMEDOUT)
+            continue;
+        }
+        struct timespec deadline = plus_seconds(b->began[i], timeout_s);
+        if (pthread_cond_timedwait(&b->compiled, &b->lock, &deadline) == ETIMEDOUT)
             break;
     }
     bool done = b->done[i];
@@ -147,18 +172,7 @@ int tuned__compile_wait(tuned__compile_batch *b, size_t i, double timeout_s,
             b->done[i] = true;
         }
     } else {
-        struct timespec deadline;
-        if (timeout_s > 0) {
-            clock_gettime(CLOCK_REALTIME, &deadline);
-            double whole = (double)(long long)timeout_s;
-            deadline.tv_sec += (time_t)whole;
-            deadline.tv_nsec += (long)((timeout_s - whole) * 1e9);
-            if (deadline.tv_nsec >= 1000000000L) {
-                deadline.tv_sec++;
-                deadline.tv_nsec -= 1000000000L;
-            }
-        }
-        if (!wait_done(b, i, timeout_s > 0 ? &deadline : NULL)) {
+        if (!wait_done(b, i, timeout_s)) {
             char text[TUNED__CONFIG_TEXT];
             tuned__config_format(&b->cfgs[i], text, sizeof text);
             return tuned__errf(e, TUNED_ETIMEOUT,
@@ -190,6 +204,7 @@ void tuned__compile_finish(tuned__compile_batch *b)
     free(b->errs);
     free(b->cached);
     free(b->done);
+    free(b->began);
     pthread_cond_destroy(&b->compiled);
     pthread_mutex_destroy(&b->lock);
     free(b);

@@ -68,6 +68,11 @@ const char *tuned__eval_status_name(int status)
     return "?";
 }
 
+const tuned__codegen_opts *tuned__evaluator_codegen(const tuned__evaluator *ev)
+{
+    return &ev->opts.codegen;
+}
+
 double tuned__evaluator_copy_us(const tuned__evaluator *ev)
 {
     return ev->copy_us;
@@ -193,8 +198,9 @@ static int validate_reference(tuned__evaluator *ev, tuned__err *e)
     if ((rc = run_check(ev, ev->stats, &bad, &first, e)) != 0)
         return rc;
     uint64_t rows = ev->shape.rows, cols = ev->shape.cols;
-    uint64_t picks[REFERENCE_ROWS_CHECKED] = {0, 1, rows / 3, rows / 2, rows - 1, rows / 4,
-                                              (rows * 3) / 4, rows > 2 ? rows - 2 : 0};
+    /* The generator's special rows (reference.cu) among them. */
+    uint64_t picks[REFERENCE_ROWS_CHECKED] = {0,        1,           rows / 3,     rows / 2,
+                                              rows - 1, rows / 2 + 1, rows / 2 + 2, (rows * 3) / 4};
     size_t row_bytes = cols * ev->esize;
     unsigned char *row = malloc(row_bytes);
     if (row == NULL)
@@ -249,7 +255,8 @@ static int time_median(tuned__evaluator *ev, enqueue_fn enqueue, void *arg,
         return tuned__errf(e, TUNED_ENOMEM, "evaluator: out of memory");
     int reps = 0;
     double spent_ms = 0.0;
-    while (reps < cap && (reps < ev->opts.min_reps || spent_ms < ev->opts.budget_ms)) {
+    int min_reps = ev->opts.min_reps > 1 ? ev->opts.min_reps : 1;
+    while (reps < cap && (reps < min_reps || spent_ms < ev->opts.budget_ms)) {
         int batch = cap - reps < EVENT_BATCH ? cap - reps : EVENT_BATCH;
         for (int i = 0; i < batch && rc == 0; i++) {
             CUresult cr = ev->d->cuMemsetD32Async(ev->flush, (unsigned)i, ev->flush_bytes / 4,
@@ -388,8 +395,8 @@ int tuned__evaluator_open(tuned__evaluator **out, const tuned__driver *d, const 
 {
     size_t esize = tuned_dtype_size(s->dtype);
     /* The byte count below must not wrap before the memory check sees it. */
-    if (esize == 0 || s->rows < 1 || s->cols < 1 || s->cols > 0x7fffff00u ||
-        s->rows > (SIZE_MAX / 4) / s->cols / esize)
+    if (esize == 0 || s->rows < 1 || s->rows > 2147483647u || s->cols < 1 ||
+        s->cols > 0x7fffff00u || s->rows > (SIZE_MAX / 4) / s->cols / esize)
         return tuned__errf(e, TUNED_EINVAL, "evaluator: bad shape %llux%llu",
                            (unsigned long long)s->rows, (unsigned long long)s->cols);
     tuned__evaluator *ev = calloc(1, sizeof *ev);
@@ -520,9 +527,17 @@ static int evaluate_loaded(tuned__evaluator *ev, CUfunction fn, const tuned__con
                         .grid = (unsigned)((ev->shape.rows + c->rows - 1) / c->rows) * c->cluster,
                         .block = c->warps * 32u,
                         .smem = (unsigned)tuned__source_dynamic_smem(c, &ev->shape)};
-    ev->d->cuFuncGetAttribute(&res->registers, CU_FUNC_ATTRIBUTE_NUM_REGS, fn);
-    ev->d->cuFuncGetAttribute(&res->local_bytes, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, fn);
-    int rc = generate_input(ev, e);
+    int rc;
+    if ((rc = tuned__cuda_check(ev->d,
+                                ev->d->cuFuncGetAttribute(&res->registers,
+                                                          CU_FUNC_ATTRIBUTE_NUM_REGS, fn),
+                                e, "reading the variant's registers")) != 0 ||
+        (rc = tuned__cuda_check(ev->d,
+                                ev->d->cuFuncGetAttribute(&res->local_bytes,
+                                                          CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, fn),
+                                e, "reading the variant's local memory")) != 0)
+        return rc;
+    rc = generate_input(ev, e);
     if (rc != 0)
         return rc;
     /* A launch the driver refuses (too many registers for the block, a

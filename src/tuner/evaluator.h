@@ -69,6 +69,10 @@ int tuned__evaluator_open(tuned__evaluator **out, const tuned__driver *d, const 
                           tuned__err *e);
 void tuned__evaluator_close(tuned__evaluator *ev);
 
+/* The code generation options the variants are compiled with (the
+ * caller's, made unaligned where the buffers' offsets require it). */
+const tuned__codegen_opts *tuned__evaluator_codegen(const tuned__evaluator *ev);
+
 /* Median time of a device-to-device copy of the shape's bytes. */
 double tuned__evaluator_copy_us(const tuned__evaluator *ev);
 

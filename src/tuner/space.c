@@ -1,5 +1,5 @@
-/* space.c: the constraints of the "rows" family and the moves of the
- * search (neighbours, random draws, seeds). */
+/* space.c: the constraints of the two families (register rows and tma)
+ * and the moves of the search (neighbours, random draws, seeds). */
 #include "space.h"
 
 #include <stdarg.h>
@@ -186,8 +186,8 @@ int tuned__space_init(tuned__space *sp, const tuned__shape *shape, int arch, tun
         tuned__space_valid(sp, &widest, why, sizeof why);
         tuned__space_free(sp);
         return tuned__errf(e, TUNED_ENOSPACE,
-                           "space: no variant of the register-row family fits %llux%llu %s "
-                           "(the widest, %u threads a row: %s)",
+                           "space: no variant fits %llux%llu %s (the widest register-row "
+                           "variant, %u threads a row: %s)",
                            (unsigned long long)shape->rows, (unsigned long long)shape->cols,
                            tuned_dtype_name(shape->dtype), 1024u * widest.cluster, why);
     }

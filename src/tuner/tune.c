@@ -104,7 +104,8 @@ static int eval_batch(void *ctx, const tuned__config *cfgs, size_t n, tuned__eva
         tuned__err he = {0};
         int hrc = record_history(t, cfgs, n, out, &he);
         if (rc == 0 && hrc != 0) {
-            *e = he;
+            if (e != NULL)
+                *e = he;
             rc = hrc;
         }
     }
@@ -139,6 +140,8 @@ int tuned__tune_history(tuned__store *store, const tuned__store_key *key,
             tuned__config c;
             if (tuned__config_parse(page[i].config, &c, NULL) != 0)
                 continue; /* a config of an older codegen: measure anew */
+            if (page[i].status == TUNED__HIST_TIMEOUT)
+                continue; /* a slow moment, not the variant's verdict: try again */
             if (*n == cap) {
                 cap = cap ? 2 * cap : PAGE;
                 tuned__search_prior *grown = realloc(*out, cap * sizeof **out);
@@ -323,11 +326,11 @@ static int run_finalists(tune_ctx *t, const tuned__search_prior *log, size_t nlo
 /* The compile-cache key the evaluator filed the winner's cubin under, so
  * that the store's gc knows the cubin is in use. */
 static uint64_t winner_cubin(const tuned__nvrtc *n, const tuned__gpu *gpu,
-                             const tuned__shape *shape, const tuned__eval_opts *eo,
+                             const tuned__shape *shape, const tuned__codegen_opts *codegen,
                              const tuned__config *best)
 {
     char *src = NULL;
-    if (tuned__source_softmax(best, shape, &eo->codegen, &src, NULL) != 0)
+    if (tuned__source_softmax(best, shape, codegen, &src, NULL) != 0)
         return 0;
     uint64_t key = tuned__nvrtc_cache_key(n, src, gpu->cc_major * 10 + gpu->cc_minor,
                                           TUNED__NVRTC_CUBIN);
@@ -412,7 +415,8 @@ int tuned__tune(const tuned__driver *d, const tuned__nvrtc *n, const tuned__tune
                              .copy_us = tuned__evaluator_copy_us(ev)};
     rc = tuned__tune_on(&b, &gpu, r, progress, ctx, out, e);
     if (rc == 0)
-        out->cubin = winner_cubin(n, &gpu, &r->shape, &eo, &out->search.best);
+        out->cubin = winner_cubin(n, &gpu, &r->shape, tuned__evaluator_codegen(ev),
+                                  &out->search.best);
     tuned__evaluator_close(ev);
     return rc;
 }
