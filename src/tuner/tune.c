@@ -140,8 +140,6 @@ int tuned__tune_history(tuned__store *store, const tuned__store_key *key,
             tuned__config c;
             if (tuned__config_parse(page[i].config, &c, NULL) != 0)
                 continue; /* a config of an older codegen: measure anew */
-            if (page[i].status == TUNED__HIST_TIMEOUT)
-                continue; /* a slow moment, not the variant's verdict: try again */
             if (*n == cap) {
                 cap = cap ? 2 * cap : PAGE;
                 tuned__search_prior *grown = realloc(*out, cap * sizeof **out);
