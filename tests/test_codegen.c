@@ -9,17 +9,7 @@
 #include "codegen/source.h"
 #include "tuner/space.h"
 
-static int failures;
-
-#define EXPECT(cond, ...)                                                                       \
-    do {                                                                                        \
-        if (!(cond)) {                                                                          \
-            failures++;                                                                         \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                \
-            fprintf(stderr, __VA_ARGS__);                                                       \
-            fprintf(stderr, "\n");                                                              \
-        }                                                                                       \
-    } while (0)
+#include "expect.h"
 
 /* The PTX load/store instruction a config must produce for full vectors. */
 static void expected_ops(const tuned__config *c, tuned_dtype dtype, char *ld, size_t nl, char *st,

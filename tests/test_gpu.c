@@ -12,17 +12,7 @@
 
 #define SKIP 77
 
-static int failures;
-
-#define EXPECT(cond, ...)                                                                       \
-    do {                                                                                        \
-        if (!(cond)) {                                                                          \
-            failures++;                                                                         \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                \
-            fprintf(stderr, __VA_ARGS__);                                                       \
-            fprintf(stderr, "\n");                                                              \
-        }                                                                                       \
-    } while (0)
+#include "expect.h"
 
 typedef struct gpu_env {
     tuned__driver *d;

@@ -8,17 +8,7 @@
 
 #include "tuner/search.h"
 
-static int failures;
-
-#define EXPECT(cond, ...)                                                                       \
-    do {                                                                                        \
-        if (!(cond)) {                                                                          \
-            failures++;                                                                         \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                \
-            fprintf(stderr, __VA_ARGS__);                                                       \
-            fprintf(stderr, "\n");                                                              \
-        }                                                                                       \
-    } while (0)
+#include "expect.h"
 
 typedef struct landscape {
     size_t calls, evaluated;

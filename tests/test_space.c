@@ -5,17 +5,7 @@
 
 #include "tuner/space.h"
 
-static int failures;
-
-#define EXPECT(cond, ...)                                                                       \
-    do {                                                                                        \
-        if (!(cond)) {                                                                          \
-            failures++;                                                                         \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                \
-            fprintf(stderr, __VA_ARGS__);                                                       \
-            fprintf(stderr, "\n");                                                              \
-        }                                                                                       \
-    } while (0)
+#include "expect.h"
 
 static void text_round_trip(void)
 {

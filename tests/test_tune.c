@@ -11,17 +11,7 @@
 #include "common/hash.h"
 #include "tuner/tune.h"
 
-static int failures;
-
-#define EXPECT(cond, ...)                                                                       \
-    do {                                                                                        \
-        if (!(cond)) {                                                                          \
-            failures++;                                                                         \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                \
-            fprintf(stderr, __VA_ARGS__);                                                       \
-            fprintf(stderr, "\n");                                                              \
-        }                                                                                       \
-    } while (0)
+#include "expect.h"
 
 typedef struct synthetic {
     size_t calls;      /* configs evaluated, finalists' rounds included */
