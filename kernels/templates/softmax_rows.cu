@@ -14,7 +14,7 @@
  * below the row start, and the partial first and last vectors go element by
  * element.
  *
- * Variants (codegen prepends the defines):
+ * Variants (codegen prepends the defines, then softmax_common.cu):
  *   T_DTYPE      0 fp16, 1 bf16, 2 fp32 (math is always fp32)
  *   T_WARPS      warps per block: 1, 2, 4, 8, 16, 32
  *   T_ROWS       rows per block: threads per row = T_WARPS*32/T_ROWS, 1 to 1024
@@ -38,45 +38,9 @@
  * dtype tolerances, NaN for NaN), itself checked against a CPU float64
  * softmax by the evaluator before any variant is timed. */
 
-#define ESIZE (T_DTYPE == 2 ? 4 : 2)
 #define TPR (T_WARPS * 32 / T_ROWS)
 #define VBYTES (T_VEC * ESIZE)
 #define NWORDS (VBYTES >= 4 ? VBYTES / 4 : 1)
-#define LOG2E 1.4426950408889634f
-
-typedef unsigned short u16;
-typedef unsigned int u32;
-typedef unsigned long long u64;
-
-/* ---- element conversions (no cuda_fp16.h: keeps NVRTC compiles fast) ---- */
-
-__device__ __forceinline__ float bits_to_float(u32 b)
-{
-#if T_DTYPE == 0
-    float f;
-    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"((u16)b));
-    return f;
-#elif T_DTYPE == 1
-    return __uint_as_float(b << 16);
-#else
-    return __uint_as_float(b);
-#endif
-}
-
-__device__ __forceinline__ u32 float_to_bits(float f)
-{
-#if T_DTYPE == 0
-    u16 h;
-    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
-    return h;
-#elif T_DTYPE == 1
-    u16 h;
-    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f));
-    return h;
-#else
-    return __float_as_uint(f);
-#endif
-}
 
 /* The bit pattern of -inf, used for slots outside the row. */
 #if T_DTYPE == 0
@@ -101,12 +65,6 @@ __device__ __forceinline__ u32 float_to_bits(float f)
 #else
 #define LD_OP "ld.global.L2::cache_hint"
 #define LD_POLICY_ARG , "l"(policy)
-#endif
-
-#if T_ST == 0
-#define ST_OP "st.global"
-#else
-#define ST_OP "st.global.cs"
 #endif
 
 #if T_LD == 3
@@ -157,15 +115,6 @@ __device__ __forceinline__ void load_vec(const unsigned char *p, u32 (&w)[NWORDS
 #else
     asm volatile(LD_OP ".v4.u32 {%0, %1, %2, %3}, [%4]" POLICY_OPERAND_V4 ";"
                  : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3]) : "l"(p) LD_POLICY_ARG);
-#endif
-}
-
-__device__ __forceinline__ void store_elem(unsigned char *p, u32 bits)
-{
-#if ESIZE == 2
-    asm volatile(ST_OP ".u16 [%0], %1;" : : "l"(p), "h"((u16)bits) : "memory");
-#else
-    asm volatile(ST_OP ".u32 [%0], %1;" : : "l"(p), "r"(bits) : "memory");
 #endif
 }
 
@@ -225,55 +174,7 @@ __device__ __forceinline__ float word_float(const u32 (&w)[NWORDS], int k)
 #endif
 }
 
-/* Two fp32 values rounded into one word of two 16-bit elements (lo first),
- * one cvt for the pair. */
-__device__ __forceinline__ u32 pack_pair(float lo, float hi)
-{
-    u32 d;
-#if T_DTYPE == 0
-    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
-#else
-    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
-#endif
-    return d;
-}
-
 /* ---- reductions over the threads of one row ---- */
-
-struct MaxOp {
-    __device__ __forceinline__ float operator()(float a, float b) const { return fmaxf(a, b); }
-};
-struct SumOp {
-    __device__ __forceinline__ float operator()(float a, float b) const { return a + b; }
-};
-
-#if T_CLUSTER > 1
-__device__ __forceinline__ unsigned cluster_rank()
-{
-    unsigned r;
-    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-    return r;
-}
-
-__device__ __forceinline__ void cluster_sync()
-{
-    asm volatile("barrier.cluster.arrive.release.aligned;\n\t"
-                 "barrier.cluster.wait.acquire.aligned;" ::: "memory");
-}
-
-/* The float at the same shared-memory address in CTA `rank` of the
- * cluster (distributed shared memory). */
-__device__ __forceinline__ float load_remote(const float *local, unsigned rank)
-{
-    unsigned addr, remote;
-    float v;
-    asm volatile("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }"
-                 : "=r"(addr) : "l"(local));
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(addr), "r"(rank));
-    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote) : "memory");
-    return v;
-}
-#endif
 
 /* Reduces v over the TPR threads of this thread's row in this block and,
  * with a cluster, over the T_CLUSTER blocks that share the row. Groups of
@@ -316,23 +217,6 @@ __device__ __forceinline__ float row_reduce(float v, float *partial, float *exch
 #endif
     return v;
 }
-
-/* exp(x - max) as ex2((x - max) * log2 e). The difference is taken first:
- * prescaling max (x * log2e - max * log2e in one FMA) loses max's rounding
- * error, which for |max| above ~4e9 (rows masked with -1e10 or the dtype's
- * lowest value) exceeds the exponent range and turned whole rows into NaN. */
-__device__ __forceinline__ float exp_shifted(float x, float max)
-{
-    float r;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"((x - max) * LOG2E));
-    return r;
-}
-
-#if T_CLUSTER > 1
-#define CLUSTER_ATTRIBUTE __cluster_dims__(T_CLUSTER, 1, 1)
-#else
-#define CLUSTER_ATTRIBUTE
-#endif
 
 extern "C" __global__ void __launch_bounds__(T_WARPS * 32, T_MIN_BLOCKS) CLUSTER_ATTRIBUTE
 tuned_softmax_rows(const unsigned char *x, unsigned char *y, long long rows, int cols,

@@ -13,7 +13,7 @@
  * cluster, each block takes a contiguous slice of every row and the (max,
  * sum) pair is exchanged through distributed shared memory.
  *
- * Variants (codegen prepends the defines):
+ * Variants (codegen prepends the defines, then softmax_common.cu):
  *   T_DTYPE       0 fp16, 1 bf16, 2 fp32 (math is always fp32)
  *   T_WARPS       warps per block: 1 .. 32
  *   T_CLUSTER     blocks per row (a cluster): 1, 2, 4, 8, 16
@@ -24,48 +24,8 @@
  * Semantics as softmax_rows.cu (torch.softmax on the last dimension).
  * Checked against: the float64 reference in reference.cu, like every family. */
 
-#define ESIZE (T_DTYPE == 2 ? 4 : 2)
 #define THREADS (T_WARPS * 32)
 #define PER_UNIT (16 / ESIZE) /* elements per 16-byte unit */
-#define LOG2E 1.4426950408889634f
-
-typedef unsigned short u16;
-typedef unsigned int u32;
-typedef unsigned long long u64;
-
-__device__ __forceinline__ float bits_to_float(u32 b)
-{
-#if T_DTYPE == 0
-    float f;
-    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"((u16)b));
-    return f;
-#elif T_DTYPE == 1
-    return __uint_as_float(b << 16);
-#else
-    return __uint_as_float(b);
-#endif
-}
-
-__device__ __forceinline__ u32 float_to_bits(float f)
-{
-#if T_DTYPE == 0
-    u16 h;
-    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
-    return h;
-#elif T_DTYPE == 1
-    u16 h;
-    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f));
-    return h;
-#else
-    return __float_as_uint(f);
-#endif
-}
-
-#if T_ST == 0
-#define ST_OP "st.global"
-#else
-#define ST_OP "st.global.cs"
-#endif
 
 __device__ __forceinline__ u32 load_elem(const unsigned char *p)
 {
@@ -77,15 +37,6 @@ __device__ __forceinline__ u32 load_elem(const unsigned char *p)
     u32 w;
     asm volatile("ld.global.nc.u32 %0, [%1];" : "=r"(w) : "l"(p));
     return w;
-#endif
-}
-
-__device__ __forceinline__ void store_elem(unsigned char *p, u32 bits)
-{
-#if ESIZE == 2
-    asm volatile(ST_OP ".u16 [%0], %1;" : : "l"(p), "h"((u16)bits) : "memory");
-#else
-    asm volatile(ST_OP ".u32 [%0], %1;" : : "l"(p), "r"(bits) : "memory");
 #endif
 }
 
@@ -123,28 +74,7 @@ __device__ __forceinline__ float unit_float(const u32 (&w)[4], int k)
 #endif
 }
 
-#if ESIZE == 2
-/* Two fp32 values rounded into one word (lo first), one cvt for the pair. */
-__device__ __forceinline__ u32 pack_pair(float lo, float hi)
-{
-    u32 d;
-#if T_DTYPE == 0
-    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
-#else
-    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
-#endif
-    return d;
-}
-#endif
-
 /* ---- shared memory, mbarriers and the bulk copy engine ---- */
-
-__device__ __forceinline__ u32 smem_addr(const void *p)
-{
-    u32 a;
-    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
-    return a;
-}
 
 __device__ __forceinline__ void load_unit_shared(u32 addr, u32 (&w)[4])
 {
@@ -183,39 +113,10 @@ __device__ __forceinline__ void bulk_copy(u32 dst, const unsigned char *src, u32
 /* ---- reductions over the block and the cluster ---- */
 
 #if T_CLUSTER > 1
-__device__ __forceinline__ unsigned cluster_rank()
-{
-    unsigned r;
-    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-    return r;
-}
-
-__device__ __forceinline__ void cluster_sync()
-{
-    asm volatile("barrier.cluster.arrive.release.aligned;\n\t"
-                 "barrier.cluster.wait.acquire.aligned;" ::: "memory");
-}
-
-__device__ __forceinline__ float load_remote(const float *local, unsigned rank)
-{
-    unsigned remote;
-    float v;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
-                 : "=r"(remote) : "r"(smem_addr(local)), "r"(rank));
-    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote) : "memory");
-    return v;
-}
 #define RANK cluster_rank()
 #else
 #define RANK 0u
 #endif
-
-struct MaxOp {
-    __device__ __forceinline__ float operator()(float a, float b) const { return fmaxf(a, b); }
-};
-struct SumOp {
-    __device__ __forceinline__ float operator()(float a, float b) const { return a + b; }
-};
 
 /* Reduces v over the block, then over the cluster (exchange is this row's
  * slot: the slots alternate between rows, and the cluster barriers of row
@@ -247,17 +148,6 @@ __device__ __forceinline__ float block_reduce(float v, float *partial, float *ex
     (void)exchange;
 #endif
     return v;
-}
-
-/* exp(x - max) as ex2((x - max) * log2 e). The difference is taken first:
- * prescaling max (x * log2e - max * log2e in one FMA) loses max's rounding
- * error, which for |max| above ~4e9 (rows masked with -1e10 or the dtype's
- * lowest value) exceeds the exponent range and turned whole rows into NaN. */
-__device__ __forceinline__ float exp_shifted(float x, float max)
-{
-    float r;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"((x - max) * LOG2E));
-    return r;
 }
 
 /* Where this block's part of a row lies. */
@@ -296,12 +186,6 @@ __device__ __forceinline__ void issue_row(const Slice &s, u32 stage, u32 bar)
     if (s.units > 0)
         bulk_copy(stage, s.body + (u64)s.unit0 * 16, s.units * 16, bar);
 }
-
-#if T_CLUSTER > 1
-#define CLUSTER_ATTRIBUTE __cluster_dims__(T_CLUSTER, 1, 1)
-#else
-#define CLUSTER_ATTRIBUTE
-#endif
 
 extern "C" __global__ void __launch_bounds__(THREADS, 1) CLUSTER_ATTRIBUTE
 tuned_softmax_staged(const unsigned char *x, unsigned char *y, long long rows, int cols,

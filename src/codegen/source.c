@@ -59,8 +59,11 @@ size_t tuned__source_dynamic_smem(const tuned__config *c, const tuned__shape *s)
     return c->family == TUNED__FAMILY_TMA ? c->stages * tuned__source_stage_bytes(c, s) : 0;
 }
 
-static int join_source(const char *defines, const char *template_name, char **out,
-                       tuned__err *e);
+static int join_source(const char *defines, const char *prelude, const char *template_name,
+                       char **out, tuned__err *e);
+
+/* What both softmax families are built on (kernels/templates/). */
+#define COMMON_TEMPLATE "softmax_common"
 
 /* The staged (TMA) family's source. */
 static int staged_source(const tuned__config *c, const tuned__shape *s, const char *name,
@@ -83,24 +86,28 @@ static int staged_source(const tuned__config *c, const tuned__shape *s, const ch
              "#define T_STAGE_BYTES %zu\n#define T_ST %u\n",
              name, tuned_dtype_name(s->dtype), (unsigned long long)s->cols, (int)s->dtype,
              c->warps, c->cluster, c->stages, tuned__source_stage_bytes(c, s), c->st);
-    return join_source(defines, "softmax_staged", out, e);
+    return join_source(defines, COMMON_TEMPLATE, "softmax_staged", out, e);
 }
 
-/* Concatenates a defines block and a template into a malloc'd string. */
-static int join_source(const char *defines, const char *template_name, char **out,
-                       tuned__err *e)
+/* Concatenates a defines block, the template called prelude (NULL: none)
+ * and the template called template_name into a malloc'd string. */
+static int join_source(const char *defines, const char *prelude, const char *template_name,
+                       char **out, tuned__err *e)
 {
+    const tuned__template *p = prelude != NULL ? tuned__template_find(prelude) : NULL;
     const tuned__template *t = tuned__template_find(template_name);
-    if (t == NULL)
+    if (t == NULL || (prelude != NULL && p == NULL))
         return tuned__errf(e, TUNED_EINVAL, "codegen: no template '%s' in this build",
-                           template_name);
-    size_t dlen = strlen(defines);
-    char *src = malloc(dlen + t->size + 1);
+                           t == NULL ? template_name : prelude);
+    size_t dlen = strlen(defines), plen = p != NULL ? p->size : 0;
+    char *src = malloc(dlen + plen + t->size + 1);
     if (src == NULL)
         return tuned__errf(e, TUNED_ENOMEM, "codegen: out of memory for %s source",
                            template_name);
     memcpy(src, defines, dlen);
-    memcpy(src + dlen, t->text, t->size + 1);
+    if (p != NULL)
+        memcpy(src + dlen, p->text, plen);
+    memcpy(src + dlen + plen, t->text, t->size + 1);
     *out = src;
     return 0;
 }
@@ -171,7 +178,7 @@ int tuned__source_softmax(const tuned__config *c, const tuned__shape *s,
              name, tuned_dtype_name(s->dtype), (unsigned long long)s->cols, (int)s->dtype,
              c->warps, c->rows, c->cluster, c->minb, c->vec, (unsigned long long)iters, head_free, c->ld,
              c->st, c->reg == TUNED__REG_PK, plant);
-    return join_source(defines, "softmax_rows", out, e);
+    return join_source(defines, COMMON_TEMPLATE, "softmax_rows", out, e);
 }
 
 int tuned__source_reference(tuned_dtype dtype, char **out, tuned__err *e)
@@ -181,5 +188,5 @@ int tuned__source_reference(tuned_dtype dtype, char **out, tuned__err *e)
     char defines[128];
     snprintf(defines, sizeof defines, "// tuned reference kernels for %s\n#define T_DTYPE %d\n",
              tuned_dtype_name(dtype), (int)dtype);
-    return join_source(defines, "reference", out, e);
+    return join_source(defines, NULL, "reference", out, e);
 }
