@@ -225,8 +225,8 @@ static int each_visit(void *ctx, tuned__txn *t, MDB_cursor *cur, const MDB_val *
     return 0;
 }
 
-int tuned__store_each_best(tuned__store *s, const tuned__store_filter *f, tuned__store_each_fn fn,
-                           void *ctx, tuned__err *e)
+/* visit for every best record, in one read snapshot; 0 on an empty store. */
+static int walk_best(tuned__store *s, visit_fn visit, void *ctx, tuned__err *e)
 {
     int ready = tuned__store_dbs(s, e);
     if (ready <= 0)
@@ -236,9 +236,15 @@ int tuned__store_each_best(tuned__store *s, const tuned__store_filter *f, tuned_
     int rc = tuned__txn_begin(&t, s, MDB_RDONLY, e);
     if (rc != 0)
         return rc;
+    walk(&t, &tag, 1, visit, ctx, e);
+    return tuned__txn_end(&t, e);
+}
+
+int tuned__store_each_best(tuned__store *s, const tuned__store_filter *f, tuned__store_each_fn fn,
+                           void *ctx, tuned__err *e)
+{
     each_ctx c = {.f = f, .fn = fn, .user = ctx};
-    walk(&t, &tag, 1, each_visit, &c, e);
-    rc = tuned__txn_end(&t, e);
+    int rc = walk_best(s, each_visit, &c, e);
     return rc != 0 ? rc : c.stopped;
 }
 
@@ -275,17 +281,8 @@ int tuned__store_scan(tuned__store *s, tuned__store_scan_fn fn, void *ctx, size_
 {
     if (skipped != NULL)
         *skipped = 0;
-    int ready = tuned__store_dbs(s, e);
-    if (ready <= 0)
-        return ready;
-    uint8_t tag = TUNED__KEY_TAG_BEST;
-    tuned__txn t;
-    int rc = tuned__txn_begin(&t, s, MDB_RDONLY, e);
-    if (rc != 0)
-        return rc;
     scan_ctx c = {.fn = fn, .user = ctx, .skipped = skipped};
-    walk(&t, &tag, 1, scan_visit, &c, e);
-    rc = tuned__txn_end(&t, e);
+    int rc = walk_best(s, scan_visit, &c, e);
     return rc != 0 ? rc : c.stop;
 }
 
