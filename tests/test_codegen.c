@@ -25,7 +25,16 @@ static void expected_ops(const tuned__config *c, tuned_dtype dtype, char *ld, si
     snprintf(st, ns, "%s%s ", st_ops[c->st], suffix);
 }
 
-/* The register-row family's PTX: vector width and cache hints. */
+static size_t count(const char *text, const char *needle)
+{
+    size_t n = 0;
+    for (const char *p = strstr(text, needle); p != NULL; p = strstr(p + 1, needle))
+        n++;
+    return n;
+}
+
+/* The register-row family's PTX: vector width and cache hints, the
+ * reduction's cluster barriers, the packed maximum. */
 static void check_rows_ptx(const tuned__config *c, const tuned__shape *s, const char *name,
                            const char *ptx)
 {
@@ -45,6 +54,17 @@ static void check_rows_ptx(const tuned__config *c, const tuned__shape *s, const 
         EXPECT(strstr(ptx, "ld.global.nc") == NULL, "%s: unexpected .nc load", name);
     if (c->st != TUNED__ST_CS)
         EXPECT(strstr(ptx, "st.global.cs") == NULL, "%s: unexpected .cs store", name);
+    /* The one-round reduction halves the cluster's barriers: an exchange
+     * per round plus the exit's, which arrives once. */
+    if (c->cluster > 1) {
+        size_t arrives = count(ptx, "barrier.cluster.arrive");
+        size_t want = c->red == TUNED__RED_FUSED ? 2 : 3;
+        EXPECT(arrives == want, "%s: %zu cluster arrivals in PTX, want %zu", name, arrives, want);
+    }
+    if (c->reg == TUNED__REG_PK)
+        EXPECT(strstr(ptx, s->dtype == TUNED_BF16 ? "max.bf16x2" : "max.f16x2") != NULL,
+               "%s %s: the packed maximum is not taken on pairs", name,
+               tuned_dtype_name(s->dtype));
 }
 
 static void check_variant(const tuned__nvrtc *n, const tuned__config *c, const tuned__shape *s)
@@ -103,7 +123,7 @@ int main(void)
     /* Shapes chosen to exercise tails, unaligned rows and long rows. */
     static const uint64_t cols_list[] = {100, 4097, 32000, 128256};
     static const int per_shape = 5;
-    size_t compiled = 0, clusters = 0, staged = 0;
+    size_t compiled = 0, clusters = 0, staged = 0, fused = 0;
     for (int dt = TUNED_FP16; dt <= TUNED_FP32; dt++) {
         for (size_t i = 0; i < sizeof cols_list / sizeof cols_list[0]; i++) {
             tuned__shape s = {(tuned_dtype)dt, 64, cols_list[i]};
@@ -120,9 +140,12 @@ int main(void)
                 tuned__space_random(&sp, &rng, &c);
                 c.ld = (uint8_t)(k % TUNED__LD_COUNT);
                 c.st = (uint8_t)(k % TUNED__ST_COUNT);
+                if (c.family == TUNED__FAMILY_ROWS)
+                    c.red = (uint8_t)(k % TUNED__RED_COUNT);
                 if (!tuned__space_valid(&sp, &c, NULL, 0))
                     tuned__space_random(&sp, &rng, &c);
                 clusters += c.cluster > 1;
+                fused += c.red == TUNED__RED_FUSED;
                 staged += c.family == TUNED__FAMILY_TMA;
                 check_variant(n, &c, &s);
                 compiled++;
@@ -168,9 +191,10 @@ int main(void)
            "compile error message: %s", e.msg);
     EXPECT(clusters > 0, "no cluster variant sampled");
     EXPECT(staged > 0, "no tma variant sampled");
+    EXPECT(fused > 0, "no one-round reduction sampled");
     tuned__nvrtc_unload(n);
-    printf("%zu variants (%zu with clusters, %zu tma) compiled for sm_80 and sm_90, PTX "
-           "checked; %d failures\n",
-           compiled, clusters, staged, failures);
+    printf("%zu variants (%zu with clusters, %zu tma, %zu one-round) compiled for sm_80 and "
+           "sm_90, PTX checked; %d failures\n",
+           compiled, clusters, staged, fused, failures);
     return failures ? 1 : 0;
 }

@@ -13,8 +13,21 @@ static void text_round_trip(void)
     tuned__config c;
     EXPECT(tuned__config_parse("w8.r1.c1.m1.v8.ld=cs.st=cs.reg=f32", &c, &e) == 0, "%s", e.msg);
     EXPECT(c.warps == 8 && c.rows == 1 && c.cluster == 1 && c.minb == 1 && c.vec == 8 && c.ld == TUNED__LD_CS &&
-               c.st == TUNED__ST_CS && c.reg == TUNED__REG_F32,
+               c.st == TUNED__ST_CS && c.reg == TUNED__REG_F32 && c.red == TUNED__RED_SPLIT,
            "parsed fields");
+    /* The one-round reduction is a ninth field; two rounds print none. */
+    char red_text[TUNED__CONFIG_TEXT];
+    EXPECT(tuned__config_parse("w8.r1.c4.m2.v8.ld=el.st=def.reg=pk.red=fused", &c, &e) == 0 &&
+               c.red == TUNED__RED_FUSED && c.cluster == 4 && c.reg == TUNED__REG_PK,
+           "red=fused: %s", e.msg);
+    tuned__config_format(&c, red_text, sizeof red_text);
+    EXPECT(strcmp(red_text, "w8.r1.c4.m2.v8.ld=el.st=def.reg=pk.red=fused") == 0, "formatted %s",
+           red_text);
+    EXPECT(tuned__config_parse("w8.r1.c4.m2.v8.ld=el.st=def.reg=pk.red=split", &c, &e) == 0 &&
+               c.red == TUNED__RED_SPLIT,
+           "red=split: %s", e.msg);
+    tuned__config_format(&c, red_text, sizeof red_text);
+    EXPECT(strcmp(red_text, "w8.r1.c4.m2.v8.ld=el.st=def.reg=pk") == 0, "formatted %s", red_text);
     static const char *const bad[] = {
         "", "w8", "w8.r1.c1.m1.v8.ld=cs.st=cs", "w3.r1.c1.m1.v8.ld=cs.st=cs.reg=f32",
         "w8.r512.c1.m1.v8.ld=cs.st=cs.reg=f32", "w8.r1.c1.m1.v16.ld=cs.st=cs.reg=f32",
@@ -23,7 +36,8 @@ static void text_round_trip(void)
         "w-8.r1.c1.m1.v8.ld=cs.st=cs.reg=f32", "w64.r1.c1.m1.v8.ld=cs.st=cs.reg=f32",
         "w8.r2.c2.m1.v8.ld=cs.st=cs.reg=f32", "w8.r1.c32.m1.v8.ld=cs.st=cs.reg=f32",
         "w8.r1.v8.ld=cs.st=cs.reg=f32", "w8.r1.c1.m3.v8.ld=cs.st=cs.reg=f32",
-        "w32.r1.c1.m4.v8.ld=cs.st=cs.reg=f32",
+        "w32.r1.c1.m4.v8.ld=cs.st=cs.reg=f32", "w8.r1.c1.m1.v8.ld=cs.st=cs.reg=f32.red=one",
+        "w8.r1.c1.m1.v8.ld=cs.st=cs.reg=f32.red=fused.red=fused",
         "w8.r1.c1.m1.v8.ld=cs.st=cs.reg=f32.........................................",
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -160,7 +174,7 @@ static void moves(void)
             EXPECT(!tuned__config_equal(&nb[k], &x), "a config is its own neighbour");
             /* warps moves alone, with rows, or with the cluster */
             int changed = (nb[k].vec != x.vec) + (nb[k].ld != x.ld) + (nb[k].st != x.st) +
-                          (nb[k].reg != x.reg) +
+                          (nb[k].reg != x.reg) + (nb[k].red != x.red) +
                           (nb[k].warps != x.warps || nb[k].rows != x.rows ||
                            nb[k].cluster != x.cluster) +
                           (nb[k].minb != x.minb) + (nb[k].stages != x.stages);

@@ -18,15 +18,17 @@ typedef struct synthetic {
     size_t fail_after; /* fatal error after this many (0: never) */
 } synthetic;
 
-/* A bowl with its minimum at w8 r2 c1 m1 v4 reg=f32 (rows family);
- * load and store hints do not matter, so the finalists tie on them. */
+/* A bowl with its minimum at w8 r2 c1 m1 v4 reg=f32 red=split (rows
+ * family); load and store hints do not matter, so the finalists tie on
+ * them. */
 static double synthetic_us(const tuned__config *c)
 {
     if (c->family == TUNED__FAMILY_TMA)
         return 200.0 + c->stages;
     double dw = log2(c->warps) - 3, dr = log2(c->rows) - 1, dv = log2(c->vec) - 2;
     return 100.0 + 7 * dw * dw + 5 * dr * dr + 9 * dv * dv + 3 * log2(c->cluster) +
-           2 * log2(c->minb) + (c->reg == TUNED__REG_PK ? 1 : 0);
+           2 * log2(c->minb) + (c->reg == TUNED__REG_PK ? 1 : 0) +
+           (c->red == TUNED__RED_FUSED ? 0.5 : 0);
 }
 
 static int run(void *ctx, const tuned__config *cfgs, size_t n, tuned__eval_result *out,
@@ -137,7 +139,12 @@ int main(void)
     tuned__tune_outcome again;
     EXPECT(tuned__tune_on(&b, &g, &r, NULL, NULL, &again, &e) == 0, "again: %s", e.msg);
     EXPECT(again.search.resumed == hist, "resumed %zu of %zu", again.search.resumed, hist);
-    EXPECT(tuned__config_equal(&again.search.best, &cold.search.best), "another winner");
+    {
+        char a[TUNED__CONFIG_TEXT], c[TUNED__CONFIG_TEXT];
+        tuned__config_format(&again.search.best, a, sizeof a);
+        tuned__config_format(&cold.search.best, c, sizeof c);
+        EXPECT(tuned__config_equal(&again.search.best, &cold.search.best), "another winner: %s, cold %s", a, c);
+    }
     size_t hist2 = history_count(st, &g, &r.shape);
     EXPECT(hist2 == hist + again.search.evaluations, "history %zu after %zu new", hist2,
            again.search.evaluations);

@@ -103,6 +103,18 @@ __device__ __forceinline__ void cluster_sync()
                  "barrier.cluster.wait.acquire.aligned;" ::: "memory");
 }
 
+/* A cluster barrier in two halves, so that work between them overlaps
+ * the wait for the other blocks. */
+__device__ __forceinline__ void cluster_arrive()
+{
+    asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+}
+
+__device__ __forceinline__ void cluster_wait()
+{
+    asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+
 /* The float at the same shared-memory address in CTA `rank` of the
  * cluster (distributed shared memory). */
 __device__ __forceinline__ float load_remote(const float *local, unsigned rank)

@@ -9,7 +9,13 @@
  * bytes) before the first reduction, reduces the row maximum and then the sum
  * of exp(x - max) across the group (warp shuffles, then shared memory across
  * the group's warps, then across the cluster's blocks through distributed
- * shared memory), and writes exp(x - max) / sum. Rows need not start on a
+ * shared memory), and writes exp(x - max) / sum. With T_FUSED the two
+ * reductions are one: each thread sums exp(x - its own max) and the (max,
+ * sum) pairs are combined level by level, every sum rescaled by exp(its max
+ * - the larger max) (online softmax), which halves the block and cluster
+ * barriers. The cluster's last barrier (no block may exit while another
+ * reads its shared memory) is split: arrive after the last remote read,
+ * wait after the stores. Rows need not start on a
  * vector boundary: vector slots are counted from the aligned address at or
  * below the row start, and the partial first and last vectors go element by
  * element.
@@ -27,6 +33,9 @@
  *   T_LD         0 ld.global, 1 .nc, 2 .cs (evict-first), 3 L2 evict_last policy
  *   T_ST         0 st.global, 1 .cs (evict-first)
  *   T_REG_PACKED 0: keep fp32 values; 1: keep the loaded words, convert on use
+ *                (the maximum then taken on the packed pairs: max.f16x2 or
+ *                max.bf16x2, no conversion)
+ *   T_FUSED      0: max, then sum (two rounds); 1: (max, sum) pairs, one round
  *   T_PLANT_BUG  test only: 1 skips the last element of each row, 2 writes
  *                one element past the end of the last row
  *
@@ -160,7 +169,14 @@ __device__ __forceinline__ float word_float(const u32 (&w)[NWORDS], int k)
 {
 #if ESIZE == 2 && VBYTES >= 4
 #if T_DTYPE == 1
-    return __uint_as_float(k % 2 ? w[k / 2] & 0xFFFF0000u : w[k / 2] << 16);
+    /* A mask or a shift, in asm like fp16's cvt: as plain code ptxas
+     * shares it between the passes and the packed variants spill. */
+    float f;
+    if (k % 2)
+        asm("{ .reg .b32 b; and.b32 b, %1, 0xFFFF0000; mov.b32 %0, b; }" : "=f"(f) : "r"(w[k / 2]));
+    else
+        asm("{ .reg .b32 b; shl.b32 b, %1, 16; mov.b32 %0, b; }" : "=f"(f) : "r"(w[k / 2]));
+    return f;
 #else
     float f;
     if (k % 2)
@@ -182,12 +198,35 @@ __device__ __forceinline__ float word_float(const u32 (&w)[NWORDS], int k)
  * shuffles with offsets below TPR stay inside the group. partial has a
  * slot per warp and exchange one per cluster block; each reduction uses
  * its own arrays so that no barrier is needed before reuse. */
+/* v reduced over aligned groups of WIDTH lanes (a power of two up to 32). */
+template <int WIDTH, typename Op>
+__device__ __forceinline__ float lanes_reduce(float v, Op op)
+{
+#pragma unroll
+    for (int offset = WIDTH / 2; offset > 0; offset /= 2)
+        v = op(v, __shfl_xor_sync(0xFFFFFFFFu, v, offset));
+    return v;
+}
+
+/* (m, s) pairs, s a sum of exp(x - m), combined over aligned groups of
+ * WIDTH lanes: the largest m, then each s rescaled to it (one exp per lane)
+ * and summed. A pair with m = -inf has s = 0 and adds 0, except when the
+ * largest m is -inf too (a row of only -inf), where the NaN it adds is
+ * what the row must come out as. */
+template <int WIDTH>
+__device__ __forceinline__ void lanes_combine(float &m, float &s)
+{
+    if (WIDTH == 1)
+        return;
+    const float largest = lanes_reduce<WIDTH>(m, MaxOp());
+    s = lanes_reduce<WIDTH>(s * exp_shifted(m, largest), SumOp());
+    m = largest;
+}
+
 template <typename Op>
 __device__ __forceinline__ float row_reduce(float v, float *partial, float *exchange, Op op)
 {
-#pragma unroll
-    for (int offset = (TPR < 32 ? TPR : 32) / 2; offset > 0; offset /= 2)
-        v = op(v, __shfl_xor_sync(0xFFFFFFFFu, v, offset));
+    v = lanes_reduce<(TPR < 32 ? TPR : 32)>(v, op);
 #if TPR > 32
     const int warp = threadIdx.x / 32;
     if (threadIdx.x % 32 == 0)
@@ -217,6 +256,65 @@ __device__ __forceinline__ float row_reduce(float v, float *partial, float *exch
 #endif
     return v;
 }
+
+/* The one-round reduction: each thread's (max m, sum s of exp(x - m)) pair
+ * combined over the row's threads, its warps and its cluster's blocks.
+ * Every warp combines the partial pairs itself (lane l takes pair l), so
+ * each level costs one barrier and one exp per thread, and every block of
+ * a cluster combines the same pairs in the same order. */
+__device__ __forceinline__ void row_combine(float &m, float &s, float *partial_m, float *partial_s,
+                                            float *exchange_m, float *exchange_s)
+{
+    lanes_combine<(TPR < 32 ? TPR : 32)>(m, s);
+#if TPR > 32
+    if (threadIdx.x % 32 == 0) {
+        partial_m[threadIdx.x / 32] = m;
+        partial_s[threadIdx.x / 32] = s;
+    }
+    __syncthreads();
+    {
+        const int i = (threadIdx.x / TPR) * (TPR / 32) + (threadIdx.x % 32) % (TPR / 32);
+        m = partial_m[i];
+        s = partial_s[i];
+        lanes_combine<TPR / 32>(m, s);
+    }
+#else
+    (void)partial_m, (void)partial_s;
+#endif
+#if T_CLUSTER > 1
+    if (threadIdx.x == 0) {
+        exchange_m[0] = m;
+        exchange_s[0] = s;
+    }
+    cluster_sync();
+    {
+        const unsigned rank = (threadIdx.x % 32) % T_CLUSTER;
+        m = load_remote(exchange_m, rank);
+        s = load_remote(exchange_s, rank);
+        lanes_combine<T_CLUSTER>(m, s);
+    }
+#else
+    (void)exchange_m, (void)exchange_s;
+#endif
+}
+
+#if T_REG_PACKED && ESIZE == 2 && VBYTES >= 4 && __CUDA_ARCH__ >= 800
+/* The larger of each half of two packed pairs (NaN loses, as in fmaxf):
+ * the maximum is exact in any precision, so it needs no conversion. */
+__device__ __forceinline__ u32 max_pairs(u32 a, u32 b)
+{
+    u32 d;
+#if T_DTYPE == 0
+    asm("max.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+#else
+    asm("max.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+#endif
+    return d;
+}
+#define PACKED_MAX 1
+#else
+#define PACKED_MAX 0
+#endif
 
 extern "C" __global__ void __launch_bounds__(T_WARPS * 32, T_MIN_BLOCKS) CLUSTER_ATTRIBUTE
 tuned_softmax_rows(const unsigned char *x, unsigned char *y, long long rows, int cols,
@@ -288,52 +386,89 @@ tuned_softmax_rows(const unsigned char *x, unsigned char *y, long long rows, int
 #define VALUE(it, k) word_float(w[it], k)
 #endif
 
-    float max = -__int_as_float(0x7f800000);
+    /* This thread's maximum. */
+    float max;
+#if PACKED_MAX
+    {
+        u32 pairs = NEG_INF_BITS | (NEG_INF_BITS << 16);
+#pragma unroll
+        for (int it = 0; it < T_ITERS; it++)
+#pragma unroll
+            for (int k = 0; k < NWORDS; k++)
+                pairs = max_pairs(pairs, w[it][k]);
+        max = fmaxf(bits_to_float(pairs & 0xFFFFu), bits_to_float(pairs >> 16));
+    }
+#else
+    max = -__int_as_float(0x7f800000);
 #pragma unroll
     for (int it = 0; it < T_ITERS; it++)
 #pragma unroll
         for (int k = 0; k < T_VEC; k++)
             max = fmaxf(max, VALUE(it, k));
-    max = row_reduce(max, partial_max, exchange_max, MaxOp());
+#endif
 
+#if T_FUSED
+    /* Shifted by this thread's own maximum; a thread holding only -inf
+     * (or slots past the row) shifts by 0, so its exps are 0, not NaN. */
+    const float shift = max == -__int_as_float(0x7f800000) ? 0.0f : max;
+#else
+    max = row_reduce(max, partial_max, exchange_max, MaxOp());
+    const float shift = max;
+#endif
     float sum = 0.0f;
 #pragma unroll
     for (int it = 0; it < T_ITERS; it++)
 #pragma unroll
         for (int k = 0; k < T_VEC; k++) {
 #if !T_REG_PACKED
-            v[it][k] = exp_shifted(v[it][k], max);
+            v[it][k] = exp_shifted(v[it][k], shift);
             sum += v[it][k];
 #else
-            sum += exp_shifted(VALUE(it, k), max);
+            sum += exp_shifted(VALUE(it, k), shift);
 #endif
         }
+#if T_FUSED
+    float row_max = max;
+    row_combine(row_max, sum, partial_max, partial_sum, exchange_max, exchange_sum);
+#else
+    const float row_max = max;
     sum = row_reduce(sum, partial_sum, exchange_sum, SumOp());
-    const float inv = __frcp_rn(sum);
+#endif
 #if T_CLUSTER > 1
-    /* No block may exit while another still reads its shared memory. */
-    cluster_sync();
+    /* Every remote read is done; no block may exit before all have
+     * arrived here (cluster_wait below, after the stores). */
+    cluster_arrive();
 #endif
 
-    if (!active)
-        return;
+#if !T_REG_PACKED
+    /* v holds exp(x - shift): one factor turns it into exp(x - row max) / sum. */
+#if T_FUSED
+    const float scale = exp_shifted(max, row_max) * __frcp_rn(sum);
+#else
+    const float scale = __frcp_rn(sum);
+#endif
+#define NORMALIZED(it, k) (v[it][k] * scale)
+#else
+    /* exp computed again from the packed input: folding 1/sum into the
+     * exp's argument saves a multiply, but then ptxas shares the
+     * conversions and differences with the sum pass and keeps them live
+     * across the reduction (measured: the packed variants spilled). */
+    const float inv = __frcp_rn(sum);
+#define NORMALIZED(it, k) (exp_shifted(VALUE(it, k), row_max) * inv)
+#endif
+
 #pragma unroll
-    for (int it = 0; it < T_ITERS; it++) {
+    for (int it = 0; it < T_ITERS && active; it++) {
         const int first = (it * ROW_THREADS + lane) * T_VEC - head;
         u32 out[NWORDS] = {};
-#if !T_REG_PACKED
-#define EXPONENTIAL(it, k) v[it][k]
-#else
-#define EXPONENTIAL(it, k) exp_shifted(VALUE(it, k), max)
-#endif
 #if ESIZE == 2 && VBYTES >= 4
 #pragma unroll
         for (int k = 0; k < T_VEC; k += 2)
-            out[k / 2] = pack_pair(EXPONENTIAL(it, k) * inv, EXPONENTIAL(it, k + 1) * inv);
+            out[k / 2] = pack_pair(NORMALIZED(it, k), NORMALIZED(it, k + 1));
 #else
 #pragma unroll
         for (int k = 0; k < T_VEC; k++)
-            word_set(out, k, float_to_bits(EXPONENTIAL(it, k) * inv));
+            word_set(out, k, float_to_bits(NORMALIZED(it, k)));
 #endif
         const bool whole = y_aligned && first >= 0 && first + T_VEC <= cols &&
                            !(T_PLANT_BUG == 1 && first + T_VEC == cols);
@@ -351,5 +486,8 @@ tuned_softmax_rows(const unsigned char *x, unsigned char *y, long long rows, int
 #if T_PLANT_BUG == 2
     if (row == rows - 1 && lane == 0)
         store_elem(yr + (long long)cols * ESIZE, 0);
+#endif
+#if T_CLUSTER > 1
+    cluster_wait();
 #endif
 }

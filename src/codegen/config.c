@@ -10,6 +10,7 @@
 static const char *const ld_names[TUNED__LD_COUNT] = {"def", "nc", "cs", "el"};
 static const char *const st_names[TUNED__ST_COUNT] = {"def", "cs"};
 static const char *const reg_names[TUNED__REG_COUNT] = {"f32", "pk"};
+static const char *const red_names[TUNED__RED_COUNT] = {"split", "fused"};
 
 const char *tuned__ld_name(unsigned ld)
 {
@@ -26,6 +27,11 @@ const char *tuned__reg_name(unsigned reg)
     return reg < TUNED__REG_COUNT ? reg_names[reg] : "?";
 }
 
+const char *tuned__red_name(unsigned red)
+{
+    return red < TUNED__RED_COUNT ? red_names[red] : "?";
+}
+
 void tuned__config_format(const tuned__config *c, char *buf, size_t n)
 {
     if (c->family == TUNED__FAMILY_TMA) {
@@ -33,9 +39,12 @@ void tuned__config_format(const tuned__config *c, char *buf, size_t n)
                  tuned__st_name(c->st));
         return;
     }
-    snprintf(buf, n, "w%u.r%u.c%u.m%u.v%u.ld=%s.st=%s.reg=%s", c->warps, c->rows, c->cluster,
-             c->minb, c->vec,
-             tuned__ld_name(c->ld), tuned__st_name(c->st), tuned__reg_name(c->reg));
+    /* The two-round reduction predates the field: leaving it out keeps
+     * the text of every stored record and recorded landscape. */
+    snprintf(buf, n, "w%u.r%u.c%u.m%u.v%u.ld=%s.st=%s.reg=%s%s%s", c->warps, c->rows,
+             c->cluster, c->minb, c->vec, tuned__ld_name(c->ld), tuned__st_name(c->st),
+             tuned__reg_name(c->reg), c->red != TUNED__RED_SPLIT ? ".red=" : "",
+             c->red != TUNED__RED_SPLIT ? tuned__red_name(c->red) : "");
 }
 
 static bool is_pow2_upto(unsigned long v, unsigned long max)
@@ -133,13 +142,14 @@ int tuned__config_parse(const char *text, tuned__config *out, tuned__err *e)
     size_t nf = 0;
     char *save = NULL;
     for (char *f = strtok_r(copy, ".", &save); f != NULL; f = strtok_r(NULL, ".", &save)) {
-        if (nf == 8)
+        if (nf == 9)
             return tuned__errf(e, TUNED_EINVAL, "config '%s': too many fields", text);
         fields[nf++] = f;
     }
-    if (nf != 8)
+    if (nf != 8 && nf != 9)
         return tuned__errf(e, TUNED_EINVAL,
-                           "config '%s': expected 8 fields like w8.r1.c1.m1.v8.ld=cs.st=cs.reg=f32",
+                           "config '%s': expected 8 fields like w8.r1.c1.m1.v8.ld=cs.st=cs.reg=f32 "
+                           "(and optionally .red=fused)",
                            text);
     tuned__config c = {.family = TUNED__FAMILY_ROWS};
     unsigned warps, rows, cluster, minb, vec;
@@ -151,7 +161,9 @@ int tuned__config_parse(const char *text, tuned__config *out, tuned__err *e)
         (rc = parse_num_field(fields[4], 'v', 8, &vec, text, e)) != 0 ||
         (rc = parse_named_field(fields[5], "ld=", ld_names, TUNED__LD_COUNT, &c.ld, text, e)) != 0 ||
         (rc = parse_named_field(fields[6], "st=", st_names, TUNED__ST_COUNT, &c.st, text, e)) != 0 ||
-        (rc = parse_named_field(fields[7], "reg=", reg_names, TUNED__REG_COUNT, &c.reg, text, e)) != 0)
+        (rc = parse_named_field(fields[7], "reg=", reg_names, TUNED__REG_COUNT, &c.reg, text, e)) != 0 ||
+        (nf == 9 && (rc = parse_named_field(fields[8], "red=", red_names, TUNED__RED_COUNT, &c.red,
+                                            text, e)) != 0))
         return rc;
     c.warps = (uint8_t)warps;
     c.rows = (uint16_t)rows;
@@ -178,7 +190,7 @@ bool tuned__config_equal(const tuned__config *a, const tuned__config *b)
 {
     return a->family == b->family && a->warps == b->warps && a->rows == b->rows &&
            a->cluster == b->cluster && a->minb == b->minb && a->vec == b->vec && a->ld == b->ld && a->st == b->st &&
-           a->reg == b->reg && a->stages == b->stages;
+           a->reg == b->reg && a->red == b->red && a->stages == b->stages;
 }
 
 uint64_t tuned__config_iters(const tuned__config *c, uint64_t cols, bool head_free)

@@ -2,7 +2,8 @@
  *
  * A config is a handful of small integers; its canonical text form
  * (tuned__config_format) is what logs, the store and the CLI show, e.g.
- * "w8.r1.c1.m1.v8.ld=cs.st=cs.reg=f32" (family rows) or "tma.w16.c2.s3.st=cs"
+ * "w8.r1.c1.m1.v8.ld=cs.st=cs.reg=f32" (family rows; ".red=fused" follows
+ * for the one-round reduction, absent for the default two rounds) or "tma.w16.c2.s3.st=cs"
  * (family tma, whose unused fields are fixed: rows 1, minb 1, 16-byte
  * vectors, ld def, reg f32). Parsing that text back gives the same
  * config. Whether a config is valid for a shape and GPU is the tuner's
@@ -47,6 +48,16 @@ enum {
     TUNED__REG_COUNT
 };
 
+/* How the row's (max, sum) is reduced across the threads (and blocks) of a
+ * row: two rounds (the maximum, then the sum of exp(x - max)), or one round
+ * of (max, sum) pairs, each thread summing exp(x - its own max) and the
+ * sums rescaled when pairs meet (online softmax): half the barriers. */
+enum {
+    TUNED__RED_SPLIT = 0, /* two rounds; the text form omits it */
+    TUNED__RED_FUSED,     /* one round of pairs: ".red=fused" */
+    TUNED__RED_COUNT
+};
+
 typedef struct tuned__config {
     uint8_t family; /* TUNED__FAMILY_* */
     uint8_t warps;    /* warps per block: 1, 2, 4, ... 32 */
@@ -58,6 +69,7 @@ typedef struct tuned__config {
     uint8_t ld;     /* TUNED__LD_* */
     uint8_t st;     /* TUNED__ST_* */
     uint8_t reg;    /* TUNED__REG_* */
+    uint8_t red;    /* TUNED__RED_*: rows family; tma: 0 */
     uint8_t stages; /* tma: rows in flight per block, 1..4; rows family: 0 */
 } tuned__config;
 
@@ -108,5 +120,6 @@ uint64_t tuned__config_row_registers(const tuned__config *c, tuned_dtype dtype, 
 const char *tuned__ld_name(unsigned ld);
 const char *tuned__st_name(unsigned st);
 const char *tuned__reg_name(unsigned reg);
+const char *tuned__red_name(unsigned red);
 
 #endif

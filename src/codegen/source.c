@@ -157,9 +157,10 @@ int tuned__source_softmax(const tuned__config *c, const tuned__shape *s,
         return tuned__errf(e, TUNED_EINVAL,
                            "codegen: softmax %s: %u blocks of %u threads do not fit an SM", name,
                            c->minb, c->warps * 32u);
-    if (c->ld >= TUNED__LD_COUNT || c->st >= TUNED__ST_COUNT || c->reg >= TUNED__REG_COUNT)
-        return tuned__errf(e, TUNED_EINVAL, "codegen: softmax %s: bad cache hint or register mode",
-                           name);
+    if (c->ld >= TUNED__LD_COUNT || c->st >= TUNED__ST_COUNT || c->reg >= TUNED__REG_COUNT ||
+        c->red >= TUNED__RED_COUNT)
+        return tuned__errf(e, TUNED_EINVAL,
+                           "codegen: softmax %s: bad cache hint, register mode or reduction", name);
     bool head_free = tuned__source_head_free(c, s, opts);
     uint64_t iters = tuned__config_iters(c, s->cols, head_free);
     if (iters > MAX_ITERS)
@@ -174,10 +175,10 @@ int tuned__source_softmax(const tuned__config *c, const tuned__shape *s,
              "// tuned softmax variant %s for %s x %llu columns\n"
              "#define T_DTYPE %d\n#define T_WARPS %u\n#define T_ROWS %u\n#define T_CLUSTER %u\n"
              "#define T_MIN_BLOCKS %u\n#define T_VEC %u\n#define T_ITERS %llu\n#define T_HEAD_FREE %d\n#define T_LD %u\n"
-             "#define T_ST %u\n#define T_REG_PACKED %d\n#define T_PLANT_BUG %d\n",
+             "#define T_ST %u\n#define T_REG_PACKED %d\n#define T_FUSED %d\n#define T_PLANT_BUG %d\n",
              name, tuned_dtype_name(s->dtype), (unsigned long long)s->cols, (int)s->dtype,
              c->warps, c->rows, c->cluster, c->minb, c->vec, (unsigned long long)iters, head_free, c->ld,
-             c->st, c->reg == TUNED__REG_PK, plant);
+             c->st, c->reg == TUNED__REG_PK, c->red == TUNED__RED_FUSED, plant);
     return join_source(defines, COMMON_TEMPLATE, "softmax_rows", out, e);
 }
 

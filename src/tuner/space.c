@@ -51,8 +51,8 @@ static bool tma_valid(const tuned__space *sp, const tuned__config *c, char *why,
     uint64_t row_bytes = sp->shape.cols * esize;
     if (sp->arch < 90)
         return why_not(why, n, "the bulk copy engine needs sm_90");
-    if (c->rows != 1 || c->minb != 1 || c->vec != 0 || c->ld != 0 || c->reg != 0)
-        return why_not(why, n, "tma variants fix rows, minb, vec, ld and reg");
+    if (c->rows != 1 || c->minb != 1 || c->vec != 0 || c->ld != 0 || c->reg != 0 || c->red != 0)
+        return why_not(why, n, "tma variants fix rows, minb, vec, ld, reg and red");
     if (!pow2_in(c->warps, 1, 32) || !pow2_in(c->cluster, 1, 16) || c->stages < 1 ||
         c->stages > 4 || c->st >= TUNED__ST_COUNT)
         return why_not(why, n, "warps 1..32, cluster 1..16 (powers of two), stages 1..4");
@@ -95,8 +95,9 @@ bool tuned__space_valid(const tuned__space *sp, const tuned__config *c, char *wh
     if (!pow2_in(c->vec, 1, 16) || c->vec * esize > 16)
         return why_not(why, n, "a vector of %u %s elements exceeds 16 bytes", c->vec,
                        tuned_dtype_name(sp->shape.dtype));
-    if (c->ld >= TUNED__LD_COUNT || c->st >= TUNED__ST_COUNT || c->reg >= TUNED__REG_COUNT)
-        return why_not(why, n, "unknown cache hint or register mode");
+    if (c->ld >= TUNED__LD_COUNT || c->st >= TUNED__ST_COUNT || c->reg >= TUNED__REG_COUNT ||
+        c->red >= TUNED__RED_COUNT)
+        return why_not(why, n, "unknown cache hint, register mode or reduction");
     if (c->ld == TUNED__LD_EL && sp->arch < 80)
         return why_not(why, n, "L2 eviction policies need sm_80 or newer");
     if (c->reg == TUNED__REG_PK && (esize != 2 || c->vec * esize < 4))
@@ -142,8 +143,9 @@ int tuned__space_init(tuned__space *sp, const tuned__shape *shape, int arch, tun
         shape->cols > TUNED__MAX_COLS)
         return tuned__errf(e, TUNED_EINVAL, "space: shape %llux%llu out of range",
                            (unsigned long long)shape->rows, (unsigned long long)shape->cols);
-    /* warps x rows x cluster x vec x hints x register modes */
-    size_t cap = 6 * 9 * 5 * 3 * 4 * TUNED__LD_COUNT * TUNED__ST_COUNT * TUNED__REG_COUNT +
+    /* warps x rows x cluster x minb x vec x hints x register modes x reductions */
+    size_t cap = 6 * 9 * 5 * 3 * 4 * TUNED__LD_COUNT * TUNED__ST_COUNT * TUNED__REG_COUNT *
+                     TUNED__RED_COUNT +
                  6 * 5 * 4 * TUNED__ST_COUNT;
     sp->valid = malloc(cap * sizeof *sp->valid);
     if (sp->valid == NULL)
@@ -155,16 +157,17 @@ int tuned__space_init(tuned__space *sp, const tuned__shape *shape, int arch, tun
                 for (unsigned v = 1; v <= 8; v *= 2)
                     for (unsigned ld = 0; ld < TUNED__LD_COUNT; ld++)
                         for (unsigned st = 0; st < TUNED__ST_COUNT; st++)
-                            for (unsigned reg = 0; reg < TUNED__REG_COUNT; reg++) {
+                            for (unsigned reg = 0; reg < TUNED__REG_COUNT; reg++)
+                              for (unsigned red = 0; red < TUNED__RED_COUNT; red++) {
                                 tuned__config c = {
                                     .family = TUNED__FAMILY_ROWS, .warps = (uint8_t)w,
                                     .rows = (uint16_t)r, .cluster = (uint8_t)cl,
                                     .minb = (uint8_t)mb,
                                     .vec = (uint8_t)v, .ld = (uint8_t)ld, .st = (uint8_t)st,
-                                    .reg = (uint8_t)reg};
+                                    .reg = (uint8_t)reg, .red = (uint8_t)red};
                                 if (tuned__space_valid(sp, &c, NULL, 0) && sp->count < cap)
                                     sp->valid[sp->count++] = c;
-                            }
+                              }
     for (unsigned w = 1; w <= 32; w *= 2)
         for (unsigned cl = 1; cl <= 16; cl *= 2)
             for (unsigned stages = 1; stages <= 4; stages++)
@@ -271,6 +274,9 @@ size_t tuned__space_neighbors(const tuned__space *sp, const tuned__config *c, tu
     for (unsigned v = 0; v < TUNED__REG_COUNT; v++)
         if (v != c->reg)
             m = *c, m.reg = (uint8_t)v, add_move(sp, &m, out, cap, &n);
+    for (unsigned v = 0; v < TUNED__RED_COUNT; v++)
+        if (v != c->red)
+            m = *c, m.red = (uint8_t)v, add_move(sp, &m, out, cap, &n);
     return n < cap ? n : cap;
 }
 
@@ -305,6 +311,22 @@ size_t tuned__space_seeds(const tuned__space *sp, tuned__config *out, size_t cap
                 add_move(sp, &c, out, cap, &n);
             }
     }
+    /* Rows split over a cluster in small blocks (4 or 8 warps), in each
+     * register mode at the most blocks per SM it allows: where the long
+     * rows' best variants sit on H100 and H200 (8192x128256: w8.c8.m4 pk,
+     * 32x128256: w4.c8.m2 f32), several moves away from the seeds above. */
+    for (unsigned cluster = 2; cluster <= 16; cluster *= 2)
+        for (unsigned warps = 4; warps <= 8; warps *= 2)
+            for (unsigned reg = 0; reg < TUNED__REG_COUNT; reg++) {
+                tuned__config c = {.family = TUNED__FAMILY_ROWS, .warps = (uint8_t)warps,
+                                   .rows = 1, .cluster = (uint8_t)cluster, .vec = widest,
+                                   .ld = TUNED__LD_DEF, .st = TUNED__ST_DEF, .reg = (uint8_t)reg};
+                size_t before = n;
+                for (unsigned minb = 4; minb >= 1 && n == before; minb /= 2) {
+                    c.minb = (uint8_t)minb;
+                    add_move(sp, &c, out, cap, &n);
+                }
+            }
     /* Streamed rows: 16 warps, as many stages as fit (up to 3). */
     for (unsigned cluster = 1; cluster <= 8; cluster *= 2)
         for (unsigned stages = 3; stages >= 1; stages--) {
