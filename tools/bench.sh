@@ -6,7 +6,8 @@
 #
 #   tools/bench.sh OUTDIR NAME [SHAPE...]
 # Writes OUTDIR/NAME.md (the table), OUTDIR/NAME.log and OUTDIR/NAME.jsonl
-# (the store's export, when `tuned export` exists). Without shapes: the
+# (the store's export, when `tuned export` exists) and OUTDIR/traces/ (every
+# variant each tune measured). Without shapes: the
 # MISSION.md table plus 32x128256.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -18,7 +19,7 @@ shapes=("$@")
     4096x32000 1x262144 65536x128 8192x128256 32x128256)
 tuned="$root/build/tuned"
 [[ -x "$tuned" ]] || { echo "bench: $tuned is not built (run tools/setup.sh)" >&2; exit 1; }
-mkdir -p "$out"
+mkdir -p "$out/traces"
 db="$(mktemp -d)/store"
 log="$out/$name.log"
 table="$out/$name.md"
@@ -39,7 +40,8 @@ for shape in "${shapes[@]}"; do
     for dtype in fp16 bf16 fp32; do
         echo "== tuned --shape $shape --dtype $dtype" | tee -a "$log" >&2
         t0=$(date +%s.%N)
-        if ! "$tuned" --shape "$shape" --dtype "$dtype" --db "$db" >>"$log" 2>&1; then
+        if ! "$tuned" --shape "$shape" --dtype "$dtype" --db "$db" \
+            --trace "$out/traces/$shape-$dtype.tsv" >>"$log" 2>&1; then
             echo "| $shape | $dtype | FAILED (see $name.log) | | | | | | |" >>"$table"
             tail -n 3 "$log" >&2
             continue

@@ -9,12 +9,23 @@
 #   tools/pretune.sh h100        # on the H100 machine
 #   tools/pretune.sh h200        # on the H200 machine
 #
+#   tools/pretune.sh h200 --from OUT/shapes.jsonl
+#                                # the export of a run of tools/bench.sh on
+#                                # this GPU (same tunes): checked and copied,
+#                                # not tuned again
+#
 # Exit status 1 when any step failed; a shape with no valid variant for a
 # dtype is reported and skipped.
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-name="${1:?usage: tools/pretune.sh NAME [tuned options...]}"
+name="${1:?usage: tools/pretune.sh NAME [--from EXPORT.jsonl | tuned options...]}"
 shift
+from=""
+if [[ "${1:-}" == "--from" ]]; then
+    from="${2:?pretune: --from needs an export file}"
+    [[ -s "$from" ]] || { echo "pretune: $from is missing or empty"; exit 1; }
+    shift 2
+fi
 tuned="$ROOT/build/tuned"
 [[ -x "$tuned" ]] || { echo "pretune: build first (tools/setup.sh)"; exit 1; }
 "$tuned" devices || exit 1
@@ -23,7 +34,7 @@ db="$work/store"
 out="$ROOT/cache/pretuned/$name.jsonl"
 shapes="32x128 256x1024 1024x1024 2048x2048 4096x4096 1024x50257 4096x32000 1x262144 65536x128 8192x128256"
 fails=0
-for dt in fp16 bf16 fp32; do
+[[ -n "$from" ]] || for dt in fp16 bf16 fp32; do
     for s in $shapes; do
         t0=$SECONDS
         if "$tuned" --shape "$s" --dtype "$dt" --db "$db" -q "$@" >"$work/tune.out" 2>"$work/tune.err"; then
@@ -37,7 +48,11 @@ for dt in fp16 bf16 fp32; do
     done
 done
 mkdir -p "$(dirname "$out")"
-"$tuned" export --db "$db" >"$out" || fails=$((fails + 1))
+if [[ -n "$from" ]]; then
+    cp "$from" "$out" || fails=$((fails + 1))
+else
+    "$tuned" export --db "$db" >"$out" || fails=$((fails + 1))
+fi
 echo "pretune: wrote $out ($(($(wc -l <"$out") - 1)) records)"
 # The export as a user gets it: a fresh store, import, get exact, verify.
 "$tuned" import "$out" --db "$work/fresh" || fails=$((fails + 1))
