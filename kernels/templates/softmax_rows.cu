@@ -210,16 +210,19 @@ __device__ __forceinline__ float lanes_reduce(float v, Op op)
 
 /* (m, s) pairs, s a sum of exp(x - m), combined over aligned groups of
  * WIDTH lanes: the largest m, then each s rescaled to it (one exp per lane)
- * and summed. A pair with m = -inf has s = 0 and adds 0, except when the
- * largest m is -inf too (a row of only -inf), where the NaN it adds is
- * what the row must come out as. */
+ * and summed. A pair with m = -inf (slots past the row, -inf or NaN only)
+ * adds its s as it is: 0, or the NaN that makes the row NaN. Rescaled, it
+ * would be 0 * exp(-inf - -inf) = NaN wherever the group's largest m is
+ * -inf too, such as a warp entirely past the row's end (the GPU test
+ * caught that: rows of 128256 on 16 blocks of 1024 threads came out NaN). */
 template <int WIDTH>
 __device__ __forceinline__ void lanes_combine(float &m, float &s)
 {
     if (WIDTH == 1)
         return;
     const float largest = lanes_reduce<WIDTH>(m, MaxOp());
-    s = lanes_reduce<WIDTH>(s * exp_shifted(m, largest), SumOp());
+    const float rescaled = m == -__int_as_float(0x7f800000) ? s : s * exp_shifted(m, largest);
+    s = lanes_reduce<WIDTH>(rescaled, SumOp());
     m = largest;
 }
 
