@@ -77,11 +77,7 @@ static int verify_one(const tuned__driver *d, const tuned__nvrtc *n, const tuned
     tuned__evaluator *ev = NULL;
     tuned__eval_result res;
     int rc = tuned__evaluator_open(&ev, d, n, gpu, &shape, &opts, e);
-    /* Twice, the first result thrown away: it brings the GPU's clocks up
-     * from idle. Measured once, right after an import, shapes under ~20 us
-     * came out 14-28% slower than their tune had stored, always slower
-     * (H100 and H200, 2026-11-21), the large ones within 0.1%. */
-    for (int pass = 0; pass < 2 && rc == 0; pass++)
+    if (rc == 0)
         rc = tuned__evaluator_run(ev, &cfg, 1, &res, e);
     tuned__evaluator_close(ev);
     if (rc != 0)
