@@ -50,7 +50,7 @@ struct tuned__evaluator {
 void tuned__eval_opts_default(tuned__eval_opts *o)
 {
     memset(o, 0, sizeof *o);
-    o->budget_ms = 25.0;
+    o->budget_ms = 10.0;
     o->min_reps = 5;
     o->max_reps = 200;
     o->compile_timeout_s = 120.0;

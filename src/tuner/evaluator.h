@@ -20,7 +20,8 @@
 typedef struct tuned__evaluator tuned__evaluator;
 
 typedef struct tuned__eval_opts {
-    double budget_ms;        /* GPU time to spend timing one variant (default 25) */
+    double budget_ms;        /* kernel time to spend timing one variant (default 10;
+                                the L2 flush before each launch adds about as much) */
     int min_reps, max_reps;  /* repeats per variant (defaults 5 and 200) */
     int compile_threads;     /* parallel NVRTC compiles; 0: one per core */
     double compile_timeout_s; /* a variant not compiled by then is given up
