@@ -4,8 +4,8 @@
  * between them (threads <= 1024, registers per thread, vector width vs
  * dtype, cache hints vs architecture), so that an invalid config is never
  * generated, compiled or timed. The valid configs are enumerated once at
- * init (a few hundred), which makes random draws and validity checks cheap
- * and exact. */
+ * init (hundreds to a few thousand), which makes random draws and validity
+ * checks cheap and exact. */
 #ifndef TUNED_TUNER_SPACE_H
 #define TUNED_TUNER_SPACE_H
 
