@@ -74,10 +74,6 @@ static int verify_one(const tuned__driver *d, const tuned__nvrtc *n, const tuned
     }
     tuned__eval_opts opts;
     tuned__eval_opts_default(&opts);
-    /* Measured right after opening (compile, check: the GPU idle for a
-     * while), shapes under ~20 us timed 11-28% slower than their tune,
-     * which measured them on a busy GPU. */
-    opts.warm_ms = 50.0;
     tuned__evaluator *ev = NULL;
     tuned__eval_result res;
     int rc = tuned__evaluator_open(&ev, d, n, gpu, &shape, &opts, e);

@@ -18,7 +18,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "tuned.h"
 
@@ -235,13 +234,6 @@ static int validate_reference(tuned__evaluator *ev, tuned__err *e)
 
 typedef int (*enqueue_fn)(tuned__evaluator *ev, void *arg, tuned__err *e);
 
-static double wall_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
 static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -257,15 +249,6 @@ static int time_median(tuned__evaluator *ev, enqueue_fn enqueue, void *arg,
         if ((rc = enqueue(ev, arg, e)) != 0)
             return rc;
     CU(ev->d->cuStreamSynchronize(ev->stream), "warm-up");
-    for (double t0 = wall_ms(), t = t0; t - t0 < ev->opts.warm_ms; t = wall_ms()) {
-        for (int i = 0; i < 8; i++) {
-            CU(ev->d->cuMemsetD32Async(ev->flush, (unsigned)i, ev->flush_bytes / 4, ev->stream),
-               "warm-up");
-            if ((rc = enqueue(ev, arg, e)) != 0)
-                return rc;
-        }
-        CU(ev->d->cuStreamSynchronize(ev->stream), "warm-up");
-    }
     int cap = ev->opts.max_reps > 0 ? ev->opts.max_reps : 1;
     double *times = malloc(sizeof(double) * (size_t)cap);
     if (times == NULL)

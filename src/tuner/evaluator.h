@@ -23,9 +23,6 @@ typedef struct tuned__eval_opts {
     double budget_ms;        /* kernel time to spend timing one variant (default 10;
                                 the L2 flush before each launch adds about as much) */
     int min_reps, max_reps;  /* repeats per variant (defaults 5 and 200) */
-    double warm_ms;          /* keep the GPU busy (flush and launch) this long
-                                before timing, so it is at its working clocks
-                                after an idle gap (default 0: two launches) */
     int compile_threads;     /* parallel NVRTC compiles; 0: one per core */
     double compile_timeout_s; /* a variant not compiled by then is given up
                                  (status timeout); 0: no limit (default 120) */
