@@ -4,11 +4,8 @@
  * table's best with at most 15% of the table's evaluations.
  *
  *   test_replay TABLE.tsv ROWSxCOLS DTYPE
- * A one-round-reduction config (".red=fused") that a table recorded
- * before that dimension existed lacks takes its two-round twin's time, a
- * plateau the search must cross without wasting its budget; other configs
- * the table lacks count as failed variants; configs the table has that the
- * space lacks are ignored. */
+ * Configs the table lacks (the space grew since it was recorded) count as
+ * failed variants; configs the table has that the space lacks are ignored. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -66,28 +63,16 @@ static const entry *find(const table *t, const tuned__config *c)
     return NULL;
 }
 
-static bool has_fused(const table *t)
-{
-    for (size_t k = 0; k < t->n; k++)
-        if (t->rows[k].config.red == TUNED__RED_FUSED)
-            return true;
-    return false;
-}
-
 static int replay(void *ctx, const tuned__config *cfgs, size_t n, tuned__eval_result *out,
                   tuned__err *e)
 {
     (void)e;
     table *t = ctx;
-    bool twins = !has_fused(t);
     for (size_t i = 0; i < n; i++) {
         memset(&out[i], 0, sizeof out[i]);
         out[i].status = TUNED__EVAL_LAUNCH_ERROR;
         snprintf(out[i].detail, sizeof out[i].detail, "not in the table");
-        tuned__config c = cfgs[i];
-        if (twins && c.red == TUNED__RED_FUSED)
-            c.red = TUNED__RED_SPLIT;
-        const entry *r = find(t, &c);
+        const entry *r = find(t, &cfgs[i]);
         if (r != NULL) {
             out[i].status = r->ok ? TUNED__EVAL_OK : TUNED__EVAL_WRONG;
             out[i].median_us = r->ok ? r->us : 0.0;
@@ -126,15 +111,10 @@ int main(int argc, char **argv)
         if (tuned__space_valid(&sp, &t.rows[k].config, NULL, 0) && t.rows[k].ok &&
             (best == 0.0 || t.rows[k].us < best))
             best = t.rows[k].us;
-    /* The landscape as the search sees it: the space's configs that have
-     * a time in the table, directly or through their twin. */
-    bool twins = !has_fused(&t);
-    for (size_t i = 0; i < sp.count; i++) {
-        tuned__config c = sp.valid[i];
-        if (twins && c.red == TUNED__RED_FUSED)
-            c.red = TUNED__RED_SPLIT;
-        in_space += find(&t, &c) != NULL;
-    }
+    /* The landscape as the search sees it: the space's configs the table
+     * has a line for. */
+    for (size_t i = 0; i < sp.count; i++)
+        in_space += find(&t, &sp.valid[i]) != NULL;
     size_t budget = in_space * 15 / 100;
     int failures = 0;
     for (uint64_t seed = 1; seed <= 5; seed++) {
