@@ -6,7 +6,13 @@
 
 #include <stdio.h>
 
+/* A test whose EXPECTs run in several threads defines EXPECT_ATOMIC first. */
+#ifdef EXPECT_ATOMIC
+#include <stdatomic.h>
+static atomic_int failures;
+#else
 static int failures;
+#endif
 
 #define EXPECT(cond, ...)                                                                       \
     do {                                                                                        \

@@ -34,17 +34,8 @@
 #define GUARD 4096
 #define POISON 0x7B
 
-static atomic_int failures; /* EXPECT runs in several threads */
-
-#define EXPECT(cond, ...)                                                                       \
-    do {                                                                                        \
-        if (!(cond)) {                                                                          \
-            failures++;                                                                         \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                \
-            fprintf(stderr, __VA_ARGS__);                                                       \
-            fprintf(stderr, "\n");                                                              \
-        }                                                                                       \
-    } while (0)
+#define EXPECT_ATOMIC /* EXPECT runs in several threads */
+#include "expect.h"
 
 static tuned__driver *d;
 static CUcontext ctx;

@@ -398,10 +398,22 @@ static long long integer(const json_t *v, const char *key)
 }
 
 /* Polls job id until it leaves queued/running (or timeout); its object. */
-static json_t *wait_job(client *c, long long id, double timeout_s)
+/* Polls job id until it ends; NULL after timeout_s. With probe, sends that
+ * request before each poll and keeps the slowest answer's seconds in
+ * *worst: the daemon must stay responsive while it tunes. */
+static json_t *wait_job_probing(client *c, long long id, double timeout_s, const char *probe,
+                                double *worst)
 {
     double end = now_s() + timeout_s;
     while (now_s() < end) {
+        if (probe != NULL) {
+            double t = now_s();
+            json_t *p = cl_call(c, probe);
+            CHECK(is_ok(p));
+            json_decref(p);
+            if (now_s() - t > *worst)
+                *worst = now_s() - t;
+        }
         json_t *r = call_fmt(c, "{\"op\":\"job\",\"job\":%lld}", id);
         const json_t *job = json_object_get(r, "job");
         const char *state = str(job, "state");
@@ -412,6 +424,11 @@ static json_t *wait_job(client *c, long long id, double timeout_s)
     }
     fprintf(stderr, "job %lld did not end in %.0f s\n", id, timeout_s);
     return NULL;
+}
+
+static json_t *wait_job(client *c, long long id, double timeout_s)
+{
+    return wait_job_probing(c, id, timeout_s, NULL, NULL);
 }
 
 static long long submit_tune(client *c, uint64_t rows, uint64_t cols, const char *extra)
@@ -885,24 +902,8 @@ static void test_worker_crash_and_hang(void)
     long long pid0 = integer(json_array_get(json_object_get(r, "gpus"), 0), "worker_pid");
     json_decref(r);
     long long id = submit_tune(&c, 1024, 4096, ",\"budget\":50");
-    double end = now_s() + 120, worst = 0;
-    json_t *done = NULL;
-    while (now_s() < end) { /* ping all along: the daemon never stalls */
-        double t = now_s();
-        r = cl_call(&c, "{\"op\":\"ping\"}");
-        CHECK(is_ok(r));
-        json_decref(r);
-        if (now_s() - t > worst)
-            worst = now_s() - t;
-        r = call_fmt(&c, "{\"op\":\"job\",\"job\":%lld}", id);
-        const char *state = str(json_object_get(r, "job"), "state");
-        if (strcmp(state, "queued") != 0 && strcmp(state, "running") != 0) {
-            done = r;
-            break;
-        }
-        json_decref(r);
-        sleep_ms(20);
-    }
+    double worst = 0; /* ping all along: the daemon never stalls */
+    json_t *done = wait_job_probing(&c, id, 120, "{\"op\":\"ping\"}", &worst);
     const json_t *job = json_object_get(done, "job");
     CHECK(strcmp(str(job, "state"), "done") == 0 && json_is_true(json_object_get(job, "stored")));
     CHECK(integer(job, "crashes") == 2 && integer(job, "worker_restarts") >= 2);
@@ -1199,24 +1200,9 @@ static int gpu_check(void)
     CHECK(daemon_start(&d, envs, NULL));
     CHECK(cl_open(&c, &d));
     long long id = submit_tune(&c, rows, cols, ",\"budget\":80");
-    double end = now_s() + 600, worst = 0;
-    json_t *done = NULL;
-    while (now_s() < end) {
-        double t = now_s();
-        r = cl_call(&c, "{\"op\":\"get\",\"rows\":64,\"cols\":64}");
-        CHECK(is_ok(r));
-        json_decref(r);
-        if (now_s() - t > worst)
-            worst = now_s() - t;
-        r = call_fmt(&c, "{\"op\":\"job\",\"job\":%lld}", id);
-        const char *state = str(json_object_get(r, "job"), "state");
-        if (strcmp(state, "queued") != 0 && strcmp(state, "running") != 0) {
-            done = r;
-            break;
-        }
-        json_decref(r);
-        sleep_ms(50);
-    }
+    double worst = 0;
+    json_t *done = wait_job_probing(&c, id, 600, "{\"op\":\"get\",\"rows\":64,\"cols\":64}",
+                                    &worst);
     char *text = done ? json_dumps(json_object_get(done, "job"), JSON_INDENT(2)) : NULL;
     printf("job: %s\n", text ? text : "(did not end)");
     free(text);

@@ -274,28 +274,26 @@ class RealDaemonTests(unittest.TestCase):
 # --------------------------------------------------------------- library --
 
 class LibraryTests(unittest.TestCase):
-    def test_missing_library(self):
+    def version_error(self, library):
+        """What tuned.version() raises in a child with TUNED_LIBRARY=library."""
         rc, out, err = run_child("""
             import tuned
             try:
                 tuned.version()
             except tuned.LibraryError as e:
                 print("ERR", e)
-        """, {"TUNED_LIBRARY": "/nonexistent/libtuned.so.0"})
+        """, {"TUNED_LIBRARY": library})
         self.assertEqual(rc, 0, err)
+        return out
+
+    def test_missing_library(self):
+        out = self.version_error("/nonexistent/libtuned.so.0")
         self.assertIn("ERR libtuned not found", out)
         self.assertIn("/nonexistent/libtuned.so.0", out)
         self.assertIn("TUNED_LIBRARY", out)
 
     def test_not_libtuned(self):
-        rc, out, err = run_child("""
-            import ctypes.util, tuned
-            try:
-                tuned.version()
-            except tuned.LibraryError as e:
-                print("ERR", e)
-        """, {"TUNED_LIBRARY": "libc.so.6"})
-        self.assertEqual(rc, 0, err)
+        out = self.version_error("libc.so.6")
         self.assertIn("not this version of libtuned", out)
 
     def test_client_needs_no_library(self):
