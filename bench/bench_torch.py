@@ -371,6 +371,8 @@ def overhead(args, h, flush):
     params = (ctypes.c_void_p * 5)(*[ctypes.cast(ctypes.pointer(v), ctypes.c_void_p) for v in vals])
 
     def raw_call():
+        if c.cooperative:  # a grid split's workspace is tuned_softmax's own
+            raise RuntimeError(f"{c.config} is a cooperative grid split: no raw launch")
         rc = launch(c.function, c.grid, 1, 1, c.block, 1, 1, c.smem,
                     torch.cuda.current_stream().cuda_stream or None, params, None)
         if rc != 0:

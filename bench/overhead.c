@@ -246,6 +246,13 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_overhead: %s\n", tuned_last_error(r.h));
         return 1;
     }
+    if (r.c.cooperative) {
+        /* Its workspace and ticket are tuned_softmax's own: no raw launch
+         * to compare with. */
+        fprintf(stderr, "bench_overhead: %s is a grid split (a cooperative launch); pick a shape "
+                        "whose config is not\n", r.c.config);
+        return 1;
+    }
     /* Warm both paths (and the driver's own caches). */
     for (int i = 0; i < 3; i++) {
         eager(&r, true, batch);

@@ -225,9 +225,14 @@ typedef struct tuned_choice {
     /* The launch, as tuned_softmax makes it (tuned_last_choice only; NULL
      * and 0 from tuned_lookup): function is the CUfunction, valid in the
      * context of the call until tuned_close(). Kernel parameters: (const
-     * void *x, void *y, long long rows, int cols, long long row_stride). */
+     * void *x, void *y, long long rows, int cols, long long row_stride),
+     * launched with cuLaunchKernel, unless cooperative is 1. */
     void *function;
     unsigned grid, block, smem;
+    int cooperative;          /* 1: a row split over the grid (".g<blocks>" in
+                                 config), launched with cuLaunchCooperativeKernel
+                                 and two more parameters, a workspace and a
+                                 launch ticket, that only tuned_softmax has */
 } tuned_choice;
 
 /* Softmax over the last dimension: see "What a call does" above. x and y

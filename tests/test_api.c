@@ -61,8 +61,8 @@ static tuned__api_entry *new_entry(uint64_t rows, unsigned payload)
     e->key.dtype = TUNED_FP16;
     e->key.aligned = 1;
     e->hash = tuned__api_key_hash(&e->key);
-    e->grid = payload;
-    e->block = (unsigned)rows; /* readers check block == rows */
+    e->launch.grid = payload;
+    e->launch.block = (unsigned)rows; /* readers check block == rows */
     atomic_init(&e->recheck_ns, INT64_MAX);
     return e;
 }
@@ -87,7 +87,7 @@ static void *map_reader(void *arg)
         tuned__api_key k = {.ctx = (void *)0x1000, .rows = rows, .cols = 1000, .stride = 1000,
                             .dtype = TUNED_FP16, .aligned = 1};
         tuned__api_entry *e = tuned__api_map_find(r->m, &k, tuned__api_key_hash(&k));
-        if (e == NULL || e->block != rows || (e->grid != 1 && e->grid != 2))
+        if (e == NULL || e->launch.block != rows || (e->launch.grid != 1 && e->launch.grid != 2))
             r->bad++;
         else
             r->found++;
@@ -165,7 +165,7 @@ static void test_map(void)
     for (uint64_t r = 1; r <= 20000; r++) {
         tuned__api_key k = all[r]->key;
         tuned__api_entry *got = tuned__api_map_find(&m, &k, tuned__api_key_hash(&k));
-        EXPECT(got != NULL && got->block == r, "key %llu after the race", (unsigned long long)r);
+        EXPECT(got != NULL && got->launch.block == r, "key %llu after the race", (unsigned long long)r);
     }
     for (uint64_t r = 1; r <= 20000; r++) {
         if (spare[r] != NULL) {
@@ -240,7 +240,7 @@ static void test_pick(void)
     /* Nothing stored: the first seed of the space. */
     EXPECT(tuned__api_pick_config(s, &h100, &shape, &p, &e) == 0, "%s", e.msg);
     tuned__space sp;
-    EXPECT(tuned__space_init(&sp, &shape, 90, &e) == 0, "%s", e.msg);
+    EXPECT(tuned__space_init(&sp, &shape, 90, 132, &e) == 0, "%s", e.msg);
     tuned__config seed;
     EXPECT(tuned__space_seeds(&sp, &seed, 1) == 1, "a seed");
     EXPECT(p.source == TUNED_SOURCE_DEFAULT && tuned__config_equal(&p.config, &seed) &&

@@ -345,6 +345,9 @@ int main(int argc, char **argv)
     EXPECT(tuned__store_open(&s, store_path, 0, &e) == 0, "%s", e.msg);
     put_record(s, &gpu, TUNED_FP32, 256, 4096, "w8.r1.c1.m1.v4.ld=cs.st=cs.reg=f32");
     put_record(s, &gpu, TUNED_FP32, 128, 4096, "w4.r1.c1.m1.v4.ld=def.st=def.reg=f32");
+    /* Rows split over the grid (64 and 96 blocks: any Hopper's SMs). */
+    put_record(s, &gpu, TUNED_FP16, 1, 262144, "w8.r1.c1.m1.v8.ld=def.st=def.reg=f32.red=fused.g64");
+    put_record(s, &gpu, TUNED_FP32, 24, 128256, "w8.r1.c1.m1.v4.ld=def.st=def.reg=f32.red=fused.g4");
     tuned__store_close(s);
 
     tuned_options o;
@@ -366,11 +369,13 @@ int main(int argc, char **argv)
     for (int dt = TUNED_FP16; dt <= TUNED_FP32; dt++) {
         for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
             call_case c = {(tuned_dtype)dt, shapes[i][0], shapes[i][1], shapes[i][1], 0, 0};
-            /* fp16 and bf16: nothing stored, default; fp32: the records of
-             * 4096 columns are the nearest wherever their config fits. */
+            /* fp16 and bf16: nothing stored, default (but fp16 rows of
+             * 262144, near the 1x262144 record); fp32: the records of 4096
+             * and 128256 columns are the nearest wherever their config fits. */
+            bool near_split = dt == TUNED_FP16 && c.cols == 262144;
             if (run_case(h, &c, stream, &ch, false) == 0)
-                EXPECT((dt == TUNED_FP32 ? ch.source != TUNED_SOURCE_EXACT
-                                         : ch.source == TUNED_SOURCE_DEFAULT) &&
+                EXPECT((dt == TUNED_FP32 || near_split ? ch.source != TUNED_SOURCE_EXACT
+                                                       : ch.source == TUNED_SOURCE_DEFAULT) &&
                            ch.aligned == 1 && ch.function != NULL,
                        "dense %lldx%lld: %s aligned %d", (long long)c.rows, (long long)c.cols,
                        tuned_source_name(ch.source), ch.aligned);
@@ -399,6 +404,42 @@ int main(int argc, char **argv)
                    strcmp(ch.config, "w4.r1.c1.m1.v4.ld=def.st=def.reg=f32") == 0,
                "nearest: %s %s from %lld rows", tuned_source_name(ch.source), ch.config,
                (long long)ch.record_rows);
+    /* Grid splits: correct, cooperative, and many launches on two streams
+     * at once (each its own workspace slot) neither hang nor trap. */
+    {
+        call_case split[] = {{TUNED_FP16, 1, 262144, 262144, 0, 0},
+                             {TUNED_FP32, 24, 128256, 128256, 0, 0},
+                             {TUNED_FP32, 24, 128256, 128256, 1, 3}};
+        for (size_t i = 0; i < sizeof split / sizeof split[0]; i++)
+            if (run_case(h, &split[i], stream, &ch, false) == 0)
+                EXPECT(ch.source == TUNED_SOURCE_EXACT && ch.cooperative == 1 &&
+                           strstr(ch.config, ".g") != NULL,
+                       "grid split %lldx%lld: %s %s cooperative %d", (long long)split[i].rows,
+                       (long long)split[i].cols, tuned_source_name(ch.source), ch.config,
+                       ch.cooperative);
+        CUstream other;
+        d->cuStreamCreate(&other, CU_STREAM_NON_BLOCKING);
+        size_t bytes = 262144 * 2;
+        CUdeviceptr x, y1, y2;
+        d->cuMemAlloc(&x, bytes);
+        d->cuMemAlloc(&y1, bytes);
+        d->cuMemAlloc(&y2, bytes);
+        d->cuMemsetD8(x, 0, bytes);
+        int failed = 0;
+        for (int i = 0; i < 500 && failed == 0; i++)
+            failed = tuned_softmax(h, (void *)(uintptr_t)x, (void *)(uintptr_t)(i % 2 ? y1 : y2),
+                                   1, 262144, 262144, TUNED_FP16, i % 2 ? stream : other);
+        EXPECT(failed == 0, "grid split on two streams: %s", tuned_last_error(h));
+        EXPECT(d->cuStreamSynchronize(stream) == CUDA_SUCCESS &&
+                   d->cuStreamSynchronize(other) == CUDA_SUCCESS,
+               "grid split launches on two streams failed");
+        d->cuMemFree(x);
+        d->cuMemFree(y1);
+        d->cuMemFree(y2);
+        d->cuStreamDestroy(other);
+        if (run_case(h, &split[0], stream, &ch, true) == 0)
+            EXPECT(ch.cooperative == 1, "grid split after the streams");
+    }
     EXPECT(tuned_lookup(h, 256, 4096, TUNED_FP32, -1, &ch) == 0 &&
                ch.source == TUNED_SOURCE_EXACT && ch.function == NULL,
            "lookup: %s", tuned_last_error(h));

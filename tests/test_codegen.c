@@ -61,6 +61,22 @@ static void check_rows_ptx(const tuned__config *c, const tuned__shape *s, const 
         size_t want = c->red == TUNED__RED_FUSED ? 2 : 3;
         EXPECT(arrives == want, "%s: %zu cluster arrivals in PTX, want %zu", name, arrives, want);
     }
+    /* A grid split: the pair published and polled whole, at GPU scope,
+     * with a timed-out wait that traps; the workspace and the ticket as
+     * the sixth and seventh parameters. */
+    if (c->grid > 1) {
+        EXPECT(strstr(ptx, "st.relaxed.gpu.global.v2.u64") != NULL &&
+                   strstr(ptx, "ld.relaxed.gpu.global.v2.u64") != NULL,
+               "%s: no relaxed 64-bit pair exchange in PTX", name);
+        EXPECT(strstr(ptx, "%globaltimer") != NULL && strstr(ptx, "trap;") != NULL,
+               "%s: no timed-out wait in PTX", name);
+        EXPECT(strstr(ptx, "tuned_softmax_rows_param_6") != NULL &&
+                   strstr(ptx, "tuned_softmax_rows_param_7") == NULL,
+               "%s: the kernel does not take 7 parameters", name);
+    } else {
+        EXPECT(strstr(ptx, "tuned_softmax_rows_param_5") == NULL && strstr(ptx, "%globaltimer") == NULL,
+               "%s: a workspace parameter or a wait without a grid split", name);
+    }
     if (c->reg == TUNED__REG_PK)
         EXPECT(strstr(ptx, s->dtype == TUNED_BF16 ? "max.bf16x2" : "max.f16x2") != NULL,
                "%s %s: the packed maximum is not taken on pairs", name,
@@ -123,12 +139,12 @@ int main(void)
     /* Shapes chosen to exercise tails, unaligned rows and long rows. */
     static const uint64_t cols_list[] = {100, 4097, 32000, 128256};
     static const int per_shape = 5;
-    size_t compiled = 0, clusters = 0, staged = 0, fused = 0;
+    size_t compiled = 0, clusters = 0, staged = 0, fused = 0, splits = 0;
     for (int dt = TUNED_FP16; dt <= TUNED_FP32; dt++) {
         for (size_t i = 0; i < sizeof cols_list / sizeof cols_list[0]; i++) {
             tuned__shape s = {(tuned_dtype)dt, 64, cols_list[i]};
             tuned__space sp;
-            if (tuned__space_init(&sp, &s, 90, &e) != 0) {
+            if (tuned__space_init(&sp, &s, 90, 132, &e) != 0) {
                 EXPECT(0, "space %s x %llu: %s", tuned_dtype_name(s.dtype),
                        (unsigned long long)s.cols, e.msg);
                 continue;
@@ -145,6 +161,7 @@ int main(void)
                 if (!tuned__space_valid(&sp, &c, NULL, 0))
                     tuned__space_random(&sp, &rng, &c);
                 clusters += c.cluster > 1;
+                splits += c.grid > 1;
                 fused += c.red == TUNED__RED_FUSED;
                 staged += c.family == TUNED__FAMILY_TMA;
                 check_variant(n, &c, &s);
@@ -153,6 +170,24 @@ int main(void)
             tuned__space_free(&sp);
         }
     }
+    /* Rows split over the grid, in each dtype and register mode, with a
+     * tail and with an unaligned row length. */
+    static const char *const split_configs[] = {
+        "w8.r1.c1.m1.v8.ld=def.st=def.reg=pk.red=fused.g128",
+        "w4.r1.c1.m2.v4.ld=el.st=cs.reg=f32.red=fused.g64",
+        "w32.r1.c1.m1.v2.ld=cs.st=def.reg=f32.red=fused.g2",
+    };
+    for (int dt = TUNED_FP16; dt <= TUNED_FP32; dt++)
+        for (size_t i = 0; i < sizeof split_configs / sizeof split_configs[0]; i++) {
+            tuned__config c;
+            tuned__shape s = {(tuned_dtype)dt, 1, i == 2 ? 32003 : 262144};
+            EXPECT(tuned__config_parse(split_configs[i], &c, &e) == 0, "%s", e.msg);
+            if (c.reg == TUNED__REG_PK && dt == TUNED_FP32)
+                c.reg = TUNED__REG_F32, c.vec = 4;
+            check_variant(n, &c, &s);
+            compiled++;
+            splits++;
+        }
     for (int dt = TUNED_FP16; dt <= TUNED_FP32; dt++) {
         char *src = NULL;
         tuned__blob cubin;
@@ -192,9 +227,13 @@ int main(void)
     EXPECT(clusters > 0, "no cluster variant sampled");
     EXPECT(staged > 0, "no tma variant sampled");
     EXPECT(fused > 0, "no one-round reduction sampled");
+    tuned__config split_cluster = {.warps = 8, .rows = 1, .cluster = 2, .minb = 1, .vec = 8,
+                                   .red = TUNED__RED_FUSED, .grid = 4};
+    EXPECT(tuned__source_softmax(&split_cluster, &long_rows, NULL, &src, &e) == TUNED_EINVAL,
+           "a grid split of clusters accepted");
     tuned__nvrtc_unload(n);
-    printf("%zu variants (%zu with clusters, %zu tma, %zu one-round) compiled for sm_80 and "
-           "sm_90, PTX checked; %d failures\n",
-           compiled, clusters, staged, fused, failures);
+    printf("%zu variants (%zu with clusters, %zu tma, %zu one-round, %zu grid splits) compiled "
+           "for sm_80 and sm_90, PTX checked; %d failures\n",
+           compiled, clusters, staged, fused, splits, failures);
     return failures ? 1 : 0;
 }

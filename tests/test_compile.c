@@ -33,7 +33,7 @@ int main(void)
 
     tuned__shape shape = {TUNED_FP16, 64, 4097};
     tuned__space sp;
-    EXPECT(tuned__space_init(&sp, &shape, 90, &e) == 0, "space: %s", e.msg);
+    EXPECT(tuned__space_init(&sp, &shape, 90, 132, &e) == 0, "space: %s", e.msg);
     tuned__config cfgs[N];
     tuned__rng rng = {99};
     for (int i = 0; i < N; i++)

@@ -451,7 +451,7 @@ static void seed_config(uint64_t rows, uint64_t cols, int arch, size_t i, char *
     tuned__err e = {0};
     tuned__config seeds[16];
     out[0] = '\0';
-    if (tuned__space_init(&sp, &s, arch, &e) != 0)
+    if (tuned__space_init(&sp, &s, arch, 132, &e) != 0) /* the fake GPU has 132 SMs */
         return;
     size_t k = tuned__space_seeds(&sp, seeds, 16);
     if (i < k)

@@ -1,7 +1,8 @@
 /* test_gpu.c: on a GPU, every sampled variant of every dtype computes
  * softmax correctly at awkward column counts (1, 7, ... 128256, with -inf,
  * NaN and +inf rows from the generator), also from unaligned base
- * pointers; and the evaluator's gate catches deliberately broken variants.
+ * pointers; rows split over the grid too; and the evaluator's gate catches
+ * deliberately broken variants.
  * Exits 77 (skipped) where no CUDA driver or GPU is found. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -82,6 +83,47 @@ static void planted_bugs_are_caught(gpu_env *g)
     }
 }
 
+/* Rows split over the grid (cooperative launches through the workspace):
+ * a sample of each dtype's splits on few long rows, a ragged tail, many
+ * rows at two blocks a SM; also unaligned. Returns the runs made. */
+static size_t grid_splits_are_correct(gpu_env *g)
+{
+    static const uint64_t shapes[][2] = {{1, 262144}, {2, 100003}, {24, 128256}, {100, 1000}};
+    size_t runs = 0;
+    for (int dt = TUNED_FP16; dt <= TUNED_FP32; dt++)
+        for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+            tuned__shape s = {(tuned_dtype)dt, shapes[i][0], shapes[i][1]};
+            tuned__space sp;
+            tuned__err e = {0};
+            if (tuned__space_init(&sp, &s, g->gpu.cc_major * 10 + g->gpu.cc_minor,
+                                  g->gpu.sm_count, &e) != 0) {
+                EXPECT(0, "space: %s", e.msg);
+                continue;
+            }
+            tuned__config cfgs[8];
+            size_t n = 0, splits = 0;
+            for (size_t k = 0; k < sp.count; k++)
+                splits += sp.valid[k].grid > 1;
+            tuned__rng rng = {7 + (uint64_t)dt * 100 + i};
+            for (size_t tries = 0; n < 8 && splits > 0 && tries < 100000; tries++) {
+                tuned__config c;
+                tuned__space_random(&sp, &rng, &c);
+                if (c.grid > 1)
+                    cfgs[n++] = c;
+            }
+            EXPECT(n > 0, "no grid split for %llux%llu", (unsigned long long)s.rows,
+                   (unsigned long long)s.cols);
+            tuned__eval_opts o = quick_opts();
+            expect_correct(g, &s, cfgs, n, &o);
+            o.x_offset = 3;
+            o.y_offset = 1;
+            expect_correct(g, &s, cfgs, n < 3 ? n : 3, &o);
+            runs += n + (n < 3 ? n : 3);
+            tuned__space_free(&sp);
+        }
+    return runs;
+}
+
 int main(void)
 {
     gpu_env g = {0};
@@ -105,7 +147,7 @@ int main(void)
             tuned__shape s = {(tuned_dtype)dt, cols_list[i] > 200000 ? 2 : cols_list[i] > 30000 ? 24 : 67,
                               cols_list[i]};
             tuned__space sp;
-            rc = tuned__space_init(&sp, &s, g.gpu.cc_major * 10 + g.gpu.cc_minor, &e);
+            rc = tuned__space_init(&sp, &s, g.gpu.cc_major * 10 + g.gpu.cc_minor, g.gpu.sm_count, &e);
             if (rc == TUNED_ENOSPACE) {
                 printf("no variant of this family for %s x %llu: %s\n", tuned_dtype_name(s.dtype),
                        (unsigned long long)s.cols, e.msg);
@@ -138,6 +180,7 @@ int main(void)
             tuned__space_free(&sp);
         }
     }
+    variants += grid_splits_are_correct(&g);
     planted_bugs_are_caught(&g);
     tuned__nvrtc_unload(g.n);
     tuned__driver_unload(g.d);

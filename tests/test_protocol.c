@@ -255,22 +255,24 @@ static void make_record(tuned__record *r, uint64_t rows, uint64_t cols, uint64_t
 
 static void test_index(void)
 {
-    int arch;
+    int arch, sms;
     uint64_t mem;
     CHECK(tuned__identity_parse("NVIDIA H200|sm_90|132sm|143771MiB|drv13000|nvrtc13.0|tpl1",
-                                &arch, &mem));
-    CHECK(arch == 90 && mem == 143771ull << 20);
-    CHECK(tuned__identity_parse("B|sm_100|148sm|1MiB|x", &arch, &mem) && arch == 100);
-    CHECK(!tuned__identity_parse("garbage", &arch, &mem));
-    CHECK(!tuned__identity_parse("a|sm_|1sm|1MiB", &arch, &mem));
-    CHECK(!tuned__identity_parse("a|sm_90|1sm|xMiB", &arch, &mem));
+                                &arch, &sms, &mem));
+    CHECK(arch == 90 && sms == 132 && mem == 143771ull << 20);
+    CHECK(tuned__identity_parse("B|sm_100|148sm|1MiB|x", &arch, &sms, &mem) && arch == 100);
+    CHECK(!tuned__identity_parse("garbage", &arch, &sms, &mem));
+    CHECK(!tuned__identity_parse("a|sm_|1sm|1MiB", &arch, &sms, &mem));
+    CHECK(!tuned__identity_parse("a|sm_90|1sm|xMiB", &arch, &sms, &mem));
+    CHECK(!tuned__identity_parse("a|sm_90|sm|1MiB", &arch, &sms, &mem));
+    CHECK(!tuned__identity_parse("a|sm_90|12|1MiB", &arch, &sms, &mem));
 
     /* Configs: the seeds of two shapes on sm_90, so they parse today. */
     tuned__shape small = {TUNED_FP16, 1024, 1024}, big = {TUNED_FP16, 4096, 32000};
     tuned__space sp_small, sp_big;
     tuned__err e = {0};
-    CHECK(tuned__space_init(&sp_small, &small, 90, &e) == 0);
-    CHECK(tuned__space_init(&sp_big, &big, 90, &e) == 0);
+    CHECK(tuned__space_init(&sp_small, &small, 90, 132, &e) == 0);
+    CHECK(tuned__space_init(&sp_big, &big, 90, 132, &e) == 0);
     tuned__config cs, cb;
     CHECK(tuned__space_seeds(&sp_small, &cs, 1) == 1);
     CHECK(tuned__space_seeds(&sp_big, &cb, 1) == 1);
@@ -307,7 +309,7 @@ static void test_index(void)
     /* nearest to 4096x30000 on GPU 7: 4096x32000's config when valid there */
     tuned__shape q = {TUNED_FP16, 4096, 30000};
     tuned__space sq;
-    CHECK(tuned__space_init(&sq, &q, 90, &e) == 0);
+    CHECK(tuned__space_init(&sq, &q, 90, 132, &e) == 0);
     long n = tuned__index_nearest(ix, &sq, 7);
     tuned__config cbig;
     CHECK(tuned__config_parse(tbig, &cbig, &e) == 0);

@@ -100,7 +100,7 @@ int main(int argc, char **argv)
         return 1;
     }
     tuned__space sp;
-    if (tuned__space_init(&sp, &s, 90, &e) != 0) {
+    if (tuned__space_init(&sp, &s, 90, 132, &e) != 0) {
         fprintf(stderr, "FAIL: %s\n", e.msg);
         free(t.rows);
         return 1;

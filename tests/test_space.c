@@ -28,7 +28,23 @@ static void text_round_trip(void)
            "red=split: %s", e.msg);
     tuned__config_format(&c, red_text, sizeof red_text);
     EXPECT(strcmp(red_text, "w8.r1.c4.m2.v8.ld=el.st=def.reg=pk") == 0, "formatted %s", red_text);
+    /* A row split over the grid is a tenth field, after red=fused. */
+    EXPECT(tuned__config_parse("w8.r1.c1.m1.v8.ld=def.st=cs.reg=pk.red=fused.g128", &c, &e) == 0 &&
+               c.grid == 128 && c.red == TUNED__RED_FUSED && c.st == TUNED__ST_CS,
+           "g128: %s", e.msg);
+    tuned__config_format(&c, red_text, sizeof red_text);
+    EXPECT(strcmp(red_text, "w8.r1.c1.m1.v8.ld=def.st=cs.reg=pk.red=fused.g128") == 0,
+           "formatted %s", red_text);
+    EXPECT(tuned__config_blocks_per_row(&c) == 128, "blocks a row of g128");
     static const char *const bad[] = {
+        "w8.r1.c1.m1.v8.ld=def.st=def.reg=f32.red=fused.g1",
+        "w8.r1.c1.m1.v8.ld=def.st=def.reg=f32.red=fused.g3",
+        "w8.r1.c1.m1.v8.ld=def.st=def.reg=f32.red=fused.g512",
+        "w8.r1.c1.m1.v8.ld=def.st=def.reg=f32.red=split.g4",
+        "w8.r1.c2.m1.v8.ld=def.st=def.reg=f32.red=fused.g4",
+        "w8.r2.c1.m1.v8.ld=def.st=def.reg=f32.red=fused.g4",
+        "w8.r1.c1.m1.v8.ld=def.st=def.reg=f32.red=fused.c4",
+        "w8.r1.c1.m1.v8.ld=def.st=def.reg=f32.red=fused.g4.g4",
         "", "w8", "w8.r1.c1.m1.v8.ld=cs.st=cs", "w3.r1.c1.m1.v8.ld=cs.st=cs.reg=f32",
         "w8.r512.c1.m1.v8.ld=cs.st=cs.reg=f32", "w8.r1.c1.m1.v16.ld=cs.st=cs.reg=f32",
         "w8.r1.c1.m1.v8.ld=xx.st=cs.reg=f32", "w8.r1.c1.m1.v8.ld=cs.st=nc.reg=f32",
@@ -50,7 +66,7 @@ static void text_round_trip(void)
         {TUNED_FP16, 4096, 32000}, {TUNED_BF16, 7, 7}, {TUNED_FP32, 1, 4097}};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         tuned__space sp;
-        EXPECT(tuned__space_init(&sp, &shapes[s], 90, &e) == 0, "%s", e.msg);
+        EXPECT(tuned__space_init(&sp, &shapes[s], 90, 132, &e) == 0, "%s", e.msg);
         for (size_t i = 0; i < sp.count; i++) {
             char text[TUNED__CONFIG_TEXT];
             tuned__config back;
@@ -68,7 +84,7 @@ static void constraints(void)
     tuned__err e = {0};
     tuned__space sp;
     tuned__shape s = {TUNED_FP16, 4096, 32000};
-    EXPECT(tuned__space_init(&sp, &s, 90, &e) == 0, "%s", e.msg);
+    EXPECT(tuned__space_init(&sp, &s, 90, 132, &e) == 0, "%s", e.msg);
     EXPECT(sp.count > 50, "only %zu configs for 4096x32000 fp16", sp.count);
     char why[256];
     tuned__config c = {.warps = 32, .rows = 1, .cluster = 1, .minb = 1, .vec = 8, .ld = TUNED__LD_EL, .st = TUNED__ST_CS};
@@ -86,14 +102,14 @@ static void constraints(void)
 
     /* fp32: no packed registers, at most 4 elements a vector. */
     s = (tuned__shape){TUNED_FP32, 64, 1000};
-    EXPECT(tuned__space_init(&sp, &s, 90, &e) == 0, "%s", e.msg);
+    EXPECT(tuned__space_init(&sp, &s, 90, 132, &e) == 0, "%s", e.msg);
     for (size_t i = 0; i < sp.count; i++)
         EXPECT(sp.valid[i].reg == TUNED__REG_F32 && sp.valid[i].vec <= 4, "fp32 config %zu", i);
     tuned__space_free(&sp);
 
     /* Before sm_80 there is no L2 eviction policy, before sm_90 no cluster. */
     s = (tuned__shape){TUNED_FP16, 64, 1000};
-    EXPECT(tuned__space_init(&sp, &s, 75, &e) == 0, "%s", e.msg);
+    EXPECT(tuned__space_init(&sp, &s, 75, 132, &e) == 0, "%s", e.msg);
     for (size_t i = 0; i < sp.count; i++)
         EXPECT(sp.valid[i].ld != TUNED__LD_EL && sp.valid[i].cluster == 1,
                "evict_last or a cluster offered on sm_75");
@@ -101,7 +117,7 @@ static void constraints(void)
 
     /* One column: one thread a row. */
     s = (tuned__shape){TUNED_FP16, 64, 1};
-    EXPECT(tuned__space_init(&sp, &s, 90, &e) == 0, "%s", e.msg);
+    EXPECT(tuned__space_init(&sp, &s, 90, 132, &e) == 0, "%s", e.msg);
     for (size_t i = 0; i < sp.count; i++)
         EXPECT(sp.valid[i].warps * 32u == sp.valid[i].rows && sp.valid[i].cluster == 1,
                "idle threads on a 1-column row");
@@ -109,11 +125,11 @@ static void constraints(void)
 
     /* Very long rows need a cluster on sm_90, and none fit before it. */
     s = (tuned__shape){TUNED_FP16, 8192, 128256};
-    EXPECT(tuned__space_init(&sp, &s, 90, &e) == 0, "%s", e.msg);
+    EXPECT(tuned__space_init(&sp, &s, 90, 132, &e) == 0, "%s", e.msg);
     for (size_t i = 0; i < sp.count; i++)
         EXPECT(sp.valid[i].cluster > 1, "128256 columns without a cluster");
     tuned__space_free(&sp);
-    EXPECT(tuned__space_init(&sp, &s, 80, &e) == TUNED_ENOSPACE, "128256 columns on sm_80");
+    EXPECT(tuned__space_init(&sp, &s, 80, 108, &e) == TUNED_ENOSPACE, "128256 columns on sm_80");
 
     /* Streamed rows: long rows on sm_90 only; text round trip. */
     tuned__config t;
@@ -122,7 +138,7 @@ static void constraints(void)
            "tma parse: %s", e.msg);
     EXPECT(tuned__config_parse("tma.w16.c2.s5.st=cs", &t, &e) == TUNED_EINVAL, "5 stages parsed");
     s = (tuned__shape){TUNED_FP16, 4096, 32000};
-    EXPECT(tuned__space_init(&sp, &s, 90, &e) == 0, "%s", e.msg);
+    EXPECT(tuned__space_init(&sp, &s, 90, 132, &e) == 0, "%s", e.msg);
     size_t tma = 0;
     for (size_t i = 0; i < sp.count; i++)
         tma += sp.valid[i].family == TUNED__FAMILY_TMA;
@@ -133,7 +149,7 @@ static void constraints(void)
            "4 stages of 64000 bytes accepted: %s", why);
     tuned__space_free(&sp);
     s = (tuned__shape){TUNED_FP16, 4096, 1024};
-    EXPECT(tuned__space_init(&sp, &s, 90, &e) == 0, "%s", e.msg);
+    EXPECT(tuned__space_init(&sp, &s, 90, 132, &e) == 0, "%s", e.msg);
     for (size_t i = 0; i < sp.count; i++)
         EXPECT(sp.valid[i].family == TUNED__FAMILY_ROWS, "tma offered for 2 KiB rows");
     tuned__space_free(&sp);
@@ -143,16 +159,16 @@ static void constraints(void)
         for (uint64_t r = 1; r <= 3; r++)
             for (uint64_t cols = 1; cols <= 9; cols++) {
                 s = (tuned__shape){(tuned_dtype)dt, r, cols};
-                EXPECT(tuned__space_init(&sp, &s, 90, &e) == 0, "%s", e.msg);
+                EXPECT(tuned__space_init(&sp, &s, 90, 132, &e) == 0, "%s", e.msg);
                 tuned__space_free(&sp);
             }
 
     /* Rows too long for registers: a clear ENOSPACE, not an empty space. */
     s = (tuned__shape){TUNED_FP32, 8, 1000000};
-    EXPECT(tuned__space_init(&sp, &s, 90, &e) == TUNED_ENOSPACE && strstr(e.msg, "1000000"),
+    EXPECT(tuned__space_init(&sp, &s, 90, 132, &e) == TUNED_ENOSPACE && strstr(e.msg, "1000000"),
            "no ENOSPACE for 8x1000000: %s", e.msg);
     s = (tuned__shape){TUNED_FP16, 0, 10};
-    EXPECT(tuned__space_init(&sp, &s, 90, &e) == TUNED_EINVAL, "0 rows accepted");
+    EXPECT(tuned__space_init(&sp, &s, 90, 132, &e) == TUNED_EINVAL, "0 rows accepted");
 }
 
 static void moves(void)
@@ -160,7 +176,7 @@ static void moves(void)
     tuned__err e = {0};
     tuned__space sp;
     tuned__shape s = {TUNED_BF16, 1024, 50257};
-    EXPECT(tuned__space_init(&sp, &s, 90, &e) == 0, "%s", e.msg);
+    EXPECT(tuned__space_init(&sp, &s, 90, 132, &e) == 0, "%s", e.msg);
     tuned__rng a = {7}, b = {7};
     for (int i = 0; i < 200; i++) {
         tuned__config x, y, nb[32];
@@ -172,11 +188,12 @@ static void moves(void)
         for (size_t k = 0; k < n; k++) {
             EXPECT(tuned__space_valid(&sp, &nb[k], NULL, 0), "invalid neighbour");
             EXPECT(!tuned__config_equal(&nb[k], &x), "a config is its own neighbour");
-            /* warps moves alone, with rows, or with the cluster */
+            /* warps moves alone, with rows, with the cluster or with the
+             * grid split (which brings the one-round reduction along) */
             int changed = (nb[k].vec != x.vec) + (nb[k].ld != x.ld) + (nb[k].st != x.st) +
-                          (nb[k].reg != x.reg) + (nb[k].red != x.red) +
+                          (nb[k].reg != x.reg) + (nb[k].red != x.red && nb[k].grid == x.grid) +
                           (nb[k].warps != x.warps || nb[k].rows != x.rows ||
-                           nb[k].cluster != x.cluster) +
+                           nb[k].cluster != x.cluster || nb[k].grid != x.grid) +
                           (nb[k].minb != x.minb) + (nb[k].stages != x.stages);
             EXPECT(changed == 1, "neighbour changes %d parameters", changed);
         }
@@ -189,11 +206,88 @@ static void moves(void)
     tuned__space_free(&sp);
 }
 
+/* Rows split over the grid: only where every block fits on the SMs at
+ * once, only with an SM count, seeded for few long rows, reachable. */
+static void grid_split(void)
+{
+    tuned__err e = {0};
+    tuned__space sp;
+    tuned__shape s = {TUNED_FP16, 1, 262144};
+    EXPECT(tuned__space_init(&sp, &s, 90, 132, &e) == 0, "%s", e.msg);
+    size_t splits = 0;
+    for (size_t i = 0; i < sp.count; i++) {
+        const tuned__config *c = &sp.valid[i];
+        if (c->grid == 0)
+            continue;
+        splits++;
+        EXPECT(c->grid <= 132u * c->minb && c->cluster == 1 && c->rows == 1 &&
+                   c->red == TUNED__RED_FUSED,
+               "invalid split w%u.g%u.m%u", c->warps, c->grid, c->minb);
+    }
+    EXPECT(splits > 0, "no grid splits for 1x262144");
+    tuned__config c;
+    char why[160] = "";
+    EXPECT(tuned__config_parse("w8.r1.c1.m1.v8.ld=def.st=def.reg=f32.red=fused.g128", &c, &e) == 0 &&
+               tuned__space_valid(&sp, &c, why, sizeof why),
+           "g128 on 132 SMs: %s", why);
+    EXPECT(tuned__config_parse("w8.r1.c1.m1.v8.ld=def.st=def.reg=f32.red=fused.g256", &c, &e) == 0 &&
+               !tuned__space_valid(&sp, &c, why, sizeof why) && strstr(why, "132 SMs"),
+           "g256 at one block a SM on 132 SMs accepted (%s)", why);
+    c.minb = 2, c.warps = 4;
+    EXPECT(tuned__space_valid(&sp, &c, why, sizeof why), "w4.g256 at two a SM: %s", why);
+    /* Seeds: the largest split at one block a SM. */
+    tuned__config seeds[48];
+    size_t ns = tuned__space_seeds(&sp, seeds, 48), seeded = 0;
+    for (size_t i = 0; i < ns; i++)
+        seeded += seeds[i].grid == 128 && seeds[i].minb == 1;
+    EXPECT(seeded >= 2, "%zu g128 seeds for 1x262144", seeded);
+    /* Moves: halving and doubling the split, and from 2 blocks to none. */
+    tuned__config nb[64];
+    EXPECT(tuned__config_parse("w32.r1.c1.m1.v8.ld=def.st=def.reg=pk.red=fused.g16", &c, &e) == 0,
+           "%s", e.msg);
+    size_t n = tuned__space_neighbors(&sp, &c, nb, 64), g8 = 0, g32 = 0;
+    for (size_t i = 0; i < n; i++) {
+        g8 += nb[i].grid == 8 && nb[i].warps == 32;
+        g32 += nb[i].grid == 32 && (nb[i].warps == 32 || nb[i].warps == 16);
+    }
+    EXPECT(g8 == 1 && g32 == 2, "neighbours of w32.g16: %zu at g8, %zu at g32", g8, g32);
+    tuned__space_free(&sp);
+    s = (tuned__shape){TUNED_FP16, 1, 8192};
+    EXPECT(tuned__space_init(&sp, &s, 90, 132, &e) == 0, "%s", e.msg);
+    EXPECT(tuned__config_parse("w4.r1.c1.m1.v8.ld=def.st=def.reg=f32.red=fused.g2", &c, &e) == 0 &&
+               tuned__space_valid(&sp, &c, why, sizeof why), "w4.g2 on 1x8192: %s", why);
+    n = tuned__space_neighbors(&sp, &c, nb, 64);
+    size_t none = 0;
+    for (size_t i = 0; i < n; i++)
+        none += nb[i].grid == 0 && nb[i].warps == 4 && nb[i].red == TUNED__RED_FUSED;
+    EXPECT(none == 1, "neighbours of w4.g2: %zu without a split", none);
+    tuned__space_free(&sp);
+    /* Without an SM count, or with many rows, no splits. */
+    EXPECT(tuned__space_init(&sp, &s, 90, 0, &e) == 0, "%s", e.msg);
+    for (size_t i = 0; i < sp.count; i++)
+        EXPECT(sp.valid[i].grid == 0, "a split without an SM count");
+    tuned__space_free(&sp);
+    s = (tuned__shape){TUNED_FP16, 32, 128256};
+    EXPECT(tuned__space_init(&sp, &s, 90, 132, &e) == 0, "%s", e.msg);
+    EXPECT(tuned__config_parse("w8.r1.c1.m1.v8.ld=def.st=def.reg=f32.red=fused.g4", &c, &e) == 0 &&
+               tuned__space_valid(&sp, &c, why, sizeof why),
+           "32 rows x g4: %s", why);
+    c.grid = 8;
+    EXPECT(!tuned__space_valid(&sp, &c, NULL, 0), "32 rows x g8 at one a SM accepted");
+    tuned__space_free(&sp);
+    s = (tuned__shape){TUNED_FP16, 4096, 32000};
+    EXPECT(tuned__space_init(&sp, &s, 90, 132, &e) == 0, "%s", e.msg);
+    for (size_t i = 0; i < sp.count; i++)
+        EXPECT(sp.valid[i].grid == 0, "a split of 4096 rows");
+    tuned__space_free(&sp);
+}
+
 int main(void)
 {
     text_round_trip();
     constraints();
     moves();
+    grid_split();
     printf("%d failures\n", failures);
     return failures ? 1 : 0;
 }

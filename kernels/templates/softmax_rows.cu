@@ -15,7 +15,11 @@
  * - the larger max) (online softmax), which halves the block and cluster
  * barriers. The cluster's last barrier (no block may exit while another
  * reads its shared memory) is split: arrive after the last remote read,
- * wait after the stores. Rows need not start on a
+ * wait after the stores. With T_GRID > 1 a row is cut across T_GRID blocks
+ * of the grid instead, all resident at once (a cooperative launch): each
+ * block publishes its (max, sum) pair in a workspace, tagged with the
+ * launch's ticket, and reads the row's other pairs once their tags match
+ * (one round, no counters to reset). Rows need not start on a
  * vector boundary: vector slots are counted from the aligned address at or
  * below the row start, and the partial first and last vectors go element by
  * element.
@@ -25,6 +29,10 @@
  *   T_WARPS      warps per block: 1, 2, 4, 8, 16, 32
  *   T_ROWS       rows per block: threads per row = T_WARPS*32/T_ROWS, 1 to 1024
  *   T_CLUSTER    blocks per row (a cluster, sm_90; 1 = no cluster; then T_ROWS = 1)
+ *   T_GRID       blocks per row through global memory (1 = none; else T_ROWS = 1,
+ *                T_CLUSTER = 1, T_FUSED = 1, and the kernel takes two more
+ *                parameters: the workspace and the launch's ticket, never 0)
+ *   T_GRID_SLOTS slots of the workspace; launch t uses slot t % T_GRID_SLOTS
  *   T_HEAD_FREE  1 when every row starts on a vector boundary (aligned base
  *                pointers, columns a multiple of T_VEC): no partial head
  *   T_MIN_BLOCKS blocks per SM the registers must leave room for (1, 2, 4)
@@ -301,6 +309,83 @@ __device__ __forceinline__ void row_combine(float &m, float &s, float *partial_m
 #endif
 }
 
+#if T_GRID > 1
+/* Adds the pair (m2, s2) to (m, s): the larger maximum, each sum rescaled
+ * to it; a pair with m = -inf adds its sum as it is (see lanes_combine). */
+__device__ __forceinline__ void pair_add(float &m, float &s, float m2, float s2)
+{
+    const float ninf = -__int_as_float(0x7f800000);
+    const float big = fmaxf(m, m2);
+    const float a = m == ninf ? s : s * exp_shifted(m, big);
+    const float b = m2 == ninf ? s2 : s2 * exp_shifted(m2, big);
+    m = big;
+    s = a + b;
+}
+
+/* How long a block waits for the row's other blocks before it traps: they
+ * are resident (cooperative launch) and arrive within microseconds, so a
+ * wait this long means the workspace was shared by launches running at
+ * once. An error is better than a GPU that never finishes. */
+#define GRID_WAIT_NS 2000000000ull
+
+__device__ __forceinline__ u64 global_ns()
+{
+    u64 t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+/* The block's (m, s) pair combined with those of the T_GRID blocks of its
+ * row. Thread 0 publishes the pair as two 64-bit words, each carrying the
+ * ticket in its high half: a word is written and read whole, so a reader
+ * that sees the ticket sees the value with it, and the slot needs no reset
+ * between launches. Warp 0 then waits for the row's pairs (lane l takes
+ * pairs l, l + 32, ...) and combines them, in the same order in every
+ * block, so every block normalises by the same (max, sum). */
+__device__ __forceinline__ void grid_combine(float &m, float &s, unsigned char *work,
+                                             unsigned ticket, float *shared_m, float *shared_s)
+{
+    u64 *slots = (u64 *)(work + (u64)(ticket % T_GRID_SLOTS) * gridDim.x * 16);
+    const u64 tag = (u64)ticket << 32;
+    if (threadIdx.x == 0)
+        asm volatile("st.relaxed.gpu.global.v2.u64 [%0], {%1, %2};"
+                     : : "l"(slots + 2 * blockIdx.x), "l"(tag | __float_as_uint(m)),
+                       "l"(tag | __float_as_uint(s)) : "memory");
+    if (threadIdx.x < 32) {
+        const unsigned first = blockIdx.x - blockIdx.x % T_GRID;
+        float gm = -__int_as_float(0x7f800000), gs = 0.0f;
+        for (unsigned i = threadIdx.x; i < T_GRID; i += 32) {
+            const u64 *p = slots + 2 * (first + i);
+            u64 a, b;
+            u64 started = 0;
+            for (;;) {
+                asm volatile("ld.relaxed.gpu.global.v2.u64 {%0, %1}, [%2];"
+                             : "=l"(a), "=l"(b) : "l"(p) : "memory");
+                if ((a >> 32) == ticket && (b >> 32) == ticket)
+                    break;
+                const u64 now = global_ns();
+                if (started == 0)
+                    started = now;
+                else if (now - started > GRID_WAIT_NS)
+                    asm volatile("trap;");
+            }
+            pair_add(gm, gs, __uint_as_float((u32)a), __uint_as_float((u32)b));
+        }
+        lanes_combine<(T_GRID < 32 ? T_GRID : 32)>(gm, gs);
+        if (threadIdx.x == 0) {
+            shared_m[0] = gm;
+            shared_s[0] = gs;
+        }
+    }
+    __syncthreads();
+    m = shared_m[0];
+    s = shared_s[0];
+}
+#define GRID_PARAMS , unsigned char *work, unsigned ticket
+#else
+#define GRID_PARAMS
+#endif
+
 #if T_REG_PACKED && ESIZE == 2 && VBYTES >= 4 && __CUDA_ARCH__ >= 800
 /* The larger of each half of two packed pairs (NaN loses, as in fmaxf):
  * the maximum is exact in any precision, so it needs no conversion. */
@@ -321,7 +406,7 @@ __device__ __forceinline__ u32 max_pairs(u32 a, u32 b)
 
 extern "C" __global__ void __launch_bounds__(T_WARPS * 32, T_MIN_BLOCKS) CLUSTER_ATTRIBUTE
 tuned_softmax_rows(const unsigned char *x, unsigned char *y, long long rows, int cols,
-                   long long row_stride)
+                   long long row_stride GRID_PARAMS)
 {
     __shared__ float partial_max[T_WARPS];
     __shared__ float partial_sum[T_WARPS];
@@ -333,11 +418,15 @@ tuned_softmax_rows(const unsigned char *x, unsigned char *y, long long rows, int
      * blocks, numbered block by block. */
     const int lane = (int)cluster_rank() * TPR + (int)threadIdx.x % TPR;
     const long long row = (long long)(blockIdx.x / T_CLUSTER) * T_ROWS + threadIdx.x / TPR;
+#elif T_GRID > 1
+    /* Likewise the TPR threads (the whole block) of each of T_GRID blocks. */
+    const int lane = (int)(blockIdx.x % T_GRID) * TPR + (int)threadIdx.x;
+    const long long row = blockIdx.x / T_GRID;
 #else
     const int lane = threadIdx.x % TPR;
     const long long row = (long long)blockIdx.x * T_ROWS + threadIdx.x / TPR;
 #endif
-#define ROW_THREADS (TPR * T_CLUSTER)
+#define ROW_THREADS (TPR * T_CLUSTER * T_GRID)
     /* Threads past the last row still take part in the barriers. */
     const bool active = row < rows;
     const long long row_bytes = (active ? row : 0) * row_stride * ESIZE;
@@ -433,6 +522,9 @@ tuned_softmax_rows(const unsigned char *x, unsigned char *y, long long rows, int
 #if T_FUSED
     float row_max = max;
     row_combine(row_max, sum, partial_max, partial_sum, exchange_max, exchange_sum);
+#if T_GRID > 1
+    grid_combine(row_max, sum, work, ticket, exchange_max, exchange_sum);
+#endif
 #else
     const float row_max = max;
     sum = row_reduce(sum, partial_sum, exchange_sum, SumOp());

@@ -41,10 +41,13 @@ void tuned__config_format(const tuned__config *c, char *buf, size_t n)
     }
     /* The two-round reduction predates the field: leaving it out keeps
      * the text of every stored record and recorded landscape. */
-    snprintf(buf, n, "w%u.r%u.c%u.m%u.v%u.ld=%s.st=%s.reg=%s%s%s", c->warps, c->rows,
+    char grid[16] = "";
+    if (c->grid > 1)
+        snprintf(grid, sizeof grid, ".g%u", c->grid);
+    snprintf(buf, n, "w%u.r%u.c%u.m%u.v%u.ld=%s.st=%s.reg=%s%s%s%s", c->warps, c->rows,
              c->cluster, c->minb, c->vec, tuned__ld_name(c->ld), tuned__st_name(c->st),
              tuned__reg_name(c->reg), c->red != TUNED__RED_SPLIT ? ".red=" : "",
-             c->red != TUNED__RED_SPLIT ? tuned__red_name(c->red) : "");
+             c->red != TUNED__RED_SPLIT ? tuned__red_name(c->red) : "", grid);
 }
 
 static bool is_pow2_upto(unsigned long v, unsigned long max)
@@ -138,18 +141,18 @@ int tuned__config_parse(const char *text, tuned__config *out, tuned__err *e)
     strcpy(copy, text);
     if (strncmp(copy, "tma.", 4) == 0)
         return parse_tma(text, copy + 4, out, e);
-    char *fields[9];
+    char *fields[10];
     size_t nf = 0;
     char *save = NULL;
     for (char *f = strtok_r(copy, ".", &save); f != NULL; f = strtok_r(NULL, ".", &save)) {
-        if (nf == 9)
+        if (nf == 10)
             return tuned__errf(e, TUNED_EINVAL, "config '%s': too many fields", text);
         fields[nf++] = f;
     }
-    if (nf != 8 && nf != 9)
+    if (nf < 8)
         return tuned__errf(e, TUNED_EINVAL,
                            "config '%s': expected 8 fields like w8.r1.c1.m1.v8.ld=cs.st=cs.reg=f32 "
-                           "(and optionally .red=fused)",
+                           "(and optionally .red=fused, then .g<blocks>)",
                            text);
     tuned__config c = {.family = TUNED__FAMILY_ROWS};
     unsigned warps, rows, cluster, minb, vec;
@@ -162,9 +165,23 @@ int tuned__config_parse(const char *text, tuned__config *out, tuned__err *e)
         (rc = parse_named_field(fields[5], "ld=", ld_names, TUNED__LD_COUNT, &c.ld, text, e)) != 0 ||
         (rc = parse_named_field(fields[6], "st=", st_names, TUNED__ST_COUNT, &c.st, text, e)) != 0 ||
         (rc = parse_named_field(fields[7], "reg=", reg_names, TUNED__REG_COUNT, &c.reg, text, e)) != 0 ||
-        (nf == 9 && (rc = parse_named_field(fields[8], "red=", red_names, TUNED__RED_COUNT, &c.red,
+        (nf >= 9 && (rc = parse_named_field(fields[8], "red=", red_names, TUNED__RED_COUNT, &c.red,
                                             text, e)) != 0))
         return rc;
+    if (nf == 10) {
+        unsigned grid;
+        if ((rc = parse_num_field(fields[9], 'g', TUNED__GRID_MAX, &grid, text, e)) != 0)
+            return rc;
+        if (grid < 2)
+            return tuned__errf(e, TUNED_EINVAL, "config '%s': a grid split is 2 to %d blocks",
+                               text, TUNED__GRID_MAX);
+        if (c.red != TUNED__RED_FUSED || cluster != 1 || rows != 1)
+            return tuned__errf(e, TUNED_EINVAL,
+                               "config '%s': a row split over the grid takes whole blocks (r1), "
+                               "no cluster (c1) and the one-round reduction (red=fused)",
+                               text);
+        c.grid = (uint16_t)grid;
+    }
     c.warps = (uint8_t)warps;
     c.rows = (uint16_t)rows;
     c.cluster = (uint8_t)cluster;
@@ -190,14 +207,15 @@ bool tuned__config_equal(const tuned__config *a, const tuned__config *b)
 {
     return a->family == b->family && a->warps == b->warps && a->rows == b->rows &&
            a->cluster == b->cluster && a->minb == b->minb && a->vec == b->vec && a->ld == b->ld && a->st == b->st &&
-           a->reg == b->reg && a->red == b->red && a->stages == b->stages;
+           a->reg == b->reg && a->red == b->red && a->stages == b->stages && a->grid == b->grid;
 }
 
 uint64_t tuned__config_iters(const tuned__config *c, uint64_t cols, bool head_free)
 {
     if (c->family != TUNED__FAMILY_ROWS || c->vec == 0)
         return 0;
-    uint64_t span = (uint64_t)tuned__config_threads_per_row(c) * c->cluster * c->vec;
+    uint64_t span = (uint64_t)tuned__config_threads_per_row(c) * tuned__config_blocks_per_row(c) *
+                    c->vec;
     /* A row starting at element offset `head` inside its first vector
      * covers cols + head <= cols + vec - 1 vector slots. */
     uint64_t slots = head_free ? cols : cols + c->vec - 1;

@@ -3,7 +3,8 @@
  * A config is a handful of small integers; its canonical text form
  * (tuned__config_format) is what logs, the store and the CLI show, e.g.
  * "w8.r1.c1.m1.v8.ld=cs.st=cs.reg=f32" (family rows; ".red=fused" follows
- * for the one-round reduction, absent for the default two rounds) or "tma.w16.c2.s3.st=cs"
+ * for the one-round reduction, absent for the default two rounds, and ".g128"
+ * after it for a row split over 128 blocks of the grid) or "tma.w16.c2.s3.st=cs"
  * (family tma, whose unused fields are fixed: rows 1, minb 1, 16-byte
  * vectors, ld def, reg f32). Parsing that text back gives the same
  * config. Whether a config is valid for a shape and GPU is the tuner's
@@ -71,7 +72,25 @@ typedef struct tuned__config {
     uint8_t reg;    /* TUNED__REG_* */
     uint8_t red;    /* TUNED__RED_*: rows family; tma: 0 */
     uint8_t stages; /* tma: rows in flight per block, 1..4; rows family: 0 */
+    uint16_t grid;  /* rows family: blocks of the grid sharing one row through global memory,
+                       2 .. TUNED__GRID_MAX (a cooperative launch, a workspace, the one-round
+                       reduction, no cluster); 0: none. tma: 0 */
 } tuned__config;
+
+/* Most blocks of a row split over the grid. */
+#define TUNED__GRID_MAX 256
+/* Most blocks in a grid-split launch: its workspace holds one (max, sum)
+ * pair of 16 bytes per block in each of TUNED__GRID_SLOTS slots. */
+#define TUNED__GRID_MAX_BLOCKS 1024
+/* Slots of a grid-split workspace: launch n uses slot n % TUNED__GRID_SLOTS,
+ * so that up to this many launches sharing one workspace may run at once. */
+#define TUNED__GRID_SLOTS 64
+
+/* Blocks that share one row: a cluster's, or a grid split's. */
+static inline unsigned tuned__config_blocks_per_row(const tuned__config *c)
+{
+    return (unsigned)c->cluster * (c->grid > 1 ? c->grid : 1u);
+}
 
 /* The problem a variant is generated and tuned for. */
 typedef struct tuned__shape {

@@ -70,7 +70,7 @@ static int staged_source(const tuned__config *c, const tuned__shape *s, const ch
                          char **out, tuned__err *e)
 {
     if (c->warps < 1 || c->warps > 32 || (c->warps & (c->warps - 1)) != 0 || c->cluster < 1 ||
-        c->cluster > 16 || (c->cluster & (c->cluster - 1)) != 0 || c->stages < 1 ||
+        c->cluster > 16 || (c->cluster & (c->cluster - 1)) != 0 || c->stages < 1 || c->grid != 0 ||
         c->stages > 4 || c->st >= TUNED__ST_COUNT)
         return tuned__errf(e, TUNED_EINVAL, "codegen: softmax %s: bad warps, cluster or stages",
                            name);
@@ -149,6 +149,12 @@ int tuned__source_softmax(const tuned__config *c, const tuned__shape *s,
         return tuned__errf(e, TUNED_EINVAL,
                            "codegen: softmax %s: a cluster is 1..16 blocks, each with one row",
                            name);
+    if (c->grid == 1 || c->grid > TUNED__GRID_MAX ||
+        (c->grid > 1 && (c->cluster != 1 || c->rows != 1 || c->red != TUNED__RED_FUSED)))
+        return tuned__errf(e, TUNED_EINVAL,
+                           "codegen: softmax %s: a grid split is 2..%d blocks, each with one "
+                           "row, no cluster, the one-round reduction",
+                           name, TUNED__GRID_MAX);
     if (c->vec < 1 || c->vec * esize > 16 || (c->vec & (c->vec - 1)) != 0)
         return tuned__errf(e, TUNED_EINVAL,
                            "codegen: softmax %s: a vector of %u %s elements is not 1..16 bytes",
@@ -170,15 +176,17 @@ int tuned__source_softmax(const tuned__config *c, const tuned__shape *s,
                            name, (unsigned long long)iters, (unsigned long long)s->cols,
                            MAX_ITERS);
     int plant = opts != NULL ? opts->plant_bug : 0;
-    char defines[512];
+    char defines[640];
     snprintf(defines, sizeof defines,
              "// tuned softmax variant %s for %s x %llu columns\n"
              "#define T_DTYPE %d\n#define T_WARPS %u\n#define T_ROWS %u\n#define T_CLUSTER %u\n"
+             "#define T_GRID %u\n#define T_GRID_SLOTS %d\n"
              "#define T_MIN_BLOCKS %u\n#define T_VEC %u\n#define T_ITERS %llu\n#define T_HEAD_FREE %d\n#define T_LD %u\n"
              "#define T_ST %u\n#define T_REG_PACKED %d\n#define T_FUSED %d\n#define T_PLANT_BUG %d\n",
              name, tuned_dtype_name(s->dtype), (unsigned long long)s->cols, (int)s->dtype,
-             c->warps, c->rows, c->cluster, c->minb, c->vec, (unsigned long long)iters, head_free, c->ld,
-             c->st, c->reg == TUNED__REG_PK, c->red == TUNED__RED_FUSED, plant);
+             c->warps, c->rows, c->cluster, c->grid > 1 ? c->grid : 1u, TUNED__GRID_SLOTS, c->minb,
+             c->vec, (unsigned long long)iters, head_free, c->ld, c->st, c->reg == TUNED__REG_PK,
+             c->red == TUNED__RED_FUSED, plant);
     return join_source(defines, COMMON_TEMPLATE, "softmax_rows", out, e);
 }
 

@@ -98,7 +98,7 @@ void tuned__index_free(tuned__index *ix)
     free(ix);
 }
 
-bool tuned__identity_parse(const char *identity, int *arch, uint64_t *total_mem)
+bool tuned__identity_parse(const char *identity, int *arch, int *sms, uint64_t *total_mem)
 {
     const char *p = strstr(identity, "|sm_");
     if (p == NULL)
@@ -107,13 +107,16 @@ bool tuned__identity_parse(const char *identity, int *arch, uint64_t *total_mem)
     long a = strtol(p + 4, &end, 10);
     if (end == p + 4 || *end != '|' || a <= 0 || a > 1000)
         return false;
-    const char *q = strchr(end + 1, '|'); /* after "132sm" */
-    if (q == NULL)
+    const char *q = end + 1;
+    long m = strtol(q, &end, 10);
+    if (end == q || strncmp(end, "sm|", 3) != 0 || m <= 0 || m > 100000)
         return false;
-    unsigned long long mib = strtoull(q + 1, &end, 10);
-    if (end == q + 1 || strncmp(end, "MiB", 3) != 0 || mib > (1ull << 40))
+    q = end + 3;
+    unsigned long long mib = strtoull(q, &end, 10);
+    if (end == q || strncmp(end, "MiB", 3) != 0 || mib > (1ull << 40))
         return false;
     *arch = (int)a;
+    *sms = (int)m;
     *total_mem = (uint64_t)mib << 20;
     return true;
 }
@@ -191,8 +194,8 @@ int tuned__index_load(tuned__index *ix, const tuned__record *recs, size_t n, tun
             x->fp = r->key.gpu_fp;
             memcpy(x->name, r->gpu_name, sizeof x->name);
             x->name[sizeof x->name - 1] = '\0';
-            if (!tuned__identity_parse(r->gpu, &x->arch, &x->total_mem))
-                x->arch = 0, x->total_mem = 0;
+            if (!tuned__identity_parse(r->gpu, &x->arch, &x->sms, &x->total_mem))
+                x->arch = 0, x->sms = 0, x->total_mem = 0;
         }
     }
     if (fresh.text.oom)

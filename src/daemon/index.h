@@ -23,6 +23,7 @@ typedef struct tuned__index_gpu {
     uint64_t fp;
     char name[128];
     int arch;            /* 0 when the identity does not say */
+    int sms;             /* multiprocessors; 0 when the identity does not say */
     uint64_t total_mem;  /* bytes; 0 when the identity does not say */
 } tuned__index_gpu;
 
@@ -59,9 +60,10 @@ const char *tuned__index_fields(const tuned__index *ix, size_t i, size_t *len);
 size_t tuned__index_gpu_count(const tuned__index *ix);
 const tuned__index_gpu *tuned__index_gpu_at(const tuned__index *ix, size_t i);
 
-/* Reads the architecture (sm_XY -> XY) and memory (NNNMiB) out of a GPU
- * identity string "name|sm_90|132sm|81559MiB|..."; false if it cannot. */
-bool tuned__identity_parse(const char *identity, int *arch, uint64_t *total_mem);
+/* Reads the architecture (sm_XY -> XY), multiprocessors (NNNsm) and memory
+ * (NNNMiB) out of a GPU identity string "name|sm_90|132sm|81559MiB|...";
+ * false if it cannot. */
+bool tuned__identity_parse(const char *identity, int *arch, int *sms, uint64_t *total_mem);
 
 /* The record on GPU fp, same kernel and dtype as sp's shape but another
  * shape, whose config is valid for sp (tuned__space_valid), closest in

@@ -30,6 +30,7 @@ typedef struct target {
     uint64_t fp;
     char name[128];
     int arch;
+    int sms;             /* 0: unknown */
     uint64_t total_mem;  /* 0: unknown */
     bool local;
 } target;
@@ -111,6 +112,7 @@ static void from_local(const tuned__jobs_gpu *g, target *t)
     t->fp = g->gpu.fingerprint;
     snprintf(t->name, sizeof t->name, "%s", g->gpu.name);
     t->arch = g->arch;
+    t->sms = g->gpu.sm_count;
     t->total_mem = g->gpu.total_mem;
     t->local = true;
 }
@@ -120,6 +122,7 @@ static void from_index(const tuned__index_gpu *g, target *t)
     t->fp = g->fp;
     snprintf(t->name, sizeof t->name, "%s", g->name);
     t->arch = g->arch;
+    t->sms = g->sms;
     t->total_mem = g->total_mem;
     t->local = false;
 }
@@ -267,7 +270,7 @@ static void op_get(tuned__daemon *d, const tuned__request *r, tuned__buf *out)
     } else if (!tuned__index_memo_get(d->index, &key, &a)) {
         tuned__space sp;
         tuned__err e = {0};
-        if (tuned__space_init(&sp, &r->shape, t.arch > 0 ? t.arch : 80, &e) != 0) {
+        if (tuned__space_init(&sp, &r->shape, t.arch > 0 ? t.arch : 80, t.sms, &e) != 0) {
             error_reply(d, out, r, TUNED__PE_NO_SPACE, "%s", e.msg);
             return;
         }

@@ -331,6 +331,18 @@ static void stop_worker(tuned_handle *h)
         pthread_join(h->worker, NULL);
 }
 
+/* Frees an entry and its workspace (from the key's context). */
+static void entry_free(tuned_handle *h, tuned__api_entry *e)
+{
+    if (e->work != NULL && h->d->cuCtxPushCurrent((CUcontext)e->key.ctx) == CUDA_SUCCESS) {
+        tuned__workspace_free(h->d, e->work);
+        CUcontext popped;
+        h->d->cuCtxPopCurrent(&popped);
+    }
+    free(e->work);
+    free(e);
+}
+
 void tuned_close(tuned_handle *h)
 {
     if (h == NULL)
@@ -348,7 +360,7 @@ void tuned_close(tuned_handle *h)
     }
     for (tuned__api_entry *e = h->entries, *next; e != NULL; e = next) {
         next = e->all_next;
-        free(e);
+        entry_free(h, e);
     }
     for (tune_job *j = h->jobs, *next; j != NULL; j = next) {
         next = j->next;
@@ -590,34 +602,43 @@ static int build_entry(tuned_handle *h, const tuned__api_key *k, uint64_t hash, 
     int arch = gpu->cc_major * 10 + gpu->cc_minor;
     CUfunction fn = NULL;
     int rc = module_get(h, (CUcontext)k->ctx, &p->config, &s, k->aligned != 0, arch, &fn, e);
-    unsigned grid, block, smem;
+    tuned__launch launch;
     if (rc == 0)
-        rc = tuned__api_geometry(h->d, fn, &p->config, &s, gpu->sm_count, &grid, &block, &smem, e);
+        rc = tuned__launch_prepare(h->d, fn, &p->config, &s, gpu->sm_count, &launch, e);
+    tuned__api_entry *en = NULL;
+    if (rc == 0 && (en = calloc(1, sizeof *en)) == NULL)
+        rc = tuned__errf(e, TUNED_ENOMEM, "out of memory");
+    /* Before any capture (the first call of a key is taken outside one):
+     * allocating memory would invalidate a capture. */
+    if (rc == 0 && launch.work_bytes > 0) {
+        if ((en->work = calloc(1, sizeof *en->work)) == NULL)
+            rc = tuned__errf(e, TUNED_ENOMEM, "out of memory");
+        else if ((rc = tuned__workspace_alloc(h->d, en->work, launch.work_bytes, e)) != 0) {
+            free(en->work);
+            en->work = NULL;
+        }
+    }
     if (rc != 0) {
+        free(en);
         char text[TUNED__CONFIG_TEXT];
         tuned__config_format(&p->config, text, sizeof text);
         return tuned__err_prefix(e, rc, "%s config %s: ", tuned_source_name(p->source), text);
     }
-    tuned__api_entry *en = calloc(1, sizeof *en);
-    if (en == NULL)
-        return tuned__errf(e, TUNED_ENOMEM, "out of memory");
     en->key = *k;
     en->hash = hash;
-    en->fn = fn;
-    en->grid = grid;
-    en->block = block;
-    en->smem = smem;
+    en->launch = launch;
     bool final = p->source == TUNED_SOURCE_EXACT || h->store == NULL;
     atomic_init(&en->recheck_ns, final ? INT64_MAX : coarse_ns() + RECHECK_NS);
     en->txnid = p->txnid;
     en->config = p->config;
     fill_choice(h, gpu, device, p, k->aligned != 0, &en->choice);
     en->choice.function = (void *)fn;
-    en->choice.grid = grid;
-    en->choice.block = block;
-    en->choice.smem = smem;
+    en->choice.grid = launch.grid;
+    en->choice.block = launch.block;
+    en->choice.smem = launch.smem;
+    en->choice.cooperative = launch.cooperative;
     if ((rc = tuned__api_map_put(&h->map, en, NULL, e)) != 0) {
-        free(en);
+        entry_free(h, en);
         return rc;
     }
     en->all_next = h->entries;
@@ -833,18 +854,17 @@ int tuned_softmax(tuned_handle *h, const void *x, void *y, int64_t rows, int64_t
     int rc = resolve(h, "tuned_softmax", x, y, rows, cols, row_stride, dtype, stream, &e);
     if (rc != 0)
         return rc;
-    CUdeviceptr xp = (CUdeviceptr)(uintptr_t)x, yp = (CUdeviceptr)(uintptr_t)y;
-    long long r = rows, stride = row_stride;
-    int c = (int)cols;
-    void *args[] = {&xp, &yp, &r, &c, &stride};
-    CUresult cr = h->d->cuLaunchKernel(e->fn, e->grid, 1, 1, e->block, 1, 1, e->smem,
-                                       (CUstream)stream, args, NULL);
+    CUresult cr = tuned__launch_run(h->d, &e->launch, e->work, (CUdeviceptr)(uintptr_t)x,
+                                    (CUdeviceptr)(uintptr_t)y, rows, (int)cols, row_stride,
+                                    (CUstream)stream);
     if (cr != CUDA_SUCCESS) {
         tuned__err err = {0};
-        char what[160];
-        snprintf(what, sizeof what, "tuned_softmax %lldx%lld %s: launching %s (grid %u, block %u, %u bytes shared)",
+        char what[192];
+        snprintf(what, sizeof what,
+                 "tuned_softmax %lldx%lld %s: launching %s (grid %u, block %u, %u bytes shared%s)",
                  (long long)rows, (long long)cols, tuned_dtype_name(dtype), e->choice.config,
-                 e->grid, e->block, e->smem);
+                 e->launch.grid, e->launch.block, e->launch.smem,
+                 e->launch.cooperative ? ", cooperative" : "");
         tuned__cuda_check(h->d, cr, &err, what);
         return fail(h, &err);
     }

@@ -28,6 +28,7 @@
 #include "../codegen/nvrtc.h"
 #include "driver.h"
 #include "gpu.h"
+#include "launch.h"
 #include "tuned.h"
 
 /* ---- the map (api_table.c) ---- */
@@ -44,9 +45,10 @@ typedef struct tuned__api_key {
 typedef struct tuned__api_entry {
     tuned__api_key key;
     uint64_t hash;
-    /* The launch. */
-    CUfunction fn;
-    unsigned grid, block, smem;
+    /* The launch, and for a grid split its workspace (NULL otherwise),
+     * allocated in the key's context and freed at close. */
+    tuned__launch launch;
+    tuned__workspace *work;
     /* CLOCK_MONOTONIC_COARSE nanoseconds after which a call takes the slow
      * path to look again (a better record may have been stored);
      * INT64_MAX: never (an exact record). Set to 0 to force a recheck. */
@@ -128,15 +130,6 @@ int tuned__api_pick_config(tuned__store *store, const tuned__gpu *gpu, const tun
 int tuned__api_cubin(const tuned__nvrtc *n, tuned__store *store, bool writable,
                      const tuned__config *c, const tuned__shape *s, bool aligned, int arch,
                      tuned__blob *out, uint64_t *hash, bool *from_cache, tuned__err *e);
-
-/* Sets fn's attributes for c (clusters over 8 blocks, dynamic shared
- * memory) and computes the launch as the evaluator does (evaluate_loaded
- * in evaluator.c; duplicated here, the evaluator is not shared): register
- * rows: ceil(rows / c.rows) * c.cluster blocks; tma: persistent,
- * min(rows, occupancy * SMs / cluster) * cluster blocks. */
-int tuned__api_geometry(const tuned__driver *d, CUfunction fn, const tuned__config *c,
-                        const tuned__shape *s, int sm_count, unsigned *grid, unsigned *block,
-                        unsigned *smem, tuned__err *e);
 
 /* ---- tunes in another process (api_child.c) ---- */
 

@@ -1,13 +1,10 @@
-/* api_pick.c: the slow path's three questions, in the order a call asks
- * them: which config (exact, nearest, default), which cubin (compile cache
- * or NVRTC), and which launch (grid, block, shared memory).
+/* api_pick.c: the slow path's first two questions, in the order a call
+ * asks them: which config (exact, nearest, default) and which cubin
+ * (compile cache or NVRTC). The third, which launch, is launch.c's, shared
+ * with the evaluator that measured the config, so the timing holds.
  *
  * The config choice follows the daemon's `get` (src/daemon/requests.c), so
- * that a process and the daemon answer the same for the same store. The
- * launch follows the evaluator (evaluate_loaded in evaluator.c), which
- * measured the config: the same attributes and the same grid, or the
- * timing would not hold. That computation is duplicated here, small and on
- * purpose: the evaluator is the tuner's, this is the API's. */
+ * that a process and the daemon answer the same for the same store. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -56,7 +53,7 @@ int tuned__api_pick_config(tuned__store *store, const tuned__gpu *gpu, const tun
 {
     memset(out, 0, sizeof *out);
     tuned__space sp;
-    int rc = tuned__space_init(&sp, shape, gpu->cc_major * 10 + gpu->cc_minor, e);
+    int rc = tuned__space_init(&sp, shape, gpu->cc_major * 10 + gpu->cc_minor, gpu->sm_count, e);
     if (rc != 0)
         return rc;
     if (store != NULL) {
@@ -137,50 +134,4 @@ int tuned__api_cubin(const tuned__nvrtc *n, tuned__store *store, bool writable,
         /* A cache that cannot take it costs a compile next time, nothing else. */
         tuned__store_put_cubin(store, *hash, out->data, out->size, NULL);
     return rc;
-}
-
-/* ---- the launch ---- */
-
-int tuned__api_geometry(const tuned__driver *d, CUfunction fn, const tuned__config *c,
-                        const tuned__shape *s, int sm_count, unsigned *grid, unsigned *block,
-                        unsigned *smem, tuned__err *e)
-{
-    uint64_t blocks = (s->rows + c->rows - 1) / c->rows * c->cluster;
-    *block = c->warps * 32u;
-    *smem = (unsigned)tuned__source_dynamic_smem(c, s);
-    int rc = 0;
-    if (c->cluster > 8 &&
-        (rc = tuned__cuda_check(d,
-                                d->cuFuncSetAttribute(
-                                    fn, CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1),
-                                e, "allowing a 16-block cluster")) != 0)
-        return rc;
-    /* The limit counts static shared memory too: raise it for any dynamic. */
-    if (*smem > 0 &&
-        (rc = tuned__cuda_check(d,
-                                d->cuFuncSetAttribute(
-                                    fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                    (int)*smem),
-                                e, "raising the dynamic shared memory limit")) != 0)
-        return rc;
-    if (c->family == TUNED__FAMILY_TMA) {
-        /* Persistent: as many row groups as fit on the GPU at once. */
-        int per_sm = 0;
-        if ((rc = tuned__cuda_check(d,
-                                    d->cuOccupancyMaxActiveBlocksPerMultiprocessor(
-                                        &per_sm, fn, (int)*block, *smem),
-                                    e, "occupancy")) != 0)
-            return rc;
-        uint64_t groups = (uint64_t)(per_sm > 0 ? per_sm : 1) * (uint64_t)sm_count / c->cluster;
-        if (groups < 1)
-            groups = 1;
-        if (groups > s->rows)
-            groups = s->rows;
-        blocks = groups * c->cluster;
-    }
-    if (blocks < 1 || blocks > 2147483647ull)
-        return tuned__errf(e, TUNED_EUNSUPPORTED, "%llu blocks exceed a CUDA grid",
-                           (unsigned long long)blocks);
-    *grid = (unsigned)blocks;
-    return 0;
 }

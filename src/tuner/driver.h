@@ -51,6 +51,7 @@
     X(cuMemcpyHtoD)                                                                             \
     X(cuMemcpyDtoH)                                                                             \
     X(cuMemcpyDtoDAsync)                                                                        \
+    X(cuMemsetD8)                                                                               \
     X(cuMemsetD8Async)                                                                          \
     X(cuMemsetD32Async)                                                                         \
     X(cuModuleLoadData)                                                                         \
@@ -59,7 +60,8 @@
     X(cuFuncGetAttribute)                                                                       \
     X(cuFuncSetAttribute)                                                                       \
     X(cuOccupancyMaxActiveBlocksPerMultiprocessor)                                              \
-    X(cuLaunchKernel)
+    X(cuLaunchKernel)                                                                           \
+    X(cuLaunchCooperativeKernel)
 
 typedef struct tuned__driver {
     void *lib;

@@ -12,6 +12,7 @@
 #include "evaluator.h"
 
 #include "compile.h"
+#include "launch.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -37,6 +38,7 @@ struct tuned__evaluator {
     CUstream stream;
     CUdeviceptr x_alloc, y_alloc, flush, counters, stats;
     CUdeviceptr x, y;
+    tuned__workspace work; /* grid-split variants' (max, sum) pairs */
     size_t x_alloc_bytes, y_alloc_bytes, flush_bytes;
     CUmodule ref_module;
     CUfunction gen, check;
@@ -303,19 +305,12 @@ static int enqueue_copy(tuned__evaluator *ev, void *arg, tuned__err *e)
     return 0;
 }
 
-typedef struct variant_launch {
-    CUfunction fn;
-    unsigned grid, block, smem;
-} variant_launch;
-
 static int enqueue_variant(tuned__evaluator *ev, void *arg, tuned__err *e)
 {
-    variant_launch *v = arg;
-    long long rows = (long long)ev->shape.rows, stride = (long long)ev->shape.cols;
-    int cols = (int)ev->shape.cols;
-    void *args[] = {&ev->x, &ev->y, &rows, &cols, &stride};
-    CU(ev->d->cuLaunchKernel(v->fn, v->grid, 1, 1, v->block, 1, 1, v->smem, ev->stream, args, NULL),
-       "launching the variant");
+    const tuned__launch *l = arg;
+    CU(tuned__launch_run(ev->d, l, &ev->work, ev->x, ev->y, (long long)ev->shape.rows,
+                         (int)ev->shape.cols, (long long)ev->shape.cols, ev->stream),
+       l->cooperative ? "launching the variant (cooperative)" : "launching the variant");
     return 0;
 }
 
@@ -439,7 +434,10 @@ int tuned__evaluator_open(tuned__evaluator **out, const tuned__driver *d, const 
     if ((rc = tuned__cuda_check(d, d->cuCtxSetCurrent(ev->ctx), e, "making the context current")) ||
         (rc = tuned__cuda_check(d, d->cuStreamCreate(&ev->stream, CU_STREAM_NON_BLOCKING), e,
                                 "creating a stream")) ||
-        (rc = open_buffers(ev, e)) || (rc = open_reference(ev, e)) ||
+        (rc = open_buffers(ev, e)) ||
+        (rc = tuned__workspace_alloc(d, &ev->work,
+                                     (size_t)TUNED__GRID_SLOTS * TUNED__GRID_MAX_BLOCKS * 16, e)) ||
+        (rc = open_reference(ev, e)) ||
         (rc = validate_reference(ev, e))) {
         tuned__evaluator_close(ev);
         return rc;
@@ -471,6 +469,7 @@ void tuned__evaluator_close(tuned__evaluator *ev)
         }
         if (ev->ref_module != NULL)
             d->cuModuleUnload(ev->ref_module);
+        tuned__workspace_free(d, &ev->work);
         CUdeviceptr bufs[] = {ev->x_alloc, ev->y_alloc, ev->flush, ev->counters, ev->stats};
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
             if (bufs[i] != 0)
@@ -487,7 +486,7 @@ void tuned__evaluator_close(tuned__evaluator *ev)
 
 /* Poisons y and its guard, runs the variant, and compares with the
  * reference; fills res->detail when the variant is wrong. */
-static int check_once(tuned__evaluator *ev, variant_launch *v, unsigned char poison,
+static int check_once(tuned__evaluator *ev, tuned__launch *v, unsigned char poison,
                       tuned__eval_result *res, tuned__err *e)
 {
     int rc;
@@ -523,10 +522,6 @@ static int check_once(tuned__evaluator *ev, variant_launch *v, unsigned char poi
 static int evaluate_loaded(tuned__evaluator *ev, CUfunction fn, const tuned__config *c,
                            tuned__eval_result *res, tuned__err *e)
 {
-    variant_launch v = {.fn = fn,
-                        .grid = (unsigned)((ev->shape.rows + c->rows - 1) / c->rows) * c->cluster,
-                        .block = c->warps * 32u,
-                        .smem = (unsigned)tuned__source_dynamic_smem(c, &ev->shape)};
     int rc;
     if ((rc = tuned__cuda_check(ev->d,
                                 ev->d->cuFuncGetAttribute(&res->registers,
@@ -541,34 +536,15 @@ static int evaluate_loaded(tuned__evaluator *ev, CUfunction fn, const tuned__con
     if (rc != 0)
         return rc;
     /* A launch the driver refuses (too many registers for the block, a
-     * cluster the GPU cannot place) is the variant's failure, not the GPU's. */
+     * cluster the GPU cannot place, a cooperative grid that cannot be
+     * resident) is the variant's failure, not the GPU's. */
     tuned__err launch_err = {0};
-    rc = 0;
-    if (c->cluster > 8)
-        rc = tuned__cuda_check(ev->d,
-                               ev->d->cuFuncSetAttribute(
-                                   fn, CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1),
-                               &launch_err, "allowing a 16-block cluster");
-    /* The limit counts static shared memory too: raise it for any dynamic. */
-    if (rc == 0 && v.smem > 0)
-        rc = tuned__cuda_check(ev->d,
-                               ev->d->cuFuncSetAttribute(
-                                   fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)v.smem),
-                               &launch_err, "raising the dynamic shared memory limit");
-    if (rc == 0 && c->family == TUNED__FAMILY_TMA) {
-        /* Persistent: as many row groups as fit on the GPU at once. */
-        int per_sm = 0;
-        rc = tuned__cuda_check(ev->d,
-                               ev->d->cuOccupancyMaxActiveBlocksPerMultiprocessor(
-                                   &per_sm, fn, (int)v.block, v.smem),
-                               &launch_err, "occupancy");
-        uint64_t groups = (uint64_t)(per_sm > 0 ? per_sm : 1) * ev->gpu.sm_count / c->cluster;
-        if (groups < 1)
-            groups = 1;
-        if (groups > ev->shape.rows)
-            groups = ev->shape.rows;
-        v.grid = (unsigned)(groups * c->cluster);
-    }
+    tuned__launch v;
+    rc = tuned__launch_prepare(ev->d, fn, c, &ev->shape, ev->gpu.sm_count, &v, &launch_err);
+    if (rc == 0 && v.work_bytes > ev->work.bytes)
+        rc = tuned__errf(&launch_err, TUNED_EUNSUPPORTED,
+                         "the variant needs a %zu-byte workspace, the evaluator has %zu",
+                         v.work_bytes, ev->work.bytes);
     if (rc == 0)
         rc = enqueue_variant(ev, &v, &launch_err);
     if (rc != 0) {

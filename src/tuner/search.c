@@ -223,8 +223,8 @@ int tuned__search_run(const tuned__space *sp, const tuned__search_opts *o,
     for (size_t i = 0; i < o->nseeds; i++)
         if (tuned__space_valid(sp, &o->seeds[i], NULL, 0))
             propose(&st, batch, &nb, want, &o->seeds[i]);
-    tuned__config seeds[32];
-    size_t ns = tuned__space_seeds(sp, seeds, 32);
+    tuned__config seeds[48];
+    size_t ns = tuned__space_seeds(sp, seeds, sizeof seeds / sizeof seeds[0]);
     for (size_t i = 0; i < ns; i++)
         propose(&st, batch, &nb, want, &seeds[i]);
     for (size_t tries = 0; nb < want && tries < 20 * want; tries++) {

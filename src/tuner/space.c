@@ -51,8 +51,9 @@ static bool tma_valid(const tuned__space *sp, const tuned__config *c, char *why,
     uint64_t row_bytes = sp->shape.cols * esize;
     if (sp->arch < 90)
         return why_not(why, n, "the bulk copy engine needs sm_90");
-    if (c->rows != 1 || c->minb != 1 || c->vec != 0 || c->ld != 0 || c->reg != 0 || c->red != 0)
-        return why_not(why, n, "tma variants fix rows, minb, vec, ld, reg and red");
+    if (c->rows != 1 || c->minb != 1 || c->vec != 0 || c->ld != 0 || c->reg != 0 || c->red != 0 ||
+        c->grid != 0)
+        return why_not(why, n, "tma variants fix rows, minb, vec, ld, reg, red and grid");
     if (!pow2_in(c->warps, 1, 32) || !pow2_in(c->cluster, 1, 16) || c->stages < 1 ||
         c->stages > 4 || c->st >= TUNED__ST_COUNT)
         return why_not(why, n, "warps 1..32, cluster 1..16 (powers of two), stages 1..4");
@@ -92,6 +93,19 @@ bool tuned__space_valid(const tuned__space *sp, const tuned__config *c, char *wh
         return why_not(why, n, "thread-block clusters need sm_90");
     if (c->cluster > 1 && c->rows != 1)
         return why_not(why, n, "a row split over a cluster takes the whole block");
+    if (c->grid == 1 || c->grid > TUNED__GRID_MAX || (c->grid > 1 && !pow2_in(c->grid, 2, TUNED__GRID_MAX)))
+        return why_not(why, n, "a grid split is 2, 4, .. %d blocks", TUNED__GRID_MAX);
+    if (c->grid > 1) {
+        if (c->rows != 1 || c->cluster != 1 || c->red != TUNED__RED_FUSED)
+            return why_not(why, n, "a row split over the grid takes whole blocks, no cluster "
+                                   "and the one-round reduction");
+        /* Every block must be resident at once: launch bounds leave room
+         * for minb blocks on each SM. */
+        uint64_t blocks = rows * c->grid;
+        if (blocks > (uint64_t)sp->sms * c->minb || blocks > TUNED__GRID_MAX_BLOCKS)
+            return why_not(why, n, "%llu blocks of a grid split do not fit %d SMs at %u a SM",
+                           (unsigned long long)blocks, sp->sms, c->minb);
+    }
     if (!pow2_in(c->vec, 1, 16) || c->vec * esize > 16)
         return why_not(why, n, "a vector of %u %s elements exceeds 16 bytes", c->vec,
                        tuned_dtype_name(sp->shape.dtype));
@@ -103,7 +117,7 @@ bool tuned__space_valid(const tuned__space *sp, const tuned__config *c, char *wh
     if (c->reg == TUNED__REG_PK && (esize != 2 || c->vec * esize < 4))
         return why_not(why, n, "packed registers need a 16-bit dtype and vectors of 4+ bytes");
     bool head_free = tuned__config_head_free(c, cols);
-    uint64_t row_threads = (uint64_t)tuned__config_threads_per_row(c) * c->cluster;
+    uint64_t row_threads = (uint64_t)tuned__config_threads_per_row(c) * tuned__config_blocks_per_row(c);
     uint64_t slots = head_free ? cols : cols + c->vec - 1;
     if (row_threads > 1 && row_threads / 2 * c->vec >= slots)
         return why_not(why, n, "%llu threads a row leave half of them idle on %llu columns",
@@ -113,7 +127,7 @@ bool tuned__space_valid(const tuned__space *sp, const tuned__config *c, char *wh
     if (c->rows > 32 && c->rows / 2 >= rows)
         return why_not(why, n, "%u rows a block leave half the block idle on %llu rows",
                        c->rows, (unsigned long long)rows);
-    uint64_t blocks = (rows + c->rows - 1) / c->rows * c->cluster;
+    uint64_t blocks = (rows + c->rows - 1) / c->rows * tuned__config_blocks_per_row(c);
     if (blocks > 2147483647ull)
         return why_not(why, n, "%llu blocks exceed a grid", (unsigned long long)blocks);
     uint64_t iters = tuned__config_iters(c, cols, head_free);
@@ -132,11 +146,13 @@ bool tuned__space_valid(const tuned__space *sp, const tuned__config *c, char *wh
     return true;
 }
 
-int tuned__space_init(tuned__space *sp, const tuned__shape *shape, int arch, tuned__err *e)
+int tuned__space_init(tuned__space *sp, const tuned__shape *shape, int arch, int sms,
+                      tuned__err *e)
 {
     memset(sp, 0, sizeof *sp);
     sp->shape = *shape;
     sp->arch = arch;
+    sp->sms = sms > 0 ? sms : 0;
     if (tuned_dtype_size(shape->dtype) == 0)
         return tuned__errf(e, TUNED_EINVAL, "space: unknown dtype %d", (int)shape->dtype);
     if (shape->rows < 1 || shape->rows > TUNED__MAX_ROWS || shape->cols < 1 ||
@@ -146,7 +162,9 @@ int tuned__space_init(tuned__space *sp, const tuned__shape *shape, int arch, tun
     /* warps x rows x cluster x minb x vec x hints x register modes x reductions */
     size_t cap = 6 * 9 * 5 * 3 * 4 * TUNED__LD_COUNT * TUNED__ST_COUNT * TUNED__REG_COUNT *
                      TUNED__RED_COUNT +
-                 6 * 5 * 4 * TUNED__ST_COUNT;
+                 6 * 5 * 4 * TUNED__ST_COUNT +
+                 /* grid splits: warps x splits x minb x vec x hints x register modes */
+                 6 * 8 * 3 * 4 * TUNED__LD_COUNT * TUNED__ST_COUNT * TUNED__REG_COUNT;
     sp->valid = malloc(cap * sizeof *sp->valid);
     if (sp->valid == NULL)
         return tuned__errf(e, TUNED_ENOMEM, "space: out of memory");
@@ -168,6 +186,21 @@ int tuned__space_init(tuned__space *sp, const tuned__shape *shape, int arch, tun
                                 if (tuned__space_valid(sp, &c, NULL, 0) && sp->count < cap)
                                     sp->valid[sp->count++] = c;
                               }
+    for (unsigned w = 1; w <= 32; w *= 2)
+        for (unsigned g = 2; g <= TUNED__GRID_MAX && sp->sms > 0; g *= 2)
+            for (unsigned mb = 1; mb <= 4; mb *= 2)
+                for (unsigned v = 1; v <= 8; v *= 2)
+                    for (unsigned ld = 0; ld < TUNED__LD_COUNT; ld++)
+                        for (unsigned st = 0; st < TUNED__ST_COUNT; st++)
+                            for (unsigned reg = 0; reg < TUNED__REG_COUNT; reg++) {
+                                tuned__config c = {
+                                    .family = TUNED__FAMILY_ROWS, .warps = (uint8_t)w, .rows = 1,
+                                    .cluster = 1, .minb = (uint8_t)mb, .vec = (uint8_t)v,
+                                    .ld = (uint8_t)ld, .st = (uint8_t)st, .reg = (uint8_t)reg,
+                                    .red = TUNED__RED_FUSED, .grid = (uint16_t)g};
+                                if (tuned__space_valid(sp, &c, NULL, 0) && sp->count < cap)
+                                    sp->valid[sp->count++] = c;
+                            }
     for (unsigned w = 1; w <= 32; w *= 2)
         for (unsigned cl = 1; cl <= 16; cl *= 2)
             for (unsigned stages = 1; stages <= 4; stages++)
@@ -264,6 +297,17 @@ size_t tuned__space_neighbors(const tuned__space *sp, const tuned__config *c, tu
         m = *c, m.cluster = up ? c->cluster * 2 : c->cluster / 2;
         m.warps = up ? c->warps / 2 : c->warps * 2;
         add_move(sp, &m, out, cap, &n);
+        /* the same for a grid split, and the split itself; from 2 blocks
+         * down to none, and from none to 2 (with the reduction it needs) */
+        unsigned g = c->grid > 1 ? c->grid : 1;
+        if (up || g > 1) {
+            unsigned g2 = up ? g * 2 : g / 2;
+            m = *c, m.grid = (uint16_t)(g2 > 1 ? g2 : 0);
+            m.red = g2 > 1 ? TUNED__RED_FUSED : c->red;
+            add_move(sp, &m, out, cap, &n);
+            m.warps = up ? c->warps / 2 : c->warps * 2;
+            add_move(sp, &m, out, cap, &n);
+        }
     }
     for (unsigned v = 0; v < TUNED__LD_COUNT; v++)
         if (v != c->ld)
@@ -327,6 +371,22 @@ size_t tuned__space_seeds(const tuned__space *sp, tuned__config *out, size_t cap
                     add_move(sp, &c, out, cap, &n);
                 }
             }
+    /* Few long rows over the whole GPU: as many blocks as fit on the SMs
+     * at one a SM (the largest power of two), 4 or 8 warps, each register
+     * mode. */
+    if (sp->sms > 0 && sp->shape.rows <= (uint64_t)sp->sms / 2) {
+        unsigned g = 2;
+        while (g * 2 <= TUNED__GRID_MAX && sp->shape.rows * g * 2 <= (uint64_t)sp->sms)
+            g *= 2;
+        for (unsigned warps = 4; warps <= 8; warps *= 2)
+            for (unsigned reg = 0; reg < TUNED__REG_COUNT; reg++) {
+                tuned__config c = {.family = TUNED__FAMILY_ROWS, .warps = (uint8_t)warps,
+                                   .rows = 1, .cluster = 1, .minb = 1, .vec = widest,
+                                   .ld = TUNED__LD_DEF, .st = TUNED__ST_DEF, .reg = (uint8_t)reg,
+                                   .red = TUNED__RED_FUSED, .grid = (uint16_t)g};
+                add_move(sp, &c, out, cap, &n);
+            }
+    }
     /* Streamed rows: 16 warps, as many stages as fit (up to 3). */
     for (unsigned cluster = 1; cluster <= 8; cluster *= 2)
         for (unsigned stages = 3; stages >= 1; stages--) {

@@ -18,6 +18,7 @@
 typedef struct tuned__space {
     tuned__shape shape;
     int arch;              /* compute capability as 10*major+minor, e.g. 90 */
+    int sms;               /* multiprocessors; 0: unknown, and no row split over the grid */
     tuned__config *valid;  /* every valid config, in enumeration order */
     size_t count;
 } tuned__space;
@@ -27,9 +28,12 @@ typedef struct tuned__space {
 #define TUNED__MAX_ROWS 2147483647ull
 #define TUNED__MAX_COLS 2147483392ull
 
-/* Builds the space; TUNED_ENOSPACE (with the reason) if no config is valid,
- * e.g. rows too long to hold in registers. */
-int tuned__space_init(tuned__space *sp, const tuned__shape *shape, int arch, tuned__err *e);
+/* Builds the space for a GPU of compute capability arch with sms
+ * multiprocessors (grid splits must fit on them at once; 0 leaves them
+ * out); TUNED_ENOSPACE (with the reason) if no config is valid, e.g. rows
+ * too long to hold in registers. */
+int tuned__space_init(tuned__space *sp, const tuned__shape *shape, int arch, int sms,
+                      tuned__err *e);
 void tuned__space_free(tuned__space *sp);
 
 /* Whether c is valid; when not, why (if why is not NULL). */

@@ -345,7 +345,7 @@ int tuned__tune_on(const tuned__tune_backend *b, const tuned__gpu *gpu,
     out->gpu = *gpu;
     out->copy_us = b->copy_us;
     tuned__space sp;
-    int rc = tuned__space_init(&sp, &r->shape, gpu->cc_major * 10 + gpu->cc_minor, e);
+    int rc = tuned__space_init(&sp, &r->shape, gpu->cc_major * 10 + gpu->cc_minor, gpu->sm_count, e);
     if (rc != 0)
         return rc;
     tune_ctx t = {.backend = b, .request = r, .progress = progress, .user = ctx,

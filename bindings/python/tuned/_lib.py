@@ -72,6 +72,7 @@ class Choice(ctypes.Structure):
         ("grid", ctypes.c_uint),
         ("block", ctypes.c_uint),
         ("smem", ctypes.c_uint),
+        ("cooperative", ctypes.c_int),
     ]
 
 

@@ -25,6 +25,7 @@ class Choice:
     grid: int
     block: int
     smem: int
+    cooperative: bool    # a grid split: only tuned_softmax can launch it
 
 
 def _choice(c):
@@ -34,7 +35,7 @@ def _choice(c):
         device=c.device, gpu=c.gpu.decode(errors="replace"), aligned=bool(c.aligned),
         tune=_lib.TUNE_STATES.get(c.tune, str(c.tune)),
         tune_message=c.tune_message.decode(errors="replace"), function=c.function or 0,
-        grid=c.grid, block=c.block, smem=c.smem)
+        grid=c.grid, block=c.block, smem=c.smem, cooperative=bool(c.cooperative))
 
 
 def dtype_code(dtype):

@@ -1,0 +1,107 @@
+/* launch.c: a variant's launch geometry, its grid-split workspace and the
+ * launch itself (see launch.h). */
+#include "launch.h"
+
+#include "../codegen/source.h"
+
+int tuned__launch_prepare(const tuned__driver *d, CUfunction fn, const tuned__config *c,
+                          const tuned__shape *s, int sm_count, tuned__launch *out, tuned__err *e)
+{
+    tuned__launch l = {.fn = fn, .block = c->warps * 32u,
+                       .smem = (unsigned)tuned__source_dynamic_smem(c, s)};
+    uint64_t blocks = (s->rows + c->rows - 1) / c->rows * tuned__config_blocks_per_row(c);
+    int rc = 0;
+    if (c->cluster > 8 &&
+        (rc = tuned__cuda_check(d,
+                                d->cuFuncSetAttribute(
+                                    fn, CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1),
+                                e, "allowing a 16-block cluster")) != 0)
+        return rc;
+    /* The limit counts static shared memory too: raise it for any dynamic. */
+    if (l.smem > 0 &&
+        (rc = tuned__cuda_check(d,
+                                d->cuFuncSetAttribute(
+                                    fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                    (int)l.smem),
+                                e, "raising the dynamic shared memory limit")) != 0)
+        return rc;
+    if (c->family == TUNED__FAMILY_TMA) {
+        /* Persistent: as many row groups as fit on the GPU at once. */
+        int per_sm = 0;
+        if ((rc = tuned__cuda_check(d,
+                                    d->cuOccupancyMaxActiveBlocksPerMultiprocessor(
+                                        &per_sm, fn, (int)l.block, l.smem),
+                                    e, "occupancy")) != 0)
+            return rc;
+        uint64_t groups = (uint64_t)(per_sm > 0 ? per_sm : 1) * (uint64_t)sm_count / c->cluster;
+        if (groups < 1)
+            groups = 1;
+        if (groups > s->rows)
+            groups = s->rows;
+        blocks = groups * c->cluster;
+    }
+    if (blocks < 1 || blocks > 2147483647ull)
+        return tuned__errf(e, TUNED_EUNSUPPORTED, "%llu blocks exceed a CUDA grid",
+                           (unsigned long long)blocks);
+    if (c->grid > 1) {
+        if (blocks > TUNED__GRID_MAX_BLOCKS)
+            return tuned__errf(e, TUNED_EUNSUPPORTED,
+                               "a grid split of %llu blocks (at most %d)",
+                               (unsigned long long)blocks, TUNED__GRID_MAX_BLOCKS);
+        l.cooperative = true;
+        l.work_bytes = (size_t)TUNED__GRID_SLOTS * blocks * 16;
+    }
+    l.grid = (unsigned)blocks;
+    *out = l;
+    return 0;
+}
+
+int tuned__workspace_alloc(const tuned__driver *d, tuned__workspace *w, size_t bytes,
+                           tuned__err *e)
+{
+    w->base = 0;
+    w->bytes = 0;
+    atomic_init(&w->launches, 0);
+    int rc = tuned__cuda_check(d, d->cuMemAlloc(&w->base, bytes), e,
+                               "allocating the grid-split workspace");
+    if (rc != 0)
+        return rc;
+    /* Synchronous: the first launch may come on any stream. */
+    rc = tuned__cuda_check(d, d->cuMemsetD8(w->base, 0, bytes), e,
+                           "clearing the grid-split workspace");
+    if (rc != 0) {
+        d->cuMemFree(w->base);
+        w->base = 0;
+        return rc;
+    }
+    w->bytes = bytes;
+    return 0;
+}
+
+void tuned__workspace_free(const tuned__driver *d, tuned__workspace *w)
+{
+    if (w->base != 0)
+        d->cuMemFree(w->base);
+    w->base = 0;
+    w->bytes = 0;
+}
+
+CUresult tuned__launch_run(const tuned__driver *d, const tuned__launch *l, tuned__workspace *work,
+                           CUdeviceptr x, CUdeviceptr y, long long rows, int cols,
+                           long long row_stride, CUstream stream)
+{
+    if (!l->cooperative) {
+        void *args[] = {&x, &y, &rows, &cols, &row_stride};
+        return d->cuLaunchKernel(l->fn, l->grid, 1, 1, l->block, 1, 1, l->smem, stream, args,
+                                 NULL);
+    }
+    if (work == NULL || work->bytes < l->work_bytes)
+        return CUDA_ERROR_INVALID_VALUE;
+    unsigned ticket = atomic_fetch_add_explicit(&work->launches, 1, memory_order_relaxed) + 1;
+    if (ticket == 0) /* wrapped: 0 is what cleared memory holds */
+        ticket = atomic_fetch_add_explicit(&work->launches, 1, memory_order_relaxed) + 1;
+    CUdeviceptr base = work->base;
+    void *args[] = {&x, &y, &rows, &cols, &row_stride, &base, &ticket};
+    return d->cuLaunchCooperativeKernel(l->fn, l->grid, 1, 1, l->block, 1, 1, l->smem, stream,
+                                        args);
+}
