@@ -77,7 +77,16 @@ static void check_rows_ptx(const tuned__config *c, const tuned__shape *s, const 
         EXPECT(strstr(ptx, "tuned_softmax_rows_param_5") == NULL && strstr(ptx, "%globaltimer") == NULL,
                "%s: a workspace parameter or a wait without a grid split", name);
     }
-    if (c->reg == TUNED__REG_PK)
+    /* exp kept as 16-bit: one ex2 per element (iterations x vector),
+     * where packed registers compute it twice */
+    if (c->reg == TUNED__REG_EX) {
+        size_t ex2 = count(ptx, "ex2.approx");
+        size_t elems = (size_t)tuned__config_iters(c, s->cols, tuned__config_head_free(c, s->cols)) *
+                       c->vec;
+        EXPECT(ex2 >= elems && ex2 < elems + 16, "%s: %zu ex2 in PTX for %zu elements a thread",
+               name, ex2, elems);
+    }
+    if (c->reg != TUNED__REG_F32)
         EXPECT(strstr(ptx, s->dtype == TUNED_BF16 ? "max.bf16x2" : "max.f16x2") != NULL,
                "%s %s: the packed maximum is not taken on pairs", name,
                tuned_dtype_name(s->dtype));
@@ -176,18 +185,41 @@ int main(void)
         "w8.r1.c1.m1.v8.ld=def.st=def.reg=pk.red=fused.g128",
         "w4.r1.c1.m2.v4.ld=el.st=cs.reg=f32.red=fused.g64",
         "w32.r1.c1.m1.v2.ld=cs.st=def.reg=f32.red=fused.g2",
+        "w8.r1.c1.m1.v8.ld=def.st=cs.reg=ex.red=fused.g32",
     };
     for (int dt = TUNED_FP16; dt <= TUNED_FP32; dt++)
         for (size_t i = 0; i < sizeof split_configs / sizeof split_configs[0]; i++) {
             tuned__config c;
             tuned__shape s = {(tuned_dtype)dt, 1, i == 2 ? 32003 : 262144};
             EXPECT(tuned__config_parse(split_configs[i], &c, &e) == 0, "%s", e.msg);
-            if (c.reg == TUNED__REG_PK && dt == TUNED_FP32)
+            if (c.reg != TUNED__REG_F32 && dt == TUNED_FP32)
                 c.reg = TUNED__REG_F32, c.vec = 4;
             check_variant(n, &c, &s);
             compiled++;
             splits++;
         }
+    static const char *const ex_configs[] = {"w32.r1.c2.m1.v8.ld=def.st=def.reg=ex.red=fused",
+                                             "w8.r1.c8.m4.v8.ld=el.st=def.reg=ex",
+                                             "w4.r1.c1.m1.v2.ld=def.st=cs.reg=ex"};
+    for (int dt = TUNED_FP16; dt <= TUNED_BF16; dt++)
+        for (size_t i = 0; i < sizeof ex_configs / sizeof ex_configs[0]; i++) {
+            tuned__config c;
+            tuned__shape s = {(tuned_dtype)dt, 64, i == 2 ? 1001 : 128256};
+            EXPECT(tuned__config_parse(ex_configs[i], &c, &e) == 0, "%s", e.msg);
+            check_variant(n, &c, &s);
+            compiled++;
+        }
+    /* The staged family in every dtype, sampled or not. */
+    for (int dt = TUNED_FP16; dt <= TUNED_FP32; dt++) {
+        tuned__config c;
+        tuned__shape s = {(tuned_dtype)dt, 64, 32000};
+        EXPECT(tuned__config_parse(dt == TUNED_FP32 ? "tma.w16.c2.s2.st=cs" : "tma.w8.c1.s3.st=def",
+                                   &c, &e) == 0,
+               "%s", e.msg);
+        check_variant(n, &c, &s);
+        compiled++;
+        staged++;
+    }
     for (int dt = TUNED_FP16; dt <= TUNED_FP32; dt++) {
         char *src = NULL;
         tuned__blob cubin;

@@ -63,6 +63,10 @@ int main(void)
     tuned__search_opts o;
     tuned__search_opts_default(&o);
     o.min_gain = 0.0; /* go on until no untried neighbour is left */
+    /* The bowl is flat along minb, red and the packed register modes: its
+     * plateaus (larger since 16-bit exps became a register mode) take more
+     * than the default 200 evaluations to cross from every seed. */
+    o.budget = 300;
     for (uint64_t seed = 1; seed <= 5; seed++) {
         o.seed = seed;
         landscape l = {0};

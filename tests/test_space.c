@@ -277,8 +277,19 @@ static void grid_split(void)
     tuned__space_free(&sp);
     s = (tuned__shape){TUNED_FP16, 4096, 32000};
     EXPECT(tuned__space_init(&sp, &s, 90, 132, &e) == 0, "%s", e.msg);
-    for (size_t i = 0; i < sp.count; i++)
+    size_t ex = 0;
+    for (size_t i = 0; i < sp.count; i++) {
         EXPECT(sp.valid[i].grid == 0, "a split of 4096 rows");
+        ex += sp.valid[i].reg == TUNED__REG_EX;
+    }
+    EXPECT(ex > 0, "no 16-bit exp variants for fp16");
+    tuned__space_free(&sp);
+    /* exp kept as 16-bit needs a 16-bit dtype and words to pack into. */
+    s = (tuned__shape){TUNED_FP32, 4096, 32000};
+    EXPECT(tuned__space_init(&sp, &s, 90, 132, &e) == 0, "%s", e.msg);
+    EXPECT(tuned__config_parse("w8.r1.c1.m2.v4.ld=def.st=def.reg=ex", &c, &e) == 0 &&
+               !tuned__space_valid(&sp, &c, NULL, 0),
+           "reg=ex accepted for fp32");
     tuned__space_free(&sp);
 }
 

@@ -43,6 +43,9 @@
  *   T_REG_PACKED 0: keep fp32 values; 1: keep the loaded words, convert on use
  *                (the maximum then taken on the packed pairs: max.f16x2 or
  *                max.bf16x2, no conversion)
+ *   T_EXP16      with T_REG_PACKED (16-bit types): the words are overwritten
+ *                by their exp values rounded to the dtype, so exp is computed
+ *                once; the output is rounded twice (within 1 ulp, not 1/2)
  *   T_FUSED      0: max, then sum (two rounds); 1: (max, sum) pairs, one round
  *   T_PLANT_BUG  test only: 1 skips the last element of each row, 2 writes
  *                one element past the end of the last row
@@ -58,6 +61,9 @@
 #define TPR (T_WARPS * 32 / T_ROWS)
 #define VBYTES (T_VEC * ESIZE)
 #define NWORDS (VBYTES >= 4 ? VBYTES / 4 : 1)
+#if T_EXP16 && !(T_REG_PACKED && ESIZE == 2 && VBYTES >= 4)
+#error "T_EXP16 needs packed registers of a 16-bit type, vectors of 4 bytes or more"
+#endif
 
 /* The bit pattern of -inf, used for slots outside the row. */
 #if T_DTYPE == 0
@@ -508,6 +514,20 @@ tuned_softmax_rows(const unsigned char *x, unsigned char *y, long long rows, int
     const float shift = max;
 #endif
     float sum = 0.0f;
+#if T_EXP16
+    /* Each word's two inputs replaced by their exps, rounded to the dtype;
+     * the sum takes them unrounded. */
+#pragma unroll
+    for (int it = 0; it < T_ITERS; it++)
+#pragma unroll
+        for (int j = 0; j < NWORDS; j++) {
+            const float lo = exp_shifted(word_float(w[it], 2 * j), shift);
+            const float hi = exp_shifted(word_float(w[it], 2 * j + 1), shift);
+            sum += lo;
+            sum += hi;
+            w[it][j] = pack_pair(lo, hi);
+        }
+#else
 #pragma unroll
     for (int it = 0; it < T_ITERS; it++)
 #pragma unroll
@@ -519,6 +539,7 @@ tuned_softmax_rows(const unsigned char *x, unsigned char *y, long long rows, int
             sum += exp_shifted(VALUE(it, k), shift);
 #endif
         }
+#endif
 #if T_FUSED
     float row_max = max;
     row_combine(row_max, sum, partial_max, partial_sum, exchange_max, exchange_sum);
@@ -543,6 +564,14 @@ tuned_softmax_rows(const unsigned char *x, unsigned char *y, long long rows, int
     const float scale = __frcp_rn(sum);
 #endif
 #define NORMALIZED(it, k) (v[it][k] * scale)
+#elif T_EXP16
+    /* w holds exp(x - shift) in the dtype: widened and scaled, no exp. */
+#if T_FUSED
+    const float scale = exp_shifted(max, row_max) * __frcp_rn(sum);
+#else
+    const float scale = __frcp_rn(sum);
+#endif
+#define NORMALIZED(it, k) (word_float(w[it], k) * scale)
 #else
     /* exp computed again from the packed input: folding 1/sum into the
      * exp's argument saves a multiply, but then ptxas shares the

@@ -9,7 +9,7 @@
 
 static const char *const ld_names[TUNED__LD_COUNT] = {"def", "nc", "cs", "el"};
 static const char *const st_names[TUNED__ST_COUNT] = {"def", "cs"};
-static const char *const reg_names[TUNED__REG_COUNT] = {"f32", "pk"};
+static const char *const reg_names[TUNED__REG_COUNT] = {"f32", "pk", "ex"};
 static const char *const red_names[TUNED__RED_COUNT] = {"split", "fused"};
 
 const char *tuned__ld_name(unsigned ld)
@@ -226,7 +226,7 @@ uint64_t tuned__config_row_registers(const tuned__config *c, tuned_dtype dtype, 
                                      bool head_free)
 {
     uint64_t elems = tuned__config_iters(c, cols, head_free) * c->vec;
-    if (c->reg == TUNED__REG_PK) {
+    if (c->reg == TUNED__REG_PK || c->reg == TUNED__REG_EX) {
         uint64_t bytes = elems * tuned_dtype_size(dtype);
         return (bytes + 3) / 4;
     }

@@ -46,6 +46,10 @@ enum {
     TUNED__REG_F32 = 0, /* converted to fp32 once; exp computed once */
     TUNED__REG_PK,      /* the loaded words as they came (2 elements per word
                            for 16-bit types): half the registers, exp twice */
+    TUNED__REG_EX,      /* 16-bit types: the loaded words, then each replaced
+                           by its two exp values rounded to the dtype: half
+                           the registers and exp once, but the output is
+                           rounded twice (within 1 ulp instead of 1/2) */
     TUNED__REG_COUNT
 };
 

@@ -114,7 +114,7 @@ bool tuned__space_valid(const tuned__space *sp, const tuned__config *c, char *wh
         return why_not(why, n, "unknown cache hint, register mode or reduction");
     if (c->ld == TUNED__LD_EL && sp->arch < 80)
         return why_not(why, n, "L2 eviction policies need sm_80 or newer");
-    if (c->reg == TUNED__REG_PK && (esize != 2 || c->vec * esize < 4))
+    if (c->reg != TUNED__REG_F32 && (esize != 2 || c->vec * esize < 4))
         return why_not(why, n, "packed registers need a 16-bit dtype and vectors of 4+ bytes");
     bool head_free = tuned__config_head_free(c, cols);
     uint64_t row_threads = (uint64_t)tuned__config_threads_per_row(c) * tuned__config_blocks_per_row(c);
@@ -315,9 +315,12 @@ size_t tuned__space_neighbors(const tuned__space *sp, const tuned__config *c, tu
     for (unsigned v = 0; v < TUNED__ST_COUNT; v++)
         if (v != c->st)
             m = *c, m.st = (uint8_t)v, add_move(sp, &m, out, cap, &n);
-    for (unsigned v = 0; v < TUNED__REG_COUNT; v++)
-        if (v != c->reg)
-            m = *c, m.reg = (uint8_t)v, add_move(sp, &m, out, cap, &n);
+    /* Register modes in order: fp32 values, packed words, packed exps
+     * (each the one before with one thing changed): one step each way. */
+    if (c->reg > 0)
+        m = *c, m.reg = (uint8_t)(c->reg - 1), add_move(sp, &m, out, cap, &n);
+    if (c->reg + 1 < TUNED__REG_COUNT)
+        m = *c, m.reg = (uint8_t)(c->reg + 1), add_move(sp, &m, out, cap, &n);
     for (unsigned v = 0; v < TUNED__RED_COUNT; v++)
         if (v != c->red)
             m = *c, m.red = (uint8_t)v, add_move(sp, &m, out, cap, &n);
@@ -349,7 +352,7 @@ size_t tuned__space_seeds(const tuned__space *sp, tuned__config *out, size_t cap
                            .reg = TUNED__REG_F32};
         size_t before = n;
         for (unsigned minb = 4; minb >= 1 && n == before; minb /= 2)
-            for (unsigned reg = 0; reg < TUNED__REG_COUNT && n == before; reg++) {
+            for (unsigned reg = 0; reg <= TUNED__REG_PK && n == before; reg++) {
                 c.reg = (uint8_t)reg;
                 c.minb = (uint8_t)minb;
                 add_move(sp, &c, out, cap, &n);
@@ -361,7 +364,7 @@ size_t tuned__space_seeds(const tuned__space *sp, tuned__config *out, size_t cap
      * 32x128256: w4.c8.m2 f32), several moves away from the seeds above. */
     for (unsigned cluster = 2; cluster <= 16; cluster *= 2)
         for (unsigned warps = 4; warps <= 8; warps *= 2)
-            for (unsigned reg = 0; reg < TUNED__REG_COUNT; reg++) {
+            for (unsigned reg = 0; reg <= TUNED__REG_PK; reg++) {
                 tuned__config c = {.family = TUNED__FAMILY_ROWS, .warps = (uint8_t)warps,
                                    .rows = 1, .cluster = (uint8_t)cluster, .vec = widest,
                                    .ld = TUNED__LD_DEF, .st = TUNED__ST_DEF, .reg = (uint8_t)reg};
@@ -379,7 +382,7 @@ size_t tuned__space_seeds(const tuned__space *sp, tuned__config *out, size_t cap
         while (g * 2 <= TUNED__GRID_MAX && sp->shape.rows * g * 2 <= (uint64_t)sp->sms)
             g *= 2;
         for (unsigned warps = 4; warps <= 8; warps *= 2)
-            for (unsigned reg = 0; reg < TUNED__REG_COUNT; reg++) {
+            for (unsigned reg = 0; reg <= TUNED__REG_PK; reg++) {
                 tuned__config c = {.family = TUNED__FAMILY_ROWS, .warps = (uint8_t)warps,
                                    .rows = 1, .cluster = 1, .minb = 1, .vec = widest,
                                    .ld = TUNED__LD_DEF, .st = TUNED__ST_DEF, .reg = (uint8_t)reg,
