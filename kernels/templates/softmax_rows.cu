@@ -333,6 +333,8 @@ __device__ __forceinline__ void pair_add(float &m, float &s, float m2, float s2)
  * wait this long means the workspace was shared by launches running at
  * once. An error is better than a GPU that never finishes. */
 #define GRID_WAIT_NS 2000000000ull
+/* Pairs each lane of warp 0 reads: pairs l, l + 32, ... */
+#define PER_LANE ((T_GRID + 31) / 32)
 
 __device__ __forceinline__ u64 global_ns()
 {
@@ -347,7 +349,8 @@ __device__ __forceinline__ u64 global_ns()
  * that sees the ticket sees the value with it, and the slot needs no reset
  * between launches. Warp 0 then waits for the row's pairs (lane l takes
  * pairs l, l + 32, ...) and combines them, in the same order in every
- * block, so every block normalises by the same (max, sum). */
+ * block, so every block normalises by the same (max, sum). A pair of 16
+ * bytes is 2 u64, so pair l + 32 j lies 64 j words after pair l. */
 __device__ __forceinline__ void grid_combine(float &m, float &s, unsigned char *work,
                                              unsigned ticket, float *shared_m, float *shared_s)
 {
@@ -358,25 +361,35 @@ __device__ __forceinline__ void grid_combine(float &m, float &s, unsigned char *
                      : : "l"(slots + 2 * blockIdx.x), "l"(tag | __float_as_uint(m)),
                        "l"(tag | __float_as_uint(s)) : "memory");
     if (threadIdx.x < 32) {
-        const unsigned first = blockIdx.x - blockIdx.x % T_GRID;
-        float gm = -__int_as_float(0x7f800000), gs = 0.0f;
-        for (unsigned i = threadIdx.x; i < T_GRID; i += 32) {
-            const u64 *p = slots + 2 * (first + i);
-            u64 a, b;
-            u64 started = 0;
-            for (;;) {
-                asm volatile("ld.relaxed.gpu.global.v2.u64 {%0, %1}, [%2];"
-                             : "=l"(a), "=l"(b) : "l"(p) : "memory");
-                if ((a >> 32) == ticket && (b >> 32) == ticket)
-                    break;
-                const u64 now = global_ns();
-                if (started == 0)
-                    started = now;
-                else if (now - started > GRID_WAIT_NS)
-                    asm volatile("trap;");
-            }
-            pair_add(gm, gs, __uint_as_float((u32)a), __uint_as_float((u32)b));
+        /* All of a lane's slots are read at once, every round: one round
+         * trip to L2 a round, however many pairs the lane takes. */
+        const u64 *p = slots + 2 * (blockIdx.x - blockIdx.x % T_GRID + threadIdx.x);
+        u64 a[PER_LANE], b[PER_LANE];
+        u64 started = 0;
+        for (;;) {
+            bool ready = true;
+#pragma unroll
+            for (int j = 0; j < PER_LANE; j++)
+                if (threadIdx.x + 32 * j < T_GRID)
+                    asm volatile("ld.relaxed.gpu.global.v2.u64 {%0, %1}, [%2];"
+                                 : "=l"(a[j]), "=l"(b[j]) : "l"(p + 64 * j) : "memory");
+#pragma unroll
+            for (int j = 0; j < PER_LANE; j++)
+                if (threadIdx.x + 32 * j < T_GRID && ((a[j] >> 32) != ticket || (b[j] >> 32) != ticket))
+                    ready = false;
+            if (ready)
+                break;
+            const u64 now = global_ns();
+            if (started == 0)
+                started = now;
+            else if (now - started > GRID_WAIT_NS)
+                asm volatile("trap;");
         }
+        float gm = -__int_as_float(0x7f800000), gs = 0.0f;
+#pragma unroll
+        for (int j = 0; j < PER_LANE; j++)
+            if (threadIdx.x + 32 * j < T_GRID)
+                pair_add(gm, gs, __uint_as_float((u32)a[j]), __uint_as_float((u32)b[j]));
         lanes_combine<(T_GRID < 32 ? T_GRID : 32)>(gm, gs);
         if (threadIdx.x == 0) {
             shared_m[0] = gm;

@@ -349,7 +349,10 @@ size_t tuned__space_seeds(const tuned__space *sp, tuned__config *out, size_t cap
                            .rows = (uint16_t)(warps * 32 / per_block), .cluster = (uint8_t)cluster,
                            .minb = 1,
                            .vec = widest, .ld = TUNED__LD_DEF, .st = TUNED__ST_DEF,
-                           .reg = TUNED__REG_F32};
+                           .reg = TUNED__REG_F32,
+                           /* a cluster exchanges once, not twice (measured:
+                            * the clustered long rows' winners are fused) */
+                           .red = cluster > 1 ? TUNED__RED_FUSED : TUNED__RED_SPLIT};
         size_t before = n;
         for (unsigned minb = 4; minb >= 1 && n == before; minb /= 2)
             for (unsigned reg = 0; reg <= TUNED__REG_PK && n == before; reg++) {
@@ -367,7 +370,8 @@ size_t tuned__space_seeds(const tuned__space *sp, tuned__config *out, size_t cap
             for (unsigned reg = 0; reg <= TUNED__REG_PK; reg++) {
                 tuned__config c = {.family = TUNED__FAMILY_ROWS, .warps = (uint8_t)warps,
                                    .rows = 1, .cluster = (uint8_t)cluster, .vec = widest,
-                                   .ld = TUNED__LD_DEF, .st = TUNED__ST_DEF, .reg = (uint8_t)reg};
+                                   .ld = TUNED__LD_DEF, .st = TUNED__ST_DEF, .reg = (uint8_t)reg,
+                                   .red = TUNED__RED_FUSED};
                 size_t before = n;
                 for (unsigned minb = 4; minb >= 1 && n == before; minb /= 2) {
                     c.minb = (uint8_t)minb;
