@@ -540,11 +540,9 @@ static int evaluate_loaded(tuned__evaluator *ev, CUfunction fn, const tuned__con
      * resident) is the variant's failure, not the GPU's. */
     tuned__err launch_err = {0};
     tuned__launch v;
+    /* The workspace holds TUNED__GRID_MAX_BLOCKS pairs a slot, the most
+     * any prepared launch needs. */
     rc = tuned__launch_prepare(ev->d, fn, c, &ev->shape, ev->gpu.sm_count, &v, &launch_err);
-    if (rc == 0 && v.work_bytes > ev->work.bytes)
-        rc = tuned__errf(&launch_err, TUNED_EUNSUPPORTED,
-                         "the variant needs a %zu-byte workspace, the evaluator has %zu",
-                         v.work_bytes, ev->work.bytes);
     if (rc == 0)
         rc = enqueue_variant(ev, &v, &launch_err);
     if (rc != 0) {

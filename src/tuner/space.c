@@ -93,7 +93,7 @@ bool tuned__space_valid(const tuned__space *sp, const tuned__config *c, char *wh
         return why_not(why, n, "thread-block clusters need sm_90");
     if (c->cluster > 1 && c->rows != 1)
         return why_not(why, n, "a row split over a cluster takes the whole block");
-    if (c->grid == 1 || c->grid > TUNED__GRID_MAX || (c->grid > 1 && !pow2_in(c->grid, 2, TUNED__GRID_MAX)))
+    if (c->grid != 0 && !pow2_in(c->grid, 2, TUNED__GRID_MAX))
         return why_not(why, n, "a grid split is 2, 4, .. %d blocks", TUNED__GRID_MAX);
     if (c->grid > 1) {
         if (c->rows != 1 || c->cluster != 1 || c->red != TUNED__RED_FUSED)
