@@ -6,7 +6,8 @@
 #   2. runs the embedding API's GPU tests: api-gpu (C API), example-run (the
 #      installed example), python-gpu (tuned.softmax against torch.softmax,
 #      when torch is there), api-overhead (bench_overhead's 1 us check),
-#   3. runs bench/bench_torch.py: tune + time tuned.softmax, torch.softmax,
+#   3. imports cache/pretuned/*.jsonl into its store, then runs
+#      bench/bench_torch.py: tune (shapes not stored) + time tuned.softmax, torch.softmax,
 #      torch.compile, Triton and a D2D copy on the MISSION.md shapes in fp16,
 #      bf16 and fp32, then host overhead per call (C and Python).
 #
@@ -34,6 +35,10 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --f
 echo "== build"
 tools/setup.sh --no-deps >"$out/build.log" 2>&1 || { tail -n 30 "$out/build.log"; exit 1; }
 mkdir -p "$state"
+# The shipped pre-tuned records (tuned on these GPUs by tools/pretune.sh):
+# shapes they hold are not tuned again; records of other GPUs are kept apart.
+build/tuned import cache/pretuned/*.jsonl --db "$state/store" >"$out/import.log" 2>&1 ||
+    { cat "$out/import.log"; exit 1; }
 
 echo "== GPU tests of the embedding API"
 if [[ -f "$state/tests.ok" ]]; then

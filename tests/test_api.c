@@ -249,7 +249,7 @@ static void test_pick(void)
     uint64_t txn0 = p.txnid;
 
     /* Exact. */
-    const char *exact_cfg = "w32.r1.c1.m1.v8.ld=el.st=cs.reg=pk";
+    const char *exact_cfg = "w32.r1.c1.m1.v8.ld=nc.st=cs.reg=pk";
     put_record(s, &h100, TUNED_FP16, 4096, 32000, exact_cfg, 150.0);
     EXPECT(tuned__api_pick_config(s, &h100, &shape, &p, &e) == 0, "%s", e.msg);
     char text[TUNED__CONFIG_TEXT];

@@ -88,6 +88,11 @@ static void constraints(void)
     EXPECT(sp.count > 50, "only %zu configs for 4096x32000 fp16", sp.count);
     char why[256];
     tuned__config c = {.warps = 32, .rows = 1, .cluster = 1, .minb = 1, .vec = 8, .ld = TUNED__LD_EL, .st = TUNED__ST_CS};
+    /* evict_last keeps the input in L2 past the timing's flush: parsed (old
+     * records), never searched. */
+    EXPECT(!tuned__space_valid(&sp, &c, why, sizeof why) && strstr(why, "ld=el") != NULL,
+           "w32.r1.v8.ld=el accepted (%s)", why);
+    c.ld = TUNED__LD_NC;
     EXPECT(tuned__space_valid(&sp, &c, why, sizeof why), "w32.r1.v8 invalid: %s", why);
     c.warps = 1; /* 32000 elements over 32 threads: far too many registers */
     EXPECT(!tuned__space_valid(&sp, &c, why, sizeof why) && strstr(why, "per thread") != NULL,
@@ -107,12 +112,17 @@ static void constraints(void)
         EXPECT(sp.valid[i].reg == TUNED__REG_F32 && sp.valid[i].vec <= 4, "fp32 config %zu", i);
     tuned__space_free(&sp);
 
-    /* Before sm_80 there is no L2 eviction policy, before sm_90 no cluster. */
+    /* Before sm_90 there is no cluster; evict_last nowhere. */
     s = (tuned__shape){TUNED_FP16, 64, 1000};
     EXPECT(tuned__space_init(&sp, &s, 75, 132, &e) == 0, "%s", e.msg);
     for (size_t i = 0; i < sp.count; i++)
         EXPECT(sp.valid[i].ld != TUNED__LD_EL && sp.valid[i].cluster == 1,
                "evict_last or a cluster offered on sm_75");
+    tuned__space_free(&sp);
+    s = (tuned__shape){TUNED_FP16, 4096, 4096};
+    EXPECT(tuned__space_init(&sp, &s, 90, 132, &e) == 0, "%s", e.msg);
+    for (size_t i = 0; i < sp.count; i++)
+        EXPECT(sp.valid[i].ld != TUNED__LD_EL, "evict_last offered on sm_90");
     tuned__space_free(&sp);
 
     /* One column: one thread a row. */

@@ -4,8 +4,9 @@
  * One evaluator serves one shape on one GPU: it owns the primary context's
  * stream, the input, output, L2-flush buffers and the reference kernels.
  * A variant that computes a wrong softmax, or writes outside its output, is
- * never timed. Timing: warm-up, then for each repeat an L2 flush (a memset
- * of twice the L2), CUDA events around one launch; the median over a time
+ * never timed. Timing: warm-up, then for each repeat an L2 flush (every
+ * line of x and y set back to normal eviction priority, then a memset of
+ * twice the L2), CUDA events around one launch; the median over a time
  * budget. The device-to-device copy of the same bytes is timed the same way
  * and is the roofline every variant is compared with. */
 #ifndef TUNED_TUNER_EVALUATOR_H

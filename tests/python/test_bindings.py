@@ -373,6 +373,14 @@ class Tensor:
         for s in self.shape: n *= s
         return n
     def data_ptr(self): return 1 << 20
+    def get_device(self): return self.device.index if self.is_cuda else -1
+    def is_contiguous(self):
+        acc = 1
+        for s, st in reversed(list(zip(self.shape, self._stride))):
+            if s != 1 and st != acc:
+                return False
+            acc *= s
+        return True
 torch.Tensor = Tensor
 
 calls = []
@@ -398,6 +406,11 @@ torch.cuda = cuda
 def empty_strided(shape, stride, dtype=None, device=None):
     return Tensor(shape, stride, dtype)
 torch.empty_strided = empty_strided
+torch.empty_like = lambda x: Tensor(x.shape, None, x.dtype)
+C = types.ModuleType("torch._C")
+C._cuda_getDevice = lambda: 0
+C._cuda_getCurrentRawStream = lambda index: 0
+torch._C = C
 sys.modules["torch"] = torch
 sys.modules["torch.cuda"] = cuda
 sys.modules["torch.autograd"] = autograd
