@@ -441,13 +441,20 @@ tuned_softmax_rows(const unsigned char *x, unsigned char *y, long long rows, int
     /* Likewise the TPR threads (the whole block) of each of T_GRID blocks. */
     const int lane = (int)(blockIdx.x % T_GRID) * TPR + (int)threadIdx.x;
     const long long row = blockIdx.x / T_GRID;
+#elif T_ROWS == 1
+    /* Said outright: the compiler cannot tell that threadIdx.x < TPR, and
+     * the row then sits in a uniform register before the first load. */
+    const int lane = (int)threadIdx.x;
+    const long long row = blockIdx.x;
 #else
     const int lane = threadIdx.x % TPR;
     const long long row = (long long)blockIdx.x * T_ROWS + threadIdx.x / TPR;
 #endif
 #define ROW_THREADS (TPR * T_CLUSTER * T_GRID)
-    /* Threads past the last row still take part in the barriers. */
-    const bool active = row < rows;
+    /* Threads past the last row still take part in the barriers. With one
+     * row a block (or a cluster, or a grid split) the launch has exactly
+     * one block (group) per row: every thread is active. */
+    const bool active = T_ROWS == 1 || row < rows;
     const long long row_bytes = (active ? row : 0) * row_stride * ESIZE;
     const unsigned char *xr = x + row_bytes;
     unsigned char *yr = y + row_bytes;
