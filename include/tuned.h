@@ -211,7 +211,7 @@ typedef enum tuned_tune_state {
 
 /* Which kernel a call used or a lookup would use. */
 typedef struct tuned_choice {
-    char config[64];          /* e.g. "w32.r1.c1.m1.v8.ld=el.st=cs.reg=f32" */
+    char config[64];          /* e.g. "w32.r1.c1.m1.v8.ld=nc.st=cs.reg=f32" */
     tuned_source source;
     double median_us;         /* the record's measured median (exact: this
                                  shape; nearest: record_rows x record_cols);
