@@ -228,6 +228,20 @@ int main(void)
             EXPECT(tuned__nvrtc_compile(n, src, "reference", 90, TUNED__NVRTC_CUBIN, &cubin, &e) == 0,
                    "reference %s: %s", tuned_dtype_name((tuned_dtype)dt), e.msg);
             tuned__blob_free(&cubin);
+            /* The evaluator's flush relies on the L2 priority reset being
+             * there on sm_80 and newer (and compiling without it before). */
+            for (int arch = 75; arch <= 90; arch += 15) {
+                tuned__blob ptx = {0};
+                EXPECT(tuned__nvrtc_compile(n, src, "reference", arch, TUNED__NVRTC_PTX, &ptx,
+                                            &e) == 0,
+                       "reference sm_%d: %s", arch, e.msg);
+                bool reset = ptx.data != NULL &&
+                             strstr((const char *)ptx.data,
+                                    "applypriority.global.L2::evict_normal") != NULL;
+                EXPECT(reset == (arch >= 80), "reference sm_%d: the L2 priority reset is %s",
+                       arch, reset ? "there" : "missing");
+                tuned__blob_free(&ptx);
+            }
             free(src);
         }
     }

@@ -162,7 +162,8 @@ static int reset_l2_priority(tuned__evaluator *ev, tuned__err *e)
     for (int i = 0; i < 2; i++) {
         long long bytes = (long long)sizes[i];
         void *args[] = {&bufs[i], &bytes};
-        unsigned grid = grid_for(sizes[i] / 128 + 1, 256, 4u * (unsigned)(ev->gpu.sm_count > 0 ? ev->gpu.sm_count : 1));
+        unsigned sms = ev->gpu.sm_count > 0 ? (unsigned)ev->gpu.sm_count : 1u;
+        unsigned grid = grid_for(sizes[i] / 128 + 1, 256, 4u * sms);
         CU(ev->d->cuLaunchKernel(ev->l2_normal, grid, 1, 1, 256, 1, 1, 0, ev->stream, args,
                                  NULL),
            "resetting the L2 priority of the buffers");
