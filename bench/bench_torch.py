@@ -9,9 +9,10 @@
 For each dtype and shape: tune the shape first (a child `tuned`, through
 tuned.tune; a shape already stored is not tuned again), then time, each
 with the L2 flushed before every repeat (every line set back to normal
-eviction priority, then a memset of twice the L2), the GPU then kept busy for 100 us (so no method's host time is counted), CUDA
-events around one call, the median of 10-200 repeats, in 3 rounds that
-interleave the methods (the result: the median of the rounds):
+eviction priority, then a memset of twice the L2), the GPU then kept busy
+for 100 us (so no method's host time is counted), CUDA events around one
+call, the median of 10-200 repeats, in 3 rounds that interleave the
+methods (the result: the median of the rounds):
 
     copy       y.copy_(x): a device-to-device copy of the same bytes (the floor)
     tuned      tuned.softmax(x)
@@ -298,8 +299,10 @@ def reset_l2_priority():
         raise RuntimeError(f"cuCtxResetPersistingL2Cache: CUDA error {rc}")
 
 
-def time_us(fn, flush):
-    """Median microseconds of fn with the L2 flushed before each repeat.
+def time_us(fn, flush, reset_l2=True):
+    """Median microseconds of fn with the L2 flushed before each repeat
+    (reset_l2: every line's eviction priority reset first, see
+    reset_l2_priority; probe_evict.py turns it off to show why).
 
     The GPU spins for 100 us between the flush and the start event, so that
     the host has enqueued the start event, the call and the end event before
@@ -322,7 +325,8 @@ def time_us(fn, flush):
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     for i in range(reps):
-        reset_l2_priority()
+        if reset_l2:
+            reset_l2_priority()
         flush.zero_()
         gpu_cover(100)
         starts[i].record()
@@ -512,8 +516,10 @@ def write_report(args, res, dtypes, shapes, methods):
         f"GPU: {env.get('gpu')}, driver {env.get('driver')}; torch {env.get('torch')} "
         f"(CUDA {env.get('cuda')}), Triton {env.get('triton')}; {env.get('date')}.",
         "Median µs per call with the L2 flushed before each repeat (CUDA events around one "
-        "call, 10-200 repeats, the median of 3 interleaved rounds; the GPU spins 100 µs before each start event so that no "
-        "method's host time is counted); GB/s = bytes read + written / time. Every shape tuned first "
+        "call, 10-200 repeats, the median of 3 interleaved rounds; every L2 line's priority "
+        "reset before the flush; the GPU spins 100 µs before each start event so that no "
+        "method's host time is counted); GB/s = bytes read + written / time. "
+        "Every shape tuned first "
         f"(`tuned --time {args.tune_time:g}`, skipped when already stored).",
         f"Command: `{env.get('command')}`", "",
     ]
