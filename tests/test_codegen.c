@@ -240,6 +240,11 @@ int main(void)
                                     "applypriority.global.L2::evict_normal") != NULL;
                 EXPECT(reset == (arch >= 80), "reference sm_%d: the L2 priority reset is %s",
                        arch, reset ? "there" : "missing");
+                /* The pause after each flush reads the global timer in a loop. */
+                bool settle = ptx.data != NULL &&
+                              strstr((const char *)ptx.data, ".entry tuned_settle") != NULL &&
+                              strstr((const char *)ptx.data, "%globaltimer") != NULL;
+                EXPECT(settle, "reference sm_%d: the pause after the flush is missing", arch);
                 tuned__blob_free(&ptx);
             }
             free(src);

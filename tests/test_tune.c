@@ -2,7 +2,7 @@
  * a real store, no GPU: history written after every generation and read
  * back to resume (nothing measured twice), --retune measuring anew, the
  * finalists' tie going to the simpler config, warm start from another
- * shape's record, and a fatal backend error. */
+ * shape's record (and from fp16's for bf16), and a fatal backend error. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -169,6 +169,15 @@ int main(void)
     tuned__tune_outcome warm;
     EXPECT(tuned__tune_on(&b, &g, &near, NULL, NULL, &warm, &e) == 0, "warm: %s", e.msg);
     EXPECT(warm.warm_seeds == 1, "warm seeds %zu", warm.warm_seeds);
+    /* bf16 takes fp16's winner of the same shape as a seed; fp32, whose
+     * vectors hold other element counts, does not. */
+    tuned__tune_request sibling = r;
+    sibling.shape.dtype = TUNED_BF16;
+    EXPECT(tuned__tune_on(&b, &g, &sibling, NULL, NULL, &warm, &e) == 0, "bf16: %s", e.msg);
+    EXPECT(warm.warm_seeds == 1, "bf16 warm seeds %zu", warm.warm_seeds);
+    sibling.shape.dtype = TUNED_FP32;
+    EXPECT(tuned__tune_on(&b, &g, &sibling, NULL, NULL, &warm, &e) == 0, "fp32: %s", e.msg);
+    EXPECT(warm.warm_seeds == 0, "fp32 warm seeds %zu", warm.warm_seeds);
 
     /* A fatal error stops the tune; what was measured before it is kept. */
     synthetic dying = {.fail_after = 25};

@@ -41,7 +41,7 @@ struct tuned__evaluator {
     tuned__workspace work; /* grid-split variants' (max, sum) pairs */
     size_t x_alloc_bytes, y_alloc_bytes, flush_bytes;
     CUmodule ref_module;
-    CUfunction gen, check, l2_normal;
+    CUfunction gen, check, l2_normal, settle;
     CUevent start[EVENT_BATCH], stop[EVENT_BATCH];
     double rtol, atol;
     double copy_us;
@@ -55,6 +55,7 @@ void tuned__eval_opts_default(tuned__eval_opts *o)
     o->budget_ms = 10.0;
     o->min_reps = 5;
     o->max_reps = 200;
+    o->settle_us = 20.0;
     o->compile_timeout_s = 120.0;
 }
 
@@ -276,6 +277,7 @@ static int time_median(tuned__evaluator *ev, enqueue_fn enqueue, void *arg,
     int reps = 0;
     double spent_ms = 0.0;
     int min_reps = ev->opts.min_reps > 1 ? ev->opts.min_reps : 1;
+    long long settle_ns = ev->opts.settle_us > 0 ? (long long)(ev->opts.settle_us * 1e3) : 0;
     while (reps < cap && (reps < min_reps || spent_ms < ev->opts.budget_ms)) {
         int batch = cap - reps < EVENT_BATCH ? cap - reps : EVENT_BATCH;
         for (int i = 0; i < batch && rc == 0; i++) {
@@ -283,6 +285,11 @@ static int time_median(tuned__evaluator *ev, enqueue_fn enqueue, void *arg,
                 break;
             CUresult cr = ev->d->cuMemsetD32Async(ev->flush, (unsigned)i, ev->flush_bytes / 4,
                                                   ev->stream);
+            if (cr == CUDA_SUCCESS && settle_ns > 0) {
+                void *args[] = {&settle_ns};
+                cr = ev->d->cuLaunchKernel(ev->settle, 1, 1, 1, 1, 1, 1, 0, ev->stream, args,
+                                           NULL);
+            }
             if (cr == CUDA_SUCCESS)
                 cr = ev->d->cuEventRecord(ev->start[i], ev->stream);
             if (cr != CUDA_SUCCESS) {
@@ -378,6 +385,8 @@ static int open_reference(tuned__evaluator *ev, tuned__err *e)
        "finding tuned_check");
     CU(ev->d->cuModuleGetFunction(&ev->l2_normal, ev->ref_module, "tuned_l2_normal"),
        "finding tuned_l2_normal");
+    CU(ev->d->cuModuleGetFunction(&ev->settle, ev->ref_module, "tuned_settle"),
+       "finding tuned_settle");
     return 0;
 }
 

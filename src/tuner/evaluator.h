@@ -6,7 +6,8 @@
  * A variant that computes a wrong softmax, or writes outside its output, is
  * never timed. Timing: warm-up, then for each repeat an L2 flush (every
  * line of x and y set back to normal eviction priority, then a memset of
- * twice the L2), CUDA events around one launch; the median over a time
+ * twice the L2, then a pause of settle_us with the GPU spinning), CUDA
+ * events around one launch; the median over a time
  * budget. The device-to-device copy of the same bytes is timed the same way
  * and is the roofline every variant is compared with. */
 #ifndef TUNED_TUNER_EVALUATOR_H
@@ -24,6 +25,8 @@ typedef struct tuned__eval_opts {
     double budget_ms;        /* kernel time to spend timing one variant (default 10;
                                 the L2 flush before each launch adds about as much) */
     int min_reps, max_reps;  /* repeats per variant (defaults 5 and 200) */
+    double settle_us;        /* pause between each flush and the timed launch,
+                                the GPU spinning (default 20; 0: none) */
     int compile_threads;     /* parallel NVRTC compiles; 0: one per core */
     double compile_timeout_s; /* a variant not compiled by then is given up
                                  (status timeout); 0: no limit (default 120) */

@@ -180,15 +180,20 @@ static int warm_candidate(void *ctx, const tuned__record *r)
 {
     warm_scan *w = ctx;
     const tuned__store_key *k = &r->key;
-    if (k->gpu_fp != w->key->gpu_fp || k->dtype != w->key->dtype || k->kernel != w->key->kernel ||
-        (k->rows == w->key->rows && k->cols == w->key->cols))
+    /* fp16 and bf16 move the same bytes with the same vectors: the other
+     * one's winner of the same shape is a neighbour too. */
+    bool same_dtype = k->dtype == w->key->dtype;
+    bool sibling_dtype = !same_dtype && k->dtype != TUNED_FP32 && w->key->dtype != TUNED_FP32;
+    if (k->gpu_fp != w->key->gpu_fp || !(same_dtype || sibling_dtype) ||
+        k->kernel != w->key->kernel ||
+        (same_dtype && k->rows == w->key->rows && k->cols == w->key->cols))
         return 0;
     tuned__config c;
     if (tuned__config_parse(r->config, &c, NULL) != 0 || !tuned__space_valid(w->sp, &c, NULL, 0))
         return 0;
     /* Columns matter more than rows: they decide the per-row layout. */
     double d = fabs(log2((double)k->rows / (double)w->key->rows)) +
-               2.0 * fabs(log2((double)k->cols / (double)w->key->cols));
+               2.0 * fabs(log2((double)k->cols / (double)w->key->cols)) + (sibling_dtype ? 0.5 : 0.0);
     for (size_t i = 0; i < w->n; i++)
         if (tuned__config_equal(&w->seeds[i], &c)) {
             if (d < w->dist[i])

@@ -1,0 +1,134 @@
+/* probe_settle.c: how long the evaluator should pause between its L2 flush
+ * and a timed launch. For one shape and dtype, it times the copy and the
+ * given configs with each pause in turn (in 3 interleaved rounds, one
+ * evaluator a pause) and prints the median of each round, so that the pause
+ * after which the times stop falling can be read off.
+ *
+ *   probe_settle ROWSxCOLS fp16|bf16|fp32 US[,US...] CONFIG...
+ *
+ * Not installed; bench/probe-settle.sh runs it on the GPU machine. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tuner/evaluator.h"
+#include "tuner/gpu.h"
+
+#define MAX_SETTLE 8
+#define ROUNDS 3
+
+static int parse_shape(const char *text, tuned__shape *s)
+{
+    unsigned long long r, c;
+    char tail;
+    if (sscanf(text, "%llux%llu%c", &r, &c, &tail) != 2 || r == 0 || c == 0)
+        return -1;
+    s->rows = r;
+    s->cols = c;
+    return 0;
+}
+
+static int parse_dtype(const char *text, tuned__shape *s)
+{
+    for (int dt = TUNED_FP16; dt <= TUNED_FP32; dt++)
+        if (strcmp(text, tuned_dtype_name((tuned_dtype)dt)) == 0) {
+            s->dtype = (tuned_dtype)dt;
+            return 0;
+        }
+    return -1;
+}
+
+static int parse_settle(const char *text, double *us, int *n)
+{
+    char *copy = strdup(text), *save = NULL;
+    if (copy == NULL)
+        return -1;
+    *n = 0;
+    for (char *t = strtok_r(copy, ",", &save); t != NULL; t = strtok_r(NULL, ",", &save)) {
+        char *end;
+        double v = strtod(t, &end);
+        if (*end != '\0' || v < 0 || *n == MAX_SETTLE) {
+            free(copy);
+            return -1;
+        }
+        us[(*n)++] = v;
+    }
+    free(copy);
+    return *n > 0 ? 0 : -1;
+}
+
+int main(int argc, char **argv)
+{
+    tuned__shape shape = {0};
+    double settle[MAX_SETTLE];
+    int nsettle = 0;
+    if (argc < 5 || parse_shape(argv[1], &shape) != 0 || parse_dtype(argv[2], &shape) != 0 ||
+        parse_settle(argv[3], settle, &nsettle) != 0) {
+        fprintf(stderr, "usage: probe_settle ROWSxCOLS fp16|bf16|fp32 US[,US...] CONFIG...\n");
+        return 2;
+    }
+    int ncfg = argc - 4;
+    tuned__config *cfgs = calloc((size_t)ncfg, sizeof *cfgs);
+    tuned__eval_result *res = calloc((size_t)ncfg, sizeof *res);
+    tuned__evaluator *ev[MAX_SETTLE] = {0};
+    tuned__driver *d = NULL;
+    tuned__nvrtc *n = NULL;
+    tuned__gpu gpu;
+    tuned__err e = {0};
+    int status = 1;
+    if (cfgs == NULL || res == NULL) {
+        fprintf(stderr, "probe_settle: out of memory\n");
+        goto out;
+    }
+    for (int i = 0; i < ncfg; i++)
+        if (tuned__config_parse(argv[4 + i], &cfgs[i], &e) != 0) {
+            fprintf(stderr, "probe_settle: %s\n", e.msg);
+            goto out;
+        }
+    if (tuned__driver_load(&d, &e) != 0 || tuned__nvrtc_load(&n, &e) != 0 ||
+        tuned__gpu_query(d, n, 0, &gpu, &e) != 0) {
+        fprintf(stderr, "probe_settle: %s\n", e.msg);
+        goto out;
+    }
+    for (int s = 0; s < nsettle; s++) {
+        tuned__eval_opts o;
+        tuned__eval_opts_default(&o);
+        o.settle_us = settle[s];
+        if (tuned__evaluator_open(&ev[s], d, n, &gpu, &shape, &o, &e) != 0) {
+            fprintf(stderr, "probe_settle: pause %g µs: %s\n", settle[s], e.msg);
+            goto out;
+        }
+    }
+    printf("# %s, %s %s; median µs of each round (%d rounds, interleaved)\n", gpu.name, argv[1],
+           argv[2], ROUNDS);
+    printf("%-10s %-48s %s\n", "pause_us", "what", "rounds");
+    for (int round = 0; round < ROUNDS; round++)
+        for (int s = 0; s < nsettle; s++) {
+            if (tuned__evaluator_run(ev[s], cfgs, (size_t)ncfg, res, &e) != 0) {
+                fprintf(stderr, "probe_settle: %s\n", e.msg);
+                goto out;
+            }
+            /* The copy is timed once, when the evaluator opens. */
+            if (round == 0)
+                printf("%-10g %-48s %.3f\n", settle[s], "copy (at open)",
+                       tuned__evaluator_copy_us(ev[s]));
+            for (int i = 0; i < ncfg; i++) {
+                if (res[i].status == TUNED__EVAL_OK)
+                    printf("%-10g %-48s %.3f (round %d, %d reps, p20 %.3f, p80 %.3f)\n",
+                           settle[s], argv[4 + i], res[i].median_us, round + 1, res[i].reps,
+                           res[i].p20_us, res[i].p80_us);
+                else
+                    printf("%-10g %-48s %s: %s\n", settle[s], argv[4 + i],
+                           tuned__eval_status_name(res[i].status), res[i].detail);
+            }
+        }
+    status = 0;
+out:
+    for (int s = 0; s < nsettle; s++)
+        tuned__evaluator_close(ev[s]);
+    tuned__nvrtc_unload(n);
+    tuned__driver_unload(d);
+    free(cfgs);
+    free(res);
+    return status;
+}
