@@ -2,9 +2,10 @@
  * and a timed launch. For one shape and dtype, it times the copy and the
  * given configs with each pause in turn (in 3 interleaved rounds, one
  * evaluator a pause) and prints the median of each round, so that the pause
- * after which the times stop falling can be read off.
+ * after which the times stop falling can be read off. A pause written "20s"
+ * also runs each repeat alone, the GPU idle before its flush.
  *
- *   probe_settle ROWSxCOLS fp16|bf16|fp32 US[,US...] CONFIG...
+ *   probe_settle ROWSxCOLS fp16|bf16|fp32 US[s][,US[s]...] CONFIG...
  *
  * Not installed; bench/probe-settle.sh runs it on the GPU machine. */
 #include <stdio.h>
@@ -38,7 +39,9 @@ static int parse_dtype(const char *text, tuned__shape *s)
     return -1;
 }
 
-static int parse_settle(const char *text, double *us, int *n)
+/* "20" is a pause of 20 µs; "20s" the same with each repeat run alone
+ * (tuned__eval_opts.serial). */
+static int parse_settle(const char *text, double *us, bool *serial, int *n)
 {
     char *copy = strdup(text), *save = NULL;
     if (copy == NULL)
@@ -47,6 +50,9 @@ static int parse_settle(const char *text, double *us, int *n)
     for (char *t = strtok_r(copy, ",", &save); t != NULL; t = strtok_r(NULL, ",", &save)) {
         char *end;
         double v = strtod(t, &end);
+        serial[*n] = *end == 's';
+        if (serial[*n])
+            end++;
         if (*end != '\0' || v < 0 || *n == MAX_SETTLE) {
             free(copy);
             return -1;
@@ -61,10 +67,11 @@ int main(int argc, char **argv)
 {
     tuned__shape shape = {0};
     double settle[MAX_SETTLE];
+    bool serial[MAX_SETTLE];
     int nsettle = 0;
     if (argc < 5 || parse_shape(argv[1], &shape) != 0 || parse_dtype(argv[2], &shape) != 0 ||
-        parse_settle(argv[3], settle, &nsettle) != 0) {
-        fprintf(stderr, "usage: probe_settle ROWSxCOLS fp16|bf16|fp32 US[,US...] CONFIG...\n");
+        parse_settle(argv[3], settle, serial, &nsettle) != 0) {
+        fprintf(stderr, "usage: probe_settle ROWSxCOLS fp16|bf16|fp32 US[s][,US[s]...] CONFIG...\n");
         return 2;
     }
     int ncfg = argc - 4;
@@ -94,6 +101,7 @@ int main(int argc, char **argv)
         tuned__eval_opts o;
         tuned__eval_opts_default(&o);
         o.settle_us = settle[s];
+        o.serial = serial[s];
         if (tuned__evaluator_open(&ev[s], d, n, &gpu, &shape, &o, &e) != 0) {
             fprintf(stderr, "probe_settle: pause %g µs: %s\n", settle[s], e.msg);
             goto out;
@@ -110,15 +118,15 @@ int main(int argc, char **argv)
             }
             /* The copy is timed once, when the evaluator opens. */
             if (round == 0)
-                printf("%-10g %-48s %.3f\n", settle[s], "copy (at open)",
+                printf("%-9g%c %-48s %.3f\n", settle[s], serial[s] ? 's' : ' ', "copy (at open)",
                        tuned__evaluator_copy_us(ev[s]));
             for (int i = 0; i < ncfg; i++) {
                 if (res[i].status == TUNED__EVAL_OK)
-                    printf("%-10g %-48s %.3f (round %d, %d reps, p20 %.3f, p80 %.3f)\n",
-                           settle[s], argv[4 + i], res[i].median_us, round + 1, res[i].reps,
+                    printf("%-9g%c %-48s %.3f (round %d, %d reps, p20 %.3f, p80 %.3f)\n",
+                           settle[s], serial[s] ? 's' : ' ', argv[4 + i], res[i].median_us, round + 1, res[i].reps,
                            res[i].p20_us, res[i].p80_us);
                 else
-                    printf("%-10g %-48s %s: %s\n", settle[s], argv[4 + i],
+                    printf("%-9g%c %-48s %s: %s\n", settle[s], serial[s] ? 's' : ' ', argv[4 + i],
                            tuned__eval_status_name(res[i].status), res[i].detail);
             }
         }

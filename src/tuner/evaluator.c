@@ -279,7 +279,7 @@ static int time_median(tuned__evaluator *ev, enqueue_fn enqueue, void *arg,
     int min_reps = ev->opts.min_reps > 1 ? ev->opts.min_reps : 1;
     long long settle_ns = ev->opts.settle_us > 0 ? (long long)(ev->opts.settle_us * 1e3) : 0;
     while (reps < cap && (reps < min_reps || spent_ms < ev->opts.budget_ms)) {
-        int batch = cap - reps < EVENT_BATCH ? cap - reps : EVENT_BATCH;
+        int batch = ev->opts.serial ? 1 : cap - reps < EVENT_BATCH ? cap - reps : EVENT_BATCH;
         for (int i = 0; i < batch && rc == 0; i++) {
             if ((rc = reset_l2_priority(ev, e)) != 0)
                 break;

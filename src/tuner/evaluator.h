@@ -27,6 +27,9 @@ typedef struct tuned__eval_opts {
     int min_reps, max_reps;  /* repeats per variant (defaults 5 and 200) */
     double settle_us;        /* pause between each flush and the timed launch,
                                 the GPU spinning (default 20; 0: none) */
+    bool serial;             /* each repeat enqueued only after the last one ran
+                                (the GPU idles meanwhile, as in bench_torch.py);
+                                default false: repeats queued in batches */
     int compile_threads;     /* parallel NVRTC compiles; 0: one per core */
     double compile_timeout_s; /* a variant not compiled by then is given up
                                  (status timeout); 0: no limit (default 120) */
