@@ -208,7 +208,8 @@ _triton_kernel = None
 _compiled = {}
 
 
-def triton_softmax(x):
+def triton_softmax(x, out=None):
+    """Triton's one-row-per-program softmax of x, into out when given."""
     global _triton_kernel
     import torch
     import triton
@@ -233,7 +234,7 @@ def triton_softmax(x):
     rows, cols = x.shape
     block = triton.next_power_of_2(cols)
     warps = 4 if block < 2048 else 8 if block < 4096 else 16 if block < 16384 else 32
-    y = torch.empty_like(x)
+    y = torch.empty_like(x) if out is None else out
     _triton_kernel[(rows,)](y, x, x.stride(0), y.stride(0), cols, BLOCK=block, num_warps=warps)
     return y
 

@@ -7,7 +7,9 @@ around one call, median), in ROUNDS interleaved rounds:
     copy        y.copy_(x)
     tuned       tuned.softmax(x): the torch wrapper, a new output each call
     tuned_ptr   tuned_softmax through ctypes on a preallocated output
-    triton      the Triton one-row kernel of bench_torch.py
+    triton      the Triton one-row kernel of bench_torch.py, a new output each call
+    triton_ptr  the same kernel into a preallocated output
+    tuned_after_triton  tuned.softmax again, timed after Triton in each round
     src:NAME    each CUDA source SRCDIR/<dtype>-<shape>-NAME.cu (a rows-family
                 kernel, tuned_softmax_rows; its T_WARPS / T_ROWS defines give
                 the launch), compiled by NVRTC through CuPy with tuned's options
@@ -83,6 +85,7 @@ def main():
             rows, cols = (int(v) for v in shape.split("x"))
             x = torch.randn(rows, cols, device="cuda", dtype=torch.float32).mul_(3).to(tdt)
             y = torch.empty_like(x)
+            y2 = torch.empty_like(x)
             stream = torch.cuda.current_stream().cuda_stream
             fns = {
                 "copy": bt.method_fn("copy", x, h),
@@ -90,6 +93,8 @@ def main():
                 "tuned_ptr": lambda: h.softmax_ptr(x.data_ptr(), y.data_ptr(), rows, cols,
                                                    dtype=dtype, stream=stream) or y,
                 "triton": bt.method_fn("triton", x, h),
+                "triton_ptr": lambda: bt.triton_softmax(x, out=y2),
+                "tuned_after_triton": bt.method_fn("tuned", x, h),
             }
             if args.srcdir:
                 for path in sorted(glob.glob(os.path.join(args.srcdir, f"{dtype}-{shape}-*.cu"))):
