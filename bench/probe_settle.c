@@ -71,7 +71,8 @@ int main(int argc, char **argv)
     int nsettle = 0;
     if (argc < 5 || parse_shape(argv[1], &shape) != 0 || parse_dtype(argv[2], &shape) != 0 ||
         parse_settle(argv[3], settle, serial, &nsettle) != 0) {
-        fprintf(stderr, "usage: probe_settle ROWSxCOLS fp16|bf16|fp32 US[s][,US[s]...] CONFIG...\n");
+        fprintf(stderr,
+                "usage: probe_settle ROWSxCOLS fp16|bf16|fp32 US[s][,US[s]...] CONFIG...\n");
         return 2;
     }
     int ncfg = argc - 4;
@@ -116,17 +117,18 @@ int main(int argc, char **argv)
                 fprintf(stderr, "probe_settle: %s\n", e.msg);
                 goto out;
             }
+            char mode = serial[s] ? 's' : ' ';
             /* The copy is timed once, when the evaluator opens. */
             if (round == 0)
-                printf("%-9g%c %-48s %.3f\n", settle[s], serial[s] ? 's' : ' ', "copy (at open)",
+                printf("%-9g%c %-48s %.3f\n", settle[s], mode, "copy (at open)",
                        tuned__evaluator_copy_us(ev[s]));
             for (int i = 0; i < ncfg; i++) {
                 if (res[i].status == TUNED__EVAL_OK)
                     printf("%-9g%c %-48s %.3f (round %d, %d reps, p20 %.3f, p80 %.3f)\n",
-                           settle[s], serial[s] ? 's' : ' ', argv[4 + i], res[i].median_us, round + 1, res[i].reps,
-                           res[i].p20_us, res[i].p80_us);
+                           settle[s], mode, argv[4 + i], res[i].median_us, round + 1,
+                           res[i].reps, res[i].p20_us, res[i].p80_us);
                 else
-                    printf("%-9g%c %-48s %s: %s\n", settle[s], serial[s] ? 's' : ' ', argv[4 + i],
+                    printf("%-9g%c %-48s %s: %s\n", settle[s], mode, argv[4 + i],
                            tuned__eval_status_name(res[i].status), res[i].detail);
             }
         }

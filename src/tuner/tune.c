@@ -193,7 +193,8 @@ static int warm_candidate(void *ctx, const tuned__record *r)
         return 0;
     /* Columns matter more than rows: they decide the per-row layout. */
     double d = fabs(log2((double)k->rows / (double)w->key->rows)) +
-               2.0 * fabs(log2((double)k->cols / (double)w->key->cols)) + (sibling_dtype ? 0.5 : 0.0);
+               2.0 * fabs(log2((double)k->cols / (double)w->key->cols)) +
+               (sibling_dtype ? 0.5 : 0.0);
     for (size_t i = 0; i < w->n; i++)
         if (tuned__config_equal(&w->seeds[i], &c)) {
             if (d < w->dist[i])
