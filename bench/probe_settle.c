@@ -29,16 +29,6 @@ static int parse_shape(const char *text, tuned__shape *s)
     return 0;
 }
 
-static int parse_dtype(const char *text, tuned__shape *s)
-{
-    for (int dt = TUNED_FP16; dt <= TUNED_FP32; dt++)
-        if (strcmp(text, tuned_dtype_name((tuned_dtype)dt)) == 0) {
-            s->dtype = (tuned_dtype)dt;
-            return 0;
-        }
-    return -1;
-}
-
 /* "20" is a pause of 20 µs; "20s" the same with each repeat run alone
  * (tuned__eval_opts.serial). */
 static int parse_settle(const char *text, double *us, bool *serial, int *n)
@@ -69,7 +59,8 @@ int main(int argc, char **argv)
     double settle[MAX_SETTLE];
     bool serial[MAX_SETTLE];
     int nsettle = 0;
-    if (argc < 5 || parse_shape(argv[1], &shape) != 0 || parse_dtype(argv[2], &shape) != 0 ||
+    if (argc < 5 || parse_shape(argv[1], &shape) != 0 ||
+        tuned_dtype_parse(argv[2], &shape.dtype) != 0 ||
         parse_settle(argv[3], settle, serial, &nsettle) != 0) {
         fprintf(stderr,
                 "usage: probe_settle ROWSxCOLS fp16|bf16|fp32 US[s][,US[s]...] CONFIG...\n");
