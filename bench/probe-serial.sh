@@ -11,7 +11,9 @@
 #      bench_torch.py times those records against the other methods
 #      (OUT/api/).
 # This is how bench/results/2026-11-21-h100-serial/ was made (there in three
-# device calls; the script runs them in one).
+# device calls; the script runs them in one). Since policy /3 serial repeats
+# with a 100 µs pause are the evaluator's default: the patch of step 2 then
+# finds nothing to change and the scratch build is the tree as it is.
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -36,7 +38,8 @@ scratch="$(mktemp -d)"
 git ls-files -co --exclude-standard | tar -cf - -T - | tar -xf - -C "$scratch"
 sed -i 's/o->settle_us = 20.0;/o->settle_us = 100.0;\n    o->serial = true;/' \
     "$scratch/src/tuner/evaluator.c"
-grep -q "o->serial = true;" "$scratch/src/tuner/evaluator.c" || { echo "patch failed"; exit 1; }
+grep -q "o->serial = true;" "$scratch/src/tuner/evaluator.c" ||
+    { echo "patch failed: no serial default in src/tuner/evaluator.c"; exit 1; }
 (cd "$scratch" && tools/setup.sh --no-deps >"$out/build-serial.log" 2>&1) ||
     { tail -n 30 "$out/build-serial.log"; exit 1; }
 state="$(mktemp -d)"

@@ -53,11 +53,12 @@
 #define TUNED__STORE_SCHEMA 2
 
 /* How this build measures a variant (src/tuner/evaluator.c: 2 warm-ups;
- * per repeat an L2 flush, a 20 µs pause, and one launch between CUDA
- * events; the median of 5..200 repeats within 10 ms of kernel time). Part
- * of every record's provenance: bump the "/N" when the method changes, and
- * older records stop being exact. /2 added the pause. */
-#define TUNED__MEASURE_POLICY "l2flush-settle-events-median/2"
+ * per repeat an L2 flush, a 100 µs pause, and one launch between CUDA
+ * events, each repeat waited for before the next is queued; the median of
+ * 5..200 repeats within 10 ms of kernel time). Part of every record's
+ * provenance: bump the "/N" when the method changes, and older records
+ * stop being exact. /2 added the pause; /3 made repeats serial. */
+#define TUNED__MEASURE_POLICY "l2flush-settle-events-median/3"
 
 /* Kernel ids in keys; stable forever once shipped. */
 enum { TUNED__KERNEL_SOFTMAX = 1 };

@@ -15,7 +15,7 @@ import tempfile
 
 TUNED = sys.argv[1]
 SRC = sys.argv[2] if len(sys.argv) > 2 else "."
-POLICY = "l2flush-settle-events-median/2"
+POLICY = "l2flush-settle-events-median/3"
 failures = 0
 
 

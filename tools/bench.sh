@@ -31,7 +31,7 @@ device="$("$tuned" devices | head -n 1)"
     echo "- date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
     echo "- device: $device"
     echo "- command: tools/bench.sh OUT $name ${shapes[*]} (tuned --shape S --dtype D, fresh store, then tuned get)"
-    echo "- timing: median of CUDA-event times, L2 flushed (memset of 2x L2, then a 20 µs pause) before every launch"
+    echo "- timing: median of CUDA-event times, L2 flushed (memset of 2x L2, then a 100 µs pause) before every launch, each repeat run alone"
     echo
     echo "| shape | dtype | winner | µs | GB/s | copy µs | % of copy | variants | tune s |"
     echo "|---|---|---|---|---|---|---|---|---|"

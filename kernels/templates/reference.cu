@@ -203,9 +203,9 @@ extern "C" __global__ void tuned_l2_normal(const unsigned char *p, long long byt
 /* One thread spins until ns nanoseconds of the GPU's global timer have
  * passed. The evaluator runs it between each timing's flush and the start
  * event, as bench/bench_torch.py does: launched right behind the memset
- * flush, a few-µs kernel's time depended on its launch shape (measured on
- * the H200, 32x128 fp16: one variant 0.7 µs slower than after any pause of
- * 2 to 100 µs, another 0.4 µs faster), and the tune ranked variants by that
+ * flush, a few-us kernel's time depended on its launch shape (measured on
+ * the H200, 32x128 fp16: one variant 0.7 us slower than after any pause of
+ * 2 to 100 us, another 0.4 us faster), and the tune ranked variants by that
  * artefact. */
 extern "C" __global__ void tuned_settle(long long ns)
 {

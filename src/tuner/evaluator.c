@@ -55,7 +55,8 @@ void tuned__eval_opts_default(tuned__eval_opts *o)
     o->budget_ms = 10.0;
     o->min_reps = 5;
     o->max_reps = 200;
-    o->settle_us = 20.0;
+    o->settle_us = 100.0;
+    o->serial = true;
     o->compile_timeout_s = 120.0;
 }
 

@@ -7,8 +7,8 @@
  * never timed. Timing: warm-up, then for each repeat an L2 flush (every
  * line of x and y set back to normal eviction priority, then a memset of
  * twice the L2, then a pause of settle_us with the GPU spinning), CUDA
- * events around one launch; the median over a time
- * budget. The device-to-device copy of the same bytes is timed the same way
+ * events around one launch, each repeat run alone (serial); the median
+ * over a time budget. The device-to-device copy of the same bytes is timed the same way
  * and is the roofline every variant is compared with. */
 #ifndef TUNED_TUNER_EVALUATOR_H
 #define TUNED_TUNER_EVALUATOR_H
@@ -26,10 +26,12 @@ typedef struct tuned__eval_opts {
                                 the L2 flush before each launch adds about as much) */
     int min_reps, max_reps;  /* repeats per variant (defaults 5 and 200) */
     double settle_us;        /* pause between each flush and the timed launch,
-                                the GPU spinning (default 20; 0: none) */
+                                the GPU spinning (default 100; 0: none) */
     bool serial;             /* each repeat enqueued only after the last one ran
-                                (the GPU idles meanwhile, as in bench_torch.py);
-                                default false: repeats queued in batches */
+                                (default true, as in bench_torch.py: the GPU idles
+                                while the host waits, and the pause wakes it);
+                                false: repeats queued in batches, which on the
+                                H100 timed few-µs kernels 0.7-1 µs slower */
     int compile_threads;     /* parallel NVRTC compiles; 0: one per core */
     double compile_timeout_s; /* a variant not compiled by then is given up
                                  (status timeout); 0: no limit (default 120) */
