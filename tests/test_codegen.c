@@ -16,7 +16,7 @@ static void expected_ops(const tuned__config *c, tuned_dtype dtype, char *ld, si
                          size_t ns)
 {
     static const char *const ld_ops[] = {"ld.global", "ld.global.nc", "ld.global.cs",
-                                         "ld.global.L2::cache_hint", "ld.global"};
+                                         "ld.global.L2::cache_hint"};
     static const char *const st_ops[] = {"st.global", "st.global.cs"};
     unsigned bytes = c->vec * (unsigned)tuned_dtype_size(dtype);
     const char *suffix = bytes == 16 ? ".v4.u32" : bytes == 8 ? ".v2.u32" : bytes == 4 ? ".u32"
@@ -52,12 +52,6 @@ static void check_rows_ptx(const tuned__config *c, const tuned__shape *s, const 
                "%s: no evict_last policy in PTX", name);
     if (c->ld != TUNED__LD_NC)
         EXPECT(strstr(ptx, "ld.global.nc") == NULL, "%s: unexpected .nc load", name);
-    /* ld=pf: the row's first thread asks for the row T_MIN_BLOCKS blocks
-     * on each SM (%nsmid) further on. */
-    bool prefetch = strstr(ptx, "cp.async.bulk.prefetch.L2.global") != NULL &&
-                    strstr(ptx, "%nsmid") != NULL;
-    EXPECT(prefetch == (c->ld == TUNED__LD_PF), "%s: the next wave's prefetch is %s", name,
-           prefetch ? "there" : "missing");
     if (c->st != TUNED__ST_CS)
         EXPECT(strstr(ptx, "st.global.cs") == NULL, "%s: unexpected .cs store", name);
     /* The one-round reduction halves the cluster's barriers: an exchange
@@ -129,8 +123,7 @@ static void check_variant(const tuned__nvrtc *n, const tuned__config *c, const t
                "%s: no distributed shared memory exchange in PTX", name);
     tuned__blob_free(&ptx);
     /* Clusters and the bulk copy engine exist from sm_90 on. */
-    bool sm90 = c->cluster > 1 || c->family == TUNED__FAMILY_TMA || c->ld == TUNED__LD_PF;
-    for (int arch = sm90 ? 90 : 80; arch <= 90;
+    for (int arch = c->cluster > 1 || c->family == TUNED__FAMILY_TMA ? 90 : 80; arch <= 90;
          arch += 10) {
         tuned__blob cubin;
         if (tuned__nvrtc_compile(n, src, name, arch, TUNED__NVRTC_CUBIN, &cubin, &e) != 0) {
@@ -215,31 +208,6 @@ int main(void)
             EXPECT(tuned__config_parse(ex_configs[i], &c, &e) == 0, "%s", e.msg);
             check_variant(n, &c, &s);
             compiled++;
-        }
-    /* The next wave's prefetch in every dtype and register mode, one row
-     * a block and several, aligned rows and not; refused before sm_90. */
-    static const char *const pf_configs[] = {"w32.r1.c1.m1.v4.ld=pf.st=def.reg=f32.red=fused",
-                                             "w4.r4.c1.m2.v8.ld=pf.st=cs.reg=pk",
-                                             "w16.r1.c1.m1.v8.ld=pf.st=def.reg=ex"};
-    for (int dt = TUNED_FP16; dt <= TUNED_FP32; dt++)
-        for (size_t i = 0; i < sizeof pf_configs / sizeof pf_configs[0]; i++) {
-            tuned__config c;
-            tuned__shape s = {(tuned_dtype)dt, 4096, i == 1 ? 4097 : 32000};
-            EXPECT(tuned__config_parse(pf_configs[i], &c, &e) == 0, "%s", e.msg);
-            if (c.reg != TUNED__REG_F32 && dt == TUNED_FP32)
-                c.reg = TUNED__REG_F32, c.vec = 4;
-            check_variant(n, &c, &s);
-            compiled++;
-            if (dt == TUNED_FP32 && i == 0) {
-                char *pf_src = NULL;
-                tuned__blob old;
-                EXPECT(tuned__source_softmax(&c, &s, NULL, &pf_src, &e) == 0, "%s", e.msg);
-                EXPECT(pf_src != NULL && tuned__nvrtc_compile(n, pf_src, "pf", 80, TUNED__NVRTC_CUBIN,
-                                                              &old, &e) == TUNED_ECOMPILE &&
-                           strstr(e.msg, "sm_90") != NULL,
-                       "ld=pf compiled for sm_80: %s", e.msg);
-                free(pf_src);
-            }
         }
     /* The staged family in every dtype, sampled or not. */
     for (int dt = TUNED_FP16; dt <= TUNED_FP32; dt++) {

@@ -293,38 +293,6 @@ static void grid_split(void)
         ex += sp.valid[i].reg == TUNED__REG_EX;
     }
     EXPECT(ex > 0, "no 16-bit exp variants for fp16");
-    /* The prefetch of the next wave's rows: whole rows, sm_90, and only
-     * where rows are left beyond the first wave. */
-    EXPECT(tuned__config_parse("w32.r1.c1.m1.v8.ld=pf.st=def.reg=pk.red=fused", &c, &e) == 0 &&
-               tuned__space_valid(&sp, &c, why, sizeof why),
-           "w32.ld=pf on 4096x32000: %s", why);
-    size_t pf = 0;
-    for (size_t i = 0; i < sp.count; i++)
-        if (sp.valid[i].ld == TUNED__LD_PF) {
-            pf++;
-            EXPECT(sp.valid[i].cluster == 1 && sp.valid[i].family == TUNED__FAMILY_ROWS,
-                   "ld=pf with a cluster of %u", sp.valid[i].cluster);
-        }
-    EXPECT(pf > 0, "no ld=pf variants for 4096x32000");
-    c.cluster = 2;
-    EXPECT(!tuned__space_valid(&sp, &c, why, sizeof why) && strstr(why, "ld=pf"),
-           "ld=pf with a cluster accepted (%s)", why);
-    c.cluster = 1;
-    tuned__space_free(&sp);
-    EXPECT(tuned__space_init(&sp, &s, 80, 108, &e) == 0, "%s", e.msg);
-    EXPECT(!tuned__space_valid(&sp, &c, why, sizeof why) && strstr(why, "sm_90"),
-           "ld=pf on sm_80 accepted (%s)", why);
-    tuned__space_free(&sp);
-    s = (tuned__shape){TUNED_FP16, 132, 32000};
-    EXPECT(tuned__space_init(&sp, &s, 90, 132, &e) == 0, "%s", e.msg);
-    EXPECT(!tuned__space_valid(&sp, &c, why, sizeof why) && strstr(why, "first wave"),
-           "ld=pf on one wave of rows accepted (%s)", why);
-    c.minb = 2, c.warps = 16;
-    s.rows = 133;
-    tuned__space_free(&sp);
-    EXPECT(tuned__space_init(&sp, &s, 90, 132, &e) == 0, "%s", e.msg);
-    EXPECT(!tuned__space_valid(&sp, &c, why, sizeof why) && strstr(why, "first wave"),
-           "ld=pf at 2 blocks a SM on 133 rows accepted (%s)", why);
     tuned__space_free(&sp);
     /* exp kept as 16-bit needs a 16-bit dtype and words to pack into. */
     s = (tuned__shape){TUNED_FP32, 4096, 32000};

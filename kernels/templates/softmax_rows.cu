@@ -38,10 +38,7 @@
  *   T_MIN_BLOCKS blocks per SM the registers must leave room for (1, 2, 4)
  *   T_VEC        elements per vector access (T_VEC * element size <= 16 bytes)
  *   T_ITERS      vector accesses per thread per row (from the column count)
- *   T_LD         0 ld.global, 1 .nc, 2 .cs (evict-first), 3 L2 evict_last policy,
- *                4 ld.global, and each row's first thread asks the L2 for the
- *                row a block of the next wave will read (cp.async.bulk.prefetch,
- *                sm_90; one block a row or a few, no cluster or grid split)
+ *   T_LD         0 ld.global, 1 .nc, 2 .cs (evict-first), 3 L2 evict_last policy
  *   T_ST         0 st.global, 1 .cs (evict-first)
  *   T_REG_PACKED 0: keep fp32 values; 1: keep the loaded words, convert on use
  *                (the maximum then taken on the packed pairs: max.f16x2 or
@@ -79,7 +76,7 @@
 
 /* ---- loads and stores with the variant's cache hints ---- */
 
-#if T_LD == 0 || T_LD == 4
+#if T_LD == 0
 #define LD_OP "ld.global"
 #define LD_POLICY_ARG
 #elif T_LD == 1
@@ -91,13 +88,6 @@
 #else
 #define LD_OP "ld.global.L2::cache_hint"
 #define LD_POLICY_ARG , "l"(policy)
-#endif
-
-#if T_LD == 4 && (T_CLUSTER > 1 || T_GRID > 1)
-#error "T_LD 4 prefetches whole rows: no cluster or grid split"
-#endif
-#if T_LD == 4 && defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
-#error "T_LD 4 prefetches with cp.async.bulk: sm_90 and newer"
 #endif
 
 #if T_LD == 3
@@ -118,33 +108,6 @@ __device__ __forceinline__ u64 make_policy()
 #endif
     return policy;
 }
-
-#if T_LD == 4
-/* With one block holding a row (or a few) to the end, an SM's memory pipe
- * idles while the block reduces and, more so, when the last wave runs on a
- * few SMs. The row this block's successor on the SM will read (T_MIN_BLOCKS
- * blocks a SM over %nsmid SMs make a wave) is asked into L2 by the copy
- * engine once this block's own loads are issued; the successor then reads
- * it at L2 latency. A prefetch is only a hint: nothing depends on it. */
-__device__ __forceinline__ void prefetch_next_wave(const unsigned char *x, long long row,
-                                                   long long rows, int cols,
-                                                   long long row_stride)
-{
-    u32 sms;
-    asm("mov.u32 %0, %%nsmid;" : "=r"(sms));
-    const long long next = row + (long long)sms * T_MIN_BLOCKS * T_ROWS;
-    if (next >= rows)
-        return;
-    /* Whole 16-byte units around the row: never past its page. */
-    const u64 start = (u64)(x + next * row_stride * ESIZE) & ~(u64)15;
-    const u64 end = ((u64)(x + (next * row_stride + cols) * ESIZE) + 15) & ~(u64)15;
-    for (u64 p = start; p < end; p += 1u << 30) {
-        const u64 left = end - p;
-        const u32 bytes = left < (1u << 30) ? (u32)left : 1u << 30;
-        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" : : "l"(p), "r"(bytes) : "memory");
-    }
-}
-#endif
 
 /* One element's bits from address p. */
 __device__ __forceinline__ u32 load_elem(const unsigned char *p, u64 policy)
@@ -528,11 +491,6 @@ tuned_softmax_rows(const unsigned char *x, unsigned char *y, long long rows, int
             }
         }
     }
-
-#if T_LD == 4
-    if (lane == 0 && active)
-        prefetch_next_wave(x, row, rows, cols, row_stride);
-#endif
 
 #if !T_REG_PACKED
     float v[T_ITERS][T_VEC];

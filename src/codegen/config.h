@@ -31,8 +31,6 @@ enum {
     TUNED__LD_NC,      /* ld.global.nc: read-only path */
     TUNED__LD_CS,      /* ld.global.cs: evict-first, streaming */
     TUNED__LD_EL,      /* ld.global.L2::cache_hint with an L2 evict_last policy */
-    TUNED__LD_PF,      /* ld.global, and the row a block of the next wave will
-                          read asked into L2 (cp.async.bulk.prefetch, sm_90) */
     TUNED__LD_COUNT
 };
 

@@ -118,18 +118,6 @@ bool tuned__space_valid(const tuned__space *sp, const tuned__config *c, char *wh
      * every timing after it and would crowd the caller's own data out. */
     if (c->ld == TUNED__LD_EL)
         return why_not(why, n, "ld=el keeps the input in L2 after the kernel: not searched");
-    if (c->ld == TUNED__LD_PF) {
-        if (sp->arch < 90)
-            return why_not(why, n, "ld=pf prefetches with cp.async.bulk, which needs sm_90");
-        if (c->cluster > 1 || c->grid > 1)
-            return why_not(why, n, "ld=pf prefetches whole rows: no cluster or grid split");
-        /* Rows a wave of resident blocks holds; the kernel prefetches
-         * that far ahead (T_MIN_BLOCKS blocks a SM, the occupancy asked for). */
-        uint64_t wave = (uint64_t)(sp->sms > 0 ? sp->sms : 1) * c->minb * c->rows;
-        if (rows <= wave)
-            return why_not(why, n, "ld=pf: all %llu rows are in the first wave of %llu",
-                           (unsigned long long)rows, (unsigned long long)wave);
-    }
     if (c->reg != TUNED__REG_F32 && (esize != 2 || c->vec * esize < 4))
         return why_not(why, n, "packed registers need a 16-bit dtype and vectors of 4+ bytes");
     bool head_free = tuned__config_head_free(c, cols);
