@@ -16,6 +16,7 @@
 typedef struct synthetic {
     size_t calls;      /* configs evaluated, finalists' rounds included */
     size_t fail_after; /* fatal error after this many (0: never) */
+    bool noisy;        /* st=cs 0.3 us faster; ld=nc +4 us on every other call */
 } synthetic;
 
 /* A bowl with its minimum at w8 r2 c1 m1 v4 reg=f32 red=split (rows
@@ -41,7 +42,11 @@ static int run(void *ctx, const tuned__config *cfgs, size_t n, tuned__eval_resul
             return tuned__errf(e, TUNED_ECUDA, "cuda: planted fatal error");
         s->calls++;
         out[i].status = TUNED__EVAL_OK;
-        out[i].median_us = out[i].p20_us = out[i].p80_us = synthetic_us(&cfgs[i]);
+        double us = synthetic_us(&cfgs[i]);
+        if (s->noisy && cfgs[i].family == TUNED__FAMILY_ROWS)
+            us += (cfgs[i].st == TUNED__ST_CS ? -0.3 : 0.0) +
+                  (cfgs[i].ld == TUNED__LD_NC && s->calls % 2 ? 4.0 : 0.0);
+        out[i].median_us = out[i].p20_us = out[i].p80_us = us;
     }
     return 0;
 }
@@ -178,6 +183,24 @@ int main(void)
     sibling.shape.dtype = TUNED_FP32;
     EXPECT(tuned__tune_on(&b, &g, &sibling, NULL, NULL, &warm, &e) == 0, "fp32: %s", e.msg);
     EXPECT(warm.warm_seeds == 0, "fp32 warm seeds %zu", warm.warm_seeds);
+
+    /* A finalist slower in every round loses to the fastest even when it
+     * is simpler and a noisy third finalist makes the spread large (the
+     * rule before took the simplest within the largest spread: st=def). */
+    synthetic noisy = {.noisy = true};
+    tuned__tune_backend bn = {.run = run, .ctx = &noisy, .copy_us = 90.0};
+    tuned__tune_request shaky = r;
+    shaky.shape.cols = 8192;
+    tuned__tune_outcome sh;
+    EXPECT(tuned__tune_on(&bn, &g, &shaky, NULL, NULL, &sh, &e) == 0, "noisy: %s", e.msg);
+    {
+        char t[TUNED__CONFIG_TEXT];
+        tuned__config_format(&sh.search.best, t, sizeof t);
+        EXPECT(sh.search.best.st == TUNED__ST_CS && fabs(sh.search.best_us - 99.7) < 1e-9 &&
+                   sh.noise > 0.01,
+               "noisy finalists: %s at %.2f us won (noise %.3f), want st=cs at 99.70", t,
+               sh.search.best_us, sh.noise);
+    }
 
     /* A fatal error stops the tune; what was measured before it is kept. */
     synthetic dying = {.fail_after = 25};

@@ -51,9 +51,9 @@ typedef struct tuned__tune_outcome {
  *
  * After the search, the finalists (correct configs within a few percent of
  * the best) are timed again, interleaved, several rounds; the fastest by
- * the median of its rounds wins, unless a simpler config is within the
- * measured noise of it, so that two runs on two identical GPUs pick the
- * same winner. */
+ * the median of its rounds wins, unless a simpler config's times overlap
+ * its times (its fastest round no slower than the winner's slowest), so
+ * that two runs on two identical GPUs pick the same winner among ties. */
 int tuned__tune(const tuned__driver *d, const tuned__nvrtc *n, const tuned__tune_request *r,
                 tuned__tune_progress_fn progress, void *ctx, tuned__tune_outcome *out,
                 tuned__err *e);
