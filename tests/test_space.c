@@ -147,14 +147,6 @@ static void constraints(void)
                t.family == TUNED__FAMILY_TMA && t.stages == 3 && t.cluster == 2,
            "tma parse: %s", e.msg);
     EXPECT(tuned__config_parse("tma.w16.c2.s5.st=cs", &t, &e) == TUNED_EINVAL, "5 stages parsed");
-    char text[TUNED__CONFIG_TEXT];
-    EXPECT(tuned__config_parse("tma.w32.c1.s1.st=def.hold", &t, &e) == 0 && t.hold == 1,
-           "tma .hold parse: %s", e.msg);
-    tuned__config_format(&t, text, sizeof text);
-    EXPECT(strcmp(text, "tma.w32.c1.s1.st=def.hold") == 0, "tma .hold formats as %s", text);
-    EXPECT(tuned__config_parse("tma.w32.c1.s1.st=def.held", &t, &e) == TUNED_EINVAL &&
-               strstr(e.msg, "'held'") != NULL,
-           "tma .held parsed: %s", e.msg);
     s = (tuned__shape){TUNED_FP16, 4096, 32000};
     EXPECT(tuned__space_init(&sp, &s, 90, 132, &e) == 0, "%s", e.msg);
     size_t tma = 0;
@@ -165,28 +157,6 @@ static void constraints(void)
                         .minb = 1, .stages = 4};
     EXPECT(!tuned__space_valid(&sp, &t, why, sizeof why) && strstr(why, "shared memory"),
            "4 stages of 64000 bytes accepted: %s", why);
-    /* Rows held in registers from one stage: a 128 KB fp32 row over 32
-     * warps is 8 units (32 registers) a thread; over 4 warps 63 (252). */
-    tuned__shape f32 = {TUNED_FP32, 4096, 32000};
-    tuned__space held_sp;
-    EXPECT(tuned__space_init(&held_sp, &f32, 90, 132, &e) == 0, "%s", e.msg);
-    tuned__config h;
-    EXPECT(tuned__config_parse("tma.w32.c1.s1.st=def.hold", &h, &e) == 0 &&
-               tuned__space_valid(&held_sp, &h, why, sizeof why),
-           "tma.w32.c1.s1.hold on 4096x32000 fp32: %s", why);
-    h.warps = 4;
-    EXPECT(!tuned__space_valid(&held_sp, &h, why, sizeof why) && strstr(why, "holding a row"),
-           "a 128 KB row held by 4 warps accepted (%s)", why);
-    size_t holds = 0;
-    for (size_t i = 0; i < held_sp.count; i++)
-        holds += held_sp.valid[i].hold;
-    EXPECT(holds > 0, "no held tma variants for 4096x32000 fp32");
-    tuned__config seeds[48];
-    size_t ns = tuned__space_seeds(&held_sp, seeds, 48), held_seeds = 0;
-    for (size_t i = 0; i < ns; i++)
-        held_seeds += seeds[i].family == TUNED__FAMILY_TMA && seeds[i].hold;
-    EXPECT(held_seeds == 1, "%zu held tma seeds for 4096x32000 fp32", held_seeds);
-    tuned__space_free(&held_sp);
     tuned__space_free(&sp);
     s = (tuned__shape){TUNED_FP16, 4096, 1024};
     EXPECT(tuned__space_init(&sp, &s, 90, 132, &e) == 0, "%s", e.msg);
@@ -234,8 +204,7 @@ static void moves(void)
                           (nb[k].reg != x.reg) + (nb[k].red != x.red && nb[k].grid == x.grid) +
                           (nb[k].warps != x.warps || nb[k].rows != x.rows ||
                            nb[k].cluster != x.cluster || nb[k].grid != x.grid) +
-                          (nb[k].minb != x.minb) + (nb[k].stages != x.stages) +
-                          (nb[k].hold != x.hold);
+                          (nb[k].minb != x.minb) + (nb[k].stages != x.stages);
             EXPECT(changed == 1, "neighbour changes %d parameters", changed);
         }
     }

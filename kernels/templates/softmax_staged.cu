@@ -11,12 +11,7 @@
  * body of a row goes through the copy engine; the few elements before and
  * after it (rows need not start on 16 bytes) are loaded directly. With a
  * cluster, each block takes a contiguous slice of every row and the (max,
- * sum) pair is exchanged through distributed shared memory. With T_HOLD,
- * each thread copies its units of a row from the stage into registers as
- * soon as the row lands and the stage is refilled at once, so one more row
- * is in flight (one stage of a 128 KB row fits shared memory, two do not):
- * the SM reads the next row while it reduces and writes this one, from
- * registers, where the stage would otherwise be read three times.
+ * sum) pair is exchanged through distributed shared memory.
  *
  * Variants (codegen prepends the defines, then softmax_common.cu):
  *   T_DTYPE       0 fp16, 1 bf16, 2 fp32 (math is always fp32)
@@ -25,9 +20,6 @@
  *   T_STAGES      rows in flight per block: 1 .. 4
  *   T_STAGE_BYTES bytes of one stage (the largest slice of a row body)
  *   T_ST          0 st.global, 1 .cs (evict-first)
- *   T_HOLD        1: rows held in registers, the stage refilled at once
- *   T_HOLD_UNITS  with T_HOLD: 16-byte units a thread holds (the stage's
- *                 units over the block's threads, rounded up)
  *
  * Semantics as softmax_rows.cu (torch.softmax on the last dimension).
  * Checked against: the float64 reference in reference.cu, like every family. */
@@ -116,44 +108,6 @@ __device__ __forceinline__ void bulk_copy(u32 dst, const unsigned char *src, u32
     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes"
                  " [%0], [%1], %2, [%3];"
                  : : "r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
-}
-
-/* ---- a thread's units of a row: held in registers or read from the stage ---- */
-
-#define HOLD_SLOTS (T_HOLD ? T_HOLD_UNITS : 1)
-
-/* Copies this thread's units of the stage into held. */
-__device__ __forceinline__ void hold_units(u32 stage, u32 units, u32 (&held)[HOLD_SLOTS][4])
-{
-#pragma unroll
-    for (int j = 0; j < HOLD_SLOTS; j++) {
-        const u32 u = threadIdx.x + j * THREADS;
-        if (u < units)
-            load_unit_shared(stage + u * 16, held[j]);
-    }
-}
-
-/* Calls f(u, w) for each of this thread's units u (w: its four words). */
-template <typename F>
-__device__ __forceinline__ void for_units(u32 stage, u32 units, const u32 (&held)[HOLD_SLOTS][4],
-                                          F f)
-{
-#if T_HOLD
-    (void)stage;
-#pragma unroll
-    for (int j = 0; j < T_HOLD_UNITS; j++) {
-        const u32 u = threadIdx.x + j * THREADS;
-        if (u < units)
-            f(u, held[j]);
-    }
-#else
-    (void)held;
-    for (u32 u = threadIdx.x; u < units; u += THREADS) {
-        u32 w[4];
-        load_unit_shared(stage + u * 16, w);
-        f(u, w);
-    }
-#endif
 }
 
 /* ---- reductions over the block and the cluster ---- */
@@ -275,34 +229,26 @@ tuned_softmax_staged(const unsigned char *x, unsigned char *y, long long rows, i
         const float head_v = has_head ? bits_to_float(load_elem(s.xr + threadIdx.x * ESIZE)) : neg_inf;
         const float tail_v = has_tail ? bits_to_float(load_elem(s.xr + tail_off)) : neg_inf;
         mbar_wait(bar0 + 8 * st, (u32)((k / T_STAGES) & 1));
-        const long long next = row + (long long)T_STAGES * groups;
-        u32 held[HOLD_SLOTS][4];
-#if T_HOLD
-        /* The row into registers; once every thread has its part, the
-         * stage takes a later row while this one is reduced and written. */
-        hold_units(stage, s.units, held);
-        __syncthreads();
-        if (threadIdx.x == 0 && next < rows) {
-            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-            issue_row(slice_of(x, y, next, cols, row_stride, rank), stage, bar0 + 8 * st);
-        }
-#endif
 
         float max = fmaxf(head_v, tail_v);
-        for_units(stage, s.units, held, [&](u32, const u32 (&w)[4]) {
+        for (u32 u = threadIdx.x; u < s.units; u += THREADS) {
+            u32 w[4];
+            load_unit_shared(stage + u * 16, w);
 #pragma unroll
             for (int e = 0; e < PER_UNIT; e++)
                 max = fmaxf(max, unit_float(w, e));
-        });
+        }
         max = block_reduce(max, partial_max, &exchange_max[k & 1], MaxOp());
 
         float sum = (has_head ? exp_shifted(head_v, max) : 0.0f) +
                     (has_tail ? exp_shifted(tail_v, max) : 0.0f);
-        for_units(stage, s.units, held, [&](u32, const u32 (&w)[4]) {
+        for (u32 u = threadIdx.x; u < s.units; u += THREADS) {
+            u32 w[4];
+            load_unit_shared(stage + u * 16, w);
 #pragma unroll
             for (int e = 0; e < PER_UNIT; e++)
                 sum += exp_shifted(unit_float(w, e), max);
-        });
+        }
         sum = block_reduce(sum, partial_sum, &exchange_sum[k & 1], SumOp());
         const float inv = __frcp_rn(sum);
 
@@ -314,8 +260,9 @@ tuned_softmax_staged(const unsigned char *x, unsigned char *y, long long rows, i
          * offset inside 16 bytes; otherwise it is written element by element. */
         unsigned char *ybody = s.yr + (s.body - s.xr);
         const bool y_aligned = ((u64)ybody & 15) == 0;
-        for_units(stage, s.units, held, [&](u32 u, const u32 (&w)[4]) {
-            u32 out[4] = {0, 0, 0, 0};
+        for (u32 u = threadIdx.x; u < s.units; u += THREADS) {
+            u32 w[4], out[4] = {0, 0, 0, 0};
+            load_unit_shared(stage + u * 16, w);
 #if ESIZE == 2
 #pragma unroll
             for (int e = 0; e < PER_UNIT; e += 2)
@@ -334,15 +281,14 @@ tuned_softmax_staged(const unsigned char *x, unsigned char *y, long long rows, i
                 for (int e = 0; e < PER_UNIT; e++)
                     store_elem(dst + e * ESIZE, unit_elem(out, e));
             }
-        });
-#if !T_HOLD
+        }
         /* Every thread is done with this stage: refill it with a later row. */
         __syncthreads();
+        const long long next = row + (long long)T_STAGES * groups;
         if (threadIdx.x == 0 && next < rows) {
             asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
             issue_row(slice_of(x, y, next, cols, row_stride, rank), stage, bar0 + 8 * st);
         }
-#endif
     }
 #if T_CLUSTER > 1
     /* No block may exit while another still reads its shared memory. */

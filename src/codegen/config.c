@@ -35,8 +35,8 @@ const char *tuned__red_name(unsigned red)
 void tuned__config_format(const tuned__config *c, char *buf, size_t n)
 {
     if (c->family == TUNED__FAMILY_TMA) {
-        snprintf(buf, n, "tma.w%u.c%u.s%u.st=%s%s", c->warps, c->cluster, c->stages,
-                 tuned__st_name(c->st), c->hold ? ".hold" : "");
+        snprintf(buf, n, "tma.w%u.c%u.s%u.st=%s", c->warps, c->cluster, c->stages,
+                 tuned__st_name(c->st));
         return;
     }
     /* The two-round reduction predates the field: leaving it out keeps
@@ -102,24 +102,21 @@ static int parse_named_field(const char *field, const char *prefix, const char *
                        prefix, allowed);
 }
 
-/* "tma.w16.c2.s3.st=cs", "tma.w32.c1.s1.st=def.hold" */
+/* "tma.w16.c2.s3.st=cs" */
 static int parse_tma(const char *text, char *rest, tuned__config *out, tuned__err *e)
 {
     char *fields[5];
     size_t nf = 0;
     char *save = NULL;
     for (char *f = strtok_r(rest, ".", &save); f != NULL; f = strtok_r(NULL, ".", &save)) {
-        if (nf == 5)
+        if (nf == 4)
             return tuned__errf(e, TUNED_EINVAL, "config '%s': too many fields", text);
         fields[nf++] = f;
     }
-    if (nf != 4 && nf != 5)
+    if (nf != 4)
         return tuned__errf(e, TUNED_EINVAL,
-                           "config '%s': expected 4 fields after tma., like tma.w16.c2.s3.st=cs, "
-                           "and .hold optionally",
+                           "config '%s': expected 4 fields after tma., like tma.w16.c2.s3.st=cs",
                            text);
-    if (nf == 5 && strcmp(fields[4], "hold") != 0)
-        return tuned__errf(e, TUNED_EINVAL, "config '%s': '%s' is not 'hold'", text, fields[4]);
     tuned__config c = {.family = TUNED__FAMILY_TMA, .rows = 1, .minb = 1, .vec = 0};
     unsigned warps, cluster, stages;
     int rc;
@@ -131,7 +128,6 @@ static int parse_tma(const char *text, char *rest, tuned__config *out, tuned__er
     c.warps = (uint8_t)warps;
     c.cluster = (uint8_t)cluster;
     c.stages = (uint8_t)stages;
-    c.hold = nf == 5;
     *out = c;
     return 0;
 }
@@ -211,8 +207,7 @@ bool tuned__config_equal(const tuned__config *a, const tuned__config *b)
 {
     return a->family == b->family && a->warps == b->warps && a->rows == b->rows &&
            a->cluster == b->cluster && a->minb == b->minb && a->vec == b->vec && a->ld == b->ld && a->st == b->st &&
-           a->reg == b->reg && a->red == b->red && a->stages == b->stages && a->grid == b->grid &&
-           a->hold == b->hold;
+           a->reg == b->reg && a->red == b->red && a->stages == b->stages && a->grid == b->grid;
 }
 
 uint64_t tuned__config_iters(const tuned__config *c, uint64_t cols, bool head_free)

@@ -6,7 +6,7 @@
  * for the one-round reduction, absent for the default two rounds, and ".g128"
  * after it for a row split over 128 blocks of the grid) or "tma.w16.c2.s3.st=cs"
  * (family tma, whose unused fields are fixed: rows 1, minb 1, 16-byte
- * vectors, ld def, reg f32; ".hold" follows when rows are held in registers). Parsing that text back gives the same
+ * vectors, ld def, reg f32). Parsing that text back gives the same
  * config. Whether a config is valid for a shape and GPU is the tuner's
  * business (src/tuner/space.c); codegen only refuses what it cannot emit. */
 #ifndef TUNED_CODEGEN_CONFIG_H
@@ -79,9 +79,6 @@ typedef struct tuned__config {
     uint16_t grid;  /* rows family: blocks of the grid sharing one row through global memory,
                        2 .. TUNED__GRID_MAX (a cooperative launch, a workspace, the one-round
                        reduction, no cluster); 0: none. tma: 0 */
-    uint8_t hold;   /* tma: 1 = each thread copies its part of a row from the stage into
-                       registers as soon as the row lands, and the stage is refilled at
-                       once (text ".hold"): one more row in flight. rows family: 0 */
 } tuned__config;
 
 /* Most blocks of a row split over the grid. */

@@ -18,8 +18,6 @@
 /* Far beyond any register budget; keeps a corrupt config from
  * generating megabytes of unrolled code. */
 #define MAX_ITERS 256
-/* Likewise for the units a tma thread holds (4 registers each). */
-#define MAX_HOLD_UNITS 64
 
 const tuned__template *tuned__template_find(const char *name)
 {
@@ -56,14 +54,6 @@ size_t tuned__source_stage_bytes(const tuned__config *c, const tuned__shape *s)
     return (size_t)((per_block * 16 + 127) / 128 * 128);
 }
 
-size_t tuned__source_hold_units(const tuned__config *c, const tuned__shape *s)
-{
-    if (c->family != TUNED__FAMILY_TMA || !c->hold || c->warps == 0)
-        return 0;
-    size_t threads = c->warps * 32u;
-    return (tuned__source_stage_bytes(c, s) / 16 + threads - 1) / threads;
-}
-
 size_t tuned__source_dynamic_smem(const tuned__config *c, const tuned__shape *s)
 {
     return c->family == TUNED__FAMILY_TMA ? c->stages * tuned__source_stage_bytes(c, s) : 0;
@@ -81,14 +71,9 @@ static int staged_source(const tuned__config *c, const tuned__shape *s, const ch
 {
     if (c->warps < 1 || c->warps > 32 || (c->warps & (c->warps - 1)) != 0 || c->cluster < 1 ||
         c->cluster > 16 || (c->cluster & (c->cluster - 1)) != 0 || c->stages < 1 || c->grid != 0 ||
-        c->stages > 4 || c->st >= TUNED__ST_COUNT || c->hold > 1)
+        c->stages > 4 || c->st >= TUNED__ST_COUNT)
         return tuned__errf(e, TUNED_EINVAL, "codegen: softmax %s: bad warps, cluster or stages",
                            name);
-    size_t hold_units = tuned__source_hold_units(c, s);
-    if (hold_units > MAX_HOLD_UNITS)
-        return tuned__errf(e, TUNED_EINVAL,
-                           "codegen: softmax %s: %zu 16-byte units a thread to hold (at most %d)",
-                           name, hold_units, MAX_HOLD_UNITS);
     size_t smem = tuned__source_dynamic_smem(c, s);
     if (smem > TUNED__MAX_DYNAMIC_SMEM)
         return tuned__errf(e, TUNED_EINVAL,
@@ -98,11 +83,9 @@ static int staged_source(const tuned__config *c, const tuned__shape *s, const ch
     snprintf(defines, sizeof defines,
              "// tuned softmax variant %s for %s x %llu columns\n"
              "#define T_DTYPE %d\n#define T_WARPS %u\n#define T_CLUSTER %u\n#define T_STAGES %u\n"
-             "#define T_STAGE_BYTES %zu\n#define T_ST %u\n#define T_HOLD %u\n"
-             "#define T_HOLD_UNITS %zu\n",
+             "#define T_STAGE_BYTES %zu\n#define T_ST %u\n",
              name, tuned_dtype_name(s->dtype), (unsigned long long)s->cols, (int)s->dtype,
-             c->warps, c->cluster, c->stages, tuned__source_stage_bytes(c, s), c->st, c->hold,
-             hold_units);
+             c->warps, c->cluster, c->stages, tuned__source_stage_bytes(c, s), c->st);
     return join_source(defines, COMMON_TEMPLATE, "softmax_staged", out, e);
 }
 
@@ -153,9 +136,6 @@ int tuned__source_softmax(const tuned__config *c, const tuned__shape *s,
     if (c->family != TUNED__FAMILY_ROWS)
         return tuned__errf(e, TUNED_EINVAL, "codegen: softmax %s: unknown family %u", name,
                            c->family);
-    if (c->hold != 0)
-        return tuned__errf(e, TUNED_EINVAL,
-                           "codegen: softmax %s: only tma variants hold rows from a stage", name);
     /* Row groups must be aligned power-of-two lane ranges: the reductions'
      * xor shuffles stay inside them only then. */
     if (c->warps < 1 || c->warps > 32 || (c->warps & (c->warps - 1)) != 0 || c->rows < 1 ||

@@ -27,10 +27,6 @@ const char *tuned__source_entry(const tuned__config *c);
  * a row's 16-byte body one block of the cluster copies, rounded up to 128. */
 size_t tuned__source_stage_bytes(const tuned__config *c, const tuned__shape *s);
 
-/* 16-byte units of a stage each thread of a tma variant holds in
- * registers with .hold (0 without). */
-size_t tuned__source_hold_units(const tuned__config *c, const tuned__shape *s);
-
 /* Dynamic shared memory the variant launches with (0 for register rows). */
 size_t tuned__source_dynamic_smem(const tuned__config *c, const tuned__shape *s);
 

@@ -52,7 +52,7 @@ static bool tma_valid(const tuned__space *sp, const tuned__config *c, char *why,
     if (sp->arch < 90)
         return why_not(why, n, "the bulk copy engine needs sm_90");
     if (c->rows != 1 || c->minb != 1 || c->vec != 0 || c->ld != 0 || c->reg != 0 || c->red != 0 ||
-        c->grid != 0 || c->hold > 1)
+        c->grid != 0)
         return why_not(why, n, "tma variants fix rows, minb, vec, ld, reg, red and grid");
     if (!pow2_in(c->warps, 1, 32) || !pow2_in(c->cluster, 1, 16) || c->stages < 1 ||
         c->stages > 4 || c->st >= TUNED__ST_COUNT)
@@ -68,16 +68,6 @@ static bool tma_valid(const tuned__space *sp, const tuned__config *c, char *why,
     if (smem > TUNED__MAX_DYNAMIC_SMEM)
         return why_not(why, n, "%u stages of %zu bytes exceed shared memory", c->stages,
                        tuned__source_stage_bytes(c, &sp->shape));
-    /* Holding a row: 4 registers a 16-byte unit, within one block a SM's share. */
-    unsigned threads = c->warps * 32u;
-    unsigned budget = REGISTERS_PER_SM / threads;
-    if (budget > MAX_REGISTERS_PER_THREAD)
-        budget = MAX_REGISTERS_PER_THREAD;
-    uint64_t need = 4 * (uint64_t)tuned__source_hold_units(c, &sp->shape) + REGISTER_OVERHEAD;
-    if (c->hold && need > budget)
-        return why_not(why, n, "holding a row needs about %llu registers per thread, %u "
-                               "threads allow %u",
-                       (unsigned long long)need, threads, budget);
     return true;
 }
 
@@ -87,8 +77,8 @@ bool tuned__space_valid(const tuned__space *sp, const tuned__config *c, char *wh
     uint64_t cols = sp->shape.cols, rows = sp->shape.rows;
     if (c->family == TUNED__FAMILY_TMA)
         return tma_valid(sp, c, why, n);
-    if (c->family != TUNED__FAMILY_ROWS || c->stages != 0 || c->hold != 0)
-        return why_not(why, n, "unknown family %u, or stages or hold outside tma", c->family);
+    if (c->family != TUNED__FAMILY_ROWS || c->stages != 0)
+        return why_not(why, n, "unknown family %u", c->family);
     if (!pow2_in(c->warps, 1, 32))
         return why_not(why, n, "warps must be 1, 2, 4, 8, 16 or 32");
     if (!pow2_in(c->rows, 1, 32u * c->warps) || c->rows > MAX_ROWS_PER_BLOCK)
@@ -176,7 +166,7 @@ int tuned__space_init(tuned__space *sp, const tuned__shape *shape, int arch, int
     /* warps x rows x cluster x minb x vec x hints x register modes x reductions */
     size_t cap = 6 * 9 * 5 * 3 * 4 * TUNED__LD_COUNT * TUNED__ST_COUNT * TUNED__REG_COUNT *
                      TUNED__RED_COUNT +
-                 6 * 5 * 4 * TUNED__ST_COUNT * 2 +
+                 6 * 5 * 4 * TUNED__ST_COUNT +
                  /* grid splits: warps x splits x minb x vec x hints x register modes */
                  6 * 8 * 3 * 4 * TUNED__LD_COUNT * TUNED__ST_COUNT * TUNED__REG_COUNT;
     sp->valid = malloc(cap * sizeof *sp->valid);
@@ -218,15 +208,13 @@ int tuned__space_init(tuned__space *sp, const tuned__shape *shape, int arch, int
     for (unsigned w = 1; w <= 32; w *= 2)
         for (unsigned cl = 1; cl <= 16; cl *= 2)
             for (unsigned stages = 1; stages <= 4; stages++)
-                for (unsigned st = 0; st < TUNED__ST_COUNT; st++)
-                    for (unsigned hold = 0; hold <= 1; hold++) {
-                        tuned__config c = {.family = TUNED__FAMILY_TMA, .warps = (uint8_t)w,
-                                           .rows = 1, .cluster = (uint8_t)cl, .minb = 1,
-                                           .st = (uint8_t)st, .stages = (uint8_t)stages,
-                                           .hold = (uint8_t)hold};
-                        if (tuned__space_valid(sp, &c, NULL, 0) && sp->count < cap)
-                            sp->valid[sp->count++] = c;
-                    }
+                for (unsigned st = 0; st < TUNED__ST_COUNT; st++) {
+                    tuned__config c = {.family = TUNED__FAMILY_TMA, .warps = (uint8_t)w,
+                                       .rows = 1, .cluster = (uint8_t)cl, .minb = 1,
+                                       .st = (uint8_t)st, .stages = (uint8_t)stages};
+                    if (tuned__space_valid(sp, &c, NULL, 0) && sp->count < cap)
+                        sp->valid[sp->count++] = c;
+                }
     if (sp->count == 0) {
         char why[256];
         tuned__config widest = {
@@ -267,7 +255,7 @@ static void add_move(const tuned__space *sp, const tuned__config *c, tuned__conf
     (*n)++;
 }
 
-/* tma: warps, cluster and stages one step, the store hint and hold flipped. */
+/* tma: warps, cluster and stages one step, the store hint flipped. */
 static size_t tma_neighbors(const tuned__space *sp, const tuned__config *c, tuned__config *out,
                             size_t cap)
 {
@@ -285,8 +273,6 @@ static size_t tma_neighbors(const tuned__space *sp, const tuned__config *c, tune
         add_move(sp, &m, out, cap, &n);
     }
     m = *c, m.st = c->st == TUNED__ST_DEF ? TUNED__ST_CS : TUNED__ST_DEF;
-    add_move(sp, &m, out, cap, &n);
-    m = *c, m.hold = !c->hold;
     add_move(sp, &m, out, cap, &n);
     return n < cap ? n : cap;
 }
@@ -412,8 +398,7 @@ size_t tuned__space_seeds(const tuned__space *sp, tuned__config *out, size_t cap
                 add_move(sp, &c, out, cap, &n);
             }
     }
-    /* Streamed rows: 16 warps, as many stages as fit (up to 3); and held
-     * in registers by 32 warps, one stage. */
+    /* Streamed rows: 16 warps, as many stages as fit (up to 3). */
     for (unsigned cluster = 1; cluster <= 8; cluster *= 2)
         for (unsigned stages = 3; stages >= 1; stages--) {
             tuned__config c = {.family = TUNED__FAMILY_TMA, .warps = 16, .rows = 1,
@@ -424,8 +409,5 @@ size_t tuned__space_seeds(const tuned__space *sp, tuned__config *out, size_t cap
             if (n != before)
                 break;
         }
-    tuned__config held = {.family = TUNED__FAMILY_TMA, .warps = 32, .rows = 1, .cluster = 1,
-                          .minb = 1, .st = TUNED__ST_DEF, .stages = 1, .hold = 1};
-    add_move(sp, &held, out, cap, &n);
     return n < cap ? n : cap;
 }
