@@ -11,12 +11,13 @@
 
 #include "expect.h"
 
+static const char *const ld_ops[] = {"ld.global", "ld.global.nc", "ld.global.cs",
+                                     "ld.global.L2::cache_hint"};
+
 /* The PTX load/store instruction a config must produce for full vectors. */
 static void expected_ops(const tuned__config *c, tuned_dtype dtype, char *ld, size_t nl, char *st,
                          size_t ns)
 {
-    static const char *const ld_ops[] = {"ld.global", "ld.global.nc", "ld.global.cs",
-                                         "ld.global.L2::cache_hint"};
     static const char *const st_ops[] = {"st.global", "st.global.cs"};
     unsigned bytes = c->vec * (unsigned)tuned_dtype_size(dtype);
     const char *suffix = bytes == 16 ? ".v4.u32" : bytes == 8 ? ".v2.u32" : bytes == 4 ? ".u32"
@@ -46,6 +47,18 @@ static void check_rows_ptx(const tuned__config *c, const tuned__shape *s, const 
                tuned_dtype_name(s->dtype), ld);
         EXPECT(strstr(ptx, st) != NULL, "%s %s: PTX lacks '%s'", name,
                tuned_dtype_name(s->dtype), st);
+    }
+    /* Rows that start on a vector boundary: one vector load a pass and no
+     * element loads (the per-element path serves unaligned rows only). */
+    size_t esize = tuned_dtype_size(s->dtype);
+    if (tuned__source_head_free(c, s, NULL) && c->vec > 1) {
+        size_t iters = (size_t)tuned__config_iters(c, s->cols, true);
+        char elem[64];
+        snprintf(elem, sizeof elem, "%s%s ", ld_ops[c->ld], esize == 2 ? ".u16" : ".u32");
+        EXPECT(count(ptx, ld) == iters && count(ptx, elem) == 0,
+               "%s %s x %llu: %zu vector loads for %zu passes, %zu element loads", name,
+               tuned_dtype_name(s->dtype), (unsigned long long)s->cols, count(ptx, ld), iters,
+               count(ptx, elem));
     }
     if (c->ld == TUNED__LD_EL)
         EXPECT(strstr(ptx, "createpolicy.fractional.L2::evict_last") != NULL,

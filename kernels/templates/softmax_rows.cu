@@ -34,10 +34,15 @@
  *                parameters: the workspace and the launch's ticket, never 0)
  *   T_GRID_SLOTS slots of the workspace; launch t uses slot t % T_GRID_SLOTS
  *   T_HEAD_FREE  1 when every row starts on a vector boundary (aligned base
- *                pointers, columns a multiple of T_VEC): no partial head
+ *                pointers, columns a multiple of T_VEC): no partial head, and
+ *                every vector lies wholly inside its row or wholly past its
+ *                end, so an access is one predicated vector instruction, and
+ *                none at all where T_COLS shows every thread's slot inside
  *   T_MIN_BLOCKS blocks per SM the registers must leave room for (1, 2, 4)
  *   T_VEC        elements per vector access (T_VEC * element size <= 16 bytes)
  *   T_ITERS      vector accesses per thread per row (from the column count)
+ *   T_COLS       the column count the source is generated for; the kernel's
+ *                cols parameter must equal it (launchers pass the shape's)
  *   T_LD         0 ld.global, 1 .nc, 2 .cs (evict-first), 3 L2 evict_last policy
  *   T_ST         0 st.global, 1 .cs (evict-first)
  *   T_REG_PACKED 0: keep fp32 values; 1: keep the loaded words, convert on use
@@ -59,6 +64,9 @@
  * softmax by the evaluator before any variant is timed. */
 
 #define TPR (T_WARPS * 32 / T_ROWS)
+/* With T_HEAD_FREE: whether pass it of every row thread lies inside the row
+ * (known when the source is generated), so it needs no bounds check. */
+#define PASS_INSIDE(it) (T_HEAD_FREE && ((it) + 1) * ROW_THREADS * T_VEC <= T_COLS)
 #define VBYTES (T_VEC * ESIZE)
 #define NWORDS (VBYTES >= 4 ? VBYTES / 4 : 1)
 #if T_EXP16 && !(T_REG_PACKED && ESIZE == 2 && VBYTES >= 4)
@@ -475,6 +483,15 @@ tuned_softmax_rows(const unsigned char *x, unsigned char *y, long long rows, int
 #pragma unroll
     for (int it = 0; it < T_ITERS; it++) {
         const int first = (it * ROW_THREADS + lane) * T_VEC - head;
+#if T_HEAD_FREE
+        if (active && (PASS_INSIDE(it) || first < T_COLS)) {
+            load_vec(xv + (long long)(it * ROW_THREADS + lane) * VBYTES, w[it], policy);
+        } else {
+#pragma unroll
+            for (int k = 0; k < NWORDS; k++)
+                w[it][k] = NWORDS == T_VEC ? NEG_INF_BITS : NEG_INF_BITS | (NEG_INF_BITS << 16);
+        }
+#else
         if (active && first >= 0 && first + T_VEC <= cols) {
             load_vec(xv + (long long)(it * ROW_THREADS + lane) * VBYTES, w[it], policy);
         } else {
@@ -490,6 +507,7 @@ tuned_softmax_rows(const unsigned char *x, unsigned char *y, long long rows, int
                 word_set(w[it], k, bits);
             }
         }
+#endif
     }
 
 #if !T_REG_PACKED
@@ -614,8 +632,14 @@ tuned_softmax_rows(const unsigned char *x, unsigned char *y, long long rows, int
         for (int k = 0; k < T_VEC; k++)
             word_set(out, k, float_to_bits(NORMALIZED(it, k)));
 #endif
+#if T_HEAD_FREE
+        if (!PASS_INSIDE(it) && first >= T_COLS)
+            continue;
+        const bool whole = !(T_PLANT_BUG == 1 && first + T_VEC == T_COLS);
+#else
         const bool whole = y_aligned && first >= 0 && first + T_VEC <= cols &&
                            !(T_PLANT_BUG == 1 && first + T_VEC == cols);
+#endif
         if (whole) {
             store_vec(yr + (long long)first * ESIZE, out);
         } else {

@@ -181,13 +181,15 @@ int tuned__source_softmax(const tuned__config *c, const tuned__shape *s,
              "// tuned softmax variant %s for %s x %llu columns\n"
              "#define T_DTYPE %d\n#define T_WARPS %u\n#define T_ROWS %u\n#define T_CLUSTER %u\n"
              "#define T_GRID %u\n#define T_GRID_SLOTS %d\n"
-             "#define T_MIN_BLOCKS %u\n#define T_VEC %u\n#define T_ITERS %llu\n#define T_HEAD_FREE %d\n#define T_LD %u\n"
+             "#define T_MIN_BLOCKS %u\n#define T_VEC %u\n#define T_ITERS %llu\n#define T_COLS %llu\n"
+             "#define T_HEAD_FREE %d\n#define T_LD %u\n"
              "#define T_ST %u\n#define T_REG_PACKED %d\n#define T_EXP16 %d\n#define T_FUSED %d\n"
              "#define T_PLANT_BUG %d\n",
              name, tuned_dtype_name(s->dtype), (unsigned long long)s->cols, (int)s->dtype,
              c->warps, c->rows, c->cluster, c->grid > 1 ? c->grid : 1u, TUNED__GRID_SLOTS, c->minb,
-             c->vec, (unsigned long long)iters, head_free, c->ld, c->st, c->reg != TUNED__REG_F32, c->reg == TUNED__REG_EX,
-             c->red == TUNED__RED_FUSED, plant);
+             c->vec, (unsigned long long)iters, (unsigned long long)s->cols, head_free, c->ld,
+             c->st, c->reg != TUNED__REG_F32, c->reg == TUNED__REG_EX, c->red == TUNED__RED_FUSED,
+             plant);
     return join_source(defines, COMMON_TEMPLATE, "softmax_rows", out, e);
 }
 
