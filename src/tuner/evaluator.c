@@ -262,6 +262,16 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+/* The mean of the middle half of n sorted values (all of them when n < 4). */
+static double interquartile_mean(const double *sorted, int n)
+{
+    int lo = n >= 4 ? n / 4 : 0, hi = n >= 4 ? n - n / 4 : n;
+    double sum = 0.0;
+    for (int i = lo; i < hi; i++)
+        sum += sorted[i];
+    return hi > lo ? sum / (hi - lo) : 0.0;
+}
+
 /* Times enqueue() as described at the top of evaluator.h. */
 static int time_median(tuned__evaluator *ev, enqueue_fn enqueue, void *arg,
                        tuned__eval_result *res, tuned__err *e)
@@ -322,6 +332,7 @@ static int time_median(tuned__evaluator *ev, enqueue_fn enqueue, void *arg,
     res->median_us = reps % 2 ? times[reps / 2] : 0.5 * (times[reps / 2 - 1] + times[reps / 2]);
     res->p20_us = times[(reps - 1) / 5];
     res->p80_us = times[((reps - 1) * 4) / 5];
+    res->iqm_us = interquartile_mean(times, reps);
     free(times);
     return 0;
 }

@@ -61,6 +61,10 @@ typedef struct tuned__eval_result {
     int status;               /* TUNED__EVAL_* */
     double median_us;         /* only for TUNED__EVAL_OK */
     double p20_us, p80_us;
+    /* The mean of the middle half of the sorted times. On a few-µs kernel
+     * the events tick in 32 ns steps and many variants share one median;
+     * this mean still tells them apart (the tune's finalists rank by it). */
+    double iqm_us;
     int reps;
     double compile_ms;        /* 0 when the cubin came from the compile cache */
     bool cached;              /* the cubin came from the compile cache */

@@ -24,7 +24,8 @@
 typedef struct tuned__search_prior {
     tuned__config config;
     bool ok;
-    double us;
+    double us;     /* the median */
+    double p80_us; /* orders equal medians when the tune picks its finalists */
 } tuned__search_prior;
 
 typedef struct tuned__search_opts {

@@ -32,7 +32,7 @@ typedef struct tune_ctx {
     bool log_oom;
 } tune_ctx;
 
-static void remember(tune_ctx *t, const tuned__config *c, bool ok, double us)
+static void remember(tune_ctx *t, const tuned__config *c, bool ok, double us, double p80_us)
 {
     if (t->nlog == t->caplog) {
         size_t cap = t->caplog ? 2 * t->caplog : 256;
@@ -44,7 +44,7 @@ static void remember(tune_ctx *t, const tuned__config *c, bool ok, double us)
         t->log = grown;
         t->caplog = cap;
     }
-    t->log[t->nlog++] = (tuned__search_prior){*c, ok, us};
+    t->log[t->nlog++] = (tuned__search_prior){*c, ok, us, p80_us};
 }
 
 static void now_iso(char *buf, size_t n)
@@ -95,7 +95,7 @@ static int eval_batch(void *ctx, const tuned__config *cfgs, size_t n, tuned__eva
     int rc = t->backend->run(t->backend->ctx, cfgs, n, out, e);
     for (size_t i = 0; i < n; i++)
         if (out[i].status == TUNED__EVAL_OK && out[i].median_us > 0)
-            remember(t, &cfgs[i], true, out[i].median_us);
+            remember(t, &cfgs[i], true, out[i].median_us, out[i].p80_us);
     if (t->request->trace != NULL)
         for (size_t i = 0; i < n; i++)
             if (rc == 0 || out[i].status != TUNED__EVAL_OK || out[i].median_us > 0)
@@ -150,7 +150,7 @@ int tuned__tune_history(tuned__store *store, const tuned__store_key *key,
                 *out = grown;
             }
             (*out)[(*n)++] = (tuned__search_prior){c, page[i].status == TUNED__HIST_OK,
-                                                   page[i].median_us};
+                                                   page[i].median_us, page[i].p80_us};
         }
         if (got > 0)
             snprintf(after, sizeof after, "%s", page[got - 1].config);
@@ -246,9 +246,12 @@ int tuned__config_simpler(const tuned__config *a, const tuned__config *b)
 
 typedef struct finalist {
     tuned__config config;
-    double times[FINALIST_ROUNDS + 1];
+    double times[FINALIST_ROUNDS + 1]; /* medians: the search's, then each round's */
     size_t rounds;
     double median;
+    double iqm[FINALIST_ROUNDS]; /* each round's interquartile mean */
+    size_t iqm_rounds;
+    double rank; /* the median of iqm[]: what the finalists are ranked by */
 } finalist;
 
 static int cmp_double(const void *a, const void *b)
@@ -257,13 +260,16 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* Faster first; among equal times the simpler, so that the same
+/* Faster first; among equal medians (a few-µs shape's variants often share
+ * one 32 ns step) the lighter slow tail, then the simpler, so that the same
  * measurements always make the same finalists. */
 static int cmp_candidate(const void *a, const void *b)
 {
     const tuned__search_prior *x = a, *y = b;
     if (x->us != y->us)
         return x->us < y->us ? -1 : 1;
+    if (x->p80_us != y->p80_us)
+        return x->p80_us < y->p80_us ? -1 : 1;
     return tuned__config_simpler(&x->config, &y->config);
 }
 
@@ -301,10 +307,15 @@ static int run_finalists(tune_ctx *t, const tuned__search_prior *log, size_t nlo
         if (rc != 0)
             return rc;
         for (size_t i = 0; i < nf; i++)
-            if (res[i].status == TUNED__EVAL_OK)
+            if (res[i].status == TUNED__EVAL_OK) {
                 f[i].times[f[i].rounds++] = res[i].median_us;
+                f[i].iqm[f[i].iqm_rounds++] = res[i].iqm_us;
+            }
     }
-    /* Noise: the largest relative spread of one config's rounds. */
+    /* Noise: the largest relative spread of one config's rounds. The
+     * finalists are ranked by their rounds' interquartile means, which,
+     * unlike medians, resolve differences under the events' 32 ns step
+     * (a finalist a round could not time ranks last). */
     double noise = 0.0;
     size_t win = 0;
     for (size_t i = 0; i < nf; i++) {
@@ -313,16 +324,22 @@ static int run_finalists(tune_ctx *t, const tuned__search_prior *log, size_t nlo
         double spread = (f[i].times[f[i].rounds - 1] - f[i].times[0]) / f[i].median;
         if (spread > noise)
             noise = spread;
-        if (f[i].median < f[win].median)
+        if (f[i].iqm_rounds < FINALIST_ROUNDS) {
+            f[i].rank = INFINITY;
+            continue;
+        }
+        qsort(f[i].iqm, f[i].iqm_rounds, sizeof f[i].iqm[0], cmp_double);
+        f[i].rank = f[i].iqm[f[i].iqm_rounds / 2];
+        if (f[i].rank < f[win].rank)
             win = i;
     }
-    /* A simpler config takes the win only when its times overlap the
+    /* A simpler config takes the win only when its rounds overlap the
      * fastest's: one noisy finalist must not let a config that is slower
      * in every round win (measured, H200 4096x32000 fp32: v2 chosen over
      * v4 within 0.3% of noise, 0.6 us slower in every benchmark). */
     size_t pick = win;
     for (size_t i = 0; i < nf; i++)
-        if (f[i].times[0] <= f[win].times[f[win].rounds - 1] &&
+        if (f[i].rank < INFINITY && f[i].iqm[0] <= f[win].iqm[f[win].iqm_rounds - 1] &&
             tuned__config_simpler(&f[i].config, &f[pick].config) < 0)
             pick = i;
     out->finalists = nf;
@@ -372,7 +389,7 @@ int tuned__tune_on(const tuned__tune_backend *b, const tuned__gpu *gpu,
         so.prior = prior;
         for (size_t i = 0; i < so.nprior; i++)
             if (prior[i].ok)
-                remember(&t, &prior[i].config, true, prior[i].us);
+                remember(&t, &prior[i].config, true, prior[i].us, prior[i].p80_us);
         /* Warm start is a hint: a store that cannot be scanned only
          * loses the hint. */
         if (tuned__store_scan(r->store, warm_candidate, &warm, NULL, NULL) == 0) {

@@ -50,10 +50,13 @@ typedef struct tuned__tune_outcome {
  * message names the first failure). progress may be NULL.
  *
  * After the search, the finalists (correct configs within a few percent of
- * the best) are timed again, interleaved, several rounds; the fastest by
- * the median of its rounds wins, unless a simpler config's times overlap
- * its times (its fastest round no slower than the winner's slowest), so
- * that two runs on two identical GPUs pick the same winner among ties. */
+ * the best; among equal medians, those with the lighter slow tail) are
+ * timed again, interleaved, several rounds; the fastest by the median of
+ * its rounds' interquartile means wins (they resolve differences under
+ * the events' 32 ns step, where medians tie), unless a simpler config's
+ * rounds overlap its rounds (its fastest no slower than the winner's
+ * slowest), so that two runs on two identical GPUs pick the same winner
+ * among ties. The winner's figure stays the median of its rounds. */
 int tuned__tune(const tuned__driver *d, const tuned__nvrtc *n, const tuned__tune_request *r,
                 tuned__tune_progress_fn progress, void *ctx, tuned__tune_outcome *out,
                 tuned__err *e);
