@@ -525,7 +525,7 @@ def write_report(args, res, dtypes, shapes, methods):
         f"Command: `{env.get('command')}`", "",
     ]
     wins = total = 0
-    losses = []
+    losses, ties = [], []
     for dtype in dtypes:
         lines += [f"## {dtype}", "",
                   "| shape | " + " | ".join(f"{LABELS[m]} µs" for m in methods) +
@@ -544,12 +544,14 @@ def write_report(args, res, dtypes, shapes, methods):
                 total += 1
                 ok = all(t["us"] < o for o in others)
                 wins += ok
-                fastest = "yes" if ok else "**no**"
+                tie = not ok and all(t["us"] <= o for o in others)
+                fastest = "yes" if ok else "**tie**" if tie else "**no**"
                 if not ok:
                     best = min((r["us"], m) for m, r in row.items()
                                if m not in ("tuned", "copy") and r and "us" in r)
-                    losses.append(f"{shape} {dtype} ({t['us']:.2f} µs{rounds_text(t)} vs "
-                                  f"{LABELS[best[1]]} {best[0]:.2f}{rounds_text(row[best[1]])})")
+                    (ties if tie else losses).append(
+                        f"{shape} {dtype} ({t['us']:.2f} µs{rounds_text(t)} vs "
+                        f"{LABELS[best[1]]} {best[0]:.2f}{rounds_text(row[best[1]])})")
             vs_copy = (f"{100 * row['copy']['us'] / t['us']:.0f}%"
                        if t and "us" in t and row.get("copy") and "us" in row["copy"] else "—")
             tune_s = (f"{tune['s']:.1f}" + (" (failed)" if "error" in tune else "")) if tune else "—"
@@ -559,6 +561,8 @@ def write_report(args, res, dtypes, shapes, methods):
                          f"{fastest} |")
         lines.append("")
     lines += [f"**tuned.softmax fastest on {wins} of {total} measured (shape, dtype) pairs.**"]
+    if ties:
+        lines += ["", "As fast as another method (equal medians): " + "; ".join(ties) + "."]
     if losses:
         lines += ["", "Slower than another method: " + "; ".join(losses) + "."]
     errors = [f"{k}: {v['error']}" for k, v in sorted(res["times"].items()) if "error" in v]
