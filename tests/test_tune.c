@@ -1,8 +1,10 @@
 /* test_tune.c: the whole tune (tuned__tune_on) over a synthetic backend and
  * a real store, no GPU: history written after every generation and read
  * back to resume (nothing measured twice), --retune measuring anew, the
- * finalists' tie going to the simpler config, warm start from another
- * shape's record (and from fp16's for bf16), and a fatal backend error. */
+ * finalists' tie going to the simpler config, a noisy finalist, variants
+ * that share one median told apart by their interquartile means, warm
+ * start from another shape's record (and from fp16's for bf16), and a
+ * fatal backend error. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -69,6 +71,17 @@ static int run(void *ctx, const tuned__config *cfgs, size_t n, tuned__eval_resul
         }
     }
     return 0;
+}
+
+/* Tunes base's shape with cols columns over backend s (a fresh key). */
+static void tune_synthetic(synthetic *s, const tuned__gpu *g, const tuned__tune_request *base,
+                           uint64_t cols, tuned__tune_outcome *out, const char *what)
+{
+    tuned__tune_backend b = {.run = run, .ctx = s, .copy_us = 90.0};
+    tuned__tune_request r = *base;
+    r.shape.cols = cols;
+    tuned__err e = {0};
+    EXPECT(tuned__tune_on(&b, g, &r, NULL, NULL, out, &e) == 0, "%s: %s", what, e.msg);
 }
 
 static void fake_gpu(tuned__gpu *g)
@@ -208,11 +221,8 @@ int main(void)
      * is simpler and a noisy third finalist makes the spread large (the
      * rule before took the simplest within the largest spread: st=def). */
     synthetic noisy = {.noisy = true};
-    tuned__tune_backend bn = {.run = run, .ctx = &noisy, .copy_us = 90.0};
-    tuned__tune_request shaky = r;
-    shaky.shape.cols = 8192;
     tuned__tune_outcome sh;
-    EXPECT(tuned__tune_on(&bn, &g, &shaky, NULL, NULL, &sh, &e) == 0, "noisy: %s", e.msg);
+    tune_synthetic(&noisy, &g, &r, 8192, &sh, "noisy");
     {
         char t[TUNED__CONFIG_TEXT];
         tuned__config_format(&sh.search.best, t, sizeof t);
@@ -226,11 +236,8 @@ int main(void)
      * step) are told apart by their interquartile means: the lowest wins,
      * not the simplest of the plateau (the rule before). */
     synthetic flat = {.plateau = true};
-    tuned__tune_backend bp = {.run = run, .ctx = &flat, .copy_us = 90.0};
-    tuned__tune_request level = r;
-    level.shape.cols = 16384;
     tuned__tune_outcome lv;
-    EXPECT(tuned__tune_on(&bp, &g, &level, NULL, NULL, &lv, &e) == 0, "plateau: %s", e.msg);
+    tune_synthetic(&flat, &g, &r, 16384, &lv, "plateau");
     {
         char t[TUNED__CONFIG_TEXT], want[TUNED__CONFIG_TEXT];
         tuned__config_format(&lv.search.best, t, sizeof t);
