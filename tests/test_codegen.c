@@ -50,8 +50,8 @@ static void check_rows_ptx(const tuned__config *c, const tuned__shape *s, const 
     }
     /* Rows that start on a vector boundary: one vector load a pass and no
      * element loads (the per-element path serves unaligned rows only). */
-    size_t esize = tuned_dtype_size(s->dtype);
     if (tuned__source_head_free(c, s, NULL) && c->vec > 1) {
+        size_t esize = tuned_dtype_size(s->dtype);
         size_t iters = (size_t)tuned__config_iters(c, s->cols, true);
         char elem[64];
         snprintf(elem, sizeof elem, "%s%s ", ld_ops[c->ld], esize == 2 ? ".u16" : ".u32");

@@ -262,14 +262,15 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* The mean of the middle half of n sorted values (all of them when n < 4). */
+/* The mean of the middle half of n >= 1 sorted values (n / 4 dropped at
+ * each end, so all of them when n < 4). */
 static double interquartile_mean(const double *sorted, int n)
 {
-    int lo = n >= 4 ? n / 4 : 0, hi = n >= 4 ? n - n / 4 : n;
+    int cut = n / 4;
     double sum = 0.0;
-    for (int i = lo; i < hi; i++)
+    for (int i = cut; i < n - cut; i++)
         sum += sorted[i];
-    return hi > lo ? sum / (hi - lo) : 0.0;
+    return sum / (n - 2 * cut);
 }
 
 /* Times enqueue() as described at the top of evaluator.h. */

@@ -249,8 +249,7 @@ typedef struct finalist {
     double times[FINALIST_ROUNDS + 1]; /* medians: the search's, then each round's */
     size_t rounds;
     double median;
-    double iqm[FINALIST_ROUNDS]; /* each round's interquartile mean */
-    size_t iqm_rounds;
+    double iqm[FINALIST_ROUNDS]; /* each round's interquartile mean: rounds - 1 of them */
     double rank; /* the median of iqm[]: what the finalists are ranked by */
 } finalist;
 
@@ -308,8 +307,8 @@ static int run_finalists(tune_ctx *t, const tuned__search_prior *log, size_t nlo
             return rc;
         for (size_t i = 0; i < nf; i++)
             if (res[i].status == TUNED__EVAL_OK) {
+                f[i].iqm[f[i].rounds - 1] = res[i].iqm_us;
                 f[i].times[f[i].rounds++] = res[i].median_us;
-                f[i].iqm[f[i].iqm_rounds++] = res[i].iqm_us;
             }
     }
     /* Noise: the largest relative spread of one config's rounds. The
@@ -324,12 +323,13 @@ static int run_finalists(tune_ctx *t, const tuned__search_prior *log, size_t nlo
         double spread = (f[i].times[f[i].rounds - 1] - f[i].times[0]) / f[i].median;
         if (spread > noise)
             noise = spread;
-        if (f[i].iqm_rounds < FINALIST_ROUNDS) {
+        size_t timed = f[i].rounds - 1;
+        if (timed < FINALIST_ROUNDS) {
             f[i].rank = INFINITY;
             continue;
         }
-        qsort(f[i].iqm, f[i].iqm_rounds, sizeof f[i].iqm[0], cmp_double);
-        f[i].rank = f[i].iqm[f[i].iqm_rounds / 2];
+        qsort(f[i].iqm, timed, sizeof f[i].iqm[0], cmp_double);
+        f[i].rank = f[i].iqm[timed / 2];
         if (f[i].rank < f[win].rank)
             win = i;
     }
@@ -339,7 +339,7 @@ static int run_finalists(tune_ctx *t, const tuned__search_prior *log, size_t nlo
      * v4 within 0.3% of noise, 0.6 us slower in every benchmark). */
     size_t pick = win;
     for (size_t i = 0; i < nf; i++)
-        if (f[i].rank < INFINITY && f[i].iqm[0] <= f[win].iqm[f[win].iqm_rounds - 1] &&
+        if (f[i].rank < INFINITY && f[i].iqm[0] <= f[win].iqm[FINALIST_ROUNDS - 1] &&
             tuned__config_simpler(&f[i].config, &f[pick].config) < 0)
             pick = i;
     out->finalists = nf;
