@@ -12,8 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tuner/evaluator.h"
-#include "tuner/gpu.h"
+#include "src/tuner/evaluator.h"
+#include "src/driver/gpu.h"
 
 #define MAX_SETTLE 8
 #define ROUNDS 3

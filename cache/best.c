@@ -11,11 +11,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "key.h"
-#include "record.h"
-#include "store.h"
+#include "cache/key.h"
+#include "cache/record.h"
+#include "cache/store.h"
 #include "tuned.h"
-#include "txn.h"
+#include "cache/txn.h"
 
 typedef struct put_arg {
     const uint8_t *key;
@@ -77,7 +77,7 @@ int tuned__best_decode(const tuned__store *s, const tuned__store_key *k, const v
 }
 
 int tuned__store_get_best(tuned__store *s, const tuned__store_key *key, tuned__record *out,
-                          tuned__err *e)
+                          const char *policy, tuned__err *e)
 {
     char ks[160];
     int ready = tuned__store_dbs(s, e);
@@ -100,12 +100,12 @@ int tuned__store_get_best(tuned__store *s, const tuned__store_key *key, tuned__r
         tuned__store_key_str(ks, sizeof ks, key);
         t.rc = tuned__errf(e, TUNED_ENOTFOUND, "store %s: no record for %s", s->path, ks);
     } else if (found == 1 && (t.rc = tuned__best_decode(s, key, v.mv_data, v.mv_size, &r, e)) == 0) {
-        if (strcmp(r.prov.policy, TUNED__MEASURE_POLICY) != 0) {
+        if (policy != NULL && strcmp(r.prov.policy, policy) != 0) {
             tuned__store_key_str(ks, sizeof ks, key);
             t.rc = tuned__errf(e, TUNED_ENOTFOUND,
                                "store %s: %s: the record was measured under policy %s, this "
                                "build measures under %s: not served",
-                               s->path, ks, r.prov.policy, TUNED__MEASURE_POLICY);
+                               s->path, ks, r.prov.policy, policy);
         } else {
             *out = r;
         }

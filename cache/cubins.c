@@ -12,11 +12,11 @@
 #include <string.h>
 #include <time.h>
 
-#include "../src/common/hash.h"
-#include "key.h"
-#include "store.h"
+#include "src/common/hash.h"
+#include "cache/key.h"
+#include "cache/store.h"
 #include "tuned.h"
-#include "txn.h"
+#include "cache/txn.h"
 
 #define CUBIN_VERSION 1
 #define HEADER 32

@@ -22,12 +22,12 @@
 #include <string.h>
 #include <time.h>
 
-#include "json.h"
-#include "key.h"
-#include "record.h"
-#include "store.h"
+#include "cache/json.h"
+#include "cache/key.h"
+#include "cache/record.h"
+#include "cache/store.h"
 #include "tuned.h"
-#include "txn.h"
+#include "cache/txn.h"
 
 #define EXPORT_FORMAT 1
 #define LINE_MAX_BYTES (64 * 1024) /* a record is under 2 KiB */

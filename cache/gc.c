@@ -10,12 +10,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "json.h"
-#include "key.h"
-#include "record.h"
-#include "store.h"
+#include "cache/json.h"
+#include "cache/key.h"
+#include "cache/record.h"
+#include "cache/store.h"
 #include "tuned.h"
-#include "txn.h"
+#include "cache/txn.h"
 
 typedef struct gc_arg {
     double max_age_s;

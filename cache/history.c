@@ -15,11 +15,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "json.h"
-#include "key.h"
-#include "store.h"
+#include "cache/json.h"
+#include "cache/key.h"
+#include "cache/store.h"
 #include "tuned.h"
-#include "txn.h"
+#include "cache/txn.h"
 
 #define WHAT "history"
 #define HIST_VERSION 1

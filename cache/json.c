@@ -4,7 +4,7 @@
  * terminated and UTF-8, numbers finite); reading checks every field's type
  * and range, so a value damaged on disk or written by a foreign tool turns
  * into an error naming the field rather than a half-filled struct. */
-#include "json.h"
+#include "cache/json.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -223,48 +223,5 @@ int tuned__json_load(const void *text, size_t len, const char *what, json_t **ou
                            jerr.column, jerr.text);
     }
     *out = v;
-    return 0;
-}
-
-/* ---- dates ---- */
-
-void tuned__date_format(char *buf, size_t n, time_t t)
-{
-    struct tm tm;
-    gmtime_r(&t, &tm);
-    strftime(buf, n, "%Y-%m-%dT%H:%M:%SZ", &tm);
-}
-
-static int digits(const char *s, int n, int *out)
-{
-    int v = 0;
-    for (int i = 0; i < n; i++) {
-        if (s[i] < '0' || s[i] > '9')
-            return 0;
-        v = v * 10 + (s[i] - '0');
-    }
-    *out = v;
-    return 1;
-}
-
-int tuned__date_parse(const char *s, time_t *t)
-{
-    int y, mo, d, h, mi, se;
-    if (strlen(s) != 20 || s[4] != '-' || s[7] != '-' || s[10] != 'T' || s[13] != ':' ||
-        s[16] != ':' || s[19] != 'Z' || !digits(s, 4, &y) || !digits(s + 5, 2, &mo) ||
-        !digits(s + 8, 2, &d) || !digits(s + 11, 2, &h) || !digits(s + 14, 2, &mi) ||
-        !digits(s + 17, 2, &se))
-        return TUNED_EINVAL;
-    if (y < 1970 || mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 || mi > 59 || se > 60)
-        return TUNED_EINVAL;
-    struct tm tm;
-    memset(&tm, 0, sizeof tm);
-    tm.tm_year = y - 1900;
-    tm.tm_mon = mo - 1;
-    tm.tm_mday = d;
-    tm.tm_hour = h;
-    tm.tm_min = mi;
-    tm.tm_sec = se;
-    *t = timegm(&tm);
     return 0;
 }

@@ -15,7 +15,8 @@
 
 #include <jansson.h>
 
-#include "../src/common/err.h"
+#include "src/common/clock.h" /* the dates of records and history */
+#include "src/common/err.h"
 
 /* ---- writing into obj ---- */
 
@@ -61,13 +62,5 @@ int tuned__json_load(const void *text, size_t len, const char *what, json_t **ou
  * U+10FFFF). */
 int tuned__utf8_valid(const unsigned char *s, size_t n);
 
-/* ---- dates: "YYYY-MM-DDTHH:MM:SSZ", UTC ---- */
-
-/* Writes t as such a date into buf (at least 21 bytes). */
-void tuned__date_format(char *buf, size_t n, time_t t);
-
-/* Parses such a date (exactly that form, fields in range) into *t.
- * Returns 0 or TUNED_EINVAL. */
-int tuned__date_parse(const char *s, time_t *t);
 
 #endif

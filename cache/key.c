@@ -4,7 +4,7 @@
  * is written big-endian; that keeps records of one shape contiguous and
  * makes a prefix scan find every GPU's record for that shape. Nothing else
  * in the store builds or reads key bytes. */
-#include "key.h"
+#include "cache/key.h"
 
 #include <inttypes.h>
 #include <stdio.h>

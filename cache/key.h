@@ -22,8 +22,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../src/common/err.h"
-#include "store.h"
+#include "src/common/err.h"
+#include "cache/store.h"
+#include "src/codegen/config.h"
 
 #define TUNED__KEY_TAG_BEST ((uint8_t)'B')
 #define TUNED__KEY_TAG_HIST ((uint8_t)'H')
@@ -79,5 +80,14 @@ int tuned__kernel_parse(const char *name, uint8_t *out);
 /* Big-endian 64-bit fields, for the store's binary values too. */
 void tuned__put_be64(uint8_t *p, uint64_t v);
 uint64_t tuned__get_be64(const uint8_t *p);
+
+/* The key of softmax kernel results for shape on the GPU with fingerprint
+ * gpu_fp, dense layout. */
+static inline tuned__store_key tuned__store_key_softmax(const tuned__shape *shape, uint64_t gpu_fp)
+{
+    tuned__store_key k = {.kernel = TUNED__KERNEL_SOFTMAX, .dtype = (uint8_t)shape->dtype,
+                          .rows = shape->rows, .cols = shape->cols, .gpu_fp = gpu_fp};
+    return k;
+}
 
 #endif

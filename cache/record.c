@@ -1,7 +1,7 @@
 /* record.c: the JSON form of a stored winner, its checks, and the
  * provenance comparison that decides whether it may be served (record.h,
  * store.h). */
-#include "record.h"
+#include "cache/record.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -11,9 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../src/common/hash.h"
-#include "json.h"
-#include "key.h"
+#include "src/common/hash.h"
+#include "cache/json.h"
+#include "cache/key.h"
 #include "tuned.h"
 
 #define WHAT "record"

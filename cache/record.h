@@ -16,8 +16,8 @@
 
 #include <jansson.h>
 
-#include "../src/common/err.h"
-#include "store.h"
+#include "src/common/err.h"
+#include "cache/store.h"
 
 #define TUNED__RECORD_VERSION 2
 

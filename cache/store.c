@@ -18,7 +18,7 @@
  * every commit (no MDB_NOSYNC), so a process killed at any point leaves the
  * last committed state; its write lock is a robust mutex the next writer
  * recovers, and its reader slot is cleared by mdb_reader_check() at open. */
-#include "store.h"
+#include "cache/store.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -32,10 +32,10 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 
-#include "key.h"
-#include "store_internal.h"
+#include "cache/key.h"
+#include "cache/store_internal.h"
 #include "tuned.h"
-#include "txn.h"
+#include "cache/txn.h"
 
 #define STORE_MAXDBS 8        /* four used, room to add some later */
 #define STORE_MAX_RETRIES 16  /* map grows or adoptions for one operation */

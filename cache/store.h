@@ -28,7 +28,7 @@
  * Provenance: a record is served as exact only on the system that measured
  * it. The key carries the fingerprint of the GPU identity string (GPU name,
  * compute capability, SM count, memory size, driver version, NVRTC version,
- * template+codegen hash; built by src/tuner/gpu.c) and the layout class;
+ * template+codegen hash; built by src/driver/gpu.c) and the layout class;
  * the record carries the identity itself, its parts and the measurement
  * policy. tuned__store_get_best() returns only records that may be served;
  * tuned__store_find_shape() returns every record of a shape (candidates to
@@ -44,21 +44,13 @@
 #include <stdio.h>
 #include <time.h>
 
-#include "../src/common/err.h"
+#include "src/common/err.h"
 
 /* Bump when the key layout or record meaning changes incompatibly. A store
  * of another schema is refused with TUNED_ESCHEMA (never migrated, never
  * written): schema 1 (the first whole path) had no layout byte, no
  * measurement policy and no history. */
 #define TUNED__STORE_SCHEMA 2
-
-/* How this build measures a variant (src/tuner/evaluator.c: 2 warm-ups;
- * per repeat an L2 flush, a 100 µs pause, and one launch between CUDA
- * events, each repeat waited for before the next is queued; the median of
- * 5..200 repeats within 10 ms of kernel time). Part of every record's
- * provenance: bump the "/N" when the method changes, and older records
- * stop being exact. /2 added the pause; /3 made repeats serial. */
-#define TUNED__MEASURE_POLICY "l2flush-settle-events-median/3"
 
 /* Kernel ids in keys; stable forever once shipped. */
 enum { TUNED__KERNEL_SOFTMAX = 1 };
@@ -94,7 +86,7 @@ typedef struct tuned__provenance {
     uint32_t driver_version;      /* cuDriverGetVersion(), e.g. 13000 */
     uint32_t nvrtc_major, nvrtc_minor;
     uint64_t template_hash;       /* templates + codegen version */
-    char policy[64];              /* TUNED__MEASURE_POLICY of the measuring build */
+    char policy[64];              /* how it was measured (src/tuner/policy.h) */
 } tuned__provenance;
 
 /* One stored winner. Strings are NUL-terminated; a string that does not fit
@@ -139,12 +131,12 @@ const char *tuned__store_path(const tuned__store *s);
 int tuned__store_put_best(tuned__store *s, const tuned__record *r, tuned__err *e);
 
 /* The record under key, if it may be served as exact: TUNED_ENOTFOUND when
- * there is none, or when it was measured under another measurement policy
- * (the message says which). key.gpu_fp is the fingerprint of this system's
+ * there is none, or when it was measured under a measurement policy other
+ * than policy (the message says which; NULL accepts any). key.gpu_fp is the fingerprint of this system's
  * GPU identity, and every stored record's identity is checked to hash to
  * its key, so a hit was measured on this GPU, driver, NVRTC and templates. */
 int tuned__store_get_best(tuned__store *s, const tuned__store_key *key, tuned__record *out,
-                          tuned__err *e);
+                          const char *policy, tuned__err *e);
 
 /* Every record for (kernel, dtype, rows, cols), whatever the GPU, layout
  * or policy, in key order: at most cap of them into out (NULL when cap is

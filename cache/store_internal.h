@@ -10,8 +10,8 @@
 
 #include <stddef.h>
 
-#include "../src/common/err.h"
-#include "store.h"
+#include "src/common/err.h"
+#include "cache/store.h"
 
 /* The initial map size of tuned__store_open(). */
 #define TUNED__STORE_MAPSIZE ((size_t)64 << 20)

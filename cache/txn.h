@@ -16,8 +16,8 @@
 #include <stdatomic.h>
 #include <stddef.h>
 
-#include "../src/common/err.h"
-#include "store.h"
+#include "src/common/err.h"
+#include "cache/store.h"
 
 struct tuned__store {
     MDB_env *env;

@@ -1,5 +1,6 @@
 /* store_testlib.c: helpers of the store's test programs (store_testlib.h). */
-#include "store_testlib.h"
+#include "tests/store_testlib.h"
+#include "src/tuner/policy.h"
 
 #include <errno.h>
 #include <ftw.h>

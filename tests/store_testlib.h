@@ -9,7 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../cache/store.h"
+#include "cache/store.h"
 #include "tuned.h"
 
 extern int failures;

@@ -30,14 +30,14 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "codegen/source.h"
-#include "codegen/templates.h"
-#include "common/hash.h"
-#include "tuner/api.h"
-#include "tuner/space.h"
-#include "tuner/tune.h"
+#include "src/codegen/source.h"
+#include "src/codegen/templates.h"
+#include "src/common/hash.h"
+#include "src/api/api.h"
+#include "src/tuner/space.h"
+#include "src/tuner/tune.h"
 
-#include "expect.h"
+#include "tests/expect.h"
 
 static char tmpdir[256];
 
@@ -579,7 +579,7 @@ static void test_daemon(void)
 
     daemon_start(&d, &t, "{\"ok\":true,\"job\":3,\"joined\":false,\"state\":\"queued\"}\n", 0);
     uint64_t job = 0;
-    EXPECT(tuned__api_daemon_tune(d.path, &shape, 0x5e0c00000000abcdull, 12.5, &job, &e) == 0 &&
+    EXPECT(tuned__client_tune(d.path, &shape, 0x5e0c00000000abcdull, 12.5, &job, &e) == 0 &&
                job == 3,
            "tune: %s", e.msg);
     daemon_stop(&d, t);
@@ -618,7 +618,7 @@ static void test_daemon(void)
     for (size_t i = 0; i < sizeof errors / sizeof errors[0]; i++) {
         daemon_start(&d, &t, errors[i].reply, 0);
         tuned__err_clear(&e);
-        int rc = tuned__api_daemon_tune(d.path, &shape, 1, 0, &job, &e);
+        int rc = tuned__client_tune(d.path, &shape, 1, 0, &job, &e);
         EXPECT(rc == errors[i].code && strstr(e.msg, errors[i].text) != NULL,
                "reply %zu: %d %s", i, rc, e.msg);
         daemon_stop(&d, t);
@@ -627,15 +627,14 @@ static void test_daemon(void)
 
     /* No daemon at all. */
     tuned__err_clear(&e);
-    EXPECT(tuned__api_daemon_tune(d.path, &shape, 1, 0, &job, &e) == TUNED_EIO &&
+    EXPECT(tuned__client_tune(d.path, &shape, 1, 0, &job, &e) == TUNED_ENOTFOUND &&
                strstr(e.msg, "tuned serve") != NULL,
            "no daemon: %s", e.msg);
     /* A daemon that answers too late. */
     daemon_start(&d, &t, "{\"ok\":true}\n", 1500);
-    char *reply = NULL;
+    json_t *ping = json_pack("{s:s}", "op", "ping"), *reply = NULL;
     tuned__err_clear(&e);
-    EXPECT(tuned__api_daemon_call(d.path, "{\"op\":\"ping\"}\n", 0.3, &reply, &e) ==
-                   TUNED_ETIMEOUT && reply == NULL,
+    EXPECT(tuned__client_request(d.path, ping, 0.3, &reply, &e) == TUNED_ETIMEOUT && reply == NULL,
            "slow daemon: %s", e.msg);
     daemon_stop(&d, t);
     /* Job state and store path. */
@@ -644,14 +643,14 @@ static void test_daemon(void)
                  "passed its check\"}}\n",
                  0);
     char state[32], why[256];
-    EXPECT(tuned__api_daemon_job(d.path, 3, state, sizeof state, why, sizeof why, &e) == 0 &&
+    EXPECT(tuned__client_job(d.path, 3, state, sizeof state, why, sizeof why, &e) == 0 &&
                strcmp(state, "failed") == 0 && strcmp(why, "no variant passed its check") == 0,
            "job: %s / %s / %s", state, why, e.msg);
     daemon_stop(&d, t);
     EXPECT(strcmp(d.got, "{\"op\":\"job\",\"job\":3}\n") == 0, "job request: %s", d.got);
     daemon_start(&d, &t, "{\"ok\":true,\"store\":{\"records\":2,\"path\":\"/var/lib/tuned\"}}\n", 0);
     char store[256];
-    EXPECT(tuned__api_daemon_store(d.path, store, sizeof store, &e) == 0 &&
+    EXPECT(tuned__client_store_path(d.path, store, sizeof store, &e) == 0 &&
                strcmp(store, "/var/lib/tuned") == 0,
            "store: %s", e.msg);
     daemon_stop(&d, t);
@@ -659,19 +658,20 @@ static void test_daemon(void)
     char longpath[300];
     memset(longpath, 'a', sizeof longpath - 1);
     longpath[sizeof longpath - 1] = '\0';
-    EXPECT(tuned__api_daemon_call(longpath, "x\n", 1, &reply, &e) == TUNED_EINVAL, "long path");
+    EXPECT(tuned__client_request(longpath, ping, 1, &reply, &e) == TUNED_EINVAL, "long path");
+    json_decref(ping);
 
     /* Default paths follow the environment. */
     char out[256];
     setenv("TUNED_SOCKET", "/x/y.sock", 1);
-    tuned__api_default_socket(out, sizeof out);
+    tuned__default_socket(out, sizeof out);
     EXPECT(strcmp(out, "/x/y.sock") == 0, "socket %s", out);
     unsetenv("TUNED_SOCKET");
     setenv("XDG_RUNTIME_DIR", "/run/user/7", 1);
-    tuned__api_default_socket(out, sizeof out);
+    tuned__default_socket(out, sizeof out);
     EXPECT(strcmp(out, "/run/user/7/tuned/tuned.sock") == 0, "socket %s", out);
     setenv("TUNED_DB", "/data/tuned", 1);
-    tuned__api_default_store(out, sizeof out);
+    tuned__default_store(out, sizeof out);
     EXPECT(strcmp(out, "/data/tuned") == 0, "store %s", out);
     unsetenv("TUNED_DB");
 }

@@ -26,16 +26,16 @@
 #include <unistd.h>
 
 #include "tuned.h"
-#include "tuner/driver.h"
-#include "tuner/gpu.h"
-#include "tuner/tune.h"
+#include "src/driver/driver.h"
+#include "src/driver/gpu.h"
+#include "src/tuner/tune.h"
 
 #define SKIP 77
 #define GUARD 4096
 #define POISON 0x7B
 
 #define EXPECT_ATOMIC /* EXPECT runs in several threads */
-#include "expect.h"
+#include "tests/expect.h"
 
 static tuned__driver *d;
 static CUcontext ctx;

@@ -5,11 +5,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "codegen/nvrtc.h"
-#include "codegen/source.h"
-#include "tuner/space.h"
+#include "src/codegen/nvrtc.h"
+#include "src/codegen/source.h"
+#include "src/tuner/space.h"
 
-#include "expect.h"
+#include "tests/expect.h"
 
 static const char *const ld_ops[] = {"ld.global", "ld.global.nc", "ld.global.cs",
                                      "ld.global.L2::cache_hint"};

@@ -7,10 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tuner/compile.h"
-#include "tuner/space.h"
+#include "src/tuner/compile.h"
+#include "src/tuner/space.h"
 
-#include "expect.h"
+#include "tests/expect.h"
 
 enum { N = 6 };
 

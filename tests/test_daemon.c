@@ -40,7 +40,7 @@
 
 #include <jansson.h>
 
-#include "../src/tuner/space.h"
+#include "src/tuner/space.h"
 #include "tuned.h"
 
 extern char **environ;

@@ -8,12 +8,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tuner/evaluator.h"
-#include "tuner/space.h"
+#include "src/tuner/evaluator.h"
+#include "src/tuner/space.h"
 
 #define SKIP 77
 
-#include "expect.h"
+#include "tests/expect.h"
 
 typedef struct gpu_env {
     tuned__driver *d;

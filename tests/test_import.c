@@ -12,12 +12,13 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "../cache/key.h"
-#include "../cache/record.h"
-#include "../cache/store.h"
-#include "../cache/store_internal.h"
-#include "store_testlib.h"
+#include "cache/key.h"
+#include "cache/record.h"
+#include "cache/store.h"
+#include "cache/store_internal.h"
+#include "tests/store_testlib.h"
 #include "tuned.h"
+#include "src/tuner/policy.h"
 
 #define HEADER "{\"tuned_export\":1,\"schema\":2,\"record_version\":2,\"writer\":\"t\"," \
                "\"date\":\"2026-11-21T10:00:00Z\",\"records\":%d}\n"
@@ -267,7 +268,7 @@ static void test_better_only(void)
     CHECK(st.kept == 1 && st.replaced == 0);
     CHECK_NOTE(&ns, "slower.jsonl:2: skipped");
     CHECK_NOTE(&ns, "--force");
-    CHECK_RC(tuned__store_get_best(s, &r.key, &got, &e), 0, &e);
+    CHECK_RC(tuned__store_get_best(s, &r.key, &got, TUNED__MEASURE_POLICY, &e), 0, &e);
     CHECK(got.median_us == 100);
 
     /* The same record again: unchanged, silently. */
@@ -282,7 +283,7 @@ static void test_better_only(void)
     add_record(&b, &faster);
     CHECK_RC(import_text(s, "faster.jsonl", b.p, b.n, false, &ns, &st, &e), 0, &e);
     CHECK(st.replaced == 1);
-    CHECK_RC(tuned__store_get_best(s, &r.key, &got, &e), 0, &e);
+    CHECK_RC(tuned__store_get_best(s, &r.key, &got, TUNED__MEASURE_POLICY, &e), 0, &e);
     CHECK(record_equal(&got, &faster));
 
     /* --force: the slower one goes in, with a note. */
@@ -292,7 +293,7 @@ static void test_better_only(void)
     CHECK_RC(import_text(s, "forced.jsonl", b.p, b.n, true, &ns, &st, &e), 0, &e);
     CHECK(st.replaced == 1);
     CHECK_NOTE(&ns, "--force");
-    CHECK_RC(tuned__store_get_best(s, &r.key, &got, &e), 0, &e);
+    CHECK_RC(tuned__store_get_best(s, &r.key, &got, TUNED__MEASURE_POLICY, &e), 0, &e);
     CHECK(record_equal(&got, &slower));
 
     /* Duplicate record keys inside one file: the fastest wins. */
@@ -308,7 +309,7 @@ static void test_better_only(void)
     CHECK_RC(import_text(s, "dups.jsonl", b.p, b.n, false, &ns, &st, &e), 0, &e);
     CHECK(st.replaced == 2 && st.kept == 1);
     CHECK_NOTE(&ns, "dups.jsonl:4: skipped");
-    CHECK_RC(tuned__store_get_best(s, &r.key, &got, &e), 0, &e);
+    CHECK_RC(tuned__store_get_best(s, &r.key, &got, TUNED__MEASURE_POLICY, &e), 0, &e);
     CHECK(got.median_us == 50);
 
     /* A damaged stored record is replaced, with a note. */
@@ -555,7 +556,7 @@ static void test_bad_files(void)
     CHECK_RC(import_text(s, "mixed", b.p, b.n, false, &ns, &st, &e), TUNED_ESCHEMA, &e);
     CHECK_MSG(&e, "mixed:3");
     tuned__record got;
-    CHECK_RC(tuned__store_get_best(s, &r2.key, &got, &e), 0, &e);
+    CHECK_RC(tuned__store_get_best(s, &r2.key, &got, TUNED__MEASURE_POLICY, &e), 0, &e);
     free(b.p);
 
     /* Read-only stores take no import. */

@@ -16,10 +16,11 @@
 
 #include <jansson.h>
 
-#include "../src/daemon/index.h"
-#include "../src/daemon/protocol.h"
-#include "../src/tuner/space.h"
+#include "src/daemon/index.h"
+#include "src/daemon/protocol.h"
+#include "src/tuner/space.h"
 #include "tuned.h"
+#include "src/tuner/policy.h"
 
 static int failures;
 

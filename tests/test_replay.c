@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tuner/search.h"
+#include "src/tuner/search.h"
 
 typedef struct entry {
     tuned__config config;

@@ -6,9 +6,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "tuner/search.h"
+#include "src/tuner/search.h"
 
-#include "expect.h"
+#include "tests/expect.h"
 
 typedef struct landscape {
     size_t calls, evaluated;

@@ -3,9 +3,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "tuner/space.h"
+#include "src/tuner/space.h"
 
-#include "expect.h"
+#include "tests/expect.h"
 
 static void text_round_trip(void)
 {

@@ -22,13 +22,14 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../cache/key.h"
-#include "../cache/record.h"
-#include "../cache/store.h"
-#include "../cache/store_internal.h"
-#include "../src/common/hash.h"
-#include "store_testlib.h"
+#include "cache/key.h"
+#include "cache/record.h"
+#include "cache/store.h"
+#include "cache/store_internal.h"
+#include "src/common/hash.h"
+#include "tests/store_testlib.h"
 #include "tuned.h"
+#include "src/tuner/policy.h"
 
 /* json with the value of top-level field replaced by value (values in the
  * test records hold no ',' or '}'). */
@@ -368,24 +369,24 @@ static void test_roundtrip(void)
     r.cubin = UINT64_MAX;
     CHECK_RC(tuned__store_put_best(s, &r, &e), 0, &e);
     memset(&got, 0x5a, sizeof got);
-    CHECK_RC(tuned__store_get_best(s, &r.key, &got, &e), 0, &e);
+    CHECK_RC(tuned__store_get_best(s, &r.key, &got, TUNED__MEASURE_POLICY, &e), 0, &e);
     CHECK(record_equal(&r, &got));
 
     /* A missing key. */
     tuned__store_key miss = r.key;
     miss.cols = 2;
-    CHECK_RC(tuned__store_get_best(s, &miss, &got, &e), TUNED_ENOTFOUND, &e);
+    CHECK_RC(tuned__store_get_best(s, &miss, &got, TUNED__MEASURE_POLICY, &e), TUNED_ENOTFOUND, &e);
     CHECK_MSG(&e, path);
     miss = r.key;
     miss.layout = 0;
-    CHECK_RC(tuned__store_get_best(s, &miss, &got, &e), TUNED_ENOTFOUND, &e);
+    CHECK_RC(tuned__store_get_best(s, &miss, &got, TUNED__MEASURE_POLICY, &e), TUNED_ENOTFOUND, &e);
 
     /* A newer record replaces the older one. */
     tuned__record r2 = r;
     snprintf(r2.config, sizeof r2.config, "w8.r4.v4");
     r2.median_us = 9.5;
     CHECK_RC(tuned__store_put_best(s, &r2, &e), 0, &e);
-    CHECK_RC(tuned__store_get_best(s, &r.key, &got, &e), 0, &e);
+    CHECK_RC(tuned__store_get_best(s, &r.key, &got, TUNED__MEASURE_POLICY, &e), 0, &e);
     CHECK(record_equal(&r2, &got));
 
     /* A record that fails its checks is refused before any write. */
@@ -399,13 +400,13 @@ static void test_roundtrip(void)
     /* Reopened, writable and read-only, it still has the record. */
     CHECK_RC(tuned__store_open(&s, path, 0, &e), 0, &e);
     if (s != NULL) {
-        CHECK_RC(tuned__store_get_best(s, &r.key, &got, &e), 0, &e);
+        CHECK_RC(tuned__store_get_best(s, &r.key, &got, TUNED__MEASURE_POLICY, &e), 0, &e);
         CHECK(record_equal(&r2, &got));
         tuned__store_close(s);
     }
     CHECK_RC(tuned__store_open(&s, path, TUNED__STORE_READONLY, &e), 0, &e);
     if (s != NULL) {
-        CHECK_RC(tuned__store_get_best(s, &r.key, &got, &e), 0, &e);
+        CHECK_RC(tuned__store_get_best(s, &r.key, &got, TUNED__MEASURE_POLICY, &e), 0, &e);
         CHECK(record_equal(&r2, &got));
         CHECK_RC(tuned__store_put_best(s, &r, &e), TUNED_EINVAL, &e);
         CHECK_MSG(&e, "read-only");
@@ -433,7 +434,7 @@ static void test_policy(void)
     make_record(&r, "gpu-a", 64, 64);
     snprintf(r.prov.policy, sizeof r.prov.policy, "median-no-flush/0");
     CHECK_RC(tuned__store_put_best(s, &r, &e), 0, &e);
-    CHECK_RC(tuned__store_get_best(s, &r.key, &got, &e), TUNED_ENOTFOUND, &e);
+    CHECK_RC(tuned__store_get_best(s, &r.key, &got, TUNED__MEASURE_POLICY, &e), TUNED_ENOTFOUND, &e);
     CHECK_MSG(&e, "median-no-flush/0");
     CHECK_MSG(&e, TUNED__MEASURE_POLICY);
     size_t n;
@@ -441,7 +442,7 @@ static void test_policy(void)
     CHECK(n == 1 && record_equal(&got, &r));
     snprintf(r.prov.policy, sizeof r.prov.policy, "%s", TUNED__MEASURE_POLICY);
     CHECK_RC(tuned__store_put_best(s, &r, &e), 0, &e);
-    CHECK_RC(tuned__store_get_best(s, &r.key, &got, &e), 0, &e);
+    CHECK_RC(tuned__store_get_best(s, &r.key, &got, TUNED__MEASURE_POLICY, &e), 0, &e);
     tuned__store_close(s);
 }
 
@@ -658,7 +659,7 @@ static void test_schema(void)
     CHECK_RC(tuned__store_open(&s, path, 0, &e), 0, &e);
     if (s != NULL) {
         tuned__record got;
-        CHECK_RC(tuned__store_get_best(s, &r.key, &got, &e), 0, &e);
+        CHECK_RC(tuned__store_get_best(s, &r.key, &got, TUNED__MEASURE_POLICY, &e), 0, &e);
         tuned__store_close(s);
     }
 
@@ -669,7 +670,7 @@ static void test_schema(void)
     CHECK_RC(tuned__store_open(&s, path, TUNED__STORE_READONLY, &e), 0, &e);
     if (s != NULL) {
         tuned__record got;
-        CHECK_RC(tuned__store_get_best(s, &r.key, &got, &e), TUNED_ENOTFOUND, &e);
+        CHECK_RC(tuned__store_get_best(s, &r.key, &got, TUNED__MEASURE_POLICY, &e), TUNED_ENOTFOUND, &e);
         size_t n = 9;
         CHECK_RC(tuned__store_find_shape(s, 1, 0, 1, 1, &got, 1, &n, &e), 0, &e);
         CHECK(n == 0);
@@ -740,7 +741,7 @@ static void test_malformed(void)
         if (s == NULL)
             continue;
         tuned__err_clear(&e);
-        int rc = tuned__store_get_best(s, &r.key, &got, &e);
+        int rc = tuned__store_get_best(s, &r.key, &got, TUNED__MEASURE_POLICY, &e);
         if (rc != cases[i].want) {
             fprintf(stderr, "%s:%d: malformed case \"%s\": get returned %d, expected %d: %s\n",
                     __FILE__, __LINE__, cases[i].what, rc, cases[i].want, e.msg);
@@ -1209,7 +1210,7 @@ static void test_map_growth(void)
         return;
     for (uint64_t i = 0; i < N; i += 97) {
         r.key.rows = i + 1;
-        CHECK_RC(tuned__store_get_best(s, &r.key, &got, &e), 0, &e);
+        CHECK_RC(tuned__store_get_best(s, &r.key, &got, TUNED__MEASURE_POLICY, &e), 0, &e);
         CHECK(got.evaluations == i);
     }
     tuned__store_close(s);
@@ -1239,7 +1240,7 @@ static void *work(void *arg)
         tuned__store_eval ev;
         make_eval(&ev, &r.key, "w1", 1 + i);
         if (tuned__store_put_best(w->s, &r, &w->e) != 0
-            || tuned__store_get_best(w->s, &r.key, &got, &w->e) != 0
+            || tuned__store_get_best(w->s, &r.key, &got, TUNED__MEASURE_POLICY, &w->e) != 0
             || got.evaluations != r.evaluations
             || tuned__store_put_eval(w->s, &ev, &w->e) != 0)
             w->failed = 1;

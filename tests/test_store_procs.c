@@ -24,10 +24,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../cache/store.h"
-#include "../cache/store_internal.h"
-#include "store_testlib.h"
+#include "cache/store.h"
+#include "cache/store_internal.h"
+#include "tests/store_testlib.h"
 #include "tuned.h"
+#include "src/tuner/policy.h"
 
 #define TINY_MAP ((size_t)64 << 10)
 #define BATCH 40 /* history entries per batch */
@@ -171,7 +172,7 @@ static uint32_t check_store(tuned__store *s, const ledger *l, const msg *hung)
     for (uint32_t i = 0; i < end && i < l->cap; i++) {
         tuned__record want, got;
         best_record(&want, i, "gpu-crash");
-        int rc = tuned__store_get_best(s, &want.key, &got, &e);
+        int rc = tuned__store_get_best(s, &want.key, &got, TUNED__MEASURE_POLICY, &e);
         if (rc == 0) {
             CHECK(record_equal(&want, &got));
             present_to = i + 1;
@@ -337,7 +338,7 @@ static void test_sigkill(void)
         tuned__record r, got;
         best_record(&r, 60000 + (uint32_t)round, "gpu-parent");
         CHECK_RC(tuned__store_put_best(s, &r, &e), 0, &e);
-        CHECK_RC(tuned__store_get_best(s, &r.key, &got, &e), 0, &e);
+        CHECK_RC(tuned__store_get_best(s, &r.key, &got, TUNED__MEASURE_POLICY, &e), 0, &e);
         tuned__store_close(s);
         l.next = present + 1;
         if (l.hi < l.next)
@@ -469,7 +470,7 @@ static void test_two_writers_one_reader(void)
         for (uint32_t i = 0; i < PER_WRITER; i++) {
             tuned__record want, got;
             best_record(&want, i, gpu);
-            if (tuned__store_get_best(s, &want.key, &got, &e) != 0 || !record_equal(&want, &got))
+            if (tuned__store_get_best(s, &want.key, &got, TUNED__MEASURE_POLICY, &e) != 0 || !record_equal(&want, &got))
                 lost++;
             if (i % 10 == 0) {
                 tuned__store_eval page[16];
@@ -528,7 +529,7 @@ static void test_other_process_grows(void)
     CHECK(waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0);
     /* This handle's next transactions find MDB_MAP_RESIZED and adopt the size. */
     make_record(&got, "gpu-child", CHILD_RECORDS, 2);
-    CHECK_RC(tuned__store_get_best(s, &got.key, &got, &e), 0, &e);
+    CHECK_RC(tuned__store_get_best(s, &got.key, &got, TUNED__MEASURE_POLICY, &e), 0, &e);
     CHECK(tuned__store_mapsize(s) > before);
     r.key.rows = 2;
     CHECK_RC(tuned__store_put_best(s, &r, &e), 0, &e);
@@ -553,11 +554,11 @@ static void test_reader_before_writer(void)
         return;
     tuned__record r;
     make_record(&r, "gpu-child", CHILD_RECORDS, 2);
-    CHECK_RC(tuned__store_get_best(s, &r.key, &r, &e), TUNED_ENOTFOUND, &e);
+    CHECK_RC(tuned__store_get_best(s, &r.key, &r, TUNED__MEASURE_POLICY, &e), TUNED_ENOTFOUND, &e);
     pid_t pid = spawn("--grow-child", path, "", "", "");
     int status;
     CHECK(waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0);
-    CHECK_RC(tuned__store_get_best(s, &r.key, &r, &e), 0, &e);
+    CHECK_RC(tuned__store_get_best(s, &r.key, &r, TUNED__MEASURE_POLICY, &e), 0, &e);
     size_t n;
     CHECK_RC(tuned__store_find_shape(s, 1, 0, 1, 2, &r, 1, &n, &e), 0, &e);
     CHECK(n == 1);
@@ -654,7 +655,7 @@ static void test_stale_reader(void)
     /* This process's own handle was never disturbed. */
     tuned__record got;
     CHECK_RC(tuned__store_put_best(s, &r, &e), 0, &e);
-    CHECK_RC(tuned__store_get_best(s, &r.key, &got, &e), 0, &e);
+    CHECK_RC(tuned__store_get_best(s, &r.key, &got, TUNED__MEASURE_POLICY, &e), 0, &e);
     tuned__store_close(s);
 }
 

@@ -10,10 +10,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/hash.h"
-#include "tuner/tune.h"
+#include "src/common/hash.h"
+#include "src/tuner/tune.h"
 
-#include "expect.h"
+#include "tests/expect.h"
 
 typedef struct synthetic {
     size_t calls;      /* configs evaluated, finalists' rounds included */

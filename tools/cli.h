@@ -6,8 +6,8 @@
 #include <stdbool.h>
 #include <stdio.h>
 
-#include "../cache/store.h"
-#include "../src/tuner/tune.h"
+#include "cache/store.h"
+#include "src/tuner/tune.h"
 
 /* Exit statuses, documented in --help. */
 enum { CLI_OK = 0, CLI_ERROR = 1, CLI_USAGE = 2, CLI_NOT_FOUND = 3 };

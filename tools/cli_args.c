@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli.h"
-#include "../src/tuner/api.h"
+#include "tools/cli.h"
+#include "src/client/client.h"
 
 /* No GPU holds a softmax whose input and output together exceed this. */
 #define MAX_TOTAL_BYTES (1ull << 40)
@@ -134,7 +134,7 @@ int cli_parse(int argc, char **argv, cli_opts *o)
 {
     memset(o, 0, sizeof *o);
     tuned__tune_request_default(&o->request);
-    tuned__api_default_store(o->db, sizeof o->db);
+    tuned__default_store(o->db, sizeof o->db);
     o->command = "tune";
     int first = 1;
     if (argc > 1 && argv[1][0] != '-') {

@@ -3,7 +3,7 @@
  * filters from the options, and opening the store. */
 #include <string.h>
 
-#include "cli.h"
+#include "tools/cli.h"
 
 bool cli_local_gpu(int device, tuned__gpu *gpu, tuned__err *why)
 {

@@ -8,36 +8,19 @@
  * same, with more (keys, damaged records), and readers never wait. A tune
  * through the daemon is queued there (joining a running tune of the same
  * shape) and followed with `job` requests until it ends. */
-#include <errno.h>
-#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/un.h>
 #include <time.h>
-#include <unistd.h>
 
 #include <jansson.h>
 
-#include "../src/daemon/daemon.h"
-#include "cli.h"
-#include "../src/tuner/api.h"
+#include "src/client/client.h"
+#include "src/daemon/daemon.h"
+#include "tools/cli.h"
 
 #define REPLY_TIMEOUT_S 30.0
-#define REPLY_MAX ((size_t)16 << 20)
 
-typedef struct client {
-    int fd;
-    char *buf;
-    size_t len, cap;
-} client;
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
+typedef tuned__client client;
 
 /* 0: connected; 1: no daemon there (fall back to the store); -1: error
  * printed. */
@@ -51,107 +34,40 @@ static int client_open(const cli_opts *o, client *c)
     if (o->socket[0] != '\0')
         snprintf(path, sizeof path, "%s", o->socket);
     else
-        tuned__api_default_socket(path, sizeof path);
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) {
-        fprintf(stderr, "tuned: socket: %s\n", strerror(errno));
+        tuned__default_socket(path, sizeof path);
+    tuned__err e = {0};
+    int rc = tuned__client_connect(c, path, REPLY_TIMEOUT_S, &e);
+    if (rc == TUNED_ENOTFOUND) {
+        if (o->socket[0] != '\0' && !o->quiet)
+            fprintf(stderr, "tuned: no daemon on %s; using the store %s\n", path, o->db);
+        return 1;
+    }
+    if (rc != 0) {
+        fprintf(stderr, "tuned: %s\n", e.msg);
         return -1;
     }
-    struct sockaddr_un sa = {.sun_family = AF_UNIX};
-    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path);
-    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
-        int err = errno;
-        close(fd);
-        if (err == ENOENT || err == ECONNREFUSED) {
-            if (o->socket[0] != '\0' && !o->quiet)
-                fprintf(stderr, "tuned: no daemon on %s; using the store %s\n", path, o->db);
-            return 1;
-        }
-        fprintf(stderr, "tuned: daemon %s: %s\n", path, strerror(err));
-        return -1;
-    }
-    c->fd = fd;
     return 0;
 }
 
 static void client_close(client *c)
 {
-    if (c->fd >= 0)
-        close(c->fd);
-    free(c->buf);
-    memset(c, 0, sizeof *c);
-    c->fd = -1;
+    tuned__client_close(c);
 }
 
 /* Sends req (taken) and reads one reply object into *rep; prints errors. */
 static int call(client *c, json_t *req, json_t **rep)
 {
     *rep = NULL;
-    char *text = req != NULL ? json_dumps(req, JSON_COMPACT) : NULL;
-    json_decref(req);
-    if (text == NULL) {
+    if (req == NULL) {
         fprintf(stderr, "tuned: out of memory\n");
         return -1;
     }
-    size_t n = strlen(text), off = 0;
-    text[n++] = '\n';
-    while (off < n) {
-        ssize_t w = send(c->fd, text + off, n - off, MSG_NOSIGNAL);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0) {
-            fprintf(stderr, "tuned: daemon: send: %s\n", strerror(errno));
-            free(text);
-            return -1;
-        }
-        off += (size_t)w;
-    }
-    free(text);
-    double deadline = now_s() + REPLY_TIMEOUT_S;
-    for (;;) {
-        char *nl = c->len > 0 ? memchr(c->buf, '\n', c->len) : NULL;
-        if (nl != NULL) {
-            size_t line = (size_t)(nl - c->buf);
-            json_error_t jerr;
-            *rep = json_loadb(c->buf, line, 0, &jerr);
-            memmove(c->buf, nl + 1, c->len - line - 1);
-            c->len -= line + 1;
-            if (!json_is_object(*rep)) {
-                json_decref(*rep);
-                *rep = NULL;
-                fprintf(stderr, "tuned: daemon: a reply that is not a JSON object\n");
-                return -1;
-            }
-            return 0;
-        }
-        if (c->len == c->cap) {
-            size_t cap = c->cap ? c->cap * 2 : 65536;
-            char *p = cap <= REPLY_MAX ? realloc(c->buf, cap) : NULL;
-            if (p == NULL) {
-                fprintf(stderr, "tuned: daemon: reply too long\n");
-                return -1;
-            }
-            c->buf = p;
-            c->cap = cap;
-        }
-        double left = deadline - now_s();
-        struct pollfd p = {.fd = c->fd, .events = POLLIN};
-        int r = left > 0 ? poll(&p, 1, (int)(left * 1000) + 1) : 0;
-        if (r == 0) {
-            fprintf(stderr, "tuned: daemon: no reply in %.0f s\n", REPLY_TIMEOUT_S);
-            return -1;
-        }
-        if (r < 0 && errno == EINTR)
-            continue;
-        ssize_t got = r > 0 ? recv(c->fd, c->buf + c->len, c->cap - c->len, 0) : -1;
-        if (got <= 0) {
-            if (got < 0 && errno == EINTR)
-                continue;
-            fprintf(stderr, "tuned: daemon: %s\n", got == 0 ? "closed the connection" : strerror(errno));
-            return -1;
-        }
-        c->len += (size_t)got;
-    }
+    tuned__err e = {0};
+    int rc = tuned__client_call(c, req, REPLY_TIMEOUT_S, rep, &e);
+    json_decref(req);
+    if (rc != 0)
+        fprintf(stderr, "tuned: %s\n", e.msg);
+    return rc != 0 ? -1 : 0;
 }
 
 /* An error reply as one line; CLI_ERROR. */

@@ -1,5 +1,5 @@
 /* cmd_devices.c: `tuned devices`: the GPUs the driver sees, or why none. */
-#include "cli.h"
+#include "tools/cli.h"
 
 int cli_cmd_devices(const cli_opts *o)
 {

@@ -3,7 +3,7 @@
  * from one snapshot of the store. */
 #include <unistd.h>
 
-#include "cli.h"
+#include "tools/cli.h"
 
 static void note(void *ctx, const char *line)
 {

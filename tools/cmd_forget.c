@@ -5,8 +5,8 @@
  * store directory, on purpose. */
 #include <stdlib.h>
 
-#include "../cache/key.h"
-#include "cli.h"
+#include "cache/key.h"
+#include "tools/cli.h"
 
 typedef struct forget_ctx {
     bool dry_run;

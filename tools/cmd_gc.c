@@ -3,7 +3,7 @@
  * (default 30; 0 drops every unused one). Damaged entries always go. */
 #include <time.h>
 
-#include "cli.h"
+#include "tools/cli.h"
 
 #define DEFAULT_DAYS 30
 

@@ -4,8 +4,9 @@
  * stored records of the shape are named with why they are not exact, and
  * the exit status is 3. Where no GPU can be identified, every GPU's record
  * for the shape is printed, marked as unchecked. */
-#include "../cache/key.h"
-#include "cli.h"
+#include "cache/key.h"
+#include "tools/cli.h"
+#include "src/tuner/policy.h"
 
 #define MAX_LISTED 64
 
@@ -43,7 +44,7 @@ int cli_cmd_get(const cli_opts *o)
         tuned__record here, rec;
         cli_here_record(&gpu, s, &here);
         char why[1024];
-        rc = tuned__store_get_best(store, &here.key, &rec, &e);
+        rc = tuned__store_get_best(store, &here.key, &rec, TUNED__MEASURE_POLICY, &e);
         if (rc == 0 && tuned__record_exact(&rec, &here, why, sizeof why)) {
             tuned__store_close(store);
             print_match(stdout, &rec, "exact");

@@ -7,7 +7,7 @@
 #include <errno.h>
 #include <string.h>
 
-#include "cli.h"
+#include "tools/cli.h"
 
 #define MAX_NOTES 50 /* per file; the rest are counted */
 

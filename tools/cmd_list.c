@@ -5,9 +5,9 @@
 #include <jansson.h>
 #include <string.h>
 
-#include "../cache/key.h"
-#include "../cache/record.h"
-#include "cli.h"
+#include "cache/key.h"
+#include "cache/record.h"
+#include "tools/cli.h"
 
 typedef struct list_ctx {
     bool json;

@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../src/daemon/daemon.h"
-#include "cli.h"
+#include "src/daemon/daemon.h"
+#include "tools/cli.h"
 
 static bool number(const char *s, double min, double max, double *out)
 {

@@ -5,7 +5,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cli.h"
+#include "tools/cli.h"
+#include "src/tuner/policy.h"
 
 typedef struct progress_line {
     bool quiet, tty;
@@ -61,7 +62,7 @@ static int stored_winner(const tuned__driver *d, const tuned__nvrtc *n, tuned__s
         return rc;
     tuned__store_key key;
     tuned__tune_key(&gpu, &r->shape, &key);
-    rc = tuned__store_get_best(store, &key, rec, e);
+    rc = tuned__store_get_best(store, &key, rec, TUNED__MEASURE_POLICY, e);
     *found = rc == 0;
     if (rc == TUNED_ENOTFOUND) {
         tuned__err_clear(e);

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli.h"
+#include "tools/cli.h"
 
 #define DRIFT_FLAG 0.10 /* report a drift beyond 10% */
 

@@ -3,7 +3,7 @@
 #include <signal.h>
 #include <string.h>
 
-#include "cli.h"
+#include "tools/cli.h"
 
 int cli_fail(const tuned__err *e)
 {

@@ -1,6 +1,6 @@
 /* config.c: the text form of a kernel config and the per-row arithmetic
  * (vectors per thread, registers held) that codegen and the space share. */
-#include "config.h"
+#include "src/codegen/config.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -17,7 +17,7 @@
 #include <stdint.h>
 
 #include "tuned.h"
-#include "../common/err.h"
+#include "src/common/err.h"
 
 /* Kernel families; each is one template in kernels/templates/. */
 enum {

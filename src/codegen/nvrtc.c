@@ -4,7 +4,7 @@
  * compiler log, so NVRTC's codes never leak upward. The function table is
  * filled once at load and only read afterwards, so compiles may run on
  * many threads at once (NVRTC itself is thread-safe per program). */
-#include "nvrtc.h"
+#include "src/codegen/nvrtc.h"
 
 #include <dlfcn.h>
 #include <stdio.h>
@@ -14,7 +14,7 @@
 
 #include <nvrtc.h>
 
-#include "../common/hash.h"
+#include "src/common/hash.h"
 #include "tuned.h"
 
 struct tuned__nvrtc {

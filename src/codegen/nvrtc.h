@@ -9,7 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../common/err.h"
+#include "src/common/err.h"
 
 typedef struct tuned__nvrtc tuned__nvrtc;
 

@@ -5,15 +5,15 @@
  * compile cache hashes. Codegen refuses what it cannot emit (a vector over
  * 16 bytes, rows that do not split the block's warps); whether a config is
  * a good idea for a shape is the tuner's space's question. */
-#include "source.h"
+#include "src/codegen/source.h"
 
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../common/hash.h"
-#include "templates.h"
+#include "src/common/hash.h"
+#include "src/codegen/templates.h"
 
 /* Far beyond any register budget; keeps a corrupt config from
  * generating megabytes of unrolled code. */

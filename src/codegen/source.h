@@ -2,7 +2,7 @@
 #ifndef TUNED_CODEGEN_SOURCE_H
 #define TUNED_CODEGEN_SOURCE_H
 
-#include "config.h"
+#include "src/codegen/config.h"
 
 /* Bump whenever the generated text changes meaning without the template
  * text changing (it is hashed into the store's GPU identity). */

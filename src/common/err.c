@@ -1,5 +1,5 @@
 /* err.c: formatting of tuned__err messages and the public tuned_strerror(). */
-#include "err.h"
+#include "src/common/err.h"
 
 #include <stdarg.h>
 #include <stdio.h>

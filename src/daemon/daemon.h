@@ -11,7 +11,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "../common/err.h"
+#include "src/common/err.h"
 
 /* Longest Unix socket path (sizeof sockaddr_un.sun_path - 1). */
 #define TUNED__SOCKET_PATH_MAX 107
@@ -37,7 +37,7 @@ typedef struct tuned__serve_opts {
 
 void tuned__serve_opts_default(tuned__serve_opts *o);
 
-/* The default socket path is tuned__api_default_socket() (src/tuner/api.h):
+/* The default socket path is tuned__default_socket() (src/client/client.h):
  * the daemon and its clients agree on it. */
 
 /* Runs the daemon until SIGTERM/SIGINT. 0 after a clean stop (every

@@ -1,6 +1,6 @@
 /* fake_gpu.c: TEST ONLY: the pretend GPU of fake_gpu.h. Read that header
  * first; nothing here runs unless TUNED_TEST_FAKE_GPU is set. */
-#include "fake_gpu.h"
+#include "src/daemon/fake_gpu.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -9,10 +9,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../codegen/templates.h"
-#include "../common/hash.h"
-#include "../../cache/store.h"
-#include "../tuner/space.h"
+#include "src/codegen/templates.h"
+#include "src/common/hash.h"
+#include "cache/store.h"
+#include "src/tuner/space.h"
 #include "tuned.h"
 
 #define FAKE_NAME "tuned test-only fake GPU"

@@ -24,9 +24,9 @@
 
 #include <stdbool.h>
 
-#include "../tuner/evaluator.h"
-#include "../tuner/gpu.h"
-#include "../tuner/tune.h"
+#include "src/tuner/evaluator.h"
+#include "src/driver/gpu.h"
+#include "src/tuner/tune.h"
 
 /* Whether TUNED_TEST_FAKE_GPU is set to a count from 1 to 8. */
 bool tuned__fake_gpu_enabled(void);

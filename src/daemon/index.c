@@ -6,15 +6,16 @@
  * fixed-size table of derived answers that is simply emptied when full:
  * its entries are cheap to recompute, and a client asking for random
  * shapes must not grow the daemon's memory. */
-#include "index.h"
+#include "src/daemon/index.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../common/hash.h"
-#include "protocol.h"
+#include "src/common/hash.h"
+#include "src/daemon/protocol.h"
 #include "tuned.h"
+#include "src/tuner/policy.h"
 
 #define MEMO_SLOTS 8192          /* a power of two */
 #define MEMO_MAX (MEMO_SLOTS / 2)

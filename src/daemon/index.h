@@ -14,8 +14,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../../cache/store.h"
-#include "../tuner/space.h"
+#include "cache/store.h"
+#include "src/tuner/space.h"
 
 typedef struct tuned__index tuned__index;
 

@@ -22,7 +22,7 @@
  * not finish, the worker is killed and the best answer seen so far is
  * stored if it beats the stored record (a checkpoint). Its history stays
  * in the store: the next tune of the shape resumes from it. */
-#include "jobs.h"
+#include "src/daemon/jobs.h"
 
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -33,9 +33,12 @@
 
 #include <uv.h>
 
-#include "../tuner/tune.h"
+#include "src/tuner/tune.h"
 #include "tuned.h"
-#include "worker.h"
+#include "src/daemon/worker.h"
+#include "src/common/clock.h"
+#include "src/common/log.h"
+#include "src/tuner/policy.h"
 
 #define MAX_CONSECUTIVE 5
 #define MAX_UNNAMED 2
@@ -73,26 +76,8 @@ struct tuned__jobs {
     _Atomic uint64_t writes;
 };
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static void logf_(const tuned__jobs *j, const char *fmt, ...) TUNED__PRINTF(2, 3);
-
-static void logf_(const tuned__jobs *j, const char *fmt, ...)
-{
-    if (j->o.quiet)
-        return;
-    char line[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(line, sizeof line, fmt, ap);
-    va_end(ap);
-    fprintf(stderr, "tuned serve: %s\n", line);
-}
+/* A log line of the jobs, unless the daemon is quiet. */
+#define logf_(j, ...) tuned__logf((j)->o.quiet, "tuned serve", __VA_ARGS__)
 
 const char *tuned__job_state_name(int state)
 {
@@ -141,7 +126,7 @@ static bool cancel_fn(void *ctx)
 {
     tuned__jobs *j = ctx;
     uv_mutex_lock(&j->mu);
-    bool c = j->stop && now_s() > j->stop_s + j->o.shutdown_grace_s;
+    bool c = j->stop && tuned__now_s() > j->stop_s + j->o.shutdown_grace_s;
     uv_mutex_unlock(&j->mu);
     return c;
 }
@@ -233,10 +218,7 @@ static void record_culprit(run_ctx *rx, bool hang, const char *why)
     tuned__store_eval ev = {.key = rx->key, .status = hang ? TUNED__HIST_TIMEOUT
                                                            : TUNED__HIST_LAUNCH_ERROR};
     snprintf(ev.config, sizeof ev.config, "%s", rx->running);
-    time_t now = time(NULL);
-    struct tm tm;
-    gmtime_r(&now, &tm);
-    strftime(ev.date, sizeof ev.date, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    tuned__date_now(ev.date, sizeof ev.date);
     snprintf(ev.detail, sizeof ev.detail, "took the worker down: %s", why);
     tuned__err e = {0};
     if (tuned__store_put_eval(j->store, &ev, &e) != 0)
@@ -254,7 +236,7 @@ static void finish(run_ctx *rx, int state, bool stored, bool checkpointed, const
     v->stored = stored;
     v->checkpointed = checkpointed;
     v->copy_us = rx->copy_us;
-    v->elapsed_s = now_s() - rx->jb->started_s;
+    v->elapsed_s = tuned__now_s() - rx->jb->started_s;
     if (reason != NULL)
         snprintf(v->stop_reason, sizeof v->stop_reason, "%s", reason);
     if (error != NULL)
@@ -277,7 +259,7 @@ static int store_result(tuned__jobs *j, const tuned__record *rec, bool checkpoin
     if (checkpoint) {
         tuned__record old;
         tuned__err ignored = {0};
-        if (tuned__store_get_best(j->store, &rec->key, &old, &ignored) == 0 &&
+        if (tuned__store_get_best(j->store, &rec->key, &old, TUNED__MEASURE_POLICY, &ignored) == 0 &&
             old.median_us <= rec->median_us)
             return 0;
     }
@@ -382,7 +364,7 @@ static void run_job(slot *s, job *jb)
     snprintf(sh, sizeof sh, "%llux%llu %s", (unsigned long long)rx.shape.rows,
              (unsigned long long)rx.shape.cols, tuned_dtype_name(rx.shape.dtype));
     logf_(j, "GPU %d: job %llu: tuning %s", s->info.gpu.ordinal, (unsigned long long)jb->v.id, sh);
-    double t0 = now_s();
+    double t0 = tuned__now_s();
     for (int attempt = 0;; attempt++) {
         tuned__err e = {0};
         if (stopping(j)) {
@@ -397,7 +379,7 @@ static void run_job(slot *s, job *jb)
         tuned__worker_tune t = {.shape = rx.shape, .seed = jb->search.seed,
                                 .retune = jb->retune && attempt == 0};
         t.budget = jb->search.budget > rx.evaluated ? jb->search.budget - rx.evaluated : 1;
-        t.time_s = jb->search.time_s - (now_s() - t0);
+        t.time_s = jb->search.time_s - (tuned__now_s() - t0);
         if (t.time_s < 1)
             t.time_s = 1;
         rx.running[0] = '\0';
@@ -497,7 +479,7 @@ static void slot_main(void *arg)
         }
         jb->v.state = TUNED__JOB_RUNNING;
         jb->v.device = s->info.gpu.ordinal;
-        jb->started_s = now_s();
+        jb->started_s = tuned__now_s();
         s->info.job = jb->v.id;
         j->counts.queued--;
         j->counts.running++;
@@ -599,7 +581,7 @@ void tuned__jobs_stop(tuned__jobs *j)
     uv_mutex_lock(&j->mu);
     if (!j->stop) {
         j->stop = true;
-        j->stop_s = now_s();
+        j->stop_s = tuned__now_s();
         for (job *jb = j->head; jb != NULL; jb = jb->next) {
             if (jb->v.state != TUNED__JOB_QUEUED)
                 continue;
@@ -735,7 +717,7 @@ bool tuned__jobs_get(tuned__jobs *j, uint64_t id, tuned__job_view *out)
             *out = jb->v;
             out->queue_position = jb->v.state == TUNED__JOB_QUEUED ? ahead : 0;
             if (jb->v.state == TUNED__JOB_RUNNING)
-                out->elapsed_s = now_s() - jb->started_s;
+                out->elapsed_s = tuned__now_s() - jb->started_s;
             found = true;
             break;
         }

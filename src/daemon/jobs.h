@@ -20,9 +20,9 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "../../cache/store.h"
-#include "../tuner/gpu.h"
-#include "../tuner/search.h"
+#include "cache/store.h"
+#include "src/driver/gpu.h"
+#include "src/tuner/search.h"
 
 typedef struct tuned__jobs tuned__jobs;
 

@@ -6,7 +6,7 @@
  * fields, then each field's type and range. Fields are described once, in
  * the table below, with the ops that take them. jansson parses with
  * JSON_REJECT_DUPLICATES; integers beyond int64 are a JSON error there. */
-#include "protocol.h"
+#include "src/daemon/protocol.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -17,7 +17,7 @@
 
 #include <jansson.h>
 
-#include "../tuner/space.h"
+#include "src/tuner/space.h"
 #include "tuned.h"
 
 static const char *const perr_names[TUNED__PE_COUNT] = {

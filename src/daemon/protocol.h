@@ -14,8 +14,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../../cache/store.h"
-#include "../codegen/config.h"
+#include "cache/store.h"
+#include "src/codegen/config.h"
 
 /* Requests. */
 enum {

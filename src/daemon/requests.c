@@ -17,9 +17,9 @@
 #include <string.h>
 #include <strings.h>
 
-#include "../tuner/space.h"
-#include "../tuner/tune.h"
-#include "state.h"
+#include "src/tuner/space.h"
+#include "src/tuner/tune.h"
+#include "src/daemon/state.h"
 #include "tuned.h"
 
 /* The index is reloaded at most this often when another process writes;

@@ -18,8 +18,8 @@
  * to finish, then closes the remaining handles with uv_walk. The socket
  * file is removed; a stale one left by a crash is replaced at start (a
  * live daemon on it is an error). */
-#include "daemon.h"
-#include "../tuner/api.h"
+#include "src/daemon/daemon.h"
+#include "src/client/client.h"
 
 #include <errno.h>
 #include <grp.h>
@@ -36,8 +36,9 @@
 
 #include <uv.h>
 
-#include "state.h"
+#include "src/daemon/state.h"
 #include "tuned.h"
+#include "src/common/log.h"
 
 #define TICK_MS 100
 #define container_of(ptr, type, member) ((type *)((char *)(ptr) - offsetof(type, member)))
@@ -95,24 +96,13 @@ struct server {
     char exe[4096];
 };
 
-static void logf_(const server *s, const char *fmt, ...) TUNED__PRINTF(2, 3);
-
-static void logf_(const server *s, const char *fmt, ...)
-{
-    if (s->o->quiet)
-        return;
-    char line[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(line, sizeof line, fmt, ap);
-    va_end(ap);
-    fprintf(stderr, "tuned serve: %s\n", line);
-}
+/* A log line of the server, unless it is quiet. */
+#define logf_(s, ...) tuned__logf((s)->o->quiet, "tuned serve", __VA_ARGS__)
 
 void tuned__serve_opts_default(tuned__serve_opts *o)
 {
     memset(o, 0, sizeof *o);
-    tuned__api_default_socket(o->socket_path, sizeof o->socket_path);
+    tuned__default_socket(o->socket_path, sizeof o->socket_path);
     o->max_clients = 1024;
     o->max_line = 65536;
     o->max_output = 1 << 20;

@@ -8,11 +8,11 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "../../cache/store.h"
-#include "daemon.h"
-#include "index.h"
-#include "jobs.h"
-#include "protocol.h"
+#include "cache/store.h"
+#include "src/daemon/daemon.h"
+#include "src/daemon/index.h"
+#include "src/daemon/jobs.h"
+#include "src/daemon/protocol.h"
 
 typedef struct tuned__stats {
     uint64_t requests;

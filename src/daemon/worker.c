@@ -9,7 +9,7 @@
  * sees a child process. The child asks for SIGKILL when the thread that
  * spawned it dies (PR_SET_PDEATHSIG, set on its side), so a daemon killed
  * with -9 leaves no worker behind. */
-#include "worker.h"
+#include "src/daemon/worker.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -26,9 +26,10 @@
 
 #include <jansson.h>
 
-#include "../../cache/record.h"
-#include "../../cache/store.h"
+#include "cache/record.h"
+#include "cache/store.h"
 #include "tuned.h"
+#include "src/common/clock.h"
 
 extern char **environ;
 
@@ -44,13 +45,6 @@ struct tuned__worker {
     int status;     /* waitpid status once reaped */
 };
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 pid_t tuned__worker_pid(const tuned__worker *w)
 {
     return w != NULL ? w->pid : 0;
@@ -61,14 +55,14 @@ static void reap(tuned__worker *w, double wait_s)
 {
     if (w->reaped || w->pid <= 0)
         return;
-    double end = now_s() + wait_s;
+    double end = tuned__now_s() + wait_s;
     for (;;) {
         pid_t r = waitpid(w->pid, &w->status, WNOHANG);
         if (r == w->pid || (r < 0 && errno != EINTR)) {
             w->reaped = true;
             return;
         }
-        if (now_s() >= end)
+        if (tuned__now_s() >= end)
             break;
         struct timespec ts = {0, 10 * 1000 * 1000};
         nanosleep(&ts, NULL);
@@ -156,7 +150,7 @@ static int read_line(tuned__worker *w, double deadline, tuned__worker_cancel_fn 
             w->buf = p;
             w->cap = cap;
         }
-        double left = deadline - now_s();
+        double left = deadline - tuned__now_s();
         if (left <= 0)
             return lost(w, TUNED_ETIMEOUT, e, "no reply before the deadline; killed");
         if (cancel != NULL && cancel(ctx))
@@ -200,7 +194,7 @@ static int send_json(tuned__worker *w, json_t *msg, double deadline, tuned__err 
             rc = lost(w, TUNED_EIO, e, "its stdin is closed");
             break;
         }
-        double left = deadline - now_s();
+        double left = deadline - tuned__now_s();
         if (left <= 0) {
             rc = lost(w, TUNED_ETIMEOUT, e, "does not read its requests; killed");
             break;
@@ -355,7 +349,7 @@ int tuned__worker_start(tuned__worker **out, const tuned__worker_opts *o, tuned_
     int rc = spawn(w, o, e);
     json_t *hello = NULL;
     if (rc == 0)
-        rc = read_json(w, now_s() + o->hello_timeout_s, NULL, NULL, &hello, e);
+        rc = read_json(w, tuned__now_s() + o->hello_timeout_s, NULL, NULL, &hello, e);
     if (rc == 0) {
         const json_t *h = json_object_get(hello, "hello");
         const json_t *err = json_object_get(hello, "error");
@@ -389,7 +383,7 @@ int tuned__worker_send_tune(tuned__worker *w, const tuned__worker_tune *t, tuned
                             "retune", t->retune);
     if (req == NULL)
         return tuned__errf(e, TUNED_ENOMEM, "worker: out of memory");
-    return send_json(w, req, now_s() + 10.0, e);
+    return send_json(w, req, tuned__now_s() + 10.0, e);
 }
 
 static size_t count_of(const json_t *o, const char *k)
@@ -451,7 +445,7 @@ int tuned__worker_next(tuned__worker *w, tuned__worker_event *ev, double timeout
                        tuned__worker_cancel_fn cancel, void *ctx, tuned__err *e)
 {
     json_t *m = NULL;
-    int rc = read_json(w, now_s() + timeout_s, cancel, ctx, &m, e);
+    int rc = read_json(w, tuned__now_s() + timeout_s, cancel, ctx, &m, e);
     if (rc != 0)
         return rc;
     if (parse_event(m, ev) != 0) {

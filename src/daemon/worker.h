@@ -32,9 +32,9 @@
 #include <stddef.h>
 #include <sys/types.h>
 
-#include "../../cache/store.h"
-#include "../tuner/evaluator.h"
-#include "../tuner/gpu.h"
+#include "cache/store.h"
+#include "src/tuner/evaluator.h"
+#include "src/driver/gpu.h"
 
 /* ---- the daemon's end ---- */
 

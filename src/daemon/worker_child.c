@@ -16,7 +16,7 @@
  * in the daemon's terminal reaches the whole process group; the daemon
  * stops its workers itself) and lowers its priority so that NVRTC compiles
  * do not slow down the daemon's answers. */
-#include "worker.h"
+#include "src/daemon/worker.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -29,11 +29,11 @@
 
 #include <jansson.h>
 
-#include "../../cache/record.h"
-#include "../../cache/store.h"
-#include "../tuner/driver.h"
-#include "../tuner/tune.h"
-#include "fake_gpu.h"
+#include "cache/record.h"
+#include "cache/store.h"
+#include "src/driver/driver.h"
+#include "src/tuner/tune.h"
+#include "src/daemon/fake_gpu.h"
 #include "tuned.h"
 
 #define MAX_REQUEST_LINE ((size_t)1 << 20)

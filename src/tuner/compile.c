@@ -1,7 +1,7 @@
 /* compile.c: the compile pipeline (see compile.h): a shared counter hands
  * items to the threads; a condition variable tells the waiting caller
  * when any item is done. */
-#include "compile.h"
+#include "src/tuner/compile.h"
 
 #include <errno.h>
 #include <pthread.h>

@@ -12,10 +12,10 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "../../cache/store.h"
-#include "../codegen/config.h"
-#include "../codegen/nvrtc.h"
-#include "../codegen/source.h"
+#include "cache/store.h"
+#include "src/codegen/config.h"
+#include "src/codegen/nvrtc.h"
+#include "src/codegen/source.h"
 
 typedef struct tuned__compile_target {
     const tuned__nvrtc *nvrtc;

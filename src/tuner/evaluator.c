@@ -9,10 +9,10 @@
  * after it with a finite value no softmax produces, run, compare with the
  * float64 reference (an unwritten element fails even where the reference
  * is NaN), and only then time it. */
-#include "evaluator.h"
+#include "src/tuner/evaluator.h"
 
-#include "compile.h"
-#include "launch.h"
+#include "src/tuner/compile.h"
+#include "src/driver/launch.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "tuned.h"
+#include "src/common/sort.h"
 
 #define GUARD_BYTES 4096
 #define EVENT_BATCH 32
@@ -256,12 +257,6 @@ static int validate_reference(tuned__evaluator *ev, tuned__err *e)
 
 typedef int (*enqueue_fn)(tuned__evaluator *ev, void *arg, tuned__err *e);
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* The mean of the middle half of n >= 1 sorted values (n / 4 dropped at
  * each end, so all of them when n < 4). */
 static double interquartile_mean(const double *sorted, int n)
@@ -328,7 +323,7 @@ static int time_median(tuned__evaluator *ev, enqueue_fn enqueue, void *arg,
             return rc;
         }
     }
-    qsort(times, (size_t)reps, sizeof *times, cmp_double);
+    qsort(times, (size_t)reps, sizeof *times, tuned__cmp_double);
     res->reps = reps;
     res->median_us = reps % 2 ? times[reps / 2] : 0.5 * (times[reps / 2 - 1] + times[reps / 2]);
     res->p20_us = times[(reps - 1) / 5];

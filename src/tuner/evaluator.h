@@ -13,11 +13,11 @@
 #ifndef TUNED_TUNER_EVALUATOR_H
 #define TUNED_TUNER_EVALUATOR_H
 
-#include "../../cache/store.h"
-#include "../codegen/config.h"
-#include "../codegen/nvrtc.h"
-#include "../codegen/source.h"
-#include "gpu.h"
+#include "cache/store.h"
+#include "src/codegen/config.h"
+#include "src/codegen/nvrtc.h"
+#include "src/codegen/source.h"
+#include "src/driver/gpu.h"
 
 typedef struct tuned__evaluator tuned__evaluator;
 

@@ -1,7 +1,7 @@
 /* search.c: the search loop (see search.h). Evaluated configs are kept in
  * one array with their times; the space is small enough (hundreds) that a
  * linear scan beats any index. */
-#include "search.h"
+#include "src/tuner/search.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "tuned.h"
+#include "src/common/clock.h"
 
 #define MAX_NEIGHBORS 32
 /* Generations in a row that gain less than min_gain before the search stops. */
@@ -42,13 +43,6 @@ void tuned__search_opts_default(tuned__search_opts *o)
     o->population = 40;
     o->copies = 4;
     o->min_gain = 0.002;
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
 static bool was_tried(const search_state *st, const tuned__config *c)
@@ -150,7 +144,7 @@ static void report(const search_state *st, int generation, tuned__progress_fn pr
         .have_best = st->out->found,
         .best = st->out->best,
         .best_us = st->out->best_us,
-        .elapsed_s = now_s() - st->t0,
+        .elapsed_s = tuned__now_s() - st->t0,
     };
     progress(ctx, &p);
 }
@@ -161,7 +155,7 @@ static void finish(search_state *st, int generations, const char *why)
     st->out->resumed = st->nprior;
     st->out->failed = st->failed;
     st->out->generations = generations;
-    st->out->elapsed_s = now_s() - st->t0;
+    st->out->elapsed_s = tuned__now_s() - st->t0;
     snprintf(st->out->stop_reason, sizeof st->out->stop_reason, "%s", why);
 }
 
@@ -173,7 +167,7 @@ static int run_exhaustive(search_state *st, tuned__eval_batch_fn eval, void *ctx
     int rc = 0, generation = 0;
     const char *why = "exhaustive";
     for (size_t next = 0; next < st->sp->count && rc == 0; generation++) {
-        if (budget_left(st) == 0 || now_s() - st->t0 >= st->o->time_s) {
+        if (budget_left(st) == 0 || tuned__now_s() - st->t0 >= st->o->time_s) {
             why = budget_left(st) == 0 ? "evaluation budget" : "time budget";
             break;
         }
@@ -197,7 +191,7 @@ int tuned__search_run(const tuned__space *sp, const tuned__search_opts *o,
     memset(out, 0, sizeof *out);
     if (o->budget == 0 || o->population == 0 || o->copies == 0)
         return tuned__errf(e, TUNED_EINVAL, "search: budget, population and copies must be > 0");
-    search_state st = {.sp = sp, .o = o, .out = out, .t0 = now_s()};
+    search_state st = {.sp = sp, .o = o, .out = out, .t0 = tuned__now_s()};
     st.cap = (o->exhaustive && sp->count < o->budget ? sp->count : o->budget) + o->nprior;
     st.log = calloc(st.cap, sizeof *st.log);
     size_t batch_cap = o->budget;
@@ -242,7 +236,7 @@ int tuned__search_run(const tuned__space *sp, const tuned__search_opts *o,
             why = "evaluation budget";
             break;
         }
-        if (now_s() - st.t0 >= o->time_s) {
+        if (tuned__now_s() - st.t0 >= o->time_s) {
             why = "time budget";
             break;
         }

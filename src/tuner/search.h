@@ -17,8 +17,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "evaluator.h"
-#include "space.h"
+#include "src/tuner/evaluator.h"
+#include "src/tuner/space.h"
 
 /* A config measured before this search (a resumed tune's history). */
 typedef struct tuned__search_prior {

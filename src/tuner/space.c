@@ -1,13 +1,13 @@
 /* space.c: the constraints of the two families (register rows and tma)
  * and the moves of the search (neighbours, random draws, seeds). */
-#include "space.h"
+#include "src/tuner/space.h"
 
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../codegen/source.h"
+#include "src/codegen/source.h"
 #include "tuned.h"
 
 /* Registers a thread needs beside its part of the row (indices, the

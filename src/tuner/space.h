@@ -12,8 +12,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "../codegen/config.h"
-#include "../common/rng.h"
+#include "src/codegen/config.h"
+#include "src/common/rng.h"
 
 typedef struct tuned__space {
     tuned__shape shape;

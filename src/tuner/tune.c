@@ -1,5 +1,7 @@
 /* tune.c: the whole tune of one shape (see tune.h). */
-#include "tune.h"
+#include "src/tuner/tune.h"
+
+#include "cache/key.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -8,6 +10,9 @@
 #include <time.h>
 
 #include "tuned.h"
+#include "src/common/sort.h"
+#include "src/common/clock.h"
+#include "src/tuner/policy.h"
 
 void tuned__tune_request_default(tuned__tune_request *r)
 {
@@ -47,14 +52,6 @@ static void remember(tune_ctx *t, const tuned__config *c, bool ok, double us, do
     t->log[t->nlog++] = (tuned__search_prior){*c, ok, us, p80_us};
 }
 
-static void now_iso(char *buf, size_t n)
-{
-    time_t now = time(NULL);
-    struct tm tm;
-    gmtime_r(&now, &tm);
-    strftime(buf, n, "%Y-%m-%dT%H:%M:%SZ", &tm);
-}
-
 /* Writes one generation's results to the history in one transaction, so
  * a killed tune loses at most the generation in flight. */
 static int record_history(const tune_ctx *t, const tuned__config *cfgs, size_t n,
@@ -64,7 +61,7 @@ static int record_history(const tune_ctx *t, const tuned__config *cfgs, size_t n
     if (evs == NULL)
         return tuned__errf(e, TUNED_ENOMEM, "tune: out of memory for the history");
     char date[32];
-    now_iso(date, sizeof date);
+    tuned__date_now(date, sizeof date);
     size_t k = 0;
     for (size_t i = 0; i < n; i++) {
         /* After a fatal GPU error the rest of the batch was never run. */
@@ -253,12 +250,6 @@ typedef struct finalist {
     double rank; /* the median of iqm[]: what the finalists are ranked by */
 } finalist;
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* Faster first; among equal medians (a few-µs shape's variants often share
  * one 32 ns step) the lighter slow tail, then the simpler, so that the same
  * measurements always make the same finalists. */
@@ -318,7 +309,7 @@ static int run_finalists(tune_ctx *t, const tuned__search_prior *log, size_t nlo
     double noise = 0.0;
     size_t win = 0;
     for (size_t i = 0; i < nf; i++) {
-        qsort(f[i].times, f[i].rounds, sizeof f[i].times[0], cmp_double);
+        qsort(f[i].times, f[i].rounds, sizeof f[i].times[0], tuned__cmp_double);
         f[i].median = f[i].times[f[i].rounds / 2];
         double spread = (f[i].times[f[i].rounds - 1] - f[i].times[0]) / f[i].median;
         if (spread > noise)
@@ -328,7 +319,7 @@ static int run_finalists(tune_ctx *t, const tuned__search_prior *log, size_t nlo
             f[i].rank = INFINITY;
             continue;
         }
-        qsort(f[i].iqm, timed, sizeof f[i].iqm[0], cmp_double);
+        qsort(f[i].iqm, timed, sizeof f[i].iqm[0], tuned__cmp_double);
         f[i].rank = f[i].iqm[timed / 2];
         if (f[i].rank < f[win].rank)
             win = i;
@@ -449,12 +440,7 @@ int tuned__tune(const tuned__driver *d, const tuned__nvrtc *n, const tuned__tune
 
 void tuned__tune_key(const tuned__gpu *gpu, const tuned__shape *shape, tuned__store_key *key)
 {
-    memset(key, 0, sizeof *key);
-    key->kernel = TUNED__KERNEL_SOFTMAX;
-    key->dtype = (uint8_t)shape->dtype;
-    key->rows = shape->rows;
-    key->cols = shape->cols;
-    key->gpu_fp = gpu->fingerprint;
+    *key = tuned__store_key_softmax(shape, gpu->fingerprint);
 }
 
 void tuned__tune_record(const tuned__tune_outcome *o, const tuned__shape *shape,
@@ -482,9 +468,6 @@ void tuned__tune_record(const tuned__tune_outcome *o, const tuned__shape *shape,
     rec->gbps = bytes / (o->search.best_us * 1e3);
     rec->evaluations = (uint32_t)o->search.evaluations;
     rec->cubin = o->cubin;
-    time_t now = time(NULL);
-    struct tm tm;
-    gmtime_r(&now, &tm);
-    strftime(rec->date, sizeof rec->date, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    tuned__date_now(rec->date, sizeof rec->date);
     snprintf(rec->tool_version, sizeof rec->tool_version, "%s", TUNED_VERSION_STRING);
 }

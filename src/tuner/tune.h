@@ -7,8 +7,8 @@
 #ifndef TUNED_TUNER_TUNE_H
 #define TUNED_TUNER_TUNE_H
 
-#include "../../cache/store.h"
-#include "search.h"
+#include "cache/store.h"
+#include "src/tuner/search.h"
 
 typedef struct tuned__tune_request {
     tuned__shape shape;

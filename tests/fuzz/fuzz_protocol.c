@@ -13,7 +13,7 @@
 
 #include <jansson.h>
 
-#include "../../src/daemon/protocol.h"
+#include "src/daemon/protocol.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -5,16 +5,16 @@
  * The evaluator (which times variants) and the embedding API (which runs
  * the winners) both launch through here, so a variant runs the same way
  * where it is measured and where it is used. */
-#ifndef TUNED_TUNER_LAUNCH_H
-#define TUNED_TUNER_LAUNCH_H
+#ifndef TUNED_DRIVER_LAUNCH_H
+#define TUNED_DRIVER_LAUNCH_H
 
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../codegen/config.h"
-#include "driver.h"
+#include "src/codegen/config.h"
+#include "src/driver/driver.h"
 
 typedef struct tuned__launch {
     CUfunction fn;

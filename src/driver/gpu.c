@@ -1,12 +1,12 @@
 /* gpu.c: reads a GPU's properties through the driver and builds its
  * identity string and fingerprint. */
-#include "gpu.h"
+#include "src/driver/gpu.h"
 
 #include <stdio.h>
 #include <string.h>
 
-#include "../codegen/templates.h"
-#include "../common/hash.h"
+#include "src/codegen/templates.h"
+#include "src/common/hash.h"
 #include "tuned.h"
 
 int tuned__gpu_count(const tuned__driver *d, int *count, tuned__err *e)

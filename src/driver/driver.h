@@ -8,12 +8,12 @@
  *
  * Call sites use the table as d->cuMemAlloc(...): the field names come from
  * cuda.h's own macros, so they always match the pinned versions. */
-#ifndef TUNED_TUNER_DRIVER_H
-#define TUNED_TUNER_DRIVER_H
+#ifndef TUNED_DRIVER_DRIVER_H
+#define TUNED_DRIVER_DRIVER_H
 
 #include <cuda.h>
 
-#include "../common/err.h"
+#include "src/common/err.h"
 
 /* The entry points tuned uses; X(name) for each. */
 #define TUNED__DRIVER_FUNCTIONS(X)                                                              \

@@ -15,20 +15,21 @@
  * time of their next recheck, an atomic); a better entry for a key
  * replaces the pointer in its slot, and the old one stays allocated until
  * the handle is closed, so a reader never sees freed memory. */
-#ifndef TUNED_TUNER_API_H
-#define TUNED_TUNER_API_H
+#ifndef TUNED_API_API_H
+#define TUNED_API_API_H
 
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "../../cache/store.h"
-#include "../codegen/config.h"
-#include "../codegen/nvrtc.h"
-#include "driver.h"
-#include "gpu.h"
-#include "launch.h"
+#include "cache/store.h"
+#include "src/codegen/config.h"
+#include "src/client/client.h"
+#include "src/codegen/nvrtc.h"
+#include "src/driver/driver.h"
+#include "src/driver/gpu.h"
+#include "src/driver/launch.h"
 #include "tuned.h"
 
 /* ---- the map (api_table.c) ---- */
@@ -150,35 +151,5 @@ typedef struct tuned__api_child {
  * with a failure, TUNED_ETIMEOUT when killed after timeout_s, TUNED_EIO
  * when it cannot be started or was cancelled. */
 int tuned__api_run_child(const tuned__api_child *c, tuned__err *e);
-
-/* The default paths, as the CLI and the daemon use them: the store
- * ($TUNED_DB, $XDG_DATA_HOME/tuned, ~/.local/share/tuned, /var/lib/tuned)
- * and the daemon's socket ($TUNED_SOCKET, $XDG_RUNTIME_DIR/tuned/tuned.sock,
- * /run/tuned/tuned.sock). */
-void tuned__api_default_store(char *out, size_t n);
-void tuned__api_default_socket(char *out, size_t n);
-
-/* One request line to the daemon at socket, one reply line back, within
- * timeout_s. The reply's text (NUL-terminated, malloc'd) in *reply.
- * TUNED_EIO when the daemon cannot be reached or answers nothing,
- * TUNED_ETIMEOUT when it answers too slowly. */
-int tuned__api_daemon_call(const char *socket, const char *line, double timeout_s, char **reply,
-                           tuned__err *e);
-
-/* Asks the daemon to tune shape on the GPU with fingerprint gpu_fp
- * (time_s 0: the daemon's default); its job id in *job. A refusal is the
- * daemon's code mapped to ours (no_gpu: TUNED_ENODEV, no_space:
- * TUNED_ENOSPACE, bad values: TUNED_EINVAL, store_error: TUNED_ESTORE,
- * anything else TUNED_ETUNE) with its message. */
-int tuned__api_daemon_tune(const char *socket, const tuned__shape *shape, uint64_t gpu_fp,
-                           double time_s, uint64_t *job, tuned__err *e);
-
-/* The state of daemon job `job` ("queued", "running", "done", "failed",
- * "cancelled") into state; its error message, if any, into why. */
-int tuned__api_daemon_job(const char *socket, uint64_t job, char *state, size_t state_n,
-                          char *why, size_t why_n, tuned__err *e);
-
-/* The store directory the daemon serves (its `stats` reply). */
-int tuned__api_daemon_store(const char *socket, char *out, size_t n, tuned__err *e);
 
 #endif

@@ -5,14 +5,14 @@
  * NVRTC version and a hash of the kernel templates and codegen. Results are
  * filed under its fingerprint, so a changed driver or kernel is never served
  * a result measured under another. */
-#ifndef TUNED_TUNER_GPU_H
-#define TUNED_TUNER_GPU_H
+#ifndef TUNED_DRIVER_GPU_H
+#define TUNED_DRIVER_GPU_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../codegen/nvrtc.h"
-#include "driver.h"
+#include "src/codegen/nvrtc.h"
+#include "src/driver/driver.h"
 
 typedef struct tuned__gpu {
     int ordinal;

@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "api.h"
+#include "src/api/api.h"
 
 #define FIRST_SLOTS 64
 

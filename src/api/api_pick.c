@@ -10,10 +10,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../codegen/source.h"
-#include "api.h"
-#include "space.h"
-#include "tune.h"
+#include "src/codegen/source.h"
+#include "src/api/api.h"
+#include "src/tuner/space.h"
+#include "cache/key.h"
+#include "src/tuner/policy.h"
 
 /* ---- exact, nearest, default ---- */
 
@@ -61,11 +62,10 @@ int tuned__api_pick_config(tuned__store *store, const tuned__gpu *gpu, const tun
          * next recheck look again. */
         if ((rc = tuned__store_txnid(store, &out->txnid, e)) != 0)
             goto done;
-        tuned__store_key key;
-        tuned__tune_key(gpu, shape, &key);
+        tuned__store_key key = tuned__store_key_softmax(shape, gpu->fingerprint);
         tuned__record rec;
         tuned__err miss = {0};
-        rc = tuned__store_get_best(store, &key, &rec, &miss);
+        rc = tuned__store_get_best(store, &key, &rec, TUNED__MEASURE_POLICY, &miss);
         if (rc == 0 && tuned__config_parse(rec.config, &out->config, NULL) == 0 &&
             tuned__space_valid(&sp, &out->config, NULL, 0)) {
             out->source = TUNED_SOURCE_EXACT;

@@ -1,6 +1,6 @@
 /* driver.c: dlopen of the CUDA driver and the one place CUresults become
  * tuned errors. */
-#include "driver.h"
+#include "src/driver/driver.h"
 
 #include <dlfcn.h>
 #include <stdio.h>

@@ -1,8 +1,8 @@
 /* launch.c: a variant's launch geometry, its grid-split workspace and the
  * launch itself (see launch.h). */
-#include "launch.h"
+#include "src/driver/launch.h"
 
-#include "../codegen/source.h"
+#include "src/codegen/source.h"
 
 int tuned__launch_prepare(const tuned__driver *d, CUfunction fn, const tuned__config *c,
                           const tuned__shape *s, int sm_count, tuned__launch *out, tuned__err *e)

@@ -30,9 +30,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../codegen/source.h"
-#include "api.h"
-#include "space.h"
+#include "src/codegen/source.h"
+#include "src/api/api.h"
+#include "src/tuner/space.h"
 
 #ifndef TUNED__BINDIR
 #define TUNED__BINDIR "/usr/local/bin"
@@ -288,7 +288,7 @@ int tuned_open(tuned_handle **out, const tuned_options *o)
     if (o->socket != NULL && o->socket[0] != '\0')
         snprintf(socket, sizeof socket, "%s", o->socket);
     else
-        tuned__api_default_socket(socket, sizeof socket);
+        tuned__default_socket(socket, sizeof socket);
     if (rc == 0) {
         h->socket = strdup(socket);
         h->tuned_path = dup_or_null(pick_tuned_path(o));
@@ -302,12 +302,12 @@ int tuned_open(tuned_handle **out, const tuned_options *o)
         } else if (o->policy == TUNED_POLICY_DAEMON) {
             /* The daemon's store, so that its results are ours to see. */
             tuned__err ignored = {0};
-            if (tuned__api_daemon_store(h->socket, path, sizeof path, &ignored) != 0 ||
+            if (tuned__client_store_path(h->socket, path, sizeof path, &ignored) != 0 ||
                 path[0] != '/')
                 path[0] = '\0';
         }
         if (path[0] == '\0')
-            tuned__api_default_store(path, sizeof path);
+            tuned__default_store(path, sizeof path);
         rc = store_acquire(path, &h->store, &e);
     }
     if (rc != 0) {
@@ -483,7 +483,7 @@ static void *worker_main(void *arg)
         tuned__err e = {0};
         uint64_t daemon_job = 0;
         int rc = h->policy == TUNED_POLICY_DAEMON
-                     ? tuned__api_daemon_tune(h->socket, &shape, fp, h->tune_time_s, &daemon_job, &e)
+                     ? tuned__client_tune(h->socket, &shape, fp, h->tune_time_s, &daemon_job, &e)
                      : child_tune(h, device, &shape, h->tune_time_s, &e);
         pthread_mutex_lock(&h->mu);
         if (rc != 0) {
@@ -984,7 +984,7 @@ static int follow_daemon_job(tuned_handle *h, uint64_t id, double timeout_s, tun
     clock_gettime(CLOCK_MONOTONIC, &start);
     for (;;) {
         char state[32], why[256];
-        int rc = tuned__api_daemon_job(h->socket, id, state, sizeof state, why, sizeof why, e);
+        int rc = tuned__client_job(h->socket, id, state, sizeof state, why, sizeof why, e);
         if (rc != 0)
             return rc;
         if (strcmp(state, "done") == 0)
@@ -1042,7 +1042,7 @@ int tuned_tune(tuned_handle *h, int64_t rows, int64_t cols, tuned_dtype dtype, i
         double budget = time_s > 0 ? time_s : (h->tune_time_s > 0 ? h->tune_time_s : 0);
         if (h->policy == TUNED_POLICY_DAEMON) {
             uint64_t id = 0;
-            rc = tuned__api_daemon_tune(h->socket, &s, fp, budget, &id, &e);
+            rc = tuned__client_tune(h->socket, &s, fp, budget, &id, &e);
             if (rc == 0)
                 rc = follow_daemon_job(h, id, (budget > 0 ? budget : TUNE_DEFAULT_S) * 2 + TUNE_SLACK_S, &e);
         } else {

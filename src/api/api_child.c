@@ -1,0 +1,221 @@
+/* api_child.c: tunes outside the embedding process.
+ *
+ * A tune runs untrusted generated kernels for seconds on the GPU; a kernel
+ * that faults kills its CUDA context, and a hang holds the GPU. So the
+ * embedding API never tunes in the caller's process: either a child
+ * process `tuned --shape ... --db STORE` does (the CLI's own tune, which
+ * stores the winner), or the daemon does (its GPU workers are child
+ * processes too), asked over its socket with the protocol of
+ * docs/protocol.md. Either way the caller sees an error code and a
+ * message, never a crash.
+ *
+ * The child is started with fork + exec (not posix_spawn) so that it can
+ * ask to be killed when the thread that started it dies
+ * (PR_SET_PDEATHSIG): a tune never outlives the application that asked for
+ * it. Between fork and exec the child calls only async-signal-safe
+ * functions; everything it needs (argv, the executable's path) is built
+ * before the fork. */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "src/api/api.h"
+#include "src/common/clock.h"
+
+#define TAIL_BYTES 4096
+
+/* ---- the child process ---- */
+
+/* name itself when it has a slash, else the first executable file called
+ * name in $PATH; false when there is none. */
+static bool find_executable(const char *name, char *out, size_t n)
+{
+    if (strchr(name, '/') != NULL) {
+        snprintf(out, n, "%s", name);
+        return access(name, X_OK) == 0;
+    }
+    const char *path = getenv("PATH");
+    if (path == NULL || *path == '\0')
+        path = "/usr/local/bin:/usr/bin:/bin";
+    for (const char *p = path;;) {
+        const char *end = strchr(p, ':');
+        size_t len = end != NULL ? (size_t)(end - p) : strlen(p);
+        if (len > 0 && len + strlen(name) + 2 <= n) {
+            snprintf(out, n, "%.*s/%s", (int)len, p, name);
+            struct stat st;
+            if (stat(out, &st) == 0 && S_ISREG(st.st_mode) && access(out, X_OK) == 0)
+                return true;
+        }
+        if (end == NULL)
+            return false;
+        p = end + 1;
+    }
+}
+
+/* The last non-empty line of text (at most n - 1 bytes of it) into out. */
+static void last_line(const char *text, size_t len, char *out, size_t n)
+{
+    while (len > 0 && (text[len - 1] == '\n' || text[len - 1] == '\r' || text[len - 1] == ' '))
+        len--;
+    size_t start = len;
+    while (start > 0 && text[start - 1] != '\n' && text[start - 1] != '\r')
+        start--;
+    snprintf(out, n, "%.*s", (int)(len - start), text + start);
+}
+
+int tuned__api_run_child(const tuned__api_child *c, tuned__err *e)
+{
+    const char *dtype = tuned_dtype_name(c->shape.dtype);
+    if (c->binary == NULL || c->store == NULL || dtype == NULL || c->device < 0)
+        return tuned__errf(e, TUNED_EINVAL, "tune: bad child arguments");
+    char exe[PATH_MAX];
+    if (!find_executable(c->binary, exe, sizeof exe))
+        return tuned__errf(e, TUNED_EIO,
+                           "tune: cannot run the tuned executable '%s' (%s); set "
+                           "tuned_options.tuned_path or $TUNED_BIN",
+                           c->binary,
+                           strchr(c->binary, '/') != NULL ? strerror(errno) : "not in $PATH");
+    char shape[64], device[16], time_s[32];
+    snprintf(shape, sizeof shape, "%llux%llu", (unsigned long long)c->shape.rows,
+             (unsigned long long)c->shape.cols);
+    snprintf(device, sizeof device, "%d", c->device);
+    snprintf(time_s, sizeof time_s, "%g", c->time_s);
+    char *argv[16];
+    int argc = 0;
+    argv[argc++] = exe;
+    argv[argc++] = (char *)"tune";
+    argv[argc++] = (char *)"--shape";
+    argv[argc++] = shape;
+    argv[argc++] = (char *)"--dtype";
+    argv[argc++] = (char *)dtype;
+    argv[argc++] = (char *)"--device";
+    argv[argc++] = device;
+    argv[argc++] = (char *)"--db";
+    argv[argc++] = (char *)c->store;
+    argv[argc++] = (char *)"-q";
+    if (c->time_s > 0) {
+        argv[argc++] = (char *)"--time";
+        argv[argc++] = time_s;
+    }
+    argv[argc] = NULL;
+    char what[160];
+    snprintf(what, sizeof what, "tune of %s %s on GPU %d", shape, dtype, c->device);
+
+    int err_pipe[2];
+    if (pipe2(err_pipe, O_CLOEXEC) != 0)
+        return tuned__errf(e, TUNED_EIO, "%s: pipe: %s", what, strerror(errno));
+    int devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
+    if (devnull < 0) {
+        int saved = errno;
+        close(err_pipe[0]);
+        close(err_pipe[1]);
+        return tuned__errf(e, TUNED_EIO, "%s: /dev/null: %s", what, strerror(saved));
+    }
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    if (pid < 0) {
+        int saved = errno;
+        close(err_pipe[0]);
+        close(err_pipe[1]);
+        close(devnull);
+        return tuned__errf(e, TUNED_EIO, "%s: fork: %s", what, strerror(saved));
+    }
+    if (pid == 0) {
+        /* The child: async-signal-safe calls only, until exec. */
+        sigset_t none;
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent)
+            _exit(127);
+        if (dup2(devnull, STDIN_FILENO) < 0 || dup2(devnull, STDOUT_FILENO) < 0 ||
+            dup2(err_pipe[1], STDERR_FILENO) < 0)
+            _exit(127);
+        execv(exe, argv);
+        static const char msg[] = "tuned: exec failed\n";
+        ssize_t ignored = write(STDERR_FILENO, msg, sizeof msg - 1);
+        (void)ignored;
+        _exit(127);
+    }
+    close(err_pipe[1]);
+    close(devnull);
+
+    /* Read its stderr (keeping the tail) until it closes, watching the
+     * clock and the cancel flag. */
+    char tail[TAIL_BYTES];
+    size_t tail_len = 0;
+    double deadline = c->timeout_s > 0 ? tuned__now_s() + c->timeout_s : 0;
+    int killed = 0; /* 1: timeout, 2: cancelled */
+    for (;;) {
+        if (c->cancel != NULL && atomic_load(c->cancel) != 0) {
+            killed = 2;
+            break;
+        }
+        if (deadline > 0 && tuned__now_s() > deadline) {
+            killed = 1;
+            break;
+        }
+        struct pollfd p = {.fd = err_pipe[0], .events = POLLIN};
+        int ready = poll(&p, 1, 100);
+        if (ready < 0 && errno != EINTR)
+            break;
+        if (ready <= 0)
+            continue;
+        char buf[1024];
+        ssize_t got = read(err_pipe[0], buf, sizeof buf);
+        if (got < 0 && (errno == EINTR || errno == EAGAIN))
+            continue;
+        if (got <= 0)
+            break; /* EOF: the child exited (or closed its stderr) */
+        /* buf is smaller than tail: keep the newest bytes. */
+        if (tail_len + (size_t)got >= sizeof tail) {
+            size_t drop = tail_len + (size_t)got - (sizeof tail - 1);
+            memmove(tail, tail + drop, tail_len - drop);
+            tail_len -= drop;
+        }
+        memcpy(tail + tail_len, buf, (size_t)got);
+        tail_len += (size_t)got;
+    }
+    if (killed)
+        kill(pid, SIGKILL);
+    close(err_pipe[0]);
+    int status = 0;
+    pid_t w;
+    do
+        w = waitpid(pid, &status, 0);
+    while (w < 0 && errno == EINTR);
+    char line[512];
+    last_line(tail, tail_len, line, sizeof line);
+    if (killed == 2)
+        return tuned__errf(e, TUNED_EIO, "%s: cancelled (the handle was closed)", what);
+    if (killed == 1)
+        return tuned__errf(e, TUNED_ETIMEOUT, "%s: still running after %.0f s, killed%s%s", what,
+                           c->timeout_s, line[0] ? "; last said: " : "", line);
+    if (w < 0)
+        /* SIGCHLD ignored by the application: the status is gone. The
+         * store tells whether it worked. */
+        return 0;
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
+        return 0;
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 127 && strstr(line, "exec failed") != NULL)
+        return tuned__errf(e, TUNED_EIO, "%s: cannot execute %s", what, exe);
+    if (WIFEXITED(status))
+        return tuned__errf(e, TUNED_ETUNE, "%s (%s) failed, exit status %d%s%s", what, exe,
+                           WEXITSTATUS(status), line[0] ? ": " : "", line);
+    return tuned__errf(e, TUNED_ETUNE, "%s (%s) died of signal %d%s%s", what, exe,
+                       WIFSIGNALED(status) ? WTERMSIG(status) : 0, line[0] ? "; last said: " : "",
+                       line);
+}
