@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """bench_torch.py: tuned.softmax against the alternatives a PyTorch user has
-(issue 6), on the shape table of MISSION.md.
+on the shape tables below.
 
     bench/bench_torch.py --out DIR [--state DIR] [--tuned-bin build/tuned]
         [--overhead-bin build/tests/bench_overhead] [--dtypes fp16,bf16,fp32]
@@ -20,6 +20,16 @@ methods (the result: the median of the rounds):
     compile    torch.compile(lambda t: torch.softmax(t, -1)), one per shape
     triton     the Triton tutorial's kernel: one row per program, the whole
                row in registers (BLOCK = next power of two of cols)
+    quack      QuACK's softmax (quack-kernels, hand-written CuTe DSL kernels);
+               it refuses rows whose length is not a multiple of its vector
+               width (16 bytes): reported as refused, never as a win
+    liger      Liger Kernel's softmax (liger-kernel, Triton); refused above
+               65,536 columns
+
+A method whose package is missing is reported as not installed. --shapes
+takes shapes or the names of sets: mission (the MISSION.md table), decode
+(1, 8 and 64 rows of 32768, 65536, 128256 and 262144 columns) and anchors
+(the long-row shapes QuACK was measured on).
 
 Every method's output is checked against torch.softmax in fp32 first; a
 wrong one is reported, not timed. Then host overhead per call on a tiny
@@ -51,9 +61,15 @@ sys.path.insert(0, os.path.join(ROOT, "bindings", "python"))
 
 SHAPES = ["32x128", "256x1024", "1024x1024", "2048x2048", "4096x4096", "1024x50257",
           "4096x32000", "1x262144", "65536x128", "8192x128256"]
-METHODS = ["copy", "tuned", "torch", "compile", "triton"]
+SHAPE_SETS = {
+    "mission": SHAPES,
+    "decode": [f"{r}x{c}" for r in (1, 8, 64) for c in (32768, 65536, 128256, 262144)],
+    "anchors": ["16384x131072", "8192x131072", "32768x4096", "3000x7777"],
+}
+METHODS = ["copy", "tuned", "torch", "compile", "triton", "quack", "liger"]
 LABELS = {"copy": "D2D copy", "tuned": "tuned.softmax", "torch": "torch.softmax",
-          "compile": "torch.compile", "triton": "Triton one-row"}
+          "compile": "torch.compile", "triton": "Triton one-row", "quack": "QuACK",
+          "liger": "Liger"}
 TOL = {"fp16": 4e-3, "bf16": 3e-2, "fp32": 1e-4}
 # Below its smallest normal (2^-14) fp16 has a fixed step of 2^-24, so a
 # correctly rounded 3e-6 is off by up to 1% relatively: relative errors are
@@ -123,7 +139,11 @@ def main():
         "driver": nvidia_smi("driver_version"),
     }
     dtypes = [d for d in args.dtypes.split(",") if d]
-    shapes = [s for s in args.shapes.split(",") if s]
+    shapes = []
+    for s in args.shapes.split(","):
+        for shape in SHAPE_SETS.get(s, [s] if s else []):
+            if shape not in shapes:
+                shapes.append(shape)
     methods = [m for m in args.methods.split(",") if m]
     tdt = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
     complete = True
@@ -256,7 +276,25 @@ def method_fn(m, x, h):
         return lambda: fn(x)
     if m == "triton":
         return lambda: triton_softmax(x)
+    if m == "quack":
+        from quack.softmax import softmax_fwd
+
+        return lambda: softmax_fwd(x)
+    if m == "liger":
+        from liger_kernel.ops.softmax import LigerSoftmaxFunction
+
+        return lambda: LigerSoftmaxFunction.apply(x)
     raise ValueError(m)
+
+
+def refusal(m, x):
+    """Why method m does not take x by its own documented limits, or None."""
+    cols = x.shape[-1]
+    if m == "quack" and cols % (16 // x.element_size()) != 0:
+        return f"refused: QuACK needs a multiple of {16 // x.element_size()} columns"
+    if m == "liger" and cols > 65536:
+        return "refused: Liger takes at most 65,536 columns"
+    return None
 
 
 _cycles_per_us = None
@@ -343,6 +381,9 @@ def prepare(m, x, ref, dtype, h):
     or its output is wrong: a wrong method is never timed."""
     import torch
 
+    why = refusal(m, x)
+    if why is not None:
+        return None, {"error": why}
     try:
         fn = method_fn(m, x, h)
         out = fn()
@@ -353,6 +394,8 @@ def prepare(m, x, ref, dtype, h):
                 return None, {"error": f"wrong result: max relative error {err:.3g}"}
         del out
         return fn, None
+    except ImportError as exc:
+        return None, {"error": f"not installed: {exc.name or exc}"}
     except Exception as exc:  # noqa: BLE001 - a method that cannot run is reported, not fatal
         text = str(exc).strip().splitlines()
         return None, {"error": f"{type(exc).__name__}: {text[0][:200] if text else ''}"}
@@ -501,7 +544,8 @@ def fmt(r, key="us"):
     if r is None:
         return "—"
     if "error" in r:
-        return "err"
+        return ("refused" if r["error"].startswith("refused") else
+                "n/a" if r["error"].startswith("not installed") else "err")
     return f"{r[key]:.1f}" if key == "gbps" else f"{r[key]:.2f}"
 
 
@@ -513,7 +557,7 @@ def rounds_text(r):
 def write_report(args, res, dtypes, shapes, methods):
     env = res.get("env", {})
     lines = [
-        "# tuned.softmax against the alternatives (issue 6)", "",
+        "# tuned.softmax against the alternatives", "",
         f"GPU: {env.get('gpu')}, driver {env.get('driver')}; torch {env.get('torch')} "
         f"(CUDA {env.get('cuda')}), Triton {env.get('triton')}; {env.get('date')}.",
         "Median µs per call with the L2 flushed before each repeat (CUDA events around one "
@@ -561,6 +605,7 @@ def write_report(args, res, dtypes, shapes, methods):
                          f"{fastest} |")
         lines.append("")
     lines += [f"**tuned.softmax fastest on {wins} of {total} measured (shape, dtype) pairs.**"]
+    lines += [""] + bars(res, dtypes, shapes)
     if ties:
         lines += ["", "As fast as another method (equal medians): " + "; ".join(ties) + "."]
     if losses:
@@ -608,6 +653,42 @@ def write_report(args, res, dtypes, shapes, methods):
         json.dump(res, f, indent=1, sort_keys=True)
     plot(args, res, dtypes, shapes, methods)
     print(text)
+
+
+def bars(res, dtypes, shapes):
+    """The bars tuned is held to, each pair checked: no slower than QuACK
+    where QuACK runs; within 3% of the copy where the copy takes 20 µs or
+    more; within the copy + 1 µs below that."""
+    quack_total = quack_ok = copy_total = copy_ok = 0
+    misses = []
+    for dtype in dtypes:
+        for shape in shapes:
+            key = f"{shape}|{dtype}"
+            t = res["times"].get(f"{key}|tuned")
+            c = res["times"].get(f"{key}|copy")
+            q = res["times"].get(f"{key}|quack")
+            if not t or "us" not in t:
+                continue
+            if q and "us" in q:
+                quack_total += 1
+                if t["us"] <= q["us"]:
+                    quack_ok += 1
+                else:
+                    misses.append(f"{shape} {dtype}: tuned {t['us']:.2f} > QuACK {q['us']:.2f}")
+            if c and "us" in c:
+                copy_total += 1
+                bound = c["us"] * 1.03 if c["us"] >= 20 else c["us"] + 1.0
+                if t["us"] <= bound:
+                    copy_ok += 1
+                else:
+                    misses.append(f"{shape} {dtype}: tuned {t['us']:.2f} over the copy's bar "
+                                  f"{bound:.2f} (copy {c['us']:.2f})")
+    lines = [f"No slower than QuACK: {quack_ok} of {quack_total} pairs where QuACK runs. "
+             f"Within the copy's bar (3% at 20 µs and over, else +1 µs): {copy_ok} of "
+             f"{copy_total}."]
+    if misses:
+        lines += ["", "Misses: " + "; ".join(misses) + "."]
+    return lines
 
 
 def plot(args, res, dtypes, shapes, methods):
