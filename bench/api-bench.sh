@@ -8,7 +8,7 @@
 #      when torch is there), api-overhead (bench_overhead's 1 us check),
 #   3. imports cache/pretuned/*.jsonl into its store, then runs
 #      bench/bench_torch.py: tune (shapes not stored) + time tuned.softmax, torch.softmax,
-#      torch.compile, Triton and a D2D copy on the MISSION.md shapes in fp16,
+#      torch.compile, Triton and a D2D copy on the mission table shapes in fp16,
 #      bf16 and fp32, then host overhead per call (C and Python).
 #
 # Results go to OUT (default $OUT, else bench/results/DATE-api): results.md,

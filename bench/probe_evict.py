@@ -3,7 +3,7 @@
 (ld=el) leave its input in L2 through the evaluator's flush (a memset of
 twice the L2), so that every later timing of the same input reads it from
 L2? That would explain `tuned verify` finding few-µs winners 12-31% slower
-than the tune stored (NOTES.md, "Store"), and the tune ranking tiny shapes'
+than the tune stored (docs/decisions.md, the evict_last artefact), and the tune ranking tiny shapes'
 variants on an L2-hot input.
 
     bench/probe_evict.py SRCDIR [SHAPE] [DTYPE]

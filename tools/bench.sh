@@ -8,7 +8,7 @@
 # Writes OUTDIR/NAME.md (the table), OUTDIR/NAME.log and OUTDIR/NAME.jsonl
 # (the store's export, when `tuned export` exists) and OUTDIR/traces/ (every
 # variant each tune measured). Without shapes: the
-# MISSION.md table plus 32x128256.
+# mission table plus 32x128256.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 out="${1:-$root/bench/results}"

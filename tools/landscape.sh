@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # tools/landscape.sh - records the complete landscape (every valid variant's
 # status and median time) of shapes on GPU 0: `tuned --exhaustive --trace`.
-# The tables feed the search-quality replay tests and the NOTES.
+# The tables feed the search-quality replay tests (tests/data/) and docs/decisions.md.
 #
 #   tools/landscape.sh OUTDIR SHAPE:DTYPE...     e.g. 1x262144:fp16
 # Writes OUTDIR/landscape-SHAPE-DTYPE.tsv and prints the best five of each.

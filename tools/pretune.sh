@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tools/pretune.sh NAME [tuned options...]: on a GPU machine, tune the MISSION
+# tools/pretune.sh NAME [tuned options...]: on a GPU machine, tune the mission
 # shape table in three dtypes into a fresh store, export it to
 # cache/pretuned/NAME.jsonl, and check the export: it imports cleanly into
 # another fresh store, `tuned get` serves it there as exact on this GPU, and

@@ -1,7 +1,7 @@
 """test_torch_gpu.py TUNED LIBTUNED SOURCE_ROOT: tuned.softmax against
 torch.softmax on a GPU (issue 6). Exits 77 (skipped) without torch or CUDA.
 
-  shapes     the MISSION.md shape table (the largest scaled down) and odd
+  shapes     the mission shape table (the largest scaled down) and odd
              sizes, fp16 / bf16 / fp32, 2-d and 3-d, against torch.softmax
              in fp32 (fp16 and bf16 within a rounding or two)
   layouts    row slices (a stride between rows), a misaligned view (offset
