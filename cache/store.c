@@ -92,6 +92,11 @@ const char *tuned__store_path(const tuned__store *s)
     return s->path;
 }
 
+bool tuned__store_readonly(const tuned__store *s)
+{
+    return s->readonly != 0;
+}
+
 /* ---- transactions ---- */
 
 void tuned__txn_fail(tuned__txn *t, const char *call, int mdb_rc, tuned__err *e)
