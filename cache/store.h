@@ -45,6 +45,7 @@
 #include <stdio.h>
 #include <time.h>
 
+#include "src/common/clock.h"
 #include "src/common/err.h"
 
 /* Bump when the key layout or record meaning changes incompatibly. A store
@@ -106,6 +107,7 @@ typedef struct tuned__record {
     char date[32];          /* ISO 8601 UTC, "2026-11-21T10:00:00Z" */
     char tool_version[32];  /* tuned version that measured it */
 } tuned__record;
+_Static_assert(sizeof(((tuned__record *)0)->date) >= TUNED__DATE_TEXT, "a record's date fits");
 
 enum {
     TUNED__STORE_READONLY = 1, /* open for reading; a missing store is TUNED_ENOTFOUND */
@@ -210,8 +212,8 @@ int tuned__store_txnid(tuned__store *s, uint64_t *out, tuned__err *e);
 /* ---- evaluation history (one entry per evaluated variant) ---- */
 
 /* Outcome of one evaluation. Stored as text ("ok", "compile_error", ...),
- * so these numbers are not on disk; they match TUNED__EVAL_* of
- * src/tuner/evaluator.h, with TIMEOUT added. */
+ * so these numbers are not on disk. The store's own: the tuner maps its
+ * evaluator's statuses onto them (src/tuner/tune.c). */
 enum {
     TUNED__HIST_OK = 0,
     TUNED__HIST_COMPILE_ERROR,
@@ -236,6 +238,8 @@ typedef struct tuned__store_eval {
     char date[32];          /* ISO 8601 UTC; gc ages entries by it */
     char detail[512];       /* why it failed, "" for OK */
 } tuned__store_eval;
+_Static_assert(sizeof(((tuned__store_eval *)0)->date) >= TUNED__DATE_TEXT,
+               "a history entry's date fits");
 
 /* Stores one entry, replacing an earlier one of the same key and config
  * (the latest evaluation wins). TUNED_EINVAL for a bad entry. */
