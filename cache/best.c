@@ -5,7 +5,8 @@
  * it sits under, so a value moved, damaged or written by a foreign tool is
  * an error naming the key, never a wrong answer. get_best serves only
  * records of this build's measurement policy; find_shape, each_best and
- * forget see every record. */
+ * forget see every record. tuned__best_walk() decodes each entry of a walk
+ * once, for the walks here, in gc.c and in export.c. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>

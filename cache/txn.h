@@ -1,5 +1,6 @@
-/* txn.h: what the store's files share: the handle, and the transaction with
- * a sticky error through which every LMDB call goes.
+/* txn.h: what the store's files share: the handle, the transaction with a
+ * sticky error through which every LMDB call goes, and the one cursor walk
+ * every listing, sweep and export uses (tuned__txn_walk).
  *
  * A tuned__txn holds the first failure: later calls on it are no-ops, and
  * tuned__txn_end() then aborts instead of committing, so call sites stay
