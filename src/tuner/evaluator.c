@@ -618,14 +618,14 @@ int tuned__evaluator_run(tuned__evaluator *ev, const tuned__config *cfgs, size_t
         .cubins = ev->opts.cubins,
         .threads = ev->opts.compile_threads,
     };
-    tuned__compile_batch *batch = NULL;
-    int rc = tuned__compile_start(&batch, &target, cfgs, n, e);
-    if (rc != 0)
-        return rc;
     for (size_t i = 0; i < n; i++) {
         memset(&results[i], 0, sizeof results[i]);
         results[i].status = TUNED__EVAL_UNRUN; /* until it has a verdict */
     }
+    tuned__compile_batch *batch = NULL;
+    int rc = tuned__compile_start(&batch, &target, cfgs, n, e);
+    if (rc != 0)
+        return rc;
     rc = tuned__cuda_check(ev->d, ev->d->cuCtxSetCurrent(ev->ctx), e, "making the context current");
     for (size_t i = 0; i < n && rc == 0; i++) {
         tuned__eval_result *res = &results[i];
