@@ -5,7 +5,8 @@
  * it sits under, so a value moved, damaged or written by a foreign tool is
  * an error naming the key, never a wrong answer. get_best serves only
  * records of this build's measurement policy; find_shape, each_best and
- * forget see every record. */
+ * forget see every record. tuned__best_walk() decodes each entry of a walk
+ * once, for the walks here, in gc.c and in export.c. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -76,92 +77,119 @@ int tuned__best_decode(const tuned__store *s, const tuned__store_key *k, const v
     return 0;
 }
 
+typedef struct get_arg {
+    const tuned__store_key *key;
+    const char *policy;
+    tuned__record *out;
+} get_arg;
+
+static void get_read(tuned__txn *t, void *arg, tuned__err *e)
+{
+    const get_arg *a = arg;
+    char ks[160];
+    uint8_t kb[TUNED__KEY_LEN];
+    tuned__key_encode(kb, TUNED__KEY_TAG_BEST, a->key);
+    MDB_val v;
+    int found = tuned__txn_get(t, t->s->best, kb, sizeof kb, &v, e);
+    tuned__record r;
+    if (found == 0) {
+        tuned__store_key_str(ks, sizeof ks, a->key);
+        tuned__txn_error(t, tuned__errf(e, TUNED_ENOTFOUND, "store %s: no record for %s",
+                                        t->s->path, ks));
+    } else if (found == 1) {
+        int rc = tuned__best_decode(t->s, a->key, v.mv_data, v.mv_size, &r, e);
+        if (rc == 0 && a->policy != NULL && strcmp(r.prov.policy, a->policy) != 0) {
+            tuned__store_key_str(ks, sizeof ks, a->key);
+            rc = tuned__errf(e, TUNED_ENOTFOUND,
+                             "store %s: %s: the record was measured under policy %s, this "
+                             "build measures under %s: not served",
+                             t->s->path, ks, r.prov.policy, a->policy);
+        }
+        if (rc != 0)
+            tuned__txn_error(t, rc);
+        else
+            *a->out = r;
+    }
+}
+
 int tuned__store_get_best(tuned__store *s, const tuned__store_key *key, tuned__record *out,
                           const char *policy, tuned__err *e)
 {
-    char ks[160];
     int ready = tuned__store_dbs(s, e);
     if (ready < 0)
         return ready;
     if (ready == 0) {
+        char ks[160];
         tuned__store_key_str(ks, sizeof ks, key);
         return tuned__errf(e, TUNED_ENOTFOUND, "store %s: no record for %s", s->path, ks);
     }
-    uint8_t kb[TUNED__KEY_LEN];
-    tuned__key_encode(kb, TUNED__KEY_TAG_BEST, key);
-    tuned__txn t;
-    int rc = tuned__txn_begin(&t, s, MDB_RDONLY, e);
-    if (rc != 0)
-        return rc;
-    MDB_val v;
-    int found = tuned__txn_get(&t, s->best, kb, sizeof kb, &v, e);
-    tuned__record r;
-    if (found == 0) {
-        tuned__store_key_str(ks, sizeof ks, key);
-        t.rc = tuned__errf(e, TUNED_ENOTFOUND, "store %s: no record for %s", s->path, ks);
-    } else if (found == 1 && (t.rc = tuned__best_decode(s, key, v.mv_data, v.mv_size, &r, e)) == 0) {
-        if (policy != NULL && strcmp(r.prov.policy, policy) != 0) {
-            tuned__store_key_str(ks, sizeof ks, key);
-            t.rc = tuned__errf(e, TUNED_ENOTFOUND,
-                               "store %s: %s: the record was measured under policy %s, this "
-                               "build measures under %s: not served",
-                               s->path, ks, r.prov.policy, policy);
-        } else {
-            *out = r;
-        }
-    }
-    return tuned__txn_end(&t, e);
+    get_arg a = {.key = key, .policy = policy, .out = out};
+    return tuned__store_read(s, get_read, &a, e);
 }
 
-/* Walks the best records from prefix (plen bytes) while keys start with
- * it; calls visit for each. A visit return of nonzero stops the walk. */
-typedef int (*visit_fn)(void *ctx, tuned__txn *t, MDB_cursor *cur, const MDB_val *k,
-                        const MDB_val *v, tuned__err *e);
+/* ---- walking the records ---- */
 
-static void walk(tuned__txn *t, const uint8_t *prefix, size_t plen, visit_fn visit, void *ctx,
-                 tuned__err *e)
+typedef struct best_walk_ctx {
+    tuned__best_fn visit;
+    void *ctx;
+} best_walk_ctx;
+
+static int decode_visit(void *ctx, tuned__txn *t, MDB_cursor *cur, const MDB_val *k,
+                        const MDB_val *v, tuned__err *e)
 {
-    MDB_cursor *cur = tuned__txn_cursor(t, t->s->best, e);
-    if (cur == NULL)
-        return;
-    MDB_val k = {.mv_size = plen, .mv_data = (void *)prefix};
-    MDB_val v;
-    int rc = mdb_cursor_get(cur, &k, &v, plen > 0 ? MDB_SET_RANGE : MDB_FIRST);
-    while (rc == 0) {
-        if (k.mv_size < plen || memcmp(k.mv_data, prefix, plen) != 0)
-            break;
-        if (visit(ctx, t, cur, &k, &v, e) != 0)
-            break;
-        rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
-    }
-    if (rc != 0 && rc != MDB_NOTFOUND)
-        tuned__txn_fail(t, "mdb_cursor_get", rc, e);
-    mdb_cursor_close(cur);
+    const best_walk_ctx *w = ctx;
+    tuned__record r;
+    tuned__err why = {0};
+    tuned__best_entry b = {.cur = cur, .why = &why};
+    b.key_ok = tuned__key_decode(k->mv_data, k->mv_size, TUNED__KEY_TAG_BEST, &b.key, &why) == 0;
+    if (!b.key_ok)
+        memset(&b.key, 0, sizeof b.key);
+    else if (tuned__best_decode(t->s, &b.key, v->mv_data, v->mv_size, &r, &why) == 0)
+        b.r = &r;
+    return w->visit(w->ctx, t, &b, e);
+}
+
+void tuned__best_walk(tuned__txn *t, const uint8_t *prefix, size_t plen, tuned__best_fn visit,
+                      void *ctx, tuned__err *e)
+{
+    best_walk_ctx w = {.visit = visit, .ctx = ctx};
+    tuned__txn_walk(t, t->s->best, prefix, plen, decode_visit, &w, e);
+}
+
+/* Fails t with what b->why says (the store's path before a key's message:
+ * a value's names it already). */
+static void fail_entry(tuned__txn *t, const tuned__best_entry *b, tuned__err *e)
+{
+    if (e != NULL)
+        *e = *b->why;
+    tuned__txn_error(t, b->key_ok ? b->why->code
+                                  : tuned__err_prefix(e, b->why->code, "store %s: ", t->s->path));
 }
 
 typedef struct shape_ctx {
+    const uint8_t *prefix;
     tuned__record *out;
     size_t cap, count;
 } shape_ctx;
 
-static int shape_visit(void *ctx, tuned__txn *t, MDB_cursor *cur, const MDB_val *k,
-                       const MDB_val *v, tuned__err *e)
+static int shape_visit(void *ctx, tuned__txn *t, const tuned__best_entry *b, tuned__err *e)
 {
-    (void)cur;
     shape_ctx *c = ctx;
-    tuned__store_key key;
-    int rc = tuned__key_decode(k->mv_data, k->mv_size, TUNED__KEY_TAG_BEST, &key, e);
-    if (rc != 0) {
-        tuned__txn_error(t, tuned__err_prefix(e, rc, "store %s: ", t->s->path));
+    if (b->r == NULL && (!b->key_ok || c->count < c->cap)) {
+        fail_entry(t, b, e);
         return 1;
     }
-    if (c->count < c->cap &&
-        (rc = tuned__best_decode(t->s, &key, v->mv_data, v->mv_size, &c->out[c->count], e)) != 0) {
-        tuned__txn_error(t, rc);
-        return 1;
-    }
+    if (c->count < c->cap)
+        c->out[c->count] = *b->r;
     c->count++;
     return 0;
+}
+
+static void shape_read(tuned__txn *t, void *arg, tuned__err *e)
+{
+    shape_ctx *c = arg;
+    c->count = 0;
+    tuned__best_walk(t, c->prefix, TUNED__KEY_SHAPE_LEN, shape_visit, c, e);
 }
 
 int tuned__store_find_shape(tuned__store *s, uint8_t kernel, uint8_t dtype, uint64_t rows,
@@ -176,19 +204,37 @@ int tuned__store_find_shape(tuned__store *s, uint8_t kernel, uint8_t dtype, uint
         return ready;
     uint8_t prefix[TUNED__KEY_SHAPE_LEN];
     tuned__key_encode_shape(prefix, TUNED__KEY_TAG_BEST, kernel, dtype, rows, cols);
-    tuned__txn t;
-    int rc = tuned__txn_begin(&t, s, MDB_RDONLY, e);
-    if (rc != 0)
-        return rc;
-    shape_ctx c = {.out = out, .cap = cap};
-    walk(&t, prefix, sizeof prefix, shape_visit, &c, e);
-    rc = tuned__txn_end(&t, e);
+    shape_ctx c = {.prefix = prefix, .out = out, .cap = cap};
+    int rc = tuned__store_read(s, shape_read, &c, e);
     if (rc == 0)
         *n = c.count;
     return rc;
 }
 
 /* ---- every record, for maintenance ---- */
+
+static const uint8_t best_tag = TUNED__KEY_TAG_BEST;
+
+typedef struct all_arg {
+    tuned__best_fn visit;
+    void *ctx;
+} all_arg;
+
+static void all_read(tuned__txn *t, void *arg, tuned__err *e)
+{
+    const all_arg *a = arg;
+    tuned__best_walk(t, &best_tag, 1, a->visit, a->ctx, e);
+}
+
+/* visit for every best record, in one read snapshot; 0 on an empty store. */
+static int walk_best(tuned__store *s, tuned__best_fn visit, void *ctx, tuned__err *e)
+{
+    int ready = tuned__store_dbs(s, e);
+    if (ready <= 0)
+        return ready;
+    all_arg a = {.visit = visit, .ctx = ctx};
+    return tuned__store_read(s, all_read, &a, e);
+}
 
 typedef struct each_ctx {
     const tuned__store_filter *f;
@@ -197,25 +243,17 @@ typedef struct each_ctx {
     int stopped;
 } each_ctx;
 
-static int each_visit(void *ctx, tuned__txn *t, MDB_cursor *cur, const MDB_val *k,
-                      const MDB_val *v, tuned__err *e)
+static int each_visit(void *ctx, tuned__txn *t, const tuned__best_entry *b, tuned__err *e)
 {
-    (void)cur;
     each_ctx *c = ctx;
-    tuned__store_key key;
-    tuned__record r;
-    tuned__err why = {0};
-    int rc = tuned__key_decode(k->mv_data, k->mv_size, TUNED__KEY_TAG_BEST, &key, &why);
-    if (rc != 0) {
+    const tuned__store_filter *f = c->f;
+    int rc = 0;
+    if (!b->key_ok) {
         /* Not a key of ours at all: shown only when nothing is filtered. */
-        memset(&key, 0, sizeof key);
-        const tuned__store_filter *f = c->f;
         bool all = f == NULL || (!f->have_shape && !f->have_dtype && (!f->gpu || !f->gpu[0]));
-        rc = all ? c->fn(c->user, &key, NULL, why.msg) : 0;
-    } else if (tuned__best_decode(t->s, &key, v->mv_data, v->mv_size, &r, &why) != 0) {
-        rc = tuned__filter_match(c->f, &key, NULL) ? c->fn(c->user, &key, NULL, why.msg) : 0;
-    } else {
-        rc = tuned__filter_match(c->f, &key, &r) ? c->fn(c->user, &key, &r, NULL) : 0;
+        rc = all ? c->fn(c->user, &b->key, NULL, b->why->msg) : 0;
+    } else if (tuned__filter_match(f, &b->key, b->r)) {
+        rc = c->fn(c->user, &b->key, b->r, b->r != NULL ? NULL : b->why->msg);
     }
     if (rc != 0) {
         c->stopped = rc;
@@ -223,21 +261,6 @@ static int each_visit(void *ctx, tuned__txn *t, MDB_cursor *cur, const MDB_val *
         return 1;
     }
     return 0;
-}
-
-/* visit for every best record, in one read snapshot; 0 on an empty store. */
-static int walk_best(tuned__store *s, visit_fn visit, void *ctx, tuned__err *e)
-{
-    int ready = tuned__store_dbs(s, e);
-    if (ready <= 0)
-        return ready;
-    uint8_t tag = TUNED__KEY_TAG_BEST;
-    tuned__txn t;
-    int rc = tuned__txn_begin(&t, s, MDB_RDONLY, e);
-    if (rc != 0)
-        return rc;
-    walk(&t, &tag, 1, visit, ctx, e);
-    return tuned__txn_end(&t, e);
 }
 
 int tuned__store_each_best(tuned__store *s, const tuned__store_filter *f, tuned__store_each_fn fn,
@@ -257,22 +280,17 @@ typedef struct scan_ctx {
     int stop;
 } scan_ctx;
 
-static int scan_visit(void *ctx, tuned__txn *t, MDB_cursor *cur, const MDB_val *k,
-                      const MDB_val *v, tuned__err *e)
+static int scan_visit(void *ctx, tuned__txn *t, const tuned__best_entry *b, tuned__err *e)
 {
-    (void)cur;
+    (void)t;
     (void)e;
     scan_ctx *c = ctx;
-    tuned__store_key key;
-    tuned__record r;
-    tuned__err ignored = {0};
-    if (tuned__key_decode(k->mv_data, k->mv_size, TUNED__KEY_TAG_BEST, &key, &ignored) != 0 ||
-        tuned__best_decode(t->s, &key, v->mv_data, v->mv_size, &r, &ignored) != 0) {
+    if (b->r == NULL) {
         if (c->skipped != NULL)
             (*c->skipped)++;
         return 0;
     }
-    c->stop = c->fn(c->user, &r);
+    c->stop = c->fn(c->user, b->r);
     return c->stop;
 }
 
@@ -295,34 +313,27 @@ typedef struct forget_arg {
     size_t n, cap;
 } forget_arg;
 
-static int forget_visit(void *ctx, tuned__txn *t, MDB_cursor *cur, const MDB_val *k,
-                        const MDB_val *v, tuned__err *e)
+static int forget_visit(void *ctx, tuned__txn *t, const tuned__best_entry *b, tuned__err *e)
 {
     forget_arg *a = ctx;
-    tuned__record r;
-    tuned__err why = {0};
-    memset(&r, 0, sizeof r);
-    if (tuned__key_decode(k->mv_data, k->mv_size, TUNED__KEY_TAG_BEST, &r.key, &why) != 0)
+    if (!b->key_ok)
         return 0; /* not ours to name: left for a person with mdb_dump */
-    int ok = tuned__best_decode(t->s, &r.key, v->mv_data, v->mv_size, &r, &why) == 0;
-    if (!tuned__filter_match(a->f, &r.key, ok ? &r : NULL))
+    if (!tuned__filter_match(a->f, &b->key, b->r))
         return 0;
-    if (!ok)
-        memset(r.gpu_name, 0, sizeof r.gpu_name);
-    if (a->n == a->cap) {
-        size_t cap = a->cap ? a->cap * 2 : 16;
-        tuned__record *p = realloc(a->removed, cap * sizeof *p);
-        if (p == NULL) {
-            tuned__txn_error(t, tuned__errf(e, TUNED_ENOMEM, "store %s: forget: out of memory",
-                                            t->s->path));
-            return 1;
-        }
-        a->removed = p;
-        a->cap = cap;
+    tuned__record *p = tuned__txn_grow(t, a->removed, a->n, &a->cap, sizeof *a->removed,
+                                       "forget", e);
+    if (p == NULL)
+        return 1;
+    a->removed = p;
+    tuned__record *r = &a->removed[a->n++];
+    if (b->r != NULL) {
+        *r = *b->r;
+    } else {
+        memset(r, 0, sizeof *r); /* damaged: gpu_name "" */
+        r->key = b->key;
     }
-    a->removed[a->n++] = r;
     if (!a->dry_run) {
-        int rc = mdb_cursor_del(cur, 0);
+        int rc = mdb_cursor_del(b->cur, 0);
         if (rc != 0) {
             tuned__txn_fail(t, "mdb_cursor_del", rc, e);
             return 1;
@@ -335,8 +346,7 @@ static void forget_write(tuned__txn *t, void *arg, tuned__err *e)
 {
     forget_arg *a = arg;
     a->n = 0; /* a run after a map grow starts over */
-    uint8_t tag = TUNED__KEY_TAG_BEST;
-    walk(t, &tag, 1, forget_visit, a, e);
+    tuned__best_walk(t, &best_tag, 1, forget_visit, a, e);
     if (a->dry_run)
         tuned__txn_discard(t); /* a dry run changes nothing */
 }

@@ -77,6 +77,45 @@ int tuned__store_put_cubin(tuned__store *s, uint64_t hash, const void *data, siz
     return tuned__store_write(s, put_write, &a, e);
 }
 
+typedef struct get_arg {
+    uint64_t hash;
+    void *copy;   /* malloc()ed blob */
+    size_t size;
+} get_arg;
+
+static void get_read(tuned__txn *t, void *arg, tuned__err *e)
+{
+    get_arg *a = arg;
+    const char *path = t->s->path;
+    uint8_t kb[TUNED__KEY_CUBIN_LEN];
+    tuned__key_encode_cubin(kb, a->hash);
+    MDB_val v;
+    int found = tuned__txn_get(t, t->s->cubins, kb, sizeof kb, &v, e);
+    if (found == 0) {
+        tuned__txn_error(t, tuned__errf(e, TUNED_ENOTFOUND, "store %s: no cubin %016" PRIx64,
+                                        path, a->hash));
+        return;
+    }
+    if (found < 0)
+        return;
+    const uint8_t *p = v.mv_data;
+    uint64_t created, n;
+    int rc = tuned__cubin_header(p, v.mv_size, &created, &n, e);
+    if (rc != 0)
+        rc = tuned__err_prefix(e, rc, "store %s: %016" PRIx64 ": ", path, a->hash);
+    else if (n == 0 || tuned__fnv1a64(p + HEADER, n, TUNED__FNV_SEED) != tuned__get_be64(p + 24))
+        rc = tuned__errf(e, TUNED_ESTORE, "store %s: cubin %016" PRIx64 ": checksum mismatch: "
+                         "damaged", path, a->hash);
+    else if ((a->copy = malloc(n)) == NULL)
+        rc = tuned__errf(e, TUNED_ENOMEM, "store %s: cubin: out of memory", path);
+    if (rc != 0) {
+        tuned__txn_error(t, rc);
+        return;
+    }
+    memcpy(a->copy, p + HEADER, n);
+    a->size = (size_t)n;
+}
+
 int tuned__store_get_cubin(tuned__store *s, uint64_t hash, void **data, size_t *size,
                            tuned__err *e)
 {
@@ -87,38 +126,13 @@ int tuned__store_get_cubin(tuned__store *s, uint64_t hash, void **data, size_t *
         return ready;
     if (ready == 0)
         return tuned__errf(e, TUNED_ENOTFOUND, "store %s: no cubin %016" PRIx64, s->path, hash);
-    uint8_t kb[TUNED__KEY_CUBIN_LEN];
-    tuned__key_encode_cubin(kb, hash);
-    tuned__txn t;
-    int rc = tuned__txn_begin(&t, s, MDB_RDONLY, e);
-    if (rc != 0)
-        return rc;
-    MDB_val v;
-    int found = tuned__txn_get(&t, s->cubins, kb, sizeof kb, &v, e);
-    uint64_t created, n;
-    void *copy = NULL;
-    if (found == 0) {
-        t.rc = tuned__errf(e, TUNED_ENOTFOUND, "store %s: no cubin %016" PRIx64, s->path, hash);
-    } else if (found == 1) {
-        const uint8_t *p = v.mv_data;
-        if ((rc = tuned__cubin_header(p, v.mv_size, &created, &n, e)) != 0) {
-            t.rc = tuned__err_prefix(e, rc, "store %s: %016" PRIx64 ": ", s->path, hash);
-        } else if (n == 0 || tuned__fnv1a64(p + HEADER, n, TUNED__FNV_SEED) !=
-                                 tuned__get_be64(p + 24)) {
-            t.rc = tuned__errf(e, TUNED_ESTORE, "store %s: cubin %016" PRIx64 ": checksum "
-                               "mismatch: damaged", s->path, hash);
-        } else if ((copy = malloc(n)) == NULL) {
-            t.rc = tuned__errf(e, TUNED_ENOMEM, "store %s: cubin: out of memory", s->path);
-        } else {
-            memcpy(copy, p + HEADER, n);
-        }
-    }
-    rc = tuned__txn_end(&t, e);
+    get_arg a = {.hash = hash};
+    int rc = tuned__store_read(s, get_read, &a, e);
     if (rc != 0) {
-        free(copy);
+        free(a.copy);
         return rc;
     }
-    *data = copy;
-    *size = (size_t)n;
+    *data = a.copy;
+    *size = a.size;
     return 0;
 }

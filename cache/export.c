@@ -56,47 +56,41 @@ static int write_line(FILE *out, const char *text, size_t len, tuned__err *e)
     return 0;
 }
 
-/* One pass over the best records of the snapshot: counts (out == NULL) or
+/* One pass over the best records of a snapshot: counts (out == NULL) or
  * writes the records f selects. */
-static void export_pass(tuned__txn *t, const tuned__store_filter *f, FILE *out,
-                        tuned__store_note_fn nfn, void *ctx, size_t *count, tuned__err *e)
+typedef struct export_pass {
+    const tuned__store_filter *f;
+    FILE *out;
+    tuned__store_note_fn nfn;
+    void *ctx;
+    size_t count;
+} export_pass;
+
+static int export_visit(void *ctx, tuned__txn *t, const tuned__best_entry *b, tuned__err *e)
 {
-    *count = 0;
-    MDB_cursor *cur = tuned__txn_cursor(t, t->s->best, e);
-    if (cur == NULL)
-        return;
-    MDB_val k, v;
-    int rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST);
-    for (; rc == 0 && t->rc == 0; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
-        tuned__store_key key;
-        tuned__record r;
-        tuned__err why = {0};
-        if (tuned__key_decode(k.mv_data, k.mv_size, TUNED__KEY_TAG_BEST, &key, &why) != 0 ||
-            tuned__best_decode(t->s, &key, v.mv_data, v.mv_size, &r, &why) != 0) {
-            if (out != NULL)
-                note(nfn, ctx, "skipped a damaged record: %s", why.msg);
-            continue;
-        }
-        if (!tuned__filter_match(f, &key, &r))
-            continue;
-        if (out != NULL) {
-            char *text;
-            size_t len;
-            int wrc = tuned__record_encode(&r, &text, &len, e);
-            if (wrc == 0) {
-                wrc = write_line(out, text, len, e);
-                free(text);
-            }
-            if (wrc != 0) {
-                tuned__txn_error(t, wrc);
-                break;
-            }
-        }
-        (*count)++;
+    export_pass *p = ctx;
+    if (b->r == NULL) {
+        if (p->out != NULL)
+            note(p->nfn, p->ctx, "skipped a damaged record: %s", b->why->msg);
+        return 0;
     }
-    if (rc != 0 && rc != MDB_NOTFOUND)
-        tuned__txn_fail(t, "mdb_cursor_get", rc, e);
-    mdb_cursor_close(cur);
+    if (!tuned__filter_match(p->f, &b->key, b->r))
+        return 0;
+    if (p->out != NULL) {
+        char *text;
+        size_t len;
+        int rc = tuned__record_encode(b->r, &text, &len, e);
+        if (rc == 0) {
+            rc = write_line(p->out, text, len, e);
+            free(text);
+        }
+        if (rc != 0) {
+            tuned__txn_error(t, rc);
+            return 1;
+        }
+    }
+    p->count++;
+    return 0;
 }
 
 static int write_header(FILE *out, size_t records, tuned__err *e)
@@ -123,30 +117,36 @@ static int write_header(FILE *out, size_t records, tuned__err *e)
     return rc;
 }
 
+/* Counts, writes the header, then the records a (its out set) selects,
+ * all from one snapshot. */
+static void export_read(tuned__txn *t, void *arg, tuned__err *e)
+{
+    export_pass *a = arg;
+    export_pass counting = {.f = a->f};
+    tuned__best_walk(t, NULL, 0, export_visit, &counting, e);
+    int rc;
+    if (t->rc == 0 && (rc = write_header(a->out, counting.count, e)) != 0)
+        tuned__txn_error(t, rc);
+    a->count = 0;
+    tuned__best_walk(t, NULL, 0, export_visit, a, e);
+}
+
 int tuned__store_export(tuned__store *s, const tuned__store_filter *f, FILE *out,
                         tuned__store_note_fn nfn, void *ctx, size_t *exported, tuned__err *e)
 {
     *exported = 0;
-    size_t count = 0, written = 0;
+    export_pass a = {.f = f, .out = out, .nfn = nfn, .ctx = ctx};
     int rc = tuned__store_dbs(s, e);
     if (rc < 0)
         return rc;
-    if (rc == 0) {
+    if (rc == 0)
         rc = write_header(out, 0, e);
-    } else {
-        tuned__txn t;
-        if ((rc = tuned__txn_begin(&t, s, MDB_RDONLY, e)) != 0)
-            return rc;
-        export_pass(&t, f, NULL, NULL, NULL, &count, e);
-        if (t.rc == 0 && (rc = write_header(out, count, e)) != 0)
-            tuned__txn_error(&t, rc);
-        export_pass(&t, f, out, nfn, ctx, &written, e);
-        rc = tuned__txn_end(&t, e);
-    }
+    else
+        rc = tuned__store_read(s, export_read, &a, e);
     if (rc == 0 && fflush(out) != 0)
         rc = tuned__errf(e, TUNED_EIO, "export: write failed: %s", strerror(errno));
     if (rc == 0)
-        *exported = written;
+        *exported = a.count;
     return rc;
 }
 

@@ -38,37 +38,22 @@ static bool keep(const gc_arg *a, bool used, double age_s)
     return used || (a->max_age_s > 0 && age_s < a->max_age_s);
 }
 
+static int used_visit(void *ctx, tuned__txn *t, const tuned__best_entry *b, tuned__err *e)
+{
+    gc_arg *a = ctx;
+    if (b->r == NULL || b->r->cubin == 0)
+        return 0;
+    uint64_t *p = tuned__txn_grow(t, a->used, a->n_used, &a->cap_used, sizeof *a->used, "gc", e);
+    if (p == NULL)
+        return 1;
+    a->used = p;
+    a->used[a->n_used++] = b->r->cubin;
+    return 0;
+}
+
 static void collect_used(tuned__txn *t, gc_arg *a, tuned__err *e)
 {
-    MDB_cursor *cur = tuned__txn_cursor(t, t->s->best, e);
-    if (cur == NULL)
-        return;
-    MDB_val k, v;
-    int rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST);
-    for (; rc == 0; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
-        tuned__store_key key;
-        tuned__record r;
-        tuned__err ignore = {0};
-        if (tuned__key_decode(k.mv_data, k.mv_size, TUNED__KEY_TAG_BEST, &key, &ignore) != 0 ||
-            tuned__best_decode(t->s, &key, v.mv_data, v.mv_size, &r, &ignore) != 0 ||
-            r.cubin == 0)
-            continue;
-        if (a->n_used == a->cap_used) {
-            size_t cap = a->cap_used ? a->cap_used * 2 : 64;
-            uint64_t *p = realloc(a->used, cap * sizeof *p);
-            if (p == NULL) {
-                tuned__txn_error(t, tuned__errf(e, TUNED_ENOMEM, "store %s: gc: out of memory",
-                                                t->s->path));
-                break;
-            }
-            a->used = p;
-            a->cap_used = cap;
-        }
-        a->used[a->n_used++] = r.cubin;
-    }
-    if (rc != 0 && rc != MDB_NOTFOUND)
-        tuned__txn_fail(t, "mdb_cursor_get", rc, e);
-    mdb_cursor_close(cur);
+    tuned__best_walk(t, NULL, 0, used_visit, a, e);
     if (a->n_used > 0)
         qsort(a->used, a->n_used, sizeof *a->used, cmp_u64);
 }
@@ -100,6 +85,7 @@ static const char *group_best(tuned__txn *t, group_cache *g, const tuned__store_
     return g->config;
 }
 
+/* Drops the entry under cur (counted by the caller). */
 static void del(tuned__txn *t, MDB_cursor *cur, tuned__err *e)
 {
     int rc = mdb_cursor_del(cur, 0);
@@ -107,68 +93,56 @@ static void del(tuned__txn *t, MDB_cursor *cur, tuned__err *e)
         tuned__txn_fail(t, "mdb_cursor_del", rc, e);
 }
 
-static void sweep_history(tuned__txn *t, gc_arg *a, tuned__err *e)
+typedef struct history_ctx {
+    gc_arg *a;
+    group_cache g;
+} history_ctx;
+
+static int history_visit(void *ctx, tuned__txn *t, MDB_cursor *cur, const MDB_val *k,
+                         const MDB_val *v, tuned__err *e)
 {
-    MDB_cursor *cur = tuned__txn_cursor(t, t->s->hist, e);
-    if (cur == NULL)
-        return;
-    group_cache g = {0};
-    MDB_val k, v;
-    int rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST);
-    for (; rc == 0 && t->rc == 0; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
-        tuned__store_eval ev;
-        tuned__err ignore = {0};
-        time_t when;
-        memset(&ev, 0, sizeof ev);
-        if (tuned__key_decode_hist(k.mv_data, k.mv_size, &ev.key, ev.config, &ignore) != 0 ||
-            tuned__hist_decode(v.mv_data, v.mv_size, &ev, &ignore) != 0 ||
-            tuned__date_parse(ev.date, &when) != 0) {
-            a->st.damaged_removed++;
-            del(t, cur, e);
-            continue;
-        }
-        bool used = strcmp(group_best(t, &g, &ev.key, e), ev.config) == 0;
-        if (keep(a, used, difftime(a->now, when))) {
-            a->st.evals_kept++;
-        } else {
-            a->st.evals_removed++;
-            del(t, cur, e);
-        }
+    history_ctx *c = ctx;
+    gc_arg *a = c->a;
+    tuned__store_eval ev;
+    tuned__err ignore = {0};
+    time_t when;
+    if (tuned__hist_decode(k, v, &ev, &ignore) != 0 || tuned__date_parse(ev.date, &when) != 0) {
+        a->st.damaged_removed++;
+        del(t, cur, e);
+        return 0;
     }
-    if (rc != 0 && rc != MDB_NOTFOUND)
-        tuned__txn_fail(t, "mdb_cursor_get", rc, e);
-    mdb_cursor_close(cur);
+    bool used = strcmp(group_best(t, &c->g, &ev.key, e), ev.config) == 0;
+    if (keep(a, used, difftime(a->now, when))) {
+        a->st.evals_kept++;
+    } else {
+        a->st.evals_removed++;
+        del(t, cur, e);
+    }
+    return 0;
 }
 
-static void sweep_cubins(tuned__txn *t, gc_arg *a, tuned__err *e)
+static int cubin_visit(void *ctx, tuned__txn *t, MDB_cursor *cur, const MDB_val *k,
+                       const MDB_val *v, tuned__err *e)
 {
-    MDB_cursor *cur = tuned__txn_cursor(t, t->s->cubins, e);
-    if (cur == NULL)
-        return;
-    MDB_val k, v;
-    int rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST);
-    for (; rc == 0 && t->rc == 0; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
-        uint64_t hash, created, size;
-        tuned__err ignore = {0};
-        if (tuned__key_decode_cubin(k.mv_data, k.mv_size, &hash, &ignore) != 0 ||
-            tuned__cubin_header(v.mv_data, v.mv_size, &created, &size, &ignore) != 0) {
-            a->st.damaged_removed++;
-            del(t, cur, e);
-            continue;
-        }
-        bool used = a->n_used > 0 &&
-                    bsearch(&hash, a->used, a->n_used, sizeof *a->used, cmp_u64) != NULL;
-        if (keep(a, used, difftime(a->now, (time_t)created))) {
-            a->st.cubins_kept++;
-        } else {
-            a->st.cubins_removed++;
-            a->st.cubin_bytes_removed += size;
-            del(t, cur, e);
-        }
+    gc_arg *a = ctx;
+    uint64_t hash, created, size;
+    tuned__err ignore = {0};
+    if (tuned__key_decode_cubin(k->mv_data, k->mv_size, &hash, &ignore) != 0 ||
+        tuned__cubin_header(v->mv_data, v->mv_size, &created, &size, &ignore) != 0) {
+        a->st.damaged_removed++;
+        del(t, cur, e);
+        return 0;
     }
-    if (rc != 0 && rc != MDB_NOTFOUND)
-        tuned__txn_fail(t, "mdb_cursor_get", rc, e);
-    mdb_cursor_close(cur);
+    bool used = a->n_used > 0 &&
+                bsearch(&hash, a->used, a->n_used, sizeof *a->used, cmp_u64) != NULL;
+    if (keep(a, used, difftime(a->now, (time_t)created))) {
+        a->st.cubins_kept++;
+    } else {
+        a->st.cubins_removed++;
+        a->st.cubin_bytes_removed += size;
+        del(t, cur, e);
+    }
+    return 0;
 }
 
 static void gc_write(tuned__txn *t, void *arg, tuned__err *e)
@@ -177,8 +151,9 @@ static void gc_write(tuned__txn *t, void *arg, tuned__err *e)
     memset(&a->st, 0, sizeof a->st); /* a run after a map grow starts over */
     a->n_used = 0;
     collect_used(t, a, e);
-    sweep_history(t, a, e);
-    sweep_cubins(t, a, e);
+    history_ctx h = {.a = a};
+    tuned__txn_walk(t, t->s->hist, NULL, 0, history_visit, &h, e);
+    tuned__txn_walk(t, t->s->cubins, NULL, 0, cubin_visit, a, e);
     if (a->dry_run)
         tuned__txn_discard(t);
 }

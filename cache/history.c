@@ -86,39 +86,39 @@ static int encode_value(const tuned__store_eval *ev, char **text, size_t *len, t
     return 0;
 }
 
-int tuned__hist_decode(const void *data, size_t size, tuned__store_eval *ev, tuned__err *e)
+/* The fields of a history value into ev (key and config are the caller's). */
+static int value_from_json(const json_t *v, tuned__store_eval *ev, tuned__err *e)
 {
-    json_t *v;
-    int rc = tuned__json_load(data, size, WHAT, &v, e);
-    if (rc != 0)
-        return rc;
-    uint64_t ver;
     char status[32];
-    if (!json_is_object(v)) {
-        rc = tuned__errf(e, TUNED_ESTORE, WHAT ": not a JSON object");
-    } else if ((rc = tuned__json_get_uint(v, WHAT, "v", INT64_MAX, &ver, e)) == 0 &&
-               ver != HIST_VERSION) {
-        rc = tuned__errf(e, TUNED_ESCHEMA, WHAT ": version %" PRIu64 ", this build reads %d",
-                         ver, HIST_VERSION);
-    } else if (rc == 0 &&
-               ((rc = tuned__json_get_str(v, WHAT, "status", status, sizeof status, e)) != 0
-                || (rc = tuned__json_get_num(v, WHAT, "median_us", &ev->median_us, e)) != 0
-                || (rc = tuned__json_get_num(v, WHAT, "p20_us", &ev->p20_us, e)) != 0
-                || (rc = tuned__json_get_num(v, WHAT, "p80_us", &ev->p80_us, e)) != 0
-                || (rc = tuned__json_get_num(v, WHAT, "compile_ms", &ev->compile_ms, e)) != 0
-                || (rc = tuned__json_get_str(v, WHAT, "date", ev->date, sizeof ev->date, e)) != 0
-                || (rc = tuned__json_get_str(v, WHAT, "detail", ev->detail, sizeof ev->detail,
-                                             e)) != 0)) {
-        /* rc and message set */
-    } else if (rc == 0) {
-        ev->status = -1;
-        for (int i = 0; i < TUNED__HIST_COUNT; i++)
-            if (strcmp(status, status_names[i]) == 0)
-                ev->status = i;
-        if (ev->status < 0)
-            rc = tuned__errf(e, TUNED_ESTORE, WHAT ": field \"status\": unknown \"%s\"", status);
+    int rc;
+    if ((rc = tuned__json_check_version(v, WHAT, HIST_VERSION, e)) != 0
+        || (rc = tuned__json_get_str(v, WHAT, "status", status, sizeof status, e)) != 0
+        || (rc = tuned__json_get_num(v, WHAT, "median_us", &ev->median_us, e)) != 0
+        || (rc = tuned__json_get_num(v, WHAT, "p20_us", &ev->p20_us, e)) != 0
+        || (rc = tuned__json_get_num(v, WHAT, "p80_us", &ev->p80_us, e)) != 0
+        || (rc = tuned__json_get_num(v, WHAT, "compile_ms", &ev->compile_ms, e)) != 0
+        || (rc = tuned__json_get_str(v, WHAT, "date", ev->date, sizeof ev->date, e)) != 0
+        || (rc = tuned__json_get_str(v, WHAT, "detail", ev->detail, sizeof ev->detail, e)) != 0)
+        return rc;
+    for (int i = 0; i < TUNED__HIST_COUNT; i++) {
+        if (strcmp(status, status_names[i]) == 0) {
+            ev->status = i;
+            return 0;
+        }
     }
-    json_decref(v);
+    return tuned__errf(e, TUNED_ESTORE, WHAT ": field \"status\": unknown \"%s\"", status);
+}
+
+int tuned__hist_decode(const MDB_val *k, const MDB_val *v, tuned__store_eval *ev,
+                       tuned__err *e)
+{
+    memset(ev, 0, sizeof *ev);
+    json_t *o;
+    int rc = tuned__key_decode_hist(k->mv_data, k->mv_size, &ev->key, ev->config, e);
+    if (rc == 0 && (rc = tuned__json_load(v->mv_data, v->mv_size, WHAT, &o, e)) == 0) {
+        rc = value_from_json(o, ev, e);
+        json_decref(o);
+    }
     return rc;
 }
 
@@ -185,6 +185,43 @@ int tuned__store_put_eval(tuned__store *s, const tuned__store_eval *ev, tuned__e
 
 /* ---- listing ---- */
 
+typedef struct list_arg {
+    const tuned__store_key *key;
+    const uint8_t *start;   /* the group, then the config to list after */
+    size_t slen;
+    tuned__store_eval *out;
+    size_t cap, count;
+} list_arg;
+
+static int list_visit(void *ctx, tuned__txn *t, MDB_cursor *cur, const MDB_val *k,
+                      const MDB_val *v, tuned__err *e)
+{
+    (void)cur;
+    list_arg *a = ctx;
+    if (a->slen > TUNED__KEY_LEN && k->mv_size == a->slen &&
+        memcmp(k->mv_data, a->start, a->slen) == 0)
+        return 0; /* the entry to list after */
+    if (a->count == a->cap)
+        return 1;
+    tuned__store_eval *ev = &a->out[a->count];
+    int rc = tuned__hist_decode(k, v, ev, e);
+    if (rc != 0) {
+        char ks[160];
+        tuned__store_key_str(ks, sizeof ks, a->key);
+        tuned__txn_error(t, tuned__err_prefix(e, rc, "store %s: %s config %s: ", t->s->path, ks,
+                                              ev->config));
+        return 1;
+    }
+    a->count++;
+    return 0;
+}
+
+static void list_read(tuned__txn *t, void *arg, tuned__err *e)
+{
+    list_arg *a = arg;
+    tuned__txn_walk_from(t, t->s->hist, a->start, a->slen, TUNED__KEY_LEN, list_visit, a, e);
+}
+
 int tuned__store_list_evals(tuned__store *s, const tuned__store_key *key, const char *after,
                             tuned__store_eval *out, size_t cap, size_t *n, tuned__err *e)
 {
@@ -203,43 +240,9 @@ int tuned__store_list_evals(tuned__store *s, const tuned__store_key *key, const 
     if (after != NULL && after[0] != '\0' &&
         tuned__key_encode_hist(start, key, after, &slen, e) != 0)
         return TUNED_EINVAL;
-
-    tuned__txn t;
-    int rc = tuned__txn_begin(&t, s, MDB_RDONLY, e);
-    if (rc != 0)
-        return rc;
-    MDB_cursor *cur = tuned__txn_cursor(&t, s->hist, e);
-    size_t count = 0;
-    if (cur != NULL) {
-        MDB_val k = {.mv_size = slen, .mv_data = start};
-        MDB_val v;
-        rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
-        while (rc == 0 && count < cap) {
-            if (k.mv_size < TUNED__KEY_LEN || memcmp(k.mv_data, start, TUNED__KEY_LEN) != 0)
-                break;
-            if (!(slen > TUNED__KEY_LEN && k.mv_size == slen && memcmp(k.mv_data, start, slen) == 0)) {
-                tuned__store_eval *ev = &out[count];
-                memset(ev, 0, sizeof *ev);
-                int drc = tuned__key_decode_hist(k.mv_data, k.mv_size, &ev->key, ev->config, e);
-                if (drc == 0)
-                    drc = tuned__hist_decode(v.mv_data, v.mv_size, ev, e);
-                if (drc != 0) {
-                    char ks[160];
-                    tuned__store_key_str(ks, sizeof ks, key);
-                    tuned__txn_error(&t, tuned__err_prefix(e, drc, "store %s: %s config %s: ",
-                                                           s->path, ks, ev->config));
-                    break;
-                }
-                count++;
-            }
-            rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
-        }
-        if (rc != 0 && rc != MDB_NOTFOUND)
-            tuned__txn_fail(&t, "mdb_cursor_get", rc, e);
-        mdb_cursor_close(cur);
-    }
-    rc = tuned__txn_end(&t, e);
+    list_arg a = {.key = key, .start = start, .slen = slen, .out = out, .cap = cap};
+    int rc = tuned__store_read(s, list_read, &a, e);
     if (rc == 0)
-        *n = count;
+        *n = a.count;
     return rc;
 }

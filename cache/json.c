@@ -225,3 +225,18 @@ int tuned__json_load(const void *text, size_t len, const char *what, json_t **ou
     *out = v;
     return 0;
 }
+
+int tuned__json_check_version(const json_t *o, const char *what, uint64_t version,
+                              tuned__err *e)
+{
+    if (!json_is_object(o))
+        return tuned__errf(e, TUNED_ESTORE, "%s: not a JSON object", what);
+    uint64_t v;
+    int rc = tuned__json_get_uint(o, what, "v", INT64_MAX, &v, e);
+    if (rc != 0)
+        return rc;
+    if (v != version)
+        return tuned__errf(e, TUNED_ESCHEMA, "%s: version %" PRIu64 ", this build reads "
+                           "version %" PRIu64 " only", what, v, version);
+    return 0;
+}

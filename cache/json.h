@@ -58,6 +58,12 @@ int tuned__json_dump(const json_t *o, const char *what, char **text, size_t *len
 int tuned__json_load(const void *text, size_t len, const char *what, json_t **out,
                      tuned__err *e);
 
+/* Checks that o is an object whose "v" is version: TUNED_ESTORE when it is
+ * not an object or has no valid "v", TUNED_ESCHEMA for another version
+ * (written by a newer or older tuned). */
+int tuned__json_check_version(const json_t *o, const char *what, uint64_t version,
+                              tuned__err *e);
+
 /* RFC 3629 UTF-8 (no overlong forms, surrogates or code points past
  * U+10FFFF). */
 int tuned__utf8_valid(const unsigned char *s, size_t n);

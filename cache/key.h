@@ -37,6 +37,19 @@
 #define TUNED__KEY_CUBIN_LEN 9
 #define TUNED__KEY_TEXT 96        /* text form plus NUL */
 
+/* The layout above, and the config texts it must hold, checked. */
+_Static_assert(TUNED__KEY_SHAPE_LEN == 1 + 1 + 1 + 8 + 8,
+               "shape prefix: tag, kernel, dtype, rows, cols");
+_Static_assert(TUNED__KEY_LEN == TUNED__KEY_SHAPE_LEN + 1 + 8,
+               "best key: the shape prefix, layout, gpu_fp");
+_Static_assert(TUNED__KEY_CUBIN_LEN == 1 + 8, "cubin key: tag, hash");
+_Static_assert(TUNED__KEY_CONFIG_MAX + 1 == sizeof(((tuned__store_eval *)0)->config),
+               "a history entry's config holds a key's longest config text and its NUL");
+_Static_assert(sizeof(((tuned__record *)0)->config) == sizeof(((tuned__store_eval *)0)->config),
+               "a winner's config is a history entry's config");
+_Static_assert(TUNED__CONFIG_TEXT <= TUNED__KEY_CONFIG_MAX + 1,
+               "every config's canonical text fits a history key");
+
 /* Writes the 28-byte key of k under tag into out. */
 void tuned__key_encode(uint8_t out[TUNED__KEY_LEN], uint8_t tag, const tuned__store_key *k);
 

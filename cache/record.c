@@ -123,16 +123,9 @@ int tuned__record_encode(const tuned__record *r, char **text, size_t *len, tuned
 
 int tuned__record_from_json(const json_t *v, tuned__record *out, tuned__err *e)
 {
-    if (!json_is_object(v))
-        return tuned__errf(e, TUNED_ESTORE, WHAT ": not a JSON object");
-
-    uint64_t ver;
-    int rc = tuned__json_get_uint(v, WHAT, "v", INT64_MAX, &ver, e);
+    int rc = tuned__json_check_version(v, WHAT, TUNED__RECORD_VERSION, e);
     if (rc != 0)
         return rc;
-    if (ver != TUNED__RECORD_VERSION)
-        return tuned__errf(e, TUNED_ESCHEMA, WHAT ": version %" PRIu64 ", this build reads "
-                           "version %d only", ver, TUNED__RECORD_VERSION);
 
     /* Zeroed so that array bytes past each string's NUL are deterministic. */
     tuned__record r;

@@ -92,6 +92,11 @@ const char *tuned__store_path(const tuned__store *s)
     return s->path;
 }
 
+bool tuned__store_readonly(const tuned__store *s)
+{
+    return s->readonly != 0;
+}
+
 /* ---- transactions ---- */
 
 void tuned__txn_fail(tuned__txn *t, const char *call, int mdb_rc, tuned__err *e)
@@ -248,7 +253,59 @@ MDB_cursor *tuned__txn_cursor(tuned__txn *t, MDB_dbi dbi, tuned__err *e)
     return cur;
 }
 
-static int write_txn(tuned__store *s, tuned__write_fn fn, void *arg, tuned__err *e)
+void tuned__txn_walk_from(tuned__txn *t, MDB_dbi dbi, const void *from, size_t flen, size_t plen,
+                          tuned__walk_fn visit, void *ctx, tuned__err *e)
+{
+    MDB_cursor *cur = tuned__txn_cursor(t, dbi, e);
+    if (cur == NULL)
+        return;
+    MDB_val k = {.mv_size = flen, .mv_data = (void *)from};
+    MDB_val v;
+    int rc = mdb_cursor_get(cur, &k, &v, flen > 0 ? MDB_SET_RANGE : MDB_FIRST);
+    for (; rc == 0; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+        if (plen > 0 && (k.mv_size < plen || memcmp(k.mv_data, from, plen) != 0))
+            break;
+        if (visit(ctx, t, cur, &k, &v, e) != 0 || t->rc != 0)
+            break;
+    }
+    if (rc != 0 && rc != MDB_NOTFOUND)
+        tuned__txn_fail(t, "mdb_cursor_get", rc, e);
+    mdb_cursor_close(cur);
+}
+
+void tuned__txn_walk(tuned__txn *t, MDB_dbi dbi, const void *prefix, size_t plen,
+                     tuned__walk_fn visit, void *ctx, tuned__err *e)
+{
+    tuned__txn_walk_from(t, dbi, prefix, plen, plen, visit, ctx, e);
+}
+
+void *tuned__txn_grow(tuned__txn *t, void *arr, size_t n, size_t *cap, size_t elem,
+                      const char *what, tuned__err *e)
+{
+    if (n < *cap)
+        return arr;
+    size_t grown = *cap ? *cap * 2 : 16;
+    void *p = grown <= SIZE_MAX / elem ? realloc(arr, grown * elem) : NULL;
+    if (p == NULL) {
+        tuned__txn_error(t, tuned__errf(e, TUNED_ENOMEM, "store %s: %s: out of memory",
+                                        t->s->path, what));
+        return NULL;
+    }
+    *cap = grown;
+    return p;
+}
+
+int tuned__store_read(tuned__store *s, tuned__txn_fn fn, void *arg, tuned__err *e)
+{
+    tuned__txn t;
+    int rc = tuned__txn_begin(&t, s, MDB_RDONLY, e);
+    if (rc != 0)
+        return rc;
+    fn(&t, arg, e);
+    return tuned__txn_end(&t, e);
+}
+
+static int write_txn(tuned__store *s, tuned__txn_fn fn, void *arg, tuned__err *e)
 {
     for (int tries = 0;; tries++) {
         tuned__txn t;
@@ -267,7 +324,7 @@ static int write_txn(tuned__store *s, tuned__write_fn fn, void *arg, tuned__err 
     }
 }
 
-int tuned__store_write(tuned__store *s, tuned__write_fn fn, void *arg, tuned__err *e)
+int tuned__store_write(tuned__store *s, tuned__txn_fn fn, void *arg, tuned__err *e)
 {
     if (s->readonly)
         return tuned__errf(e, TUNED_EINVAL, "store %s: opened read-only", s->path);

@@ -3,7 +3,8 @@
  * minutes, so nothing here may lose one or serve one where it does not hold.
  *
  * One LMDB environment per process, opened once by tuned__store_open() and
- * closed by tuned__store_close(); one handle may be used by many threads.
+ * closed by tuned__store_close(), or shared by every tuned__store_acquire()
+ * of its directory (registry.c); one handle may be used by many threads.
  * Named databases, all created in the start-up write transaction and never
  * closed:
  *   "meta"     "schema" (TUNED__STORE_SCHEMA) and "writer" (the version of
@@ -44,6 +45,7 @@
 #include <stdio.h>
 #include <time.h>
 
+#include "src/common/clock.h"
 #include "src/common/err.h"
 
 /* Bump when the key layout or record meaning changes incompatibly. A store
@@ -105,6 +107,7 @@ typedef struct tuned__record {
     char date[32];          /* ISO 8601 UTC, "2026-11-21T10:00:00Z" */
     char tool_version[32];  /* tuned version that measured it */
 } tuned__record;
+_Static_assert(sizeof(((tuned__record *)0)->date) >= TUNED__DATE_TEXT, "a record's date fits");
 
 enum {
     TUNED__STORE_READONLY = 1, /* open for reading; a missing store is TUNED_ENOTFOUND */
@@ -121,6 +124,37 @@ void tuned__store_close(tuned__store *s);
 
 /* The directory it was opened at. */
 const char *tuned__store_path(const tuned__store *s);
+
+/* Whether it was opened read-only (asked for, or the fallback of
+ * tuned__store_acquire()): writes fail with TUNED_EINVAL. */
+bool tuned__store_readonly(const tuned__store *s);
+
+/* ---- one environment per store directory in a process (registry.c) ---- */
+
+/* LMDB's locks are per process: two environments on one store in one
+ * process drop each other's locks. Code that may open one store more than
+ * once in a process (the embedding API's handles) acquires it instead of
+ * opening it: every acquire of one directory, however spelled (a symlink,
+ * "dir/./"), returns the same store, counted, until the last release
+ * closes it. Thread-safe.
+ *
+ * A directory not yet acquired is opened as flags ask; without
+ * TUNED__STORE_READONLY, a store this user cannot write (TUNED_ESTORE) is
+ * opened read-only instead, so its results can still be read. A directory
+ * already acquired is shared as it is: a read-only acquire of a writable
+ * store gets the writable one, and an acquire without READONLY of a store
+ * opened read-only gets the read-only one (an environment cannot change
+ * its mode while others use it); tuned__store_readonly() tells which. */
+int tuned__store_acquire(const char *path, unsigned flags, tuned__store **out, tuned__err *e);
+
+/* Gives back one acquire; the last closes the store. NULL is allowed.
+ * Never tuned__store_close() an acquired store. */
+void tuned__store_release(tuned__store *s);
+
+/* The acquired store's directory as realpath() resolved it (for handing
+ * to another process, whatever the current directory becomes); valid
+ * until the last release. tuned__store_path() for a store not acquired. */
+const char *tuned__store_real_path(const tuned__store *s);
 
 /* ---- best configs ---- */
 
@@ -178,8 +212,8 @@ int tuned__store_txnid(tuned__store *s, uint64_t *out, tuned__err *e);
 /* ---- evaluation history (one entry per evaluated variant) ---- */
 
 /* Outcome of one evaluation. Stored as text ("ok", "compile_error", ...),
- * so these numbers are not on disk; they match TUNED__EVAL_* of
- * src/tuner/evaluator.h, with TIMEOUT added. */
+ * so these numbers are not on disk. The store's own: the tuner maps its
+ * evaluator's statuses onto them (src/tuner/tune.c). */
 enum {
     TUNED__HIST_OK = 0,
     TUNED__HIST_COMPILE_ERROR,
@@ -204,6 +238,8 @@ typedef struct tuned__store_eval {
     char date[32];          /* ISO 8601 UTC; gc ages entries by it */
     char detail[512];       /* why it failed, "" for OK */
 } tuned__store_eval;
+_Static_assert(sizeof(((tuned__store_eval *)0)->date) >= TUNED__DATE_TEXT,
+               "a history entry's date fits");
 
 /* Stores one entry, replacing an earlier one of the same key and config
  * (the latest evaluation wins). TUNED_EINVAL for a bad entry. */

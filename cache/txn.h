@@ -1,5 +1,6 @@
-/* txn.h: what the store's files share: the handle, and the transaction with
- * a sticky error through which every LMDB call goes.
+/* txn.h: what the store's files share: the handle, the transaction with a
+ * sticky error through which every LMDB call goes, and the one cursor walk
+ * every listing, sweep and export uses (tuned__txn_walk).
  *
  * A tuned__txn holds the first failure: later calls on it are no-ops, and
  * tuned__txn_end() then aborts instead of committing, so call sites stay
@@ -78,11 +79,40 @@ int tuned__txn_del(tuned__txn *t, MDB_dbi dbi, const void *k, size_t kn, tuned__
  * transaction ends. */
 MDB_cursor *tuned__txn_cursor(tuned__txn *t, MDB_dbi dbi, tuned__err *e);
 
-typedef void (*tuned__write_fn)(tuned__txn *t, void *arg, tuned__err *e);
+/* Called by tuned__txn_walk() for each entry, cur on it (a write
+ * transaction's visit may mdb_cursor_del() it). A nonzero return stops the
+ * walk, and so does a failure the visit recorded in t. */
+typedef int (*tuned__walk_fn)(void *ctx, tuned__txn *t, MDB_cursor *cur, const MDB_val *k,
+                              const MDB_val *v, tuned__err *e);
+
+/* The one cursor loop of the store: visits the entries of dbi whose keys
+ * start with prefix (plen bytes; 0: every entry), in key order. Cursor
+ * failures are recorded in t. */
+void tuned__txn_walk(tuned__txn *t, MDB_dbi dbi, const void *prefix, size_t plen,
+                     tuned__walk_fn visit, void *ctx, tuned__err *e);
+
+/* tuned__txn_walk() starting at the first key >= from (flen bytes), for as
+ * long as keys start with from's first plen bytes (plen <= flen): a page of
+ * a listing that resumes after its last key. */
+void tuned__txn_walk_from(tuned__txn *t, MDB_dbi dbi, const void *from, size_t flen, size_t plen,
+                          tuned__walk_fn visit, void *ctx, tuned__err *e);
+
+/* Room for element n of arr (elements of elem bytes, *cap of them): arr
+ * itself when n < *cap, else arr grown (doubled, at least 16; *cap
+ * updated). NULL after recording TUNED_ENOMEM ("store PATH: what: out of
+ * memory") in t; arr is then unchanged and still the caller's to free. */
+void *tuned__txn_grow(tuned__txn *t, void *arr, size_t n, size_t *cap, size_t elem,
+                      const char *what, tuned__err *e);
+
+typedef void (*tuned__txn_fn)(tuned__txn *t, void *arg, tuned__err *e);
+
+/* Runs fn in a read transaction (one snapshot) and ends it; returns the
+ * first failure fn recorded in t. */
+int tuned__store_read(tuned__store *s, tuned__txn_fn fn, void *arg, tuned__err *e);
 
 /* Runs fn in a write transaction and commits; on MDB_MAP_FULL aborts,
  * grows the map and runs fn again. TUNED_EINVAL on a read-only store. */
-int tuned__store_write(tuned__store *s, tuned__write_fn fn, void *arg, tuned__err *e);
+int tuned__store_write(tuned__store *s, tuned__txn_fn fn, void *arg, tuned__err *e);
 
 /* Whether the store's databases exist: 1, 0 for a read-only handle of a
  * store not yet initialized (or not ours: an empty store), or an error. A
@@ -103,9 +133,28 @@ bool tuned__filter_match(const tuned__store_filter *f, const tuned__store_key *k
 int tuned__best_decode(const tuned__store *s, const tuned__store_key *k, const void *data,
                        size_t size, tuned__record *out, tuned__err *e);
 
-/* Decodes the value of a history entry into ev (key and config are the
- * caller's). */
-int tuned__hist_decode(const void *data, size_t size, tuned__store_eval *ev, tuned__err *e);
+/* One entry of "best" as tuned__best_walk() hands it on: decoded, or why
+ * not. */
+typedef struct tuned__best_entry {
+    MDB_cursor *cur;          /* on the entry: a write walk may delete it */
+    bool key_ok;              /* the key decoded (else key is zeroed) */
+    tuned__store_key key;
+    const tuned__record *r;   /* NULL when the key or the value does not decode */
+    const tuned__err *why;    /* then why: code and message (a value's names
+                                 the store and the key) */
+} tuned__best_entry;
+
+typedef int (*tuned__best_fn)(void *ctx, tuned__txn *t, const tuned__best_entry *b,
+                              tuned__err *e);
+
+/* tuned__txn_walk() over "best" (keys starting with prefix, plen bytes; 0:
+ * every entry, foreign keys included), each entry decoded for visit. */
+void tuned__best_walk(tuned__txn *t, const uint8_t *prefix, size_t plen, tuned__best_fn visit,
+                      void *ctx, tuned__err *e);
+
+/* Decodes a history entry (its key and value) into ev. */
+int tuned__hist_decode(const MDB_val *k, const MDB_val *v, tuned__store_eval *ev,
+                       tuned__err *e);
 
 /* Checks a cubin value's header: *created (unix seconds) and *size (of the
  * blob after the header). TUNED_ESTORE when the header is malformed. */

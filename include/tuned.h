@@ -27,26 +27,35 @@ extern "C" {
 
 #define TUNED_VERSION_STRING "0.1.0"
 
-/* Error codes: 0 is success, every failure is negative. */
+/* Error codes: 0 is success, every failure is negative. One table holds
+ * each code's name, value and tuned_strerror() text (libuv's
+ * UV_ERRNO_MAP): the enum below and tuned_strerror() are both made from
+ * it. The values are ABI: never change or reuse one; add new codes at the
+ * end. */
+#define TUNED_ERRNO_MAP(XX)                                                                 \
+    XX(EINVAL, -1, "invalid argument")                /* a bad argument or input */         \
+    XX(ENOMEM, -2, "out of memory")                   /* out of host memory */              \
+    XX(ENODRIVER, -3, "no CUDA driver found")         /* no libcuda.so.1 could be loaded */ \
+    XX(ENONVRTC, -4, "no NVRTC library found")        /* no NVRTC could be loaded */        \
+    XX(ENODEV, -5, "no such GPU")                                                           \
+    XX(ECUDA, -6, "CUDA driver call failed")                                                \
+    XX(ECOMPILE, -7, "kernel compile failed")         /* NVRTC rejected a variant */        \
+    XX(EWRONG, -8, "kernel computed a wrong result")  /* a variant's softmax was wrong */   \
+    XX(ESTORE, -9, "store error")                     /* the LMDB store failed */           \
+    XX(ENOTFOUND, -10, "not found")                   /* no record for that key */          \
+    XX(ESCHEMA, -11, "store schema mismatch")         /* written by another schema */       \
+    XX(EIO, -12, "I/O error")                         /* a file or socket failed */         \
+    XX(ETIMEOUT, -13, "timed out")                    /* a budget or timeout ran out */     \
+    XX(EUNSUPPORTED, -14, "not supported")            /* valid, not on this GPU/build */    \
+    XX(ENOSPACE, -15, "no valid variant for this shape")                                    \
+    XX(ETUNE, -16, "tune failed")                     /* failed or refused (see message) */
+
+#define TUNED__ERRNO_ENUM(name, value, text) TUNED_##name = (value),
 enum {
     TUNED_OK = 0,
-    TUNED_EINVAL = -1,      /* a bad argument or input */
-    TUNED_ENOMEM = -2,      /* out of host memory */
-    TUNED_ENODRIVER = -3,   /* no CUDA driver (libcuda.so.1) could be loaded */
-    TUNED_ENONVRTC = -4,    /* no NVRTC library could be loaded */
-    TUNED_ENODEV = -5,      /* no such GPU */
-    TUNED_ECUDA = -6,       /* a CUDA driver call failed */
-    TUNED_ECOMPILE = -7,    /* NVRTC rejected a variant */
-    TUNED_EWRONG = -8,      /* a variant computed a wrong softmax */
-    TUNED_ESTORE = -9,      /* the LMDB store failed */
-    TUNED_ENOTFOUND = -10,  /* no record for that key */
-    TUNED_ESCHEMA = -11,    /* the store was written by an incompatible schema */
-    TUNED_EIO = -12,        /* a file or socket operation failed */
-    TUNED_ETIMEOUT = -13,   /* a budget or timeout ran out */
-    TUNED_EUNSUPPORTED = -14, /* valid, but not supported on this GPU or build */
-    TUNED_ENOSPACE = -15,   /* no valid variant for this shape */
-    TUNED_ETUNE = -16,      /* a tune failed or was refused (the message says why) */
+    TUNED_ERRNO_MAP(TUNED__ERRNO_ENUM)
 };
+#undef TUNED__ERRNO_ENUM
 
 /* A short English phrase for an error code; never NULL. */
 TUNED_EXTERN const char *tuned_strerror(int err);

@@ -44,85 +44,6 @@
 #define TUNE_SLACK_S 300.0
 #define TUNE_DEFAULT_S 50.0
 
-/* ---- the store, opened once per process ---- */
-
-/* LMDB's locks are per process: two environments on one store in one
- * process would drop each other's locks. Handles naming the same store
- * directory share one. */
-typedef struct store_ref {
-    char real[PATH_MAX];
-    tuned__store *s;
-    bool writable;
-    int refs;
-    struct store_ref *next;
-} store_ref;
-
-static pthread_mutex_t registry_mu = PTHREAD_MUTEX_INITIALIZER;
-static store_ref *registry;
-
-static int store_acquire(const char *path, store_ref **out, tuned__err *e)
-{
-    pthread_mutex_lock(&registry_mu);
-    char real[PATH_MAX];
-    store_ref *r = NULL;
-    if (realpath(path, real) != NULL)
-        for (r = registry; r != NULL; r = r->next)
-            if (strcmp(r->real, real) == 0)
-                break;
-    if (r == NULL) {
-        tuned__store *s = NULL;
-        bool writable = true;
-        int rc = tuned__store_open(&s, path, 0, e);
-        if (rc == TUNED_ESTORE) {
-            /* Not writable by this user: read the results, skip the cache. */
-            tuned__err ro = {0};
-            if (tuned__store_open(&s, path, TUNED__STORE_READONLY, &ro) == 0) {
-                writable = false;
-                rc = 0;
-                tuned__err_clear(e);
-            }
-        }
-        if (rc != 0) {
-            pthread_mutex_unlock(&registry_mu);
-            return rc;
-        }
-        r = calloc(1, sizeof *r);
-        if (r == NULL) {
-            tuned__store_close(s);
-            pthread_mutex_unlock(&registry_mu);
-            return tuned__errf(e, TUNED_ENOMEM, "tuned_open: out of memory");
-        }
-        if (realpath(path, r->real) == NULL)
-            snprintf(r->real, sizeof r->real, "%s", path);
-        r->s = s;
-        r->writable = writable;
-        r->next = registry;
-        registry = r;
-    }
-    r->refs++;
-    pthread_mutex_unlock(&registry_mu);
-    *out = r;
-    return 0;
-}
-
-static void store_release(store_ref *r)
-{
-    if (r == NULL)
-        return;
-    pthread_mutex_lock(&registry_mu);
-    if (--r->refs == 0) {
-        for (store_ref **p = &registry; *p != NULL; p = &(*p)->next) {
-            if (*p == r) {
-                *p = r->next;
-                break;
-            }
-        }
-        tuned__store_close(r->s);
-        free(r);
-    }
-    pthread_mutex_unlock(&registry_mu);
-}
-
 /* ---- the handle ---- */
 
 typedef struct module_rec {
@@ -152,7 +73,8 @@ struct tuned_handle {
     uint64_t serial;   /* unique in the process: tags the per-thread records */
     tuned__driver *d;
     tuned__nvrtc *n;
-    store_ref *store;  /* NULL: no store */
+    tuned__store *store; /* NULL: no store; else acquired (shared by the handles
+                            of one store directory: cache/registry.c) */
     char *socket;
     char *tuned_path;
     tuned_policy policy;
@@ -308,7 +230,7 @@ int tuned_open(tuned_handle **out, const tuned_options *o)
         }
         if (path[0] == '\0')
             tuned__default_store(path, sizeof path);
-        rc = store_acquire(path, &h->store, &e);
+        rc = tuned__store_acquire(path, 0, &h->store, &e);
     }
     if (rc != 0) {
         tuned__err_prefix(&e, rc, "tuned_open: ");
@@ -367,7 +289,7 @@ void tuned_close(tuned_handle *h)
         free(j);
     }
     tuned__api_map_free(&h->map);
-    store_release(h->store);
+    tuned__store_release(h->store);
     tuned__nvrtc_unload(h->n);
     tuned__driver_unload(h->d);
     free(h->devs);
@@ -453,8 +375,8 @@ static void force_recheck(tuned_handle *h, int device, const tuned__shape *s)
 static int child_tune(tuned_handle *h, int device, const tuned__shape *s, double time_s,
                       tuned__err *e)
 {
-    tuned__api_child c = {.binary = h->tuned_path, .store = h->store->real, .device = device,
-                          .shape = *s, .time_s = time_s,
+    tuned__api_child c = {.binary = h->tuned_path, .store = tuned__store_real_path(h->store),
+                          .device = device, .shape = *s, .time_s = time_s,
                           .timeout_s = (time_s > 0 ? time_s : TUNE_DEFAULT_S) * 2 + TUNE_SLACK_S,
                           .cancel = &h->cancel};
     pthread_mutex_lock(&h->tune_mu);
@@ -547,9 +469,8 @@ static int module_get(tuned_handle *h, CUcontext ctx, const tuned__config *c,
     }
     tuned__blob blob;
     bool cached;
-    tuned__store *store = h->store != NULL ? h->store->s : NULL;
-    bool writable = h->store != NULL && h->store->writable;
-    if ((rc = tuned__api_cubin(h->n, store, writable, c, s, aligned, arch, &blob, &hash, &cached,
+    bool writable = h->store != NULL && !tuned__store_readonly(h->store);
+    if ((rc = tuned__api_cubin(h->n, h->store, writable, c, s, aligned, arch, &blob, &hash, &cached,
                                e)) != 0)
         return rc;
     module_rec *m = calloc(1, sizeof *m);
@@ -660,7 +581,7 @@ static int build_new(tuned_handle *h, const tuned__api_key *k, uint64_t hash,
         return rc;
     tuned__shape s = {.dtype = (tuned_dtype)k->dtype, .rows = k->rows, .cols = k->cols};
     tuned__api_pick p;
-    if ((rc = tuned__api_pick_config(h->store != NULL ? h->store->s : NULL, gpu, &s, &p, e)) != 0)
+    if ((rc = tuned__api_pick_config(h->store, gpu, &s, &p, e)) != 0)
         return rc;
     request_tune(h, device, gpu, &s, p.source);
     return build_entry(h, k, hash, device, gpu, &p, out, e);
@@ -680,7 +601,7 @@ static tuned__api_entry *recheck(tuned_handle *h, const tuned__api_key *k, uint6
         return old; /* another thread did it */
     bool forced = due == 0; /* by a tune this handle saw finish */
     int64_t next = now + RECHECK_NS;
-    tuned__store *store = h->store != NULL ? h->store->s : NULL;
+    tuned__store *store = h->store;
     if (store == NULL) {
         atomic_store_explicit(&old->recheck_ns, INT64_MAX, memory_order_relaxed);
         return old;
@@ -958,7 +879,7 @@ int tuned_lookup(tuned_handle *h, int64_t rows, int64_t cols, tuned_dtype dtype,
     if (rc == 0)
         rc = device_get(h, ordinal, &gpu, &e);
     if (rc == 0)
-        rc = tuned__api_pick_config(h->store != NULL ? h->store->s : NULL, gpu, &s, &p, &e);
+        rc = tuned__api_pick_config(h->store, gpu, &s, &p, &e);
     if (rc == 0) {
         request_tune(h, ordinal, gpu, &s, p.source);
         fill_choice(h, gpu, ordinal, &p, true, out);

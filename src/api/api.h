@@ -34,14 +34,24 @@
 
 /* ---- the map (api_table.c) ---- */
 
-/* What one tuned_softmax call is cached under. 40 bytes, no padding, so
- * keys compare with memcmp. */
+/* What one tuned_softmax call is cached under: 40 bytes on a 64-bit
+ * system, no padding, so keys compare with memcmp (both asserted). */
 typedef struct tuned__api_key {
     void *ctx;          /* CUcontext the call ran in */
     uint64_t rows, cols, stride;
     uint32_t dtype;
     uint32_t aligned;   /* x, y and every row start are 16-byte aligned */
 } tuned__api_key;
+#define TUNED__API_KEY_FIELD(f) sizeof(((tuned__api_key *)0)->f)
+_Static_assert(sizeof(tuned__api_key) ==
+                   TUNED__API_KEY_FIELD(ctx) + TUNED__API_KEY_FIELD(rows) +
+                       TUNED__API_KEY_FIELD(cols) + TUNED__API_KEY_FIELD(stride) +
+                       TUNED__API_KEY_FIELD(dtype) + TUNED__API_KEY_FIELD(aligned),
+               "tuned__api_key has padding (or a field left out here): memcmp would "
+               "compare garbage bytes");
+#undef TUNED__API_KEY_FIELD
+_Static_assert(sizeof(void *) != 8 || sizeof(tuned__api_key) == 40,
+               "tuned__api_key is not 40 bytes on a 64-bit system");
 
 typedef struct tuned__api_entry {
     tuned__api_key key;

@@ -1,4 +1,5 @@
-/* err.c: formatting of tuned__err messages and the public tuned_strerror(). */
+/* err.c: formatting of tuned__err messages and the public tuned_strerror()
+ * (made from the one error table, TUNED_ERRNO_MAP in tuned.h). */
 #include "src/common/err.h"
 
 #include <stdarg.h>
@@ -44,29 +45,20 @@ void tuned__err_clear(tuned__err *e)
     }
 }
 
+/* Made from TUNED_ERRNO_MAP (tuned.h): a code added there is named here,
+ * and two codes of one value fail to compile (duplicate case labels). */
+#define STRERROR_CASE(name, value, text) case TUNED_##name: return text;
+
 const char *tuned_strerror(int err)
 {
     switch (err) {
     case TUNED_OK: return "success";
-    case TUNED_EINVAL: return "invalid argument";
-    case TUNED_ENOMEM: return "out of memory";
-    case TUNED_ENODRIVER: return "no CUDA driver found";
-    case TUNED_ENONVRTC: return "no NVRTC library found";
-    case TUNED_ENODEV: return "no such GPU";
-    case TUNED_ECUDA: return "CUDA driver call failed";
-    case TUNED_ECOMPILE: return "kernel compile failed";
-    case TUNED_EWRONG: return "kernel computed a wrong result";
-    case TUNED_ESTORE: return "store error";
-    case TUNED_ENOTFOUND: return "not found";
-    case TUNED_ESCHEMA: return "store schema mismatch";
-    case TUNED_EIO: return "I/O error";
-    case TUNED_ETIMEOUT: return "timed out";
-    case TUNED_EUNSUPPORTED: return "not supported";
-    case TUNED_ENOSPACE: return "no valid variant for this shape";
-    case TUNED_ETUNE: return "tune failed";
+    TUNED_ERRNO_MAP(STRERROR_CASE)
     default: return "unknown error";
     }
 }
+
+#undef STRERROR_CASE
 
 const char *tuned_version(void)
 {

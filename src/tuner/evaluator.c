@@ -64,6 +64,7 @@ void tuned__eval_opts_default(tuned__eval_opts *o)
 const char *tuned__eval_status_name(int status)
 {
     switch (status) {
+    case TUNED__EVAL_UNRUN: return "not run";
     case TUNED__EVAL_OK: return "ok";
     case TUNED__EVAL_COMPILE_ERROR: return "compile error";
     case TUNED__EVAL_WRONG: return "wrong result";
@@ -596,9 +597,12 @@ static int evaluate_loaded(tuned__evaluator *ev, CUfunction fn, const tuned__con
      * softmax output, NaN included, so one poisoned run catches it. */
     if ((rc = check_once(ev, &v, 0x7B, res, e)) != 0)
         return rc;
-    if (res->status != TUNED__EVAL_OK)
+    if (res->status == TUNED__EVAL_WRONG)
         return 0;
-    return time_median(ev, enqueue_variant, &v, res, e);
+    if ((rc = time_median(ev, enqueue_variant, &v, res, e)) != 0)
+        return rc;
+    res->status = TUNED__EVAL_OK;
+    return 0;
 }
 
 int tuned__evaluator_run(tuned__evaluator *ev, const tuned__config *cfgs, size_t n,
@@ -614,6 +618,10 @@ int tuned__evaluator_run(tuned__evaluator *ev, const tuned__config *cfgs, size_t
         .cubins = ev->opts.cubins,
         .threads = ev->opts.compile_threads,
     };
+    for (size_t i = 0; i < n; i++) {
+        memset(&results[i], 0, sizeof results[i]);
+        results[i].status = TUNED__EVAL_UNRUN; /* until it has a verdict */
+    }
     tuned__compile_batch *batch = NULL;
     int rc = tuned__compile_start(&batch, &target, cfgs, n, e);
     if (rc != 0)
@@ -621,7 +629,6 @@ int tuned__evaluator_run(tuned__evaluator *ev, const tuned__config *cfgs, size_t
     rc = tuned__cuda_check(ev->d, ev->d->cuCtxSetCurrent(ev->ctx), e, "making the context current");
     for (size_t i = 0; i < n && rc == 0; i++) {
         tuned__eval_result *res = &results[i];
-        memset(res, 0, sizeof *res);
         const tuned__blob *cubin = NULL;
         tuned__err compile_err = {0};
         int crc = tuned__compile_wait(batch, i, ev->opts.compile_timeout_s, &cubin, &res->cached,
@@ -645,6 +652,12 @@ int tuned__evaluator_run(tuned__evaluator *ev, const tuned__config *cfgs, size_t
             if (ev->opts.on_variant != NULL)
                 ev->opts.on_variant(ev->opts.on_variant_ctx, &cfgs[i]);
             rc = evaluate_loaded(ev, fn, &cfgs[i], res, e);
+            if (rc != 0) {
+                /* The GPU failed under it: no verdict on the variant. */
+                res->status = TUNED__EVAL_UNRUN;
+                snprintf(res->detail, sizeof res->detail, "not run to the end: %s",
+                         e != NULL ? e->msg : tuned_strerror(rc));
+            }
         }
         if (module != NULL)
             ev->d->cuModuleUnload(module);

@@ -49,13 +49,21 @@ typedef struct tuned__eval_opts {
 /* Fills the defaults. */
 void tuned__eval_opts_default(tuned__eval_opts *o);
 
+/* A result's status. UNRUN is 0, so a zeroed result never reads as a
+ * verdict: a batch that stops (a fatal GPU error) leaves the variants it
+ * did not finish UNRUN, and they are neither timings nor failures. Not on
+ * disk: the history stores its own names (TUNED__HIST_*, mapped by
+ * tune.c); the daemon's worker sends these numbers to its parent, the
+ * same binary. */
 enum {
-    TUNED__EVAL_OK = 0,
+    TUNED__EVAL_UNRUN = 0,    /* not run (to the end): the batch stopped */
+    TUNED__EVAL_OK,
     TUNED__EVAL_COMPILE_ERROR,
     TUNED__EVAL_WRONG,
     TUNED__EVAL_LAUNCH_ERROR,
     TUNED__EVAL_TIMEOUT,      /* its compile did not finish in time */
 };
+_Static_assert(TUNED__EVAL_UNRUN == 0, "a zeroed (calloc'd) result must read as not run");
 
 typedef struct tuned__eval_result {
     int status;               /* TUNED__EVAL_* */
@@ -92,7 +100,8 @@ double tuned__evaluator_copy_us(const tuned__evaluator *ev);
 
 /* Compiles cfgs (in parallel), then checks and times each in turn. A
  * variant's own failure is its result's status; the return value is
- * nonzero only when the GPU itself can no longer be used. */
+ * nonzero only when the GPU itself can no longer be used, and then the
+ * variant it failed in and those after it are TUNED__EVAL_UNRUN. */
 int tuned__evaluator_run(tuned__evaluator *ev, const tuned__config *cfgs, size_t n,
                          tuned__eval_result *results, tuned__err *e);
 

@@ -98,13 +98,11 @@ static int run_batch(search_state *st, const tuned__config *batch, size_t nb,
     tuned__eval_result *res = calloc(nb, sizeof *res);
     if (res == NULL)
         return tuned__errf(e, TUNED_ENOMEM, "search: out of memory");
-    int rc = eval(ctx, batch, nb, res, e);
-    /* On a fatal error the results after the failing one are unset; only
-     * those with a time count. */
+    int rc = eval(ctx, batch, nb, res, e); /* res zeroed: TUNED__EVAL_UNRUN until run */
     for (size_t i = 0; i < nb; i++) {
-        bool ok = res[i].status == TUNED__EVAL_OK && res[i].median_us > 0.0;
-        if (rc != 0 && !ok)
-            continue;
+        if (res[i].status == TUNED__EVAL_UNRUN)
+            continue; /* the batch stopped (a fatal error) before it */
+        bool ok = res[i].status == TUNED__EVAL_OK;
         st->log[st->n++] = (tried){batch[i], ok, res[i].median_us};
         if (!ok) {
             st->failed++;

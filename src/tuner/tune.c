@@ -52,6 +52,23 @@ static void remember(tune_ctx *t, const tuned__config *c, bool ok, double us, do
     t->log[t->nlog++] = (tuned__search_prior){*c, ok, us, p80_us};
 }
 
+_Static_assert(sizeof TUNED__MEASURE_POLICY <= sizeof(((tuned__provenance *)0)->policy),
+               "the measurement policy's name fits a record (a cut one would never match)");
+
+/* The history's status for an evaluation's (the store keeps its own
+ * names); -1 for a variant that was not run, which the history skips. */
+static int hist_status(int eval_status)
+{
+    switch (eval_status) {
+    case TUNED__EVAL_OK: return TUNED__HIST_OK;
+    case TUNED__EVAL_COMPILE_ERROR: return TUNED__HIST_COMPILE_ERROR;
+    case TUNED__EVAL_WRONG: return TUNED__HIST_WRONG;
+    case TUNED__EVAL_LAUNCH_ERROR: return TUNED__HIST_LAUNCH_ERROR;
+    case TUNED__EVAL_TIMEOUT: return TUNED__HIST_TIMEOUT;
+    }
+    return -1;
+}
+
 /* Writes one generation's results to the history in one transaction, so
  * a killed tune loses at most the generation in flight. */
 static int record_history(const tune_ctx *t, const tuned__config *cfgs, size_t n,
@@ -64,13 +81,13 @@ static int record_history(const tune_ctx *t, const tuned__config *cfgs, size_t n
     tuned__date_now(date, sizeof date);
     size_t k = 0;
     for (size_t i = 0; i < n; i++) {
-        /* After a fatal GPU error the rest of the batch was never run. */
-        if (res[i].status == TUNED__EVAL_OK && res[i].median_us <= 0.0)
-            continue;
+        int status = hist_status(res[i].status);
+        if (status < 0)
+            continue; /* not run: the batch stopped at a fatal GPU error */
         tuned__store_eval *h = &evs[k++];
         h->key = t->key;
         tuned__config_format(&cfgs[i], h->config, sizeof h->config);
-        h->status = res[i].status; /* TUNED__EVAL_* and TUNED__HIST_* agree */
+        h->status = status;
         if (res[i].status == TUNED__EVAL_OK) {
             h->median_us = res[i].median_us;
             h->p20_us = res[i].p20_us;
@@ -91,11 +108,11 @@ static int eval_batch(void *ctx, const tuned__config *cfgs, size_t n, tuned__eva
     tune_ctx *t = ctx;
     int rc = t->backend->run(t->backend->ctx, cfgs, n, out, e);
     for (size_t i = 0; i < n; i++)
-        if (out[i].status == TUNED__EVAL_OK && out[i].median_us > 0)
+        if (out[i].status == TUNED__EVAL_OK)
             remember(t, &cfgs[i], true, out[i].median_us, out[i].p80_us);
     if (t->request->trace != NULL)
         for (size_t i = 0; i < n; i++)
-            if (rc == 0 || out[i].status != TUNED__EVAL_OK || out[i].median_us > 0)
+            if (out[i].status != TUNED__EVAL_UNRUN)
                 t->request->trace(t->request->trace_ctx, &cfgs[i], &out[i]);
     if (t->request->store != NULL) {
         tuned__err he = {0};

@@ -1,0 +1,53 @@
+"""test_errcodes.py SOURCE_ROOT: the Python package's copy of the error codes
+(bindings/python/tuned/_lib.py) against the one C table they copy,
+TUNED_ERRNO_MAP in include/tuned.h, from which the C enum and
+tuned_strerror() are made. Fails when a code is missing on either side or
+has another value. Reads the sources only: no library, no GPU."""
+
+import os
+import re
+import sys
+
+ROOT = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "..")
+sys.path.insert(0, os.path.join(ROOT, "bindings", "python"))
+
+from tuned import _lib  # noqa: E402
+
+
+def c_table():
+    """{"EINVAL": -1, ...} from the TUNED_ERRNO_MAP(XX) definition."""
+    with open(os.path.join(ROOT, "include", "tuned.h"), encoding="utf-8") as f:
+        text = f.read()
+    m = re.search(r"#define TUNED_ERRNO_MAP\(XX\)(.*?)(?<!\\)\n", text, re.S)
+    if m is None:
+        sys.exit("include/tuned.h: no TUNED_ERRNO_MAP(XX) table")
+    rows = re.findall(r"XX\(\s*(\w+)\s*,\s*(-?\d+)\s*,", m.group(1))
+    return {name: int(value) for name, value in rows}
+
+
+def main():
+    c = c_table()
+    py = {name: getattr(_lib, name) for name in dir(_lib)
+          if re.fullmatch(r"E[A-Z]+", name) and isinstance(getattr(_lib, name), int)}
+    problems = []
+    if len(c) < 16:
+        problems.append(f"tuned.h: only {len(c)} codes parsed from TUNED_ERRNO_MAP")
+    if len(set(c.values())) != len(c):
+        problems.append("tuned.h: two codes share a value")
+    for name, value in sorted(c.items(), key=lambda kv: -kv[1]):
+        if name not in py:
+            problems.append(f"_lib.py lacks {name} = {value}")
+        elif py[name] != value:
+            problems.append(f"_lib.py: {name} = {py[name]}, tuned.h: TUNED_{name} = {value}")
+    for name in sorted(set(py) - set(c)):
+        problems.append(f"_lib.py: {name} = {py[name]} is not in tuned.h's TUNED_ERRNO_MAP")
+    if getattr(_lib, "OK", None) != 0:
+        problems.append("_lib.py: OK is not 0")
+    for p in problems:
+        print("FAIL:", p)
+    print(f"{len(c)} codes in tuned.h, {len(py)} in _lib.py, {len(problems)} problems")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
