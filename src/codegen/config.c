@@ -55,9 +55,9 @@ void tuned__config_format(const tuned__config *c, char *buf, size_t n)
              c->red != TUNED__RED_SPLIT ? tuned__red_name(c->red) : "", grid);
 }
 
-static bool is_pow2_upto(unsigned long v, unsigned long max)
+static bool pow2_in(unsigned long v, unsigned long lo, unsigned long hi)
 {
-    return v >= 1 && v <= max && (v & (v - 1)) == 0;
+    return v >= lo && v <= hi && (v & (v - 1)) == 0;
 }
 
 /* Parses "<letter><number>" with the number in 1..max, a power of two
@@ -71,7 +71,7 @@ static int parse_number(const char *field, char letter, unsigned long max, bool 
     char *end;
     errno = 0;
     unsigned long v = strtoul(field + 1, &end, 10);
-    if (errno != 0 || *end != '\0' || v < 1 || v > max || (!any && !is_pow2_upto(v, max)))
+    if (errno != 0 || *end != '\0' || v < 1 || v > max || (!any && !pow2_in(v, 1, max)))
         return tuned__errf(e, TUNED_EINVAL, "config '%s': '%s' must be %s from 1 to %lu", text,
                            field, any ? "a number" : "a power of two", max);
     *out = (unsigned)v;
@@ -250,11 +250,6 @@ bool tuned__config_refuse(char *why, size_t n, const char *fmt, ...)
         va_end(ap);
     }
     return false;
-}
-
-static bool pow2_in(unsigned v, unsigned lo, unsigned hi)
-{
-    return v >= lo && v <= hi && (v & (v - 1)) == 0;
 }
 
 /* The staged family: the fields its text form fixes, the copy engine of
