@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "src/common/hash.h"
 #include "src/tuner/space.h"
 
 #include "tests/expect.h"
@@ -303,8 +304,262 @@ static void grid_split(void)
     tuned__space_free(&sp);
 }
 
+
+/* tuned__config_check is the one rule of validity: the parser, codegen
+ * (for any GPU: arch and sms 0) and the space apply it; the space adds
+ * only what the search leaves out on purpose. */
+static void one_rule(void)
+{
+    tuned__err e = {0};
+    tuned__config c;
+    char why[160] = "";
+    tuned__shape s = {TUNED_FP16, 4096, 32000};
+    /* Clusters: any GPU and sm_90, not sm_80. */
+    EXPECT(tuned__config_parse("w8.r1.c4.m1.v8.ld=def.st=def.reg=f32.red=fused", &c, &e) == 0,
+           "%s", e.msg);
+    EXPECT(tuned__config_check(&c, &s, 0, 0, why, sizeof why) &&
+               tuned__config_check(&c, &s, 90, 132, why, sizeof why),
+           "a cluster refused: %s", why);
+    EXPECT(!tuned__config_check(&c, &s, 80, 108, why, sizeof why) && strstr(why, "sm_90"),
+           "a cluster on sm_80 accepted (%s)", why);
+    /* evict_last: a valid kernel (old records parse and compile), left out
+     * of the space. */
+    tuned__space sp;
+    EXPECT(tuned__space_rules(&sp, &s, 90, 132, &e) == 0, "%s", e.msg);
+    EXPECT(tuned__config_parse("w32.r1.c1.m1.v8.ld=el.st=cs.reg=f32", &c, &e) == 0 &&
+               tuned__config_check(&c, &s, 90, 132, why, sizeof why),
+           "ld=el refused: %s", why);
+    EXPECT(!tuned__space_valid(&sp, &c, why, sizeof why) && strstr(why, "ld=el"),
+           "ld=el in the space (%s)", why);
+    /* Registers: one warp for a 32000-column row, on any GPU. */
+    c.ld = TUNED__LD_DEF, c.warps = 1;
+    EXPECT(!tuned__config_check(&c, &s, 0, 0, why, sizeof why) && strstr(why, "registers"),
+           "w1 for 32000 columns accepted (%s)", why);
+    /* Exp kept in 16 bits cannot be emitted for fp32; packing fp32 can,
+     * and repeats reg=f32: the policy leaves it out. */
+    tuned__shape f32 = {TUNED_FP32, 4096, 4096};
+    tuned__space sp32;
+    EXPECT(tuned__space_rules(&sp32, &f32, 90, 132, &e) == 0, "%s", e.msg);
+    EXPECT(tuned__config_parse("w8.r1.c1.m1.v4.ld=def.st=def.reg=ex", &c, &e) == 0 &&
+               !tuned__config_check(&c, &f32, 0, 0, why, sizeof why) && strstr(why, "reg=ex"),
+           "reg=ex for fp32 accepted (%s)", why);
+    c.reg = TUNED__REG_PK;
+    EXPECT(tuned__config_check(&c, &f32, 90, 132, why, sizeof why) &&
+               !tuned__space_valid(&sp32, &c, NULL, 0),
+           "reg=pk for fp32: %s", why);
+    /* Grid splits: one row over 256 blocks fits a workspace on any GPU,
+     * not 132 SMs at one a SM; eight rows never; no SM count, no split
+     * in the space. */
+    tuned__shape one = {TUNED_FP16, 1, 262144}, eight = {TUNED_FP16, 8, 262144};
+    EXPECT(tuned__config_parse("w8.r1.c1.m1.v8.ld=def.st=def.reg=f32.red=fused.g256", &c, &e) == 0,
+           "%s", e.msg);
+    EXPECT(tuned__config_check(&c, &one, 0, 0, why, sizeof why), "1 x g256: %s", why);
+    EXPECT(!tuned__config_check(&c, &one, 90, 132, why, sizeof why) && strstr(why, "132 SMs"),
+           "1 x g256 on 132 SMs accepted (%s)", why);
+    EXPECT(!tuned__config_check(&c, &eight, 0, 0, why, sizeof why), "8 x g256 accepted");
+    c.grid = 64;
+    tuned__space nosms;
+    EXPECT(tuned__space_rules(&nosms, &one, 90, 0, &e) == 0, "%s", e.msg);
+    EXPECT(tuned__config_check(&c, &one, 90, 0, why, sizeof why) &&
+               !tuned__space_valid(&nosms, &c, NULL, 0),
+           "g64 without an SM count: %s", why);
+    /* Streamed rows: sm_90 only, stages within shared memory. */
+    EXPECT(tuned__config_parse("tma.w16.c1.s4.st=def", &c, &e) == 0, "%s", e.msg);
+    EXPECT(!tuned__config_check(&c, &s, 0, 0, why, sizeof why) && strstr(why, "shared memory"),
+           "4 stages of 64000 bytes accepted (%s)", why);
+    c.stages = 2;
+    EXPECT(tuned__config_check(&c, &s, 90, 132, why, sizeof why), "tma s2: %s", why);
+    EXPECT(!tuned__config_check(&c, &s, 80, 108, why, sizeof why) && strstr(why, "sm_90"),
+           "tma on sm_80 accepted (%s)", why);
+    /* The shape: a known dtype, rows and columns in range. */
+    tuned__shape bad = {(tuned_dtype)9, 4, 100};
+    EXPECT(!tuned__config_check(&c, &bad, 90, 132, why, sizeof why) && strstr(why, "dtype"),
+           "dtype 9 accepted (%s)", why);
+    bad = (tuned__shape){TUNED_FP16, 4, TUNED__MAX_COLS + 1};
+    EXPECT(!tuned__shape_check(&bad, why, sizeof why), "%llu columns accepted",
+           (unsigned long long)bad.cols);
+    /* A space needs a compute capability; with no valid config, its
+     * default says why, as tuned__space_init does. */
+    EXPECT(tuned__space_rules(&sp, &s, 0, 132, &e) == TUNED_EINVAL, "arch 0 accepted");
+    tuned__shape huge = {TUNED_FP32, 8, 1000000};
+    EXPECT(tuned__space_rules(&sp, &huge, 90, 132, &e) == 0, "%s", e.msg);
+    EXPECT(tuned__space_default(&sp, &c, &e) == TUNED_ENOSPACE && strstr(e.msg, "1000000") &&
+               strstr(e.msg, "registers"),
+           "no ENOSPACE for 8x1000000 without the enumeration: %s", e.msg);
+}
+
+/* ---- the space's fingerprints ----
+ *
+ * The search's seeded draws index the enumeration, and the replay tests
+ * replay recorded landscapes through the search: the enumeration's order,
+ * its set, the seeds, every neighbour list and the verdict on configs the
+ * enumeration never makes must stay what they were. Each is hashed for a
+ * few shapes; the numbers were recorded from the code before validity
+ * moved into tuned__config_check. A change that means to alter the space
+ * records new ones (the failure prints them) and says why. */
+
+typedef struct space_print {
+    size_t count;
+    uint64_t order;     /* the formatted valid configs, in enumeration order */
+    uint64_t seeds;     /* tuned__space_seeds, up to 64 */
+    uint64_t neighbors; /* tuned__space_neighbors of every valid config */
+    uint64_t verdicts;  /* tuned__space_valid on random configs, mostly invalid */
+} space_print;
+
+static uint64_t hash_configs(const tuned__config *c, size_t n, uint64_t h)
+{
+    for (size_t i = 0; i < n; i++) {
+        char text[TUNED__CONFIG_TEXT];
+        tuned__config_format(&c[i], text, sizeof text);
+        h = tuned__fnv1a64(text, strlen(text) + 1, h);
+    }
+    return h;
+}
+
+/* A config whose every field is drawn from its values and a few beyond
+ * them (0, too large, not a power of two), or, every other draw, a
+ * config of either family near the valid ones, so that the deeper rules
+ * (registers, idle threads, grid splits) are reached too. */
+static tuned__config random_config(tuned__rng *r)
+{
+    static const uint8_t warps[] = {0, 1, 2, 3, 4, 8, 16, 32, 64};
+    static const uint16_t rows[] = {0, 1, 2, 3, 4, 8, 16, 32, 64, 128, 256, 512, 1024};
+    static const uint8_t pow2_32[] = {0, 1, 2, 3, 4, 8, 16, 32};
+    static const uint16_t grid[] = {0, 0, 0, 1, 2, 3, 4, 8, 16, 32, 64, 128, 256, 512};
+#define PICK(a) a[tuned__rng_below(r, sizeof a / sizeof a[0])]
+    if (tuned__rng_below(r, 2) == 0)
+        return (tuned__config){
+            .family = (uint8_t)tuned__rng_below(r, 3), .warps = PICK(warps),
+            .rows = PICK(rows), .cluster = PICK(pow2_32), .minb = PICK(pow2_32),
+            .vec = PICK(pow2_32), .ld = (uint8_t)tuned__rng_below(r, TUNED__LD_COUNT + 1),
+            .st = (uint8_t)tuned__rng_below(r, TUNED__ST_COUNT + 1),
+            .reg = (uint8_t)tuned__rng_below(r, TUNED__REG_COUNT + 1),
+            .red = (uint8_t)tuned__rng_below(r, TUNED__RED_COUNT + 1),
+            .stages = (uint8_t)tuned__rng_below(r, 6), .grid = PICK(grid)};
+    if (tuned__rng_below(r, 4) == 0)
+        return (tuned__config){.family = TUNED__FAMILY_TMA, .warps = PICK(warps), .rows = 1,
+                               .cluster = PICK(pow2_32), .minb = 1,
+                               .st = (uint8_t)tuned__rng_below(r, TUNED__ST_COUNT),
+                               .stages = (uint8_t)tuned__rng_below(r, 6)};
+    tuned__config c = {.family = TUNED__FAMILY_ROWS,
+                       .warps = (uint8_t)(1u << tuned__rng_below(r, 6)),
+                       .cluster = (uint8_t)(1u << tuned__rng_below(r, 5) * tuned__rng_below(r, 2)),
+                       .minb = (uint8_t)(1u << tuned__rng_below(r, 3)),
+                       .vec = (uint8_t)(1u << tuned__rng_below(r, 5)),
+                       .ld = (uint8_t)tuned__rng_below(r, TUNED__LD_COUNT),
+                       .st = (uint8_t)tuned__rng_below(r, TUNED__ST_COUNT),
+                       .reg = (uint8_t)tuned__rng_below(r, TUNED__REG_COUNT),
+                       .red = (uint8_t)tuned__rng_below(r, TUNED__RED_COUNT)};
+    c.rows = (uint16_t)(c.cluster > 1 ? 1 : 1u << tuned__rng_below(r, 11));
+    if (tuned__rng_below(r, 3) == 0)
+        c.grid = PICK(grid), c.rows = 1, c.cluster = 1, c.red = TUNED__RED_FUSED;
+#undef PICK
+    return c;
+}
+
+static space_print print_space(const tuned__space *sp)
+{
+    space_print p = {.count = sp->count};
+    p.order = hash_configs(sp->valid, sp->count, TUNED__FNV_SEED);
+    tuned__config out[64];
+    size_t n = tuned__space_seeds(sp, out, 64);
+    p.seeds = hash_configs(out, n, TUNED__FNV_SEED);
+    p.neighbors = TUNED__FNV_SEED;
+    for (size_t i = 0; i < sp->count; i++) {
+        n = tuned__space_neighbors(sp, &sp->valid[i], out, 64);
+        p.neighbors = tuned__fnv1a64(&n, sizeof n, p.neighbors);
+        p.neighbors = hash_configs(out, n, p.neighbors);
+    }
+    tuned__rng r = {42};
+    p.verdicts = TUNED__FNV_SEED;
+    for (int i = 0; i < 200000; i++) {
+        tuned__config c = random_config(&r);
+        unsigned char ok = tuned__space_valid(sp, &c, NULL, 0);
+        p.verdicts = tuned__fnv1a64(&ok, 1, p.verdicts);
+    }
+    return p;
+}
+
+static void fingerprints(void)
+{
+    static const struct {
+        tuned__shape shape;
+        int arch, sms;
+        space_print want;
+    } cases[] = {
+        {{TUNED_FP16, 4096, 32000}, 90, 132,
+         {7620, 0xfaeb365839a27f13ull, 0xbaf6a70e003cf359ull,
+          0x6082b5543e5c7f19ull, 0xd9e42a9144c524a2ull}},
+        {{TUNED_FP32, 32, 128}, 90, 132,
+         {2880, 0xbe8e470c575f0c83ull, 0x1ff9f892fb240a31ull,
+          0x232f9c91b9429549ull, 0x7708796702a32930ull}},
+        {{TUNED_BF16, 1, 262144}, 90, 132,
+         {6258, 0x466df856c0c03018ull, 0x28ac5b7a1e39595full,
+          0x4eb1a5251024486aull, 0xdb61b2c6141da0d1ull}},
+        {{TUNED_FP16, 64, 1000}, 75, 40,
+         {9108, 0x58023b458a4c14dfull, 0xc26e8c062970886cull,
+          0x85889f474c2fc0e0ull, 0x949ac71813464514ull}},
+        {{TUNED_FP16, 8192, 128256}, 90, 132,
+         {3840, 0x677e27ff799d43bdull, 0x779e8c6222db2e78ull,
+          0x19a97a3066f3874bull, 0xb68593629176346full}},
+        {{TUNED_FP16, 1, 8192}, 90, 0,
+         {10260, 0x0795776f7155da55ull, 0x5f0d0dcdb9588744ull,
+          0xa219dbade9afceddull, 0x670846c9c1d79332ull}},
+        {{TUNED_BF16, 7, 7}, 90, 132,
+         {1980, 0x5cf90ef0b38c613full, 0xcbf29ce484222325ull,
+          0xb5bc782c3cd99b59ull, 0x91c35211f6319fd8ull}},
+        {{TUNED_BF16, 1024, 50257}, 80, 108,
+         {420, 0x58081bb4e066137dull, 0x358d4389819e58bdull,
+          0xb899f62003857761ull, 0x7d78e78d3939fcfaull}},
+        {{TUNED_FP32, 4096, 4096}, 90, 114,
+         {3396, 0x68f7d4cbc0400d93ull, 0x8ebd55ba58e400d0ull,
+          0xd350e9c024bcf681ull, 0x93550bc7e4abc198ull}},
+        {{TUNED_FP32, 1, 4097}, 89, 128,
+         {2442, 0xe772e342bb75969cull, 0x8981272e190edd49ull,
+          0x26262d5e566737fbull, 0x27fe44697da45595ull}},
+        {{TUNED_FP16, 64, 1}, 90, 132,
+         {720, 0xfaa14005495c4db1ull, 0xcbf29ce484222325ull,
+          0x4c1fef7a21eb98d5ull, 0x21be068c16ccc888ull}},
+        {{TUNED_FP32, 16, 65536}, 90, 132,
+         {2130, 0x1f189d704ef30a1aull, 0x7e8def88ee25cba9ull,
+          0x11d711f1928009b6ull, 0xec7a520aa08e16e0ull}},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        tuned__err e = {0};
+        tuned__space sp;
+        const tuned__shape *s = &cases[i].shape;
+        EXPECT(tuned__space_init(&sp, s, cases[i].arch, cases[i].sms, &e) == 0, "%s", e.msg);
+        space_print got = print_space(&sp), want = cases[i].want;
+        /* The space of rules only answers the same, and its default is the
+         * enumerated space's first seed, else its first config. */
+        tuned__space rules;
+        EXPECT(tuned__space_rules(&rules, s, cases[i].arch, cases[i].sms, &e) == 0 &&
+                   rules.count == 0 && rules.valid == NULL,
+               "rules: %s", e.msg);
+        space_print lean = print_space(&rules);
+        EXPECT(lean.seeds == got.seeds && lean.verdicts == got.verdicts,
+               "a space of rules only judges otherwise");
+        tuned__config first, seed;
+        EXPECT(tuned__space_default(&rules, &first, &e) == 0, "default: %s", e.msg);
+        if (tuned__space_seeds(&sp, &seed, 1) != 1)
+            seed = sp.valid[0];
+        EXPECT(tuned__config_equal(&first, &seed), "another default without the enumeration");
+        EXPECT(got.count == want.count && got.order == want.order && got.seeds == want.seeds &&
+                   got.neighbors == want.neighbors && got.verdicts == want.verdicts,
+               "the space of %llux%llu %s on sm_%d with %d SMs changed: now "
+               "{%zu, 0x%016llxull, 0x%016llxull, 0x%016llxull, 0x%016llxull}",
+               (unsigned long long)s->rows, (unsigned long long)s->cols,
+               tuned_dtype_name(s->dtype), cases[i].arch, cases[i].sms, got.count,
+               (unsigned long long)got.order, (unsigned long long)got.seeds,
+               (unsigned long long)got.neighbors, (unsigned long long)got.verdicts);
+        tuned__space_free(&sp);
+    }
+}
+
 int main(void)
 {
+    fingerprints();
+    one_rule();
     text_round_trip();
     constraints();
     moves();

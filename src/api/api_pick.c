@@ -53,15 +53,17 @@ int tuned__api_pick_config(tuned__store *store, const tuned__gpu *gpu, const tun
                            tuned__api_pick *out, tuned__err *e)
 {
     memset(out, 0, sizeof *out);
+    /* Rules only: whether a stored config fits this shape, and the first
+     * seed, need no enumeration of the space. */
     tuned__space sp;
-    int rc = tuned__space_init(&sp, shape, gpu->cc_major * 10 + gpu->cc_minor, gpu->sm_count, e);
+    int rc = tuned__space_rules(&sp, shape, gpu->cc_major * 10 + gpu->cc_minor, gpu->sm_count, e);
     if (rc != 0)
         return rc;
     if (store != NULL) {
         /* The transaction id first: a record committed after it makes the
          * next recheck look again. */
         if ((rc = tuned__store_txnid(store, &out->txnid, e)) != 0)
-            goto done;
+            return rc;
         tuned__store_key key = tuned__store_key_softmax(shape, gpu->fingerprint);
         tuned__record rec;
         tuned__err miss = {0};
@@ -72,31 +74,24 @@ int tuned__api_pick_config(tuned__store *store, const tuned__gpu *gpu, const tun
             out->median_us = rec.median_us;
             out->record_rows = rec.key.rows;
             out->record_cols = rec.key.cols;
-            goto done;
+            return 0;
         }
-        if (rc != 0 && rc != TUNED_ENOTFOUND) {
-            tuned__errf(e, rc, "%s", miss.msg);
-            goto done;
-        }
+        if (rc != 0 && rc != TUNED_ENOTFOUND)
+            return tuned__errf(e, rc, "%s", miss.msg);
         nearest_scan n = {.sp = &sp, .fp = gpu->fingerprint, .best_d = INFINITY};
         if ((rc = tuned__store_scan(store, nearest_one, &n, NULL, e)) != 0)
-            goto done;
+            return rc;
         if (n.found) {
             out->config = n.config;
             out->source = TUNED_SOURCE_NEAREST;
             out->median_us = n.best.median_us;
             out->record_rows = n.best.key.rows;
             out->record_cols = n.best.key.cols;
-            goto done;
+            return 0;
         }
     }
-    rc = 0;
     out->source = TUNED_SOURCE_DEFAULT;
-    if (tuned__space_seeds(&sp, &out->config, 1) != 1)
-        out->config = sp.valid[0]; /* space_init guarantees one */
-done:
-    tuned__space_free(&sp);
-    return rc;
+    return tuned__space_default(&sp, &out->config, e);
 }
 
 /* ---- the cubin ---- */

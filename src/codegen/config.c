@@ -1,11 +1,16 @@
-/* config.c: the text form of a kernel config and the per-row arithmetic
- * (vectors per thread, registers held) that codegen and the space share. */
+/* config.c: the text form of a kernel config, the per-row arithmetic
+ * (vectors per thread, registers held), and tuned__config_check, the one
+ * rule of what a config may be for a shape and a GPU, which the parser,
+ * codegen and the tuner's space all apply. */
 #include "src/codegen/config.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "src/codegen/source.h"
 
 static const char *const ld_names[TUNED__LD_COUNT] = {"def", "nc", "cs", "el"};
 static const char *const st_names[TUNED__ST_COUNT] = {"def", "cs"};
@@ -50,9 +55,9 @@ void tuned__config_format(const tuned__config *c, char *buf, size_t n)
              c->red != TUNED__RED_SPLIT ? tuned__red_name(c->red) : "", grid);
 }
 
-static bool is_pow2_upto(unsigned long v, unsigned long max)
+static bool pow2_in(unsigned long v, unsigned long lo, unsigned long hi)
 {
-    return v >= 1 && v <= max && (v & (v - 1)) == 0;
+    return v >= lo && v <= hi && (v & (v - 1)) == 0;
 }
 
 /* Parses "<letter><number>" with the number in 1..max, a power of two
@@ -66,7 +71,7 @@ static int parse_number(const char *field, char letter, unsigned long max, bool 
     char *end;
     errno = 0;
     unsigned long v = strtoul(field + 1, &end, 10);
-    if (errno != 0 || *end != '\0' || v < 1 || v > max || (!any && !is_pow2_upto(v, max)))
+    if (errno != 0 || *end != '\0' || v < 1 || v > max || (!any && !pow2_in(v, 1, max)))
         return tuned__errf(e, TUNED_EINVAL, "config '%s': '%s' must be %s from 1 to %lu", text,
                            field, any ? "a number" : "a power of two", max);
     *out = (unsigned)v;
@@ -102,24 +107,44 @@ static int parse_named_field(const char *field, const char *prefix, const char *
                        prefix, allowed);
 }
 
+/* Splits rest at its dots into fields (at most max). */
+static int split_fields(const char *text, char *rest, char **fields, size_t max, size_t *nf,
+                        tuned__err *e)
+{
+    char *save = NULL;
+    *nf = 0;
+    for (char *f = strtok_r(rest, ".", &save); f != NULL; f = strtok_r(NULL, ".", &save)) {
+        if (*nf == max)
+            return tuned__errf(e, TUNED_EINVAL, "config '%s': too many fields", text);
+        fields[(*nf)++] = f;
+    }
+    return 0;
+}
+
+/* The parsed config c, refused unless the rules need no shape to accept it. */
+static int parsed(const char *text, const tuned__config *c, tuned__config *out, tuned__err *e)
+{
+    char why[160];
+    if (!tuned__config_check(c, NULL, 0, 0, why, sizeof why))
+        return tuned__errf(e, TUNED_EINVAL, "config '%s': %s", text, why);
+    *out = *c;
+    return 0;
+}
+
 /* "tma.w16.c2.s3.st=cs" */
 static int parse_tma(const char *text, char *rest, tuned__config *out, tuned__err *e)
 {
-    char *fields[5];
-    size_t nf = 0;
-    char *save = NULL;
-    for (char *f = strtok_r(rest, ".", &save); f != NULL; f = strtok_r(NULL, ".", &save)) {
-        if (nf == 4)
-            return tuned__errf(e, TUNED_EINVAL, "config '%s': too many fields", text);
-        fields[nf++] = f;
-    }
+    char *fields[4];
+    size_t nf;
+    int rc = split_fields(text, rest, fields, 4, &nf, e);
+    if (rc != 0)
+        return rc;
     if (nf != 4)
         return tuned__errf(e, TUNED_EINVAL,
                            "config '%s': expected 4 fields after tma., like tma.w16.c2.s3.st=cs",
                            text);
     tuned__config c = {.family = TUNED__FAMILY_TMA, .rows = 1, .minb = 1, .vec = 0};
     unsigned warps, cluster, stages;
-    int rc;
     if ((rc = parse_num_field(fields[0], 'w', 32, &warps, text, e)) != 0 ||
         (rc = parse_num_field(fields[1], 'c', 16, &cluster, text, e)) != 0 ||
         (rc = parse_number(fields[2], 's', 4, true, &stages, text, e)) != 0 ||
@@ -128,8 +153,7 @@ static int parse_tma(const char *text, char *rest, tuned__config *out, tuned__er
     c.warps = (uint8_t)warps;
     c.cluster = (uint8_t)cluster;
     c.stages = (uint8_t)stages;
-    *out = c;
-    return 0;
+    return parsed(text, &c, out, e);
 }
 
 int tuned__config_parse(const char *text, tuned__config *out, tuned__err *e)
@@ -142,21 +166,17 @@ int tuned__config_parse(const char *text, tuned__config *out, tuned__err *e)
     if (strncmp(copy, "tma.", 4) == 0)
         return parse_tma(text, copy + 4, out, e);
     char *fields[10];
-    size_t nf = 0;
-    char *save = NULL;
-    for (char *f = strtok_r(copy, ".", &save); f != NULL; f = strtok_r(NULL, ".", &save)) {
-        if (nf == 10)
-            return tuned__errf(e, TUNED_EINVAL, "config '%s': too many fields", text);
-        fields[nf++] = f;
-    }
+    size_t nf;
+    int rc = split_fields(text, copy, fields, 10, &nf, e);
+    if (rc != 0)
+        return rc;
     if (nf < 8)
         return tuned__errf(e, TUNED_EINVAL,
                            "config '%s': expected 8 fields like w8.r1.c1.m1.v8.ld=cs.st=cs.reg=f32 "
                            "(and optionally .red=fused, then .g<blocks>)",
                            text);
     tuned__config c = {.family = TUNED__FAMILY_ROWS};
-    unsigned warps, rows, cluster, minb, vec;
-    int rc;
+    unsigned warps, rows, cluster, minb, vec, grid = 0;
     if ((rc = parse_num_field(fields[0], 'w', 32, &warps, text, e)) != 0 ||
         (rc = parse_num_field(fields[1], 'r', 1024, &rows, text, e)) != 0 ||
         (rc = parse_num_field(fields[2], 'c', 16, &cluster, text, e)) != 0 ||
@@ -166,41 +186,16 @@ int tuned__config_parse(const char *text, tuned__config *out, tuned__err *e)
         (rc = parse_named_field(fields[6], "st=", st_names, TUNED__ST_COUNT, &c.st, text, e)) != 0 ||
         (rc = parse_named_field(fields[7], "reg=", reg_names, TUNED__REG_COUNT, &c.reg, text, e)) != 0 ||
         (nf >= 9 && (rc = parse_named_field(fields[8], "red=", red_names, TUNED__RED_COUNT, &c.red,
-                                            text, e)) != 0))
+                                            text, e)) != 0) ||
+        (nf == 10 && (rc = parse_num_field(fields[9], 'g', TUNED__GRID_MAX, &grid, text, e)) != 0))
         return rc;
-    if (nf == 10) {
-        unsigned grid;
-        if ((rc = parse_num_field(fields[9], 'g', TUNED__GRID_MAX, &grid, text, e)) != 0)
-            return rc;
-        if (grid < 2)
-            return tuned__errf(e, TUNED_EINVAL, "config '%s': a grid split is 2 to %d blocks",
-                               text, TUNED__GRID_MAX);
-        if (c.red != TUNED__RED_FUSED || cluster != 1 || rows != 1)
-            return tuned__errf(e, TUNED_EINVAL,
-                               "config '%s': a row split over the grid takes whole blocks (r1), "
-                               "no cluster (c1) and the one-round reduction (red=fused)",
-                               text);
-        c.grid = (uint16_t)grid;
-    }
     c.warps = (uint8_t)warps;
     c.rows = (uint16_t)rows;
     c.cluster = (uint8_t)cluster;
     c.minb = (uint8_t)minb;
     c.vec = (uint8_t)vec;
-    if (c.rows > 32u * c.warps)
-        return tuned__errf(e, TUNED_EINVAL,
-                           "config '%s': rows per block (%u) exceed the block's threads (%u)",
-                           text, c.rows, 32u * c.warps);
-    if (32u * c.warps * c.minb > 2048)
-        return tuned__errf(e, TUNED_EINVAL,
-                           "config '%s': %u blocks of %u threads do not fit a multiprocessor",
-                           text, c.minb, 32u * c.warps);
-    if (c.cluster > 1 && c.rows != 1)
-        return tuned__errf(e, TUNED_EINVAL,
-                           "config '%s': a row split over a cluster takes the whole block (r1)",
-                           text);
-    *out = c;
-    return 0;
+    c.grid = (uint16_t)grid;
+    return parsed(text, &c, out, e);
 }
 
 bool tuned__config_equal(const tuned__config *a, const tuned__config *b)
@@ -231,4 +226,150 @@ uint64_t tuned__config_row_registers(const tuned__config *c, tuned_dtype dtype, 
         return (bytes + 3) / 4;
     }
     return elems;
+}
+
+/* ---- validity ---- */
+
+/* Registers a thread needs beside its part of the row (indices, the
+ * reductions, addresses); measured around 20-24 in ptxas reports. */
+#define REGISTER_OVERHEAD 24
+#define MAX_REGISTERS_PER_THREAD 255
+#define REGISTERS_PER_SM 65536
+#define MAX_THREADS_PER_SM 2048
+/* Vector accesses per thread codegen unrolls at most, for rows starting
+ * anywhere: the register budget keeps real configs far below; this keeps a
+ * corrupt one from generating megabytes of code. */
+#define MAX_ITERS 256
+
+bool tuned__config_refuse(char *why, size_t n, const char *fmt, ...)
+{
+    if (why != NULL && n > 0) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(why, n, fmt, ap);
+        va_end(ap);
+    }
+    return false;
+}
+
+/* The staged family: the fields its text form fixes, the copy engine of
+ * sm_90, stages that fit shared memory. */
+static bool tma_check(const tuned__config *c, const tuned__shape *s, int arch, char *why, size_t n)
+{
+    if (c->rows != 1 || c->minb != 1 || c->vec != 0 || c->ld != 0 || c->reg != 0 || c->red != 0 ||
+        c->grid != 0)
+        return tuned__config_refuse(why, n,
+                                    "tma variants fix rows, minb, vec, ld, reg, red and grid");
+    if (!pow2_in(c->warps, 1, 32) || !pow2_in(c->cluster, 1, 16) || c->stages < 1 ||
+        c->stages > 4 || c->st >= TUNED__ST_COUNT)
+        return tuned__config_refuse(why, n,
+                                    "warps 1..32, cluster 1..16 (powers of two), stages 1..4");
+    if (arch > 0 && arch < 90)
+        return tuned__config_refuse(why, n, "the bulk copy engine needs sm_90");
+    size_t smem = s != NULL ? tuned__source_dynamic_smem(c, s) : 0;
+    if (smem > TUNED__MAX_DYNAMIC_SMEM)
+        return tuned__config_refuse(why, n, "%u stages of %zu bytes exceed shared memory",
+                                    c->stages, tuned__source_stage_bytes(c, s));
+    return true;
+}
+
+/* What a register-row config is without a shape: a block of power-of-two
+ * row groups (the reductions' xor shuffles stay inside aligned lane ranges
+ * only then), clusters and grid splits of whole blocks, hints in range. */
+static bool rows_check_fields(const tuned__config *c, int arch, char *why, size_t n)
+{
+    if (c->stages != 0)
+        return tuned__config_refuse(why, n, "register-row variants have no stages");
+    if (!pow2_in(c->warps, 1, 32))
+        return tuned__config_refuse(why, n, "warps must be 1, 2, 4, 8, 16 or 32");
+    if (!pow2_in(c->rows, 1, 32u * c->warps))
+        return tuned__config_refuse(
+            why, n, "rows per block must be a power of two up to the threads (%u)", 32u * c->warps);
+    if (!pow2_in(c->minb, 1, 4) || c->warps * 32u * c->minb > MAX_THREADS_PER_SM)
+        return tuned__config_refuse(why, n, "%u blocks of %u threads do not fit an SM", c->minb,
+                                    c->warps * 32u);
+    if (!pow2_in(c->cluster, 1, 16))
+        return tuned__config_refuse(why, n, "a cluster is 1, 2, 4, 8 or 16 blocks");
+    if (c->cluster > 1 && arch > 0 && arch < 90)
+        return tuned__config_refuse(why, n, "thread-block clusters need sm_90");
+    if (c->cluster > 1 && c->rows != 1)
+        return tuned__config_refuse(why, n, "a row split over a cluster takes the whole block");
+    if (c->grid != 0 && !pow2_in(c->grid, 2, TUNED__GRID_MAX))
+        return tuned__config_refuse(why, n, "a grid split is 2, 4, .. %d blocks", TUNED__GRID_MAX);
+    if (c->grid > 1 && (c->rows != 1 || c->cluster != 1 || c->red != TUNED__RED_FUSED))
+        return tuned__config_refuse(why, n, "a row split over the grid takes whole blocks, no "
+                                            "cluster and the one-round reduction");
+    if (!pow2_in(c->vec, 1, 16))
+        return tuned__config_refuse(why, n, "a vector is 1, 2, 4, 8 or 16 elements");
+    if (c->ld >= TUNED__LD_COUNT || c->st >= TUNED__ST_COUNT || c->reg >= TUNED__REG_COUNT ||
+        c->red >= TUNED__RED_COUNT)
+        return tuned__config_refuse(why, n, "unknown cache hint, register mode or reduction");
+    return true;
+}
+
+/* What a register-row config needs of its shape and GPU. */
+static bool rows_check_shape(const tuned__config *c, const tuned__shape *s, int sms, char *why,
+                             size_t n)
+{
+    size_t esize = tuned_dtype_size(s->dtype);
+    if (c->vec * esize > 16)
+        return tuned__config_refuse(why, n, "a vector of %u %s elements exceeds 16 bytes", c->vec,
+                                    tuned_dtype_name(s->dtype));
+    if (c->reg == TUNED__REG_EX && (esize != 2 || c->vec * esize < 4))
+        return tuned__config_refuse(why, n, "reg=ex needs a 16-bit dtype and vectors of 4+ bytes");
+    if (c->grid > 1) {
+        /* A cooperative launch: every block resident at once (launch
+         * bounds leave room for minb blocks on each SM), and one
+         * workspace pair each. */
+        uint64_t blocks = s->rows * c->grid;
+        if (blocks > TUNED__GRID_MAX_BLOCKS || (sms > 0 && blocks > (uint64_t)sms * c->minb))
+            return tuned__config_refuse(why, n,
+                                        "%llu blocks of a grid split do not fit %d SMs at %u a SM",
+                                        (unsigned long long)blocks, sms, c->minb);
+    }
+    uint64_t blocks = (s->rows + c->rows - 1) / c->rows * tuned__config_blocks_per_row(c);
+    if (blocks > 2147483647ull)
+        return tuned__config_refuse(why, n, "%llu blocks exceed a grid",
+                                    (unsigned long long)blocks);
+    uint64_t worst = tuned__config_iters(c, s->cols, false);
+    if (worst > MAX_ITERS)
+        return tuned__config_refuse(why, n, "%llu vector accesses per thread (at most %d)",
+                                    (unsigned long long)worst, MAX_ITERS);
+    /* The budget of rows on a vector boundary: a call with unaligned rows
+     * may hold one vector more, which ptxas spills, never refuses. */
+    bool head_free = tuned__config_head_free(c, s->cols);
+    unsigned threads = c->warps * 32u;
+    unsigned budget = REGISTERS_PER_SM / (threads * c->minb);
+    if (budget > MAX_REGISTERS_PER_THREAD)
+        budget = MAX_REGISTERS_PER_THREAD;
+    uint64_t need = tuned__config_row_registers(c, s->dtype, s->cols, head_free) +
+                    REGISTER_OVERHEAD;
+    if (need > budget)
+        return tuned__config_refuse(why, n,
+                                    "needs about %llu registers per thread, %u threads allow %u",
+                                    (unsigned long long)need, threads, budget);
+    return true;
+}
+
+bool tuned__shape_check(const tuned__shape *s, char *why, size_t n)
+{
+    if (tuned_dtype_size(s->dtype) == 0)
+        return tuned__config_refuse(why, n, "unknown dtype %d", (int)s->dtype);
+    if (s->rows < 1 || s->rows > TUNED__MAX_ROWS || s->cols < 1 || s->cols > TUNED__MAX_COLS)
+        return tuned__config_refuse(why, n, "shape %llux%llu out of range",
+                                    (unsigned long long)s->rows, (unsigned long long)s->cols);
+    return true;
+}
+
+bool tuned__config_check(const tuned__config *c, const tuned__shape *s, int arch, int sms,
+                         char *why, size_t n)
+{
+    if (s != NULL && !tuned__shape_check(s, why, n))
+        return false;
+    if (c->family == TUNED__FAMILY_TMA)
+        return tma_check(c, s, arch, why, n);
+    if (c->family != TUNED__FAMILY_ROWS)
+        return tuned__config_refuse(why, n, "unknown family %u", c->family);
+    return rows_check_fields(c, arch, why, n) &&
+           (s == NULL || rows_check_shape(c, s, sms, why, n));
 }

@@ -7,8 +7,10 @@
  * after it for a row split over 128 blocks of the grid) or "tma.w16.c2.s3.st=cs"
  * (family tma, whose unused fields are fixed: rows 1, minb 1, 16-byte
  * vectors, ld def, reg f32). Parsing that text back gives the same
- * config. Whether a config is valid for a shape and GPU is the tuner's
- * business (src/tuner/space.c); codegen only refuses what it cannot emit. */
+ * config. What a config may be for a shape and a GPU is decided in one
+ * place, tuned__config_check, which the parser, codegen and the tuner's
+ * space apply; the space adds only its search policy (what it leaves out
+ * on purpose). */
 #ifndef TUNED_CODEGEN_CONFIG_H
 #define TUNED_CODEGEN_CONFIG_H
 
@@ -103,6 +105,15 @@ typedef struct tuned__shape {
     uint64_t cols;
 } tuned__shape;
 
+/* Largest rows and columns tuned accepts (a CUDA grid holds 2^31-1 blocks;
+ * kernels index columns with int). */
+#define TUNED__MAX_ROWS 2147483647ull
+#define TUNED__MAX_COLS 2147483392ull
+
+/* Whether s is a shape tuned takes (a known dtype, rows and columns in
+ * range); when not, why says why (if not NULL). */
+bool tuned__shape_check(const tuned__shape *s, char *why, size_t n);
+
 /* Longest text form plus NUL. */
 #define TUNED__CONFIG_TEXT 64
 
@@ -110,7 +121,7 @@ typedef struct tuned__shape {
 void tuned__config_format(const tuned__config *c, char *buf, size_t n);
 
 /* Parses a text form; TUNED_EINVAL with the offending part named. Checks
- * syntax and value sets only, not validity for a shape. */
+ * the syntax, and the rules of tuned__config_check that need no shape. */
 int tuned__config_parse(const char *text, tuned__config *out, tuned__err *e);
 
 bool tuned__config_equal(const tuned__config *a, const tuned__config *b);
@@ -138,6 +149,24 @@ uint64_t tuned__config_iters(const tuned__config *c, uint64_t cols, bool head_fr
 /* 32-bit registers a thread needs to hold its part of a row. */
 uint64_t tuned__config_row_registers(const tuned__config *c, tuned_dtype dtype, uint64_t cols,
                                      bool head_free);
+
+/* Whether c is a config that codegen emits for shape s and that a GPU of
+ * compute capability arch (10 * major + minor) with sms multiprocessors
+ * runs: the one rule of validity (thread counts, powers of two, clusters
+ * on sm_90 only, grid splits that fit the SMs, vectors of at most 16 bytes,
+ * the register budget of a row held in registers on a vector boundary, the
+ * unrolling cap, tma stages in shared memory, hints in range). Unknowns
+ * skip the rules that need them: arch 0, any architecture (codegen emits
+ * text for any); sms 0, any SM count (a grid split still fits its
+ * workspace); s NULL, any shape (the parser). When not, why says why (if
+ * not NULL). Not here: what the search leaves out on purpose (the space's
+ * policy, src/tuner/space.c). */
+bool tuned__config_check(const tuned__config *c, const tuned__shape *s, int arch, int sms,
+                         char *why, size_t n);
+
+/* Writes a refusal's reason into why (when not NULL and n > 0); returns
+ * false, the verdict it explains. */
+bool tuned__config_refuse(char *why, size_t n, const char *fmt, ...) TUNED__PRINTF(3, 4);
 
 /* Names for the hint values, as in the text form ("def", "nc", ...). */
 const char *tuned__ld_name(unsigned ld);

@@ -2,22 +2,17 @@
  *
  * The generated text is a block of #defines followed by the template,
  * so a variant's source is exactly what NVRTC compiles and what the
- * compile cache hashes. Codegen refuses what it cannot emit (a vector over
- * 16 bytes, rows that do not split the block's warps); whether a config is
- * a good idea for a shape is the tuner's space's question. */
+ * compile cache hashes. Codegen refuses what tuned__config_check refuses
+ * (src/codegen/config.c); whether a config is a good idea for a shape is
+ * the tuner's space's question. */
 #include "src/codegen/source.h"
 
-#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "src/common/hash.h"
 #include "src/codegen/templates.h"
-
-/* Far beyond any register budget; keeps a corrupt config from
- * generating megabytes of unrolled code. */
-#define MAX_ITERS 256
 
 const tuned__template *tuned__template_find(const char *name)
 {
@@ -117,13 +112,11 @@ int tuned__source_softmax(const tuned__config *c, const tuned__shape *s,
 {
     char name[TUNED__CONFIG_TEXT];
     tuned__config_format(c, name, sizeof name);
-    size_t esize = tuned_dtype_size(s->dtype);
-    if (esize == 0)
-        return tuned__errf(e, TUNED_EINVAL, "codegen: softmax %s: unknown dtype %d", name,
-                           (int)s->dtype);
-    if (s->cols < 1 || s->cols > INT_MAX - 64)
-        return tuned__errf(e, TUNED_EINVAL, "codegen: softmax %s: %llu columns out of range",
-                           name, (unsigned long long)s->cols);
+    /* Any architecture and SM count: the source text is the same for all;
+     * compiling and launching it answer for the GPU. */
+    char why[160];
+    if (!tuned__config_check(c, s, 0, 0, why, sizeof why))
+        return tuned__errf(e, TUNED_EINVAL, "codegen: softmax %s: %s", name, why);
     if (c->family == TUNED__FAMILY_TMA) {
         if (opts != NULL && opts->plant_bug != 0)
             return tuned__errf(e, TUNED_EINVAL,
@@ -133,48 +126,8 @@ int tuned__source_softmax(const tuned__config *c, const tuned__shape *s,
          * needs no other code. */
         return staged_source(c, s, name, out, e);
     }
-    if (c->family != TUNED__FAMILY_ROWS)
-        return tuned__errf(e, TUNED_EINVAL, "codegen: softmax %s: unknown family %u", name,
-                           c->family);
-    /* Row groups must be aligned power-of-two lane ranges: the reductions'
-     * xor shuffles stay inside them only then. */
-    if (c->warps < 1 || c->warps > 32 || (c->warps & (c->warps - 1)) != 0 || c->rows < 1 ||
-        (c->rows & (c->rows - 1)) != 0 || c->rows > 32u * c->warps)
-        return tuned__errf(e, TUNED_EINVAL,
-                           "codegen: softmax %s: warps and rows per block must be powers of two, "
-                           "rows at most the block's threads",
-                           name);
-    if (c->cluster < 1 || c->cluster > 16 || (c->cluster & (c->cluster - 1)) != 0 ||
-        (c->cluster > 1 && c->rows != 1))
-        return tuned__errf(e, TUNED_EINVAL,
-                           "codegen: softmax %s: a cluster is 1..16 blocks, each with one row",
-                           name);
-    if (c->grid == 1 || c->grid > TUNED__GRID_MAX ||
-        (c->grid > 1 && (c->cluster != 1 || c->rows != 1 || c->red != TUNED__RED_FUSED)))
-        return tuned__errf(e, TUNED_EINVAL,
-                           "codegen: softmax %s: a grid split is 2..%d blocks, each with one "
-                           "row, no cluster, the one-round reduction",
-                           name, TUNED__GRID_MAX);
-    if (c->vec < 1 || c->vec * esize > 16 || (c->vec & (c->vec - 1)) != 0)
-        return tuned__errf(e, TUNED_EINVAL,
-                           "codegen: softmax %s: a vector of %u %s elements is not 1..16 bytes",
-                           name, c->vec, tuned_dtype_name(s->dtype));
-    if (c->minb < 1 || c->minb > 4 || c->warps * 32u * c->minb > 2048)
-        return tuned__errf(e, TUNED_EINVAL,
-                           "codegen: softmax %s: %u blocks of %u threads do not fit an SM", name,
-                           c->minb, c->warps * 32u);
-    if (c->ld >= TUNED__LD_COUNT || c->st >= TUNED__ST_COUNT || c->reg >= TUNED__REG_COUNT ||
-        c->red >= TUNED__RED_COUNT)
-        return tuned__errf(e, TUNED_EINVAL,
-                           "codegen: softmax %s: bad cache hint, register mode or reduction", name);
     bool head_free = tuned__source_head_free(c, s, opts);
     uint64_t iters = tuned__config_iters(c, s->cols, head_free);
-    if (iters > MAX_ITERS)
-        return tuned__errf(e, TUNED_EINVAL,
-                           "codegen: softmax %s: %llu vectors per thread for %llu columns "
-                           "(at most %d)",
-                           name, (unsigned long long)iters, (unsigned long long)s->cols,
-                           MAX_ITERS);
     int plant = opts != NULL ? opts->plant_bug : 0;
     char defines[640];
     snprintf(defines, sizeof defines,

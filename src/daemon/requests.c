@@ -268,21 +268,25 @@ static void op_get(tuned__daemon *d, const tuned__request *r, tuned__buf *out)
         a.source = TUNED__SOURCE_EXACT;
         a.rec = at;
     } else if (!tuned__index_memo_get(d->index, &key, &a)) {
+        /* Rules only: validating the nearest record and taking the
+         * default need no enumeration of the space. */
         tuned__space sp;
         tuned__err e = {0};
-        if (tuned__space_init(&sp, &r->shape, t.arch > 0 ? t.arch : 80, t.sms, &e) != 0) {
+        if (tuned__space_rules(&sp, &r->shape, t.arch > 0 ? t.arch : 80, t.sms, &e) != 0) {
             error_reply(d, out, r, TUNED__PE_NO_SPACE, "%s", e.msg);
             return;
         }
         a.rec = tuned__index_nearest(d->index, &sp, t.fp);
         a.source = a.rec >= 0 ? TUNED__SOURCE_NEAREST : TUNED__SOURCE_DEFAULT;
         a.config[0] = '\0';
-        tuned__config seed;
-        if (a.rec < 0 && tuned__space_seeds(&sp, &seed, 1) == 1)
-            tuned__config_format(&seed, a.config, sizeof a.config);
-        else if (a.rec < 0 && sp.count > 0)
-            tuned__config_format(&sp.valid[0], a.config, sizeof a.config);
-        tuned__space_free(&sp);
+        tuned__config first;
+        if (a.rec < 0) {
+            if (tuned__space_default(&sp, &first, &e) != 0) {
+                error_reply(d, out, r, TUNED__PE_NO_SPACE, "%s", e.msg);
+                return;
+            }
+            tuned__config_format(&first, a.config, sizeof a.config);
+        }
         tuned__index_memo_put(d->index, &key, &a);
     }
     /* tune_if_missing: queue (or join) a tune, answer at once. */

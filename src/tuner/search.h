@@ -3,11 +3,9 @@
  * Generation 0 evaluates the heuristic seeds and a random population.
  * Every later generation takes the best few configs so far that still have
  * an untried neighbour (the incumbents) and evaluates all those neighbours;
- * the search
- * stops when two generations in a row improve the best time by less than
- * min_gain,
- * when no untried neighbour is left, or when the evaluation or wall-clock
- * budget runs out. The search never touches a GPU: it calls an evaluation
+ * the search stops when two generations in a row improve the best time by
+ * less than min_gain, when no untried neighbour is left, or when the
+ * evaluation or wall-clock budget runs out. The search never touches a GPU: it calls an evaluation
  * function, so tests can replay a recorded landscape. Same seed, same
  * landscape, same choices. */
 #ifndef TUNED_TUNER_SEARCH_H
@@ -29,12 +27,13 @@ typedef struct tuned__search_prior {
 } tuned__search_prior;
 
 typedef struct tuned__search_opts {
-    uint64_t seed;
+    /* Defaults: tuned__search_opts_default. */
+    uint64_t seed;     /* of the random draws (default 1) */
     size_t budget;     /* most new evaluations (default 200) */
     double time_s;     /* most wall-clock seconds (default 50) */
-    size_t population; /* random configs in generation 0 (default 32) */
-    size_t copies;     /* incumbents the pattern search moves from (default 3) */
-    double min_gain;   /* relative improvement that keeps the search going (0.002) */
+    size_t population; /* random configs in generation 0 (default 40) */
+    size_t copies;     /* incumbents the pattern search moves from (default 4) */
+    double min_gain;   /* relative improvement that keeps the search going (default 0.002) */
     bool exhaustive;   /* evaluate every valid config instead (budgets still apply) */
     /* Measured before: never evaluated again, and not counted in budget. */
     const tuned__search_prior *prior;

@@ -1,210 +1,148 @@
-/* space.c: the constraints of the two families (register rows and tma)
- * and the moves of the search (neighbours, random draws, seeds). */
+/* space.c: the search's policy over the valid configs: which values the
+ * space enumerates, what it leaves out on purpose, and the moves of the
+ * search (neighbours, random draws, seeds). What a config may be at all is
+ * tuned__config_check's (src/codegen/config.c); a config of the space is
+ * one that passes it and the policy here. */
 #include "src/tuner/space.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "src/codegen/source.h"
 #include "tuned.h"
 
-/* Registers a thread needs beside its part of the row (indices, the
- * reductions, addresses); measured around 20-24 in ptxas reports. */
-#define REGISTER_OVERHEAD 24
-#define MAX_REGISTERS_PER_THREAD 255
-#define REGISTERS_PER_SM 65536
-#define MAX_THREADS_PER_SM 2048
-/* Unrolled vector accesses per thread; beyond this compile time and code
- * size explode for no gain. */
-#define MAX_ITERS 64
+/* Unrolled vector accesses per thread the search tries; beyond this
+ * compile time and code size grow for no gain. */
+#define SEARCH_MAX_ITERS 64
 /* Short rows: at most this many rows share a block. */
 #define MAX_ROWS_PER_BLOCK 256
 /* Shorter rows stay with the register family: a bulk copy per row would
  * cost more than it hides. */
 #define MIN_TMA_ROW_BYTES 4096
 
-static int why_not(char *why, size_t n, const char *fmt, ...) TUNED__PRINTF(3, 4);
+/* ---- policy ---- */
 
-static int why_not(char *why, size_t n, const char *fmt, ...)
+/* Streamed rows: long enough to be worth streaming, every thread with work. */
+static bool tma_policy(const tuned__space *sp, const tuned__config *c, char *why, size_t n)
 {
-    if (why != NULL && n > 0) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(why, n, fmt, ap);
-        va_end(ap);
-    }
-    return 0;
-}
-
-static bool pow2_in(unsigned v, unsigned lo, unsigned hi)
-{
-    return v >= lo && v <= hi && (v & (v - 1)) == 0;
-}
-
-/* The staged (TMA) family: rows long enough to be worth streaming, stages
- * that fit shared memory, every thread with work. */
-static bool tma_valid(const tuned__space *sp, const tuned__config *c, char *why, size_t n)
-{
-    size_t esize = tuned_dtype_size(sp->shape.dtype);
-    uint64_t row_bytes = sp->shape.cols * esize;
-    if (sp->arch < 90)
-        return why_not(why, n, "the bulk copy engine needs sm_90");
-    if (c->rows != 1 || c->minb != 1 || c->vec != 0 || c->ld != 0 || c->reg != 0 || c->red != 0 ||
-        c->grid != 0)
-        return why_not(why, n, "tma variants fix rows, minb, vec, ld, reg, red and grid");
-    if (!pow2_in(c->warps, 1, 32) || !pow2_in(c->cluster, 1, 16) || c->stages < 1 ||
-        c->stages > 4 || c->st >= TUNED__ST_COUNT)
-        return why_not(why, n, "warps 1..32, cluster 1..16 (powers of two), stages 1..4");
+    uint64_t row_bytes = sp->shape.cols * tuned_dtype_size(sp->shape.dtype);
     if (row_bytes < MIN_TMA_ROW_BYTES)
-        return why_not(why, n, "rows of %llu bytes are too short to stream",
-                       (unsigned long long)row_bytes);
+        return tuned__config_refuse(why, n, "rows of %llu bytes are too short to stream",
+                                    (unsigned long long)row_bytes);
     uint64_t units = row_bytes / 16 / c->cluster;
     if (units * 2 < c->warps * 32u)
-        return why_not(why, n, "%llu 16-byte units a block leave half of %u threads idle",
-                       (unsigned long long)units, c->warps * 32u);
-    size_t smem = tuned__source_dynamic_smem(c, &sp->shape);
-    if (smem > TUNED__MAX_DYNAMIC_SMEM)
-        return why_not(why, n, "%u stages of %zu bytes exceed shared memory", c->stages,
-                       tuned__source_stage_bytes(c, &sp->shape));
+        return tuned__config_refuse(why, n,
+                                    "%llu 16-byte units a block leave half of %u threads idle",
+                                    (unsigned long long)units, c->warps * 32u);
     return true;
 }
 
-bool tuned__space_valid(const tuned__space *sp, const tuned__config *c, char *why, size_t n)
+/* Register rows: no variant that only repeats another or idles half its
+ * threads, and none that leaves the input in L2 for the caller's timing. */
+static bool rows_policy(const tuned__space *sp, const tuned__config *c, char *why, size_t n)
 {
     size_t esize = tuned_dtype_size(sp->shape.dtype);
     uint64_t cols = sp->shape.cols, rows = sp->shape.rows;
-    if (c->family == TUNED__FAMILY_TMA)
-        return tma_valid(sp, c, why, n);
-    if (c->family != TUNED__FAMILY_ROWS || c->stages != 0)
-        return why_not(why, n, "unknown family %u", c->family);
-    if (!pow2_in(c->warps, 1, 32))
-        return why_not(why, n, "warps must be 1, 2, 4, 8, 16 or 32");
-    if (!pow2_in(c->rows, 1, 32u * c->warps) || c->rows > MAX_ROWS_PER_BLOCK)
-        return why_not(why, n, "rows per block must be a power of two up to the threads (%u)",
-                       32u * c->warps);
-    if (!pow2_in(c->minb, 1, 4) || c->warps * 32u * c->minb > MAX_THREADS_PER_SM)
-        return why_not(why, n, "%u blocks of %u threads do not fit an SM", c->minb,
-                       c->warps * 32u);
-    if (!pow2_in(c->cluster, 1, 16))
-        return why_not(why, n, "a cluster is 1, 2, 4, 8 or 16 blocks");
-    if (c->cluster > 1 && sp->arch < 90)
-        return why_not(why, n, "thread-block clusters need sm_90");
-    if (c->cluster > 1 && c->rows != 1)
-        return why_not(why, n, "a row split over a cluster takes the whole block");
-    if (c->grid != 0 && !pow2_in(c->grid, 2, TUNED__GRID_MAX))
-        return why_not(why, n, "a grid split is 2, 4, .. %d blocks", TUNED__GRID_MAX);
-    if (c->grid > 1) {
-        if (c->rows != 1 || c->cluster != 1 || c->red != TUNED__RED_FUSED)
-            return why_not(why, n, "a row split over the grid takes whole blocks, no cluster "
-                                   "and the one-round reduction");
-        /* Every block must be resident at once: launch bounds leave room
-         * for minb blocks on each SM. */
-        uint64_t blocks = rows * c->grid;
-        if (blocks > (uint64_t)sp->sms * c->minb || blocks > TUNED__GRID_MAX_BLOCKS)
-            return why_not(why, n, "%llu blocks of a grid split do not fit %d SMs at %u a SM",
-                           (unsigned long long)blocks, sp->sms, c->minb);
-    }
-    if (!pow2_in(c->vec, 1, 16) || c->vec * esize > 16)
-        return why_not(why, n, "a vector of %u %s elements exceeds 16 bytes", c->vec,
-                       tuned_dtype_name(sp->shape.dtype));
-    if (c->ld >= TUNED__LD_COUNT || c->st >= TUNED__ST_COUNT || c->reg >= TUNED__REG_COUNT ||
-        c->red >= TUNED__RED_COUNT)
-        return why_not(why, n, "unknown cache hint, register mode or reduction");
+    if (c->rows > MAX_ROWS_PER_BLOCK)
+        return tuned__config_refuse(why, n, "more than %d rows a block are not searched",
+                                    MAX_ROWS_PER_BLOCK);
+    if (c->grid > 1 && sp->sms == 0)
+        return tuned__config_refuse(why, n, "no grid split without the GPU's SM count");
     /* A row is read once, so evict_last gains a kernel nothing; it only
      * keeps the input in L2 afterwards, past an L2 flush too (measured on
      * the H200: 4-25% faster repeats on inputs that fit in L2), which skewed
      * every timing after it and would crowd the caller's own data out. */
     if (c->ld == TUNED__LD_EL)
-        return why_not(why, n, "ld=el keeps the input in L2 after the kernel: not searched");
-    if (c->reg != TUNED__REG_F32 && (esize != 2 || c->vec * esize < 4))
-        return why_not(why, n, "packed registers need a 16-bit dtype and vectors of 4+ bytes");
+        return tuned__config_refuse(why, n,
+                                    "ld=el keeps the input in L2 after the kernel: not searched");
+    /* Packing puts two 16-bit elements in a word: with fp32 or 2-byte
+     * vectors there is nothing to pack, and the variant repeats reg=f32. */
+    if (c->reg == TUNED__REG_PK && (esize != 2 || c->vec * esize < 4))
+        return tuned__config_refuse(
+            why, n, "packed registers need a 16-bit dtype and vectors of 4+ bytes");
     bool head_free = tuned__config_head_free(c, cols);
-    uint64_t row_threads = (uint64_t)tuned__config_threads_per_row(c) * tuned__config_blocks_per_row(c);
+    uint64_t row_threads =
+        (uint64_t)tuned__config_threads_per_row(c) * tuned__config_blocks_per_row(c);
     uint64_t slots = head_free ? cols : cols + c->vec - 1;
     if (row_threads > 1 && row_threads / 2 * c->vec >= slots)
-        return why_not(why, n, "%llu threads a row leave half of them idle on %llu columns",
-                       (unsigned long long)row_threads, (unsigned long long)cols);
+        return tuned__config_refuse(why, n,
+                                    "%llu threads a row leave half of them idle on %llu columns",
+                                    (unsigned long long)row_threads, (unsigned long long)cols);
     /* Up to a warp's worth of rows a block stays allowed: a shape with one
      * short row still needs some block. */
     if (c->rows > 32 && c->rows / 2 >= rows)
-        return why_not(why, n, "%u rows a block leave half the block idle on %llu rows",
-                       c->rows, (unsigned long long)rows);
-    uint64_t blocks = (rows + c->rows - 1) / c->rows * tuned__config_blocks_per_row(c);
-    if (blocks > 2147483647ull)
-        return why_not(why, n, "%llu blocks exceed a grid", (unsigned long long)blocks);
+        return tuned__config_refuse(why, n,
+                                    "%u rows a block leave half the block idle on %llu rows",
+                                    c->rows, (unsigned long long)rows);
     uint64_t iters = tuned__config_iters(c, cols, head_free);
-    if (iters > MAX_ITERS)
-        return why_not(why, n, "%llu vector accesses per thread (at most %d)",
-                       (unsigned long long)iters, MAX_ITERS);
-    unsigned threads = c->warps * 32u;
-    unsigned budget = REGISTERS_PER_SM / (threads * c->minb);
-    if (budget > MAX_REGISTERS_PER_THREAD)
-        budget = MAX_REGISTERS_PER_THREAD;
-    uint64_t need = tuned__config_row_registers(c, sp->shape.dtype, cols, head_free) +
-                    REGISTER_OVERHEAD;
-    if (need > budget)
-        return why_not(why, n, "needs about %llu registers per thread, %u threads allow %u",
-                       (unsigned long long)need, threads, budget);
+    if (iters > SEARCH_MAX_ITERS)
+        return tuned__config_refuse(why, n, "%llu vector accesses per thread (at most %d)",
+                                    (unsigned long long)iters, SEARCH_MAX_ITERS);
     return true;
 }
 
-int tuned__space_init(tuned__space *sp, const tuned__shape *shape, int arch, int sms,
-                      tuned__err *e)
+bool tuned__space_valid(const tuned__space *sp, const tuned__config *c, char *why, size_t n)
 {
-    memset(sp, 0, sizeof *sp);
-    sp->shape = *shape;
-    sp->arch = arch;
-    sp->sms = sms > 0 ? sms : 0;
-    if (tuned_dtype_size(shape->dtype) == 0)
-        return tuned__errf(e, TUNED_EINVAL, "space: unknown dtype %d", (int)shape->dtype);
-    if (shape->rows < 1 || shape->rows > TUNED__MAX_ROWS || shape->cols < 1 ||
-        shape->cols > TUNED__MAX_COLS)
-        return tuned__errf(e, TUNED_EINVAL, "space: shape %llux%llu out of range",
-                           (unsigned long long)shape->rows, (unsigned long long)shape->cols);
-    /* warps x rows x cluster x minb x vec x hints x register modes x reductions */
-    size_t cap = 6 * 9 * 5 * 3 * 4 * TUNED__LD_COUNT * TUNED__ST_COUNT * TUNED__REG_COUNT *
-                     TUNED__RED_COUNT +
-                 6 * 5 * 4 * TUNED__ST_COUNT +
-                 /* grid splits: warps x splits x minb x vec x hints x register modes */
-                 6 * 8 * 3 * 4 * TUNED__LD_COUNT * TUNED__ST_COUNT * TUNED__REG_COUNT;
-    sp->valid = malloc(cap * sizeof *sp->valid);
-    if (sp->valid == NULL)
-        return tuned__errf(e, TUNED_ENOMEM, "space: out of memory");
+    if (!tuned__config_check(c, &sp->shape, sp->arch, sp->sms, why, n))
+        return false;
+    return c->family == TUNED__FAMILY_TMA ? tma_policy(sp, c, why, n) : rows_policy(sp, c, why, n);
+}
+
+/* ---- enumeration ---- */
+
+/* Called with each valid config in enumeration order; false stops it. */
+typedef bool (*visit_fn)(void *ctx, const tuned__config *c);
+
+/* Visits c if it is valid; false when the visit stopped the enumeration. */
+static bool offer(const tuned__space *sp, const tuned__config *c, visit_fn visit, void *ctx)
+{
+    return !tuned__space_valid(sp, c, NULL, 0) || visit(ctx, c);
+}
+
+/* Offers c with every vector width, load and store hint and register mode,
+ * and every reduction when all_reds (else c's own), in that order. */
+static bool offer_per_vector(const tuned__space *sp, tuned__config c, bool all_reds,
+                             visit_fn visit, void *ctx)
+{
+    unsigned red_first = all_reds ? 0 : c.red, red_last = all_reds ? TUNED__RED_COUNT - 1 : c.red;
+    for (unsigned v = 1; v <= 8; v *= 2)
+        for (unsigned ld = 0; ld < TUNED__LD_COUNT; ld++)
+            for (unsigned st = 0; st < TUNED__ST_COUNT; st++)
+                for (unsigned reg = 0; reg < TUNED__REG_COUNT; reg++)
+                    for (unsigned red = red_first; red <= red_last; red++) {
+                        c.vec = (uint8_t)v, c.ld = (uint8_t)ld, c.st = (uint8_t)st;
+                        c.reg = (uint8_t)reg, c.red = (uint8_t)red;
+                        if (!offer(sp, &c, visit, ctx))
+                            return false;
+                    }
+    return true;
+}
+
+/* Every config the space holds, in its order (the search's seeded draws
+ * index it: changing the order changes every tune): register rows by
+ * warps, rows a block, cluster and blocks per SM; then rows split over the
+ * grid; then streamed rows. False when a visit stopped it. */
+static bool enumerate(const tuned__space *sp, visit_fn visit, void *ctx)
+{
     for (unsigned w = 1; w <= 32; w *= 2)
         for (unsigned r = 1; r <= 32 * w && r <= MAX_ROWS_PER_BLOCK; r *= 2)
             for (unsigned cl = 1; cl <= 16; cl *= 2)
-              for (unsigned mb = 1; mb <= 4; mb *= 2)
-                for (unsigned v = 1; v <= 8; v *= 2)
-                    for (unsigned ld = 0; ld < TUNED__LD_COUNT; ld++)
-                        for (unsigned st = 0; st < TUNED__ST_COUNT; st++)
-                            for (unsigned reg = 0; reg < TUNED__REG_COUNT; reg++)
-                              for (unsigned red = 0; red < TUNED__RED_COUNT; red++) {
-                                tuned__config c = {
-                                    .family = TUNED__FAMILY_ROWS, .warps = (uint8_t)w,
-                                    .rows = (uint16_t)r, .cluster = (uint8_t)cl,
-                                    .minb = (uint8_t)mb,
-                                    .vec = (uint8_t)v, .ld = (uint8_t)ld, .st = (uint8_t)st,
-                                    .reg = (uint8_t)reg, .red = (uint8_t)red};
-                                if (tuned__space_valid(sp, &c, NULL, 0) && sp->count < cap)
-                                    sp->valid[sp->count++] = c;
-                              }
+                for (unsigned mb = 1; mb <= 4; mb *= 2) {
+                    tuned__config c = {.family = TUNED__FAMILY_ROWS, .warps = (uint8_t)w,
+                                       .rows = (uint16_t)r, .cluster = (uint8_t)cl,
+                                       .minb = (uint8_t)mb};
+                    if (!offer_per_vector(sp, c, true, visit, ctx))
+                        return false;
+                }
     for (unsigned w = 1; w <= 32; w *= 2)
         for (unsigned g = 2; g <= TUNED__GRID_MAX && sp->sms > 0; g *= 2)
-            for (unsigned mb = 1; mb <= 4; mb *= 2)
-                for (unsigned v = 1; v <= 8; v *= 2)
-                    for (unsigned ld = 0; ld < TUNED__LD_COUNT; ld++)
-                        for (unsigned st = 0; st < TUNED__ST_COUNT; st++)
-                            for (unsigned reg = 0; reg < TUNED__REG_COUNT; reg++) {
-                                tuned__config c = {
-                                    .family = TUNED__FAMILY_ROWS, .warps = (uint8_t)w, .rows = 1,
-                                    .cluster = 1, .minb = (uint8_t)mb, .vec = (uint8_t)v,
-                                    .ld = (uint8_t)ld, .st = (uint8_t)st, .reg = (uint8_t)reg,
-                                    .red = TUNED__RED_FUSED, .grid = (uint16_t)g};
-                                if (tuned__space_valid(sp, &c, NULL, 0) && sp->count < cap)
-                                    sp->valid[sp->count++] = c;
-                            }
+            for (unsigned mb = 1; mb <= 4; mb *= 2) {
+                tuned__config c = {.family = TUNED__FAMILY_ROWS, .warps = (uint8_t)w, .rows = 1,
+                                   .cluster = 1, .minb = (uint8_t)mb, .red = TUNED__RED_FUSED,
+                                   .grid = (uint16_t)g};
+                if (!offer_per_vector(sp, c, false, visit, ctx))
+                    return false;
+            }
     for (unsigned w = 1; w <= 32; w *= 2)
         for (unsigned cl = 1; cl <= 16; cl *= 2)
             for (unsigned stages = 1; stages <= 4; stages++)
@@ -212,26 +150,114 @@ int tuned__space_init(tuned__space *sp, const tuned__shape *shape, int arch, int
                     tuned__config c = {.family = TUNED__FAMILY_TMA, .warps = (uint8_t)w,
                                        .rows = 1, .cluster = (uint8_t)cl, .minb = 1,
                                        .st = (uint8_t)st, .stages = (uint8_t)stages};
-                    if (tuned__space_valid(sp, &c, NULL, 0) && sp->count < cap)
-                        sp->valid[sp->count++] = c;
+                    if (!offer(sp, &c, visit, ctx))
+                        return false;
                 }
-    if (sp->count == 0) {
-        char why[256];
-        tuned__config widest = {
-            .family = TUNED__FAMILY_ROWS, .warps = 32, .rows = 1,
-            .cluster = (uint8_t)(arch >= 90 ? 16 : 1), .minb = 1,
-            .vec = (uint8_t)(16 / tuned_dtype_size(shape->dtype)), .ld = TUNED__LD_DEF,
-            .st = TUNED__ST_DEF,
-            .reg = shape->dtype == TUNED_FP32 ? TUNED__REG_F32 : TUNED__REG_PK};
-        tuned__space_valid(sp, &widest, why, sizeof why);
-        tuned__space_free(sp);
-        return tuned__errf(e, TUNED_ENOSPACE,
-                           "space: no variant fits %llux%llu %s (the widest register-row "
-                           "variant, %u threads a row: %s)",
-                           (unsigned long long)shape->rows, (unsigned long long)shape->cols,
-                           tuned_dtype_name(shape->dtype), 1024u * widest.cluster, why);
+    return true;
+}
+
+/* The configs of a space, in an array that doubles as it fills. */
+typedef struct config_list {
+    tuned__config *v;
+    size_t n, cap;
+    bool out_of_memory;
+} config_list;
+
+/* Doubles the list's room; false when memory ran out. */
+static bool grow(config_list *l)
+{
+    size_t cap = l->cap > 0 ? l->cap * 2 : 256;
+    tuned__config *v = realloc(l->v, cap * sizeof *v);
+    if (v == NULL) {
+        l->out_of_memory = true;
+        return false;
     }
+    l->v = v;
+    l->cap = cap;
+    return true;
+}
+
+static bool append(void *ctx, const tuned__config *c)
+{
+    config_list *l = ctx;
+    if (l->n == l->cap && !grow(l))
+        return false;
+    l->v[l->n++] = *c;
+    return true;
+}
+
+static bool take_first(void *ctx, const tuned__config *c)
+{
+    *(tuned__config *)ctx = *c;
+    return false;
+}
+
+/* TUNED_ENOSPACE for a space without a valid config, with what keeps the
+ * widest register-row variant out. */
+static int no_space(const tuned__space *sp, tuned__err *e)
+{
+    char why[256];
+    const tuned__shape *s = &sp->shape;
+    tuned__config widest = {
+        .family = TUNED__FAMILY_ROWS, .warps = 32, .rows = 1,
+        .cluster = (uint8_t)(sp->arch >= 90 ? 16 : 1), .minb = 1,
+        .vec = (uint8_t)(16 / tuned_dtype_size(s->dtype)), .ld = TUNED__LD_DEF,
+        .st = TUNED__ST_DEF, .reg = s->dtype == TUNED_FP32 ? TUNED__REG_F32 : TUNED__REG_PK};
+    tuned__space_valid(sp, &widest, why, sizeof why);
+    return tuned__errf(e, TUNED_ENOSPACE,
+                       "space: no variant fits %llux%llu %s (the widest register-row variant, "
+                       "%u threads a row: %s)",
+                       (unsigned long long)s->rows, (unsigned long long)s->cols,
+                       tuned_dtype_name(s->dtype), 1024u * widest.cluster, why);
+}
+
+int tuned__space_rules(tuned__space *sp, const tuned__shape *shape, int arch, int sms,
+                       tuned__err *e)
+{
+    memset(sp, 0, sizeof *sp);
+    sp->shape = *shape;
+    sp->arch = arch;
+    sp->sms = sms > 0 ? sms : 0;
+    char why[128];
+    if (!tuned__shape_check(shape, why, sizeof why))
+        return tuned__errf(e, TUNED_EINVAL, "space: %s", why);
+    if (arch < 1)
+        return tuned__errf(e, TUNED_EINVAL, "space: compute capability %d", arch);
     return 0;
+}
+
+int tuned__space_init(tuned__space *sp, const tuned__shape *shape, int arch, int sms,
+                      tuned__err *e)
+{
+    int rc = tuned__space_rules(sp, shape, arch, sms, e);
+    if (rc != 0)
+        return rc;
+    config_list l = {0};
+    enumerate(sp, append, &l);
+    if (l.out_of_memory) {
+        free(l.v);
+        return tuned__errf(e, TUNED_ENOMEM, "space: out of memory for %zu configs", l.cap * 2);
+    }
+    if (l.n == 0)
+        return no_space(sp, e);
+    /* Give back the doubling's slack: a space lives as long as its tune. */
+    tuned__config *fit = realloc(l.v, l.n * sizeof *fit);
+    sp->valid = fit != NULL ? fit : l.v;
+    sp->count = l.n;
+    return 0;
+}
+
+int tuned__space_default(const tuned__space *sp, tuned__config *out, tuned__err *e)
+{
+    if (tuned__space_seeds(sp, out, 1) == 1)
+        return 0;
+    if (sp->count > 0) {
+        *out = sp->valid[0];
+        return 0;
+    }
+    if (!enumerate(sp, take_first, out))
+        return 0; /* stopped at the first */
+    return no_space(sp, e);
 }
 
 void tuned__space_free(tuned__space *sp)
@@ -255,24 +281,58 @@ static void add_move(const tuned__space *sp, const tuned__config *c, tuned__conf
     (*n)++;
 }
 
-/* tma: warps, cluster and stages one step, the store hint flipped. */
+/* A move of the search: the fields in grow doubled and those in shrink
+ * halved (a step up), or the other way round (a step down); stages go one
+ * up or down instead. */
+enum { F_WARPS = 1, F_ROWS = 2, F_VEC = 4, F_CLUSTER = 8, F_MINB = 16, F_STAGES = 32 };
+typedef struct move {
+    unsigned grow, shrink;
+} move;
+
+/* Register rows, in the order their neighbours are listed: warps, rows,
+ * both (the same threads a row), vectors, cluster, blocks per SM, and the
+ * same threads a row in more and smaller blocks or fewer and larger. */
+static const move rows_moves[] = {
+    {F_WARPS, 0}, {F_ROWS, 0}, {F_WARPS | F_ROWS, 0}, {F_VEC, 0},
+    {F_CLUSTER, 0}, {F_MINB, 0}, {F_CLUSTER, F_WARPS},
+};
+/* Streamed rows: warps, cluster, both (the same threads a row), stages. */
+static const move tma_moves[] = {{F_WARPS, 0}, {F_CLUSTER, 0}, {F_CLUSTER, F_WARPS}, {F_STAGES, 0}};
+
+static unsigned scaled(unsigned v, unsigned field, unsigned larger, unsigned smaller)
+{
+    return (larger & field) != 0 ? v * 2 : (smaller & field) != 0 ? v / 2 : v;
+}
+
+/* Adds the valid configs each move of moves makes from c, one step up or down. */
+static void add_moves(const tuned__space *sp, const tuned__config *c, const move *moves,
+                      size_t nmoves, bool up, tuned__config *out, size_t cap, size_t *n)
+{
+    for (size_t i = 0; i < nmoves; i++) {
+        unsigned larger = up ? moves[i].grow : moves[i].shrink;
+        unsigned smaller = up ? moves[i].shrink : moves[i].grow;
+        tuned__config m = *c;
+        m.warps = (uint8_t)scaled(c->warps, F_WARPS, larger, smaller);
+        m.rows = (uint16_t)scaled(c->rows, F_ROWS, larger, smaller);
+        m.vec = (uint8_t)scaled(c->vec, F_VEC, larger, smaller);
+        m.cluster = (uint8_t)scaled(c->cluster, F_CLUSTER, larger, smaller);
+        m.minb = (uint8_t)scaled(c->minb, F_MINB, larger, smaller);
+        m.stages = (uint8_t)((larger & F_STAGES) != 0    ? c->stages + 1
+                             : (smaller & F_STAGES) != 0 ? c->stages - 1
+                                                         : c->stages);
+        add_move(sp, &m, out, cap, n);
+    }
+}
+
+/* tma: the moves one step each way, the store hint flipped. */
 static size_t tma_neighbors(const tuned__space *sp, const tuned__config *c, tuned__config *out,
                             size_t cap)
 {
     size_t n = 0;
-    tuned__config m;
-    for (int up = 0; up < 2; up++) {
-        m = *c, m.warps = up ? c->warps * 2 : c->warps / 2;
-        add_move(sp, &m, out, cap, &n);
-        m = *c, m.cluster = up ? c->cluster * 2 : c->cluster / 2;
-        add_move(sp, &m, out, cap, &n);
-        m = *c, m.cluster = up ? c->cluster * 2 : c->cluster / 2;
-        m.warps = up ? c->warps / 2 : c->warps * 2;
-        add_move(sp, &m, out, cap, &n);
-        m = *c, m.stages = (uint8_t)(up ? c->stages + 1 : c->stages - 1);
-        add_move(sp, &m, out, cap, &n);
-    }
-    m = *c, m.st = c->st == TUNED__ST_DEF ? TUNED__ST_CS : TUNED__ST_DEF;
+    for (int up = 0; up < 2; up++)
+        add_moves(sp, c, tma_moves, sizeof tma_moves / sizeof tma_moves[0], up, out, cap, &n);
+    tuned__config m = *c;
+    m.st = c->st == TUNED__ST_DEF ? TUNED__ST_CS : TUNED__ST_DEF;
     add_move(sp, &m, out, cap, &n);
     return n < cap ? n : cap;
 }
@@ -285,22 +345,7 @@ size_t tuned__space_neighbors(const tuned__space *sp, const tuned__config *c, tu
     size_t n = 0;
     tuned__config m;
     for (int up = 0; up < 2; up++) {
-        m = *c, m.warps = up ? c->warps * 2 : c->warps / 2;
-        add_move(sp, &m, out, cap, &n);
-        m = *c, m.rows = up ? c->rows * 2 : c->rows / 2;
-        add_move(sp, &m, out, cap, &n);
-        m = *c, m.warps = up ? c->warps * 2 : c->warps / 2, m.rows = up ? c->rows * 2 : c->rows / 2;
-        add_move(sp, &m, out, cap, &n);
-        m = *c, m.vec = up ? c->vec * 2 : c->vec / 2;
-        add_move(sp, &m, out, cap, &n);
-        m = *c, m.cluster = up ? c->cluster * 2 : c->cluster / 2;
-        add_move(sp, &m, out, cap, &n);
-        m = *c, m.minb = up ? c->minb * 2 : c->minb / 2;
-        add_move(sp, &m, out, cap, &n);
-        /* the same threads a row, in more and smaller blocks or fewer and larger */
-        m = *c, m.cluster = up ? c->cluster * 2 : c->cluster / 2;
-        m.warps = up ? c->warps / 2 : c->warps * 2;
-        add_move(sp, &m, out, cap, &n);
+        add_moves(sp, c, rows_moves, sizeof rows_moves / sizeof rows_moves[0], up, out, cap, &n);
         /* the same for a grid split, and the split itself; from 2 blocks
          * down to none, and from none to 2 (with the reduction it needs) */
         unsigned g = c->grid > 1 ? c->grid : 1;
