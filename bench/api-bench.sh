@@ -11,6 +11,9 @@
 #      torch.compile, Triton and a D2D copy on the mission table shapes in fp16,
 #      bf16 and fp32, then host overhead per call (C and Python).
 #
+# BENCH_SHAPES (shapes or sets: mission, anchors, decode) picks the shapes;
+# the default is the mission table.
+#
 # Results go to OUT (default $OUT, else bench/results/DATE-api): results.md,
 # results.json, softmax-gbps.png, the test logs, nvidia-smi.txt.
 #
@@ -65,7 +68,8 @@ left=$(( 540 - (SECONDS - start) ))
 PYTHONPATH="$root/bindings/python" TUNED_LIBRARY="$root/build/libtuned.so.0" \
 TUNED_BIN="$root/build/tuned" TUNED_POLICY=never \
     python3 bench/bench_torch.py --out "$out" --state "$state" --tuned-bin "$root/build/tuned" \
-        --overhead-bin "$root/build/tests/bench_overhead" --budget-s "$left" 2>&1 |
+        --overhead-bin "$root/build/tests/bench_overhead" --budget-s "$left" \
+        ${BENCH_SHAPES:+--shapes "$BENCH_SHAPES"} 2>&1 |
     tee "$out/bench.log" | grep -vE '^(tune|[0-9]+x[0-9]+\|)'
 status=("${PIPESTATUS[@]}")
 rc=${status[0]}

@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# bench/gpu-session.sh PHASE NAME: one session's GPU work on a lent machine,
+# in calls that each end inside the device tool's 10-minute limit. NAME is
+# the GPU's short name (h100, h200); results go to $OUT (the device tool's
+# folder), else bench/results/DATE-NAME.
+#
+#   check    build (dependencies from .debs/ through tools/device-env.sh),
+#            the GPU test suite, tools/bench.sh on the mission table (a
+#            fresh store, every shape tuned cold), then tools/pretune.sh
+#            NAME --from that export: cache/pretuned/NAME.jsonl made anew,
+#            imported into a fresh store, served exact, verified. A short
+#            table last.
+#   anchors  the anchors' Python packages from the wheels carried in
+#            .whlA/ and .whlB/ (QuACK's 91 MB wheel comes in two parts,
+#            one a call, kept in /tmp between calls while the machine
+#            stays up), then bench/api-bench.sh: tuned.softmax against the
+#            copy, torch, torch.compile, Triton, QuACK and Liger on the
+#            mission, anchor and decode shapes. It stops itself before the
+#            limit; run it again to go on where it stopped.
+#   stage    only keep the wheel part carried in this call (.whlA/ or
+#            .whlB/) in /tmp, for a later `anchors` call.
+set -uo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+phase="${1:?usage: bench/gpu-session.sh check|anchors|stage NAME}"
+name="${2:?usage: bench/gpu-session.sh check|anchors|stage NAME}"
+out="${OUT:-$root/bench/results/$(date -u +%F)-$name}"
+mkdir -p "$out"
+wheels=/tmp/tuned-wheels
+
+stage_wheels() {
+    mkdir -p "$wheels"
+    local d
+    for d in .whlA .whlB; do
+        [[ -d "$d" ]] && cp -n "$d"/* "$wheels"/ 2>/dev/null
+    done
+    ls "$wheels"
+}
+
+install_wheels() {
+    stage_wheels >/dev/null
+    local cu12=nvidia_cutlass_dsl_libs_cu12-4.8.1-cp312-cp312-manylinux_2_28_x86_64.whl
+    if [[ ! -f "$wheels/$cu12" ]]; then
+        if [[ -f "$wheels/cu12.part.aa" && -f "$wheels/cu12.part.ab" ]]; then
+            cat "$wheels/cu12.part.aa" "$wheels/cu12.part.ab" >"$wheels/$cu12"
+        else
+            echo "anchors: QuACK's cu12 wheel is not complete in $wheels (stage both parts first)"
+            return 1
+        fi
+    fi
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target /tmp/site "$wheels"/*.whl || return 1
+    # The wheel's .pth file is not read from a --target directory.
+    export PYTHONPATH="/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages${PYTHONPATH:+:$PYTHONPATH}"
+    python3 -c 'import quack, liger_kernel; print("anchors: quack", quack.__version__)' 2>&1 | tail -1
+}
+
+case "$phase" in
+stage)
+    stage_wheels
+    ;;
+check)
+    # shellcheck source=tools/device-env.sh
+    source tools/device-env.sh || exit 1
+    export LD_LIBRARY_PATH="/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+    stage_wheels >/dev/null
+    nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv \
+        >"$out/nvidia-smi.txt" 2>&1
+    t0=$SECONDS
+    tools/setup.sh --no-deps >"$out/build.log" 2>&1 || { tail -n 30 "$out/build.log"; exit 1; }
+    echo "== build: $((SECONDS - t0)) s"
+    meson test -C build --suite gpu --print-errorlogs >"$out/gpu-tests.log" 2>&1
+    suite=$?
+    grep -E '^ *[0-9]+/[0-9]+ ' "$out/gpu-tests.log"
+    echo "== GPU suite: exit $suite, $((SECONDS - t0)) s"
+    tools/bench.sh "$out" shapes >/dev/null 2>"$out/bench-progress.log"
+    echo "== shapes: $((SECONDS - t0)) s"
+    tools/pretune.sh "$name" --from "$out/shapes.jsonl" >"$out/pretune.log" 2>&1
+    pre=$?
+    cp "cache/pretuned/$name.jsonl" "$out/$name.jsonl"
+    tail -n 3 "$out/pretune.log"
+    echo "== pretune: exit $pre, $((SECONDS - t0)) s"
+    cat "$out/shapes.md"
+    [[ $suite -eq 0 && $pre -eq 0 ]]
+    ;;
+anchors)
+    install_wheels >"$out/wheels.log" 2>&1 || { cat "$out/wheels.log"; exit 1; }
+    tail -n 1 "$out/wheels.log"
+    BENCH_SHAPES="mission,anchors,decode" bench/api-bench.sh "$out/api"
+    ;;
+*)
+    echo "gpu-session: unknown phase '$phase' (check, anchors, stage)" >&2
+    exit 2
+    ;;
+esac
