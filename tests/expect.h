@@ -12,6 +12,9 @@
  * cannot check what it is for (no GPU, no NVRTC, a build without test
  * hooks) exits TEST_SKIP, which meson reports as skipped, never 0.
  *
+ * expect_done(name, dir) ends a test program: its scratch directory, its
+ * summary line and its exit status.
+ *
  * The count is one per program: a test of one file has its own; one whose
  * EXPECTs run in several threads defines EXPECT_ATOMIC first; one of
  * several files (a *_testlib.c beside it) defines EXPECT_SHARED first in
@@ -21,6 +24,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "tuned.h"
@@ -105,5 +109,27 @@ static inline void expect_fail_(const char *file, int line, const char *fmt, ...
                          (needle));                                                          \
         }                                                                                    \
     } while (0)
+
+/* Removes the program's scratch directory dir (NULL: none) unless a check
+ * failed (then it is kept for a look), prints the failure count or "NAME:
+ * all checks passed", and returns the exit status (1 after a failure). */
+static inline int expect_done(const char *name, const char *dir)
+{
+    int n = failures;
+    if (dir != NULL && n != 0) {
+        fprintf(stderr, "%s: kept %s for inspection\n", name, dir);
+    } else if (dir != NULL) {
+        char cmd[1100];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+        if (system(cmd) != 0)
+            fprintf(stderr, "%s: could not remove %s\n", name, dir);
+    }
+    if (n != 0) {
+        fprintf(stderr, "%s: %d failure(s)\n", name, n);
+        return 1;
+    }
+    printf("%s: all checks passed\n", name);
+    return 0;
+}
 
 #endif

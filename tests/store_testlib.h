@@ -22,6 +22,11 @@ extern const char *self_exe; /* argv[0] when it is a path (valgrind), else /proc
 /* A fresh path name under root (not created). */
 void dir_path(char *buf, size_t size, const char *name);
 
+/* Opens (creating it) the store root/name with an initial map of mapsize
+ * bytes (0: the default), its path left in path; NULL, with the failure
+ * counted, when it does not open. */
+tuned__store *open_test_store(char *path, size_t size, const char *name, size_t mapsize);
+
 /* A valid record of shape rows x cols fp16 measured on GPU identity gpu
  * under this build's policy. */
 void make_record(tuned__record *r, const char *gpu, uint64_t rows, uint64_t cols);

@@ -42,14 +42,6 @@
 
 static char tmpdir[256];
 
-static void rm_rf(const char *path)
-{
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", path);
-    if (system(cmd) != 0)
-        fprintf(stderr, "warning: could not remove %s\n", path);
-}
-
 /* ---- map ---- */
 
 static tuned__api_entry *new_entry(uint64_t rows, unsigned payload)
@@ -771,13 +763,6 @@ int main(int argc, char **argv)
         test_daemon();
         test_public();
     }
-    rm_rf(tmpdir);
-    if (failures != 0) {
-        fprintf(stderr, "%d failure(s)\n", failures);
-        return 1;
-    }
-    if (skip != 0)
-        return skip;
-    printf("api%s: all checks passed\n", cubin ? " cubin" : "");
-    return 0;
+    int status = expect_done(cubin ? "api cubin" : "api", tmpdir);
+    return status != 0 ? status : skip;
 }

@@ -60,11 +60,7 @@ static int noted(const notes *ns, const char *needle)
 static tuned__store *open_store(const char *name)
 {
     char path[4200];
-    dir_path(path, sizeof path, name);
-    tuned__err e = {0};
-    tuned__store *s = NULL;
-    EXPECT_OK(tuned__store_open(&s, path, 0, &e), &e);
-    return s;
+    return open_test_store(path, sizeof path, name, 0);
 }
 
 /* Imports the bytes text[0..n) as file `name`. */
@@ -632,12 +628,10 @@ static void test_truncated(void)
 static void test_import_grows_map(void)
 {
     char path[4200];
-    dir_path(path, sizeof path, "grow");
-    tuned__err e = {0};
-    tuned__store *s;
-    EXPECT_OK(tuned__store_open_mapsize(&s, path, 0, 64 << 10, &e), &e);
+    tuned__store *s = open_test_store(path, sizeof path, "grow", 64 << 10);
     if (s == NULL)
         return;
+    tuned__err e = {0};
     buf b = {0};
     add_header(&b, 1000);
     for (int i = 0; i < 1000; i++) {

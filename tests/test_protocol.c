@@ -21,7 +21,7 @@
 #include "src/tuner/space.h"
 #include "tuned.h"
 #include "src/tuner/policy.h"
-#include "tests/expect.h"
+#include "tests/store_testlib.h"
 
 /* Parses line; checks the error code name (NULL: success). */
 static void expect(const char *line, const char *code)
@@ -216,22 +216,15 @@ static void test_writer(void)
     tuned__buf_free(&b);
 }
 
-static void make_record(tuned__record *r, uint64_t rows, uint64_t cols, uint64_t fp,
-                        const char *config, double us)
+/* A record of store_testlib.h on the test GPU: key.gpu_fp fp, config, us. */
+static void index_record(tuned__record *r, uint64_t rows, uint64_t cols, uint64_t fp,
+                         const char *config, double us)
 {
-    memset(r, 0, sizeof *r);
-    r->key.kernel = TUNED__KERNEL_SOFTMAX;
-    r->key.dtype = TUNED_FP16;
-    r->key.rows = rows;
-    r->key.cols = cols;
+    make_record(r, "Test GPU|sm_90|132sm|81559MiB|drv13000|nvrtc13.0|tpl0", rows, cols);
     r->key.gpu_fp = fp;
     snprintf(r->config, sizeof r->config, "%s", config);
-    snprintf(r->gpu, sizeof r->gpu, "Test GPU|sm_90|132sm|81559MiB|drv13000|nvrtc13.0|tpl0");
     snprintf(r->gpu_name, sizeof r->gpu_name, "Test GPU");
     r->median_us = us;
-    snprintf(r->prov.policy, sizeof r->prov.policy, "%s", TUNED__MEASURE_POLICY);
-    snprintf(r->date, sizeof r->date, "2026-11-21T10:00:00Z");
-    snprintf(r->tool_version, sizeof r->tool_version, "0.1.0");
 }
 
 static void test_index(void)
@@ -262,13 +255,13 @@ static void test_index(void)
     tuned__config_format(&cb, tbig, sizeof tbig);
 
     tuned__record recs[6];
-    make_record(&recs[0], 1024, 1024, 7, tsmall, 6.0);
-    make_record(&recs[1], 4096, 32000, 7, tbig, 143.0);
-    make_record(&recs[2], 4096, 32000, 8, tbig, 150.0); /* another GPU */
-    make_record(&recs[3], 4096, 32000, 7, tbig, 140.0); /* the same key again: it wins */
-    make_record(&recs[4], 2048, 2048, 7, tsmall, 9.0);  /* another policy: never exact */
+    index_record(&recs[0], 1024, 1024, 7, tsmall, 6.0);
+    index_record(&recs[1], 4096, 32000, 7, tbig, 143.0);
+    index_record(&recs[2], 4096, 32000, 8, tbig, 150.0); /* another GPU */
+    index_record(&recs[3], 4096, 32000, 7, tbig, 140.0); /* the same key again: it wins */
+    index_record(&recs[4], 2048, 2048, 7, tsmall, 9.0);  /* another policy: never exact */
     snprintf(recs[4].prov.policy, sizeof recs[4].prov.policy, "some-older-policy/0");
-    make_record(&recs[5], 512, 512, 7, tsmall, 3.0);    /* another layout: not held */
+    index_record(&recs[5], 512, 512, 7, tsmall, 3.0);    /* another layout: not held */
     recs[5].key.layout = 1;
     tuned__index *ix;
     EXPECT(tuned__index_new(&ix, &e) == 0);
@@ -313,7 +306,7 @@ static void test_index(void)
     }
     /* GPU 7 is local: its records must match this system's provenance */
     tuned__record here;
-    make_record(&here, 1, 1, 7, tsmall, 0);
+    index_record(&here, 1, 1, 7, tsmall, 0);
     here.prov.driver_version = 13000;
     EXPECT(tuned__index_set_here(ix, &here, 1, &e) == 0);
     recs[1].prov.driver_version = 13000;

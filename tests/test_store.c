@@ -325,12 +325,10 @@ static void test_exact(void)
 static void test_roundtrip(void)
 {
     char path[4200];
-    dir_path(path, sizeof path, "rt/nested/store");
-    tuned__err e = {0};
-    tuned__store *s;
-    EXPECT_OK(tuned__store_open(&s, path, 0, &e), &e);
+    tuned__store *s = open_test_store(path, sizeof path, "rt/nested/store", 0);
     if (s == NULL)
         return;
+    tuned__err e = {0};
     EXPECT(strcmp(tuned__store_path(s), path) == 0);
 
     /* mkdir -p made every level 0700. */
@@ -421,12 +419,10 @@ static void test_roundtrip(void)
 static void test_policy(void)
 {
     char path[4200];
-    dir_path(path, sizeof path, "policy");
-    tuned__err e = {0};
-    tuned__store *s;
-    EXPECT_OK(tuned__store_open(&s, path, 0, &e), &e);
+    tuned__store *s = open_test_store(path, sizeof path, "policy", 0);
     if (s == NULL)
         return;
+    tuned__err e = {0};
     tuned__record r, got;
     make_record(&r, "gpu-a", 64, 64);
     snprintf(r.prov.policy, sizeof r.prov.policy, "median-no-flush/0");
@@ -446,12 +442,10 @@ static void test_policy(void)
 static void test_find_shape(void)
 {
     char path[4200];
-    dir_path(path, sizeof path, "shape");
-    tuned__err e = {0};
-    tuned__store *s;
-    EXPECT_OK(tuned__store_open(&s, path, 0, &e), &e);
+    tuned__store *s = open_test_store(path, sizeof path, "shape", 0);
     if (s == NULL)
         return;
+    tuned__err e = {0};
     tuned__record a, b, other;
     make_record(&a, "gpu-a", 1024, 768);
     make_record(&b, "gpu-b", 1024, 768);
@@ -683,11 +677,9 @@ static void test_schema(void)
 static void test_malformed(void)
 {
     char path[4200];
-    dir_path(path, sizeof path, "malformed");
-    tuned__err e = {0};
-    tuned__store *s;
-    EXPECT_OK(tuned__store_open(&s, path, 0, &e), &e);
+    tuned__store *s = open_test_store(path, sizeof path, "malformed", 0);
     tuned__store_close(s);
+    tuned__err e = {0};
 
     tuned__record r, got;
     make_record(&r, "gpu-a", 64, 64);
@@ -774,12 +766,10 @@ static void test_malformed(void)
 static void test_history(void)
 {
     char path[4200];
-    dir_path(path, sizeof path, "history");
-    tuned__err e = {0};
-    tuned__store *s;
-    EXPECT_OK(tuned__store_open(&s, path, 0, &e), &e);
+    tuned__store *s = open_test_store(path, sizeof path, "history", 0);
     if (s == NULL)
         return;
+    tuned__err e = {0};
     tuned__record r, other;
     make_record(&r, "gpu-a", 4096, 32000);
     make_record(&other, "gpu-b", 4096, 32000);
@@ -893,12 +883,10 @@ static void test_history(void)
 static void test_cubins(void)
 {
     char path[4200];
-    dir_path(path, sizeof path, "cubins");
-    tuned__err e = {0};
-    tuned__store *s;
-    EXPECT_OK(tuned__store_open_mapsize(&s, path, 0, 64 << 10, &e), &e);
+    tuned__store *s = open_test_store(path, sizeof path, "cubins", 64 << 10);
     if (s == NULL)
         return;
+    tuned__err e = {0};
     /* Blobs of awkward sizes, one bigger than the whole initial map. */
     static const size_t sizes[] = {1, 4095, 4096, 4097, 300000};
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
@@ -977,12 +965,10 @@ static int count_scan(void *ctx, const tuned__record *r)
 static void test_each_forget(void)
 {
     char path[4200];
-    dir_path(path, sizeof path, "forget");
-    tuned__err e = {0};
-    tuned__store *s;
-    EXPECT_OK(tuned__store_open(&s, path, 0, &e), &e);
+    tuned__store *s = open_test_store(path, sizeof path, "forget", 0);
     if (s == NULL)
         return;
+    tuned__err e = {0};
     /* 3 GPUs x 2 shapes x 2 dtypes. */
     static const char *const names[] = {"NVIDIA H100 80GB HBM3", "NVIDIA H200", "NVIDIA A100"};
     for (int g = 0; g < 3; g++)
@@ -1072,12 +1058,10 @@ static void test_each_forget(void)
 static void test_gc(void)
 {
     char path[4200];
-    dir_path(path, sizeof path, "gc");
-    tuned__err e = {0};
-    tuned__store *s;
-    EXPECT_OK(tuned__store_open(&s, path, 0, &e), &e);
+    tuned__store *s = open_test_store(path, sizeof path, "gc", 0);
     if (s == NULL)
         return;
+    tuned__err e = {0};
     /* A tuned shape (best w010) and an interrupted one (no best); 300
      * entries each, so deletes cross pages. */
     tuned__record r, lone;
@@ -1147,12 +1131,10 @@ static void test_gc(void)
 static void test_map_growth(void)
 {
     char path[4200];
-    dir_path(path, sizeof path, "tiny");
-    tuned__err e = {0};
-    tuned__store *s;
-    EXPECT_OK(tuned__store_open_mapsize(&s, path, 0, 64 << 10, &e), &e);
+    tuned__store *s = open_test_store(path, sizeof path, "tiny", 64 << 10);
     if (s == NULL)
         return;
+    tuned__err e = {0};
     enum { N = 2000 };
     tuned__record r, got;
     make_record(&r, "gpu-a", 1, 4096);
@@ -1245,12 +1227,10 @@ static void *work(void *arg)
 static void test_threads(void)
 {
     char path[4200];
-    dir_path(path, sizeof path, "threads");
-    tuned__err e = {0};
-    tuned__store *s;
-    EXPECT_OK(tuned__store_open_mapsize(&s, path, 0, 64 << 10, &e), &e);
+    tuned__store *s = open_test_store(path, sizeof path, "threads", 64 << 10);
     if (s == NULL)
         return;
+    tuned__err e = {0};
     worker w[THREADS];
     pthread_t th[THREADS];
     for (int i = 0; i < THREADS; i++) {

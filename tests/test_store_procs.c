@@ -527,12 +527,10 @@ static int grow_child(const char *path)
 static void test_other_process_grows(void)
 {
     char path[4200];
-    dir_path(path, sizeof path, "grow");
-    tuned__err e = {0};
-    tuned__store *s;
-    EXPECT_OK(tuned__store_open_mapsize(&s, path, 0, TINY_MAP, &e), &e);
+    tuned__store *s = open_test_store(path, sizeof path, "grow", TINY_MAP);
     if (s == NULL)
         return;
+    tuned__err e = {0};
     tuned__record r, got;
     make_record(&r, "gpu-parent", 1, 1);
     EXPECT_OK(tuned__store_put_best(s, &r, &e), &e);
@@ -630,12 +628,10 @@ static int count_stale(const char *path)
 static void test_stale_reader(void)
 {
     char path[4200];
-    dir_path(path, sizeof path, "stale");
-    tuned__err e = {0};
-    tuned__store *s;
-    EXPECT_OK(tuned__store_open(&s, path, 0, &e), &e);
+    tuned__store *s = open_test_store(path, sizeof path, "stale", 0);
     if (s == NULL)
         return;
+    tuned__err e = {0};
     tuned__record r;
     make_record(&r, "gpu-a", 1, 1);
     EXPECT_OK(tuned__store_put_best(s, &r, &e), &e);
