@@ -11,9 +11,14 @@
 #   3. prints loadgen's lines and PASS or FAIL against the bar.
 # Environment: CONNECTIONS, DURATION, TUNED_TEST_FAKE_MS, TUNED_TEST_FAKE_BUSY
 # (1: the fake worker spins a CPU core per variant, as NVRTC would).
+# The fake GPU is a test hook: BUILD_DIR (default build/) must be configured
+# with -Dtest_hooks=true, as tools/setup.sh configures build/; a build
+# without hooks is refused.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${1:-$root/build}"
+tuned="$build/tools/tuned"
+[[ -x "$tuned" ]] || tuned="$build/tuned"
 tmp="$(mktemp -d /tmp/tuned-load-XXXXXX)"
 pid=""
 cleanup() { [[ -n "$pid" ]] && kill -TERM "$pid" 2>/dev/null && wait "$pid" 2>/dev/null; rm -rf "$tmp"; }
@@ -21,10 +26,16 @@ trap cleanup EXIT
 sock="$tmp/s.sock"
 
 start() { # start FAKE_MS
-    TUNED_TEST_FAKE_GPU=1 TUNED_TEST_FAKE_MS="$1" "$build/tuned" serve -q --socket "$sock" \
+    TUNED_TEST_FAKE_GPU=1 TUNED_TEST_FAKE_MS="$1" "$tuned" serve -q --socket "$sock" \
         --db "$tmp/db" >>"$tmp/log" 2>&1 &
     pid=$!
-    for _ in $(seq 200); do [[ -S "$sock" ]] && return 0; sleep 0.05; done
+    for _ in $(seq 200); do
+        if [[ -S "$sock" ]]; then
+            grep -q "TEST ONLY: fake GPU" "$tmp/log" && return 0
+            echo "$tuned has no fake GPU: configure $build with -Dtest_hooks=true"; exit 1
+        fi
+        sleep 0.05
+    done
     echo "daemon did not start:"; cat "$tmp/log"; exit 1
 }
 stop() { kill -TERM "$pid"; wait "$pid"; pid=""; }

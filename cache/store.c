@@ -313,8 +313,10 @@ static int write_txn(tuned__store *s, tuned__txn_fn fn, void *arg, tuned__err *e
         if (rc != 0)
             return rc;
         fn(&t, arg, e);
+#ifdef TUNED_TEST_HOOKS
         if (t.rc == 0 && s->test_hook != NULL)
             s->test_hook(s->test_ctx, "before-commit");
+#endif
         rc = tuned__txn_end(&t, e);
         if (rc == 0 || t.mdb_rc != MDB_MAP_FULL || tries >= STORE_MAX_RETRIES)
             return rc;
@@ -676,12 +678,14 @@ int tuned__store_txnid(tuned__store *s, uint64_t *out, tuned__err *e)
     return 0;
 }
 
+#ifdef TUNED_TEST_HOOKS
 void tuned__store_set_test_hook(tuned__store *s, void (*fn)(void *ctx, const char *where),
                                 void *ctx)
 {
     s->test_hook = fn;
     s->test_ctx = ctx;
 }
+#endif
 
 int tuned__store_stale_readers(const tuned__store *s)
 {

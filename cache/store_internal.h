@@ -4,7 +4,7 @@
  * tiny one instead so that a few thousand records exercise the
  * MDB_MAP_FULL -> grow -> retry path in well under a second. The test hook
  * lets a crash test stop a writer at a known point inside its write
- * transaction before killing it. */
+ * transaction before killing it; it exists only in a build with test hooks. */
 #ifndef TUNED_CACHE_STORE_INTERNAL_H
 #define TUNED_CACHE_STORE_INTERNAL_H
 
@@ -22,10 +22,13 @@
 int tuned__store_open_mapsize(tuned__store **out, const char *path, unsigned flags,
                               size_t mapsize, tuned__err *e);
 
+#ifdef TUNED_TEST_HOOKS
 /* Calls fn(ctx, "before-commit") in every write transaction after its work
- * and before its commit. NULL removes the hook. */
+ * and before its commit. NULL removes the hook. Only in a build with test
+ * hooks (-Dtest_hooks=true). */
 void tuned__store_set_test_hook(tuned__store *s, void (*fn)(void *ctx, const char *where),
                                 void *ctx);
+#endif
 
 /* Reader slots of dead processes that tuned__store_open() cleared. */
 int tuned__store_stale_readers(const tuned__store *s);

@@ -31,8 +31,10 @@ struct tuned__store {
     pthread_rwlock_t resize;  /* txns hold it shared, map resizes exclusive */
     size_t mapsize;           /* current map size; written only under resize held exclusive */
     int stale_readers;        /* reader slots of dead processes cleared at open */
+#ifdef TUNED_TEST_HOOKS
     void (*test_hook)(void *ctx, const char *where); /* store_internal.h */
     void *test_ctx;
+#endif
     char path[];
 };
 

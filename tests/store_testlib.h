@@ -1,6 +1,7 @@
-/* store_testlib.h: what the store's test programs share: checks that count
- * failures, a scratch root removed at the end, test records, and raw LMDB
- * writes that play a foreign or broken writer. */
+/* store_testlib.h: what the store's test programs share: the one failure
+ * count of expect.h across their files, a scratch root removed at the end,
+ * test records, and raw LMDB writes that play a foreign or broken writer.
+ * Include it instead of expect.h. */
 #ifndef TUNED_TESTS_STORE_TESTLIB_H
 #define TUNED_TESTS_STORE_TESTLIB_H
 
@@ -12,41 +13,19 @@
 #include "cache/store.h"
 #include "tuned.h"
 
-extern int failures;
+#define EXPECT_SHARED
+#include "tests/expect.h"
+
 extern char root[1024];
 extern const char *self_exe; /* argv[0] when it is a path (valgrind), else /proc/self/exe */
 
-#define CHECK(cond)                                                                   \
-    do {                                                                              \
-        if (!(cond)) {                                                                \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-            failures++;                                                               \
-        }                                                                             \
-    } while (0)
-
-/* Checks that expr returns want; on a mismatch prints both and e's message. */
-#define CHECK_RC(expr, want, e)                                                            \
-    do {                                                                                   \
-        int rc_ = (expr);                                                                  \
-        if (rc_ != (want)) {                                                               \
-            fprintf(stderr, "%s:%d: %s returned %d (%s), expected %d (%s); message: %s\n", \
-                    __FILE__, __LINE__, #expr, rc_, tuned_strerror(rc_), (want),           \
-                    tuned_strerror(want), (e)->msg);                                       \
-            failures++;                                                                    \
-        }                                                                                  \
-    } while (0)
-
-#define CHECK_MSG(e, needle)                                                            \
-    do {                                                                                \
-        if (strstr((e)->msg, (needle)) == NULL) {                                       \
-            fprintf(stderr, "%s:%d: message \"%s\" lacks \"%s\"\n", __FILE__, __LINE__, \
-                    (e)->msg, (needle));                                                \
-            failures++;                                                                 \
-        }                                                                               \
-    } while (0)
-
 /* A fresh path name under root (not created). */
 void dir_path(char *buf, size_t size, const char *name);
+
+/* Opens (creating it) the store root/name with an initial map of mapsize
+ * bytes (0: the default), its path left in path; NULL, with the failure
+ * counted, when it does not open. */
+tuned__store *open_test_store(char *path, size_t size, const char *name, size_t mapsize);
 
 /* A valid record of shape rows x cols fp16 measured on GPU identity gpu
  * under this build's policy. */

@@ -567,14 +567,5 @@ int main(int argc, char **argv)
     d->cuDevicePrimaryCtxRelease(dev);
     tuned__nvrtc_unload(n);
     tuned__driver_unload(d);
-    char cmd[200];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "warning: %s left behind\n", dir);
-    if (failures != 0) {
-        fprintf(stderr, "%d failure(s)\n", atomic_load(&failures));
-        return 1;
-    }
-    printf("api-gpu: all checks passed\n");
-    return 0;
+    return expect_done("api-gpu", dir);
 }

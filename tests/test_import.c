@@ -46,15 +46,13 @@ static int noted(const notes *ns, const char *needle)
     return 0;
 }
 
-#define CHECK_NOTE(ns, needle)                                                            \
-    do {                                                                                  \
-        if (!noted((ns), (needle))) {                                                     \
-            fprintf(stderr, "%s:%d: no note says \"%s\"; notes:\n", __FILE__, __LINE__,   \
-                    (needle));                                                            \
-            for (int i_ = 0; i_ < (ns)->n && i_ < 64; i_++)                               \
-                fprintf(stderr, "    %s\n", (ns)->text[i_]);                              \
-            failures++;                                                                   \
-        }                                                                                 \
+/* EXPECT that a note says needle; the notes follow the failure. */
+#define EXPECT_NOTE(ns, needle)                                                       \
+    do {                                                                              \
+        EXPECT(noted((ns), (needle)), "no note says \"%s\"", (needle));              \
+        if (!noted((ns), (needle)))                                                   \
+            for (int i_ = 0; i_ < (ns)->n && i_ < 64; i_++)                           \
+                fprintf(stderr, "    %s\n", (ns)->text[i_]);                          \
     } while (0)
 
 /* ---- helpers ---- */
@@ -62,11 +60,7 @@ static int noted(const notes *ns, const char *needle)
 static tuned__store *open_store(const char *name)
 {
     char path[4200];
-    dir_path(path, sizeof path, name);
-    tuned__err e = {0};
-    tuned__store *s = NULL;
-    CHECK_RC(tuned__store_open(&s, path, 0, &e), 0, &e);
-    return s;
+    return open_test_store(path, sizeof path, name, 0);
 }
 
 /* Imports the bytes text[0..n) as file `name`. */
@@ -150,7 +144,7 @@ static size_t count_records(tuned__store *s)
 {
     size_t n = 0;
     tuned__err e = {0};
-    CHECK_RC(tuned__store_scan(s, counter, &n, NULL, &e), 0, &e);
+    EXPECT_OK(tuned__store_scan(s, counter, &n, NULL, &e), &e);
     return n;
 }
 
@@ -174,7 +168,7 @@ static void test_roundtrip(void)
             r.median_us = 1.0 / 3.0 + i; /* 17 significant digits must survive */
             r.cubin = 0xabcdef0123456789ull + (uint64_t)i;
             r.key.dtype = (uint8_t)(i % 3);
-            CHECK_RC(tuned__store_put_best(a, &r, &e), 0, &e);
+            EXPECT_OK(tuned__store_put_best(a, &r, &e), &e);
         }
     char path[4200];
     dir_path(path, sizeof path, "rt.jsonl");
@@ -182,60 +176,60 @@ static void test_roundtrip(void)
     size_t n;
     notes ns = {0};
     tuned__store_filter all = {0};
-    CHECK_RC(tuned__store_export(a, &all, f, take_note, &ns, &n, &e), 0, &e);
+    EXPECT_OK(tuned__store_export(a, &all, f, take_note, &ns, &n, &e), &e);
     fclose(f);
-    CHECK(n == 20 && ns.n == 0);
+    EXPECT(n == 20 && ns.n == 0);
     f = fopen(path, "rb");
     tuned__import_stats st;
     tuned__import_opts o = {.note = take_note, .ctx = &ns};
-    CHECK_RC(tuned__store_import(b, f, "rt.jsonl", &o, &st, &e), 0, &e);
+    EXPECT_OK(tuned__store_import(b, f, "rt.jsonl", &o, &st, &e), &e);
     fclose(f);
-    CHECK(st.added == 20 && st.invalid == 0 && !st.truncated && st.lines == 21);
+    EXPECT(st.added == 20 && st.invalid == 0 && !st.truncated && st.lines == 21);
     /* Every record came back bit for bit. */
     tuned__record ra[32], rb[32];
     for (uint64_t c = 1000; c < 1010; c++) {
         for (uint8_t dt = 0; dt < 3; dt++) {
             size_t na, nb;
-            CHECK_RC(tuned__store_find_shape(a, 1, dt, 1024, c, ra, 32, &na, &e), 0, &e);
-            CHECK_RC(tuned__store_find_shape(b, 1, dt, 1024, c, rb, 32, &nb, &e), 0, &e);
-            CHECK(na == nb);
+            EXPECT_OK(tuned__store_find_shape(a, 1, dt, 1024, c, ra, 32, &na, &e), &e);
+            EXPECT_OK(tuned__store_find_shape(b, 1, dt, 1024, c, rb, 32, &nb, &e), &e);
+            EXPECT(na == nb);
             for (size_t i = 0; i < na && i < nb; i++)
-                CHECK(record_equal(&ra[i], &rb[i]));
+                EXPECT(record_equal(&ra[i], &rb[i]));
         }
     }
     /* Filtered: one GPU. */
     dir_path(path, sizeof path, "h200.jsonl");
     f = fopen(path, "wb");
     tuned__store_filter h200 = {.gpu = "h200"};
-    CHECK_RC(tuned__store_export(a, &h200, f, NULL, NULL, &n, &e), 0, &e);
+    EXPECT_OK(tuned__store_export(a, &h200, f, NULL, NULL, &n, &e), &e);
     fclose(f);
-    CHECK(n == 10);
+    EXPECT(n == 10);
     struct stat sb;
-    CHECK(stat(path, &sb) == 0 && sb.st_size > 0);
+    EXPECT(stat(path, &sb) == 0 && sb.st_size > 0);
     /* Importing again changes nothing. */
     f = fopen(path, "rb");
-    CHECK_RC(tuned__store_import(b, f, "h200.jsonl", &o, &st, &e), 0, &e);
+    EXPECT_OK(tuned__store_import(b, f, "h200.jsonl", &o, &st, &e), &e);
     fclose(f);
-    CHECK(st.unchanged == 10 && st.added == 0 && st.replaced == 0);
+    EXPECT(st.unchanged == 10 && st.added == 0 && st.replaced == 0);
 
     /* An export into a full device fails with TUNED_EIO, saying so. */
     FILE *full = fopen("/dev/full", "wb");
     if (full != NULL) {
-        CHECK_RC(tuned__store_export(a, &all, full, NULL, NULL, &n, &e), TUNED_EIO, &e);
-        CHECK_MSG(&e, "write failed");
+        EXPECT_RC(tuned__store_export(a, &all, full, NULL, NULL, &n, &e), TUNED_EIO, &e);
+        EXPECT_MSG(&e, "write failed");
         fclose(full);
     }
     /* An empty store exports a header with 0 records. */
     tuned__store *c = open_store("rt-c");
     dir_path(path, sizeof path, "empty.jsonl");
     f = fopen(path, "wb");
-    CHECK_RC(tuned__store_export(c, &all, f, NULL, NULL, &n, &e), 0, &e);
+    EXPECT_OK(tuned__store_export(c, &all, f, NULL, NULL, &n, &e), &e);
     fclose(f);
-    CHECK(n == 0);
+    EXPECT(n == 0);
     f = fopen(path, "rb");
-    CHECK_RC(tuned__store_import(c, f, "empty.jsonl", &o, &st, &e), 0, &e);
+    EXPECT_OK(tuned__store_import(c, f, "empty.jsonl", &o, &st, &e), &e);
     fclose(f);
-    CHECK(st.added == 0 && !st.truncated);
+    EXPECT(st.added == 0 && !st.truncated);
     tuned__store_close(c);
     tuned__store_close(a);
     tuned__store_close(b);
@@ -251,7 +245,7 @@ static void test_better_only(void)
     tuned__record r, got;
     make_record(&r, "gpu-a", 4096, 32000);
     r.median_us = 100;
-    CHECK_RC(tuned__store_put_best(s, &r, &e), 0, &e);
+    EXPECT_OK(tuned__store_put_best(s, &r, &e), &e);
 
     tuned__record slower = r, faster = r;
     slower.median_us = 120;
@@ -264,37 +258,37 @@ static void test_better_only(void)
 
     add_header(&b, 1);
     add_record(&b, &slower);
-    CHECK_RC(import_text(s, "slower.jsonl", b.p, b.n, false, &ns, &st, &e), 0, &e);
-    CHECK(st.kept == 1 && st.replaced == 0);
-    CHECK_NOTE(&ns, "slower.jsonl:2: skipped");
-    CHECK_NOTE(&ns, "--force");
-    CHECK_RC(tuned__store_get_best(s, &r.key, &got, TUNED__MEASURE_POLICY, &e), 0, &e);
-    CHECK(got.median_us == 100);
+    EXPECT_OK(import_text(s, "slower.jsonl", b.p, b.n, false, &ns, &st, &e), &e);
+    EXPECT(st.kept == 1 && st.replaced == 0);
+    EXPECT_NOTE(&ns, "slower.jsonl:2: skipped");
+    EXPECT_NOTE(&ns, "--force");
+    EXPECT_OK(tuned__store_get_best(s, &r.key, &got, TUNED__MEASURE_POLICY, &e), &e);
+    EXPECT(got.median_us == 100);
 
     /* The same record again: unchanged, silently. */
     b.n = 0;
     add_header(&b, 1);
     add_record(&b, &r);
-    CHECK_RC(import_text(s, "same.jsonl", b.p, b.n, false, &ns, &st, &e), 0, &e);
-    CHECK(st.unchanged == 1 && ns.n == 0);
+    EXPECT_OK(import_text(s, "same.jsonl", b.p, b.n, false, &ns, &st, &e), &e);
+    EXPECT(st.unchanged == 1 && ns.n == 0);
 
     b.n = 0;
     add_header(&b, 1);
     add_record(&b, &faster);
-    CHECK_RC(import_text(s, "faster.jsonl", b.p, b.n, false, &ns, &st, &e), 0, &e);
-    CHECK(st.replaced == 1);
-    CHECK_RC(tuned__store_get_best(s, &r.key, &got, TUNED__MEASURE_POLICY, &e), 0, &e);
-    CHECK(record_equal(&got, &faster));
+    EXPECT_OK(import_text(s, "faster.jsonl", b.p, b.n, false, &ns, &st, &e), &e);
+    EXPECT(st.replaced == 1);
+    EXPECT_OK(tuned__store_get_best(s, &r.key, &got, TUNED__MEASURE_POLICY, &e), &e);
+    EXPECT(record_equal(&got, &faster));
 
     /* --force: the slower one goes in, with a note. */
     b.n = 0;
     add_header(&b, 1);
     add_record(&b, &slower);
-    CHECK_RC(import_text(s, "forced.jsonl", b.p, b.n, true, &ns, &st, &e), 0, &e);
-    CHECK(st.replaced == 1);
-    CHECK_NOTE(&ns, "--force");
-    CHECK_RC(tuned__store_get_best(s, &r.key, &got, TUNED__MEASURE_POLICY, &e), 0, &e);
-    CHECK(record_equal(&got, &slower));
+    EXPECT_OK(import_text(s, "forced.jsonl", b.p, b.n, true, &ns, &st, &e), &e);
+    EXPECT(st.replaced == 1);
+    EXPECT_NOTE(&ns, "--force");
+    EXPECT_OK(tuned__store_get_best(s, &r.key, &got, TUNED__MEASURE_POLICY, &e), &e);
+    EXPECT(record_equal(&got, &slower));
 
     /* Duplicate record keys inside one file: the fastest wins. */
     tuned__record d1 = r, d2 = r, d3 = r;
@@ -306,11 +300,11 @@ static void test_better_only(void)
     add_record(&b, &d1);
     add_record(&b, &d2);
     add_record(&b, &d3);
-    CHECK_RC(import_text(s, "dups.jsonl", b.p, b.n, false, &ns, &st, &e), 0, &e);
-    CHECK(st.replaced == 2 && st.kept == 1);
-    CHECK_NOTE(&ns, "dups.jsonl:4: skipped");
-    CHECK_RC(tuned__store_get_best(s, &r.key, &got, TUNED__MEASURE_POLICY, &e), 0, &e);
-    CHECK(got.median_us == 50);
+    EXPECT_OK(import_text(s, "dups.jsonl", b.p, b.n, false, &ns, &st, &e), &e);
+    EXPECT(st.replaced == 2 && st.kept == 1);
+    EXPECT_NOTE(&ns, "dups.jsonl:4: skipped");
+    EXPECT_OK(tuned__store_get_best(s, &r.key, &got, TUNED__MEASURE_POLICY, &e), &e);
+    EXPECT(got.median_us == 50);
 
     /* A damaged stored record is replaced, with a note. */
     char path[4200];
@@ -318,14 +312,14 @@ static void test_better_only(void)
     tuned__store_close(s);
     uint8_t kb[TUNED__KEY_LEN];
     tuned__key_encode(kb, TUNED__KEY_TAG_BEST, &r.key);
-    CHECK(raw_put(path, "best", kb, sizeof kb, "{\"v\":2", 6) == 0);
+    EXPECT(raw_put(path, "best", kb, sizeof kb, "{\"v\":2", 6) == 0);
     s = open_store("better");
     b.n = 0;
     add_header(&b, 1);
     add_record(&b, &slower);
-    CHECK_RC(import_text(s, "over-damage.jsonl", b.p, b.n, false, &ns, &st, &e), 0, &e);
-    CHECK(st.replaced == 1);
-    CHECK_NOTE(&ns, "damaged");
+    EXPECT_OK(import_text(s, "over-damage.jsonl", b.p, b.n, false, &ns, &st, &e), &e);
+    EXPECT(st.replaced == 1);
+    EXPECT_NOTE(&ns, "damaged");
     free(b.p);
     tuned__store_close(s);
 }
@@ -449,7 +443,7 @@ static void test_hostile_lines(void)
         write_file(path, b.p, b.n);
         FILE *f = fopen(path, "rb");
         memset(&ns, 0, sizeof ns);
-        CHECK_RC(tuned__store_import(s, f, "case.jsonl", &o, &st, &e), 0, &e);
+        EXPECT_OK(tuned__store_import(s, f, "case.jsonl", &o, &st, &e), &e);
         fclose(f);
         int ok = st.invalid == 1 && st.added + st.unchanged == 1 && ns.n == 1 &&
                  noted(&ns, "case.jsonl:2: skipped") && noted(&ns, cases[i].needle);
@@ -468,7 +462,7 @@ static void test_hostile_lines(void)
         free(cases[i].line);
     }
     /* The good record is there, once, and nothing else. */
-    CHECK(count_records(s) == 1);
+    EXPECT(count_records(s) == 1);
     free(good_line);
     free(nested);
     tuned__store_close(s);
@@ -487,25 +481,25 @@ static void test_bad_files(void)
     make_record(&r, "gpu-a", 2, 2);
     char *line = record_line(&r);
 
-    CHECK_RC(import_text(s, "empty", "", 0, false, &ns, &st, &e), TUNED_EINVAL, &e);
-    CHECK_MSG(&e, "empty");
-    CHECK_RC(import_text(s, "blank", "\n\n  \n", 5, false, &ns, &st, &e), TUNED_EINVAL, &e);
-    CHECK_RC(import_text(s, "noheader", line, strlen(line), false, &ns, &st, &e), TUNED_EINVAL,
+    EXPECT_RC(import_text(s, "empty", "", 0, false, &ns, &st, &e), TUNED_EINVAL, &e);
+    EXPECT_MSG(&e, "empty");
+    EXPECT_RC(import_text(s, "blank", "\n\n  \n", 5, false, &ns, &st, &e), TUNED_EINVAL, &e);
+    EXPECT_RC(import_text(s, "noheader", line, strlen(line), false, &ns, &st, &e), TUNED_EINVAL,
              &e);
-    CHECK_MSG(&e, "noheader:1: not a tuned export");
+    EXPECT_MSG(&e, "noheader:1: not a tuned export");
     printf("  no header: %s\n", e.msg);
     const char *h3 = "{\"tuned_export\":1,\"schema\":3,\"records\":1}\n";
-    CHECK_RC(import_text(s, "schema3", h3, strlen(h3), false, &ns, &st, &e), TUNED_ESCHEMA, &e);
-    CHECK_MSG(&e, "schema 3");
-    CHECK_MSG(&e, "imports format 1 of schema 2");
+    EXPECT_RC(import_text(s, "schema3", h3, strlen(h3), false, &ns, &st, &e), TUNED_ESCHEMA, &e);
+    EXPECT_MSG(&e, "schema 3");
+    EXPECT_MSG(&e, "imports format 1 of schema 2");
     printf("  another schema: %s\n", e.msg);
     const char *f2 = "{\"tuned_export\":2,\"schema\":2,\"records\":1}\n";
-    CHECK_RC(import_text(s, "format2", f2, strlen(f2), false, &ns, &st, &e), TUNED_ESCHEMA, &e);
+    EXPECT_RC(import_text(s, "format2", f2, strlen(f2), false, &ns, &st, &e), TUNED_ESCHEMA, &e);
     const char *hbad = "{\"tuned_export\":\"yes\",\"schema\":2,\"records\":1}\n";
-    CHECK_RC(import_text(s, "hbad", hbad, strlen(hbad), false, &ns, &st, &e), TUNED_EINVAL, &e);
-    CHECK_MSG(&e, "header");
+    EXPECT_RC(import_text(s, "hbad", hbad, strlen(hbad), false, &ns, &st, &e), TUNED_EINVAL, &e);
+    EXPECT_MSG(&e, "header");
     const char *hneg = "{\"tuned_export\":1,\"schema\":2,\"records\":-4}\n";
-    CHECK_RC(import_text(s, "hneg", hneg, strlen(hneg), false, &ns, &st, &e), TUNED_EINVAL, &e);
+    EXPECT_RC(import_text(s, "hneg", hneg, strlen(hneg), false, &ns, &st, &e), TUNED_EINVAL, &e);
 
     /* 1 MiB of binary garbage, and 10 MB on one line with no newline. */
     size_t n = 1 << 20;
@@ -517,21 +511,21 @@ static void test_bad_files(void)
         x ^= x << 17;
         bin[i] = (unsigned char)x;
     }
-    CHECK(import_text(s, "binary", (char *)bin, n, false, &ns, &st, &e) == TUNED_EINVAL);
+    EXPECT(import_text(s, "binary", (char *)bin, n, false, &ns, &st, &e) == TUNED_EINVAL);
     memset(bin, '{', 10 * n);
-    CHECK_RC(import_text(s, "oneline", (char *)bin, 10 * n, false, &ns, &st, &e), TUNED_EINVAL,
+    EXPECT_RC(import_text(s, "oneline", (char *)bin, 10 * n, false, &ns, &st, &e), TUNED_EINVAL,
              &e);
-    CHECK_MSG(&e, "longer than");
+    EXPECT_MSG(&e, "longer than");
     free(bin);
 
     /* A directory is not readable as a file: TUNED_EIO. */
     char path[4200];
     dir_path(path, sizeof path, "a-directory");
-    CHECK(mkdir(path, 0700) == 0);
+    EXPECT(mkdir(path, 0700) == 0);
     FILE *f = fopen(path, "rb");
     if (f != NULL) {
         tuned__import_opts o = {0};
-        CHECK_RC(tuned__store_import(s, f, "a-directory", &o, &st, &e), TUNED_EIO, &e);
+        EXPECT_RC(tuned__store_import(s, f, "a-directory", &o, &st, &e), TUNED_EIO, &e);
         fclose(f);
     }
 
@@ -541,8 +535,8 @@ static void test_bad_files(void)
     for (int i = 0; i < 20000; i++)
         adds(&b, "{\"v\":2}\n");
     adds(&b, line);
-    CHECK_RC(import_text(s, "many", b.p, b.n, false, &ns, &st, &e), 0, &e);
-    CHECK(st.invalid == 20000 && st.added == 1 && ns.n == 20000);
+    EXPECT_OK(import_text(s, "many", b.p, b.n, false, &ns, &st, &e), &e);
+    EXPECT(st.invalid == 20000 && st.added == 1 && ns.n == 20000);
     free(b.p);
 
     /* A record, then a header of another schema: the record is kept, the
@@ -553,18 +547,18 @@ static void test_bad_files(void)
     add_header(&b, 1);
     add_record(&b, &r2);
     adds(&b, h3);
-    CHECK_RC(import_text(s, "mixed", b.p, b.n, false, &ns, &st, &e), TUNED_ESCHEMA, &e);
-    CHECK_MSG(&e, "mixed:3");
+    EXPECT_RC(import_text(s, "mixed", b.p, b.n, false, &ns, &st, &e), TUNED_ESCHEMA, &e);
+    EXPECT_MSG(&e, "mixed:3");
     tuned__record got;
-    CHECK_RC(tuned__store_get_best(s, &r2.key, &got, TUNED__MEASURE_POLICY, &e), 0, &e);
+    EXPECT_OK(tuned__store_get_best(s, &r2.key, &got, TUNED__MEASURE_POLICY, &e), &e);
     free(b.p);
 
     /* Read-only stores take no import. */
     tuned__store_close(s);
     dir_path(path, sizeof path, "badfiles");
-    CHECK_RC(tuned__store_open(&s, path, TUNED__STORE_READONLY, &e), 0, &e);
-    CHECK_RC(import_text(s, "ro", line, strlen(line), false, &ns, &st, &e), TUNED_EINVAL, &e);
-    CHECK_MSG(&e, "read-only");
+    EXPECT_OK(tuned__store_open(&s, path, TUNED__STORE_READONLY, &e), &e);
+    EXPECT_RC(import_text(s, "ro", line, strlen(line), false, &ns, &st, &e), TUNED_EINVAL, &e);
+    EXPECT_MSG(&e, "read-only");
     tuned__store_close(s);
     free(line);
 }
@@ -590,14 +584,14 @@ static void test_truncated(void)
     tuned__import_stats st;
     /* In the middle of the 4th record. */
     size_t cut = ends[3] + (ends[4] - ends[3]) / 2;
-    CHECK_RC(import_text(s, "cut-mid", b.p, cut, false, &ns, &st, &e), 0, &e);
-    CHECK(st.added == 3 && st.invalid == 1 && st.truncated);
-    CHECK_NOTE(&ns, "cut-mid:5: skipped: line: invalid JSON");
-    CHECK_NOTE(&ns, "cut-mid:1: the header declares 5 records, 4 follow it: the file is truncated");
+    EXPECT_OK(import_text(s, "cut-mid", b.p, cut, false, &ns, &st, &e), &e);
+    EXPECT(st.added == 3 && st.invalid == 1 && st.truncated);
+    EXPECT_NOTE(&ns, "cut-mid:5: skipped: line: invalid JSON");
+    EXPECT_NOTE(&ns, "cut-mid:1: the header declares 5 records, 4 follow it: the file is truncated");
     /* At the end of the 3rd. */
-    CHECK_RC(import_text(s, "cut-line", b.p, ends[3], false, &ns, &st, &e), 0, &e);
-    CHECK(st.unchanged == 3 && st.invalid == 0 && st.truncated);
-    CHECK_NOTE(&ns, "3 follow it");
+    EXPECT_OK(import_text(s, "cut-line", b.p, ends[3], false, &ns, &st, &e), &e);
+    EXPECT(st.unchanged == 3 && st.invalid == 0 && st.truncated);
+    EXPECT_NOTE(&ns, "3 follow it");
     /* Whole, without the final newline, with CRLF line ends and blank
      * lines: fine. */
     buf crlf = {0};
@@ -607,22 +601,22 @@ static void test_truncated(void)
         else
             add(&crlf, &b.p[i], 1);
     }
-    CHECK_RC(import_text(s, "crlf", crlf.p, crlf.n, false, &ns, &st, &e), 0, &e);
-    CHECK(st.added == 2 && st.unchanged == 3 && st.invalid == 0 && !st.truncated && ns.n == 0);
+    EXPECT_OK(import_text(s, "crlf", crlf.p, crlf.n, false, &ns, &st, &e), &e);
+    EXPECT(st.added == 2 && st.unchanged == 3 && st.invalid == 0 && !st.truncated && ns.n == 0);
     /* Two exports concatenated: each header starts a section. */
     buf two = {0};
     add(&two, b.p, b.n);
     add_header(&two, 2);
     add(&two, b.p + ends[0], ends[2] - ends[0]);
-    CHECK_RC(import_text(s, "two", two.p, two.n, false, &ns, &st, &e), 0, &e);
-    CHECK(st.unchanged == 7 && !st.truncated && st.invalid == 0);
+    EXPECT_OK(import_text(s, "two", two.p, two.n, false, &ns, &st, &e), &e);
+    EXPECT(st.unchanged == 7 && !st.truncated && st.invalid == 0);
     /* More records than declared: noted, not an error. */
     buf more = {0};
     add_header(&more, 1);
     add(&more, b.p + ends[0], ends[2] - ends[0]);
-    CHECK_RC(import_text(s, "more", more.p, more.n, false, &ns, &st, &e), 0, &e);
-    CHECK(!st.truncated && st.unchanged == 2);
-    CHECK_NOTE(&ns, "declares 1 records, 2 follow");
+    EXPECT_OK(import_text(s, "more", more.p, more.n, false, &ns, &st, &e), &e);
+    EXPECT(!st.truncated && st.unchanged == 2);
+    EXPECT_NOTE(&ns, "declares 1 records, 2 follow");
     free(b.p);
     free(crlf.p);
     free(two.p);
@@ -634,12 +628,10 @@ static void test_truncated(void)
 static void test_import_grows_map(void)
 {
     char path[4200];
-    dir_path(path, sizeof path, "grow");
-    tuned__err e = {0};
-    tuned__store *s;
-    CHECK_RC(tuned__store_open_mapsize(&s, path, 0, 64 << 10, &e), 0, &e);
+    tuned__store *s = open_test_store(path, sizeof path, "grow", 64 << 10);
     if (s == NULL)
         return;
+    tuned__err e = {0};
     buf b = {0};
     add_header(&b, 1000);
     for (int i = 0; i < 1000; i++) {
@@ -649,9 +641,9 @@ static void test_import_grows_map(void)
     }
     notes ns;
     tuned__import_stats st;
-    CHECK_RC(import_text(s, "grow.jsonl", b.p, b.n, false, &ns, &st, &e), 0, &e);
-    CHECK(st.added == 1000 && ns.n == 0);
-    CHECK(count_records(s) == 1000);
+    EXPECT_OK(import_text(s, "grow.jsonl", b.p, b.n, false, &ns, &st, &e), &e);
+    EXPECT(st.added == 1000 && ns.n == 0);
+    EXPECT(count_records(s) == 1000);
     free(b.p);
     tuned__store_close(s);
 }

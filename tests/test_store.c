@@ -52,7 +52,7 @@ static void raw_put_record(const char *path, const tuned__store_key *k, const ch
 {
     uint8_t kb[TUNED__KEY_LEN];
     tuned__key_encode(kb, TUNED__KEY_TAG_BEST, k);
-    CHECK(raw_put(path, "best", kb, sizeof kb, json, strlen(json)) == 0);
+    EXPECT(raw_put(path, "best", kb, sizeof kb, json, strlen(json)) == 0);
 }
 
 /* raw_put() on the store s has open: closes it first (LMDB's locks are per
@@ -63,8 +63,8 @@ static void raw_put_open(tuned__store **s, const char *path, const char *db, con
     tuned__err e = {0};
     tuned__store_close(*s);
     *s = NULL;
-    CHECK(raw_put(path, db, k, kn, v, vn) == 0);
-    CHECK_RC(tuned__store_open(s, path, 0, &e), 0, &e);
+    EXPECT(raw_put(path, db, k, kn, v, vn) == 0);
+    EXPECT_OK(tuned__store_open(s, path, 0, &e), &e);
     if (*s == NULL)
         exit(1);
 }
@@ -81,17 +81,17 @@ static void test_key(void)
     static const uint8_t want[TUNED__KEY_LEN] = {
         'B',  1,    2,    0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08, 0x11, 0x12, 0x13,
         0x14, 0x15, 0x16, 0x17, 0x18, 0x42, 0xa1, 0xa2, 0xa3, 0xa4, 0xa5, 0xa6, 0xa7, 0xa8};
-    CHECK(memcmp(b, want, sizeof want) == 0);
+    EXPECT(memcmp(b, want, sizeof want) == 0);
 
     tuned__err e = {0};
     tuned__store_key back;
-    CHECK_RC(tuned__key_decode(b, sizeof b, TUNED__KEY_TAG_BEST, &back, &e), 0, &e);
-    CHECK(back.kernel == 1 && back.dtype == 2 && back.rows == k.rows && back.cols == k.cols
+    EXPECT_OK(tuned__key_decode(b, sizeof b, TUNED__KEY_TAG_BEST, &back, &e), &e);
+    EXPECT(back.kernel == 1 && back.dtype == 2 && back.rows == k.rows && back.cols == k.cols
           && back.layout == 0x42 && back.gpu_fp == k.gpu_fp);
-    CHECK_RC(tuned__key_decode(b, sizeof b - 1, TUNED__KEY_TAG_BEST, &back, &e), TUNED_ESTORE, &e);
-    CHECK_MSG(&e, "27 bytes");
-    CHECK_RC(tuned__key_decode(b, sizeof b, 'X', &back, &e), TUNED_ESTORE, &e);
-    CHECK_MSG(&e, "tag");
+    EXPECT_RC(tuned__key_decode(b, sizeof b - 1, TUNED__KEY_TAG_BEST, &back, &e), TUNED_ESTORE, &e);
+    EXPECT_MSG(&e, "27 bytes");
+    EXPECT_RC(tuned__key_decode(b, sizeof b, 'X', &back, &e), TUNED_ESTORE, &e);
+    EXPECT_MSG(&e, "tag");
 
     /* Byte order is numeric order: rows 1 < 256 < 65536, and rows outrank cols. */
     uint8_t r1[TUNED__KEY_LEN], r256[TUNED__KEY_LEN], r65536[TUNED__KEY_LEN], r2[TUNED__KEY_LEN];
@@ -104,53 +104,53 @@ static void test_key(void)
     a.rows = 2;
     a.cols = 1;
     tuned__key_encode(r2, TUNED__KEY_TAG_BEST, &a);
-    CHECK(memcmp(r1, r256, TUNED__KEY_LEN) < 0);
-    CHECK(memcmp(r256, r65536, TUNED__KEY_LEN) < 0);
-    CHECK(memcmp(r1, r2, TUNED__KEY_LEN) < 0);
-    CHECK(r256[3 + 6] == 1 && r256[3 + 7] == 0); /* 256 = ...01 00 */
+    EXPECT(memcmp(r1, r256, TUNED__KEY_LEN) < 0);
+    EXPECT(memcmp(r256, r65536, TUNED__KEY_LEN) < 0);
+    EXPECT(memcmp(r1, r2, TUNED__KEY_LEN) < 0);
+    EXPECT(r256[3 + 6] == 1 && r256[3 + 7] == 0); /* 256 = ...01 00 */
 
     /* The shape prefix is the key's first 19 bytes. */
     uint8_t p[TUNED__KEY_SHAPE_LEN];
     tuned__key_encode_shape(p, TUNED__KEY_TAG_BEST, 1, 0, 2, 1);
-    CHECK(memcmp(p, r2, sizeof p) == 0);
+    EXPECT(memcmp(p, r2, sizeof p) == 0);
 
     /* History keys: the best key under 'H', then the config text. */
     uint8_t h[TUNED__KEY_HIST_MAX];
     size_t hn;
     char cfg[TUNED__KEY_CONFIG_MAX + 1];
-    CHECK_RC(tuned__key_encode_hist(h, &k, "w8.r1", &hn, &e), 0, &e);
-    CHECK(hn == TUNED__KEY_LEN + 5 && h[0] == 'H' && memcmp(h + 1, b + 1, TUNED__KEY_LEN - 1) == 0);
-    CHECK_RC(tuned__key_decode_hist(h, hn, &back, cfg, &e), 0, &e);
-    CHECK(strcmp(cfg, "w8.r1") == 0 && back.rows == k.rows && back.layout == 0x42);
-    CHECK_RC(tuned__key_encode_hist(h, &k, "has space", &hn, &e), TUNED_EINVAL, &e);
-    CHECK_RC(tuned__key_encode_hist(h, &k, "", &hn, &e), TUNED_EINVAL, &e);
+    EXPECT_OK(tuned__key_encode_hist(h, &k, "w8.r1", &hn, &e), &e);
+    EXPECT(hn == TUNED__KEY_LEN + 5 && h[0] == 'H' && memcmp(h + 1, b + 1, TUNED__KEY_LEN - 1) == 0);
+    EXPECT_OK(tuned__key_decode_hist(h, hn, &back, cfg, &e), &e);
+    EXPECT(strcmp(cfg, "w8.r1") == 0 && back.rows == k.rows && back.layout == 0x42);
+    EXPECT_RC(tuned__key_encode_hist(h, &k, "has space", &hn, &e), TUNED_EINVAL, &e);
+    EXPECT_RC(tuned__key_encode_hist(h, &k, "", &hn, &e), TUNED_EINVAL, &e);
     char longcfg[200];
     memset(longcfg, 'x', sizeof longcfg - 1);
     longcfg[sizeof longcfg - 1] = '\0';
-    CHECK_RC(tuned__key_encode_hist(h, &k, longcfg, &hn, &e), TUNED_EINVAL, &e);
-    CHECK_RC(tuned__key_decode_hist(h, TUNED__KEY_LEN, &back, cfg, &e), TUNED_ESTORE, &e);
+    EXPECT_RC(tuned__key_encode_hist(h, &k, longcfg, &hn, &e), TUNED_EINVAL, &e);
+    EXPECT_RC(tuned__key_decode_hist(h, TUNED__KEY_LEN, &back, cfg, &e), TUNED_ESTORE, &e);
 
     /* Cubin keys. */
     uint8_t c[TUNED__KEY_CUBIN_LEN];
     uint64_t hash;
     tuned__key_encode_cubin(c, 0x1122334455667788ull);
-    CHECK(c[0] == 'C' && c[1] == 0x11 && c[8] == 0x88);
-    CHECK_RC(tuned__key_decode_cubin(c, sizeof c, &hash, &e), 0, &e);
-    CHECK(hash == 0x1122334455667788ull);
-    CHECK_RC(tuned__key_decode_cubin(c, 3, &hash, &e), TUNED_ESTORE, &e);
+    EXPECT(c[0] == 'C' && c[1] == 0x11 && c[8] == 0x88);
+    EXPECT_OK(tuned__key_decode_cubin(c, sizeof c, &hash, &e), &e);
+    EXPECT(hash == 0x1122334455667788ull);
+    EXPECT_RC(tuned__key_decode_cubin(c, 3, &hash, &e), TUNED_ESTORE, &e);
 
     /* Text form, both ways. */
     char text[TUNED__KEY_TEXT];
     tuned__store_key t = {.kernel = 1, .dtype = TUNED_BF16, .rows = 4096, .cols = 32000,
                           .gpu_fp = 0x00000000deadbeefull};
     tuned__key_format(text, sizeof text, &t);
-    CHECK(strcmp(text, "softmax/bf16/4096x32000/dense/00000000deadbeef") == 0);
-    CHECK_RC(tuned__key_parse(text, &back, &e), 0, &e);
-    CHECK(memcmp(&back, &t, sizeof t) != 0 || 1);
-    CHECK(back.kernel == 1 && back.dtype == TUNED_BF16 && back.rows == 4096 &&
+    EXPECT(strcmp(text, "softmax/bf16/4096x32000/dense/00000000deadbeef") == 0);
+    EXPECT_OK(tuned__key_parse(text, &back, &e), &e);
+    EXPECT(memcmp(&back, &t, sizeof t) != 0 || 1);
+    EXPECT(back.kernel == 1 && back.dtype == TUNED_BF16 && back.rows == 4096 &&
           back.cols == 32000 && back.layout == 0 && back.gpu_fp == 0xdeadbeefull);
-    CHECK_RC(tuned__key_parse("softmax/fp16/1x2/L7/00000000DEADBEEF", &back, &e), 0, &e);
-    CHECK(back.layout == 7 && back.gpu_fp == 0xdeadbeefull);
+    EXPECT_OK(tuned__key_parse("softmax/fp16/1x2/L7/00000000DEADBEEF", &back, &e), &e);
+    EXPECT(back.layout == 7 && back.gpu_fp == 0xdeadbeefull);
     static const char *const bad[] = {
         "", "softmax", "softmax/fp16/1x2/dense", "softmax/fp16/1x2/dense/123/4",
         "matmul/fp16/1x2/dense/00000000deadbeef", "softmax/fp8/1x2/dense/00000000deadbeef",
@@ -160,19 +160,16 @@ static void test_key(void)
         "softmax/fp16/99999999999999999999x2/dense/00000000deadbeef",
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        if (tuned__key_parse(bad[i], &back, &e) != TUNED_EINVAL) {
-            fprintf(stderr, "%s:%d: key '%s' parsed\n", __FILE__, __LINE__, bad[i]);
-            failures++;
-        }
+        EXPECT(tuned__key_parse(bad[i], &back, &e) == TUNED_EINVAL, "key '%s' parsed", bad[i]);
     }
 }
 
 static void test_fingerprint(void)
 {
-    CHECK(tuned__store_gpu_fingerprint("") == 0xcbf29ce484222325ull);
-    CHECK(tuned__store_gpu_fingerprint("a") == 0xaf63dc4c8601ec8cull);
+    EXPECT(tuned__store_gpu_fingerprint("") == 0xcbf29ce484222325ull);
+    EXPECT(tuned__store_gpu_fingerprint("a") == 0xaf63dc4c8601ec8cull);
     const char *id = "NVIDIA H100 80GB HBM3|sm_90|GPU-1234";
-    CHECK(tuned__store_gpu_fingerprint(id) == tuned__fnv1a64(id, strlen(id), TUNED__FNV_SEED));
+    EXPECT(tuned__store_gpu_fingerprint(id) == tuned__fnv1a64(id, strlen(id), TUNED__FNV_SEED));
 }
 
 /* ---- records, without a store ---- */
@@ -185,44 +182,44 @@ static void test_record_json(void)
     r.cubin = 0xfedcba9876543210ull;
     char *text;
     size_t len;
-    CHECK_RC(tuned__record_encode(&r, &text, &len, &e), 0, &e);
+    EXPECT_OK(tuned__record_encode(&r, &text, &len, &e), &e);
     char copy[4096];
     snprintf(copy, sizeof copy, "%.*s", (int)len, text);
-    CHECK(strlen(copy) == len);
-    CHECK(strncmp(copy, "{\"v\":2,\"kernel\":\"softmax\",\"dtype\":\"fp16\",", 40) == 0);
+    EXPECT(strlen(copy) == len);
+    EXPECT(strncmp(copy, "{\"v\":2,\"kernel\":\"softmax\",\"dtype\":\"fp16\",", 40) == 0);
     char fp[64];
     snprintf(fp, sizeof fp, "\"gpu_fp\":\"%016" PRIx64 "\"", r.key.gpu_fp);
-    CHECK(strstr(copy, fp) != NULL);
-    CHECK(strstr(copy, "\"median_us\":12.345678901234567") != NULL);
-    CHECK(strstr(copy, "\"policy\":\"" TUNED__MEASURE_POLICY "\"") != NULL);
-    CHECK(strstr(copy, "\"cubin\":\"fedcba9876543210\"") != NULL);
-    CHECK_RC(tuned__record_decode(text, len, &back, &e), 0, &e);
-    CHECK(record_equal(&r, &back));
+    EXPECT(strstr(copy, fp) != NULL);
+    EXPECT(strstr(copy, "\"median_us\":12.345678901234567") != NULL);
+    EXPECT(strstr(copy, "\"policy\":\"" TUNED__MEASURE_POLICY "\"") != NULL);
+    EXPECT(strstr(copy, "\"cubin\":\"fedcba9876543210\"") != NULL);
+    EXPECT_OK(tuned__record_decode(text, len, &back, &e), &e);
+    EXPECT(record_equal(&r, &back));
     free(text);
 
     /* What cannot be written faithfully is refused. */
     tuned__record bad = r;
     memset(bad.config, 'x', sizeof bad.config);
-    CHECK_RC(tuned__record_encode(&bad, &text, &len, &e), TUNED_EINVAL, &e);
-    CHECK_MSG(&e, "\"config\"");
+    EXPECT_RC(tuned__record_encode(&bad, &text, &len, &e), TUNED_EINVAL, &e);
+    EXPECT_MSG(&e, "\"config\"");
     bad = r;
     bad.median_us = NAN;
-    CHECK_RC(tuned__record_encode(&bad, &text, &len, &e), TUNED_EINVAL, &e);
-    CHECK_MSG(&e, "\"median_us\"");
+    EXPECT_RC(tuned__record_encode(&bad, &text, &len, &e), TUNED_EINVAL, &e);
+    EXPECT_MSG(&e, "\"median_us\"");
     bad = r;
     bad.gbps = -1;
-    CHECK_RC(tuned__record_encode(&bad, &text, &len, &e), TUNED_EINVAL, &e);
+    EXPECT_RC(tuned__record_encode(&bad, &text, &len, &e), TUNED_EINVAL, &e);
     bad = r;
     snprintf(bad.gpu_name, sizeof bad.gpu_name, "bad \xc3\x28 utf8");
-    CHECK_RC(tuned__record_encode(&bad, &text, &len, &e), TUNED_EINVAL, &e);
-    CHECK_MSG(&e, "UTF-8");
+    EXPECT_RC(tuned__record_encode(&bad, &text, &len, &e), TUNED_EINVAL, &e);
+    EXPECT_MSG(&e, "UTF-8");
     bad = r;
     bad.key.rows = UINT64_MAX;
-    CHECK_RC(tuned__record_encode(&bad, &text, &len, &e), TUNED_EINVAL, &e);
-    CHECK_MSG(&e, "\"rows\"");
+    EXPECT_RC(tuned__record_encode(&bad, &text, &len, &e), TUNED_EINVAL, &e);
+    EXPECT_MSG(&e, "\"rows\"");
     bad = r;
     bad.key.dtype = 9;
-    CHECK_RC(tuned__record_encode(&bad, &text, &len, &e), TUNED_EINVAL, &e);
+    EXPECT_RC(tuned__record_encode(&bad, &text, &len, &e), TUNED_EINVAL, &e);
 
     /* The checks every stored record passes. */
     struct {
@@ -250,41 +247,41 @@ static void test_record_json(void)
         case 6: bad.key.rows = 0; break;
         case 7: bad.key.kernel = 2; break;
         }
-        CHECK_RC(tuned__record_check(&bad, TUNED_EINVAL, &e), TUNED_EINVAL, &e);
-        CHECK_MSG(&e, checks[i].needle);
+        EXPECT_RC(tuned__record_check(&bad, TUNED_EINVAL, &e), TUNED_EINVAL, &e);
+        EXPECT_MSG(&e, checks[i].needle);
     }
-    CHECK_RC(tuned__record_check(&r, TUNED_EINVAL, &e), 0, &e);
+    EXPECT_OK(tuned__record_check(&r, TUNED_EINVAL, &e), &e);
 
     /* UTF-8 that fits goes through. */
     bad = r;
     snprintf(bad.gpu_name, sizeof bad.gpu_name, "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80");
-    CHECK_RC(tuned__record_encode(&bad, &text, &len, &e), 0, &e);
-    CHECK_RC(tuned__record_decode(text, len, &back, &e), 0, &e);
-    CHECK(strcmp(back.gpu_name, bad.gpu_name) == 0);
+    EXPECT_OK(tuned__record_encode(&bad, &text, &len, &e), &e);
+    EXPECT_OK(tuned__record_decode(text, len, &back, &e), &e);
+    EXPECT(strcmp(back.gpu_name, bad.gpu_name) == 0);
     free(text);
 
     /* Duplicate keys and a NUL in a string are refused on reading. */
     const char *dup = "{\"v\":2,\"v\":2}";
-    CHECK_RC(tuned__record_decode(dup, strlen(dup), &back, &e), TUNED_ESTORE, &e);
-    CHECK_MSG(&e, "duplicate");
+    EXPECT_RC(tuned__record_decode(dup, strlen(dup), &back, &e), TUNED_ESTORE, &e);
+    EXPECT_MSG(&e, "duplicate");
     const char *arr = "[1,2]";
-    CHECK_RC(tuned__record_decode(arr, strlen(arr), &back, &e), TUNED_ESTORE, &e);
+    EXPECT_RC(tuned__record_decode(arr, strlen(arr), &back, &e), TUNED_ESTORE, &e);
     const char *nul = "{\"v\":2,\"kernel\":\"softmax\",\"dtype\":\"fp16\",\"rows\":1,\"cols\":1,"
                       "\"layout\":0,\"gpu_fp\":\"0000000000000001\",\"config\":\"a\\u0000b\"}";
-    CHECK_RC(tuned__record_decode(nul, strlen(nul), &back, &e), TUNED_ESTORE, &e);
-    CHECK_MSG(&e, "NUL");
+    EXPECT_RC(tuned__record_decode(nul, strlen(nul), &back, &e), TUNED_ESTORE, &e);
+    EXPECT_MSG(&e, "NUL");
     const char *fpbad = "{\"v\":2,\"kernel\":\"softmax\",\"dtype\":\"fp16\",\"rows\":1,"
                         "\"cols\":1,\"layout\":0,\"gpu_fp\":\"000000000000000g\"}";
-    CHECK_RC(tuned__record_decode(fpbad, strlen(fpbad), &back, &e), TUNED_ESTORE, &e);
-    CHECK_MSG(&e, "\"gpu_fp\"");
+    EXPECT_RC(tuned__record_decode(fpbad, strlen(fpbad), &back, &e), TUNED_ESTORE, &e);
+    EXPECT_MSG(&e, "\"gpu_fp\"");
     const char *kbad = "{\"v\":2,\"kernel\":1}";
-    CHECK_RC(tuned__record_decode(kbad, strlen(kbad), &back, &e), TUNED_ESTORE, &e);
-    CHECK_MSG(&e, "\"kernel\"");
+    EXPECT_RC(tuned__record_decode(kbad, strlen(kbad), &back, &e), TUNED_ESTORE, &e);
+    EXPECT_MSG(&e, "\"kernel\"");
     const char *v1 = "{\"v\":1}";
-    CHECK_RC(tuned__record_decode(v1, strlen(v1), &back, &e), TUNED_ESCHEMA, &e);
+    EXPECT_RC(tuned__record_decode(v1, strlen(v1), &back, &e), TUNED_ESCHEMA, &e);
     const char *v3 = "{\"v\":3}";
-    CHECK_RC(tuned__record_decode(v3, strlen(v3), &back, &e), TUNED_ESCHEMA, &e);
-    CHECK_MSG(&e, "version 3");
+    EXPECT_RC(tuned__record_decode(v3, strlen(v3), &back, &e), TUNED_ESCHEMA, &e);
+    EXPECT_MSG(&e, "version 3");
 }
 
 /* Exact means the same key, identity, parts and policy. */
@@ -294,33 +291,33 @@ static void test_exact(void)
     make_record(&here, "NVIDIA H100|sm_90|drv13000", 4096, 32000);
     char why[512];
     r = here;
-    CHECK(tuned__record_exact(&r, &here, why, sizeof why) && why[0] == '\0');
-    CHECK(tuned__record_exact(&r, &here, NULL, 0));
+    EXPECT(tuned__record_exact(&r, &here, why, sizeof why) && why[0] == '\0');
+    EXPECT(tuned__record_exact(&r, &here, NULL, 0));
 
     r.prov.driver_version = 12080;
-    CHECK(!tuned__record_exact(&r, &here, why, sizeof why));
-    CHECK(strstr(why, "driver 12080 (here 13000)") != NULL);
+    EXPECT(!tuned__record_exact(&r, &here, why, sizeof why));
+    EXPECT(strstr(why, "driver 12080 (here 13000)") != NULL);
 
     r = here;
     snprintf(r.prov.policy, sizeof r.prov.policy, "old-policy/0");
     r.prov.nvrtc_minor = 8;
-    CHECK(!tuned__record_exact(&r, &here, why, sizeof why));
-    CHECK(strstr(why, "policy old-policy/0") != NULL && strstr(why, "nvrtc 13.8") != NULL);
+    EXPECT(!tuned__record_exact(&r, &here, why, sizeof why));
+    EXPECT(strstr(why, "policy old-policy/0") != NULL && strstr(why, "nvrtc 13.8") != NULL);
 
     r = here;
     r.key.layout = 3;
-    CHECK(!tuned__record_exact(&r, &here, why, sizeof why) && strstr(why, "layout 3"));
+    EXPECT(!tuned__record_exact(&r, &here, why, sizeof why) && strstr(why, "layout 3"));
 
     /* Same parts, another identity string: still not exact. */
     make_record(&r, "NVIDIA H100|sm_90|drv13000|x", 4096, 32000);
-    CHECK(!tuned__record_exact(&r, &here, why, sizeof why) && strstr(why, "identity"));
+    EXPECT(!tuned__record_exact(&r, &here, why, sizeof why) && strstr(why, "identity"));
 
     /* A tiny buffer is cut, never overrun. */
     r = here;
     r.prov.sm_count = 1;
     r.prov.mem_mib = 1;
     char small[8];
-    CHECK(!tuned__record_exact(&r, &here, small, sizeof small) && strlen(small) < sizeof small);
+    EXPECT(!tuned__record_exact(&r, &here, small, sizeof small) && strlen(small) < sizeof small);
 }
 
 /* ---- the store ---- */
@@ -328,20 +325,18 @@ static void test_exact(void)
 static void test_roundtrip(void)
 {
     char path[4200];
-    dir_path(path, sizeof path, "rt/nested/store");
-    tuned__err e = {0};
-    tuned__store *s;
-    CHECK_RC(tuned__store_open(&s, path, 0, &e), 0, &e);
+    tuned__store *s = open_test_store(path, sizeof path, "rt/nested/store", 0);
     if (s == NULL)
         return;
-    CHECK(strcmp(tuned__store_path(s), path) == 0);
+    tuned__err e = {0};
+    EXPECT(strcmp(tuned__store_path(s), path) == 0);
 
     /* mkdir -p made every level 0700. */
     struct stat st;
     char sub[4300];
     snprintf(sub, sizeof sub, "%s/rt", root);
-    CHECK(stat(sub, &st) == 0 && (st.st_mode & 0777) == 0700);
-    CHECK(stat(path, &st) == 0 && (st.st_mode & 0777) == 0700);
+    EXPECT(stat(sub, &st) == 0 && (st.st_mode & 0777) == 0700);
+    EXPECT(stat(path, &st) == 0 && (st.st_mode & 0777) == 0700);
 
     /* Every field, strings at their longest, awkward doubles. */
     tuned__record r, got;
@@ -367,53 +362,53 @@ static void test_roundtrip(void)
     r.gbps = 1.7976931348623157e308;
     r.evaluations = UINT32_MAX;
     r.cubin = UINT64_MAX;
-    CHECK_RC(tuned__store_put_best(s, &r, &e), 0, &e);
+    EXPECT_OK(tuned__store_put_best(s, &r, &e), &e);
     memset(&got, 0x5a, sizeof got);
-    CHECK_RC(tuned__store_get_best(s, &r.key, &got, TUNED__MEASURE_POLICY, &e), 0, &e);
-    CHECK(record_equal(&r, &got));
+    EXPECT_OK(tuned__store_get_best(s, &r.key, &got, TUNED__MEASURE_POLICY, &e), &e);
+    EXPECT(record_equal(&r, &got));
 
     /* A missing key. */
     tuned__store_key miss = r.key;
     miss.cols = 2;
-    CHECK_RC(tuned__store_get_best(s, &miss, &got, TUNED__MEASURE_POLICY, &e), TUNED_ENOTFOUND, &e);
-    CHECK_MSG(&e, path);
+    EXPECT_RC(tuned__store_get_best(s, &miss, &got, TUNED__MEASURE_POLICY, &e), TUNED_ENOTFOUND, &e);
+    EXPECT_MSG(&e, path);
     miss = r.key;
     miss.layout = 0;
-    CHECK_RC(tuned__store_get_best(s, &miss, &got, TUNED__MEASURE_POLICY, &e), TUNED_ENOTFOUND, &e);
+    EXPECT_RC(tuned__store_get_best(s, &miss, &got, TUNED__MEASURE_POLICY, &e), TUNED_ENOTFOUND, &e);
 
     /* A newer record replaces the older one. */
     tuned__record r2 = r;
     snprintf(r2.config, sizeof r2.config, "w8.r4.v4");
     r2.median_us = 9.5;
-    CHECK_RC(tuned__store_put_best(s, &r2, &e), 0, &e);
-    CHECK_RC(tuned__store_get_best(s, &r.key, &got, TUNED__MEASURE_POLICY, &e), 0, &e);
-    CHECK(record_equal(&r2, &got));
+    EXPECT_OK(tuned__store_put_best(s, &r2, &e), &e);
+    EXPECT_OK(tuned__store_get_best(s, &r.key, &got, TUNED__MEASURE_POLICY, &e), &e);
+    EXPECT(record_equal(&r2, &got));
 
     /* A record that fails its checks is refused before any write. */
     tuned__record bad = r2;
     bad.key.gpu_fp ^= 1;
-    CHECK_RC(tuned__store_put_best(s, &bad, &e), TUNED_EINVAL, &e);
-    CHECK_MSG(&e, "fingerprint");
-    CHECK_MSG(&e, path);
+    EXPECT_RC(tuned__store_put_best(s, &bad, &e), TUNED_EINVAL, &e);
+    EXPECT_MSG(&e, "fingerprint");
+    EXPECT_MSG(&e, path);
     tuned__store_close(s);
 
     /* Reopened, writable and read-only, it still has the record. */
-    CHECK_RC(tuned__store_open(&s, path, 0, &e), 0, &e);
+    EXPECT_OK(tuned__store_open(&s, path, 0, &e), &e);
     if (s != NULL) {
-        CHECK_RC(tuned__store_get_best(s, &r.key, &got, TUNED__MEASURE_POLICY, &e), 0, &e);
-        CHECK(record_equal(&r2, &got));
+        EXPECT_OK(tuned__store_get_best(s, &r.key, &got, TUNED__MEASURE_POLICY, &e), &e);
+        EXPECT(record_equal(&r2, &got));
         tuned__store_close(s);
     }
-    CHECK_RC(tuned__store_open(&s, path, TUNED__STORE_READONLY, &e), 0, &e);
+    EXPECT_OK(tuned__store_open(&s, path, TUNED__STORE_READONLY, &e), &e);
     if (s != NULL) {
-        CHECK_RC(tuned__store_get_best(s, &r.key, &got, TUNED__MEASURE_POLICY, &e), 0, &e);
-        CHECK(record_equal(&r2, &got));
-        CHECK_RC(tuned__store_put_best(s, &r, &e), TUNED_EINVAL, &e);
-        CHECK_MSG(&e, "read-only");
+        EXPECT_OK(tuned__store_get_best(s, &r.key, &got, TUNED__MEASURE_POLICY, &e), &e);
+        EXPECT(record_equal(&r2, &got));
+        EXPECT_RC(tuned__store_put_best(s, &r, &e), TUNED_EINVAL, &e);
+        EXPECT_MSG(&e, "read-only");
         tuned__store_eval ev;
         make_eval(&ev, &r.key, "w8", 1.0);
-        CHECK_RC(tuned__store_put_eval(s, &ev, &e), TUNED_EINVAL, &e);
-        CHECK_RC(tuned__store_put_cubin(s, 1, "x", 1, &e), TUNED_EINVAL, &e);
+        EXPECT_RC(tuned__store_put_eval(s, &ev, &e), TUNED_EINVAL, &e);
+        EXPECT_RC(tuned__store_put_cubin(s, 1, "x", 1, &e), TUNED_EINVAL, &e);
         tuned__store_close(s);
     }
     tuned__store_close(NULL);
@@ -424,81 +419,77 @@ static void test_roundtrip(void)
 static void test_policy(void)
 {
     char path[4200];
-    dir_path(path, sizeof path, "policy");
-    tuned__err e = {0};
-    tuned__store *s;
-    CHECK_RC(tuned__store_open(&s, path, 0, &e), 0, &e);
+    tuned__store *s = open_test_store(path, sizeof path, "policy", 0);
     if (s == NULL)
         return;
+    tuned__err e = {0};
     tuned__record r, got;
     make_record(&r, "gpu-a", 64, 64);
     snprintf(r.prov.policy, sizeof r.prov.policy, "median-no-flush/0");
-    CHECK_RC(tuned__store_put_best(s, &r, &e), 0, &e);
-    CHECK_RC(tuned__store_get_best(s, &r.key, &got, TUNED__MEASURE_POLICY, &e), TUNED_ENOTFOUND, &e);
-    CHECK_MSG(&e, "median-no-flush/0");
-    CHECK_MSG(&e, TUNED__MEASURE_POLICY);
+    EXPECT_OK(tuned__store_put_best(s, &r, &e), &e);
+    EXPECT_RC(tuned__store_get_best(s, &r.key, &got, TUNED__MEASURE_POLICY, &e), TUNED_ENOTFOUND, &e);
+    EXPECT_MSG(&e, "median-no-flush/0");
+    EXPECT_MSG(&e, TUNED__MEASURE_POLICY);
     size_t n;
-    CHECK_RC(tuned__store_find_shape(s, 1, TUNED_FP16, 64, 64, &got, 1, &n, &e), 0, &e);
-    CHECK(n == 1 && record_equal(&got, &r));
+    EXPECT_OK(tuned__store_find_shape(s, 1, TUNED_FP16, 64, 64, &got, 1, &n, &e), &e);
+    EXPECT(n == 1 && record_equal(&got, &r));
     snprintf(r.prov.policy, sizeof r.prov.policy, "%s", TUNED__MEASURE_POLICY);
-    CHECK_RC(tuned__store_put_best(s, &r, &e), 0, &e);
-    CHECK_RC(tuned__store_get_best(s, &r.key, &got, TUNED__MEASURE_POLICY, &e), 0, &e);
+    EXPECT_OK(tuned__store_put_best(s, &r, &e), &e);
+    EXPECT_OK(tuned__store_get_best(s, &r.key, &got, TUNED__MEASURE_POLICY, &e), &e);
     tuned__store_close(s);
 }
 
 static void test_find_shape(void)
 {
     char path[4200];
-    dir_path(path, sizeof path, "shape");
-    tuned__err e = {0};
-    tuned__store *s;
-    CHECK_RC(tuned__store_open(&s, path, 0, &e), 0, &e);
+    tuned__store *s = open_test_store(path, sizeof path, "shape", 0);
     if (s == NULL)
         return;
+    tuned__err e = {0};
     tuned__record a, b, other;
     make_record(&a, "gpu-a", 1024, 768);
     make_record(&b, "gpu-b", 1024, 768);
-    CHECK_RC(tuned__store_put_best(s, &a, &e), 0, &e);
-    CHECK_RC(tuned__store_put_best(s, &b, &e), 0, &e);
+    EXPECT_OK(tuned__store_put_best(s, &a, &e), &e);
+    EXPECT_OK(tuned__store_put_best(s, &b, &e), &e);
     /* Neighbours on each side of the shape, which must not be counted. */
     make_record(&other, "gpu-a", 1024, 767);
-    CHECK_RC(tuned__store_put_best(s, &other, &e), 0, &e);
+    EXPECT_OK(tuned__store_put_best(s, &other, &e), &e);
     make_record(&other, "gpu-c", 1024, 769);
-    CHECK_RC(tuned__store_put_best(s, &other, &e), 0, &e);
+    EXPECT_OK(tuned__store_put_best(s, &other, &e), &e);
     make_record(&other, "gpu-a", 1025, 768);
-    CHECK_RC(tuned__store_put_best(s, &other, &e), 0, &e);
+    EXPECT_OK(tuned__store_put_best(s, &other, &e), &e);
     make_record(&other, "gpu-a", 1024, 768);
     other.key.dtype = TUNED_FP32;
-    CHECK_RC(tuned__store_put_best(s, &other, &e), 0, &e);
+    EXPECT_OK(tuned__store_put_best(s, &other, &e), &e);
 
     enum { K = TUNED__KERNEL_SOFTMAX, D = TUNED_FP16 };
     tuned__record out[4];
     size_t n = 99;
-    CHECK_RC(tuned__store_find_shape(s, K, D, 1024, 768, out, 4, &n, &e), 0, &e);
-    CHECK(n == 2);
+    EXPECT_OK(tuned__store_find_shape(s, K, D, 1024, 768, out, 4, &n, &e), &e);
+    EXPECT(n == 2);
     if (n == 2) {
         /* In key order, i.e. by fingerprint; each is one of ours. */
-        CHECK(out[0].key.gpu_fp < out[1].key.gpu_fp);
+        EXPECT(out[0].key.gpu_fp < out[1].key.gpu_fp);
         int a_first = out[0].key.gpu_fp == a.key.gpu_fp;
-        CHECK(record_equal(&out[0], a_first ? &a : &b));
-        CHECK(record_equal(&out[1], a_first ? &b : &a));
+        EXPECT(record_equal(&out[0], a_first ? &a : &b));
+        EXPECT(record_equal(&out[1], a_first ? &b : &a));
     }
     /* Another layout of the same shape is a candidate too. */
     other = a;
     other.key.layout = 1;
-    CHECK_RC(tuned__store_put_best(s, &other, &e), 0, &e);
-    CHECK_RC(tuned__store_find_shape(s, K, D, 1024, 768, out, 4, &n, &e), 0, &e);
-    CHECK(n == 3);
+    EXPECT_OK(tuned__store_put_best(s, &other, &e), &e);
+    EXPECT_OK(tuned__store_find_shape(s, K, D, 1024, 768, out, 4, &n, &e), &e);
+    EXPECT(n == 3);
     /* A short array: the count still says 3. */
-    CHECK_RC(tuned__store_find_shape(s, K, D, 1024, 768, out, 1, &n, &e), 0, &e);
-    CHECK(n == 3);
-    CHECK_RC(tuned__store_find_shape(s, K, D, 1024, 768, NULL, 0, &n, &e), 0, &e);
-    CHECK(n == 3);
+    EXPECT_OK(tuned__store_find_shape(s, K, D, 1024, 768, out, 1, &n, &e), &e);
+    EXPECT(n == 3);
+    EXPECT_OK(tuned__store_find_shape(s, K, D, 1024, 768, NULL, 0, &n, &e), &e);
+    EXPECT(n == 3);
     /* A shape nobody has, and one past every key. */
-    CHECK_RC(tuned__store_find_shape(s, K, D, 7, 7, out, 4, &n, &e), 0, &e);
-    CHECK(n == 0);
-    CHECK_RC(tuned__store_find_shape(s, 255, 255, UINT64_MAX, UINT64_MAX, out, 4, &n, &e), 0, &e);
-    CHECK(n == 0);
+    EXPECT_OK(tuned__store_find_shape(s, K, D, 7, 7, out, 4, &n, &e), &e);
+    EXPECT(n == 0);
+    EXPECT_OK(tuned__store_find_shape(s, 255, 255, UINT64_MAX, UINT64_MAX, out, 4, &n, &e), &e);
+    EXPECT(n == 0);
     tuned__store_close(s);
 }
 
@@ -510,46 +501,46 @@ static void test_open_errors(void)
 
     /* Read-only, nothing there. */
     dir_path(path, sizeof path, "missing/store");
-    CHECK_RC(tuned__store_open(&s, path, TUNED__STORE_READONLY, &e), TUNED_ENOTFOUND, &e);
-    CHECK(s == NULL);
-    CHECK_MSG(&e, path);
+    EXPECT_RC(tuned__store_open(&s, path, TUNED__STORE_READONLY, &e), TUNED_ENOTFOUND, &e);
+    EXPECT(s == NULL);
+    EXPECT_MSG(&e, path);
     struct stat st;
-    CHECK(stat(path, &st) != 0 && errno == ENOENT);
+    EXPECT(stat(path, &st) != 0 && errno == ENOENT);
 
     /* Read-only, an empty directory: still nothing, and nothing written. */
     dir_path(path, sizeof path, "empty");
-    CHECK(mkdir(path, 0700) == 0);
-    CHECK_RC(tuned__store_open(&s, path, TUNED__STORE_READONLY, &e), TUNED_ENOTFOUND, &e);
-    CHECK_MSG(&e, path);
+    EXPECT(mkdir(path, 0700) == 0);
+    EXPECT_RC(tuned__store_open(&s, path, TUNED__STORE_READONLY, &e), TUNED_ENOTFOUND, &e);
+    EXPECT_MSG(&e, path);
     char lock[4300];
     snprintf(lock, sizeof lock, "%s/lock.mdb", path);
-    CHECK(stat(lock, &st) != 0);
+    EXPECT(stat(lock, &st) != 0);
 
     /* A path under a regular file. */
     char file[2048];
     dir_path(file, sizeof file, "file");
     write_file(file, "", 0);
     snprintf(path, sizeof path, "%s/store", file);
-    CHECK_RC(tuned__store_open(&s, path, 0, &e), TUNED_ESTORE, &e);
-    CHECK(s == NULL);
-    CHECK_MSG(&e, path);
-    CHECK_MSG(&e, strerror(ENOTDIR));
+    EXPECT_RC(tuned__store_open(&s, path, 0, &e), TUNED_ESTORE, &e);
+    EXPECT(s == NULL);
+    EXPECT_MSG(&e, path);
+    EXPECT_MSG(&e, strerror(ENOTDIR));
     printf("  unwritable path says: %s\n", e.msg);
     snprintf(path, sizeof path, "%s/store/deeper", file);
-    CHECK_RC(tuned__store_open(&s, path, 0, &e), TUNED_ESTORE, &e);
-    CHECK_MSG(&e, path);
-    CHECK_RC(tuned__store_open(&s, file, 0, &e), TUNED_ESTORE, &e);
-    CHECK_MSG(&e, file);
-    CHECK_RC(tuned__store_open(&s, file, TUNED__STORE_READONLY, &e), TUNED_ESTORE, &e);
-    CHECK_MSG(&e, "not a directory");
+    EXPECT_RC(tuned__store_open(&s, path, 0, &e), TUNED_ESTORE, &e);
+    EXPECT_MSG(&e, path);
+    EXPECT_RC(tuned__store_open(&s, file, 0, &e), TUNED_ESTORE, &e);
+    EXPECT_MSG(&e, file);
+    EXPECT_RC(tuned__store_open(&s, file, TUNED__STORE_READONLY, &e), TUNED_ESTORE, &e);
+    EXPECT_MSG(&e, "not a directory");
 
     /* A directory we may not write (meaningless for root, who may). */
     if (geteuid() != 0) {
         dir_path(path, sizeof path, "locked");
-        CHECK(mkdir(path, 0500) == 0);
-        CHECK_RC(tuned__store_open(&s, path, 0, &e), TUNED_ESTORE, &e);
-        CHECK_MSG(&e, path);
-        CHECK_MSG(&e, "writable");
+        EXPECT(mkdir(path, 0500) == 0);
+        EXPECT_RC(tuned__store_open(&s, path, 0, &e), TUNED_ESTORE, &e);
+        EXPECT_MSG(&e, path);
+        EXPECT_MSG(&e, "writable");
         printf("  unwritable directory says: %s\n", e.msg);
         chmod(path, 0700);
     } else {
@@ -557,9 +548,9 @@ static void test_open_errors(void)
     }
 
     /* Bad arguments. */
-    CHECK_RC(tuned__store_open(&s, "", 0, &e), TUNED_EINVAL, &e);
+    EXPECT_RC(tuned__store_open(&s, "", 0, &e), TUNED_EINVAL, &e);
     dir_path(path, sizeof path, "flags");
-    CHECK_RC(tuned__store_open(&s, path, 0x80, &e), TUNED_EINVAL, &e);
+    EXPECT_RC(tuned__store_open(&s, path, 0x80, &e), TUNED_EINVAL, &e);
 }
 
 /* Damaged store files: a clear error naming the path, never a crash. */
@@ -582,7 +573,7 @@ static void test_corrupt_files(void)
         char name[64];
         snprintf(name, sizeof name, "corrupt%zu", i);
         dir_path(path, sizeof path, name);
-        CHECK(mkdir(path, 0700) == 0);
+        EXPECT(mkdir(path, 0700) == 0);
         snprintf(data, sizeof data, "%s/data.mdb", path);
         char *buf = malloc(cases[i].size + 1);
         memset(buf, cases[i].fill, cases[i].size + 1);
@@ -592,7 +583,7 @@ static void test_corrupt_files(void)
             int rc = tuned__store_open(&s, path, ro ? TUNED__STORE_READONLY : 0, &e);
             if (cases[i].size == 0 && !ro) {
                 /* An empty data file is a new store for LMDB: fine. */
-                CHECK_RC(rc, 0, &e);
+                EXPECT_OK(rc, &e);
                 tuned__store_close(s);
                 continue;
             }
@@ -605,8 +596,8 @@ static void test_corrupt_files(void)
                 failures++;
                 continue;
             }
-            CHECK(rc == TUNED_ESTORE);
-            CHECK_MSG(&e, path);
+            EXPECT(rc == TUNED_ESTORE);
+            EXPECT_MSG(&e, path);
             if (!ro)
                 printf("  %s: %s\n", cases[i].what, e.msg);
         }
@@ -619,66 +610,66 @@ static void test_schema(void)
     dir_path(path, sizeof path, "schema");
     tuned__err e = {0};
     tuned__store *s;
-    CHECK_RC(tuned__store_open(&s, path, 0, &e), 0, &e);
+    EXPECT_OK(tuned__store_open(&s, path, 0, &e), &e);
     tuned__record r;
     make_record(&r, "gpu-a", 8, 8);
     if (s != NULL) {
-        CHECK_RC(tuned__store_put_best(s, &r, &e), 0, &e);
+        EXPECT_OK(tuned__store_put_best(s, &r, &e), &e);
         tuned__store_close(s);
     }
 
     /* A newer schema: refused, read-only or not, and left untouched. */
-    CHECK(raw_put(path, "meta", "schema", 6, "999", 3) == 0);
-    CHECK(raw_put(path, "meta", "writer", 6, "9.9.9", 5) == 0);
-    CHECK_RC(tuned__store_open(&s, path, 0, &e), TUNED_ESCHEMA, &e);
-    CHECK(s == NULL);
-    CHECK_MSG(&e, path);
-    CHECK_MSG(&e, "schema version 999");
-    CHECK_MSG(&e, "tuned 9.9.9");
-    CHECK_MSG(&e, "uses schema 2");
+    EXPECT(raw_put(path, "meta", "schema", 6, "999", 3) == 0);
+    EXPECT(raw_put(path, "meta", "writer", 6, "9.9.9", 5) == 0);
+    EXPECT_RC(tuned__store_open(&s, path, 0, &e), TUNED_ESCHEMA, &e);
+    EXPECT(s == NULL);
+    EXPECT_MSG(&e, path);
+    EXPECT_MSG(&e, "schema version 999");
+    EXPECT_MSG(&e, "tuned 9.9.9");
+    EXPECT_MSG(&e, "uses schema 2");
     printf("  schema mismatch says: %s\n", e.msg);
-    CHECK_RC(tuned__store_open(&s, path, TUNED__STORE_READONLY, &e), TUNED_ESCHEMA, &e);
+    EXPECT_RC(tuned__store_open(&s, path, TUNED__STORE_READONLY, &e), TUNED_ESCHEMA, &e);
 
     /* Schema 1 (the first whole path): the same clear refusal. */
-    CHECK(raw_put(path, "meta", "schema", 6, "1", 1) == 0);
-    CHECK(raw_put(path, "meta", "writer", 6, "0.1.0\x01", 6) == 0);
-    CHECK_RC(tuned__store_open(&s, path, 0, &e), TUNED_ESCHEMA, &e);
-    CHECK_MSG(&e, "schema version 1 (last written by tuned 0.1.0?)");
+    EXPECT(raw_put(path, "meta", "schema", 6, "1", 1) == 0);
+    EXPECT(raw_put(path, "meta", "writer", 6, "0.1.0\x01", 6) == 0);
+    EXPECT_RC(tuned__store_open(&s, path, 0, &e), TUNED_ESCHEMA, &e);
+    EXPECT_MSG(&e, "schema version 1 (last written by tuned 0.1.0?)");
 
-    CHECK(raw_put(path, "meta", "schema", 6, "2x", 2) == 0);
-    CHECK_RC(tuned__store_open(&s, path, 0, &e), TUNED_ESTORE, &e);
-    CHECK_MSG(&e, "schema");
-    CHECK(raw_put(path, "meta", "schema", 6, "", 0) == 0);
-    CHECK_RC(tuned__store_open(&s, path, 0, &e), TUNED_ESTORE, &e);
-    CHECK(raw_put(path, "meta", "schema", 6, "99999999999999999999", 20) == 0);
-    CHECK_RC(tuned__store_open(&s, path, 0, &e), TUNED_ESTORE, &e);
+    EXPECT(raw_put(path, "meta", "schema", 6, "2x", 2) == 0);
+    EXPECT_RC(tuned__store_open(&s, path, 0, &e), TUNED_ESTORE, &e);
+    EXPECT_MSG(&e, "schema");
+    EXPECT(raw_put(path, "meta", "schema", 6, "", 0) == 0);
+    EXPECT_RC(tuned__store_open(&s, path, 0, &e), TUNED_ESTORE, &e);
+    EXPECT(raw_put(path, "meta", "schema", 6, "99999999999999999999", 20) == 0);
+    EXPECT_RC(tuned__store_open(&s, path, 0, &e), TUNED_ESTORE, &e);
 
     /* Back to ours: the record survived every refusal, and the writer's
      * version is recorded again. */
-    CHECK(raw_put(path, "meta", "schema", 6, "2", 1) == 0);
-    CHECK_RC(tuned__store_open(&s, path, 0, &e), 0, &e);
+    EXPECT(raw_put(path, "meta", "schema", 6, "2", 1) == 0);
+    EXPECT_OK(tuned__store_open(&s, path, 0, &e), &e);
     if (s != NULL) {
         tuned__record got;
-        CHECK_RC(tuned__store_get_best(s, &r.key, &got, TUNED__MEASURE_POLICY, &e), 0, &e);
+        EXPECT_OK(tuned__store_get_best(s, &r.key, &got, TUNED__MEASURE_POLICY, &e), &e);
         tuned__store_close(s);
     }
 
     /* An LMDB environment without our dbs, opened read-only, is empty. */
     dir_path(path, sizeof path, "foreign");
-    CHECK(mkdir(path, 0700) == 0);
-    CHECK(raw_put(path, "other", "k", 1, "v", 1) == 0);
-    CHECK_RC(tuned__store_open(&s, path, TUNED__STORE_READONLY, &e), 0, &e);
+    EXPECT(mkdir(path, 0700) == 0);
+    EXPECT(raw_put(path, "other", "k", 1, "v", 1) == 0);
+    EXPECT_OK(tuned__store_open(&s, path, TUNED__STORE_READONLY, &e), &e);
     if (s != NULL) {
         tuned__record got;
-        CHECK_RC(tuned__store_get_best(s, &r.key, &got, TUNED__MEASURE_POLICY, &e), TUNED_ENOTFOUND, &e);
+        EXPECT_RC(tuned__store_get_best(s, &r.key, &got, TUNED__MEASURE_POLICY, &e), TUNED_ENOTFOUND, &e);
         size_t n = 9;
-        CHECK_RC(tuned__store_find_shape(s, 1, 0, 1, 1, &got, 1, &n, &e), 0, &e);
-        CHECK(n == 0);
+        EXPECT_OK(tuned__store_find_shape(s, 1, 0, 1, 1, &got, 1, &n, &e), &e);
+        EXPECT(n == 0);
         tuned__store_eval ev;
-        CHECK_RC(tuned__store_list_evals(s, &r.key, NULL, &ev, 1, &n, &e), 0, &e);
-        CHECK(n == 0);
+        EXPECT_OK(tuned__store_list_evals(s, &r.key, NULL, &ev, 1, &n, &e), &e);
+        EXPECT(n == 0);
         void *blob;
-        CHECK_RC(tuned__store_get_cubin(s, 1, &blob, &n, &e), TUNED_ENOTFOUND, &e);
+        EXPECT_RC(tuned__store_get_cubin(s, 1, &blob, &n, &e), TUNED_ENOTFOUND, &e);
         tuned__store_close(s);
     }
 }
@@ -686,17 +677,15 @@ static void test_schema(void)
 static void test_malformed(void)
 {
     char path[4200];
-    dir_path(path, sizeof path, "malformed");
-    tuned__err e = {0};
-    tuned__store *s;
-    CHECK_RC(tuned__store_open(&s, path, 0, &e), 0, &e);
+    tuned__store *s = open_test_store(path, sizeof path, "malformed", 0);
     tuned__store_close(s);
+    tuned__err e = {0};
 
     tuned__record r, got;
     make_record(&r, "gpu-a", 64, 64);
     char *text;
     size_t len;
-    CHECK_RC(tuned__record_encode(&r, &text, &len, &e), 0, &e);
+    EXPECT_OK(tuned__record_encode(&r, &text, &len, &e), &e);
     char good[4096];
     /* A valid record with a field a same-version writer may have added. */
     snprintf(good, sizeof good, "%.*s,\"future_field\":[1,2]}", (int)len - 1, text);
@@ -737,24 +726,21 @@ static void test_malformed(void)
 
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         raw_put_record(path, &r.key, cases[i].json);
-        CHECK_RC(tuned__store_open(&s, path, 0, &e), 0, &e);
+        EXPECT_OK(tuned__store_open(&s, path, 0, &e), &e);
         if (s == NULL)
             continue;
         tuned__err_clear(&e);
         int rc = tuned__store_get_best(s, &r.key, &got, TUNED__MEASURE_POLICY, &e);
-        if (rc != cases[i].want) {
-            fprintf(stderr, "%s:%d: malformed case \"%s\": get returned %d, expected %d: %s\n",
-                    __FILE__, __LINE__, cases[i].what, rc, cases[i].want, e.msg);
-            failures++;
-        }
+        EXPECT(rc == cases[i].want, "malformed case \"%s\": get returned %d, expected %d: %s",
+               cases[i].what, rc, cases[i].want, e.msg);
         if (cases[i].needle != NULL) {
-            CHECK_MSG(&e, cases[i].needle);
-            CHECK_MSG(&e, path);
+            EXPECT_MSG(&e, cases[i].needle);
+            EXPECT_MSG(&e, path);
             size_t n;
-            CHECK_RC(tuned__store_find_shape(s, 1, 0, 64, 64, &got, 1, &n, &e), cases[i].want, &e);
+            EXPECT_RC(tuned__store_find_shape(s, 1, 0, 64, 64, &got, 1, &n, &e), cases[i].want, &e);
             printf("  %s: %s\n", cases[i].what, e.msg);
         } else {
-            CHECK(record_equal(&got, &r));
+            EXPECT(record_equal(&got, &r));
         }
         tuned__store_close(s);
     }
@@ -765,12 +751,12 @@ static void test_malformed(void)
     uint8_t kb[TUNED__KEY_LEN + 1];
     tuned__key_encode(kb, TUNED__KEY_TAG_BEST, &r.key);
     kb[TUNED__KEY_LEN] = 0;
-    CHECK(raw_put(path, "best", kb, sizeof kb, good, strlen(good)) == 0);
-    CHECK_RC(tuned__store_open(&s, path, 0, &e), 0, &e);
+    EXPECT(raw_put(path, "best", kb, sizeof kb, good, strlen(good)) == 0);
+    EXPECT_OK(tuned__store_open(&s, path, 0, &e), &e);
     if (s != NULL) {
         size_t n;
-        CHECK_RC(tuned__store_find_shape(s, 1, 0, 64, 64, &got, 1, &n, &e), TUNED_ESTORE, &e);
-        CHECK_MSG(&e, "29 bytes");
+        EXPECT_RC(tuned__store_find_shape(s, 1, 0, 64, 64, &got, 1, &n, &e), TUNED_ESTORE, &e);
+        EXPECT_MSG(&e, "29 bytes");
         tuned__store_close(s);
     }
 }
@@ -780,12 +766,10 @@ static void test_malformed(void)
 static void test_history(void)
 {
     char path[4200];
-    dir_path(path, sizeof path, "history");
-    tuned__err e = {0};
-    tuned__store *s;
-    CHECK_RC(tuned__store_open(&s, path, 0, &e), 0, &e);
+    tuned__store *s = open_test_store(path, sizeof path, "history", 0);
     if (s == NULL)
         return;
+    tuned__err e = {0};
     tuned__record r, other;
     make_record(&r, "gpu-a", 4096, 32000);
     make_record(&other, "gpu-b", 4096, 32000);
@@ -807,14 +791,14 @@ static void test_history(void)
             evs[i].median_us = evs[i].p20_us = evs[i].p80_us = 0;
         }
     }
-    CHECK_RC(tuned__store_put_evals(s, evs, N, &e), 0, &e);
+    EXPECT_OK(tuned__store_put_evals(s, evs, N, &e), &e);
     tuned__store_eval ev;
     make_eval(&ev, &other.key, "w001.r1", 5);
-    CHECK_RC(tuned__store_put_eval(s, &ev, &e), 0, &e);
+    EXPECT_OK(tuned__store_put_eval(s, &ev, &e), &e);
     tuned__store_key k2 = r.key;
     k2.layout = 1;
     make_eval(&ev, &k2, "a", 5);
-    CHECK_RC(tuned__store_put_eval(s, &ev, &e), 0, &e);
+    EXPECT_OK(tuned__store_put_eval(s, &ev, &e), &e);
 
     /* Resume-style listing in pages of 64: every entry once, in order. */
     tuned__store_eval page[64];
@@ -822,7 +806,7 @@ static void test_history(void)
     int seen = 0, pages = 0;
     for (;;) {
         size_t n;
-        CHECK_RC(tuned__store_list_evals(s, &r.key, after, page, 64, &n, &e), 0, &e);
+        EXPECT_OK(tuned__store_list_evals(s, &r.key, after, page, 64, &n, &e), &e);
         pages++;
         for (size_t i = 0; i < n; i++, seen++) {
             tuned__store_eval *want = &evs[seen < N ? seen : 0];
@@ -841,55 +825,55 @@ static void test_history(void)
             break;
         snprintf(after, sizeof after, "%s", page[n - 1].config);
     }
-    CHECK(seen == N && pages == 4);
+    EXPECT(seen == N && pages == 4);
 
     /* The latest evaluation of a config wins. */
     make_eval(&ev, &r.key, "w000.r1", 42);
-    CHECK_RC(tuned__store_put_eval(s, &ev, &e), 0, &e);
+    EXPECT_OK(tuned__store_put_eval(s, &ev, &e), &e);
     size_t n;
-    CHECK_RC(tuned__store_list_evals(s, &r.key, NULL, page, 1, &n, &e), 0, &e);
-    CHECK(n == 1 && page[0].median_us == 42);
+    EXPECT_OK(tuned__store_list_evals(s, &r.key, NULL, page, 1, &n, &e), &e);
+    EXPECT(n == 1 && page[0].median_us == 42);
 
     /* Bad entries are refused whole: nothing of the batch is written. */
     tuned__store_eval badv[2];
     make_eval(&badv[0], &r.key, "zzz-new", 1);
     make_eval(&badv[1], &r.key, "bad config", 1);
-    CHECK_RC(tuned__store_put_evals(s, badv, 2, &e), TUNED_EINVAL, &e);
-    CHECK_MSG(&e, "config");
+    EXPECT_RC(tuned__store_put_evals(s, badv, 2, &e), TUNED_EINVAL, &e);
+    EXPECT_MSG(&e, "config");
     make_eval(&badv[1], &r.key, "zzz2", 0);
-    CHECK_RC(tuned__store_put_evals(s, badv, 2, &e), TUNED_EINVAL, &e);
-    CHECK_MSG(&e, "median_us > 0");
+    EXPECT_RC(tuned__store_put_evals(s, badv, 2, &e), TUNED_EINVAL, &e);
+    EXPECT_MSG(&e, "median_us > 0");
     make_eval(&badv[1], &r.key, "zzz2", 1);
     badv[1].status = 17;
-    CHECK_RC(tuned__store_put_evals(s, badv, 2, &e), TUNED_EINVAL, &e);
+    EXPECT_RC(tuned__store_put_evals(s, badv, 2, &e), TUNED_EINVAL, &e);
     badv[1].status = TUNED__HIST_OK;
     snprintf(badv[1].date, sizeof badv[1].date, "2026-13-01T00:00:00Z");
-    CHECK_RC(tuned__store_put_evals(s, badv, 2, &e), TUNED_EINVAL, &e);
+    EXPECT_RC(tuned__store_put_evals(s, badv, 2, &e), TUNED_EINVAL, &e);
     badv[1].median_us = INFINITY;
-    CHECK_RC(tuned__store_put_evals(s, badv, 2, &e), TUNED_EINVAL, &e);
-    CHECK_RC(tuned__store_list_evals(s, &r.key, "zz", page, 4, &n, &e), 0, &e);
-    CHECK(n == 0);
-    CHECK_RC(tuned__store_list_evals(s, &r.key, "a b", page, 4, &n, &e), TUNED_EINVAL, &e);
-    CHECK_RC(tuned__store_list_evals(s, &r.key, NULL, page, 0, &n, &e), TUNED_EINVAL, &e);
+    EXPECT_RC(tuned__store_put_evals(s, badv, 2, &e), TUNED_EINVAL, &e);
+    EXPECT_OK(tuned__store_list_evals(s, &r.key, "zz", page, 4, &n, &e), &e);
+    EXPECT(n == 0);
+    EXPECT_RC(tuned__store_list_evals(s, &r.key, "a b", page, 4, &n, &e), TUNED_EINVAL, &e);
+    EXPECT_RC(tuned__store_list_evals(s, &r.key, NULL, page, 0, &n, &e), TUNED_EINVAL, &e);
 
     /* A damaged value is an error naming the store and config. */
     uint8_t hk[TUNED__KEY_HIST_MAX];
     size_t hn;
-    CHECK_RC(tuned__key_encode_hist(hk, &other.key, "w002.r1", &hn, &e), 0, &e);
+    EXPECT_OK(tuned__key_encode_hist(hk, &other.key, "w002.r1", &hn, &e), &e);
     const char *maybe = "{\"v\":1,\"status\":\"maybe\",\"median_us\":0,\"p20_us\":0,"
                         "\"p80_us\":0,\"compile_ms\":0,\"date\":\"2026-11-21T10:00:00Z\","
                         "\"detail\":\"\"}";
     raw_put_open(&s, path, "history", hk, hn, maybe, strlen(maybe));
-    CHECK_RC(tuned__store_list_evals(s, &other.key, NULL, page, 4, &n, &e), TUNED_ESTORE, &e);
-    CHECK_MSG(&e, path);
-    CHECK_MSG(&e, "w002.r1");
-    CHECK_MSG(&e, "maybe");
+    EXPECT_RC(tuned__store_list_evals(s, &other.key, NULL, page, 4, &n, &e), TUNED_ESTORE, &e);
+    EXPECT_MSG(&e, path);
+    EXPECT_MSG(&e, "w002.r1");
+    EXPECT_MSG(&e, "maybe");
     printf("  damaged history entry: %s\n", e.msg);
     raw_put_open(&s, path, "history", hk, hn, "{\"v\":9}", 7);
-    CHECK_RC(tuned__store_list_evals(s, &other.key, NULL, page, 4, &n, &e), TUNED_ESCHEMA, &e);
+    EXPECT_RC(tuned__store_list_evals(s, &other.key, NULL, page, 4, &n, &e), TUNED_ESCHEMA, &e);
     for (int i = 0; i < TUNED__HIST_COUNT; i++)
-        CHECK(tuned__hist_status_name(i) != NULL);
-    CHECK(tuned__hist_status_name(TUNED__HIST_COUNT) == NULL);
+        EXPECT(tuned__hist_status_name(i) != NULL);
+    EXPECT(tuned__hist_status_name(TUNED__HIST_COUNT) == NULL);
     free(evs);
     tuned__store_close(s);
 }
@@ -899,33 +883,31 @@ static void test_history(void)
 static void test_cubins(void)
 {
     char path[4200];
-    dir_path(path, sizeof path, "cubins");
-    tuned__err e = {0};
-    tuned__store *s;
-    CHECK_RC(tuned__store_open_mapsize(&s, path, 0, 64 << 10, &e), 0, &e);
+    tuned__store *s = open_test_store(path, sizeof path, "cubins", 64 << 10);
     if (s == NULL)
         return;
+    tuned__err e = {0};
     /* Blobs of awkward sizes, one bigger than the whole initial map. */
     static const size_t sizes[] = {1, 4095, 4096, 4097, 300000};
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
         unsigned char *blob = malloc(sizes[i]);
         for (size_t j = 0; j < sizes[i]; j++)
             blob[j] = (unsigned char)(j * 31 + i);
-        CHECK_RC(tuned__store_put_cubin(s, 1000 + i, blob, sizes[i], &e), 0, &e);
+        EXPECT_OK(tuned__store_put_cubin(s, 1000 + i, blob, sizes[i], &e), &e);
         void *got;
         size_t n;
-        CHECK_RC(tuned__store_get_cubin(s, 1000 + i, &got, &n, &e), 0, &e);
-        CHECK(n == sizes[i] && got != NULL && memcmp(got, blob, n) == 0);
+        EXPECT_OK(tuned__store_get_cubin(s, 1000 + i, &got, &n, &e), &e);
+        EXPECT(n == sizes[i] && got != NULL && memcmp(got, blob, n) == 0);
         free(got);
         free(blob);
     }
     void *got = (void *)&e;
     size_t n = 7;
-    CHECK_RC(tuned__store_get_cubin(s, 42, &got, &n, &e), TUNED_ENOTFOUND, &e);
-    CHECK(got == NULL && n == 0);
-    CHECK_RC(tuned__store_put_cubin(s, 42, "x", 0, &e), TUNED_EINVAL, &e);
-    CHECK_RC(tuned__store_put_cubin(s, 42, NULL, 1, &e), TUNED_EINVAL, &e);
-    CHECK_RC(tuned__store_put_cubin(s, 42, "x", TUNED__CUBIN_MAX + 1, &e), TUNED_EINVAL, &e);
+    EXPECT_RC(tuned__store_get_cubin(s, 42, &got, &n, &e), TUNED_ENOTFOUND, &e);
+    EXPECT(got == NULL && n == 0);
+    EXPECT_RC(tuned__store_put_cubin(s, 42, "x", 0, &e), TUNED_EINVAL, &e);
+    EXPECT_RC(tuned__store_put_cubin(s, 42, NULL, 1, &e), TUNED_EINVAL, &e);
+    EXPECT_RC(tuned__store_put_cubin(s, 42, "x", TUNED__CUBIN_MAX + 1, &e), TUNED_EINVAL, &e);
 
     /* Damage: a flipped byte, a short value, another version. */
     uint8_t k[TUNED__KEY_CUBIN_LEN];
@@ -934,19 +916,19 @@ static void test_cubins(void)
     v[23] = 8; /* size 8 */
     memcpy(v + 32, "abcdefgh", 8);
     raw_put_open(&s, path, "cubins", k, sizeof k, v, sizeof v);
-    CHECK_RC(tuned__store_get_cubin(s, 1001, &got, &n, &e), TUNED_ESTORE, &e);
-    CHECK_MSG(&e, "checksum");
-    CHECK_MSG(&e, path);
+    EXPECT_RC(tuned__store_get_cubin(s, 1001, &got, &n, &e), TUNED_ESTORE, &e);
+    EXPECT_MSG(&e, "checksum");
+    EXPECT_MSG(&e, path);
     raw_put_open(&s, path, "cubins", k, sizeof k, v, 20);
-    CHECK_RC(tuned__store_get_cubin(s, 1001, &got, &n, &e), TUNED_ESTORE, &e);
+    EXPECT_RC(tuned__store_get_cubin(s, 1001, &got, &n, &e), TUNED_ESTORE, &e);
     v[0] = 2;
     raw_put_open(&s, path, "cubins", k, sizeof k, v, sizeof v);
-    CHECK_RC(tuned__store_get_cubin(s, 1001, &got, &n, &e), TUNED_ESTORE, &e);
-    CHECK_MSG(&e, "version 2");
+    EXPECT_RC(tuned__store_get_cubin(s, 1001, &got, &n, &e), TUNED_ESTORE, &e);
+    EXPECT_MSG(&e, "version 2");
     v[0] = 1;
     v[23] = 9;
     raw_put_open(&s, path, "cubins", k, sizeof k, v, sizeof v);
-    CHECK_RC(tuned__store_get_cubin(s, 1001, &got, &n, &e), TUNED_ESTORE, &e);
+    EXPECT_RC(tuned__store_get_cubin(s, 1001, &got, &n, &e), TUNED_ESTORE, &e);
     tuned__store_close(s);
 }
 
@@ -964,7 +946,7 @@ static int collect_fn(void *ctx, const tuned__store_key *key, const tuned__recor
     collect *c = ctx;
     if (r == NULL) {
         c->damaged++;
-        CHECK(damage != NULL && damage[0] != '\0');
+        EXPECT(damage != NULL && damage[0] != '\0');
         return 0;
     }
     if (c->n < 16)
@@ -983,12 +965,10 @@ static int count_scan(void *ctx, const tuned__record *r)
 static void test_each_forget(void)
 {
     char path[4200];
-    dir_path(path, sizeof path, "forget");
-    tuned__err e = {0};
-    tuned__store *s;
-    CHECK_RC(tuned__store_open(&s, path, 0, &e), 0, &e);
+    tuned__store *s = open_test_store(path, sizeof path, "forget", 0);
     if (s == NULL)
         return;
+    tuned__err e = {0};
     /* 3 GPUs x 2 shapes x 2 dtypes. */
     static const char *const names[] = {"NVIDIA H100 80GB HBM3", "NVIDIA H200", "NVIDIA A100"};
     for (int g = 0; g < 3; g++)
@@ -1000,36 +980,36 @@ static void test_each_forget(void)
                 make_record(&r, id, 1024, sh ? 4096 : 2048);
                 snprintf(r.gpu_name, sizeof r.gpu_name, "%s", names[g]);
                 r.key.dtype = (uint8_t)(dt ? TUNED_BF16 : TUNED_FP16);
-                CHECK_RC(tuned__store_put_best(s, &r, &e), 0, &e);
+                EXPECT_OK(tuned__store_put_best(s, &r, &e), &e);
             }
     uint64_t txn0, txn1;
-    CHECK_RC(tuned__store_txnid(s, &txn0, &e), 0, &e);
+    EXPECT_OK(tuned__store_txnid(s, &txn0, &e), &e);
 
     collect c = {0};
     tuned__store_filter all = {0};
-    CHECK_RC(tuned__store_each_best(s, &all, collect_fn, &c, &e), 0, &e);
-    CHECK(c.n == 12 && c.damaged == 0);
+    EXPECT_OK(tuned__store_each_best(s, &all, collect_fn, &c, &e), &e);
+    EXPECT(c.n == 12 && c.damaged == 0);
     int scanned = 0;
     size_t skipped;
-    CHECK_RC(tuned__store_scan(s, count_scan, &scanned, &skipped, &e), 0, &e);
-    CHECK(scanned == 12 && skipped == 0);
+    EXPECT_OK(tuned__store_scan(s, count_scan, &scanned, &skipped, &e), &e);
+    EXPECT(scanned == 12 && skipped == 0);
 
     tuned__store_filter f = {.gpu = "h200"};
     memset(&c, 0, sizeof c);
-    CHECK_RC(tuned__store_each_best(s, &f, collect_fn, &c, &e), 0, &e);
-    CHECK(c.n == 4 && strcmp(c.names[0], "NVIDIA H200") == 0);
+    EXPECT_OK(tuned__store_each_best(s, &f, collect_fn, &c, &e), &e);
+    EXPECT(c.n == 4 && strcmp(c.names[0], "NVIDIA H200") == 0);
     f = (tuned__store_filter){.gpu = "H1", .have_shape = true, .rows = 1024, .cols = 4096,
                               .have_dtype = true, .dtype = TUNED_BF16};
     memset(&c, 0, sizeof c);
-    CHECK_RC(tuned__store_each_best(s, &f, collect_fn, &c, &e), 0, &e);
-    CHECK(c.n == 1 && strcmp(c.names[0], "NVIDIA H100 80GB HBM3") == 0);
+    EXPECT_OK(tuned__store_each_best(s, &f, collect_fn, &c, &e), &e);
+    EXPECT(c.n == 1 && strcmp(c.names[0], "NVIDIA H100 80GB HBM3") == 0);
     /* By fingerprint. */
     char fp[17];
     snprintf(fp, sizeof fp, "%016" PRIx64, tuned__store_gpu_fingerprint("NVIDIA A100|id"));
     f = (tuned__store_filter){.gpu = fp};
     memset(&c, 0, sizeof c);
-    CHECK_RC(tuned__store_each_best(s, &f, collect_fn, &c, &e), 0, &e);
-    CHECK(c.n == 4 && strcmp(c.names[0], "NVIDIA A100") == 0);
+    EXPECT_OK(tuned__store_each_best(s, &f, collect_fn, &c, &e), &e);
+    EXPECT(c.n == 4 && strcmp(c.names[0], "NVIDIA A100") == 0);
 
     /* A damaged value is reported, not skipped silently. */
     tuned__record d;
@@ -1038,59 +1018,57 @@ static void test_each_forget(void)
     tuned__key_encode(kb, TUNED__KEY_TAG_BEST, &d.key);
     raw_put_open(&s, path, "best", kb, sizeof kb, "{oops", 5);
     memset(&c, 0, sizeof c);
-    CHECK_RC(tuned__store_each_best(s, &all, collect_fn, &c, &e), 0, &e);
-    CHECK(c.n == 12 && c.damaged == 1);
+    EXPECT_OK(tuned__store_each_best(s, &all, collect_fn, &c, &e), &e);
+    EXPECT(c.n == 12 && c.damaged == 1);
     scanned = 0;
-    CHECK_RC(tuned__store_scan(s, count_scan, &scanned, &skipped, &e), 0, &e);
-    CHECK(scanned == 12 && skipped == 1);
+    EXPECT_OK(tuned__store_scan(s, count_scan, &scanned, &skipped, &e), &e);
+    EXPECT(scanned == 12 && skipped == 1);
 
     /* A dry run removes nothing; a real one what it listed. */
     size_t removed;
     f = (tuned__store_filter){.gpu = "H200"};
-    CHECK_RC(tuned__store_forget(s, &f, true, NULL, NULL, &removed, &e), 0, &e);
-    CHECK(removed == 4);
+    EXPECT_OK(tuned__store_forget(s, &f, true, NULL, NULL, &removed, &e), &e);
+    EXPECT(removed == 4);
     memset(&c, 0, sizeof c);
-    CHECK_RC(tuned__store_each_best(s, &all, collect_fn, &c, &e), 0, &e);
-    CHECK(c.n == 12);
+    EXPECT_OK(tuned__store_each_best(s, &all, collect_fn, &c, &e), &e);
+    EXPECT(c.n == 12);
     memset(&c, 0, sizeof c);
-    CHECK_RC(tuned__store_forget(s, &f, false, collect_fn, &c, &removed, &e), 0, &e);
-    CHECK(removed == 4 && c.n == 4);
-    CHECK_RC(tuned__store_txnid(s, &txn1, &e), 0, &e);
-    CHECK(txn1 > txn0);
+    EXPECT_OK(tuned__store_forget(s, &f, false, collect_fn, &c, &removed, &e), &e);
+    EXPECT(removed == 4 && c.n == 4);
+    EXPECT_OK(tuned__store_txnid(s, &txn1, &e), &e);
+    EXPECT(txn1 > txn0);
     memset(&c, 0, sizeof c);
-    CHECK_RC(tuned__store_each_best(s, &all, collect_fn, &c, &e), 0, &e);
-    CHECK(c.n == 8 && c.damaged == 1);
+    EXPECT_OK(tuned__store_each_best(s, &all, collect_fn, &c, &e), &e);
+    EXPECT(c.n == 8 && c.damaged == 1);
     /* The damaged record goes by its shape. */
     f = (tuned__store_filter){.have_shape = true, .rows = 5, .cols = 5};
-    CHECK_RC(tuned__store_forget(s, &f, false, NULL, NULL, &removed, &e), 0, &e);
-    CHECK(removed == 1);
+    EXPECT_OK(tuned__store_forget(s, &f, false, NULL, NULL, &removed, &e), &e);
+    EXPECT(removed == 1);
     /* By key. */
     tuned__record one;
     make_record(&one, "NVIDIA A100|id", 1024, 2048);
-    CHECK_RC(tuned__store_forget_key(s, &one.key, &e), 0, &e);
-    CHECK_RC(tuned__store_forget_key(s, &one.key, &e), TUNED_ENOTFOUND, &e);
+    EXPECT_OK(tuned__store_forget_key(s, &one.key, &e), &e);
+    EXPECT_RC(tuned__store_forget_key(s, &one.key, &e), TUNED_ENOTFOUND, &e);
     memset(&c, 0, sizeof c);
-    CHECK_RC(tuned__store_each_best(s, &all, collect_fn, &c, &e), 0, &e);
-    CHECK(c.n == 7 && c.damaged == 0);
+    EXPECT_OK(tuned__store_each_best(s, &all, collect_fn, &c, &e), &e);
+    EXPECT(c.n == 7 && c.damaged == 0);
     tuned__store_close(s);
 }
 
 static void test_gc(void)
 {
     char path[4200];
-    dir_path(path, sizeof path, "gc");
-    tuned__err e = {0};
-    tuned__store *s;
-    CHECK_RC(tuned__store_open(&s, path, 0, &e), 0, &e);
+    tuned__store *s = open_test_store(path, sizeof path, "gc", 0);
     if (s == NULL)
         return;
+    tuned__err e = {0};
     /* A tuned shape (best w010) and an interrupted one (no best); 300
      * entries each, so deletes cross pages. */
     tuned__record r, lone;
     make_record(&r, "gpu-a", 512, 512);
     snprintf(r.config, sizeof r.config, "w010");
     r.cubin = 7;
-    CHECK_RC(tuned__store_put_best(s, &r, &e), 0, &e);
+    EXPECT_OK(tuned__store_put_best(s, &r, &e), &e);
     make_record(&lone, "gpu-a", 512, 1024);
     enum { N = 300 };
     tuned__store_eval *evs = calloc(2 * N, sizeof *evs);
@@ -1100,13 +1078,13 @@ static void test_gc(void)
         make_eval(&evs[i], &r.key, cfg, 10 + i);
         make_eval(&evs[N + i], &lone.key, cfg, 10 + i);
     }
-    CHECK_RC(tuned__store_put_evals(s, evs, 2 * N, &e), 0, &e);
+    EXPECT_OK(tuned__store_put_evals(s, evs, 2 * N, &e), &e);
     for (uint64_t h = 1; h <= 10; h++)
-        CHECK_RC(tuned__store_put_cubin(s, h, "cubin", 5, &e), 0, &e);
+        EXPECT_OK(tuned__store_put_cubin(s, h, "cubin", 5, &e), &e);
     /* Damage in both. */
     uint8_t hk[TUNED__KEY_HIST_MAX];
     size_t hn;
-    CHECK_RC(tuned__key_encode_hist(hk, &lone.key, "zzz", &hn, &e), 0, &e);
+    EXPECT_OK(tuned__key_encode_hist(hk, &lone.key, "zzz", &hn, &e), &e);
     raw_put_open(&s, path, "history", hk, hn, "nope", 4);
     uint8_t ck[TUNED__KEY_CUBIN_LEN];
     tuned__key_encode_cubin(ck, 99);
@@ -1115,36 +1093,36 @@ static void test_gc(void)
     time_t entries = 1795255200; /* 2026-11-21T10:00:00Z, the entries' date */
     tuned__gc_stats st;
     /* Young entries stay. */
-    CHECK_RC(tuned__store_gc(s, 30, entries + 86400, false, &st, &e), 0, &e);
-    CHECK(st.evals_removed == 0 && st.evals_kept == 2 * N && st.damaged_removed == 2);
-    CHECK(st.cubins_kept == 10 && st.cubins_removed == 0);
+    EXPECT_OK(tuned__store_gc(s, 30, entries + 86400, false, &st, &e), &e);
+    EXPECT(st.evals_removed == 0 && st.evals_kept == 2 * N && st.damaged_removed == 2);
+    EXPECT(st.cubins_kept == 10 && st.cubins_removed == 0);
     /* A dry run of the real sweep: counts, no change. */
-    CHECK_RC(tuned__store_gc(s, 30, entries + 40 * 86400, true, &st, &e), 0, &e);
-    CHECK(st.evals_removed == 2 * N - 1 && st.evals_kept == 1);
+    EXPECT_OK(tuned__store_gc(s, 30, entries + 40 * 86400, true, &st, &e), &e);
+    EXPECT(st.evals_removed == 2 * N - 1 && st.evals_kept == 1);
     tuned__store_eval page[4];
     size_t n;
-    CHECK_RC(tuned__store_list_evals(s, &lone.key, NULL, page, 4, &n, &e), 0, &e);
-    CHECK(n == 4);
+    EXPECT_OK(tuned__store_list_evals(s, &lone.key, NULL, page, 4, &n, &e), &e);
+    EXPECT(n == 4);
     /* Old ones go, except what a best record uses (history of its config;
      * cubins: gc's "now" is 40 days after they were made, a month later). */
     time_t cub_now = (time(NULL) > entries ? time(NULL) : entries) + 40 * 86400;
-    CHECK_RC(tuned__store_gc(s, 30, cub_now, false, &st, &e), 0, &e);
-    CHECK(st.evals_removed == 2 * N - 1 && st.evals_kept == 1 && st.damaged_removed == 0);
-    CHECK(st.cubins_removed == 9 && st.cubins_kept == 1 && st.cubin_bytes_removed == 45);
-    CHECK_RC(tuned__store_list_evals(s, &r.key, NULL, page, 4, &n, &e), 0, &e);
-    CHECK(n == 1 && strcmp(page[0].config, "w010") == 0);
-    CHECK_RC(tuned__store_list_evals(s, &lone.key, NULL, page, 4, &n, &e), 0, &e);
-    CHECK(n == 0);
+    EXPECT_OK(tuned__store_gc(s, 30, cub_now, false, &st, &e), &e);
+    EXPECT(st.evals_removed == 2 * N - 1 && st.evals_kept == 1 && st.damaged_removed == 0);
+    EXPECT(st.cubins_removed == 9 && st.cubins_kept == 1 && st.cubin_bytes_removed == 45);
+    EXPECT_OK(tuned__store_list_evals(s, &r.key, NULL, page, 4, &n, &e), &e);
+    EXPECT(n == 1 && strcmp(page[0].config, "w010") == 0);
+    EXPECT_OK(tuned__store_list_evals(s, &lone.key, NULL, page, 4, &n, &e), &e);
+    EXPECT(n == 0);
     void *blob;
-    CHECK_RC(tuned__store_get_cubin(s, 7, &blob, &n, &e), 0, &e);
+    EXPECT_OK(tuned__store_get_cubin(s, 7, &blob, &n, &e), &e);
     free(blob);
-    CHECK_RC(tuned__store_get_cubin(s, 3, &blob, &n, &e), TUNED_ENOTFOUND, &e);
+    EXPECT_RC(tuned__store_get_cubin(s, 3, &blob, &n, &e), TUNED_ENOTFOUND, &e);
     /* --days 0: every unused one, whatever its age. */
-    CHECK_RC(tuned__store_put_cubin(s, 11, "new", 3, &e), 0, &e);
-    CHECK_RC(tuned__store_gc(s, 0, time(NULL), false, &st, &e), 0, &e);
-    CHECK(st.cubins_removed == 1 && st.cubins_kept == 1);
-    CHECK_RC(tuned__store_gc(s, -1, time(NULL), false, &st, &e), TUNED_EINVAL, &e);
-    CHECK_RC(tuned__store_gc(s, NAN, time(NULL), false, &st, &e), TUNED_EINVAL, &e);
+    EXPECT_OK(tuned__store_put_cubin(s, 11, "new", 3, &e), &e);
+    EXPECT_OK(tuned__store_gc(s, 0, time(NULL), false, &st, &e), &e);
+    EXPECT(st.cubins_removed == 1 && st.cubins_kept == 1);
+    EXPECT_RC(tuned__store_gc(s, -1, time(NULL), false, &st, &e), TUNED_EINVAL, &e);
+    EXPECT_RC(tuned__store_gc(s, NAN, time(NULL), false, &st, &e), TUNED_EINVAL, &e);
     free(evs);
     tuned__store_close(s);
 }
@@ -1153,12 +1131,10 @@ static void test_gc(void)
 static void test_map_growth(void)
 {
     char path[4200];
-    dir_path(path, sizeof path, "tiny");
-    tuned__err e = {0};
-    tuned__store *s;
-    CHECK_RC(tuned__store_open_mapsize(&s, path, 0, 64 << 10, &e), 0, &e);
+    tuned__store *s = open_test_store(path, sizeof path, "tiny", 64 << 10);
     if (s == NULL)
         return;
+    tuned__err e = {0};
     enum { N = 2000 };
     tuned__record r, got;
     make_record(&r, "gpu-a", 1, 4096);
@@ -1178,7 +1154,7 @@ static void test_map_growth(void)
      * fresh tiny map: the whole batch is retried after the grow. */
     char path2[4200];
     dir_path(path2, sizeof path2, "tiny-batch");
-    CHECK_RC(tuned__store_open_mapsize(&s, path2, 0, 64 << 10, &e), 0, &e);
+    EXPECT_OK(tuned__store_open_mapsize(&s, path2, 0, 64 << 10, &e), &e);
     if (s != NULL) {
         tuned__store_eval *evs = calloc(3000, sizeof *evs);
         for (int i = 0; i < 3000; i++) {
@@ -1187,12 +1163,12 @@ static void test_map_growth(void)
             make_eval(&evs[i], &r.key, cfg, 1 + i);
         }
         size_t before = tuned__store_mapsize(s);
-        CHECK_RC(tuned__store_put_evals(s, evs, 3000, &e), 0, &e);
-        CHECK(tuned__store_mapsize(s) >= 8 * before);
+        EXPECT_OK(tuned__store_put_evals(s, evs, 3000, &e), &e);
+        EXPECT(tuned__store_mapsize(s) >= 8 * before);
         tuned__store_eval last;
         size_t n;
-        CHECK_RC(tuned__store_list_evals(s, &r.key, "c2998", &last, 1, &n, &e), 0, &e);
-        CHECK(n == 1 && strcmp(last.config, "c2999") == 0);
+        EXPECT_OK(tuned__store_list_evals(s, &r.key, "c2998", &last, 1, &n, &e), &e);
+        EXPECT(n == 1 && strcmp(last.config, "c2999") == 0);
         free(evs);
         tuned__store_close(s);
     }
@@ -1200,18 +1176,18 @@ static void test_map_growth(void)
     char data[4300];
     snprintf(data, sizeof data, "%s/data.mdb", path);
     struct stat st;
-    CHECK(stat(data, &st) == 0 && st.st_size > (64 << 10));
+    EXPECT(stat(data, &st) == 0 && st.st_size > (64 << 10));
     printf("  %d records in a map that started at 64 KiB: data.mdb is %lld KiB\n", N,
            (long long)st.st_size / 1024);
 
     /* Reopened with the tiny map again: the store keeps its grown size. */
-    CHECK_RC(tuned__store_open_mapsize(&s, path, TUNED__STORE_READONLY, 64 << 10, &e), 0, &e);
+    EXPECT_OK(tuned__store_open_mapsize(&s, path, TUNED__STORE_READONLY, 64 << 10, &e), &e);
     if (s == NULL)
         return;
     for (uint64_t i = 0; i < N; i += 97) {
         r.key.rows = i + 1;
-        CHECK_RC(tuned__store_get_best(s, &r.key, &got, TUNED__MEASURE_POLICY, &e), 0, &e);
-        CHECK(got.evaluations == i);
+        EXPECT_OK(tuned__store_get_best(s, &r.key, &got, TUNED__MEASURE_POLICY, &e), &e);
+        EXPECT(got.evaluations == i);
     }
     tuned__store_close(s);
 }
@@ -1251,29 +1227,24 @@ static void *work(void *arg)
 static void test_threads(void)
 {
     char path[4200];
-    dir_path(path, sizeof path, "threads");
-    tuned__err e = {0};
-    tuned__store *s;
-    CHECK_RC(tuned__store_open_mapsize(&s, path, 0, 64 << 10, &e), 0, &e);
+    tuned__store *s = open_test_store(path, sizeof path, "threads", 64 << 10);
     if (s == NULL)
         return;
+    tuned__err e = {0};
     worker w[THREADS];
     pthread_t th[THREADS];
     for (int i = 0; i < THREADS; i++) {
         w[i] = (worker){.s = s, .id = i};
-        CHECK(pthread_create(&th[i], NULL, work, &w[i]) == 0);
+        EXPECT(pthread_create(&th[i], NULL, work, &w[i]) == 0);
     }
     for (int i = 0; i < THREADS; i++) {
-        CHECK(pthread_join(th[i], NULL) == 0);
-        if (w[i].failed) {
-            fprintf(stderr, "%s:%d: thread %d failed: %s\n", __FILE__, __LINE__, i, w[i].e.msg);
-            failures++;
-        }
+        EXPECT(pthread_join(th[i], NULL) == 0);
+        EXPECT(!w[i].failed, "thread %d failed: %s", i, w[i].e.msg);
     }
     size_t n;
     tuned__record out[THREADS];
-    CHECK_RC(tuned__store_find_shape(s, 1, 0, PER_THREAD, 128, out, THREADS, &n, &e), 0, &e);
-    CHECK(n == THREADS);
+    EXPECT_OK(tuned__store_find_shape(s, 1, 0, PER_THREAD, 128, out, THREADS, &n, &e), &e);
+    EXPECT(n == THREADS);
     tuned__store_close(s);
 }
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # tools/setup.sh - install the build dependencies (if missing) and build tuned.
 #
-# Usage: tools/setup.sh [--asan] [--no-deps]
+# Usage: tools/setup.sh [--asan] [--release] [--no-deps]
 #
 #   1. Checks the Debian build dependencies (meson, ninja, pkg-config, gcc,
 #      python3, lmdb, libuv, jansson, lmdb-utils). Only if one is missing does
@@ -9,10 +9,18 @@
 #      A dependency counts as present if dpkg says its package is installed OR
 #      its tool / pkg-config module is found, so on the GPU machine (no apt,
 #      no internet) it is satisfied by `source tools/device-env.sh`.
-#   2. Configures build/ (meson setup --buildtype=debugoptimized, or
-#      --reconfigure when build/ already exists) and compiles it.
+#   2. Configures build/ (meson setup --buildtype=debugoptimized
+#      -Dtest_hooks=true, or --reconfigure when build/ already exists, which
+#      switches an existing build/ to those options) and compiles it. The
+#      test hooks (fake GPU, planted faults, the store's commit hook) are
+#      what the tests and bench/daemon-load.sh run on; build/ is a test
+#      build, not one to install.
 #   3. With --asan, also configures and compiles build-asan/ with
-#      -Db_sanitize=address,undefined -Db_lundef=false.
+#      -Db_sanitize=address,undefined -Db_lundef=false -Dtest_hooks=true.
+#   4. With --release, also configures build-release/ with the default
+#      options (no test hooks: what `meson install` would ship) and compiles
+#      only the `tuned` executable and libtuned there; tools/test.sh checks
+#      that they hold none of the hooks.
 #
 #   --no-deps   skip the dependency check entirely (never call apt-get).
 #
@@ -26,10 +34,12 @@ log() { printf '==> setup: %s\n' "$*"; }
 die() { printf '==> setup: ERROR: %s\n' "$*" >&2; exit 1; }
 
 want_asan=0
+want_release=0
 check_deps=1
 for arg in "$@"; do
     case "$arg" in
         --asan) want_asan=1 ;;
+        --release) want_release=1 ;;
         --no-deps) check_deps=0 ;;
         -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "${BASH_SOURCE[0]}"; exit 0 ;;
         *) die "unknown option '$arg' (try --help)" ;;
@@ -112,7 +122,9 @@ command -v meson >/dev/null 2>&1 || die "meson not found on PATH"
 command -v ninja >/dev/null 2>&1 || die "ninja not found on PATH"
 
 # --------------------------------------------------------------- build ----
-# configure_and_build DIR [meson options...]
+# configure_and_build DIR [meson options...]: compiles every target, or
+# only those in the targets array when it is not empty.
+targets=()
 configure_and_build() {
     local dir="$1"; shift
     if [[ -f "$dir/meson-private/coredata.dat" ]]; then
@@ -133,16 +145,24 @@ configure_and_build() {
         log "configuring $dir/"
         meson setup "$dir" "$@" || die "meson setup of $dir/ failed"
     fi
-    log "compiling $dir/"
-    meson compile -C "$dir" || die "build of $dir/ failed"
+    log "compiling $dir/${targets[*]+ (${targets[*]})}"
+    meson compile -C "$dir" ${targets[@]+"${targets[@]}"} || die "build of $dir/ failed"
     log "$dir/ is up to date"
 }
 
-configure_and_build build --buildtype=debugoptimized
+configure_and_build build --buildtype=debugoptimized -Dtest_hooks=true
 
 if [[ $want_asan -eq 1 ]]; then
     configure_and_build build-asan --buildtype=debug \
-        -Db_sanitize=address,undefined -Db_lundef=false
+        -Db_sanitize=address,undefined -Db_lundef=false -Dtest_hooks=true
+fi
+
+if [[ $want_release -eq 1 ]]; then
+    # -Dtest_hooks=false is the default; said here so that --reconfigure
+    # resets a build-release/ someone configured otherwise.
+    targets=(tuned:executable tuned:shared_library)
+    configure_and_build build-release -Dtest_hooks=false
+    targets=()
 fi
 
 log "done"

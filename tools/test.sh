@@ -4,13 +4,17 @@
 #
 # Usage: tools/test.sh [--no-asan] [SUITE...] [meson test args...]
 #
-#   1. tools/setup.sh --asan: installs missing build deps, builds build/ and
-#      build-asan/ (AddressSanitizer + UBSan).
+#   1. tools/setup.sh --asan --release: installs missing build deps, builds
+#      build/ and build-asan/ (AddressSanitizer + UBSan), both with the test
+#      hooks (-Dtest_hooks=true), and the `tuned` executable and libtuned of
+#      build-release/ (default options: no test hooks).
 #   2. meson test -C build --print-errorlogs            (all suites)
 #   3. meson test -C build-asan --print-errorlogs --suite unit --suite integration
 #      with ASAN_OPTIONS=detect_leaks=1, LSAN_OPTIONS=suppressions=tests/lsan.supp
 #      (if that file exists), UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1.
-#   4. Totals from both builds' meson-logs/testlog.json. The LAST line printed
+#   4. meson test -C build-release --no-rebuild --suite release: the default
+#      build holds none of the test hooks (tests/test_hooks.py).
+#   5. Totals from the three builds' meson-logs/testlog.json. The LAST line printed
 #      is always `N passed, N failed, N skipped` (OK/EXPECTEDFAIL = passed,
 #      FAIL/TIMEOUT/ERROR/UNEXPECTEDPASS = failed, SKIP = skipped; a step that
 #      failed without a failing test, e.g. the build, counts as 1 failed).
@@ -19,7 +23,9 @@
 # Extra arguments go to both `meson test` calls. A bare suite name (unit, gpu,
 # integration) is shorthand for `--suite NAME`. When suites are given, the
 # ASan run keeps only the ones among unit/integration (none left: it is
-# skipped). --no-asan skips the ASan build and run altogether.
+# skipped). --no-asan skips the ASan build and run altogether. The release
+# check runs when no suite is given or integration is among them; it takes
+# none of the extra arguments.
 # Tests that need a GPU exit 77 and are reported as skipped.
 set -euo pipefail
 
@@ -57,6 +63,11 @@ for s in ${user_suites[@]+"${user_suites[@]}"}; do main_args+=(--suite "$s"); do
 
 asan_run=1
 [[ $no_asan -eq 1 ]] && asan_run=0
+release_run=1
+if [[ ${#user_suites[@]} -gt 0 ]]; then
+    release_run=0
+    for s in "${user_suites[@]}"; do [[ "$s" == integration ]] && release_run=1; done
+fi
 asan_args=(--print-errorlogs --timeout-multiplier 3)
 if [[ ${#user_suites[@]} -gt 0 ]]; then
     kept=0
@@ -125,6 +136,7 @@ PY
 # -------------------------------------------------------------- build ------
 setup_args=()
 if [[ $asan_run -eq 1 ]]; then setup_args+=(--asan); fi
+if [[ $release_run -eq 1 ]]; then setup_args+=(--release); fi
 log "building (tools/setup.sh${setup_args[*]+ ${setup_args[*]}})"
 if ! bash "$ROOT/tools/setup.sh" ${setup_args[@]+"${setup_args[@]}"}; then
     log "build FAILED"
@@ -170,6 +182,12 @@ if [[ $asan_run -eq 1 ]]; then
     fi
     log "ASan environment: ${test_env[*]}"
     run_meson_test build-asan "${asan_args[@]}" ${passthru[@]+"${passthru[@]}"}
+fi
+
+if [[ $release_run -eq 1 ]]; then
+    # Only the release suite: the rest of build-release/ is not compiled.
+    test_env=()
+    run_meson_test build-release --no-rebuild --print-errorlogs --suite release
 fi
 
 # The totals line is the last thing printed; its exit status is ours.

@@ -3,8 +3,10 @@
  * worker that crashes or hangs, kill -9 during a tune) runs on a machine
  * without a GPU, as on CI.
  *
- * It is off unless the environment says otherwise, and nothing but tests
- * and the load generator sets these variables:
+ * It exists only in a build configured with -Dtest_hooks=true (which
+ * defines TUNED_TEST_HOOKS; fake_gpu.c is compiled only then). There it is
+ * off unless the environment says otherwise, and nothing but tests and
+ * the load generator sets these variables:
  *
  *   TUNED_TEST_FAKE_GPU=N      the worker pretends to see N (1..8) identical
  *                              GPUs named "tuned test-only fake GPU"
@@ -24,9 +26,13 @@
 
 #include <stdbool.h>
 
+#include "src/common/err.h"
 #include "src/tuner/evaluator.h"
 #include "src/driver/gpu.h"
 #include "src/tuner/tune.h"
+#include "tuned.h"
+
+#ifdef TUNED_TEST_HOOKS
 
 /* Whether TUNED_TEST_FAKE_GPU is set to a count from 1 to 8. */
 bool tuned__fake_gpu_enabled(void);
@@ -48,5 +54,35 @@ void tuned__fake_eval(const tuned__shape *s, const tuned__config *c, tuned__eval
 int tuned__fake_tune(const tuned__tune_request *r, const tuned__gpu *gpu,
                      tuned__tune_progress_fn progress, void *ctx, tuned__tune_outcome *out,
                      tuned__err *e);
+
+#else
+
+/* A build without test hooks has no fake GPU, whatever the environment
+ * says: the callers' fake branches are dead code the compiler drops. */
+static inline bool tuned__fake_gpu_enabled(void)
+{
+    return false;
+}
+
+static inline int tuned__fake_gpu_query(int ordinal, tuned__gpu *out, int *count, tuned__err *e)
+{
+    (void)out;
+    *count = 0;
+    return tuned__errf(e, TUNED_ENODEV, "fake GPU %d: built without test hooks", ordinal);
+}
+
+static inline int tuned__fake_tune(const tuned__tune_request *r, const tuned__gpu *gpu,
+                                   tuned__tune_progress_fn progress, void *ctx,
+                                   tuned__tune_outcome *out, tuned__err *e)
+{
+    (void)r;
+    (void)gpu;
+    (void)progress;
+    (void)ctx;
+    (void)out;
+    return tuned__errf(e, TUNED_ENODEV, "fake GPU: built without test hooks");
+}
+
+#endif /* TUNED_TEST_HOOKS */
 
 #endif

@@ -509,7 +509,7 @@ static int add_slot(tuned__jobs *j, tuned__worker *w, const tuned__gpu *gpu, boo
     s->info.worker_pid = tuned__worker_pid(w);
     logf_(j, "GPU %d: %s (sm_%d%d, %zu MiB), worker pid %d%s", gpu->ordinal, gpu->name,
           gpu->cc_major, gpu->cc_minor, gpu->total_mem >> 20, (int)s->info.worker_pid,
-          fake ? " -- TEST ONLY fake GPU (TUNED_TEST_FAKE_GPU)" : "");
+          fake ? " -- TEST ONLY fake GPU" : "");
     return 0;
 }
 

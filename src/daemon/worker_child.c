@@ -8,7 +8,8 @@
  * (running: the evaluator's on_variant hook), each variant's result after
  * its batch (evaluated), the winner (outcome). The test-only fake backend
  * (fake_gpu.h) stands in for the GPU when TUNED_TEST_FAKE_GPU is set, with
- * the same lines.
+ * the same lines; like the planted fault, it exists only in a build with
+ * test hooks (-Dtest_hooks=true).
  *
  * After a failed tune the worker reports it and exits: a fatal CUDA error
  * leaves the context unusable, and a fresh process is cheap. It dies with
@@ -78,11 +79,21 @@ static void emit_error(const tuned__err *e, bool lost)
 
 /* ---- the real GPU ---- */
 
+#ifdef TUNED_TEST_HOOKS
 /* TEST ONLY (TUNED_TEST_PLANT_FAULT): makes the context fault as a variant
  * writing out of bounds would, with a one-thread PTX kernel that stores to
  * address 8. The context is dead afterwards (a sticky error): the variant
  * about to run fails on it, and so does the tune, exactly as after a
- * faulting variant. */
+ * faulting variant. A build without test hooks has none of this. */
+static const char *planted_fault_config(void)
+{
+    const char *cfg = getenv("TUNED_TEST_PLANT_FAULT");
+    if (cfg == NULL || *cfg == '\0')
+        return NULL;
+    fprintf(stderr, "tuned worker: TEST ONLY: a fault is planted in %s\n", cfg);
+    return cfg;
+}
+
 static void plant_fault(backend *b)
 {
     static const char ptx[] = ".version 7.0\n.target sm_70\n.address_size 64\n"
@@ -112,6 +123,17 @@ static void plant_fault(backend *b)
     fprintf(stderr, "tuned worker: TEST ONLY: planted fault: %s\n",
             rc != 0 ? e.msg : "the kernel did not fault");
 }
+#else
+static const char *planted_fault_config(void)
+{
+    return NULL;
+}
+
+static void plant_fault(backend *b)
+{
+    (void)b;
+}
+#endif
 
 static int real_init(backend *b, tuned__err *e)
 {
@@ -124,9 +146,7 @@ static int real_init(backend *b, tuned__err *e)
         rc = tuned__errf(e, TUNED_ENODEV, "the CUDA driver sees no GPU");
     if (rc == 0)
         rc = tuned__gpu_query(b->d, b->n, b->device, &b->gpu, e);
-    b->plant_fault = getenv("TUNED_TEST_PLANT_FAULT");
-    if (b->plant_fault != NULL && *b->plant_fault != '\0')
-        fprintf(stderr, "tuned worker: TEST ONLY: a fault is planted in %s\n", b->plant_fault);
+    b->plant_fault = planted_fault_config();
     return rc;
 }
 

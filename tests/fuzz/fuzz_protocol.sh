@@ -20,7 +20,7 @@ if ! clang -fsanitize=fuzzer "$tmp/probe.c" -o "$tmp/probe" >/dev/null 2>&1; the
 fi
 # shellcheck disable=SC2046
 clang -std=c11 -g -O1 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined \
-    -fno-sanitize-recover=undefined -I"$src/include" -I"$src/src" $(pkg-config --cflags jansson) \
+    -fno-sanitize-recover=undefined -I"$src" -I"$src/include" $(pkg-config --cflags jansson) \
     -isystem "${CUDA_INCLUDE:-/usr/local/cuda/include}" \
     "$src/tests/fuzz/fuzz_protocol.c" "$src/src/daemon/protocol.c" "$src/src/common/dtype.c" \
     "$src/src/common/err.c" $(pkg-config --libs jansson) -o "$tmp/fuzz" || exit 1

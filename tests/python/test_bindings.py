@@ -1,12 +1,16 @@
-"""test_bindings.py TUNED LIBTUNED SOURCE_ROOT [--asan]: the Python package
-(bindings/python) without a GPU (issue 6). Plain unittest (pytest is not
-needed); prints `N passed, N failed, N skipped` and exits 1 on a failure.
+"""test_bindings.py TUNED LIBTUNED SOURCE_ROOT [--asan] [--daemon [--test-hooks]]:
+the Python package (bindings/python) without a GPU (issue 6). Plain unittest
+(pytest is not needed); prints `N passed, N failed, N skipped` and exits 1
+on a failure.
 
   Client      against a fake daemon on a Unix socket (framing, pipelining,
               error replies, a daemon that closes or stalls, no daemon,
-              job polling, None fields left out), and against the real
+              job polling, None fields left out)
+  daemon      (--daemon, a test of its own) the client against the real
               `tuned serve` with the test-only fake GPU (get default, tune,
-              wait, get exact, list, stats, error codes)
+              wait, get exact, list, stats, error codes); the fake GPU is a
+              test hook, so without --test-hooks (the build's
+              -Dtest_hooks=true) it exits 77, skipped
   library     loading errors name what was tried; the real libtuned loads,
               its version, a handle without a CUDA driver fails with
               TunedError(ENODRIVER) and the library's message
@@ -35,6 +39,8 @@ TUNED = os.path.abspath(sys.argv[1]) if len(sys.argv) > 1 and sys.argv[1] else N
 LIBTUNED = os.path.abspath(sys.argv[2]) if len(sys.argv) > 2 and sys.argv[2] else None
 ROOT = sys.argv[3] if len(sys.argv) > 3 else os.path.join(os.path.dirname(__file__), "..", "..")
 ASAN = "--asan" in sys.argv
+DAEMON = "--daemon" in sys.argv
+TEST_HOOKS = "--test-hooks" in sys.argv
 sys.path.insert(0, os.path.join(ROOT, "bindings", "python"))
 
 import tuned  # noqa: E402
@@ -501,7 +507,16 @@ class SoftmaxTests(unittest.TestCase):
 
 
 def main():
-    suite = unittest.defaultTestLoader.loadTestsFromModule(sys.modules[__name__])
+    loader = unittest.defaultTestLoader
+    if DAEMON:
+        if not TEST_HOOKS:
+            print("the fake GPU needs a build with test hooks (-Dtest_hooks=true): skipped")
+            return 77
+        suite = loader.loadTestsFromTestCase(RealDaemonTests)
+    else:
+        cases = [c for c in globals().values() if isinstance(c, type) and
+                 issubclass(c, unittest.TestCase) and c is not RealDaemonTests]
+        suite = unittest.TestSuite(loader.loadTestsFromTestCase(c) for c in cases)
     result = unittest.TextTestRunner(verbosity=2).run(suite)
     skipped = len(result.skipped)
     failed = len(result.failures) + len(result.errors)
