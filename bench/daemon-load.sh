@@ -17,7 +17,7 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${1:-$root/build}"
-tuned="$build/tools/tuned"
+tuned="$build/tuned"
 [[ -x "$tuned" ]] || tuned="$build/tuned"
 tmp="$(mktemp -d /tmp/tuned-load-XXXXXX)"
 pid=""

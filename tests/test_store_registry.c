@@ -57,46 +57,46 @@ static void test_spellings(void)
     snprintf(link, sizeof link, "%s-link", dir);
     snprintf(dotted, sizeof dotted, "%s/./", dir);
     tuned__store *a = NULL, *b = NULL, *c = NULL, *d = NULL;
-    CHECK_RC(tuned__store_acquire(dir, 0, &a, &e), 0, &e); /* creates it */
-    CHECK(a != NULL && !tuned__store_readonly(a));
-    CHECK(symlink(dir, link) == 0);
-    CHECK_RC(tuned__store_acquire(link, 0, &b, &e), 0, &e);
-    CHECK_RC(tuned__store_acquire(dotted, 0, &c, &e), 0, &e);
-    CHECK(b == a && c == a);
-    CHECK(lock_fds(dir) == 1);
+    EXPECT_RC(tuned__store_acquire(dir, 0, &a, &e), 0, &e); /* creates it */
+    EXPECT(a != NULL && !tuned__store_readonly(a));
+    EXPECT(symlink(dir, link) == 0);
+    EXPECT_RC(tuned__store_acquire(link, 0, &b, &e), 0, &e);
+    EXPECT_RC(tuned__store_acquire(dotted, 0, &c, &e), 0, &e);
+    EXPECT(b == a && c == a);
+    EXPECT(lock_fds(dir) == 1);
 
     /* A relative spelling, from the parent directory. */
     char cwd[PATH_MAX];
-    CHECK(getcwd(cwd, sizeof cwd) != NULL);
-    CHECK(chdir(root) == 0);
+    EXPECT(getcwd(cwd, sizeof cwd) != NULL);
+    EXPECT(chdir(root) == 0);
     snprintf(relative, sizeof relative, "./%s", strrchr(dir, '/') + 1);
-    CHECK_RC(tuned__store_acquire(relative, 0, &d, &e), 0, &e);
-    CHECK(chdir(cwd) == 0);
-    CHECK(d == a);
+    EXPECT_RC(tuned__store_acquire(relative, 0, &d, &e), 0, &e);
+    EXPECT(chdir(cwd) == 0);
+    EXPECT(d == a);
 
     char real[PATH_MAX];
-    CHECK(realpath(dir, real) != NULL && strcmp(tuned__store_real_path(a), real) == 0);
+    EXPECT(realpath(dir, real) != NULL && strcmp(tuned__store_real_path(a), real) == 0);
 
     /* Releases but the last leave it open and usable. */
     tuned__store_release(a);
     tuned__store_release(d);
     tuned__store_release(c);
-    CHECK(lock_fds(dir) == 1);
+    EXPECT(lock_fds(dir) == 1);
     tuned__record r, got;
     make_record(&r, "GPU registry", 64, 128);
-    CHECK_RC(tuned__store_put_best(b, &r, &e), 0, &e);
-    CHECK_RC(tuned__store_get_best(b, &r.key, &got, NULL, &e), 0, &e);
+    EXPECT_RC(tuned__store_put_best(b, &r, &e), 0, &e);
+    EXPECT_RC(tuned__store_get_best(b, &r.key, &got, NULL, &e), 0, &e);
     tuned__store_release(b);
-    CHECK(lock_fds(dir) == 0);
+    EXPECT(lock_fds(dir) == 0);
 
     /* Acquired again after the last release: a fresh environment that
      * still holds what the old one wrote. */
-    CHECK_RC(tuned__store_acquire(link, 0, &a, &e), 0, &e);
-    CHECK(lock_fds(dir) == 1);
-    CHECK_RC(tuned__store_get_best(a, &r.key, &got, NULL, &e), 0, &e);
-    CHECK(record_equal(&r, &got));
+    EXPECT_RC(tuned__store_acquire(link, 0, &a, &e), 0, &e);
+    EXPECT(lock_fds(dir) == 1);
+    EXPECT_RC(tuned__store_get_best(a, &r.key, &got, NULL, &e), 0, &e);
+    EXPECT(record_equal(&r, &got));
     tuned__store_release(a);
-    CHECK(lock_fds(dir) == 0);
+    EXPECT(lock_fds(dir) == 0);
     tuned__store_release(NULL);
 }
 
@@ -109,37 +109,37 @@ static void test_readonly(void)
     tuned__store *w = NULL, *r = NULL, *r2 = NULL;
 
     /* Read-only of nothing: not found, and nothing left open. */
-    CHECK_RC(tuned__store_acquire(missing, TUNED__STORE_READONLY, &r, &e), TUNED_ENOTFOUND, &e);
-    CHECK(r == NULL);
+    EXPECT_RC(tuned__store_acquire(missing, TUNED__STORE_READONLY, &r, &e), TUNED_ENOTFOUND, &e);
+    EXPECT(r == NULL);
 
     /* A read-only acquire shares a writable store. */
-    CHECK_RC(tuned__store_acquire(dir, 0, &w, &e), 0, &e);
-    CHECK_RC(tuned__store_acquire(dir, TUNED__STORE_READONLY, &r, &e), 0, &e);
-    CHECK(r == w && !tuned__store_readonly(r));
+    EXPECT_RC(tuned__store_acquire(dir, 0, &w, &e), 0, &e);
+    EXPECT_RC(tuned__store_acquire(dir, TUNED__STORE_READONLY, &r, &e), 0, &e);
+    EXPECT(r == w && !tuned__store_readonly(r));
     tuned__store_release(w);
     tuned__store_release(r);
-    CHECK(lock_fds(dir) == 0);
+    EXPECT(lock_fds(dir) == 0);
 
     /* Acquired read-only first, it stays read-only for a later writer. */
-    CHECK_RC(tuned__store_acquire(dir, TUNED__STORE_READONLY, &r, &e), 0, &e);
-    CHECK(r != NULL && tuned__store_readonly(r));
-    CHECK_RC(tuned__store_acquire(dir, 0, &w, &e), 0, &e);
-    CHECK(w == r && tuned__store_readonly(w));
+    EXPECT_RC(tuned__store_acquire(dir, TUNED__STORE_READONLY, &r, &e), 0, &e);
+    EXPECT(r != NULL && tuned__store_readonly(r));
+    EXPECT_RC(tuned__store_acquire(dir, 0, &w, &e), 0, &e);
+    EXPECT(w == r && tuned__store_readonly(w));
     tuned__record rec;
     make_record(&rec, "GPU registry", 64, 256);
-    CHECK_RC(tuned__store_put_best(w, &rec, &e), TUNED_EINVAL, &e);
+    EXPECT_RC(tuned__store_put_best(w, &rec, &e), TUNED_EINVAL, &e);
     tuned__store_release(w);
     tuned__store_release(r);
-    CHECK(lock_fds(dir) == 0);
+    EXPECT(lock_fds(dir) == 0);
 
     /* A store this user cannot write: read-only instead (root writes
      * anyway, so the case says nothing there). */
     if (geteuid() != 0) {
-        CHECK(chmod(dir, 0500) == 0);
-        CHECK_RC(tuned__store_acquire(dir, 0, &r2, &e), 0, &e);
-        CHECK(r2 != NULL && tuned__store_readonly(r2));
+        EXPECT(chmod(dir, 0500) == 0);
+        EXPECT_RC(tuned__store_acquire(dir, 0, &r2, &e), 0, &e);
+        EXPECT(r2 != NULL && tuned__store_readonly(r2));
         tuned__store_release(r2);
-        CHECK(chmod(dir, 0700) == 0);
+        EXPECT(chmod(dir, 0700) == 0);
     }
 }
 
@@ -176,17 +176,17 @@ static void test_threads(void)
     dir_path(thread_dir, sizeof thread_dir, "threads");
     tuned__err e = {0};
     tuned__store *s = NULL;
-    CHECK_RC(tuned__store_acquire(thread_dir, 0, &s, &e), 0, &e); /* creates it */
+    EXPECT_RC(tuned__store_acquire(thread_dir, 0, &s, &e), 0, &e); /* creates it */
     tuned__store_release(s);
     pthread_t t[THREADS];
     for (long i = 0; i < THREADS; i++)
-        CHECK(pthread_create(&t[i], NULL, acquire_loop, (void *)(intptr_t)i) == 0);
+        EXPECT(pthread_create(&t[i], NULL, acquire_loop, (void *)(intptr_t)i) == 0);
     for (int i = 0; i < THREADS; i++) {
         void *ret = NULL;
-        CHECK(pthread_join(t[i], &ret) == 0);
-        CHECK(ret == NULL);
+        EXPECT(pthread_join(t[i], &ret) == 0);
+        EXPECT(ret == NULL);
     }
-    CHECK(lock_fds(thread_dir) == 0);
+    EXPECT(lock_fds(thread_dir) == 0);
 }
 
 int main(int argc, char **argv)
