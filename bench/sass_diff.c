@@ -123,6 +123,7 @@ typedef struct kernel_code {
     const unsigned char *text; /* the kernel's machine code */
     size_t text_size;
     unsigned regs;             /* registers per thread */
+    size_t frame;              /* stack frame bytes (spills) */
     size_t shared, params;     /* static shared memory, parameter bank bytes */
 } kernel_code;
 
@@ -134,10 +135,41 @@ static uint64_t rd(const unsigned char *p, int bytes)
     return v;
 }
 
-/* The one kernel of a cubin: its .text.NAME section (a cubin keeps the
- * register count in the top byte of that section's sh_info), and the
- * sizes of .nv.shared.NAME and .nv.constant0.NAME. -1 if it is not
- * there, or there twice. */
+/* The register count and stack frame from a kernel's .nv.info section:
+ * attributes of a format byte, an id byte and (format 4) a 16-bit size and
+ * that many bytes, or (format 3) a 16-bit value, (2) a byte, (1) nothing.
+ * REGCOUNT (0x2f) and FRAME_SIZE (0x11) hold a symbol index, then the value. */
+static void info_of(const unsigned char *p, size_t n, kernel_code *k)
+{
+    size_t at = 0;
+    while (at + 2 <= n) {
+        unsigned fmt = p[at], id = p[at + 1];
+        at += 2;
+        if (fmt == 4) {
+            if (at + 2 > n)
+                return;
+            size_t size = (size_t)rd(p + at, 2);
+            at += 2;
+            if (at + size > n)
+                return;
+            if (size == 8 && id == 0x2f)
+                k->regs = (unsigned)rd(p + at + 4, 4);
+            if (size == 8 && id == 0x11)
+                k->frame = (size_t)rd(p + at + 4, 4);
+            at += size;
+        } else if (fmt == 3) {
+            at += 2;
+        } else if (fmt == 2) {
+            at += 1;
+        } else if (fmt != 1) {
+            return;
+        }
+    }
+}
+
+/* The one kernel of a cubin: its .text.NAME section, the register count
+ * and frame from .nv.info (and .nv.info.NAME), and the sizes of .nv.shared.NAME and
+ * .nv.constant0.NAME. -1 if it is not there, or there twice. */
 static int kernel_of(const tuned__blob *cubin, kernel_code *k)
 {
     const unsigned char *b = (const unsigned char *)cubin->data;
@@ -158,7 +190,7 @@ static int kernel_of(const tuned__blob *cubin, kernel_code *k)
     for (unsigned i = 0; i < shnum; i++) {
         const unsigned char *sh = b + shoff + (uint64_t)i * shentsize;
         uint64_t nameoff = rd(sh, 4), off = rd(sh + 0x18, 8), size = rd(sh + 0x20, 8);
-        unsigned type = (unsigned)rd(sh + 4, 4), info = (unsigned)rd(sh + 0x2C, 4);
+        unsigned type = (unsigned)rd(sh + 4, 4);
         if (nameoff >= strsize)
             return -1;
         const char *sname = (const char *)b + stroff + nameoff;
@@ -167,12 +199,13 @@ static int kernel_of(const tuned__blob *cubin, kernel_code *k)
                 return -1;
             k->text = b + off;
             k->text_size = (size_t)size;
-            k->regs = info >> 24;
             texts++;
         } else if (strncmp(sname, ".nv.shared.", 11) == 0 && type == 8 /* NOBITS */) {
             k->shared = (size_t)size;
         } else if (strncmp(sname, ".nv.constant0.", 14) == 0) {
             k->params = (size_t)size;
+        } else if (strncmp(sname, ".nv.info", 8) == 0 && off + size <= n) {
+            info_of(b + off, (size_t)size, k);
         }
     }
     return texts == 1 ? 0 : -1;
@@ -214,14 +247,37 @@ static void compare(const run *r, job *j)
         goto done;
     }
     bool same = ka.text_size == kb.text_size && memcmp(ka.text, kb.text, ka.text_size) == 0 &&
-                ka.regs == kb.regs && ka.shared == kb.shared && ka.params == kb.params;
+                ka.regs == kb.regs && ka.frame == kb.frame && ka.shared == kb.shared &&
+                ka.params == kb.params;
     j->status = same ? 0 : 1;
+    /* SASS_DIFF_KEEP=DIR keeps both cubins and sources of every
+     * difference, for nvdisasm. */
+    const char *keep = getenv("SASS_DIFF_KEEP");
+    if (!same && keep != NULL) {
+        char path[4096];
+        const tuned__blob *both[2] = {&a, &b};
+        for (int i = 0; i < 2; i++) {
+            snprintf(path, sizeof path, "%s/%llux%llu.%s.%s.%s.cubin", keep,
+                     (unsigned long long)j->shape.rows, (unsigned long long)j->shape.cols,
+                     tuned_dtype_name(j->shape.dtype), name, i == 0 ? "old" : "new");
+            FILE *f = fopen(path, "wb");
+            if (f != NULL) {
+                fwrite(both[i]->data, 1, both[i]->size, f);
+                fclose(f);
+            }
+            strcpy(path + strlen(path) - strlen("cubin"), "cu");
+            if ((f = fopen(path, "w")) != NULL) {
+                fputs(i == 0 ? old : fresh, f);
+                fclose(f);
+            }
+        }
+    }
     if (!same)
         snprintf(j->note, sizeof j->note,
-                 "old %zu instructions, %u registers, %zu B shared, %zu B params; "
-                 "new %zu instructions, %u registers, %zu B shared, %zu B params%s",
-                 ka.text_size / 16, ka.regs, ka.shared, ka.params, kb.text_size / 16, kb.regs,
-                 kb.shared, kb.params,
+                 "old %zu instructions, %u registers, %zu B frame, %zu B shared, %zu B params; "
+                 "new %zu instructions, %u registers, %zu B frame, %zu B shared, %zu B params%s",
+                 ka.text_size / 16, ka.regs, ka.frame, ka.shared, ka.params, kb.text_size / 16,
+                 kb.regs, kb.frame, kb.shared, kb.params,
                  ka.text_size == kb.text_size && ka.regs == kb.regs ? " (same size, other bytes)"
                                                                     : "");
 done:
@@ -319,6 +375,22 @@ int main(int argc, char **argv)
             n = sample(&sp, per_kind, jobs, n, MAX_CONFIGS);
             tuned__space_free(&sp);
         }
+    /* SASS_DIFF_ONLY=TEXT: only the configs whose "ROWSxCOLS DTYPE CONFIG"
+     * contains TEXT. */
+    const char *only = getenv("SASS_DIFF_ONLY");
+    if (only != NULL) {
+        size_t kept = 0;
+        for (size_t i = 0; i < n; i++) {
+            char name[TUNED__CONFIG_TEXT], line[256];
+            tuned__config_format(&jobs[i].config, name, sizeof name);
+            snprintf(line, sizeof line, "%llux%llu %s %s", (unsigned long long)jobs[i].shape.rows,
+                     (unsigned long long)jobs[i].shape.cols, tuned_dtype_name(jobs[i].shape.dtype),
+                     name);
+            if (strstr(line, only) != NULL)
+                jobs[kept++] = jobs[i];
+        }
+        n = kept;
+    }
     run r = {.nvrtc = nvrtc, .old = &old, .jobs = jobs, .count = n};
     atomic_init(&r.next, 0);
     pthread_t tid[64];
