@@ -6,7 +6,9 @@
 #
 #   bench/sass-diff.sh [BUILD_DIR [COMMIT [PER_KIND [THREADS]]]]
 #
-# Needs NVRTC, not a GPU. Exits 1 if any kernel's code differs.
+# Needs NVRTC, not a GPU. Exits 1 if any kernel's code differs. With
+# NVDISASM=/path/to/nvdisasm (pip: nvidia-cuda-nvdisasm) the differences are
+# kept and sorted by kind (bench/sass_classify.py).
 set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$root/build}
@@ -19,4 +21,11 @@ for t in softmax_common softmax_rows softmax_staged; do
     git -C "$root" show "$commit:kernels/templates/$t.cu" > "$old/$t.cu"
 done
 ninja -C "$build" bench/sass_diff > /dev/null
-exec "$build/bench/sass_diff" "$old" "$per_kind" "$threads"
+if [ -z "${NVDISASM:-}" ]; then
+    exec "$build/bench/sass_diff" "$old" "$per_kind" "$threads"
+fi
+mkdir "$old/kept"
+rc=0
+SASS_DIFF_KEEP="$old/kept" "$build/bench/sass_diff" "$old" "$per_kind" "$threads" || rc=$?
+python3 "$root/bench/sass_classify.py" "$NVDISASM" "$old/kept" || true
+exit $rc
