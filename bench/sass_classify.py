@@ -37,12 +37,12 @@ def main():
         a = opcodes(nvdisasm, old)
         b = opcodes(nvdisasm, old[:-len(".old.cubin")] + ".new.cubin")
         ca, cb = collections.Counter(a), collections.Counter(b)
-        moves = lambda c: collections.Counter({"MOVE" if k in MOVES else k: v for k, v in c.items()})
+        moves = lambda ops: collections.Counter("MOVE" if k in MOVES else k for k in ops)
         if a == b:
             kind = "same opcode sequence, other registers"
         elif ca == cb:
             kind = "same opcodes, other order"
-        elif len(a) == len(b) and moves(ca) == moves(cb):
+        elif len(a) == len(b) and moves(a) == moves(b):
             kind = "same opcodes up to MOV/HFMA2.MMA constant loads"
         else:
             kind = "OTHER"
