@@ -11,8 +11,8 @@
 
 #include "tests/expect.h"
 
-static const char *const ld_ops[] = {"ld.global", "ld.global.nc", "ld.global.cs",
-                                     "ld.global.L2::cache_hint"};
+/* Indexed by TUNED__LD_*; ld=el is no longer generated. */
+static const char *const ld_ops[] = {"ld.global", "ld.global.nc", "ld.global.cs"};
 
 /* The PTX load/store instruction a config must produce for full vectors. */
 static void expected_ops(const tuned__config *c, tuned_dtype dtype, char *ld, size_t nl, char *st,
@@ -60,9 +60,7 @@ static void check_rows_ptx(const tuned__config *c, const tuned__shape *s, const 
                tuned_dtype_name(s->dtype), (unsigned long long)s->cols, count(ptx, ld), iters,
                count(ptx, elem));
     }
-    if (c->ld == TUNED__LD_EL)
-        EXPECT(strstr(ptx, "createpolicy.fractional.L2::evict_last") != NULL,
-               "%s: no evict_last policy in PTX", name);
+    EXPECT(strstr(ptx, "createpolicy") == NULL, "%s: an L2 policy in PTX", name);
     if (c->ld != TUNED__LD_NC)
         EXPECT(strstr(ptx, "ld.global.nc") == NULL, "%s: unexpected .nc load", name);
     if (c->st != TUNED__ST_CS)
@@ -74,20 +72,26 @@ static void check_rows_ptx(const tuned__config *c, const tuned__shape *s, const 
         size_t want = c->red == TUNED__RED_FUSED ? 2 : 3;
         EXPECT(arrives == want, "%s: %zu cluster arrivals in PTX, want %zu", name, arrives, want);
     }
-    /* A grid split: the pair published and polled whole, at GPU scope,
-     * with a timed-out wait that traps; the workspace and the ticket as
-     * the sixth and seventh parameters. */
+    /* A grid split (softmax_grid.cu, its own entry point): the pair
+     * published and polled whole, at GPU scope, with a timed-out wait that
+     * traps; the workspace and the ticket as the sixth and seventh
+     * parameters. */
+    EXPECT(strcmp(tuned__source_entry(c), c->grid > 1 ? "tuned_softmax_grid" : "tuned_softmax_rows") == 0,
+           "%s: entry point %s", name, tuned__source_entry(c));
     if (c->grid > 1) {
         EXPECT(strstr(ptx, "st.relaxed.gpu.global.v2.u64") != NULL &&
                    strstr(ptx, "ld.relaxed.gpu.global.v2.u64") != NULL,
                "%s: no relaxed 64-bit pair exchange in PTX", name);
         EXPECT(strstr(ptx, "%globaltimer") != NULL && strstr(ptx, "trap;") != NULL,
                "%s: no timed-out wait in PTX", name);
-        EXPECT(strstr(ptx, "tuned_softmax_rows_param_6") != NULL &&
-                   strstr(ptx, "tuned_softmax_rows_param_7") == NULL,
-               "%s: the kernel does not take 7 parameters", name);
+        EXPECT(strstr(ptx, ".entry tuned_softmax_grid(") != NULL &&
+                   strstr(ptx, "tuned_softmax_grid_param_6") != NULL &&
+                   strstr(ptx, "tuned_softmax_grid_param_7") == NULL,
+               "%s: the grid kernel does not take 7 parameters", name);
     } else {
-        EXPECT(strstr(ptx, "tuned_softmax_rows_param_5") == NULL && strstr(ptx, "%globaltimer") == NULL,
+        EXPECT(strstr(ptx, ".entry tuned_softmax_rows(") != NULL &&
+                   strstr(ptx, "tuned_softmax_rows_param_5") == NULL &&
+                   strstr(ptx, "%globaltimer") == NULL,
                "%s: a workspace parameter or a wait without a grid split", name);
     }
     /* exp kept as 16-bit: one ex2 per element (iterations x vector),
@@ -176,7 +180,7 @@ int main(void)
             for (int k = 0; k < per_shape; k++) {
                 tuned__config c;
                 tuned__space_random(&sp, &rng, &c);
-                c.ld = (uint8_t)(k % TUNED__LD_COUNT);
+                c.ld = (uint8_t)(k % TUNED__LD_EL); /* el is never generated */
                 c.st = (uint8_t)(k % TUNED__ST_COUNT);
                 if (c.family == TUNED__FAMILY_ROWS)
                     c.red = (uint8_t)(k % TUNED__RED_COUNT);
@@ -196,7 +200,7 @@ int main(void)
      * tail and with an unaligned row length. */
     static const char *const split_configs[] = {
         "w8.r1.c1.m1.v8.ld=def.st=def.reg=pk.red=fused.g128",
-        "w4.r1.c1.m2.v4.ld=el.st=cs.reg=f32.red=fused.g64",
+        "w4.r1.c1.m2.v4.ld=nc.st=cs.reg=f32.red=fused.g64",
         "w32.r1.c1.m1.v2.ld=cs.st=def.reg=f32.red=fused.g2",
         "w8.r1.c1.m1.v8.ld=def.st=cs.reg=ex.red=fused.g32",
     };
@@ -212,7 +216,7 @@ int main(void)
             splits++;
         }
     static const char *const ex_configs[] = {"w32.r1.c2.m1.v8.ld=def.st=def.reg=ex.red=fused",
-                                             "w8.r1.c8.m4.v8.ld=el.st=def.reg=ex",
+                                             "w8.r1.c8.m4.v8.ld=cs.st=def.reg=ex",
                                              "w4.r1.c1.m1.v2.ld=def.st=cs.reg=ex"};
     for (int dt = TUNED_FP16; dt <= TUNED_BF16; dt++)
         for (size_t i = 0; i < sizeof ex_configs / sizeof ex_configs[0]; i++) {
@@ -283,6 +287,54 @@ int main(void)
     tuned__shape long_rows = {TUNED_FP16, 4, 32000};
     EXPECT(tuned__source_softmax(&tma, &long_rows, &plant, &src, &e) == TUNED_EINVAL,
            "a planted bug accepted for a tma variant");
+    /* ld=el left the space and the templates: codegen refuses it. */
+    tuned__config el = {.warps = 4, .rows = 1, .cluster = 1, .minb = 1, .vec = 8,
+                        .ld = TUNED__LD_EL};
+    EXPECT(tuned__source_softmax(&el, &long_rows, NULL, &src, &e) == TUNED_EINVAL &&
+               strstr(e.msg, "ld=el") != NULL,
+           "ld=el not refused: %s", e.msg);
+    /* Which templates a variant is made of: a grid split from
+     * softmax_grid.cu, other rows from softmax_rows.cu, both on the shared
+     * stages; no planted bug unless asked for. */
+    tuned__config rows_cfg = {.warps = 32, .rows = 1, .cluster = 1, .minb = 1, .vec = 8};
+    tuned__config grid_cfg = {.warps = 8, .rows = 1, .cluster = 1, .minb = 1, .vec = 8,
+                              .red = TUNED__RED_FUSED, .grid = 4};
+    for (int split = 0; split <= 1; split++) {
+        EXPECT(tuned__source_softmax(split ? &grid_cfg : &rows_cfg, &long_rows, NULL, &src, &e) == 0,
+               "%s", e.msg);
+        if (src != NULL) {
+            bool from_grid = strstr(src, "/* softmax_grid.cu:") != NULL;
+            bool from_rows = strstr(src, "/* softmax_rows.cu:") != NULL;
+            EXPECT(from_grid == (split == 1) && from_rows == (split == 0) &&
+                       strstr(src, "/* softmax_rows_common.cu:") != NULL &&
+                       strstr(src, "/* softmax_common.cu:") != NULL,
+                   "%s variant: templates grid %d rows %d", split ? "grid" : "rows", from_grid,
+                   from_rows);
+            /* the define block: the text before the first template */
+            const char *first = strstr(src, "/* softmax_common.cu:");
+            if (first != NULL)
+                src[first - src] = '\0';
+            EXPECT(strstr(src, "#define T_PLANT_BUG") == NULL,
+                   "a T_PLANT_BUG define without a planted bug");
+            EXPECT((strstr(src, "#define T_GRID ") != NULL) == (split == 1),
+                   "T_GRID %s for a %s variant", split ? "missing" : "emitted",
+                   split ? "grid" : "rows");
+            free(src);
+            src = NULL;
+        }
+    }
+    /* Planted bugs are a test hook: emitted in a hooks build, refused
+     * (TUNED_EUNSUPPORTED) otherwise. */
+    int rc = tuned__source_softmax(&rows_cfg, &long_rows, &plant, &src, &e);
+#ifdef TUNED_TEST_HOOKS
+    EXPECT(rc == 0 && src != NULL && strstr(src, "#define T_PLANT_BUG 1\n") != NULL,
+           "planted bug 1 not emitted: %s", e.msg);
+#else
+    EXPECT(rc == TUNED_EUNSUPPORTED && strstr(e.msg, "test hook") != NULL,
+           "a planted bug accepted without test hooks (%d): %s", rc, e.msg);
+#endif
+    free(src);
+    src = NULL;
     tuned__blob junk;
     EXPECT(tuned__nvrtc_compile(n, "this is not CUDA", "softmax junk", 90, TUNED__NVRTC_CUBIN, &junk,
                                 &e) == TUNED_ECOMPILE &&

@@ -62,6 +62,12 @@ static void expect_correct(gpu_env *g, const tuned__shape *s, const tuned__confi
 
 static void planted_bugs_are_caught(gpu_env *g)
 {
+#ifndef TUNED_TEST_HOOKS
+    /* Planted bugs are a test hook: this build cannot plant them. */
+    (void)g;
+    printf("planted bugs: skipped (built without -Dtest_hooks=true)\n");
+    return;
+#endif
     tuned__shape s = {TUNED_FP16, 64, 4097};
     tuned__config c = {.warps = 4, .rows = 1, .cluster = 1, .minb = 1, .vec = 8};
     for (int bug = 1; bug <= 2; bug++) {

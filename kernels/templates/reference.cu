@@ -18,9 +18,13 @@
  * dtype's lowest finite value (a fully masked row) and one of values around
  * 1e10 (60000 in fp16).
  *
- * Codegen prepends: T_DTYPE (0 fp16, 1 bf16, 2 fp32). */
+ * Variants (codegen prepends the define, then softmax_common.cu, for ESIZE,
+ * NEG_INF and the generator's float_to_bits):
+ *   1. T_DTYPE  0 fp16, 1 bf16, 2 fp32
+ *
+ * Checked against: a CPU float64 softmax of the row (max, sum) pairs it
+ * writes, by the evaluator, before any variant is checked with it. */
 
-#define ESIZE (T_DTYPE == 2 ? 4 : 2)
 #define CHECK_THREADS 256
 /* Large magnitudes for the masked and the huge rows: the dtype's lowest
  * finite value (how frameworks mask), and values around 1e10 (60000 in
@@ -39,10 +43,11 @@
 #define HUGE_SPREAD 1.0e5f
 #endif
 
-typedef unsigned short u16;
-typedef unsigned int u32;
-typedef unsigned long long u64;
-
+/* The check's own widening, deliberately not softmax_common.cu's
+ * bits_to_float: the check reads every output through it, and a bug shared
+ * with the kernels' conversion would cancel out instead of being caught.
+ * (The generator does share float_to_bits: a rounding bug there changes
+ * only the inputs, which the kernels and the check both read.) */
 __device__ __forceinline__ double bits_to_double(u32 b)
 {
 #if T_DTYPE == 0
@@ -56,21 +61,7 @@ __device__ __forceinline__ double bits_to_double(u32 b)
 #endif
 }
 
-__device__ __forceinline__ u32 float_to_bits(float f)
-{
-#if T_DTYPE == 0
-    u16 h;
-    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
-    return h;
-#elif T_DTYPE == 1
-    u16 h;
-    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f));
-    return h;
-#else
-    return __float_as_uint(f);
-#endif
-}
-
+/* Plain C loads and stores, not the kernels' asm with cache hints. */
 __device__ __forceinline__ u32 load_bits(const unsigned char *p)
 {
 #if ESIZE == 2
@@ -100,7 +91,7 @@ __device__ __forceinline__ u64 mix64(u64 z)
 extern "C" __global__ void tuned_gen_input(unsigned char *x, long long rows, int cols,
                                            long long row_stride, u64 seed)
 {
-    const float inf = __int_as_float(0x7f800000);
+    const float inf = -NEG_INF;
     const long long n = rows * (long long)cols;
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
          i += (long long)gridDim.x * blockDim.x) {
@@ -154,7 +145,7 @@ tuned_check(const unsigned char *x, const unsigned char *y, long long rows, int 
     for (long long row = blockIdx.x; row < rows; row += gridDim.x) {
         const unsigned char *xr = x + row * row_stride * ESIZE;
         const unsigned char *yr = y + row * row_stride * ESIZE;
-        double m = -__longlong_as_double(0x7ff0000000000000ll);
+        double m = (double)NEG_INF;
         for (int c = threadIdx.x; c < cols; c += CHECK_THREADS)
             m = fmax(m, bits_to_double(load_bits(xr + (long long)c * ESIZE)));
         m = block_reduce<true>(m, scratch);

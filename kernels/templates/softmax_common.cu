@@ -1,15 +1,25 @@
-/* softmax_common.cu: what both softmax families (softmax_rows.cu,
- * softmax_staged.cu) are made of beside their own layout: element
- * conversions (one PTX cvt each; no cuda_fp16.h, which keeps NVRTC compiles
- * fast), the store with the variant's cache hint, the cluster's distributed
- * shared memory exchange, the reduction operators and exp(x - max).
+/* softmax_common.cu: what every kernel family (softmax_rows.cu,
+ * softmax_grid.cu, softmax_staged.cu) is made of beside its own layout:
+ * the dtype's size and -inf, element conversions (one PTX cvt each; no
+ * cuda_fp16.h, which keeps NVRTC compiles fast), the store with the
+ * variant's cache hint, the cluster's distributed shared memory exchange,
+ * the reduction operators and exp(x - max).
  *
- * Codegen puts it between the variant's defines and the family's template.
- * The float64 reference (reference.cu) deliberately shares none of it: a
- * conversion bug here must not be repeated in the checker.
+ * Idea: one spelling of each primitive, so that a family's template reads
+ * as its stages (load, max, exp-and-sum, reduce, store) and nothing else.
+ * Codegen puts this file between the variant's defines and the family's
+ * template; reference.cu is built on it too, for the dtype's size, -inf and
+ * its input generator's rounding, but widens with its own conversion (see
+ * there).
  *
- * Needs: T_DTYPE (0 fp16, 1 bf16, 2 fp32), T_ST (0 st.global, 1 .cs),
- * T_CLUSTER (blocks per row, 1 = no cluster). */
+ * Variant defines it reads (codegen prepends them):
+ *   1. T_DTYPE    0 fp16, 1 bf16, 2 fp32
+ *   2. T_ST       0 st.global, 1 .cs (evict-first); absent (reference.cu): 0
+ *   3. T_CLUSTER  blocks per row in a thread-block cluster (sm_90); absent
+ *                 or 1: no cluster
+ *
+ * Checked against: everything built on it is compared per element with the
+ * float64 reference of reference.cu before it is timed. */
 
 #define ESIZE (T_DTYPE == 2 ? 4 : 2)
 #define LOG2E 1.4426950408889634f
@@ -17,6 +27,26 @@
 typedef unsigned short u16;
 typedef unsigned int u32;
 typedef unsigned long long u64;
+
+/* -inf as a float, as the dtype's bits, and as a word of two 16-bit
+ * elements (the slots past a row's end hold it: it loses every maximum
+ * and its exp is 0). */
+#define NEG_INF (-__int_as_float(0x7f800000))
+#if T_DTYPE == 0
+#define NEG_INF_BITS 0xFC00u
+#elif T_DTYPE == 1
+#define NEG_INF_BITS 0xFF80u
+#else
+#define NEG_INF_BITS 0xFF800000u
+#endif
+#define NEG_INF_PAIR (NEG_INF_BITS | (NEG_INF_BITS << 16))
+
+/* The PTX type of two 16-bit elements in one word. */
+#if T_DTYPE == 0
+#define PAIR_TYPE ".f16x2"
+#else
+#define PAIR_TYPE ".bf16x2"
+#endif
 
 /* ---- element conversions ---- */
 
@@ -53,11 +83,7 @@ __device__ __forceinline__ u32 float_to_bits(float f)
 __device__ __forceinline__ u32 pack_pair(float lo, float hi)
 {
     u32 d;
-#if T_DTYPE == 0
-    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
-#else
-    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
-#endif
+    asm("cvt.rn" PAIR_TYPE ".f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
     return d;
 }
 #endif
@@ -124,6 +150,22 @@ __device__ __forceinline__ float load_remote(const float *local, unsigned rank)
     asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
                  : "=r"(remote) : "r"(smem_addr(local)), "r"(rank));
     asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote) : "memory");
+    return v;
+}
+
+/* Reduces v over the cluster's blocks, one value per block: thread 0
+ * publishes the block's value in exchange, and every thread combines all
+ * blocks' values in rank order, so every block computes the same result. */
+template <typename Op>
+__device__ __forceinline__ float cluster_reduce(float v, float *exchange, Op op)
+{
+    if (threadIdx.x == 0)
+        *exchange = v;
+    cluster_sync();
+    v = load_remote(exchange, 0);
+#pragma unroll
+    for (unsigned r = 1; r < T_CLUSTER; r++)
+        v = op(v, load_remote(exchange, r));
     return v;
 }
 

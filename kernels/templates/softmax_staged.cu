@@ -11,17 +11,21 @@
  * body of a row goes through the copy engine; the few elements before and
  * after it (rows need not start on 16 bytes) are loaded directly. With a
  * cluster, each block takes a contiguous slice of every row and the (max,
- * sum) pair is exchanged through distributed shared memory.
+ * sum) pair is exchanged through distributed shared memory. Each row runs
+ * the stages load (issue_row ahead of time; the edges, then the wait for
+ * the stage), max, reduce (block_reduce), exp-and-sum, reduce, store, and
+ * its stage is refilled with a later row. (The stages take scalars, not
+ * structs: a struct of the row's edges changed the machine code.)
  *
  * Variants (codegen prepends the defines, then softmax_common.cu):
- *   T_DTYPE       0 fp16, 1 bf16, 2 fp32 (math is always fp32)
- *   T_WARPS       warps per block: 1 .. 32
- *   T_CLUSTER     blocks per row (a cluster): 1, 2, 4, 8, 16
- *   T_STAGES      rows in flight per block: 1 .. 4
- *   T_STAGE_BYTES bytes of one stage (the largest slice of a row body)
- *   T_ST          0 st.global, 1 .cs (evict-first)
+ *   1. T_DTYPE       0 fp16, 1 bf16, 2 fp32 (math is always fp32)
+ *   2. T_WARPS       warps per block: 1 .. 32
+ *   3. T_CLUSTER     blocks per row (a cluster): 1, 2, 4, 8, 16
+ *   4. T_STAGES      rows in flight per block: 1 .. 4
+ *   5. T_STAGE_BYTES bytes of one stage (the largest slice of a row body)
+ *   6. T_ST          0 st.global, 1 .cs (evict-first)
  *
- * Semantics as softmax_rows.cu (torch.softmax on the last dimension).
+ * Semantics as softmax_rows_common.cu (torch.softmax on the last dimension).
  * Checked against: the float64 reference in reference.cu, like every family. */
 
 #define THREADS (T_WARPS * 32)
@@ -137,13 +141,7 @@ __device__ __forceinline__ float block_reduce(float v, float *partial, float *ex
         v = op(v, partial[i]);
 #endif
 #if T_CLUSTER > 1
-    if (threadIdx.x == 0)
-        *exchange = v;
-    cluster_sync();
-    v = load_remote(exchange, 0);
-#pragma unroll
-    for (unsigned r = 1; r < T_CLUSTER; r++)
-        v = op(v, load_remote(exchange, r));
+    v = cluster_reduce(v, exchange, op);
 #else
     (void)exchange;
 #endif
@@ -179,12 +177,82 @@ __device__ __forceinline__ Slice slice_of(const unsigned char *x, unsigned char 
     return s;
 }
 
-/* Starts the copy of this block's slice of `row` into stage `st`. */
+/* load, started ahead: the copy of this block's slice of a row into a
+ * stage, completing on the stage's mbarrier. */
 __device__ __forceinline__ void issue_row(const Slice &s, u32 stage, u32 bar)
 {
     mbar_expect(bar, s.units * 16);
     if (s.units > 0)
         bulk_copy(stage, s.body + (u64)s.unit0 * 16, s.units * 16, bar);
+}
+
+/* ---- the stages ---- */
+
+/* max: this thread's maximum over its row edges and its units of the stage. */
+__device__ __forceinline__ float thread_max(u32 stage, u32 units, float head_v, float tail_v)
+{
+    float max = fmaxf(head_v, tail_v);
+    for (u32 u = threadIdx.x; u < units; u += THREADS) {
+        u32 w[4];
+        load_unit_shared(stage + u * 16, w);
+#pragma unroll
+        for (int e = 0; e < PER_UNIT; e++)
+            max = fmaxf(max, unit_float(w, e));
+    }
+    return max;
+}
+
+/* exp-and-sum: this thread's sum of exp(x - max), max the row's. */
+__device__ __forceinline__ float exp_and_sum(u32 stage, u32 units, bool has_head, float head_v,
+                                             bool has_tail, float tail_v, float max)
+{
+    float sum = (has_head ? exp_shifted(head_v, max) : 0.0f) +
+                (has_tail ? exp_shifted(tail_v, max) : 0.0f);
+    for (u32 u = threadIdx.x; u < units; u += THREADS) {
+        u32 w[4];
+        load_unit_shared(stage + u * 16, w);
+#pragma unroll
+        for (int e = 0; e < PER_UNIT; e++)
+            sum += exp_shifted(unit_float(w, e), max);
+    }
+    return sum;
+}
+
+/* store: exp(x - max) * inv for the row's edges and the thread's units. */
+__device__ __forceinline__ void store_row(u32 stage, const Slice &s, bool has_head, float head_v,
+                                          bool has_tail, float tail_v, u64 tail_off, float max,
+                                          float inv)
+{
+    if (has_head)
+        store_elem(s.yr + threadIdx.x * ESIZE, float_to_bits(exp_shifted(head_v, max) * inv));
+    if (has_tail)
+        store_elem(s.yr + tail_off, float_to_bits(exp_shifted(tail_v, max) * inv));
+    /* y's body lines up with 16 bytes only when y and x share their
+     * offset inside 16 bytes; otherwise it is written element by element. */
+    unsigned char *ybody = s.yr + (s.body - s.xr);
+    const bool y_aligned = ((u64)ybody & 15) == 0;
+    for (u32 u = threadIdx.x; u < s.units; u += THREADS) {
+        u32 w[4], out[4] = {0, 0, 0, 0};
+        load_unit_shared(stage + u * 16, w);
+#if ESIZE == 2
+#pragma unroll
+        for (int e = 0; e < PER_UNIT; e += 2)
+            out[e / 2] = pack_pair(exp_shifted(unit_float(w, e), max) * inv,
+                                   exp_shifted(unit_float(w, e + 1), max) * inv);
+#else
+#pragma unroll
+        for (int e = 0; e < PER_UNIT; e++)
+            unit_set(out, e, float_to_bits(exp_shifted(unit_float(w, e), max) * inv));
+#endif
+        unsigned char *dst = ybody + (u64)(s.unit0 + u) * 16;
+        if (y_aligned) {
+            store_unit(dst, out);
+        } else {
+#pragma unroll
+            for (int e = 0; e < PER_UNIT; e++)
+                store_elem(dst + e * ESIZE, unit_elem(out, e));
+        }
+    }
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS, 1) CLUSTER_ATTRIBUTE
@@ -220,68 +288,24 @@ tuned_softmax_staged(const unsigned char *x, unsigned char *y, long long rows, i
         const int st = (int)(k % T_STAGES);
         const u32 stage = stage0 + st * T_STAGE_BYTES;
         const Slice s = slice_of(x, y, row, cols, row_stride, rank);
-        /* The head belongs to the first block, the tail to the last; their
-         * loads go out before the wait. */
+        /* load: the row's body is in the stage (issue_row); the head
+         * belongs to the first block, the tail to the last, and their
+         * loads go out before the wait for the body. */
         const bool has_head = rank == 0 && (int)threadIdx.x < s.head;
         const bool has_tail = rank == T_CLUSTER - 1 && (int)threadIdx.x < s.tail;
-        const float neg_inf = -__int_as_float(0x7f800000);
         const u64 tail_off = (u64)(cols - s.tail + (int)threadIdx.x) * ESIZE;
-        const float head_v = has_head ? bits_to_float(load_elem(s.xr + threadIdx.x * ESIZE)) : neg_inf;
-        const float tail_v = has_tail ? bits_to_float(load_elem(s.xr + tail_off)) : neg_inf;
+        const float head_v = has_head ? bits_to_float(load_elem(s.xr + threadIdx.x * ESIZE)) : NEG_INF;
+        const float tail_v = has_tail ? bits_to_float(load_elem(s.xr + tail_off)) : NEG_INF;
         mbar_wait(bar0 + 8 * st, (u32)((k / T_STAGES) & 1));
 
-        float max = fmaxf(head_v, tail_v);
-        for (u32 u = threadIdx.x; u < s.units; u += THREADS) {
-            u32 w[4];
-            load_unit_shared(stage + u * 16, w);
-#pragma unroll
-            for (int e = 0; e < PER_UNIT; e++)
-                max = fmaxf(max, unit_float(w, e));
-        }
+        float max = thread_max(stage, s.units, head_v, tail_v);
         max = block_reduce(max, partial_max, &exchange_max[k & 1], MaxOp());
 
-        float sum = (has_head ? exp_shifted(head_v, max) : 0.0f) +
-                    (has_tail ? exp_shifted(tail_v, max) : 0.0f);
-        for (u32 u = threadIdx.x; u < s.units; u += THREADS) {
-            u32 w[4];
-            load_unit_shared(stage + u * 16, w);
-#pragma unroll
-            for (int e = 0; e < PER_UNIT; e++)
-                sum += exp_shifted(unit_float(w, e), max);
-        }
+        float sum = exp_and_sum(stage, s.units, has_head, head_v, has_tail, tail_v, max);
         sum = block_reduce(sum, partial_sum, &exchange_sum[k & 1], SumOp());
         const float inv = __frcp_rn(sum);
 
-        if (has_head)
-            store_elem(s.yr + threadIdx.x * ESIZE, float_to_bits(exp_shifted(head_v, max) * inv));
-        if (has_tail)
-            store_elem(s.yr + tail_off, float_to_bits(exp_shifted(tail_v, max) * inv));
-        /* y's body lines up with 16 bytes only when y and x share their
-         * offset inside 16 bytes; otherwise it is written element by element. */
-        unsigned char *ybody = s.yr + (s.body - s.xr);
-        const bool y_aligned = ((u64)ybody & 15) == 0;
-        for (u32 u = threadIdx.x; u < s.units; u += THREADS) {
-            u32 w[4], out[4] = {0, 0, 0, 0};
-            load_unit_shared(stage + u * 16, w);
-#if ESIZE == 2
-#pragma unroll
-            for (int e = 0; e < PER_UNIT; e += 2)
-                out[e / 2] = pack_pair(exp_shifted(unit_float(w, e), max) * inv,
-                                       exp_shifted(unit_float(w, e + 1), max) * inv);
-#else
-#pragma unroll
-            for (int e = 0; e < PER_UNIT; e++)
-                unit_set(out, e, float_to_bits(exp_shifted(unit_float(w, e), max) * inv));
-#endif
-            unsigned char *dst = ybody + (u64)(s.unit0 + u) * 16;
-            if (y_aligned) {
-                store_unit(dst, out);
-            } else {
-#pragma unroll
-                for (int e = 0; e < PER_UNIT; e++)
-                    store_elem(dst + e * ESIZE, unit_elem(out, e));
-            }
-        }
+        store_row(stage, s, has_head, head_v, has_tail, tail_v, tail_off, max, inv);
         /* Every thread is done with this stage: refill it with a later row. */
         __syncthreads();
         const long long next = row + (long long)T_STAGES * groups;

@@ -312,6 +312,13 @@ static bool rows_check_shape(const tuned__config *c, const tuned__shape *s, int 
                              size_t n)
 {
     size_t esize = tuned_dtype_size(s->dtype);
+    /* An L2 evict_last load gains a kernel that reads each element once
+     * nothing and keeps the input in L2 afterwards, past an L2 flush too
+     * (measured on the H200: 4-25% faster repeats), which skewed every
+     * timing after it: the templates no longer emit it. The text form
+     * still parses, so old records that name it load. */
+    if (c->ld == TUNED__LD_EL)
+        return tuned__config_refuse(why, n, "ld=el (L2 evict_last) is no longer generated");
     if (c->vec * esize > 16)
         return tuned__config_refuse(why, n, "a vector of %u %s elements exceeds 16 bytes", c->vec,
                                     tuned_dtype_name(s->dtype));

@@ -1,8 +1,11 @@
 /* source.c: fills a template with a config's constants.
  *
- * The generated text is a block of #defines followed by the template,
- * so a variant's source is exactly what NVRTC compiles and what the
- * compile cache hashes. Codegen refuses what tuned__config_check refuses
+ * The generated text is a block of #defines followed by the templates a
+ * kernel is made of (softmax_common.cu, then for the rows family
+ * softmax_rows_common.cu, then the kernel's own: softmax_rows.cu,
+ * softmax_grid.cu for a row split over the grid, or softmax_staged.cu), so
+ * a variant's source is exactly what NVRTC compiles and what the compile
+ * cache hashes. Codegen refuses what tuned__config_check refuses
  * (src/codegen/config.c); whether a config is a good idea for a shape is
  * the tuner's space's question. */
 #include "src/codegen/source.h"
@@ -39,7 +42,9 @@ bool tuned__source_head_free(const tuned__config *c, const tuned__shape *s,
 
 const char *tuned__source_entry(const tuned__config *c)
 {
-    return c->family == TUNED__FAMILY_TMA ? "tuned_softmax_staged" : "tuned_softmax_rows";
+    if (c->family == TUNED__FAMILY_TMA)
+        return "tuned_softmax_staged";
+    return c->grid > 1 ? "tuned_softmax_grid" : "tuned_softmax_rows";
 }
 
 size_t tuned__source_stage_bytes(const tuned__config *c, const tuned__shape *s)
@@ -54,26 +59,14 @@ size_t tuned__source_dynamic_smem(const tuned__config *c, const tuned__shape *s)
     return c->family == TUNED__FAMILY_TMA ? c->stages * tuned__source_stage_bytes(c, s) : 0;
 }
 
-static int join_source(const char *defines, const char *prelude, const char *template_name,
-                       char **out, tuned__err *e);
-
-/* What both softmax families are built on (kernels/templates/). */
-#define COMMON_TEMPLATE "softmax_common"
+static int join_source(const char *defines, const char *const *names, char **out,
+                       tuned__err *e);
 
 /* The staged (TMA) family's source. */
 static int staged_source(const tuned__config *c, const tuned__shape *s, const char *name,
                          char **out, tuned__err *e)
 {
-    if (c->warps < 1 || c->warps > 32 || (c->warps & (c->warps - 1)) != 0 || c->cluster < 1 ||
-        c->cluster > 16 || (c->cluster & (c->cluster - 1)) != 0 || c->stages < 1 || c->grid != 0 ||
-        c->stages > 4 || c->st >= TUNED__ST_COUNT)
-        return tuned__errf(e, TUNED_EINVAL, "codegen: softmax %s: bad warps, cluster or stages",
-                           name);
-    size_t smem = tuned__source_dynamic_smem(c, s);
-    if (smem > TUNED__MAX_DYNAMIC_SMEM)
-        return tuned__errf(e, TUNED_EINVAL,
-                           "codegen: softmax %s: %zu bytes of stages exceed shared memory", name,
-                           smem);
+    /* tuned__config_check has vetted every field and the stages' size. */
     char defines[512];
     snprintf(defines, sizeof defines,
              "// tuned softmax variant %s for %s x %llu columns\n"
@@ -81,30 +74,63 @@ static int staged_source(const tuned__config *c, const tuned__shape *s, const ch
              "#define T_STAGE_BYTES %zu\n#define T_ST %u\n",
              name, tuned_dtype_name(s->dtype), (unsigned long long)s->cols, (int)s->dtype,
              c->warps, c->cluster, c->stages, tuned__source_stage_bytes(c, s), c->st);
-    return join_source(defines, COMMON_TEMPLATE, "softmax_staged", out, e);
+    static const char *const parts[] = {"softmax_common", "softmax_staged", NULL};
+    return join_source(defines, parts, out, e);
 }
 
-/* Concatenates a defines block, the template called prelude (NULL: none)
- * and the template called template_name into a malloc'd string. */
-static int join_source(const char *defines, const char *prelude, const char *template_name,
-                       char **out, tuned__err *e)
+/* Concatenates a defines block and the templates called names (a NULL-
+ * terminated list, kernels/templates/ without ".cu", in order) into a
+ * malloc'd string. */
+static int join_source(const char *defines, const char *const *names, char **out,
+                       tuned__err *e)
 {
-    const tuned__template *p = prelude != NULL ? tuned__template_find(prelude) : NULL;
-    const tuned__template *t = tuned__template_find(template_name);
-    if (t == NULL || (prelude != NULL && p == NULL))
-        return tuned__errf(e, TUNED_EINVAL, "codegen: no template '%s' in this build",
-                           t == NULL ? template_name : prelude);
-    size_t dlen = strlen(defines), plen = p != NULL ? p->size : 0;
-    char *src = malloc(dlen + plen + t->size + 1);
+    size_t size = strlen(defines);
+    for (size_t i = 0; names[i] != NULL; i++) {
+        const tuned__template *t = tuned__template_find(names[i]);
+        if (t == NULL)
+            return tuned__errf(e, TUNED_EINVAL, "codegen: no template '%s' in this build",
+                               names[i]);
+        size += t->size;
+    }
+    char *src = malloc(size + 1);
     if (src == NULL)
-        return tuned__errf(e, TUNED_ENOMEM, "codegen: out of memory for %s source",
-                           template_name);
-    memcpy(src, defines, dlen);
-    if (p != NULL)
-        memcpy(src + dlen, p->text, plen);
-    memcpy(src + dlen + plen, t->text, t->size + 1);
+        return tuned__errf(e, TUNED_ENOMEM, "codegen: out of memory for a %zu-byte source",
+                           size);
+    size_t at = strlen(defines);
+    memcpy(src, defines, at);
+    for (size_t i = 0; names[i] != NULL; i++) {
+        const tuned__template *t = tuned__template_find(names[i]);
+        memcpy(src + at, t->text, t->size);
+        at += t->size;
+    }
+    src[at] = '\0';
     *out = src;
     return 0;
+}
+
+/* The T_PLANT_BUG define for opts: empty without a planted bug. Planted
+ * bugs prove the checker catches a wrong kernel; they are a test hook, so
+ * only a build with TUNED_TEST_HOOKS emits them. */
+static int plant_define(const tuned__codegen_opts *opts, const char *name, char *out, size_t n,
+                        tuned__err *e)
+{
+    int plant = opts != NULL ? opts->plant_bug : 0;
+    out[0] = '\0';
+    if (plant == 0)
+        return 0;
+#ifdef TUNED_TEST_HOOKS
+    if (plant < 0 || plant > 2)
+        return tuned__errf(e, TUNED_EINVAL, "codegen: softmax %s: no planted bug %d", name,
+                           plant);
+    snprintf(out, n, "#define T_PLANT_BUG %d\n", plant);
+    return 0;
+#else
+    (void)n;
+    return tuned__errf(e, TUNED_EUNSUPPORTED,
+                       "codegen: softmax %s: planted bugs are a test hook, not in this build "
+                       "(configure with -Dtest_hooks=true)",
+                       name);
+#endif
 }
 
 int tuned__source_softmax(const tuned__config *c, const tuned__shape *s,
@@ -128,22 +154,34 @@ int tuned__source_softmax(const tuned__config *c, const tuned__shape *s,
     }
     bool head_free = tuned__source_head_free(c, s, opts);
     uint64_t iters = tuned__config_iters(c, s->cols, head_free);
-    int plant = opts != NULL ? opts->plant_bug : 0;
+    char plant[32];
+    int rc = plant_define(opts, name, plant, sizeof plant, e);
+    if (rc != 0)
+        return rc;
+    bool split = c->grid > 1;
+    char grid[64] = "";
+    if (split)
+        snprintf(grid, sizeof grid, "#define T_GRID %u\n#define T_GRID_SLOTS %d\n", c->grid,
+                 TUNED__GRID_SLOTS);
     char defines[640];
     snprintf(defines, sizeof defines,
              "// tuned softmax variant %s for %s x %llu columns\n"
              "#define T_DTYPE %d\n#define T_WARPS %u\n#define T_ROWS %u\n#define T_CLUSTER %u\n"
-             "#define T_GRID %u\n#define T_GRID_SLOTS %d\n"
-             "#define T_MIN_BLOCKS %u\n#define T_VEC %u\n#define T_ITERS %llu\n#define T_COLS %llu\n"
-             "#define T_HEAD_FREE %d\n#define T_LD %u\n"
+             "%s#define T_MIN_BLOCKS %u\n#define T_VEC %u\n#define T_ITERS %llu\n"
+             "#define T_COLS %llu\n#define T_HEAD_FREE %d\n#define T_LD %u\n"
              "#define T_ST %u\n#define T_REG_PACKED %d\n#define T_EXP16 %d\n#define T_FUSED %d\n"
-             "#define T_PLANT_BUG %d\n",
+             "%s",
              name, tuned_dtype_name(s->dtype), (unsigned long long)s->cols, (int)s->dtype,
-             c->warps, c->rows, c->cluster, c->grid > 1 ? c->grid : 1u, TUNED__GRID_SLOTS, c->minb,
-             c->vec, (unsigned long long)iters, (unsigned long long)s->cols, head_free, c->ld,
-             c->st, c->reg != TUNED__REG_F32, c->reg == TUNED__REG_EX, c->red == TUNED__RED_FUSED,
-             plant);
-    return join_source(defines, COMMON_TEMPLATE, "softmax_rows", out, e);
+             c->warps, c->rows, c->cluster, grid, c->minb, c->vec, (unsigned long long)iters,
+             (unsigned long long)s->cols, head_free, c->ld, c->st, c->reg != TUNED__REG_F32,
+             c->reg == TUNED__REG_EX, c->red == TUNED__RED_FUSED, plant);
+    /* A row cut over blocks of the grid takes a workspace and a ticket:
+     * its own kernel, on the rows family's stages. */
+    static const char *const rows_parts[] = {"softmax_common", "softmax_rows_common",
+                                             "softmax_rows", NULL};
+    static const char *const grid_parts[] = {"softmax_common", "softmax_rows_common",
+                                             "softmax_grid", NULL};
+    return join_source(defines, split ? grid_parts : rows_parts, out, e);
 }
 
 int tuned__source_reference(tuned_dtype dtype, char **out, tuned__err *e)
@@ -153,5 +191,8 @@ int tuned__source_reference(tuned_dtype dtype, char **out, tuned__err *e)
     char defines[128];
     snprintf(defines, sizeof defines, "// tuned reference kernels for %s\n#define T_DTYPE %d\n",
              tuned_dtype_name(dtype), (int)dtype);
-    return join_source(defines, NULL, "reference", out, e);
+    /* softmax_common.cu for the dtype's size, -inf and the generator's
+     * rounding; the check widens with reference.cu's own conversion. */
+    static const char *const parts[] = {"softmax_common", "reference", NULL};
+    return join_source(defines, parts, out, e);
 }

@@ -11,8 +11,10 @@
 typedef struct tuned__codegen_opts {
     bool unaligned; /* the base pointers may not be 16-byte aligned: never
                        assume rows start on a vector boundary */
-    int plant_bug;  /* test only: 0 none, 1 skip each row's last element,
-                       2 write one element past the last row */
+    int plant_bug;  /* a test hook: 0 none, 1 skip each row's last element,
+                       2 write one element past the last row; a build
+                       without TUNED_TEST_HOOKS refuses any but 0
+                       (TUNED_EUNSUPPORTED) */
 } tuned__codegen_opts;
 
 /* Whether a variant of c for shape s, with these opts, assumes every row

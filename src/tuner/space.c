@@ -48,13 +48,6 @@ static bool rows_policy(const tuned__space *sp, const tuned__config *c, char *wh
                                     MAX_ROWS_PER_BLOCK);
     if (c->grid > 1 && sp->sms == 0)
         return tuned__config_refuse(why, n, "no grid split without the GPU's SM count");
-    /* A row is read once, so evict_last gains a kernel nothing; it only
-     * keeps the input in L2 afterwards, past an L2 flush too (measured on
-     * the H200: 4-25% faster repeats on inputs that fit in L2), which skewed
-     * every timing after it and would crowd the caller's own data out. */
-    if (c->ld == TUNED__LD_EL)
-        return tuned__config_refuse(why, n,
-                                    "ld=el keeps the input in L2 after the kernel: not searched");
     /* Packing puts two 16-bit elements in a word: with fp32 or 2-byte
      * vectors there is nothing to pack, and the variant repeats reg=f32. */
     if (c->reg == TUNED__REG_PK && (esize != 2 || c->vec * esize < 4))

@@ -1,0 +1,603 @@
+/* softmax_rows_common.cu: the stages of family "rows", rows held in
+ * registers, shared by its two kernels: softmax_rows.cu (a row in part of
+ * a warp, a block or a cluster of blocks) and softmax_grid.cu (a row cut
+ * over several blocks of the grid).
+ *
+ * Idea: softmax is memory-bound, so every element is read once and written
+ * once. The TPR = T_WARPS*32/T_ROWS threads of a block that share a row
+ * (ROW_THREADS of them over the blocks the row is cut across) run these
+ * stages in order:
+ *   load         each thread issues all of its T_ITERS vector loads (T_VEC
+ *                elements each, at most 16 bytes) before the first reduction,
+ *                into a Held row part; -inf fills the slots past the row
+ *   max          the thread's maximum (on packed pairs where it can be)
+ *   exp-and-sum  exp(x - shift) summed, kept for the store where it can be
+ *   reduce       over the row's threads: warp shuffles, shared memory across
+ *                the group's warps, distributed shared memory across the
+ *                cluster's blocks; either two rounds (the maximum before the
+ *                exps, then the sum) or, with T_FUSED, one round of (max, sum)
+ *                pairs, each sum rescaled by exp(its max - the larger max)
+ *                when pairs meet (online softmax): half the barriers
+ *   store        exp(x - max) / sum, a vector at a time
+ * Rows need not start on a vector boundary: vector slots are counted from the
+ * aligned address at or below the row start, and the partial first and last
+ * vectors go element by element.
+ *
+ * Variant defines it reads (codegen prepends them, then softmax_common.cu):
+ *   1. T_DTYPE      0 fp16, 1 bf16, 2 fp32 (math is always fp32)
+ *   2. T_WARPS      warps per block: 1, 2, 4, 8, 16, 32
+ *   3. T_ROWS       rows per block: threads per row TPR = T_WARPS*32/T_ROWS, 1 to 1024
+ *   4. T_CLUSTER    blocks per row in a cluster (sm_90; 1 = none; else T_ROWS = 1)
+ *   5. T_GRID       blocks per row through global memory: softmax_grid.cu's
+ *                   variants only; absent means 1
+ *   6. T_HEAD_FREE  1 when every row starts on a vector boundary (aligned base
+ *                   pointers, columns a multiple of T_VEC): no partial head,
+ *                   and every vector lies wholly inside its row or wholly past
+ *                   its end, so an access is one predicated vector
+ *                   instruction, and none at all where T_COLS shows every
+ *                   thread's slot inside
+ *   7. T_VEC        elements per vector access (T_VEC * element size <= 16 bytes)
+ *   8. T_ITERS      vector accesses per thread per row (from the column count)
+ *   9. T_COLS       the column count the source is generated for; the kernel's
+ *                   cols parameter must equal it (launchers pass the shape's)
+ *  10. T_LD         0 ld.global, 1 .nc, 2 .cs (evict-first)
+ *  11. T_ST         0 st.global, 1 .cs (evict-first)
+ *  12. T_REG_PACKED 0: keep fp32 values; 1: keep the loaded words, convert on
+ *                   use (the maximum then taken on the packed pairs: max.f16x2
+ *                   or max.bf16x2, no conversion)
+ *  13. T_EXP16      with T_REG_PACKED (16-bit types): the words are overwritten
+ *                   by their exp values rounded to the dtype, so exp is
+ *                   computed once; the output is rounded twice (within 1 ulp,
+ *                   not 1/2)
+ *  14. T_FUSED      0: max, then sum (two rounds); 1: (max, sum) pairs, one round
+ *  15. T_PLANT_BUG  test builds only (codegen emits it with TUNED_TEST_HOOKS):
+ *                   1 skips the last element of each row, 2 writes one element
+ *                   past the end of the last row; absent means 0
+ *
+ * Semantics match torch.softmax on the last dimension: the maximum ignores
+ * NaN (fmaxf), and then a NaN or +inf in a row, or a row of only -inf,
+ * makes the whole row NaN through the sum.
+ *
+ * Checked against: the float64 reference in reference.cu (per element, with
+ * dtype tolerances, NaN for NaN), itself checked against a CPU float64
+ * softmax by the evaluator before any variant is timed. */
+
+#ifndef T_GRID
+#define T_GRID 1
+#endif
+#ifndef T_PLANT_BUG
+#define T_PLANT_BUG 0
+#endif
+
+#define TPR (T_WARPS * 32 / T_ROWS)
+/* The threads that share one row, over all the blocks it is cut across. */
+#define ROW_THREADS (TPR * T_CLUSTER * T_GRID)
+/* With T_HEAD_FREE: whether pass it of every row thread lies inside the row
+ * (known when the source is generated), so it needs no bounds check. */
+#define PASS_INSIDE(it) (T_HEAD_FREE && ((it) + 1) * ROW_THREADS * T_VEC <= T_COLS)
+#define VBYTES (T_VEC * ESIZE)
+#define NWORDS (VBYTES >= 4 ? VBYTES / 4 : 1)
+/* 16-bit elements two to a word: vectors of 4 bytes or more. */
+#define PAIRED (ESIZE == 2 && VBYTES >= 4)
+#if T_EXP16 && !(T_REG_PACKED && PAIRED)
+#error "T_EXP16 needs packed registers of a 16-bit type, vectors of 4 bytes or more"
+#endif
+
+/* ---- loads and stores with the variant's cache hints ---- */
+
+#if T_LD == 0
+#define LD_OP "ld.global"
+#elif T_LD == 1
+#define LD_OP "ld.global.nc"
+#elif T_LD == 2
+#define LD_OP "ld.global.cs"
+#else
+#error "T_LD is 0 (ld.global), 1 (.nc) or 2 (.cs)"
+#endif
+
+/* One element's bits from address p. */
+__device__ __forceinline__ u32 load_elem(const unsigned char *p)
+{
+#if ESIZE == 2
+    u16 h;
+    asm volatile(LD_OP ".u16 %0, [%1];" : "=h"(h) : "l"(p));
+    return h;
+#else
+    u32 w;
+    asm volatile(LD_OP ".u32 %0, [%1];" : "=r"(w) : "l"(p));
+    return w;
+#endif
+}
+
+/* One whole vector (VBYTES, aligned) from p into w. */
+__device__ __forceinline__ void load_vec(const unsigned char *p, u32 (&w)[NWORDS])
+{
+#if VBYTES == 2
+    w[0] = load_elem(p);
+#elif VBYTES == 4
+    asm volatile(LD_OP ".u32 %0, [%1];" : "=r"(w[0]) : "l"(p));
+#elif VBYTES == 8
+    asm volatile(LD_OP ".v2.u32 {%0, %1}, [%2];" : "=r"(w[0]), "=r"(w[1]) : "l"(p));
+#else
+    asm volatile(LD_OP ".v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3]) : "l"(p));
+#endif
+}
+
+__device__ __forceinline__ void store_vec(unsigned char *p, const u32 (&w)[NWORDS])
+{
+#if VBYTES == 2
+    store_elem(p, w[0]);
+#elif VBYTES == 4
+    asm volatile(ST_OP ".u32 [%0], %1;" : : "l"(p), "r"(w[0]) : "memory");
+#elif VBYTES == 8
+    asm volatile(ST_OP ".v2.u32 [%0], {%1, %2};" : : "l"(p), "r"(w[0]), "r"(w[1]) : "memory");
+#else
+    asm volatile(ST_OP ".v4.u32 [%0], {%1, %2, %3, %4};"
+                 : : "l"(p), "r"(w[0]), "r"(w[1]), "r"(w[2]), "r"(w[3]) : "memory");
+#endif
+}
+
+/* ---- elements of a vector held as words ---- */
+
+__device__ __forceinline__ u32 word_elem(const u32 (&w)[NWORDS], int k)
+{
+#if PAIRED
+    return (w[k / 2] >> (16 * (k % 2))) & 0xFFFFu;
+#else
+    return w[k];
+#endif
+}
+
+__device__ __forceinline__ void word_set(u32 (&w)[NWORDS], int k, u32 bits)
+{
+#if PAIRED
+    if (k % 2 == 0)
+        w[k / 2] = (w[k / 2] & 0xFFFF0000u) | bits;
+    else
+        w[k / 2] = (w[k / 2] & 0x0000FFFFu) | (bits << 16);
+#else
+    w[k] = bits;
+#endif
+}
+
+/* Element k as fp32: for 16-bit types the half is taken straight from its
+ * word (bf16: a shift or a mask). */
+__device__ __forceinline__ float word_float(const u32 (&w)[NWORDS], int k)
+{
+#if PAIRED && T_DTYPE == 1
+    /* A mask or a shift, in asm like fp16's cvt: as plain code ptxas
+     * shares it between the passes and the packed variants spill. */
+    float f;
+    if (k % 2)
+        asm("{ .reg .b32 b; and.b32 b, %1, 0xFFFF0000; mov.b32 %0, b; }" : "=f"(f) : "r"(w[k / 2]));
+    else
+        asm("{ .reg .b32 b; shl.b32 b, %1, 16; mov.b32 %0, b; }" : "=f"(f) : "r"(w[k / 2]));
+    return f;
+#elif PAIRED
+    float f;
+    if (k % 2)
+        asm("{ .reg .b16 lo, hi; mov.b32 {lo, hi}, %1; cvt.f32.f16 %0, hi; }" : "=f"(f) : "r"(w[k / 2]));
+    else
+        asm("{ .reg .b16 lo, hi; mov.b32 {lo, hi}, %1; cvt.f32.f16 %0, lo; }" : "=f"(f) : "r"(w[k / 2]));
+    return f;
+#else
+    return bits_to_float(word_elem(w, k));
+#endif
+}
+
+#if T_REG_PACKED && PAIRED && __CUDA_ARCH__ >= 800
+/* The larger of each half of two packed pairs (NaN loses, as in fmaxf):
+ * the maximum is exact in any precision, so it needs no conversion. */
+__device__ __forceinline__ u32 max_pairs(u32 a, u32 b)
+{
+    u32 d;
+    asm("max" PAIR_TYPE " %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+    return d;
+}
+#define PACKED_MAX 1
+#else
+#define PACKED_MAX 0
+#endif
+
+/* ---- reductions over the threads of one row ---- */
+
+/* v reduced over aligned groups of WIDTH lanes (a power of two up to 32).
+ * Row groups of fewer than 32 threads are such groups, so xor shuffles with
+ * offsets below WIDTH stay inside the row. */
+template <int WIDTH, typename Op>
+__device__ __forceinline__ float lanes_reduce(float v, Op op)
+{
+#pragma unroll
+    for (int offset = WIDTH / 2; offset > 0; offset /= 2)
+        v = op(v, __shfl_xor_sync(0xFFFFFFFFu, v, offset));
+    return v;
+}
+
+/* (m, s) pairs, s a sum of exp(x - m), combined over aligned groups of
+ * WIDTH lanes: the largest m, then each s rescaled to it (one exp per lane)
+ * and summed. A pair with m = -inf (slots past the row, -inf or NaN only)
+ * adds its s as it is: 0, or the NaN that makes the row NaN. Rescaled, it
+ * would be 0 * exp(-inf - -inf) = NaN wherever the group's largest m is
+ * -inf too, such as a warp entirely past the row's end (the GPU test
+ * caught that: rows of 128256 on 16 blocks of 1024 threads came out NaN). */
+template <int WIDTH>
+__device__ __forceinline__ void lanes_combine(float &m, float &s)
+{
+    if (WIDTH == 1)
+        return;
+    const float largest = lanes_reduce<WIDTH>(m, MaxOp());
+    const float rescaled = m == NEG_INF ? s : s * exp_shifted(m, largest);
+    s = lanes_reduce<WIDTH>(rescaled, SumOp());
+    m = largest;
+}
+
+/* Reduces v over the TPR threads of this thread's row in this block and,
+ * with a cluster, over the T_CLUSTER blocks that share the row. partial has
+ * a slot per warp and exchange one per cluster block; each reduction uses
+ * its own arrays so that no barrier is needed before reuse. */
+template <typename Op>
+__device__ __forceinline__ float row_reduce(float v, float *partial, float *exchange, Op op)
+{
+    v = lanes_reduce<(TPR < 32 ? TPR : 32)>(v, op);
+#if TPR > 32
+    const int warp = threadIdx.x / 32;
+    if (threadIdx.x % 32 == 0)
+        partial[warp] = v;
+    __syncthreads();
+    const int first_warp = (threadIdx.x / TPR) * (TPR / 32);
+    v = partial[first_warp];
+#pragma unroll
+    for (int i = 1; i < TPR / 32; i++)
+        v = op(v, partial[first_warp + i]);
+#else
+    (void)partial;
+#endif
+#if T_CLUSTER > 1
+    v = cluster_reduce(v, exchange, op); /* one row per block (T_ROWS == 1) */
+#else
+    (void)exchange;
+#endif
+    return v;
+}
+
+/* The one-round reduction: each thread's (max m, sum s of exp(x - m)) pair
+ * combined over the row's threads, its warps and its cluster's blocks.
+ * Every warp combines the partial pairs itself (lane l takes pair l), so
+ * each level costs one barrier and one exp per thread, and every block of
+ * a cluster combines the same pairs in the same order. */
+__device__ __forceinline__ void row_combine(float &m, float &s, float *partial_m, float *partial_s,
+                                            float *exchange_m, float *exchange_s)
+{
+    lanes_combine<(TPR < 32 ? TPR : 32)>(m, s);
+#if TPR > 32
+    if (threadIdx.x % 32 == 0) {
+        partial_m[threadIdx.x / 32] = m;
+        partial_s[threadIdx.x / 32] = s;
+    }
+    __syncthreads();
+    {
+        const int i = (threadIdx.x / TPR) * (TPR / 32) + (threadIdx.x % 32) % (TPR / 32);
+        m = partial_m[i];
+        s = partial_s[i];
+        lanes_combine<TPR / 32>(m, s);
+    }
+#else
+    (void)partial_m, (void)partial_s;
+#endif
+#if T_CLUSTER > 1
+    if (threadIdx.x == 0) {
+        exchange_m[0] = m;
+        exchange_s[0] = s;
+    }
+    cluster_sync();
+    {
+        const unsigned rank = (threadIdx.x % 32) % T_CLUSTER;
+        m = load_remote(exchange_m, rank);
+        s = load_remote(exchange_s, rank);
+        lanes_combine<T_CLUSTER>(m, s);
+    }
+#else
+    (void)exchange_m, (void)exchange_s;
+#endif
+}
+
+/* ---- the stages ---- */
+
+/* Where a thread's row lies: its first element in x and y, and x's vector
+ * boundary at or below it (xv), head elements earlier. */
+struct RowPtrs {
+    const unsigned char *xr, *xv;
+    unsigned char *yr;
+    int head;
+    bool y_aligned; /* y's vectors line up with x's */
+};
+
+/* A thread that is not active (past the last row: it loads and stores
+ * nothing, but takes part in the barriers) points at row 0. */
+__device__ __forceinline__ RowPtrs row_ptrs(const unsigned char *x, unsigned char *y,
+                                            long long row, bool active, long long row_stride)
+{
+    RowPtrs p;
+    const long long row_bytes = (active ? row : 0) * row_stride * ESIZE;
+    p.xr = x + row_bytes;
+    p.yr = y + row_bytes;
+#if T_HEAD_FREE
+    /* Codegen knows every row starts on a vector boundary. */
+    p.head = 0;
+    p.y_aligned = true;
+#else
+    p.head = (int)(((u64)p.xr / ESIZE) % T_VEC);
+    /* Output vectors line up with the input's only when both start at the
+     * same offset inside a vector; otherwise every store is per element. */
+    p.y_aligned = (int)(((u64)p.yr / ESIZE) % T_VEC) == p.head;
+#endif
+    p.xv = p.xr - p.head * ESIZE;
+    return p;
+}
+
+/* A thread's part of its row: T_ITERS vectors, as loaded (T_REG_PACKED)
+ * or as fp32 values. */
+struct Held {
+#if T_REG_PACKED
+    u32 w[T_ITERS][NWORDS];
+#else
+    float v[T_ITERS][T_VEC];
+#endif
+};
+
+/* Element k of vector it as fp32. */
+__device__ __forceinline__ float held_value(const Held &h, int it, int k)
+{
+#if T_REG_PACKED
+    return word_float(h.w[it], k);
+#else
+    return h.v[it][k];
+#endif
+}
+
+/* load: lane's vectors it * ROW_THREADS + lane of the row, -inf where
+ * they fall outside it (or the thread has no row); then widened to fp32
+ * unless the words are kept. */
+__device__ __forceinline__ void load_row(Held &h, const RowPtrs &p, int lane, int cols,
+                                         bool active)
+{
+#if T_REG_PACKED
+    u32 (&w)[T_ITERS][NWORDS] = h.w;
+#else
+    u32 w[T_ITERS][NWORDS];
+#endif
+#pragma unroll
+    for (int it = 0; it < T_ITERS; it++) {
+        const int first = (it * ROW_THREADS + lane) * T_VEC - p.head;
+#if T_HEAD_FREE
+        if (active && (PASS_INSIDE(it) || first < T_COLS)) {
+            load_vec(p.xv + (long long)(it * ROW_THREADS + lane) * VBYTES, w[it]);
+        } else {
+#pragma unroll
+            for (int k = 0; k < NWORDS; k++)
+                w[it][k] = NWORDS == T_VEC ? NEG_INF_BITS : NEG_INF_PAIR;
+        }
+#else
+        if (active && first >= 0 && first + T_VEC <= cols) {
+            load_vec(p.xv + (long long)(it * ROW_THREADS + lane) * VBYTES, w[it]);
+        } else {
+#pragma unroll
+            for (int k = 0; k < NWORDS; k++)
+                w[it][k] = 0;
+#pragma unroll
+            for (int k = 0; k < T_VEC; k++) {
+                const int c = first + k;
+                const u32 bits = (active && c >= 0 && c < cols)
+                                     ? load_elem(p.xr + (long long)c * ESIZE)
+                                     : NEG_INF_BITS;
+                word_set(w[it], k, bits);
+            }
+        }
+#endif
+    }
+#if !T_REG_PACKED
+#pragma unroll
+    for (int it = 0; it < T_ITERS; it++)
+#pragma unroll
+        for (int k = 0; k < T_VEC; k++)
+            h.v[it][k] = word_float(w[it], k);
+#endif
+}
+
+/* max: this thread's maximum. */
+__device__ __forceinline__ float thread_max(const Held &h)
+{
+#if PACKED_MAX
+    u32 pairs = NEG_INF_PAIR;
+#pragma unroll
+    for (int it = 0; it < T_ITERS; it++)
+#pragma unroll
+        for (int k = 0; k < NWORDS; k++)
+            pairs = max_pairs(pairs, h.w[it][k]);
+    return fmaxf(bits_to_float(pairs & 0xFFFFu), bits_to_float(pairs >> 16));
+#else
+    float max = NEG_INF;
+#pragma unroll
+    for (int it = 0; it < T_ITERS; it++)
+#pragma unroll
+        for (int k = 0; k < T_VEC; k++)
+            max = fmaxf(max, held_value(h, it, k));
+    return max;
+#endif
+}
+
+/* reduce, first of two rounds: the row's maximum, before the exps. With
+ * T_FUSED the thread's own is kept; the pairs are combined after the sums. */
+__device__ __forceinline__ float reduce_max(float max, float *partial_max, float *exchange_max)
+{
+#if T_FUSED
+    (void)partial_max, (void)exchange_max;
+    return max;
+#else
+    return row_reduce(max, partial_max, exchange_max, MaxOp());
+#endif
+}
+
+/* exp-and-sum: the sum of exp(x - shift) over the thread's elements, shift
+ * the row's maximum, or with T_FUSED the thread's own: a thread holding
+ * only -inf (or slots past the row) shifts by 0, so its exps are 0, not
+ * NaN. The exps replace the values where they are kept for the store. */
+__device__ __forceinline__ float exp_and_sum(Held &h, float max)
+{
+#if T_FUSED
+    const float shift = max == NEG_INF ? 0.0f : max;
+#else
+    const float shift = max;
+#endif
+    float sum = 0.0f;
+#if T_EXP16
+    /* Each word's two inputs replaced by their exps, rounded to the dtype;
+     * the sum takes them unrounded. */
+#pragma unroll
+    for (int it = 0; it < T_ITERS; it++)
+#pragma unroll
+        for (int j = 0; j < NWORDS; j++) {
+            const float lo = exp_shifted(word_float(h.w[it], 2 * j), shift);
+            const float hi = exp_shifted(word_float(h.w[it], 2 * j + 1), shift);
+            sum += lo;
+            sum += hi;
+            h.w[it][j] = pack_pair(lo, hi);
+        }
+#elif !T_REG_PACKED
+#pragma unroll
+    for (int it = 0; it < T_ITERS; it++)
+#pragma unroll
+        for (int k = 0; k < T_VEC; k++) {
+            h.v[it][k] = exp_shifted(h.v[it][k], shift);
+            sum += h.v[it][k];
+        }
+#else
+#pragma unroll
+    for (int it = 0; it < T_ITERS; it++)
+#pragma unroll
+        for (int k = 0; k < T_VEC; k++)
+            sum += exp_shifted(held_value(h, it, k), shift);
+#endif
+    return sum;
+}
+
+/* reduce: the row's (max, sum) from the thread's (row_max, sum): with
+ * T_FUSED one round of pairs, else the second round, the sums (row_max is
+ * already the row's). */
+__device__ __forceinline__ void reduce_row(float &row_max, float &sum, float *partial_max,
+                                           float *partial_sum, float *exchange_max,
+                                           float *exchange_sum)
+{
+#if T_FUSED
+    row_combine(row_max, sum, partial_max, partial_sum, exchange_max, exchange_sum);
+#else
+    (void)row_max, (void)partial_max, (void)exchange_max;
+    sum = row_reduce(sum, partial_sum, exchange_sum, SumOp());
+#endif
+}
+
+/* The cluster's last barrier (no block may exit while another reads its
+ * shared memory), split: arrive after the last remote read, wait after the
+ * stores. Nothing without a cluster. */
+__device__ __forceinline__ void exit_arrive()
+{
+#if T_CLUSTER > 1
+    cluster_arrive();
+#endif
+}
+
+__device__ __forceinline__ void exit_wait()
+{
+#if T_CLUSTER > 1
+    cluster_wait();
+#endif
+}
+
+/* The factor that turns what Held keeps into the output: max is what
+ * exp_and_sum shifted by (with T_FUSED the thread's own maximum), row_max
+ * and sum the row's. */
+__device__ __forceinline__ float out_scale(float max, float row_max, float sum)
+{
+#if T_REG_PACKED && !T_EXP16
+    (void)max, (void)row_max;
+    return __frcp_rn(sum);
+#elif T_FUSED
+    return exp_shifted(max, row_max) * __frcp_rn(sum);
+#else
+    (void)max, (void)row_max;
+    return __frcp_rn(sum);
+#endif
+}
+
+/* Output element k of vector it, exp(x - row max) / sum, from what Held
+ * keeps: exp(x - shift) in fp32 (scaled), exp(x - shift) in the dtype
+ * (widened and scaled, no exp), or the packed input: exp computed again.
+ * (Folding 1/sum into that exp's argument saves a multiply, but then ptxas
+ * shares the conversions and differences with the sum pass and keeps them
+ * live across the reduction: measured, the packed variants spilled.) */
+__device__ __forceinline__ float normalized(const Held &h, int it, int k, float scale,
+                                            float row_max)
+{
+#if !T_REG_PACKED
+    (void)row_max;
+    return h.v[it][k] * scale;
+#elif T_EXP16
+    (void)row_max;
+    return word_float(h.w[it], k) * scale;
+#else
+    return exp_shifted(held_value(h, it, k), row_max) * scale;
+#endif
+}
+
+/* store: the row's output, a vector at a time where it lies whole inside
+ * the row and y lines up, else element by element. */
+__device__ __forceinline__ void store_row(const Held &h, const RowPtrs &p, int lane, int cols,
+                                          bool active, float scale, float row_max)
+{
+#pragma unroll
+    for (int it = 0; it < T_ITERS && active; it++) {
+        const int first = (it * ROW_THREADS + lane) * T_VEC - p.head;
+        u32 out[NWORDS] = {};
+#if PAIRED
+#pragma unroll
+        for (int k = 0; k < T_VEC; k += 2)
+            out[k / 2] = pack_pair(normalized(h, it, k, scale, row_max),
+                                   normalized(h, it, k + 1, scale, row_max));
+#else
+#pragma unroll
+        for (int k = 0; k < T_VEC; k++)
+            word_set(out, k, float_to_bits(normalized(h, it, k, scale, row_max)));
+#endif
+#if T_HEAD_FREE
+        if (!PASS_INSIDE(it) && first >= T_COLS)
+            continue;
+        const bool whole = !(T_PLANT_BUG == 1 && first + T_VEC == T_COLS);
+#else
+        const bool whole = p.y_aligned && first >= 0 && first + T_VEC <= cols &&
+                           !(T_PLANT_BUG == 1 && first + T_VEC == cols);
+#endif
+        if (whole) {
+            store_vec(p.yr + (long long)first * ESIZE, out);
+        } else {
+#pragma unroll
+            for (int k = 0; k < T_VEC; k++) {
+                const int c = first + k;
+                if (c >= 0 && c < cols && !(T_PLANT_BUG == 1 && c == cols - 1))
+                    store_elem(p.yr + (long long)c * ESIZE, word_elem(out, k));
+            }
+        }
+    }
+}
+
+/* Planted bug 2 (test builds): one element written past the last row. */
+__device__ __forceinline__ void plant_overrun(const RowPtrs &p, long long row, long long rows,
+                                              int lane, int cols)
+{
+#if T_PLANT_BUG == 2
+    if (row == rows - 1 && lane == 0)
+        store_elem(p.yr + (long long)cols * ESIZE, 0);
+#else
+    (void)p, (void)row, (void)rows, (void)lane, (void)cols;
+#endif
+}
