@@ -4,8 +4,9 @@
  * Every value read is decoded and checked (record.c) and must name the key
  * it sits under, so a value moved, damaged or written by a foreign tool is
  * an error naming the key, never a wrong answer. get_best serves only
- * records of this build's measurement policy; find_shape, each_best and
- * forget see every record. tuned__best_walk() decodes each entry of a walk
+ * records of this build's measurement policy; find_compatible the best
+ * record of a shape for the caller's hardware class and kernel code, any
+ * toolchain; find_shape, each_best and forget see every record. tuned__best_walk() decodes each entry of a walk
  * once, for the walks here, in gc.c and in export.c. */
 #include <inttypes.h>
 #include <stdio.h>
@@ -208,6 +209,107 @@ int tuned__store_find_shape(tuned__store *s, uint8_t kernel, uint8_t dtype, uint
     int rc = tuned__store_read(s, shape_read, &c, e);
     if (rc == 0)
         *n = c.count;
+    return rc;
+}
+
+/* ---- the best record of a shape for another toolchain ---- */
+
+typedef struct compat_ctx {
+    const tuned__store_key *key;
+    const tuned__identity *here;
+    tuned__store_accept_fn accept;
+    void *user;
+    bool found;
+    tuned__tier tier;
+    int rank[4]; /* the best's: tier, same policy, same NVRTC, same driver */
+    tuned__record best;
+} compat_ctx;
+
+/* Whether (rank, date) beats the best so far: each rank, then the newer date
+ * (ISO 8601 UTC of one length: text order is time order). */
+static bool compat_better(const compat_ctx *c, const int rank[4], const char *date)
+{
+    if (!c->found)
+        return true;
+    for (int i = 0; i < 4; i++)
+        if (rank[i] != c->rank[i])
+            return rank[i] > c->rank[i];
+    return strcmp(date, c->best.date) > 0;
+}
+
+static int compat_visit(void *ctx, tuned__txn *t, const tuned__best_entry *b, tuned__err *e)
+{
+    (void)t;
+    (void)e;
+    compat_ctx *c = ctx;
+    /* A damaged record of the shape is not this lookup's failure: list and
+     * verify name it; here it just does not serve. */
+    if (b->r == NULL || b->r->key.layout != c->key->layout)
+        return 0;
+    tuned__tier tier = tuned__record_tier(b->r, c->here, NULL, 0);
+    if (tier == TUNED__TIER_NONE || (c->accept != NULL && !c->accept(c->user, b->r, tier)))
+        return 0;
+    const tuned__provenance *p = &b->r->prov;
+    const tuned__ident_facts *q = &c->here->f;
+    int rank[4] = {tier == TUNED__TIER_EXACT, strcmp(p->policy, q->policy) == 0,
+                   p->nvrtc_major == q->nvrtc_major && p->nvrtc_minor == q->nvrtc_minor,
+                   p->driver_version == q->driver_version};
+    if (compat_better(c, rank, b->r->date)) {
+        c->found = true;
+        c->tier = tier;
+        memcpy(c->rank, rank, sizeof rank);
+        c->best = *b->r;
+    }
+    return 0;
+}
+
+typedef struct compat_arg {
+    const uint8_t *prefix;
+    compat_ctx *c;
+} compat_arg;
+
+static void compat_read(tuned__txn *t, void *arg, tuned__err *e)
+{
+    compat_arg *a = arg;
+    a->c->found = false; /* a retried read starts over */
+    tuned__best_walk(t, a->prefix, TUNED__KEY_SHAPE_LEN, compat_visit, a->c, e);
+}
+
+int tuned__store_find_compatible(tuned__store *s, const tuned__store_key *key,
+                                 const tuned__identity *here, tuned__store_accept_fn accept,
+                                 void *ctx, tuned__record *out, tuned__tier *tier, tuned__err *e)
+{
+    char ks[160];
+    *tier = TUNED__TIER_NONE;
+    int ready = tuned__store_dbs(s, e);
+    if (ready < 0)
+        return ready;
+    compat_ctx *c = calloc(1, sizeof *c); /* two records: not on a caller's stack */
+    if (c == NULL)
+        return tuned__errf(e, TUNED_ENOMEM, "store %s: out of memory", s->path);
+    c->key = key;
+    c->here = here;
+    c->accept = accept;
+    c->user = ctx;
+    int rc = 0;
+    if (ready > 0) {
+        uint8_t prefix[TUNED__KEY_SHAPE_LEN];
+        tuned__key_encode_shape(prefix, TUNED__KEY_TAG_BEST, key->kernel, key->dtype, key->rows,
+                                key->cols);
+        compat_arg a = {.prefix = prefix, .c = c};
+        rc = tuned__store_read(s, compat_read, &a, e);
+    }
+    if (rc == 0 && !c->found) {
+        tuned__store_key_str(ks, sizeof ks, key);
+        rc = tuned__errf(e, TUNED_ENOTFOUND,
+                         "store %s: no record of %s's shape for hardware class %s and code %s",
+                         s->path, ks, here->hwclass.text, here->code.text);
+    }
+    if (rc == 0) {
+        *out = c->best;
+        *tier = c->tier;
+    }
+    free(c);
     return rc;
 }
 

@@ -258,3 +258,54 @@ bool tuned__record_exact(const tuned__record *r, const tuned__record *here, char
         why_add(&w, "GPU identity %s (here %s)", r->gpu, here->gpu);
     return w.count == 0;
 }
+
+/* ---- the identity's parts and the serving tiers ---- */
+
+bool tuned__record_identity(const tuned__record *r, tuned__identity *out)
+{
+    tuned__ident_facts f;
+    memset(&f, 0, sizeof f);
+    const tuned__provenance *p = &r->prov;
+    snprintf(f.gpu_name, sizeof f.gpu_name, "%s", r->gpu_name);
+    f.cc_major = p->cc_major;
+    f.cc_minor = p->cc_minor;
+    f.sm_count = p->sm_count;
+    f.mem_mib = p->mem_mib;
+    f.driver_version = p->driver_version;
+    f.nvrtc_major = p->nvrtc_major;
+    f.nvrtc_minor = p->nvrtc_minor;
+    f.template_hash = p->template_hash;
+    snprintf(f.policy, sizeof f.policy, "%s", p->policy);
+    tuned__identity_make(&f, out);
+    return strcmp(out->full, r->gpu) == 0 && out->full_fp == r->key.gpu_fp;
+}
+
+const char *tuned__tier_name(tuned__tier t)
+{
+    switch (t) {
+    case TUNED__TIER_NONE: return "none";
+    case TUNED__TIER_COMPATIBLE: return "compatible";
+    case TUNED__TIER_EXACT: return "exact";
+    }
+    return "?";
+}
+
+tuned__tier tuned__record_tier(const tuned__record *r, const tuned__identity *here, char *why,
+                               size_t n)
+{
+    tuned__identity id;
+    bool spelled = tuned__record_identity(r, &id);
+    unsigned diff = tuned__identity_diff(&id, here, why, n);
+    if (!spelled) {
+        /* Its key and identity string say one system, its fields another. */
+        if (why != NULL && n > 0)
+            snprintf(why, n, "its identity %s is not the one its fields spell (%s)", r->gpu,
+                     id.full);
+        return TUNED__TIER_NONE;
+    }
+    if (diff == 0)
+        return TUNED__TIER_EXACT;
+    if ((diff & (TUNED__IDENT_HWCLASS | TUNED__IDENT_CODE)) == 0)
+        return TUNED__TIER_COMPATIBLE;
+    return TUNED__TIER_NONE;
+}

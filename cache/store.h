@@ -31,9 +31,13 @@
  * compute capability, SM count, memory size, driver version, NVRTC version,
  * template+codegen hash; built by src/driver/gpu.c) and the layout class;
  * the record carries the identity itself, its parts and the measurement
- * policy. tuned__store_get_best() returns only records that may be served;
+ * policy. tuned__store_get_best() returns only records that may be served
+ * as exact; tuned__store_find_compatible() the best record of a shape
+ * measured on the same hardware class with the same kernel code (another
+ * driver, NVRTC or policy), to be checked before it is served;
  * tuned__store_find_shape() returns every record of a shape (candidates to
- * seed a search, never to serve). tuned__record_exact() explains a mismatch.
+ * seed a search). tuned__record_exact() and tuned__record_tier() explain a
+ * mismatch.
  *
  * This module knows nothing of the tuner: it stores plain records. */
 #ifndef TUNED_CACHE_STORE_H
@@ -47,6 +51,7 @@
 
 #include "src/common/clock.h"
 #include "src/common/err.h"
+#include "src/common/identity.h"
 
 /* Bump when the key layout or record meaning changes incompatibly. A store
  * of another schema is refused with TUNED_ESCHEMA (never migrated, never
@@ -189,6 +194,58 @@ uint64_t tuned__store_gpu_fingerprint(const char *gpu_identity);
  * (n bytes, may be NULL) lists the differences, e.g. "driver 12080 (here
  * 13000); policy ...". */
 bool tuned__record_exact(const tuned__record *r, const tuned__record *here, char *why, size_t n);
+
+/* ---- the identity's parts and the serving tiers (docs/store-format.md) ---- */
+
+/* The identity of the system that measured r (src/common/identity.h: the
+ * whole string, hardware class, toolchain, kernel code, policy), made from
+ * its fields (gpu_name and prov, which every record of schema 2 has, so
+ * records written before the parts were named give them too). Returns
+ * whether r->gpu is the identity string those fields make, as in every
+ * record tuned writes: a record that does not spell its own parts is
+ * never served as compatible. */
+bool tuned__record_identity(const tuned__record *r, tuned__identity *out);
+
+/* How a stored record of the wanted shape and layout may serve a system. */
+typedef enum tuned__tier {
+    TUNED__TIER_NONE = 0,   /* another hardware class or kernel code: never
+                               served for this shape (it may still be the
+                               nearest of another shape, or seed a search) */
+    TUNED__TIER_COMPATIBLE, /* the same hardware class and kernel code;
+                               another toolchain, memory size or measurement
+                               policy: served once checked on this system */
+    TUNED__TIER_EXACT,      /* the whole identity and the policy match */
+} tuned__tier;
+
+/* "none", "compatible", "exact"; "?" for another value. */
+const char *tuned__tier_name(tuned__tier t);
+
+/* The tier of stored record r for the system here (its identity, with the
+ * policy the caller measures under). Compares identities only: the shape
+ * and layout are the caller's to match. why (n bytes, may be NULL) lists
+ * what differs, e.g. "driver 12080 (here 13000)". */
+tuned__tier tuned__record_tier(const tuned__record *r, const tuned__identity *here, char *why,
+                               size_t n);
+
+/* A caller's veto on a candidate record (its config does not fit, it
+ * failed a check here): false passes it over. Called inside a read
+ * transaction: it must not call the store. */
+typedef bool (*tuned__store_accept_fn)(void *ctx, const tuned__record *r, tuned__tier tier);
+
+/* The record of key's shape and layout (kernel, dtype, rows, cols, layout;
+ * key->gpu_fp is not used) that serves the system here best, whatever its
+ * toolchain: an exact one, else the compatible one (same hardware class and
+ * kernel code) measured under here's policy, then with here's NVRTC
+ * version (the same compiler makes the same machine code, so its time
+ * carries over best), then with here's driver, then the newest (times
+ * measured by other toolchains or methods do not compare, so the fastest
+ * would be chosen by noise; the newest was measured by the latest tool and
+ * toolchain); ties keep key order. accept (may be NULL) passes candidates
+ * over. The record into *out and its tier into *tier; TUNED_ENOTFOUND when
+ * none serves. Damaged records of the shape are passed over, not errors. */
+int tuned__store_find_compatible(tuned__store *s, const tuned__store_key *key,
+                                 const tuned__identity *here, tuned__store_accept_fn accept,
+                                 void *ctx, tuned__record *out, tuned__tier *tier, tuned__err *e);
 
 /* ---- enumeration and change detection (for the daemon, issue 5) ---- */
 

@@ -198,16 +198,28 @@ TUNED_EXTERN const char *tuned_last_error(const tuned_handle *h);
 
 /* Where a call's config came from. */
 typedef enum tuned_source {
-    TUNED_SOURCE_EXACT = 0,   /* the stored winner of this shape on this GPU */
+    TUNED_SOURCE_EXACT = 0,   /* the stored winner of this shape on this GPU,
+                                 driver, NVRTC, kernel code and measurement
+                                 policy */
     TUNED_SOURCE_NEAREST = 1, /* the stored winner of the closest other shape
-                                 on this GPU and dtype whose config is valid
-                                 for this shape (distance |log rows ratio| +
-                                 2 |log cols ratio|, as the daemon's `get`) */
+                                 on this GPU model (name, compute capability,
+                                 SM count; any driver and NVRTC) and dtype
+                                 whose config is valid for this shape
+                                 (distance |log rows ratio| + 2 |log cols
+                                 ratio|, as the daemon's `get`) */
     TUNED_SOURCE_DEFAULT = 2, /* nothing suitable stored: the first heuristic
                                  seed of this shape's variant space */
+    TUNED_SOURCE_COMPATIBLE = 3, /* the stored winner of this shape on this
+                                 GPU model with the same kernel code, measured
+                                 under another driver, NVRTC or measurement
+                                 policy; compiled here and checked against
+                                 the float64 reference on first use before it
+                                 is served (one that fails is not served:
+                                 tune_message says why). Tried after exact,
+                                 before nearest. */
 } tuned_source;
 
-/* "exact", "nearest", "default"; NULL for another value. */
+/* "exact", "nearest", "default", "compatible"; NULL for another value. */
 TUNED_EXTERN const char *tuned_source_name(tuned_source s);
 
 /* A background or explicit tune of one shape requested by this handle. */
@@ -230,7 +242,12 @@ typedef struct tuned_choice {
     char gpu[128];            /* its name */
     int aligned;              /* 1: the kernel assumes 16-byte-aligned rows */
     tuned_tune_state tune;    /* this handle's tune of the shape, if any */
-    char tune_message[256];   /* e.g. "daemon job 4" or why it failed */
+    char tune_message[256];   /* e.g. "daemon job 4" or why it failed; then,
+                                 after "; " when both, what needs saying
+                                 about the config: a compatible record's
+                                 differences ("compatible: driver 12080 (here
+                                 13000); checked against the float64
+                                 reference"), or why one was not served */
     /* The launch, as tuned_softmax makes it (tuned_last_choice only; NULL
      * and 0 from tuned_lookup): function is the CUfunction, valid in the
      * context of the call until tuned_close(). Kernel parameters: (const

@@ -190,11 +190,7 @@ static void fake_gpu(tuned__gpu *g, const char *name, int cc_major)
     g->driver_version = 13000;
     g->nvrtc_major = 13;
     g->template_hash = tuned__templates_hash();
-    snprintf(g->identity, sizeof g->identity, "%s|sm_%d%d|%dsm|%zuMiB|drv%d|nvrtc%d.%d|tpl%016llx",
-             g->name, g->cc_major, g->cc_minor, g->sm_count, g->total_mem >> 20,
-             g->driver_version, g->nvrtc_major, g->nvrtc_minor,
-             (unsigned long long)g->template_hash);
-    g->fingerprint = tuned__fnv1a64(g->identity, strlen(g->identity), TUNED__FNV_SEED);
+    tuned__gpu_identify(g);
 }
 
 static void put_record(tuned__store *s, const tuned__gpu *g, tuned_dtype dtype, uint64_t rows,
@@ -231,7 +227,7 @@ static void test_pick(void)
     tuned__api_pick p;
 
     /* Nothing stored: the first seed of the space. */
-    EXPECT(tuned__api_pick_config(s, &h100, &shape, &p, &e) == 0, "%s", e.msg);
+    EXPECT(tuned__api_pick_config(s, &h100, &shape, NULL, &p, &e) == 0, "%s", e.msg);
     tuned__space sp;
     EXPECT(tuned__space_init(&sp, &shape, 90, 132, &e) == 0, "%s", e.msg);
     tuned__config seed;
@@ -244,7 +240,7 @@ static void test_pick(void)
     /* Exact. */
     const char *exact_cfg = "w32.r1.c1.m1.v8.ld=nc.st=cs.reg=pk";
     put_record(s, &h100, TUNED_FP16, 4096, 32000, exact_cfg, 150.0);
-    EXPECT(tuned__api_pick_config(s, &h100, &shape, &p, &e) == 0, "%s", e.msg);
+    EXPECT(tuned__api_pick_config(s, &h100, &shape, NULL, &p, &e) == 0, "%s", e.msg);
     char text[TUNED__CONFIG_TEXT];
     tuned__config_format(&p.config, text, sizeof text);
     EXPECT(p.source == TUNED_SOURCE_EXACT && strcmp(text, exact_cfg) == 0 && p.median_us == 150.0 &&
@@ -260,7 +256,7 @@ static void test_pick(void)
     put_record(s, &other, TUNED_FP16, 1024, 32000, "w8.r1.c1.m1.v8.ld=def.st=def.reg=f32", 80.0);
     put_record(s, &h100, TUNED_BF16, 1024, 32000, "w8.r1.c1.m1.v8.ld=def.st=def.reg=f32", 80.0);
     tuned__shape near = {.dtype = TUNED_FP16, .rows = 1024, .cols = 32000};
-    EXPECT(tuned__api_pick_config(s, &h100, &near, &p, &e) == 0, "%s", e.msg);
+    EXPECT(tuned__api_pick_config(s, &h100, &near, NULL, &p, &e) == 0, "%s", e.msg);
     tuned__config_format(&p.config, text, sizeof text);
     EXPECT(p.source == TUNED_SOURCE_NEAREST && strcmp(text, exact_cfg) == 0 &&
                p.record_rows == 4096 && p.record_cols == 32000 && p.median_us == 150.0,
@@ -270,28 +266,28 @@ static void test_pick(void)
      * idle (invalid); a 4-row-per-block config stored for 64x100 fits. */
     put_record(s, &h100, TUNED_FP16, 64, 100, "w4.r4.c1.m1.v4.ld=def.st=def.reg=f32", 3.0);
     tuned__shape small = {.dtype = TUNED_FP16, .rows = 8, .cols = 100};
-    EXPECT(tuned__api_pick_config(s, &h100, &small, &p, &e) == 0, "%s", e.msg);
+    EXPECT(tuned__api_pick_config(s, &h100, &small, NULL, &p, &e) == 0, "%s", e.msg);
     tuned__config_format(&p.config, text, sizeof text);
     EXPECT(p.source == TUNED_SOURCE_NEAREST && p.record_rows == 64 && p.record_cols == 100,
            "nearest small pick: %s %s from %llux%llu", tuned_source_name(p.source), text,
            (unsigned long long)p.record_rows, (unsigned long long)p.record_cols);
     /* The other GPU sees only its own record. */
-    EXPECT(tuned__api_pick_config(s, &other, &shape, &p, &e) == 0, "%s", e.msg);
+    EXPECT(tuned__api_pick_config(s, &other, &shape, NULL, &p, &e) == 0, "%s", e.msg);
     EXPECT(p.source == TUNED_SOURCE_NEAREST && p.record_rows == 1024, "other GPU: %s from %llu rows",
            tuned_source_name(p.source), (unsigned long long)p.record_rows);
     /* fp32 on the H100: nothing of that dtype, default. */
     tuned__shape f32 = {.dtype = TUNED_FP32, .rows = 4096, .cols = 32000};
-    EXPECT(tuned__api_pick_config(s, &h100, &f32, &p, &e) == 0 && p.source == TUNED_SOURCE_DEFAULT,
+    EXPECT(tuned__api_pick_config(s, &h100, &f32, NULL, &p, &e) == 0 && p.source == TUNED_SOURCE_DEFAULT,
            "fp32 default: %s", tuned_source_name(p.source));
     /* No store: default. */
-    EXPECT(tuned__api_pick_config(NULL, &h100, &shape, &p, &e) == 0 &&
+    EXPECT(tuned__api_pick_config(NULL, &h100, &shape, NULL, &p, &e) == 0 &&
                p.source == TUNED_SOURCE_DEFAULT && p.txnid == 0,
            "no store");
     /* No variant at all (sm_80 has no staged family; 2^30 fp32 columns
      * cannot be held in registers). */
     tuned__shape huge = {.dtype = TUNED_FP32, .rows = 1, .cols = 1ull << 30};
     tuned__err ne = {0};
-    EXPECT(tuned__api_pick_config(s, &other, &huge, &p, &ne) == TUNED_ENOSPACE && ne.msg[0],
+    EXPECT(tuned__api_pick_config(s, &other, &huge, NULL, &p, &ne) == TUNED_ENOSPACE && ne.msg[0],
            "no space: %d %s", ne.code, ne.msg);
     tuned__space_free(&sp);
     tuned__store_close(s);

@@ -348,6 +348,16 @@ int main(int argc, char **argv)
     /* Rows split over the grid (64 and 96 blocks: any Hopper's SMs). */
     put_record(s, &gpu, TUNED_FP16, 1, 262144, "w8.r1.c1.m1.v8.ld=def.st=def.reg=f32.red=fused.g64");
     put_record(s, &gpu, TUNED_FP32, 24, 128256, "w8.r1.c1.m1.v4.ld=def.st=def.reg=f32.red=fused.g4");
+    /* Records of this GPU's hardware class under another driver: one that
+     * is served as compatible after its check, one whose config does not
+     * fit its shape (8-warp rows of 100 columns leave threads idle), which
+     * is never served. */
+    tuned__gpu other_driver = gpu;
+    other_driver.driver_version += 10;
+    tuned__gpu_identify(&other_driver);
+    put_record(s, &other_driver, TUNED_FP32, 200, 4096, "w8.r1.c1.m1.v4.ld=cs.st=cs.reg=f32");
+    put_record(s, &other_driver, TUNED_FP16, 200, 4096, "w4.r1.c1.m1.v8.ld=def.st=def.reg=pk");
+    put_record(s, &other_driver, TUNED_FP32, 5, 100, "w32.r1.c1.m1.v4.ld=def.st=def.reg=f32");
     tuned__store_close(s);
 
     tuned_options o;
@@ -404,6 +414,24 @@ int main(int argc, char **argv)
                    strcmp(ch.config, "w4.r1.c1.m1.v4.ld=def.st=def.reg=f32") == 0,
                "nearest: %s %s from %lld rows", tuned_source_name(ch.source), ch.config,
                (long long)ch.record_rows);
+    /* Compatible: another driver's record of this shape, compiled here,
+     * checked, served, and correct (run_case compares with the CPU); the
+     * aligned and unaligned variants each checked. */
+    call_case compat[] = {{TUNED_FP32, 200, 4096, 4096, 0, 0},
+                          {TUNED_FP16, 200, 4096, 4096, 0, 0},
+                          {TUNED_FP16, 200, 4096, 4096, 1, 3}};
+    for (size_t i = 0; i < sizeof compat / sizeof compat[0]; i++)
+        if (run_case(h, &compat[i], stream, &ch, false) == 0)
+            EXPECT(ch.source == TUNED_SOURCE_COMPATIBLE && ch.record_rows == 200 &&
+                       strstr(ch.tune_message, "driver") != NULL &&
+                       strstr(ch.tune_message, "checked against the float64 reference") != NULL,
+                   "compatible %s: %s %s (%s)", tuned_dtype_name(compat[i].dtype),
+                   tuned_source_name(ch.source), ch.config, ch.tune_message);
+    call_case unfit = {TUNED_FP32, 5, 100, 100, 0, 0};
+    if (run_case(h, &unfit, stream, &ch, false) == 0)
+        EXPECT(ch.source != TUNED_SOURCE_COMPATIBLE && strstr(ch.tune_message, "not valid here"),
+               "an unfit compatible config: %s %s (%s)", tuned_source_name(ch.source), ch.config,
+               ch.tune_message);
     /* Grid splits: correct, cooperative, and many launches on two streams
      * at once (each its own workspace slot) neither hang nor trap. */
     {

@@ -56,7 +56,10 @@ static int verify_one(const tuned__driver *d, const tuned__nvrtc *n, const tuned
                           .cols = r->key.cols};
     cli_here_record(gpu, &shape, &here);
     char why[512];
-    bool exact = tuned__record_exact(r, &here, why, sizeof why);
+    tuned__identity id;
+    tuned__gpu_identity(gpu, here.prov.policy, &id);
+    tuned__tier tier = tuned__record_tier(r, &id, why, sizeof why);
+    bool exact = tier == TUNED__TIER_EXACT && tuned__record_exact(r, &here, why, sizeof why);
     char label[64];
     snprintf(label, sizeof label, "%llux%llu %s", (unsigned long long)r->key.rows,
              (unsigned long long)r->key.cols, tuned_dtype_name(shape.dtype));
@@ -90,7 +93,8 @@ static int verify_one(const tuned__driver *d, const tuned__nvrtc *n, const tuned
     double drift = (res.median_us - r->median_us) / r->median_us;
     printf("%-22s %-36s %10.2f %10.2f %+7.1f%%  %s%s%s\n", label, r->config, r->median_us,
            res.median_us, 100.0 * drift, fabs(drift) > DRIFT_FLAG ? "DRIFT " : "",
-           exact ? "exact" : "not exact: ", exact ? "" : why);
+           exact ? "exact" : tier == TUNED__TIER_COMPATIBLE ? "compatible: " : "not exact: ",
+           exact ? "" : why);
     return 0;
 }
 

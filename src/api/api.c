@@ -6,7 +6,9 @@
  * read without locks (api_table.c), so a repeated call costs the current
  * context, a hash, a probe and cuLaunchKernel. Everything else happens on
  * the slow path, under the handle's lock, once per key: the GPU's
- * identity, the config (api_pick.c: exact, nearest, default), the cubin
+ * identity, the config (api_pick.c: exact, compatible, nearest, default;
+ * a compatible config is run once against the float64 reference before it
+ * is served, src/driver/check.c), the cubin
  * (compile cache or NVRTC), the module (one per context and variant,
  * shared by every key that compiles to the same source), the launch
  * geometry. Entries that are not exact carry a recheck time: at most once
@@ -32,6 +34,7 @@
 
 #include "src/codegen/source.h"
 #include "src/api/api.h"
+#include "src/driver/check.h"
 #include "src/tuner/space.h"
 
 #ifndef TUNED__BINDIR
@@ -58,6 +61,19 @@ typedef struct device_info {
     bool ready;
     tuned__gpu gpu;
 } device_info;
+
+/* A compatible record whose config failed its check here: never served
+ * by this handle (a record stored over it with another config is a new
+ * candidate). */
+typedef struct refusal {
+    tuned__store_key key;
+    char config[128];
+    struct refusal *next;
+} refusal;
+
+/* Compatible records checked at most this many times for one pick; then
+ * the pick goes on to nearest or default. */
+#define CHECKS_PER_PICK 4
 
 typedef struct tune_job {
     int device;
@@ -86,6 +102,7 @@ struct tuned_handle {
     device_info *devs;
     int ndev;
     tune_job *jobs;
+    refusal *refused;          /* compatible records that failed their check */
     pthread_cond_t cv;         /* the background thread waits on it */
     pthread_t worker;
     bool worker_started, stopping;
@@ -132,6 +149,7 @@ const char *tuned_source_name(tuned_source s)
     case TUNED_SOURCE_EXACT: return "exact";
     case TUNED_SOURCE_NEAREST: return "nearest";
     case TUNED_SOURCE_DEFAULT: return "default";
+    case TUNED_SOURCE_COMPATIBLE: return "compatible";
     }
     return NULL;
 }
@@ -287,6 +305,10 @@ void tuned_close(tuned_handle *h)
     for (tune_job *j = h->jobs, *next; j != NULL; j = next) {
         next = j->next;
         free(j);
+    }
+    for (refusal *r = h->refused, *next; r != NULL; r = next) {
+        next = r->next;
+        free(r);
     }
     tuned__api_map_free(&h->map);
     tuned__store_release(h->store);
@@ -498,6 +520,56 @@ static int module_get(tuned_handle *h, CUcontext ctx, const tuned__config *c,
     return 0;
 }
 
+/* ---- compatible records: checked before served (under h->mu) ---- */
+
+typedef struct veto_ctx {
+    const tuned_handle *h;
+    bool all; /* refuse every compatible record (too many checks failed) */
+} veto_ctx;
+
+static bool is_refused(void *ctx, const tuned__record *r)
+{
+    const veto_ctx *v = ctx;
+    if (v->all)
+        return true;
+    for (const refusal *f = v->h->refused; f != NULL; f = f->next)
+        if (memcmp(&f->key, &r->key, sizeof f->key) == 0 && strcmp(f->config, r->config) == 0)
+            return true;
+    return false;
+}
+
+/* Whether the handle refuses p's record. */
+static bool pick_refused(const tuned_handle *h, const tuned__api_pick *p)
+{
+    char text[TUNED__CONFIG_TEXT];
+    tuned__config_format(&p->config, text, sizeof text);
+    for (const refusal *f = h->refused; f != NULL; f = f->next)
+        if (memcmp(&f->key, &p->record_key, sizeof f->key) == 0 && strcmp(f->config, text) == 0)
+            return true;
+    return false;
+}
+
+static void refuse(tuned_handle *h, const tuned__api_pick *p)
+{
+    refusal *f = calloc(1, sizeof *f);
+    if (f == NULL)
+        return; /* out of memory: the record may be checked again, nothing worse */
+    memcpy(&f->key, &p->record_key, sizeof f->key);
+    tuned__config_format(&p->config, f->config, sizeof f->config);
+    f->next = h->refused;
+    h->refused = f;
+}
+
+/* The pick for shape s on gpu, its compatible candidates vetoed by the
+ * handle's refusals (all of them when all is true). */
+static int pick(tuned_handle *h, const tuned__gpu *gpu, const tuned__shape *s, bool all,
+                tuned__api_pick *p, tuned__err *e)
+{
+    veto_ctx v = {.h = h, .all = all};
+    tuned__api_veto veto = {.refused = is_refused, .ctx = &v};
+    return tuned__api_pick_config(h->store, gpu, s, &veto, p, e);
+}
+
 static void fill_choice(const tuned_handle *h, const tuned__gpu *gpu, int device,
                         const tuned__api_pick *p, bool aligned, tuned_choice *out)
 {
@@ -511,6 +583,15 @@ static void fill_choice(const tuned_handle *h, const tuned__gpu *gpu, int device
     out->device = device;
     snprintf(out->gpu, sizeof out->gpu, "%s", gpu->name);
     out->aligned = aligned;
+    snprintf(out->tune_message, sizeof out->tune_message, "%s", p->note);
+}
+
+/* tune_message of a choice: the tune's message, then the pick's note. */
+static void choice_message(tuned_choice *out, const char *tune, const char *note)
+{
+    char both[sizeof out->tune_message];
+    snprintf(both, sizeof both, "%s%s%s", tune, tune[0] && note[0] ? "; " : "", note);
+    memcpy(out->tune_message, both, sizeof both);
 }
 
 /* Builds and publishes the entry for key k (current context k->ctx) with
@@ -526,6 +607,23 @@ static int build_entry(tuned_handle *h, const tuned__api_key *k, uint64_t hash, 
     tuned__launch launch;
     if (rc == 0)
         rc = tuned__launch_prepare(h->d, fn, &p->config, &s, gpu->sm_count, &launch, e);
+    char checked[256] = "";
+    if (rc == 0 && p->source == TUNED_SOURCE_COMPATIBLE) {
+        /* Measured by another toolchain or policy: compiled here, it must
+         * compute softmax here before any call gets it. */
+        bool ok = false;
+        char detail[200];
+        rc = tuned__check_variant(h->d, h->n, arch, gpu->sm_count, fn, &p->config, &s,
+                                  k->aligned != 0, &ok, detail, sizeof detail, e);
+        if (rc == 0 && !ok)
+            rc = tuned__errf(e, TUNED_EWRONG, "failed its check against the float64 reference: %s",
+                             detail);
+        else if (rc != 0)
+            tuned__err_prefix(e, rc, "its check against the float64 reference could not run: ");
+        else
+            snprintf(checked, sizeof checked, "%s; checked against the float64 reference%s%s",
+                     p->note, detail[0] ? ", " : "", detail);
+    }
     tuned__api_entry *en = NULL;
     if (rc == 0 && (en = calloc(1, sizeof *en)) == NULL)
         rc = tuned__errf(e, TUNED_ENOMEM, "out of memory");
@@ -553,6 +651,8 @@ static int build_entry(tuned_handle *h, const tuned__api_key *k, uint64_t hash, 
     en->txnid = p->txnid;
     en->config = p->config;
     fill_choice(h, gpu, device, p, k->aligned != 0, &en->choice);
+    if (checked[0] != '\0')
+        snprintf(en->choice.tune_message, sizeof en->choice.tune_message, "%s", checked);
     en->choice.function = (void *)fn;
     en->choice.grid = launch.grid;
     en->choice.block = launch.block;
@@ -581,8 +681,24 @@ static int build_new(tuned_handle *h, const tuned__api_key *k, uint64_t hash,
         return rc;
     tuned__shape s = {.dtype = (tuned_dtype)k->dtype, .rows = k->rows, .cols = k->cols};
     tuned__api_pick p;
-    if ((rc = tuned__api_pick_config(h->store, gpu, &s, &p, e)) != 0)
-        return rc;
+    char failed[256] = ""; /* why the last compatible record was not served */
+    for (int checks = 0;; checks++) {
+        if ((rc = pick(h, gpu, &s, checks >= CHECKS_PER_PICK, &p, e)) != 0)
+            return rc;
+        if (p.source != TUNED_SOURCE_COMPATIBLE)
+            break;
+        tuned__err why = {0};
+        rc = build_entry(h, k, hash, device, gpu, &p, out, &why);
+        if (rc == 0) {
+            request_tune(h, device, gpu, &s, p.source);
+            return 0;
+        }
+        /* Not served, by this handle, ever: the next tier answers. */
+        refuse(h, &p);
+        snprintf(failed, sizeof failed, "not served: %s", why.msg);
+    }
+    if (failed[0] != '\0')
+        snprintf(p.note, sizeof p.note, "%s", failed);
     request_tune(h, device, gpu, &s, p.source);
     return build_entry(h, k, hash, device, gpu, &p, out, e);
 }
@@ -627,7 +743,7 @@ static tuned__api_entry *recheck(tuned_handle *h, const tuned__api_key *k, uint6
     tuned__api_pick p;
     tuned__err ignored = {0};
     if (device_get(h, old->choice.device, &gpu, &ignored) != 0 ||
-        tuned__api_pick_config(store, gpu, &s, &p, &ignored) != 0) {
+        pick(h, gpu, &s, false, &p, &ignored) != 0) {
         atomic_store_explicit(&old->recheck_ns, next, memory_order_relaxed);
         return old;
     }
@@ -647,6 +763,10 @@ static tuned__api_entry *recheck(tuned_handle *h, const tuned__api_key *k, uint6
     }
     tuned__api_entry *fresh = NULL;
     if (build_entry(h, k, hash, old->choice.device, gpu, &p, &fresh, &ignored) != 0) {
+        /* A compatible record that fails its check is never tried again;
+         * the old kernel still works. */
+        if (p.source == TUNED_SOURCE_COMPATIBLE && !pick_refused(h, &p))
+            refuse(h, &p);
         atomic_store_explicit(&old->recheck_ns, next, memory_order_relaxed);
         return old;
     }
@@ -803,7 +923,7 @@ static void copy_choice(tuned_handle *h, const tuned__api_entry *e, tuned_choice
     tune_job *j = gpu != NULL ? job_find(h, gpu->fingerprint, &s) : NULL;
     if (j != NULL) {
         out->tune = j->state;
-        snprintf(out->tune_message, sizeof out->tune_message, "%s", j->message);
+        choice_message(out, j->message, e->choice.tune_message);
     }
     pthread_mutex_unlock(&h->mu);
 }
@@ -879,14 +999,16 @@ int tuned_lookup(tuned_handle *h, int64_t rows, int64_t cols, tuned_dtype dtype,
     if (rc == 0)
         rc = device_get(h, ordinal, &gpu, &e);
     if (rc == 0)
-        rc = tuned__api_pick_config(h->store, gpu, &s, &p, &e);
+        rc = pick(h, gpu, &s, false, &p, &e);
     if (rc == 0) {
         request_tune(h, ordinal, gpu, &s, p.source);
         fill_choice(h, gpu, ordinal, &p, true, out);
+        if (p.source == TUNED_SOURCE_COMPATIBLE)
+            choice_message(out, out->tune_message, "checked against the float64 reference on first use");
         tune_job *j = job_find(h, gpu->fingerprint, &s);
         if (j != NULL) {
             out->tune = j->state;
-            snprintf(out->tune_message, sizeof out->tune_message, "%s", j->message);
+            choice_message(out, j->message, p.note);
         }
     }
     pthread_mutex_unlock(&h->mu);

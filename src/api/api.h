@@ -4,8 +4,8 @@
  *   api.c        the public functions: handles, tuned_softmax's fast and
  *                slow paths, lookups, tunes, the per-thread last error
  *   api_table.c  the lock-free map from a call's key to an immutable entry
- *   api_pick.c   exact / nearest / default, and a variant's cubin (compile
- *                cache or NVRTC), and its launch geometry
+ *   api_pick.c   exact / compatible / nearest / default, and a variant's
+ *                cubin (compile cache or NVRTC)
  *   api_child.c  tunes outside this process: a `tuned` child process, or
  *                the daemon over its socket
  *
@@ -122,16 +122,41 @@ typedef struct tuned__api_pick {
     double median_us;            /* the record's, 0 for default */
     uint64_t record_rows, record_cols;
     uint64_t txnid;              /* the store's last transaction before the lookup */
+    tuned__store_key record_key; /* the record's key (not default) */
+    /* For people (tuned_choice.tune_message): what a compatible record's
+     * system differs in ("compatible: driver 12080 (here 13000)"), or why a
+     * compatible record was passed over; "" when nothing needs saying. */
+    char note[256];
 } tuned__api_pick;
 
-/* Exact (the stored winner of this shape on this GPU), else nearest (the
- * stored winner of the closest other shape on the same GPU fingerprint and
- * dtype whose config is valid for this shape: distance |log rows ratio| +
- * 2 |log cols ratio|, as the daemon), else default (the first heuristic
- * seed of the space). store may be NULL (then always default).
+/* Compatible records the caller refuses (they failed their check here):
+ * refused(ctx, r) true passes r over. Called inside a store read: it must
+ * not call the store. */
+typedef struct tuned__api_veto {
+    bool (*refused)(void *ctx, const tuned__record *r);
+    void *ctx;
+} tuned__api_veto;
+
+/* Which config serves shape on gpu, from the first tier that has one:
+ *   exact       the stored winner of this shape on this GPU's whole
+ *               identity, measured under this build's policy;
+ *   compatible  the stored winner of this shape on the same hardware class
+ *               with the same kernel code, of another toolchain or policy
+ *               (tuned__store_find_compatible() says which one), unless
+ *               veto refuses it; the caller checks it before serving it
+ *               (tuned__check_variant()) and, if it fails, refuses it and
+ *               asks again;
+ *   nearest     the stored winner of the closest other shape of the same
+ *               hardware class and dtype, any toolchain, whose config is
+ *               valid for this shape: distance |log rows ratio| + 2 |log
+ *               cols ratio|, as the daemon; at equal distance one of this
+ *               GPU's own identity first;
+ *   default     the first heuristic seed of the space.
+ * A stored config must be valid for the shape here to serve at any tier.
+ * store may be NULL (then always default); veto may be NULL.
  * TUNED_ENOSPACE when no variant fits the shape; store errors pass up. */
 int tuned__api_pick_config(tuned__store *store, const tuned__gpu *gpu, const tuned__shape *shape,
-                           tuned__api_pick *out, tuned__err *e);
+                           const tuned__api_veto *veto, tuned__api_pick *out, tuned__err *e);
 
 /* The cubin of config c for shape s, compiled assuming 16-byte-aligned
  * rows or not, for arch: from the store's compile cache (under

@@ -1,12 +1,12 @@
-/* gpu.c: reads a GPU's properties through the driver and builds its
- * identity string and fingerprint. */
+/* gpu.c: reads a GPU's properties through the driver and makes its
+ * identity (string, fingerprint, parts) through src/common/identity.c, the
+ * one place identities are spelled. */
 #include "src/driver/gpu.h"
 
 #include <stdio.h>
 #include <string.h>
 
 #include "src/codegen/templates.h"
-#include "src/common/hash.h"
 #include "tuned.h"
 
 int tuned__gpu_count(const tuned__driver *d, int *count, tuned__err *e)
@@ -49,10 +49,38 @@ int tuned__gpu_query(const tuned__driver *d, const tuned__nvrtc *n, int ordinal,
     out->driver_version = d->version;
     tuned__nvrtc_version(n, &out->nvrtc_major, &out->nvrtc_minor);
     out->template_hash = tuned__templates_hash();
-    snprintf(out->identity, sizeof out->identity,
-             "%s|sm_%d%d|%dsm|%zuMiB|drv%d|nvrtc%d.%d|tpl%016llx", out->name, out->cc_major,
-             out->cc_minor, out->sm_count, out->total_mem >> 20, out->driver_version,
-             out->nvrtc_major, out->nvrtc_minor, (unsigned long long)out->template_hash);
-    out->fingerprint = tuned__fnv1a64(out->identity, strlen(out->identity), TUNED__FNV_SEED);
+    tuned__gpu_identify(out);
     return 0;
+}
+
+/* Negative values (never from a driver) read as 0 rather than wrap. */
+static uint32_t u32(int v)
+{
+    return v > 0 ? (uint32_t)v : 0;
+}
+
+void tuned__gpu_identity(const tuned__gpu *g, const char *policy, tuned__identity *out)
+{
+    tuned__ident_facts f;
+    memset(&f, 0, sizeof f);
+    snprintf(f.gpu_name, sizeof f.gpu_name, "%s", g->name);
+    f.cc_major = u32(g->cc_major);
+    f.cc_minor = u32(g->cc_minor);
+    f.sm_count = u32(g->sm_count);
+    f.mem_mib = (uint64_t)(g->total_mem >> 20);
+    f.driver_version = u32(g->driver_version);
+    f.nvrtc_major = u32(g->nvrtc_major);
+    f.nvrtc_minor = u32(g->nvrtc_minor);
+    f.template_hash = g->template_hash;
+    snprintf(f.policy, sizeof f.policy, "%s", policy != NULL ? policy : "");
+    tuned__identity_make(&f, out);
+}
+
+void tuned__gpu_identify(tuned__gpu *g)
+{
+    tuned__identity id;
+    tuned__gpu_identity(g, NULL, &id);
+    _Static_assert(sizeof g->identity == sizeof id.full, "a GPU holds its whole identity string");
+    memcpy(g->identity, id.full, sizeof g->identity);
+    g->fingerprint = id.full_fp;
 }

@@ -3,8 +3,11 @@
  * The identity string names everything a stored result depends on: the
  * GPU model, compute capability, SM count, memory size, driver version,
  * NVRTC version and a hash of the kernel templates and codegen. Results are
- * filed under its fingerprint, so a changed driver or kernel is never served
- * a result measured under another. */
+ * filed under its fingerprint. Its parts (src/common/identity.h: hardware
+ * class, toolchain, kernel code, and the caller's measurement policy)
+ * decide which stored results may serve this GPU and how: exact,
+ * compatible (another toolchain or policy, checked before use) or nearest
+ * (another shape of the same hardware class). */
 #ifndef TUNED_DRIVER_GPU_H
 #define TUNED_DRIVER_GPU_H
 
@@ -12,6 +15,7 @@
 #include <stdint.h>
 
 #include "src/codegen/nvrtc.h"
+#include "src/common/identity.h"
 #include "src/driver/driver.h"
 
 typedef struct tuned__gpu {
@@ -25,7 +29,7 @@ typedef struct tuned__gpu {
     int driver_version;
     int nvrtc_major, nvrtc_minor;
     uint64_t template_hash;
-    char identity[512];
+    char identity[TUNED__IDENT_TEXT]; /* tuned__gpu_identify() */
     uint64_t fingerprint;
 } tuned__gpu;
 
@@ -35,5 +39,16 @@ int tuned__gpu_count(const tuned__driver *d, int *count, tuned__err *e);
 /* Queries GPU ordinal; TUNED_ENODEV names the ordinal and the count. */
 int tuned__gpu_query(const tuned__driver *d, const tuned__nvrtc *n, int ordinal, tuned__gpu *out,
                      tuned__err *e);
+
+/* Fills g->identity and g->fingerprint from its facts (name, compute
+ * capability, SM count, memory, driver, NVRTC, template hash), as
+ * tuned__gpu_query() does: for a GPU described by hand (tests, a fake GPU)
+ * too, so that its identity is spelled as a real one's. */
+void tuned__gpu_identify(tuned__gpu *g);
+
+/* The identity of g (its whole string, fingerprint and parts) for results
+ * measured under policy (NULL or "": none). Computed from g's facts, so it
+ * holds for a GPU whose identity string was never filled. */
+void tuned__gpu_identity(const tuned__gpu *g, const char *policy, tuned__identity *out);
 
 #endif

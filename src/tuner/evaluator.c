@@ -8,10 +8,13 @@
  * cubin, draw fresh random input, poison the output and the guard band
  * after it with a finite value no softmax produces, run, compare with the
  * float64 reference (an unwritten element fails even where the reference
- * is NaN), and only then time it. */
+ * is NaN), and only then time it. The input, the output, the reference
+ * kernels and the comparison are the check's (src/driver/check.c, shared
+ * with the embedding API); the timing is this file's. */
 #include "src/tuner/evaluator.h"
 
 #include "src/tuner/compile.h"
+#include "src/driver/check.h"
 #include "src/driver/launch.h"
 
 #include <math.h>
@@ -23,9 +26,7 @@
 #include "tuned.h"
 #include "src/common/sort.h"
 
-#define GUARD_BYTES 4096
 #define EVENT_BATCH 32
-#define REFERENCE_ROWS_CHECKED 8
 
 struct tuned__evaluator {
     const tuned__driver *d;
@@ -37,17 +38,13 @@ struct tuned__evaluator {
     size_t bytes; /* of x, and of y */
     CUcontext ctx;
     CUstream stream;
-    CUdeviceptr x_alloc, y_alloc, flush, counters, stats;
-    CUdeviceptr x, y;
+    tuned__check check; /* x, y, the reference kernels and the comparison */
+    CUdeviceptr flush;
     tuned__workspace work; /* grid-split variants' (max, sum) pairs */
-    size_t x_alloc_bytes, y_alloc_bytes, flush_bytes;
-    CUmodule ref_module;
-    CUfunction gen, check, l2_normal, settle;
+    size_t flush_bytes;
+    CUfunction l2_normal, settle;
     CUevent start[EVENT_BATCH], stop[EVENT_BATCH];
-    double rtol, atol;
     double copy_us;
-    uint64_t seed;
-    unsigned char *guard_host;
 };
 
 void tuned__eval_opts_default(tuned__eval_opts *o)
@@ -91,64 +88,6 @@ double tuned__evaluator_copy_us(const tuned__evaluator *ev)
             return rc_;                                                                         \
     } while (0)
 
-/* ---- host-side float64 reference, used to check the GPU reference ---- */
-
-static double half_to_double(uint16_t h)
-{
-    int sign = h >> 15, exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
-    double v;
-    if (exp == 0)
-        v = ldexp(mant, -24);
-    else if (exp == 31)
-        v = mant ? NAN : INFINITY;
-    else
-        v = ldexp(mant | 0x400, exp - 25);
-    return sign ? -v : v;
-}
-
-static double bits_to_double(const unsigned char *p, tuned_dtype dtype)
-{
-    uint16_t h;
-    uint32_t w;
-    float f;
-    switch (dtype) {
-    case TUNED_FP16:
-        memcpy(&h, p, 2);
-        return half_to_double(h);
-    case TUNED_BF16:
-        memcpy(&h, p, 2);
-        w = (uint32_t)h << 16;
-        memcpy(&f, &w, 4);
-        return f;
-    case TUNED_FP32:
-        memcpy(&f, p, 4);
-        return f;
-    }
-    return NAN;
-}
-
-/* Max (ignoring NaN, as fmax) and sum of exp(x - max) of one row. */
-static void cpu_row_stats(const unsigned char *row, uint64_t cols, tuned_dtype dtype, size_t esize,
-                          double *max, double *sum)
-{
-    double m = -INFINITY, s = 0.0;
-    for (uint64_t c = 0; c < cols; c++)
-        m = fmax(m, bits_to_double(row + c * esize, dtype));
-    for (uint64_t c = 0; c < cols; c++)
-        s += exp(bits_to_double(row + c * esize, dtype) - m);
-    *max = m;
-    *sum = s;
-}
-
-static bool stats_agree(double cpu, double gpu)
-{
-    if (isnan(cpu) || isnan(gpu))
-        return isnan(cpu) && isnan(gpu);
-    if (isinf(cpu) || isinf(gpu))
-        return cpu == gpu;
-    return fabs(cpu - gpu) <= 1e-9 * fmax(1.0, fabs(cpu));
-}
-
 /* ---- the helper kernels ---- */
 
 static unsigned grid_for(uint64_t n, unsigned per_block, unsigned cap)
@@ -161,8 +100,8 @@ static unsigned grid_for(uint64_t n, unsigned per_block, unsigned cap)
  * reference.cu says why), enqueued before each timing's flush. */
 static int reset_l2_priority(tuned__evaluator *ev, tuned__err *e)
 {
-    CUdeviceptr bufs[] = {ev->x_alloc, ev->y_alloc};
-    size_t sizes[] = {ev->x_alloc_bytes, ev->y_alloc_bytes};
+    CUdeviceptr bufs[] = {ev->check.x_alloc, ev->check.y_alloc};
+    size_t sizes[] = {ev->check.x_alloc_bytes, ev->check.y_alloc_bytes};
     for (int i = 0; i < 2; i++) {
         long long bytes = (long long)sizes[i];
         void *args[] = {&bufs[i], &bytes};
@@ -172,85 +111,6 @@ static int reset_l2_priority(tuned__evaluator *ev, tuned__err *e)
                                  NULL),
            "resetting the L2 priority of the buffers");
     }
-    return 0;
-}
-
-static int generate_input(tuned__evaluator *ev, tuned__err *e)
-{
-    long long rows = (long long)ev->shape.rows, stride = (long long)ev->shape.cols;
-    int cols = (int)ev->shape.cols;
-    unsigned long long seed = ev->seed++;
-    void *args[] = {&ev->x, &rows, &cols, &stride, &seed};
-    unsigned grid = grid_for(ev->shape.rows * ev->shape.cols, 256, 65535);
-    CU(ev->d->cuLaunchKernel(ev->gen, grid, 1, 1, 256, 1, 1, 0, ev->stream, args, NULL),
-       "launching the input generator");
-    return 0;
-}
-
-/* Runs the reference check of y; *bad and *first get the count and the
- * first wrong element. row_stats may be 0 (not wanted). */
-static int run_check(tuned__evaluator *ev, CUdeviceptr row_stats, uint64_t *bad, uint64_t *first,
-                     tuned__err *e)
-{
-    long long rows = (long long)ev->shape.rows, stride = (long long)ev->shape.cols;
-    int cols = (int)ev->shape.cols;
-    CUdeviceptr bad_ptr = ev->counters, first_ptr = ev->counters + 8;
-    CU(ev->d->cuMemsetD32Async(ev->counters, 0, 2, ev->stream), "clearing the check counters");
-    CU(ev->d->cuMemsetD32Async(first_ptr, 0xFFFFFFFFu, 2, ev->stream),
-       "clearing the check counters");
-    void *args[] = {&ev->x, &ev->y, &rows, &cols, &stride, &ev->rtol, &ev->atol,
-                    &bad_ptr, &first_ptr, &row_stats};
-    unsigned grid = grid_for(ev->shape.rows, 1, 65535);
-    CU(ev->d->cuLaunchKernel(ev->check, grid, 1, 1, 256, 1, 1, 0, ev->stream, args, NULL),
-       "launching the reference check");
-    uint64_t host[2];
-    CU(ev->d->cuStreamSynchronize(ev->stream), "running the reference check");
-    CU(ev->d->cuMemcpyDtoH(host, ev->counters, sizeof host), "reading the check counters");
-    *bad = host[0];
-    *first = host[1];
-    return 0;
-}
-
-/* Checks the GPU reference's row statistics against the CPU on a few
- * rows, including the planted special rows. */
-static int validate_reference(tuned__evaluator *ev, tuned__err *e)
-{
-    int rc = generate_input(ev, e);
-    if (rc != 0)
-        return rc;
-    uint64_t bad, first;
-    if ((rc = run_check(ev, ev->stats, &bad, &first, e)) != 0)
-        return rc;
-    uint64_t rows = ev->shape.rows, cols = ev->shape.cols;
-    /* The generator's special rows (reference.cu) among them. */
-    uint64_t picks[REFERENCE_ROWS_CHECKED] = {0,        1,           rows / 3,     rows / 2,
-                                              rows - 1, rows / 2 + 1, rows / 2 + 2, (rows * 3) / 4};
-    size_t row_bytes = cols * ev->esize;
-    unsigned char *row = malloc(row_bytes);
-    if (row == NULL)
-        return tuned__errf(e, TUNED_ENOMEM, "evaluator: out of memory for a %zu-byte row",
-                           row_bytes);
-    for (size_t i = 0; i < REFERENCE_ROWS_CHECKED; i++) {
-        uint64_t r = picks[i] < rows ? picks[i] : rows - 1;
-        double gpu_stats[2], m, s;
-        CUresult cr = ev->d->cuMemcpyDtoH(row, ev->x + r * row_bytes, row_bytes);
-        if (cr == CUDA_SUCCESS)
-            cr = ev->d->cuMemcpyDtoH(gpu_stats, ev->stats + r * 2 * sizeof(double),
-                                     sizeof gpu_stats);
-        if (cr != CUDA_SUCCESS) {
-            free(row);
-            return tuned__cuda_check(ev->d, cr, e, "reading a row for the reference check");
-        }
-        cpu_row_stats(row, cols, ev->shape.dtype, ev->esize, &m, &s);
-        if (!stats_agree(m, gpu_stats[0]) || !stats_agree(s, gpu_stats[1])) {
-            free(row);
-            return tuned__errf(e, TUNED_EWRONG,
-                               "evaluator: the GPU float64 reference disagrees with the CPU on "
-                               "row %llu: max %.17g vs %.17g, sum %.17g vs %.17g",
-                               (unsigned long long)r, gpu_stats[0], m, gpu_stats[1], s);
-        }
-    }
-    free(row);
     return 0;
 }
 
@@ -337,14 +197,15 @@ static int time_median(tuned__evaluator *ev, enqueue_fn enqueue, void *arg,
 static int enqueue_copy(tuned__evaluator *ev, void *arg, tuned__err *e)
 {
     (void)arg;
-    CU(ev->d->cuMemcpyDtoDAsync(ev->y, ev->x, ev->bytes, ev->stream), "device-to-device copy");
+    CU(ev->d->cuMemcpyDtoDAsync(ev->check.y, ev->check.x, ev->bytes, ev->stream),
+       "device-to-device copy");
     return 0;
 }
 
 static int enqueue_variant(tuned__evaluator *ev, void *arg, tuned__err *e)
 {
     const tuned__launch *l = arg;
-    CU(tuned__launch_run(ev->d, l, &ev->work, ev->x, ev->y, (long long)ev->shape.rows,
+    CU(tuned__launch_run(ev->d, l, &ev->work, ev->check.x, ev->check.y, (long long)ev->shape.rows,
                          (int)ev->shape.cols, (long long)ev->shape.cols, ev->stream),
        l->cooperative ? "launching the variant (cooperative)" : "launching the variant");
     return 0;
@@ -364,59 +225,18 @@ static int alloc(tuned__evaluator *ev, CUdeviceptr *p, size_t bytes, const char 
     return 0;
 }
 
-static void tolerances(tuned_dtype dtype, double *rtol, double *atol)
+/* The evaluator's own: the timing helpers of the check's reference module. */
+static int open_timing(tuned__evaluator *ev, tuned__err *e)
 {
-    switch (dtype) {
-    case TUNED_FP16: *rtol = 1.5e-3, *atol = 1e-7; break;  /* 1 ulp of fp16 and a little */
-    case TUNED_BF16: *rtol = 8e-3, *atol = 1e-36; break;   /* 1 ulp of bf16 */
-    case TUNED_FP32: *rtol = 2e-5, *atol = 1e-36; break;   /* ex2.approx and the fp32 sum */
-    }
-}
-
-static int open_reference(tuned__evaluator *ev, tuned__err *e)
-{
-    char *src = NULL;
-    int rc = tuned__source_reference(ev->shape.dtype, &src, e);
-    if (rc != 0)
-        return rc;
-    tuned__blob cubin;
-    rc = tuned__nvrtc_compile(ev->nvrtc, src, "reference", ev->gpu.cc_major * 10 + ev->gpu.cc_minor,
-                              TUNED__NVRTC_CUBIN, &cubin, e);
-    free(src);
-    if (rc != 0)
-        return rc;
-    CUresult r = ev->d->cuModuleLoadData(&ev->ref_module, cubin.data);
-    tuned__blob_free(&cubin);
-    CU(r, "loading the reference kernels");
-    CU(ev->d->cuModuleGetFunction(&ev->gen, ev->ref_module, "tuned_gen_input"),
-       "finding tuned_gen_input");
-    CU(ev->d->cuModuleGetFunction(&ev->check, ev->ref_module, "tuned_check"),
-       "finding tuned_check");
-    CU(ev->d->cuModuleGetFunction(&ev->l2_normal, ev->ref_module, "tuned_l2_normal"),
+    CU(ev->d->cuModuleGetFunction(&ev->l2_normal, ev->check.module, "tuned_l2_normal"),
        "finding tuned_l2_normal");
-    CU(ev->d->cuModuleGetFunction(&ev->settle, ev->ref_module, "tuned_settle"),
+    CU(ev->d->cuModuleGetFunction(&ev->settle, ev->check.module, "tuned_settle"),
        "finding tuned_settle");
-    return 0;
-}
-
-static int open_buffers(tuned__evaluator *ev, tuned__err *e)
-{
-    int rc;
-    ev->x_alloc_bytes = ev->bytes + ev->opts.x_offset * ev->esize;
-    ev->y_alloc_bytes = ev->bytes + ev->opts.y_offset * ev->esize + GUARD_BYTES;
     size_t l2 = ev->gpu.l2_bytes > 0 ? (size_t)ev->gpu.l2_bytes : 64u << 20;
     ev->flush_bytes = 2 * l2;
-    if ((rc = alloc(ev, &ev->x_alloc, ev->x_alloc_bytes, "the input", e)) ||
-        (rc = alloc(ev, &ev->y_alloc, ev->y_alloc_bytes, "the output", e)) ||
-        (rc = alloc(ev, &ev->flush, ev->flush_bytes, "the L2 flush", e)) ||
-        (rc = alloc(ev, &ev->counters, 16, "the check counters", e)) ||
-        (rc = alloc(ev, &ev->stats, ev->shape.rows * 2 * sizeof(double), "row statistics", e)))
+    int rc = alloc(ev, &ev->flush, ev->flush_bytes, "the L2 flush", e);
+    if (rc != 0)
         return rc;
-    ev->x = ev->x_alloc + ev->opts.x_offset * ev->esize;
-    ev->y = ev->y_alloc + ev->opts.y_offset * ev->esize;
-    ev->guard_host = malloc(GUARD_BYTES);
-    if (ev->guard_host == NULL)
-        return tuned__errf(e, TUNED_ENOMEM, "evaluator: out of memory");
     for (int i = 0; i < EVENT_BATCH; i++) {
         CU(ev->d->cuEventCreate(&ev->start[i], CU_EVENT_DEFAULT), "creating events");
         CU(ev->d->cuEventCreate(&ev->stop[i], CU_EVENT_DEFAULT), "creating events");
@@ -451,11 +271,10 @@ int tuned__evaluator_open(tuned__evaluator **out, const tuned__driver *d, const 
      * buffers are 16-byte aligned. */
     if ((ev->opts.x_offset * esize) % 16 != 0 || (ev->opts.y_offset * esize) % 16 != 0)
         ev->opts.codegen.unaligned = true;
-    ev->seed = 0x5eed0000u;
-    tolerances(s->dtype, &ev->rtol, &ev->atol);
     /* Input, output, flush buffer and the float64 reference's statistics
      * must fit with room to spare. */
-    size_t need = 2 * ev->bytes + 2 * (size_t)gpu->l2_bytes + s->rows * 16 + GUARD_BYTES;
+    size_t need = 2 * ev->bytes + 2 * (size_t)gpu->l2_bytes + s->rows * 16 +
+                  TUNED__CHECK_GUARD_BYTES;
     int rc = 0;
     if (need > gpu->total_mem - gpu->total_mem / 8) {
         rc = tuned__errf(e, TUNED_EINVAL,
@@ -474,11 +293,12 @@ int tuned__evaluator_open(tuned__evaluator **out, const tuned__driver *d, const 
     if ((rc = tuned__cuda_check(d, d->cuCtxSetCurrent(ev->ctx), e, "making the context current")) ||
         (rc = tuned__cuda_check(d, d->cuStreamCreate(&ev->stream, CU_STREAM_NON_BLOCKING), e,
                                 "creating a stream")) ||
-        (rc = open_buffers(ev, e)) ||
+        (rc = tuned__check_open(&ev->check, d, n, gpu->cc_major * 10 + gpu->cc_minor, s,
+                                ev->opts.x_offset, ev->opts.y_offset, ev->stream, e)) ||
+        (rc = open_timing(ev, e)) ||
         (rc = tuned__workspace_alloc(d, &ev->work,
                                      (size_t)TUNED__GRID_SLOTS * TUNED__GRID_MAX_BLOCKS * 16, e)) ||
-        (rc = open_reference(ev, e)) ||
-        (rc = validate_reference(ev, e))) {
+        (rc = tuned__check_reference(&ev->check, e))) {
         tuned__evaluator_close(ev);
         return rc;
     }
@@ -507,56 +327,30 @@ void tuned__evaluator_close(tuned__evaluator *ev)
             if (ev->stop[i] != NULL)
                 d->cuEventDestroy(ev->stop[i]);
         }
-        if (ev->ref_module != NULL)
-            d->cuModuleUnload(ev->ref_module);
+        tuned__check_close(&ev->check);
         tuned__workspace_free(d, &ev->work);
-        CUdeviceptr bufs[] = {ev->x_alloc, ev->y_alloc, ev->flush, ev->counters, ev->stats};
-        for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
-            if (bufs[i] != 0)
-                d->cuMemFree(bufs[i]);
+        if (ev->flush != 0)
+            d->cuMemFree(ev->flush);
         if (ev->stream != NULL)
             d->cuStreamDestroy(ev->stream);
         d->cuDevicePrimaryCtxRelease(ev->gpu.device);
     }
-    free(ev->guard_host);
     free(ev);
 }
 
 /* ---- one variant on the GPU ---- */
 
 /* Poisons y and its guard, runs the variant, and compares with the
- * reference; fills res->detail when the variant is wrong. */
+ * reference (the check's); fills res->detail when the variant is wrong. */
 static int check_once(tuned__evaluator *ev, tuned__launch *v, unsigned char poison,
                       tuned__eval_result *res, tuned__err *e)
 {
-    int rc;
-    CU(ev->d->cuMemsetD8Async(ev->y_alloc, poison, ev->y_alloc_bytes, ev->stream),
-       "poisoning the output");
-    if ((rc = enqueue_variant(ev, v, e)) != 0)
-        return rc;
-    uint64_t bad, first;
-    if ((rc = run_check(ev, 0, &bad, &first, e)) != 0)
-        return rc;
-    uint64_t cols = ev->shape.cols;
-    if (bad != 0) {
+    bool wrong = false;
+    int rc = tuned__check_run(&ev->check, v, &ev->work, poison, &wrong, res->detail,
+                              sizeof res->detail, e);
+    if (rc == 0 && wrong)
         res->status = TUNED__EVAL_WRONG;
-        snprintf(res->detail, sizeof res->detail,
-                 "%llu of %llu elements wrong (first at row %llu, column %llu; output poisoned "
-                 "with 0x%02x)",
-                 (unsigned long long)bad, (unsigned long long)(ev->shape.rows * cols),
-                 (unsigned long long)(first / cols), (unsigned long long)(first % cols), poison);
-        return 0;
-    }
-    CU(ev->d->cuMemcpyDtoH(ev->guard_host, ev->y + ev->bytes, GUARD_BYTES), "reading the guard");
-    for (size_t i = 0; i < GUARD_BYTES; i++) {
-        if (ev->guard_host[i] != poison) {
-            res->status = TUNED__EVAL_WRONG;
-            snprintf(res->detail, sizeof res->detail,
-                     "stray write %zu bytes past the end of the output", i);
-            return 0;
-        }
-    }
-    return 0;
+    return rc;
 }
 
 static int evaluate_loaded(tuned__evaluator *ev, CUfunction fn, const tuned__config *c,
@@ -572,7 +366,7 @@ static int evaluate_loaded(tuned__evaluator *ev, CUfunction fn, const tuned__con
                                                           CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, fn),
                                 e, "reading the variant's local memory")) != 0)
         return rc;
-    rc = generate_input(ev, e);
+    rc = tuned__check_input(&ev->check, e);
     if (rc != 0)
         return rc;
     /* A launch the driver refuses (too many registers for the block, a

@@ -38,7 +38,7 @@ DTYPES = {"fp16": FP16, "bf16": BF16, "fp32": FP32}
 POLICY_NEVER, POLICY_DAEMON, POLICY_PROCESS = 0, 1, 2
 POLICIES = {"never": POLICY_NEVER, "daemon": POLICY_DAEMON, "process": POLICY_PROCESS}
 
-SOURCES = {0: "exact", 1: "nearest", 2: "default"}
+SOURCES = {0: "exact", 1: "nearest", 2: "default", 3: "compatible"}
 TUNE_STATES = {0: "none", 1: "queued", 2: "done", 3: "failed"}
 
 

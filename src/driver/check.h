@@ -1,0 +1,95 @@
+/* check.h: whether a variant computes softmax: run it once on generated
+ * input and compare every element with the float64 reference.
+ *
+ * The tuner's evaluator checks every variant this way before it times one,
+ * and the embedding API checks a compatible record's config (measured
+ * under another driver, NVRTC or policy) this way before it serves it, so
+ * both hold a variant to one standard. The reference kernels
+ * (kernels/templates/reference.cu: the input generator with its planted
+ * rows, the float64 check, and the evaluator's timing helpers) are
+ * compiled from text through codegen and NVRTC; they share no code with
+ * the kernel families, so a conversion bug cannot pass in both.
+ *
+ * A check: poison the output and a guard band after it with one byte
+ * value (0x7B... is finite and far above 1 in every dtype, so an unwritten
+ * element fails even where the reference is NaN), launch, then count the
+ * elements with |y - ref| > atol + rtol |ref| or NaN where the reference
+ * is not (rtol: fp16 1.5e-3, bf16 8e-3, fp32 2e-5), and read the guard. */
+#ifndef TUNED_DRIVER_CHECK_H
+#define TUNED_DRIVER_CHECK_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "src/codegen/config.h"
+#include "src/codegen/nvrtc.h"
+#include "src/driver/driver.h"
+#include "src/driver/launch.h"
+
+#define TUNED__CHECK_GUARD_BYTES 4096
+
+/* Buffers and reference kernels for one shape, in the context current at
+ * tuned__check_open(). Read-only for callers, except that the evaluator
+ * times launches on x and y and takes its timing helpers from module. */
+typedef struct tuned__check {
+    const tuned__driver *d;
+    tuned__shape shape;
+    size_t esize;
+    size_t bytes;                      /* of x, and of y */
+    CUstream stream;                   /* the caller's */
+    CUdeviceptr x_alloc, y_alloc;      /* y_alloc holds the guard after y */
+    size_t x_alloc_bytes, y_alloc_bytes;
+    CUdeviceptr x, y;                  /* offset into their allocations */
+    CUdeviceptr counters;              /* wrong elements, first wrong index */
+    CUdeviceptr stats;                 /* per row (max, sum) of the reference */
+    CUmodule module;                   /* reference.cu */
+    CUfunction gen, check;
+    double rtol, atol;
+    uint64_t seed;                     /* of the next input drawn */
+    unsigned char *guard_host;
+} tuned__check;
+
+/* Compiles the reference kernels for arch and allocates input and output
+ * for s, x_offset and y_offset elements into their allocations (so rows
+ * need not start 16-byte aligned), on stream of the current context.
+ * Cleans up after itself on failure; close with tuned__check_close(). */
+int tuned__check_open(tuned__check *c, const tuned__driver *d, const tuned__nvrtc *n, int arch,
+                      const tuned__shape *s, size_t x_offset, size_t y_offset, CUstream stream,
+                      tuned__err *e);
+
+/* Frees what open made (in the current context); a zeroed one is fine. */
+void tuned__check_close(tuned__check *c);
+
+/* Draws fresh input into x (uniform in [-8, 8) plus planted rows: -inf,
+ * NaN, +inf, the dtype's lowest value, values near 1e10). */
+int tuned__check_input(tuned__check *c, tuned__err *e);
+
+/* Draws input and checks the GPU reference's row maxima and sums against
+ * a CPU float64 softmax on 8 rows, the planted ones among them:
+ * TUNED_EWRONG when they disagree. */
+int tuned__check_reference(tuned__check *c, tuned__err *e);
+
+/* Poisons y and its guard with poison, enqueues l (work: its workspace, if
+ * it needs one) on x, and compares y with the reference of the current
+ * input. *wrong and detail (n bytes) say whether and where it is wrong. A
+ * nonzero return is a failure of the launch or the GPU. */
+int tuned__check_run(tuned__check *c, const tuned__launch *l, tuned__workspace *work,
+                     unsigned char poison, bool *wrong, char *detail, size_t n, tuned__err *e);
+
+/* The whole check of one loaded variant, for code that has no evaluator:
+ * fn is config cfg compiled for shape s (aligned: for 16-byte-aligned
+ * rows; otherwise the check offsets its rows so they are not), loaded in
+ * the current context of a GPU with sm_count SMs and compute capability
+ * arch. Runs it once on generated input on a stream of its own and
+ * compares with the float64 reference. A shape whose buffers would take
+ * more than half the free GPU memory is checked on fewer rows (a multiple
+ * of 256 plus rows % 256, so the last block's rows are the same). *ok and
+ * detail (n bytes) say whether it computes softmax; a launch the driver
+ * refuses is *ok false. A nonzero return: the check itself could not run
+ * (NVRTC, memory, a GPU error). */
+int tuned__check_variant(const tuned__driver *d, const tuned__nvrtc *n, int arch, int sm_count,
+                         CUfunction fn, const tuned__config *cfg, const tuned__shape *s,
+                         bool aligned, bool *ok, char *detail, size_t dn, tuned__err *e);
+
+#endif
