@@ -67,13 +67,15 @@ check)
     nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv \
         >"$out/nvidia-smi.txt" 2>&1
     t0=$SECONDS
-    tools/setup.sh --no-deps >"$out/build.log" 2>&1 || { tail -n 30 "$out/build.log"; exit 1; }
+    # (what comes back from $OUT is at most 8 files: the build log stays here)
+    tools/setup.sh --no-deps >/tmp/tuned-build.log 2>&1 || { tail -n 30 /tmp/tuned-build.log; exit 1; }
     echo "== build: $((SECONDS - t0)) s"
     meson test -C build --suite gpu --print-errorlogs >"$out/gpu-tests.log" 2>&1
     suite=$?
     grep -E '^ *[0-9]+/[0-9]+ ' "$out/gpu-tests.log"
     echo "== GPU suite: exit $suite, $((SECONDS - t0)) s"
-    tools/bench.sh "$out" shapes >/dev/null 2>"$out/bench-progress.log"
+    tools/bench.sh "$out" shapes >/dev/null 2>/tmp/tuned-bench-progress.log
+    tar czf "$out/traces.tgz" -C "$out" traces && rm -rf "$out/traces"
     echo "== shapes: $((SECONDS - t0)) s"
     tools/pretune.sh "$name" --from "$out/shapes.jsonl" >"$out/pretune.log" 2>&1
     pre=$?
