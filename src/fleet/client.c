@@ -350,8 +350,10 @@ void tuned__fleet_reschedule(tuned__fleet *f)
         uv_timer_stop(&f->timer);
         return;
     }
+    /* at least 1 ms: a timer re-armed due at once from its own callback
+     * would run again in the same pass of the loop, forever */
     double ms = (next - tuned__now_s()) * 1000.0;
-    uv_timer_start(&f->timer, on_timer, ms <= 0 ? 0 : (uint64_t)ms + 1, 0);
+    uv_timer_start(&f->timer, on_timer, ms < 1 ? 1 : (uint64_t)ms + 1, 0);
 }
 
 /* ---- delivery and close ---- */
