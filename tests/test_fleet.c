@@ -451,6 +451,16 @@ static void test_records(tuned__fleet *f)
     EXPECT_STATUS(x, TUNED__FLEET_OK);
     EXPECT(x->r.record.median_us == 150.0, "second publish replaced: %g", x->r.record.median_us);
 
+    /* what one record costs the server */
+    char key[512];
+    rec_key(key, sizeof key, &id);
+    redisReply *mr = NULL;
+    if (admin_cmd(&mr, "MEMORY USAGE %s", key) == REDIS_REPLY_INTEGER)
+        fprintf(stderr, "  one record: key %zu bytes, MEMORY USAGE %lld bytes\n", strlen(key),
+                mr->integer);
+    if (mr != NULL)
+        freeReplyObject(mr);
+
     /* the index lists the shape */
     x = res();
     EXPECT(tuned__fleet_shapes(f, id.kernel, id.dtype, id.hwclass, on_reply, x, &e) == 0,
@@ -890,10 +900,14 @@ static void test_restart(tuned__fleet *f, tuned__fleet *waiter)
 static void test_acl(void)
 {
     tuned__err e = {0};
-    EXPECT(admin_cmd(NULL, "ACL SETUSER writer on >wpw ~tuned:* &tuned:v1:done:* +@all") ==
-               REDIS_REPLY_STATUS, "ACL writer");
-    EXPECT(admin_cmd(NULL, "ACL SETUSER reader on >rpw ~tuned:* &tuned:v1:done:* +get "
-                     "+smembers +ping +psubscribe") == REDIS_REPLY_STATUS, "ACL reader");
+    /* the users of docs/fleet.md, command for command */
+    EXPECT(admin_cmd(NULL, "ACL SETUSER writer on >wpw resetkeys ~tuned:v1:* resetchannels "
+                     "&tuned:v1:done:* -@all +ping +select +get +smembers +psubscribe +eval "
+                     "+set +sadd +srem +del +publish +pexpire +pttl +xgroup|create +xadd "
+                     "+xreadgroup +xack +xautoclaim") == REDIS_REPLY_STATUS, "ACL writer");
+    EXPECT(admin_cmd(NULL, "ACL SETUSER reader on >rpw resetkeys %%R~tuned:v1:* resetchannels "
+                     "&tuned:v1:done:* -@all +ping +select +get +smembers +psubscribe") ==
+               REDIS_REPLY_STATUS, "ACL reader");
     char cred[400];
     snprintf(cred, sizeof cred, "%s/reader.cred", dir);
     FILE *out = fopen(cred, "w");
@@ -915,6 +929,28 @@ static void test_acl(void)
     x = res();
     tuned__fleet_get(r, &id, on_reply, x, &e);
     EXPECT_STATUS(x, TUNED__FLEET_OK);
+    /* the writer may do everything a tuning daemon does */
+    tuned__record faster = make_record(4096, 4096, 30.0);
+    const char *classes[] = {id.hwclass};
+    result *wr[7];
+    for (int i = 0; i < 7; i++)
+        wr[i] = res();
+    tuned__fleet_replace(w, &id, &faster, 0.02, on_reply, wr[0], &e);
+    tuned__fleet_lease_acquire(w, &id, 1000, on_reply, wr[1], &e);
+    tuned__fleet_lease_release(w, &id, on_reply, wr[2], &e);
+    tuned__fleet_queue_push(w, &id, NULL, 1000, on_reply, wr[3], &e);
+    tuned__fleet_queue_read(w, classes, 1, 1, on_reply, wr[4], &e);
+    tuned__fleet_queue_reclaim(w, id.hwclass, 0, 1, on_reply, wr[5], &e);
+    tuned__fleet_shapes(w, id.kernel, id.dtype, id.hwclass, on_reply, wr[6], &e);
+    for (int i = 0; i < 7; i++)
+        EXPECT_STATUS(wr[i], TUNED__FLEET_OK);
+    if (wr[4]->n_jobs == 1) {
+        x = res();
+        tuned__fleet_queue_ack(w, &wr[4]->jobs[0], on_reply, x, &e);
+        EXPECT_STATUS(x, TUNED__FLEET_OK);
+    }
+    EXPECT(wr[4]->n_jobs == 1, "writer read %zu jobs", wr[4]->n_jobs);
+
     tuned__record rec2 = make_record(4096, 2048, 20.0);
     tuned__fleet_id id2 = id_of(&rec2);
     x = res();

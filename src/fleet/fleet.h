@@ -12,7 +12,9 @@
  *     (TUNED__FLEET_CLOSED);
  *   - or it returns a negative TUNED_E* code (a bad argument; e says why)
  *     and the callback never fires.
- * The reply passed to a callback is valid only during the callback.
+ * The reply passed to a callback is valid only during the callback. No
+ * call may follow tuned__fleet_close() except from the callbacks it ends.
+ * The process must ignore SIGPIPE (hiredis writes with write()).
  *
  * What is stored (docs/fleet.md is the reference; keys carry "v1"):
  *   tuned:v1:rec:KERNEL:DTYPE:RxC:LAYOUT:HWCLASS:TOOLCHAIN   a record's JSON line
