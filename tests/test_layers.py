@@ -2,7 +2,7 @@
 
 Each source file may include only headers of its own layer and of the
 layers below it (common -> codegen -> driver, store, space -> tuner ->
-client, api -> daemon -> tools), always by their path from the project
+client, api, fleet -> daemon -> tools), always by their path from the project
 root; and the shared library the embedding API ships holds none of the
 tuner's internals (evaluator, compile pipeline, search, tune) nor the
 store's maintenance (gc, import, export).
@@ -23,9 +23,11 @@ BELOW = {
     "tuner": {"common", "codegen", "driver", "store", "space", "tuner"},
     "client": {"common", "codegen", "client"},
     "api": {"common", "codegen", "driver", "store", "space", "client", "api"},
-    "daemon": {"common", "codegen", "driver", "store", "space", "tuner", "client", "daemon"},
+    "fleet": {"common", "codegen", "store", "fleet"},
+    "daemon": {"common", "codegen", "driver", "store", "space", "tuner", "client", "fleet",
+               "daemon"},
     "tools": {"common", "codegen", "driver", "store", "space", "tuner", "client", "api",
-              "daemon", "tools"},
+              "fleet", "daemon", "tools"},
 }
 
 # Symbols libtuned must not carry: it never tunes or maintains the store.
@@ -85,6 +87,9 @@ def main():
     # planted symbol are both caught.
     if layer_of("cache/best.c") != "store" or "tuner" in BELOW["store"]:
         failures.append("the layer table lost the store/tuner order")
+    if layer_of("src/fleet/client.c") != "fleet" or "fleet" in BELOW["store"] \
+            or "daemon" in BELOW["fleet"]:
+        failures.append("the layer table lost the store/fleet/daemon order")
     if not FORBIDDEN.search("0000 t tuned__store_gc") or FORBIDDEN.search("0000 T tuned_softmax"):
         failures.append("the symbol pattern does not tell internals from the API")
     for f in failures:

@@ -1,0 +1,231 @@
+/* check.c: the tier's names and checks, with no server: identities, the
+ * keys built from them (the one place their text is spelt), and the check
+ * every record read from the server passes before it may be served. */
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cache/key.h"
+#include "cache/record.h"
+#include "src/codegen/config.h"
+#include "src/common/hash.h"
+#include "src/fleet/internal.h"
+#include "tuned.h"
+
+/* A shape the tier accepts: the daemon's protocol limits. */
+#define MAX_DIM 2147483647ull
+#define MAX_BYTES (1ull << 40)     /* input plus output */
+#define MAX_BYTES_PER_S 10e12      /* no GPU moves 10 TB/s */
+#define MIN_COPY_FRACTION 0.8      /* a softmax reads and writes what a copy does */
+
+void tuned__fleet_id_from_record(const tuned__record *r, tuned__fleet_id *out)
+{
+    memset(out, 0, sizeof *out);
+    out->kernel = r->key.kernel;
+    out->dtype = r->key.dtype;
+    out->rows = r->key.rows;
+    out->cols = r->key.cols;
+    out->layout = r->key.layout;
+    char hw[256];
+    int n = snprintf(hw, sizeof hw, "%s|sm_%u%u|%usm", r->gpu_name, r->prov.cc_major,
+                     r->prov.cc_minor, r->prov.sm_count);
+    size_t len = n < 0 ? 0 : ((size_t)n < sizeof hw ? (size_t)n : sizeof hw - 1);
+    snprintf(out->hwclass, sizeof out->hwclass, "hw%016" PRIx64,
+             tuned__fnv1a64(hw, len, TUNED__FNV_SEED));
+    snprintf(out->toolchain, sizeof out->toolchain, "drv%u.nvrtc%u.%u", r->prov.driver_version,
+             r->prov.nvrtc_major, r->prov.nvrtc_minor);
+    snprintf(out->code, sizeof out->code, "%016" PRIx64, r->prov.template_hash);
+    snprintf(out->policy, sizeof out->policy, "%s", r->prov.policy);
+}
+
+bool tuned__fleet_name_ok(const char *s)
+{
+    size_t n = strnlen(s, TUNED__FLEET_NAME);
+    if (n == 0 || n == TUNED__FLEET_NAME)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '.' || c == '_' || c == '-' || c == '+'))
+            return false;
+    }
+    return true;
+}
+
+int tuned__fleet_id_check(const tuned__fleet_id *id, tuned__err *e)
+{
+    if (tuned__kernel_name(id->kernel) == NULL)
+        return tuned__errf(e, TUNED_EINVAL, "fleet id: unknown kernel id %u", id->kernel);
+    if (tuned_dtype_name((tuned_dtype)id->dtype) == NULL)
+        return tuned__errf(e, TUNED_EINVAL, "fleet id: unknown dtype id %u", id->dtype);
+    if (id->rows < 1 || id->cols < 1 || id->rows > MAX_DIM || id->cols > MAX_DIM)
+        return tuned__errf(e, TUNED_EINVAL, "fleet id: shape %" PRIu64 "x%" PRIu64
+                           " is out of range", id->rows, id->cols);
+    if (!tuned__fleet_name_ok(id->hwclass))
+        return tuned__errf(e, TUNED_EINVAL, "fleet id: hwclass '%.63s' is not 1..63 of "
+                           "[A-Za-z0-9._+-]", id->hwclass);
+    if (!tuned__fleet_name_ok(id->toolchain))
+        return tuned__errf(e, TUNED_EINVAL, "fleet id: toolchain '%.63s' is not 1..63 of "
+                           "[A-Za-z0-9._+-]", id->toolchain);
+    if (!tuned__fleet_name_ok(id->code))
+        return tuned__errf(e, TUNED_EINVAL, "fleet id: code '%.63s' is not 1..63 of "
+                           "[A-Za-z0-9._+-]", id->code);
+    size_t pn = strnlen(id->policy, sizeof id->policy);
+    if (pn == 0 || pn == sizeof id->policy)
+        return tuned__errf(e, TUNED_EINVAL, "fleet id: policy empty or not terminated");
+    return 0;
+}
+
+const char *tuned__fleet_layout_text(uint8_t layout, char *buf, size_t n)
+{
+    if (layout == TUNED__LAYOUT_DENSE)
+        return "dense";
+    snprintf(buf, n, "L%u", (unsigned)layout);
+    return buf;
+}
+
+int tuned__fleet_layout_parse(const char *s, uint8_t *out)
+{
+    if (strcmp(s, "dense") == 0) {
+        *out = TUNED__LAYOUT_DENSE;
+        return 0;
+    }
+    unsigned v;
+    char tail;
+    if (s[0] != 'L' || sscanf(s + 1, "%3u%c", &v, &tail) != 1 || v > 255 || v == 0)
+        return -1;
+    *out = (uint8_t)v;
+    return 0;
+}
+
+void tuned__fleet_key_suffix(char *buf, size_t n, const tuned__fleet_id *id)
+{
+    char lb[8];
+    snprintf(buf, n, "%s:%s:%" PRIu64 "x%" PRIu64 ":%s:%s:%s", tuned__kernel_name(id->kernel),
+             tuned_dtype_name((tuned_dtype)id->dtype), id->rows, id->cols,
+             tuned__fleet_layout_text(id->layout, lb, sizeof lb), id->hwclass, id->toolchain);
+}
+
+void tuned__fleet_key(char *buf, size_t n, const char *kind, const tuned__fleet_id *id)
+{
+    char suffix[TUNED__FLEET_KEY];
+    tuned__fleet_key_suffix(suffix, sizeof suffix, id);
+    snprintf(buf, n, TUNED__FLEET_PREFIX ":%s:%s", kind, suffix);
+}
+
+void tuned__fleet_index_key(char *buf, size_t n, uint8_t kernel, uint8_t dtype,
+                            const char *hwclass)
+{
+    snprintf(buf, n, TUNED__FLEET_PREFIX ":idx:%s:%s:%s", tuned__kernel_name(kernel),
+             tuned_dtype_name((tuned_dtype)dtype), hwclass);
+}
+
+void tuned__fleet_index_member(char *buf, size_t n, const tuned__fleet_id *id)
+{
+    char lb[8];
+    snprintf(buf, n, "%" PRIu64 "x%" PRIu64 ":%s:%s", id->rows, id->cols,
+             tuned__fleet_layout_text(id->layout, lb, sizeof lb), id->toolchain);
+}
+
+int tuned__fleet_index_parse(const char *s, size_t len, tuned__fleet_shape *out)
+{
+    char text[TUNED__FLEET_KEY], layout[8], tail;
+    if (len >= sizeof text)
+        return -1;
+    memcpy(text, s, len);
+    text[len] = '\0';
+    char *c1 = strchr(text, ':');
+    char *c2 = c1 != NULL ? strchr(c1 + 1, ':') : NULL;
+    if (c2 == NULL || (size_t)(c2 - c1 - 1) >= sizeof layout)
+        return -1;
+    memcpy(layout, c1 + 1, (size_t)(c2 - c1 - 1));
+    layout[c2 - c1 - 1] = '\0';
+    *c1 = '\0';
+    memset(out, 0, sizeof *out);
+    if (sscanf(text, "%" SCNu64 "x%" SCNu64 "%c", &out->rows, &out->cols, &tail) != 2 ||
+        out->rows < 1 || out->cols < 1 || out->rows > MAX_DIM || out->cols > MAX_DIM ||
+        tuned__fleet_layout_parse(layout, &out->layout) != 0 || !tuned__fleet_name_ok(c2 + 1))
+        return -1;
+    snprintf(out->toolchain, sizeof out->toolchain, "%s", c2 + 1);
+    return 0;
+}
+
+void tuned__fleet_queue_key(char *buf, size_t n, const char *hwclass)
+{
+    snprintf(buf, n, TUNED__FLEET_PREFIX ":queue:%s", hwclass);
+}
+
+void tuned__fleet_queued_key(char *buf, size_t n, const tuned__fleet_id *id)
+{
+    char lb[8];
+    snprintf(buf, n, TUNED__FLEET_PREFIX ":queued:%s:%s:%" PRIu64 "x%" PRIu64 ":%s:%s",
+             tuned__kernel_name(id->kernel), tuned_dtype_name((tuned_dtype)id->dtype), id->rows,
+             id->cols, tuned__fleet_layout_text(id->layout, lb, sizeof lb), id->hwclass);
+}
+
+int tuned__fleet_check_record(const void *text, size_t len, const tuned__fleet_id *want,
+                              tuned__record *out, tuned__err *e)
+{
+    if (len > TUNED__FLEET_VALUE_MAX)
+        return tuned__errf(e, TUNED_ESTORE, "value of %zu bytes is larger than a record", len);
+    tuned__record r;
+    if (tuned__record_decode(text, len, &r, e) != 0) {
+        if (e != NULL)
+            e->code = TUNED_ESTORE; /* another record version is as unservable as damage */
+        return TUNED_ESTORE;
+    }
+    tuned__config cfg;
+    char canon[TUNED__CONFIG_TEXT];
+    tuned__err ce = {0};
+    if (tuned__config_parse(r.config, &cfg, &ce) != 0)
+        return tuned__errf(e, TUNED_ESTORE, "config '%s' does not parse: %s", r.config, ce.msg);
+    tuned__config_format(&cfg, canon, sizeof canon);
+    if (strcmp(canon, r.config) != 0)
+        return tuned__errf(e, TUNED_ESTORE, "config '%s' is not in canonical form ('%s')",
+                           r.config, canon);
+    if (r.key.rows > MAX_DIM || r.key.cols > MAX_DIM)
+        return tuned__errf(e, TUNED_ESTORE, "shape %" PRIu64 "x%" PRIu64 " is out of range",
+                           r.key.rows, r.key.cols);
+    double bytes = 2.0 * (double)r.key.rows * (double)r.key.cols *
+                   (double)tuned_dtype_size((tuned_dtype)r.key.dtype);
+    if (bytes > (double)MAX_BYTES)
+        return tuned__errf(e, TUNED_ESTORE, "shape %" PRIu64 "x%" PRIu64 " moves more than 1 TiB",
+                           r.key.rows, r.key.cols);
+    tuned__fleet_id got;
+    tuned__fleet_id_from_record(&r, &got);
+    char gs[TUNED__FLEET_KEY], ws[TUNED__FLEET_KEY];
+    tuned__fleet_key_suffix(gs, sizeof gs, &got);
+    tuned__fleet_key_suffix(ws, sizeof ws, want);
+    if (strcmp(gs, ws) != 0)
+        return tuned__errf(e, TUNED_ESTORE, "identity mismatch: the record is %s, its key says %s",
+                           gs, ws);
+    if (r.median_us < MIN_COPY_FRACTION * r.copy_us)
+        return tuned__errf(e, TUNED_ESTORE, "implausible: median %.6g us is below %.1f x the "
+                           "copy time %.6g us", r.median_us, MIN_COPY_FRACTION, r.copy_us);
+    double rate = bytes / (r.median_us * 1e-6);
+    if (!(rate < MAX_BYTES_PER_S) || !(r.gbps * 1e9 < MAX_BYTES_PER_S))
+        return tuned__errf(e, TUNED_ESTORE, "implausible: %.6g us for %.6g bytes is %.4g GB/s "
+                           "(stated %.4g GB/s), beyond 10 TB/s", r.median_us, bytes, rate / 1e9,
+                           r.gbps);
+    *out = r;
+    return 0;
+}
+
+const char *tuned__fleet_status_name(tuned__fleet_status s)
+{
+    static const char *const names[TUNED__FLEET_STATUS_COUNT] = {
+        "ok", "miss", "stale", "invalid", "timeout", "down", "denied", "error", "closed",
+    };
+    return (unsigned)s < TUNED__FLEET_STATUS_COUNT ? names[s] : NULL;
+}
+
+const char *tuned__fleet_state_name(tuned__fleet_state s)
+{
+    switch (s) {
+    case TUNED__FLEET_STATE_DOWN: return "down";
+    case TUNED__FLEET_STATE_CONNECTING: return "connecting";
+    case TUNED__FLEET_STATE_CONNECTED: return "connected";
+    }
+    return NULL;
+}
