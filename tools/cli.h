@@ -95,8 +95,9 @@ void cli_here_record(const tuned__gpu *gpu, const tuned__shape *shape, tuned__re
 /* The record filter of --gpu, --shape and --dtype. */
 void cli_filter(const cli_opts *o, tuned__store_filter *f);
 
-/* Opens the store at o->db; a missing store read-only is TUNED_ENOTFOUND
- * (nothing is created). Prints nothing. */
+/* Opens the store at o->db; a missing store is TUNED_ENOTFOUND (nothing is
+ * created) unless the command is tune or import and flags ask for writing.
+ * Prints nothing. */
 int cli_open_store(const cli_opts *o, unsigned flags, tuned__store **s, tuned__err *e);
 
 /* Prints a stored record as aligned "key value" lines. */

@@ -118,10 +118,7 @@ int cli_cmd_verify(const cli_opts *o)
         tuned__store_close(s);
     }
     int status = CLI_OK;
-    if (rc == TUNED_ENOTFOUND) {
-        fprintf(stderr, "tuned: nothing to verify: %s\n", e.msg);
-        status = CLI_NOT_FOUND;
-    } else if (rc != 0) {
+    if (rc != 0) {
         status = cli_fail(&e);
     } else {
         fprintf(stderr, "tuned: verifying %zu stored winner%s on GPU %d, %s (%s)\n", c.n,
