@@ -31,6 +31,7 @@ typedef struct cli_opts {
     bool json;             /* --json */
     bool force;            /* --force: import replaces better records */
     bool dry_run;          /* --dry-run: forget and gc change nothing */
+    bool fix;              /* --fix: verify replaces stored times it cannot reproduce */
     const char *gpu;       /* --gpu NAME: a part of the GPU name, or its fingerprint */
     bool have_days;
     double days;           /* --days N: gc's age limit */

@@ -12,11 +12,24 @@
  * daemon's own jobs write are put into the serving index at once, so a
  * client that saw its job done gets the winner as exact on its next
  * `get`; those written after a build's snapshot are put into the fresh
- * index before the swap. */
+ * index before the swap.
+ *
+ * A build takes a core for its duration; a store that another process
+ * writes without pause (an import in a loop) would keep one busy for
+ * ever and slow the loop's answers on a small machine. So builds run at a
+ * lower priority (REBUILD_NICE, on libuv's pool thread only) and the next
+ * one starts no sooner than REBUILD_GAP_MS, or the last build's duration,
+ * after the last one ended: at most half a core goes to building. */
+
+#define REBUILD_NICE 10
+#define REBUILD_GAP_MS 100
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "src/common/log.h"
 #include "src/daemon/state.h"
@@ -103,6 +116,8 @@ static void rebuild_work(uv_work_t *req)
 {
     tuned__rebuild *rb = container_of(req, tuned__rebuild, req);
     tuned__daemon *d = rb->d;
+    /* Linux: a thread's own nice value (the pool thread runs only this). */
+    setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), REBUILD_NICE);
     rb->writes = d->jobs != NULL ? tuned__jobs_writes(d->jobs) : 0;
     rb->rc = tuned__store_txnid(d->store, &rb->txnid, &rb->e);
     if (rb->rc == 0)
@@ -118,6 +133,8 @@ static void rebuild_done(uv_work_t *req, int status)
     tuned__rebuild *rb = container_of(req, tuned__rebuild, req);
     tuned__daemon *d = rb->d;
     d->rebuild = NULL;
+    uint64_t now_ms = d->now_ms(d->now_ctx), took = now_ms - rb->t0_ms;
+    d->rebuild_not_before = now_ms + (took > REBUILD_GAP_MS ? took : REBUILD_GAP_MS);
     if (status == 0 && rb->rc == 0) {
         uint64_t now = d->jobs != NULL ? tuned__jobs_writes(d->jobs) : 0;
         put_written(d, rb->ix, rb->writes, now);
@@ -182,7 +199,8 @@ void tuned__daemon_refresh(tuned__daemon *d)
     uint64_t txnid, gen;
     tuned__err e = {0};
     /* While a build runs, its end looks again (from its own snapshot on). */
-    if (d->rebuild != NULL || tuned__store_txnid(d->store, &txnid, &e) != 0 ||
+    if (d->rebuild != NULL || d->now_ms(d->now_ctx) < d->rebuild_not_before ||
+        tuned__store_txnid(d->store, &txnid, &e) != 0 ||
         txnid == d->seen_txnid)
         return;
     if (tuned__store_generation(d->store, &gen, &e) != 0)

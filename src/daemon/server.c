@@ -19,11 +19,10 @@
  * is free again the moment its connection is closed.
  *
  * Stop (SIGTERM or SIGINT): the listeners close at once, the jobs are told
- * to stop (running ones checkpoint); connections are still read for up to
+ * to stop (running ones checkpoint); connections are still read for
  * STOP_DRAIN_MS, every request line that arrives gets a shutting_down
- * error, and a connection with nothing left has its writing side shut
- * down (the client sees its replies, then EOF) and is closed at its EOF or
- * at the drain's end. A 100 ms timer then watches for the jobs to finish
+ * error, and each is closed at its EOF or at the drain's end (a partial
+ * request line then gets its shutting_down too). A 100 ms timer then watches for the jobs to finish
  * and closes the remaining handles with uv_walk. SIGHUP re-reads the
  * store (off the loop) and never stops the daemon; the log is stderr, so
  * there is no file to reopen. The socket file is removed; a stale one
@@ -74,9 +73,7 @@ typedef struct conn {
     size_t queued;           /* bytes in uv_write requests in flight */
     uint64_t stalled_since;  /* uv_now() when queued output last made no progress; 0 */
     uint64_t active_ms;      /* uv_now() when it last sent bytes or had a request in flight */
-    uv_shutdown_t shut;
     bool tcp;
-    bool shut_down;          /* our writing side is shut (at a stop) */
     bool reading;
     bool paused;             /* backpressure: not reading, lines left unanswered */
     bool eof;
@@ -175,7 +172,6 @@ static void conn_close(conn *c)
 }
 
 static void process(conn *c);
-static void stop_shut(conn *c);
 static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf);
 
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
@@ -204,7 +200,7 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 
 static void start_reading(conn *c)
 {
-    if (c->reading || c->closing || c->eof || c->close_after_flush || c->shut_down)
+    if (c->reading || c->closing || c->eof || c->close_after_flush)
         return;
     int rc = uv_read_start(&c->h.stream, on_alloc, on_read);
     if (rc != 0) {
@@ -413,8 +409,6 @@ static void process(conn *c)
         conn_close(c);
     else if (!c->closing && !c->paused)
         start_reading(c);
-    if (!c->closing && s->stopping)
-        stop_shut(c);
 }
 
 static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
@@ -437,6 +431,24 @@ static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
         conn_close(c);
     }
     /* nread == 0: nothing read (EAGAIN); not EOF. */
+}
+
+/* At the limit: connections whose peer has closed (their EOF not read
+ * yet: a connect/close storm is accepted faster than its EOFs are read)
+ * are closed now, so that their slots go to the one waiting. */
+static void reap_closed(server *s)
+{
+    for (conn *c = s->conns, *next; c != NULL; c = next) {
+        next = c->next;
+        uv_os_fd_t fd;
+        char byte;
+        if (c->closing || !c->counted || c->in_end != c->in_start || !drained(c) ||
+            uv_fileno(&c->h.handle, &fd) != 0)
+            continue;
+        ssize_t n = recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK))
+            conn_close(c);
+    }
 }
 
 /* Slots kept for Unix-socket clients (at least one slot stays for TCP). */
@@ -480,6 +492,9 @@ static void on_connection(uv_stream_t *listener, int status)
         uv_tcp_nodelay(&c->h.tcp, 1); /* replies are small and latency-bound */
     c->active_ms = uv_now(&s->loop);
     s->d.st.clients_total++;
+    if (s->d.st.clients_now >= s->o->max_clients ||
+        (c->tcp && s->tcp_now >= s->o->max_clients - unix_reserve(s->o)))
+        reap_closed(s);
     if (s->d.st.clients_now >= s->o->max_clients ||
         (c->tcp && s->tcp_now >= s->o->max_clients - unix_reserve(s->o))) {
         s->d.st.clients_rejected++;
@@ -576,32 +591,11 @@ static void begin_stop(server *s, int signum)
     }
 }
 
-static void on_shut(uv_shutdown_t *req, int status)
-{
-    (void)status;
-    (void)req; /* the connection closes at the client's EOF, or at the drain's end */
-}
-
-/* At a stop: a connection with no partial line and nothing unanswered has
- * its writing side shut down once its replies are written, so the client
- * reads them and then EOF. */
-static void stop_shut(conn *c)
-{
-    if (c->shut_down || c->close_after_flush || c->paused || c->in_end != c->in_start ||
-        !drained(c))
-        return;
-    if (uv_shutdown(&c->shut, &c->h.stream, on_shut) != 0) {
-        conn_close(c);
-        return;
-    }
-    c->shut_down = true;
-}
-
 /* The drain is over: a partial request gets its shutting_down too. */
 static void stop_close(conn *c)
 {
     stop_reading(c);
-    if (c->shut_down || c->close_after_flush) {
+    if (c->close_after_flush) {
         if (drained(c))
             conn_close(c);
         else

@@ -44,6 +44,7 @@ typedef struct tuned__daemon {
     uint64_t applied_writes; /* tuned__jobs_writes() put into the index */
     struct tuned__rebuild *rebuild; /* a build of a fresh index in flight */
     bool rebuild_again;      /* the store changed again during it */
+    uint64_t rebuild_not_before; /* the loop's ms before which no build starts */
     bool stopping;
     tuned__jobs *jobs;
     uint64_t start_ms;
