@@ -84,8 +84,12 @@ def run(*args, timeout=60, stdin=None):
     return p.returncode, p.stdout, p.stderr
 
 
+DAEMONS = []
+
+
 class Daemon:
     def __init__(self, name, *args, env=None):
+        DAEMONS.append(self)
         self.dir = os.path.join(tmp, name)
         os.makedirs(self.dir, exist_ok=True)
         self.sock = os.path.join(self.dir, "s.sock")
@@ -544,6 +548,10 @@ try:
         except Exception as e:  # a case that crashed is a failed case, not a stopped suite
             fail(f"{case.__name__}: {type(e).__name__}: {e}")
 finally:
+    for d in DAEMONS:  # a case that failed half way leaves none running
+        if d.p is not None and d.p.poll() is None:
+            d.p.kill()
+            d.p.wait()
     shutil.rmtree(tmp, ignore_errors=True)
 print(f"{failures} failures")
 sys.exit(1 if failures else 0)
