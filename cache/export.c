@@ -200,7 +200,8 @@ static int blank(const char *s, size_t n)
 
 /* ---- import: storing a batch ---- */
 
-enum { OUT_ADDED, OUT_REPLACED, OUT_REPLACED_DAMAGED, OUT_UNCHANGED, OUT_KEPT };
+enum { OUT_ADDED, OUT_REPLACED, OUT_REPLACED_DAMAGED, OUT_REPLACED_IMPOSSIBLE, OUT_UNCHANGED,
+       OUT_KEPT };
 
 typedef struct pending {
     tuned__record r;
@@ -232,6 +233,10 @@ static void batch_write(tuned__txn *t, void *arg, tuned__err *e)
             p->outcome = OUT_ADDED;
         } else if (tuned__best_decode(t->s, &p->r.key, v.mv_data, v.mv_size, &old, &ignore) != 0) {
             p->outcome = OUT_REPLACED_DAMAGED;
+        } else if (tuned__record_plausible(&old, TUNED_EINVAL, &ignore) != 0) {
+            /* A poisoned record must not keep a real one out. */
+            p->stored_us = old.median_us;
+            p->outcome = OUT_REPLACED_IMPOSSIBLE;
         } else {
             p->stored_us = old.median_us;
             if (strcmp(old.config, p->r.config) == 0 && old.median_us == p->r.median_us &&
@@ -243,7 +248,7 @@ static void batch_write(tuned__txn *t, void *arg, tuned__err *e)
                 p->outcome = OUT_KEPT;
         }
         if (p->outcome == OUT_ADDED || p->outcome == OUT_REPLACED ||
-            p->outcome == OUT_REPLACED_DAMAGED) {
+            p->outcome == OUT_REPLACED_DAMAGED || p->outcome == OUT_REPLACED_IMPOSSIBLE) {
             char *text;
             size_t len;
             int rc = tuned__record_encode(&p->r, &text, &len, e);
@@ -292,6 +297,11 @@ static int flush_batch(import_state *is, tuned__err *e)
             is->st->replaced++;
             note(is->o->note, is->o->ctx, "%s:%zu: %s: replaced a damaged stored record",
                  is->name, p->line, ks);
+            break;
+        case OUT_REPLACED_IMPOSSIBLE:
+            is->st->replaced++;
+            note(is->o->note, is->o->ctx, "%s:%zu: %s: replaced a stored record that is not a "
+                 "possible measurement (%.3f us)", is->name, p->line, ks, p->stored_us);
             break;
         case OUT_KEPT:
             is->st->kept++;
@@ -411,6 +421,8 @@ static int import_lines(import_state *is, line_reader *lr, tuned__err *e)
         p->line = lineno;
         int vrc = tuned__record_from_json(v, &p->r, &why);
         json_decref(v);
+        if (vrc == 0)
+            vrc = tuned__record_plausible(&p->r, TUNED_EINVAL, &why);
         if (vrc == 0 && is->o->check != NULL)
             vrc = is->o->check(is->o->ctx, &p->r, &why);
         if (vrc != 0) {

@@ -60,6 +60,29 @@ int tuned__record_check(const tuned__record *r, int code, tuned__err *e)
     return 0;
 }
 
+int tuned__record_plausible(const tuned__record *r, int code, tuned__err *e)
+{
+    /* An identity without '|' is not one tuned wrote (a test's label): its
+     * name cannot be read back, so there is nothing to compare. */
+    const char *bar = strchr(r->gpu, '|');
+    if (bar != NULL && (strlen(r->gpu_name) != (size_t)(bar - r->gpu) ||
+                        strncmp(r->gpu, r->gpu_name, (size_t)(bar - r->gpu)) != 0))
+        return tuned__errf(e, code, WHAT ": gpu_name \"%s\" is not the GPU of its identity "
+                           "\"%.*s\"", r->gpu_name, (int)(bar - r->gpu), r->gpu);
+    if (r->copy_us > 0 && r->median_us < TUNED__RECORD_MIN_OF_COPY * r->copy_us)
+        return tuned__errf(e, code, WHAT ": median_us %g is faster than %.1f x its own copy_us "
+                           "%g: not a possible measurement", r->median_us,
+                           TUNED__RECORD_MIN_OF_COPY, r->copy_us);
+    size_t esize = tuned_dtype_size((tuned_dtype)r->key.dtype);
+    double bytes = 2.0 * (double)r->key.rows * (double)r->key.cols * (double)esize;
+    double bw = bytes / (r->median_us * 1e-6);
+    if (bw > TUNED__RECORD_MAX_BYTES_PER_S)
+        return tuned__errf(e, code, WHAT ": median_us %g moves %.0f bytes at %.1f TB/s, above "
+                           "the %.0f TB/s of any GPU: not a possible measurement", r->median_us,
+                           bytes, bw / 1e12, TUNED__RECORD_MAX_BYTES_PER_S / 1e12);
+    return 0;
+}
+
 /* ---- writing ---- */
 
 int tuned__record_to_json(const tuned__record *r, json_t **out, tuned__err *e)

@@ -27,6 +27,23 @@
  * with the reason. */
 int tuned__record_check(const tuned__record *r, int code, tuned__err *e);
 
+/* The fastest any current GPU moves memory, in bytes per second: HBM3e
+ * parts (H200, B200) peak at 4.8 to 8 TB/s; 10 TB/s is above every one.
+ * No softmax reads and writes its rows*cols*esize bytes each faster. */
+#define TUNED__RECORD_MAX_BYTES_PER_S 10e12
+/* A softmax reads and writes what a copy of its bytes does, and more work:
+ * no measurement of it beats 0.8 x the copy's measured time (the margin is
+ * the noise between two medians). */
+#define TUNED__RECORD_MIN_OF_COPY 0.8
+
+/* Whether r could be a real measurement (beyond tuned__record_check): its
+ * gpu_name is the name its identity string begins with ("NAME|sm_90|..."),
+ * its median_us is at least TUNED__RECORD_MIN_OF_COPY x its copy_us (when
+ * it has one), and its bytes read and written over median_us stay under
+ * TUNED__RECORD_MAX_BYTES_PER_S. Import refuses a record that is not, and
+ * replaces a stored one that is not. Returns 0 or code with the reason. */
+int tuned__record_plausible(const tuned__record *r, int code, tuned__err *e);
+
 /* Builds the JSON object of r into *out (a new reference). Returns 0,
  * TUNED_EINVAL for a field that cannot be written (a string that is not
  * NUL-terminated within its array or not UTF-8, a non-finite or negative

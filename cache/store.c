@@ -165,6 +165,7 @@ int tuned__txn_begin(tuned__txn *t, tuned__store *s, unsigned flags, tuned__err 
 {
     memset(t, 0, sizeof *t);
     t->s = s;
+    t->write = !(flags & MDB_RDONLY);
     for (int tries = 0;; tries++) {
         int rc = pthread_rwlock_rdlock(&s->resize);
         if (rc != 0)
@@ -206,6 +207,7 @@ void tuned__txn_put(tuned__txn *t, MDB_dbi dbi, const void *k, size_t kn, const 
         return;
     MDB_val key = {.mv_size = kn, .mv_data = (void *)k};
     MDB_val val = {.mv_size = vn, .mv_data = (void *)v};
+    t->touched_best |= dbi == t->s->best;
     int rc = mdb_put(t->txn, dbi, &key, &val, 0);
     if (rc != 0)
         tuned__txn_fail(t, "mdb_put", rc, e);
@@ -231,6 +233,7 @@ int tuned__txn_del(tuned__txn *t, MDB_dbi dbi, const void *k, size_t kn, tuned__
     if (t->rc != 0)
         return -1;
     MDB_val key = {.mv_size = kn, .mv_data = (void *)k};
+    t->touched_best |= dbi == t->s->best;
     int rc = mdb_del(t->txn, dbi, &key, NULL);
     if (rc == 0)
         return 1;
@@ -245,6 +248,9 @@ MDB_cursor *tuned__txn_cursor(tuned__txn *t, MDB_dbi dbi, tuned__err *e)
     if (t->rc != 0)
         return NULL;
     MDB_cursor *cur;
+    /* A write transaction's cursor on the best records may delete through
+     * it (forget): count it as a change. */
+    t->touched_best |= t->write && dbi == t->s->best;
     int rc = mdb_cursor_open(t->txn, dbi, &cur);
     if (rc != 0) {
         tuned__txn_fail(t, "mdb_cursor_open", rc, e);
@@ -313,6 +319,8 @@ static int write_txn(tuned__store *s, tuned__txn_fn fn, void *arg, tuned__err *e
         if (rc != 0)
             return rc;
         fn(&t, arg, e);
+        if (t.rc == 0 && t.touched_best && !t.discard)
+            tuned__generation_bump(&t, e);
 #ifdef TUNED_TEST_HOOKS
         if (t.rc == 0 && s->test_hook != NULL)
             s->test_hook(s->test_ctx, "before-commit");

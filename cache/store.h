@@ -266,6 +266,12 @@ int tuned__store_scan(tuned__store *s, tuned__store_scan_fn fn, void *ctx, size_
  * store is stale. */
 int tuned__store_txnid(tuned__store *s, uint64_t *out, tuned__err *e);
 
+/* The store's generation: raised by every committed write that changes the
+ * best records (put, import, forget), and only by those; 0 for a store no
+ * such write has touched. Cheap (one read transaction): a copy of the best
+ * records is stale when this moved. Check tuned__store_txnid() first. */
+int tuned__store_generation(tuned__store *s, uint64_t *out, tuned__err *e);
+
 /* ---- evaluation history (one entry per evaluated variant) ---- */
 
 /* Outcome of one evaluation. Stored as text ("ok", "compile_error", ...),

@@ -45,11 +45,17 @@ typedef struct tuned__txn {
     int mdb_rc;           /* the first LMDB failure, 0 if none */
     int rc;               /* the first failure as a TUNED_E* code, 0 if none */
     int discard;          /* end without committing, and without an error */
+    int write;            /* a write transaction */
+    int touched_best;     /* it wrote (or may have deleted) a best record: the
+                             generation is bumped at commit (generation.c) */
 } tuned__txn;
 
 /* The one translation of LMDB (and errno) codes returned by mdb_* calls
  * into TUNED_E* with "store PATH: CALL: reason". */
 int tuned__mdb_fail(tuned__err *e, const char *path, const char *call, int rc);
+
+/* Raises the store's generation by one inside write transaction t. */
+void tuned__generation_bump(tuned__txn *t, tuned__err *e);
 
 /* Begins a transaction (flags 0 or MDB_RDONLY), adopting a map another
  * process grew. */

@@ -46,7 +46,7 @@ def record(gpu_name, rows, cols, dtype="fp16", median=100.0, driver=13000, polic
             "gpu_name": gpu_name, "cc_major": 9, "cc_minor": 0, "sm_count": 132,
             "mem_mib": 81079, "driver": driver, "nvrtc_major": 13, "nvrtc_minor": 0,
             "template_hash": "0123456789abcdef", "policy": policy, "median_us": median,
-            "copy_us": 90.0, "gbps": 2000.0, "evaluations": 50, "cubin": "0" * 16,
+            "copy_us": 0.9 * median, "gbps": 2000.0, "evaluations": 50, "cubin": "0" * 16,
             "date": "2026-11-21T10:00:00Z", "tool_version": "0.1.0"}
 
 

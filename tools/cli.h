@@ -31,6 +31,7 @@ typedef struct cli_opts {
     bool json;             /* --json */
     bool force;            /* --force: import replaces better records */
     bool dry_run;          /* --dry-run: forget and gc change nothing */
+    bool fix;              /* --fix: verify replaces stored times it cannot reproduce */
     const char *gpu;       /* --gpu NAME: a part of the GPU name, or its fingerprint */
     bool have_days;
     double days;           /* --days N: gc's age limit */
@@ -95,8 +96,9 @@ void cli_here_record(const tuned__gpu *gpu, const tuned__shape *shape, tuned__re
 /* The record filter of --gpu, --shape and --dtype. */
 void cli_filter(const cli_opts *o, tuned__store_filter *f);
 
-/* Opens the store at o->db; a missing store read-only is TUNED_ENOTFOUND
- * (nothing is created). Prints nothing. */
+/* Opens the store at o->db; a missing store is TUNED_ENOTFOUND (nothing is
+ * created) unless the command is tune or import and flags ask for writing.
+ * Prints nothing. */
 int cli_open_store(const cli_opts *o, unsigned flags, tuned__store **s, tuned__err *e);
 
 /* Prints a stored record as aligned "key value" lines. */

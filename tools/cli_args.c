@@ -26,7 +26,7 @@ void cli_usage(FILE *f)
             "       tuned import [--force] FILE.jsonl...       add an export's records ('-': stdin)\n"
             "       tuned forget KEY... | filters [--dry-run]  remove stored winners\n"
             "       tuned gc [--days N] [--dry-run]            drop unused history and cubins\n"
-            "       tuned verify [filters]                     re-measure stored winners on this GPU\n"
+            "       tuned verify [filters] [--fix]             re-measure stored winners on this GPU\n"
             "       tuned --help | --version\n"
             "\n"
             "options:\n"
@@ -53,13 +53,16 @@ void cli_usage(FILE *f)
             "                 --db is given\n"
             "  --listen A     serve: TCP too, on [HOST:]PORT (HOST defaults to 127.0.0.1)\n"
             "  --group G      serve: socket mode 0660 for group G (default 0600)\n"
-            "  --limit N=V    serve: clients, jobs, line, output (bytes), variant-timeout,\n"
-            "                 client-timeout, grace (seconds), nice (docs/protocol.md)\n"
+            "  --limit N=V    serve: clients, unix-reserve, jobs, line, output, output-total\n"
+            "                 (bytes), idle, variant-timeout, client-timeout, grace (seconds),\n"
+            "                 nice (docs/protocol.md)\n"
             "  filters        --gpu NAME (part of the GPU name, or its 16-hex-digit fingerprint),\n"
             "                 --shape RxC, --dtype D\n"
             "  --json         list: one JSON array instead of a table\n"
             "  --force        import: replace stored records even when they are faster\n"
             "  --dry-run      forget, gc: say what would go, change nothing\n"
+            "  --fix          verify: store the time measured now for a winner of this GPU\n"
+            "                 that is slower than its stored time by more than the noise\n"
             "  --days N       gc: keep unused entries younger than N days (default 30; 0: none)\n"
             "\n"
             "`tuned get` on a machine without a GPU prints the records of every GPU for the shape.\n"
@@ -144,7 +147,7 @@ int cli_parse(int argc, char **argv, cli_opts *o)
             return bad("unknown command '%s'", o->command);
     }
     enum { OPT_SHAPE = 256, OPT_DTYPE, OPT_BUDGET, OPT_TIME, OPT_SEED, OPT_DEVICE, OPT_DB,
-           OPT_VERSION, OPT_EXHAUSTIVE, OPT_TRACE, OPT_RETUNE, OPT_POPULATION, OPT_COPIES, OPT_MIN_GAIN, OPT_SOCKET, OPT_LISTEN, OPT_GROUP, OPT_LIMIT, OPT_JSON, OPT_FORCE, OPT_DRY_RUN, OPT_GPU,
+           OPT_VERSION, OPT_EXHAUSTIVE, OPT_TRACE, OPT_RETUNE, OPT_POPULATION, OPT_COPIES, OPT_MIN_GAIN, OPT_SOCKET, OPT_LISTEN, OPT_GROUP, OPT_LIMIT, OPT_JSON, OPT_FORCE, OPT_FIX, OPT_DRY_RUN, OPT_GPU,
            OPT_DAYS };
     static const struct option longopts[] = {
         {"shape", required_argument, NULL, OPT_SHAPE},
@@ -168,6 +171,7 @@ int cli_parse(int argc, char **argv, cli_opts *o)
         {"json", no_argument, NULL, OPT_JSON},
         {"force", no_argument, NULL, OPT_FORCE},
         {"dry-run", no_argument, NULL, OPT_DRY_RUN},
+        {"fix", no_argument, NULL, OPT_FIX},
         {"gpu", required_argument, NULL, OPT_GPU},
         {"days", required_argument, NULL, OPT_DAYS},
         {"help", no_argument, NULL, 'h'},
@@ -276,6 +280,7 @@ int cli_parse(int argc, char **argv, cli_opts *o)
         case OPT_JSON: o->json = true; break;
         case OPT_FORCE: o->force = true; break;
         case OPT_DRY_RUN: o->dry_run = true; break;
+        case OPT_FIX: o->fix = true; break;
         case OPT_GPU:
             if (optarg[0] == '\0' || strlen(optarg) > 127)
                 return bad("--gpu '%.40s': expected a part of a GPU name (1 to 127 bytes)",
@@ -296,6 +301,8 @@ int cli_parse(int argc, char **argv, cli_opts *o)
         default: return bad("unknown option '%s'", argv[optind - 1]);
         }
     }
+    if (o->fix && strcmp(o->command, "verify") != 0)
+        return bad("--fix is an option of verify only");
     if (optind < argc && !cli_find_command(o->command)->takes_args)
         return bad("unexpected argument '%s'", argv[optind]);
     o->args = argv + optind;

@@ -46,5 +46,16 @@ void cli_filter(const cli_opts *o, tuned__store_filter *f)
 
 int cli_open_store(const cli_opts *o, unsigned flags, tuned__store **s, tuned__err *e)
 {
+    /* Only tune and import (and serve) make a store; the other writers
+     * (forget, gc) change an existing one, and a missing one is an error. */
+    bool creates = o->command != NULL && (strcmp(o->command, "tune") == 0 ||
+                                          strcmp(o->command, "import") == 0);
+    if (!(flags & TUNED__STORE_READONLY) && !creates) {
+        tuned__store *probe = NULL;
+        int rc = tuned__store_open(&probe, o->db, TUNED__STORE_READONLY, e);
+        tuned__store_close(probe);
+        if (rc != 0)
+            return rc;
+    }
     return tuned__store_open(s, o->db, flags, e);
 }

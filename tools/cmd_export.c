@@ -16,10 +16,6 @@ int cli_cmd_export(const cli_opts *o)
     tuned__err e = {0};
     tuned__store *s = NULL;
     int rc = cli_open_store(o, TUNED__STORE_READONLY, &s, &e);
-    if (rc == TUNED_ENOTFOUND) {
-        fprintf(stderr, "tuned: nothing to export: %s\n", e.msg);
-        return CLI_NOT_FOUND;
-    }
     if (rc != 0)
         return cli_fail(&e);
     tuned__store_filter f;

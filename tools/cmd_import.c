@@ -1,15 +1,61 @@
 /* cmd_import.c: `tuned import [--force] FILE.jsonl...` ('-' reads stdin):
- * every line validated (the store's checks, then a config this build can
- * parse, in canonical form, and a shape within tuned's limits); skipped
- * lines are named with their reason; a stored record is replaced only by a
- * faster one unless --force. Exit 1 when any line was invalid, a file was
- * truncated or could not be read; what was valid is stored regardless. */
+ * every line validated (the store's checks, among them that its GPU name
+ * agrees with its identity and its time is physically possible, then a
+ * config this build can parse, in canonical form, and a shape within
+ * tuned's limits); skipped lines are named with their reason; a stored
+ * record is replaced only by a faster one unless --force. A FILE must be
+ * a regular file (not a device or a FIFO: /dev/zero never ends), and no
+ * input is read past IMPORT_MAX_BYTES (stdin may be an endless pipe).
+ * Exit 1 when any line was invalid, a file was truncated, refused or
+ * could not be read; what was valid is stored regardless. */
 #include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
 
 #include "tools/cli.h"
 
 #define MAX_NOTES 50 /* per file; the rest are counted */
+/* Far above any real export (a record line is under 2 KB: a million
+ * records are about 1.5 GB), far below an endless input. */
+#define IMPORT_MAX_BYTES ((uint64_t)4 << 30)
+
+static uint64_t max_bytes(void)
+{
+#if TUNED_TEST_HOOKS
+    const char *t = getenv("TUNED_TEST_IMPORT_MAX_BYTES"); /* a test's endless pipe ends sooner */
+    if (t != NULL && atoll(t) > 0)
+        return (uint64_t)atoll(t);
+#endif
+    return IMPORT_MAX_BYTES;
+}
+
+/* stdin through a cap: a read past it fails with EFBIG. */
+typedef struct capped {
+    FILE *in;
+    uint64_t left;
+} capped;
+
+static ssize_t capped_read(void *cookie, char *buf, size_t n)
+{
+    capped *c = cookie;
+    if (c->left == 0) {
+        if (fgetc(c->in) == EOF && !ferror(c->in))
+            return 0; /* it ended right at the cap */
+        errno = EFBIG;
+        return -1;
+    }
+    if (n > c->left)
+        n = (size_t)c->left;
+    size_t got = fread(buf, 1, n, c->in);
+    c->left -= got;
+    if (got == 0 && ferror(c->in))
+        return -1;
+    return (ssize_t)got;
+}
 
 typedef struct import_ctx {
     size_t notes;
@@ -43,9 +89,36 @@ static int import_one(tuned__store *s, const cli_opts *o, const char *path)
 {
     bool is_stdin = strcmp(path, "-") == 0;
     const char *name = is_stdin ? "<stdin>" : path;
-    FILE *in = is_stdin ? stdin : fopen(path, "rb");
-    if (in == NULL) {
+    FILE *raw = is_stdin ? stdin : fopen(path, "rb");
+    if (raw == NULL) {
         fprintf(stderr, "tuned: import %s: %s\n", path, strerror(errno));
+        return CLI_ERROR;
+    }
+    struct stat st_in;
+    uint64_t cap = max_bytes();
+    const char *refuse = NULL;
+    if (fstat(fileno(raw), &st_in) != 0)
+        refuse = strerror(errno);
+    else if (!is_stdin && !S_ISREG(st_in.st_mode))
+        refuse = "not a regular file (a device or a FIFO may never end); use '-' for a pipe";
+    else if (is_stdin && !S_ISREG(st_in.st_mode) && !S_ISFIFO(st_in.st_mode) &&
+             !S_ISSOCK(st_in.st_mode))
+        refuse = "stdin is not a regular file or a pipe (a device may never end)";
+    else if (S_ISREG(st_in.st_mode) && (uint64_t)st_in.st_size > cap)
+        refuse = "larger than the import limit";
+    if (refuse != NULL) {
+        fprintf(stderr, "tuned: import %s: %s (limit %llu bytes)\n", name, refuse,
+                (unsigned long long)cap);
+        if (!is_stdin)
+            fclose(raw);
+        return CLI_ERROR;
+    }
+    capped cc = {.in = raw, .left = cap};
+    FILE *in = fopencookie(&cc, "rb", (cookie_io_functions_t){.read = capped_read});
+    if (in == NULL) {
+        fprintf(stderr, "tuned: import %s: %s\n", name, strerror(errno));
+        if (!is_stdin)
+            fclose(raw);
         return CLI_ERROR;
     }
     import_ctx c = {0};
@@ -53,8 +126,9 @@ static int import_one(tuned__store *s, const cli_opts *o, const char *path)
     tuned__import_stats st;
     tuned__err e = {0};
     int rc = tuned__store_import(s, in, name, &io, &st, &e);
+    fclose(in);
     if (!is_stdin)
-        fclose(in);
+        fclose(raw);
     if (c.notes > MAX_NOTES)
         fprintf(stderr, "tuned: %s: %zu more notes not shown\n", name, c.notes - MAX_NOTES);
     if (!o->quiet || rc != 0 || st.invalid > 0 || st.truncated)

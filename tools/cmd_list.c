@@ -70,14 +70,14 @@ int cli_cmd_list(const cli_opts *o)
     tuned__err e = {0};
     tuned__store *s = NULL;
     int rc = cli_open_store(o, TUNED__STORE_READONLY, &s, &e);
-    if (rc != 0 && rc != TUNED_ENOTFOUND)
-        return cli_fail(&e);
+    if (rc != 0)
+        return cli_fail(&e); /* a missing store too: not an empty list */
     static list_ctx c; /* an identity is large; the CLI is single-threaded */
     memset(&c, 0, sizeof c);
     c.json = o->json;
     tuned__gpu gpu;
     tuned__err no_gpu = {0};
-    if (s != NULL && cli_local_gpu(o->request.device, &gpu, &no_gpu)) {
+    if (cli_local_gpu(o->request.device, &gpu, &no_gpu)) {
         c.have_gpu = true;
         tuned__gpu_identity(&gpu, TUNED__MEASURE_POLICY, &c.here);
     }
@@ -88,19 +88,17 @@ int cli_cmd_list(const cli_opts *o)
     if (!o->json)
         printf("%-14s %-5s %-24s %-36s %10s %8s  %-20s  %-10s  %s\n", "SHAPE", "DTYPE", "GPU",
                "CONFIG", "MEDIAN_US", "OF_COPY", "DATE", "TIER", "KEY");
-    if (s != NULL) {
-        tuned__store_filter f;
-        cli_filter(o, &f);
-        rc = tuned__store_each_best(s, &f, row, &c, &e);
-        tuned__store_close(s);
-        if (c.failed) {
-            json_decref(c.array);
-            return cli_fail(&c.e);
-        }
-        if (rc != 0) {
-            json_decref(c.array);
-            return cli_fail(&e);
-        }
+    tuned__store_filter f;
+    cli_filter(o, &f);
+    rc = tuned__store_each_best(s, &f, row, &c, &e);
+    tuned__store_close(s);
+    if (c.failed) {
+        json_decref(c.array);
+        return cli_fail(&c.e);
+    }
+    if (rc != 0) {
+        json_decref(c.array);
+        return cli_fail(&e);
     }
     if (o->json) {
         if (json_dumpf(c.array, stdout, JSON_INDENT(2) | JSON_REAL_PRECISION(17)) != 0 ||
@@ -113,7 +111,6 @@ int cli_cmd_list(const cli_opts *o)
     if (fflush(stdout) != 0)
         return cli_fail(&(tuned__err){TUNED_EIO, "list: cannot write to stdout"});
     if (!o->quiet)
-        fprintf(stderr, "tuned: %zu record%s in %s%s\n", c.shown, c.shown == 1 ? "" : "s",
-                o->db, s == NULL ? " (no store there yet)" : "");
+        fprintf(stderr, "tuned: %zu record%s in %s\n", c.shown, c.shown == 1 ? "" : "s", o->db);
     return c.damaged > 0 ? CLI_ERROR : CLI_OK;
 }

@@ -1,6 +1,7 @@
 /* cmd_serve.c: `tuned serve`: run the daemon (src/daemon/daemon.h) until
  * SIGTERM or SIGINT. Options: --socket, --db, --listen [HOST:]PORT,
- * --group NAME, and --limit NAME=VALUE for the limits below. */
+ * --group NAME, and --limit NAME=VALUE for the limits below; all of them
+ * are checked before anything is created or started. */
 #include <errno.h>
 #include <stddef.h>
 #include <stdlib.h>
@@ -30,6 +31,9 @@ static bool apply_limit(const char *spec, tuned__serve_opts *so)
         size_t off;
     } table[] = {
         {"clients", 1, 1e6, 0, offsetof(tuned__serve_opts, max_clients)},
+        {"unix-reserve", 0, 1e6, 0, offsetof(tuned__serve_opts, unix_reserve)},
+        {"idle", 0.01, 86400 * 30, 2, offsetof(tuned__serve_opts, idle_timeout_s)},
+        {"output-total", 4096, 1ull << 40, 1, offsetof(tuned__serve_opts, max_output_total)},
         {"jobs", 1, 1e5, 0, offsetof(tuned__serve_opts, max_jobs)},
         {"line", 64, 64 << 20, 1, offsetof(tuned__serve_opts, max_line)},
         {"output", 4096, 1 << 30, 1, offsetof(tuned__serve_opts, max_output)},
@@ -63,8 +67,9 @@ static bool apply_limit(const char *spec, tuned__serve_opts *so)
         return true;
     }
     fprintf(stderr,
-            "tuned: --limit %s: expected NAME=VALUE, NAME one of clients, jobs, line, output, "
-            "variant-timeout, client-timeout, grace, nice (see tuned --help)\n",
+            "tuned: --limit %s: expected NAME=VALUE, NAME one of clients, unix-reserve, idle, "
+            "jobs, line, output, output-total, variant-timeout, client-timeout, grace, nice "
+            "(see tuned --help)\n",
             spec);
     return false;
 }
@@ -85,6 +90,11 @@ int cli_cmd_serve(const cli_opts *o)
         if (!apply_limit(o->limits[i], &so))
             return CLI_USAGE;
     tuned__err e = {0};
+    /* Every option, before any directory, socket, store or worker exists. */
+    if (tuned__serve_check(&so, &e) != 0) {
+        fprintf(stderr, "tuned: %s (see tuned --help)\n", e.msg);
+        return CLI_USAGE;
+    }
     if (tuned__serve(&so, &e) != 0)
         return cli_fail(&e);
     return CLI_OK;

@@ -1,7 +1,12 @@
-/* cmd_verify.c: `tuned verify [--shape RxC] [--dtype D] [--device N]`:
- * re-measures the stored winners of this GPU model (same name and compute
- * capability; exact records and ones of another driver, NVRTC or template
- * alike) with the evaluator, and reports the drift from the stored time.
+/* cmd_verify.c: `tuned verify [--shape RxC] [--dtype D] [--device N]
+ * [--fix]`: re-measures the stored winners of this GPU model (same name
+ * and compute capability; exact records and ones of another driver, NVRTC
+ * or template alike) with the evaluator, and reports the drift from the
+ * stored time. With --fix, a record of exactly this system (its key and
+ * provenance) whose config now measures slower than stored by more than
+ * FIX_NOISE is stored again with the time measured now: a stored time
+ * nobody can reproduce (an optimistic or poisoned import) would otherwise
+ * keep every honest record of that key out.
  * Without a usable GPU it says why in one line and exits 1. Exit 1 also
  * when a stored winner now fails (does not compile, computes a wrong
  * result, does not launch). */
@@ -9,9 +14,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "src/common/clock.h"
 #include "tools/cli.h"
 
 #define DRIFT_FLAG 0.10 /* report a drift beyond 10% */
+#define FIX_NOISE 0.10  /* run-to-run noise of a median on one GPU stays within this */
 
 typedef struct collect {
     const tuned__gpu *gpu;
@@ -49,7 +56,7 @@ static int gather(void *ctx, const tuned__store_key *key, const tuned__record *r
 /* Re-measures r; prints one line. Returns 1 when the winner now fails, a
  * negative code when the GPU itself failed. */
 static int verify_one(const tuned__driver *d, const tuned__nvrtc *n, const tuned__gpu *gpu,
-                      const tuned__record *r, tuned__err *e)
+                      const tuned__record *r, tuned__store *fix, size_t *fixed, tuned__err *e)
 {
     tuned__record here;
     tuned__shape shape = {.dtype = (tuned_dtype)r->key.dtype, .rows = r->key.rows,
@@ -91,10 +98,25 @@ static int verify_one(const tuned__driver *d, const tuned__nvrtc *n, const tuned
         return 1;
     }
     double drift = (res.median_us - r->median_us) / r->median_us;
-    printf("%-22s %-36s %10.2f %10.2f %+7.1f%%  %s%s%s\n", label, r->config, r->median_us,
+    bool fixing = fix != NULL && exact && drift > FIX_NOISE;
+    printf("%-22s %-36s %10.2f %10.2f %+7.1f%%  %s%s%s%s\n", label, r->config, r->median_us,
            res.median_us, 100.0 * drift, fabs(drift) > DRIFT_FLAG ? "DRIFT " : "",
            exact ? "exact" : tier == TUNED__TIER_COMPATIBLE ? "compatible: " : "not exact: ",
-           exact ? "" : why);
+           exact ? "" : why, fixing ? "; FIXED" : "");
+    if (fixing) {
+        tuned__record now = *r;
+        now.median_us = res.median_us;
+        double bytes = 2.0 * (double)r->key.rows * (double)r->key.cols *
+                       (double)tuned_dtype_size(shape.dtype);
+        now.gbps = bytes / (res.median_us * 1e3);
+        /* A copy_us the config cannot keep up with came from the same import. */
+        if (now.copy_us > now.median_us)
+            now.copy_us = 0;
+        tuned__date_now(now.date, sizeof now.date);
+        if ((rc = tuned__store_put_best(fix, &now, e)) != 0)
+            return rc;
+        (*fixed)++;
+    }
     return 0;
 }
 
@@ -113,19 +135,16 @@ int cli_cmd_verify(const cli_opts *o)
         return CLI_ERROR;
     }
     tuned__store *s = NULL;
-    int rc = cli_open_store(o, TUNED__STORE_READONLY, &s, &e);
+    int rc = cli_open_store(o, o->fix ? 0 : TUNED__STORE_READONLY, &s, &e);
     collect c = {.gpu = &gpu};
     if (rc == 0) {
         tuned__store_filter f;
         cli_filter(o, &f);
         rc = tuned__store_each_best(s, &f, gather, &c, &e);
-        tuned__store_close(s);
     }
+    size_t fixed = 0;
     int status = CLI_OK;
-    if (rc == TUNED_ENOTFOUND) {
-        fprintf(stderr, "tuned: nothing to verify: %s\n", e.msg);
-        status = CLI_NOT_FOUND;
-    } else if (rc != 0) {
+    if (rc != 0) {
         status = cli_fail(&e);
     } else {
         fprintf(stderr, "tuned: verifying %zu stored winner%s on GPU %d, %s (%s)\n", c.n,
@@ -136,13 +155,16 @@ int cli_cmd_verify(const cli_opts *o)
         size_t failed = 0;
         for (size_t i = 0; i < c.n; i++) {
             fflush(stdout);
-            int vrc = verify_one(d, n, &gpu, &c.recs[i], &e);
+            int vrc = verify_one(d, n, &gpu, &c.recs[i], o->fix ? s : NULL, &fixed, &e);
             if (vrc < 0) {
                 status = cli_fail(&e);
                 break;
             }
             failed += (size_t)vrc;
         }
+        if (o->fix)
+            fprintf(stderr, "tuned: --fix: %zu stored time%s replaced by the time measured now\n",
+                    fixed, fixed == 1 ? "" : "s");
         if (c.other_gpu > 0 || c.damaged > 0)
             fprintf(stderr, "tuned: not verified here: %zu record%s of other GPUs, %zu damaged\n",
                     c.other_gpu, c.other_gpu == 1 ? "" : "s", c.damaged);
@@ -152,6 +174,7 @@ int cli_cmd_verify(const cli_opts *o)
             status = CLI_ERROR;
         }
     }
+    tuned__store_close(s);
     free(c.recs);
     tuned__nvrtc_unload(n);
     tuned__driver_unload(d);

@@ -3,8 +3,11 @@
  * The daemon answers stored configs over a Unix socket (and, when asked,
  * TCP on loopback) in newline-delimited JSON (docs/protocol.md) and tunes
  * in the background, one worker process per GPU. tuned__serve() runs until
- * SIGTERM or SIGINT, then stops accepting, lets running jobs finish their
- * chunk and checkpoint, closes every handle and the store, and returns. */
+ * SIGTERM or SIGINT, then stops accepting, answers requests in flight with
+ * shutting_down, lets running jobs finish their chunk and checkpoint,
+ * closes every handle and the store, and returns. SIGHUP re-reads the
+ * store. A store that cannot be opened for writing (full disk, read-only
+ * file system) is served read-only: get and list, no tune. */
 #ifndef TUNED_DAEMON_DAEMON_H
 #define TUNED_DAEMON_DAEMON_H
 
@@ -23,6 +26,12 @@ typedef struct tuned__serve_opts {
     char db[4096];           /* the store directory */
     char worker_exe[4096];   /* "": this executable (/proc/self/exe) */
     unsigned max_clients;    /* connections at once (default 1024) */
+    unsigned unix_reserve;   /* of those, kept for Unix-socket clients: TCP
+                                clients get at most max_clients - this (default 32) */
+    double idle_timeout_s;   /* a client with nothing in flight for this long is
+                                closed (default 60) */
+    size_t max_output_total; /* reply bytes queued for all clients together; past
+                                it the client with the most is cut off (default 256 MiB) */
     size_t max_line;         /* bytes in one request line (default 65536) */
     size_t max_output;       /* reply bytes queued per client before it is
                                 no longer read (default 1 MiB); 4x that closes it */
@@ -36,6 +45,11 @@ typedef struct tuned__serve_opts {
 } tuned__serve_opts;
 
 void tuned__serve_opts_default(tuned__serve_opts *o);
+
+/* Checks every option without touching anything (no directory, socket,
+ * store or worker): 0, or TUNED_EINVAL naming the bad one. tuned__serve()
+ * calls it first; the CLI may call it earlier. */
+int tuned__serve_check(const tuned__serve_opts *o, tuned__err *e);
 
 /* The default socket path is tuned__default_socket() (src/client/client.h):
  * the daemon and its clients agree on it. */

@@ -1,8 +1,10 @@
 /* index.c: the in-memory copy of the store (index.h).
  *
- * Records sit in one array in key order; a power-of-two open-addressing
- * table maps a key's hash to its position. Each record's reply fields are
- * rendered once into a text arena at load. The memo is a second,
+ * Records sit in one array (with room to spare for records put one by one
+ * after the load); `order` lists their positions in store key order, and
+ * a power-of-two open-addressing table maps a key's hash to its position.
+ * Each record's reply fields are rendered once into a text arena (a record
+ * put again gets a new fragment; the old one stays until the next load). The memo is a second,
  * fixed-size table of derived answers that is simply emptied when full:
  * its entries are cheap to recompute, and a client asking for random
  * shapes must not grow the daemon's memory. */
@@ -12,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cache/key.h"
 #include "src/common/hash.h"
 #include "src/daemon/protocol.h"
 #include "tuned.h"
@@ -28,14 +31,15 @@ typedef struct memo_entry {
 
 struct tuned__index {
     tuned__record *recs;
-    size_t n;
+    size_t n, cap;     /* records, and room for them in each per-record array */
+    uint32_t *order;   /* positions in store key order */
     bool *exact;       /* measured under this build's policy: may be served as exact */
     size_t *frag_off, *frag_len;
     tuned__buf text;
     uint32_t *table;   /* position + 1; 0 is empty */
     size_t table_size; /* a power of two */
     tuned__index_gpu *gpus;
-    size_t ngpus;
+    size_t ngpus, gpus_cap;
     memo_entry *memo;
     size_t memo_n;
     tuned__record *here;  /* the local systems (tuned__index_set_here) */
@@ -75,6 +79,7 @@ int tuned__index_new(tuned__index **out, tuned__err *e)
 static void clear(tuned__index *ix)
 {
     free(ix->recs);
+    free(ix->order);
     free(ix->exact);
     free(ix->frag_off);
     free(ix->frag_len);
@@ -82,11 +87,12 @@ static void clear(tuned__index *ix)
     free(ix->table);
     free(ix->gpus);
     ix->recs = NULL;
+    ix->order = NULL;
     ix->exact = NULL;
     ix->frag_off = ix->frag_len = NULL;
     ix->table = NULL;
     ix->gpus = NULL;
-    ix->n = ix->table_size = ix->ngpus = 0;
+    ix->n = ix->cap = ix->table_size = ix->ngpus = ix->gpus_cap = 0;
 }
 
 void tuned__index_free(tuned__index *ix)
@@ -153,51 +159,119 @@ static bool servable(const tuned__index *ix, const tuned__record *r)
            strcmp(r->prov.policy, TUNED__MEASURE_POLICY) == 0;
 }
 
+/* The GPU record r names, added to the list when new; false when out of memory. */
+static bool note_gpu(tuned__index *ix, const tuned__record *r)
+{
+    for (size_t g = 0; g < ix->ngpus; g++)
+        if (ix->gpus[g].fp == r->key.gpu_fp)
+            return true;
+    if (ix->ngpus == ix->gpus_cap) {
+        size_t cap = ix->gpus_cap ? 2 * ix->gpus_cap : 8;
+        tuned__index_gpu *p = realloc(ix->gpus, cap * sizeof *p);
+        if (p == NULL)
+            return false;
+        ix->gpus = p;
+        ix->gpus_cap = cap;
+    }
+    tuned__index_gpu *x = &ix->gpus[ix->ngpus++];
+    memset(x, 0, sizeof *x);
+    x->fp = r->key.gpu_fp;
+    memcpy(x->name, r->gpu_name, sizeof x->name);
+    x->name[sizeof x->name - 1] = '\0';
+    if (!tuned__identity_parse(r->gpu, &x->arch, &x->sms, &x->total_mem))
+        x->arch = 0, x->sms = 0, x->total_mem = 0;
+    return true;
+}
+
+/* Resizes every per-record array to cap and the hash table to fit it
+ * (positions are kept, the table is rebuilt); false when out of memory,
+ * the index then unchanged except for arrays already grown. */
+static bool reserve(tuned__index *ix, size_t cap)
+{
+    if (cap > UINT32_MAX - 1)
+        return false;
+    tuned__record *recs = realloc(ix->recs, cap * sizeof *recs);
+    if (recs == NULL)
+        return false;
+    ix->recs = recs;
+    uint32_t *order = realloc(ix->order, cap * sizeof *order);
+    if (order == NULL)
+        return false;
+    ix->order = order;
+    bool *exact = realloc(ix->exact, cap * sizeof *exact);
+    if (exact == NULL)
+        return false;
+    ix->exact = exact;
+    size_t *off = realloc(ix->frag_off, cap * sizeof *off);
+    if (off == NULL)
+        return false;
+    ix->frag_off = off;
+    size_t *len = realloc(ix->frag_len, cap * sizeof *len);
+    if (len == NULL)
+        return false;
+    ix->frag_len = len;
+    size_t size = 16;
+    while (size < 2 * cap + 1)
+        size *= 2;
+    if (size != ix->table_size) {
+        uint32_t *table = calloc(size, sizeof *table);
+        if (table == NULL)
+            return false;
+        for (size_t i = 0; i < ix->n; i++) {
+            size_t h = (size_t)key_hash(&ix->recs[i].key) & (size - 1);
+            while (table[h] != 0)
+                h = (h + 1) & (size - 1);
+            table[h] = (uint32_t)(i + 1);
+        }
+        free(ix->table);
+        ix->table = table;
+        ix->table_size = size;
+    }
+    ix->cap = cap;
+    return true;
+}
+
+/* The table slot of key k: its record's, or the empty one it would take. */
+static size_t slot_of(const tuned__index *ix, const tuned__store_key *k)
+{
+    size_t mask = ix->table_size - 1, h = (size_t)key_hash(k) & mask;
+    while (ix->table[h] != 0 && !key_eq(&ix->recs[ix->table[h] - 1].key, k))
+        h = (h + 1) & mask;
+    return h;
+}
+
+/* Sets record at (new or replaced) and renders its reply fields. */
+static void set_record(tuned__index *ix, size_t at, const tuned__record *r)
+{
+    ix->recs[at] = *r;
+    ix->exact[at] = servable(ix, r);
+    ix->frag_off[at] = ix->text.len;
+    tuned__reply_record(&ix->text, r);
+    ix->frag_len[at] = ix->text.len - ix->frag_off[at];
+}
+
 int tuned__index_load(tuned__index *ix, const tuned__record *recs, size_t n, tuned__err *e)
 {
     tuned__index fresh = {.memo = ix->memo, .here = ix->here, .nhere = ix->nhere};
-    size_t size = 16;
-    while (size < 2 * n + 1)
-        size *= 2;
-    fresh.recs = malloc((n ? n : 1) * sizeof *fresh.recs);
-    fresh.exact = malloc((n ? n : 1) * sizeof *fresh.exact);
-    fresh.frag_off = malloc((n ? n : 1) * sizeof *fresh.frag_off);
-    fresh.frag_len = malloc((n ? n : 1) * sizeof *fresh.frag_len);
-    fresh.gpus = malloc((n ? n : 1) * sizeof *fresh.gpus);
-    fresh.table = calloc(size, sizeof *fresh.table);
-    fresh.table_size = size;
-    if (fresh.recs == NULL || fresh.exact == NULL || fresh.frag_off == NULL || fresh.frag_len == NULL ||
-        fresh.gpus == NULL || fresh.table == NULL || n > UINT32_MAX - 1)
+    /* Room for records put one by one until the next load. */
+    if (!reserve(&fresh, n + n / 16 + 64))
         goto oom;
     for (size_t i = 0; i < n; i++) {
         const tuned__record *r = &recs[i];
         if (r->key.layout != TUNED__LAYOUT_DENSE)
             continue; /* the daemon serves dense rows only */
-        size_t mask = size - 1, h = (size_t)key_hash(&r->key) & mask;
-        while (fresh.table[h] != 0 && !key_eq(&fresh.recs[fresh.table[h] - 1].key, &r->key))
-            h = (h + 1) & mask;
+        size_t h = slot_of(&fresh, &r->key);
         size_t at = fresh.n;
-        if (fresh.table[h] != 0)
+        if (fresh.table[h] != 0) {
             at = fresh.table[h] - 1; /* a duplicate key: the later record wins */
-        else
-            fresh.table[h] = (uint32_t)(fresh.n++ + 1);
-        fresh.recs[at] = *r;
-        fresh.exact[at] = servable(ix, r);
-        fresh.frag_off[at] = fresh.text.len;
-        tuned__reply_record(&fresh.text, r);
-        fresh.frag_len[at] = fresh.text.len - fresh.frag_off[at];
-        size_t g = 0;
-        while (g < fresh.ngpus && fresh.gpus[g].fp != r->key.gpu_fp)
-            g++;
-        if (g == fresh.ngpus) {
-            tuned__index_gpu *x = &fresh.gpus[fresh.ngpus++];
-            memset(x, 0, sizeof *x);
-            x->fp = r->key.gpu_fp;
-            memcpy(x->name, r->gpu_name, sizeof x->name);
-            x->name[sizeof x->name - 1] = '\0';
-            if (!tuned__identity_parse(r->gpu, &x->arch, &x->sms, &x->total_mem))
-                x->arch = 0, x->sms = 0, x->total_mem = 0;
+        } else {
+            fresh.table[h] = (uint32_t)(fresh.n + 1);
+            fresh.order[fresh.n] = (uint32_t)fresh.n; /* recs come in key order */
+            fresh.n++;
         }
+        set_record(&fresh, at, r);
+        if (!note_gpu(&fresh, r))
+            goto oom;
     }
     if (fresh.text.oom)
         goto oom;
@@ -208,14 +282,50 @@ int tuned__index_load(tuned__index *ix, const tuned__record *recs, size_t n, tun
     return 0;
 oom:
     fresh.memo = NULL;
-    free(fresh.recs);
-    free(fresh.exact);
-    free(fresh.frag_off);
-    free(fresh.frag_len);
-    free(fresh.gpus);
-    free(fresh.table);
-    tuned__buf_free(&fresh.text);
+    fresh.here = NULL;
+    clear(&fresh);
     return tuned__errf(e, TUNED_ENOMEM, "index: out of memory for %zu records", n);
+}
+
+static int key_cmp(const tuned__store_key *a, const tuned__store_key *b)
+{
+    uint8_t ka[TUNED__KEY_LEN], kb[TUNED__KEY_LEN];
+    tuned__key_encode(ka, TUNED__KEY_TAG_BEST, a);
+    tuned__key_encode(kb, TUNED__KEY_TAG_BEST, b);
+    return memcmp(ka, kb, sizeof ka);
+}
+
+int tuned__index_put(tuned__index *ix, const tuned__record *r, tuned__err *e)
+{
+    if (r->key.layout != TUNED__LAYOUT_DENSE)
+        return 0;
+    if (ix->n == ix->cap && !reserve(ix, ix->cap + ix->cap / 2 + 64))
+        return tuned__errf(e, TUNED_ENOMEM, "index: out of memory");
+    size_t h = slot_of(ix, &r->key);
+    size_t at = ix->table[h] != 0 ? ix->table[h] - 1 : ix->n;
+    if (!note_gpu(ix, r))
+        return tuned__errf(e, TUNED_ENOMEM, "index: out of memory");
+    set_record(ix, at, r);
+    if (at == ix->n) {
+        /* A new key: its place in key order (binary search, then shift). */
+        size_t lo = 0, hi = ix->n;
+        while (lo < hi) {
+            size_t mid = lo + (hi - lo) / 2;
+            if (key_cmp(&ix->recs[ix->order[mid]].key, &r->key) < 0)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        memmove(ix->order + lo + 1, ix->order + lo, (ix->n - lo) * sizeof *ix->order);
+        ix->order[lo] = (uint32_t)at;
+        ix->table[h] = (uint32_t)(at + 1);
+        ix->n++;
+    }
+    memset(ix->memo, 0, MEMO_SLOTS * sizeof *ix->memo); /* nearest answers may change */
+    ix->memo_n = 0;
+    if (ix->text.oom)
+        return tuned__errf(e, TUNED_ENOMEM, "index: out of memory");
+    return 0;
 }
 
 typedef struct collect {
@@ -263,18 +373,20 @@ const tuned__record *tuned__index_at(const tuned__index *ix, size_t i)
     return i < ix->n ? &ix->recs[i] : NULL;
 }
 
+size_t tuned__index_ordered(const tuned__index *ix, size_t k)
+{
+    return ix->order[k];
+}
+
 long tuned__index_find(const tuned__index *ix, const tuned__store_key *k)
 {
     if (ix->table_size == 0)
         return -1;
-    size_t mask = ix->table_size - 1, h = (size_t)key_hash(k) & mask;
-    while (ix->table[h] != 0) {
-        size_t at = ix->table[h] - 1;
-        if (key_eq(&ix->recs[at].key, k))
-            return ix->exact[at] ? (long)at : -1;
-        h = (h + 1) & mask;
-    }
-    return -1;
+    size_t h = slot_of(ix, k);
+    if (ix->table[h] == 0)
+        return -1;
+    size_t at = ix->table[h] - 1;
+    return ix->exact[at] ? (long)at : -1;
 }
 
 const char *tuned__index_fields(const tuned__index *ix, size_t i, size_t *len)

@@ -5,8 +5,11 @@
  * record once, decoded, with the record's reply text prepared, in a hash
  * table by key; the GPUs the records name (model, architecture and memory
  * read back from the identity string); and a memo of derived answers
- * (`nearest`, `default`) by key. The owner reloads it whole when the
- * store changed (tuned__store_txnid); it is used by one thread only. */
+ * (`nearest`, `default`) by key. The owner builds a fresh one when the
+ * store changed (off its serving thread: a load of a large store takes
+ * seconds) and swaps it in, and puts the records its own jobs wrote into
+ * the one it serves from meanwhile. One index is used by one thread at a
+ * time. */
 #ifndef TUNED_DAEMON_INDEX_H
 #define TUNED_DAEMON_INDEX_H
 
@@ -43,11 +46,18 @@ int tuned__index_set_here(tuned__index *ix, const tuned__record *here, size_t n,
  * The memo is emptied. */
 int tuned__index_load(tuned__index *ix, const tuned__record *recs, size_t n, tuned__err *e);
 
+/* Adds r, or replaces the record of its key (tuned__index_load() keeps
+ * room for a few; more grow the arrays). The memo is emptied. */
+int tuned__index_put(tuned__index *ix, const tuned__record *r, tuned__err *e);
+
 /* tuned__index_load() of every record in the store. */
 int tuned__index_load_store(tuned__index *ix, tuned__store *s, size_t *skipped, tuned__err *e);
 
 size_t tuned__index_count(const tuned__index *ix);
 const tuned__record *tuned__index_at(const tuned__index *ix, size_t i);
+
+/* The position of the k-th record in store key order (k < count). */
+size_t tuned__index_ordered(const tuned__index *ix, size_t k);
 
 /* The position of the record under k, or -1 (also for a record measured
  * under another measurement policy: listed, but never served as exact;

@@ -42,6 +42,14 @@
 
 #define MAX_CONSECUTIVE 5
 #define MAX_UNNAMED 2
+/* The last records the jobs wrote, for the event loop to put into the
+ * index it serves from at once (tuned__jobs_written). */
+#define WRITTEN_KEPT 64
+
+typedef struct written {
+    uint64_t seq;
+    tuned__record rec;
+} written;
 
 typedef struct job {
     tuned__job_view v;   /* public state, under the mutex */
@@ -74,6 +82,7 @@ struct tuned__jobs {
     uint64_t next_id;
     tuned__jobs_counts counts;
     _Atomic uint64_t writes;
+    written kept[WRITTEN_KEPT]; /* under the mutex; kept[seq % WRITTEN_KEPT] */
 };
 
 /* A log line of the jobs, unless the daemon is quiet. */
@@ -266,7 +275,11 @@ static int store_result(tuned__jobs *j, const tuned__record *rec, bool checkpoin
     int rc = tuned__store_put_best(j->store, rec, e);
     if (rc == 0) {
         *stored = true;
-        atomic_fetch_add(&j->writes, 1);
+        uv_mutex_lock(&j->mu);
+        uint64_t seq = atomic_load(&j->writes) + 1;
+        j->kept[seq % WRITTEN_KEPT] = (written){.seq = seq, .rec = *rec};
+        atomic_store(&j->writes, seq);
+        uv_mutex_unlock(&j->mu);
     }
     return rc;
 }
@@ -737,4 +750,15 @@ void tuned__jobs_counts_get(tuned__jobs *j, tuned__jobs_counts *out)
 uint64_t tuned__jobs_writes(tuned__jobs *j)
 {
     return atomic_load(&j->writes);
+}
+
+bool tuned__jobs_written(tuned__jobs *j, uint64_t seq, tuned__record *out)
+{
+    uv_mutex_lock(&j->mu);
+    const written *w = &j->kept[seq % WRITTEN_KEPT];
+    bool found = seq != 0 && w->seq == seq;
+    if (found)
+        *out = w->rec;
+    uv_mutex_unlock(&j->mu);
+    return found;
 }

@@ -152,4 +152,8 @@ void tuned__jobs_counts_get(tuned__jobs *j, tuned__jobs_counts *out);
  * this number knows to reload the store. */
 uint64_t tuned__jobs_writes(tuned__jobs *j);
 
+/* The record of write number seq (1, 2, ... as tuned__jobs_writes()
+ * counts them), if it is among the last few; false when it is not. */
+bool tuned__jobs_written(tuned__jobs *j, uint64_t seq, tuned__record *out);
+
 #endif

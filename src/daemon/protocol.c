@@ -41,6 +41,8 @@ static const char *const perr_names[TUNED__PE_COUNT] = {
     [TUNED__PE_STORE] = "store_error",
     [TUNED__PE_SHUTTING_DOWN] = "shutting_down",
     [TUNED__PE_INTERNAL] = "internal",
+    [TUNED__PE_READ_ONLY] = "read_only",
+    [TUNED__PE_IDLE] = "idle_timeout",
 };
 
 static const char *const op_names[TUNED__OP_COUNT] = {

@@ -51,6 +51,8 @@ enum {
     TUNED__PE_STORE,
     TUNED__PE_SHUTTING_DOWN,
     TUNED__PE_INTERNAL,
+    TUNED__PE_READ_ONLY,        /* tune on a daemon whose store is read-only */
+    TUNED__PE_IDLE,             /* closed after the idle timeout */
     TUNED__PE_COUNT
 };
 

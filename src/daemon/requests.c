@@ -1,8 +1,8 @@
 /* requests.c: what each request means: one validated request in, one
  * reply line out (state.h). Runs on the event loop's thread and must
  * never block: answers come from the in-memory index, jobs are handed to
- * the job threads, and the only store access is the index reload after
- * the store changed.
+ * the job threads, and the only store access is the cheap look for a
+ * change (reload.c).
  *
  * Which GPU a request means: "gpu" absent is the daemon's first GPU (or,
  * with no GPU here, the only GPU the store knows); an ordinal is a local
@@ -22,10 +22,6 @@
 #include "src/daemon/state.h"
 #include "tuned.h"
 
-/* The index is reloaded at most this often when another process writes;
- * our own jobs' writes reload it at once. */
-#define RELOAD_MIN_MS 100
-
 typedef struct target {
     uint64_t fp;
     char name[128];
@@ -34,62 +30,6 @@ typedef struct target {
     uint64_t total_mem;  /* 0: unknown */
     bool local;
 } target;
-
-/* The record a tune on each local GPU would write, for exact matching. */
-static int set_here(tuned__daemon *d, tuned__err *e)
-{
-    size_t n = d->jobs != NULL ? tuned__jobs_gpu_count(d->jobs) : 0;
-    tuned__record *here = n > 0 ? calloc(n, sizeof *here) : NULL;
-    if (n > 0 && here == NULL)
-        return tuned__errf(e, TUNED_ENOMEM, "index: out of memory");
-    tuned__jobs_gpu g;
-    for (size_t i = 0; i < n && tuned__jobs_gpu_at(d->jobs, i, &g); i++) {
-        tuned__tune_outcome o = {.gpu = g.gpu};
-        o.search.best_us = 1.0;
-        tuned__shape s = {TUNED_FP16, 1, 1};
-        tuned__tune_record(&o, &s, &here[i]);
-    }
-    int rc = tuned__index_set_here(d->index, here, n, e);
-    free(here);
-    return rc;
-}
-
-int tuned__daemon_reload(tuned__daemon *d, tuned__err *e)
-{
-    uint64_t txnid = 0;
-    int rc = d->st.index_loads == 0 ? set_here(d, e) : 0;
-    if (rc == 0)
-        rc = tuned__store_txnid(d->store, &txnid, e);
-    uint64_t writes = d->jobs != NULL ? tuned__jobs_writes(d->jobs) : 0;
-    size_t skipped = 0;
-    if (rc == 0)
-        rc = tuned__index_load_store(d->index, d->store, &skipped, e);
-    if (rc != 0)
-        return rc;
-    d->index_txnid = txnid;
-    d->index_writes = writes;
-    d->index_loaded_ms = d->now_ms(d->now_ctx);
-    d->st.index_loads++;
-    if (skipped > 0 && !d->o->quiet)
-        fprintf(stderr, "tuned serve: %zu stored records could not be read and are not served\n",
-                skipped);
-    return 0;
-}
-
-/* Reloads the index if the store changed (see RELOAD_MIN_MS); a failed
- * reload keeps serving the old index. */
-static void refresh(tuned__daemon *d)
-{
-    uint64_t txnid;
-    tuned__err e = {0};
-    if (tuned__store_txnid(d->store, &txnid, &e) != 0 || txnid == d->index_txnid)
-        return;
-    uint64_t writes = d->jobs != NULL ? tuned__jobs_writes(d->jobs) : 0;
-    if (writes == d->index_writes && d->now_ms(d->now_ctx) - d->index_loaded_ms < RELOAD_MIN_MS)
-        return;
-    if (tuned__daemon_reload(d, &e) != 0 && !d->o->quiet)
-        fprintf(stderr, "tuned serve: reloading the store: %s\n", e.msg);
-}
 
 static int error_reply(tuned__daemon *d, tuned__buf *out, const tuned__request *r, int code,
                        const char *fmt, ...) TUNED__PRINTF(5, 6);
@@ -215,6 +155,12 @@ static void search_opts(const tuned__request *r, tuned__search_opts *o)
 static int submit(tuned__daemon *d, const tuned__request *r, const target *t, uint64_t *id,
                   bool *joined, int *code, char *msg, size_t n)
 {
+    if (d->read_only) {
+        *code = TUNED__PE_READ_ONLY;
+        snprintf(msg, n, "the store %s is read-only here (full or not writable): this daemon "
+                 "serves stored results and tunes nothing", d->o->db);
+        return -1;
+    }
     if (!t->local) {
         *code = TUNED__PE_NO_GPU;
         snprintf(msg, n, "no %s here to tune on%s%s", t->name,
@@ -259,7 +205,7 @@ static void op_get(tuned__daemon *d, const tuned__request *r, tuned__buf *out)
     target t;
     if (resolve_gpu(d, r, &t, out) != 0 || check_fits(d, r, &t, out) != 0)
         return;
-    refresh(d);
+    tuned__daemon_refresh(d);
     tuned__store_key key = {.kernel = r->kernel, .dtype = (uint8_t)r->shape.dtype,
                             .rows = r->shape.rows, .cols = r->shape.cols, .gpu_fp = t.fp};
     tuned__answer a;
@@ -476,11 +422,12 @@ static bool list_match(tuned__daemon *d, const tuned__request *r, const tuned__r
 
 static void op_list(tuned__daemon *d, const tuned__request *r, tuned__buf *out)
 {
-    refresh(d);
+    tuned__daemon_refresh(d);
     size_t n = tuned__index_count(d->index), shown = 0, total = 0;
     tuned__reply_begin(out, r->id);
     tuned__buf_adds(out, ",\"records\":[");
-    for (size_t i = 0; i < n; i++) {
+    for (size_t k = 0; k < n; k++) {
+        size_t i = tuned__index_ordered(d->index, k);
         if (!list_match(d, r, tuned__index_at(d->index, i)))
             continue;
         total++;
@@ -505,7 +452,7 @@ static void op_list(tuned__daemon *d, const tuned__request *r, tuned__buf *out)
 
 static void op_stats(tuned__daemon *d, const tuned__request *r, tuned__buf *out)
 {
-    refresh(d);
+    tuned__daemon_refresh(d);
     const tuned__stats *s = &d->st;
     tuned__jobs_counts c;
     tuned__jobs_counts_get(d->jobs, &c);
@@ -523,16 +470,19 @@ static void op_stats(tuned__daemon *d, const tuned__request *r, tuned__buf *out)
                       s->exact, s->nearest, s->defaults);
     tuned__buf_printf(out, ",\"clients\":{\"now\":%" PRIu64 ",\"total\":%" PRIu64
                       ",\"rejected\":%" PRIu64 ",\"cut_off\":%" PRIu64
-                      ",\"lines_too_long\":%" PRIu64 "}",
+                      ",\"lines_too_long\":%" PRIu64 ",\"idle_closed\":%" PRIu64
+                      ",\"output_cut_off\":%" PRIu64 "}",
                       s->clients_now, s->clients_total, s->clients_rejected, s->clients_cut_off,
-                      s->lines_too_long);
+                      s->lines_too_long, s->clients_idle, s->output_cut_off);
     tuned__buf_printf(out, ",\"jobs\":{\"queued\":%zu,\"running\":%zu,\"done\":%" PRIu64
                       ",\"failed\":%" PRIu64 ",\"cancelled\":%" PRIu64 ",\"submitted\":%" PRIu64
                       ",\"joined\":%" PRIu64 ",\"worker_restarts\":%" PRIu64 "}",
                       c.queued, c.running, c.done, c.failed, c.cancelled, c.submitted, c.joined,
                       c.worker_restarts);
-    tuned__buf_printf(out, ",\"store\":{\"records\":%zu,\"loads\":%" PRIu64 ",\"path\":",
-                      tuned__index_count(d->index), s->index_loads);
+    tuned__buf_printf(out, ",\"store\":{\"records\":%zu,\"loads\":%" PRIu64
+                      ",\"last_load_ms\":%" PRIu64 ",\"loading\":%s,\"read_only\":%s,\"path\":",
+                      tuned__index_count(d->index), s->index_loads, s->index_load_ms,
+                      d->rebuild != NULL ? "true" : "false", d->read_only ? "true" : "false");
     tuned__json_str(out, d->o->db);
     tuned__buf_adds(out, "},\"gpus\":[");
     tuned__jobs_gpu g;

@@ -9,15 +9,25 @@
  * A client whose queued replies pass max_output is no longer read (its
  * unanswered lines wait in its buffer) until they drain to half; one whose
  * replies do not drain for client_timeout_s, or pass 4 x max_output, is
- * cut off. A line over max_line gets a line_too_long error and the
- * connection is closed after it; so does a connection over max_clients.
+ * cut off; so is, while the replies queued for all clients together pass
+ * max_output_total, the client with the most. A client with nothing in
+ * flight (no reply queued, no complete line unanswered) for
+ * idle_timeout_s is closed, with an idle_timeout error line. A line over
+ * max_line gets a line_too_long error and the connection is closed after
+ * it; so does a connection over max_clients (TCP clients over
+ * max_clients - unix_reserve: the rest is kept for local clients). A slot
+ * is free again the moment its connection is closed.
  *
  * Stop (SIGTERM or SIGINT): the listeners close at once, the jobs are told
- * to stop (running ones checkpoint), every connection stops reading and
- * closes once its replies are written; a 100 ms timer watches for the jobs
- * to finish, then closes the remaining handles with uv_walk. The socket
- * file is removed; a stale one left by a crash is replaced at start (a
- * live daemon on it is an error). */
+ * to stop (running ones checkpoint); connections are still read for
+ * STOP_DRAIN_MS, every request line that arrives gets a shutting_down
+ * error, and each is closed at its EOF or at the drain's end (a partial
+ * request line then gets its shutting_down too). A 100 ms timer then watches for the jobs to finish
+ * and closes the remaining handles with uv_walk. SIGHUP re-reads the
+ * store (off the loop) and never stops the daemon; the log is stderr, so
+ * there is no file to reopen. The socket file is removed; a stale one
+ * left by a crash is replaced at start (a live daemon on it is an
+ * error). */
 #include "src/daemon/daemon.h"
 #include "src/client/client.h"
 
@@ -44,6 +54,7 @@
 #define container_of(ptr, type, member) ((type *)((char *)(ptr) - offsetof(type, member)))
 #define READ_BUF_MIN 4096
 #define BACKLOG 511
+#define STOP_DRAIN_MS 1000
 
 typedef struct server server;
 
@@ -61,6 +72,8 @@ typedef struct conn {
     tuned__buf out;          /* replies not yet handed to libuv */
     size_t queued;           /* bytes in uv_write requests in flight */
     uint64_t stalled_since;  /* uv_now() when queued output last made no progress; 0 */
+    uint64_t active_ms;      /* uv_now() when it last sent bytes or had a request in flight */
+    bool tcp;
     bool reading;
     bool paused;             /* backpressure: not reading, lines left unanswered */
     bool eof;
@@ -85,11 +98,14 @@ struct server {
     bool unix_open;
     uv_tcp_t tcp_listener;
     bool tcp_open;
-    uv_signal_t sigterm, sigint;
+    uv_signal_t sigterm, sigint, sighup;
     bool signals_open;
     uv_timer_t tick;
     bool tick_open;
     conn *conns;
+    size_t tcp_now;          /* counted TCP connections */
+    size_t queued_total;     /* bytes in uv_write requests of every open connection */
+    uint64_t stop_ms;
     bool stopping;
     bool socket_made;
     struct stat socket_st;
@@ -104,6 +120,9 @@ void tuned__serve_opts_default(tuned__serve_opts *o)
     memset(o, 0, sizeof *o);
     tuned__default_socket(o->socket_path, sizeof o->socket_path);
     o->max_clients = 1024;
+    o->unix_reserve = 32;
+    o->idle_timeout_s = 60;
+    o->max_output_total = (size_t)256 << 20;
     o->max_line = 65536;
     o->max_output = 1 << 20;
     o->max_jobs = 64;
@@ -130,8 +149,6 @@ static void on_conn_closed(uv_handle_t *h)
         s->conns = c->next;
     if (c->next != NULL)
         c->next->prev = c->prev;
-    if (c->counted)
-        s->d.st.clients_now--;
     free(c->in);
     tuned__buf_free(&c->out);
     free(c);
@@ -142,6 +159,15 @@ static void conn_close(conn *c)
     if (c->closing)
         return;
     c->closing = true;
+    server *s = c->srv;
+    /* The slot and the output it held are free at once, not at the close
+     * callback: a storm of short connections must not lock others out. */
+    if (c->counted) {
+        s->d.st.clients_now--;
+        s->tcp_now -= c->tcp;
+        c->counted = false;
+    }
+    s->queued_total -= c->queued;
     uv_close(&c->h.handle, on_conn_closed);
 }
 
@@ -174,7 +200,7 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 
 static void start_reading(conn *c)
 {
-    if (c->reading || c->closing || c->eof || c->close_after_flush || c->srv->stopping)
+    if (c->reading || c->closing || c->eof || c->close_after_flush)
         return;
     int rc = uv_read_start(&c->h.stream, on_alloc, on_read);
     if (rc != 0) {
@@ -205,6 +231,8 @@ static void on_write(uv_write_t *req, int status)
     wreq *w = container_of(req, wreq, req);
     conn *c = w->c;
     c->queued -= w->len;
+    if (!c->closing)
+        c->srv->queued_total -= w->len; /* a closing one's left the total already */
     free(w);
     if (c->closing)
         return;
@@ -213,6 +241,7 @@ static void on_write(uv_write_t *req, int status)
         return;
     }
     c->stalled_since = c->queued > 0 ? uv_now(&c->srv->loop) : 0;
+    c->active_ms = uv_now(&c->srv->loop);
     if (c->paused && c->queued + c->out.len <= c->srv->o->max_output / 2) {
         c->paused = false;
         process(c);
@@ -261,6 +290,7 @@ static void flush(conn *c)
         if (c->queued == 0)
             c->stalled_since = uv_now(&c->srv->loop);
         c->queued += rest;
+        c->srv->queued_total += rest;
     }
     c->out.len = 0;
     if (c->out.cap > ((size_t)1 << 20)) /* do not keep a big list reply's buffer */
@@ -278,13 +308,51 @@ static void fatal_reply(conn *c, int code, const char *msg)
     flush(c);
 }
 
+static void line_too_long(conn *c)
+{
+    c->srv->d.st.lines_too_long++;
+    char msg[128];
+    snprintf(msg, sizeof msg, "a request line is longer than %zu bytes", c->srv->o->max_line);
+    fatal_reply(c, TUNED__PE_LINE_TOO_LONG, msg);
+}
+
 static void answer(conn *c, const char *line, size_t len)
 {
     while (len > 0 && line[len - 1] == '\r')
         len--;
     if (len == 0)
         return; /* blank lines are ignored */
-    tuned__daemon_answer(&c->srv->d, line, len, &c->out);
+    server *s = c->srv;
+    if (s->stopping) {
+        /* Read, not run: the request's id is echoed when it can be read. */
+        tuned__request r;
+        tuned__proto_error pe;
+        tuned__proto_parse(line, len, &r, &pe);
+        s->d.st.requests++;
+        s->d.st.errors++;
+        tuned__reply_error(&c->out, r.id, TUNED__PE_SHUTTING_DOWN, "the daemon is stopping");
+        return;
+    }
+    tuned__daemon_answer(&s->d, line, len, &c->out);
+}
+
+/* Cuts off the clients with the most queued output until all of them
+ * together are within max_output_total. */
+static void enforce_output_total(server *s)
+{
+    while (s->queued_total > s->o->max_output_total) {
+        conn *worst = NULL;
+        for (conn *c = s->conns; c != NULL; c = c->next)
+            if (!c->closing && (worst == NULL || c->queued > worst->queued))
+                worst = c;
+        if (worst == NULL || worst->queued == 0)
+            return;
+        s->d.st.clients_cut_off++;
+        s->d.st.output_cut_off++;
+        logf_(s, "client cut off: %zu of the %zu reply bytes queued for all clients (limit "
+              "output-total %zu)", worst->queued, s->queued_total, s->o->max_output_total);
+        conn_close(worst);
+    }
 }
 
 /* Answers the complete lines in the buffer, until backpressure. */
@@ -297,11 +365,7 @@ static void process(conn *c)
         char *nl = avail > 0 ? memchr(start, '\n', avail) : NULL;
         if (nl == NULL) {
             if (avail > s->o->max_line) {
-                s->d.st.lines_too_long++;
-                char msg[128];
-                snprintf(msg, sizeof msg, "a request line is longer than %zu bytes",
-                         s->o->max_line);
-                fatal_reply(c, TUNED__PE_LINE_TOO_LONG, msg);
+                line_too_long(c);
                 return;
             }
             if (c->eof && avail > 0) { /* a last line without its newline */
@@ -312,10 +376,7 @@ static void process(conn *c)
         }
         size_t len = (size_t)(nl - start);
         if (len > s->o->max_line) {
-            s->d.st.lines_too_long++;
-            char msg[128];
-            snprintf(msg, sizeof msg, "a request line is longer than %zu bytes", s->o->max_line);
-            fatal_reply(c, TUNED__PE_LINE_TOO_LONG, msg);
+            line_too_long(c);
             return;
         }
         answer(c, start, len);
@@ -343,6 +404,7 @@ static void process(conn *c)
     if (c->in_start == c->in_end)
         c->in_start = c->in_end = 0;
     flush(c);
+    enforce_output_total(s);
     if (!c->closing && !c->paused && c->eof && drained(c))
         conn_close(c);
     else if (!c->closing && !c->paused)
@@ -355,12 +417,10 @@ static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
     conn *c = st->data;
     if (nread > 0) {
         c->in_end += (size_t)nread;
+        c->active_ms = uv_now(&c->srv->loop);
         process(c);
     } else if (nread == UV_ENOBUFS) {
-        c->srv->d.st.lines_too_long++;
-        char msg[128];
-        snprintf(msg, sizeof msg, "a request line is longer than %zu bytes", c->srv->o->max_line);
-        fatal_reply(c, TUNED__PE_LINE_TOO_LONG, msg);
+        line_too_long(c);
     } else if (nread == UV_EOF) {
         /* Answer what is left (a last line may lack its newline), write
          * it, then close: process() and on_write() close once drained. */
@@ -371,6 +431,30 @@ static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
         conn_close(c);
     }
     /* nread == 0: nothing read (EAGAIN); not EOF. */
+}
+
+/* At the limit: connections whose peer has closed (their EOF not read
+ * yet: a connect/close storm is accepted faster than its EOFs are read)
+ * are closed now, so that their slots go to the one waiting. */
+static void reap_closed(server *s)
+{
+    for (conn *c = s->conns, *next; c != NULL; c = next) {
+        next = c->next;
+        uv_os_fd_t fd;
+        char byte;
+        if (c->closing || !c->counted || c->in_end != c->in_start || !drained(c) ||
+            uv_fileno(&c->h.handle, &fd) != 0)
+            continue;
+        ssize_t n = recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK))
+            conn_close(c);
+    }
+}
+
+/* Slots kept for Unix-socket clients (at least one slot stays for TCP). */
+static unsigned unix_reserve(const tuned__serve_opts *o)
+{
+    return o->unix_reserve < o->max_clients ? o->unix_reserve : o->max_clients - 1;
 }
 
 static void on_connection(uv_stream_t *listener, int status)
@@ -403,19 +487,31 @@ static void on_connection(uv_stream_t *listener, int status)
         conn_close(c);
         return;
     }
-    if (listener == (uv_stream_t *)&s->tcp_listener)
+    c->tcp = listener == (uv_stream_t *)&s->tcp_listener;
+    if (c->tcp)
         uv_tcp_nodelay(&c->h.tcp, 1); /* replies are small and latency-bound */
+    c->active_ms = uv_now(&s->loop);
     s->d.st.clients_total++;
-    if (s->d.st.clients_now >= s->o->max_clients) {
+    if (s->d.st.clients_now >= s->o->max_clients ||
+        (c->tcp && s->tcp_now >= s->o->max_clients - unix_reserve(s->o)))
+        reap_closed(s);
+    if (s->d.st.clients_now >= s->o->max_clients ||
+        (c->tcp && s->tcp_now >= s->o->max_clients - unix_reserve(s->o))) {
         s->d.st.clients_rejected++;
-        char msg[96];
-        snprintf(msg, sizeof msg, "the daemon serves at most %u clients at once",
-                 s->o->max_clients);
+        char msg[128];
+        if (c->tcp && s->d.st.clients_now < s->o->max_clients)
+            snprintf(msg, sizeof msg, "the daemon serves at most %u TCP clients at once (%u "
+                     "more slots are kept for local clients)",
+                     s->o->max_clients - unix_reserve(s->o), unix_reserve(s->o));
+        else
+            snprintf(msg, sizeof msg, "the daemon serves at most %u clients at once",
+                     s->o->max_clients);
         fatal_reply(c, TUNED__PE_TOO_MANY_CLIENTS, msg);
         return;
     }
     c->counted = true;
     s->d.st.clients_now++;
+    s->tcp_now += c->tcp;
     start_reading(c);
 }
 
@@ -428,22 +524,42 @@ static void close_any(uv_handle_t *h, void *arg)
         uv_close(h, NULL);
 }
 
+static void stop_close(conn *c);
+
 static void on_tick(uv_timer_t *t)
 {
     server *s = t->data;
     uint64_t now = uv_now(&s->loop);
     uint64_t limit = (uint64_t)(s->o->client_timeout_s * 1000.0);
+    uint64_t idle = (uint64_t)(s->o->idle_timeout_s * 1000.0);
+    bool drain_over = s->stopping && now - s->stop_ms >= STOP_DRAIN_MS;
     for (conn *c = s->conns, *next; c != NULL; c = next) {
         next = c->next;
-        if (!c->closing && c->queued > 0 && c->stalled_since != 0 &&
-            now - c->stalled_since > limit) {
+        if (c->closing)
+            continue;
+        if (c->queued > 0 && c->stalled_since != 0 && now - c->stalled_since > limit) {
             s->d.st.clients_cut_off++;
             logf_(s, "client cut off: it read none of %zu reply bytes for %.0f s", c->queued,
                   s->o->client_timeout_s);
             conn_close(c);
+        } else if (drain_over) {
+            stop_close(c);
+        } else if (!s->stopping && !c->paused && !c->close_after_flush && drained(c) &&
+                   now - c->active_ms >= idle) {
+            /* Nothing in flight (a partial line is not a request yet). */
+            s->d.st.clients_idle++;
+            char msg[96];
+            snprintf(msg, sizeof msg, "closed after %.0f s without a request",
+                     s->o->idle_timeout_s);
+            fatal_reply(c, TUNED__PE_IDLE, msg);
+        } else if (c->paused || !drained(c)) {
+            c->active_ms = now; /* a request in flight is not idleness */
         }
     }
-    if (s->stopping && s->conns == NULL && tuned__jobs_finished(s->d.jobs)) {
+    if (!s->stopping)
+        tuned__daemon_refresh(&s->d); /* store changes show up without requests too */
+    if (s->stopping && s->conns == NULL && s->d.rebuild == NULL &&
+        tuned__jobs_finished(s->d.jobs)) {
         logf_(s, "stopped");
         uv_walk(&s->loop, close_any, NULL);
     }
@@ -456,6 +572,8 @@ static void begin_stop(server *s, int signum)
         return;
     }
     s->stopping = true;
+    s->d.stopping = true;
+    s->stop_ms = uv_now(&s->loop);
     logf_(s, "%s: no new clients; running jobs checkpoint, then exit", strsignal(signum));
     if (s->unix_open)
         uv_close((uv_handle_t *)&s->unix_listener, NULL);
@@ -463,19 +581,46 @@ static void begin_stop(server *s, int signum)
         uv_close((uv_handle_t *)&s->tcp_listener, NULL);
     s->unix_open = s->tcp_open = false;
     tuned__jobs_stop(s->d.jobs);
+    /* Lines already read get their shutting_down now; the rest as they come. */
     for (conn *c = s->conns, *next; c != NULL; c = next) {
         next = c->next;
-        stop_reading(c);
+        if (c->closing || c->close_after_flush)
+            continue;
+        c->paused = false;
+        process(c);
+    }
+}
+
+/* The drain is over: a partial request gets its shutting_down too. */
+static void stop_close(conn *c)
+{
+    stop_reading(c);
+    if (c->close_after_flush) {
         if (drained(c))
             conn_close(c);
         else
             c->close_after_flush = true;
+        return;
     }
+    if (c->in_end != c->in_start)
+        tuned__reply_error(&c->out, "", TUNED__PE_SHUTTING_DOWN, "the daemon is stopping");
+    c->in_start = c->in_end = 0;
+    c->close_after_flush = true;
+    flush(c);
+    if (!c->closing && drained(c))
+        conn_close(c);
 }
 
 static void on_signal(uv_signal_t *h, int signum)
 {
-    begin_stop(h->data, signum);
+    server *s = h->data;
+    if (signum == SIGHUP) {
+        logf_(s, "SIGHUP: re-reading the store %s (the log is stderr: nothing to reopen)",
+              s->o->db);
+        tuned__daemon_rebuild(&s->d);
+        return;
+    }
+    begin_stop(s, signum);
 }
 
 /* ---- start ---- */
@@ -571,14 +716,16 @@ static int listen_unix(server *s, tuned__err *e)
     return 0;
 }
 
-static int listen_tcp(server *s, tuned__err *e)
+/* "[HOST:]PORT" into an address (HOST defaults to 127.0.0.1). */
+static int parse_listen(const char *spec, struct sockaddr_storage *sa, char *host, size_t hn,
+                        long *port_out, tuned__err *e)
 {
-    char host[128] = "127.0.0.1";
-    const char *spec = s->o->listen, *port_s = spec;
+    snprintf(host, hn, "127.0.0.1");
+    const char *port_s = spec;
     const char *colon = strrchr(spec, ':');
     if (colon != NULL) {
         size_t n = (size_t)(colon - spec);
-        if (n >= sizeof host || n == 0)
+        if (n >= hn || n == 0)
             return tuned__errf(e, TUNED_EINVAL, "--listen %s: bad host", spec);
         memcpy(host, spec, n);
         host[n] = '\0';
@@ -591,13 +738,25 @@ static int listen_tcp(server *s, tuned__err *e)
     char *end;
     long port = strtol(port_s, &end, 10);
     if (*port_s == '\0' || *end != '\0' || port < 0 || port > 65535)
-        return tuned__errf(e, TUNED_EINVAL, "--listen %s: expected [HOST:]PORT", spec);
-    struct sockaddr_storage sa;
-    int rc = strchr(host, ':') != NULL
-                 ? uv_ip6_addr(host, (int)port, (struct sockaddr_in6 *)&sa)
-                 : uv_ip4_addr(host, (int)port, (struct sockaddr_in *)&sa);
+        return tuned__errf(e, TUNED_EINVAL, "--listen %s: expected [HOST:]PORT, PORT 0 to 65535",
+                           spec);
+    int rc = strchr(host, ':') != NULL ? uv_ip6_addr(host, (int)port, (struct sockaddr_in6 *)sa)
+                                       : uv_ip4_addr(host, (int)port, (struct sockaddr_in *)sa);
     if (rc != 0)
         return tuned__errf(e, TUNED_EINVAL, "--listen %s: bad address: %s", spec, uv_strerror(rc));
+    *port_out = port;
+    return 0;
+}
+
+static int listen_tcp(server *s, tuned__err *e)
+{
+    char host[128];
+    const char *spec = s->o->listen;
+    long port;
+    struct sockaddr_storage sa;
+    int rc = parse_listen(spec, &sa, host, sizeof host, &port, e);
+    if (rc != 0)
+        return rc;
     if ((rc = uv_tcp_init(&s->loop, &s->tcp_listener)) != 0)
         return tuned__errf(e, TUNED_EIO, "uv_tcp_init: %s", uv_strerror(rc));
     s->tcp_listener.data = s;
@@ -610,23 +769,87 @@ static int listen_tcp(server *s, tuned__err *e)
     return 0;
 }
 
-static int start(server *s, tuned__err *e)
+int tuned__serve_check(const tuned__serve_opts *o, tuned__err *e)
 {
-    const tuned__serve_opts *o = s->o;
     if (o->socket_path[0] == '\0' || strlen(o->socket_path) > TUNED__SOCKET_PATH_MAX)
         return tuned__errf(e, TUNED_EINVAL, "socket path must be 1 to %d bytes",
                            TUNED__SOCKET_PATH_MAX);
+    if (o->db[0] == '\0')
+        return tuned__errf(e, TUNED_EINVAL, "serve: no store path");
     if (o->max_clients == 0 || o->max_line < 64 || o->max_output < 4096 || o->max_jobs == 0 ||
-        !(o->variant_timeout_s > 0) || !(o->client_timeout_s > 0) || !(o->shutdown_grace_s >= 0))
+        o->max_output_total < o->max_output || !(o->variant_timeout_s > 0) ||
+        !(o->client_timeout_s > 0) || !(o->idle_timeout_s > 0) || !(o->shutdown_grace_s >= 0))
         return tuned__errf(e, TUNED_EINVAL, "serve: a limit is out of range");
-    int rc = tuned__store_open(&s->d.store, o->db, 0, e);
+    if (o->group[0] != '\0') {
+        struct group gr, *res = NULL;
+        char buf[4096];
+        if (getgrnam_r(o->group, &gr, buf, sizeof buf, &res) != 0 || res == NULL)
+            return tuned__errf(e, TUNED_EINVAL, "--group %s: no such group", o->group);
+    }
+    if (o->listen[0] != '\0') {
+        struct sockaddr_storage sa;
+        char host[128];
+        long port;
+        int rc = parse_listen(o->listen, &sa, host, sizeof host, &port, e);
+        if (rc != 0)
+            return rc;
+    }
+    return 0;
+}
+
+/* The store, for writing if it can be; else (a full disk, a read-only file
+ * system or directory) read-only, saying so. */
+static int open_store(server *s, tuned__err *e)
+{
+    tuned__err we = {0};
+    int rc = tuned__store_open(&s->d.store, s->o->db, 0, &we);
     if (rc == 0)
-        rc = tuned__index_new(&s->d.index, e);
+        return 0;
+    if (rc == TUNED_ESCHEMA || tuned__store_open(&s->d.store, s->o->db, TUNED__STORE_READONLY,
+                                                 e) != 0) {
+        *e = we;
+        return rc;
+    }
+    s->d.read_only = true;
+    logf_(s, "store %s cannot be written (%s): serving it READ-ONLY: get and list answer, tune "
+          "gets read_only", s->o->db, we.msg);
+    return 0;
+}
+
+static int start_signals(server *s, tuned__err *e)
+{
+    int rc;
+    if ((rc = uv_signal_init(&s->loop, &s->sigterm)) != 0 ||
+        (rc = uv_signal_init(&s->loop, &s->sigint)) != 0 ||
+        (rc = uv_signal_init(&s->loop, &s->sighup)) != 0)
+        return tuned__errf(e, TUNED_EIO, "uv_signal_init: %s", uv_strerror(rc));
+    s->signals_open = true;
+    s->sigterm.data = s->sigint.data = s->sighup.data = s;
+    if ((rc = uv_signal_start(&s->sigterm, on_signal, SIGTERM)) != 0 ||
+        (rc = uv_signal_start(&s->sigint, on_signal, SIGINT)) != 0 ||
+        (rc = uv_signal_start(&s->sighup, on_signal, SIGHUP)) != 0)
+        return tuned__errf(e, TUNED_EIO, "uv_signal_start: %s", uv_strerror(rc));
+    return 0;
+}
+
+static int start(server *s, tuned__err *e)
+{
+    const tuned__serve_opts *o = s->o;
+    int rc = tuned__serve_check(o, e);
     if (rc != 0)
         return rc;
     if ((rc = uv_loop_init(&s->loop)) != 0)
         return tuned__errf(e, TUNED_EIO, "uv_loop_init: %s", uv_strerror(rc));
     s->loop_ready = true;
+    s->d.loop = &s->loop;
+    /* First: a SIGHUP or SIGTERM during the start must not kill us. */
+    if ((rc = start_signals(s, e)) != 0)
+        return rc;
+    rc = open_store(s, e);
+    if (rc == 0)
+        rc = tuned__index_new(&s->d.index, e);
+    if (rc != 0)
+        return rc;
     s->d.now_ms = loop_now;
     s->d.now_ctx = &s->loop;
     s->d.start_ms = uv_now(&s->loop);
@@ -652,21 +875,14 @@ static int start(server *s, tuned__err *e)
         return rc;
     if (o->listen[0] != '\0' && (rc = listen_tcp(s, e)) != 0)
         return rc;
-    if ((rc = uv_signal_init(&s->loop, &s->sigterm)) != 0 ||
-        (rc = uv_signal_init(&s->loop, &s->sigint)) != 0)
-        return tuned__errf(e, TUNED_EIO, "uv_signal_init: %s", uv_strerror(rc));
-    s->signals_open = true;
-    s->sigterm.data = s->sigint.data = s;
-    if ((rc = uv_signal_start(&s->sigterm, on_signal, SIGTERM)) != 0 ||
-        (rc = uv_signal_start(&s->sigint, on_signal, SIGINT)) != 0)
-        return tuned__errf(e, TUNED_EIO, "uv_signal_start: %s", uv_strerror(rc));
     if ((rc = uv_timer_init(&s->loop, &s->tick)) != 0)
         return tuned__errf(e, TUNED_EIO, "uv_timer_init: %s", uv_strerror(rc));
     s->tick_open = true;
     s->tick.data = s;
     if ((rc = uv_timer_start(&s->tick, on_tick, TICK_MS, TICK_MS)) != 0)
         return tuned__errf(e, TUNED_EIO, "uv_timer_start: %s", uv_strerror(rc));
-    logf_(s, "store %s: %zu records; ready", o->db, tuned__index_count(s->d.index));
+    logf_(s, "store %s: %zu records%s; ready", o->db, tuned__index_count(s->d.index),
+          s->d.read_only ? " (read-only)" : "");
     return 0;
 }
 
@@ -699,6 +915,7 @@ int tuned__serve(const tuned__serve_opts *o, tuned__err *e)
     remove_socket(s);
     tuned__jobs_free(s->d.jobs);
     tuned__index_free(s->d.index);
+    tuned__daemon_reload_free(&s->d);
     tuned__store_close(s->d.store);
     if (s->loop_ready) {
         int lc = uv_loop_close(&s->loop);

@@ -8,6 +8,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include <uv.h>
+
 #include "cache/store.h"
 #include "src/daemon/daemon.h"
 #include "src/daemon/index.h"
@@ -21,16 +23,29 @@ typedef struct tuned__stats {
     uint64_t exact, nearest, defaults;
     uint64_t clients_now, clients_total, clients_rejected, clients_cut_off;
     uint64_t lines_too_long;
+    uint64_t clients_idle;      /* closed after the idle timeout */
+    uint64_t output_cut_off;    /* cut off by the global output cap */
     uint64_t index_loads;
+    uint64_t index_load_ms;     /* the last load's duration (off the loop) */
 } tuned__stats;
+
+struct tuned__rebuild;
 
 typedef struct tuned__daemon {
     const tuned__serve_opts *o;
     tuned__store *store;
     tuned__index *index;
-    uint64_t index_txnid;    /* the store's txn id the index was loaded at */
-    uint64_t index_writes;   /* tuned__jobs_writes() then */
-    uint64_t index_loaded_ms;
+    bool read_only;          /* the store could not be opened for writing */
+    uv_loop_t *loop;
+    tuned__record *here;     /* the local systems, for exact matching */
+    size_t nhere;
+    uint64_t index_gen;      /* the store generation the index was built at */
+    uint64_t seen_txnid;     /* the store's txn id when the generation was last read */
+    uint64_t applied_writes; /* tuned__jobs_writes() put into the index */
+    struct tuned__rebuild *rebuild; /* a build of a fresh index in flight */
+    bool rebuild_again;      /* the store changed again during it */
+    uint64_t rebuild_not_before; /* the loop's ms before which no build starts */
+    bool stopping;
     tuned__jobs *jobs;
     uint64_t start_ms;
     uint64_t (*now_ms)(void *ctx); /* the loop's clock */
@@ -38,8 +53,21 @@ typedef struct tuned__daemon {
     tuned__stats st;
 } tuned__daemon;
 
-/* Loads the index from the store (at start, and when it changed). */
+/* Loads the index from the store, on this thread (at start). */
 int tuned__daemon_reload(tuned__daemon *d, tuned__err *e);
+
+/* Keeps the index in step with the store without blocking (reload.c): puts
+ * the records this daemon's jobs wrote into it at once, and when another
+ * process changed the store (its generation moved), builds a fresh index
+ * on libuv's thread pool and swaps it in when done; the old one answers
+ * meanwhile. Cheap when nothing changed. */
+void tuned__daemon_refresh(tuned__daemon *d);
+
+/* Builds a fresh index off the loop whatever the generation says (SIGHUP). */
+void tuned__daemon_rebuild(tuned__daemon *d);
+
+/* Frees what reload.c holds (after the loop ended). */
+void tuned__daemon_reload_free(tuned__daemon *d);
 
 /* Answers one request line: appends exactly one reply line to out. */
 void tuned__daemon_answer(tuned__daemon *d, const char *line, size_t len, tuned__buf *out);

@@ -13,9 +13,9 @@
  *
  * After a failed tune the worker reports it and exits: a fatal CUDA error
  * leaves the context unusable, and a fresh process is cheap. It dies with
- * the daemon thread that started it (PDEATHSIG), ignores SIGINT (a Ctrl-C
- * in the daemon's terminal reaches the whole process group; the daemon
- * stops its workers itself) and lowers its priority so that NVRTC compiles
+ * the daemon thread that started it (PDEATHSIG), ignores SIGINT and SIGHUP
+ * (a Ctrl-C or a hangup of the daemon's terminal reaches the whole process
+ * group; the daemon stops its workers itself) and lowers its priority so that NVRTC compiles
  * do not slow down the daemon's answers. */
 #include "src/daemon/worker.h"
 
@@ -265,6 +265,7 @@ static void lifetime(void)
         _exit(1);
     }
     signal(SIGINT, SIG_IGN);
+    signal(SIGHUP, SIG_IGN); /* a hangup reaches the group too; the daemon survives it */
     const char *nice_s = getenv("TUNED_WORKER_NICE");
     int nice_v = nice_s != NULL ? atoi(nice_s) : 0;
     if (nice_v != 0 && setpriority(PRIO_PROCESS, 0, nice_v) != 0)

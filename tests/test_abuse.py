@@ -1,0 +1,557 @@
+#!/usr/bin/env python3
+"""test_abuse.py TUNED: the daemon and the store under a hostile or careless
+user: each case is an abuse that once froze, locked out, killed or poisoned
+them, run against the real `tuned` binary on real sockets in a temporary
+directory, with loops bounded in count and time.
+
+  freeze     another process imports 20k records in a loop: no `get` waits
+             long (the index is rebuilt off the event loop), and the new
+             records are served once the rebuild is done
+  idle       idle connections (Unix and TCP) are closed after --limit idle
+  reserve    TCP clients cannot take the slots kept for Unix clients
+  storm      a connect/close storm never makes another client's connection
+             get too_many_clients (slots are free at close)
+  output     clients that never read their replies are cut off, the worst
+             first, past --limit output-total
+  sighup     SIGHUP re-reads the store and does not stop the daemon
+  sigterm    a request in flight at SIGTERM gets shutting_down, not a reset
+  poison     import refuses a record whose name is not its identity's, or
+             whose time is impossible; the rest of the file is stored; a
+             genuine record of the key is then accepted
+  cli        import of /dev/zero, list of a missing store, serve with a bad
+             port, verify --fix without a GPU: clear errors, no side effects
+Exit 0 when every case passed."""
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+TUNED = os.path.abspath(sys.argv[1])
+POLICY = "l2flush-settle-events-median/3"
+H200 = "NVIDIA H200"
+H200_ID = f"{H200}|sm_90|132sm|143771MiB|drv13000|nvrtc13.0|tpl0123456789abcdef"
+failures = 0
+tmp = tempfile.mkdtemp(prefix="test_abuse.")
+
+
+def fail(msg):
+    global failures
+    failures += 1
+    print("FAIL:", msg, flush=True)
+
+
+def ok(msg):
+    print("ok:", msg, flush=True)
+
+
+def fnv(s):
+    h = 0xCBF29CE484222325
+    for b in s.encode():
+        h ^= b
+        h = (h * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+
+def record(rows, cols, median=200.0, ident=H200_ID, name=H200, copy=None, config=None):
+    return {"v": 2, "kernel": "softmax", "dtype": "fp16", "rows": rows, "cols": cols,
+            "layout": 0, "gpu_fp": "%016x" % fnv(ident),
+            "config": config or "w8.r1.c1.m1.v8.ld=cs.st=cs.reg=f32", "gpu": ident,
+            "gpu_name": name, "cc_major": 9, "cc_minor": 0, "sm_count": 132,
+            "mem_mib": 143771, "driver": 13000, "nvrtc_major": 13, "nvrtc_minor": 0,
+            "template_hash": "0123456789abcdef", "policy": POLICY, "median_us": median,
+            "copy_us": 0.9 * median if copy is None else copy, "gbps": 1000.0,
+            "evaluations": 50, "cubin": "0" * 16, "date": "2026-11-21T10:00:00Z",
+            "tool_version": "0.1.0"}
+
+
+def export_file(path, recs):
+    with open(path, "w") as f:
+        f.write(json.dumps({"tuned_export": 1, "schema": 2, "record_version": 2,
+                            "writer": "test", "records": len(recs)}) + "\n")
+        for r in recs:
+            f.write(json.dumps(r) + "\n")
+
+
+def run(*args, timeout=60, stdin=None):
+    p = subprocess.run([TUNED, *args], capture_output=True, text=True, timeout=timeout,
+                       stdin=stdin)
+    return p.returncode, p.stdout, p.stderr
+
+
+DAEMONS = []
+
+
+class Daemon:
+    def __init__(self, name, *args, env=None):
+        DAEMONS.append(self)
+        self.dir = os.path.join(tmp, name)
+        os.makedirs(self.dir, exist_ok=True)
+        self.sock = os.path.join(self.dir, "s.sock")
+        self.db = os.path.join(self.dir, "db")
+        self.args = list(args)
+        self.env = dict(os.environ, **(env or {}))
+        self.log = open(os.path.join(self.dir, "log"), "w+")
+        self.p = None
+
+    def start(self):
+        self.p = subprocess.Popen([TUNED, "serve", "--socket", self.sock, "--db", self.db,
+                                   *self.args], stdout=self.log, stderr=self.log,
+                                  env=self.env)
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            if self.p.poll() is not None:
+                return False
+            try:
+                c = Client(self.sock)
+                c.call({"op": "ping"})
+                c.close()
+                return True
+            except OSError:
+                time.sleep(0.05)
+        return False
+
+    def logtext(self):
+        self.log.flush()
+        with open(self.log.name) as f:
+            return f.read()
+
+    def stop(self):
+        if self.p is None or self.p.poll() is not None:
+            return self.p.returncode if self.p else None
+        self.p.send_signal(signal.SIGTERM)
+        try:
+            return self.p.wait(60)
+        except subprocess.TimeoutExpired:
+            self.p.kill()
+            return self.p.wait()
+
+
+class Client:
+    def __init__(self, path=None, tcp=None):
+        if tcp is not None:
+            self.s = socket.create_connection(tcp, timeout=10)
+        else:
+            self.s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self.s.connect(path)  # blocking: a full backlog waits instead of EAGAIN
+            self.s.settimeout(10)
+        self.buf = b""
+
+    def send(self, obj):
+        self.s.sendall((json.dumps(obj) + "\n").encode())
+
+    def line(self, timeout=10):
+        self.s.settimeout(timeout)
+        while b"\n" not in self.buf:
+            got = self.s.recv(65536)
+            if not got:
+                return None
+            self.buf += got
+        line, self.buf = self.buf.split(b"\n", 1)
+        return json.loads(line)
+
+    def call(self, obj, timeout=10):
+        self.send(obj)
+        return self.line(timeout)
+
+    def close(self):
+        self.s.close()
+
+
+def code(reply):
+    return (reply or {}).get("error", {}).get("code")
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+# ---- cases ----
+
+def case_freeze():
+    """20k records imported by another process, again and again, while a
+    client measures every `get`: the worst wait stays far below the 0.37 s a
+    reload on the loop took."""
+    d = Daemon("freeze")
+    base = os.path.join(tmp, "freeze-base.jsonl")
+    n = 20000
+    export_file(base, [record(1 + i // 100, 1024 + (i % 100) * 8) for i in range(n)])
+    rc, _, err = run("import", "-q", base, "--db", d.db)
+    if rc != 0:
+        return fail(f"freeze: seeding import: {rc} {err}")
+    if not d.start():
+        return fail("freeze: daemon did not start: " + d.logtext())
+    stop = threading.Event()
+    rounds = [0]
+
+    def importer():
+        # Each round rewrites every record a little faster, so that each
+        # import changes the store and the daemon has to rebuild.
+        k = 0
+        while not stop.is_set() and k < 6:
+            k += 1
+            path = os.path.join(tmp, f"freeze-{k % 2}.jsonl")
+            export_file(path, [record(1 + i // 100, 1024 + (i % 100) * 8, median=200.0 - k)
+                               for i in range(n)])
+            run("import", "-q", path, "--db", d.db, timeout=120)
+            rounds[0] = k
+
+    t = threading.Thread(target=importer)
+    t.start()
+    c = Client(d.sock)
+    worst, count, t_end = 0.0, 0, time.time() + 60
+    while t.is_alive() and time.time() < t_end:
+        t0 = time.perf_counter()
+        r = c.call({"op": "get", "rows": 1 + count % 200, "cols": 1024 + (count % 100) * 8})
+        dt = time.perf_counter() - t0
+        worst = max(worst, dt)
+        count += 1
+        if not r or not r.get("ok"):
+            fail(f"freeze: get failed: {r}")
+            break
+    stop.set()
+    t.join()
+    # The last import's records are served once its rebuild is done.
+    want = 200.0 - rounds[0]
+    got = None
+    for _ in range(100):
+        got = c.call({"op": "get", "rows": 1, "cols": 1024})
+        if got and got.get("median_us") == want:
+            break
+        time.sleep(0.1)
+    stats = c.call({"op": "stats"})
+    c.close()
+    d.stop()
+    if worst > 0.1:
+        fail(f"freeze: a get waited {worst * 1e3:.1f} ms during {rounds[0]} imports of {n} "
+             f"records ({count} gets)")
+    elif not got or got.get("median_us") != want:
+        fail(f"freeze: after {rounds[0]} imports the daemon still serves {got}")
+    else:
+        ok(f"freeze: {count} gets during {rounds[0]} imports of {n} records, worst "
+           f"{worst * 1e3:.2f} ms; index loads {stats['store']['loads']}, last "
+           f"{stats['store'].get('last_load_ms')} ms off the loop")
+
+
+def case_idle():
+    port = free_port()
+    d = Daemon("idle", "--limit", "idle=0.5", "--listen", f"127.0.0.1:{port}")
+    if not d.start():
+        return fail("idle: daemon did not start: " + d.logtext())
+    idle = [Client(d.sock) for _ in range(3)] + [Client(tcp=("127.0.0.1", port)) for _ in range(3)]
+    partial = Client(d.sock)
+    partial.s.sendall(b'{"op":"pi')  # a slow-loris: a request that never ends
+    busy = Client(d.sock)
+    t_end = time.time() + 1.5
+    while time.time() < t_end:  # a client that keeps asking is never idle
+        if not busy.call({"op": "ping"}).get("ok"):
+            fail("idle: a busy client was refused")
+        time.sleep(0.1)
+    closed = 0
+    for c in idle + [partial]:
+        try:
+            r = c.line(timeout=5)
+            closed += code(r) == "idle_timeout" and c.line(timeout=5) is None
+        except OSError:
+            pass
+        c.close()
+    alive = busy.call({"op": "ping"})
+    busy.close()
+    d.stop()
+    if closed != len(idle) + 1:
+        fail(f"idle: {closed} of {len(idle) + 1} idle connections were closed")
+    elif not (alive or {}).get("ok"):
+        fail("idle: the busy client was closed")
+    else:
+        ok(f"idle: {closed} idle connections (Unix, TCP, a partial line) closed after 0.5 s, "
+           "the busy one kept")
+
+
+def case_reserve():
+    port = free_port()
+    d = Daemon("reserve", "--limit", "clients=8", "--limit", "unix-reserve=2",
+               "--listen", f"127.0.0.1:{port}")
+    if not d.start():
+        return fail("reserve: daemon did not start: " + d.logtext())
+    tcp = []
+    refused = 0
+    for _ in range(10):
+        c = Client(tcp=("127.0.0.1", port))
+        r = c.call({"op": "ping"})
+        if code(r) == "too_many_clients":
+            refused += 1
+            c.close()
+        else:
+            tcp.append(c)
+    local = [Client(d.sock) for _ in range(2)]
+    answers = [c.call({"op": "ping"}) for c in local]
+    for c in tcp + local:
+        c.close()
+    d.stop()
+    if len(tcp) != 6 or refused != 4:
+        fail(f"reserve: {len(tcp)} TCP clients served, {refused} refused (want 6 and 4)")
+    elif not all(a and a.get("ok") for a in answers):
+        fail(f"reserve: local clients were refused: {answers}")
+    else:
+        ok("reserve: 6 TCP clients of 8 slots, the next 4 refused, 2 local clients served")
+
+
+def case_storm():
+    d = Daemon("storm", "--limit", "clients=3")
+    if not d.start():
+        return fail("storm: daemon did not start: " + d.logtext())
+    stop = threading.Event()
+    storms = [0]
+
+    def storm():
+        while not stop.is_set():
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                s.connect(d.sock)
+            except OSError:
+                pass
+            s.close()
+            storms[0] += 1
+
+    t = threading.Thread(target=storm, daemon=True)
+    t.start()
+    refused = 0
+    try:
+        for _ in range(1000):
+            c = Client(d.sock)
+            try:
+                r = c.call({"op": "ping"})
+            except OSError:  # closed before it could send: refused
+                r = {"error": {"code": "too_many_clients"}}
+            refused += code(r) == "too_many_clients"
+            c.close()
+    finally:
+        stop.set()
+        t.join()
+    d.stop()
+    if refused:
+        fail(f"storm: {refused} of 1000 connections got too_many_clients during "
+             f"{storms[0]} connect/close of another process (3 slots)")
+    else:
+        ok(f"storm: 1000 connections served during {storms[0]} connect/close (3 slots)")
+
+
+def case_output():
+    d = Daemon("output", "--limit", "output=16384", "--limit", "output-total=131072")
+    if not d.start():
+        return fail("output: daemon did not start: " + d.logtext())
+    hogs = []
+    req = (json.dumps({"op": "stats"}) + "\n").encode() * 400
+    for i in range(40):
+        c = Client(d.sock)
+        c.s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        try:
+            c.s.sendall(req)
+        except OSError:
+            pass
+        hogs.append(c)
+    time.sleep(1.0)
+    w = Client(d.sock)
+    st = w.call({"op": "stats"})
+    w.close()
+    for c in hogs:
+        c.close()
+    d.stop()
+    if not st or st["clients"].get("output_cut_off", 0) == 0:
+        fail(f"output: no client was cut off past output-total: {st and st['clients']}")
+    else:
+        ok(f"output: {st['clients']['output_cut_off']} clients that never read cut off past "
+           "output-total; a new client served")
+
+
+def case_sighup():
+    d = Daemon("sighup")
+    if not d.start():
+        return fail("sighup: daemon did not start: " + d.logtext())
+    path = os.path.join(tmp, "sighup.jsonl")
+    export_file(path, [record(64, 4096, median=50.0)])
+    c = Client(d.sock)
+    c.call({"op": "stats"})
+    rc, _, err = run("import", "-q", path, "--db", d.db)
+    d.p.send_signal(signal.SIGHUP)
+    got = None
+    for _ in range(50):
+        time.sleep(0.1)
+        if d.p.poll() is not None:
+            break
+        try:
+            got = c.call({"op": "get", "rows": 64, "cols": 4096})
+        except OSError:
+            break
+        if got and got.get("source") == "exact":
+            break
+    alive = d.p.poll() is None
+    c.close()
+    status = d.stop()
+    if not alive:
+        fail(f"sighup: the daemon died (status {d.p.returncode})")
+    elif not got or got.get("source") != "exact":
+        fail(f"sighup: the store was not re-read: {got}")
+    elif status != 0 or os.path.exists(d.sock):
+        fail(f"sighup: the stop after it: status {status}, socket left: {os.path.exists(d.sock)}")
+    else:
+        ok("sighup: the daemon lives on and serves the record imported meanwhile")
+
+
+def case_sigterm():
+    d = Daemon("sigterm")
+    if not d.start():
+        return fail("sigterm: daemon did not start: " + d.logtext())
+    partial = Client(d.sock)
+    partial.s.sendall(b'{"op":"ping","id":')
+    waiting = Client(d.sock)
+    waiting.call({"op": "ping"})
+    time.sleep(0.2)
+    d.p.send_signal(signal.SIGTERM)
+    time.sleep(0.1)
+    try:
+        waiting.send({"op": "ping", "id": 7})  # arrives during the stop
+        late = waiting.line(timeout=5)
+    except OSError as e:
+        late = f"{e}"
+    try:
+        cut = partial.line(timeout=5)
+    except OSError as e:
+        cut = f"{e}"
+    partial.close()
+    waiting.close()
+    status = d.p.wait(30)
+    if code(late if isinstance(late, dict) else None) != "shutting_down" or late.get("id") != 7:
+        fail(f"sigterm: a request after SIGTERM got {late}")
+    elif code(cut if isinstance(cut, dict) else None) != "shutting_down":
+        fail(f"sigterm: a request half sent at SIGTERM got {cut}")
+    elif status != 0:
+        fail(f"sigterm: exit status {status}")
+    else:
+        ok("sigterm: requests in flight answered shutting_down, then a clean exit")
+
+
+def case_poison():
+    db = os.path.join(tmp, "poison-db")
+    good = record(4096, 32000, median=143.6, copy=126.7)
+    wrong_name = record(4096, 16000, median=80.0, name="NVIDIA H100 80GB HBM3")
+    too_fast = record(4096, 32000, median=0.001, copy=126.7)
+    beyond_bw = record(8192, 32000, median=10.0, copy=0)
+    fine = record(1024, 1024, median=20.0)
+    path = os.path.join(tmp, "poison.jsonl")
+    export_file(path, [wrong_name, too_fast, beyond_bw, fine])
+    rc, _, err = run("import", path, "--db", db)
+    listed = json.loads(run("list", "--json", "--db", db)[1] or "[]")
+    if rc != 1 or any(x["gpu_name"] != H200 for x in listed) or len(listed) != 1:
+        fail(f"poison: import of impossible records: status {rc}, stored {len(listed)}: {err}")
+        return
+    for line in (":2:", ":3:", ":4:"):
+        if line + " skipped" not in err:
+            fail(f"poison: no refusal on line {line}: {err}")
+            return
+    path = os.path.join(tmp, "genuine.jsonl")
+    export_file(path, [good])
+    rc, _, err = run("import", path, "--db", db)
+    listed = json.loads(run("list", "--json", "--db", db)[1] or "[]")
+    if rc != 0 or len(listed) != 2:
+        fail(f"poison: the genuine record after them: status {rc} {err}")
+    else:
+        ok("poison: a wrong GPU name, a time under its copy, one over 10 TB/s refused line by "
+           "line; the valid line and then the genuine record stored")
+
+
+def case_cli():
+    t0 = time.time()
+    db = os.path.join(tmp, "cli-db")
+    rc, _, err = run("import", "/dev/zero", "--db", db, timeout=20)
+    if rc != 1 or "not a regular file" not in err:
+        fail(f"cli: import /dev/zero: {rc} {err}")
+    with open("/dev/zero") as z:
+        rc, _, err = run("import", "-", "--db", db, stdin=z, timeout=20)
+    if rc != 1:
+        fail(f"cli: import - < /dev/zero: {rc} {err}")
+    env = dict(os.environ, TUNED_TEST_IMPORT_MAX_BYTES="100000")
+    p = subprocess.run(f"yes '' | '{TUNED}' import - --db '{db}'", shell=True, env=env,
+                       capture_output=True, text=True, timeout=20)
+    if p.returncode != 1:
+        fail(f"cli: an endless pipe into import: {p.returncode} {p.stderr}")
+    missing = os.path.join(tmp, "no-such-store")
+    for args in (["list"], ["export"], ["gc"], ["forget", "--gpu", "x"]):
+        rc, _, err = run(*args, "--db", missing)
+        if rc != 1 or os.path.exists(missing):
+            fail(f"cli: {args[0]} of a missing store: status {rc}, created "
+                 f"{os.path.exists(missing)}: {err}")
+    where = os.path.join(tmp, "serve-bad")
+    rc, _, err = run("serve", "--listen", "99999", "--socket", os.path.join(where, "s", "s.sock"),
+                     "--db", os.path.join(where, "db"), timeout=20)
+    if rc != 2 or os.path.exists(where):
+        fail(f"cli: serve --listen 99999: status {rc}, created {os.path.exists(where)}: {err}")
+    rc, _, err = run("list", "--fix", "--db", db)
+    if rc != 2 or "--fix" not in err:
+        fail(f"cli: list --fix: {rc} {err}")
+    rc, _, err = run("verify", "--fix", "--db", db)
+    if rc != 1 or "GPU" not in err:
+        fail(f"cli: verify --fix without a GPU: {rc} {err}")
+    ok(f"cli: import of a device or an endless pipe, a missing store, a bad port, --fix: "
+       f"clear errors ({time.time() - t0:.1f} s)")
+
+
+def case_read_only():
+    """A store the daemon cannot write: served read-only, tune refused."""
+    if os.geteuid() == 0:
+        print("skip: read-only store: running as root, a mode cannot make it read-only")
+        return
+    d = Daemon("ro")
+    path = os.path.join(tmp, "ro.jsonl")
+    export_file(path, [record(64, 4096, median=50.0)])
+    run("import", "-q", path, "--db", d.db)
+    os.chmod(d.db, 0o500)
+    for f in os.listdir(d.db):
+        os.chmod(os.path.join(d.db, f), 0o400)
+    try:
+        if not d.start():
+            return fail("read-only: daemon did not start: " + d.logtext())
+        c = Client(d.sock)
+        got = c.call({"op": "get", "rows": 64, "cols": 4096})
+        tune = c.call({"op": "tune", "rows": 64, "cols": 4096, "gpu": H200})
+        c.close()
+        d.stop()
+        if (got or {}).get("source") != "exact" or code(tune) not in ("read_only", "no_gpu"):
+            fail(f"read-only: get {got}, tune {tune}")
+        elif "READ-ONLY" not in d.logtext():
+            fail("read-only: the start does not say so: " + d.logtext())
+        else:
+            ok("read-only store: served, tune refused, said at start")
+    finally:
+        os.chmod(d.db, 0o700)
+
+
+CASES = [case_poison, case_cli, case_idle, case_reserve, case_storm, case_output, case_sighup,
+         case_sigterm, case_read_only, case_freeze]
+
+try:
+    only = sys.argv[2:]
+    for case in CASES:
+        if only and case.__name__[5:] not in only:
+            continue
+        try:
+            case()
+        except Exception as e:  # a case that crashed is a failed case, not a stopped suite
+            fail(f"{case.__name__}: {type(e).__name__}: {e}")
+finally:
+    for d in DAEMONS:  # a case that failed half way leaves none running
+        if d.p is not None and d.p.poll() is None:
+            d.p.kill()
+            d.p.wait()
+    shutil.rmtree(tmp, ignore_errors=True)
+print(f"{failures} failures")
+sys.exit(1 if failures else 0)
