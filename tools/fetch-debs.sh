@@ -2,7 +2,8 @@
 # tools/fetch-debs.sh - run on a Debian 12 developer machine (with network):
 # downloads into .debs/ (git-ignored) the runtime + dev .deb files that the
 # GPU machine (no internet, no lmdb/libuv/jansson) needs to build tuned:
-#   liblmdb0 liblmdb-dev libuv1 libuv1-dev libjansson4 libjansson-dev lmdb-utils
+#   liblmdb0 liblmdb-dev libuv1 libuv1-dev libjansson4 libjansson-dev lmdb-utils,
+#   and for the remote tier hiredis and a redis-server (with its libraries)
 # On the GPU machine, `source tools/device-env.sh` unpacks them into a prefix.
 #
 # Idempotent: a package whose current candidate .deb is already in .debs/ is
@@ -12,7 +13,8 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 DEBS_DIR="$ROOT/.debs"
-PACKAGES=(liblmdb0 liblmdb-dev libuv1 libuv1-dev libjansson4 libjansson-dev lmdb-utils)
+PACKAGES=(liblmdb0 liblmdb-dev libuv1 libuv1-dev libjansson4 libjansson-dev lmdb-utils
+          libhiredis0.14 libhiredis-dev redis-server redis-tools libjemalloc2 liblzf1)
 
 log() { printf '==> fetch-debs: %s\n' "$*"; }
 die() { printf '==> fetch-debs: ERROR: %s\n' "$*" >&2; exit 1; }

@@ -4,7 +4,7 @@
 # Usage: tools/setup.sh [--asan] [--release] [--no-deps]
 #
 #   1. Checks the Debian build dependencies (meson, ninja, pkg-config, gcc,
-#      python3, lmdb, libuv, jansson, lmdb-utils). Only if one is missing does
+#      python3, lmdb, libuv, jansson, hiredis, redis-server, lmdb-utils). Only if one is missing does
 #      it run `apt-get update` + `apt-get install` (as root, or through sudo).
 #      A dependency counts as present if dpkg says its package is installed OR
 #      its tool / pkg-config module is found, so on the GPU machine (no apt,
@@ -58,6 +58,8 @@ DEPS=(
     "liblmdb-dev:pc:lmdb"
     "libuv1-dev:pc:libuv"
     "libjansson-dev:pc:jansson"
+    "libhiredis-dev:pc:hiredis"
+    "redis-server:cmd:redis-server"
     "lmdb-utils:cmd:mdb_stat"
 )
 
