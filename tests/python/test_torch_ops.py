@@ -119,7 +119,9 @@ def samples(dtype):
         return torch.randn(*shape, generator=g, dtype=dtype) * 3
 
     base = r(12, 40)
-    return [r(7, 33), r(2, 3, 17), base[:, :25], base.t(), r(1, 1), r(5, 1)]
+    # ... and a size-1 dimension with a stride of its own (contiguous all the same)
+    return [r(7, 33), r(2, 3, 17), base[:, :25], base.t(), r(1, 1), r(5, 1),
+            r(3, 1, 5).as_strided((3, 1, 5), (5, 7, 1))]
 
 
 class OpcheckTests(unittest.TestCase):

@@ -124,7 +124,8 @@ def cuda_samples(dtype):
         return torch.randn(*shape, device="cuda", dtype=dtype, generator=g) * 3
 
     base = r(48, 1100)
-    return [r(16, 1000), r(2, 8, 257), base[:, :1000], r(300, 40).t(), r(7, 1), r(1, 4097)]
+    return [r(16, 1000), r(2, 8, 257), base[:, :1000], r(300, 40).t(), r(7, 1), r(1, 4097),
+            r(3, 1, 500).as_strided((3, 1, 500), (500, 7, 1))]
 
 
 def opcheck():
@@ -231,6 +232,9 @@ def graphs():
 # -------------------------------------------------------------- gradients --
 
 def gradients():
+    """Against float64: tuned's gradient in fp16 / bf16 / fp32 may be off
+    by no more than torch's own in the same dtype (twice its largest error,
+    plus a rounding of the gradient's scale)."""
     torch.manual_seed(1)
     for dtype in DTYPES:
         for shape, dim, scale in (((64, 1000), -1, 1.0), ((64, 1000), -1, 0.7), ((4, 9, 4097), 2, 2.0),
@@ -238,28 +242,48 @@ def gradients():
             x64 = torch.randn(*shape, device="cuda", dtype=torch.float64) * 2
             if dim == 0:
                 x64 = x64.t().contiguous().t()  # dim 0 adjacent: the transposed path
-            g64 = torch.randn_like(x64)
+            g = torch.randn_like(x64).to(dtype)
             for name, f, ref in (("softmax", tuned.softmax, torch.softmax),
                                  ("log_softmax", tuned.log_softmax, torch.log_softmax)):
                 x = x64.to(dtype).requires_grad_()
                 with no_fallback():  # all of these run the operators
-                    (f(x, dim, scale=scale) * g64.to(dtype)).sum().backward()
-                xr = x.detach().double().requires_grad_()
-                (ref(xr * scale, dim) * g64.to(dtype).double()).sum().backward()
-                close(x.grad, xr.grad, dtype, f"gradient of {name} {shape} dim {dim} scale {scale} {dtype}")
+                    (f(x, dim, scale=scale) * g).sum().backward()
+                xt = x64.to(dtype).requires_grad_()
+                (ref(xt * scale, dim) * g).sum().backward()
+                xr = x64.to(dtype).double().requires_grad_()
+                (ref(xr * scale, dim) * g.double()).sum().backward()
+                err = (x.grad.double() - xr.grad).abs().max().item()
+                err_torch = (xt.grad.double() - xr.grad).abs().max().item()
+                slack = RTOL[dtype] * xr.grad.abs().max().item() * 1e-2
+                expect(err <= 2 * err_torch + slack,
+                       f"gradient of {name} {shape} dim {dim} scale {scale} {dtype}: error {err:.3g} "
+                       f"against float64, torch's {err_torch:.3g}")
 
 
 # -------------------------------------------------------------- host time --
 
 def old_softmax_path():
     """tuned.softmax as it was before the torch operators (the commit before
-    them), its eager path copied: the baseline of the host-time bound."""
+    them), its eager path for rows copied: the baseline of the host-time
+    bound."""
     from tuned.handle import default_handle
     dtypes = {torch.float16: _lib.FP16, torch.bfloat16: _lib.BF16, torch.float32: _lib.FP32}
     c = torch._C
     current_device = c._cuda_getDevice
     raw_stream = c._cuda_getCurrentRawStream
-    handle = default_handle()
+
+    class TunedSoftmax(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, handle, rows, cols, stride, dt):
+            y = launch(x, handle, rows, cols, stride, dt)
+            ctx.save_for_backward(y)
+            return y
+
+        @staticmethod
+        def backward(ctx, g):
+            (y,) = ctx.saved_tensors
+            gx = y * (g - (g * y).sum(dim=-1, keepdim=True))
+            return gx, None, None, None, None, None
 
     def launch(x, h, rows, cols, stride, dt):
         y = torch.empty_like(x) if stride == cols else torch.empty_strided(
@@ -270,6 +294,11 @@ def old_softmax_path():
         if rc != 0:
             _lib.check(lib, rc, h._h, "tuned_softmax")
         return y
+
+    def call(x, h, rows, cols, stride, dt):
+        if x.requires_grad and torch.is_grad_enabled():
+            return TunedSoftmax.apply(x, h, rows, cols, stride, dt)
+        return launch(x, h, rows, cols, stride, dt)
 
     def softmax(x, dim=-1, *, handle=None):
         if not isinstance(x, torch.Tensor):
@@ -293,36 +322,32 @@ def old_softmax_path():
                 reason = "layout"
             elif layout[0] > 2147483647 or layout[1] > 2147483392:
                 reason = "size"
-        h = handle if handle is not None else default_handle()
+        if reason is None:
+            h = handle if handle is not None else default_handle()
         if reason is not None:
             return torch.softmax(x, dim)
         rows, cols, stride = layout
-        if x.get_device() != current_device():
-            with torch.cuda.device(x.device):
-                return launch(x, h, rows, cols, stride, dt)
-        if x.requires_grad and torch.is_grad_enabled():
-            raise NotImplementedError("not timed")
-        return launch(x, h, rows, cols, stride, dt)
+        try:
+            if x.get_device() != current_device():
+                with torch.cuda.device(x.device):
+                    return call(x, h, rows, cols, stride, dt)
+            return call(x, h, rows, cols, stride, dt)
+        except _lib.TunedError:
+            return torch.softmax(x, dim)
 
-    del handle
     return softmax
 
 
-def per_call_us(fn, x, n=20000, repeats=7):
-    """Median over repeats of the host microseconds per call of fn(x) (the
-    kernels are tiny: the GPU keeps up, the host is timed)."""
-    for _ in range(200):
-        fn(x)
+def per_call_us(fn, x, n=5000):
+    """Host microseconds per call of fn(x), n calls (the kernels are tiny:
+    the GPU keeps up, the host is timed)."""
     torch.cuda.synchronize()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        for _ in range(n):
-            fn(x)
-        times.append((time.perf_counter() - start) / n * 1e6)
-        torch.cuda.synchronize()
-    times.sort()
-    return times[len(times) // 2]
+    start = time.perf_counter()
+    for _ in range(n):
+        fn(x)
+    us = (time.perf_counter() - start) / n * 1e6
+    torch.cuda.synchronize()
+    return us
 
 
 def host_time():
@@ -335,20 +360,29 @@ def host_time():
         ("tuned.softmax (fast path)", tuned.softmax, x),
         ("tuned.log_softmax (torch's kernel in the operator)", tuned.log_softmax, x),
         ("torch.ops.tuned.softmax (the dispatcher)", lambda t: op(t, 1.0), x),
-        ("tuned.softmax with autograd (the dispatcher)", tuned.softmax, xg),
+        ("tuned.softmax before the operators, autograd", old, xg),
+        ("tuned.softmax with autograd", tuned.softmax, xg),
+        ("torch.ops.tuned.softmax with autograd (the dispatcher)", lambda t: op(t, 1.0), xg),
         ("torch.softmax", lambda t: torch.softmax(t, -1), x),
+        ("torch.softmax, autograd", lambda t: torch.softmax(t, -1), xg),
     ]
-    results = {}
-    print(f"host time per call, {tuple(x.shape)} fp16, median of 7 x 20000 calls:")
-    for name, fn, t in rows:
-        results[name] = per_call_us(fn, t)
-        print(f"  {results[name]:7.2f} us  {name}")
-    # Interleaved again: the two compared are timed side by side, best of 3.
-    old_us = min(per_call_us(old, x, 10000, 3) for _ in range(3))
-    new_us = min(per_call_us(tuned.softmax, x, 10000, 3) for _ in range(3))
-    print(f"  fast path {new_us:.2f} us against {old_us:.2f} us before: {new_us - old_us:+.2f} us")
-    expect(new_us <= old_us + 1.0, f"host time {new_us:.2f} us a call, more than 1 us over the "
-                                    f"{old_us:.2f} us of the path before the operators")
+    for _, fn, t in rows:  # warm-up
+        per_call_us(fn, t, 200)
+    # Round-robin repeats, the minimum of each: the host time without the
+    # machine's noise, which only ever adds.
+    times = {name: [] for name, _, _ in rows}
+    for _ in range(15):
+        for name, fn, t in rows:
+            times[name].append(per_call_us(fn, t))
+    print(f"host time per call, {tuple(x.shape)} fp16, 15 x 5000 calls round-robin (min, median):")
+    for name, _, _ in rows:
+        v = sorted(times[name])
+        print(f"  {v[0]:7.2f} {v[len(v) // 2]:7.2f} us  {name}")
+    for before, now in ((rows[0][0], rows[1][0]), (rows[4][0], rows[5][0])):
+        old_us, new_us = min(times[before]), min(times[now])
+        print(f"  {now}: {new_us:.2f} us against {old_us:.2f} us before: {new_us - old_us:+.2f} us")
+        expect(new_us <= old_us + 1.0, f"{now}: {new_us:.2f} us a call, more than 1 us over the "
+                                        f"{old_us:.2f} us of the path before the operators")
 
 
 section("paths", paths)
