@@ -138,7 +138,19 @@ def _as_forward_out(x, r):
         if r.stride() == x.stride():
             return r
         return _forward_out(x, layout).copy_(r)
-    return r.contiguous()
+    return _contiguous(r)
+
+
+def _contiguous(r):
+    """r with contiguous strides, those of torch.empty(r.shape) (a size-1
+    dimension's stride too, which r.contiguous() leaves as it is)."""
+    want, acc = [], 1
+    for n in reversed(r.shape):
+        want.append(acc)
+        acc *= max(n, 1)
+    if r.stride() == tuple(reversed(want)):
+        return r
+    return torch.empty(r.shape, dtype=r.dtype, device=r.device).copy_(r)
 
 
 def _scaled(x, scale):
@@ -160,13 +172,13 @@ def _softmax_backward_torch(y, dy):
     of that formula (aten::_softmax_backward_data: one pass, fp32 sums), the
     one torch.softmax's autograd runs: the CUDA path until libtuned exports
     tuned_softmax_backward, and the path on other devices."""
-    return torch._softmax_backward_data(dy.to(y.dtype), y, -1, y.dtype).contiguous()
+    return _contiguous(torch._softmax_backward_data(dy.to(y.dtype), y, -1, y.dtype))
 
 
 def _log_softmax_backward_torch(y, dy):
     """dx = dy - exp(y) * dy.sum(-1, keepdim=True), by torch's own kernel
     (aten::_log_softmax_backward_data), as _softmax_backward_torch."""
-    return torch._log_softmax_backward_data(dy.to(y.dtype), y, -1, y.dtype).contiguous()
+    return _contiguous(torch._log_softmax_backward_data(dy.to(y.dtype), y, -1, y.dtype))
 
 
 # --------------------------------------------------------- CUDA kernels --
