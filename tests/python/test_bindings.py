@@ -14,9 +14,13 @@ on a failure.
   library     loading errors name what was tried; the real libtuned loads,
               its version, a handle without a CUDA driver fails with
               TunedError(ENODRIVER) and the library's message
-  softmax     the dispatch (which tensors go to libtuned, which fall back to
-              torch.softmax, one warning per reason) with a stand-in torch
-              module, since torch is not installed here
+  dispatch    which tensors go to the torch operators and which fall back
+              to torch (one warning per reason, FallbackError in strict
+              mode), on stand-in tensors, since torch is not installed here
+              (tests/python/test_torch_ops.py runs the operators where it is)
+  kernels     which kernels libtuned exports decides each operator's path
+              (kernel_paths), with today's library and with a stand-in one
+              that exports two of the coming kernels
 
 Checks that load libtuned run in child interpreters: the library stays
 unloaded in this one, and in an ASan build (--asan) the children get the
@@ -346,21 +350,28 @@ class LibraryTests(unittest.TestCase):
 
 # --------------------------------------------------------------- softmax --
 
-FAKE_TORCH = '''
-import sys, types
+class Dtype:
+    def __init__(self, name):
+        self.name = name
 
-torch = types.ModuleType("torch")
-class dtype:
-    def __init__(self, name): self.name = name
-    def __repr__(self): return "torch." + self.name
-torch.float16, torch.bfloat16, torch.float32, torch.float64 = (
-    dtype("float16"), dtype("bfloat16"), dtype("float32"), dtype("float64"))
+    def __repr__(self):
+        return "torch." + self.name
+
+
+FP16, BF16, FP32, FP64 = Dtype("float16"), Dtype("bfloat16"), Dtype("float32"), Dtype("float64")
+SUPPORTED = {FP16: 0, BF16: 1, FP32: 2}
+
 
 class Device:
-    def __init__(self, type, index=None): self.type, self.index = type, index
+    def __init__(self, type):
+        self.type = type
 
-class Tensor:
-    def __init__(self, shape, stride=None, dtype=None, device="cuda", requires_grad=False):
+
+class StandIn:
+    """A tensor's metadata (what the dispatch decisions read), for CI
+    without torch: shape, strides, dtype, device."""
+
+    def __init__(self, shape, stride=None, dtype=FP16, device="cuda"):
         self.shape = tuple(shape)
         if stride is None:
             stride, acc = [], 1
@@ -368,142 +379,210 @@ class Tensor:
                 stride.insert(0, acc)
                 acc *= s
         self._stride = tuple(stride)
-        self.dtype = dtype or torch.float16
-        self.device = Device(device, 0 if device == "cuda" else None)
-        self.is_cuda = device == "cuda"
-        self.requires_grad = requires_grad
-    def dim(self): return len(self.shape)
-    def stride(self): return self._stride
+        self.dtype = dtype
+        self.device = Device(device)
+
+    def dim(self):
+        return len(self.shape)
+
+    def stride(self):
+        return self._stride
+
     def numel(self):
         n = 1
-        for s in self.shape: n *= s
+        for s in self.shape:
+            n *= s
         return n
-    def data_ptr(self): return 1 << 20
-    def get_device(self): return self.device.index if self.is_cuda else -1
-    def is_contiguous(self):
-        acc = 1
-        for s, st in reversed(list(zip(self.shape, self._stride))):
-            if s != 1 and st != acc:
-                return False
-            acc *= s
-        return True
-torch.Tensor = Tensor
-
-calls = []
-def softmax(x, dim):
-    calls.append(("torch", dim))
-    return "torch-result"
-torch.softmax = softmax
-torch.is_grad_enabled = lambda: True
-
-class Function:
-    @classmethod
-    def apply(cls, *args): return cls.forward(None, *args)
-autograd = types.ModuleType("torch.autograd")
-autograd.Function = Function
-torch.autograd = autograd
-
-class Stream:
-    cuda_stream = 0
-cuda = types.ModuleType("torch.cuda")
-cuda.current_stream = lambda device=None: Stream()
-cuda.current_device = lambda: 0
-torch.cuda = cuda
-def empty_strided(shape, stride, dtype=None, device=None):
-    return Tensor(shape, stride, dtype)
-torch.empty_strided = empty_strided
-torch.empty_like = lambda x: Tensor(x.shape, None, x.dtype)
-C = types.ModuleType("torch._C")
-C._cuda_getDevice = lambda: 0
-C._cuda_getCurrentRawStream = lambda index: 0
-torch._C = C
-sys.modules["torch"] = torch
-sys.modules["torch.cuda"] = cuda
-sys.modules["torch.autograd"] = autograd
-'''
 
 
-class SoftmaxTests(unittest.TestCase):
-    def test_dispatch_and_fallbacks(self):
-        code = FAKE_TORCH + textwrap.dedent('''
-            import warnings
+class DispatchTests(unittest.TestCase):
+    """tuned/_dispatch.py: which calls go to the operators, which fall back
+    to torch and why, warned once per reason or raised in strict mode."""
+
+    def setUp(self):
+        from tuned import _dispatch
+        self.d = _dispatch
+        self.d._warned.clear()
+        self.saved_strict = self.d.strict()
+        self.d.set_strict(False)
+
+    def tearDown(self):
+        self.d.set_strict(self.saved_strict)
+        self.d._warned.clear()
+
+    def test_plan(self):
+        T, plan = StandIn, self.d.plan
+        # To the operator: the last dimension in any layout (rows in place,
+        # anything else made contiguous by the operator), a transposed view
+        # over its adjacent dimension (moved last by a view), meta tensors.
+        self.assertEqual(plan(T((4, 8)), -1, SUPPORTED), (None, None))
+        self.assertEqual(plan(T((4, 8)), 1, SUPPORTED), (None, None))
+        self.assertEqual(plan(T((8, 4), stride=(1, 8)), -1, SUPPORTED), (None, None))
+        self.assertEqual(plan(T((8, 4), stride=(1, 8)), 0, SUPPORTED), (None, 0))
+        self.assertEqual(plan(T((2, 8, 4), stride=(32, 1, 8)), 1, SUPPORTED), (None, 1))
+        self.assertEqual(plan(T((4, 8), device="meta"), -1, SUPPORTED), (None, None))
+        self.assertEqual(plan(T((4, 8), dtype=BF16), -1, SUPPORTED), (None, None))
+        # To torch, with the reason.
+        cases = [
+            (T((4, 8), device="cpu"), -1, "device", "a cpu tensor"),
+            (T((4, 8), dtype=FP64), -1, "dtype", "dtype torch.float64"),
+            (T((4, 8)), 0, "dim", "softmax over dim 0 of a 2-d tensor"),
+            (T((2, 3, 5)), -2, "dim", "not adjacent"),
+            (T((0, 8)), -1, "empty", "empty"),
+            (T(()), -1, "empty", "0-d"),
+            (T((2 ** 31, 1)), -1, "size", "exceed tuned's limits"),
+            (T((1, 2 ** 31)), -1, "size", "exceed tuned's limits"),
+        ]
+        for x, dim, key, text in cases:
+            reason, moved = plan(x, dim, SUPPORTED)
+            self.assertIsNotNone(reason, (x.shape, dim))
+            self.assertEqual(reason[0], key, (x.shape, dim))
+            self.assertIn(text, reason[1])
+        with self.assertRaises(IndexError):
+            plan(T((4, 8)), 2, SUPPORTED)
+        with self.assertRaises(IndexError):
+            plan(T((4, 8)), -3, SUPPORTED)
+
+    def test_rows_layout(self):
+        L = self.d.rows_layout
+        self.assertEqual(L((2, 3, 5), (15, 5, 1)), (6, 5, 5))
+        self.assertEqual(L((7,), (1,)), (1, 7, 7))
+        self.assertEqual(L((4, 5), (8, 1)), (4, 5, 8))             # row slices
+        self.assertEqual(L((1, 4, 1, 5), (999, 5, 77, 1)), (4, 5, 5))  # size-1 dims
+        self.assertEqual(L((4, 1), (1, 9)), (4, 1, 1))             # one column
+        self.assertIsNone(L((4, 5), (0, 1)))                      # broadcast rows
+        self.assertIsNone(L((2, 3, 5), (40, 5, 1)))               # a gap between outer dims
+        self.assertIsNone(L((8, 4), (1, 8)))                      # transposed
+
+    def test_warn_once_and_strict(self):
+        import warnings
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            for _ in range(3):
+                self.d.fall_back("softmax", "device", "a cpu tensor")
+                self.d.fall_back("log_softmax", "device", "a cpu tensor")
+                self.d.fall_back("softmax", "quiet", "under torch.compile", quiet=True)
+        texts = [str(i.message) for i in w]
+        self.assertEqual(texts, ["tuned.softmax: a cpu tensor; using torch.softmax instead",
+                                 "tuned.log_softmax: a cpu tensor; using torch.log_softmax instead"])
+        self.assertTrue(all(i.category is RuntimeWarning for i in w))
+        self.d.set_strict(True)
+        with self.assertRaises(tuned.FallbackError) as cm:
+            self.d.fall_back("softmax", "device", "a cpu tensor")
+        self.assertIn("tuned.softmax: a cpu tensor (strict mode", str(cm.exception))
+        with self.assertRaises(tuned.FallbackError):
+            self.d.fall_back("softmax", "quiet", "under torch.compile", quiet=True)
+
+    def test_strict_from_environment(self):
+        for value, want in (("1", "True"), ("0", "False"), ("", "False")):
+            rc, out, err = run_child("""
+                import tuned
+                print("strict", tuned.strict())
+            """, {"TUNED_STRICT": value})
+            self.assertEqual(rc, 0, err)
+            self.assertIn("strict " + want, out, value)
+
+    def test_torch_names_need_torch(self):
+        try:
+            import torch  # noqa: F401
+            self.skipTest("torch is installed here")
+        except ImportError:
+            pass
+        rc, out, err = run_child("""
             import tuned
-            from tuned import torch_ops
-            T = torch.Tensor
-            caught = []
-            def run(x, dim=-1):
-                with warnings.catch_warnings(record=True) as w:
-                    warnings.simplefilter("always")
-                    before = len(calls)
-                    r = tuned.softmax(x, dim)
-                    caught.extend(str(i.message) for i in w)
-                    return r, len(calls) > before, [str(i.message) for i in w]
-            # Each unsupported input goes to torch.softmax, warned once per reason.
-            cases = [
-                ("cpu", T((4, 8), device="cpu"), -1),
-                ("float64", T((4, 8), dtype=torch.float64), -1),
-                ("dim0", T((4, 8)), 0),
-                ("strides", T((8, 4), stride=(1, 8)), -1),
-                ("empty", T((0, 8)), -1),
-            ]
-            for name, x, dim in cases:
-                r, fell, w = run(x, dim)
-                print(name, fell, len(w), w[0] if w else "")
-                r, fell, w = run(x, dim)
-                print(name + "-again", fell, len(w))
-            # Supported layouts.
-            L = torch_ops._rows_layout
-            print("layout contiguous", L(T((2, 3, 5))))
-            print("layout 1d", L(T((7,))))
-            print("layout sliced rows", L(T((4, 5), stride=(8, 1))))
-            print("layout size-1 dims", L(T((1, 4, 1, 5), stride=(999, 5, 77, 1))))
-            print("layout broadcast", L(T((4, 5), stride=(0, 1))))
-            print("layout gap between outer dims", L(T((2, 3, 5), stride=(40, 5, 1))))
-            # A supported tensor, with no usable library: falls back, says why.
-            r, fell, w = run(T((64, 1000)))
-            print("library", fell, w[0] if w else "")
-        ''')
-        rc, out, err = run_child(code, {"TUNED_LIBRARY": "/nonexistent/libtuned.so.0",
-                                        "TUNED_POLICY": "never"})
+            print("paths", tuned.kernel_paths()["softmax"])
+            for name in ("softmax", "log_softmax"):
+                try:
+                    getattr(tuned, name)
+                except ImportError as e:
+                    print(name, e)
+        """, {"TUNED_LIBRARY": "/nonexistent/libtuned.so.0"})
         self.assertEqual(rc, 0, err)
-        lines = dict(l.split(" ", 1) for l in out.splitlines() if " " in l)
-        for name, text in (("cpu", "a cpu tensor"), ("float64", "dtype torch.float64"),
-                           ("dim0", "softmax over dim 0"), ("strides", "not rows"),
-                           ("empty", "empty")):
-            self.assertTrue(lines[name].startswith("True 1 "), f"{name}: {lines[name]}")
-            self.assertIn(text, lines[name])
-            self.assertIn("using torch.softmax instead", lines[name])
-        for name in ("cpu", "float64", "dim0", "strides", "empty"):
-            self.assertEqual(lines[name + "-again"], "True 0", name)
-        self.assertIn("layout contiguous (6, 5, 5)", out)
-        self.assertIn("layout 1d (1, 7, 7)", out)
-        self.assertIn("layout sliced rows (4, 5, 8)", out)
-        self.assertIn("layout size-1 dims (4, 5, 5)", out)
-        self.assertIn("layout broadcast None", out)
-        self.assertIn("layout gap between outer dims None", out)
-        self.assertIn("library True tuned.softmax: libtuned is not usable", out)
+        self.assertIn("paths torch", out)
+        self.assertIn("softmax tuned.softmax needs torch", out)
+        self.assertIn("log_softmax tuned.log_softmax needs torch", out)
 
     @unittest.skipUnless(LIBTUNED and os.path.exists(LIBTUNED), "no libtuned given")
-    def test_no_driver_falls_back(self):
-        code = FAKE_TORCH + textwrap.dedent('''
-            import warnings, tempfile
-            import tuned
-            with warnings.catch_warnings(record=True) as w:
-                warnings.simplefilter("always")
-                r = tuned.softmax(torch.Tensor((64, 1000)))
-            print("result", r)
-            print("warning", str(w[0].message) if w else "none")
-        ''')
+    def test_default_handle_without_driver(self):
         store = tempfile.mkdtemp(prefix="tuned-py-store-")
         try:
-            rc, out, err = run_child(code, {"TUNED_LIBRARY": LIBTUNED, "TUNED_DB": store,
-                                            "TUNED_POLICY": "never"})
+            rc, out, err = run_child("""
+                import tuned
+                for _ in range(2):
+                    try:
+                        tuned.default_handle()
+                        print("opened")
+                    except tuned.TunedError as e:
+                        print("error", id(e), e.code, e.message)
+            """, {"TUNED_LIBRARY": LIBTUNED, "TUNED_DB": store, "TUNED_POLICY": "never"})
         finally:
             shutil.rmtree(store, ignore_errors=True)
         self.assertEqual(rc, 0, err)
-        if "result torch-result" in out:
-            self.assertIn("libtuned is not usable", out)
-            self.assertIn("tuned_open", out)
+        if "opened" not in out:
+            lines = [l.split(" ", 3) for l in out.splitlines() if l.startswith("error")]
+            self.assertEqual(len(lines), 2, out)
+            self.assertEqual(lines[0][1], lines[1][1], "the open error is kept, not retried")
+            self.assertIn("tuned_open", lines[0][3])
+
+
+class KernelPathsTests(unittest.TestCase):
+    """Which kernels a libtuned exports decides each torch operator's path:
+    today's libtuned has the forward softmax only; a library that also
+    exports a backward or log_softmax kernel (a stand-in shared object here,
+    linked to the real libtuned) gets them bound and reported as tuned."""
+
+    @unittest.skipUnless(LIBTUNED and os.path.exists(LIBTUNED), "no libtuned given")
+    def test_today(self):
+        rc, out, err = run_child("""
+            import tuned
+            print(sorted(tuned.kernel_paths().items()))
+        """, {"TUNED_LIBRARY": LIBTUNED})
+        self.assertEqual(rc, 0, err)
+        self.assertIn(f"('library', '{LIBTUNED}')", out)
+        for op, path in (("softmax", "tuned"), ("softmax_scale", "torch"),
+                         ("softmax_backward", "torch"), ("log_softmax", "torch"),
+                         ("log_softmax_backward", "torch")):
+            self.assertIn(f"('{op}', '{path}')", out)
+
+    @unittest.skipUnless(LIBTUNED and os.path.exists(LIBTUNED), "no libtuned given")
+    def test_new_exports_are_used(self):
+        cc = os.environ.get("CC", "cc")
+        if not shutil.which(cc):
+            self.skipTest(f"no C compiler ({cc})")
+        d = tempfile.mkdtemp(prefix="tuned-py-shim-")
+        try:
+            src = os.path.join(d, "shim.c")
+            with open(src, "w") as f:
+                f.write("int tuned_softmax_backward(void *h, const void *y, const void *dy, void *dx,"
+                        " long long r, long long c, long long s, int t, void *st) { return -14; }\n"
+                        "int tuned_log_softmax(void *h, const void *x, void *y, long long r,"
+                        " long long c, long long s, int t, float scale, void *st) { return -14; }\n")
+            shim = os.path.join(d, "libshim.so")
+            libdir = os.path.dirname(LIBTUNED)
+            # --no-as-needed: the shim calls nothing in libtuned, but needs
+            # it loaded beside it (its symbols are found through the shim).
+            p = subprocess.run([cc, "-shared", "-fPIC", src, "-o", shim, "-L" + libdir,
+                                "-Wl,--no-as-needed", "-l:" + os.path.basename(LIBTUNED),
+                                "-Wl,-rpath," + libdir],
+                               capture_output=True, text=True)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            rc, out, err = run_child("""
+                import ctypes, tuned
+                from tuned import _lib
+                print(sorted(tuned.kernel_paths().items()))
+                print("version", tuned.version())
+                f = _lib.load().tuned_log_softmax
+                print("argtypes", f.argtypes[-2] is ctypes.c_float, f.restype is ctypes.c_int)
+            """, {"TUNED_LIBRARY": shim})
+            self.assertEqual(rc, 0, err)
+            for op, path in (("softmax", "tuned"), ("softmax_scale", "torch"),
+                             ("softmax_backward", "tuned"), ("log_softmax", "tuned"),
+                             ("log_softmax_backward", "torch")):
+                self.assertIn(f"('{op}', '{path}')", out)
+            self.assertIn("version 0.1.0", out)
+            self.assertIn("argtypes True True", out)
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
 
 
 def main():

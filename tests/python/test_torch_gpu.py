@@ -5,7 +5,8 @@ torch.softmax on a GPU (issue 6). Exits 77 (skipped) without torch or CUDA.
              sizes, fp16 / bf16 / fp32, 2-d and 3-d, against torch.softmax
              in fp32 (fp16 and bf16 within a rounding or two)
   layouts    row slices (a stride between rows), a misaligned view (offset
-             one element), a transposed tensor (falls back, warns once)
+             one element), a transposed tensor (made contiguous; over dim 0
+             moved last by a view), dim 0 of rows (falls back, warns once)
   streams    a side stream: the result is ordered on it
   autograd   the gradient equals torch.softmax's
   graphs     tuned.softmax captured in a torch.cuda.CUDAGraph and replayed
@@ -91,8 +92,11 @@ for dtype in (torch.float16, torch.bfloat16, torch.float32):
 with warnings.catch_warnings(record=True) as w:
     warnings.simplefilter("always")
     t = torch.randn(1000, 64, device="cuda", dtype=torch.float16).t()
-    compare(t, "transposed (fallback)")
-    expect(any("not rows" in str(i.message) for i in w), "no warning for a transposed tensor")
+    compare(t, "transposed (made contiguous)")
+    compare(t, "transposed, dim 0 (moved last by a view)", dim=0)
+    expect(not w, f"warnings for a transposed tensor: {[str(i.message) for i in w]}")
+    compare(torch.randn(64, 1000, device="cuda", dtype=torch.float16), "dim 0 (fallback)", dim=0)
+    expect(any("not adjacent" in str(i.message) for i in w), "no warning for dim 0's fallback")
 
 side = torch.cuda.Stream()
 with torch.cuda.stream(side):

@@ -2,28 +2,70 @@
 
     import tuned
     y = tuned.softmax(x)          # x: a CUDA torch tensor, fp16/bf16/fp32
+    y = tuned.log_softmax(x, -1, scale=0.5)
     tuned.last_choice()           # which config that call used, and from where
+    tuned.kernel_paths()          # which operators run libtuned's kernels, which torch's
     tuned.tune(4096, 32000)       # tune a shape now (a child `tuned`, or the daemon)
 
     with tuned.Client() as c:     # the daemon's protocol, no GPU needed
         c.get(4096, 32000)
 
 ctypes over libtuned (include/tuned.h); no compiled extension. The library
-is loaded on first use ($TUNED_LIBRARY, else libtuned.so.0 from the
-loader's paths), so `import tuned` works without it (Client needs nothing).
+is loaded on first use ($TUNED_LIBRARY; else the copy `pip install .`
+puts inside this package; else libtuned.so.0 from the loader's paths), so
+`import tuned` works without it (Client needs nothing).
+
+softmax and log_softmax come from tuned.torch_ops, which
+imports torch and registers the operators torch.ops.tuned.* (softmax,
+log_softmax and their backwards): on first use of one of these names, or
+at `import tuned` when torch is already imported.
 """
 
+import sys as _sys
+
+from ._dispatch import set_strict, strict
 from .client import Client, default_socket
-from .errors import DaemonError, LibraryError, TunedError
-from .handle import Choice, Handle
-from .torch_ops import default_handle, softmax
+from .errors import DaemonError, FallbackError, LibraryError, TunedError
+from .handle import Choice, Handle, default_handle
 
 __all__ = [
-    "Choice", "Client", "DaemonError", "Handle", "LibraryError", "TunedError", "default_handle",
-    "default_socket", "last_choice", "lookup", "softmax", "tune", "version",
+    "Choice", "Client", "DaemonError", "FallbackError", "Handle", "LibraryError", "TunedError",
+    "default_handle", "default_socket", "kernel_paths", "last_choice", "log_softmax", "lookup",
+    "set_strict", "softmax", "strict", "tune", "version",
 ]
 
 __version__ = "0.1.0"
+
+_TORCH_NAMES = ("softmax", "log_softmax")
+
+
+def __getattr__(name):
+    # The torch operators, imported on first use: `import tuned` stays
+    # free of torch for the Client and the C API's users.
+    if name in _TORCH_NAMES:
+        try:
+            from . import torch_ops
+        except ImportError as exc:
+            if getattr(exc, "name", None) == "torch":
+                raise ImportError(f"tuned.{name} needs torch (pip install torch)") from exc
+            raise
+        return getattr(torch_ops, name)
+    raise AttributeError(f"module 'tuned' has no attribute {name!r}")
+
+
+if "torch" in _sys.modules:
+    # torch is here already: register the operators now, so that
+    # torch.ops.tuned.* exist before anything is compiled or loaded.
+    from .torch_ops import log_softmax, softmax  # noqa: E402,F401
+
+
+def kernel_paths():
+    """Which torch operators run libtuned's kernels on CUDA and which run
+    torch's: {"softmax": "tuned", "softmax_backward": "torch", ...}, with the
+    library loaded (see tuned.torch_ops)."""
+    from . import _lib
+
+    return _lib.kernel_paths()
 
 
 def version():

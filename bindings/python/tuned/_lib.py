@@ -1,9 +1,17 @@
 """ctypes declarations of libtuned (include/tuned.h), loaded on first use.
 
-The library is found, in order, at $TUNED_LIBRARY (a path), as libtuned.so.0
-through the dynamic loader (LD_LIBRARY_PATH, ldconfig), through
-ctypes.util.find_library("tuned"), and in the default install prefixes.
-When none works, LibraryError says what was tried and how to fix it.
+The library is found, in order, at $TUNED_LIBRARY (a path: an explicit
+choice, nothing else is tried), in this package's own directory (where
+`pip install .` from the repository root puts the libtuned it built), as
+libtuned.so.0 through the dynamic loader (LD_LIBRARY_PATH, ldconfig),
+through ctypes.util.find_library("tuned"), and in the default install
+prefixes. When none works, LibraryError says what was tried and how to fix
+it.
+
+Kernels that later versions of libtuned export (the backward passes,
+log_softmax, a forward with a fused scale) are declared in _OPTIONAL: a
+library without them still loads, and has() tells which it exports, so the
+torch operators use each one from the day it exists.
 """
 
 import ctypes
@@ -110,8 +118,48 @@ _PROTOTYPES = {
     ),
 }
 
+# Kernels a libtuned may or may not export yet: bound when present. The
+# forwards take a float scale applied to x before the max; every row is
+# row_stride elements after the last in each of x, y (and dy, dx).
+_ROWS = [ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_int]
+_OPTIONAL = {
+    "tuned_softmax_scaled": (
+        ctypes.c_int,
+        [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p] + _ROWS + [ctypes.c_float, ctypes.c_void_p],
+    ),
+    "tuned_log_softmax": (
+        ctypes.c_int,
+        [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p] + _ROWS + [ctypes.c_float, ctypes.c_void_p],
+    ),
+    "tuned_softmax_backward": (
+        ctypes.c_int,
+        [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p] + _ROWS + [ctypes.c_void_p],
+    ),
+    "tuned_log_softmax_backward": (
+        ctypes.c_int,
+        [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p] + _ROWS + [ctypes.c_void_p],
+    ),
+}
+
 _lock = threading.Lock()
 _lib = None
+_path = None
+_exported = frozenset()
+
+# What `pip install .` from the repository root puts beside these modules
+# (bindings/python/meson.build): the libtuned it built and the tuned
+# executable. Absent when the package runs from the source tree or was
+# installed alone (bindings/python/pyproject.toml).
+PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+BUNDLED_LIBRARY = os.path.join(PACKAGE_DIR, "libtuned.so.0")
+BUNDLED_EXECUTABLE = os.path.join(PACKAGE_DIR, "bin", "tuned")
+
+
+def bundled_executable():
+    """The tuned executable installed inside this package, or None."""
+    if os.access(BUNDLED_EXECUTABLE, os.X_OK):
+        return BUNDLED_EXECUTABLE
+    return None
 
 
 def _candidates():
@@ -119,7 +167,10 @@ def _candidates():
     if env:
         # An explicit choice: nothing else is tried.
         return [("$TUNED_LIBRARY", env)]
-    out = [("the dynamic loader", "libtuned.so.0")]
+    out = []
+    if os.path.exists(BUNDLED_LIBRARY):
+        out.append(("this package", BUNDLED_LIBRARY))
+    out.append(("the dynamic loader", "libtuned.so.0"))
     found = ctypes.util.find_library("tuned")
     if found:
         out.append(("ctypes.util.find_library", found))
@@ -133,7 +184,7 @@ def _candidates():
 
 def load():
     """The loaded library (ctypes.CDLL with prototypes); LibraryError if none."""
-    global _lib
+    global _lib, _path, _exported
     if _lib is not None:
         return _lib
     with _lock:
@@ -155,11 +206,60 @@ def load():
                 f = getattr(lib, fn)
                 f.restype = restype
                 f.argtypes = argtypes
+            exported = set()
+            for fn, (restype, argtypes) in _OPTIONAL.items():
+                f = getattr(lib, fn, None)
+                if f is not None:
+                    f.restype = restype
+                    f.argtypes = argtypes
+                    exported.add(fn)
+            _exported = frozenset(exported)
+            _path = name
             _lib = lib
             return lib
         raise LibraryError(
             "libtuned not found; tried " + "; ".join(tried) +
-            ". Install tuned (meson install), or set TUNED_LIBRARY=/path/to/libtuned.so.0")
+            ". Install tuned (`pip install .` from its repository, or meson install), "
+            "or set TUNED_LIBRARY=/path/to/libtuned.so.0")
+
+
+def has(fn):
+    """Whether the loaded libtuned exports fn, one of _OPTIONAL's kernels
+    (False when no libtuned can be loaded)."""
+    try:
+        load()
+    except LibraryError:
+        return False
+    return fn in _exported
+
+
+def kernel_paths():
+    """What each torch operator's CUDA kernel runs with the libtuned that
+    loads: "tuned" (libtuned's tuned kernel) or "torch" (torch's kernels);
+    softmax_scale: "fused" (tuned_softmax_scaled) or "torch" (x * scale by
+    torch, then tuned_softmax). "library" names the libtuned loaded, or says
+    why none could be (then every operator runs torch). A CUDA call still
+    falls back to torch where libtuned cannot open a handle (no GPU)."""
+    try:
+        load()
+    except LibraryError as exc:
+        return {"library": f"none ({exc})", "softmax": "torch", "softmax_scale": "torch",
+                "softmax_backward": "torch", "log_softmax": "torch",
+                "log_softmax_backward": "torch"}
+    tuned = {True: "tuned", False: "torch"}
+    return {
+        "library": _path,
+        "softmax": "tuned",
+        "softmax_scale": "fused" if "tuned_softmax_scaled" in _exported else "torch",
+        "softmax_backward": tuned["tuned_softmax_backward" in _exported],
+        "log_softmax": tuned["tuned_log_softmax" in _exported],
+        "log_softmax_backward": tuned["tuned_log_softmax_backward" in _exported],
+    }
+
+
+def loaded_path():
+    """The name the library was loaded by (a path, or libtuned.so.0), or None."""
+    return _path
 
 
 def strerror(code):

@@ -25,3 +25,9 @@ class DaemonError(RuntimeError):
         self.code = code
         self.message = message
         self.reply = reply
+
+
+class FallbackError(RuntimeError):
+    """Strict mode (tuned.set_strict(True), or TUNED_STRICT=1): a call that
+    would have fallen back to torch raises this instead; the message says
+    why it could not run libtuned's kernel."""

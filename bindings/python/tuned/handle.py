@@ -1,10 +1,14 @@
-"""Handle: a libtuned handle (tuned_open ... tuned_close) from Python."""
+"""Handle: a libtuned handle (tuned_open ... tuned_close) from Python, and
+the module's default handle that tuned.softmax and the torch operators use."""
 
 import ctypes
 import dataclasses
+import os
 import sys
+import threading
 
 from . import _lib
+from .errors import LibraryError, TunedError
 
 
 @dataclasses.dataclass
@@ -56,7 +60,9 @@ class Handle:
     store: the store directory (None: the default; "": none); socket: the
     daemon's socket (None: the default); policy: "never", "daemon" or
     "process" (who tunes shapes without an exact record); tuned_path: the
-    tuned executable for child tunes; tune_time_s: their search time.
+    tuned executable for child tunes (None: $TUNED_BIN, else the one
+    installed inside this package, else libtuned's default); tune_time_s:
+    their search time.
     Thread-safe; close() (or a with block) releases it.
     """
 
@@ -65,6 +71,8 @@ class Handle:
         lib = _lib.load()
         if policy not in _lib.POLICIES:
             raise ValueError(f"unknown policy {policy!r} (never, daemon, process)")
+        if tuned_path is None and not os.environ.get("TUNED_BIN"):
+            tuned_path = _lib.bundled_executable()
         opts = _lib.Options()
         lib.tuned_options_init(ctypes.byref(opts))
         # Keep the encoded strings alive until tuned_open has copied them.
@@ -145,3 +153,30 @@ class Handle:
         h = self._live()
         rc = self._lib.tuned_tune(h, rows, cols, dtype_code(dtype), device, float(time_s))
         _lib.check(self._lib, rc, h, "tuned_tune")
+
+
+_default = None
+_default_error = None
+_default_lock = threading.Lock()
+
+
+def default_handle():
+    """The module's handle, opened on first use: the store and socket from
+    the environment, policy $TUNED_POLICY (default "daemon": shapes without
+    an exact record are sent to a running daemon to tune; without a daemon
+    nothing happens). Raises LibraryError or TunedError when it cannot open,
+    and the same error again on later calls (it is not retried)."""
+    global _default, _default_error
+    if _default is not None:
+        return _default
+    with _default_lock:
+        if _default is None:
+            if _default_error is not None:
+                raise _default_error
+            try:
+                _default = Handle(policy=os.environ.get("TUNED_POLICY", "daemon"),
+                                  tune_time_s=float(os.environ.get("TUNED_TUNE_TIME", "0")))
+            except (LibraryError, TunedError, ValueError) as exc:
+                _default_error = exc
+                raise
+    return _default
