@@ -17,8 +17,13 @@
 #            copy, torch, torch.compile, Triton, QuACK and Liger on the
 #            mission, anchor and decode shapes. It stops itself before the
 #            limit; run it again to go on where it stopped.
+#   train    build, the GPU test suite, then bench/bench_train.py: the
+#            four kernels tuned, and a training step's softmax and
+#            log_softmax (backward alone against its floor, forward and
+#            backward through autograd) against torch, torch.compile, QuACK
+#            and Liger; stops itself before the limit (run again to go on).
 #   stage    only keep the wheel part carried in this call (.whlA/ or
-#            .whlB/) in /tmp, for a later `anchors` call.
+#            .whlB/) in /tmp, for a later `anchors` or `train` call.
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -84,6 +89,30 @@ check)
     echo "== pretune: exit $pre, $((SECONDS - t0)) s"
     cat "$out/shapes.md"
     [[ $suite -eq 0 && $pre -eq 0 ]]
+    ;;
+train)
+    # shellcheck source=tools/device-env.sh
+    source tools/device-env.sh || exit 1
+    export LD_LIBRARY_PATH="/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+    install_wheels >"$out/wheels.log" 2>&1 || { cat "$out/wheels.log"; exit 1; }
+    tail -n 1 "$out/wheels.log"
+    t0=$SECONDS
+    tools/setup.sh --no-deps >/tmp/tuned-build.log 2>&1 || { tail -n 30 /tmp/tuned-build.log; exit 1; }
+    echo "== build: $((SECONDS - t0)) s"
+    if [[ ! -f /tmp/tuned-gpu-suite.ok ]]; then
+        meson test -C build --suite gpu --print-errorlogs >"$out/gpu-tests.log" 2>&1 &&
+            touch /tmp/tuned-gpu-suite.ok
+        grep -E '^ *[0-9]+/[0-9]+ ' "$out/gpu-tests.log"
+        echo "== GPU suite: $((SECONDS - t0)) s"
+    fi
+    left=$(( 560 - (SECONDS - t0) ))
+    (( left < 60 )) && left=60
+    PYTHONPATH="$root/bindings/python:${PYTHONPATH:-}" TUNED_LIBRARY="$root/build/libtuned.so.0" \
+        python3 bench/bench_train.py --out "$out" --tuned-bin "$root/build/tuned" \
+        --budget-s "$left" ${TRAIN_SHAPES:+--shapes "$TRAIN_SHAPES"} >"$out/train.log" 2>&1
+    rc=$?
+    grep -vE '^(tune |[0-9]+x[0-9]+\|)' "$out/train.log" | tail -n 60
+    exit $rc
     ;;
 anchors)
     install_wheels >"$out/wheels.log" 2>&1 || { cat "$out/wheels.log"; exit 1; }
