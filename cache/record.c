@@ -15,6 +15,7 @@
 #include "cache/json.h"
 #include "cache/key.h"
 #include "tuned.h"
+#include "src/common/why.h"
 
 #define WHAT "record"
 
@@ -218,67 +219,37 @@ int tuned__record_decode(const void *text, size_t len, tuned__record *out, tuned
 
 /* ---- provenance ---- */
 
-typedef struct why_buf {
-    char *buf;
-    size_t n, used;
-    int count;
-} why_buf;
-
-static void why_add(why_buf *w, const char *fmt, ...) TUNED__PRINTF(2, 3);
-
-static void why_add(why_buf *w, const char *fmt, ...)
-{
-    w->count++;
-    if (w->buf == NULL || w->used + 1 >= w->n)
-        return;
-    if (w->count > 1) {
-        int k = snprintf(w->buf + w->used, w->n - w->used, "; ");
-        w->used += k > 0 ? (size_t)k : 0;
-        if (w->used >= w->n)
-            w->used = w->n - 1;
-    }
-    va_list ap;
-    va_start(ap, fmt);
-    int k = vsnprintf(w->buf + w->used, w->n - w->used, fmt, ap);
-    va_end(ap);
-    w->used += k > 0 ? (size_t)k : 0;
-    if (w->used >= w->n)
-        w->used = w->n - 1;
-}
-
 bool tuned__record_exact(const tuned__record *r, const tuned__record *here, char *why, size_t n)
 {
-    why_buf w = {.buf = why, .n = n};
-    if (why != NULL && n > 0)
-        why[0] = '\0';
+    tuned__why w = tuned__why_start(why, n);
     const tuned__store_key *a = &r->key, *b = &here->key;
     const tuned__provenance *p = &r->prov, *q = &here->prov;
     if (a->kernel != b->kernel || a->dtype != b->dtype || a->rows != b->rows || a->cols != b->cols)
-        why_add(&w, "another shape or kernel");
+        tuned__why_add(&w, "another shape or kernel");
     if (a->layout != b->layout)
-        why_add(&w, "layout %u (here %u)", (unsigned)a->layout, (unsigned)b->layout);
+        tuned__why_add(&w, "layout %u (here %u)", (unsigned)a->layout, (unsigned)b->layout);
     if (strcmp(r->gpu_name, here->gpu_name) != 0)
-        why_add(&w, "GPU %s (here %s)", r->gpu_name, here->gpu_name);
+        tuned__why_add(&w, "GPU %s (here %s)", r->gpu_name, here->gpu_name);
     if (p->cc_major != q->cc_major || p->cc_minor != q->cc_minor)
-        why_add(&w, "sm_%u%u (here sm_%u%u)", p->cc_major, p->cc_minor, q->cc_major, q->cc_minor);
+        tuned__why_add(&w, "sm_%u%u (here sm_%u%u)", p->cc_major, p->cc_minor, q->cc_major, q->cc_minor);
     if (p->sm_count != q->sm_count)
-        why_add(&w, "%u SMs (here %u)", p->sm_count, q->sm_count);
+        tuned__why_add(&w, "%u SMs (here %u)", p->sm_count, q->sm_count);
     if (p->mem_mib != q->mem_mib)
-        why_add(&w, "%" PRIu64 " MiB (here %" PRIu64 ")", p->mem_mib, q->mem_mib);
+        tuned__why_add(&w, "%" PRIu64 " MiB (here %" PRIu64 ")", p->mem_mib, q->mem_mib);
     if (p->driver_version != q->driver_version)
-        why_add(&w, "driver %u (here %u)", p->driver_version, q->driver_version);
+        tuned__why_add(&w, "driver %u (here %u)", p->driver_version, q->driver_version);
     if (p->nvrtc_major != q->nvrtc_major || p->nvrtc_minor != q->nvrtc_minor)
-        why_add(&w, "nvrtc %u.%u (here %u.%u)", p->nvrtc_major, p->nvrtc_minor, q->nvrtc_major,
+        tuned__why_add(&w, "nvrtc %u.%u (here %u.%u)", p->nvrtc_major, p->nvrtc_minor, q->nvrtc_major,
                 q->nvrtc_minor);
     if (p->template_hash != q->template_hash)
-        why_add(&w, "templates %016" PRIx64 " (here %016" PRIx64 ")", p->template_hash,
+        tuned__why_add(&w, "templates %016" PRIx64 " (here %016" PRIx64 ")", p->template_hash,
                 q->template_hash);
     if (strcmp(p->policy, q->policy) != 0)
-        why_add(&w, "policy %s (here %s)", p->policy, q->policy);
+        tuned__why_add(&w, "policy %s (here %s)", p->policy, q->policy);
     /* The identity string and its fingerprint spell the same facts; a
      * difference only there (another format, a collision) still counts. */
     if (w.count == 0 && (a->gpu_fp != b->gpu_fp || strcmp(r->gpu, here->gpu) != 0))
-        why_add(&w, "GPU identity %s (here %s)", r->gpu, here->gpu);
+        tuned__why_add(&w, "GPU identity %s (here %s)", r->gpu, here->gpu);
     return w.count == 0;
 }
 

@@ -212,6 +212,19 @@ int tuned__client_request(const char *socket_path, const json_t *req, double tim
     return rc;
 }
 
+/* tuned__client_request for a request just built (NULL: out of memory),
+ * which it takes. */
+static int request_built(const char *socket_path, json_t *req, double timeout_s, json_t **reply,
+                         tuned__err *e)
+{
+    *reply = NULL;
+    if (req == NULL)
+        return tuned__errf(e, TUNED_ENOMEM, "daemon %s: out of memory for a request", socket_path);
+    int rc = tuned__client_request(socket_path, req, timeout_s, reply, e);
+    json_decref(req);
+    return rc;
+}
+
 int tuned__client_tune(const char *socket_path, const tuned__shape *shape, uint64_t gpu_fp,
                        double time_s, uint64_t *job, tuned__err *e)
 {
@@ -222,11 +235,8 @@ int tuned__client_tune(const char *socket_path, const tuned__shape *shape, uint6
                             (json_int_t)shape->rows, "cols", (json_int_t)shape->cols, "gpu", fp);
     if (req != NULL && time_s > 0)
         json_object_set_new(req, "time_s", json_real(time_s));
-    if (req == NULL)
-        return tuned__errf(e, TUNED_ENOMEM, "daemon %s: out of memory for a request", socket_path);
     json_t *v = NULL;
-    int rc = tuned__client_request(socket_path, req, 10.0, &v, e);
-    json_decref(req);
+    int rc = request_built(socket_path, req, 10.0, &v, e);
     if (rc != 0)
         return rc;
     json_t *id = json_object_get(v, "job");
@@ -241,12 +251,9 @@ int tuned__client_tune(const char *socket_path, const tuned__shape *shape, uint6
 int tuned__client_job(const char *socket_path, uint64_t job, char *state, size_t state_n,
                       char *why, size_t why_n, tuned__err *e)
 {
-    json_t *req = json_pack("{s:s, s:I}", "op", "job", "job", (json_int_t)job);
-    if (req == NULL)
-        return tuned__errf(e, TUNED_ENOMEM, "daemon %s: out of memory for a request", socket_path);
     json_t *v = NULL;
-    int rc = tuned__client_request(socket_path, req, 10.0, &v, e);
-    json_decref(req);
+    int rc = request_built(socket_path, json_pack("{s:s, s:I}", "op", "job", "job", (json_int_t)job),
+                           10.0, &v, e);
     if (rc != 0)
         return rc;
     const json_t *j = json_object_get(v, "job");
@@ -270,12 +277,8 @@ int tuned__client_job(const char *socket_path, uint64_t job, char *state, size_t
 
 int tuned__client_store_path(const char *socket_path, char *out, size_t n, tuned__err *e)
 {
-    json_t *req = json_pack("{s:s}", "op", "stats");
-    if (req == NULL)
-        return tuned__errf(e, TUNED_ENOMEM, "daemon %s: out of memory for a request", socket_path);
     json_t *v = NULL;
-    int rc = tuned__client_request(socket_path, req, 2.0, &v, e);
-    json_decref(req);
+    int rc = request_built(socket_path, json_pack("{s:s}", "op", "stats"), 2.0, &v, e);
     if (rc != 0)
         return rc;
     const char *path = json_string_value(json_object_get(json_object_get(v, "store"), "path"));

@@ -9,6 +9,7 @@
 
 #include "src/common/err.h"
 #include "src/common/hash.h"
+#include "src/common/why.h"
 
 uint64_t tuned__ident_fingerprint(const char *text)
 {
@@ -54,76 +55,50 @@ void tuned__identity_make(const tuned__ident_facts *f, tuned__identity *out)
     part_done(&out->policy);
 }
 
-typedef struct why_buf {
-    char *buf;
-    size_t n, used;
-    int count;
-} why_buf;
-
-static void why_add(why_buf *w, const char *fmt, ...) TUNED__PRINTF(2, 3);
-
-static void why_add(why_buf *w, const char *fmt, ...)
-{
-    w->count++;
-    if (w->buf == NULL || w->n == 0 || w->used + 1 >= w->n)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    char item[512];
-    vsnprintf(item, sizeof item, fmt, ap);
-    va_end(ap);
-    int k = snprintf(w->buf + w->used, w->n - w->used, "%s%s", w->count > 1 ? "; " : "", item);
-    w->used += k > 0 ? (size_t)k : 0;
-    if (w->used >= w->n)
-        w->used = w->n - 1;
-}
-
 unsigned tuned__identity_diff(const tuned__identity *a, const tuned__identity *here, char *why,
                               size_t n)
 {
-    why_buf w = {.buf = why, .n = n};
-    if (why != NULL && n > 0)
-        why[0] = '\0';
+    tuned__why w = tuned__why_start(why, n);
     const tuned__ident_facts *p = &a->f, *q = &here->f;
     unsigned diff = 0;
     if (strcmp(a->hwclass.text, here->hwclass.text) != 0) {
         diff |= TUNED__IDENT_HWCLASS;
         if (strcmp(p->gpu_name, q->gpu_name) != 0)
-            why_add(&w, "GPU %s (here %s)", p->gpu_name, q->gpu_name);
+            tuned__why_add(&w, "GPU %s (here %s)", p->gpu_name, q->gpu_name);
         if (p->cc_major != q->cc_major || p->cc_minor != q->cc_minor)
-            why_add(&w, "sm_%" PRIu32 "%" PRIu32 " (here sm_%" PRIu32 "%" PRIu32 ")", p->cc_major,
+            tuned__why_add(&w, "sm_%" PRIu32 "%" PRIu32 " (here sm_%" PRIu32 "%" PRIu32 ")", p->cc_major,
                     p->cc_minor, q->cc_major, q->cc_minor);
         if (p->sm_count != q->sm_count)
-            why_add(&w, "%" PRIu32 " SMs (here %" PRIu32 ")", p->sm_count, q->sm_count);
+            tuned__why_add(&w, "%" PRIu32 " SMs (here %" PRIu32 ")", p->sm_count, q->sm_count);
     }
     if (p->mem_mib != q->mem_mib) {
         diff |= TUNED__IDENT_MEMORY;
-        why_add(&w, "%" PRIu64 " MiB (here %" PRIu64 ")", p->mem_mib, q->mem_mib);
+        tuned__why_add(&w, "%" PRIu64 " MiB (here %" PRIu64 ")", p->mem_mib, q->mem_mib);
     }
     if (strcmp(a->toolchain.text, here->toolchain.text) != 0) {
         diff |= TUNED__IDENT_TOOLCHAIN;
         if (p->driver_version != q->driver_version)
-            why_add(&w, "driver %" PRIu32 " (here %" PRIu32 ")", p->driver_version,
+            tuned__why_add(&w, "driver %" PRIu32 " (here %" PRIu32 ")", p->driver_version,
                     q->driver_version);
         if (p->nvrtc_major != q->nvrtc_major || p->nvrtc_minor != q->nvrtc_minor)
-            why_add(&w, "nvrtc %" PRIu32 ".%" PRIu32 " (here %" PRIu32 ".%" PRIu32 ")",
+            tuned__why_add(&w, "nvrtc %" PRIu32 ".%" PRIu32 " (here %" PRIu32 ".%" PRIu32 ")",
                     p->nvrtc_major, p->nvrtc_minor, q->nvrtc_major, q->nvrtc_minor);
     }
     if (strcmp(a->code.text, here->code.text) != 0) {
         diff |= TUNED__IDENT_CODE;
-        why_add(&w, "templates %016" PRIx64 " (here %016" PRIx64 ")", p->template_hash,
+        tuned__why_add(&w, "templates %016" PRIx64 " (here %016" PRIx64 ")", p->template_hash,
                 q->template_hash);
     }
     if (strcmp(a->policy.text, here->policy.text) != 0) {
         diff |= TUNED__IDENT_POLICY;
-        why_add(&w, "policy %s (here %s)", a->policy.text[0] ? a->policy.text : "none",
+        tuned__why_add(&w, "policy %s (here %s)", a->policy.text[0] ? a->policy.text : "none",
                 here->policy.text[0] ? here->policy.text : "none");
     }
     /* The parts spell the facts; texts cut at their arrays' ends could hide
      * a difference only in the whole string. */
     if (diff == 0 && strcmp(a->full, here->full) != 0) {
         diff |= TUNED__IDENT_HWCLASS;
-        why_add(&w, "GPU identity %s (here %s)", a->full, here->full);
+        tuned__why_add(&w, "GPU identity %s (here %s)", a->full, here->full);
     }
     return diff;
 }
