@@ -155,7 +155,8 @@ typedef struct tuned_options {
      * handle first needs them, and tuned_tune() is refused. */
     const char *store;
     /* The daemon's socket. NULL: $TUNED_SOCKET, else
-     * $XDG_RUNTIME_DIR/tuned/tuned.sock, else /run/tuned/tuned.sock. */
+     * $XDG_RUNTIME_DIR/tuned/tuned.sock where a daemon listens, else
+     * /run/tuned-softmax/tuned.sock (the service); see tuned(1). */
     const char *socket;
     tuned_policy policy;
     /* The tuned executable for TUNED_POLICY_PROCESS and tuned_tune().
