@@ -41,7 +41,7 @@ const cli_command cli_commands[] = {
      "and the workers are up. Runs until SIGTERM or SIGINT; SIGHUP re-reads the store."},
     {CLI_WORKER, "worker", false, cli_cmd_worker, false, true, true, "--device N [--db PATH]",
      "Internal: the GPU worker process `tuned serve` starts, speaking JSON lines on stdin\n"
-     "and stdout. Not for people; it has no options of its own to offer."},
+     "and stdout. Not for people: the daemon sets its options."},
     {CLI_LIST, "list", false, cli_cmd_list, false, false, false,
      "[--json] [--gpu NAME] [--shape RxC] [--dtype D] [options]",
      "The stored winners as a table, or one JSON array of records (each with its \"key\"\n"
