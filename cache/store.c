@@ -606,7 +606,10 @@ int tuned__store_open_mapsize(tuned__store **out, const char *path, unsigned fla
         goto fail;
     }
     unsigned env_flags = MDB_NOTLS | (readonly ? MDB_RDONLY : 0);
-    if ((rc = mdb_env_open(s->env, path, env_flags, 0600)) != 0) {
+    /* 0660 less the umask: private in a user's 0700 store directory, shared
+     * with its group where a service asks for it (UMask=0007, a 0770
+     * directory: tools/tuned-softmax.service.in). */
+    if ((rc = mdb_env_open(s->env, path, env_flags, 0660)) != 0) {
         rc = tuned__mdb_fail(e, path, "mdb_env_open", rc);
         goto fail;
     }

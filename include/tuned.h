@@ -144,6 +144,26 @@ typedef enum tuned_policy {
                                  thread); it stores its winner in the store */
 } tuned_policy;
 
+/* A running tune's progress: the fields `tuned tune` shows on its
+ * progress line and the daemon's `job` reply carries (docs/protocol.md). */
+typedef struct tuned_progress {
+    int64_t rows, cols;
+    tuned_dtype dtype;
+    int device;              /* GPU ordinal; -1 while a daemon job is queued */
+    const char *state;       /* "queued", "running", "done", "failed", "cancelled" */
+    int generation;          /* of the search; -1 before the first */
+    int64_t evaluated;       /* variants measured so far */
+    int64_t failed;          /* of those, ones that did not compile, were wrong or did not run */
+    int64_t budget;          /* the most it will measure */
+    const char *best_config; /* the fastest correct variant so far; NULL before one */
+    double best_us;          /* its median time; 0 before one */
+    double copy_us;          /* a copy of the same bytes (the roofline); 0 before it is measured */
+    double elapsed_s;        /* since the tune started */
+} tuned_progress;
+
+/* Receives progress; p and its strings are valid during the call only. */
+typedef void (*tuned_progress_fn)(void *ctx, const tuned_progress *p);
+
 /* What tuned_open() takes. Initialise with tuned_options_init(); the
  * strings are copied, the caller keeps them. */
 typedef struct tuned_options {
@@ -155,7 +175,8 @@ typedef struct tuned_options {
      * handle first needs them, and tuned_tune() is refused. */
     const char *store;
     /* The daemon's socket. NULL: $TUNED_SOCKET, else
-     * $XDG_RUNTIME_DIR/tuned/tuned.sock, else /run/tuned/tuned.sock. */
+     * $XDG_RUNTIME_DIR/tuned/tuned.sock where a daemon listens, else
+     * /run/tuned-softmax/tuned.sock (the service); see tuned(1). */
     const char *socket;
     tuned_policy policy;
     /* The tuned executable for TUNED_POLICY_PROCESS and tuned_tune().
@@ -165,6 +186,15 @@ typedef struct tuned_options {
     /* Search time of a background tune in seconds (tuned --time); 0:
      * tuned's default (50 s). */
     double tune_time_s;
+    /* Called with the progress of this handle's tunes (NULL: none), on the
+     * thread that runs the tune: the handle's background thread, or the
+     * caller of tuned_tune(). A child tune reports once per generation; a
+     * daemon job followed by tuned_tune() every 250 ms (a background daemon
+     * job is not followed: the store says when it is done). Never called
+     * under a lock of the handle, so it may call tuned_last_choice(); it
+     * must not call tuned_close(). */
+    tuned_progress_fn on_progress;
+    void *progress_ctx;
 } tuned_options;
 
 /* Fills o with the defaults: every string NULL, TUNED_POLICY_NEVER, 0. */

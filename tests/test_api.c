@@ -403,6 +403,23 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+typedef struct progress_seen {
+    int calls;
+    tuned_progress last;
+    char best[64], state[16];
+    bool first_best_null;
+} progress_seen;
+
+static void on_progress(void *ctx, const tuned_progress *p)
+{
+    progress_seen *s = ctx;
+    if (s->calls++ == 0)
+        s->first_best_null = p->best_config == NULL && p->best_us == 0;
+    s->last = *p;
+    snprintf(s->best, sizeof s->best, "%s", p->best_config ? p->best_config : "");
+    snprintf(s->state, sizeof s->state, "%s", p->state ? p->state : "");
+}
+
 static void test_child(void)
 {
     char bin[400], args[400], script[1400];
@@ -418,6 +435,13 @@ static void test_child(void)
              "  ok) echo 'tuned: progress' >&2; exit 0 ;;\n"
              "  fail) echo 'gen 1 ...' >&2; echo 'tuned: cuda: the GPU fell off the bus' >&2; exit 1 ;;\n"
              "  hang) exec sleep 30 ;;\n"
+             "  progress) echo '{\"progress\":{\"state\":\"running\",\"generation\":0,"
+             "\"evaluated\":7,\"failed\":1,\"budget\":60,\"best_config\":null,\"best_us\":null,"
+             "\"copy_us\":9.5,\"elapsed_s\":0.5,\"device\":1}}' >&2;"
+             " echo '{\"progress\":{\"state\":\"running\",\"generation\":1,\"evaluated\":23,"
+             "\"failed\":2,\"budget\":60,\"best_config\":\"w8.r1\",\"best_us\":12.25,"
+             "\"copy_us\":9.5,\"elapsed_s\":1.5,\"device\":1}}' >&2;"
+             " echo 'tuned: out of patience' >&2; exit 1 ;;\n"
              "  signal) kill -SEGV $$ ;;\n"
              "esac\n"
              "exit 9\n",
@@ -445,6 +469,27 @@ static void test_child(void)
     EXPECT(tuned__api_run_child(&c, &e) == TUNED_ETUNE &&
                strstr(e.msg, "exit status 1: tuned: cuda: the GPU fell off the bus") != NULL,
            "fail: %s", e.msg);
+
+    /* Progress lines become calls; the error names the last other line. */
+    setenv("FAKE_TUNED_MODE", "progress", 1);
+    tuned__err_clear(&e);
+    progress_seen seen = {0};
+    c.on_progress = on_progress;
+    c.progress_ctx = &seen;
+    EXPECT(tuned__api_run_child(&c, &e) == TUNED_ETUNE &&
+               strstr(e.msg, "exit status 1: tuned: out of patience") != NULL,
+           "progress: %s", e.msg);
+    read_file(args, text, sizeof text);
+    EXPECT(strstr(text, "-q --progress json") != NULL, "progress arguments: '%s'", text);
+    EXPECT(seen.calls == 2 && seen.last.evaluated == 23 && seen.last.failed == 2 &&
+               seen.last.budget == 60 && seen.last.generation == 1 && seen.last.best_us == 12.25 &&
+               strcmp(seen.best, "w8.r1") == 0 && seen.last.rows == 64 && seen.last.cols == 1000 &&
+               seen.last.dtype == TUNED_BF16 && seen.last.device == 1 &&
+               strcmp(seen.state, "running") == 0 && seen.first_best_null,
+           "progress calls %d: evaluated %lld best %s %.2f", seen.calls,
+           (long long)seen.last.evaluated, seen.best, seen.last.best_us);
+    c.on_progress = NULL;
+    c.progress_ctx = NULL;
 
     setenv("FAKE_TUNED_MODE", "signal", 1);
     tuned__err_clear(&e);

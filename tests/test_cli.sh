@@ -61,6 +61,20 @@ echo "ok: get on a missing store -> $(cat "$tmp/err")"
 
 "$tuned" --help >"$tmp/out" 2>&1 && grep -q -- '--shape RxC' "$tmp/out" &&
     grep -q -- '--budget N' "$tmp/out" || fail "--help"
+
+# Options of another command: refused, naming the command's own --help.
+expect_bad 2 list --budget 5
+expect_bad 2 get --shape 4x4 --budget 5
+expect_bad 2 gc --json
+expect_bad 2 export --json
+expect_bad 2 --shape 4x4 --days 3
+expect_bad 2 --shape 4x4 --effort medium
+grep -q 'see tuned list --help' <("$tuned" list --budget 5 2>&1) || fail "list --budget: not pointed to list --help"
+# The environment: a bad value is refused like a bad option.
+TUNED_EFFORT=huge expect_bad 2 --shape 4x4
+TUNED_LOG=loud expect_bad 2 list
+TUNED_RETUNE=maybe expect_bad 2 --shape 4x4
+"$tuned" worker --help | grep -q -i internal || fail "worker --help does not say it is internal"
 "$tuned" --version | grep -q '^tuned [0-9]' || fail "--version"
 
 # Without a driver: one clear line from devices and from a tune.

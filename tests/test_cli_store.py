@@ -105,7 +105,7 @@ try:
         if rc != 3 or "not exact" not in err:
             fail(f"get on a GPU with foreign records: {rc} {err}")
     else:
-        if rc != 0 or out.count("match        unchecked") != 2:
+        if rc != 0 or out.count("source       unchecked") != 2:
             fail(f"get without a GPU: {rc} {out} {err}")
     print("ok: get")
 

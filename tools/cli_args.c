@@ -1,11 +1,15 @@
-/* cli_args.c: the command line of `tuned`: options, shapes, numbers, and
- * the default store path. Every bad argument gets one line naming it. */
+/* cli_args.c: the command line of `tuned`: one table of options, each
+ * naming the commands it applies to, from which both the parser and every
+ * command's --help are made (so a command's help lists exactly what it
+ * accepts); shapes, numbers, the environment, and the default store path.
+ * Every bad argument gets one line naming it and exit status 2. */
 #include <errno.h>
 #include <getopt.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "tools/cli.h"
 #include "src/client/client.h"
@@ -13,60 +17,198 @@
 /* No GPU holds a softmax whose input and output together exceed this. */
 #define MAX_TOTAL_BYTES (1ull << 40)
 
-void cli_usage(FILE *f)
+enum {
+    OPT_SHAPE = 256, OPT_DTYPE, OPT_BUDGET, OPT_TIME, OPT_SEED, OPT_DEVICE, OPT_DB, OPT_VERSION,
+    OPT_EXHAUSTIVE, OPT_TRACE, OPT_RETUNE, OPT_POPULATION, OPT_COPIES, OPT_MIN_GAIN, OPT_SOCKET,
+    OPT_LISTEN, OPT_GROUP, OPT_LIMIT, OPT_JSON, OPT_FORCE, OPT_FIX, OPT_DRY_RUN, OPT_GPU, OPT_DAYS,
+    OPT_EFFORT, OPT_PROGRESS, OPT_SKIP_STORE, OPT_REMOTE, OPT_REMOTE_CREDENTIALS,
+    OPT_QUIET = 'q', OPT_HELP = 'h',
+};
+
+#define T CLI_ON(CLI_TUNE)
+#define G CLI_ON(CLI_GET)
+#define D CLI_ON(CLI_DEVICES)
+#define S CLI_ON(CLI_SERVE)
+#define W CLI_ON(CLI_WORKER)
+#define L CLI_ON(CLI_LIST)
+#define E CLI_ON(CLI_EXPORT)
+#define I CLI_ON(CLI_IMPORT)
+#define F CLI_ON(CLI_FORGET)
+#define C CLI_ON(CLI_GC)
+#define V CLI_ON(CLI_VERIFY)
+#define X CLI_ON(CLI_STATS)
+#define ALL (CLI_ON(CLI_COMMAND_COUNT) - 1)
+
+/* One option as some commands take it. An option whose meaning differs
+ * between commands has one row per meaning; a command takes an option when
+ * a row with its name names the command. */
+typedef struct cli_option {
+    const char *name;
+    bool has_arg;
+    int id;
+    const char *arg;  /* the value's name in --help */
+    unsigned commands;
+    const char *help; /* lines after the first are indented under it */
+} cli_option;
+
+static const cli_option options[] = {
+    {"shape", true, OPT_SHAPE, "RxC", T | G, "rows x columns; softmax runs over each row (the last dimension)"},
+    {"shape", true, OPT_SHAPE, "RxC", L | E | F | V, "only records of this shape"},
+    {"dtype", true, OPT_DTYPE, "D", T | G, "fp16 (default), bf16 or fp32; the math is fp32 for all three"},
+    {"dtype", true, OPT_DTYPE, "D", L | E | F | V, "only records of this dtype"},
+    {"gpu", true, OPT_GPU, "NAME", G,
+     "the record of that GPU: a part of its name or its 16-hex-digit fingerprint\n"
+     "(passed to the daemon, which takes a model name, a fingerprint or an ordinal)"},
+    {"gpu", true, OPT_GPU, "NAME", L | E | F | V,
+     "only records of GPUs whose name contains NAME (any case), or of that\n"
+     "16-hex-digit fingerprint"},
+    {"effort", true, OPT_EFFORT, "E", T,
+     "quick, default or full: the budget, first population, time and finalist\n"
+     "rounds together (quick 60/16/15 s/2, default 200/40/50 s/3, full 1000/120/300 s/5);\n"
+     "--budget, --population and --time given as well win (default: $TUNED_EFFORT)"},
+    {"budget", true, OPT_BUDGET, "N", T, "evaluate at most N new variants (default 200)"},
+    {"time", true, OPT_TIME, "S", T, "search for at most S seconds (default 50)"},
+    {"seed", true, OPT_SEED, "N", T, "seed of the random population (default 1): same seed, same search"},
+    {"population", true, OPT_POPULATION, "N", T, "random variants in the first generation (default 40)"},
+    {"copies", true, OPT_COPIES, "N", T, "incumbents the pattern search moves from (default 4)"},
+    {"min-gain", true, OPT_MIN_GAIN, "F", T,
+     "stop after two generations in a row gain less than F (default 0.002)"},
+    {"exhaustive", false, OPT_EXHAUSTIVE, NULL, T, "evaluate every valid variant (within --budget and --time)"},
+    {"retune", false, OPT_RETUNE, NULL, T,
+     "tune again although a winner is stored (compiled variants are reused);\n"
+     "without it a stored winner is printed (default: $TUNED_RETUNE)"},
+    {"skip-store", false, OPT_SKIP_STORE, NULL, T,
+     "measure only: no store is read or written, no daemon asked (default:\n"
+     "$TUNED_SKIP_STORE)"},
+    {"trace", true, OPT_TRACE, "FILE", T, "write every evaluated variant (status, times) to FILE"},
+    {"progress", true, OPT_PROGRESS, "MODE", T,
+     "line (default: one line per generation), json (one JSON object per\n"
+     "generation, the daemon's job fields) or none"},
+    {"device", true, OPT_DEVICE, "N", T | V, "GPU ordinal (default 0)"},
+    {"device", true, OPT_DEVICE, "N", G | L, "the local GPU records are matched against (default 0)"},
+    {"device", true, OPT_DEVICE, "N", W, "GPU ordinal (set by the daemon)"},
+    {"json", false, OPT_JSON, NULL, T, "print the final record as one JSON object (as get --json)"},
+    {"json", false, OPT_JSON, NULL, G,
+     "one JSON object: source, config, median_us, gpu, gpu_fp and the record"},
+    {"json", false, OPT_JSON, NULL, D, "one JSON object: driver, NVRTC and the GPUs"},
+    {"json", false, OPT_JSON, NULL, L, "one JSON array of records instead of a table"},
+    {"json", false, OPT_JSON, NULL, E, "with --dry-run: the count as one JSON object"},
+    {"json", false, OPT_JSON, NULL, I, "one JSON object per file (added, replaced, ...) in an array"},
+    {"json", false, OPT_JSON, NULL, V, "one JSON array, an object per record re-measured"},
+    {"json", false, OPT_JSON, NULL, X, "the daemon's reply as it is (docs/protocol.md)"},
+    {"force", false, OPT_FORCE, NULL, I, "replace stored records even when they are faster"},
+    {"dry-run", false, OPT_DRY_RUN, NULL, F, "say what would be forgotten, change nothing"},
+    {"dry-run", false, OPT_DRY_RUN, NULL, C, "say what would be dropped, change nothing"},
+    {"dry-run", false, OPT_DRY_RUN, NULL, E, "write no records; say how many would be written"},
+    {"fix", false, OPT_FIX, NULL, V,
+     "store the time measured now for a winner of this GPU that is slower than\n"
+     "its stored time by more than the noise"},
+    {"days", true, OPT_DAYS, "N", C, "keep unused entries younger than N days (default 30; 0: none)"},
+    {"db", true, OPT_DB, "PATH", T | G | L | E | I | F | C | V | S,
+     "the store directory (default: $TUNED_DB, else $XDG_DATA_HOME/tuned, else\n"
+     "~/.local/share/tuned)"},
+    {"db", true, OPT_DB, "PATH", W, "the daemon's store"},
+    {"socket", true, OPT_SOCKET, "PATH", T | G,
+     "ask the daemon there (default: $TUNED_SOCKET, else $XDG_RUNTIME_DIR/tuned/\n"
+     "tuned.sock when a daemon listens there, else /run/tuned-softmax/tuned.sock);\n"
+     "the store answers when none runs or --db is given"},
+    {"socket", true, OPT_SOCKET, "PATH", L, "ask the daemon there instead of reading the store"},
+    {"socket", true, OPT_SOCKET, "PATH", X,
+     "the daemon's socket (default: $TUNED_SOCKET, else $XDG_RUNTIME_DIR/tuned/\n"
+     "tuned.sock when a daemon listens there, else /run/tuned-softmax/tuned.sock)"},
+    {"socket", true, OPT_SOCKET, "PATH", S,
+     "listen there (default: $TUNED_SOCKET, else $XDG_RUNTIME_DIR/tuned/tuned.sock,\n"
+     "else /run/tuned-softmax/tuned.sock)"},
+    {"listen", true, OPT_LISTEN, "A", S, "TCP too, on [HOST:]PORT (HOST defaults to 127.0.0.1)"},
+    {"group", true, OPT_GROUP, "G", S,
+     "socket mode 0660 and group G, its directory 0750 (default 0600, 0700):\n"
+     "members of G may use the daemon"},
+    {"limit", true, OPT_LIMIT, "N=V", S,
+     "clients, unix-reserve, jobs, line, output, output-total (bytes), idle,\n"
+     "variant-timeout, client-timeout, grace (seconds), nice (docs/protocol.md)"},
+    {"remote", true, OPT_REMOTE, "URL", S,
+     "share results through the remote tier at URL (redis://, rediss://, unix://;\n"
+     "docs/fleet.md)"},
+    {"remote", true, OPT_REMOTE, "URL", F, "forget the records in the remote tier at URL too"},
+    {"remote-credentials", true, OPT_REMOTE_CREDENTIALS, "C", S | F,
+     "the remote tier's user and password: FILE, or env:NAME for a variable"},
+    {"quiet", false, OPT_QUIET, NULL, T | G | S | L | E | I | F | V,
+     "no progress lines or notes on stderr (as TUNED_LOG=warn)"},
+    {"help", false, OPT_HELP, NULL, ALL, "this text"},
+    {"version", false, OPT_VERSION, NULL, ALL, "the version"},
+};
+#define NOPTIONS (sizeof options / sizeof options[0])
+
+/* The row of option id for command cmd, or NULL when cmd does not take it. */
+static const cli_option *option_for(int id, cli_command_id cmd)
 {
-    fprintf(f,
-            "usage: tuned [tune] --shape ROWSxCOLS [options]   tune softmax on a GPU, store the winner\n"
-            "       tuned get --shape ROWSxCOLS [options]      print the stored winner\n"
-            "       tuned devices                              list the GPUs the driver sees\n"
-            "       tuned serve [--socket PATH] [options]      the daemon: answers over a socket, tunes\n"
-            "                                                  in the background (docs/protocol.md)\n"
-            "       tuned list [--json] [filters]              the stored winners\n"
-            "       tuned export [filters] > FILE.jsonl        write stored winners as JSON lines\n"
-            "       tuned import [--force] FILE.jsonl...       add an export's records ('-': stdin)\n"
-            "       tuned forget KEY... | filters [--dry-run]  remove stored winners\n"
-            "       tuned gc [--days N] [--dry-run]            drop unused history and cubins\n"
-            "       tuned verify [filters] [--fix]             re-measure stored winners on this GPU\n"
-            "       tuned --help | --version\n"
-            "\n"
-            "options:\n"
-            "  --shape RxC    rows x columns; softmax runs over each row (the last dimension)\n"
-            "  --dtype D      fp16 (default), bf16 or fp32; math is fp32 for all three\n"
-            "  --budget N     evaluate at most N new variants (default 200)\n"
-            "  --time S       search for at most S seconds (default 50)\n"
-            "  --seed N       seed of the random population (default 1): same seed, same search\n"
-            "  --device N     GPU ordinal (default 0)\n"
-            "  --db PATH      store directory (default: $TUNED_DB, else $XDG_DATA_HOME/tuned,\n"
-            "                 else ~/.local/share/tuned)\n"
-            "  --exhaustive   evaluate every valid variant (within --budget and --time)\n"
-            "  --retune       tune again although a winner is stored (compiled variants are\n"
-            "                 reused); without it a stored winner is printed, and an interrupted\n"
-            "                 tune resumes from the variants it already measured\n"
-            "  --population N random variants in the first generation (default 40)\n"
-            "  --copies N     incumbents the pattern search moves from (default 4)\n"
-            "  --min-gain F   stop after two generations in a row gain less than F (default 0.002)\n"
-            "  --trace FILE   write every evaluated variant (status, times) to FILE\n"
-            "  -q, --quiet    no progress line\n"
-            "  --socket PATH  the daemon's socket (default: $TUNED_SOCKET, else\n"
-            "                 $XDG_RUNTIME_DIR/tuned/tuned.sock, else /run/tuned/tuned.sock);\n"
-            "                 get and tune ask a daemon there, the store when none runs or\n"
-            "                 --db is given\n"
-            "  --listen A     serve: TCP too, on [HOST:]PORT (HOST defaults to 127.0.0.1)\n"
-            "  --group G      serve: socket mode 0660 for group G (default 0600)\n"
-            "  --limit N=V    serve: clients, unix-reserve, jobs, line, output, output-total\n"
-            "                 (bytes), idle, variant-timeout, client-timeout, grace (seconds),\n"
-            "                 nice (docs/protocol.md)\n"
-            "  filters        --gpu NAME (part of the GPU name, or its 16-hex-digit fingerprint),\n"
-            "                 --shape RxC, --dtype D\n"
-            "  --json         list: one JSON array instead of a table\n"
-            "  --force        import: replace stored records even when they are faster\n"
-            "  --dry-run      forget, gc: say what would go, change nothing\n"
-            "  --fix          verify: store the time measured now for a winner of this GPU\n"
-            "                 that is slower than its stored time by more than the noise\n"
-            "  --days N       gc: keep unused entries younger than N days (default 30; 0: none)\n"
-            "\n"
-            "`tuned get` on a machine without a GPU prints the records of every GPU for the shape.\n"
-            "exit status: 0 success, 1 error, 2 bad usage, 3 no stored record (get)\n");
+    for (size_t i = 0; i < NOPTIONS; i++)
+        if (options[i].id == id && (options[i].commands & CLI_ON(cmd)))
+            return &options[i];
+    return NULL;
+}
+
+static const char *option_name(int id)
+{
+    for (size_t i = 0; i < NOPTIONS; i++)
+        if (options[i].id == id)
+            return options[i].name;
+    return "?";
+}
+
+static void print_option(FILE *f, const cli_option *op)
+{
+    char head[48];
+    if (op->id == OPT_QUIET || op->id == OPT_HELP)
+        snprintf(head, sizeof head, "-%c, --%s", op->id, op->name);
+    else
+        snprintf(head, sizeof head, "--%s%s%s", op->name, op->arg ? " " : "", op->arg ? op->arg : "");
+    fprintf(f, "  %-22s ", head);
+    for (const char *p = op->help; *p != '\0';) {
+        const char *nl = strchr(p, '\n');
+        int len = nl != NULL ? (int)(nl - p) : (int)strlen(p);
+        fprintf(f, "%.*s\n", len, p);
+        if (nl == NULL)
+            break;
+        p = nl + 1;
+        fprintf(f, "  %-22s ", "");
+    }
+}
+
+static void print_options(FILE *f, cli_command_id cmd)
+{
+    for (size_t i = 0; i < NOPTIONS; i++)
+        if (options[i].commands & CLI_ON(cmd))
+            print_option(f, &options[i]);
+}
+
+static const char exit_text[] =
+    "exit status: 0 success, 1 error, 2 bad usage, 3 no stored record (get, forget)\n";
+
+void cli_usage(FILE *f, cli_command_id id, bool overview)
+{
+    const cli_command *c = &cli_commands[id];
+    if (!overview) {
+        fprintf(f, "usage: tuned %s %s\n\n%s\n\noptions:\n", c->name, c->synopsis, c->summary);
+        print_options(f, id);
+        fprintf(f, "\nenvironment and files: tuned(1).\n%s", exit_text);
+        return;
+    }
+    fprintf(f, "usage: tuned [COMMAND] [options]    (tuned COMMAND --help: its options)\n\n"
+               "commands:\n");
+    for (const cli_command *k = cli_commands; k->name != NULL; k++) {
+        if (k->hidden)
+            continue;
+        const char *nl = strchr(k->summary, '\n');
+        int len = nl != NULL ? (int)(nl - k->summary) : (int)strlen(k->summary);
+        fprintf(f, "  %-8s %.*s%s\n", k->name, len, k->summary, nl != NULL ? " ..." : "");
+    }
+    fprintf(f, "\nenvironment: TUNED_DB, TUNED_SOCKET, TUNED_EFFORT, TUNED_RETUNE, "
+               "TUNED_SKIP_STORE, TUNED_LOG\n(error, warn, info, debug); for libtuned and "
+               "Python also TUNED_POLICY, TUNED_TUNE_TIME,\nTUNED_BIN, TUNED_LIBRARY: see tuned(1).\n");
+    fprintf(f, "\nusage: tuned [tune] %s\noptions of tune, the default command:\n", c->synopsis);
+    print_options(f, CLI_TUNE);
+    fprintf(f, "\n%s", exit_text);
 }
 
 /* Strict unsigned decimal: digits only, no sign, within [min, max]. */
@@ -120,6 +262,9 @@ bool cli_parse_shape(const char *text, tuned__shape *shape, char *why, size_t n)
     return true;
 }
 
+/* The command whose --help a usage error points to. */
+static const char *usage_of = NULL;
+
 static int bad(const char *fmt, ...) TUNED__PRINTF(1, 2);
 
 static int bad(const char *fmt, ...)
@@ -128,9 +273,57 @@ static int bad(const char *fmt, ...)
     va_start(ap, fmt);
     fprintf(stderr, "tuned: ");
     vfprintf(stderr, fmt, ap);
-    fprintf(stderr, " (see tuned --help)\n");
+    if (usage_of != NULL)
+        fprintf(stderr, " (see tuned %s --help)\n", usage_of);
+    else
+        fprintf(stderr, " (see tuned --help)\n");
     va_end(ap);
     return CLI_USAGE;
+}
+
+/* A yes/no environment variable: unset or empty is no. */
+static int env_flag(const char *name, bool *out)
+{
+    const char *v = getenv(name);
+    if (v == NULL || *v == '\0')
+        return 0;
+    static const char *const yes[] = {"1", "yes", "true", "on"}, *const no[] = {"0", "no", "false", "off"};
+    for (size_t i = 0; i < 4; i++) {
+        if (strcasecmp(v, yes[i]) == 0) {
+            *out = true;
+            return 0;
+        }
+        if (strcasecmp(v, no[i]) == 0) {
+            *out = false;
+            return 0;
+        }
+    }
+    return bad("%s=%.40s: expected 1, yes, true or on (0, no, false, off: not set)", name, v);
+}
+
+/* The environment's defaults for o->id, before the command line. */
+static int read_environment(cli_opts *o)
+{
+    const char *log = getenv("TUNED_LOG");
+    o->log = CLI_LOG_INFO;
+    if (log != NULL && *log != '\0') {
+        static const char *const names[] = {"error", "warn", "info", "debug"};
+        size_t i = 0;
+        while (i < 4 && strcasecmp(log, names[i]) != 0)
+            i++;
+        if (i == 4)
+            return bad("TUNED_LOG=%.40s: expected error, warn, info or debug", log);
+        o->log = (cli_log_level)i;
+    }
+    if (o->id != CLI_TUNE)
+        return 0;
+    const char *effort = getenv("TUNED_EFFORT");
+    if (effort != NULL && *effort != '\0' && tuned__effort_parse(effort, &o->effort) != 0)
+        return bad("TUNED_EFFORT=%.40s: expected quick, default or full", effort);
+    int rc = env_flag("TUNED_RETUNE", &o->request.retune);
+    if (rc == 0)
+        rc = env_flag("TUNED_SKIP_STORE", &o->skip_store);
+    return rc;
 }
 
 int cli_parse(int argc, char **argv, cli_opts *o)
@@ -139,52 +332,53 @@ int cli_parse(int argc, char **argv, cli_opts *o)
     tuned__tune_request_default(&o->request);
     tuned__default_store(o->db, sizeof o->db);
     o->command = "tune";
+    o->id = CLI_TUNE;
+    o->effort = TUNED__EFFORT_DEFAULT;
+    usage_of = NULL;
     int first = 1;
     if (argc > 1 && argv[1][0] != '-') {
-        o->command = argv[1];
+        const cli_command *c = cli_find_command(argv[1]);
+        if (c == NULL)
+            return bad("unknown command '%s'", argv[1]);
+        o->command = c->name;
+        o->id = c->id;
+        usage_of = c->name;
         first = 2;
-        if (cli_find_command(o->command) == NULL)
-            return bad("unknown command '%s'", o->command);
     }
-    enum { OPT_SHAPE = 256, OPT_DTYPE, OPT_BUDGET, OPT_TIME, OPT_SEED, OPT_DEVICE, OPT_DB,
-           OPT_VERSION, OPT_EXHAUSTIVE, OPT_TRACE, OPT_RETUNE, OPT_POPULATION, OPT_COPIES, OPT_MIN_GAIN, OPT_SOCKET, OPT_LISTEN, OPT_GROUP, OPT_LIMIT, OPT_JSON, OPT_FORCE, OPT_FIX, OPT_DRY_RUN, OPT_GPU,
-           OPT_DAYS };
-    static const struct option longopts[] = {
-        {"shape", required_argument, NULL, OPT_SHAPE},
-        {"dtype", required_argument, NULL, OPT_DTYPE},
-        {"budget", required_argument, NULL, OPT_BUDGET},
-        {"time", required_argument, NULL, OPT_TIME},
-        {"seed", required_argument, NULL, OPT_SEED},
-        {"device", required_argument, NULL, OPT_DEVICE},
-        {"db", required_argument, NULL, OPT_DB},
-        {"quiet", no_argument, NULL, 'q'},
-        {"exhaustive", no_argument, NULL, OPT_EXHAUSTIVE},
-        {"retune", no_argument, NULL, OPT_RETUNE},
-        {"population", required_argument, NULL, OPT_POPULATION},
-        {"copies", required_argument, NULL, OPT_COPIES},
-        {"min-gain", required_argument, NULL, OPT_MIN_GAIN},
-        {"trace", required_argument, NULL, OPT_TRACE},
-        {"socket", required_argument, NULL, OPT_SOCKET},
-        {"listen", required_argument, NULL, OPT_LISTEN},
-        {"group", required_argument, NULL, OPT_GROUP},
-        {"limit", required_argument, NULL, OPT_LIMIT},
-        {"json", no_argument, NULL, OPT_JSON},
-        {"force", no_argument, NULL, OPT_FORCE},
-        {"dry-run", no_argument, NULL, OPT_DRY_RUN},
-        {"fix", no_argument, NULL, OPT_FIX},
-        {"gpu", required_argument, NULL, OPT_GPU},
-        {"days", required_argument, NULL, OPT_DAYS},
-        {"help", no_argument, NULL, 'h'},
-        {"version", no_argument, NULL, OPT_VERSION},
-        {NULL, 0, NULL, 0},
-    };
+    int rc = read_environment(o);
+    if (rc != 0)
+        return rc;
+    /* getopt_long wants each name once; which row applies is looked up
+     * per command. */
+    struct option longopts[NOPTIONS + 1];
+    size_t nlong = 0;
+    for (size_t i = 0; i < NOPTIONS; i++) {
+        bool seen = false;
+        for (size_t k = 0; k < nlong && !seen; k++)
+            seen = strcmp(longopts[k].name, options[i].name) == 0;
+        if (!seen)
+            longopts[nlong++] = (struct option){options[i].name,
+                                                options[i].has_arg ? required_argument : no_argument,
+                                                NULL, options[i].id};
+    }
+    longopts[nlong] = (struct option){NULL, 0, NULL, 0};
     optind = first;
     opterr = 0;
     const char *shape_text = NULL;
+    /* Explicit search settings win over --effort whatever their order. */
+    bool have_budget = false, have_time = false, have_population = false, have_effort = false;
+    uint64_t budget = 0, population = 0;
+    double time_s = 0;
     int c;
     while ((c = getopt_long(argc, argv, ":qh", longopts, NULL)) != -1) {
         uint64_t v;
         char *end;
+        if (c != ':' && c != '?' && option_for(c, o->id) == NULL) {
+            if (o->id == CLI_TUNE && first == 1)
+                return bad("--%s is not an option of tune (the default command); it belongs to "
+                           "another command", option_name(c));
+            return bad("%s does not take --%s", o->command, option_name(c));
+        }
         switch (c) {
         case OPT_SHAPE:
             if (strncmp(optarg, "--", 2) == 0)
@@ -196,18 +390,24 @@ int cli_parse(int argc, char **argv, cli_opts *o)
                 return bad("--dtype %s: unknown dtype (fp16, bf16 or fp32)", optarg);
             o->have_dtype = true;
             break;
+        case OPT_EFFORT:
+            if (tuned__effort_parse(optarg, &o->effort) != 0)
+                return bad("--effort %s: expected quick, default or full", optarg);
+            have_effort = true;
+            break;
         case OPT_BUDGET:
             if (!parse_u64(optarg, 1, 100000, &v))
                 return bad("--budget %s: expected a whole number of variants from 1 to 100000",
                            optarg);
-            o->request.search.budget = v;
+            budget = v;
+            have_budget = true;
             break;
         case OPT_TIME:
             errno = 0;
-            o->request.search.time_s = strtod(optarg, &end);
-            if (errno != 0 || end == optarg || *end != '\0' || !(o->request.search.time_s > 0) ||
-                o->request.search.time_s > 86400)
+            time_s = strtod(optarg, &end);
+            if (errno != 0 || end == optarg || *end != '\0' || !(time_s > 0) || time_s > 86400)
                 return bad("--time %s: expected seconds, more than 0 and at most 86400", optarg);
+            have_time = true;
             break;
         case OPT_SEED:
             if (!parse_u64(optarg, 0, UINT64_MAX, &v))
@@ -225,19 +425,15 @@ int cli_parse(int argc, char **argv, cli_opts *o)
             snprintf(o->db, sizeof o->db, "%s", optarg);
             o->db_given = true;
             break;
-        case 'q': o->quiet = true; break;
-        case OPT_EXHAUSTIVE:
-            o->request.search.exhaustive = true;
-            if (o->request.search.budget < 100000)
-                o->request.search.budget = 100000;
-            if (o->request.search.time_s < 3600)
-                o->request.search.time_s = 3600;
-            break;
+        case OPT_QUIET: o->quiet = true; break;
+        case OPT_EXHAUSTIVE: o->request.search.exhaustive = true; break;
         case OPT_RETUNE: o->request.retune = true; break;
+        case OPT_SKIP_STORE: o->skip_store = true; break;
         case OPT_POPULATION:
             if (!parse_u64(optarg, 1, 10000, &v))
                 return bad("--population %s: expected a whole number from 1 to 10000", optarg);
-            o->request.search.population = v;
+            population = v;
+            have_population = true;
             break;
         case OPT_COPIES:
             if (!parse_u64(optarg, 1, 64, &v))
@@ -255,6 +451,16 @@ int cli_parse(int argc, char **argv, cli_opts *o)
             if (optarg[0] == '\0')
                 return bad("--trace needs a file name");
             o->trace = optarg;
+            break;
+        case OPT_PROGRESS:
+            if (strcmp(optarg, "line") == 0)
+                o->progress = CLI_PROGRESS_LINE;
+            else if (strcmp(optarg, "json") == 0)
+                o->progress = CLI_PROGRESS_JSON;
+            else if (strcmp(optarg, "none") == 0)
+                o->progress = CLI_PROGRESS_NONE;
+            else
+                return bad("--progress %s: expected line, json or none", optarg);
             break;
         case OPT_SOCKET:
             if (optarg[0] == '\0' || strlen(optarg) >= sizeof o->socket)
@@ -277,6 +483,20 @@ int cli_parse(int argc, char **argv, cli_opts *o)
                 return bad("at most %zu --limit options", o->nlimits);
             o->limits[o->nlimits++] = optarg;
             break;
+        case OPT_REMOTE:
+            if (optarg[0] == '\0' || strlen(optarg) > 1023)
+                return bad("--remote '%.40s': expected a URL (redis://, rediss://, unix://)",
+                           optarg);
+            if (o->id == CLI_FORGET)
+                o->forget_remote = optarg;
+            else
+                o->remote = optarg;
+            break;
+        case OPT_REMOTE_CREDENTIALS:
+            if (optarg[0] == '\0' || strlen(optarg) > 4095)
+                return bad("--remote-credentials '%.40s': expected FILE or env:NAME", optarg);
+            o->remote_credentials = optarg;
+            break;
         case OPT_JSON: o->json = true; break;
         case OPT_FORCE: o->force = true; break;
         case OPT_DRY_RUN: o->dry_run = true; break;
@@ -295,18 +515,45 @@ int cli_parse(int argc, char **argv, cli_opts *o)
                 return bad("--days %s: expected a number of days from 0 to 100000", optarg);
             o->have_days = true;
             break;
-        case 'h': cli_usage(stdout); return -1;
+        case OPT_HELP: cli_usage(stdout, o->id, first == 1); return -1;
         case OPT_VERSION: printf("tuned %s\n", tuned_version()); return -1;
         case ':': return bad("%s needs a value", argv[optind - 1]);
         default: return bad("unknown option '%s'", argv[optind - 1]);
         }
     }
-    if (o->fix && strcmp(o->command, "verify") != 0)
-        return bad("--fix is an option of verify only");
-    if (optind < argc && !cli_find_command(o->command)->takes_args)
+    const cli_command *cmd = &cli_commands[o->id];
+    if (optind < argc && !cmd->takes_args)
         return bad("unexpected argument '%s'", argv[optind]);
     o->args = argv + optind;
     o->nargs = argc - optind;
+    if (o->id == CLI_EXPORT && o->json && !o->dry_run)
+        return bad("export --json needs --dry-run (the export itself is JSON lines)");
+    if (o->remote_credentials != NULL && o->remote == NULL && o->forget_remote == NULL)
+        return bad("--remote-credentials needs --remote");
+    /* The effort first, then what was given explicitly. */
+    if (o->id == CLI_TUNE) {
+        tuned__effort_apply(o->effort, &o->request);
+        if (have_budget)
+            o->request.search.budget = budget;
+        if (have_time)
+            o->request.search.time_s = time_s;
+        if (have_population)
+            o->request.search.population = population;
+        if (o->request.search.exhaustive) {
+            if (o->request.search.budget < 100000)
+                o->request.search.budget = 100000;
+            if (o->request.search.time_s < 3600)
+                o->request.search.time_s = 3600;
+        }
+        if (o->skip_store && o->request.retune == false)
+            o->request.retune = true; /* nothing stored is read either */
+    }
+    (void)have_effort;
+    if (o->quiet && o->log > CLI_LOG_WARN)
+        o->log = CLI_LOG_WARN;
+    o->quiet = o->log < CLI_LOG_INFO;
+    if (o->quiet && o->progress == CLI_PROGRESS_LINE)
+        o->progress = CLI_PROGRESS_NONE;
     if (shape_text != NULL) {
         char why[256];
         if (!cli_parse_shape(shape_text, &o->request.shape, why, sizeof why))
@@ -316,7 +563,7 @@ int cli_parse(int argc, char **argv, cli_opts *o)
             return bad("--shape %s: input and output would exceed 1 TiB", shape_text);
         o->have_shape = true;
     }
-    if (cli_find_command(o->command)->needs_shape && !o->have_shape)
+    if (cmd->needs_shape && !o->have_shape)
         return bad("%s needs --shape ROWSxCOLS", o->command);
     return 0;
 }

@@ -7,7 +7,9 @@
  * daemon only with an explicit --socket: the store itself answers the
  * same, with more (keys, damaged records), and readers never wait. A tune
  * through the daemon is queued there (joining a running tune of the same
- * shape) and followed with `job` requests until it ends. */
+ * shape) and followed with `job` requests until it ends. What get and
+ * tune print is an answer (cli_answer.c), the same as the store's; --gpu
+ * goes to the daemon as the request's "gpu". */
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -28,7 +30,7 @@ static int client_open(const cli_opts *o, client *c)
 {
     memset(c, 0, sizeof *c);
     c->fd = -1;
-    if (o->db_given)
+    if (o->db_given || o->skip_store)
         return 1;
     char path[TUNED__SOCKET_PATH_MAX + 1];
     if (o->socket[0] != '\0')
@@ -38,7 +40,7 @@ static int client_open(const cli_opts *o, client *c)
     tuned__err e = {0};
     int rc = tuned__client_connect(c, path, REPLY_TIMEOUT_S, &e);
     if (rc == TUNED_ENOTFOUND) {
-        if (o->socket[0] != '\0' && !o->quiet)
+        if (o->socket[0] != '\0' && !o->quiet && o->id != CLI_STATS)
             fprintf(stderr, "tuned: no daemon on %s; using the store %s\n", path, o->db);
         return 1;
     }
@@ -85,7 +87,9 @@ static json_t *shape_request(const cli_opts *o, const char *op)
     const tuned__shape *s = &o->request.shape;
     json_t *req = json_pack("{s:s, s:s, s:I, s:I}", "op", op, "dtype", tuned_dtype_name(s->dtype),
                             "rows", (json_int_t)s->rows, "cols", (json_int_t)s->cols);
-    if (req != NULL && o->request.device > 0)
+    if (req != NULL && o->gpu != NULL)
+        json_object_set_new(req, "gpu", json_string(o->gpu));
+    else if (req != NULL && o->request.device > 0)
         json_object_set_new(req, "gpu", json_integer(o->request.device));
     return req;
 }
@@ -97,30 +101,30 @@ static const char *text(const json_t *obj, const char *key)
     return s != NULL ? s : "?";
 }
 
-static void print_field(const json_t *obj, const char *key, const char *label)
+/* The answer of a get reply: exact with its record; else exit status 3,
+ * the daemon's suggestion on stderr (the store's get says what is stored
+ * instead). */
+static int print_get_reply(const cli_opts *o, const json_t *rep)
 {
-    const json_t *v = json_object_get(obj, key);
-    if (json_is_string(v))
-        printf("%-12s %s\n", label, json_string_value(v));
-    else if (json_is_integer(v))
-        printf("%-12s %lld\n", label, (long long)json_integer_value(v));
-    else if (json_is_real(v))
-        printf("%-12s %.2f\n", label, json_real_value(v));
-}
-
-static void print_record(const json_t *r)
-{
-    printf("shape        %lldx%lld %s\n", (long long)json_integer_value(json_object_get(r, "rows")),
-           (long long)json_integer_value(json_object_get(r, "cols")), text(r, "dtype"));
-    print_field(r, "gpu", "gpu");
-    print_field(r, "gpu_fp", "gpu_fp");
-    print_field(r, "config", "config");
-    print_field(r, "median_us", "median_us");
-    print_field(r, "copy_us", "copy_us");
-    print_field(r, "gbps", "gbps");
-    print_field(r, "evaluations", "evaluations");
-    print_field(r, "date", "date");
-    print_field(r, "tuned", "tuned");
+    const char *source = text(rep, "source");
+    const json_t *record = json_object_get(rep, "record");
+    if (strcmp(source, "exact") == 0 && json_is_object(record))
+        return cli_print_answer(o, cli_answer("exact", cli_daemon_record_json(record)));
+    const tuned__shape *s = &o->request.shape;
+    if (json_is_object(record))
+        fprintf(stderr, "tuned: no record for %llux%llu %s on %s; the daemon suggests %s from the "
+                        "nearest stored shape %lldx%lld (%.2f us there)\n",
+                (unsigned long long)s->rows, (unsigned long long)s->cols,
+                tuned_dtype_name(s->dtype), text(rep, "gpu"), text(rep, "config"),
+                (long long)json_integer_value(json_object_get(record, "rows")),
+                (long long)json_integer_value(json_object_get(record, "cols")),
+                json_number_value(json_object_get(record, "median_us")));
+    else
+        fprintf(stderr, "tuned: no record for %llux%llu %s on %s; the daemon suggests the %s "
+                        "config %s\n",
+                (unsigned long long)s->rows, (unsigned long long)s->cols,
+                tuned_dtype_name(s->dtype), text(rep, "gpu"), source, text(rep, "config"));
+    return CLI_NOT_FOUND;
 }
 
 int cli_daemon_get(const cli_opts *o)
@@ -134,30 +138,38 @@ int cli_daemon_get(const cli_opts *o)
     client_close(&c);
     if (rc != CLI_OK)
         return rc;
-    if (!json_is_true(json_object_get(rep, "ok"))) {
-        rc = reply_error(rep);
-        json_decref(rep);
-        return rc;
-    }
-    const char *source = json_string_value(json_object_get(rep, "source"));
-    const json_t *record = json_object_get(rep, "record");
-    printf("source       %s\n", source ? source : "?");
-    if (source != NULL && strcmp(source, "exact") == 0 && json_is_object(record)) {
-        print_record(record);
-    } else {
-        print_field(rep, "config", "config");
-        print_field(rep, "gpu", "gpu");
-        if (json_is_object(record))
-            printf("from         %lldx%lld (median_us %.2f there)\n",
-                   (long long)json_integer_value(json_object_get(record, "rows")),
-                   (long long)json_integer_value(json_object_get(record, "cols")),
-                   json_number_value(json_object_get(record, "median_us")));
-        fprintf(stderr, "tuned: no record for this shape; the daemon suggests a %s config\n",
-                source ? source : "?");
-        rc = CLI_NOT_FOUND;
-    }
+    rc = json_is_true(json_object_get(rep, "ok")) ? print_get_reply(o, rep) : reply_error(rep);
     json_decref(rep);
     return rc;
+}
+
+/* One progress report of a job: a line, or (--progress json) the job's
+ * fields as one JSON object, as a local tune reports them. */
+static void job_progress(const cli_opts *o, json_int_t id, const json_t *job)
+{
+    if (o->progress == CLI_PROGRESS_NONE)
+        return;
+    if (o->progress == CLI_PROGRESS_JSON) {
+        json_t *p = json_pack("{s:O}", "progress", job);
+        char *line = p != NULL ? json_dumps(p, JSON_COMPACT) : NULL;
+        if (line != NULL)
+            fprintf(stderr, "%s\n", line);
+        free(line);
+        json_decref(p);
+        return;
+    }
+    const char *state = json_string_value(json_object_get(job, "state"));
+    fprintf(stderr, "tuned: job %lld %s: gen %lld  tried %lld/%lld  failed %lld  best %.2f us  %s  %.1fs\n",
+            (long long)id, state ? state : "?",
+            (long long)json_integer_value(json_object_get(job, "generation")),
+            (long long)json_integer_value(json_object_get(job, "evaluated")),
+            (long long)json_integer_value(json_object_get(job, "budget")),
+            (long long)json_integer_value(json_object_get(job, "failed")),
+            json_number_value(json_object_get(job, "best_us")),
+            json_is_string(json_object_get(job, "best_config"))
+                ? json_string_value(json_object_get(job, "best_config"))
+                : "-",
+            json_number_value(json_object_get(job, "elapsed_s")));
 }
 
 int cli_daemon_tune(const cli_opts *o)
@@ -169,8 +181,10 @@ int cli_daemon_tune(const cli_opts *o)
     tuned__search_opts def;
     tuned__search_opts_default(&def);
     const tuned__search_opts *so = &o->request.search;
-    if (so->exhaustive || o->trace != NULL || so->population != def.population ||
-        so->copies != def.copies || so->min_gain != def.min_gain) {
+    const tuned__effort_preset *ep = tuned__effort_preset_of(o->effort);
+    if (so->exhaustive || o->trace != NULL || so->population != ep->population ||
+        so->copies != def.copies || so->min_gain != def.min_gain ||
+        o->request.finalist_rounds != ep->finalist_rounds) {
         client_close(&c);
         fprintf(stderr, "tuned: --exhaustive, --trace, --population, --copies and --min-gain "
                         "tune locally: a daemon runs, so pass --db to bypass it\n");
@@ -185,14 +199,15 @@ int cli_daemon_tune(const cli_opts *o)
         bool exact = json_is_true(json_object_get(got, "ok")) &&
                      strcmp(text(got, "source"), "exact") == 0;
         if (exact) {
-            fprintf(stderr, "tuned: already tuned on this GPU (tune again with --retune)\n");
-            print_record(json_object_get(got, "record"));
+            client_close(&c);
+            if (!o->quiet)
+                fprintf(stderr, "tuned: already tuned on this GPU (tune again with --retune)\n");
+            rc = cli_print_answer(o, cli_answer("exact", cli_daemon_record_json(
+                                                            json_object_get(got, "record"))));
+            json_decref(got);
+            return rc;
         }
         json_decref(got);
-        if (exact) {
-            client_close(&c);
-            return CLI_OK;
-        }
     }
     json_t *req = shape_request(o, "tune");
     json_object_set_new(req, "budget", json_integer((json_int_t)o->request.search.budget));
@@ -227,15 +242,7 @@ int cli_daemon_tune(const cli_opts *o)
         }
         const json_t *job = json_object_get(rep, "job");
         const char *state = json_string_value(json_object_get(job, "state"));
-        if (!o->quiet)
-            fprintf(stderr, "tuned: job %lld %s: %lld evaluated, %lld failed, best %s %.2f us\n",
-                    (long long)id, state ? state : "?",
-                    (long long)json_integer_value(json_object_get(job, "evaluated")),
-                    (long long)json_integer_value(json_object_get(job, "failed")),
-                    json_is_string(json_object_get(job, "best_config"))
-                        ? json_string_value(json_object_get(job, "best_config"))
-                        : "-",
-                    json_number_value(json_object_get(job, "best_us")));
+        job_progress(o, id, job);
         bool end = state == NULL || (strcmp(state, "queued") != 0 && strcmp(state, "running") != 0);
         if (end && state != NULL && strcmp(state, "done") == 0)
             rc = CLI_OK;
@@ -284,35 +291,87 @@ int cli_daemon_list(const cli_opts *o)
         return rc;
     }
     const json_t *recs = json_object_get(rep, "records");
+    json_t *list = json_array();
+    size_t i;
+    const json_t *r;
+    json_array_foreach(recs, i, r)
+        json_array_append_new(list, cli_daemon_record_json(r));
     if (o->json) {
-        char *text = json_dumps(recs, JSON_INDENT(2));
-        if (text == NULL) {
-            json_decref(rep);
-            fprintf(stderr, "tuned: out of memory\n");
-            return CLI_ERROR;
-        }
-        printf("%s\n", text);
-        free(text);
+        rc = cli_print_json(list);
     } else {
-        printf("%-14s %-5s %-24s %-36s %10s %8s  %-20s  %s\n", "SHAPE", "DTYPE", "GPU", "CONFIG",
-               "MEDIAN_US", "OF_COPY", "DATE", "GPU_FP");
-        size_t i;
-        const json_t *r;
-        json_array_foreach(recs, i, r) {
+        /* The store's table; the tier on this GPU is the store's to say. */
+        printf("%-14s %-5s %-24s %-36s %10s %8s  %-20s  %-10s  %s\n", "SHAPE", "DTYPE", "GPU",
+               "CONFIG", "MEDIAN_US", "OF_COPY", "DATE", "TIER", "KEY");
+        json_array_foreach(list, i, r) {
             char shape[48];
             snprintf(shape, sizeof shape, "%lldx%lld",
                      (long long)json_integer_value(json_object_get(r, "rows")),
                      (long long)json_integer_value(json_object_get(r, "cols")));
             double us = json_number_value(json_object_get(r, "median_us"));
             double copy = json_number_value(json_object_get(r, "copy_us"));
-            printf("%-14s %-5s %-24.24s %-36s %10.2f %7.1f%%  %-20s  %s\n", shape,
-                   text(r, "dtype"), text(r, "gpu"), text(r, "config"), us,
-                   us > 0 ? 100.0 * copy / us : 0.0, text(r, "date"), text(r, "gpu_fp"));
+            printf("%-14s %-5s %-24.24s %-36s %10.2f %7.1f%%  %-20s  %-10s  %s\n", shape,
+                   text(r, "dtype"), text(r, "gpu_name"), text(r, "config"), us,
+                   us > 0 ? 100.0 * copy / us : 0.0, text(r, "date"), "-", text(r, "key"));
         }
+        json_decref(list);
     }
     if (json_is_true(json_object_get(rep, "truncated")))
         fprintf(stderr, "tuned: %lld records; the daemon sent the first %zu\n",
                 (long long)json_integer_value(json_object_get(rep, "total")), json_array_size(recs));
     json_decref(rep);
-    return CLI_OK;
+    return rc;
+}
+
+int cli_cmd_stats(const cli_opts *o)
+{
+    client c;
+    int rc = client_open(o, &c);
+    if (rc != 0) {
+        if (rc > 0) {
+            char path[TUNED__SOCKET_PATH_MAX + 1];
+            if (o->socket[0] != '\0')
+                snprintf(path, sizeof path, "%s", o->socket);
+            else
+                tuned__default_socket(path, sizeof path);
+            fprintf(stderr, "tuned: no daemon answers on %s\n", path);
+        }
+        return CLI_ERROR;
+    }
+    json_t *rep;
+    rc = call(&c, json_pack("{s:s}", "op", "stats"), &rep) != 0 ? CLI_ERROR : CLI_OK;
+    client_close(&c);
+    if (rc != CLI_OK)
+        return rc;
+    if (!json_is_true(json_object_get(rep, "ok"))) {
+        rc = reply_error(rep);
+        json_decref(rep);
+        return rc;
+    }
+    if (o->json)
+        return cli_print_json(rep);
+    const json_t *req = json_object_get(rep, "requests"), *get = json_object_get(rep, "get"),
+                 *cl = json_object_get(rep, "clients"), *jobs = json_object_get(rep, "jobs"),
+                 *st = json_object_get(rep, "store");
+#define N(obj, key) ((long long)json_integer_value(json_object_get((obj), (key))))
+    printf("version      %s\n", text(rep, "version"));
+    printf("uptime_s     %.1f\n", json_number_value(json_object_get(rep, "uptime_s")));
+    printf("requests     %lld (%lld errors)\n", N(req, "total"), N(req, "errors"));
+    printf("get          %lld exact, %lld nearest, %lld default\n", N(get, "exact"),
+           N(get, "nearest"), N(get, "default"));
+    printf("clients      %lld now, %lld total, %lld rejected, %lld cut off\n", N(cl, "now"),
+           N(cl, "total"), N(cl, "rejected"), N(cl, "cut_off"));
+    printf("jobs         %lld queued, %lld running, %lld done, %lld failed, %lld cancelled\n",
+           N(jobs, "queued"), N(jobs, "running"), N(jobs, "done"), N(jobs, "failed"),
+           N(jobs, "cancelled"));
+    printf("store        %s: %lld records\n", text(st, "path"), N(st, "records"));
+    size_t i;
+    const json_t *g;
+    json_array_foreach(json_object_get(rep, "gpus"), i, g)
+        printf("gpu %-8lld %s  worker pid %lld  %lld restarts\n", N(g, "ordinal"), text(g, "name"),
+               N(g, "worker_pid"), N(g, "worker_restarts"));
+    if (json_is_string(json_object_get(rep, "no_gpu")))
+        printf("no_gpu       %s\n", text(rep, "no_gpu"));
+#undef N
+    json_decref(rep);
+    return fflush(stdout) != 0 && !cli_stdout_gone() ? CLI_ERROR : CLI_OK;
 }

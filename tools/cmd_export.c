@@ -1,6 +1,10 @@
 /* cmd_export.c: `tuned export [--gpu NAME] [--shape RxC] [--dtype D] >
  * FILE.jsonl`: the stored winners as JSON lines (docs/store-format.md),
- * from one snapshot of the store. */
+ * from one snapshot of the store. With --dry-run nothing is written but
+ * the count ("would export N records", or with --json {"records": N,
+ * "db": PATH}). */
+#include <errno.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "tools/cli.h"
@@ -21,10 +25,25 @@ int cli_cmd_export(const cli_opts *o)
     tuned__store_filter f;
     cli_filter(o, &f);
     size_t n = 0;
-    rc = tuned__store_export(s, &f, stdout, note, NULL, &n, &e);
+    FILE *to = o->dry_run ? fopen("/dev/null", "w") : stdout;
+    if (to == NULL) {
+        tuned__store_close(s);
+        return cli_fail(&(tuned__err){TUNED_EIO, "export: /dev/null cannot be opened"});
+    }
+    rc = tuned__store_export(s, &f, to, note, NULL, &n, &e);
     tuned__store_close(s);
+    if (o->dry_run)
+        fclose(to);
+    if (rc != 0 && !o->dry_run && cli_stdout_gone())
+        return CLI_OK; /* the reader stopped reading: no complaint */
     if (rc != 0)
         return cli_fail(&e);
+    if (o->dry_run && o->json)
+        return cli_print_json(json_pack("{s:I, s:s}", "records", (json_int_t)n, "db", o->db));
+    if (o->dry_run) {
+        printf("would export %zu record%s from %s\n", n, n == 1 ? "" : "s", o->db);
+        return CLI_OK;
+    }
     if (!o->quiet)
         fprintf(stderr, "tuned: exported %zu record%s from %s\n", n, n == 1 ? "" : "s", o->db);
     return CLI_OK;

@@ -25,13 +25,18 @@ static int say(void *ctx, const tuned__store_key *key, const tuned__record *r,
 
 int cli_cmd_forget(const cli_opts *o)
 {
+    /* Until forget reaches the remote tier: refused, not ignored. */
+    if (o->forget_remote != NULL) {
+        fprintf(stderr, "tuned: forget --remote: this build cannot reach a remote tier yet\n");
+        return CLI_USAGE;
+    }
     bool filtered = o->gpu != NULL || o->have_shape || o->have_dtype;
     if (o->nargs == 0 && !filtered) {
-        fprintf(stderr, "tuned: forget needs KEYs or --gpu/--shape/--dtype (see tuned --help)\n");
+        fprintf(stderr, "tuned: forget needs KEYs or --gpu/--shape/--dtype (see tuned forget --help)\n");
         return CLI_USAGE;
     }
     if (o->nargs > 0 && filtered) {
-        fprintf(stderr, "tuned: forget takes KEYs or filters, not both (see tuned --help)\n");
+        fprintf(stderr, "tuned: forget takes KEYs or filters, not both (see tuned forget --help)\n");
         return CLI_USAGE;
     }
     tuned__err e = {0};

@@ -85,7 +85,8 @@ static int check(void *ctx, const tuned__record *r, tuned__err *e)
     return 0;
 }
 
-static int import_one(tuned__store *s, const cli_opts *o, const char *path)
+/* With --json, one object per file into results. */
+static int import_one(tuned__store *s, const cli_opts *o, const char *path, json_t *results)
 {
     bool is_stdin = strcmp(path, "-") == 0;
     const char *name = is_stdin ? "<stdin>" : path;
@@ -131,6 +132,14 @@ static int import_one(tuned__store *s, const cli_opts *o, const char *path)
         fclose(raw);
     if (c.notes > MAX_NOTES)
         fprintf(stderr, "tuned: %s: %zu more notes not shown\n", name, c.notes - MAX_NOTES);
+    if (results != NULL)
+        json_array_append_new(results,
+                              json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:b, s:s?}", "file", name,
+                                        "added", (json_int_t)st.added, "replaced",
+                                        (json_int_t)st.replaced, "unchanged",
+                                        (json_int_t)st.unchanged, "kept", (json_int_t)st.kept,
+                                        "invalid", (json_int_t)st.invalid, "truncated",
+                                        st.truncated, "error", rc != 0 ? e.msg : NULL));
     if (!o->quiet || rc != 0 || st.invalid > 0 || st.truncated)
         fprintf(stderr, "tuned: %s: %zu added, %zu replaced, %zu already stored, %zu kept "
                 "(stored is as fast or faster), %zu invalid%s\n", name, st.added, st.replaced,
@@ -154,9 +163,18 @@ int cli_cmd_import(const cli_opts *o)
     if (cli_open_store(o, 0, &s, &e) != 0)
         return cli_fail(&e);
     int status = CLI_OK;
-    for (int i = 0; i < o->nargs; i++)
-        if (import_one(s, o, o->args[i]) != CLI_OK)
+    json_t *results = o->json ? json_array() : NULL;
+    for (int i = 0; i < o->nargs; i++) {
+        size_t before = json_array_size(results);
+        if (import_one(s, o, o->args[i], results) != CLI_OK) {
             status = CLI_ERROR;
+            if (results != NULL && json_array_size(results) == before) /* refused before reading */
+                json_array_append_new(results, json_pack("{s:s, s:s}", "file", o->args[i],
+                                                         "error", "not read (see stderr)"));
+        }
+    }
     tuned__store_close(s);
+    if (results != NULL && cli_print_json(results) != CLI_OK)
+        status = CLI_ERROR;
     return status;
 }

@@ -100,16 +100,11 @@ int cli_cmd_list(const cli_opts *o)
         json_decref(c.array);
         return cli_fail(&e);
     }
-    if (o->json) {
-        if (json_dumpf(c.array, stdout, JSON_INDENT(2) | JSON_REAL_PRECISION(17)) != 0 ||
-            putchar('\n') == EOF) {
-            json_decref(c.array);
-            return cli_fail(&(tuned__err){TUNED_EIO, "list: cannot write to stdout"});
-        }
-        json_decref(c.array);
-    }
+    if (o->json && cli_print_json(c.array) != CLI_OK)
+        return CLI_ERROR;
     if (fflush(stdout) != 0)
-        return cli_fail(&(tuned__err){TUNED_EIO, "list: cannot write to stdout"});
+        return cli_stdout_gone() ? CLI_OK
+                                 : cli_fail(&(tuned__err){TUNED_EIO, "list: cannot write to stdout"});
     if (!o->quiet)
         fprintf(stderr, "tuned: %zu record%s in %s\n", c.shown, c.shown == 1 ? "" : "s", o->db);
     return c.damaged > 0 ? CLI_ERROR : CLI_OK;

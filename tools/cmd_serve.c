@@ -50,7 +50,7 @@ static bool apply_limit(const char *spec, tuned__serve_opts *so)
         double v;
         if (!number(eq + 1, table[i].min, table[i].max, &v) ||
             (table[i].kind != 2 && v != (double)(long long)v)) {
-            fprintf(stderr, "tuned: --limit %s: expected a %s from %g to %g (see tuned --help)\n",
+            fprintf(stderr, "tuned: --limit %s: expected a %s from %g to %g (see tuned serve --help)\n",
                     spec, table[i].kind == 2 ? "number" : "whole number", table[i].min,
                     table[i].max);
             return false;
@@ -69,13 +69,18 @@ static bool apply_limit(const char *spec, tuned__serve_opts *so)
     fprintf(stderr,
             "tuned: --limit %s: expected NAME=VALUE, NAME one of clients, unix-reserve, idle, "
             "jobs, line, output, output-total, variant-timeout, client-timeout, grace, nice "
-            "(see tuned --help)\n",
+            "(see tuned serve --help)\n",
             spec);
     return false;
 }
 
 int cli_cmd_serve(const cli_opts *o)
 {
+    /* Until the daemon takes the remote tier's options: refused, not ignored. */
+    if (o->remote != NULL) {
+        fprintf(stderr, "tuned: serve --remote: this daemon cannot use a remote tier yet\n");
+        return CLI_USAGE;
+    }
     tuned__serve_opts so;
     tuned__serve_opts_default(&so);
     if (o->socket[0] != '\0')
@@ -92,7 +97,7 @@ int cli_cmd_serve(const cli_opts *o)
     tuned__err e = {0};
     /* Every option, before any directory, socket, store or worker exists. */
     if (tuned__serve_check(&so, &e) != 0) {
-        fprintf(stderr, "tuned: %s (see tuned --help)\n", e.msg);
+        fprintf(stderr, "tuned: %s (see tuned serve --help)\n", e.msg);
         return CLI_USAGE;
     }
     if (tuned__serve(&so, &e) != 0)

@@ -1,7 +1,10 @@
 /* cmd_tune.c: `tuned [tune] --shape RxC`: tune on one GPU with a live
- * progress line, print the winner, store it. The store is opened first so
- * that a bad --db fails before any GPU time is spent. */
+ * progress line (or JSON progress objects, which the embedding library
+ * reads from its child tunes), print the winner as an answer
+ * (cli_answer.c), store it. The store is opened first so that a bad --db
+ * fails before any GPU time is spent; --skip-store opens none. */
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -10,13 +13,42 @@
 
 typedef struct progress_line {
     bool quiet, tty;
+    cli_progress mode;
     const tuned__shape *shape;
 } progress_line;
+
+/* The daemon's job fields (docs/protocol.md), one object a line. */
+static void progress_json(const progress_line *pl, const tuned__tune_progress *p)
+{
+    const tuned__search_progress *s = p->search;
+    char best[TUNED__CONFIG_TEXT] = "";
+    if (s != NULL && s->have_best)
+        tuned__config_format(&s->best, best, sizeof best);
+    json_t *o = json_pack("{s:{s:s, s:s, s:I, s:I, s:s, s:i, s:I, s:I, s:I, s:i, s:o, s:o, s:f, s:f}}",
+                          "progress", "state", "running", "dtype",
+                          tuned_dtype_name(pl->shape->dtype), "rows", (json_int_t)pl->shape->rows,
+                          "cols", (json_int_t)pl->shape->cols, "gpu", p->gpu->name, "device",
+                          p->gpu->ordinal, "budget", (json_int_t)(s ? s->budget : 0), "evaluated",
+                          (json_int_t)(s ? s->tried : 0), "failed", (json_int_t)(s ? s->failed : 0),
+                          "generation", s ? s->generation : -1, "best_config",
+                          s && s->have_best ? json_string(best) : json_null(), "best_us",
+                          s && s->have_best ? json_real(s->best_us) : json_null(), "copy_us",
+                          p->copy_us, "elapsed_s", s ? s->elapsed_s : 0.0);
+    char *line = o != NULL ? json_dumps(o, JSON_COMPACT) : NULL;
+    if (line != NULL)
+        fprintf(stderr, "%s\n", line);
+    free(line);
+    json_decref(o);
+}
 
 static void on_progress(void *ctx, const tuned__tune_progress *p)
 {
     progress_line *pl = ctx;
-    if (pl->quiet)
+    if (pl->mode == CLI_PROGRESS_JSON) {
+        progress_json(pl, p);
+        return;
+    }
+    if (pl->mode == CLI_PROGRESS_NONE)
         return;
     if (p->search == NULL) {
         double bytes = 2.0 * (double)pl->shape->rows * (double)pl->shape->cols *
@@ -79,7 +111,11 @@ int cli_cmd_tune(const cli_opts *o)
     tuned__err e = {0};
     tuned__tune_request request = o->request;
     FILE *trace = NULL;
-    if (o->trace != NULL) {
+    if (o->trace == NULL && o->log == CLI_LOG_DEBUG) {
+        /* TUNED_LOG=debug: every variant on stderr, as --trace writes it. */
+        request.trace = write_trace;
+        request.trace_ctx = stderr;
+    } else if (o->trace != NULL) {
         trace = fopen(o->trace, "w");
         if (trace == NULL) {
             tuned__errf(&e, TUNED_EIO, "--trace %s: %s", o->trace, strerror(errno));
@@ -91,12 +127,12 @@ int cli_cmd_tune(const cli_opts *o)
         request.trace_ctx = trace;
     }
     tuned__store *store = NULL;
-    if (tuned__store_open(&store, o->db, 0, &e) != 0) {
+    if (!o->skip_store && tuned__store_open(&store, o->db, 0, &e) != 0) {
         if (trace != NULL)
             fclose(trace);
         return cli_fail(&e);
     }
-    request.store = store;
+    request.store = store; /* NULL with --skip-store: no cache, history or winner */
     tuned__driver *d = NULL;
     tuned__nvrtc *n = NULL;
     int rc = tuned__driver_load(&d, &e);
@@ -104,24 +140,23 @@ int cli_cmd_tune(const cli_opts *o)
         rc = tuned__nvrtc_load(&n, &e);
     tuned__record rec;
     bool stored = false;
-    if (rc == 0 && !request.retune)
+    if (rc == 0 && !request.retune && store != NULL)
         rc = stored_winner(d, n, store, &request, &rec, &stored, &e);
-    if (rc == 0 && stored) {
+    if (rc == 0 && stored && !o->quiet)
         fprintf(stderr, "tuned: already tuned on this GPU (tune again with --retune)\n");
-        cli_print_record(stdout, &rec);
-    }
     tuned__tune_outcome out;
     progress_line pl = {.quiet = o->quiet, .tty = isatty(STDERR_FILENO) == 1,
-                        .shape = &o->request.shape};
+                        .mode = o->progress, .shape = &o->request.shape};
     if (rc == 0 && !stored)
         rc = tuned__tune(d, n, &request, on_progress, &pl, &out, &e);
     if (trace != NULL && fclose(trace) != 0 && rc == 0)
         rc = tuned__errf(&e, TUNED_EIO, "--trace %s: %s", o->trace, strerror(errno));
-    if (pl.tty && !pl.quiet && !stored)
+    if (pl.tty && pl.mode == CLI_PROGRESS_LINE && !stored)
         fprintf(stderr, "\n");
     if (rc == 0 && !stored) {
         tuned__tune_record(&out, &o->request.shape, &rec);
-        rc = tuned__store_put_best(store, &rec, &e);
+        if (store != NULL)
+            rc = tuned__store_put_best(store, &rec, &e);
     }
     tuned__nvrtc_unload(n);
     tuned__driver_unload(d);
@@ -129,14 +164,16 @@ int cli_cmd_tune(const cli_opts *o)
     if (rc != 0)
         return cli_fail(&e);
     if (stored)
-        return CLI_OK;
-    fprintf(stderr,
+        return cli_print_answer(o, cli_answer("exact", cli_record_json(&rec)));
+    if (!o->quiet)
+        fprintf(stderr,
             "tuned: %s after %zu new variants (%zu failed, %zu resumed from the store, %zu warm "
             "seeds) in %.1f s, %d generations; %zu finalists re-timed, noise %.1f%%\n",
             out.search.stop_reason, out.search.evaluations, out.search.failed,
             out.search.resumed, out.warm_seeds, out.search.elapsed_s, out.search.generations,
             out.finalists, 100.0 * out.noise);
-    cli_print_record(stdout, &rec);
-    fprintf(stderr, "tuned: stored in %s\n", o->db);
-    return CLI_OK;
+    if (!o->quiet)
+        fprintf(stderr, store != NULL ? "tuned: stored in %s\n" : "tuned: not stored (%s)\n",
+                store != NULL ? o->db : "--skip-store");
+    return cli_print_answer(o, cli_answer("exact", cli_record_json(&rec)));
 }

@@ -11,9 +11,11 @@
  * when a stored winner now fails (does not compile, computes a wrong
  * result, does not launch). */
 #include <math.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cache/key.h"
 #include "src/common/clock.h"
 #include "tools/cli.h"
 
@@ -55,8 +57,35 @@ static int gather(void *ctx, const tuned__store_key *key, const tuned__record *r
 
 /* Re-measures r; prints one line. Returns 1 when the winner now fails, a
  * negative code when the GPU itself failed. */
+/* One result: a table line, or with --json (out not NULL) an object. */
+static void report(json_t *out, const char *label, const tuned__record *r, double now_us,
+                   const char *status, const char *detail, const char *fmt, ...)
+    TUNED__PRINTF(7, 8);
+
+static void report(json_t *out, const char *label, const tuned__record *r, double now_us,
+                   const char *status, const char *detail, const char *fmt, ...)
+{
+    if (out == NULL) {
+        va_list ap;
+        va_start(ap, fmt);
+        vprintf(fmt, ap);
+        va_end(ap);
+        return;
+    }
+    char ks[TUNED__KEY_TEXT];
+    tuned__key_format(ks, sizeof ks, &r->key);
+    json_array_append_new(out, json_pack("{s:s, s:s, s:s, s:f, s:o, s:o, s:s, s:s}", "shape", label,
+                                         "key", ks, "config", r->config, "stored_us", r->median_us,
+                                         "now_us", now_us > 0 ? json_real(now_us) : json_null(),
+                                         "drift", now_us > 0 ? json_real((now_us - r->median_us) /
+                                                                         r->median_us)
+                                                             : json_null(),
+                                         "status", status, "detail", detail));
+}
+
 static int verify_one(const tuned__driver *d, const tuned__nvrtc *n, const tuned__gpu *gpu,
-                      const tuned__record *r, tuned__store *fix, size_t *fixed, tuned__err *e)
+                      const tuned__record *r, tuned__store *fix, size_t *fixed, json_t *out,
+                      tuned__err *e)
 {
     tuned__record here;
     tuned__shape shape = {.dtype = (tuned_dtype)r->key.dtype, .rows = r->key.rows,
@@ -71,14 +100,16 @@ static int verify_one(const tuned__driver *d, const tuned__nvrtc *n, const tuned
     snprintf(label, sizeof label, "%llux%llu %s", (unsigned long long)r->key.rows,
              (unsigned long long)r->key.cols, tuned_dtype_name(shape.dtype));
     if (r->key.layout != TUNED__LAYOUT_DENSE) {
-        printf("%-22s %-36s %10.2f %10s %8s  skipped: layout %u is not measured by this build\n",
+        report(out, label, r, 0, "skipped", "layout not measured by this build",
+               "%-22s %-36s %10.2f %10s %8s  skipped: layout %u is not measured by this build\n",
                label, r->config, r->median_us, "-", "-", (unsigned)r->key.layout);
         return 0;
     }
     tuned__config cfg;
     tuned__err why_cfg = {0};
     if (tuned__config_parse(r->config, &cfg, &why_cfg) != 0) {
-        printf("%-22s %-36s %10.2f %10s %8s  FAILED: this build cannot read the config: %s\n",
+        report(out, label, r, 0, "failed", why_cfg.msg,
+               "%-22s %-36s %10.2f %10s %8s  FAILED: this build cannot read the config: %s\n",
                label, r->config, r->median_us, "-", "-", why_cfg.msg);
         return 1;
     }
@@ -93,13 +124,17 @@ static int verify_one(const tuned__driver *d, const tuned__nvrtc *n, const tuned
     if (rc != 0)
         return rc;
     if (res.status != TUNED__EVAL_OK) {
-        printf("%-22s %-36s %10.2f %10s %8s  FAILED: %s: %s\n", label, r->config, r->median_us,
-               "-", "-", tuned__eval_status_name(res.status), res.detail);
+        report(out, label, r, 0, "failed", res.detail, "%-22s %-36s %10.2f %10s %8s  FAILED: %s: %s\n",
+               label, r->config, r->median_us, "-", "-", tuned__eval_status_name(res.status),
+               res.detail);
         return 1;
     }
     double drift = (res.median_us - r->median_us) / r->median_us;
     bool fixing = fix != NULL && exact && drift > FIX_NOISE;
-    printf("%-22s %-36s %10.2f %10.2f %+7.1f%%  %s%s%s%s\n", label, r->config, r->median_us,
+    report(out, label, r, res.median_us,
+           fixing ? "fixed" : fabs(drift) > DRIFT_FLAG ? "drift" : "ok",
+           exact ? "exact" : why,
+           "%-22s %-36s %10.2f %10.2f %+7.1f%%  %s%s%s%s\n", label, r->config, r->median_us,
            res.median_us, 100.0 * drift, fabs(drift) > DRIFT_FLAG ? "DRIFT " : "",
            exact ? "exact" : tier == TUNED__TIER_COMPATIBLE ? "compatible: " : "not exact: ",
            exact ? "" : why, fixing ? "; FIXED" : "");
@@ -144,18 +179,20 @@ int cli_cmd_verify(const cli_opts *o)
     }
     size_t fixed = 0;
     int status = CLI_OK;
+    json_t *results = o->json ? json_array() : NULL;
     if (rc != 0) {
         status = cli_fail(&e);
     } else {
-        fprintf(stderr, "tuned: verifying %zu stored winner%s on GPU %d, %s (%s)\n", c.n,
-                c.n == 1 ? "" : "s", gpu.ordinal, gpu.name, gpu.identity);
-        if (c.n > 0)
+        if (!o->quiet)
+            fprintf(stderr, "tuned: verifying %zu stored winner%s on GPU %d, %s (%s)\n", c.n,
+                    c.n == 1 ? "" : "s", gpu.ordinal, gpu.name, gpu.identity);
+        if (c.n > 0 && results == NULL)
             printf("%-22s %-36s %10s %10s %8s  %s\n", "SHAPE", "CONFIG", "STORED_US", "NOW_US",
                    "DRIFT", "STATUS");
         size_t failed = 0;
         for (size_t i = 0; i < c.n; i++) {
             fflush(stdout);
-            int vrc = verify_one(d, n, &gpu, &c.recs[i], o->fix ? s : NULL, &fixed, &e);
+            int vrc = verify_one(d, n, &gpu, &c.recs[i], o->fix ? s : NULL, &fixed, results, &e);
             if (vrc < 0) {
                 status = cli_fail(&e);
                 break;
@@ -176,6 +213,8 @@ int cli_cmd_verify(const cli_opts *o)
     }
     tuned__store_close(s);
     free(c.recs);
+    if (results != NULL && cli_print_json(results) != CLI_OK)
+        status = CLI_ERROR;
     tuned__nvrtc_unload(n);
     tuned__driver_unload(d);
     return status;

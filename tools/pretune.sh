@@ -57,7 +57,7 @@ echo "pretune: wrote $out ($(($(wc -l <"$out") - 1)) records)"
 # The export as a user gets it: a fresh store, import, get exact, verify.
 "$tuned" import "$out" --db "$work/fresh" || fails=$((fails + 1))
 "$tuned" get --shape 4096x32000 --dtype fp16 --db "$work/fresh" >"$work/get.out" || fails=$((fails + 1))
-grep -q '^match        exact' "$work/get.out" || { echo "pretune: get is not exact"; cat "$work/get.out"; fails=$((fails + 1)); }
+grep -q '^source       exact' "$work/get.out" || { echo "pretune: get is not exact"; cat "$work/get.out"; fails=$((fails + 1)); }
 "$tuned" verify --db "$work/fresh" || fails=$((fails + 1))
 rm -rf "$work"
 echo "pretune: $fails failure(s)"

@@ -60,6 +60,7 @@ DEPS=(
     "libjansson-dev:pc:jansson"
     "libhiredis-dev:pc:hiredis"
     "redis-server:cmd:redis-server"
+    "systemd:cmd:systemd-analyze"
     "lmdb-utils:cmd:mdb_stat"
 )
 

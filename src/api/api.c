@@ -95,6 +95,8 @@ struct tuned_handle {
     char *tuned_path;
     tuned_policy policy;
     double tune_time_s;
+    tuned_progress_fn on_progress; /* tuned_options.on_progress, may be NULL */
+    void *progress_ctx;
     tuned__api_map map;
     pthread_mutex_t mu;        /* everything below, and map writes */
     tuned__api_entry *entries; /* every entry made, newest first */
@@ -209,6 +211,8 @@ int tuned_open(tuned_handle **out, const tuned_options *o)
     h->serial = atomic_fetch_add(&next_serial, 1);
     h->policy = o->policy;
     h->tune_time_s = o->tune_time_s;
+    h->on_progress = o->on_progress;
+    h->progress_ctx = o->progress_ctx;
     atomic_init(&h->cancel, 0);
     pthread_mutex_init(&h->mu, NULL);
     pthread_mutex_init(&h->tune_mu, NULL);
@@ -400,7 +404,8 @@ static int child_tune(tuned_handle *h, int device, const tuned__shape *s, double
     tuned__api_child c = {.binary = h->tuned_path, .store = tuned__store_real_path(h->store),
                           .device = device, .shape = *s, .time_s = time_s,
                           .timeout_s = (time_s > 0 ? time_s : TUNE_DEFAULT_S) * 2 + TUNE_SLACK_S,
-                          .cancel = &h->cancel};
+                          .cancel = &h->cancel, .on_progress = h->on_progress,
+                          .progress_ctx = h->progress_ctx};
     pthread_mutex_lock(&h->tune_mu);
     int rc = tuned__api_run_child(&c, e);
     pthread_mutex_unlock(&h->tune_mu);
@@ -1020,13 +1025,34 @@ int tuned_lookup(tuned_handle *h, int64_t rows, int64_t cols, tuned_dtype dtype,
     return 0;
 }
 
-/* Follows daemon job id until it ends; not under h->mu. */
-static int follow_daemon_job(tuned_handle *h, uint64_t id, double timeout_s, tuned__err *e)
+/* The job's progress to the handle's callback; a failed request only
+ * skips one report (the job's state is asked for separately). */
+static void report_daemon_job(tuned_handle *h, uint64_t id, const tuned__shape *s)
+{
+    json_t *req = json_pack("{s:s, s:I}", "op", "job", "job", (json_int_t)id);
+    json_t *rep = NULL;
+    tuned__err ignored = {0};
+    if (req != NULL && tuned__client_request(h->socket, req, 10.0, &rep, &ignored) == 0) {
+        tuned_progress p;
+        char best[128];
+        tuned__api_progress_from_json(json_object_get(rep, "job"), s, &p, best, sizeof best);
+        h->on_progress(h->progress_ctx, &p);
+    }
+    json_decref(req);
+    json_decref(rep);
+}
+
+/* Follows daemon job id until it ends, reporting its progress; not under
+ * h->mu. */
+static int follow_daemon_job(tuned_handle *h, uint64_t id, const tuned__shape *s,
+                             double timeout_s, tuned__err *e)
 {
     struct timespec start;
     clock_gettime(CLOCK_MONOTONIC, &start);
     for (;;) {
         char state[32], why[256];
+        if (h->on_progress != NULL)
+            report_daemon_job(h, id, s);
         int rc = tuned__client_job(h->socket, id, state, sizeof state, why, sizeof why, e);
         if (rc != 0)
             return rc;
@@ -1087,7 +1113,7 @@ int tuned_tune(tuned_handle *h, int64_t rows, int64_t cols, tuned_dtype dtype, i
             uint64_t id = 0;
             rc = tuned__client_tune(h->socket, &s, fp, budget, &id, &e);
             if (rc == 0)
-                rc = follow_daemon_job(h, id, (budget > 0 ? budget : TUNE_DEFAULT_S) * 2 + TUNE_SLACK_S, &e);
+                rc = follow_daemon_job(h, id, &s, (budget > 0 ? budget : TUNE_DEFAULT_S) * 2 + TUNE_SLACK_S, &e);
         } else {
             rc = child_tune(h, ordinal, &s, budget, &e);
         }

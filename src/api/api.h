@@ -177,9 +177,20 @@ typedef struct tuned__api_child {
     double time_s;        /* --time; 0: tuned's default */
     double timeout_s;     /* kill the child after this long (0: no limit) */
     atomic_int *cancel;   /* may be NULL; nonzero: kill the child now */
+    /* May be NULL: the child then runs -q; else with --progress json, and
+     * each progress line it writes becomes a call. */
+    tuned_progress_fn on_progress;
+    void *progress_ctx;
 } tuned__api_child;
 
-/* Runs `BINARY --shape RxC --dtype D --device N --db STORE -q [--time S]`
+/* A progress object (a child's `--progress json` line's "progress", or a
+ * daemon `job` reply's "job": the same fields) into p for shape s; the
+ * strings point into v or best (n bytes). */
+void tuned__api_progress_from_json(const json_t *v, const tuned__shape *s, tuned_progress *p,
+                                   char *best, size_t n);
+
+/* Runs `BINARY --shape RxC --dtype D --device N --db STORE -q [--progress
+ * json] [--time S]`
  * and waits for it. The child gets /dev/null as stdin and stdout, its
  * stderr is read (its last line ends up in error messages), and it dies
  * with the calling thread (PR_SET_PDEATHSIG). TUNED_ETUNE when it exits

@@ -35,7 +35,60 @@
 #include "src/api/api.h"
 #include "src/common/clock.h"
 
+#include <jansson.h>
+
 #define TAIL_BYTES 4096
+
+/* ---- progress ---- */
+
+static int64_t int_field(const json_t *v, const char *key)
+{
+    return (int64_t)json_integer_value(json_object_get(v, key));
+}
+
+void tuned__api_progress_from_json(const json_t *v, const tuned__shape *s, tuned_progress *p,
+                                   char *best, size_t n)
+{
+    memset(p, 0, sizeof *p);
+    p->rows = (int64_t)s->rows;
+    p->cols = (int64_t)s->cols;
+    p->dtype = s->dtype;
+    p->device = json_is_integer(json_object_get(v, "device")) ? (int)int_field(v, "device") : -1;
+    const char *state = json_string_value(json_object_get(v, "state"));
+    p->state = state != NULL ? state : "running";
+    p->generation = json_is_integer(json_object_get(v, "generation"))
+                        ? (int)int_field(v, "generation")
+                        : -1;
+    p->evaluated = int_field(v, "evaluated");
+    p->failed = int_field(v, "failed");
+    p->budget = int_field(v, "budget");
+    const char *cfg = json_string_value(json_object_get(v, "best_config"));
+    if (cfg != NULL && n > 0) {
+        snprintf(best, n, "%s", cfg);
+        p->best_config = best;
+    }
+    p->best_us = json_number_value(json_object_get(v, "best_us"));
+    p->copy_us = json_number_value(json_object_get(v, "copy_us"));
+    p->elapsed_s = json_number_value(json_object_get(v, "elapsed_s"));
+}
+
+/* One line of the child's stderr: a progress object becomes a call
+ * (true), anything else is for the error message (false). */
+static bool progress_line(const tuned__api_child *c, const char *line)
+{
+    if (strncmp(line, "{\"progress\":", 12) != 0)
+        return false;
+    json_t *v = json_loads(line, 0, NULL);
+    const json_t *pr = json_object_get(v, "progress");
+    if (json_is_object(pr) && c->on_progress != NULL) {
+        tuned_progress p;
+        char best[128];
+        tuned__api_progress_from_json(pr, &c->shape, &p, best, sizeof best);
+        c->on_progress(c->progress_ctx, &p);
+    }
+    json_decref(v);
+    return true;
+}
 
 /* ---- the child process ---- */
 
@@ -106,6 +159,10 @@ int tuned__api_run_child(const tuned__api_child *c, tuned__err *e)
     argv[argc++] = (char *)"--db";
     argv[argc++] = (char *)c->store;
     argv[argc++] = (char *)"-q";
+    if (c->on_progress != NULL) {
+        argv[argc++] = (char *)"--progress";
+        argv[argc++] = (char *)"json";
+    }
     if (c->time_s > 0) {
         argv[argc++] = (char *)"--time";
         argv[argc++] = time_s;
@@ -157,6 +214,8 @@ int tuned__api_run_child(const tuned__api_child *c, tuned__err *e)
      * clock and the cancel flag. */
     char tail[TAIL_BYTES];
     size_t tail_len = 0;
+    char line[TAIL_BYTES]; /* the line being read; a longer one is cut */
+    size_t line_len = 0;
     double deadline = c->timeout_s > 0 ? tuned__now_s() + c->timeout_s : 0;
     int killed = 0; /* 1: timeout, 2: cancelled */
     for (;;) {
@@ -180,14 +239,32 @@ int tuned__api_run_child(const tuned__api_child *c, tuned__err *e)
             continue;
         if (got <= 0)
             break; /* EOF: the child exited (or closed its stderr) */
-        /* buf is smaller than tail: keep the newest bytes. */
-        if (tail_len + (size_t)got >= sizeof tail) {
-            size_t drop = tail_len + (size_t)got - (sizeof tail - 1);
-            memmove(tail, tail + drop, tail_len - drop);
-            tail_len -= drop;
+        for (ssize_t i = 0; i < got; i++) {
+            if (buf[i] != '\n') {
+                if (line_len < sizeof line - 2)
+                    line[line_len++] = buf[i];
+                continue;
+            }
+            line[line_len] = '\0';
+            if (!progress_line(c, line)) {
+                /* Keep the newest lines for the error message. */
+                line[line_len++] = '\n';
+                if (tail_len + line_len >= sizeof tail) {
+                    size_t drop = tail_len + line_len - (sizeof tail - 1);
+                    if (drop > tail_len)
+                        drop = tail_len;
+                    memmove(tail, tail + drop, tail_len - drop);
+                    tail_len -= drop;
+                }
+                memcpy(tail + tail_len, line, line_len);
+                tail_len += line_len;
+            }
+            line_len = 0;
         }
-        memcpy(tail + tail_len, buf, (size_t)got);
-        tail_len += (size_t)got;
+    }
+    if (line_len > 0 && tail_len + line_len < sizeof tail) { /* a last line without '\n' */
+        memcpy(tail + tail_len, line, line_len);
+        tail_len += line_len;
     }
     if (killed)
         kill(pid, SIGKILL);
@@ -197,25 +274,25 @@ int tuned__api_run_child(const tuned__api_child *c, tuned__err *e)
     do
         w = waitpid(pid, &status, 0);
     while (w < 0 && errno == EINTR);
-    char line[512];
-    last_line(tail, tail_len, line, sizeof line);
+    char last[512];
+    last_line(tail, tail_len, last, sizeof last);
     if (killed == 2)
         return tuned__errf(e, TUNED_EIO, "%s: cancelled (the handle was closed)", what);
     if (killed == 1)
         return tuned__errf(e, TUNED_ETIMEOUT, "%s: still running after %.0f s, killed%s%s", what,
-                           c->timeout_s, line[0] ? "; last said: " : "", line);
+                           c->timeout_s, last[0] ? "; last said: " : "", last);
     if (w < 0)
         /* SIGCHLD ignored by the application: the status is gone. The
          * store tells whether it worked. */
         return 0;
     if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
         return 0;
-    if (WIFEXITED(status) && WEXITSTATUS(status) == 127 && strstr(line, "exec failed") != NULL)
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 127 && strstr(last, "exec failed") != NULL)
         return tuned__errf(e, TUNED_EIO, "%s: cannot execute %s", what, exe);
     if (WIFEXITED(status))
         return tuned__errf(e, TUNED_ETUNE, "%s (%s) failed, exit status %d%s%s", what, exe,
-                           WEXITSTATUS(status), line[0] ? ": " : "", line);
+                           WEXITSTATUS(status), last[0] ? ": " : "", last);
     return tuned__errf(e, TUNED_ETUNE, "%s (%s) died of signal %d%s%s", what, exe,
-                       WIFSIGNALED(status) ? WTERMSIG(status) : 0, line[0] ? "; last said: " : "",
-                       line);
+                       WIFSIGNALED(status) ? WTERMSIG(status) : 0, last[0] ? "; last said: " : "",
+                       last);
 }

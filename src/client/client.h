@@ -75,8 +75,11 @@ int tuned__client_store_path(const char *socket_path, char *out, size_t n, tuned
  * /var/lib/tuned. */
 void tuned__default_store(char *out, size_t n);
 
-/* The daemon's socket: $TUNED_SOCKET, $XDG_RUNTIME_DIR/tuned/tuned.sock,
- * /run/tuned/tuned.sock. */
+/* The daemon's socket: $TUNED_SOCKET; else $XDG_RUNTIME_DIR/tuned/tuned.sock
+ * when a socket is there (a user's own daemon), else
+ * /run/tuned-softmax/tuned.sock when a socket is there (the system
+ * service); else, neither running, the first of the two (the runtime
+ * directory's only when $XDG_RUNTIME_DIR is set). */
 void tuned__default_socket(char *out, size_t n);
 
 #endif

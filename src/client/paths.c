@@ -1,8 +1,11 @@
 /* paths.c: where the store and the daemon's socket are when nobody says:
  * the one place their environment variables are read, so that the CLI,
- * the daemon, the embedding library and Python agree. */
+ * the daemon, the embedding library and Python (bindings/python/tuned/
+ * client.py, which follows the same rule) agree. */
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 
 #include "src/client/client.h"
 
@@ -21,14 +24,35 @@ void tuned__default_store(char *out, size_t n)
         snprintf(out, n, "/var/lib/tuned");
 }
 
+/* The system service's socket (tools/tuned-softmax.service): its own
+ * directory, clear of /run/tuned, which belongs to the distributions'
+ * unrelated tuned (the system tuning daemon). */
+#define SERVICE_SOCKET "/run/tuned-softmax/tuned.sock"
+
+static bool is_socket(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISSOCK(st.st_mode);
+}
+
 void tuned__default_socket(char *out, size_t n)
 {
     const char *env = getenv("TUNED_SOCKET");
     const char *xdg = getenv("XDG_RUNTIME_DIR");
-    if (env != NULL && *env != '\0')
+    if (env != NULL && *env != '\0') {
         snprintf(out, n, "%s", env);
-    else if (xdg != NULL && *xdg == '/')
-        snprintf(out, n, "%s/tuned/tuned.sock", xdg);
+        return;
+    }
+    /* A user's own daemon first, then the service; where neither listens
+     * (a daemon about to start), the user's when there is a runtime
+     * directory, else the service's. */
+    char user[4096] = "";
+    if (xdg != NULL && *xdg == '/')
+        snprintf(user, sizeof user, "%s/tuned/tuned.sock", xdg);
+    if (user[0] != '\0' && is_socket(user))
+        snprintf(out, n, "%s", user);
+    else if (is_socket(SERVICE_SOCKET))
+        snprintf(out, n, "%s", SERVICE_SOCKET);
     else
-        snprintf(out, n, "/run/tuned/tuned.sock");
+        snprintf(out, n, "%s", user[0] != '\0' ? user : SERVICE_SOCKET);
 }

@@ -20,6 +20,7 @@ void tuned__tune_request_default(tuned__tune_request *r)
     r->shape.dtype = TUNED_FP16;
     tuned__search_opts_default(&r->search);
     tuned__eval_opts_default(&r->eval);
+    r->finalist_rounds = TUNED__FINALIST_ROUNDS_DEFAULT;
 }
 
 typedef struct tune_ctx {
@@ -235,7 +236,6 @@ static int warm_candidate(void *ctx, const tuned__record *r)
 
 #define FINALISTS 5
 #define FINALIST_WINDOW 0.05 /* within 5% of the best */
-#define FINALIST_ROUNDS 3
 
 static int simplicity(const tuned__config *c)
 {
@@ -260,10 +260,10 @@ int tuned__config_simpler(const tuned__config *a, const tuned__config *b)
 
 typedef struct finalist {
     tuned__config config;
-    double times[FINALIST_ROUNDS + 1]; /* medians: the search's, then each round's */
+    double times[TUNED__FINALIST_ROUNDS_MAX + 1]; /* medians: the search's, then each round's */
     size_t rounds;
     double median;
-    double iqm[FINALIST_ROUNDS]; /* each round's interquartile mean: rounds - 1 of them */
+    double iqm[TUNED__FINALIST_ROUNDS_MAX]; /* each round's interquartile mean: rounds - 1 of them */
     double rank; /* the median of iqm[]: what the finalists are ranked by */
 } finalist;
 
@@ -309,7 +309,12 @@ static int run_finalists(tune_ctx *t, const tuned__search_prior *log, size_t nlo
     tuned__eval_result res[FINALISTS];
     for (size_t i = 0; i < nf; i++)
         cfgs[i] = f[i].config;
-    for (int round = 0; round < FINALIST_ROUNDS; round++) {
+    /* The effort's rounds (tuned__effort_preset); 0 or out of range: the
+     * default's. */
+    int nrounds = t->request->finalist_rounds;
+    if (nrounds < 1 || nrounds > TUNED__FINALIST_ROUNDS_MAX)
+        nrounds = TUNED__FINALIST_ROUNDS_DEFAULT;
+    for (int round = 0; round < nrounds; round++) {
         int rc = t->backend->run(t->backend->ctx, cfgs, nf, res, e);
         if (rc != 0)
             return rc;
@@ -332,7 +337,7 @@ static int run_finalists(tune_ctx *t, const tuned__search_prior *log, size_t nlo
         if (spread > noise)
             noise = spread;
         size_t timed = f[i].rounds - 1;
-        if (timed < FINALIST_ROUNDS) {
+        if (timed < (size_t)nrounds) {
             f[i].rank = INFINITY;
             continue;
         }
@@ -347,7 +352,7 @@ static int run_finalists(tune_ctx *t, const tuned__search_prior *log, size_t nlo
      * v4 within 0.3% of noise, 0.6 us slower in every benchmark). */
     size_t pick = win;
     for (size_t i = 0; i < nf; i++)
-        if (f[i].rank < INFINITY && f[i].iqm[0] <= f[win].iqm[FINALIST_ROUNDS - 1] &&
+        if (f[i].rank < INFINITY && f[i].iqm[0] <= f[win].iqm[nrounds - 1] &&
             tuned__config_simpler(&f[i].config, &f[pick].config) < 0)
             pick = i;
     out->finalists = nf;

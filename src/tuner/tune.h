@@ -10,6 +10,9 @@
 #include "cache/store.h"
 #include "src/tuner/search.h"
 
+#define TUNED__FINALIST_ROUNDS_DEFAULT 3
+#define TUNED__FINALIST_ROUNDS_MAX 8
+
 typedef struct tuned__tune_request {
     tuned__shape shape;
     int device;                 /* GPU ordinal */
@@ -20,6 +23,9 @@ typedef struct tuned__tune_request {
      * neighbouring shapes as starting points. */
     tuned__store *store;
     bool retune;                /* ignore this shape's history: measure again */
+    /* Rounds of re-timing the finalists get (1 to TUNED__FINALIST_ROUNDS_MAX,
+     * default TUNED__FINALIST_ROUNDS_DEFAULT; src/tuner/effort.h sets it). */
+    int finalist_rounds;
     /* Called with every evaluated variant (may be NULL): for traces. */
     void (*trace)(void *ctx, const tuned__config *c, const tuned__eval_result *r);
     void *trace_ctx;
