@@ -207,7 +207,7 @@ class ClientTests(unittest.TestCase):
             os.environ["XDG_RUNTIME_DIR"] = "/run/user/5"
             self.assertEqual(tuned.default_socket(), "/run/user/5/tuned/tuned.sock")
             del os.environ["XDG_RUNTIME_DIR"]
-            self.assertEqual(tuned.default_socket(), "/run/tuned/tuned.sock")
+            self.assertEqual(tuned.default_socket(), "/run/tuned-softmax/tuned.sock")
         finally:
             for k, v in saved.items():
                 if v is None:

@@ -13,6 +13,7 @@ stable error code. Pure Python: needs neither libtuned nor a GPU.
 import json
 import os
 import socket as _socket
+import stat
 import time
 
 from .errors import DaemonError
@@ -20,15 +21,32 @@ from .errors import DaemonError
 MAX_REPLY = 16 << 20
 
 
+# The system service's socket (tools/tuned-softmax.service).
+SERVICE_SOCKET = "/run/tuned-softmax/tuned.sock"
+
+
+def _is_socket(path):
+    try:
+        return stat.S_ISSOCK(os.stat(path).st_mode)
+    except OSError:
+        return False
+
+
 def default_socket():
-    """$TUNED_SOCKET, else $XDG_RUNTIME_DIR/tuned/tuned.sock, else /run/tuned/tuned.sock."""
+    """The rule of libtuned's (src/client/paths.c): $TUNED_SOCKET; else a
+    user's daemon on $XDG_RUNTIME_DIR/tuned/tuned.sock, then the service's
+    /run/tuned-softmax/tuned.sock, whichever listens; where neither does,
+    the user's when there is a runtime directory, else the service's."""
     env = os.environ.get("TUNED_SOCKET")
     if env:
         return env
     xdg = os.environ.get("XDG_RUNTIME_DIR")
-    if xdg and xdg.startswith("/"):
-        return os.path.join(xdg, "tuned", "tuned.sock")
-    return "/run/tuned/tuned.sock"
+    user = os.path.join(xdg, "tuned", "tuned.sock") if xdg and xdg.startswith("/") else ""
+    if user and _is_socket(user):
+        return user
+    if _is_socket(SERVICE_SOCKET):
+        return SERVICE_SOCKET
+    return user or SERVICE_SOCKET
 
 
 class Client:
