@@ -25,6 +25,8 @@ typedef struct cli_opts {
     const char *listen;    /* serve --listen [HOST:]PORT */
     const char *group;     /* serve --group NAME */
     const char *limits[16];/* serve --limit NAME=VALUE */
+    const char *remote;    /* serve, forget: --remote URL (the fleet tier) */
+    const char *remote_credentials; /* --remote-credentials FILE | env:NAME */
     size_t nlimits;
     /* Store maintenance (export, import, list, forget, gc, verify). */
     bool have_dtype;       /* --dtype was given (filters select every dtype otherwise) */

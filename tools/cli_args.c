@@ -55,7 +55,11 @@ void cli_usage(FILE *f)
             "  --group G      serve: socket mode 0660 for group G (default 0600)\n"
             "  --limit N=V    serve: clients, unix-reserve, jobs, line, output, output-total\n"
             "                 (bytes), idle, variant-timeout, client-timeout, grace (seconds),\n"
-            "                 nice (docs/protocol.md)\n"
+            "                 nice, remote-timeout, lease, reclaim (docs/protocol.md)\n"
+            "  --remote URL   serve: share results through the fleet's Redis/Valkey\n"
+            "                 (redis://HOST[:PORT][/DB] or unix:///PATH; docs/fleet.md);\n"
+            "                 forget: remove records there\n"
+            "  --remote-credentials FILE|env:NAME  USER:PASSWORD for --remote\n"
             "  filters        --gpu NAME (part of the GPU name, or its 16-hex-digit fingerprint),\n"
             "                 --shape RxC, --dtype D\n"
             "  --json         list: one JSON array instead of a table\n"
@@ -148,7 +152,7 @@ int cli_parse(int argc, char **argv, cli_opts *o)
     }
     enum { OPT_SHAPE = 256, OPT_DTYPE, OPT_BUDGET, OPT_TIME, OPT_SEED, OPT_DEVICE, OPT_DB,
            OPT_VERSION, OPT_EXHAUSTIVE, OPT_TRACE, OPT_RETUNE, OPT_POPULATION, OPT_COPIES, OPT_MIN_GAIN, OPT_SOCKET, OPT_LISTEN, OPT_GROUP, OPT_LIMIT, OPT_JSON, OPT_FORCE, OPT_FIX, OPT_DRY_RUN, OPT_GPU,
-           OPT_DAYS };
+           OPT_DAYS, OPT_REMOTE, OPT_REMOTE_CREDENTIALS };
     static const struct option longopts[] = {
         {"shape", required_argument, NULL, OPT_SHAPE},
         {"dtype", required_argument, NULL, OPT_DTYPE},
@@ -174,6 +178,8 @@ int cli_parse(int argc, char **argv, cli_opts *o)
         {"fix", no_argument, NULL, OPT_FIX},
         {"gpu", required_argument, NULL, OPT_GPU},
         {"days", required_argument, NULL, OPT_DAYS},
+        {"remote", required_argument, NULL, OPT_REMOTE},
+        {"remote-credentials", required_argument, NULL, OPT_REMOTE_CREDENTIALS},
         {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, OPT_VERSION},
         {NULL, 0, NULL, 0},
@@ -294,6 +300,17 @@ int cli_parse(int argc, char **argv, cli_opts *o)
                 o->days > 100000)
                 return bad("--days %s: expected a number of days from 0 to 100000", optarg);
             o->have_days = true;
+            break;
+        case OPT_REMOTE:
+            if (optarg[0] == '\0' || strlen(optarg) > 1000)
+                return bad("--remote '%.40s': expected redis://HOST[:PORT][/DB] or unix:///PATH",
+                           optarg);
+            o->remote = optarg;
+            break;
+        case OPT_REMOTE_CREDENTIALS:
+            if (optarg[0] == '\0' || strlen(optarg) > 4000)
+                return bad("--remote-credentials '%.40s': expected FILE or env:NAME", optarg);
+            o->remote_credentials = optarg;
             break;
         case 'h': cli_usage(stdout); return -1;
         case OPT_VERSION: printf("tuned %s\n", tuned_version()); return -1;
