@@ -89,4 +89,31 @@ void tuned__remote_free(tuned__daemon *d);
 /* ,"remote":{...} for stats (nothing without --remote). */
 void tuned__remote_stats(tuned__daemon *d, tuned__buf *out);
 
+/* ---- tuned forget --remote ---- */
+
+typedef struct tuned__remote_forget_req {
+    const char *url;           /* as --remote */
+    const char *credentials;   /* as --remote-credentials; NULL: none */
+    const char *const *keys;   /* record keys, tuned:v1:rec:KERNEL:DTYPE:RxC:LAYOUT:HWCLASS:TOOLCHAIN */
+    size_t nkeys;
+    /* Or a filter: every toolchain's record of rows x cols (of dtype, or
+     * of every dtype) of hardware class hwclass ("hw" + 16 hex digits) that
+     * the fleet's index lists. */
+    const char *hwclass;
+    uint64_t rows, cols;
+    bool have_dtype;
+    uint8_t dtype;
+    bool dry_run;              /* say what would go, remove nothing */
+    double timeout_s;          /* each call (0: 2 s) */
+    /* Called for each key: what happened ("forgot", "would forget", "no
+     * record", or an error). */
+    void (*say)(void *ctx, const char *key, const char *what);
+    void *ctx;
+} tuned__remote_forget_req;
+
+/* Removes fleet records (and their index entries), blocking on its own
+ * loop. *removed counts them. TUNED_EINVAL for a bad key, URL or filter,
+ * TUNED_EIO when the fleet cannot be reached (e says why). */
+int tuned__remote_forget(const tuned__remote_forget_req *q, size_t *removed, tuned__err *e);
+
 #endif

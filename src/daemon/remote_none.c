@@ -80,3 +80,11 @@ void tuned__remote_stats(tuned__daemon *d, tuned__buf *out)
 {
     (void)d, (void)out;
 }
+
+int tuned__remote_forget(const tuned__remote_forget_req *q, size_t *removed, tuned__err *e)
+{
+    (void)q;
+    *removed = 0;
+    return tuned__errf(e, TUNED_EINVAL, "--remote: this tuned was built without the fleet tier "
+                       "(no hiredis)");
+}
