@@ -531,7 +531,7 @@ if __name__ == "__main__":
         rc = main()
     finally:
         cleanup()
-        if rc == 0 or os.environ.get("KEEP_TMP") is None:
+        if os.environ.get("KEEP_TMP") is None:
             shutil.rmtree(tmp, ignore_errors=True)
     print("PASS" if rc == 0 else ("SKIP" if rc == 77 else "FAIL"), flush=True)
     sys.exit(rc)
