@@ -414,8 +414,12 @@ static void process(conn *c)
         c->in_start = c->in_end = 0;
     flush(c);
     enforce_output_total(s);
-    if (c->later.pending)
-        return; /* reading goes on; lines wait until the reply came */
+    if (c->later.pending) {
+        /* Lines wait until the reply came; so does reading (the buffer
+         * must not fill up and read as a line too long). */
+        stop_reading(c);
+        return;
+    }
     if (!c->closing && !c->paused && c->eof && drained(c))
         conn_close(c);
     else if (!c->closing && !c->paused)
