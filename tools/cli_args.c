@@ -125,11 +125,14 @@ static const cli_option options[] = {
      "members of G may use the daemon"},
     {"limit", true, OPT_LIMIT, "N=V", S,
      "clients, unix-reserve, jobs, line, output, output-total (bytes), idle,\n"
-     "variant-timeout, client-timeout, grace (seconds), nice (docs/protocol.md)"},
+     "variant-timeout, client-timeout, grace, remote-timeout, lease, reclaim\n"
+     "(seconds), nice (docs/protocol.md)"},
     {"remote", true, OPT_REMOTE, "URL", S,
-     "share results through the remote tier at URL (redis://, rediss://, unix://;\n"
-     "docs/fleet.md)"},
-    {"remote", true, OPT_REMOTE, "URL", F, "forget the records in the remote tier at URL too"},
+     "share results through the remote tier at URL (redis://HOST[:PORT][/DB] or\n"
+     "unix:///PATH[?db=N]; no TLS: docs/fleet.md)"},
+    {"remote", true, OPT_REMOTE, "URL", F,
+     "remove records from the remote tier at URL instead: KEY... (tuned:v1:rec:...),\n"
+     "or --shape RxC [--dtype D] --gpu HWCLASS"},
     {"remote-credentials", true, OPT_REMOTE_CREDENTIALS, "C", S | F,
      "the remote tier's user and password: FILE, or env:NAME for a variable"},
     {"quiet", false, OPT_QUIET, NULL, T | G | S | L | E | I | F | V,
@@ -485,7 +488,7 @@ int cli_parse(int argc, char **argv, cli_opts *o)
             break;
         case OPT_REMOTE:
             if (optarg[0] == '\0' || strlen(optarg) > 1023)
-                return bad("--remote '%.40s': expected a URL (redis://, rediss://, unix://)",
+                return bad("--remote '%.40s': expected a URL (redis://, unix://)",
                            optarg);
             if (o->id == CLI_FORGET)
                 o->forget_remote = optarg;

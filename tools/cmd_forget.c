@@ -1,11 +1,13 @@
 /* cmd_forget.c: `tuned forget KEY...` (keys as `tuned list` prints them)
  * or `tuned forget --gpu NAME | --shape RxC [--dtype D]`: removes stored
- * winners, printing each one (with --dry-run, only printing). Refuses to
+ * winners, printing each one (with --dry-run, only printing). With
+ * --remote URL, the fleet's records instead (src/daemon/remote.h). Refuses to
  * run with no key and no filter: forgetting everything is `rm -r` of the
  * store directory, on purpose. */
 #include <stdlib.h>
 
 #include "cache/key.h"
+#include "src/daemon/remote.h"
 #include "tools/cli.h"
 
 typedef struct forget_ctx {
@@ -23,13 +25,47 @@ static int say(void *ctx, const tuned__store_key *key, const tuned__record *r,
     return 0;
 }
 
-int cli_cmd_forget(const cli_opts *o)
+static void say_remote(void *ctx, const char *key, const char *what)
 {
-    /* Until forget reaches the remote tier: refused, not ignored. */
-    if (o->forget_remote != NULL) {
-        fprintf(stderr, "tuned: forget --remote: this build cannot reach a remote tier yet\n");
+    (void)ctx;
+    printf("%s %s\n", what, key);
+}
+
+/* --remote URL: the fleet's records, by key or by --shape [--dtype] --gpu HWCLASS. */
+static int forget_remote(const cli_opts *o)
+{
+    if (o->nargs == 0 && (!o->have_shape || o->gpu == NULL)) {
+        fprintf(stderr, "tuned: forget --remote needs record keys (tuned:v1:rec:...) or --shape "
+                "and --gpu HWCLASS (see tuned --help)\n");
         return CLI_USAGE;
     }
+    tuned__remote_forget_req q = {.url = o->forget_remote, .credentials = o->remote_credentials,
+                                  .keys = (const char *const *)o->args, .nkeys = (size_t)o->nargs,
+                                  .dry_run = o->dry_run, .say = say_remote};
+    if (o->nargs == 0) {
+        q.hwclass = o->gpu;
+        q.rows = o->request.shape.rows;
+        q.cols = o->request.shape.cols;
+        q.have_dtype = o->have_dtype;
+        q.dtype = (uint8_t)o->request.shape.dtype;
+    }
+    size_t n = 0;
+    tuned__err e = {0};
+    int rc = tuned__remote_forget(&q, &n, &e);
+    if (rc != 0)
+        return rc == TUNED_EINVAL ? (fprintf(stderr, "tuned: %s\n", e.msg), CLI_USAGE)
+                                  : cli_fail(&e);
+    if (n == 0) {
+        fprintf(stderr, "tuned: no fleet record matches\n");
+        return CLI_NOT_FOUND;
+    }
+    return CLI_OK;
+}
+
+int cli_cmd_forget(const cli_opts *o)
+{
+    if (o->forget_remote != NULL)
+        return forget_remote(o);
     bool filtered = o->gpu != NULL || o->have_shape || o->have_dtype;
     if (o->nargs == 0 && !filtered) {
         fprintf(stderr, "tuned: forget needs KEYs or --gpu/--shape/--dtype (see tuned forget --help)\n");

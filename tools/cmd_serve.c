@@ -1,6 +1,7 @@
 /* cmd_serve.c: `tuned serve`: run the daemon (src/daemon/daemon.h) until
  * SIGTERM or SIGINT. Options: --socket, --db, --listen [HOST:]PORT,
- * --group NAME, and --limit NAME=VALUE for the limits below; all of them
+ * --group NAME, --remote URL and --remote-credentials FILE|env:NAME (the
+ * fleet tier), and --limit NAME=VALUE for the limits below; all of them
  * are checked before anything is created or started. */
 #include <errno.h>
 #include <stddef.h>
@@ -41,6 +42,9 @@ static bool apply_limit(const char *spec, tuned__serve_opts *so)
         {"client-timeout", 0.01, 86400, 2, offsetof(tuned__serve_opts, client_timeout_s)},
         {"grace", 0, 3600, 2, offsetof(tuned__serve_opts, shutdown_grace_s)},
         {"nice", 0, 19, 3, offsetof(tuned__serve_opts, worker_nice)},
+        {"remote-timeout", 0.001, 600, 2, offsetof(tuned__serve_opts, remote_timeout_s)},
+        {"lease", 0.1, 86400, 2, offsetof(tuned__serve_opts, lease_s)},
+        {"reclaim", 0.1, 86400 * 30, 2, offsetof(tuned__serve_opts, reclaim_s)},
     };
     const char *eq = strchr(spec, '=');
     for (size_t i = 0; eq != NULL && i < sizeof table / sizeof table[0]; i++) {
@@ -68,7 +72,8 @@ static bool apply_limit(const char *spec, tuned__serve_opts *so)
     }
     fprintf(stderr,
             "tuned: --limit %s: expected NAME=VALUE, NAME one of clients, unix-reserve, idle, "
-            "jobs, line, output, output-total, variant-timeout, client-timeout, grace, nice "
+            "jobs, line, output, output-total, variant-timeout, client-timeout, grace, nice, "
+            "remote-timeout, lease, reclaim "
             "(see tuned serve --help)\n",
             spec);
     return false;
@@ -76,11 +81,6 @@ static bool apply_limit(const char *spec, tuned__serve_opts *so)
 
 int cli_cmd_serve(const cli_opts *o)
 {
-    /* Until the daemon takes the remote tier's options: refused, not ignored. */
-    if (o->remote != NULL) {
-        fprintf(stderr, "tuned: serve --remote: this daemon cannot use a remote tier yet\n");
-        return CLI_USAGE;
-    }
     tuned__serve_opts so;
     tuned__serve_opts_default(&so);
     if (o->socket[0] != '\0')
@@ -91,6 +91,11 @@ int cli_cmd_serve(const cli_opts *o)
     if (o->group != NULL)
         snprintf(so.group, sizeof so.group, "%s", o->group);
     so.quiet = o->quiet;
+    if (o->remote != NULL)
+        snprintf(so.remote, sizeof so.remote, "%s", o->remote);
+    if (o->remote_credentials != NULL)
+        snprintf(so.remote_credentials, sizeof so.remote_credentials, "%s",
+                 o->remote_credentials);
     for (size_t i = 0; i < o->nlimits; i++)
         if (!apply_limit(o->limits[i], &so))
             return CLI_USAGE;

@@ -42,6 +42,13 @@ typedef struct tuned__serve_opts {
     double shutdown_grace_s; /* running chunk's time to finish at a stop (default 10) */
     int worker_nice;         /* the workers' nice value (default 10) */
     bool quiet;              /* no log lines on stderr */
+    /* The fleet tier (docs/fleet.md), in a build with it (TUNED_HAVE_FLEET). */
+    char remote[1024];       /* "": none; "redis://HOST[:PORT][/DB]" or "unix:///PATH[?db=N]" */
+    char remote_credentials[4096]; /* "": none; a FILE, or "env:NAME" */
+    double remote_timeout_s; /* each fleet call (default 1) */
+    double lease_s;          /* a tune's lease, renewed every third of it (default 30) */
+    double reclaim_s;        /* a fleet queue job unacknowledged this long is taken
+                                over from its consumer (default 300) */
 } tuned__serve_opts;
 
 void tuned__serve_opts_default(tuned__serve_opts *o);

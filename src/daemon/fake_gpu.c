@@ -43,22 +43,24 @@ int tuned__fake_gpu_query(int ordinal, tuned__gpu *out, int *count, tuned__err *
         return tuned__errf(e, TUNED_ENODEV, "fake GPU %d: there are %d", ordinal, *count);
     memset(out, 0, sizeof *out);
     out->ordinal = ordinal;
-    snprintf(out->name, sizeof out->name, "%s", FAKE_NAME);
+    /* Another model (TUNED_TEST_FAKE_MODEL) is another hardware class; another
+     * driver (TUNED_TEST_FAKE_DRIVER) another toolchain of the same class. */
+    const char *model = getenv("TUNED_TEST_FAKE_MODEL");
+    if (model != NULL && *model != '\0')
+        snprintf(out->name, sizeof out->name, "%s %.64s", FAKE_NAME, model);
+    else
+        snprintf(out->name, sizeof out->name, "%s", FAKE_NAME);
     out->cc_major = 9;
     out->cc_minor = 0;
     out->sm_count = 132;
     out->total_mem = FAKE_MEM;
     out->l2_bytes = 50 << 20;
-    out->driver_version = 0;
+    out->driver_version = (int)env_long("TUNED_TEST_FAKE_DRIVER", 0, 0, 1000000);
     out->nvrtc_major = out->nvrtc_minor = 0;
     out->template_hash = tuned__templates_hash();
-    /* The real identity format (gpu.c), with driver and NVRTC version 0:
-     * no real GPU can have this fingerprint. */
-    snprintf(out->identity, sizeof out->identity, "%s|sm_%d%d|%dsm|%zuMiB|drv%d|nvrtc%d.%d|tpl%016llx",
-             out->name, out->cc_major, out->cc_minor, out->sm_count, out->total_mem >> 20,
-             out->driver_version, out->nvrtc_major, out->nvrtc_minor,
-             (unsigned long long)out->template_hash);
-    out->fingerprint = tuned__store_gpu_fingerprint(out->identity);
+    /* The real identity format, with NVRTC version 0.0: no real GPU can
+     * have this fingerprint. */
+    tuned__gpu_identify(out);
     return 0;
 }
 

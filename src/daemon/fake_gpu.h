@@ -10,6 +10,10 @@
  *
  *   TUNED_TEST_FAKE_GPU=N      the worker pretends to see N (1..8) identical
  *                              GPUs named "tuned test-only fake GPU"
+ *   TUNED_TEST_FAKE_MODEL=TEXT the GPUs are named "tuned test-only fake GPU TEXT":
+ *                              another model, so another hardware class
+ *   TUNED_TEST_FAKE_DRIVER=N   their driver version (default 0): another
+ *                              toolchain of the same hardware class
  *   TUNED_TEST_FAKE_MS=M       milliseconds each variant takes (default 5)
  *   TUNED_TEST_FAKE_BUSY=1     spin for those milliseconds instead of sleeping
  *   TUNED_TEST_FAKE_FAULT=CFG  abort() when config CFG is evaluated (a kernel

@@ -34,6 +34,7 @@ struct tuned__index {
     size_t n, cap;     /* records, and room for them in each per-record array */
     uint32_t *order;   /* positions in store key order */
     bool *exact;       /* measured under this build's policy: may be served as exact */
+    uint64_t *hw;      /* the hardware class fingerprint it spells; 0 when it does not */
     size_t *frag_off, *frag_len;
     tuned__buf text;
     uint32_t *table;   /* position + 1; 0 is empty */
@@ -81,6 +82,7 @@ static void clear(tuned__index *ix)
     free(ix->recs);
     free(ix->order);
     free(ix->exact);
+    free(ix->hw);
     free(ix->frag_off);
     free(ix->frag_len);
     tuned__buf_free(&ix->text);
@@ -89,6 +91,7 @@ static void clear(tuned__index *ix)
     ix->recs = NULL;
     ix->order = NULL;
     ix->exact = NULL;
+    ix->hw = NULL;
     ix->frag_off = ix->frag_len = NULL;
     ix->table = NULL;
     ix->gpus = NULL;
@@ -180,6 +183,8 @@ static bool note_gpu(tuned__index *ix, const tuned__record *r)
     x->name[sizeof x->name - 1] = '\0';
     if (!tuned__identity_parse(r->gpu, &x->arch, &x->sms, &x->total_mem))
         x->arch = 0, x->sms = 0, x->total_mem = 0;
+    tuned__identity id;
+    x->hwclass = tuned__record_identity(r, &id) ? id.hwclass.fp : 0;
     return true;
 }
 
@@ -202,6 +207,10 @@ static bool reserve(tuned__index *ix, size_t cap)
     if (exact == NULL)
         return false;
     ix->exact = exact;
+    uint64_t *hw = realloc(ix->hw, cap * sizeof *hw);
+    if (hw == NULL)
+        return false;
+    ix->hw = hw;
     size_t *off = realloc(ix->frag_off, cap * sizeof *off);
     if (off == NULL)
         return false;
@@ -245,6 +254,8 @@ static void set_record(tuned__index *ix, size_t at, const tuned__record *r)
 {
     ix->recs[at] = *r;
     ix->exact[at] = servable(ix, r);
+    tuned__identity id;
+    ix->hw[at] = tuned__record_identity(r, &id) ? id.hwclass.fp : 0;
     ix->frag_off[at] = ix->text.len;
     tuned__reply_record(&ix->text, r);
     ix->frag_len[at] = ix->text.len - ix->frag_off[at];
@@ -405,19 +416,37 @@ const tuned__index_gpu *tuned__index_gpu_at(const tuned__index *ix, size_t i)
     return i < ix->ngpus ? &ix->gpus[i] : NULL;
 }
 
+/* The hardware class of GPU fp: a local GPU's, else one a record names; 0
+ * when none spells it. */
+static uint64_t hwclass_of(const tuned__index *ix, uint64_t fp)
+{
+    tuned__identity id;
+    for (size_t i = 0; i < ix->nhere; i++)
+        if (ix->here[i].key.gpu_fp == fp && tuned__record_identity(&ix->here[i], &id))
+            return id.hwclass.fp;
+    for (size_t g = 0; g < ix->ngpus; g++)
+        if (ix->gpus[g].fp == fp)
+            return ix->gpus[g].hwclass;
+    return 0;
+}
+
 long tuned__index_nearest(const tuned__index *ix, const tuned__space *sp, uint64_t fp)
 {
+    uint64_t hw = hwclass_of(ix, fp);
     long best = -1;
     double best_d = INFINITY;
+    bool best_own = false;
     for (size_t i = 0; i < ix->n; i++) {
         const tuned__record *r = &ix->recs[i];
-        if (r->key.gpu_fp != fp || r->key.kernel != TUNED__KERNEL_SOFTMAX ||
+        bool own = r->key.gpu_fp == fp;
+        if (!(own || (hw != 0 && ix->hw[i] == hw)) || r->key.kernel != TUNED__KERNEL_SOFTMAX ||
             r->key.dtype != (uint8_t)sp->shape.dtype ||
             (r->key.rows == sp->shape.rows && r->key.cols == sp->shape.cols))
             continue;
         double d = 2.0 * fabs(log((double)r->key.cols / (double)sp->shape.cols)) +
                    fabs(log((double)r->key.rows / (double)sp->shape.rows));
-        if (!(d < best_d))
+        /* closer, or as close and of this GPU's own identity */
+        if (!(d < best_d || (d == best_d && own && !best_own)))
             continue;
         tuned__config c;
         tuned__err ignored = {0};
@@ -426,6 +455,48 @@ long tuned__index_nearest(const tuned__index *ix, const tuned__space *sp, uint64
             continue;
         best = (long)i;
         best_d = d;
+        best_own = own;
+    }
+    return best;
+}
+
+long tuned__index_compatible(const tuned__index *ix, const tuned__store_key *k,
+                             const tuned__identity *here, tuned__store_accept_fn accept,
+                             void *ctx, tuned__tier *tier)
+{
+    long best = -1;
+    int best_rank[4] = {0};
+    *tier = TUNED__TIER_NONE;
+    for (size_t i = 0; i < ix->n; i++) {
+        const tuned__record *r = &ix->recs[i];
+        if (r->key.kernel != k->kernel || r->key.dtype != k->dtype || r->key.rows != k->rows ||
+            r->key.cols != k->cols || r->key.layout != k->layout ||
+            ix->hw[i] != here->hwclass.fp)
+            continue;
+        tuned__tier t = tuned__record_tier(r, here, NULL, 0);
+        if (t == TUNED__TIER_NONE || (accept != NULL && !accept(ctx, r, t)))
+            continue;
+        /* As the store ranks them (tuned__store_find_compatible): exact,
+         * then this policy, this NVRTC, this driver, then the newest. */
+        const tuned__provenance *p = &r->prov;
+        const tuned__ident_facts *q = &here->f;
+        int rank[4] = {t == TUNED__TIER_EXACT, strcmp(p->policy, q->policy) == 0,
+                       p->nvrtc_major == q->nvrtc_major && p->nvrtc_minor == q->nvrtc_minor,
+                       p->driver_version == q->driver_version};
+        bool better = best < 0;
+        for (int j = 0; !better && j < 4; j++) {
+            if (rank[j] != best_rank[j]) {
+                better = rank[j] > best_rank[j];
+                break;
+            }
+            if (j == 3)
+                better = strcmp(r->date, ix->recs[best].date) > 0;
+        }
+        if (!better)
+            continue;
+        best = (long)i;
+        memcpy(best_rank, rank, sizeof rank);
+        *tier = t;
     }
     return best;
 }

@@ -28,6 +28,8 @@ typedef struct tuned__index_gpu {
     int arch;            /* 0 when the identity does not say */
     int sms;             /* multiprocessors; 0 when the identity does not say */
     uint64_t total_mem;  /* bytes; 0 when the identity does not say */
+    uint64_t hwclass;    /* its hardware class fingerprint; 0 when its records do
+                            not spell their identity */
 } tuned__index_gpu;
 
 int tuned__index_new(tuned__index **out, tuned__err *e);
@@ -75,13 +77,29 @@ const tuned__index_gpu *tuned__index_gpu_at(const tuned__index *ix, size_t i);
  * false if it cannot. */
 bool tuned__identity_parse(const char *identity, int *arch, int *sms, uint64_t *total_mem);
 
-/* The record on GPU fp, same kernel and dtype as sp's shape but another
- * shape, whose config is valid for sp (tuned__space_valid), closest in
- * shape (log-distance, columns weighing double); -1 if none. */
+/* The record of GPU fp's hardware class (a local GPU's, or one a stored
+ * record spells; any toolchain), or of fp itself, same kernel and dtype as
+ * sp's shape but another shape, whose config is valid for sp
+ * (tuned__space_valid), closest in shape (log-distance, columns weighing
+ * double), GPU fp's own records first on ties; -1 if none. */
 long tuned__index_nearest(const tuned__index *ix, const tuned__space *sp, uint64_t fp);
 
+/* The record of k's shape and layout (k->gpu_fp is not used) that serves
+ * the system here best, ranked as tuned__store_find_compatible() ranks
+ * them: exact, else compatible (same hardware class and kernel code) of
+ * here's policy, NVRTC, driver, then the newest. accept (may be NULL)
+ * passes candidates over. Its tier into *tier; -1 if none. */
+long tuned__index_compatible(const tuned__index *ix, const tuned__store_key *k,
+                             const tuned__identity *here, tuned__store_accept_fn accept,
+                             void *ctx, tuned__tier *tier);
+
 /* Derived answers, remembered until the next load. */
-enum { TUNED__SOURCE_EXACT = 0, TUNED__SOURCE_NEAREST, TUNED__SOURCE_DEFAULT };
+enum {
+    TUNED__SOURCE_EXACT = 0,
+    TUNED__SOURCE_COMPATIBLE,
+    TUNED__SOURCE_NEAREST,
+    TUNED__SOURCE_DEFAULT,
+};
 
 typedef struct tuned__answer {
     int source;                        /* TUNED__SOURCE_* */

@@ -55,6 +55,9 @@ typedef struct job {
     tuned__job_view v;   /* public state, under the mutex */
     tuned__search_opts search;
     bool retune;
+    bool gated;          /* waits for tuned__jobs_ungate (the fleet's lease) */
+    bool have_rec;       /* rec: the winner it stored */
+    tuned__record rec;
     double started_s;
     struct job *next;
 } job;
@@ -339,6 +342,10 @@ static bool on_event(run_ctx *rx, const tuned__worker_event *ev, bool *lost, cha
             rec.evaluations = (uint32_t)rx->evaluated; /* over every attempt */
         int rc = store_result(j, &rec, false, &stored, &se);
         uv_mutex_lock(&j->mu);
+        if (rc == 0) {
+            rx->jb->rec = rec;
+            rx->jb->have_rec = true;
+        }
         rx->jb->v.have_best = true;
         rx->jb->v.best_us = rec.median_us;
         snprintf(rx->jb->v.best_config, sizeof rx->jb->v.best_config, "%s", rec.config);
@@ -452,7 +459,8 @@ static void run_job(slot *s, job *jb)
 static job *next_for(tuned__jobs *j, const slot *s)
 {
     for (job *jb = j->head; jb != NULL; jb = jb->next)
-        if (jb->v.state == TUNED__JOB_QUEUED && jb->v.gpu_fp == s->info.gpu.fingerprint)
+        if (jb->v.state == TUNED__JOB_QUEUED && !jb->gated &&
+            jb->v.gpu_fp == s->info.gpu.fingerprint)
             return jb;
     return NULL;
 }
@@ -706,6 +714,7 @@ int tuned__jobs_submit(tuned__jobs *j, const tuned__job_params *p, uint64_t *id,
     jb->v.budget = p->search.budget;
     jb->search = p->search;
     jb->retune = p->retune;
+    jb->gated = p->gated;
     if (j->tail != NULL)
         j->tail->next = jb;
     else
@@ -759,6 +768,72 @@ bool tuned__jobs_written(tuned__jobs *j, uint64_t seq, tuned__record *out)
     bool found = seq != 0 && w->seq == seq;
     if (found)
         *out = w->rec;
+    uv_mutex_unlock(&j->mu);
+    return found;
+}
+
+/* The queued job id (the mutex held); NULL when it is not queued. */
+static job *queued_job(tuned__jobs *j, uint64_t id)
+{
+    for (job *jb = j->head; jb != NULL; jb = jb->next)
+        if (jb->v.id == id)
+            return jb->v.state == TUNED__JOB_QUEUED ? jb : NULL;
+    return NULL;
+}
+
+bool tuned__jobs_ungate(tuned__jobs *j, uint64_t id)
+{
+    uv_mutex_lock(&j->mu);
+    job *jb = queued_job(j, id);
+    if (jb != NULL) {
+        jb->gated = false;
+        uv_cond_broadcast(&j->cv);
+    }
+    uv_mutex_unlock(&j->mu);
+    return jb != NULL;
+}
+
+bool tuned__jobs_resolve(tuned__jobs *j, uint64_t id, const tuned__record *rec, bool stored)
+{
+    uv_mutex_lock(&j->mu);
+    job *jb = queued_job(j, id);
+    if (jb != NULL) {
+        jb->v.state = TUNED__JOB_DONE;
+        jb->v.stored = stored;
+        jb->v.from_remote = true;
+        jb->v.have_best = true;
+        jb->v.best_us = rec->median_us;
+        snprintf(jb->v.best_config, sizeof jb->v.best_config, "%s", rec->config);
+        snprintf(jb->v.stop_reason, sizeof jb->v.stop_reason, "the fleet's record");
+        jb->rec = *rec;
+        jb->have_rec = true;
+        j->counts.queued--;
+        j->counts.done++;
+        j->counts.from_remote++;
+        trim(j);
+    }
+    uv_mutex_unlock(&j->mu);
+    return jb != NULL;
+}
+
+void tuned__jobs_note(tuned__jobs *j, uint64_t id, const char *remote)
+{
+    uv_mutex_lock(&j->mu);
+    for (job *jb = j->head; jb != NULL; jb = jb->next)
+        if (jb->v.id == id)
+            snprintf(jb->v.remote, sizeof jb->v.remote, "%s", remote);
+    uv_mutex_unlock(&j->mu);
+}
+
+bool tuned__jobs_record(tuned__jobs *j, uint64_t id, tuned__record *out)
+{
+    bool found = false;
+    uv_mutex_lock(&j->mu);
+    for (job *jb = j->head; jb != NULL; jb = jb->next)
+        if (jb->v.id == id && jb->have_rec) {
+            *out = jb->rec;
+            found = true;
+        }
     uv_mutex_unlock(&j->mu);
     return found;
 }

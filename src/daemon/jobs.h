@@ -115,6 +115,8 @@ typedef struct tuned__job_view {
     bool checkpointed;
     char error[512];
     unsigned joined;           /* further requests that joined it */
+    bool from_remote;          /* done by the fleet's record, not by a tune here */
+    char remote[160];          /* what the fleet tier does for it ("" without one) */
 } tuned__job_view;
 
 typedef struct tuned__job_params {
@@ -122,6 +124,8 @@ typedef struct tuned__job_params {
     uint64_t gpu_fp;           /* the model to run on */
     tuned__search_opts search; /* budget, time_s and seed are used */
     bool retune;               /* ignore the shape's history (else resume from it) */
+    bool gated;                /* no GPU takes it before tuned__jobs_ungate() (the
+                                  fleet's lease decides whether it runs here) */
 } tuned__job_params;
 
 enum {
@@ -136,11 +140,27 @@ enum {
  * and GPU model. Returns TUNED__SUBMIT_*; *id and *joined on success. */
 int tuned__jobs_submit(tuned__jobs *j, const tuned__job_params *p, uint64_t *id, bool *joined);
 
+/* A gated job may run (true), or (false) it is no longer queued. */
+bool tuned__jobs_ungate(tuned__jobs *j, uint64_t id);
+
+/* Ends queued job id as done with rec, a record another daemon of the
+ * fleet measured (stored: it is in the local store now); false when the
+ * job is no longer queued. */
+bool tuned__jobs_resolve(tuned__jobs *j, uint64_t id, const tuned__record *rec, bool stored);
+
+/* Sets job id's `remote` text (what the fleet tier does for it). */
+void tuned__jobs_note(tuned__jobs *j, uint64_t id, const char *remote);
+
+/* The record finished job id stored (or was resolved with); false when
+ * it has none. */
+bool tuned__jobs_record(tuned__jobs *j, uint64_t id, tuned__record *out);
+
 /* A snapshot of job id; false when there is no such job (any more). */
 bool tuned__jobs_get(tuned__jobs *j, uint64_t id, tuned__job_view *out);
 
 typedef struct tuned__jobs_counts {
     uint64_t submitted, joined, done, failed, cancelled;
+    uint64_t from_remote;      /* of done: the fleet's record, no tune here */
     size_t queued, running;
     uint64_t worker_restarts;
 } tuned__jobs_counts;

@@ -33,6 +33,7 @@
 
 #include "src/common/log.h"
 #include "src/daemon/state.h"
+#include "src/tuner/policy.h"
 #include "src/tuner/tune.h"
 
 #define container_of(ptr, type, member) ((type *)((char *)(ptr) - offsetof(type, member)))
@@ -56,9 +57,11 @@ static int set_here(tuned__daemon *d, tuned__err *e)
 {
     size_t n = d->jobs != NULL ? tuned__jobs_gpu_count(d->jobs) : 0;
     free(d->here);
+    free(d->here_id);
     d->here = n > 0 ? calloc(n, sizeof *d->here) : NULL;
+    d->here_id = n > 0 ? calloc(n, sizeof *d->here_id) : NULL;
     d->nhere = 0;
-    if (n > 0 && d->here == NULL)
+    if (n > 0 && (d->here == NULL || d->here_id == NULL))
         return tuned__errf(e, TUNED_ENOMEM, "index: out of memory");
     tuned__jobs_gpu g;
     for (size_t i = 0; i < n && tuned__jobs_gpu_at(d->jobs, i, &g); i++) {
@@ -66,6 +69,7 @@ static int set_here(tuned__daemon *d, tuned__err *e)
         o.search.best_us = 1.0;
         tuned__shape s = {TUNED_FP16, 1, 1};
         tuned__tune_record(&o, &s, &d->here[i]);
+        tuned__gpu_identity(&g.gpu, TUNED__MEASURE_POLICY, &d->here_id[i]);
         d->nhere++;
     }
     return 0;
@@ -218,6 +222,8 @@ void tuned__daemon_rebuild(tuned__daemon *d)
 void tuned__daemon_reload_free(tuned__daemon *d)
 {
     free(d->here);
+    free(d->here_id);
     d->here = NULL;
+    d->here_id = NULL;
     d->nhere = 0;
 }

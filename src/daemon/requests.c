@@ -19,16 +19,19 @@
 
 #include "src/tuner/space.h"
 #include "src/tuner/tune.h"
+#include "src/daemon/remote.h"
 #include "src/daemon/state.h"
 #include "tuned.h"
 
 typedef struct target {
-    uint64_t fp;
+    uint64_t fp;         /* 0: a hardware class only (a fleet queue target) */
     char name[128];
     int arch;
     int sms;             /* 0: unknown */
     uint64_t total_mem;  /* 0: unknown */
     bool local;
+    size_t slot;         /* local: the GPU's position (d->here, d->here_id) */
+    uint64_t hwclass;    /* its hardware class fingerprint; 0: unknown */
 } target;
 
 static int error_reply(tuned__daemon *d, tuned__buf *out, const tuned__request *r, int code,
@@ -47,8 +50,10 @@ static int error_reply(tuned__daemon *d, tuned__buf *out, const tuned__request *
     return -1;
 }
 
-static void from_local(const tuned__jobs_gpu *g, target *t)
+static void from_local(const tuned__daemon *d, size_t slot, const tuned__jobs_gpu *g, target *t)
 {
+    t->slot = slot;
+    t->hwclass = slot < d->nhere ? d->here_id[slot].hwclass.fp : 0;
     t->fp = g->gpu.fingerprint;
     snprintf(t->name, sizeof t->name, "%s", g->gpu.name);
     t->arch = g->arch;
@@ -65,6 +70,24 @@ static void from_index(const tuned__index_gpu *g, target *t)
     t->sms = g->sms;
     t->total_mem = g->total_mem;
     t->local = false;
+    t->hwclass = g->hwclass;
+}
+
+/* "hw" + 16 hex digits: a hardware class as the fleet names it. */
+static bool hwclass_sel(const char *name, uint64_t *out)
+{
+    if (strncmp(name, "hw", 2) != 0 || strlen(name) != 18)
+        return false;
+    uint64_t v = 0;
+    for (const char *p = name + 2; *p != '\0'; p++) {
+        int c = *p;
+        int x = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+        if (x < 0)
+            return false;
+        v = v << 4 | (uint64_t)x;
+    }
+    *out = v;
+    return v != 0;
 }
 
 static int resolve_gpu(tuned__daemon *d, const tuned__request *r, target *t, tuned__buf *out)
@@ -77,7 +100,7 @@ static int resolve_gpu(tuned__daemon *d, const tuned__request *r, target *t, tun
     switch (sel->kind) {
     case TUNED__GPU_ANY:
         if (tuned__jobs_gpu_at(d->jobs, 0, &g)) {
-            from_local(&g, t);
+            from_local(d, 0, &g, t);
             return 0;
         }
         if (nidx == 1) {
@@ -93,7 +116,7 @@ static int resolve_gpu(tuned__daemon *d, const tuned__request *r, target *t, tun
     case TUNED__GPU_ORDINAL:
         for (size_t i = 0; i < nlocal; i++)
             if (tuned__jobs_gpu_at(d->jobs, i, &g) && g.gpu.ordinal == sel->ordinal) {
-                from_local(&g, t);
+                from_local(d, i, &g, t);
                 return 0;
             }
         return error_reply(d, out, r, TUNED__PE_UNKNOWN_GPU, "no GPU %d here (%zu GPUs)",
@@ -101,7 +124,7 @@ static int resolve_gpu(tuned__daemon *d, const tuned__request *r, target *t, tun
     case TUNED__GPU_FP:
         for (size_t i = 0; i < nlocal; i++)
             if (tuned__jobs_gpu_at(d->jobs, i, &g) && g.gpu.fingerprint == sel->fp) {
-                from_local(&g, t);
+                from_local(d, i, &g, t);
                 return 0;
             }
         for (size_t i = 0; i < nidx; i++)
@@ -114,9 +137,30 @@ static int resolve_gpu(tuned__daemon *d, const tuned__request *r, target *t, tun
     default:
         for (size_t i = 0; i < nlocal; i++)
             if (tuned__jobs_gpu_at(d->jobs, i, &g) && strcasecmp(g.gpu.name, sel->name) == 0) {
-                from_local(&g, t);
+                from_local(d, i, &g, t);
                 return 0;
             }
+        uint64_t hw;
+        if (hwclass_sel(sel->name, &hw)) {
+            for (size_t i = 0; i < nlocal && i < d->nhere; i++)
+                if (d->here_id[i].hwclass.fp == hw && tuned__jobs_gpu_at(d->jobs, i, &g)) {
+                    from_local(d, i, &g, t);
+                    return 0;
+                }
+            for (size_t i = 0; i < nidx; i++)
+                if (tuned__index_gpu_at(d->index, i)->hwclass == hw) {
+                    from_index(tuned__index_gpu_at(d->index, i), t);
+                    return 0;
+                }
+            if (d->remote != NULL) {
+                /* Known to the fleet maybe: its queue, for a tune. */
+                snprintf(t->name, sizeof t->name, "%s", sel->name);
+                t->hwclass = hw;
+                return 0;
+            }
+            return error_reply(d, out, r, TUNED__PE_UNKNOWN_GPU,
+                               "no GPU here or in the store is of hardware class %s", sel->name);
+        }
         for (size_t i = 0; i < nidx; i++)
             if (strcasecmp(tuned__index_gpu_at(d->index, i)->name, sel->name) == 0) {
                 from_index(tuned__index_gpu_at(d->index, i), t);
@@ -167,10 +211,14 @@ static int submit(tuned__daemon *d, const tuned__request *r, const target *t, ui
                  tuned__jobs_gpu_count(d->jobs) == 0 ? ": " : "", tuned__jobs_no_gpu(d->jobs));
         return -1;
     }
-    tuned__job_params p = {.shape = r->shape, .gpu_fp = t->fp, .retune = r->retune};
+    tuned__job_params p = {.shape = r->shape, .gpu_fp = t->fp, .retune = r->retune,
+                           .gated = d->remote != NULL};
     search_opts(r, &p.search);
     switch (tuned__jobs_submit(d->jobs, &p, id, joined)) {
-    case TUNED__SUBMIT_OK: return 0;
+    case TUNED__SUBMIT_OK:
+        if (p.gated && !*joined)
+            tuned__remote_tune(d, *id, t->slot, &r->shape, r->retune);
+        return 0;
     case TUNED__SUBMIT_FULL:
         *code = TUNED__PE_QUEUE_FULL;
         snprintf(msg, n, "%u tune jobs are queued already; try later", d->o->max_jobs);
@@ -200,71 +248,102 @@ static void gpu_fields(tuned__buf *out, const target *t)
     tuned__json_str(out, fp);
 }
 
-static void op_get(tuned__daemon *d, const tuned__request *r, tuned__buf *out)
+/* Whether a compatible record's config is valid for the shape (the
+ * space's rules). */
+static bool config_fits(void *ctx, const tuned__record *r, tuned__tier tier)
 {
-    target t;
-    if (resolve_gpu(d, r, &t, out) != 0 || check_fits(d, r, &t, out) != 0)
-        return;
-    tuned__daemon_refresh(d);
+    (void)tier;
+    tuned__config c;
+    return tuned__config_parse(r->config, &c, NULL) == 0 &&
+           tuned__space_valid((const tuned__space *)ctx, &c, NULL, 0);
+}
+
+/* The local answer for r on t: exact, compatible (local GPUs), nearest,
+ * default; -1 after an error reply. */
+static int local_answer(tuned__daemon *d, const tuned__request *r, const target *t,
+                        tuned__answer *a, tuned__buf *out)
+{
     tuned__store_key key = {.kernel = r->kernel, .dtype = (uint8_t)r->shape.dtype,
-                            .rows = r->shape.rows, .cols = r->shape.cols, .gpu_fp = t.fp};
-    tuned__answer a;
+                            .rows = r->shape.rows, .cols = r->shape.cols, .gpu_fp = t->fp};
     long at = tuned__index_find(d->index, &key);
     if (at >= 0) {
-        a.source = TUNED__SOURCE_EXACT;
-        a.rec = at;
-    } else if (!tuned__index_memo_get(d->index, &key, &a)) {
-        /* Rules only: validating the nearest record and taking the
-         * default need no enumeration of the space. */
-        tuned__space sp;
-        tuned__err e = {0};
-        if (tuned__space_rules(&sp, &r->shape, t.arch > 0 ? t.arch : 80, t.sms, &e) != 0) {
-            error_reply(d, out, r, TUNED__PE_NO_SPACE, "%s", e.msg);
-            return;
-        }
-        a.rec = tuned__index_nearest(d->index, &sp, t.fp);
-        a.source = a.rec >= 0 ? TUNED__SOURCE_NEAREST : TUNED__SOURCE_DEFAULT;
-        a.config[0] = '\0';
-        tuned__config first;
-        if (a.rec < 0) {
-            if (tuned__space_default(&sp, &first, &e) != 0) {
-                error_reply(d, out, r, TUNED__PE_NO_SPACE, "%s", e.msg);
-                return;
-            }
-            tuned__config_format(&first, a.config, sizeof a.config);
-        }
-        tuned__index_memo_put(d->index, &key, &a);
+        a->source = TUNED__SOURCE_EXACT;
+        a->rec = at;
+        return 0;
     }
+    if (tuned__index_memo_get(d->index, &key, a))
+        return 0;
+    /* Rules only: validating a stored record's config and taking the
+     * default need no enumeration of the space. */
+    tuned__space sp;
+    tuned__err e = {0};
+    if (tuned__space_rules(&sp, &r->shape, t->arch > 0 ? t->arch : 80, t->sms, &e) != 0)
+        return error_reply(d, out, r, TUNED__PE_NO_SPACE, "%s", e.msg);
+    a->rec = -1;
+    a->config[0] = '\0';
+    if (t->local && t->slot < d->nhere) {
+        tuned__tier tier;
+        a->rec = tuned__index_compatible(d->index, &key, &d->here_id[t->slot], config_fits, &sp,
+                                         &tier);
+        a->source = tier == TUNED__TIER_EXACT ? TUNED__SOURCE_EXACT : TUNED__SOURCE_COMPATIBLE;
+    }
+    if (a->rec < 0) {
+        a->rec = tuned__index_nearest(d->index, &sp, t->fp);
+        a->source = a->rec >= 0 ? TUNED__SOURCE_NEAREST : TUNED__SOURCE_DEFAULT;
+    }
+    if (a->rec < 0) {
+        tuned__config first;
+        if (tuned__space_default(&sp, &first, &e) != 0)
+            return error_reply(d, out, r, TUNED__PE_NO_SPACE, "%s", e.msg);
+        tuned__config_format(&first, a->config, sizeof a->config);
+    }
+    tuned__index_memo_put(d->index, &key, a);
+    return 0;
+}
+
+static void get_reply(tuned__daemon *d, const tuned__request *r, const target *t,
+                      const tuned__answer *a, bool from_remote, tuned__buf *out)
+{
     /* tune_if_missing: queue (or join) a tune, answer at once. */
     uint64_t job = 0;
     bool joined = false;
     int code = 0;
     char msg[256] = "";
-    if (r->tune_if_missing && a.source != TUNED__SOURCE_EXACT)
-        submit(d, r, &t, &job, &joined, &code, msg, sizeof msg);
+    if (r->tune_if_missing && a->source != TUNED__SOURCE_EXACT)
+        submit(d, r, t, &job, &joined, &code, msg, sizeof msg);
 
-    static const char *const names[] = {"exact", "nearest", "default"};
+    static const char *const names[] = {"exact", "compatible", "nearest", "default"};
     tuned__reply_begin(out, r->id);
     tuned__json_key(out, "source", false);
-    tuned__json_str(out, names[a.source]);
-    const tuned__record *rec = a.rec >= 0 ? tuned__index_at(d->index, (size_t)a.rec) : NULL;
+    tuned__json_str(out, names[a->source]);
+    const tuned__record *rec = a->rec >= 0 ? tuned__index_at(d->index, (size_t)a->rec) : NULL;
     tuned__json_key(out, "config", false);
-    tuned__json_str(out, rec != NULL ? rec->config : a.config);
+    tuned__json_str(out, rec != NULL ? rec->config : a->config);
     tuned__json_key(out, "median_us", false);
     if (rec != NULL)
         tuned__json_double(out, rec->median_us);
     else
         tuned__buf_add(out, "null", 4);
+    if (rec != NULL && a->source == TUNED__SOURCE_COMPATIBLE && t->slot < d->nhere) {
+        char why[256];
+        tuned__record_tier(rec, &d->here_id[t->slot], why, sizeof why);
+        tuned__json_key(out, "differs", false);
+        tuned__json_str(out, why);
+    }
+    if (from_remote && rec != NULL) {
+        tuned__json_key(out, "from", false);
+        tuned__json_str(out, "remote");
+    }
     if (rec != NULL) {
         size_t len;
-        const char *f = tuned__index_fields(d->index, (size_t)a.rec, &len);
+        const char *f = tuned__index_fields(d->index, (size_t)a->rec, &len);
         tuned__buf_adds(out, ",\"record\":{");
         tuned__buf_add(out, f + 1, len - 1); /* without its leading comma */
         tuned__buf_add(out, "}", 1);
     }
-    if (a.source != TUNED__SOURCE_EXACT)
-        gpu_fields(out, &t);
-    if (r->tune_if_missing && a.source != TUNED__SOURCE_EXACT) {
+    if (a->source != TUNED__SOURCE_EXACT)
+        gpu_fields(out, t);
+    if (r->tune_if_missing && a->source != TUNED__SOURCE_EXACT) {
         tuned__json_key(out, "job", false);
         if (code == 0) {
             tuned__json_u64(out, job);
@@ -281,19 +360,72 @@ static void op_get(tuned__daemon *d, const tuned__request *r, tuned__buf *out)
         }
     }
     tuned__reply_end(out);
-    if (a.source == TUNED__SOURCE_EXACT)
+    if (a->source == TUNED__SOURCE_EXACT)
         d->st.exact++;
-    else if (a.source == TUNED__SOURCE_NEAREST)
+    else if (a->source == TUNED__SOURCE_COMPATIBLE)
+        d->st.compatible++;
+    else if (a->source == TUNED__SOURCE_NEAREST)
         d->st.nearest++;
     else
         d->st.defaults++;
+    d->st.from_remote += from_remote && rec != NULL;
 }
 
-static void op_tune(tuned__daemon *d, const tuned__request *r, tuned__buf *out)
+static int get_target(tuned__daemon *d, const tuned__request *r, target *t, tuned__buf *out)
+{
+    if (resolve_gpu(d, r, t, out) != 0)
+        return -1;
+    if (t->fp == 0)
+        return error_reply(d, out, r, TUNED__PE_UNKNOWN_GPU,
+                           "no GPU here or in the store is of hardware class %s", t->name);
+    return check_fits(d, r, t, out);
+}
+
+static void op_get(tuned__daemon *d, const tuned__request *r, tuned__buf *out,
+                   tuned__later *later)
+{
+    target t;
+    if (get_target(d, r, &t, out) != 0)
+        return;
+    tuned__daemon_refresh(d);
+    tuned__answer a;
+    if (local_answer(d, r, &t, &a, out) != 0)
+        return;
+    /* Not exact here: the fleet may have it (the reply waits for it). */
+    if (a.source != TUNED__SOURCE_EXACT && later != NULL && t.local && d->remote != NULL &&
+        !d->stopping && tuned__remote_read_through(d, r, t.slot, later))
+        return;
+    get_reply(d, r, &t, &a, false, out);
+}
+
+void tuned__daemon_get_local(tuned__daemon *d, const tuned__request *r, bool from_remote,
+                             tuned__buf *out)
+{
+    target t;
+    if (get_target(d, r, &t, out) != 0)
+        return;
+    tuned__answer a;
+    if (local_answer(d, r, &t, &a, out) != 0)
+        return;
+    get_reply(d, r, &t, &a, from_remote, out);
+}
+
+static void op_tune(tuned__daemon *d, const tuned__request *r, tuned__buf *out,
+                    tuned__later *later)
 {
     target t;
     if (resolve_gpu(d, r, &t, out) != 0 || check_fits(d, r, &t, out) != 0)
         return;
+    /* A GPU model this daemon does not have: the fleet queue of its class. */
+    if (!t.local && t.hwclass != 0 && d->remote != NULL && !d->read_only) {
+        char hw[64];
+        tuned__remote_hwclass_name(t.hwclass, hw, sizeof hw);
+        if (later != NULL && !d->stopping && tuned__remote_queue(d, r, hw, later))
+            return;
+        error_reply(d, out, r, TUNED__PE_NO_GPU, "no %s here to tune on, and the fleet queue "
+                    "of its hardware class %s cannot be reached now", t.name, hw);
+        return;
+    }
     uint64_t id;
     bool joined;
     int code;
@@ -392,6 +524,12 @@ static void op_job(tuned__daemon *d, const tuned__request *r, tuned__buf *out)
     tuned__json_bool(out, v.checkpointed);
     tuned__json_key(out, "joined", false);
     tuned__json_u64(out, v.joined);
+    if (d->remote != NULL) {
+        tuned__json_key(out, "from_remote", false);
+        tuned__json_bool(out, v.from_remote);
+        tuned__json_key(out, "remote", false);
+        tuned__json_str(out, v.remote);
+    }
     tuned__json_key(out, "error", false);
     if (v.error[0] != '\0')
         tuned__json_str(out, v.error);
@@ -465,9 +603,10 @@ static void op_stats(tuned__daemon *d, const tuned__request *r, tuned__buf *out)
                       s->requests, s->errors);
     for (int i = 0; i < TUNED__OP_COUNT; i++)
         tuned__buf_printf(out, ",\"%s\":%" PRIu64, tuned__op_name(i), s->by_op[i]);
-    tuned__buf_printf(out, "},\"get\":{\"exact\":%" PRIu64 ",\"nearest\":%" PRIu64
-                      ",\"default\":%" PRIu64 "}",
-                      s->exact, s->nearest, s->defaults);
+    tuned__buf_printf(out, "},\"get\":{\"exact\":%" PRIu64 ",\"compatible\":%" PRIu64
+                      ",\"nearest\":%" PRIu64 ",\"default\":%" PRIu64
+                      ",\"from_remote\":%" PRIu64 "}",
+                      s->exact, s->compatible, s->nearest, s->defaults, s->from_remote);
     tuned__buf_printf(out, ",\"clients\":{\"now\":%" PRIu64 ",\"total\":%" PRIu64
                       ",\"rejected\":%" PRIu64 ",\"cut_off\":%" PRIu64
                       ",\"lines_too_long\":%" PRIu64 ",\"idle_closed\":%" PRIu64
@@ -476,9 +615,10 @@ static void op_stats(tuned__daemon *d, const tuned__request *r, tuned__buf *out)
                       s->lines_too_long, s->clients_idle, s->output_cut_off);
     tuned__buf_printf(out, ",\"jobs\":{\"queued\":%zu,\"running\":%zu,\"done\":%" PRIu64
                       ",\"failed\":%" PRIu64 ",\"cancelled\":%" PRIu64 ",\"submitted\":%" PRIu64
-                      ",\"joined\":%" PRIu64 ",\"worker_restarts\":%" PRIu64 "}",
+                      ",\"joined\":%" PRIu64 ",\"worker_restarts\":%" PRIu64
+                      ",\"from_remote\":%" PRIu64 "}",
                       c.queued, c.running, c.done, c.failed, c.cancelled, c.submitted, c.joined,
-                      c.worker_restarts);
+                      c.worker_restarts, c.from_remote);
     tuned__buf_printf(out, ",\"store\":{\"records\":%zu,\"loads\":%" PRIu64
                       ",\"last_load_ms\":%" PRIu64 ",\"loading\":%s,\"read_only\":%s,\"path\":",
                       tuned__index_count(d->index), s->index_loads, s->index_load_ms,
@@ -495,6 +635,14 @@ static void op_stats(tuned__daemon *d, const tuned__request *r, tuned__buf *out)
         tuned__json_str(out, g.gpu.name);
         tuned__json_key(out, "gpu_fp", false);
         tuned__json_str(out, fp);
+        if (i < d->nhere) {
+            char hw[64];
+            tuned__remote_hwclass_name(d->here_id[i].hwclass.fp, hw, sizeof hw);
+            tuned__json_key(out, "hwclass", false);
+            tuned__json_str(out, hw);
+            tuned__json_key(out, "toolchain", false);
+            tuned__json_str(out, d->here_id[i].toolchain.text);
+        }
         tuned__buf_printf(out, ",\"arch\":%d,\"total_mem\":%zu,\"worker_pid\":%d,\"job\":%" PRIu64
                           ",\"worker_restarts\":%u,\"test_only_fake\":%s}",
                           g.arch, g.gpu.total_mem, (int)g.worker_pid, g.job, g.restarts,
@@ -506,10 +654,12 @@ static void op_stats(tuned__daemon *d, const tuned__request *r, tuned__buf *out)
         tuned__json_str(out, tuned__jobs_no_gpu(d->jobs));
     else
         tuned__buf_add(out, "null", 4);
+    tuned__remote_stats(d, out);
     tuned__reply_end(out);
 }
 
-void tuned__daemon_answer(tuned__daemon *d, const char *line, size_t len, tuned__buf *out)
+void tuned__daemon_answer(tuned__daemon *d, const char *line, size_t len, tuned__buf *out,
+                          tuned__later *later)
 {
     tuned__request r;
     tuned__proto_error pe;
@@ -527,8 +677,8 @@ void tuned__daemon_answer(tuned__daemon *d, const char *line, size_t len, tuned_
         tuned__json_str(out, tuned_version());
         tuned__reply_end(out);
         break;
-    case TUNED__OP_GET: op_get(d, &r, out); break;
-    case TUNED__OP_TUNE: op_tune(d, &r, out); break;
+    case TUNED__OP_GET: op_get(d, &r, out, later); break;
+    case TUNED__OP_TUNE: op_tune(d, &r, out, later); break;
     case TUNED__OP_JOB: op_job(d, &r, out); break;
     case TUNED__OP_LIST: op_list(d, &r, out); break;
     case TUNED__OP_STATS: op_stats(d, &r, out); break;

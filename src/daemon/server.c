@@ -46,6 +46,7 @@
 
 #include <uv.h>
 
+#include "src/daemon/remote.h"
 #include "src/daemon/state.h"
 #include "tuned.h"
 #include "src/common/log.h"
@@ -70,6 +71,7 @@ typedef struct conn {
     char *in;
     size_t in_start, in_end, in_cap;
     tuned__buf out;          /* replies not yet handed to libuv */
+    tuned__later later;      /* a reply that waits for the fleet tier */
     size_t queued;           /* bytes in uv_write requests in flight */
     uint64_t stalled_since;  /* uv_now() when queued output last made no progress; 0 */
     uint64_t active_ms;      /* uv_now() when it last sent bytes or had a request in flight */
@@ -81,6 +83,8 @@ typedef struct conn {
     bool closing;
     bool counted;            /* counted in clients_now */
 } conn;
+
+static void on_later(tuned__later *l, const char *reply, size_t len);
 
 typedef struct wreq {
     uv_write_t req;
@@ -130,6 +134,9 @@ void tuned__serve_opts_default(tuned__serve_opts *o)
     o->client_timeout_s = 30;
     o->shutdown_grace_s = 10;
     o->worker_nice = 10;
+    o->remote_timeout_s = 1;
+    o->lease_s = 30;
+    o->reclaim_s = 300;
 }
 
 static uint64_t loop_now(void *ctx)
@@ -168,6 +175,8 @@ static void conn_close(conn *c)
         c->counted = false;
     }
     s->queued_total -= c->queued;
+    if (c->later.pending)
+        tuned__remote_cancel(&s->d, &c->later);
     uv_close(&c->h.handle, on_conn_closed);
 }
 
@@ -333,7 +342,7 @@ static void answer(conn *c, const char *line, size_t len)
         tuned__reply_error(&c->out, r.id, TUNED__PE_SHUTTING_DOWN, "the daemon is stopping");
         return;
     }
-    tuned__daemon_answer(&s->d, line, len, &c->out);
+    tuned__daemon_answer(&s->d, line, len, &c->out, &c->later);
 }
 
 /* Cuts off the clients with the most queued output until all of them
@@ -359,7 +368,7 @@ static void enforce_output_total(server *s)
 static void process(conn *c)
 {
     server *s = c->srv;
-    while (!c->paused && !c->closing && !c->close_after_flush) {
+    while (!c->paused && !c->closing && !c->close_after_flush && !c->later.pending) {
         char *start = c->in + c->in_start;
         size_t avail = c->in_end - c->in_start;
         char *nl = avail > 0 ? memchr(start, '\n', avail) : NULL;
@@ -405,10 +414,27 @@ static void process(conn *c)
         c->in_start = c->in_end = 0;
     flush(c);
     enforce_output_total(s);
+    if (c->later.pending) {
+        /* Lines wait until the reply came; so does reading (the buffer
+         * must not fill up and read as a line too long). */
+        stop_reading(c);
+        return;
+    }
     if (!c->closing && !c->paused && c->eof && drained(c))
         conn_close(c);
     else if (!c->closing && !c->paused)
         start_reading(c);
+}
+
+/* The reply that waited for the fleet: in its place, then the next lines. */
+static void on_later(tuned__later *l, const char *reply, size_t len)
+{
+    conn *c = container_of(l, conn, later);
+    if (c->closing)
+        return;
+    tuned__buf_add(&c->out, reply, len);
+    c->active_ms = uv_now(&c->srv->loop);
+    process(c);
 }
 
 static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
@@ -470,6 +496,7 @@ static void on_connection(uv_stream_t *listener, int status)
         return;
     }
     c->srv = s;
+    c->later.done = on_later;
     int rc = listener == (uv_stream_t *)&s->unix_listener ? uv_pipe_init(&s->loop, &c->h.pipe, 0)
                                                            : uv_tcp_init(&s->loop, &c->h.tcp);
     if (rc != 0) {
@@ -545,7 +572,7 @@ static void on_tick(uv_timer_t *t)
         } else if (drain_over) {
             stop_close(c);
         } else if (!s->stopping && !c->paused && !c->close_after_flush && drained(c) &&
-                   now - c->active_ms >= idle) {
+                   !c->later.pending && now - c->active_ms >= idle) {
             /* Nothing in flight (a partial line is not a request yet). */
             s->d.st.clients_idle++;
             char msg[96];
@@ -558,8 +585,10 @@ static void on_tick(uv_timer_t *t)
     }
     if (!s->stopping)
         tuned__daemon_refresh(&s->d); /* store changes show up without requests too */
+    tuned__remote_tick(&s->d);
+    /* The fleet client closes its own handles first (its callbacks end). */
     if (s->stopping && s->conns == NULL && s->d.rebuild == NULL &&
-        tuned__jobs_finished(s->d.jobs)) {
+        tuned__jobs_finished(s->d.jobs) && tuned__remote_close(&s->d)) {
         logf_(s, "stopped");
         uv_walk(&s->loop, close_any, NULL);
     }
@@ -581,6 +610,7 @@ static void begin_stop(server *s, int signum)
         uv_close((uv_handle_t *)&s->tcp_listener, NULL);
     s->unix_open = s->tcp_open = false;
     tuned__jobs_stop(s->d.jobs);
+    tuned__remote_stop(&s->d);
     /* Lines already read get their shutting_down now; the rest as they come. */
     for (conn *c = s->conns, *next; c != NULL; c = next) {
         next = c->next;
@@ -778,8 +808,19 @@ int tuned__serve_check(const tuned__serve_opts *o, tuned__err *e)
         return tuned__errf(e, TUNED_EINVAL, "serve: no store path");
     if (o->max_clients == 0 || o->max_line < 64 || o->max_output < 4096 || o->max_jobs == 0 ||
         o->max_output_total < o->max_output || !(o->variant_timeout_s > 0) ||
-        !(o->client_timeout_s > 0) || !(o->idle_timeout_s > 0) || !(o->shutdown_grace_s >= 0))
+        !(o->client_timeout_s > 0) || !(o->idle_timeout_s > 0) || !(o->shutdown_grace_s >= 0) ||
+        !(o->remote_timeout_s >= 0.001) || !(o->lease_s >= 0.1) || !(o->reclaim_s >= 0.1))
         return tuned__errf(e, TUNED_EINVAL, "serve: a limit is out of range");
+    if (o->remote[0] != '\0') {
+        if (!tuned__remote_available())
+            return tuned__errf(e, TUNED_EINVAL, "--remote: this tuned was built without the "
+                               "fleet tier (no hiredis)");
+        if (strncmp(o->remote, "redis://", 8) != 0 && strncmp(o->remote, "unix:///", 8) != 0)
+            return tuned__errf(e, TUNED_EINVAL, "--remote %s: expected redis://HOST[:PORT][/DB] "
+                               "or unix:///PATH", o->remote);
+    } else if (o->remote_credentials[0] != '\0') {
+        return tuned__errf(e, TUNED_EINVAL, "--remote-credentials needs --remote");
+    }
     if (o->group[0] != '\0') {
         struct group gr, *res = NULL;
         char buf[4096];
@@ -881,6 +922,10 @@ static int start(server *s, tuned__err *e)
     s->tick.data = s;
     if ((rc = uv_timer_start(&s->tick, on_tick, TICK_MS, TICK_MS)) != 0)
         return tuned__errf(e, TUNED_EIO, "uv_timer_start: %s", uv_strerror(rc));
+    /* Last: it connects in the background; a server that is down is
+     * retried with backoff while the daemon serves locally. */
+    if ((rc = tuned__remote_open(&s->d, e)) != 0)
+        return rc;
     logf_(s, "store %s: %zu records%s; ready", o->db, tuned__index_count(s->d.index),
           s->d.read_only ? " (read-only)" : "");
     return 0;
@@ -913,6 +958,7 @@ int tuned__serve(const tuned__serve_opts *o, tuned__err *e)
         uv_run(&s->loop, UV_RUN_DEFAULT);
     }
     remove_socket(s);
+    tuned__remote_free(&s->d);
     tuned__jobs_free(s->d.jobs);
     tuned__index_free(s->d.index);
     tuned__daemon_reload_free(&s->d);

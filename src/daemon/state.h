@@ -20,7 +20,8 @@ typedef struct tuned__stats {
     uint64_t requests;
     uint64_t by_op[TUNED__OP_COUNT];
     uint64_t errors;
-    uint64_t exact, nearest, defaults;
+    uint64_t exact, compatible, nearest, defaults;
+    uint64_t from_remote;       /* get answers with a record just read from the fleet */
     uint64_t clients_now, clients_total, clients_rejected, clients_cut_off;
     uint64_t lines_too_long;
     uint64_t clients_idle;      /* closed after the idle timeout */
@@ -30,6 +31,17 @@ typedef struct tuned__stats {
 } tuned__stats;
 
 struct tuned__rebuild;
+struct tuned__remote;
+
+/* A reply that comes later: a request whose answer waits for the fleet
+ * tier. The connection embeds one; while it is pending the connection
+ * answers no further line of its own (replies stay in order), and others
+ * are served meanwhile. done is called exactly once, from the loop, unless
+ * the connection cancels it first (tuned__remote_cancel). */
+typedef struct tuned__later {
+    void (*done)(struct tuned__later *l, const char *reply, size_t len);
+    bool pending;
+} tuned__later;
 
 typedef struct tuned__daemon {
     const tuned__serve_opts *o;
@@ -38,6 +50,7 @@ typedef struct tuned__daemon {
     bool read_only;          /* the store could not be opened for writing */
     uv_loop_t *loop;
     tuned__record *here;     /* the local systems, for exact matching */
+    tuned__identity *here_id;/* their identities, with this build's policy */
     size_t nhere;
     uint64_t index_gen;      /* the store generation the index was built at */
     uint64_t seen_txnid;     /* the store's txn id when the generation was last read */
@@ -47,6 +60,7 @@ typedef struct tuned__daemon {
     uint64_t rebuild_not_before; /* the loop's ms before which no build starts */
     bool stopping;
     tuned__jobs *jobs;
+    struct tuned__remote *remote; /* the fleet tier; NULL without --remote */
     uint64_t start_ms;
     uint64_t (*now_ms)(void *ctx); /* the loop's clock */
     void *now_ctx;
@@ -69,7 +83,15 @@ void tuned__daemon_rebuild(tuned__daemon *d);
 /* Frees what reload.c holds (after the loop ended). */
 void tuned__daemon_reload_free(tuned__daemon *d);
 
-/* Answers one request line: appends exactly one reply line to out. */
-void tuned__daemon_answer(tuned__daemon *d, const char *line, size_t len, tuned__buf *out);
+/* Answers one request line: appends exactly one reply line to out, or
+ * (only when later is not NULL) none, with later->pending set: the reply
+ * comes through later->done. */
+void tuned__daemon_answer(tuned__daemon *d, const char *line, size_t len, tuned__buf *out,
+                          tuned__later *later);
+
+/* The reply to get request r from the local index (no read-through);
+ * from_remote adds "from":"remote" (a record just read from the fleet). */
+void tuned__daemon_get_local(tuned__daemon *d, const tuned__request *r, bool from_remote,
+                             tuned__buf *out);
 
 #endif

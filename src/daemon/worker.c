@@ -334,7 +334,14 @@ static int parse_gpu(const json_t *g, int device, tuned__gpu *gpu, tuned__err *e
     gpu->nvrtc_minor = (int)num(g, "nvrtc_minor");
     const json_t *tpl = json_object_get(g, "template_hash");
     gpu->template_hash = json_is_string(tpl) ? strtoull(json_string_value(tpl), NULL, 16) : 0;
-    gpu->fingerprint = tuned__store_gpu_fingerprint(gpu->identity);
+    /* The identity is spelt from the facts here, as for a GPU queried in
+     * this process; a worker whose string says otherwise is not trusted. */
+    char sent[sizeof gpu->identity];
+    memcpy(sent, gpu->identity, sizeof sent);
+    tuned__gpu_identify(gpu);
+    if (strcmp(sent, gpu->identity) != 0)
+        return tuned__errf(e, TUNED_EIO, "worker: hello names GPU %s, its facts spell %s", sent,
+                           gpu->identity);
     return 0;
 }
 
