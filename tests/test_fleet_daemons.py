@@ -368,7 +368,10 @@ def case_stop(a, b, c):
         fail(f"stop: after SIGCONT the record of the tune made during the stop is not "
              f"published: {a.stats()['remote']}")
         return
+    # Each daemon reconnects on its own backoff (up to 10 s after a long
+    # stop), and reads through only while connected: wait for both.
     served = wait_for(lambda: get(b, rows, cols).get("source") == "exact", 20, 0.3)
+    served = wait_for(lambda: get(c, rows, cols).get("source") == "exact", 20, 0.3) and served
     r = get(c, rows, cols)
     if not served or r.get("source") != "exact":
         fail(f"stop: B, C do not get the record from the fleet after SIGCONT: {r}")
