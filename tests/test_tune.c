@@ -155,7 +155,7 @@ int main(void)
     tuned__tune_backend b = {.run = run, .ctx = &syn, .copy_us = 90.0};
     tuned__tune_request r;
     tuned__tune_request_default(&r);
-    r.shape = (tuned__shape){TUNED_FP16, 4096, 4096};
+    r.shape = (tuned__shape){TUNED_FP16, 4096, 4096, TUNED__KERNEL_SOFTMAX};
     r.store = st;
     /* Enough for the cold search to converge on the synthetic bowl's flat
      * bottom, so that a second run has nothing simpler left to find. */

@@ -32,6 +32,7 @@ void cli_usage(FILE *f)
             "options:\n"
             "  --shape RxC    rows x columns; softmax runs over each row (the last dimension)\n"
             "  --dtype D      fp16 (default), bf16 or fp32; math is fp32 for all three\n"
+            "  --kernel K     softmax (default), softmax_bwd, log_softmax or log_softmax_bwd\n"
             "  --budget N     evaluate at most N new variants (default 200)\n"
             "  --time S       search for at most S seconds (default 50)\n"
             "  --seed N       seed of the random population (default 1): same seed, same search\n"
@@ -148,10 +149,11 @@ int cli_parse(int argc, char **argv, cli_opts *o)
     }
     enum { OPT_SHAPE = 256, OPT_DTYPE, OPT_BUDGET, OPT_TIME, OPT_SEED, OPT_DEVICE, OPT_DB,
            OPT_VERSION, OPT_EXHAUSTIVE, OPT_TRACE, OPT_RETUNE, OPT_POPULATION, OPT_COPIES, OPT_MIN_GAIN, OPT_SOCKET, OPT_LISTEN, OPT_GROUP, OPT_LIMIT, OPT_JSON, OPT_FORCE, OPT_FIX, OPT_DRY_RUN, OPT_GPU,
-           OPT_DAYS };
+           OPT_DAYS, OPT_KERNEL };
     static const struct option longopts[] = {
         {"shape", required_argument, NULL, OPT_SHAPE},
         {"dtype", required_argument, NULL, OPT_DTYPE},
+        {"kernel", required_argument, NULL, OPT_KERNEL},
         {"budget", required_argument, NULL, OPT_BUDGET},
         {"time", required_argument, NULL, OPT_TIME},
         {"seed", required_argument, NULL, OPT_SEED},
@@ -190,6 +192,12 @@ int cli_parse(int argc, char **argv, cli_opts *o)
             if (strncmp(optarg, "--", 2) == 0)
                 return bad("--shape needs a value ROWSxCOLS, got '%s'", optarg);
             shape_text = optarg;
+            break;
+        case OPT_KERNEL:
+            if (tuned__kernel_parse(optarg, &o->request.shape.kernel) != 0)
+                return bad("--kernel %s: unknown kernel (softmax, softmax_bwd, log_softmax or "
+                           "log_softmax_bwd)",
+                           optarg);
             break;
         case OPT_DTYPE:
             if (tuned_dtype_parse(optarg, &o->request.shape.dtype) != 0)
@@ -312,8 +320,9 @@ int cli_parse(int argc, char **argv, cli_opts *o)
         if (!cli_parse_shape(shape_text, &o->request.shape, why, sizeof why))
             return bad("%s", why);
         uint64_t esize = tuned_dtype_size(o->request.shape.dtype);
-        if (o->request.shape.rows > MAX_TOTAL_BYTES / 2 / esize / o->request.shape.cols)
-            return bad("--shape %s: input and output would exceed 1 TiB", shape_text);
+        uint64_t tensors = tuned__kernel_tensors(tuned__shape_kernel(&o->request.shape));
+        if (o->request.shape.rows > MAX_TOTAL_BYTES / tensors / esize / o->request.shape.cols)
+            return bad("--shape %s: inputs and output would exceed 1 TiB", shape_text);
         o->have_shape = true;
     }
     if (cli_find_command(o->command)->needs_shape && !o->have_shape)

@@ -83,8 +83,10 @@ static int reply_error(const json_t *rep)
 static json_t *shape_request(const cli_opts *o, const char *op)
 {
     const tuned__shape *s = &o->request.shape;
-    json_t *req = json_pack("{s:s, s:s, s:I, s:I}", "op", op, "dtype", tuned_dtype_name(s->dtype),
-                            "rows", (json_int_t)s->rows, "cols", (json_int_t)s->cols);
+    json_t *req = json_pack("{s:s, s:s, s:s, s:I, s:I}", "op", op, "kernel",
+                            tuned__kernel_name((uint8_t)tuned__shape_kernel(s)), "dtype",
+                            tuned_dtype_name(s->dtype), "rows", (json_int_t)s->rows, "cols",
+                            (json_int_t)s->cols);
     if (req != NULL && o->request.device > 0)
         json_object_set_new(req, "gpu", json_integer(o->request.device));
     return req;
@@ -110,6 +112,7 @@ static void print_field(const json_t *obj, const char *key, const char *label)
 
 static void print_record(const json_t *r)
 {
+    print_field(r, "kernel", "kernel");
     printf("shape        %lldx%lld %s\n", (long long)json_integer_value(json_object_get(r, "rows")),
            (long long)json_integer_value(json_object_get(r, "cols")), text(r, "dtype"));
     print_field(r, "gpu", "gpu");
@@ -162,6 +165,10 @@ int cli_daemon_get(const cli_opts *o)
 
 int cli_daemon_tune(const cli_opts *o)
 {
+    /* The daemon's jobs and workers tune softmax only: other kernels tune
+     * in this process. */
+    if (tuned__shape_kernel(&o->request.shape) != TUNED__KERNEL_SOFTMAX)
+        return -1;
     client c;
     int rc = client_open(o, &c);
     if (rc != 0)

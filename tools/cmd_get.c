@@ -90,7 +90,7 @@ int cli_cmd_get(const cli_opts *o)
         }
         /* Nothing exact or compatible: say what there is, and why it does
          * not serve. */
-        rc = tuned__store_find_shape(store, TUNED__KERNEL_SOFTMAX, (uint8_t)s->dtype, s->rows,
+        rc = tuned__store_find_shape(store, (uint8_t)tuned__shape_kernel(s), (uint8_t)s->dtype, s->rows,
                                      s->cols, recs, MAX_LISTED, &n, &e);
         tuned__store_close(store);
         if (rc != 0)
@@ -107,7 +107,7 @@ int cli_cmd_get(const cli_opts *o)
         return CLI_NOT_FOUND;
     }
     /* No GPU to ask: show what is stored for every GPU, unchecked. */
-    rc = tuned__store_find_shape(store, TUNED__KERNEL_SOFTMAX, (uint8_t)s->dtype, s->rows, s->cols,
+    rc = tuned__store_find_shape(store, (uint8_t)tuned__shape_kernel(s), (uint8_t)s->dtype, s->rows, s->cols,
                                  recs, MAX_LISTED, &n, &e);
     tuned__store_close(store);
     if (rc != 0)

@@ -14,6 +14,8 @@ int cli_fail(const tuned__err *e)
 void cli_print_record(FILE *f, const tuned__record *r)
 {
     const char *dtype = tuned_dtype_name((tuned_dtype)r->key.dtype);
+    const char *kernel = tuned__kernel_name(r->key.kernel);
+    fprintf(f, "kernel       %s\n", kernel ? kernel : "?");
     fprintf(f, "shape        %llux%llu %s\n", (unsigned long long)r->key.rows,
             (unsigned long long)r->key.cols, dtype ? dtype : "?");
     fprintf(f, "gpu          %s\n", r->gpu_name);
