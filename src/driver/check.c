@@ -161,10 +161,15 @@ static int open_buffers(tuned__check *c, size_t x_offset, size_t y_offset, tuned
         (rc = alloc(c, &c->stats, c->shape.rows * 2 * sizeof(double), "row statistics", e)))
         return rc;
     if (tuned__kernel_backward(c->kernel)) {
-        c->x2_alloc_bytes = c->x_alloc_bytes;
+        /* Rows that are not aligned anyway: dy one element further in than
+         * y, so that their offsets inside a vector differ and dy takes the
+         * per-element path (softmax_bwd.cu). */
+        bool unaligned = (x_offset * c->esize) % 16 != 0 || (y_offset * c->esize) % 16 != 0;
+        size_t x2_offset = unaligned ? x_offset + 1 : x_offset;
+        c->x2_alloc_bytes = c->bytes + x2_offset * c->esize;
         if ((rc = alloc(c, &c->x2_alloc, c->x2_alloc_bytes, "the second input (dy)", e)) != 0)
             return rc;
-        c->x2 = c->x2_alloc + x_offset * c->esize;
+        c->x2 = c->x2_alloc + x2_offset * c->esize;
     }
     c->x = c->x_alloc + x_offset * c->esize;
     c->y = c->y_alloc + y_offset * c->esize;

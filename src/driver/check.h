@@ -57,7 +57,9 @@ typedef struct tuned__check {
     CUdeviceptr x, y;                  /* offset into their allocations: the
                                           input (backward: y) and the output */
     CUdeviceptr x2_alloc, x2;          /* backward kernels' second input, dy
-                                          (x_offset into it, as x); else 0 */
+                                          (x_offset into it, as x; one more
+                                          where the rows are unaligned
+                                          anyway); else 0 */
     size_t x2_alloc_bytes;
     CUdeviceptr counters;              /* wrong elements, first wrong index */
     CUdeviceptr stats;                 /* per row (max, sum) of the reference */
