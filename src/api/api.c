@@ -1,7 +1,9 @@
-/* api.c: the embedding API of include/tuned.h: handles, tuned_softmax on
- * the caller's stream, lookups and tunes (issue 6).
+/* api.c: the embedding API of include/tuned.h: handles, tuned_softmax and
+ * the other kernels' calls (tuned_softmax_scaled, tuned_log_softmax,
+ * tuned_softmax_backward, tuned_log_softmax_backward) on the caller's
+ * stream, lookups and tunes.
  *
- * A call's key (context, rows, cols, row stride, dtype, alignment) maps to
+ * A call's key (context, rows, cols, row stride, dtype, kernel, alignment) maps to
  * an immutable entry holding the loaded kernel and its launch; the map is
  * read without locks (api_table.c), so a repeated call costs the current
  * context, a hash, a probe and cuLaunchKernel. Everything else happens on
