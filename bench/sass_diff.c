@@ -364,7 +364,7 @@ int main(int argc, char **argv)
     size_t n = 0;
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
         for (int dt = TUNED_FP16; dt <= TUNED_FP32; dt++) {
-            tuned__shape s = {(tuned_dtype)dt, shapes[i][0], shapes[i][1]};
+            tuned__shape s = {(tuned_dtype)dt, shapes[i][0], shapes[i][1], TUNED__KERNEL_SOFTMAX};
             tuned__space sp;
             if (tuned__space_init(&sp, &s, ARCH, SMS, &e) != 0) {
                 fprintf(stderr, "sass_diff: space %llux%llu %s: %s\n",

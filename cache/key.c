@@ -29,19 +29,6 @@ uint64_t tuned__get_be64(const uint8_t *p)
     return v;
 }
 
-const char *tuned__kernel_name(uint8_t kernel)
-{
-    return kernel == TUNED__KERNEL_SOFTMAX ? "softmax" : NULL;
-}
-
-int tuned__kernel_parse(const char *name, uint8_t *out)
-{
-    if (name == NULL || strcmp(name, "softmax") != 0)
-        return TUNED_EINVAL;
-    *out = TUNED__KERNEL_SOFTMAX;
-    return 0;
-}
-
 void tuned__key_encode_shape(uint8_t out[TUNED__KEY_SHAPE_LEN], uint8_t tag, uint8_t kernel,
                              uint8_t dtype, uint64_t rows, uint64_t cols)
 {

@@ -85,20 +85,18 @@ void tuned__key_format(char *buf, size_t n, const tuned__store_key *k);
 /* Parses the text form. TUNED_EINVAL naming the part that is wrong. */
 int tuned__key_parse(const char *text, tuned__store_key *out, tuned__err *e);
 
-/* "softmax" for TUNED__KERNEL_SOFTMAX, NULL for an unknown id; and back
- * (TUNED_EINVAL for an unknown name). */
-const char *tuned__kernel_name(uint8_t kernel);
-int tuned__kernel_parse(const char *name, uint8_t *out);
+/* Kernel names and ids (tuned__kernel_name, tuned__kernel_parse) are
+ * codegen's: src/codegen/config.h. */
 
 /* Big-endian 64-bit fields, for the store's binary values too. */
 void tuned__put_be64(uint8_t *p, uint64_t v);
 uint64_t tuned__get_be64(const uint8_t *p);
 
-/* The key of softmax kernel results for shape on the GPU with fingerprint
- * gpu_fp, dense layout. */
+/* The key of the results of shape's kernel (softmax, softmax_bwd, ...) for
+ * shape on the GPU with fingerprint gpu_fp, dense layout. */
 static inline tuned__store_key tuned__store_key_softmax(const tuned__shape *shape, uint64_t gpu_fp)
 {
-    tuned__store_key k = {.kernel = TUNED__KERNEL_SOFTMAX, .dtype = (uint8_t)shape->dtype,
+    tuned__store_key k = {.kernel = (uint8_t)tuned__shape_kernel(shape), .dtype = (uint8_t)shape->dtype,
                           .rows = shape->rows, .cols = shape->cols, .gpu_fp = gpu_fp};
     return k;
 }

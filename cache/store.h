@@ -52,6 +52,7 @@
 #include "src/common/clock.h"
 #include "src/common/err.h"
 #include "src/common/identity.h"
+#include "src/codegen/config.h"
 
 /* Bump when the key layout or record meaning changes incompatibly. A store
  * of another schema is refused with TUNED_ESCHEMA (never migrated, never
@@ -59,8 +60,9 @@
  * measurement policy and no history. */
 #define TUNED__STORE_SCHEMA 2
 
-/* Kernel ids in keys; stable forever once shipped. */
-enum { TUNED__KERNEL_SOFTMAX = 1 };
+/* Kernel ids in keys (TUNED__KERNEL_*: softmax 1, softmax_bwd 2,
+ * log_softmax 3, log_softmax_bwd 4) are codegen's, src/codegen/config.h;
+ * stable forever once shipped. */
 
 /* Row stride / alignment classes (key.layout). The tuner measures class 0;
  * other values are reserved for strided or misaligned inputs and are

@@ -278,10 +278,13 @@ typedef struct tuned_choice {
                                  differences ("compatible: driver 12080 (here
                                  13000); checked against the float64
                                  reference"), or why one was not served */
-    /* The launch, as tuned_softmax makes it (tuned_last_choice only; NULL
-     * and 0 from tuned_lookup): function is the CUfunction, valid in the
-     * context of the call until tuned_close(). Kernel parameters: (const
-     * void *x, void *y, long long rows, int cols, long long row_stride),
+    /* The launch, as the call makes it (tuned_last_choice only; NULL and
+     * 0 from tuned_lookup): function is the CUfunction, valid in the
+     * context of the call until tuned_close(). Kernel parameters: forward
+     * kernels (tuned_softmax, tuned_softmax_scaled, tuned_log_softmax)
+     * (const void *x, void *y, long long rows, int cols, long long
+     * row_stride, float scale), backward kernels (const void *y, const
+     * void *dy, void *dx, long long rows, int cols, long long row_stride),
      * launched with cuLaunchKernel, unless cooperative is 1. */
     void *function;
     unsigned grid, block, smem;
@@ -311,6 +314,41 @@ TUNED_EXTERN int tuned_softmax(tuned_handle *h, const void *x, void *y, int64_t 
                                int64_t cols, int64_t row_stride, tuned_dtype dtype,
                                void *stream);
 
+/* The same with a scale s applied to x first, fused: y = softmax(s x),
+ * e.g. s = 1/temperature or 1/sqrt(d). s must be positive and finite
+ * (TUNED_EINVAL otherwise); s = 1 is tuned_softmax, and costs it nothing.
+ * Errors as tuned_softmax. */
+TUNED_EXTERN int tuned_softmax_scaled(tuned_handle *h, const void *x, void *y, int64_t rows,
+                                      int64_t cols, int64_t row_stride, tuned_dtype dtype,
+                                      float scale, void *stream);
+
+/* log_softmax over the last dimension: y = s x - max(s x) - log sum
+ * exp(s x - max(s x)) per row (torch.log_softmax of s x; math in fp32), s
+ * as for tuned_softmax_scaled (1 for none). Tuned and stored as its own
+ * kernel ("log_softmax"). Arguments and errors as tuned_softmax_scaled. */
+TUNED_EXTERN int tuned_log_softmax(tuned_handle *h, const void *x, void *y, int64_t rows,
+                                   int64_t cols, int64_t row_stride, tuned_dtype dtype,
+                                   float scale, void *stream);
+
+/* The gradient of softmax over the last dimension: dx = y (dy - sum over
+ * the row of dy y), y the forward's output and dy the gradient of the
+ * loss with respect to it (for a forward with scale s, multiply dx by s,
+ * or fold s into dy). Reads y and dy, writes dx: its floor is 1.5 times a
+ * copy of one tensor. y, dy and dx are device pointers of rows rows with
+ * row_stride elements between rows; dx must not overlap y or dy (y and dy
+ * may be the same). Tuned and stored as its own kernel ("softmax_bwd").
+ * Errors as tuned_softmax. */
+TUNED_EXTERN int tuned_softmax_backward(tuned_handle *h, const void *y, const void *dy, void *dx,
+                                        int64_t rows, int64_t cols, int64_t row_stride,
+                                        tuned_dtype dtype, void *stream);
+
+/* The gradient of log_softmax over the last dimension: dx = dy - exp(y)
+ * (sum over the row of dy), y the forward's output (log-probabilities).
+ * Arguments and errors as tuned_softmax_backward ("log_softmax_bwd"). */
+TUNED_EXTERN int tuned_log_softmax_backward(tuned_handle *h, const void *y, const void *dy,
+                                            void *dx, int64_t rows, int64_t cols,
+                                            int64_t row_stride, tuned_dtype dtype, void *stream);
+
 /* Everything tuned_softmax does for these arguments except the launch (the
  * slow path, if this key has none yet): for warming up shapes before a CUDA
  * graph capture or a timed loop. out (may be NULL) receives the choice.
@@ -319,8 +357,8 @@ TUNED_EXTERN int tuned_prepare(tuned_handle *h, const void *x, void *y, int64_t 
                                int64_t cols, int64_t row_stride, tuned_dtype dtype,
                                tuned_choice *out);
 
-/* The choice of the calling thread's last successful tuned_softmax or
- * tuned_prepare on h. TUNED_ENOTFOUND when this thread has made none;
+/* The choice of the calling thread's last successful call (tuned_softmax,
+ * tuned_softmax_backward, ...) or tuned_prepare on h. TUNED_ENOTFOUND when this thread has made none;
  * TUNED_EINVAL for NULL arguments. */
 TUNED_EXTERN int tuned_last_choice(tuned_handle *h, tuned_choice *out);
 

@@ -52,6 +52,7 @@ static tuned__api_entry *new_entry(uint64_t rows, unsigned payload)
     e->key.cols = 1000;
     e->key.stride = 1000;
     e->key.dtype = TUNED_FP16;
+    e->key.kernel = TUNED__KERNEL_SOFTMAX;
     e->key.aligned = 1;
     e->hash = tuned__api_key_hash(&e->key);
     e->launch.grid = payload;
@@ -78,7 +79,7 @@ static void *map_reader(void *arg)
         seed = seed * 1103515245u + 12345u;
         uint64_t rows = 1 + seed % n;
         tuned__api_key k = {.ctx = (void *)0x1000, .rows = rows, .cols = 1000, .stride = 1000,
-                            .dtype = TUNED_FP16, .aligned = 1};
+                            .dtype = TUNED_FP16, .kernel = TUNED__KERNEL_SOFTMAX, .aligned = 1};
         tuned__api_entry *e = tuned__api_map_find(r->m, &k, tuned__api_key_hash(&k));
         if (e == NULL || e->launch.block != rows || (e->launch.grid != 1 && e->launch.grid != 2))
             r->bad++;
@@ -111,6 +112,12 @@ static void test_map(void)
     absent.aligned = 0;
     EXPECT(tuned__api_map_find(&m, &absent, tuned__api_key_hash(&absent)) == NULL,
            "the unaligned twin of a key is another key");
+    /* So is the same shape of another kernel, with its own hash. */
+    absent = all[1]->key;
+    absent.kernel = TUNED__KERNEL_SOFTMAX_BWD;
+    EXPECT(tuned__api_map_find(&m, &absent, tuned__api_key_hash(&absent)) == NULL &&
+               tuned__api_key_hash(&absent) != all[1]->hash,
+           "the softmax_bwd twin of a key is another key");
     tuned__api_entry *twin = new_entry(7, 2), *replaced = NULL;
     EXPECT(tuned__api_map_put(&m, twin, &replaced, &e) == 0 && replaced == all[7], "replace");
     EXPECT(tuned__api_map_find(&m, &twin->key, twin->hash) == twin, "replaced entry found");
@@ -193,8 +200,9 @@ static void fake_gpu(tuned__gpu *g, const char *name, int cc_major)
     tuned__gpu_identify(g);
 }
 
-static void put_record(tuned__store *s, const tuned__gpu *g, tuned_dtype dtype, uint64_t rows,
-                       uint64_t cols, const char *config, double us)
+static void put_kernel_record(tuned__store *s, const tuned__gpu *g, unsigned kernel,
+                              tuned_dtype dtype, uint64_t rows, uint64_t cols, const char *config,
+                              double us)
 {
     static tuned__tune_outcome o;
     memset(&o, 0, sizeof o);
@@ -204,10 +212,16 @@ static void put_record(tuned__store *s, const tuned__gpu *g, tuned_dtype dtype, 
     o.search.evaluations = 10;
     tuned__err e = {0};
     EXPECT(tuned__config_parse(config, &o.search.best, &e) == 0, "%s: %s", config, e.msg);
-    tuned__shape shape = {.dtype = dtype, .rows = rows, .cols = cols};
+    tuned__shape shape = {.dtype = dtype, .rows = rows, .cols = cols, .kernel = (uint8_t)kernel};
     tuned__record rec;
     tuned__tune_record(&o, &shape, &rec);
     EXPECT(tuned__store_put_best(s, &rec, &e) == 0, "put %s: %s", config, e.msg);
+}
+
+static void put_record(tuned__store *s, const tuned__gpu *g, tuned_dtype dtype, uint64_t rows,
+                       uint64_t cols, const char *config, double us)
+{
+    put_kernel_record(s, g, TUNED__KERNEL_SOFTMAX, dtype, rows, cols, config, us);
 }
 
 static void test_pick(void)
@@ -289,6 +303,35 @@ static void test_pick(void)
     tuned__err ne = {0};
     EXPECT(tuned__api_pick_config(s, &other, &huge, NULL, &p, &ne) == TUNED_ENOSPACE && ne.msg[0],
            "no space: %d %s", ne.code, ne.msg);
+    /* Each kernel picks from its own records: softmax's winner of the
+     * shape is neither exact nor nearest for softmax_bwd, whose default is
+     * its own space's first seed; its own record is exact for it alone. */
+    tuned__shape bwd = shape;
+    bwd.kernel = TUNED__KERNEL_SOFTMAX_BWD;
+    tuned__space bsp;
+    tuned__config bseed;
+    EXPECT(tuned__space_init(&bsp, &bwd, 90, 132, &e) == 0 && tuned__space_seeds(&bsp, &bseed, 1) == 1,
+           "softmax_bwd space: %s", e.msg);
+    EXPECT(tuned__api_pick_config(s, &h100, &bwd, NULL, &p, &e) == 0 &&
+               p.source == TUNED_SOURCE_DEFAULT && tuned__config_equal(&p.config, &bseed),
+           "softmax_bwd pick with only softmax records: %s", tuned_source_name(p.source));
+    const char *bwd_cfg = "w16.r1.c1.m1.v8.ld=nc.st=def.reg=pk";
+    put_kernel_record(s, &h100, TUNED__KERNEL_SOFTMAX_BWD, TUNED_FP16, 4096, 32000, bwd_cfg, 260.0);
+    EXPECT(tuned__api_pick_config(s, &h100, &bwd, NULL, &p, &e) == 0, "%s", e.msg);
+    tuned__config_format(&p.config, text, sizeof text);
+    EXPECT(p.source == TUNED_SOURCE_EXACT && strcmp(text, bwd_cfg) == 0 && p.median_us == 260.0,
+           "softmax_bwd exact pick: %s %s", tuned_source_name(p.source), text);
+    EXPECT(p.record_key.kernel == TUNED__KERNEL_SOFTMAX_BWD, "the record's key names the kernel");
+    EXPECT(tuned__api_pick_config(s, &h100, &shape, NULL, &p, &e) == 0, "%s", e.msg);
+    tuned__config_format(&p.config, text, sizeof text);
+    EXPECT(p.source == TUNED_SOURCE_EXACT && strcmp(text, exact_cfg) == 0,
+           "softmax after a softmax_bwd record: %s %s", tuned_source_name(p.source), text);
+    tuned__shape bwd_near = bwd;
+    bwd_near.rows = 1024;
+    EXPECT(tuned__api_pick_config(s, &h100, &bwd_near, NULL, &p, &e) == 0 &&
+               p.source == TUNED_SOURCE_NEAREST && p.record_key.kernel == TUNED__KERNEL_SOFTMAX_BWD,
+           "softmax_bwd nearest: %s", tuned_source_name(p.source));
+    tuned__space_free(&bsp);
     tuned__space_free(&sp);
     tuned__store_close(s);
 }
@@ -463,6 +506,13 @@ static void test_child(void)
     EXPECT(tuned__api_run_child(&c, &e) == 0, "ok: %s", e.msg);
     read_file(args, text, sizeof text);
     EXPECT(strstr(text, "--time") == NULL, "no --time by default: '%s'", text);
+    /* Another kernel is named; softmax, the default, is not. */
+    c.shape.kernel = TUNED__KERNEL_LOG_SOFTMAX_BWD;
+    EXPECT(tuned__api_run_child(&c, &e) == 0, "ok: %s", e.msg);
+    read_file(args, text, sizeof text);
+    EXPECT(strncmp(text, "tune --kernel log_softmax_bwd --shape 64x1000 ", 46) == 0,
+           "arguments for log_softmax_bwd: '%s'", text);
+    c.shape.kernel = 0;
 
     setenv("FAKE_TUNED_MODE", "fail", 1);
     tuned__err_clear(&e);
@@ -624,6 +674,7 @@ static void test_daemon(void)
     EXPECT(req != NULL, "request is JSON: %s", d.got);
     if (req != NULL) {
         EXPECT(strcmp(json_string_value(json_object_get(req, "op")), "tune") == 0 &&
+                   strcmp(json_string_value(json_object_get(req, "kernel")), "softmax") == 0 &&
                    strcmp(json_string_value(json_object_get(req, "dtype")), "bf16") == 0 &&
                    json_integer_value(json_object_get(req, "rows")) == 4096 &&
                    json_integer_value(json_object_get(req, "cols")) == 32000 &&
@@ -763,6 +814,17 @@ static void test_public(void)
                    TUNED_EINVAL &&
                strstr(tuned_last_error(NULL), "handle is NULL") != NULL,
            "NULL handle: %s", tuned_last_error(NULL));
+    EXPECT(tuned_softmax_scaled(NULL, (void *)16, (void *)4096, 1, 1, 1, TUNED_FP16, 0.5f, NULL) ==
+                   TUNED_EINVAL &&
+               tuned_log_softmax(NULL, (void *)16, (void *)4096, 1, 1, 1, TUNED_FP16, 1.0f,
+                                 NULL) == TUNED_EINVAL &&
+               tuned_softmax_backward(NULL, (void *)16, (void *)32, (void *)4096, 1, 1, 1,
+                                      TUNED_FP16, NULL) == TUNED_EINVAL &&
+               tuned_log_softmax_backward(NULL, (void *)16, (void *)32, (void *)4096, 1, 1, 1,
+                                          TUNED_FP16, NULL) == TUNED_EINVAL &&
+               strstr(tuned_last_error(NULL), "tuned_log_softmax_backward: the handle is NULL") !=
+                   NULL,
+           "NULL handle (new kernels): %s", tuned_last_error(NULL));
     tuned_choice ch;
     EXPECT(tuned_last_choice(NULL, &ch) == TUNED_EINVAL, "last choice of NULL");
     EXPECT(tuned_lookup(NULL, 1, 1, TUNED_FP16, 0, &ch) == TUNED_EINVAL, "lookup NULL");

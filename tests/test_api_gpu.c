@@ -234,6 +234,107 @@ out:
     return rc;
 }
 
+/* ---- the other kernels: scaled softmax, log_softmax and both backwards ---- */
+
+/* Which kernel a tensor of kernels_case holds, for messages. */
+static const char *const kernel_calls[] = {"tuned_softmax_scaled", "tuned_log_softmax",
+                                          "tuned_softmax_backward",
+                                          "tuned_log_softmax_backward"};
+
+/* Runs the four calls on one shape (x and dy random, x_off elements into
+ * their allocations, dy one more) and checks each against float64 on the
+ * host: the forwards on scale * x, the backwards on the y the forwards
+ * wrote (as the dtype holds it). Returns the wrong elements. */
+static size_t kernels_case(tuned_handle *h, tuned_dtype dt, int64_t rows, int64_t cols,
+                           int64_t stride, size_t x_off, float scale, CUstream stream)
+{
+    size_t es = tuned_dtype_size(dt);
+    size_t span = (size_t)((rows - 1) * stride + cols);
+    size_t bytes = (span + x_off + 1) * es + GUARD;
+    /* x, dy, then the outputs: softmax, log_softmax, their gradients */
+    unsigned char *host[6];
+    CUdeviceptr dev[6] = {0};
+    for (int i = 0; i < 6; i++) {
+        host[i] = malloc(bytes);
+        memset(host[i], 0, bytes);
+        if (d->cuMemAlloc(&dev[i], bytes) != CUDA_SUCCESS)
+            EXPECT(0, "cuMemAlloc");
+    }
+    size_t off[6] = {x_off, x_off + 1, x_off, x_off, x_off, x_off};
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t j = 0; j < cols; j++) {
+            put_elem(host[0] + (off[0] + (size_t)(r * stride + j)) * es, dt, rnd());
+            put_elem(host[1] + (off[1] + (size_t)(r * stride + j)) * es, dt, rnd() / 8);
+        }
+    d->cuMemcpyHtoD(dev[0], host[0], bytes);
+    d->cuMemcpyHtoD(dev[1], host[1], bytes);
+    d->cuCtxSynchronize(); /* see run_case */
+    for (int i = 2; i < 6; i++)
+        d->cuMemsetD8Async(dev[i], POISON, bytes, stream);
+    void *ptr[6];
+    for (int i = 0; i < 6; i++)
+        ptr[i] = (void *)(uintptr_t)(dev[i] + off[i] * es);
+    int rcs[4];
+    rcs[0] = tuned_softmax_scaled(h, ptr[0], ptr[2], rows, cols, stride, dt, scale, stream);
+    rcs[1] = tuned_log_softmax(h, ptr[0], ptr[3], rows, cols, stride, dt, scale, stream);
+    rcs[2] = tuned_softmax_backward(h, ptr[2], ptr[1], ptr[4], rows, cols, stride, dt, stream);
+    rcs[3] = tuned_log_softmax_backward(h, ptr[3], ptr[1], ptr[5], rows, cols, stride, dt, stream);
+    for (int k = 0; k < 4; k++)
+        EXPECT(rcs[k] == 0, "%s %s %lldx%lld: %s", kernel_calls[k], tuned_dtype_name(dt),
+               (long long)rows, (long long)cols, tuned_last_error(h));
+    EXPECT(d->cuStreamSynchronize(stream) == CUDA_SUCCESS, "a kernel failed");
+    for (int i = 2; i < 6; i++)
+        d->cuMemcpyDtoH(host[i], dev[i], bytes);
+    double rtol = dt == TUNED_FP16 ? 2e-3 : dt == TUNED_BF16 ? 1e-2 : 2e-5;
+    size_t bad[4] = {0};
+    for (int64_t r = 0; r < rows; r++) {
+        size_t row = (size_t)(r * stride);
+#define AT(i, j) get_elem(host[i] + (off[i] + row + (size_t)(j)) * es, dt)
+        double m = -INFINITY, sum = 0, dot = 0, mag = 0, gsum = 0, gmag = 0;
+        for (int64_t j = 0; j < cols; j++)
+            m = fmax(m, (double)scale * AT(0, j));
+        for (int64_t j = 0; j < cols; j++)
+            sum += exp((double)scale * AT(0, j) - m);
+        for (int64_t j = 0; j < cols; j++) {
+            dot += AT(1, j) * AT(2, j);
+            mag += fabs(AT(1, j) * AT(2, j));
+            gsum += AT(1, j);
+            gmag += fabs(AT(1, j));
+        }
+        for (int64_t j = 0; j < cols; j++) {
+            double v = (double)scale * AT(0, j) - m, g = AT(1, j), y = AT(2, j), ly = AT(3, j);
+            double want[4] = {exp(v) / sum, v - log(sum), y * (g - dot), g - exp(ly) * gsum};
+            double slack[4] = {1e-6, 1e-5, 1e-5 * fabs(y) * (fabs(g) + mag) + 1e-7,
+                               1e-5 * (fabs(g) + exp(ly) * gmag) + 1e-7};
+            for (int k = 0; k < 4; k++) {
+                double have = AT(k + 2, j);
+                if (!(fabs(have - want[k]) <= slack[k] + rtol * fabs(want[k])) && bad[k]++ < 3)
+                    fprintf(stderr, "  %s row %lld col %lld: %g, want %g\n", kernel_calls[k],
+                            (long long)r, (long long)j, have, want[k]);
+            }
+        }
+#undef AT
+    }
+    /* Nothing written past any output. */
+    for (int k = 0; k < 4; k++)
+        for (size_t b = (off[k + 2] + span) * es; b < bytes; b++)
+            if (host[k + 2][b] != POISON && bad[k]++ < 3)
+                fprintf(stderr, "  %s: a write past the output\n", kernel_calls[k]);
+    size_t total = 0;
+    for (int k = 0; k < 4; k++) {
+        EXPECT(bad[k] == 0, "%s %s %lldx%lld stride %lld offset %zu: %zu wrong", kernel_calls[k],
+               tuned_dtype_name(dt), (long long)rows, (long long)cols, (long long)stride, x_off,
+               bad[k]);
+        total += bad[k];
+    }
+    for (int i = 0; i < 6; i++) {
+        if (dev[i])
+            d->cuMemFree(dev[i]);
+        free(host[i]);
+    }
+    return total;
+}
+
 /* ---- threads ---- */
 
 typedef struct worker {
@@ -399,6 +500,50 @@ int main(int argc, char **argv)
             if (run_case(h, &c, stream, &ch, false) == 0)
                 EXPECT(ch.aligned == 0, "misaligned rows compiled as aligned");
         }
+    }
+
+    /* The other kernels, through their calls: dense, strided, unaligned
+     * (dy's offset inside a vector differing from y's), long rows. */
+    {
+        static const int64_t kshapes[][2] = {{7, 100}, {64, 1000}, {333, 4097}, {16, 50257},
+                                             {2, 262144}};
+        size_t wrong = 0, calls = 0;
+        for (int dt = TUNED_FP16; dt <= TUNED_FP32; dt++)
+            for (size_t i = 0; i < sizeof kshapes / sizeof kshapes[0]; i++) {
+                int64_t r = kshapes[i][0], c = kshapes[i][1];
+                wrong += kernels_case(h, (tuned_dtype)dt, r, c, c, 0, 0.5f, stream);
+                wrong += kernels_case(h, (tuned_dtype)dt, r, c, c + 3, 0, 1.0f, stream);
+                wrong += kernels_case(h, (tuned_dtype)dt, r, c, c, 1, 2.0f, stream);
+                calls += 12;
+            }
+        printf("kernels: %zu calls of softmax_scaled, log_softmax and both backwards checked, "
+               "%zu wrong elements\n",
+               calls, wrong);
+        /* Their own arguments refused. */
+        CUdeviceptr x;
+        d->cuMemAlloc(&x, 1 << 20);
+        char *p = (char *)(uintptr_t)x;
+        EXPECT(tuned_softmax_scaled(h, p, p + 65536, 4, 100, 100, TUNED_FP16, 0.0f, stream) ==
+                       TUNED_EINVAL &&
+                   strstr(tuned_last_error(h), "scale") != NULL,
+               "scale 0: %s", tuned_last_error(h));
+        EXPECT(tuned_log_softmax(h, p, p + 65536, 4, 100, 100, TUNED_FP16, INFINITY, stream) ==
+                   TUNED_EINVAL,
+               "scale inf: %s", tuned_last_error(h));
+        EXPECT(tuned_softmax_backward(h, p, p + 100, p + 65536, 4, 100, 100, TUNED_FP16, stream) ==
+                   0,
+               "y and dy may overlap: %s", tuned_last_error(h));
+        EXPECT(tuned_softmax_backward(h, p, p + 65536, p + 65536 + 100, 4, 100, 100, TUNED_FP16,
+                                      stream) == TUNED_EINVAL &&
+                   strstr(tuned_last_error(h), "dy") != NULL &&
+                   strstr(tuned_last_error(h), "overlap") != NULL,
+               "dx over dy: %s", tuned_last_error(h));
+        EXPECT(tuned_log_softmax_backward(h, p, NULL, p + 65536, 4, 100, 100, TUNED_FP16,
+                                          stream) == TUNED_EINVAL &&
+                   strstr(tuned_last_error(h), "dy is NULL") != NULL,
+               "dy NULL: %s", tuned_last_error(h));
+        d->cuStreamSynchronize(stream);
+        d->cuMemFree(x);
     }
 
     /* Exact and nearest. */

@@ -33,6 +33,8 @@ expect_bad 2 --shape 12ax3
 expect_bad 2 --shape ' 4x4'
 expect_bad 2 --shape 2147483647x2147483392
 expect_bad 2 --shape 4096x32000 --dtype fp8
+expect_bad 2 --shape 4096x32000 --kernel softmax_backward
+expect_bad 2 --shape 4096x32000 --kernel
 expect_bad 2 --shape 4096x32000 --budget 0
 expect_bad 2 --shape 4096x32000 --time -3
 expect_bad 2 --shape 4096x32000 --seed x

@@ -109,6 +109,33 @@ try:
             fail(f"get without a GPU: {rc} {out} {err}")
     print("ok: get")
 
+    # Another kernel's record: imported, listed and got under its own name,
+    # apart from softmax's records of the same shape.
+    bwd = record(h100, 4096, 32000, median=260.0, config="w16.r1.c1.m1.v8.ld=nc.st=def.reg=pk")
+    bwd["kernel"] = "softmax_bwd"
+    kdb = os.path.join(tmp, "kernels")
+    kfile = os.path.join(tmp, "k.jsonl")
+    write(kfile, export_text([bwd]))
+    rc, _, err = run("import", kfile, "--db", kdb)
+    if rc != 0 or "1 added" not in err:
+        fail(f"import a softmax_bwd record: {rc} {err}")
+    rc, out, err = run("list", "--json", "--db", kdb)
+    listed = json.loads(out) if rc == 0 else []
+    if len(listed) != 1 or not listed[0]["key"].startswith("softmax_bwd/fp16/4096x32000/") or \
+            listed[0]["kernel"] != "softmax_bwd":
+        fail(f"list of a softmax_bwd record: {rc} {out} {err}")
+    rc, out, err = run("get", "--kernel", "softmax_bwd", "--shape", "4096x32000", "--db", kdb)
+    if not have_gpu and (rc != 0 or "kernel       softmax_bwd" not in out or
+                         "w16.r1.c1.m1.v8.ld=nc.st=def.reg=pk" not in out):
+        fail(f"get --kernel softmax_bwd without a GPU: {rc} {out} {err}")
+    rc, out, err = run("get", "--shape", "4096x32000", "--db", kdb)
+    if rc != 3:
+        fail(f"get of softmax found the softmax_bwd record: {rc} {out} {err}")
+    rc, out, err = run("get", "--kernel", "log_softmax", "--shape", "4096x32000", "--db", kdb)
+    if rc != 3:
+        fail(f"get of log_softmax found the softmax_bwd record: {rc} {out} {err}")
+    print("ok: a softmax_bwd record apart from softmax's")
+
     # export, then import into another store: the same records.
     rc, out, err = run("export", "--db", db)
     lines = out.splitlines()

@@ -1,6 +1,8 @@
-/* test_codegen.c: every sampled variant of every dtype compiles with NVRTC
+/* test_codegen.c: every sampled variant of every kernel (softmax,
+ * softmax_bwd, log_softmax, log_softmax_bwd) and dtype compiles with NVRTC
  * for sm_90 and sm_80, and its PTX shows the vector width and cache hints
- * its config asks for. Needs NVRTC (the CUDA toolkit), not a GPU. */
+ * its config asks for, and the kernel's own entry point and parameters.
+ * Needs NVRTC (the CUDA toolkit), not a GPU. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,6 +41,8 @@ static size_t count(const char *text, const char *needle)
 static void check_rows_ptx(const tuned__config *c, const tuned__shape *s, const char *name,
                            const char *ptx)
 {
+    unsigned kernel = tuned__shape_kernel(s);
+    bool backward = tuned__kernel_backward(kernel);
     char ld[64], st[64];
     expected_ops(c, s->dtype, ld, sizeof ld, st, sizeof st);
     /* A row shorter than one vector per thread never uses full vectors. */
@@ -55,9 +59,11 @@ static void check_rows_ptx(const tuned__config *c, const tuned__shape *s, const 
         size_t iters = (size_t)tuned__config_iters(c, s->cols, true);
         char elem[64];
         snprintf(elem, sizeof elem, "%s%s ", ld_ops[c->ld], esize == 2 ? ".u16" : ".u32");
-        EXPECT(count(ptx, ld) == iters && count(ptx, elem) == 0,
+        /* a backward kernel loads two rows, y and dy */
+        size_t want = backward ? 2 * iters : iters;
+        EXPECT(count(ptx, ld) == want && count(ptx, elem) == 0,
                "%s %s x %llu: %zu vector loads for %zu passes, %zu element loads", name,
-               tuned_dtype_name(s->dtype), (unsigned long long)s->cols, count(ptx, ld), iters,
+               tuned_dtype_name(s->dtype), (unsigned long long)s->cols, count(ptx, ld), want,
                count(ptx, elem));
     }
     EXPECT(strstr(ptx, "createpolicy") == NULL, "%s: an L2 policy in PTX", name);
@@ -69,28 +75,44 @@ static void check_rows_ptx(const tuned__config *c, const tuned__shape *s, const 
      * per round plus the exit's, which arrives once. */
     if (c->cluster > 1) {
         size_t arrives = count(ptx, "barrier.cluster.arrive");
-        size_t want = c->red == TUNED__RED_FUSED ? 2 : 3;
+        /* a backward kernel reduces one sum: one exchange */
+        size_t want = c->red == TUNED__RED_FUSED || backward ? 2 : 3;
         EXPECT(arrives == want, "%s: %zu cluster arrivals in PTX, want %zu", name, arrives, want);
     }
     /* A grid split (softmax_grid.cu, its own entry point): the pair
      * published and polled whole, at GPU scope, with a timed-out wait that
      * traps; the workspace and the ticket as the sixth and seventh
      * parameters. */
-    EXPECT(strcmp(tuned__source_entry(c), c->grid > 1 ? "tuned_softmax_grid" : "tuned_softmax_rows") == 0,
-           "%s: entry point %s", name, tuned__source_entry(c));
-    if (c->grid > 1) {
+    const char *entry = backward ? "tuned_softmax_bwd_rows"
+                        : c->grid > 1 ? "tuned_softmax_grid"
+                                      : "tuned_softmax_rows";
+    EXPECT(strcmp(tuned__source_entry(c, s), entry) == 0, "%s: entry point %s", name,
+           tuned__source_entry(c, s));
+    if (backward) {
+        /* (y, dy, dx, rows, cols, row_stride): six parameters, no scale */
+        EXPECT(strstr(ptx, ".entry tuned_softmax_bwd_rows(") != NULL &&
+                   strstr(ptx, "tuned_softmax_bwd_rows_param_5") != NULL &&
+                   strstr(ptx, "tuned_softmax_bwd_rows_param_6") == NULL &&
+                   strstr(ptx, "%globaltimer") == NULL,
+               "%s: the backward kernel does not take 6 parameters", name);
+        /* log_softmax_bwd takes exp(y) at the store; softmax_bwd has no exp */
+        EXPECT((strstr(ptx, "ex2.approx") != NULL) == (kernel == TUNED__KERNEL_LOG_SOFTMAX_BWD),
+               "%s: ex2 in PTX %s", name, kernel == TUNED__KERNEL_LOG_SOFTMAX_BWD ? "missing" : "unexpected");
+    } else if (c->grid > 1) {
         EXPECT(strstr(ptx, "st.relaxed.gpu.global.v2.u64") != NULL &&
                    strstr(ptx, "ld.relaxed.gpu.global.v2.u64") != NULL,
                "%s: no relaxed 64-bit pair exchange in PTX", name);
         EXPECT(strstr(ptx, "%globaltimer") != NULL && strstr(ptx, "trap;") != NULL,
                "%s: no timed-out wait in PTX", name);
         EXPECT(strstr(ptx, ".entry tuned_softmax_grid(") != NULL &&
-                   strstr(ptx, "tuned_softmax_grid_param_6") != NULL &&
-                   strstr(ptx, "tuned_softmax_grid_param_7") == NULL,
-               "%s: the grid kernel does not take 7 parameters", name);
+                   strstr(ptx, "tuned_softmax_grid_param_7") != NULL &&
+                   strstr(ptx, "tuned_softmax_grid_param_8") == NULL,
+               "%s: the grid kernel does not take 8 parameters", name);
     } else {
+        /* (x, y, rows, cols, row_stride, scale) */
         EXPECT(strstr(ptx, ".entry tuned_softmax_rows(") != NULL &&
-                   strstr(ptx, "tuned_softmax_rows_param_5") == NULL &&
+                   strstr(ptx, "tuned_softmax_rows_param_5") != NULL &&
+                   strstr(ptx, "tuned_softmax_rows_param_6") == NULL &&
                    strstr(ptx, "%globaltimer") == NULL,
                "%s: a workspace parameter or a wait without a grid split", name);
     }
@@ -103,25 +125,26 @@ static void check_rows_ptx(const tuned__config *c, const tuned__shape *s, const 
         EXPECT(ex2 >= elems && ex2 < elems + 16, "%s: %zu ex2 in PTX for %zu elements a thread",
                name, ex2, elems);
     }
-    if (c->reg != TUNED__REG_F32)
+    if (c->reg != TUNED__REG_F32 && !backward)
         EXPECT(strstr(ptx, s->dtype == TUNED_BF16 ? "max.bf16x2" : "max.f16x2") != NULL,
                "%s %s: the packed maximum is not taken on pairs", name,
                tuned_dtype_name(s->dtype));
 }
 
-static void check_variant(const tuned__nvrtc *n, const tuned__config *c, const tuned__shape *s)
+static void check_variant_opts(const tuned__nvrtc *n, const tuned__config *c,
+                               const tuned__shape *s, const tuned__codegen_opts *opts)
 {
     char name[TUNED__CONFIG_TEXT], *src = NULL;
     tuned__config_format(c, name, sizeof name);
     tuned__err e = {0};
-    if (tuned__source_softmax(c, s, NULL, &src, &e) != 0) {
+    if (tuned__source_softmax(c, s, opts, &src, &e) != 0) {
         EXPECT(0, "%s: source: %s", name, e.msg);
         return;
     }
     tuned__blob ptx;
     if (tuned__nvrtc_compile(n, src, name, 90, TUNED__NVRTC_PTX, &ptx, &e) != 0) {
-        EXPECT(0, "%s %s cols %llu: %s", name, tuned_dtype_name(s->dtype),
-               (unsigned long long)s->cols, e.msg);
+        EXPECT(0, "%s %s %s cols %llu: %s", tuned__kernel_name((uint8_t)tuned__shape_kernel(s)),
+               name, tuned_dtype_name(s->dtype), (unsigned long long)s->cols, e.msg);
         free(src);
         return;
     }
@@ -131,7 +154,7 @@ static void check_variant(const tuned__nvrtc *n, const tuned__config *c, const t
                "%s: no bulk copy on an mbarrier in PTX", name);
         EXPECT(strstr(ptx.data, c->st == TUNED__ST_CS ? "st.global.cs.v4" : "st.global.v4") != NULL,
                "%s: PTX lacks the 16-byte store with its hint", name);
-    } else {
+    } else if (opts == NULL) {
         check_rows_ptx(c, s, name, ptx.data);
     }
     if (c->cluster > 1)
@@ -154,6 +177,11 @@ static void check_variant(const tuned__nvrtc *n, const tuned__config *c, const t
     free(src);
 }
 
+static void check_variant(const tuned__nvrtc *n, const tuned__config *c, const tuned__shape *s)
+{
+    check_variant_opts(n, c, s, NULL);
+}
+
 int main(void)
 {
     tuned__err e = {0};
@@ -164,20 +192,23 @@ int main(void)
     }
     /* Shapes chosen to exercise tails, unaligned rows and long rows. */
     static const uint64_t cols_list[] = {100, 4097, 32000, 128256};
-    static const int per_shape = 5;
+    /* Softmax sampled most; the other kernels share its stages. */
+    static const int per_shape[TUNED__KERNEL_LAST + 1] = {0, 5, 2, 2, 2};
     size_t compiled = 0, clusters = 0, staged = 0, fused = 0, splits = 0;
+    size_t per_kernel[TUNED__KERNEL_LAST + 1] = {0};
+    for (unsigned kernel = TUNED__KERNEL_SOFTMAX; kernel <= TUNED__KERNEL_LAST; kernel++)
     for (int dt = TUNED_FP16; dt <= TUNED_FP32; dt++) {
         for (size_t i = 0; i < sizeof cols_list / sizeof cols_list[0]; i++) {
-            tuned__shape s = {(tuned_dtype)dt, 64, cols_list[i]};
+            tuned__shape s = {(tuned_dtype)dt, 64, cols_list[i], (uint8_t)kernel};
             tuned__space sp;
             if (tuned__space_init(&sp, &s, 90, 132, &e) != 0) {
-                EXPECT(0, "space %s x %llu: %s", tuned_dtype_name(s.dtype),
-                       (unsigned long long)s.cols, e.msg);
+                EXPECT(0, "space %s %s x %llu: %s", tuned__kernel_name((uint8_t)kernel),
+                       tuned_dtype_name(s.dtype), (unsigned long long)s.cols, e.msg);
                 continue;
             }
-            tuned__rng rng = {0x1234 + (uint64_t)dt * 7 + i};
+            tuned__rng rng = {0x1234 + (uint64_t)dt * 7 + i + 1000 * (kernel - 1)};
             /* Every hint at least once per shape, the rest random. */
-            for (int k = 0; k < per_shape; k++) {
+            for (int k = 0; k < per_shape[kernel]; k++) {
                 tuned__config c;
                 tuned__space_random(&sp, &rng, &c);
                 c.ld = (uint8_t)(k % TUNED__LD_EL); /* el is never generated */
@@ -192,6 +223,7 @@ int main(void)
                 staged += c.family == TUNED__FAMILY_TMA;
                 check_variant(n, &c, &s);
                 compiled++;
+                per_kernel[kernel]++;
             }
             tuned__space_free(&sp);
         }
@@ -207,7 +239,7 @@ int main(void)
     for (int dt = TUNED_FP16; dt <= TUNED_FP32; dt++)
         for (size_t i = 0; i < sizeof split_configs / sizeof split_configs[0]; i++) {
             tuned__config c;
-            tuned__shape s = {(tuned_dtype)dt, 1, i == 2 ? 32003 : 262144};
+            tuned__shape s = {(tuned_dtype)dt, 1, i == 2 ? 32003 : 262144, TUNED__KERNEL_SOFTMAX};
             EXPECT(tuned__config_parse(split_configs[i], &c, &e) == 0, "%s", e.msg);
             if (c.reg != TUNED__REG_F32 && dt == TUNED_FP32)
                 c.reg = TUNED__REG_F32, c.vec = 4;
@@ -215,13 +247,49 @@ int main(void)
             compiled++;
             splits++;
         }
+    /* log_softmax's grid splits and staged rows, in every dtype. */
+    for (int dt = TUNED_FP16; dt <= TUNED_FP32; dt++) {
+        tuned__config c;
+        tuned__shape s = {(tuned_dtype)dt, 1, 262144, TUNED__KERNEL_LOG_SOFTMAX};
+        EXPECT(tuned__config_parse(dt == TUNED_FP32 ? "w4.r1.c1.m2.v4.ld=nc.st=cs.reg=f32.red=fused.g64"
+                                                    : "w8.r1.c1.m1.v8.ld=def.st=def.reg=pk.red=fused.g128",
+                                   &c, &e) == 0,
+               "%s", e.msg);
+        check_variant(n, &c, &s);
+        tuned__shape t = {(tuned_dtype)dt, 64, 32000, TUNED__KERNEL_LOG_SOFTMAX};
+        EXPECT(tuned__config_parse("tma.w8.c2.s2.st=cs", &c, &e) == 0, "%s", e.msg);
+        check_variant(n, &c, &t);
+        compiled += 2, splits++, staged++, per_kernel[TUNED__KERNEL_LOG_SOFTMAX] += 2;
+    }
+    /* The backward kernels: clusters, a tail, packed registers, and rows
+     * that are not 16-byte aligned (dy loaded element by element where its
+     * offset differs from y's). */
+    static const char *const bwd_configs[] = {"w8.r1.c4.m1.v8.ld=nc.st=cs.reg=pk",
+                                              "w2.r4.c1.m2.v2.ld=cs.st=def.reg=f32"};
+    for (unsigned kernel = TUNED__KERNEL_SOFTMAX_BWD; kernel <= TUNED__KERNEL_LOG_SOFTMAX_BWD;
+         kernel += 2)
+        for (int dt = TUNED_FP16; dt <= TUNED_FP32; dt++)
+            for (size_t i = 0; i < sizeof bwd_configs / sizeof bwd_configs[0]; i++) {
+                tuned__config c;
+                tuned__shape s = {(tuned_dtype)dt, 64, i == 0 ? 128256 : 1001, (uint8_t)kernel};
+                EXPECT(tuned__config_parse(bwd_configs[i], &c, &e) == 0, "%s", e.msg);
+                if (dt == TUNED_FP32 && c.vec == 8)
+                    c.vec = 4, c.reg = TUNED__REG_F32, c.cluster = 8;
+                check_variant(n, &c, &s);
+                compiled++, per_kernel[kernel]++, clusters += c.cluster > 1;
+                if (i == 1) {
+                    tuned__codegen_opts unaligned = {.unaligned = true};
+                    check_variant_opts(n, &c, &s, &unaligned);
+                    compiled++, per_kernel[kernel]++;
+                }
+            }
     static const char *const ex_configs[] = {"w32.r1.c2.m1.v8.ld=def.st=def.reg=ex.red=fused",
                                              "w8.r1.c8.m4.v8.ld=cs.st=def.reg=ex",
                                              "w4.r1.c1.m1.v2.ld=def.st=cs.reg=ex"};
     for (int dt = TUNED_FP16; dt <= TUNED_BF16; dt++)
         for (size_t i = 0; i < sizeof ex_configs / sizeof ex_configs[0]; i++) {
             tuned__config c;
-            tuned__shape s = {(tuned_dtype)dt, 64, i == 2 ? 1001 : 128256};
+            tuned__shape s = {(tuned_dtype)dt, 64, i == 2 ? 1001 : 128256, TUNED__KERNEL_SOFTMAX};
             EXPECT(tuned__config_parse(ex_configs[i], &c, &e) == 0, "%s", e.msg);
             check_variant(n, &c, &s);
             compiled++;
@@ -229,7 +297,7 @@ int main(void)
     /* The staged family in every dtype, sampled or not. */
     for (int dt = TUNED_FP16; dt <= TUNED_FP32; dt++) {
         tuned__config c;
-        tuned__shape s = {(tuned_dtype)dt, 64, 32000};
+        tuned__shape s = {(tuned_dtype)dt, 64, 32000, TUNED__KERNEL_SOFTMAX};
         EXPECT(tuned__config_parse(dt == TUNED_FP32 ? "tma.w16.c2.s2.st=cs" : "tma.w8.c1.s3.st=def",
                                    &c, &e) == 0,
                "%s", e.msg);
@@ -269,7 +337,7 @@ int main(void)
     }
     /* Codegen refuses what it cannot emit, and a compile error carries the
      * variant's name and NVRTC's log. */
-    tuned__shape fp32 = {TUNED_FP32, 4, 100};
+    tuned__shape fp32 = {TUNED_FP32, 4, 100, TUNED__KERNEL_SOFTMAX};
     tuned__config wide = {.warps = 4, .rows = 1, .cluster = 1, .minb = 1, .vec = 8};
     char *src = NULL;
     EXPECT(tuned__source_softmax(&wide, &fp32, NULL, &src, &e) == TUNED_EINVAL &&
@@ -278,13 +346,13 @@ int main(void)
     /* Row groups that are not power-of-two lane ranges would mix rows in
      * the shuffles: refused even where the text form never produces them. */
     tuned__config odd = {.warps = 3, .rows = 2, .cluster = 1, .minb = 1, .vec = 4};
-    tuned__shape f16 = {TUNED_FP16, 4, 100};
+    tuned__shape f16 = {TUNED_FP16, 4, 100, TUNED__KERNEL_SOFTMAX};
     EXPECT(tuned__source_softmax(&odd, &f16, NULL, &src, &e) == TUNED_EINVAL,
            "3 warps for 2 rows not refused");
     tuned__config tma = {.family = TUNED__FAMILY_TMA, .warps = 16, .rows = 1, .cluster = 1,
                          .minb = 1, .stages = 2};
     tuned__codegen_opts plant = {.plant_bug = 1};
-    tuned__shape long_rows = {TUNED_FP16, 4, 32000};
+    tuned__shape long_rows = {TUNED_FP16, 4, 32000, TUNED__KERNEL_SOFTMAX};
     EXPECT(tuned__source_softmax(&tma, &long_rows, &plant, &src, &e) == TUNED_EINVAL,
            "a planted bug accepted for a tma variant");
     /* ld=el left the space and the templates: codegen refuses it. */
@@ -340,6 +408,45 @@ int main(void)
                                 &e) == TUNED_ECOMPILE &&
                strstr(e.msg, "nvrtc: softmax junk: ") == e.msg && strstr(e.msg, "error") != NULL,
            "compile error message: %s", e.msg);
+    for (unsigned kernel = TUNED__KERNEL_SOFTMAX; kernel <= TUNED__KERNEL_LAST; kernel++)
+        EXPECT(per_kernel[kernel] >= 10, "%s: only %zu variants compiled",
+               tuned__kernel_name((uint8_t)kernel), per_kernel[kernel]);
+    /* What a kernel does not have is refused, by the one rule. */
+    static const struct {
+        unsigned kernel;
+        const char *config;
+    } refused[] = {
+        {TUNED__KERNEL_SOFTMAX_BWD, "w8.r1.c1.m1.v8.ld=def.st=def.reg=ex"},
+        {TUNED__KERNEL_SOFTMAX_BWD, "w8.r1.c1.m1.v8.ld=def.st=def.reg=f32.red=fused"},
+        {TUNED__KERNEL_LOG_SOFTMAX_BWD, "w8.r1.c1.m1.v8.ld=def.st=def.reg=f32.red=fused.g4"},
+        {TUNED__KERNEL_LOG_SOFTMAX_BWD, "tma.w16.c1.s2.st=def"},
+        {TUNED__KERNEL_LOG_SOFTMAX, "w8.r1.c1.m1.v8.ld=def.st=def.reg=ex"},
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        tuned__config c;
+        tuned__shape s = {TUNED_FP16, 64, 32000, (uint8_t)refused[i].kernel};
+        EXPECT(tuned__config_parse(refused[i].config, &c, &e) == 0, "%s", e.msg);
+        char why[160] = "";
+        EXPECT(!tuned__config_check(&c, &s, 90, 132, why, sizeof why) &&
+                   strstr(why, tuned__kernel_name((uint8_t)refused[i].kernel)) != NULL,
+               "%s accepted for %s (%s)", refused[i].config,
+               tuned__kernel_name((uint8_t)refused[i].kernel), why);
+        EXPECT(tuned__source_softmax(&c, &s, NULL, &src, &e) == TUNED_EINVAL,
+               "codegen emitted %s for %s", refused[i].config,
+               tuned__kernel_name((uint8_t)refused[i].kernel));
+    }
+    /* A backward kernel holds two rows: a config whose one row just fits
+     * the registers does not fit for it. */
+    {
+        tuned__config c;
+        EXPECT(tuned__config_parse("w32.r1.c1.m1.v8.ld=def.st=def.reg=f32", &c, &e) == 0, "%s",
+               e.msg);
+        tuned__shape fwd = {TUNED_FP16, 64, 32768, TUNED__KERNEL_SOFTMAX};
+        tuned__shape bwd = {TUNED_FP16, 64, 32768, TUNED__KERNEL_SOFTMAX_BWD};
+        EXPECT(tuned__config_check(&c, &fwd, 90, 132, NULL, 0) &&
+                   !tuned__config_check(&c, &bwd, 90, 132, NULL, 0),
+               "w32 v8 f32 on 32768 columns: one row of 128 registers fits, two must not");
+    }
     EXPECT(clusters > 0, "no cluster variant sampled");
     EXPECT(staged > 0, "no tma variant sampled");
     EXPECT(fused > 0, "no one-round reduction sampled");
@@ -348,8 +455,10 @@ int main(void)
     EXPECT(tuned__source_softmax(&split_cluster, &long_rows, NULL, &src, &e) == TUNED_EINVAL,
            "a grid split of clusters accepted");
     tuned__nvrtc_unload(n);
-    printf("%zu variants (%zu with clusters, %zu tma, %zu one-round, %zu grid splits) compiled "
-           "for sm_80 and sm_90, PTX checked; %d failures\n",
-           compiled, clusters, staged, fused, splits, failures);
+    printf("%zu variants (%zu softmax, %zu softmax_bwd, %zu log_softmax, %zu log_softmax_bwd; "
+           "%zu with clusters, %zu tma, %zu one-round, %zu grid splits) compiled for sm_80 and "
+           "sm_90, PTX checked; %d failures\n",
+           compiled, per_kernel[1], per_kernel[2], per_kernel[3], per_kernel[4], clusters, staged,
+           fused, splits, failures);
     return failures ? 1 : 0;
 }

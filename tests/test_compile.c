@@ -31,7 +31,7 @@ int main(void)
     tuned__store *st = NULL;
     EXPECT(tuned__store_open(&st, path, 0, &e) == 0, "store: %s", e.msg);
 
-    tuned__shape shape = {TUNED_FP16, 64, 4097};
+    tuned__shape shape = {TUNED_FP16, 64, 4097, TUNED__KERNEL_SOFTMAX};
     tuned__space sp;
     EXPECT(tuned__space_init(&sp, &shape, 90, 132, &e) == 0, "space: %s", e.msg);
     tuned__config cfgs[N];

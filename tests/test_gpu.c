@@ -1,8 +1,10 @@
-/* test_gpu.c: on a GPU, every sampled variant of every dtype computes
- * softmax correctly at awkward column counts (1, 7, ... 128256, with -inf,
- * NaN and +inf rows from the generator), also from unaligned base
- * pointers; rows split over the grid too; and the evaluator's gate catches
- * deliberately broken variants.
+/* test_gpu.c: on a GPU, every sampled variant of every kernel (softmax,
+ * softmax_bwd, log_softmax, log_softmax_bwd) and dtype computes its kernel
+ * correctly against float64 at awkward column counts (1, 7, ... 128256,
+ * with -inf, NaN and +inf rows from the generator; the forward kernels at
+ * a scale of 0.75), also from unaligned base pointers; rows split over the
+ * grid too (softmax and log_softmax); and the evaluator's gate catches
+ * deliberately broken variants of the forward and backward templates.
  * Exits 77 (skipped) where no CUDA driver or GPU is found. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,8 +52,9 @@ static void expect_correct(gpu_env *g, const tuned__shape *s, const tuned__confi
         for (size_t i = 0; i < n; i++) {
             char name[TUNED__CONFIG_TEXT];
             tuned__config_format(&cfgs[i], name, sizeof name);
-            EXPECT(res[i].status == TUNED__EVAL_OK, "%s %llux%llu %s offsets %zu/%zu: %s: %s",
-                   name, (unsigned long long)s->rows, (unsigned long long)s->cols,
+            EXPECT(res[i].status == TUNED__EVAL_OK, "%s %s %llux%llu %s offsets %zu/%zu: %s: %s",
+                   tuned__kernel_name((uint8_t)tuned__shape_kernel(s)), name,
+                   (unsigned long long)s->rows, (unsigned long long)s->cols,
                    tuned_dtype_name(s->dtype), o->x_offset, o->y_offset,
                    tuned__eval_status_name(res[i].status), res[i].detail);
         }
@@ -68,11 +71,13 @@ static void planted_bugs_are_caught(gpu_env *g)
     printf("planted bugs: skipped (built without -Dtest_hooks=true)\n");
     return;
 #endif
-    tuned__shape s = {TUNED_FP16, 64, 4097};
     tuned__config c = {.warps = 4, .rows = 1, .cluster = 1, .minb = 1, .vec = 8};
-    for (int bug = 1; bug <= 2; bug++) {
+    for (int bug = 1; bug <= 4; bug++) {
+        /* bugs 1 and 2 in softmax_rows.cu, then again in softmax_bwd.cu */
+        tuned__shape s = {TUNED_FP16, 64, 4097,
+                          bug <= 2 ? TUNED__KERNEL_SOFTMAX : TUNED__KERNEL_SOFTMAX_BWD};
         tuned__eval_opts o = quick_opts();
-        o.codegen.plant_bug = bug;
+        o.codegen.plant_bug = (bug - 1) % 2 + 1;
         tuned__err e = {0};
         tuned__evaluator *ev = NULL;
         tuned__eval_result res;
@@ -92,13 +97,13 @@ static void planted_bugs_are_caught(gpu_env *g)
 /* Rows split over the grid (cooperative launches through the workspace):
  * a sample of each dtype's splits on few long rows, a ragged tail, many
  * rows at two blocks a SM; also unaligned. Returns the runs made. */
-static size_t grid_splits_are_correct(gpu_env *g)
+static size_t grid_splits_are_correct(gpu_env *g, unsigned kernel)
 {
     static const uint64_t shapes[][2] = {{1, 262144}, {2, 100003}, {24, 128256}, {100, 1000}};
     size_t runs = 0;
     for (int dt = TUNED_FP16; dt <= TUNED_FP32; dt++)
         for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
-            tuned__shape s = {(tuned_dtype)dt, shapes[i][0], shapes[i][1]};
+            tuned__shape s = {(tuned_dtype)dt, shapes[i][0], shapes[i][1], (uint8_t)kernel};
             tuned__space sp;
             tuned__err e = {0};
             if (tuned__space_init(&sp, &s, g->gpu.cc_major * 10 + g->gpu.cc_minor,
@@ -146,17 +151,21 @@ int main(void)
     printf("GPU: %s\n", g.gpu.identity);
     static const uint64_t cols_list[] = {1,    7,     32,    100,    1000,
                                          1024, 4097, 32000, 50257, 128256, 262144};
-    const int per_shape = 6;
     size_t variants = 0;
+    for (unsigned kernel = TUNED__KERNEL_SOFTMAX; kernel <= TUNED__KERNEL_LAST; kernel++)
     for (int dt = TUNED_FP16; dt <= TUNED_FP32; dt++) {
+        /* softmax sampled most; the others share its stages */
+        const int per_shape = kernel == TUNED__KERNEL_SOFTMAX ? 6 : 3;
         for (size_t i = 0; i < sizeof cols_list / sizeof cols_list[0]; i++) {
+            if (kernel != TUNED__KERNEL_SOFTMAX && i % 2 == 1 && cols_list[i] != 128256)
+                continue;
             tuned__shape s = {(tuned_dtype)dt, cols_list[i] > 200000 ? 2 : cols_list[i] > 30000 ? 24 : 67,
-                              cols_list[i]};
+                              cols_list[i], (uint8_t)kernel};
             tuned__space sp;
             rc = tuned__space_init(&sp, &s, g.gpu.cc_major * 10 + g.gpu.cc_minor, g.gpu.sm_count, &e);
             if (rc == TUNED_ENOSPACE) {
-                printf("no variant of this family for %s x %llu: %s\n", tuned_dtype_name(s.dtype),
-                       (unsigned long long)s.cols, e.msg);
+                printf("no variant of %s for %s x %llu: %s\n", tuned__kernel_name((uint8_t)kernel),
+                       tuned_dtype_name(s.dtype), (unsigned long long)s.cols, e.msg);
                 continue;
             }
             EXPECT(rc == 0, "space: %s", e.msg);
@@ -186,7 +195,8 @@ int main(void)
             tuned__space_free(&sp);
         }
     }
-    variants += grid_splits_are_correct(&g);
+    variants += grid_splits_are_correct(&g, TUNED__KERNEL_SOFTMAX);
+    variants += grid_splits_are_correct(&g, TUNED__KERNEL_LOG_SOFTMAX);
     planted_bugs_are_caught(&g);
     tuned__nvrtc_unload(g.n);
     tuned__driver_unload(g.d);

@@ -242,7 +242,7 @@ static void test_index(void)
     EXPECT(!tuned__identity_parse("a|sm_90|12|1MiB", &arch, &sms, &mem));
 
     /* Configs: the seeds of two shapes on sm_90, so they parse today. */
-    tuned__shape small = {TUNED_FP16, 1024, 1024}, big = {TUNED_FP16, 4096, 32000};
+    tuned__shape small = {TUNED_FP16, 1024, 1024, TUNED__KERNEL_SOFTMAX}, big = {TUNED_FP16, 4096, 32000, TUNED__KERNEL_SOFTMAX};
     tuned__space sp_small, sp_big;
     tuned__err e = {0};
     EXPECT(tuned__space_init(&sp_small, &small, 90, 132, &e) == 0);
@@ -281,7 +281,7 @@ static void test_index(void)
     const char *f = tuned__index_fields(ix, 0, &len);
     EXPECT(len > 0 && f[0] == ',');
     /* nearest to 4096x30000 on GPU 7: 4096x32000's config when valid there */
-    tuned__shape q = {TUNED_FP16, 4096, 30000};
+    tuned__shape q = {TUNED_FP16, 4096, 30000, TUNED__KERNEL_SOFTMAX};
     tuned__space sq;
     EXPECT(tuned__space_init(&sq, &q, 90, 132, &e) == 0);
     long n = tuned__index_nearest(ix, &sq, 7);

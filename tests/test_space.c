@@ -64,7 +64,7 @@ static void text_round_trip(void)
     }
     /* Every valid config of a few spaces survives format -> parse. */
     static const tuned__shape shapes[] = {
-        {TUNED_FP16, 4096, 32000}, {TUNED_BF16, 7, 7}, {TUNED_FP32, 1, 4097}};
+        {TUNED_FP16, 4096, 32000, TUNED__KERNEL_SOFTMAX}, {TUNED_BF16, 7, 7, TUNED__KERNEL_SOFTMAX}, {TUNED_FP32, 1, 4097, TUNED__KERNEL_SOFTMAX}};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         tuned__space sp;
         EXPECT(tuned__space_init(&sp, &shapes[s], 90, 132, &e) == 0, "%s", e.msg);
@@ -84,7 +84,7 @@ static void constraints(void)
 {
     tuned__err e = {0};
     tuned__space sp;
-    tuned__shape s = {TUNED_FP16, 4096, 32000};
+    tuned__shape s = {TUNED_FP16, 4096, 32000, TUNED__KERNEL_SOFTMAX};
     EXPECT(tuned__space_init(&sp, &s, 90, 132, &e) == 0, "%s", e.msg);
     EXPECT(sp.count > 50, "only %zu configs for 4096x32000 fp16", sp.count);
     char why[256];
@@ -107,27 +107,27 @@ static void constraints(void)
     tuned__space_free(&sp);
 
     /* fp32: no packed registers, at most 4 elements a vector. */
-    s = (tuned__shape){TUNED_FP32, 64, 1000};
+    s = (tuned__shape){TUNED_FP32, 64, 1000, TUNED__KERNEL_SOFTMAX};
     EXPECT(tuned__space_init(&sp, &s, 90, 132, &e) == 0, "%s", e.msg);
     for (size_t i = 0; i < sp.count; i++)
         EXPECT(sp.valid[i].reg == TUNED__REG_F32 && sp.valid[i].vec <= 4, "fp32 config %zu", i);
     tuned__space_free(&sp);
 
     /* Before sm_90 there is no cluster; evict_last nowhere. */
-    s = (tuned__shape){TUNED_FP16, 64, 1000};
+    s = (tuned__shape){TUNED_FP16, 64, 1000, TUNED__KERNEL_SOFTMAX};
     EXPECT(tuned__space_init(&sp, &s, 75, 132, &e) == 0, "%s", e.msg);
     for (size_t i = 0; i < sp.count; i++)
         EXPECT(sp.valid[i].ld != TUNED__LD_EL && sp.valid[i].cluster == 1,
                "evict_last or a cluster offered on sm_75");
     tuned__space_free(&sp);
-    s = (tuned__shape){TUNED_FP16, 4096, 4096};
+    s = (tuned__shape){TUNED_FP16, 4096, 4096, TUNED__KERNEL_SOFTMAX};
     EXPECT(tuned__space_init(&sp, &s, 90, 132, &e) == 0, "%s", e.msg);
     for (size_t i = 0; i < sp.count; i++)
         EXPECT(sp.valid[i].ld != TUNED__LD_EL, "evict_last offered on sm_90");
     tuned__space_free(&sp);
 
     /* One column: one thread a row. */
-    s = (tuned__shape){TUNED_FP16, 64, 1};
+    s = (tuned__shape){TUNED_FP16, 64, 1, TUNED__KERNEL_SOFTMAX};
     EXPECT(tuned__space_init(&sp, &s, 90, 132, &e) == 0, "%s", e.msg);
     for (size_t i = 0; i < sp.count; i++)
         EXPECT(sp.valid[i].warps * 32u == sp.valid[i].rows && sp.valid[i].cluster == 1,
@@ -135,7 +135,7 @@ static void constraints(void)
     tuned__space_free(&sp);
 
     /* Very long rows need a cluster on sm_90, and none fit before it. */
-    s = (tuned__shape){TUNED_FP16, 8192, 128256};
+    s = (tuned__shape){TUNED_FP16, 8192, 128256, TUNED__KERNEL_SOFTMAX};
     EXPECT(tuned__space_init(&sp, &s, 90, 132, &e) == 0, "%s", e.msg);
     for (size_t i = 0; i < sp.count; i++)
         EXPECT(sp.valid[i].cluster > 1, "128256 columns without a cluster");
@@ -148,7 +148,7 @@ static void constraints(void)
                t.family == TUNED__FAMILY_TMA && t.stages == 3 && t.cluster == 2,
            "tma parse: %s", e.msg);
     EXPECT(tuned__config_parse("tma.w16.c2.s5.st=cs", &t, &e) == TUNED_EINVAL, "5 stages parsed");
-    s = (tuned__shape){TUNED_FP16, 4096, 32000};
+    s = (tuned__shape){TUNED_FP16, 4096, 32000, TUNED__KERNEL_SOFTMAX};
     EXPECT(tuned__space_init(&sp, &s, 90, 132, &e) == 0, "%s", e.msg);
     size_t tma = 0;
     for (size_t i = 0; i < sp.count; i++)
@@ -159,7 +159,7 @@ static void constraints(void)
     EXPECT(!tuned__space_valid(&sp, &t, why, sizeof why) && strstr(why, "shared memory"),
            "4 stages of 64000 bytes accepted: %s", why);
     tuned__space_free(&sp);
-    s = (tuned__shape){TUNED_FP16, 4096, 1024};
+    s = (tuned__shape){TUNED_FP16, 4096, 1024, TUNED__KERNEL_SOFTMAX};
     EXPECT(tuned__space_init(&sp, &s, 90, 132, &e) == 0, "%s", e.msg);
     for (size_t i = 0; i < sp.count; i++)
         EXPECT(sp.valid[i].family == TUNED__FAMILY_ROWS, "tma offered for 2 KiB rows");
@@ -169,16 +169,16 @@ static void constraints(void)
     for (int dt = TUNED_FP16; dt <= TUNED_FP32; dt++)
         for (uint64_t r = 1; r <= 3; r++)
             for (uint64_t cols = 1; cols <= 9; cols++) {
-                s = (tuned__shape){(tuned_dtype)dt, r, cols};
+                s = (tuned__shape){(tuned_dtype)dt, r, cols, TUNED__KERNEL_SOFTMAX};
                 EXPECT(tuned__space_init(&sp, &s, 90, 132, &e) == 0, "%s", e.msg);
                 tuned__space_free(&sp);
             }
 
     /* Rows too long for registers: a clear ENOSPACE, not an empty space. */
-    s = (tuned__shape){TUNED_FP32, 8, 1000000};
+    s = (tuned__shape){TUNED_FP32, 8, 1000000, TUNED__KERNEL_SOFTMAX};
     EXPECT(tuned__space_init(&sp, &s, 90, 132, &e) == TUNED_ENOSPACE && strstr(e.msg, "1000000"),
            "no ENOSPACE for 8x1000000: %s", e.msg);
-    s = (tuned__shape){TUNED_FP16, 0, 10};
+    s = (tuned__shape){TUNED_FP16, 0, 10, TUNED__KERNEL_SOFTMAX};
     EXPECT(tuned__space_init(&sp, &s, 90, 132, &e) == TUNED_EINVAL, "0 rows accepted");
 }
 
@@ -186,7 +186,7 @@ static void moves(void)
 {
     tuned__err e = {0};
     tuned__space sp;
-    tuned__shape s = {TUNED_BF16, 1024, 50257};
+    tuned__shape s = {TUNED_BF16, 1024, 50257, TUNED__KERNEL_SOFTMAX};
     EXPECT(tuned__space_init(&sp, &s, 90, 132, &e) == 0, "%s", e.msg);
     tuned__rng a = {7}, b = {7};
     for (int i = 0; i < 200; i++) {
@@ -223,7 +223,7 @@ static void grid_split(void)
 {
     tuned__err e = {0};
     tuned__space sp;
-    tuned__shape s = {TUNED_FP16, 1, 262144};
+    tuned__shape s = {TUNED_FP16, 1, 262144, TUNED__KERNEL_SOFTMAX};
     EXPECT(tuned__space_init(&sp, &s, 90, 132, &e) == 0, "%s", e.msg);
     size_t splits = 0;
     for (size_t i = 0; i < sp.count; i++) {
@@ -263,7 +263,7 @@ static void grid_split(void)
     }
     EXPECT(g8 == 1 && g32 == 2, "neighbours of w32.g16: %zu at g8, %zu at g32", g8, g32);
     tuned__space_free(&sp);
-    s = (tuned__shape){TUNED_FP16, 1, 8192};
+    s = (tuned__shape){TUNED_FP16, 1, 8192, TUNED__KERNEL_SOFTMAX};
     EXPECT(tuned__space_init(&sp, &s, 90, 132, &e) == 0, "%s", e.msg);
     EXPECT(tuned__config_parse("w4.r1.c1.m1.v8.ld=def.st=def.reg=f32.red=fused.g2", &c, &e) == 0 &&
                tuned__space_valid(&sp, &c, why, sizeof why), "w4.g2 on 1x8192: %s", why);
@@ -278,7 +278,7 @@ static void grid_split(void)
     for (size_t i = 0; i < sp.count; i++)
         EXPECT(sp.valid[i].grid == 0, "a split without an SM count");
     tuned__space_free(&sp);
-    s = (tuned__shape){TUNED_FP16, 32, 128256};
+    s = (tuned__shape){TUNED_FP16, 32, 128256, TUNED__KERNEL_SOFTMAX};
     EXPECT(tuned__space_init(&sp, &s, 90, 132, &e) == 0, "%s", e.msg);
     EXPECT(tuned__config_parse("w8.r1.c1.m1.v8.ld=def.st=def.reg=f32.red=fused.g4", &c, &e) == 0 &&
                tuned__space_valid(&sp, &c, why, sizeof why),
@@ -286,7 +286,7 @@ static void grid_split(void)
     c.grid = 8;
     EXPECT(!tuned__space_valid(&sp, &c, NULL, 0), "32 rows x g8 at one a SM accepted");
     tuned__space_free(&sp);
-    s = (tuned__shape){TUNED_FP16, 4096, 32000};
+    s = (tuned__shape){TUNED_FP16, 4096, 32000, TUNED__KERNEL_SOFTMAX};
     EXPECT(tuned__space_init(&sp, &s, 90, 132, &e) == 0, "%s", e.msg);
     size_t ex = 0;
     for (size_t i = 0; i < sp.count; i++) {
@@ -296,7 +296,7 @@ static void grid_split(void)
     EXPECT(ex > 0, "no 16-bit exp variants for fp16");
     tuned__space_free(&sp);
     /* exp kept as 16-bit needs a 16-bit dtype and words to pack into. */
-    s = (tuned__shape){TUNED_FP32, 4096, 32000};
+    s = (tuned__shape){TUNED_FP32, 4096, 32000, TUNED__KERNEL_SOFTMAX};
     EXPECT(tuned__space_init(&sp, &s, 90, 132, &e) == 0, "%s", e.msg);
     EXPECT(tuned__config_parse("w8.r1.c1.m2.v4.ld=def.st=def.reg=ex", &c, &e) == 0 &&
                !tuned__space_valid(&sp, &c, NULL, 0),
@@ -313,7 +313,7 @@ static void one_rule(void)
     tuned__err e = {0};
     tuned__config c;
     char why[160] = "";
-    tuned__shape s = {TUNED_FP16, 4096, 32000};
+    tuned__shape s = {TUNED_FP16, 4096, 32000, TUNED__KERNEL_SOFTMAX};
     /* Clusters: any GPU and sm_90, not sm_80. */
     EXPECT(tuned__config_parse("w8.r1.c4.m1.v8.ld=def.st=def.reg=f32.red=fused", &c, &e) == 0,
            "%s", e.msg);
@@ -336,7 +336,7 @@ static void one_rule(void)
            "w1 for 32000 columns accepted (%s)", why);
     /* Exp kept in 16 bits cannot be emitted for fp32; packing fp32 can,
      * and repeats reg=f32: the policy leaves it out. */
-    tuned__shape f32 = {TUNED_FP32, 4096, 4096};
+    tuned__shape f32 = {TUNED_FP32, 4096, 4096, TUNED__KERNEL_SOFTMAX};
     tuned__space sp32;
     EXPECT(tuned__space_rules(&sp32, &f32, 90, 132, &e) == 0, "%s", e.msg);
     EXPECT(tuned__config_parse("w8.r1.c1.m1.v4.ld=def.st=def.reg=ex", &c, &e) == 0 &&
@@ -349,7 +349,7 @@ static void one_rule(void)
     /* Grid splits: one row over 256 blocks fits a workspace on any GPU,
      * not 132 SMs at one a SM; eight rows never; no SM count, no split
      * in the space. */
-    tuned__shape one = {TUNED_FP16, 1, 262144}, eight = {TUNED_FP16, 8, 262144};
+    tuned__shape one = {TUNED_FP16, 1, 262144, TUNED__KERNEL_SOFTMAX}, eight = {TUNED_FP16, 8, 262144, TUNED__KERNEL_SOFTMAX};
     EXPECT(tuned__config_parse("w8.r1.c1.m1.v8.ld=def.st=def.reg=f32.red=fused.g256", &c, &e) == 0,
            "%s", e.msg);
     EXPECT(tuned__config_check(&c, &one, 0, 0, why, sizeof why), "1 x g256: %s", why);
@@ -371,16 +371,16 @@ static void one_rule(void)
     EXPECT(!tuned__config_check(&c, &s, 80, 108, why, sizeof why) && strstr(why, "sm_90"),
            "tma on sm_80 accepted (%s)", why);
     /* The shape: a known dtype, rows and columns in range. */
-    tuned__shape bad = {(tuned_dtype)9, 4, 100};
+    tuned__shape bad = {(tuned_dtype)9, 4, 100, TUNED__KERNEL_SOFTMAX};
     EXPECT(!tuned__config_check(&c, &bad, 90, 132, why, sizeof why) && strstr(why, "dtype"),
            "dtype 9 accepted (%s)", why);
-    bad = (tuned__shape){TUNED_FP16, 4, TUNED__MAX_COLS + 1};
+    bad = (tuned__shape){TUNED_FP16, 4, TUNED__MAX_COLS + 1, TUNED__KERNEL_SOFTMAX};
     EXPECT(!tuned__shape_check(&bad, why, sizeof why), "%llu columns accepted",
            (unsigned long long)bad.cols);
     /* A space needs a compute capability; with no valid config, its
      * default says why, as tuned__space_init does. */
     EXPECT(tuned__space_rules(&sp, &s, 0, 132, &e) == TUNED_EINVAL, "arch 0 accepted");
-    tuned__shape huge = {TUNED_FP32, 8, 1000000};
+    tuned__shape huge = {TUNED_FP32, 8, 1000000, TUNED__KERNEL_SOFTMAX};
     EXPECT(tuned__space_rules(&sp, &huge, 90, 132, &e) == 0, "%s", e.msg);
     EXPECT(tuned__space_default(&sp, &c, &e) == TUNED_ENOSPACE && strstr(e.msg, "1000000") &&
                strstr(e.msg, "registers"),
@@ -486,42 +486,55 @@ static void fingerprints(void)
         int arch, sms;
         space_print want;
     } cases[] = {
-        {{TUNED_FP16, 4096, 32000}, 90, 132,
+        {{TUNED_FP16, 4096, 32000, TUNED__KERNEL_SOFTMAX}, 90, 132,
          {7620, 0xfaeb365839a27f13ull, 0xbaf6a70e003cf359ull,
           0x6082b5543e5c7f19ull, 0xd9e42a9144c524a2ull}},
-        {{TUNED_FP32, 32, 128}, 90, 132,
+        {{TUNED_FP32, 32, 128, TUNED__KERNEL_SOFTMAX}, 90, 132,
          {2880, 0xbe8e470c575f0c83ull, 0x1ff9f892fb240a31ull,
           0x232f9c91b9429549ull, 0x7708796702a32930ull}},
-        {{TUNED_BF16, 1, 262144}, 90, 132,
+        {{TUNED_BF16, 1, 262144, TUNED__KERNEL_SOFTMAX}, 90, 132,
          {6258, 0x466df856c0c03018ull, 0x28ac5b7a1e39595full,
           0x4eb1a5251024486aull, 0xdb61b2c6141da0d1ull}},
-        {{TUNED_FP16, 64, 1000}, 75, 40,
+        {{TUNED_FP16, 64, 1000, TUNED__KERNEL_SOFTMAX}, 75, 40,
          {9108, 0x58023b458a4c14dfull, 0xc26e8c062970886cull,
           0x85889f474c2fc0e0ull, 0x949ac71813464514ull}},
-        {{TUNED_FP16, 8192, 128256}, 90, 132,
+        {{TUNED_FP16, 8192, 128256, TUNED__KERNEL_SOFTMAX}, 90, 132,
          {3840, 0x677e27ff799d43bdull, 0x779e8c6222db2e78ull,
           0x19a97a3066f3874bull, 0xb68593629176346full}},
-        {{TUNED_FP16, 1, 8192}, 90, 0,
+        {{TUNED_FP16, 1, 8192, TUNED__KERNEL_SOFTMAX}, 90, 0,
          {10260, 0x0795776f7155da55ull, 0x5f0d0dcdb9588744ull,
           0xa219dbade9afceddull, 0x670846c9c1d79332ull}},
-        {{TUNED_BF16, 7, 7}, 90, 132,
+        {{TUNED_BF16, 7, 7, TUNED__KERNEL_SOFTMAX}, 90, 132,
          {1980, 0x5cf90ef0b38c613full, 0xcbf29ce484222325ull,
           0xb5bc782c3cd99b59ull, 0x91c35211f6319fd8ull}},
-        {{TUNED_BF16, 1024, 50257}, 80, 108,
+        {{TUNED_BF16, 1024, 50257, TUNED__KERNEL_SOFTMAX}, 80, 108,
          {420, 0x58081bb4e066137dull, 0x358d4389819e58bdull,
           0xb899f62003857761ull, 0x7d78e78d3939fcfaull}},
-        {{TUNED_FP32, 4096, 4096}, 90, 114,
+        {{TUNED_FP32, 4096, 4096, TUNED__KERNEL_SOFTMAX}, 90, 114,
          {3396, 0x68f7d4cbc0400d93ull, 0x8ebd55ba58e400d0ull,
           0xd350e9c024bcf681ull, 0x93550bc7e4abc198ull}},
-        {{TUNED_FP32, 1, 4097}, 89, 128,
+        {{TUNED_FP32, 1, 4097, TUNED__KERNEL_SOFTMAX}, 89, 128,
          {2442, 0xe772e342bb75969cull, 0x8981272e190edd49ull,
           0x26262d5e566737fbull, 0x27fe44697da45595ull}},
-        {{TUNED_FP16, 64, 1}, 90, 132,
+        {{TUNED_FP16, 64, 1, TUNED__KERNEL_SOFTMAX}, 90, 132,
          {720, 0xfaa14005495c4db1ull, 0xcbf29ce484222325ull,
           0x4c1fef7a21eb98d5ull, 0x21be068c16ccc888ull}},
-        {{TUNED_FP32, 16, 65536}, 90, 132,
+        {{TUNED_FP32, 16, 65536, TUNED__KERNEL_SOFTMAX}, 90, 132,
          {2130, 0x1f189d704ef30a1aull, 0x7e8def88ee25cba9ull,
           0x11d711f1928009b6ull, 0xec7a520aa08e16e0ull}},
+        /* the other kernels' spaces */
+        {{TUNED_FP16, 4096, 32000, TUNED__KERNEL_SOFTMAX_BWD}, 90, 132,
+         {1878, 0x4b58f8de41e10464ull, 0x2d089b615299facfull,
+          0xd497078980eeca98ull, 0xeec8da02aed78bbeull}},
+        {{TUNED_FP16, 4096, 32000, TUNED__KERNEL_LOG_SOFTMAX}, 90, 132,
+         {5172, 0x2e255daad4820081ull, 0xbaf6a70e003cf359ull,
+          0x87d51bfd73786119ull, 0x93926ade1b1effd9ull}},
+        {{TUNED_BF16, 1, 262144, TUNED__KERNEL_LOG_SOFTMAX_BWD}, 90, 132,
+         {252, 0xc65395980ee679a5ull, 0xfb5b02c355a5c235ull,
+          0x07c2ce9346f5ca8full, 0x0cd13af256b6cd81ull}},
+        {{TUNED_FP32, 32, 128, TUNED__KERNEL_SOFTMAX_BWD}, 80, 108,
+         {1278, 0x5ffd76d72776534cull, 0x1ff9f892fb240a31ull,
+          0x31b65e2cb8d61e98ull, 0xa443f9cc6b85a38bull}},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         tuned__err e = {0};
@@ -545,8 +558,9 @@ static void fingerprints(void)
         EXPECT(tuned__config_equal(&first, &seed), "another default without the enumeration");
         EXPECT(got.count == want.count && got.order == want.order && got.seeds == want.seeds &&
                    got.neighbors == want.neighbors && got.verdicts == want.verdicts,
-               "the space of %llux%llu %s on sm_%d with %d SMs changed: now "
+               "the %s space of %llux%llu %s on sm_%d with %d SMs changed: now "
                "{%zu, 0x%016llxull, 0x%016llxull, 0x%016llxull, 0x%016llxull}",
+               tuned__kernel_name((uint8_t)tuned__shape_kernel(s)),
                (unsigned long long)s->rows, (unsigned long long)s->cols,
                tuned_dtype_name(s->dtype), cases[i].arch, cases[i].sms, got.count,
                (unsigned long long)got.order, (unsigned long long)got.seeds,
@@ -555,9 +569,98 @@ static void fingerprints(void)
     }
 }
 
+/* The other kernels' spaces: what each kernel has of the family, the
+ * backward kernels' registers for two rows, seeds and defaults that
+ * belong, neighbours that stay inside. */
+static void kernel_spaces(void)
+{
+    static const uint64_t cols_list[] = {1, 100, 4097, 32000, 128256, 262144};
+    for (unsigned kernel = TUNED__KERNEL_SOFTMAX; kernel <= TUNED__KERNEL_LAST; kernel++)
+        for (int dt = TUNED_FP16; dt <= TUNED_FP32; dt++)
+            for (size_t i = 0; i < sizeof cols_list / sizeof cols_list[0]; i++) {
+                tuned__err e = {0};
+                tuned__shape s = {(tuned_dtype)dt, cols_list[i] > 100000 ? 1 : 256, cols_list[i],
+                                  (uint8_t)kernel};
+                tuned__shape fwd = s;
+                fwd.kernel = TUNED__KERNEL_SOFTMAX;
+                tuned__space sp, sp_fwd;
+                EXPECT(tuned__space_init(&sp, &s, 90, 132, &e) == 0, "%s %s x %llu: %s",
+                       tuned__kernel_name((uint8_t)kernel), tuned_dtype_name(s.dtype),
+                       (unsigned long long)s.cols, e.msg);
+                EXPECT(tuned__space_init(&sp_fwd, &fwd, 90, 132, &e) == 0, "%s", e.msg);
+                size_t tma = 0, grid = 0, fused = 0, ex = 0, outside = 0;
+                for (size_t k = 0; k < sp.count; k++) {
+                    const tuned__config *c = &sp.valid[k];
+                    tma += c->family == TUNED__FAMILY_TMA;
+                    grid += c->grid > 1;
+                    fused += c->red == TUNED__RED_FUSED;
+                    ex += c->reg == TUNED__REG_EX;
+                    /* every config of a kernel's space is one softmax's has
+                     * too, or one that needs the registers of one row */
+                    outside += !tuned__space_valid(&sp_fwd, c, NULL, 0);
+                }
+                bool backward = tuned__kernel_backward(kernel);
+                EXPECT(outside == 0, "%s: %zu configs softmax's space lacks",
+                       tuned__kernel_name((uint8_t)kernel), outside);
+                EXPECT(sp.count <= sp_fwd.count, "%s: a larger space than softmax's",
+                       tuned__kernel_name((uint8_t)kernel));
+                if (kernel != TUNED__KERNEL_SOFTMAX)
+                    EXPECT(ex == 0, "%s: reg=ex in the space", tuned__kernel_name((uint8_t)kernel));
+                if (backward) {
+                    EXPECT(tma == 0 && grid == 0 && fused == 0,
+                           "%s x %llu: %zu tma, %zu grid splits, %zu one-round in a backward space",
+                           tuned_dtype_name(s.dtype), (unsigned long long)s.cols, tma, grid, fused);
+                } else if (kernel == TUNED__KERNEL_LOG_SOFTMAX && s.cols >= 32000) {
+                    EXPECT(tma > 0 && fused > 0 && (s.rows > 66 || grid > 0),
+                           "log_softmax %s x %llu: %zu tma, %zu grid splits, %zu one-round",
+                           tuned_dtype_name(s.dtype), (unsigned long long)s.cols, tma, grid,
+                           fused);
+                }
+                tuned__config seeds[64], def, nb[128];
+                size_t ns = tuned__space_seeds(&sp, seeds, 64);
+                /* (one column: no seed idles fewer than half its threads) */
+                EXPECT(ns > 0 || s.cols == 1, "%s %s x %llu: no seeds",
+                       tuned__kernel_name((uint8_t)kernel), tuned_dtype_name(s.dtype),
+                       (unsigned long long)s.cols);
+                for (size_t k = 0; k < ns; k++) {
+                    EXPECT(tuned__space_valid(&sp, &seeds[k], NULL, 0), "a seed outside the space");
+                    size_t nn = tuned__space_neighbors(&sp, &seeds[k], nb, 128);
+                    for (size_t j = 0; j < nn; j++)
+                        EXPECT(tuned__space_valid(&sp, &nb[j], NULL, 0),
+                               "a neighbour outside the space");
+                }
+                EXPECT(tuned__space_default(&sp, &def, &e) == 0 &&
+                           tuned__space_valid(&sp, &def, NULL, 0),
+                       "%s: default: %s", tuned__kernel_name((uint8_t)kernel), e.msg);
+                tuned__space_free(&sp);
+                tuned__space_free(&sp_fwd);
+            }
+    /* An unknown kernel is no shape at all. */
+    tuned__space sp;
+    tuned__err e = {0};
+    tuned__shape bad = {TUNED_FP16, 4, 100, TUNED__KERNEL_LAST + 1};
+    EXPECT(tuned__space_init(&sp, &bad, 90, 132, &e) == TUNED_EINVAL &&
+               strstr(e.msg, "kernel") != NULL,
+           "kernel %d accepted: %s", TUNED__KERNEL_LAST + 1, e.msg);
+    /* Names and ids, both ways, stable. */
+    static const char *const names[] = {NULL, "softmax", "softmax_bwd", "log_softmax",
+                                        "log_softmax_bwd"};
+    for (unsigned k = 1; k <= TUNED__KERNEL_LAST; k++) {
+        uint8_t id = 0;
+        EXPECT(strcmp(tuned__kernel_name((uint8_t)k), names[k]) == 0 &&
+                   tuned__kernel_parse(names[k], &id) == 0 && id == k,
+               "kernel %u is not %s", k, names[k]);
+    }
+    uint8_t id;
+    EXPECT(tuned__kernel_name(0) == NULL && tuned__kernel_name(5) == NULL &&
+               tuned__kernel_parse("softmax_backward", &id) == TUNED_EINVAL,
+           "unknown kernel names or ids accepted");
+}
+
 int main(void)
 {
     fingerprints();
+    kernel_spaces();
     one_rule();
     text_round_trip();
     constraints();

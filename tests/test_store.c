@@ -162,6 +162,33 @@ static void test_key(void)
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         EXPECT(tuned__key_parse(bad[i], &back, &e) == TUNED_EINVAL, "key '%s' parsed", bad[i]);
     }
+    /* Every kernel's id: its byte in the binary key (right after the tag,
+     * so a kernel's records sort together), its name in the text form and
+     * in a record's JSON, both ways. The ids are on disk: fixed here. */
+    static const struct {
+        uint8_t id;
+        const char *name;
+    } kernels[] = {{1, "softmax"}, {2, "softmax_bwd"}, {3, "log_softmax"}, {4, "log_softmax_bwd"}};
+    for (size_t i = 0; i < sizeof kernels / sizeof kernels[0]; i++) {
+        tuned__store_key kk = t;
+        kk.kernel = kernels[i].id;
+        uint8_t bin[TUNED__KEY_LEN];
+        tuned__key_encode(bin, TUNED__KEY_TAG_BEST, &kk);
+        EXPECT(bin[0] == 'B' && bin[1] == kernels[i].id, "kernel %s: byte %u", kernels[i].name,
+               bin[1]);
+        tuned__key_format(text, sizeof text, &kk);
+        char want_text[TUNED__KEY_TEXT];
+        snprintf(want_text, sizeof want_text, "%s/bf16/4096x32000/dense/00000000deadbeef", kernels[i].name);
+        EXPECT(strcmp(text, want_text) == 0, "kernel %u: key text %s", kernels[i].id, text);
+        EXPECT_OK(tuned__key_parse(text, &back, &e), &e);
+        EXPECT(back.kernel == kernels[i].id, "kernel %s parsed as %u", kernels[i].name,
+               back.kernel);
+        EXPECT_OK(tuned__key_decode(bin, sizeof bin, TUNED__KEY_TAG_BEST, &back, &e), &e);
+        EXPECT(back.kernel == kernels[i].id);
+    }
+    EXPECT(tuned__key_parse("softmax_backward/fp16/1x2/dense/00000000deadbeef", &back, &e) ==
+               TUNED_EINVAL,
+           "an unknown kernel name parsed");
 }
 
 static void test_fingerprint(void)
@@ -245,7 +272,7 @@ static void test_record_json(void)
         case 4: bad.prov.policy[0] = '\0'; break;
         case 5: snprintf(bad.date, sizeof bad.date, "yesterday"); break;
         case 6: bad.key.rows = 0; break;
-        case 7: bad.key.kernel = 2; break;
+        case 7: bad.key.kernel = TUNED__KERNEL_LAST + 1; break;
         }
         EXPECT_RC(tuned__record_check(&bad, TUNED_EINVAL, &e), TUNED_EINVAL, &e);
         EXPECT_MSG(&e, checks[i].needle);
@@ -258,6 +285,15 @@ static void test_record_json(void)
     EXPECT_OK(tuned__record_encode(&bad, &text, &len, &e), &e);
     EXPECT_OK(tuned__record_decode(text, len, &back, &e), &e);
     EXPECT(strcmp(back.gpu_name, bad.gpu_name) == 0);
+    free(text);
+
+    /* Another kernel's record: its name in the JSON, its id back. */
+    bad = r;
+    bad.key.kernel = TUNED__KERNEL_LOG_SOFTMAX_BWD;
+    EXPECT_OK(tuned__record_encode(&bad, &text, &len, &e), &e);
+    EXPECT(strstr(text, "\"kernel\":\"log_softmax_bwd\"") != NULL);
+    EXPECT_OK(tuned__record_decode(text, len, &back, &e), &e);
+    EXPECT(back.key.kernel == TUNED__KERNEL_LOG_SOFTMAX_BWD);
     free(text);
 
     /* Duplicate keys and a NUL in a string are refused on reading. */

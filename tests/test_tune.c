@@ -3,14 +3,16 @@
  * back to resume (nothing measured twice), --retune measuring anew, the
  * finalists' tie going to the simpler config, a noisy finalist, variants
  * that share one median told apart by their interquartile means, warm
- * start from another shape's record (and from fp16's for bf16), and a
- * fatal backend error. */
+ * start from another shape's record (and from fp16's for bf16), each
+ * kernel (softmax_bwd, log_softmax, log_softmax_bwd) tuned in its own
+ * space and filed under its own id, and a fatal backend error. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "src/common/hash.h"
+#include "src/tuner/space.h"
 #include "src/tuner/tune.h"
 
 #include "tests/expect.h"
@@ -27,6 +29,8 @@ typedef struct synthetic {
     bool seen;
     tuned__config best;
     double best_iqm;
+    const tuned__space *space; /* when set: configs evaluated outside it are counted */
+    size_t outside;
 } synthetic;
 
 /* A bowl with its minimum at w8 r2 c1 m1 v4 reg=f32 red=split (rows
@@ -51,6 +55,8 @@ static int run(void *ctx, const tuned__config *cfgs, size_t n, tuned__eval_resul
         if (s->fail_after != 0 && s->calls >= s->fail_after)
             return tuned__errf(e, TUNED_ECUDA, "cuda: planted fatal error");
         s->calls++;
+        if (s->space != NULL && !tuned__space_valid(s->space, &cfgs[i], NULL, 0))
+            s->outside++;
         out[i].status = TUNED__EVAL_OK;
         double us = synthetic_us(&cfgs[i]);
         if (s->noisy && cfgs[i].family == TUNED__FAMILY_ROWS)
@@ -155,7 +161,7 @@ int main(void)
     tuned__tune_backend b = {.run = run, .ctx = &syn, .copy_us = 90.0};
     tuned__tune_request r;
     tuned__tune_request_default(&r);
-    r.shape = (tuned__shape){TUNED_FP16, 4096, 4096};
+    r.shape = (tuned__shape){TUNED_FP16, 4096, 4096, TUNED__KERNEL_SOFTMAX};
     r.store = st;
     /* Enough for the cold search to converge on the synthetic bowl's flat
      * bottom, so that a second run has nothing simpler left to find. */
@@ -216,6 +222,48 @@ int main(void)
     sibling.shape.dtype = TUNED_FP32;
     EXPECT(tuned__tune_on(&b, &g, &sibling, NULL, NULL, &warm, &e) == 0, "fp32: %s", e.msg);
     EXPECT(warm.warm_seeds == 0, "fp32 warm seeds %zu", warm.warm_seeds);
+
+    /* Every kernel tunes in its own space (no reg=ex, no one-round pairs,
+     * no grid split or tma for the backward kernels), is filed under its
+     * own id with the bytes it moves (three tensors backward), and neither
+     * resumes from nor is seeded by softmax's records of the shape. */
+    for (unsigned kernel = TUNED__KERNEL_SOFTMAX_BWD; kernel <= TUNED__KERNEL_LAST; kernel++) {
+        const char *name = tuned__kernel_name((uint8_t)kernel);
+        tuned__tune_request kr = r;
+        kr.shape.kernel = (uint8_t)kernel;
+        tuned__space ksp;
+        EXPECT(tuned__space_init(&ksp, &kr.shape, g.cc_major * 10 + g.cc_minor, g.sm_count,
+                                 &e) == 0,
+               "%s space: %s", name, e.msg);
+        synthetic ks = {.space = &ksp};
+        tuned__tune_backend kb = {.run = run, .ctx = &ks, .copy_us = 90.0};
+        tuned__tune_outcome ko;
+        EXPECT(tuned__tune_on(&kb, &g, &kr, NULL, NULL, &ko, &e) == 0, "%s: %s", name, e.msg);
+        EXPECT(ko.search.found && ko.search.resumed == 0 && ko.warm_seeds == 0 &&
+                   ko.search.evaluations > 0 && ks.outside == 0,
+               "%s: found %d, resumed %zu, warm seeds %zu, %zu configs outside its space", name,
+               ko.search.found, ko.search.resumed, ko.warm_seeds, ks.outside);
+        EXPECT(tuned__space_valid(&ksp, &ko.search.best, NULL, 0), "%s: a winner outside", name);
+        tuned__record krec;
+        tuned__tune_record(&ko, &kr.shape, &krec);
+        double bytes = tuned__kernel_tensors(kernel) * 4096.0 * 4096.0 * 2.0;
+        EXPECT(krec.key.kernel == kernel &&
+                   fabs(krec.gbps - bytes / (ko.search.best_us * 1e3)) < 1e-9 &&
+                   krec.copy_us == 90.0,
+               "%s record: kernel %u, %.3f GB/s", name, krec.key.kernel, krec.gbps);
+        EXPECT(tuned__store_put_best(st, &krec, &e) == 0, "put %s: %s", name, e.msg);
+        EXPECT(history_count(st, &g, &kr.shape) == ko.search.evaluations,
+               "%s history: %zu of %zu", name, history_count(st, &g, &kr.shape),
+               ko.search.evaluations);
+        /* The stored records of the shape: softmax's and this one, apart. */
+        tuned__record got;
+        tuned__store_key key;
+        tuned__tune_key(&g, &kr.shape, &key);
+        EXPECT(tuned__store_get_best(st, &key, &got, krec.prov.policy, &e) == 0 &&
+                   got.key.kernel == kernel && strcmp(got.config, krec.config) == 0,
+               "%s: stored record not found under its kernel: %s", name, e.msg);
+        tuned__space_free(&ksp);
+    }
 
     /* A finalist slower in every round loses to the fastest even when it
      * is simpler and a noisy third finalist makes the spread large (the

@@ -17,6 +17,9 @@
 static void add_key(json_t *r)
 {
     tuned__store_key k = {.kernel = TUNED__KERNEL_SOFTMAX, .layout = TUNED__LAYOUT_DENSE};
+    const char *kernel = json_string_value(json_object_get(r, "kernel"));
+    if (kernel != NULL && tuned__kernel_parse(kernel, &k.kernel) != 0)
+        return;
     tuned_dtype dt;
     const char *dtype = json_string_value(json_object_get(r, "dtype"));
     const char *fp = json_string_value(json_object_get(r, "gpu_fp"));
@@ -119,6 +122,8 @@ static const char *str(const json_t *o, const char *key)
 static void print_record_text(const char *source, const json_t *r, const char *differs)
 {
     printf("source       %s\n", source);
+    if (json_is_string(json_object_get(r, "kernel")))
+        printf("kernel       %s\n", str(r, "kernel"));
     printf("shape        %lldx%lld %s\n", (long long)json_integer_value(json_object_get(r, "rows")),
            (long long)json_integer_value(json_object_get(r, "cols")), str(r, "dtype"));
     printf("gpu          %s\n", str(r, "gpu_name"));

@@ -21,7 +21,7 @@ enum {
     OPT_SHAPE = 256, OPT_DTYPE, OPT_BUDGET, OPT_TIME, OPT_SEED, OPT_DEVICE, OPT_DB, OPT_VERSION,
     OPT_EXHAUSTIVE, OPT_TRACE, OPT_RETUNE, OPT_POPULATION, OPT_COPIES, OPT_MIN_GAIN, OPT_SOCKET,
     OPT_LISTEN, OPT_GROUP, OPT_LIMIT, OPT_JSON, OPT_FORCE, OPT_FIX, OPT_DRY_RUN, OPT_GPU, OPT_DAYS,
-    OPT_EFFORT, OPT_PROGRESS, OPT_SKIP_STORE, OPT_REMOTE, OPT_REMOTE_CREDENTIALS,
+    OPT_EFFORT, OPT_PROGRESS, OPT_SKIP_STORE, OPT_REMOTE, OPT_REMOTE_CREDENTIALS, OPT_KERNEL,
     OPT_QUIET = 'q', OPT_HELP = 'h',
 };
 
@@ -55,6 +55,8 @@ static const cli_option options[] = {
     {"shape", true, OPT_SHAPE, "RxC", T | G, "rows x columns; softmax runs over each row (the last dimension)"},
     {"shape", true, OPT_SHAPE, "RxC", L | E | F | V, "only records of this shape"},
     {"dtype", true, OPT_DTYPE, "D", T | G, "fp16 (default), bf16 or fp32; the math is fp32 for all three"},
+    {"kernel", true, OPT_KERNEL, "KERNEL", T | G,
+     "softmax (default), softmax_bwd, log_softmax or log_softmax_bwd"},
     {"dtype", true, OPT_DTYPE, "D", L | E | F | V, "only records of this dtype"},
     {"gpu", true, OPT_GPU, "NAME", G,
      "the record of that GPU: a part of its name or its 16-hex-digit fingerprint\n"
@@ -388,6 +390,12 @@ int cli_parse(int argc, char **argv, cli_opts *o)
                 return bad("--shape needs a value ROWSxCOLS, got '%s'", optarg);
             shape_text = optarg;
             break;
+        case OPT_KERNEL:
+            if (tuned__kernel_parse(optarg, &o->request.shape.kernel) != 0)
+                return bad("--kernel %s: unknown kernel (softmax, softmax_bwd, log_softmax or "
+                           "log_softmax_bwd)",
+                           optarg);
+            break;
         case OPT_DTYPE:
             if (tuned_dtype_parse(optarg, &o->request.shape.dtype) != 0)
                 return bad("--dtype %s: unknown dtype (fp16, bf16 or fp32)", optarg);
@@ -562,8 +570,9 @@ int cli_parse(int argc, char **argv, cli_opts *o)
         if (!cli_parse_shape(shape_text, &o->request.shape, why, sizeof why))
             return bad("%s", why);
         uint64_t esize = tuned_dtype_size(o->request.shape.dtype);
-        if (o->request.shape.rows > MAX_TOTAL_BYTES / 2 / esize / o->request.shape.cols)
-            return bad("--shape %s: input and output would exceed 1 TiB", shape_text);
+        uint64_t tensors = tuned__kernel_tensors(tuned__shape_kernel(&o->request.shape));
+        if (o->request.shape.rows > MAX_TOTAL_BYTES / tensors / esize / o->request.shape.cols)
+            return bad("--shape %s: inputs and output would exceed 1 TiB", shape_text);
         o->have_shape = true;
     }
     if (cmd->needs_shape && !o->have_shape)

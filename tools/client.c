@@ -85,8 +85,10 @@ static int reply_error(const json_t *rep)
 static json_t *shape_request(const cli_opts *o, const char *op)
 {
     const tuned__shape *s = &o->request.shape;
-    json_t *req = json_pack("{s:s, s:s, s:I, s:I}", "op", op, "dtype", tuned_dtype_name(s->dtype),
-                            "rows", (json_int_t)s->rows, "cols", (json_int_t)s->cols);
+    json_t *req = json_pack("{s:s, s:s, s:s, s:I, s:I}", "op", op, "kernel",
+                            tuned__kernel_name((uint8_t)tuned__shape_kernel(s)), "dtype",
+                            tuned_dtype_name(s->dtype), "rows", (json_int_t)s->rows, "cols",
+                            (json_int_t)s->cols);
     if (req != NULL && o->gpu != NULL)
         json_object_set_new(req, "gpu", json_string(o->gpu));
     else if (req != NULL && o->request.device > 0)
@@ -174,6 +176,10 @@ static void job_progress(const cli_opts *o, json_int_t id, const json_t *job)
 
 int cli_daemon_tune(const cli_opts *o)
 {
+    /* The daemon's jobs and workers tune softmax only: other kernels tune
+     * in this process. */
+    if (tuned__shape_kernel(&o->request.shape) != TUNED__KERNEL_SOFTMAX)
+        return -1;
     client c;
     int rc = client_open(o, &c);
     if (rc != 0)

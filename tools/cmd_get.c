@@ -46,7 +46,7 @@ static int print_stored(const cli_opts *o, tuned__store *store, const tuned__ide
     static tuned__record recs[MAX_LISTED];
     size_t n = 0;
     tuned__err e = {0};
-    int rc = tuned__store_find_shape(store, TUNED__KERNEL_SOFTMAX, (uint8_t)s->dtype, s->rows,
+    int rc = tuned__store_find_shape(store, (uint8_t)tuned__shape_kernel(s), (uint8_t)s->dtype, s->rows,
                                      s->cols, recs, MAX_LISTED, &n, &e);
     if (rc != 0)
         return cli_fail(&e);
@@ -138,7 +138,7 @@ int cli_cmd_get(const cli_opts *o)
         }
         /* Nothing exact or compatible: say what there is, and why it does
          * not serve. */
-        rc = tuned__store_find_shape(store, TUNED__KERNEL_SOFTMAX, (uint8_t)s->dtype, s->rows,
+        rc = tuned__store_find_shape(store, (uint8_t)tuned__shape_kernel(s), (uint8_t)s->dtype, s->rows,
                                      s->cols, recs, MAX_LISTED, &n, &e);
         tuned__store_close(store);
         if (rc != 0)

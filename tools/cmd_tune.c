@@ -50,25 +50,29 @@ static void on_progress(void *ctx, const tuned__tune_progress *p)
     }
     if (pl->mode == CLI_PROGRESS_NONE)
         return;
+    /* The floor: a copy moves 2 tensors' bytes, a backward kernel 3. */
+    unsigned kernel = tuned__shape_kernel(pl->shape);
+    double floor_us = p->copy_us * tuned__kernel_tensors(kernel) / 2.0;
     if (p->search == NULL) {
         double bytes = 2.0 * (double)pl->shape->rows * (double)pl->shape->cols *
                        (double)tuned_dtype_size(pl->shape->dtype);
-        fprintf(stderr, "tuned: %llux%llu %s on GPU %d, %s (sm_%d%d, %d SMs)\n",
-                (unsigned long long)pl->shape->rows, (unsigned long long)pl->shape->cols,
-                tuned_dtype_name(pl->shape->dtype), p->gpu->ordinal, p->gpu->name,
-                p->gpu->cc_major, p->gpu->cc_minor, p->gpu->sm_count);
-        fprintf(stderr, "tuned: copy of the same bytes (roofline): %.2f us, %.0f GB/s\n",
-                p->copy_us, bytes / (p->copy_us * 1e3));
+        fprintf(stderr, "tuned: %s %llux%llu %s on GPU %d, %s (sm_%d%d, %d SMs)\n",
+                tuned__kernel_name((uint8_t)kernel), (unsigned long long)pl->shape->rows,
+                (unsigned long long)pl->shape->cols, tuned_dtype_name(pl->shape->dtype),
+                p->gpu->ordinal, p->gpu->name, p->gpu->cc_major, p->gpu->cc_minor,
+                p->gpu->sm_count);
+        fprintf(stderr, "tuned: copy of one tensor (roofline): %.2f us, %.0f GB/s; floor %.2f us\n",
+                p->copy_us, bytes / (p->copy_us * 1e3), floor_us);
         return;
     }
     const tuned__search_progress *s = p->search;
     char best[TUNED__CONFIG_TEXT] = "-";
     if (s->have_best)
         tuned__config_format(&s->best, best, sizeof best);
-    fprintf(stderr, "%sgen %d  tried %zu/%zu  failed %zu  best %.2f us  %.1f%% of copy  %s  %.1fs%s",
+    fprintf(stderr, "%sgen %d  tried %zu/%zu  failed %zu  best %.2f us  %.1f%% of floor  %s  %.1fs%s",
             pl->tty ? "\r\033[K" : "", s->generation, s->tried, s->budget, s->failed,
             s->have_best ? s->best_us : 0.0,
-            s->have_best ? 100.0 * p->copy_us / s->best_us : 0.0, best, s->elapsed_s,
+            s->have_best ? 100.0 * floor_us / s->best_us : 0.0, best, s->elapsed_s,
             pl->tty ? "" : "\n");
     fflush(stderr);
 }

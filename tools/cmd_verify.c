@@ -89,7 +89,7 @@ static int verify_one(const tuned__driver *d, const tuned__nvrtc *n, const tuned
 {
     tuned__record here;
     tuned__shape shape = {.dtype = (tuned_dtype)r->key.dtype, .rows = r->key.rows,
-                          .cols = r->key.cols};
+                          .cols = r->key.cols, .kernel = r->key.kernel};
     cli_here_record(gpu, &shape, &here);
     char why[512];
     tuned__identity id;

@@ -183,13 +183,17 @@ struct SumOp {
     __device__ __forceinline__ float operator()(float a, float b) const { return a + b; }
 };
 
-/* exp(x - max) as ex2((x - max) * log2 e). The difference is taken first:
- * prescaling max (x * log2e - max * log2e in one FMA) loses max's rounding
- * error, which for |max| above ~4e9 (rows masked with -1e10 or the dtype's
- * lowest value) exceeds the exponent range and turned whole rows into NaN. */
-__device__ __forceinline__ float exp_shifted(float x, float max)
+/* exp(s (x - max)) as ex2((x - max) * ks), ks = s log2 e, s the forward
+ * kernels' scale (s > 0, so max(s x) = s max(x)): the scale rides on the
+ * multiply by log2 e that is there anyway, so s costs nothing, and with
+ * s = 1 the result is bit for bit the unscaled one. The difference is
+ * taken first: prescaling max (x * ks - max * ks in one FMA) loses max's
+ * rounding error, which for |max| above ~4e9 (rows masked with -1e10 or
+ * the dtype's lowest value) exceeds the exponent range and turned whole
+ * rows into NaN. */
+__device__ __forceinline__ float exp_shifted(float x, float max, float ks)
 {
     float r;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"((x - max) * LOG2E));
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"((x - max) * ks));
     return r;
 }

@@ -9,7 +9,8 @@
  * it in a workspace in global memory, tagged with the launch's ticket, and
  * reads the row's other pairs once their tags match: one round, no
  * counters to reset between launches. Hence two more parameters than
- * softmax_rows.cu: the workspace and the ticket (never 0).
+ * softmax_rows.cu: the workspace and the ticket (never 0). Softmax, or
+ * with T_LOG log_softmax, of s x (s the scale parameter, s > 0).
  *
  * Variants (codegen prepends the defines, then softmax_common.cu and
  * softmax_rows_common.cu, which explains each):
@@ -28,6 +29,7 @@
  *  12. T_REG_PACKED 1: keep the loaded words, convert on use
  *  13. T_EXP16      1: keep the exps rounded to the 16-bit dtype
  *  14. T_PLANT_BUG  test builds only: 1 or 2, a planted bug
+ *  15. T_LOG        1: log_softmax
  *
  * Checked against: the float64 reference in reference.cu, like every
  * family (the GPU tests run splits on long, ragged and unaligned rows). */
@@ -46,11 +48,11 @@
 
 /* Adds the pair (m2, s2) to (m, s): the larger maximum, each sum rescaled
  * to it; a pair with m = -inf adds its sum as it is (see lanes_combine). */
-__device__ __forceinline__ void pair_add(float &m, float &s, float m2, float s2)
+__device__ __forceinline__ void pair_add(float &m, float &s, float m2, float s2, float ks)
 {
     const float big = fmaxf(m, m2);
-    const float a = m == NEG_INF ? s : s * exp_shifted(m, big);
-    const float b = m2 == NEG_INF ? s2 : s2 * exp_shifted(m2, big);
+    const float a = m == NEG_INF ? s : s * exp_shifted(m, big, ks);
+    const float b = m2 == NEG_INF ? s2 : s2 * exp_shifted(m2, big, ks);
     m = big;
     s = a + b;
 }
@@ -72,7 +74,8 @@ __device__ __forceinline__ u64 global_ns()
  * sum). A pair of 16 bytes is 2 u64, so pair l + 32 j lies 64 j words
  * after pair l. */
 __device__ __forceinline__ void grid_combine(float &m, float &s, unsigned char *work,
-                                             unsigned ticket, float *shared_m, float *shared_s)
+                                             unsigned ticket, float *shared_m, float *shared_s,
+                                             float ks)
 {
     u64 *slots = (u64 *)(work + (u64)(ticket % T_GRID_SLOTS) * gridDim.x * 16);
     const u64 tag = (u64)ticket << 32;
@@ -109,8 +112,8 @@ __device__ __forceinline__ void grid_combine(float &m, float &s, unsigned char *
 #pragma unroll
         for (int j = 0; j < PER_LANE; j++)
             if (threadIdx.x + 32 * j < T_GRID)
-                pair_add(gm, gs, __uint_as_float((u32)a[j]), __uint_as_float((u32)b[j]));
-        lanes_combine<(T_GRID < 32 ? T_GRID : 32)>(gm, gs);
+                pair_add(gm, gs, __uint_as_float((u32)a[j]), __uint_as_float((u32)b[j]), ks);
+        lanes_combine<(T_GRID < 32 ? T_GRID : 32)>(gm, gs, ks);
         if (threadIdx.x == 0) {
             shared_m[0] = gm;
             shared_s[0] = gs;
@@ -123,7 +126,7 @@ __device__ __forceinline__ void grid_combine(float &m, float &s, unsigned char *
 
 extern "C" __global__ void __launch_bounds__(T_WARPS * 32, T_MIN_BLOCKS)
 tuned_softmax_grid(const unsigned char *x, unsigned char *y, long long rows, int cols,
-                   long long row_stride, unsigned char *work, unsigned ticket)
+                   long long row_stride, float scale, unsigned char *work, unsigned ticket)
 {
     __shared__ float partial_max[T_WARPS];
     __shared__ float partial_sum[T_WARPS];
@@ -137,13 +140,15 @@ tuned_softmax_grid(const unsigned char *x, unsigned char *y, long long rows, int
     const bool active = true;
     const RowPtrs p = row_ptrs(x, y, row, active, row_stride);
 
+    const float ks = scale * LOG2E;
     Held h;
     load_row(h, p, lane, cols, active);
     const float max = thread_max(h);
-    float sum = exp_and_sum(h, max);
+    float sum = exp_and_sum(h, max, ks);
     float row_max = max;
-    reduce_row(row_max, sum, partial_max, partial_sum, exchange_max, exchange_sum);
-    grid_combine(row_max, sum, work, ticket, exchange_max, exchange_sum);
-    store_row(h, p, lane, cols, active, out_scale(max, row_max, sum), row_max);
+    reduce_row(row_max, sum, partial_max, partial_sum, exchange_max, exchange_sum, ks);
+    grid_combine(row_max, sum, work, ticket, exchange_max, exchange_sum, ks);
+    const RowOut o = row_out(max, row_max, sum, scale, ks);
+    store_row(p, lane, cols, active, [&](int it, int k) { return forward_value(h, it, k, o); });
     plant_overrun(p, row, rows, lane, cols);
 }

@@ -1,6 +1,7 @@
 /* softmax_rows.cu: family "rows", a row held in registers by a group of
  * threads: part of a warp (short rows), one or more warps, a whole block, or
- * a thread-block cluster of up to 16 blocks (long rows, sm_90).
+ * a thread-block cluster of up to 16 blocks (long rows, sm_90). Softmax,
+ * or with T_LOG log_softmax, of s x (s the scale parameter, s > 0).
  *
  * Idea: a group of TPR = T_WARPS*32/T_ROWS threads in each of T_CLUSTER
  * blocks owns one row and runs the stages of softmax_rows_common.cu: load,
@@ -27,40 +28,15 @@
  *  13. T_EXP16      1: keep the exps rounded to the 16-bit dtype
  *  14. T_FUSED      0: max, then sum (two rounds); 1: (max, sum) pairs
  *  15. T_PLANT_BUG  test builds only: 1 or 2, a planted bug
+ *  16. T_LOG        1: log_softmax
  *
  * Checked against: the float64 reference in reference.cu (per element, with
  * dtype tolerances, NaN for NaN), itself checked against a CPU float64
  * softmax by the evaluator before any variant is timed. */
 
-/* Which row a thread works on, and its place among the row's threads. */
-struct RowSlot {
-    int lane;
-    long long row;
-};
-
-__device__ __forceinline__ RowSlot row_slot()
-{
-    RowSlot s;
-#if T_CLUSTER > 1
-    /* The row's threads are the TPR threads of each of the cluster's
-     * blocks, numbered block by block. */
-    s.lane = (int)cluster_rank() * TPR + (int)threadIdx.x % TPR;
-    s.row = (long long)(blockIdx.x / T_CLUSTER) * T_ROWS + threadIdx.x / TPR;
-#elif T_ROWS == 1
-    /* Said outright: the compiler cannot tell that threadIdx.x < TPR, and
-     * the row then sits in a uniform register before the first load. */
-    s.lane = (int)threadIdx.x;
-    s.row = blockIdx.x;
-#else
-    s.lane = threadIdx.x % TPR;
-    s.row = (long long)blockIdx.x * T_ROWS + threadIdx.x / TPR;
-#endif
-    return s;
-}
-
 extern "C" __global__ void __launch_bounds__(T_WARPS * 32, T_MIN_BLOCKS) CLUSTER_ATTRIBUTE
 tuned_softmax_rows(const unsigned char *x, unsigned char *y, long long rows, int cols,
-                   long long row_stride)
+                   long long row_stride, float scale)
 {
     __shared__ float partial_max[T_WARPS];
     __shared__ float partial_sum[T_WARPS];
@@ -74,14 +50,17 @@ tuned_softmax_rows(const unsigned char *x, unsigned char *y, long long rows, int
     const bool active = T_ROWS == 1 || slot.row < rows;
     const RowPtrs p = row_ptrs(x, y, slot.row, active, row_stride);
 
+    const float ks = scale * LOG2E;
     Held h;
     load_row(h, p, slot.lane, cols, active);
     const float max = reduce_max(thread_max(h), partial_max, exchange_max);
-    float sum = exp_and_sum(h, max);
+    float sum = exp_and_sum(h, max, ks);
     float row_max = max;
-    reduce_row(row_max, sum, partial_max, partial_sum, exchange_max, exchange_sum);
+    reduce_row(row_max, sum, partial_max, partial_sum, exchange_max, exchange_sum, ks);
     exit_arrive();
-    store_row(h, p, slot.lane, cols, active, out_scale(max, row_max, sum), row_max);
+    const RowOut o = row_out(max, row_max, sum, scale, ks);
+    store_row(p, slot.lane, cols, active,
+              [&](int it, int k) { return forward_value(h, it, k, o); });
     plant_overrun(p, slot.row, rows, slot.lane, cols);
     exit_wait();
 }

@@ -1,7 +1,8 @@
 /* softmax_rows_common.cu: the stages of family "rows", rows held in
- * registers, shared by its two kernels: softmax_rows.cu (a row in part of
- * a warp, a block or a cluster of blocks) and softmax_grid.cu (a row cut
- * over several blocks of the grid).
+ * registers, shared by its kernels: softmax_rows.cu (a row in part of a
+ * warp, a block or a cluster of blocks), softmax_grid.cu (a row cut over
+ * several blocks of the grid), both for softmax and log_softmax, and
+ * softmax_bwd.cu (the backward kernels, two rows held: y and dy).
  *
  * Idea: softmax is memory-bound, so every element is read once and written
  * once. The TPR = T_WARPS*32/T_ROWS threads of a block that share a row
@@ -18,7 +19,10 @@
  *                exps, then the sum) or, with T_FUSED, one round of (max, sum)
  *                pairs, each sum rescaled by exp(its max - the larger max)
  *                when pairs meet (online softmax): half the barriers
- *   store        exp(x - max) / sum, a vector at a time
+ *   store        exp(x - max) / sum (T_LOG: x - max - log sum), a vector at
+ *                a time
+ * The forward kernels take a scale s > 0 and compute all of it on s x:
+ * max(s x) = s max(x), and s rides on exp's multiply by log2 e (ks below).
  * Rows need not start on a vector boundary: vector slots are counted from the
  * aligned address at or below the row start, and the partial first and last
  * vectors go element by element.
@@ -53,6 +57,9 @@
  *  15. T_PLANT_BUG  test builds only (codegen emits it with TUNED_TEST_HOOKS):
  *                   1 skips the last element of each row, 2 writes one element
  *                   past the end of the last row; absent means 0
+ *  16. T_LOG        1: log_softmax (or its backward): absent means 0
+ *  17. T_BWD        1: a backward kernel (softmax_bwd.cu): the slots past a
+ *                   row's end hold 0, not -inf; absent means 0
  *
  * Semantics match torch.softmax on the last dimension: the maximum ignores
  * NaN (fmaxf), and then a NaN or +inf in a row, or a row of only -inf,
@@ -67,6 +74,15 @@
 #endif
 #ifndef T_PLANT_BUG
 #define T_PLANT_BUG 0
+#endif
+#ifndef T_LOG
+#define T_LOG 0
+#endif
+#ifndef T_BWD
+#define T_BWD 0
+#endif
+#if T_EXP16 && (T_LOG || T_BWD)
+#error "T_EXP16 keeps softmax's exps; log_softmax and the backward kernels have none to keep"
 #endif
 
 #define TPR (T_WARPS * 32 / T_ROWS)
@@ -222,12 +238,12 @@ __device__ __forceinline__ float lanes_reduce(float v, Op op)
  * -inf too, such as a warp entirely past the row's end (the GPU test
  * caught that: rows of 128256 on 16 blocks of 1024 threads came out NaN). */
 template <int WIDTH>
-__device__ __forceinline__ void lanes_combine(float &m, float &s)
+__device__ __forceinline__ void lanes_combine(float &m, float &s, float ks)
 {
     if (WIDTH == 1)
         return;
     const float largest = lanes_reduce<WIDTH>(m, MaxOp());
-    const float rescaled = m == NEG_INF ? s : s * exp_shifted(m, largest);
+    const float rescaled = m == NEG_INF ? s : s * exp_shifted(m, largest, ks);
     s = lanes_reduce<WIDTH>(rescaled, SumOp());
     m = largest;
 }
@@ -267,9 +283,9 @@ __device__ __forceinline__ float row_reduce(float v, float *partial, float *exch
  * each level costs one barrier and one exp per thread, and every block of
  * a cluster combines the same pairs in the same order. */
 __device__ __forceinline__ void row_combine(float &m, float &s, float *partial_m, float *partial_s,
-                                            float *exchange_m, float *exchange_s)
+                                            float *exchange_m, float *exchange_s, float ks)
 {
-    lanes_combine<(TPR < 32 ? TPR : 32)>(m, s);
+    lanes_combine<(TPR < 32 ? TPR : 32)>(m, s, ks);
 #if TPR > 32
     if (threadIdx.x % 32 == 0) {
         partial_m[threadIdx.x / 32] = m;
@@ -280,7 +296,7 @@ __device__ __forceinline__ void row_combine(float &m, float &s, float *partial_m
         const int i = (threadIdx.x / TPR) * (TPR / 32) + (threadIdx.x % 32) % (TPR / 32);
         m = partial_m[i];
         s = partial_s[i];
-        lanes_combine<TPR / 32>(m, s);
+        lanes_combine<TPR / 32>(m, s, ks);
     }
 #else
     (void)partial_m, (void)partial_s;
@@ -295,7 +311,7 @@ __device__ __forceinline__ void row_combine(float &m, float &s, float *partial_m
         const unsigned rank = (threadIdx.x % 32) % T_CLUSTER;
         m = load_remote(exchange_m, rank);
         s = load_remote(exchange_s, rank);
-        lanes_combine<T_CLUSTER>(m, s);
+        lanes_combine<T_CLUSTER>(m, s, ks);
     }
 #else
     (void)exchange_m, (void)exchange_s;
@@ -356,12 +372,26 @@ __device__ __forceinline__ float held_value(const Held &h, int it, int k)
 #endif
 }
 
-/* load: lane's vectors it * ROW_THREADS + lane of the row, -inf where
+/* What the slots past a row's end hold: -inf loses every maximum and its
+ * exp is 0; the backward kernels sum products, where 0 adds nothing. */
+#if T_BWD
+#define FILL_BITS 0u
+#define FILL_PAIR 0u
+#else
+#define FILL_BITS NEG_INF_BITS
+#define FILL_PAIR NEG_INF_PAIR
+#endif
+
+/* load: lane's vectors it * ROW_THREADS + lane of the row starting at xr,
+ * counted from the vector boundary head elements before it, FILL where
  * they fall outside it (or the thread has no row); then widened to fp32
- * unless the words are kept. */
-__device__ __forceinline__ void load_row(Held &h, const RowPtrs &p, int lane, int cols,
-                                         bool active)
+ * unless the words are kept. vec_ok false: this row's vectors do not line
+ * up with the slots (a second input whose offset inside a vector differs
+ * from the first's): every element is loaded alone. */
+__device__ __forceinline__ void load_row_from(Held &h, const unsigned char *xr, int head,
+                                              bool vec_ok, int lane, int cols, bool active)
 {
+    const unsigned char *xv = xr - head * ESIZE;
 #if T_REG_PACKED
     u32 (&w)[T_ITERS][NWORDS] = h.w;
 #else
@@ -369,18 +399,19 @@ __device__ __forceinline__ void load_row(Held &h, const RowPtrs &p, int lane, in
 #endif
 #pragma unroll
     for (int it = 0; it < T_ITERS; it++) {
-        const int first = (it * ROW_THREADS + lane) * T_VEC - p.head;
+        const int first = (it * ROW_THREADS + lane) * T_VEC - head;
 #if T_HEAD_FREE
+        (void)vec_ok;
         if (active && (PASS_INSIDE(it) || first < T_COLS)) {
-            load_vec(p.xv + (long long)(it * ROW_THREADS + lane) * VBYTES, w[it]);
+            load_vec(xv + (long long)(it * ROW_THREADS + lane) * VBYTES, w[it]);
         } else {
 #pragma unroll
             for (int k = 0; k < NWORDS; k++)
-                w[it][k] = NWORDS == T_VEC ? NEG_INF_BITS : NEG_INF_PAIR;
+                w[it][k] = NWORDS == T_VEC ? FILL_BITS : FILL_PAIR;
         }
 #else
-        if (active && first >= 0 && first + T_VEC <= cols) {
-            load_vec(p.xv + (long long)(it * ROW_THREADS + lane) * VBYTES, w[it]);
+        if (active && vec_ok && first >= 0 && first + T_VEC <= cols) {
+            load_vec(xv + (long long)(it * ROW_THREADS + lane) * VBYTES, w[it]);
         } else {
 #pragma unroll
             for (int k = 0; k < NWORDS; k++)
@@ -389,8 +420,8 @@ __device__ __forceinline__ void load_row(Held &h, const RowPtrs &p, int lane, in
             for (int k = 0; k < T_VEC; k++) {
                 const int c = first + k;
                 const u32 bits = (active && c >= 0 && c < cols)
-                                     ? load_elem(p.xr + (long long)c * ESIZE)
-                                     : NEG_INF_BITS;
+                                     ? load_elem(xr + (long long)c * ESIZE)
+                                     : FILL_BITS;
                 word_set(w[it], k, bits);
             }
         }
@@ -403,6 +434,13 @@ __device__ __forceinline__ void load_row(Held &h, const RowPtrs &p, int lane, in
         for (int k = 0; k < T_VEC; k++)
             h.v[it][k] = word_float(w[it], k);
 #endif
+}
+
+/* load of the row p points at: x. */
+__device__ __forceinline__ void load_row(Held &h, const RowPtrs &p, int lane, int cols,
+                                         bool active)
+{
+    load_row_from(h, p.xr, p.head, true, lane, cols, active);
 }
 
 /* max: this thread's maximum. */
@@ -439,11 +477,12 @@ __device__ __forceinline__ float reduce_max(float max, float *partial_max, float
 #endif
 }
 
-/* exp-and-sum: the sum of exp(x - shift) over the thread's elements, shift
- * the row's maximum, or with T_FUSED the thread's own: a thread holding
- * only -inf (or slots past the row) shifts by 0, so its exps are 0, not
- * NaN. The exps replace the values where they are kept for the store. */
-__device__ __forceinline__ float exp_and_sum(Held &h, float max)
+/* exp-and-sum: the sum of exp(s (x - shift)) over the thread's elements,
+ * shift the row's maximum, or with T_FUSED the thread's own: a thread
+ * holding only -inf (or slots past the row) shifts by 0, so its exps are
+ * 0, not NaN. The exps replace the values where they are kept for the
+ * store (softmax; log_softmax's store reads x). */
+__device__ __forceinline__ float exp_and_sum(Held &h, float max, float ks)
 {
 #if T_FUSED
     const float shift = max == NEG_INF ? 0.0f : max;
@@ -458,18 +497,18 @@ __device__ __forceinline__ float exp_and_sum(Held &h, float max)
     for (int it = 0; it < T_ITERS; it++)
 #pragma unroll
         for (int j = 0; j < NWORDS; j++) {
-            const float lo = exp_shifted(word_float(h.w[it], 2 * j), shift);
-            const float hi = exp_shifted(word_float(h.w[it], 2 * j + 1), shift);
+            const float lo = exp_shifted(word_float(h.w[it], 2 * j), shift, ks);
+            const float hi = exp_shifted(word_float(h.w[it], 2 * j + 1), shift, ks);
             sum += lo;
             sum += hi;
             h.w[it][j] = pack_pair(lo, hi);
         }
-#elif !T_REG_PACKED
+#elif !T_REG_PACKED && !T_LOG
 #pragma unroll
     for (int it = 0; it < T_ITERS; it++)
 #pragma unroll
         for (int k = 0; k < T_VEC; k++) {
-            h.v[it][k] = exp_shifted(h.v[it][k], shift);
+            h.v[it][k] = exp_shifted(h.v[it][k], shift, ks);
             sum += h.v[it][k];
         }
 #else
@@ -477,7 +516,7 @@ __device__ __forceinline__ float exp_and_sum(Held &h, float max)
     for (int it = 0; it < T_ITERS; it++)
 #pragma unroll
         for (int k = 0; k < T_VEC; k++)
-            sum += exp_shifted(held_value(h, it, k), shift);
+            sum += exp_shifted(held_value(h, it, k), shift, ks);
 #endif
     return sum;
 }
@@ -487,12 +526,12 @@ __device__ __forceinline__ float exp_and_sum(Held &h, float max)
  * already the row's). */
 __device__ __forceinline__ void reduce_row(float &row_max, float &sum, float *partial_max,
                                            float *partial_sum, float *exchange_max,
-                                           float *exchange_sum)
+                                           float *exchange_sum, float ks)
 {
 #if T_FUSED
-    row_combine(row_max, sum, partial_max, partial_sum, exchange_max, exchange_sum);
+    row_combine(row_max, sum, partial_max, partial_sum, exchange_max, exchange_sum, ks);
 #else
-    (void)row_max, (void)partial_max, (void)exchange_max;
+    (void)row_max, (void)partial_max, (void)exchange_max, (void)ks;
     sum = row_reduce(sum, partial_sum, exchange_sum, SumOp());
 #endif
 }
@@ -517,15 +556,15 @@ __device__ __forceinline__ void exit_wait()
 /* The factor that turns what Held keeps into the output: max is what
  * exp_and_sum shifted by (with T_FUSED the thread's own maximum), row_max
  * and sum the row's. */
-__device__ __forceinline__ float out_scale(float max, float row_max, float sum)
+__device__ __forceinline__ float out_scale(float max, float row_max, float sum, float ks)
 {
 #if T_REG_PACKED && !T_EXP16
-    (void)max, (void)row_max;
+    (void)max, (void)row_max, (void)ks;
     return __frcp_rn(sum);
 #elif T_FUSED
-    return exp_shifted(max, row_max) * __frcp_rn(sum);
+    return exp_shifted(max, row_max, ks) * __frcp_rn(sum);
 #else
-    (void)max, (void)row_max;
+    (void)max, (void)row_max, (void)ks;
     return __frcp_rn(sum);
 #endif
 }
@@ -537,23 +576,63 @@ __device__ __forceinline__ float out_scale(float max, float row_max, float sum)
  * shares the conversions and differences with the sum pass and keeps them
  * live across the reduction: measured, the packed variants spilled.) */
 __device__ __forceinline__ float normalized(const Held &h, int it, int k, float scale,
-                                            float row_max)
+                                            float row_max, float ks)
 {
 #if !T_REG_PACKED
-    (void)row_max;
+    (void)row_max, (void)ks;
     return h.v[it][k] * scale;
 #elif T_EXP16
-    (void)row_max;
+    (void)row_max, (void)ks;
     return word_float(h.w[it], k) * scale;
 #else
-    return exp_shifted(held_value(h, it, k), row_max) * scale;
+    return exp_shifted(held_value(h, it, k), row_max, ks) * scale;
 #endif
 }
 
-/* store: the row's output, a vector at a time where it lies whole inside
- * the row and y lines up, else element by element. */
-__device__ __forceinline__ void store_row(const Held &h, const RowPtrs &p, int lane, int cols,
-                                          bool active, float scale, float row_max)
+/* What the forward store needs of the row: softmax, the factor out_scale
+ * gives (and the row's maximum, for exps computed again); log_softmax,
+ * the row's maximum, the scale and log sum (the sum taken against the
+ * row's maximum, as both reductions leave it). */
+struct RowOut {
+    float mul, row_max, ks, scale, log_sum;
+};
+
+__device__ __forceinline__ RowOut row_out(float max, float row_max, float sum, float scale,
+                                          float ks)
+{
+    RowOut o;
+    o.row_max = row_max;
+    o.ks = ks;
+    o.scale = scale;
+#if T_LOG
+    o.mul = 0.0f;
+    (void)max;
+    o.log_sum = logf(sum);
+#else
+    o.mul = out_scale(max, row_max, sum, ks);
+    o.log_sum = 0.0f;
+#endif
+    return o;
+}
+
+/* Forward output element k of vector it: softmax's (normalized), or
+ * log_softmax's s (x - max) - log sum (both terms <= 0 and >= 0: no
+ * cancellation; an x of -inf gives -inf). */
+__device__ __forceinline__ float forward_value(const Held &h, int it, int k, const RowOut &o)
+{
+#if T_LOG
+    return (held_value(h, it, k) - o.row_max) * o.scale - o.log_sum;
+#else
+    return normalized(h, it, k, o.mul, o.row_max, o.ks);
+#endif
+}
+
+/* store: the row's output, value(it, k) for element k of vector it, a
+ * vector at a time where it lies whole inside the row and y lines up,
+ * else element by element. */
+template <typename Value>
+__device__ __forceinline__ void store_row(const RowPtrs &p, int lane, int cols, bool active,
+                                          Value value)
 {
 #pragma unroll
     for (int it = 0; it < T_ITERS && active; it++) {
@@ -562,12 +641,11 @@ __device__ __forceinline__ void store_row(const Held &h, const RowPtrs &p, int l
 #if PAIRED
 #pragma unroll
         for (int k = 0; k < T_VEC; k += 2)
-            out[k / 2] = pack_pair(normalized(h, it, k, scale, row_max),
-                                   normalized(h, it, k + 1, scale, row_max));
+            out[k / 2] = pack_pair(value(it, k), value(it, k + 1));
 #else
 #pragma unroll
         for (int k = 0; k < T_VEC; k++)
-            word_set(out, k, float_to_bits(normalized(h, it, k, scale, row_max)));
+            word_set(out, k, float_to_bits(value(it, k)));
 #endif
 #if T_HEAD_FREE
         if (!PASS_INSIDE(it) && first >= T_COLS)
@@ -588,6 +666,34 @@ __device__ __forceinline__ void store_row(const Held &h, const RowPtrs &p, int l
             }
         }
     }
+}
+
+/* Which row a thread works on, and its place among the row's threads (a
+ * row in part of a warp, a block or a cluster; softmax_grid.cu numbers its
+ * own). */
+struct RowSlot {
+    int lane;
+    long long row;
+};
+
+__device__ __forceinline__ RowSlot row_slot()
+{
+    RowSlot s;
+#if T_CLUSTER > 1
+    /* The row's threads are the TPR threads of each of the cluster's
+     * blocks, numbered block by block. */
+    s.lane = (int)cluster_rank() * TPR + (int)threadIdx.x % TPR;
+    s.row = (long long)(blockIdx.x / T_CLUSTER) * T_ROWS + threadIdx.x / TPR;
+#elif T_ROWS == 1
+    /* Said outright: the compiler cannot tell that threadIdx.x < TPR, and
+     * the row then sits in a uniform register before the first load. */
+    s.lane = (int)threadIdx.x;
+    s.row = blockIdx.x;
+#else
+    s.lane = threadIdx.x % TPR;
+    s.row = (long long)blockIdx.x * T_ROWS + threadIdx.x / TPR;
+#endif
+    return s;
 }
 
 /* Planted bug 2 (test builds): one element written past the last row. */

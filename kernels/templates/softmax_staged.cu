@@ -17,6 +17,8 @@
  * its stage is refilled with a later row. (The stages take scalars, not
  * structs: a struct of the row's edges changed the machine code.)
  *
+ * Softmax, or with T_LOG log_softmax, of s x (s the scale parameter, s > 0).
+ *
  * Variants (codegen prepends the defines, then softmax_common.cu):
  *   1. T_DTYPE       0 fp16, 1 bf16, 2 fp32 (math is always fp32)
  *   2. T_WARPS       warps per block: 1 .. 32
@@ -24,9 +26,14 @@
  *   4. T_STAGES      rows in flight per block: 1 .. 4
  *   5. T_STAGE_BYTES bytes of one stage (the largest slice of a row body)
  *   6. T_ST          0 st.global, 1 .cs (evict-first)
+ *   7. T_LOG         1: log_softmax; absent means 0
  *
  * Semantics as softmax_rows_common.cu (torch.softmax on the last dimension).
  * Checked against: the float64 reference in reference.cu, like every family. */
+
+#ifndef T_LOG
+#define T_LOG 0
+#endif
 
 #define THREADS (T_WARPS * 32)
 #define PER_UNIT (16 / ESIZE) /* elements per 16-byte unit */
@@ -202,31 +209,46 @@ __device__ __forceinline__ float thread_max(u32 stage, u32 units, float head_v, 
     return max;
 }
 
-/* exp-and-sum: this thread's sum of exp(x - max), max the row's. */
+/* exp-and-sum: this thread's sum of exp(s (x - max)), max the row's. */
 __device__ __forceinline__ float exp_and_sum(u32 stage, u32 units, bool has_head, float head_v,
-                                             bool has_tail, float tail_v, float max)
+                                             bool has_tail, float tail_v, float max, float ks)
 {
-    float sum = (has_head ? exp_shifted(head_v, max) : 0.0f) +
-                (has_tail ? exp_shifted(tail_v, max) : 0.0f);
+    float sum = (has_head ? exp_shifted(head_v, max, ks) : 0.0f) +
+                (has_tail ? exp_shifted(tail_v, max, ks) : 0.0f);
     for (u32 u = threadIdx.x; u < units; u += THREADS) {
         u32 w[4];
         load_unit_shared(stage + u * 16, w);
 #pragma unroll
         for (int e = 0; e < PER_UNIT; e++)
-            sum += exp_shifted(unit_float(w, e), max);
+            sum += exp_shifted(unit_float(w, e), max, ks);
     }
     return sum;
 }
 
-/* store: exp(x - max) * inv for the row's edges and the thread's units. */
+/* One output element of input v: exp(s (v - max)) * inv, or with T_LOG
+ * s (v - max) - log_sum. */
+__device__ __forceinline__ float out_elem(float v, float max, float inv, float ks, float scale,
+                                          float log_sum)
+{
+#if T_LOG
+    (void)inv, (void)ks;
+    return (v - max) * scale - log_sum;
+#else
+    (void)scale, (void)log_sum;
+    return exp_shifted(v, max, ks) * inv;
+#endif
+}
+
+/* store: out_elem for the row's edges and the thread's units. */
 __device__ __forceinline__ void store_row(u32 stage, const Slice &s, bool has_head, float head_v,
                                           bool has_tail, float tail_v, u64 tail_off, float max,
-                                          float inv)
+                                          float inv, float ks, float scale, float log_sum)
 {
     if (has_head)
-        store_elem(s.yr + threadIdx.x * ESIZE, float_to_bits(exp_shifted(head_v, max) * inv));
+        store_elem(s.yr + threadIdx.x * ESIZE,
+                   float_to_bits(out_elem(head_v, max, inv, ks, scale, log_sum)));
     if (has_tail)
-        store_elem(s.yr + tail_off, float_to_bits(exp_shifted(tail_v, max) * inv));
+        store_elem(s.yr + tail_off, float_to_bits(out_elem(tail_v, max, inv, ks, scale, log_sum)));
     /* y's body lines up with 16 bytes only when y and x share their
      * offset inside 16 bytes; otherwise it is written element by element. */
     unsigned char *ybody = s.yr + (s.body - s.xr);
@@ -237,12 +259,13 @@ __device__ __forceinline__ void store_row(u32 stage, const Slice &s, bool has_he
 #if ESIZE == 2
 #pragma unroll
         for (int e = 0; e < PER_UNIT; e += 2)
-            out[e / 2] = pack_pair(exp_shifted(unit_float(w, e), max) * inv,
-                                   exp_shifted(unit_float(w, e + 1), max) * inv);
+            out[e / 2] = pack_pair(out_elem(unit_float(w, e), max, inv, ks, scale, log_sum),
+                                   out_elem(unit_float(w, e + 1), max, inv, ks, scale, log_sum));
 #else
 #pragma unroll
         for (int e = 0; e < PER_UNIT; e++)
-            unit_set(out, e, float_to_bits(exp_shifted(unit_float(w, e), max) * inv));
+            unit_set(out, e,
+                     float_to_bits(out_elem(unit_float(w, e), max, inv, ks, scale, log_sum)));
 #endif
         unsigned char *dst = ybody + (u64)(s.unit0 + u) * 16;
         if (y_aligned) {
@@ -257,8 +280,9 @@ __device__ __forceinline__ void store_row(u32 stage, const Slice &s, bool has_he
 
 extern "C" __global__ void __launch_bounds__(THREADS, 1) CLUSTER_ATTRIBUTE
 tuned_softmax_staged(const unsigned char *x, unsigned char *y, long long rows, int cols,
-                     long long row_stride)
+                     long long row_stride, float scale)
 {
+    const float ks = scale * LOG2E;
     extern __shared__ __align__(128) unsigned char stage_mem[];
     __shared__ __align__(8) u64 bars[T_STAGES];
     __shared__ float partial_max[T_WARPS], partial_sum[T_WARPS];
@@ -301,11 +325,16 @@ tuned_softmax_staged(const unsigned char *x, unsigned char *y, long long rows, i
         float max = thread_max(stage, s.units, head_v, tail_v);
         max = block_reduce(max, partial_max, &exchange_max[k & 1], MaxOp());
 
-        float sum = exp_and_sum(stage, s.units, has_head, head_v, has_tail, tail_v, max);
+        float sum = exp_and_sum(stage, s.units, has_head, head_v, has_tail, tail_v, max, ks);
         sum = block_reduce(sum, partial_sum, &exchange_sum[k & 1], SumOp());
-        const float inv = __frcp_rn(sum);
+#if T_LOG
+        const float inv = 0.0f, log_sum = logf(sum);
+#else
+        const float inv = __frcp_rn(sum), log_sum = 0.0f;
+#endif
 
-        store_row(stage, s, has_head, head_v, has_tail, tail_v, tail_off, max, inv);
+        store_row(stage, s, has_head, head_v, has_tail, tail_v, tail_off, max, inv, ks, scale,
+                  log_sum);
         /* Every thread is done with this stage: refill it with a later row. */
         __syncthreads();
         const long long next = row + (long long)T_STAGES * groups;

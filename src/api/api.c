@@ -1,7 +1,9 @@
-/* api.c: the embedding API of include/tuned.h: handles, tuned_softmax on
- * the caller's stream, lookups and tunes (issue 6).
+/* api.c: the embedding API of include/tuned.h: handles, tuned_softmax and
+ * the other kernels' calls (tuned_softmax_scaled, tuned_log_softmax,
+ * tuned_softmax_backward, tuned_log_softmax_backward) on the caller's
+ * stream, lookups and tunes.
  *
- * A call's key (context, rows, cols, row stride, dtype, alignment) maps to
+ * A call's key (context, rows, cols, row stride, dtype, kernel, alignment) maps to
  * an immutable entry holding the loaded kernel and its launch; the map is
  * read without locks (api_table.c), so a repeated call costs the current
  * context, a hash, a probe and cuLaunchKernel. Everything else happens on
@@ -23,6 +25,7 @@
  * daemon a `tune` request. Errors reach the caller as a code and the
  * calling thread's message (tuned_last_error). */
 #include <errno.h>
+#include <float.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -369,7 +372,7 @@ static tune_job *job_find(tuned_handle *h, uint64_t fp, const tuned__shape *s)
 {
     for (tune_job *j = h->jobs; j != NULL; j = j->next)
         if (j->fp == fp && j->shape.rows == s->rows && j->shape.cols == s->cols &&
-            j->shape.dtype == s->dtype)
+            j->shape.dtype == s->dtype && tuned__shape_kernel(&j->shape) == tuned__shape_kernel(s))
             return j;
     return NULL;
 }
@@ -393,7 +396,7 @@ static void force_recheck(tuned_handle *h, int device, const tuned__shape *s)
 {
     for (tuned__api_entry *e = h->entries; e != NULL; e = e->all_next)
         if (e->key.rows == s->rows && e->key.cols == s->cols && e->key.dtype == s->dtype &&
-            e->choice.device == device)
+            e->key.kernel == tuned__shape_kernel(s) && e->choice.device == device)
             atomic_store_explicit(&e->recheck_ns, 0, memory_order_relaxed);
 }
 
@@ -431,14 +434,18 @@ static void *worker_main(void *arg)
         pthread_mutex_unlock(&h->mu);
         tuned__err e = {0};
         uint64_t daemon_job = 0;
-        int rc = h->policy == TUNED_POLICY_DAEMON
+        /* The daemon tunes softmax; other kernels tune in a child process
+         * writing to the same store (the daemon's, under this policy). */
+        bool by_daemon = h->policy == TUNED_POLICY_DAEMON &&
+                         tuned__shape_kernel(&shape) == TUNED__KERNEL_SOFTMAX;
+        int rc = by_daemon
                      ? tuned__client_tune(h->socket, &shape, fp, h->tune_time_s, &daemon_job, &e)
                      : child_tune(h, device, &shape, h->tune_time_s, &e);
         pthread_mutex_lock(&h->mu);
         if (rc != 0) {
             j->state = TUNED_TUNE_FAILED;
             snprintf(j->message, sizeof j->message, "%s", e.msg);
-        } else if (h->policy == TUNED_POLICY_DAEMON) {
+        } else if (by_daemon) {
             /* Queued there; the store tells when it is done. */
             snprintf(j->message, sizeof j->message, "daemon job %llu",
                      (unsigned long long)daemon_job);
@@ -510,7 +517,7 @@ static int module_get(tuned_handle *h, CUcontext ctx, const tuned__config *c,
     tuned__blob_free(&blob);
     if (rc == 0 && (rc = tuned__cuda_check(h->d,
                                            h->d->cuModuleGetFunction(&m->fn, m->module,
-                                                                     tuned__source_entry(c)),
+                                                                     tuned__source_entry(c, s)),
                                            e, "finding the kernel")) != 0)
         h->d->cuModuleUnload(m->module);
     if (rc != 0) {
@@ -605,7 +612,8 @@ static int build_entry(tuned_handle *h, const tuned__api_key *k, uint64_t hash, 
                        const tuned__gpu *gpu, const tuned__api_pick *p, tuned__api_entry **out,
                        tuned__err *e)
 {
-    tuned__shape s = {.dtype = (tuned_dtype)k->dtype, .rows = k->rows, .cols = k->cols};
+    tuned__shape s = {.dtype = (tuned_dtype)k->dtype, .rows = k->rows, .cols = k->cols,
+                      .kernel = (uint8_t)k->kernel};
     int arch = gpu->cc_major * 10 + gpu->cc_minor;
     CUfunction fn = NULL;
     int rc = module_get(h, (CUcontext)k->ctx, &p->config, &s, k->aligned != 0, arch, &fn, e);
@@ -684,7 +692,8 @@ static int build_new(tuned_handle *h, const tuned__api_key *k, uint64_t hash,
         rc = device_get(h, device, &gpu, e);
     if (rc != 0)
         return rc;
-    tuned__shape s = {.dtype = (tuned_dtype)k->dtype, .rows = k->rows, .cols = k->cols};
+    tuned__shape s = {.dtype = (tuned_dtype)k->dtype, .rows = k->rows, .cols = k->cols,
+                      .kernel = (uint8_t)k->kernel};
     tuned__api_pick p;
     char failed[256] = ""; /* why the last compatible record was not served */
     for (int checks = 0;; checks++) {
@@ -744,7 +753,8 @@ static tuned__api_entry *recheck(tuned_handle *h, const tuned__api_key *k, uint6
         return old;
     }
     const tuned__gpu *gpu;
-    tuned__shape s = {.dtype = (tuned_dtype)k->dtype, .rows = k->rows, .cols = k->cols};
+    tuned__shape s = {.dtype = (tuned_dtype)k->dtype, .rows = k->rows, .cols = k->cols,
+                      .kernel = (uint8_t)k->kernel};
     tuned__api_pick p;
     tuned__err ignored = {0};
     if (device_get(h, old->choice.device, &gpu, &ignored) != 0 ||
@@ -780,16 +790,37 @@ static tuned__api_entry *recheck(tuned_handle *h, const tuned__api_key *k, uint6
 
 /* ---- the call ---- */
 
-static int bad_call(const tuned_handle *h, const char *fn, const void *x, const void *y,
-                    int64_t rows, int64_t cols, int64_t stride, tuned_dtype dtype)
+/* One call's tensors: in (x, or a backward kernel's y), in2 (dy; NULL for
+ * forward kernels), out (y, or dx), named for messages. */
+typedef struct call_args {
+    const char *fn;
+    unsigned kernel;
+    const void *in, *in2;
+    const void *out;
+    const char *in_name, *in2_name, *out_name;
+} call_args;
+
+static bool overlap(uintptr_t a, uintptr_t b, uint64_t span)
 {
+    return a < b + span && b < a + span;
+}
+
+static int bad_call(const tuned_handle *h, const call_args *a, int64_t rows, int64_t cols,
+                    int64_t stride, tuned_dtype dtype, float scale)
+{
+    const char *fn = a->fn;
     size_t esize = tuned_dtype_size(dtype);
+    bool backward = tuned__kernel_backward(a->kernel);
     if (h == NULL)
         return failf(NULL, TUNED_EINVAL, "%s: the handle is NULL", fn);
     if (esize == 0)
         return failf(h, TUNED_EINVAL, "%s: unknown dtype %d", fn, (int)dtype);
-    if (x == NULL || y == NULL)
-        return failf(h, TUNED_EINVAL, "%s: %s is NULL", fn, x == NULL ? "x" : "y");
+    if (a->in == NULL || a->out == NULL || (backward && a->in2 == NULL))
+        return failf(h, TUNED_EINVAL, "%s: %s is NULL", fn,
+                     a->in == NULL ? a->in_name : a->out == NULL ? a->out_name : a->in2_name);
+    if (!(scale > 0.0f && scale <= FLT_MAX))
+        return failf(h, TUNED_EINVAL, "%s: scale %g (it must be positive and finite)", fn,
+                     (double)scale);
     if (rows < 1 || (uint64_t)rows > TUNED__MAX_ROWS || cols < 1 ||
         (uint64_t)cols > TUNED__MAX_COLS)
         return failf(h, TUNED_EINVAL,
@@ -801,47 +832,57 @@ static int bad_call(const tuned_handle *h, const char *fn, const void *x, const 
     if (rows > 1 && (uint64_t)stride > ((uint64_t)INT64_MAX / esize - (uint64_t)cols) / (uint64_t)(rows - 1))
         return failf(h, TUNED_EINVAL, "%s: %lld rows of stride %lld overflow the address space",
                      fn, (long long)rows, (long long)stride);
-    if ((uintptr_t)x % esize != 0 || (uintptr_t)y % esize != 0)
-        return failf(h, TUNED_EINVAL, "%s: %s (%p) is not %zu-byte aligned", fn,
-                     (uintptr_t)x % esize != 0 ? "x" : "y", (uintptr_t)x % esize != 0 ? x : y,
-                     esize);
-    return failf(h, TUNED_EINVAL, "%s: x (%p) and y (%p) overlap", fn, x, y);
+    const void *ptrs[] = {a->in, a->out, a->in2};
+    const char *names[] = {a->in_name, a->out_name, a->in2_name};
+    for (int i = 0; i < (backward ? 3 : 2); i++)
+        if ((uintptr_t)ptrs[i] % esize != 0)
+            return failf(h, TUNED_EINVAL, "%s: %s (%p) is not %zu-byte aligned", fn, names[i],
+                         ptrs[i], esize);
+    uint64_t span = ((uint64_t)(rows - 1) * (uint64_t)stride + (uint64_t)cols) * esize;
+    bool with_in = overlap((uintptr_t)a->in, (uintptr_t)a->out, span);
+    return failf(h, TUNED_EINVAL, "%s: %s (%p) and %s (%p) overlap", fn,
+                 with_in ? a->in_name : a->in2_name, with_in ? a->in : a->in2, a->out_name,
+                 a->out);
 }
 
-static inline bool call_ok(const tuned_handle *h, const void *x, const void *y, int64_t rows,
-                           int64_t cols, int64_t stride, tuned_dtype dtype, uint64_t *esize)
+/* The fast path's argument check: everything bad_call() explains. */
+static inline bool call_ok(const tuned_handle *h, const call_args *a, int64_t rows, int64_t cols,
+                           int64_t stride, tuned_dtype dtype, float scale, uint64_t *esize)
 {
-    if (h == NULL || (unsigned)dtype > (unsigned)TUNED_FP32 || x == NULL || y == NULL ||
+    bool backward = tuned__kernel_backward(a->kernel);
+    if (h == NULL || (unsigned)dtype > (unsigned)TUNED_FP32 || a->in == NULL ||
+        a->out == NULL || (backward && a->in2 == NULL) || !(scale > 0.0f && scale <= FLT_MAX) ||
         rows < 1 || (uint64_t)rows > TUNED__MAX_ROWS || cols < 1 ||
         (uint64_t)cols > TUNED__MAX_COLS || stride < cols)
         return false;
     uint64_t es = dtype == TUNED_FP32 ? 4 : 2;
     if (rows > 1 && (uint64_t)stride > ((uint64_t)INT64_MAX / es - (uint64_t)cols) / (uint64_t)(rows - 1))
         return false;
-    uintptr_t xa = (uintptr_t)x, ya = (uintptr_t)y;
-    if ((xa | ya) & (es - 1))
+    uintptr_t xa = (uintptr_t)a->in, ya = (uintptr_t)a->out, x2a = (uintptr_t)a->in2;
+    if ((xa | ya | x2a) & (es - 1))
         return false;
     uint64_t span = ((uint64_t)(rows - 1) * (uint64_t)stride + (uint64_t)cols) * es;
-    if (xa < ya + span && ya < xa + span)
+    if (overlap(xa, ya, span) || (backward && overlap(x2a, ya, span)))
         return false;
     *esize = es;
     return true;
 }
 
 /* The entry for a call: the fast path, else the slow path. */
-static int resolve(tuned_handle *h, const char *fn, const void *x, const void *y, int64_t rows,
-                   int64_t cols, int64_t stride, tuned_dtype dtype, void *stream,
+static int resolve(tuned_handle *h, const call_args *a, int64_t rows, int64_t cols,
+                   int64_t stride, tuned_dtype dtype, float scale, void *stream,
                    tuned__api_entry **out)
 {
     uint64_t esize;
-    if (!call_ok(h, x, y, rows, cols, stride, dtype, &esize))
-        return bad_call(h, fn, x, y, rows, cols, stride, dtype);
+    if (!call_ok(h, a, rows, cols, stride, dtype, scale, &esize))
+        return bad_call(h, a, rows, cols, stride, dtype, scale);
     CUcontext ctx = NULL;
     h->d->cuCtxGetCurrent(&ctx);
-    uintptr_t xa = (uintptr_t)x, ya = (uintptr_t)y;
+    uintptr_t xa = (uintptr_t)a->in, ya = (uintptr_t)a->out, x2a = (uintptr_t)a->in2;
     tuned__api_key k = {.ctx = ctx, .rows = (uint64_t)rows, .cols = (uint64_t)cols,
                         .stride = (uint64_t)stride, .dtype = (uint32_t)dtype,
-                        .aligned = ((xa | ya) & 15) == 0 &&
+                        .kernel = (uint16_t)a->kernel,
+                        .aligned = ((xa | ya | x2a) & 15) == 0 &&
                                    (stride == cols || ((uint64_t)stride * esize) % 16 == 0)};
     uint64_t hash = tuned__api_key_hash(&k);
     tuned__api_entry *e = ctx != NULL ? tuned__api_map_find(&h->map, &k, hash) : NULL;
@@ -859,17 +900,17 @@ static int resolve(tuned_handle *h, const char *fn, const void *x, const void *y
     /* The slow path. */
     tuned__err err = {0};
     if (ctx == NULL) {
-        /* No current context: x's, made current as the runtime would. */
+        /* No current context: the input's, made current as the runtime would. */
         CUresult r = h->d->cuPointerGetAttribute(&ctx, CU_POINTER_ATTRIBUTE_CONTEXT,
                                                  (CUdeviceptr)xa);
         if (r != CUDA_SUCCESS || ctx == NULL)
             return failf(h, TUNED_EINVAL,
-                         "%s: no CUDA context is current on this thread, and x (%p) is not "
+                         "%s: no CUDA context is current on this thread, and %s (%p) is not "
                          "memory of a context the driver knows: make a context current first "
                          "(cudaSetDevice, cuCtxSetCurrent)",
-                         fn, x);
+                         a->fn, a->in_name, a->in);
         int rc = tuned__cuda_check(h->d, h->d->cuCtxSetCurrent(ctx), &err,
-                                   "making x's context current");
+                                   "making the input's context current");
         if (rc != 0)
             return fail(h, &err);
         k.ctx = ctx;
@@ -882,7 +923,7 @@ static int resolve(tuned_handle *h, const char *fn, const void *x, const void *y
         rc = build_new(h, &k, hash, &e, &err);
     pthread_mutex_unlock(&h->mu);
     if (rc != 0) {
-        tuned__err_prefix(&err, rc, "%s %lldx%lld %s: ", fn, (long long)rows, (long long)cols,
+        tuned__err_prefix(&err, rc, "%s %lldx%lld %s: ", a->fn, (long long)rows, (long long)cols,
                           tuned_dtype_name(dtype));
         return fail(h, &err);
     }
@@ -893,21 +934,23 @@ found:
     return 0;
 }
 
-int tuned_softmax(tuned_handle *h, const void *x, void *y, int64_t rows, int64_t cols,
-                  int64_t row_stride, tuned_dtype dtype, void *stream)
+/* One call: resolve, then launch on the caller's stream. */
+static int call(tuned_handle *h, const call_args *a, int64_t rows, int64_t cols,
+                int64_t row_stride, tuned_dtype dtype, float scale, void *stream)
 {
     tuned__api_entry *e;
-    int rc = resolve(h, "tuned_softmax", x, y, rows, cols, row_stride, dtype, stream, &e);
+    int rc = resolve(h, a, rows, cols, row_stride, dtype, scale, stream, &e);
     if (rc != 0)
         return rc;
-    CUresult cr = tuned__launch_run(h->d, &e->launch, e->work, (CUdeviceptr)(uintptr_t)x,
-                                    (CUdeviceptr)(uintptr_t)y, rows, (int)cols, row_stride,
-                                    (CUstream)stream);
+    CUresult cr = tuned__launch_run(h->d, &e->launch, e->work, (CUdeviceptr)(uintptr_t)a->in,
+                                    (CUdeviceptr)(uintptr_t)a->in2,
+                                    (CUdeviceptr)(uintptr_t)a->out, rows, (int)cols, row_stride,
+                                    scale, (CUstream)stream);
     if (cr != CUDA_SUCCESS) {
         tuned__err err = {0};
         char what[192];
         snprintf(what, sizeof what,
-                 "tuned_softmax %lldx%lld %s: launching %s (grid %u, block %u, %u bytes shared%s)",
+                 "%s %lldx%lld %s: launching %s (grid %u, block %u, %u bytes shared%s)", a->fn,
                  (long long)rows, (long long)cols, tuned_dtype_name(dtype), e->choice.config,
                  e->launch.grid, e->launch.block, e->launch.smem,
                  e->launch.cooperative ? ", cooperative" : "");
@@ -917,6 +960,43 @@ int tuned_softmax(tuned_handle *h, const void *x, void *y, int64_t rows, int64_t
     return 0;
 }
 
+int tuned_softmax(tuned_handle *h, const void *x, void *y, int64_t rows, int64_t cols,
+                  int64_t row_stride, tuned_dtype dtype, void *stream)
+{
+    call_args a = {"tuned_softmax", TUNED__KERNEL_SOFTMAX, x, NULL, y, "x", "", "y"};
+    return call(h, &a, rows, cols, row_stride, dtype, 1.0f, stream);
+}
+
+int tuned_softmax_scaled(tuned_handle *h, const void *x, void *y, int64_t rows, int64_t cols,
+                         int64_t row_stride, tuned_dtype dtype, float scale, void *stream)
+{
+    call_args a = {"tuned_softmax_scaled", TUNED__KERNEL_SOFTMAX, x, NULL, y, "x", "", "y"};
+    return call(h, &a, rows, cols, row_stride, dtype, scale, stream);
+}
+
+int tuned_log_softmax(tuned_handle *h, const void *x, void *y, int64_t rows, int64_t cols,
+                      int64_t row_stride, tuned_dtype dtype, float scale, void *stream)
+{
+    call_args a = {"tuned_log_softmax", TUNED__KERNEL_LOG_SOFTMAX, x, NULL, y, "x", "", "y"};
+    return call(h, &a, rows, cols, row_stride, dtype, scale, stream);
+}
+
+int tuned_softmax_backward(tuned_handle *h, const void *y, const void *dy, void *dx, int64_t rows,
+                           int64_t cols, int64_t row_stride, tuned_dtype dtype, void *stream)
+{
+    call_args a = {"tuned_softmax_backward", TUNED__KERNEL_SOFTMAX_BWD, y, dy, dx, "y", "dy", "dx"};
+    return call(h, &a, rows, cols, row_stride, dtype, 1.0f, stream);
+}
+
+int tuned_log_softmax_backward(tuned_handle *h, const void *y, const void *dy, void *dx,
+                               int64_t rows, int64_t cols, int64_t row_stride, tuned_dtype dtype,
+                               void *stream)
+{
+    call_args a = {"tuned_log_softmax_backward", TUNED__KERNEL_LOG_SOFTMAX_BWD, y, dy, dx, "y",
+                   "dy", "dx"};
+    return call(h, &a, rows, cols, row_stride, dtype, 1.0f, stream);
+}
+
 /* Copies e's choice and the shape's tune state. */
 static void copy_choice(tuned_handle *h, const tuned__api_entry *e, tuned_choice *out)
 {
@@ -924,7 +1004,7 @@ static void copy_choice(tuned_handle *h, const tuned__api_entry *e, tuned_choice
     *out = e->choice;
     const tuned__gpu *gpu = h->devs[e->choice.device].ready ? &h->devs[e->choice.device].gpu : NULL;
     tuned__shape s = {.dtype = (tuned_dtype)e->key.dtype, .rows = e->key.rows,
-                      .cols = e->key.cols};
+                      .cols = e->key.cols, .kernel = (uint8_t)e->key.kernel};
     tune_job *j = gpu != NULL ? job_find(h, gpu->fingerprint, &s) : NULL;
     if (j != NULL) {
         out->tune = j->state;
@@ -937,7 +1017,8 @@ int tuned_prepare(tuned_handle *h, const void *x, void *y, int64_t rows, int64_t
                   int64_t row_stride, tuned_dtype dtype, tuned_choice *out)
 {
     tuned__api_entry *e;
-    int rc = resolve(h, "tuned_prepare", x, y, rows, cols, row_stride, dtype, NULL, &e);
+    call_args a = {"tuned_prepare", TUNED__KERNEL_SOFTMAX, x, NULL, y, "x", "", "y"};
+    int rc = resolve(h, &a, rows, cols, row_stride, dtype, 1.0f, NULL, &e);
     if (rc == 0 && out != NULL)
         copy_choice(h, e, out);
     return rc;

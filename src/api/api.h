@@ -34,19 +34,22 @@
 
 /* ---- the map (api_table.c) ---- */
 
-/* What one tuned_softmax call is cached under: 40 bytes on a 64-bit
- * system, no padding, so keys compare with memcmp (both asserted). */
+/* What one call (tuned_softmax, tuned_softmax_backward, ...) is cached
+ * under: 40 bytes on a 64-bit system, no padding, so keys compare with
+ * memcmp (both asserted). */
 typedef struct tuned__api_key {
     void *ctx;          /* CUcontext the call ran in */
     uint64_t rows, cols, stride;
     uint32_t dtype;
-    uint32_t aligned;   /* x, y and every row start are 16-byte aligned */
+    uint16_t kernel;    /* TUNED__KERNEL_* (never 0) */
+    uint16_t aligned;   /* every tensor and every row start are 16-byte aligned */
 } tuned__api_key;
 #define TUNED__API_KEY_FIELD(f) sizeof(((tuned__api_key *)0)->f)
 _Static_assert(sizeof(tuned__api_key) ==
                    TUNED__API_KEY_FIELD(ctx) + TUNED__API_KEY_FIELD(rows) +
                        TUNED__API_KEY_FIELD(cols) + TUNED__API_KEY_FIELD(stride) +
-                       TUNED__API_KEY_FIELD(dtype) + TUNED__API_KEY_FIELD(aligned),
+                       TUNED__API_KEY_FIELD(dtype) + TUNED__API_KEY_FIELD(kernel) +
+                       TUNED__API_KEY_FIELD(aligned),
                "tuned__api_key has padding (or a field left out here): memcmp would "
                "compare garbage bytes");
 #undef TUNED__API_KEY_FIELD
@@ -109,7 +112,8 @@ static inline tuned__api_entry *tuned__api_map_find(tuned__api_map *m, const tun
             return NULL;
         if (e->hash == hash && e->key.ctx == k->ctx && e->key.rows == k->rows &&
             e->key.cols == k->cols && e->key.stride == k->stride &&
-            e->key.dtype == k->dtype && e->key.aligned == k->aligned)
+            e->key.dtype == k->dtype && e->key.kernel == k->kernel &&
+            e->key.aligned == k->aligned)
             return e;
     }
 }
@@ -189,8 +193,8 @@ typedef struct tuned__api_child {
 void tuned__api_progress_from_json(const json_t *v, const tuned__shape *s, tuned_progress *p,
                                    char *best, size_t n);
 
-/* Runs `BINARY --shape RxC --dtype D --device N --db STORE -q [--progress
- * json] [--time S]`
+/* Runs `BINARY tune [--kernel K] --shape RxC --dtype D --device N --db STORE
+ * -q [--progress json] [--time S]`
  * and waits for it. The child gets /dev/null as stdin and stdout, its
  * stderr is read (its last line ends up in error messages), and it dies
  * with the calling thread (PR_SET_PDEATHSIG). TUNED_ETUNE when it exits

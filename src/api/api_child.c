@@ -146,10 +146,15 @@ int tuned__api_run_child(const tuned__api_child *c, tuned__err *e)
              (unsigned long long)c->shape.cols);
     snprintf(device, sizeof device, "%d", c->device);
     snprintf(time_s, sizeof time_s, "%g", c->time_s);
-    char *argv[16];
+    char *argv[20];
     int argc = 0;
+    unsigned kernel = tuned__shape_kernel(&c->shape);
     argv[argc++] = exe;
     argv[argc++] = (char *)"tune";
+    if (kernel != TUNED__KERNEL_SOFTMAX) {
+        argv[argc++] = (char *)"--kernel";
+        argv[argc++] = (char *)tuned__kernel_name((uint8_t)kernel);
+    }
     argv[argc++] = (char *)"--shape";
     argv[argc++] = shape;
     argv[argc++] = (char *)"--dtype";
@@ -169,7 +174,8 @@ int tuned__api_run_child(const tuned__api_child *c, tuned__err *e)
     }
     argv[argc] = NULL;
     char what[160];
-    snprintf(what, sizeof what, "tune of %s %s on GPU %d", shape, dtype, c->device);
+    snprintf(what, sizeof what, "tune of %s %s %s on GPU %d", tuned__kernel_name((uint8_t)kernel),
+             shape, dtype, c->device);
 
     int err_pipe[2];
     if (pipe2(err_pipe, O_CLOEXEC) != 0)

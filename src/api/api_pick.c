@@ -35,7 +35,7 @@ static int nearest_one(void *ctx, const tuned__record *r)
 {
     nearest_scan *n = ctx;
     const tuned__shape *s = &n->sp->shape;
-    if (r->key.kernel != TUNED__KERNEL_SOFTMAX || r->key.dtype != (uint8_t)s->dtype ||
+    if (r->key.kernel != tuned__shape_kernel(s) || r->key.dtype != (uint8_t)s->dtype ||
         r->key.rows == 0 || r->key.cols == 0 || (r->key.rows == s->rows && r->key.cols == s->cols))
         return 0;
     double d = 2.0 * fabs(log((double)r->key.cols / (double)s->cols)) +

@@ -230,8 +230,8 @@ int tuned__client_tune(const char *socket_path, const tuned__shape *shape, uint6
 {
     char fp[17];
     snprintf(fp, sizeof fp, "%016" PRIx64, gpu_fp);
-    json_t *req = json_pack("{s:s, s:s, s:s, s:I, s:I, s:s}", "op", "tune", "kernel", "softmax",
-                            "dtype", tuned_dtype_name(shape->dtype), "rows",
+    json_t *req = json_pack("{s:s, s:s, s:s, s:I, s:I, s:s}", "op", "tune", "kernel",
+                            tuned__kernel_name((uint8_t)tuned__shape_kernel(shape)), "dtype", tuned_dtype_name(shape->dtype), "rows",
                             (json_int_t)shape->rows, "cols", (json_int_t)shape->cols, "gpu", fp);
     if (req != NULL && time_s > 0)
         json_object_set_new(req, "time_s", json_real(time_s));

@@ -98,20 +98,74 @@ static inline unsigned tuned__config_blocks_per_row(const tuned__config *c)
     return (unsigned)c->cluster * (c->grid > 1 ? c->grid : 1u);
 }
 
+/* The kernels tuned generates and tunes, each over the last dimension of
+ * rows x cols (math in fp32, s the forward kernels' scale, s > 0):
+ *   softmax          y = exp(s x - max(s x)) / sum exp(s x - max(s x))
+ *   softmax_bwd      dx = y (dy - sum(dy y))             (reads y and dy)
+ *   log_softmax      y = s x - max(s x) - log sum exp(s x - max(s x))
+ *   log_softmax_bwd  dx = dy - exp(y) sum(dy)            (reads y and dy)
+ * The ids are the store's (the kernel byte of its keys, cache/key.h):
+ * stable forever once shipped. */
+enum {
+    TUNED__KERNEL_SOFTMAX = 1,
+    TUNED__KERNEL_SOFTMAX_BWD = 2,
+    TUNED__KERNEL_LOG_SOFTMAX = 3,
+    TUNED__KERNEL_LOG_SOFTMAX_BWD = 4,
+    TUNED__KERNEL_LAST = TUNED__KERNEL_LOG_SOFTMAX_BWD
+};
+
 /* The problem a variant is generated and tuned for. */
 typedef struct tuned__shape {
     tuned_dtype dtype;
     uint64_t rows;
     uint64_t cols;
+    /* TUNED__KERNEL_*; 0 means softmax, so that every shape written
+     * without the field keeps its meaning (read it with
+     * tuned__shape_kernel). Last, so positional initializers still fit. */
+    uint8_t kernel;
 } tuned__shape;
+
+/* s's kernel id (TUNED__KERNEL_*), 0 read as softmax. */
+static inline unsigned tuned__shape_kernel(const tuned__shape *s)
+{
+    return s->kernel != 0 ? s->kernel : (unsigned)TUNED__KERNEL_SOFTMAX;
+}
+
+/* Whether kernel is a backward one: two inputs (y and dy), one output,
+ * one reduction (a sum), no scale. */
+static inline bool tuned__kernel_backward(unsigned kernel)
+{
+    return kernel == TUNED__KERNEL_SOFTMAX_BWD || kernel == TUNED__KERNEL_LOG_SOFTMAX_BWD;
+}
+
+/* Whether kernel works on log-probabilities (log_softmax and its backward). */
+static inline bool tuned__kernel_log(unsigned kernel)
+{
+    return kernel == TUNED__KERNEL_LOG_SOFTMAX || kernel == TUNED__KERNEL_LOG_SOFTMAX_BWD;
+}
+
+/* Tensors of rows x cols elements a call reads and writes: 2 forward
+ * (x, y), 3 backward (y, dy, dx). Its floor is this many halves of a
+ * device-to-device copy of one tensor (the copy reads one and writes one). */
+static inline unsigned tuned__kernel_tensors(unsigned kernel)
+{
+    return tuned__kernel_backward(kernel) ? 3u : 2u;
+}
+
+/* "softmax", "softmax_bwd", "log_softmax", "log_softmax_bwd"; NULL for an
+ * unknown id. */
+const char *tuned__kernel_name(uint8_t kernel);
+
+/* The id of a kernel's name; TUNED_EINVAL for an unknown name. */
+int tuned__kernel_parse(const char *name, uint8_t *out);
 
 /* Largest rows and columns tuned accepts (a CUDA grid holds 2^31-1 blocks;
  * kernels index columns with int). */
 #define TUNED__MAX_ROWS 2147483647ull
 #define TUNED__MAX_COLS 2147483392ull
 
-/* Whether s is a shape tuned takes (a known dtype, rows and columns in
- * range); when not, why says why (if not NULL). */
+/* Whether s is a shape tuned takes (a known kernel and dtype, rows and
+ * columns in range); when not, why says why (if not NULL). */
 bool tuned__shape_check(const tuned__shape *s, char *why, size_t n);
 
 /* Longest text form plus NUL. */
@@ -146,7 +200,8 @@ static inline bool tuned__config_head_free(const tuned__config *c, uint64_t cols
  * Register rows only (0 for tma variants, which keep no row in registers). */
 uint64_t tuned__config_iters(const tuned__config *c, uint64_t cols, bool head_free);
 
-/* 32-bit registers a thread needs to hold its part of a row. */
+/* 32-bit registers a thread needs to hold its part of a row (of one
+ * tensor: a backward kernel holds two, y and dy). */
 uint64_t tuned__config_row_registers(const tuned__config *c, tuned_dtype dtype, uint64_t cols,
                                      bool head_free);
 
@@ -155,7 +210,10 @@ uint64_t tuned__config_row_registers(const tuned__config *c, tuned_dtype dtype, 
  * runs: the one rule of validity (thread counts, powers of two, clusters
  * on sm_90 only, grid splits that fit the SMs, vectors of at most 16 bytes,
  * the register budget of a row held in registers on a vector boundary, the
- * unrolling cap, tma stages in shared memory, hints in range). Unknowns
+ * unrolling cap, tma stages in shared memory, hints in range, and what the
+ * shape's kernel has: the backward kernels hold two rows, have one
+ * reduction and no exp to keep, and only the register-row family without
+ * a grid split). Unknowns
  * skip the rules that need them: arch 0, any architecture (codegen emits
  * text for any); sms 0, any SM count (a grid split still fits its
  * workspace); s NULL, any shape (the parser). When not, why says why (if

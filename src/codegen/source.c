@@ -3,7 +3,9 @@
  * The generated text is a block of #defines followed by the templates a
  * kernel is made of (softmax_common.cu, then for the rows family
  * softmax_rows_common.cu, then the kernel's own: softmax_rows.cu,
- * softmax_grid.cu for a row split over the grid, or softmax_staged.cu), so
+ * softmax_grid.cu for a row split over the grid, softmax_bwd.cu for the
+ * backward kernels, or softmax_staged.cu; log_softmax is softmax's
+ * templates with T_LOG, log_softmax_bwd softmax_bwd.cu's), so
  * a variant's source is exactly what NVRTC compiles and what the compile
  * cache hashes. Codegen refuses what tuned__config_check refuses
  * (src/codegen/config.c); whether a config is a good idea for a shape is
@@ -40,8 +42,10 @@ bool tuned__source_head_free(const tuned__config *c, const tuned__shape *s,
     return !(opts != NULL && opts->unaligned) && tuned__config_head_free(c, s->cols);
 }
 
-const char *tuned__source_entry(const tuned__config *c)
+const char *tuned__source_entry(const tuned__config *c, const tuned__shape *s)
 {
+    if (tuned__kernel_backward(tuned__shape_kernel(s)))
+        return "tuned_softmax_bwd_rows";
     if (c->family == TUNED__FAMILY_TMA)
         return "tuned_softmax_staged";
     return c->grid > 1 ? "tuned_softmax_grid" : "tuned_softmax_rows";
@@ -68,12 +72,14 @@ static int staged_source(const tuned__config *c, const tuned__shape *s, const ch
 {
     /* tuned__config_check has vetted every field and the stages' size. */
     char defines[512];
+    unsigned kernel = tuned__shape_kernel(s);
     snprintf(defines, sizeof defines,
-             "// tuned softmax variant %s for %s x %llu columns\n"
+             "// tuned %s variant %s for %s x %llu columns\n"
              "#define T_DTYPE %d\n#define T_WARPS %u\n#define T_CLUSTER %u\n#define T_STAGES %u\n"
-             "#define T_STAGE_BYTES %zu\n#define T_ST %u\n",
-             name, tuned_dtype_name(s->dtype), (unsigned long long)s->cols, (int)s->dtype,
-             c->warps, c->cluster, c->stages, tuned__source_stage_bytes(c, s), c->st);
+             "#define T_STAGE_BYTES %zu\n#define T_ST %u\n#define T_LOG %d\n",
+             tuned__kernel_name((uint8_t)kernel), name, tuned_dtype_name(s->dtype),
+             (unsigned long long)s->cols, (int)s->dtype, c->warps, c->cluster, c->stages,
+             tuned__source_stage_bytes(c, s), c->st, tuned__kernel_log(kernel));
     static const char *const parts[] = {"softmax_common", "softmax_staged", NULL};
     return join_source(defines, parts, out, e);
 }
@@ -141,8 +147,10 @@ int tuned__source_softmax(const tuned__config *c, const tuned__shape *s,
     /* Any architecture and SM count: the source text is the same for all;
      * compiling and launching it answer for the GPU. */
     char why[160];
+    const char *kernel_name = tuned__kernel_name((uint8_t)tuned__shape_kernel(s));
     if (!tuned__config_check(c, s, 0, 0, why, sizeof why))
-        return tuned__errf(e, TUNED_EINVAL, "codegen: softmax %s: %s", name, why);
+        return tuned__errf(e, TUNED_EINVAL, "codegen: %s %s: %s",
+                           kernel_name != NULL ? kernel_name : "?", name, why);
     if (c->family == TUNED__FAMILY_TMA) {
         if (opts != NULL && opts->plant_bug != 0)
             return tuned__errf(e, TUNED_EINVAL,
@@ -163,25 +171,31 @@ int tuned__source_softmax(const tuned__config *c, const tuned__shape *s,
     if (split)
         snprintf(grid, sizeof grid, "#define T_GRID %u\n#define T_GRID_SLOTS %d\n", c->grid,
                  TUNED__GRID_SLOTS);
-    char defines[640];
+    unsigned kernel = tuned__shape_kernel(s);
+    bool backward = tuned__kernel_backward(kernel);
+    char defines[704];
     snprintf(defines, sizeof defines,
-             "// tuned softmax variant %s for %s x %llu columns\n"
+             "// tuned %s variant %s for %s x %llu columns\n"
              "#define T_DTYPE %d\n#define T_WARPS %u\n#define T_ROWS %u\n#define T_CLUSTER %u\n"
              "%s#define T_MIN_BLOCKS %u\n#define T_VEC %u\n#define T_ITERS %llu\n"
              "#define T_COLS %llu\n#define T_HEAD_FREE %d\n#define T_LD %u\n"
              "#define T_ST %u\n#define T_REG_PACKED %d\n#define T_EXP16 %d\n#define T_FUSED %d\n"
-             "%s",
-             name, tuned_dtype_name(s->dtype), (unsigned long long)s->cols, (int)s->dtype,
-             c->warps, c->rows, c->cluster, grid, c->minb, c->vec, (unsigned long long)iters,
-             (unsigned long long)s->cols, head_free, c->ld, c->st, c->reg != TUNED__REG_F32,
-             c->reg == TUNED__REG_EX, c->red == TUNED__RED_FUSED, plant);
+             "#define T_LOG %d\n#define T_BWD %d\n%s",
+             tuned__kernel_name((uint8_t)kernel), name, tuned_dtype_name(s->dtype),
+             (unsigned long long)s->cols, (int)s->dtype, c->warps, c->rows, c->cluster, grid,
+             c->minb, c->vec, (unsigned long long)iters, (unsigned long long)s->cols, head_free,
+             c->ld, c->st, c->reg != TUNED__REG_F32, c->reg == TUNED__REG_EX,
+             c->red == TUNED__RED_FUSED, tuned__kernel_log(kernel), backward, plant);
     /* A row cut over blocks of the grid takes a workspace and a ticket:
-     * its own kernel, on the rows family's stages. */
+     * its own kernel, on the rows family's stages; so do the backward
+     * kernels, which read two tensors. */
     static const char *const rows_parts[] = {"softmax_common", "softmax_rows_common",
                                              "softmax_rows", NULL};
     static const char *const grid_parts[] = {"softmax_common", "softmax_rows_common",
                                              "softmax_grid", NULL};
-    return join_source(defines, split ? grid_parts : rows_parts, out, e);
+    static const char *const bwd_parts[] = {"softmax_common", "softmax_rows_common",
+                                            "softmax_bwd", NULL};
+    return join_source(defines, backward ? bwd_parts : split ? grid_parts : rows_parts, out, e);
 }
 
 int tuned__source_reference(tuned_dtype dtype, char **out, tuned__err *e)

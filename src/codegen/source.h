@@ -6,7 +6,7 @@
 
 /* Bump whenever the generated text changes meaning without the template
  * text changing (it is hashed into the store's GPU identity). */
-#define TUNED__CODEGEN_VERSION 2
+#define TUNED__CODEGEN_VERSION 3
 
 typedef struct tuned__codegen_opts {
     bool unaligned; /* the base pointers may not be 16-byte aligned: never
@@ -22,8 +22,11 @@ typedef struct tuned__codegen_opts {
 bool tuned__source_head_free(const tuned__config *c, const tuned__shape *s,
                              const tuned__codegen_opts *opts);
 
-/* The kernel's entry point name in the generated source. */
-const char *tuned__source_entry(const tuned__config *c);
+/* The kernel's entry point name in the generated source of c for s (its
+ * kernel, family and grid split). Parameters: forward kernels (x, y,
+ * rows, cols, row_stride, float scale), a grid split then (workspace,
+ * ticket); backward kernels (y, dy, dx, rows, cols, row_stride). */
+const char *tuned__source_entry(const tuned__config *c, const tuned__shape *s);
 
 /* Bytes of one shared-memory stage of a tma variant: the largest slice of
  * a row's 16-byte body one block of the cluster copies, rounded up to 128. */
@@ -36,8 +39,9 @@ size_t tuned__source_dynamic_smem(const tuned__config *c, const tuned__shape *s)
  * what the staged template declares statically. */
 #define TUNED__MAX_DYNAMIC_SMEM (232448 - 1024)
 
-/* Builds the source for config c specialised for shape s; *out is
- * malloc'd, the caller frees it. opts may be NULL. */
+/* Builds the source for config c specialised for shape s (its kernel,
+ * dtype and columns); *out is malloc'd, the caller frees it. opts may be
+ * NULL. */
 int tuned__source_softmax(const tuned__config *c, const tuned__shape *s,
                           const tuned__codegen_opts *opts, char **out, tuned__err *e);
 

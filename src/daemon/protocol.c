@@ -299,7 +299,8 @@ void tuned__reply_record(tuned__buf *b, const tuned__record *r)
     char fp[17];
     const char *dtype = tuned_dtype_name((tuned_dtype)r->key.dtype);
     tuned__json_key(b, "kernel", false);
-    tuned__json_str(b, r->key.kernel == TUNED__KERNEL_SOFTMAX ? "softmax" : "?");
+    const char *kernel = tuned__kernel_name(r->key.kernel);
+    tuned__json_str(b, kernel != NULL ? kernel : "?");
     tuned__json_key(b, "dtype", false);
     tuned__json_str(b, dtype != NULL ? dtype : "?");
     tuned__json_key(b, "rows", false);
@@ -452,8 +453,11 @@ static int parse_fields(const json_t *root, tuned__request *r, tuned__proto_erro
     if ((v = json_object_get(root, "kernel")) != NULL) {
         if (!json_is_string(v))
             return fail(err, TUNED__PE_BAD_TYPE, "\"kernel\" must be a string");
-        if (strcmp(json_string_value(v), "softmax") != 0)
-            return fail(err, TUNED__PE_BAD_VALUE, "\"kernel\": the only kernel is \"softmax\"");
+        if (strlen(json_string_value(v)) != json_string_length(v) ||
+            tuned__kernel_parse(json_string_value(v), &r->kernel) != 0)
+            return fail(err, TUNED__PE_BAD_VALUE,
+                        "\"kernel\" must be softmax, softmax_bwd, log_softmax or log_softmax_bwd");
+        r->shape.kernel = r->kernel;
     }
     if ((v = json_object_get(root, "dtype")) != NULL) {
         if (!json_is_string(v))
@@ -560,6 +564,12 @@ static int check_request(const json_t *root, tuned__request *r, tuned__proto_err
         if (!r->have_rows || !r->have_cols)
             return fail(err, TUNED__PE_MISSING_FIELD, "\"%s\" needs \"rows\" and \"cols\"",
                         op_names[r->op]);
+        /* The daemon's jobs and workers carry no kernel yet: they would
+         * tune softmax in its place. */
+        if ((r->op == TUNED__OP_TUNE || r->tune_if_missing) && r->kernel != TUNED__KERNEL_SOFTMAX)
+            return fail(err, TUNED__PE_BAD_VALUE,
+                        "a tune of %s: the daemon tunes softmax only; run tuned --kernel %s",
+                        tuned__kernel_name(r->kernel), tuned__kernel_name(r->kernel));
         break;
     case TUNED__OP_JOB:
         if (r->job == 0)

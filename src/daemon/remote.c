@@ -1055,7 +1055,7 @@ int tuned__remote_open(tuned__daemon *d, tuned__err *e)
             snprintf(rm->hw[rm->nhw++], sizeof rm->hw[0], "%s", hw);
         /* The fleet's names and the identity's must be one. */
         tuned__fleet_id id;
-        tuned__shape s = {TUNED_FP16, 1, 1};
+        tuned__shape s = {.dtype = TUNED_FP16, .rows = 1, .cols = 1};
         id_of(d, i, &s, &id);
         if (strcmp(id.hwclass, hw) != 0)
             logf_(rm, "fleet: GPU %zu's hardware class is %s to the fleet, %s here", i,

@@ -57,17 +57,33 @@ static double bits_to_double(const unsigned char *p, tuned_dtype dtype)
     return NAN;
 }
 
-/* Max (ignoring NaN, as fmax) and sum of exp(x - max) of one row. */
+/* Max (ignoring NaN, as fmax) of scale x and sum of exp(scale x - max) of
+ * one row. */
 static void cpu_row_stats(const unsigned char *row, uint64_t cols, tuned_dtype dtype, size_t esize,
-                          double *max, double *sum)
+                          double scale, double *max, double *sum)
 {
     double m = -INFINITY, s = 0.0;
     for (uint64_t i = 0; i < cols; i++)
-        m = fmax(m, bits_to_double(row + i * esize, dtype));
+        m = fmax(m, scale * bits_to_double(row + i * esize, dtype));
     for (uint64_t i = 0; i < cols; i++)
-        s += exp(bits_to_double(row + i * esize, dtype) - m);
+        s += exp(scale * bits_to_double(row + i * esize, dtype) - m);
     *max = m;
     *sum = s;
+}
+
+/* A backward row's sum of dy y (log: of dy) and of the terms' magnitudes. */
+static void cpu_row_sums(const unsigned char *y, const unsigned char *dy, uint64_t cols,
+                         tuned_dtype dtype, size_t esize, bool log, double *sum, double *mag)
+{
+    double s = 0.0, m = 0.0;
+    for (uint64_t i = 0; i < cols; i++) {
+        double g = bits_to_double(dy + i * esize, dtype);
+        double t = log ? g : g * bits_to_double(y + i * esize, dtype);
+        s += t;
+        m += fabs(t);
+    }
+    *sum = s;
+    *mag = m;
 }
 
 static bool stats_agree(double cpu, double gpu)
@@ -125,6 +141,12 @@ static int open_module(tuned__check *c, const tuned__nvrtc *n, int arch, tuned__
     CU(r, "loading the reference kernels");
     CU(c->d->cuModuleGetFunction(&c->gen, c->module, "tuned_gen_input"), "finding tuned_gen_input");
     CU(c->d->cuModuleGetFunction(&c->check, c->module, "tuned_check"), "finding tuned_check");
+    CU(c->d->cuModuleGetFunction(&c->gen_grad, c->module, "tuned_gen_grad"),
+       "finding tuned_gen_grad");
+    CU(c->d->cuModuleGetFunction(&c->gen_probs, c->module, "tuned_gen_probs"),
+       "finding tuned_gen_probs");
+    CU(c->d->cuModuleGetFunction(&c->check_bwd, c->module, "tuned_check_bwd"),
+       "finding tuned_check_bwd");
     return 0;
 }
 
@@ -138,6 +160,17 @@ static int open_buffers(tuned__check *c, size_t x_offset, size_t y_offset, tuned
         (rc = alloc(c, &c->counters, 16, "the check counters", e)) ||
         (rc = alloc(c, &c->stats, c->shape.rows * 2 * sizeof(double), "row statistics", e)))
         return rc;
+    if (tuned__kernel_backward(c->kernel)) {
+        /* Rows that are not aligned anyway: dy one element further in than
+         * y, so that their offsets inside a vector differ and dy takes the
+         * per-element path (softmax_bwd.cu). */
+        bool unaligned = (x_offset * c->esize) % 16 != 0 || (y_offset * c->esize) % 16 != 0;
+        size_t x2_offset = unaligned ? x_offset + 1 : x_offset;
+        c->x2_alloc_bytes = c->bytes + x2_offset * c->esize;
+        if ((rc = alloc(c, &c->x2_alloc, c->x2_alloc_bytes, "the second input (dy)", e)) != 0)
+            return rc;
+        c->x2 = c->x2_alloc + x2_offset * c->esize;
+    }
     c->x = c->x_alloc + x_offset * c->esize;
     c->y = c->y_alloc + y_offset * c->esize;
     c->guard_host = malloc(TUNED__CHECK_GUARD_BYTES);
@@ -159,6 +192,8 @@ int tuned__check_open(tuned__check *c, const tuned__driver *d, const tuned__nvrt
         return tuned__errf(e, TUNED_EINVAL, "check: bad shape %llux%llu",
                            (unsigned long long)s->rows, (unsigned long long)s->cols);
     c->bytes = s->rows * s->cols * c->esize;
+    c->kernel = tuned__shape_kernel(s);
+    c->scale = TUNED__CHECK_SCALE;
     c->stream = stream;
     c->seed = 0x5eed0000u;
     tolerances(s->dtype, &c->rtol, &c->atol);
@@ -176,7 +211,7 @@ void tuned__check_close(tuned__check *c)
         return;
     if (c->module != NULL)
         c->d->cuModuleUnload(c->module);
-    CUdeviceptr bufs[] = {c->x_alloc, c->y_alloc, c->counters, c->stats};
+    CUdeviceptr bufs[] = {c->x_alloc, c->y_alloc, c->x2_alloc, c->counters, c->stats};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i] != 0)
             c->d->cuMemFree(bufs[i]);
@@ -191,10 +226,24 @@ int tuned__check_input(tuned__check *c, tuned__err *e)
     long long rows = (long long)c->shape.rows, stride = (long long)c->shape.cols;
     int cols = (int)c->shape.cols;
     unsigned long long seed = c->seed++;
-    void *args[] = {&c->x, &rows, &cols, &stride, &seed};
+    bool backward = tuned__kernel_backward(c->kernel);
+    /* A backward kernel's x is only the source of its y: it goes where the
+     * output will be (poisoned before each run anyway). */
+    CUdeviceptr x = backward ? c->y : c->x;
+    void *args[] = {&x, &rows, &cols, &stride, &seed};
     unsigned grid = grid_for(c->shape.rows * c->shape.cols, 256, 65535);
     CU(c->d->cuLaunchKernel(c->gen, grid, 1, 1, 256, 1, 1, 0, c->stream, args, NULL),
        "launching the input generator");
+    if (!backward)
+        return 0;
+    int log = tuned__kernel_log(c->kernel);
+    void *probs_args[] = {&x, &c->x, &rows, &cols, &stride, &log};
+    CU(c->d->cuLaunchKernel(c->gen_probs, grid_for(c->shape.rows, 1, 65535), 1, 1, 256, 1, 1, 0,
+                            c->stream, probs_args, NULL),
+       "launching the float64 softmax of the backward input");
+    void *grad_args[] = {&c->x2, &rows, &cols, &stride, &seed};
+    CU(c->d->cuLaunchKernel(c->gen_grad, grid, 1, 1, 256, 1, 1, 0, c->stream, grad_args, NULL),
+       "launching the gradient generator");
     return 0;
 }
 
@@ -209,11 +258,20 @@ static int compare(tuned__check *c, CUdeviceptr row_stats, uint64_t *bad, uint64
     CU(c->d->cuMemsetD32Async(c->counters, 0, 2, c->stream), "clearing the check counters");
     CU(c->d->cuMemsetD32Async(first_ptr, 0xFFFFFFFFu, 2, c->stream),
        "clearing the check counters");
-    void *args[] = {&c->x, &c->y, &rows, &cols, &stride, &c->rtol, &c->atol,
-                    &bad_ptr, &first_ptr, &row_stats};
     unsigned grid = grid_for(c->shape.rows, 1, 65535);
-    CU(c->d->cuLaunchKernel(c->check, grid, 1, 1, 256, 1, 1, 0, c->stream, args, NULL),
-       "launching the reference check");
+    int log = tuned__kernel_log(c->kernel);
+    if (tuned__kernel_backward(c->kernel)) {
+        void *args[] = {&c->x, &c->x2, &c->y, &rows, &cols, &stride, &c->rtol, &c->atol,
+                        &bad_ptr, &first_ptr, &row_stats, &log};
+        CU(c->d->cuLaunchKernel(c->check_bwd, grid, 1, 1, 256, 1, 1, 0, c->stream, args, NULL),
+           "launching the reference check");
+    } else {
+        double scale = c->scale;
+        void *args[] = {&c->x, &c->y, &rows, &cols, &stride, &c->rtol, &c->atol,
+                        &bad_ptr, &first_ptr, &row_stats, &scale, &log};
+        CU(c->d->cuLaunchKernel(c->check, grid, 1, 1, 256, 1, 1, 0, c->stream, args, NULL),
+           "launching the reference check");
+    }
     uint64_t host[2];
     CU(c->d->cuStreamSynchronize(c->stream), "running the reference check");
     CU(c->d->cuMemcpyDtoH(host, c->counters, sizeof host), "reading the check counters");
@@ -235,13 +293,17 @@ int tuned__check_reference(tuned__check *c, tuned__err *e)
     uint64_t picks[REFERENCE_ROWS_CHECKED] = {0,        1,           rows / 3,     rows / 2,
                                               rows - 1, rows / 2 + 1, rows / 2 + 2, (rows * 3) / 4};
     size_t row_bytes = cols * c->esize;
-    unsigned char *row = malloc(row_bytes);
+    bool backward = tuned__kernel_backward(c->kernel);
+    unsigned char *row = malloc(2 * row_bytes);
     if (row == NULL)
         return tuned__errf(e, TUNED_ENOMEM, "check: out of memory for a %zu-byte row", row_bytes);
+    unsigned char *row2 = row + row_bytes; /* dy, backward kernels only */
     for (size_t i = 0; i < REFERENCE_ROWS_CHECKED; i++) {
         uint64_t r = picks[i] < rows ? picks[i] : rows - 1;
         double gpu_stats[2], m, s;
         CUresult cr = c->d->cuMemcpyDtoH(row, c->x + r * row_bytes, row_bytes);
+        if (cr == CUDA_SUCCESS && backward)
+            cr = c->d->cuMemcpyDtoH(row2, c->x2 + r * row_bytes, row_bytes);
         if (cr == CUDA_SUCCESS)
             cr = c->d->cuMemcpyDtoH(gpu_stats, c->stats + r * 2 * sizeof(double),
                                     sizeof gpu_stats);
@@ -249,13 +311,18 @@ int tuned__check_reference(tuned__check *c, tuned__err *e)
             free(row);
             return tuned__cuda_check(c->d, cr, e, "reading a row for the reference check");
         }
-        cpu_row_stats(row, cols, c->shape.dtype, c->esize, &m, &s);
+        if (backward)
+            cpu_row_sums(row, row2, cols, c->shape.dtype, c->esize, tuned__kernel_log(c->kernel),
+                         &m, &s);
+        else
+            cpu_row_stats(row, cols, c->shape.dtype, c->esize, c->scale, &m, &s);
         if (!stats_agree(m, gpu_stats[0]) || !stats_agree(s, gpu_stats[1])) {
             free(row);
             return tuned__errf(e, TUNED_EWRONG,
                                "check: the GPU float64 reference disagrees with the CPU on "
-                               "row %llu: max %.17g vs %.17g, sum %.17g vs %.17g",
-                               (unsigned long long)r, gpu_stats[0], m, gpu_stats[1], s);
+                               "row %llu: %s %.17g vs %.17g, %s %.17g vs %.17g",
+                               (unsigned long long)r, backward ? "sum" : "max", gpu_stats[0], m,
+                               backward ? "magnitude" : "sum", gpu_stats[1], s);
         }
     }
     free(row);
@@ -271,8 +338,8 @@ int tuned__check_run(tuned__check *c, const tuned__launch *l, tuned__workspace *
     int rc;
     CU(c->d->cuMemsetD8Async(c->y_alloc, poison, c->y_alloc_bytes, c->stream),
        "poisoning the output");
-    CU(tuned__launch_run(c->d, l, work, c->x, c->y, (long long)c->shape.rows, (int)c->shape.cols,
-                         (long long)c->shape.cols, c->stream),
+    CU(tuned__launch_run(c->d, l, work, c->x, c->x2, c->y, (long long)c->shape.rows,
+                         (int)c->shape.cols, (long long)c->shape.cols, c->scale, c->stream),
        l->cooperative ? "launching the variant (cooperative)" : "launching the variant");
     uint64_t bad, first;
     if ((rc = compare(c, 0, &bad, &first, e)) != 0)
@@ -311,7 +378,8 @@ static uint64_t rows_to_check(const tuned__driver *d, const tuned__shape *s)
     size_t freemem = 0, total = 0;
     if (d->cuMemGetInfo(&freemem, &total) != CUDA_SUCCESS)
         return s->rows;
-    uint64_t per_row = 2 * s->cols * tuned_dtype_size(s->dtype) + 16;
+    uint64_t per_row = tuned__kernel_tensors(tuned__shape_kernel(s)) * s->cols *
+                           tuned_dtype_size(s->dtype) + 16;
     uint64_t budget = freemem / 2;
     uint64_t fit = budget > 2 * TUNED__CHECK_GUARD_BYTES
                        ? (budget - 2 * TUNED__CHECK_GUARD_BYTES) / per_row

@@ -1,5 +1,6 @@
-/* check.h: whether a variant computes softmax: run it once on generated
- * input and compare every element with the float64 reference.
+/* check.h: whether a variant computes its kernel (softmax, softmax_bwd,
+ * log_softmax, log_softmax_bwd: the shape says which): run it once on
+ * generated input and compare every element with the float64 reference.
  *
  * The tuner's evaluator checks every variant this way before it times one,
  * and the embedding API checks a compatible record's config (measured
@@ -14,7 +15,15 @@
  * value (0x7B... is finite and far above 1 in every dtype, so an unwritten
  * element fails even where the reference is NaN), launch, then count the
  * elements with |y - ref| > atol + rtol |ref| or NaN where the reference
- * is not (rtol: fp16 1.5e-3, bf16 8e-3, fp32 2e-5), and read the guard. */
+ * is not (rtol: fp16 1.5e-3, bf16 8e-3, fp32 2e-5; the reference kernels
+ * add what each kernel's fp32 rounding needs, see reference.cu), and read
+ * the guard.
+ *
+ * Inputs: forward kernels read x (uniform in [-8, 8) plus planted rows) and
+ * run at scale TUNED__CHECK_SCALE, so a variant that drops or misplaces the
+ * scale fails; backward kernels read y, the softmax (log_softmax) of such
+ * an x computed in float64 and rounded to the dtype, and dy uniform in
+ * [-1, 1). */
 #ifndef TUNED_DRIVER_CHECK_H
 #define TUNED_DRIVER_CHECK_H
 
@@ -28,6 +37,9 @@
 #include "src/driver/launch.h"
 
 #define TUNED__CHECK_GUARD_BYTES 4096
+/* The scale the forward kernels are checked (and timed) at: not 1, so
+ * that the scale must be applied, and exact in binary, so that s x is. */
+#define TUNED__CHECK_SCALE 0.75f
 
 /* Buffers and reference kernels for one shape, in the context current at
  * tuned__check_open(). Read-only for callers, except that the evaluator
@@ -37,14 +49,23 @@ typedef struct tuned__check {
     tuned__shape shape;
     size_t esize;
     size_t bytes;                      /* of x, and of y */
+    unsigned kernel;                   /* TUNED__KERNEL_*, from the shape */
+    float scale;                       /* forward kernels' (TUNED__CHECK_SCALE) */
     CUstream stream;                   /* the caller's */
     CUdeviceptr x_alloc, y_alloc;      /* y_alloc holds the guard after y */
     size_t x_alloc_bytes, y_alloc_bytes;
-    CUdeviceptr x, y;                  /* offset into their allocations */
+    CUdeviceptr x, y;                  /* offset into their allocations: the
+                                          input (backward: y) and the output */
+    CUdeviceptr x2_alloc, x2;          /* backward kernels' second input, dy
+                                          (x_offset into it, as x; one more
+                                          where the rows are unaligned
+                                          anyway); else 0 */
+    size_t x2_alloc_bytes;
     CUdeviceptr counters;              /* wrong elements, first wrong index */
     CUdeviceptr stats;                 /* per row (max, sum) of the reference */
     CUmodule module;                   /* reference.cu */
     CUfunction gen, check;
+    CUfunction gen_grad, gen_probs, check_bwd; /* the backward kernels' */
     double rtol, atol;
     uint64_t seed;                     /* of the next input drawn */
     unsigned char *guard_host;
@@ -62,17 +83,19 @@ int tuned__check_open(tuned__check *c, const tuned__driver *d, const tuned__nvrt
 void tuned__check_close(tuned__check *c);
 
 /* Draws fresh input into x (uniform in [-8, 8) plus planted rows: -inf,
- * NaN, +inf, the dtype's lowest value, values near 1e10). */
+ * NaN, +inf, the dtype's lowest value, values near 1e10); for a backward
+ * kernel, y from such an x into x, and dy into x2 (see above). */
 int tuned__check_input(tuned__check *c, tuned__err *e);
 
 /* Draws input and checks the GPU reference's row maxima and sums against
- * a CPU float64 softmax on 8 rows, the planted ones among them:
- * TUNED_EWRONG when they disagree. */
+ * a CPU float64 softmax on 8 rows, the planted ones among them (backward
+ * kernels: the row sums and sums of magnitudes): TUNED_EWRONG when they
+ * disagree. */
 int tuned__check_reference(tuned__check *c, tuned__err *e);
 
 /* Poisons y and its guard with poison, enqueues l (work: its workspace, if
- * it needs one) on x, and compares y with the reference of the current
- * input. *wrong and detail (n bytes) say whether and where it is wrong. A
+ * it needs one) on x (and x2), and compares y with the reference of the
+ * current input. *wrong and detail (n bytes) say whether and where it is wrong. A
  * nonzero return is a failure of the launch or the GPU. */
 int tuned__check_run(tuned__check *c, const tuned__launch *l, tuned__workspace *work,
                      unsigned char poison, bool *wrong, char *detail, size_t n, tuned__err *e);
@@ -81,8 +104,8 @@ int tuned__check_run(tuned__check *c, const tuned__launch *l, tuned__workspace *
  * fn is config cfg compiled for shape s (aligned: for 16-byte-aligned
  * rows; otherwise the check offsets its rows so they are not), loaded in
  * the current context of a GPU with sm_count SMs and compute capability
- * arch. Runs it once on generated input on a stream of its own and
- * compares with the float64 reference. A shape whose buffers would take
+ * arch, for s's kernel. Runs it once on generated input on a stream of
+ * its own and compares with the float64 reference. A shape whose buffers would take
  * more than half the free GPU memory is checked on fewer rows (a multiple
  * of 256 plus rows % 256, so the last block's rows are the same). *ok and
  * detail (n bytes) say whether it computes softmax; a launch the driver

@@ -8,7 +8,8 @@ int tuned__launch_prepare(const tuned__driver *d, CUfunction fn, const tuned__co
                           const tuned__shape *s, int sm_count, tuned__launch *out, tuned__err *e)
 {
     tuned__launch l = {.fn = fn, .block = c->warps * 32u,
-                       .smem = (unsigned)tuned__source_dynamic_smem(c, s)};
+                       .smem = (unsigned)tuned__source_dynamic_smem(c, s),
+                       .backward = tuned__kernel_backward(tuned__shape_kernel(s))};
     uint64_t blocks = (s->rows + c->rows - 1) / c->rows * tuned__config_blocks_per_row(c);
     int rc = 0;
     if (c->cluster > 8 &&
@@ -87,11 +88,17 @@ void tuned__workspace_free(const tuned__driver *d, tuned__workspace *w)
 }
 
 CUresult tuned__launch_run(const tuned__driver *d, const tuned__launch *l, tuned__workspace *work,
-                           CUdeviceptr x, CUdeviceptr y, long long rows, int cols,
-                           long long row_stride, CUstream stream)
+                           CUdeviceptr in, CUdeviceptr in2, CUdeviceptr out, long long rows,
+                           int cols, long long row_stride, float scale, CUstream stream)
 {
+    if (l->backward) {
+        void *args[] = {&in, &in2, &out, &rows, &cols, &row_stride};
+        return d->cuLaunchKernel(l->fn, l->grid, 1, 1, l->block, 1, 1, l->smem, stream, args,
+                                 NULL);
+    }
+    (void)in2;
     if (!l->cooperative) {
-        void *args[] = {&x, &y, &rows, &cols, &row_stride};
+        void *args[] = {&in, &out, &rows, &cols, &row_stride, &scale};
         return d->cuLaunchKernel(l->fn, l->grid, 1, 1, l->block, 1, 1, l->smem, stream, args,
                                  NULL);
     }
@@ -101,7 +108,7 @@ CUresult tuned__launch_run(const tuned__driver *d, const tuned__launch *l, tuned
     if (ticket == 0) /* wrapped: 0 is what cleared memory holds */
         ticket = atomic_fetch_add_explicit(&work->launches, 1, memory_order_relaxed) + 1;
     CUdeviceptr base = work->base;
-    void *args[] = {&x, &y, &rows, &cols, &row_stride, &base, &ticket};
+    void *args[] = {&in, &out, &rows, &cols, &row_stride, &scale, &base, &ticket};
     return d->cuLaunchCooperativeKernel(l->fn, l->grid, 1, 1, l->block, 1, 1, l->smem, stream,
                                         args);
 }

@@ -25,6 +25,10 @@ typedef struct tuned__launch {
      * work_bytes (0 otherwise). */
     bool cooperative;
     size_t work_bytes;
+    /* A backward kernel: parameters (y, dy, dx, rows, cols, row_stride);
+     * otherwise (x, y, rows, cols, row_stride, scale), then a grid split's
+     * (workspace, ticket). */
+    bool backward;
 } tuned__launch;
 
 /* Device memory for the (max, sum) pairs of grid-split launches and the
@@ -53,11 +57,13 @@ int tuned__workspace_alloc(const tuned__driver *d, tuned__workspace *w, size_t b
 /* Frees it (in the current context); safe on a zeroed or freed one. */
 void tuned__workspace_free(const tuned__driver *d, tuned__workspace *w);
 
-/* Enqueues l on stream: y = softmax(x) for rows x cols with row_stride
- * elements between rows. work must hold l->work_bytes when l needs one.
- * Returns the driver's result, for the caller to report in its words. */
+/* Enqueues l on stream for rows x cols with row_stride elements between
+ * rows: a forward kernel, out = softmax (or log_softmax) of scale * in; a
+ * backward one, out = dx of y = in and dy = in2 (scale unused). work must
+ * hold l->work_bytes when l needs one. Returns the driver's result, for
+ * the caller to report in its words. */
 CUresult tuned__launch_run(const tuned__driver *d, const tuned__launch *l, tuned__workspace *work,
-                           CUdeviceptr x, CUdeviceptr y, long long rows, int cols,
-                           long long row_stride, CUstream stream);
+                           CUdeviceptr in, CUdeviceptr in2, CUdeviceptr out, long long rows,
+                           int cols, long long row_stride, float scale, CUstream stream);
 
 #endif

@@ -100,9 +100,12 @@ static unsigned grid_for(uint64_t n, unsigned per_block, unsigned cap)
  * reference.cu says why), enqueued before each timing's flush. */
 static int reset_l2_priority(tuned__evaluator *ev, tuned__err *e)
 {
-    CUdeviceptr bufs[] = {ev->check.x_alloc, ev->check.y_alloc};
-    size_t sizes[] = {ev->check.x_alloc_bytes, ev->check.y_alloc_bytes};
-    for (int i = 0; i < 2; i++) {
+    CUdeviceptr bufs[] = {ev->check.x_alloc, ev->check.y_alloc, ev->check.x2_alloc};
+    size_t sizes[] = {ev->check.x_alloc_bytes, ev->check.y_alloc_bytes,
+                      ev->check.x2_alloc_bytes};
+    for (int i = 0; i < 3; i++) {
+        if (bufs[i] == 0)
+            continue; /* no second input */
         long long bytes = (long long)sizes[i];
         void *args[] = {&bufs[i], &bytes};
         unsigned sms = ev->gpu.sm_count > 0 ? (unsigned)ev->gpu.sm_count : 1u;
@@ -205,8 +208,9 @@ static int enqueue_copy(tuned__evaluator *ev, void *arg, tuned__err *e)
 static int enqueue_variant(tuned__evaluator *ev, void *arg, tuned__err *e)
 {
     const tuned__launch *l = arg;
-    CU(tuned__launch_run(ev->d, l, &ev->work, ev->check.x, ev->check.y, (long long)ev->shape.rows,
-                         (int)ev->shape.cols, (long long)ev->shape.cols, ev->stream),
+    CU(tuned__launch_run(ev->d, l, &ev->work, ev->check.x, ev->check.x2, ev->check.y,
+                         (long long)ev->shape.rows, (int)ev->shape.cols,
+                         (long long)ev->shape.cols, ev->check.scale, ev->stream),
        l->cooperative ? "launching the variant (cooperative)" : "launching the variant");
     return 0;
 }
@@ -271,10 +275,10 @@ int tuned__evaluator_open(tuned__evaluator **out, const tuned__driver *d, const 
      * buffers are 16-byte aligned. */
     if ((ev->opts.x_offset * esize) % 16 != 0 || (ev->opts.y_offset * esize) % 16 != 0)
         ev->opts.codegen.unaligned = true;
-    /* Input, output, flush buffer and the float64 reference's statistics
+    /* Inputs, output, flush buffer and the float64 reference's statistics
      * must fit with room to spare. */
-    size_t need = 2 * ev->bytes + 2 * (size_t)gpu->l2_bytes + s->rows * 16 +
-                  TUNED__CHECK_GUARD_BYTES;
+    size_t need = tuned__kernel_tensors(tuned__shape_kernel(s)) * ev->bytes +
+                  2 * (size_t)gpu->l2_bytes + s->rows * 16 + TUNED__CHECK_GUARD_BYTES;
     int rc = 0;
     if (need > gpu->total_mem - gpu->total_mem / 8) {
         rc = tuned__errf(e, TUNED_EINVAL,
@@ -436,7 +440,7 @@ int tuned__evaluator_run(tuned__evaluator *ev, const tuned__config *cfgs, size_t
         CUfunction fn = NULL;
         CUresult r = ev->d->cuModuleLoadData(&module, cubin->data);
         if (r == CUDA_SUCCESS)
-            r = ev->d->cuModuleGetFunction(&fn, module, tuned__source_entry(&cfgs[i]));
+            r = ev->d->cuModuleGetFunction(&fn, module, tuned__source_entry(&cfgs[i], &ev->shape));
         if (r != CUDA_SUCCESS) {
             tuned__err load_err = {0};
             tuned__cuda_check(ev->d, r, &load_err, "loading the variant");

@@ -374,6 +374,17 @@ void tuned__space_random(const tuned__space *sp, tuned__rng *rng, tuned__config 
     *out = sp->valid[tuned__rng_below(rng, sp->count)];
 }
 
+/* The reduction a seed of a row over several blocks takes: one round of
+ * pairs (a cluster exchanges once, not twice: measured, the clustered long
+ * rows' winners are fused), except in the backward kernels, whose one
+ * reduction is a plain sum. */
+static uint8_t seed_red(const tuned__space *sp, unsigned blocks_per_row)
+{
+    return blocks_per_row > 1 && !tuned__kernel_backward(tuned__shape_kernel(&sp->shape))
+               ? TUNED__RED_FUSED
+               : TUNED__RED_SPLIT;
+}
+
 size_t tuned__space_seeds(const tuned__space *sp, tuned__config *out, size_t cap)
 {
     size_t n = 0;
@@ -391,10 +402,7 @@ size_t tuned__space_seeds(const tuned__space *sp, tuned__config *out, size_t cap
                            .rows = (uint16_t)(warps * 32 / per_block), .cluster = (uint8_t)cluster,
                            .minb = 1,
                            .vec = widest, .ld = TUNED__LD_DEF, .st = TUNED__ST_DEF,
-                           .reg = TUNED__REG_F32,
-                           /* a cluster exchanges once, not twice (measured:
-                            * the clustered long rows' winners are fused) */
-                           .red = cluster > 1 ? TUNED__RED_FUSED : TUNED__RED_SPLIT};
+                           .reg = TUNED__REG_F32, .red = seed_red(sp, cluster)};
         size_t before = n;
         for (unsigned minb = 4; minb >= 1 && n == before; minb /= 2)
             for (unsigned reg = 0; reg <= TUNED__REG_PK && n == before; reg++) {
@@ -413,7 +421,7 @@ size_t tuned__space_seeds(const tuned__space *sp, tuned__config *out, size_t cap
                 tuned__config c = {.family = TUNED__FAMILY_ROWS, .warps = (uint8_t)warps,
                                    .rows = 1, .cluster = (uint8_t)cluster, .vec = widest,
                                    .ld = TUNED__LD_DEF, .st = TUNED__ST_DEF, .reg = (uint8_t)reg,
-                                   .red = TUNED__RED_FUSED};
+                                   .red = seed_red(sp, cluster)};
                 size_t before = n;
                 for (unsigned minb = 4; minb >= 1 && n == before; minb /= 2) {
                     c.minb = (uint8_t)minb;

@@ -527,9 +527,10 @@ class DispatchTests(unittest.TestCase):
 
 class KernelPathsTests(unittest.TestCase):
     """Which kernels a libtuned exports decides each torch operator's path:
-    today's libtuned has the forward softmax only; a library that also
-    exports a backward or log_softmax kernel (a stand-in shared object here,
-    linked to the real libtuned) gets them bound and reported as tuned."""
+    libtuned exports all four and the fused scale, so every operator
+    reports tuned; a stand-in shared object that shadows two of them (and
+    links the real libtuned for the rest) gets its own bound, with the
+    argument types the C signatures have."""
 
     @unittest.skipUnless(LIBTUNED and os.path.exists(LIBTUNED), "no libtuned given")
     def test_today(self):
@@ -539,9 +540,9 @@ class KernelPathsTests(unittest.TestCase):
         """, {"TUNED_LIBRARY": LIBTUNED})
         self.assertEqual(rc, 0, err)
         self.assertIn(f"('library', '{LIBTUNED}')", out)
-        for op, path in (("softmax", "tuned"), ("softmax_scale", "torch"),
-                         ("softmax_backward", "torch"), ("log_softmax", "torch"),
-                         ("log_softmax_backward", "torch")):
+        for op, path in (("softmax", "tuned"), ("softmax_scale", "fused"),
+                         ("softmax_backward", "tuned"), ("log_softmax", "tuned"),
+                         ("log_softmax_backward", "tuned")):
             self.assertIn(f"('{op}', '{path}')", out)
 
     @unittest.skipUnless(LIBTUNED and os.path.exists(LIBTUNED), "no libtuned given")
@@ -575,9 +576,11 @@ class KernelPathsTests(unittest.TestCase):
                 print("argtypes", f.argtypes[-2] is ctypes.c_float, f.restype is ctypes.c_int)
             """, {"TUNED_LIBRARY": shim})
             self.assertEqual(rc, 0, err)
-            for op, path in (("softmax", "tuned"), ("softmax_scale", "torch"),
+            # the shim's two exports and, through its link to libtuned,
+            # the rest of libtuned's
+            for op, path in (("softmax", "tuned"), ("softmax_scale", "fused"),
                              ("softmax_backward", "tuned"), ("log_softmax", "tuned"),
-                             ("log_softmax_backward", "torch")):
+                             ("log_softmax_backward", "tuned")):
                 self.assertIn(f"('{op}', '{path}')", out)
             self.assertIn("version 0.1.0", out)
             self.assertIn("argtypes True True", out)

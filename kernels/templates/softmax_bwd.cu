@@ -1,0 +1,107 @@
+/* softmax_bwd.cu: the backward kernels, family "rows": a row of y and a
+ * row of dy held in registers by a group of threads (part of a warp, one
+ * or more warps, a whole block, or a thread-block cluster, sm_90).
+ *
+ * Idea: the gradient of softmax over a row is dx = y (dy - sum(dy y)), of
+ * log_softmax (T_LOG, y the log-probabilities) dx = dy - exp(y) sum(dy).
+ * Both read two tensors and write one, so the floor is 1.5 copies; each is
+ * one pass: the stages of softmax_rows_common.cu, generalised to two rows:
+ *   load    y and dy, each thread issuing all its vector loads of both
+ *           before the reduction (0 in the slots past the row: T_BWD)
+ *   dot     the thread's sum of dy y (softmax) or of dy (log_softmax)
+ *   reduce  that one sum over the row's threads: warp shuffles, shared
+ *           memory across the group's warps, distributed shared memory
+ *           across the cluster's blocks
+ *   store   dx, a vector at a time
+ * dy's rows are loaded by the same vector slots as y's; where dy's offset
+ * inside a vector differs from y's (unaligned calls only) its elements go
+ * one by one.
+ *
+ * Variants (codegen prepends the defines, then softmax_common.cu and
+ * softmax_rows_common.cu, which explains each):
+ *   1. T_DTYPE      0 fp16, 1 bf16, 2 fp32 (math is always fp32)
+ *   2. T_WARPS      warps per block: 1, 2, 4, 8, 16, 32
+ *   3. T_ROWS       rows per block: 1 to 32 * T_WARPS
+ *   4. T_CLUSTER    blocks per row (a cluster; 1 = none; else T_ROWS = 1)
+ *   5. T_MIN_BLOCKS blocks per SM the registers must leave room for (1, 2, 4)
+ *   6. T_VEC        elements per vector access (at most 16 bytes)
+ *   7. T_ITERS      vector accesses per thread per row, of each tensor
+ *   8. T_COLS       the column count the source is generated for
+ *   9. T_HEAD_FREE  1: every row of y, dy and dx starts on a vector boundary
+ *  10. T_LD         0 ld.global, 1 .nc, 2 .cs (both inputs)
+ *  11. T_ST         0 st.global, 1 .cs
+ *  12. T_REG_PACKED 1: keep the loaded words, convert on use
+ *  13. T_LOG        1: log_softmax_bwd
+ *  14. T_BWD        1 (always, here)
+ *  15. T_PLANT_BUG  test builds only: 1 or 2, a planted bug
+ * (T_EXP16, T_FUSED and T_GRID are 0, 0 and absent: one sum, nothing to
+ * exponentiate before the store.)
+ *
+ * Checked against: the float64 reference in reference.cu (tuned_check_bwd:
+ * per element, with the dtype's tolerances plus the fp32 rounding of the
+ * row's sum, NaN for NaN), on y computed in float64 from generated input
+ * (tuned_gen_probs) and uniform dy. */
+
+#if !T_BWD || T_FUSED || T_EXP16
+#error "softmax_bwd.cu is built with T_BWD 1, T_FUSED 0, T_EXP16 0"
+#endif
+
+/* dot: this thread's part of the row's sum, sum(dy y) or (T_LOG) sum(dy). */
+__device__ __forceinline__ float thread_dot(const Held &hy, const Held &hd)
+{
+    float sum = 0.0f;
+#pragma unroll
+    for (int it = 0; it < T_ITERS; it++)
+#pragma unroll
+        for (int k = 0; k < T_VEC; k++)
+#if T_LOG
+            sum += held_value(hd, it, k);
+#else
+            sum = fmaf(held_value(hd, it, k), held_value(hy, it, k), sum);
+#endif
+#if T_LOG
+    (void)hy;
+#endif
+    return sum;
+}
+
+/* store's value: dx of element k of vector it, sum the row's. */
+__device__ __forceinline__ float grad_value(const Held &hy, const Held &hd, int it, int k,
+                                            float sum)
+{
+    const float y = held_value(hy, it, k), dy = held_value(hd, it, k);
+#if T_LOG
+    float p;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(p) : "f"(y * LOG2E));
+    return fmaf(-p, sum, dy);
+#else
+    return y * (dy - sum);
+#endif
+}
+
+extern "C" __global__ void __launch_bounds__(T_WARPS * 32, T_MIN_BLOCKS) CLUSTER_ATTRIBUTE
+tuned_softmax_bwd_rows(const unsigned char *y, const unsigned char *dy, unsigned char *dx,
+                       long long rows, int cols, long long row_stride)
+{
+    __shared__ float partial_sum[T_WARPS];
+    __shared__ float exchange_sum[1];
+
+    const RowSlot slot = row_slot();
+    /* As in softmax_rows.cu: threads past the last row take part in the
+     * barriers only. */
+    const bool active = T_ROWS == 1 || slot.row < rows;
+    /* y's row and dx's (dx's vectors line up with y's or go per element),
+     * then dy's, loaded by y's vector slots. */
+    const RowPtrs p = row_ptrs(y, dx, slot.row, active, row_stride);
+    const RowPtrs q = row_ptrs(dy, dx, slot.row, active, row_stride);
+
+    Held hy, hd;
+    load_row(hy, p, slot.lane, cols, active);
+    load_row_from(hd, q.xr, p.head, q.head == p.head, slot.lane, cols, active);
+    const float sum = row_reduce(thread_dot(hy, hd), partial_sum, exchange_sum, SumOp());
+    exit_arrive();
+    store_row(p, slot.lane, cols, active,
+              [&](int it, int k) { return grad_value(hy, hd, it, k, sum); });
+    plant_overrun(p, slot.row, rows, slot.lane, cols);
+    exit_wait();
+}
