@@ -20,10 +20,10 @@ backwards' own (second order) is written in torch.
 Which path each CUDA kernel takes (tuned.kernel_paths() says it at run
 time, so that a benchmark can report it):
 
-    softmax               libtuned's tuned_softmax. With scale != 1, x * scale
-                          is computed by torch into a buffer first, until
-                          libtuned exports tuned_softmax_scaled: the fused
-                          scale comes with the new kernels.
+    softmax               libtuned's tuned_softmax; with scale != 1
+                          tuned_softmax_scaled (the scale fused), or, from a
+                          libtuned without it, x * scale computed by torch
+                          into a buffer first.
     log_softmax           tuned_log_softmax when libtuned exports it, else
                           torch.log_softmax (of x * scale).
     softmax_backward      tuned_softmax_backward when exported, else
