@@ -77,6 +77,7 @@ check)
     echo "== build: $((SECONDS - t0)) s"
     meson test -C build --suite gpu --print-errorlogs >"$out/gpu-tests.log" 2>&1
     suite=$?
+    [[ $suite -eq 0 ]] && touch /tmp/tuned-gpu-suite.ok
     grep -E '^ *[0-9]+/[0-9]+ ' "$out/gpu-tests.log"
     echo "== GPU suite: exit $suite, $((SECONDS - t0)) s"
     tools/bench.sh "$out" shapes >/dev/null 2>/tmp/tuned-bench-progress.log
@@ -109,7 +110,8 @@ train)
     (( left < 60 )) && left=60
     PYTHONPATH="$root/bindings/python:${PYTHONPATH:-}" TUNED_LIBRARY="$root/build/libtuned.so.0" \
         python3 bench/bench_train.py --out "$out" --tuned-bin "$root/build/tuned" \
-        --budget-s "$left" ${TRAIN_SHAPES:+--shapes "$TRAIN_SHAPES"} >"$out/train.log" 2>&1
+        --budget-s "$left" ${TRAIN_SHAPES:+--shapes "$TRAIN_SHAPES"} \
+        ${TRAIN_TUNE_TIME:+--tune-time "$TRAIN_TUNE_TIME"} >"$out/train.log" 2>&1
     rc=$?
     grep -vE '^(tune |[0-9]+x[0-9]+\|)' "$out/train.log" | tail -n 60
     exit $rc
