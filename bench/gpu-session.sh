@@ -68,6 +68,8 @@ check)
     # shellcheck source=tools/device-env.sh
     source tools/device-env.sh || exit 1
     export LD_LIBRARY_PATH="/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+    # hiredis.pc names ${prefix}/lib; Debian puts the library in its multiarch directory
+    export LIBRARY_PATH="/tmp/tuned-prefix/usr/lib/x86_64-linux-gnu${LIBRARY_PATH:+:$LIBRARY_PATH}"
     stage_wheels >/dev/null
     nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv \
         >"$out/nvidia-smi.txt" 2>&1
@@ -95,6 +97,8 @@ train)
     # shellcheck source=tools/device-env.sh
     source tools/device-env.sh || exit 1
     export LD_LIBRARY_PATH="/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+    # hiredis.pc names ${prefix}/lib; Debian puts the library in its multiarch directory
+    export LIBRARY_PATH="/tmp/tuned-prefix/usr/lib/x86_64-linux-gnu${LIBRARY_PATH:+:$LIBRARY_PATH}"
     install_wheels >"$out/wheels.log" 2>&1 || { cat "$out/wheels.log"; exit 1; }
     tail -n 1 "$out/wheels.log"
     t0=$SECONDS
