@@ -1,5 +1,5 @@
 /* overhead.c: host cost of one tuned_softmax call against a raw
- * cuLaunchKernel of the same kernel (issue 6).
+ * cuLaunchKernel of the same kernel.
  *
  *   bench_overhead [--shape RxC] [--dtype D] [--batch N] [--reps N] [--store PATH] [--json]
  *
@@ -117,7 +117,10 @@ static void launch_batch(run *r, bool tuned, int batch)
                 exit(1);
             }
     } else {
-        void *args[] = {&r->x, &r->y, &r->rows, &r->cols, &r->stride};
+        /* The forward kernels' parameters, as tuned.h gives them; scale 1
+         * is what tuned_softmax passes. */
+        float scale = 1.0f;
+        void *args[] = {&r->x, &r->y, &r->rows, &r->cols, &r->stride, &scale};
         for (int i = 0; i < batch; i++)
             CHECK(cu.launch((CUfunction)r->c.function, r->c.grid, 1, 1, r->c.block, 1, 1,
                             r->c.smem, r->s, args, NULL));

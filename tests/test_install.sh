@@ -34,8 +34,12 @@ root="$tmp/root"
 if ! meson install -C "$build" --no-rebuild --destdir "$root" >"$tmp/install.log" 2>&1; then
     echo "FAIL: meson install --destdir"; cat "$tmp/install.log"; exit 1
 fi
-prefix="$(meson introspect "$build" --buildoptions |
-          python3 -c 'import json,sys; print(next(o["value"] for o in json.load(sys.stdin) if o["name"] == "prefix"))')"
+option() {
+    meson introspect "$build" --buildoptions |
+        python3 -c 'import json,sys; print(next(o["value"] for o in json.load(sys.stdin) if o["name"] == sys.argv[1]))' "$1"
+}
+prefix="$(option prefix)"
+sanitize="$(option b_sanitize)"
 tuned="$root$prefix/bin/tuned"
 [[ -x "$tuned" ]] || { echo "FAIL: $prefix/bin/tuned not installed"; exit 1; }
 lib="$(find "$root" -name 'libtuned.so.0' -print -quit)"
@@ -51,7 +55,11 @@ mkdir "$tmp/app" && cp "$src/examples/softmax.c" "$tmp/app/app.c"
 if (cd "$tmp/app" && PKG_CONFIG_PATH="$(dirname "$pc")" PKG_CONFIG_SYSROOT_DIR="$root" \
         bash -c "$line" >"$tmp/cc.log" 2>&1); then
     rc=0
-    (cd "$tmp/app" && TUNED_DB="$tmp/app/store" ./a.out >"$tmp/run.log" 2>&1) || rc=$?
+    # A sanitized build's libtuned needs the ASan runtime loaded first; the
+    # user's program (built by the README's line) has none of its own.
+    preload=""
+    [[ "$sanitize" == *address* ]] && preload="$(cc -print-file-name=libasan.so)"
+    (cd "$tmp/app" && LD_PRELOAD="$preload" TUNED_DB="$tmp/app/store" ./a.out >"$tmp/run.log" 2>&1) || rc=$?
     case $rc in
     0) echo "ok: README compile line; the example ran" ;;
     77) echo "ok: README compile line; the example skipped (no GPU): $(tail -n 1 "$tmp/run.log")" ;;

@@ -10,7 +10,9 @@
  * unanswered lines wait in its buffer) until they drain to half; one whose
  * replies do not drain for client_timeout_s, or pass 4 x max_output, is
  * cut off; so is, while the replies queued for all clients together pass
- * max_output_total, the client with the most. A client with nothing in
+ * max_output_total, the client with the most. At most ACCEPTS_PER_TURN
+ * connections are accepted per loop turn, so clients already connected
+ * are read even while a storm of new ones fills the backlog. A client with nothing in
  * flight (no reply queued, no complete line unanswered) for
  * idle_timeout_s is closed, with an idle_timeout error line. A line over
  * max_line gets a line_too_long error and the connection is closed after
@@ -56,6 +58,10 @@
 #define READ_BUF_MIN 4096
 #define BACKLOG 511
 #define STOP_DRAIN_MS 1000
+/* Connections accepted per loop turn: past it the rest wait for the next
+ * turn, so that a connect storm cannot keep the loop accepting while the
+ * clients it already has are never read. */
+#define ACCEPTS_PER_TURN 32
 
 typedef struct server server;
 
@@ -106,6 +112,9 @@ struct server {
     bool signals_open;
     uv_timer_t tick;
     bool tick_open;
+    uv_prepare_t turn;       /* each loop turn: a fresh accept budget */
+    unsigned accepts_left;   /* accepts this turn still allowed */
+    bool unix_deferred, tcp_deferred; /* a connection waits in libuv for uv_accept */
     conn *conns;
     size_t tcp_now;          /* counted TCP connections */
     size_t queued_total;     /* bytes in uv_write requests of every open connection */
@@ -483,13 +492,8 @@ static unsigned unix_reserve(const tuned__serve_opts *o)
     return o->unix_reserve < o->max_clients ? o->unix_reserve : o->max_clients - 1;
 }
 
-static void on_connection(uv_stream_t *listener, int status)
+static void accept_one(server *s, uv_stream_t *listener)
 {
-    server *s = listener->data;
-    if (status < 0) {
-        logf_(s, "accept: %s", uv_strerror(status));
-        return;
-    }
     conn *c = calloc(1, sizeof *c);
     if (c == NULL) {
         logf_(s, "accept: out of memory");
@@ -540,6 +544,41 @@ static void on_connection(uv_stream_t *listener, int status)
     s->d.st.clients_now++;
     s->tcp_now += c->tcp;
     start_reading(c);
+}
+
+/* Without a uv_accept here libuv stops watching the listener and keeps the
+ * connection until on_turn accepts it. */
+static void on_connection(uv_stream_t *listener, int status)
+{
+    server *s = listener->data;
+    if (status < 0) {
+        logf_(s, "accept: %s", uv_strerror(status));
+        return;
+    }
+    if (s->accepts_left == 0) {
+        if (listener == (uv_stream_t *)&s->unix_listener)
+            s->unix_deferred = true;
+        else
+            s->tcp_deferred = true;
+        return;
+    }
+    s->accepts_left--;
+    accept_one(s, listener);
+}
+
+static void on_turn(uv_prepare_t *p)
+{
+    server *s = p->data;
+    s->accepts_left = ACCEPTS_PER_TURN;
+    if (s->unix_deferred && s->unix_open) {
+        s->accepts_left--;
+        accept_one(s, (uv_stream_t *)&s->unix_listener);
+    }
+    if (s->tcp_deferred && s->tcp_open) {
+        s->accepts_left--;
+        accept_one(s, (uv_stream_t *)&s->tcp_listener);
+    }
+    s->unix_deferred = s->tcp_deferred = false;
 }
 
 /* ---- stop ---- */
@@ -912,6 +951,13 @@ static int start(server *s, tuned__err *e)
     /* The index knows the local GPUs, to match records exactly. */
     if ((rc = tuned__daemon_reload(&s->d, e)) != 0)
         return rc;
+    if ((rc = uv_prepare_init(&s->loop, &s->turn)) != 0)
+        return tuned__errf(e, TUNED_EIO, "uv_prepare_init: %s", uv_strerror(rc));
+    s->turn.data = s;
+    s->accepts_left = ACCEPTS_PER_TURN;
+    if ((rc = uv_prepare_start(&s->turn, on_turn)) != 0)
+        return tuned__errf(e, TUNED_EIO, "uv_prepare_start: %s", uv_strerror(rc));
+    uv_unref((uv_handle_t *)&s->turn); /* it alone does not keep the loop running */
     if ((rc = listen_unix(s, e)) != 0)
         return rc;
     if (o->listen[0] != '\0' && (rc = listen_tcp(s, e)) != 0)
