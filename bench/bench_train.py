@@ -216,6 +216,9 @@ def main():
         if args.budget_s and time.monotonic() - start > args.budget_s:
             raise Budget()
 
+    # Inductor's pool of compile workers, started by the first torch.compile,
+    # takes the CPU from the host side of the timings that follow it.
+    os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
     import torch
 
     import bench_torch
@@ -251,20 +254,18 @@ def main():
                     x = torch.randn(rows, cols, device="cuda", dtype=tdt[dtype]) * 3
                     dy = torch.randn_like(x)
                     xd = x.double()
-                    if kind == "softmax":
-                        yd = torch.softmax(xd, -1)
-                        gref = yd * (dy.double() - (dy.double() * yd).sum(-1, keepdim=True))
-                    else:
-                        yd = torch.log_softmax(xd, -1)
-                        gref = dy.double() - torch.exp(yd) * dy.double().sum(-1, keepdim=True)
+                    yd = torch.softmax(xd, -1) if kind == "softmax" else torch.log_softmax(xd, -1)
                     y = yd.to(tdt[dtype])
-                    # the backward's reference from the rounded y it is given
+                    # The backward's reference from y rounded to the dtype: the y it
+                    # is given, and the y every step computes before its backward
+                    # (against the exact y's gradient torch's own step misses the
+                    # fp16 tolerance by 2x at 4096 columns).
                     if kind == "softmax":
                         bref = y.double() * (dy.double() - (dy.double() * y.double()).sum(-1, keepdim=True))
                     else:
                         bref = dy.double() - torch.exp(y.double()) * dy.double().sum(-1, keepdim=True)
                     for phase, methods, ref in (("bwd", backward_methods(kind, y, dy), bref),
-                                                ("step", step_methods(kind, x, dy), gref)):
+                                                ("step", step_methods(kind, x, dy), bref)):
                         fns = {}
                         for m, make in methods.items():
                             fn, err = prepare(m, make, x, ref, dtype)
@@ -280,7 +281,7 @@ def main():
                         print(f"{base} {phase}: " + ", ".join(
                             f"{m} {res['times'][f'{base}|{phase}|{m}'].get('us', 'err')}"
                             for m in methods), flush=True)
-                    del x, dy, y, xd, yd, gref, bref
+                    del x, dy, y, xd, yd, bref
                     torch.cuda.empty_cache()
     except Budget:
         complete = False

@@ -22,6 +22,10 @@
 #            log_softmax (backward alone against its floor, forward and
 #            backward through autograd) against torch, torch.compile, QuACK
 #            and Liger; stops itself before the limit (run again to go on).
+#            Environment: TRAIN_SHAPES, TRAIN_DTYPES, TRAIN_TUNE_TIME (the
+#            bench's --shapes, --dtypes, --tune-time), TRAIN_BUDGET_S (560:
+#            seconds from the build to the bench's stop), TRAIN_CHECK (meson
+#            test names run before the bench, e.g. api-overhead).
 #   stage    only keep the wheel part carried in this call (.whlA/ or
 #            .whlB/) in /tmp, for a later `anchors` or `train` call.
 set -uo pipefail
@@ -110,12 +114,15 @@ train)
         grep -E '^ *[0-9]+/[0-9]+ ' "$out/gpu-tests.log"
         echo "== GPU suite: $((SECONDS - t0)) s"
     fi
-    left=$(( 560 - (SECONDS - t0) ))
+    [[ -n "${TRAIN_CHECK:-}" ]] && meson test -C build --print-errorlogs $TRAIN_CHECK 2>&1 |
+        grep -E '^ *[0-9]+/[0-9]+ |^(host|eager|while|graph|PASS|FAIL)'
+    left=$(( ${TRAIN_BUDGET_S:-560} - (SECONDS - t0) ))
     (( left < 60 )) && left=60
     PYTHONPATH="$root/bindings/python:${PYTHONPATH:-}" TUNED_LIBRARY="$root/build/libtuned.so.0" \
         python3 bench/bench_train.py --out "$out" --tuned-bin "$root/build/tuned" \
         --budget-s "$left" ${TRAIN_SHAPES:+--shapes "$TRAIN_SHAPES"} \
-        ${TRAIN_TUNE_TIME:+--tune-time "$TRAIN_TUNE_TIME"} >"$out/train.log" 2>&1
+        ${TRAIN_TUNE_TIME:+--tune-time "$TRAIN_TUNE_TIME"} ${TRAIN_DTYPES:+--dtypes "$TRAIN_DTYPES"} \
+        >"$out/train.log" 2>&1
     rc=$?
     grep -vE '^(tune |[0-9]+x[0-9]+\|)' "$out/train.log" | tail -n 60
     exit $rc

@@ -3,9 +3,10 @@
  * A `get` must be answered in microseconds, many thousand times a second;
  * a store read decodes a JSON record each time. The index holds every
  * record once, decoded, with the record's reply text prepared, in a hash
- * table by key; the GPUs the records name (model, architecture and memory
- * read back from the identity string); and a memo of derived answers
- * (`nearest`, `default`) by key. The owner builds a fresh one when the
+ * table by key; the GPUs the records name (model, architecture, memory and
+ * hardware class read back from the identity string), so that a record of
+ * another build of the same class is found (`compatible`); and a memo of
+ * derived answers (`nearest`, `default`) by key. The owner builds a fresh one when the
  * store changed (off its serving thread: a load of a large store takes
  * seconds) and swaps it in, and puts the records its own jobs wrote into
  * the one it serves from meanwhile. One index is used by one thread at a

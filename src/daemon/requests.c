@@ -8,9 +8,14 @@
  * with no GPU here, the only GPU the store knows); an ordinal is a local
  * GPU; a fingerprint or a model name is a local GPU of that model or one
  * the store has records of. `get` answers `exact` from the record of that
- * key, else `nearest` (the closest stored shape on that GPU and dtype whose
- * config is valid for this shape), else `default` (the first heuristic
- * seed of the variant space). */
+ * key, else `compatible` (a record of the same hardware class and kernel
+ * code measured under another driver, NVRTC or template build, whose
+ * config is valid for this shape), else `nearest` (the closest stored
+ * shape on that GPU and dtype whose config is valid for this shape), else
+ * `default` (the first heuristic seed of the variant space). With a fleet,
+ * an answer that is not exact waits for the remote store first, whose
+ * record wins when it has one (remote.c); a tune for a GPU model not here
+ * goes to its hardware class's fleet queue. */
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
