@@ -21,6 +21,9 @@ on a failure.
   kernels     which kernels libtuned exports decides each operator's path
               (kernel_paths), with today's library and with a stand-in one
               that exports two of the coming kernels
+  layout      the ctypes structures against the compiled header: every
+              field's offset and each struct's size (a field the Python side
+              lacks shows in the size)
 
 Checks that load libtuned run in child interpreters: the library stays
 unloaded in this one, and in an ASan build (--asan) the children get the
@@ -346,6 +349,42 @@ class LibraryTests(unittest.TestCase):
                 self.assertIn("message tuned_open: ", out)
         finally:
             shutil.rmtree(store, ignore_errors=True)
+
+
+class LayoutTests(unittest.TestCase):
+    """The ctypes structures have the compiled header's layout: a field
+    missing on the Python side makes tuned_options_init write past the
+    buffer Python allocated."""
+
+    def test_structs_match_the_header(self):
+        from tuned import _lib
+        cc = os.environ.get("CC", "cc")
+        if shutil.which(cc) is None:
+            self.skipTest(f"no C compiler ({cc})")
+        structs = {"tuned_options": _lib.Options, "tuned_choice": _lib.Choice,
+                   "tuned_progress": _lib.Progress}
+        lines = []
+        for cname, py in structs.items():
+            lines.append(f'printf("{cname} size %zu\\n", sizeof(struct {cname}));')
+            for field, _ in py._fields_:
+                lines.append(f'printf("{cname} {field} %zu\\n", offsetof(struct {cname}, {field}));')
+        src = ("#include <stddef.h>\n#include <stdio.h>\n#include \"tuned.h\"\n"
+               "int main(void) {\n" + "\n".join(lines) + "\nreturn 0;\n}\n")
+        with tempfile.TemporaryDirectory(prefix="tuned-layout-") as d:
+            with open(os.path.join(d, "layout.c"), "w") as f:
+                f.write(src)
+            exe = os.path.join(d, "layout")
+            r = subprocess.run([cc, "-std=c11", "-I", os.path.join(ROOT, "include"),
+                                os.path.join(d, "layout.c"), "-o", exe],
+                               capture_output=True, text=True)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            out = subprocess.run([exe], capture_output=True, text=True, check=True).stdout
+        import ctypes
+        for line in out.splitlines():
+            cname, field, value = line.split()
+            py = structs[cname]
+            got = ctypes.sizeof(py) if field == "size" else getattr(py, field).offset
+            self.assertEqual(got, int(value), f"{cname}.{field}: Python {got}, C {value}")
 
 
 # --------------------------------------------------------------- softmax --

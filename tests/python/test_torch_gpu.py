@@ -12,6 +12,7 @@ torch.softmax on a GPU (issue 6). Exits 77 (skipped) without torch or CUDA.
   graphs     tuned.softmax captured in a torch.cuda.CUDAGraph and replayed
   choice     last_choice names the config and its source; after tuned.tune
              (a child `tuned`) the source is exact
+  progress   Handle(progress=f).tune calls f with the tune's progress
 """
 
 import os
@@ -132,6 +133,20 @@ compare(x, "after tune")
 c = tuned.last_choice()
 expect(c.source == "exact", f"after tuned.tune the call used {c.source} {c.config}")
 print(f"tuned 128x3000 fp16: {c.config} ({c.source}, {c.median_us:.2f} us)")
+
+# A handle's progress reaches Python: tune() calls back on this thread.
+reports = []
+with tuned.Handle(store=store, progress=reports.append) as h:
+    h.tune(96, 2000, "fp32", time_s=2)
+expect(reports, "Handle(progress=...).tune reported no progress")
+if reports:
+    last = reports[-1]
+    expect((last["rows"], last["cols"], last["dtype"]) == (96, 2000, "fp32"),
+           f"progress names another shape: {last}")
+    expect(last["evaluated"] > 0 and last["best_config"] and last["best_us"] > 0,
+           f"the last progress report has no measured variant: {last}")
+    print(f"progress: {len(reports)} reports, last {last['state']} {last['evaluated']} "
+          f"variants, best {last['best_config']}")
 
 import shutil  # noqa: E402
 

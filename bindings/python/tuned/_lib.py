@@ -50,6 +50,30 @@ SOURCES = {0: "exact", 1: "nearest", 2: "default", 3: "compatible"}
 TUNE_STATES = {0: "none", 1: "queued", 2: "done", 3: "failed"}
 
 
+class Progress(ctypes.Structure):
+    """struct tuned_progress."""
+
+    _fields_ = [
+        ("rows", ctypes.c_int64),
+        ("cols", ctypes.c_int64),
+        ("dtype", ctypes.c_int),
+        ("device", ctypes.c_int),
+        ("state", ctypes.c_char_p),
+        ("generation", ctypes.c_int),
+        ("evaluated", ctypes.c_int64),
+        ("failed", ctypes.c_int64),
+        ("budget", ctypes.c_int64),
+        ("best_config", ctypes.c_char_p),
+        ("best_us", ctypes.c_double),
+        ("copy_us", ctypes.c_double),
+        ("elapsed_s", ctypes.c_double),
+    ]
+
+
+# tuned_progress_fn: void (*)(void *ctx, const tuned_progress *p)
+PROGRESS_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.POINTER(Progress))
+
+
 class Options(ctypes.Structure):
     """struct tuned_options."""
 
@@ -59,6 +83,8 @@ class Options(ctypes.Structure):
         ("policy", ctypes.c_int),
         ("tuned_path", ctypes.c_char_p),
         ("tune_time_s", ctypes.c_double),
+        ("on_progress", PROGRESS_FN),
+        ("progress_ctx", ctypes.c_void_p),
     ]
 
 
@@ -84,9 +110,21 @@ class Choice(ctypes.Structure):
     ]
 
 
-# The struct sizes the C header gives on x86-64 and aarch64 Linux.
-assert ctypes.sizeof(Options) == 40, ctypes.sizeof(Options)
+# The struct sizes the C header gives on x86-64 and aarch64 Linux (every
+# field's offset is checked against the compiled header in
+# tests/python/test_bindings.py).
+assert ctypes.sizeof(Options) == 56, ctypes.sizeof(Options)
 assert ctypes.sizeof(Choice) == 520, ctypes.sizeof(Choice)
+assert ctypes.sizeof(Progress) == 96, ctypes.sizeof(Progress)
+
+
+def progress_dict(p):
+    """A tuned_progress as a dict (its strings decoded; None where NULL)."""
+    d = {name: getattr(p, name) for name, _ in Progress._fields_}
+    d["dtype"] = {v: k for k, v in DTYPES.items()}.get(p.dtype, p.dtype)
+    for key in ("state", "best_config"):
+        d[key] = d[key].decode() if d[key] is not None else None
+    return d
 
 _PROTOTYPES = {
     "tuned_version": (ctypes.c_char_p, []),

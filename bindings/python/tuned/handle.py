@@ -6,6 +6,7 @@ import dataclasses
 import os
 import sys
 import threading
+import traceback
 
 from . import _lib
 from .errors import LibraryError, TunedError
@@ -62,12 +63,17 @@ class Handle:
     "process" (who tunes shapes without an exact record); tuned_path: the
     tuned executable for child tunes (None: $TUNED_BIN, else the one
     installed inside this package, else libtuned's default); tune_time_s:
-    their search time.
+    their search time. progress: None, or a function called with a dict
+    (rows, cols, dtype, device, state, generation, evaluated, failed,
+    budget, best_config, best_us, copy_us, elapsed_s: tuned_progress's
+    fields) as this handle's tunes go on, on the thread that runs the tune
+    (the handle's background thread, or the caller of tune()); what it
+    raises is printed and ignored.
     Thread-safe; close() (or a with block) releases it.
     """
 
     def __init__(self, store=None, socket=None, policy="never", tuned_path=None,
-                 tune_time_s=0.0):
+                 tune_time_s=0.0, progress=None):
         lib = _lib.load()
         if policy not in _lib.POLICIES:
             raise ValueError(f"unknown policy {policy!r} (never, daemon, process)")
@@ -80,6 +86,20 @@ class Handle:
         opts.store, opts.socket, opts.tuned_path = self._keep
         opts.policy = _lib.POLICIES[policy]
         opts.tune_time_s = float(tune_time_s)
+        if progress is not None:
+            if not callable(progress):
+                raise TypeError("progress must be a function of one argument (a dict)")
+
+            def report(ctx, p):
+                del ctx
+                try:
+                    progress(_lib.progress_dict(p.contents))
+                except Exception:  # noqa: BLE001 - a C callback cannot raise
+                    traceback.print_exc()
+
+            # Kept alive with the handle: libtuned calls it until tuned_close.
+            self._progress_fn = _lib.PROGRESS_FN(report)
+            opts.on_progress = self._progress_fn
         h = ctypes.c_void_p()
         rc = lib.tuned_open(ctypes.byref(h), ctypes.byref(opts))
         _lib.check(lib, rc, None, "tuned_open")
