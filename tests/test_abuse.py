@@ -20,6 +20,10 @@ directory, with loops bounded in count and time.
              genuine record of the key is then accepted
   cli        import of /dev/zero, list of a missing store, serve with a bad
              port, verify --fix without a GPU: clear errors, no side effects
+  read-only  a store the daemon cannot write is served read-only (not as
+             root: a mode does not stop root)
+  full disk  a store on a full file system likewise (root: a tmpfs of its
+             own)
 Exit 0 when every case passed."""
 import json
 import os
@@ -535,8 +539,55 @@ def case_read_only():
         os.chmod(d.db, 0o700)
 
 
+def case_full_disk():
+    """A store on a full file system: served read-only (it used to stop
+    the daemon), tune refused. Needs a small tmpfs of its own: root and a
+    mount that is allowed, else skipped."""
+    mnt = os.path.join(tmp, "full-fs")
+    os.makedirs(mnt)
+    if os.geteuid() != 0 or subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", mnt],
+            capture_output=True).returncode != 0:
+        print("skip: full disk: cannot mount a small tmpfs (needs root)")
+        return
+    try:
+        d = Daemon("full")
+        d.db = os.path.join(mnt, "db")
+        path = os.path.join(tmp, "full.jsonl")
+        export_file(path, [record(64, 4096, median=50.0)])
+        rc, _, err = run("import", "-q", path, "--db", d.db)
+        if rc != 0:
+            return fail(f"full disk: import: {err}")
+        with open(os.path.join(mnt, "filler"), "wb") as f:
+            try:
+                while True:
+                    f.write(b"\0" * 65536)
+                    f.flush()
+            except OSError:
+                pass
+        if not d.start():
+            return fail("full disk: the daemon did not start: " + d.logtext())
+        c = Client(d.sock)
+        got = c.call({"op": "get", "rows": 64, "cols": 4096})
+        tune = c.call({"op": "tune", "rows": 64, "cols": 4096, "gpu": H200})
+        c.close()
+        d.stop()
+        if (got or {}).get("source") != "exact" or code(tune) not in ("read_only", "no_gpu"):
+            fail(f"full disk: get {got}, tune {tune}")
+        elif "READ-ONLY" not in d.logtext() or "No space left" not in d.logtext():
+            fail("full disk: the start does not say why it serves read-only: " + d.logtext())
+        else:
+            ok("full disk: the store served read-only, tune refused, the reason said at start")
+    finally:
+        for dm in DAEMONS:
+            if dm.p is not None and dm.p.poll() is None:
+                dm.p.kill()
+                dm.p.wait()
+        subprocess.run(["umount", mnt], capture_output=True)
+
+
 CASES = [case_poison, case_cli, case_idle, case_reserve, case_storm, case_output, case_sighup,
-         case_sigterm, case_read_only, case_freeze]
+         case_sigterm, case_read_only, case_full_disk, case_freeze]
 
 try:
     only = sys.argv[2:]

@@ -19,7 +19,8 @@
  * ever and slow the loop's answers on a small machine. So builds run at a
  * lower priority (REBUILD_NICE, on libuv's pool thread only) and the next
  * one starts no sooner than REBUILD_GAP_MS, or the last build's duration,
- * after the last one ended: at most half a core goes to building. */
+ * after the last one ended: at most half a core goes to building. The
+ * index swapped out is freed on the pool too. */
 
 #define REBUILD_NICE 10
 #define REBUILD_GAP_MS 100
@@ -132,6 +133,42 @@ static void rebuild_work(uv_work_t *req)
 
 static void start_rebuild(tuned__daemon *d);
 
+/* An index swapped out, freed on libuv's pool: freeing a large one (a
+ * record, its reply text and its memo entries each) takes milliseconds
+ * that the loop's clients would wait. */
+typedef struct retired_index {
+    uv_work_t req;
+    tuned__index *ix;
+} retired_index;
+
+static void retire_work(uv_work_t *req)
+{
+    retired_index *r = container_of(req, retired_index, req);
+    setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), REBUILD_NICE);
+    tuned__index_free(r->ix);
+    r->ix = NULL;
+}
+
+static void retire_done(uv_work_t *req, int status)
+{
+    retired_index *r = container_of(req, retired_index, req);
+    (void)status;
+    tuned__index_free(r->ix); /* NULL unless the work never ran */
+    free(r);
+}
+
+static void retire_index(tuned__daemon *d, tuned__index *ix)
+{
+    retired_index *r = ix != NULL ? malloc(sizeof *r) : NULL;
+    if (r != NULL) {
+        r->ix = ix;
+        if (uv_queue_work(d->loop, &r->req, retire_work, retire_done) == 0)
+            return;
+        free(r);
+    }
+    tuned__index_free(ix); /* out of memory or no pool: here, then */
+}
+
 static void rebuild_done(uv_work_t *req, int status)
 {
     tuned__rebuild *rb = container_of(req, tuned__rebuild, req);
@@ -142,7 +179,7 @@ static void rebuild_done(uv_work_t *req, int status)
     if (status == 0 && rb->rc == 0) {
         uint64_t now = d->jobs != NULL ? tuned__jobs_writes(d->jobs) : 0;
         put_written(d, rb->ix, rb->writes, now);
-        tuned__index_free(d->index);
+        retire_index(d, d->index);
         d->index = rb->ix;
         rb->ix = NULL;
         d->applied_writes = now;
