@@ -23,6 +23,8 @@ Three daemons A, B, C with fake GPUs of one model:
   compatible a record imported on a daemon whose fake GPU is of the same
              model with another driver is served as `compatible`; one only
              in the fleet too (read through, "from":"remote")
+  retune     with --retune-compatible, the first compatible answer of a key
+             queues one quick tune of it, later ones none; then it is exact
 Exit 0 when every case passed, 77 when redis-server is not installed or
 the build has no test hooks."""
 import json
@@ -465,9 +467,43 @@ def case_compatible(a):
     else:
         ok("compatible: the fleet's record of another toolchain read through as compatible")
     s = e.stats()["get"]
-    if s["compatible"] < 2:
+    if s["compatible"] < 2 or s["compatible_retunes"] != 0:
         fail(f"compatible: stats.get: {s}")
     e.stop()
+
+
+def case_retune_compatible(a):
+    """--retune-compatible: the first compatible answer of a key queues
+    one quick tune of it here; later ones do not; then it is exact."""
+    rows, cols = 1024, 4096
+    exp = os.path.join(tmp, "a-retune.jsonl")
+    with open(exp, "w") as f:
+        p = subprocess.run([TUNED, "export", "--db", a.db, "--shape", f"{rows}x{cols}"],
+                           stdout=f, stderr=subprocess.PIPE, text=True, timeout=30)
+    r = Daemon("R", remote=False, env={"TUNED_TEST_FAKE_DRIVER": "12080"},
+               extra=("--retune-compatible",))
+    p2 = subprocess.run([TUNED, "import", "--db", r.db, exp], capture_output=True, text=True,
+                        timeout=30)
+    if p.returncode != 0 or p2.returncode != 0:
+        return fail(f"retune-compatible: export/import: {p.stderr} {p2.stdout} {p2.stderr}")
+    if not r.start():
+        return fail("retune-compatible: R does not start: " + r.log()[-2000:])
+    first, second = get(r, rows, cols), get(r, rows, cols)
+    if first.get("source") != "compatible" or not isinstance(first.get("job"), int):
+        fail(f"retune-compatible: the first compatible answer queued no tune: {first}")
+    elif second.get("source") == "compatible" and "job" in second:
+        fail(f"retune-compatible: a second answer queued the key again: {second}")
+    else:
+        done = wait_for(lambda: get(r, rows, cols).get("source") == "exact", 90, 0.2)
+        s = r.stats()["get"]
+        if not done:
+            fail(f"retune-compatible: never exact: {get(r, rows, cols)}")
+        elif s["compatible_retunes"] != 1:
+            fail(f"retune-compatible: stats.get: {s}")
+        else:
+            ok(f"retune-compatible: job {first['job']} queued by the first compatible answer "
+               "only; the key is exact after it")
+    r.stop()
 
 
 def main():
@@ -498,6 +534,7 @@ def main():
     case_invalid(a, b, c)
     case_queue(a)
     case_compatible(a)
+    case_retune_compatible(a)
     for d in list(DAEMONS):
         rc = d.stop()
         if rc not in (0, None, -9):

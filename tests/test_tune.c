@@ -118,6 +118,22 @@ static size_t history_count(tuned__store *st, const tuned__gpu *g, const tuned__
     return total;
 }
 
+/* Whether the history of s on g holds config. */
+static bool history_has(tuned__store *st, const tuned__gpu *g, const tuned__shape *s,
+                        const char *config)
+{
+    tuned__store_key key;
+    tuned__tune_key(g, s, &key);
+    static tuned__store_eval page[4096];
+    size_t n = 0;
+    if (tuned__store_list_evals(st, &key, NULL, page, 4096, &n, NULL) != 0)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(page[i].config, config) == 0)
+            return true;
+    return false;
+}
+
 /* The simplest config of those the history holds at time best. */
 static bool simplest_fastest(tuned__store *st, const tuned__gpu *g, const tuned__shape *s,
                              double best, tuned__config *out)
@@ -222,6 +238,58 @@ int main(void)
     sibling.shape.dtype = TUNED_FP32;
     EXPECT(tuned__tune_on(&b, &g, &sibling, NULL, NULL, &warm, &e) == 0, "fp32: %s", e.msg);
     EXPECT(warm.warm_seeds == 0, "fp32 warm seeds %zu", warm.warm_seeds);
+
+    /* The shape's record from another driver and NVRTC on this hardware
+     * class, with this kernel code (the compatible tier), seeds the tune
+     * here with its config; a retune does without it. */
+    {
+        tuned__gpu before_upgrade = g, after_upgrade = g;
+        before_upgrade.driver_version = 12080;
+        before_upgrade.nvrtc_major = 12;
+        before_upgrade.nvrtc_minor = 8;
+        after_upgrade.driver_version = 13000;
+        after_upgrade.nvrtc_major = 13;
+        before_upgrade.template_hash = after_upgrade.template_hash = 0x0123456789abcdefull;
+        tuned__gpu_identify(&before_upgrade);
+        tuned__gpu_identify(&after_upgrade);
+        tuned__tune_request cr = r;
+        cr.shape = (tuned__shape){TUNED_FP32, 1024, 4096, TUNED__KERNEL_SOFTMAX};
+        cr.search.budget = 30;
+        tuned__tune_outcome old_tune, new_tune, fresh;
+        EXPECT(tuned__tune_on(&b, &before_upgrade, &cr, NULL, NULL, &old_tune, &e) == 0,
+               "before the upgrade: %s", e.msg);
+        tuned__record crec;
+        tuned__tune_record(&old_tune, &cr.shape, &crec);
+        /* Its config: the slowest measured, which no search of the bowl
+         * here would try on its own. */
+        {
+            tuned__store_key key;
+            tuned__tune_key(&before_upgrade, &cr.shape, &key);
+            static tuned__store_eval page[512];
+            size_t n = 0, slowest = 0;
+            EXPECT(tuned__store_list_evals(st, &key, NULL, page, 512, &n, &e) == 0 && n > 0,
+                   "history before the upgrade: %s", e.msg);
+            for (size_t i = 1; i < n; i++)
+                if (page[i].median_us > page[slowest].median_us)
+                    slowest = i;
+            snprintf(crec.config, sizeof crec.config, "%s", page[slowest].config);
+            crec.median_us = page[slowest].median_us;
+        }
+        EXPECT(tuned__store_put_best(st, &crec, &e) == 0, "put: %s", e.msg);
+        EXPECT(!history_has(st, &after_upgrade, &cr.shape, crec.config), "history before");
+        cr.search.seed += 7919; /* not the same random population as before */
+        EXPECT(tuned__tune_on(&b, &after_upgrade, &cr, NULL, NULL, &new_tune, &e) == 0,
+               "after the upgrade: %s", e.msg);
+        EXPECT(new_tune.warm_seeds == 1, "compatible seeds %zu", new_tune.warm_seeds);
+        EXPECT(history_has(st, &after_upgrade, &cr.shape, crec.config),
+               "the compatible record's config %s was not measured after the upgrade",
+               crec.config);
+        cr.retune = true;
+        EXPECT(tuned__tune_on(&b, &after_upgrade, &cr, NULL, NULL, &fresh, &e) == 0,
+               "retune after the upgrade: %s", e.msg);
+        EXPECT(fresh.warm_seeds == 0, "a retune took %zu seeds", fresh.warm_seeds);
+        cr.retune = false;
+    }
 
     /* Every kernel tunes in its own space (no reg=ex, no one-round pairs,
      * no grid split or tma for the backward kernels), is filed under its

@@ -56,6 +56,7 @@ typedef struct cli_opts {
     const char *remote;
     const char *remote_credentials;
     const char *forget_remote;
+    bool retune_compatible; /* serve --retune-compatible */
     /* Store maintenance (export, import, list, forget, gc, verify). */
     bool have_dtype;       /* --dtype was given (filters select every dtype otherwise) */
     bool json;             /* --json */

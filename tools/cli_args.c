@@ -22,6 +22,7 @@ enum {
     OPT_EXHAUSTIVE, OPT_TRACE, OPT_RETUNE, OPT_POPULATION, OPT_COPIES, OPT_MIN_GAIN, OPT_SOCKET,
     OPT_LISTEN, OPT_GROUP, OPT_LIMIT, OPT_JSON, OPT_FORCE, OPT_FIX, OPT_DRY_RUN, OPT_GPU, OPT_DAYS,
     OPT_EFFORT, OPT_PROGRESS, OPT_SKIP_STORE, OPT_REMOTE, OPT_REMOTE_CREDENTIALS, OPT_KERNEL,
+    OPT_RETUNE_COMPATIBLE,
     OPT_QUIET = 'q', OPT_HELP = 'h',
 };
 
@@ -135,6 +136,10 @@ static const cli_option options[] = {
     {"remote", true, OPT_REMOTE, "URL", F,
      "remove records from the remote tier at URL instead: KEY... (tuned:v1:rec:...),\n"
      "or --shape RxC [--dtype D] --gpu HWCLASS"},
+    {"retune-compatible", false, OPT_RETUNE_COMPATIBLE, NULL, S,
+     "tune a key once, in the background at the quick effort, when get answers it\n"
+     "from the compatible tier (another driver, NVRTC or policy): the search starts\n"
+     "at that record's config and stores an exact record"},
     {"remote-credentials", true, OPT_REMOTE_CREDENTIALS, "C", S | F,
      "the remote tier's user and password: FILE, or env:NAME for a variable"},
     {"quiet", false, OPT_QUIET, NULL, T | G | S | L | E | I | F | V,
@@ -502,6 +507,9 @@ int cli_parse(int argc, char **argv, cli_opts *o)
                 o->forget_remote = optarg;
             else
                 o->remote = optarg;
+            break;
+        case OPT_RETUNE_COMPATIBLE:
+            o->retune_compatible = true;
             break;
         case OPT_REMOTE_CREDENTIALS:
             if (optarg[0] == '\0' || strlen(optarg) > 4095)

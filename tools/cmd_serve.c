@@ -91,6 +91,7 @@ int cli_cmd_serve(const cli_opts *o)
     if (o->group != NULL)
         snprintf(so.group, sizeof so.group, "%s", o->group);
     so.quiet = o->quiet;
+    so.retune_compatible = o->retune_compatible;
     if (o->remote != NULL)
         snprintf(so.remote, sizeof so.remote, "%s", o->remote);
     if (o->remote_credentials != NULL)

@@ -35,7 +35,7 @@ const cli_command cli_commands[] = {
      "List the GPUs the CUDA driver sees, with their identity, or say why there are none."},
     {CLI_SERVE, "serve", false, cli_cmd_serve, false, false, true,
      "[--socket PATH] [--db PATH] [--group G] [--listen [HOST:]PORT] [--limit N=V]... "
-     "[--remote URL [--remote-credentials FILE|env:NAME]]",
+     "[--retune-compatible] [--remote URL [--remote-credentials FILE|env:NAME]]",
      "The daemon: answers config queries over a Unix socket (docs/protocol.md) and tunes\n"
      "in the background in one worker process per GPU. The socket appears once the store\n"
      "and the workers are up. Runs until SIGTERM or SIGINT; SIGHUP re-reads the store."},

@@ -42,6 +42,10 @@ typedef struct tuned__serve_opts {
     double shutdown_grace_s; /* running chunk's time to finish at a stop (default 10) */
     int worker_nice;         /* the workers' nice value (default 10) */
     bool quiet;              /* no log lines on stderr */
+    bool retune_compatible;  /* a key `get` answers from the compatible tier is
+                                tuned here once, in the background, at the
+                                quick effort (its search starts from that
+                                record's config) */
     /* The fleet tier (docs/fleet.md), in a build with it (TUNED_HAVE_FLEET). */
     char remote[1024];       /* "": none; "redis://HOST[:PORT][/DB]" or "unix:///PATH[?db=N]" */
     char remote_credentials[4096]; /* "": none; a FILE, or "env:NAME" */

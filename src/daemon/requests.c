@@ -22,6 +22,8 @@
 #include <string.h>
 #include <strings.h>
 
+#include "src/common/hash.h"
+#include "src/tuner/effort.h"
 #include "src/tuner/space.h"
 #include "src/tuner/tune.h"
 #include "src/daemon/remote.h"
@@ -306,16 +308,47 @@ static int local_answer(tuned__daemon *d, const tuned__request *r, const target 
     return 0;
 }
 
+/* With --retune-compatible, whether a compatible answer for r on t should
+ * queue its key's tune: a local GPU, a kernel the jobs tune, a writable
+ * store, and a key not queued before (marked here). */
+static bool retune_due(tuned__daemon *d, const tuned__request *r, const target *t)
+{
+    if (!d->o->retune_compatible || !t->local || d->read_only || d->stopping ||
+        tuned__shape_kernel(&r->shape) != TUNED__KERNEL_SOFTMAX)
+        return false;
+    const uint64_t parts[] = {r->shape.dtype, r->shape.rows, r->shape.cols, t->fp};
+    uint64_t h = tuned__fnv1a64(parts, sizeof parts, TUNED__FNV_SEED);
+    size_t n = d->nretuned < TUNED__RETUNED_MAX ? d->nretuned : TUNED__RETUNED_MAX;
+    for (size_t i = 0; i < n; i++)
+        if (d->retuned[i] == h)
+            return false;
+    d->retuned[d->nretuned++ % TUNED__RETUNED_MAX] = h;
+    return true;
+}
+
 static void get_reply(tuned__daemon *d, const tuned__request *r, const target *t,
                       const tuned__answer *a, bool from_remote, tuned__buf *out)
 {
-    /* tune_if_missing: queue (or join) a tune, answer at once. */
+    /* tune_if_missing: queue (or join) a tune, answer at once; so does a
+     * compatible answer under --retune-compatible, at the quick effort (the
+     * tune seeds itself with the compatible config). */
     uint64_t job = 0;
     bool joined = false;
     int code = 0;
     char msg[256] = "";
-    if (r->tune_if_missing && a->source != TUNED__SOURCE_EXACT)
+    bool queue = r->tune_if_missing && a->source != TUNED__SOURCE_EXACT;
+    if (queue) {
         submit(d, r, t, &job, &joined, &code, msg, sizeof msg);
+    } else if (a->source == TUNED__SOURCE_COMPATIBLE && retune_due(d, r, t)) {
+        tuned__request quick = *r;
+        const tuned__effort_preset *p = tuned__effort_preset_of(TUNED__EFFORT_QUICK);
+        quick.have_budget = quick.have_time = true;
+        quick.budget = p->budget;
+        quick.time_s = p->time_s;
+        queue = true;
+        submit(d, &quick, t, &job, &joined, &code, msg, sizeof msg);
+        d->st.compatible_retunes += code == 0;
+    }
 
     static const char *const names[] = {"exact", "compatible", "nearest", "default"};
     tuned__reply_begin(out, r->id);
@@ -348,7 +381,7 @@ static void get_reply(tuned__daemon *d, const tuned__request *r, const target *t
     }
     if (a->source != TUNED__SOURCE_EXACT)
         gpu_fields(out, t);
-    if (r->tune_if_missing && a->source != TUNED__SOURCE_EXACT) {
+    if (queue) {
         tuned__json_key(out, "job", false);
         if (code == 0) {
             tuned__json_u64(out, job);
@@ -610,8 +643,9 @@ static void op_stats(tuned__daemon *d, const tuned__request *r, tuned__buf *out)
         tuned__buf_printf(out, ",\"%s\":%" PRIu64, tuned__op_name(i), s->by_op[i]);
     tuned__buf_printf(out, "},\"get\":{\"exact\":%" PRIu64 ",\"compatible\":%" PRIu64
                       ",\"nearest\":%" PRIu64 ",\"default\":%" PRIu64
-                      ",\"from_remote\":%" PRIu64 "}",
-                      s->exact, s->compatible, s->nearest, s->defaults, s->from_remote);
+                      ",\"from_remote\":%" PRIu64 ",\"compatible_retunes\":%" PRIu64 "}",
+                      s->exact, s->compatible, s->nearest, s->defaults, s->from_remote,
+                      s->compatible_retunes);
     tuned__buf_printf(out, ",\"clients\":{\"now\":%" PRIu64 ",\"total\":%" PRIu64
                       ",\"rejected\":%" PRIu64 ",\"cut_off\":%" PRIu64
                       ",\"lines_too_long\":%" PRIu64 ",\"idle_closed\":%" PRIu64

@@ -22,6 +22,7 @@ typedef struct tuned__stats {
     uint64_t errors;
     uint64_t exact, compatible, nearest, defaults;
     uint64_t from_remote;       /* get answers with a record just read from the fleet */
+    uint64_t compatible_retunes;/* tunes queued by --retune-compatible */
     uint64_t clients_now, clients_total, clients_rejected, clients_cut_off;
     uint64_t lines_too_long;
     uint64_t clients_idle;      /* closed after the idle timeout */
@@ -42,6 +43,8 @@ typedef struct tuned__later {
     void (*done)(struct tuned__later *l, const char *reply, size_t len);
     bool pending;
 } tuned__later;
+
+#define TUNED__RETUNED_MAX 1024
 
 typedef struct tuned__daemon {
     const tuned__serve_opts *o;
@@ -65,6 +68,10 @@ typedef struct tuned__daemon {
     uint64_t (*now_ms)(void *ctx); /* the loop's clock */
     void *now_ctx;
     tuned__stats st;
+    /* --retune-compatible: keys whose background tune was queued (a ring:
+     * past TUNED__RETUNED_MAX keys the oldest may be queued again). */
+    uint64_t retuned[TUNED__RETUNED_MAX];
+    size_t nretuned;
 } tuned__daemon;
 
 /* Loads the index from the store, on this thread (at start). */

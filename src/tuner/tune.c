@@ -191,6 +191,30 @@ typedef struct warm_scan {
     size_t n;
 } warm_scan;
 
+/* Keeps c among the WARM_SEEDS nearest (smallest d) seeds. */
+static void warm_add(warm_scan *w, const tuned__config *c, double d)
+{
+    for (size_t i = 0; i < w->n; i++)
+        if (tuned__config_equal(&w->seeds[i], c)) {
+            if (d < w->dist[i])
+                w->dist[i] = d;
+            return;
+        }
+    size_t slot = w->n;
+    if (w->n == WARM_SEEDS) {
+        slot = 0;
+        for (size_t i = 1; i < w->n; i++)
+            if (w->dist[i] > w->dist[slot])
+                slot = i;
+        if (w->dist[slot] <= d)
+            return;
+    } else {
+        w->n++;
+    }
+    w->seeds[slot] = *c;
+    w->dist[slot] = d;
+}
+
 static int warm_candidate(void *ctx, const tuned__record *r)
 {
     warm_scan *w = ctx;
@@ -210,26 +234,27 @@ static int warm_candidate(void *ctx, const tuned__record *r)
     double d = fabs(log2((double)k->rows / (double)w->key->rows)) +
                2.0 * fabs(log2((double)k->cols / (double)w->key->cols)) +
                (sibling_dtype ? 0.5 : 0.0);
-    for (size_t i = 0; i < w->n; i++)
-        if (tuned__config_equal(&w->seeds[i], &c)) {
-            if (d < w->dist[i])
-                w->dist[i] = d;
-            return 0;
-        }
-    size_t slot = w->n;
-    if (w->n == WARM_SEEDS) {
-        slot = 0;
-        for (size_t i = 1; i < w->n; i++)
-            if (w->dist[i] > w->dist[slot])
-                slot = i;
-        if (w->dist[slot] <= d)
-            return 0;
-    } else {
-        w->n++;
-    }
-    w->seeds[slot] = c;
-    w->dist[slot] = d;
+    warm_add(w, &c, d);
     return 0;
+}
+
+/* The winner of this very shape on this hardware class and kernel code,
+ * measured under another driver, NVRTC or policy (the compatible tier):
+ * a toolchain upgrade rarely moves the best config, so it is the nearest
+ * seed of all. */
+static void warm_compatible(warm_scan *w, tuned__store *store, const tuned__gpu *gpu)
+{
+    tuned__identity here;
+    tuned__gpu_identity(gpu, TUNED__MEASURE_POLICY, &here);
+    tuned__record r;
+    tuned__tier tier;
+    tuned__err e = {0};
+    tuned__config c;
+    if (tuned__store_find_compatible(store, w->key, &here, NULL, NULL, &r, &tier, &e) != 0 ||
+        tier == TUNED__TIER_EXACT || tuned__config_parse(r.config, &c, NULL) != 0 ||
+        !tuned__space_valid(w->sp, &c, NULL, 0))
+        return;
+    warm_add(w, &c, -1.0);
 }
 
 /* ---- finalists ---- */
@@ -406,6 +431,8 @@ int tuned__tune_on(const tuned__tune_backend *b, const tuned__gpu *gpu,
         /* Warm start is a hint: a store that cannot be scanned only
          * loses the hint. */
         if (tuned__store_scan(r->store, warm_candidate, &warm, NULL, NULL) == 0) {
+            if (!r->retune)
+                warm_compatible(&warm, r->store, gpu);
             so.seeds = warm.seeds;
             so.nseeds = warm.n;
             out->warm_seeds = warm.n;
