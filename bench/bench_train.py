@@ -5,6 +5,7 @@ kernels against torch, torch.compile, QuACK and Liger, with the floors.
     bench/bench_train.py --out DIR [--state DIR] [--tuned-bin build/tuned]
         [--dtypes fp16,bf16,fp32] [--shapes 4096x32000,...] [--tune-time S]
         [--budget-s S]
+    bench/bench_train.py --out DIR --plot-from DIR/train.json
 
 For each dtype and shape, the shape's four kernels are tuned first
 (`tuned --kernel K`, into the store the torch operators read; a stored
@@ -60,6 +61,8 @@ def parse_args():
     p.add_argument("--shapes", default=",".join(SHAPES))
     p.add_argument("--tune-time", type=float, default=15.0)
     p.add_argument("--budget-s", type=float, default=0)
+    p.add_argument("--plot-from", metavar="TRAIN_JSON",
+                   help="only draw train-bwd.png into --out from a run's train.json")
     return p.parse_args()
 
 
@@ -195,6 +198,12 @@ def tune(args, key_shape, dtype, kernel, store):
 
 def main():
     args = parse_args()
+    if args.plot_from:
+        with open(args.plot_from) as f:
+            res = json.load(f)
+        os.makedirs(args.out, exist_ok=True)
+        return 0 if plot(args, res, [d for d in args.dtypes.split(",") if d],
+                         [s for s in args.shapes.split(",") if s]) else 1
     start = time.monotonic()
     os.makedirs(args.out, exist_ok=True)
     os.makedirs(args.state, exist_ok=True)
@@ -351,12 +360,75 @@ def report(args, res, dtypes, shapes):
     terrs = [f"{k}: {v['error']}" for k, v in sorted(res["tunes"].items()) if "error" in v]
     if errors or terrs:
         lines += ["", "Not timed or not tuned:", ""] + [f"- {e}" for e in terrs + errors]
+    if plot(args, res, dtypes, shapes):
+        lines += ["", "Plot: `train-bwd.png` (backward time over its floor, per shape)."]
     text = "\n".join(lines) + "\n"
     with open(os.path.join(args.out, "train.md"), "w") as f:
         f.write(text)
     with open(os.path.join(args.out, "train.json"), "w") as f:
         json.dump(res, f, indent=1, sort_keys=True)
     print(text)
+
+
+def plot(args, res, dtypes, shapes):
+    """train-bwd.png: each method's backward time over its floor (1.5x the
+    copy), per shape, a panel per kernel and dtype; False without
+    matplotlib or anything measured."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        from matplotlib.ticker import FormatStrFormatter, NullFormatter
+    except ImportError:
+        print("no matplotlib: no plot")
+        return False
+    panels = []
+    for kind in ("softmax", "log_softmax"):
+        for dtype in dtypes:
+            rows = []
+            for shape in shapes:
+                base = f"{shape}|{dtype}|{kind}"
+                copy = res["times"].get(f"{base}|bwd|copy") or {}
+                if "us" in copy:
+                    rows.append((shape, 1.5 * copy["us"], base))
+            if rows:
+                panels.append((kind, dtype, rows))
+    if not panels:
+        return False
+    methods = ["tuned", "quack", "compile", "torch"]
+    colours = {"tuned": "tab:green", "quack": "tab:blue", "compile": "tab:orange",
+               "torch": "tab:red"}
+    fig, axes = plt.subplots(len(panels), 1, figsize=(10, 2.6 * len(panels)), squeeze=False)
+    for ax, (kind, dtype, rows) in zip(axes[:, 0], panels):
+        width = 0.8 / len(methods)
+        for i, m in enumerate(methods):
+            xs, ys = [], []
+            for shape, floor, base in rows:
+                t = res["times"].get(f"{base}|bwd|{m}") or {}
+                if "us" in t:
+                    xs.append(shapes.index(shape) + (i - (len(methods) - 1) / 2) * width)
+                    ys.append(t["us"] / floor)
+            if xs:
+                ax.bar(xs, ys, width, label=m, color=colours[m])
+        ax.axhline(1.0, color="black", linewidth=0.8)
+        ax.axhline(1.05, color="black", linewidth=0.6, linestyle="--")
+        ax.set_xticks(range(len(shapes)))
+        ax.set_xticklabels(shapes)
+        ax.set_xlim(-0.5, len(shapes) - 0.5)
+        ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(FormatStrFormatter("%g"))
+        ax.yaxis.set_minor_formatter(NullFormatter())
+        ax.set_ylabel("time / floor")
+        ax.set_title(f"{kind} backward, {dtype}", fontsize=10)
+        ax.legend(fontsize=8, ncol=len(methods))
+    env = res.get("env", {})
+    fig.suptitle(f"Backward over its floor (1.5x a copy; dashed: +5%), {env.get('gpu')}, "
+                 f"{env.get('date')}", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(os.path.join(args.out, "train-bwd.png"), dpi=100)
+    plt.close(fig)
+    return True
 
 
 if __name__ == "__main__":
