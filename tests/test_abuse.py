@@ -20,10 +20,10 @@ directory, with loops bounded in count and time.
              genuine record of the key is then accepted
   cli        import of /dev/zero, list of a missing store, serve with a bad
              port, verify --fix without a GPU: clear errors, no side effects
-  read-only  a store the daemon cannot write is served read-only (not as
-             root: a mode does not stop root)
-  full disk  a store on a full file system likewise (root: a tmpfs of its
-             own)
+  read-only  a store on a read-only file system is served read-only, tune
+             refused, the reason said at start
+  full disk  a store on a full file system likewise (both on a small tmpfs
+             of their own: root only, else skipped)
 Exit 0 when every case passed."""
 import json
 import os
@@ -509,81 +509,93 @@ def case_cli():
        f"clear errors ({time.time() - t0:.1f} s)")
 
 
-def case_read_only():
-    """A store the daemon cannot write: served read-only, tune refused."""
-    if os.geteuid() == 0:
-        print("skip: read-only store: running as root, a mode cannot make it read-only")
-        return
-    d = Daemon("ro")
-    path = os.path.join(tmp, "ro.jsonl")
+def seed_store(d, name):
+    """d's store holds one record, 64x4096 on the H200; the import's status."""
+    path = os.path.join(tmp, name + ".jsonl")
     export_file(path, [record(64, 4096, median=50.0)])
-    run("import", "-q", path, "--db", d.db)
-    os.chmod(d.db, 0o500)
-    for f in os.listdir(d.db):
-        os.chmod(os.path.join(d.db, f), 0o400)
-    try:
-        if not d.start():
-            return fail("read-only: daemon did not start: " + d.logtext())
-        c = Client(d.sock)
-        got = c.call({"op": "get", "rows": 64, "cols": 4096})
-        tune = c.call({"op": "tune", "rows": 64, "cols": 4096, "gpu": H200})
-        c.close()
-        d.stop()
-        if (got or {}).get("source") != "exact" or code(tune) not in ("read_only", "no_gpu"):
-            fail(f"read-only: get {got}, tune {tune}")
-        elif "READ-ONLY" not in d.logtext():
-            fail("read-only: the start does not say so: " + d.logtext())
-        else:
-            ok("read-only store: served, tune refused, said at start")
-    finally:
-        os.chmod(d.db, 0o700)
+    return run("import", "-q", path, "--db", d.db)
+
+
+def check_read_only(what, d, reason):
+    """Starts d on a store it cannot write: get answers exact, tune is
+    refused, and the start says READ-ONLY and reason."""
+    if not d.start():
+        return fail(f"{what}: the daemon did not start: " + d.logtext())
+    c = Client(d.sock)
+    got = c.call({"op": "get", "rows": 64, "cols": 4096})
+    tune = c.call({"op": "tune", "rows": 64, "cols": 4096, "gpu": H200})
+    c.close()
+    d.stop()
+    if (got or {}).get("source") != "exact" or code(tune) not in ("read_only", "no_gpu"):
+        fail(f"{what}: get {got}, tune {tune}")
+    elif "READ-ONLY" not in d.logtext() or reason not in d.logtext():
+        fail(f"{what}: the start does not say why it serves read-only: " + d.logtext())
+    else:
+        ok(f"{what}: the store served read-only, tune refused, the reason said at start")
+
+
+class SmallFs:
+    """A 4 MiB tmpfs of the test's own at tmp/NAME (root only: a mount),
+    unmounted at exit; usable is False where it cannot be mounted."""
+
+    def __init__(self, name):
+        self.path = os.path.join(tmp, name)
+        os.makedirs(self.path)
+        self.usable = os.geteuid() == 0 and subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", self.path],
+            capture_output=True).returncode == 0
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        for dm in DAEMONS:  # nothing may hold the mount
+            if dm.p is not None and dm.p.poll() is None:
+                dm.p.kill()
+                dm.p.wait()
+        if self.usable:
+            subprocess.run(["umount", self.path], capture_output=True)
+
+
+def case_read_only():
+    """A store on a read-only file system: served read-only, tune refused.
+    (A mode alone cannot do it: LMDB needs its lock file writable, so a
+    store whose files are 0400 is an error that says so.)"""
+    with SmallFs("ro-fs") as fs:
+        if not fs.usable:
+            print("skip: read-only store: cannot mount a small tmpfs (needs root)")
+            return
+        d = Daemon("ro")
+        d.db = os.path.join(fs.path, "db")
+        rc, _, err = seed_store(d, "ro")
+        if rc != 0:
+            return fail(f"read-only: import: {err}")
+        if subprocess.run(["mount", "-o", "remount,ro", fs.path],
+                          capture_output=True).returncode != 0:
+            return fail("read-only: mount -o remount,ro failed")
+        check_read_only("read-only file system", d, "Read-only file system")
 
 
 def case_full_disk():
     """A store on a full file system: served read-only (it used to stop
-    the daemon), tune refused. Needs a small tmpfs of its own: root and a
-    mount that is allowed, else skipped."""
-    mnt = os.path.join(tmp, "full-fs")
-    os.makedirs(mnt)
-    if os.geteuid() != 0 or subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", mnt],
-            capture_output=True).returncode != 0:
-        print("skip: full disk: cannot mount a small tmpfs (needs root)")
-        return
-    try:
+    the daemon), tune refused."""
+    with SmallFs("full-fs") as fs:
+        if not fs.usable:
+            print("skip: full disk: cannot mount a small tmpfs (needs root)")
+            return
         d = Daemon("full")
-        d.db = os.path.join(mnt, "db")
-        path = os.path.join(tmp, "full.jsonl")
-        export_file(path, [record(64, 4096, median=50.0)])
-        rc, _, err = run("import", "-q", path, "--db", d.db)
+        d.db = os.path.join(fs.path, "db")
+        rc, _, err = seed_store(d, "full")
         if rc != 0:
             return fail(f"full disk: import: {err}")
-        with open(os.path.join(mnt, "filler"), "wb") as f:
+        with open(os.path.join(fs.path, "filler"), "wb") as f:
             try:
                 while True:
                     f.write(b"\0" * 65536)
                     f.flush()
             except OSError:
                 pass
-        if not d.start():
-            return fail("full disk: the daemon did not start: " + d.logtext())
-        c = Client(d.sock)
-        got = c.call({"op": "get", "rows": 64, "cols": 4096})
-        tune = c.call({"op": "tune", "rows": 64, "cols": 4096, "gpu": H200})
-        c.close()
-        d.stop()
-        if (got or {}).get("source") != "exact" or code(tune) not in ("read_only", "no_gpu"):
-            fail(f"full disk: get {got}, tune {tune}")
-        elif "READ-ONLY" not in d.logtext() or "No space left" not in d.logtext():
-            fail("full disk: the start does not say why it serves read-only: " + d.logtext())
-        else:
-            ok("full disk: the store served read-only, tune refused, the reason said at start")
-    finally:
-        for dm in DAEMONS:
-            if dm.p is not None and dm.p.poll() is None:
-                dm.p.kill()
-                dm.p.wait()
-        subprocess.run(["umount", mnt], capture_output=True)
+        check_read_only("full disk", d, "No space left")
 
 
 CASES = [case_poison, case_cli, case_idle, case_reserve, case_storm, case_output, case_sighup,
