@@ -33,6 +33,7 @@
 #include <unistd.h>
 
 #include "src/common/log.h"
+#include "src/daemon/remote.h"
 #include "src/daemon/state.h"
 #include "src/tuner/policy.h"
 #include "src/tuner/tune.h"
@@ -179,6 +180,7 @@ static void rebuild_done(uv_work_t *req, int status)
     if (status == 0 && rb->rc == 0) {
         uint64_t now = d->jobs != NULL ? tuned__jobs_writes(d->jobs) : 0;
         put_written(d, rb->ix, rb->writes, now);
+        tuned__remote_put_pending(d, rb->ix);
         retire_index(d, d->index);
         d->index = rb->ix;
         rb->ix = NULL;

@@ -87,6 +87,7 @@ typedef struct tuned__remote {
     bool stopping, closing, closed;
     flight *flights;
     readop *reads;
+    struct store_work *storing; /* records taken, their store write in flight */
     tuned__record *outbox;
     size_t nout;
     bool out_busy;
@@ -152,6 +153,7 @@ typedef struct store_work {
     tuned__record rec;
     bool stored, kept;
     tuned__err e;
+    struct store_work *prev, *next; /* tuned__remote.storing */
 } store_work;
 
 static void flight_stored(flight *fl, bool stored);
@@ -176,6 +178,12 @@ static void store_done(uv_work_t *req, int status)
     store_work *w = container_of(req, store_work, req);
     tuned__remote *rm = w->rm;
     tuned__err e = {0};
+    if (w->prev != NULL)
+        w->prev->next = w->next;
+    else
+        rm->storing = w->next;
+    if (w->next != NULL)
+        w->next->prev = w->prev;
     if (status == 0 && w->stored) {
         rm->c.stored_local++;
         /* Again: an index built from a snapshot before the write lacks it. */
@@ -203,12 +211,27 @@ static void take_record(tuned__remote *rm, const tuned__record *rec, flight *fl)
         w->rm = rm;
         w->fl = fl;
         w->rec = *rec;
-        if (uv_queue_work(d->loop, &w->req, store_fn, store_done) == 0)
+        if (uv_queue_work(d->loop, &w->req, store_fn, store_done) == 0) {
+            w->next = rm->storing;
+            if (rm->storing != NULL)
+                rm->storing->prev = w;
+            rm->storing = w;
             return;
+        }
         free(w);
     }
     if (fl != NULL)
         flight_stored(fl, false);
+}
+
+void tuned__remote_put_pending(tuned__daemon *d, tuned__index *ix)
+{
+    if (d->remote == NULL)
+        return;
+    tuned__err e = {0};
+    for (store_work *w = d->remote->storing; w != NULL; w = w->next)
+        if (tuned__index_put(ix, &w->rec, &e) != 0)
+            logf_(d->remote, "index: %s", e.msg);
 }
 
 /* ---- reads: get through to the fleet, and the queue push ---- */

@@ -86,6 +86,11 @@ bool tuned__remote_close(tuned__daemon *d);
 /* Frees what is left after the loop ended. */
 void tuned__remote_free(tuned__daemon *d);
 
+/* Puts the records taken from the fleet whose local store write is still
+ * in flight into ix: a fresh index built from a snapshot before that write
+ * lacks them, and is about to replace the one that has them. */
+void tuned__remote_put_pending(tuned__daemon *d, struct tuned__index *ix);
+
 /* ,"remote":{...} for stats (nothing without --remote). */
 void tuned__remote_stats(tuned__daemon *d, tuned__buf *out);
 
