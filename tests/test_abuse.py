@@ -557,19 +557,29 @@ class SmallFs:
             subprocess.run(["umount", self.path], capture_output=True)
 
 
+def daemon_on(fs, name, what):
+    """A daemon (not started) whose seeded store is on fs; None (said)
+    when fs could not be mounted or the seeding failed."""
+    if not fs.usable:
+        print(f"skip: {what}: cannot mount a small tmpfs (needs root)")
+        return None
+    d = Daemon(name)
+    d.db = os.path.join(fs.path, "db")
+    rc, _, err = seed_store(d, name)
+    if rc != 0:
+        fail(f"{what}: import: {err}")
+        return None
+    return d
+
+
 def case_read_only():
     """A store on a read-only file system: served read-only, tune refused.
     (A mode alone cannot do it: LMDB needs its lock file writable, so a
     store whose files are 0400 is an error that says so.)"""
     with SmallFs("ro-fs") as fs:
-        if not fs.usable:
-            print("skip: read-only store: cannot mount a small tmpfs (needs root)")
+        d = daemon_on(fs, "ro", "read-only store")
+        if d is None:
             return
-        d = Daemon("ro")
-        d.db = os.path.join(fs.path, "db")
-        rc, _, err = seed_store(d, "ro")
-        if rc != 0:
-            return fail(f"read-only: import: {err}")
         if subprocess.run(["mount", "-o", "remount,ro", fs.path],
                           capture_output=True).returncode != 0:
             return fail("read-only: mount -o remount,ro failed")
@@ -580,14 +590,9 @@ def case_full_disk():
     """A store on a full file system: served read-only (it used to stop
     the daemon), tune refused."""
     with SmallFs("full-fs") as fs:
-        if not fs.usable:
-            print("skip: full disk: cannot mount a small tmpfs (needs root)")
+        d = daemon_on(fs, "full", "full disk")
+        if d is None:
             return
-        d = Daemon("full")
-        d.db = os.path.join(fs.path, "db")
-        rc, _, err = seed_store(d, "full")
-        if rc != 0:
-            return fail(f"full disk: import: {err}")
         with open(os.path.join(fs.path, "filler"), "wb") as f:
             try:
                 while True:

@@ -118,17 +118,25 @@ static size_t history_count(tuned__store *st, const tuned__gpu *g, const tuned__
     return total;
 }
 
-/* Whether the history of s on g holds config. */
-static bool history_has(tuned__store *st, const tuned__gpu *g, const tuned__shape *s,
-                        const char *config)
+/* The first 4096 entries of the history of s on g (a static page; NULL
+ * when it cannot be read), their count into *n. */
+static const tuned__store_eval *history_page(tuned__store *st, const tuned__gpu *g,
+                                             const tuned__shape *s, size_t *n)
 {
     tuned__store_key key;
     tuned__tune_key(g, s, &key);
     static tuned__store_eval page[4096];
-    size_t n = 0;
-    if (tuned__store_list_evals(st, &key, NULL, page, 4096, &n, NULL) != 0)
-        return false;
-    for (size_t i = 0; i < n; i++)
+    *n = 0;
+    return tuned__store_list_evals(st, &key, NULL, page, 4096, n, NULL) == 0 ? page : NULL;
+}
+
+/* Whether the history of s on g holds config. */
+static bool history_has(tuned__store *st, const tuned__gpu *g, const tuned__shape *s,
+                        const char *config)
+{
+    size_t n;
+    const tuned__store_eval *page = history_page(st, g, s, &n);
+    for (size_t i = 0; page != NULL && i < n; i++)
         if (strcmp(page[i].config, config) == 0)
             return true;
     return false;
@@ -138,11 +146,9 @@ static bool history_has(tuned__store *st, const tuned__gpu *g, const tuned__shap
 static bool simplest_fastest(tuned__store *st, const tuned__gpu *g, const tuned__shape *s,
                              double best, tuned__config *out)
 {
-    tuned__store_key key;
-    tuned__tune_key(g, s, &key);
-    static tuned__store_eval page[4096];
-    size_t n = 0;
-    if (tuned__store_list_evals(st, &key, NULL, page, 4096, &n, NULL) != 0)
+    size_t n;
+    const tuned__store_eval *page = history_page(st, g, s, &n);
+    if (page == NULL)
         return false;
     bool found = false;
     for (size_t i = 0; i < n; i++) {
