@@ -19,10 +19,8 @@
  * Nothing is freed before tuned_close(), so a reader holding an old entry
  * (or a CUDA graph holding its function) stays valid.
  *
- * Tunes never run in this process (api_child.c): under
- * TUNED_POLICY_PROCESS a background thread of the handle runs `tuned`
- * child processes one at a time; under TUNED_POLICY_DAEMON it sends the
- * daemon a `tune` request. Errors reach the caller as a code and the
+ * Tunes never run in this process (api_tune.c, api_child.c). The handle
+ * itself is in handle.h. Errors reach the caller as a code and the
  * calling thread's message (tuned_last_error). */
 #include <errno.h>
 #include <float.h>
@@ -36,7 +34,7 @@
 #include <unistd.h>
 
 #include "src/codegen/source.h"
-#include "src/api/api.h"
+#include "src/api/handle.h"
 #include "src/driver/check.h"
 #include "src/tuner/space.h"
 
@@ -46,74 +44,8 @@
 
 /* A call whose config is not exact looks at the store again after this. */
 #define RECHECK_NS 1000000000ll
-/* How long a background or explicit tune may run past its search time. */
-#define TUNE_SLACK_S 300.0
-#define TUNE_DEFAULT_S 50.0
 
 /* ---- the handle ---- */
-
-typedef struct module_rec {
-    CUcontext ctx;
-    uint64_t hash;     /* the cubin's compile-cache key */
-    CUmodule module;
-    CUfunction fn;
-    struct module_rec *next;
-} module_rec;
-
-typedef struct device_info {
-    bool ready;
-    tuned__gpu gpu;
-} device_info;
-
-/* A compatible record whose config failed its check here: never served
- * by this handle (a record stored over it with another config is a new
- * candidate). */
-typedef struct refusal {
-    tuned__store_key key;
-    char config[128];
-    struct refusal *next;
-} refusal;
-
-/* Compatible records checked at most this many times for one pick; then
- * the pick goes on to nearest or default. */
-#define CHECKS_PER_PICK 4
-
-typedef struct tune_job {
-    int device;
-    uint64_t fp;
-    tuned__shape shape;
-    tuned_tune_state state;
-    bool started;      /* taken by the background thread or an explicit tune */
-    char message[256];
-    struct tune_job *next;
-} tune_job;
-
-struct tuned_handle {
-    uint64_t serial;   /* unique in the process: tags the per-thread records */
-    tuned__driver *d;
-    tuned__nvrtc *n;
-    tuned__store *store; /* NULL: no store; else acquired (shared by the handles
-                            of one store directory: cache/registry.c) */
-    char *socket;
-    char *tuned_path;
-    tuned_policy policy;
-    double tune_time_s;
-    tuned_progress_fn on_progress; /* tuned_options.on_progress, may be NULL */
-    void *progress_ctx;
-    tuned__api_map map;
-    pthread_mutex_t mu;        /* everything below, and map writes */
-    tuned__api_entry *entries; /* every entry made, newest first */
-    module_rec *modules;
-    device_info *devs;
-    int ndev;
-    tune_job *jobs;
-    refusal *refused;          /* compatible records that failed their check */
-    pthread_cond_t cv;         /* the background thread waits on it */
-    pthread_t worker;
-    bool worker_started, stopping;
-    atomic_int cancel;         /* kills a running child tune */
-    pthread_mutex_t tune_mu;   /* one child tune at a time */
-};
 
 static atomic_uint_fast64_t next_serial = 1;
 
@@ -131,14 +63,35 @@ static int fail(const tuned_handle *h, const tuned__err *e)
     return e->code;
 }
 
+static int vfailf(const tuned_handle *h, int code, const char *fmt, va_list ap)
+{
+    err_serial = h != NULL ? h->serial : 0;
+    vsnprintf(err_msg, sizeof err_msg, fmt, ap);
+    return code;
+}
+
 static int failf(const tuned_handle *h, int code, const char *fmt, ...) TUNED__PRINTF(3, 4);
 
 static int failf(const tuned_handle *h, int code, const char *fmt, ...)
 {
-    err_serial = h != NULL ? h->serial : 0;
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(err_msg, sizeof err_msg, fmt, ap);
+    vfailf(h, code, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+/* The same for the handle's other files (handle.h). */
+int tuned__api_fail(const tuned_handle *h, const tuned__err *e)
+{
+    return fail(h, e);
+}
+
+int tuned__api_failf(const tuned_handle *h, int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vfailf(h, code, fmt, ap);
     va_end(ap);
     return code;
 }
@@ -332,7 +285,7 @@ void tuned_close(tuned_handle *h)
 
 /* ---- devices (under h->mu) ---- */
 
-static int device_get(tuned_handle *h, int ordinal, const tuned__gpu **out, tuned__err *e)
+int tuned__api_device_get(tuned_handle *h, int ordinal, const tuned__gpu **out, tuned__err *e)
 {
     if (ordinal < 0 || ordinal >= h->ndev)
         return tuned__errf(e, TUNED_ENODEV, "no GPU %d (this machine has %d)", ordinal, h->ndev);
@@ -364,122 +317,6 @@ static int current_ordinal(tuned_handle *h, int *ordinal, tuned__err *e)
     }
     return tuned__errf(e, TUNED_ENODEV, "the current context's device is none of the %d GPUs",
                        h->ndev);
-}
-
-/* ---- tunes (under h->mu unless said otherwise) ---- */
-
-static tune_job *job_find(tuned_handle *h, uint64_t fp, const tuned__shape *s)
-{
-    for (tune_job *j = h->jobs; j != NULL; j = j->next)
-        if (j->fp == fp && j->shape.rows == s->rows && j->shape.cols == s->cols &&
-            j->shape.dtype == s->dtype && tuned__shape_kernel(&j->shape) == tuned__shape_kernel(s))
-            return j;
-    return NULL;
-}
-
-static tune_job *job_add(tuned_handle *h, int device, uint64_t fp, const tuned__shape *s)
-{
-    tune_job *j = calloc(1, sizeof *j);
-    if (j == NULL)
-        return NULL;
-    j->device = device;
-    j->fp = fp;
-    j->shape = *s;
-    j->state = TUNED_TUNE_QUEUED;
-    j->next = h->jobs;
-    h->jobs = j;
-    return j;
-}
-
-/* Makes every call of the shape on device look at the store again. */
-static void force_recheck(tuned_handle *h, int device, const tuned__shape *s)
-{
-    for (tuned__api_entry *e = h->entries; e != NULL; e = e->all_next)
-        if (e->key.rows == s->rows && e->key.cols == s->cols && e->key.dtype == s->dtype &&
-            e->key.kernel == tuned__shape_kernel(s) && e->choice.device == device)
-            atomic_store_explicit(&e->recheck_ns, 0, memory_order_relaxed);
-}
-
-/* Runs one child tune; not under h->mu. */
-static int child_tune(tuned_handle *h, int device, const tuned__shape *s, double time_s,
-                      tuned__err *e)
-{
-    tuned__api_child c = {.binary = h->tuned_path, .store = tuned__store_real_path(h->store),
-                          .device = device, .shape = *s, .time_s = time_s,
-                          .timeout_s = (time_s > 0 ? time_s : TUNE_DEFAULT_S) * 2 + TUNE_SLACK_S,
-                          .cancel = &h->cancel, .on_progress = h->on_progress,
-                          .progress_ctx = h->progress_ctx};
-    pthread_mutex_lock(&h->tune_mu);
-    int rc = tuned__api_run_child(&c, e);
-    pthread_mutex_unlock(&h->tune_mu);
-    return rc;
-}
-
-static void *worker_main(void *arg)
-{
-    tuned_handle *h = arg;
-    pthread_mutex_lock(&h->mu);
-    while (!h->stopping) {
-        tune_job *j = h->jobs;
-        while (j != NULL && (j->started || j->state != TUNED_TUNE_QUEUED))
-            j = j->next;
-        if (j == NULL) {
-            pthread_cond_wait(&h->cv, &h->mu);
-            continue;
-        }
-        j->started = true;
-        int device = j->device;
-        uint64_t fp = j->fp;
-        tuned__shape shape = j->shape;
-        pthread_mutex_unlock(&h->mu);
-        tuned__err e = {0};
-        uint64_t daemon_job = 0;
-        /* The daemon tunes softmax; other kernels tune in a child process
-         * writing to the same store (the daemon's, under this policy). */
-        bool by_daemon = h->policy == TUNED_POLICY_DAEMON &&
-                         tuned__shape_kernel(&shape) == TUNED__KERNEL_SOFTMAX;
-        int rc = by_daemon
-                     ? tuned__client_tune(h->socket, &shape, fp, h->tune_time_s, &daemon_job, &e)
-                     : child_tune(h, device, &shape, h->tune_time_s, &e);
-        pthread_mutex_lock(&h->mu);
-        if (rc != 0) {
-            j->state = TUNED_TUNE_FAILED;
-            snprintf(j->message, sizeof j->message, "%s", e.msg);
-        } else if (by_daemon) {
-            /* Queued there; the store tells when it is done. */
-            snprintf(j->message, sizeof j->message, "daemon job %llu",
-                     (unsigned long long)daemon_job);
-        } else {
-            j->state = TUNED_TUNE_DONE;
-            snprintf(j->message, sizeof j->message, "tuned by a child process");
-            force_recheck(h, device, &shape);
-        }
-    }
-    pthread_mutex_unlock(&h->mu);
-    return NULL;
-}
-
-/* Under the daemon and process policies, queues a background tune of a
- * shape that has no exact record (once per shape and handle). */
-static void request_tune(tuned_handle *h, int device, const tuned__gpu *gpu,
-                         const tuned__shape *s, tuned_source source)
-{
-    if (source == TUNED_SOURCE_EXACT || h->policy == TUNED_POLICY_NEVER || h->store == NULL ||
-        h->stopping || job_find(h, gpu->fingerprint, s) != NULL)
-        return;
-    tune_job *j = job_add(h, device, gpu->fingerprint, s);
-    if (j == NULL)
-        return; /* out of memory: no tune, nothing else lost */
-    if (!h->worker_started) {
-        if (pthread_create(&h->worker, NULL, worker_main, h) != 0) {
-            j->state = TUNED_TUNE_FAILED;
-            snprintf(j->message, sizeof j->message, "cannot start the tuning thread");
-            return;
-        }
-        h->worker_started = true;
-    }
-    snprintf(j->message, sizeof j->message, "queued");
-    pthread_cond_signal(&h->cv);
 }
 
 /* ---- kernels (under h->mu) ---- */
@@ -689,7 +526,7 @@ static int build_new(tuned_handle *h, const tuned__api_key *k, uint64_t hash,
     const tuned__gpu *gpu;
     int rc = current_ordinal(h, &device, e);
     if (rc == 0)
-        rc = device_get(h, device, &gpu, e);
+        rc = tuned__api_device_get(h, device, &gpu, e);
     if (rc != 0)
         return rc;
     tuned__shape s = {.dtype = (tuned_dtype)k->dtype, .rows = k->rows, .cols = k->cols,
@@ -704,7 +541,7 @@ static int build_new(tuned_handle *h, const tuned__api_key *k, uint64_t hash,
         tuned__err why = {0};
         rc = build_entry(h, k, hash, device, gpu, &p, out, &why);
         if (rc == 0) {
-            request_tune(h, device, gpu, &s, p.source);
+            tuned__api_request_tune(h, device, gpu, &s, p.source);
             return 0;
         }
         /* Not served, by this handle, ever: the next tier answers. */
@@ -713,7 +550,7 @@ static int build_new(tuned_handle *h, const tuned__api_key *k, uint64_t hash,
     }
     if (failed[0] != '\0')
         snprintf(p.note, sizeof p.note, "%s", failed);
-    request_tune(h, device, gpu, &s, p.source);
+    tuned__api_request_tune(h, device, gpu, &s, p.source);
     return build_entry(h, k, hash, device, gpu, &p, out, e);
 }
 
@@ -757,13 +594,13 @@ static tuned__api_entry *recheck(tuned_handle *h, const tuned__api_key *k, uint6
                       .kernel = (uint8_t)k->kernel};
     tuned__api_pick p;
     tuned__err ignored = {0};
-    if (device_get(h, old->choice.device, &gpu, &ignored) != 0 ||
+    if (tuned__api_device_get(h, old->choice.device, &gpu, &ignored) != 0 ||
         pick(h, gpu, &s, false, &p, &ignored) != 0) {
         atomic_store_explicit(&old->recheck_ns, next, memory_order_relaxed);
         return old;
     }
     if (p.source == TUNED_SOURCE_EXACT) {
-        tune_job *j = job_find(h, gpu->fingerprint, &s);
+        tune_job *j = tuned__api_job_find(h, gpu->fingerprint, &s);
         if (j != NULL && j->state == TUNED_TUNE_QUEUED && j->started) {
             j->state = TUNED_TUNE_DONE;
             snprintf(j->message, sizeof j->message, "stored");
@@ -1005,7 +842,7 @@ static void copy_choice(tuned_handle *h, const tuned__api_entry *e, tuned_choice
     const tuned__gpu *gpu = h->devs[e->choice.device].ready ? &h->devs[e->choice.device].gpu : NULL;
     tuned__shape s = {.dtype = (tuned_dtype)e->key.dtype, .rows = e->key.rows,
                       .cols = e->key.cols, .kernel = (uint8_t)e->key.kernel};
-    tune_job *j = gpu != NULL ? job_find(h, gpu->fingerprint, &s) : NULL;
+    tune_job *j = gpu != NULL ? tuned__api_job_find(h, gpu->fingerprint, &s) : NULL;
     if (j != NULL) {
         out->tune = j->state;
         choice_message(out, j->message, e->choice.tune_message);
@@ -1036,7 +873,7 @@ int tuned_last_choice(tuned_handle *h, tuned_choice *out)
 }
 
 /* The ordinal for device (-1: the current context's, else 0). */
-static int resolve_device(tuned_handle *h, int device, int *ordinal, tuned__err *e)
+int tuned__api_resolve_device(tuned_handle *h, int device, int *ordinal, tuned__err *e)
 {
     if (device >= 0) {
         *ordinal = device;
@@ -1050,8 +887,8 @@ static int resolve_device(tuned_handle *h, int device, int *ordinal, tuned__err 
     return current_ordinal(h, ordinal, e);
 }
 
-static int shape_ok(const tuned_handle *h, const char *fn, int64_t rows, int64_t cols,
-                    tuned_dtype dtype, int device)
+int tuned__api_shape_ok(const tuned_handle *h, const char *fn, int64_t rows, int64_t cols,
+                        tuned_dtype dtype, int device)
 {
     if (h == NULL)
         return failf(NULL, TUNED_EINVAL, "%s: the handle is NULL", fn);
@@ -1070,7 +907,7 @@ static int shape_ok(const tuned_handle *h, const char *fn, int64_t rows, int64_t
 int tuned_lookup(tuned_handle *h, int64_t rows, int64_t cols, tuned_dtype dtype, int device,
                  tuned_choice *out)
 {
-    int rc = shape_ok(h, "tuned_lookup", rows, cols, dtype, device);
+    int rc = tuned__api_shape_ok(h, "tuned_lookup", rows, cols, dtype, device);
     if (rc != 0)
         return rc;
     if (out == NULL)
@@ -1081,17 +918,17 @@ int tuned_lookup(tuned_handle *h, int64_t rows, int64_t cols, tuned_dtype dtype,
     tuned__shape s = {.dtype = dtype, .rows = (uint64_t)rows, .cols = (uint64_t)cols};
     tuned__api_pick p;
     pthread_mutex_lock(&h->mu);
-    rc = resolve_device(h, device, &ordinal, &e);
+    rc = tuned__api_resolve_device(h, device, &ordinal, &e);
     if (rc == 0)
-        rc = device_get(h, ordinal, &gpu, &e);
+        rc = tuned__api_device_get(h, ordinal, &gpu, &e);
     if (rc == 0)
         rc = pick(h, gpu, &s, false, &p, &e);
     if (rc == 0) {
-        request_tune(h, ordinal, gpu, &s, p.source);
+        tuned__api_request_tune(h, ordinal, gpu, &s, p.source);
         fill_choice(h, gpu, ordinal, &p, true, out);
         if (p.source == TUNED_SOURCE_COMPATIBLE)
             choice_message(out, out->tune_message, "checked against the float64 reference on first use");
-        tune_job *j = job_find(h, gpu->fingerprint, &s);
+        tune_job *j = tuned__api_job_find(h, gpu->fingerprint, &s);
         if (j != NULL) {
             out->tune = j->state;
             choice_message(out, j->message, p.note);
@@ -1106,112 +943,3 @@ int tuned_lookup(tuned_handle *h, int64_t rows, int64_t cols, tuned_dtype dtype,
     return 0;
 }
 
-/* The job's progress to the handle's callback; a failed request only
- * skips one report (the job's state is asked for separately). */
-static void report_daemon_job(tuned_handle *h, uint64_t id, const tuned__shape *s)
-{
-    json_t *req = json_pack("{s:s, s:I}", "op", "job", "job", (json_int_t)id);
-    json_t *rep = NULL;
-    tuned__err ignored = {0};
-    if (req != NULL && tuned__client_request(h->socket, req, 10.0, &rep, &ignored) == 0) {
-        tuned_progress p;
-        char best[128];
-        tuned__api_progress_from_json(json_object_get(rep, "job"), s, &p, best, sizeof best);
-        h->on_progress(h->progress_ctx, &p);
-    }
-    json_decref(req);
-    json_decref(rep);
-}
-
-/* Follows daemon job id until it ends, reporting its progress; not under
- * h->mu. */
-static int follow_daemon_job(tuned_handle *h, uint64_t id, const tuned__shape *s,
-                             double timeout_s, tuned__err *e)
-{
-    struct timespec start;
-    clock_gettime(CLOCK_MONOTONIC, &start);
-    for (;;) {
-        char state[32], why[256];
-        if (h->on_progress != NULL)
-            report_daemon_job(h, id, s);
-        int rc = tuned__client_job(h->socket, id, state, sizeof state, why, sizeof why, e);
-        if (rc != 0)
-            return rc;
-        if (strcmp(state, "done") == 0)
-            return 0;
-        if (strcmp(state, "failed") == 0 || strcmp(state, "cancelled") == 0)
-            return tuned__errf(e, TUNED_ETUNE, "daemon job %llu %s%s%s", (unsigned long long)id,
-                               state, why[0] ? ": " : "", why);
-        struct timespec now;
-        clock_gettime(CLOCK_MONOTONIC, &now);
-        double elapsed = (double)(now.tv_sec - start.tv_sec) +
-                         (double)(now.tv_nsec - start.tv_nsec) / 1e9;
-        if (elapsed > timeout_s)
-            return tuned__errf(e, TUNED_ETIMEOUT, "daemon job %llu still %s after %.0f s",
-                               (unsigned long long)id, state, elapsed);
-        if (atomic_load(&h->cancel) != 0)
-            return tuned__errf(e, TUNED_EIO, "daemon job %llu: no longer followed (closing)",
-                               (unsigned long long)id);
-        struct timespec pause = {.tv_sec = 0, .tv_nsec = 250 * 1000000L};
-        nanosleep(&pause, NULL);
-    }
-}
-
-int tuned_tune(tuned_handle *h, int64_t rows, int64_t cols, tuned_dtype dtype, int device,
-               double time_s)
-{
-    int rc = shape_ok(h, "tuned_tune", rows, cols, dtype, device);
-    if (rc != 0)
-        return rc;
-    if (!(time_s >= 0 && time_s <= 86400))
-        return failf(h, TUNED_EINVAL, "tuned_tune: time_s %g out of range (0 to 86400)", time_s);
-    if (h->store == NULL)
-        return failf(h, TUNED_EINVAL, "tuned_tune: this handle has no store to keep a result in");
-    tuned__err e = {0};
-    tuned__shape s = {.dtype = dtype, .rows = (uint64_t)rows, .cols = (uint64_t)cols};
-    int ordinal = 0;
-    const tuned__gpu *gpu = NULL;
-    uint64_t fp = 0;
-    pthread_mutex_lock(&h->mu);
-    rc = resolve_device(h, device, &ordinal, &e);
-    if (rc == 0)
-        rc = device_get(h, ordinal, &gpu, &e);
-    if (rc == 0) {
-        fp = gpu->fingerprint;
-        tune_job *j = job_find(h, fp, &s);
-        if (j == NULL)
-            j = job_add(h, ordinal, fp, &s);
-        if (j != NULL) {
-            j->started = true; /* the background thread leaves it to us */
-            j->state = TUNED_TUNE_QUEUED;
-            snprintf(j->message, sizeof j->message, "tuning (tuned_tune)");
-        }
-    }
-    pthread_mutex_unlock(&h->mu);
-    if (rc == 0) {
-        double budget = time_s > 0 ? time_s : (h->tune_time_s > 0 ? h->tune_time_s : 0);
-        if (h->policy == TUNED_POLICY_DAEMON) {
-            uint64_t id = 0;
-            rc = tuned__client_tune(h->socket, &s, fp, budget, &id, &e);
-            if (rc == 0)
-                rc = follow_daemon_job(h, id, &s, (budget > 0 ? budget : TUNE_DEFAULT_S) * 2 + TUNE_SLACK_S, &e);
-        } else {
-            rc = child_tune(h, ordinal, &s, budget, &e);
-        }
-    }
-    pthread_mutex_lock(&h->mu);
-    tune_job *j = gpu != NULL ? job_find(h, fp, &s) : NULL;
-    if (j != NULL) {
-        j->state = rc == 0 ? TUNED_TUNE_DONE : TUNED_TUNE_FAILED;
-        snprintf(j->message, sizeof j->message, "%s", rc == 0 ? "stored" : e.msg);
-    }
-    if (rc == 0)
-        force_recheck(h, ordinal, &s);
-    pthread_mutex_unlock(&h->mu);
-    if (rc != 0) {
-        tuned__err_prefix(&e, rc, "tuned_tune %lldx%lld %s: ", (long long)rows, (long long)cols,
-                          tuned_dtype_name(dtype));
-        return fail(h, &e);
-    }
-    return 0;
-}
