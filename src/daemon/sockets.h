@@ -1,0 +1,26 @@
+/* sockets.h: the daemon's socket files and addresses, before libuv
+ * listens on them (server.c): the Unix socket's directory, a stale socket
+ * left by a crash, and the TCP address of --listen. */
+#ifndef TUNED_DAEMON_SOCKETS_H
+#define TUNED_DAEMON_SOCKETS_H
+
+#include <stddef.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+
+#include "src/common/err.h"
+
+/* mkdir -p of the directory of socket path, each new one with mode. */
+int tuned__socket_make_dir(const char *path, mode_t mode, tuned__err *e);
+
+/* A socket file at path left by a crashed daemon is removed; a live daemon
+ * on it, or a file that is not a socket, is an error. */
+int tuned__socket_clear_stale(const char *path, tuned__err *e);
+
+/* "[HOST:]PORT" into *sa (HOST defaults to 127.0.0.1; [::1] for IPv6),
+ * the host text into host and the port into *port_out; TUNED_EINVAL
+ * naming spec otherwise. */
+int tuned__listen_parse(const char *spec, struct sockaddr_storage *sa, char *host, size_t hn,
+                        long *port_out, tuned__err *e);
+
+#endif
