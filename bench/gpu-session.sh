@@ -26,13 +26,16 @@
 #            bench's --shapes, --dtypes, --tune-time), TRAIN_BUDGET_S (560:
 #            seconds from the build to the bench's stop), TRAIN_CHECK (meson
 #            test names run before the bench, e.g. api-overhead).
+#   decode   build, then tools/bench.sh on the decode set (rows 1, 8, 64 by
+#            32768 to 262144 columns, three dtypes; a fresh store, every
+#            shape tuned cold): OUT/decode.md.
 #   stage    only keep the wheel part carried in this call (.whlA/ or
 #            .whlB/) in /tmp, for a later `anchors` or `train` call.
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
-phase="${1:?usage: bench/gpu-session.sh check|anchors|stage NAME}"
-name="${2:?usage: bench/gpu-session.sh check|anchors|stage NAME}"
+phase="${1:?usage: bench/gpu-session.sh check|train|decode|anchors|stage NAME}"
+name="${2:?usage: bench/gpu-session.sh check|train|decode|anchors|stage NAME}"
 out="${OUT:-$root/bench/results/$(date -u +%F)-$name}"
 mkdir -p "$out"
 wheels=/tmp/tuned-wheels
@@ -127,13 +130,23 @@ train)
     grep -vE '^(tune |[0-9]+x[0-9]+\|)' "$out/train.log" | tail -n 60
     exit $rc
     ;;
+decode)
+    # shellcheck source=tools/device-env.sh
+    source tools/device-env.sh || exit 1
+    export LD_LIBRARY_PATH="/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+    export LIBRARY_PATH="/tmp/tuned-prefix/usr/lib/x86_64-linux-gnu${LIBRARY_PATH:+:$LIBRARY_PATH}"
+    tools/setup.sh --no-deps >/tmp/tuned-build.log 2>&1 || { tail -n 30 /tmp/tuned-build.log; exit 1; }
+    tools/bench.sh "$out" decode decode >/dev/null 2>/tmp/tuned-bench-progress.log
+    tar czf "$out/decode-traces.tgz" -C "$out" traces && rm -rf "$out/traces"
+    cat "$out/decode.md"
+    ;;
 anchors)
     install_wheels >"$out/wheels.log" 2>&1 || { cat "$out/wheels.log"; exit 1; }
     tail -n 1 "$out/wheels.log"
     BENCH_SHAPES="mission,anchors,decode" bench/api-bench.sh "$out/api"
     ;;
 *)
-    echo "gpu-session: unknown phase '$phase' (check, anchors, stage)" >&2
+    echo "gpu-session: unknown phase '$phase' (check, train, decode, anchors, stage)" >&2
     exit 2
     ;;
 esac

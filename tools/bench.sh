@@ -4,19 +4,32 @@
 # copy, variants, wall time), each winner read back by `tuned get` in a second
 # process. Needs a built build/tuned and a GPU.
 #
-#   tools/bench.sh OUTDIR NAME [SHAPE...]
+#   tools/bench.sh OUTDIR NAME [SHAPE|SET...]
 # Writes OUTDIR/NAME.md (the table), OUTDIR/NAME.log and OUTDIR/NAME.jsonl
 # (the store's export, when `tuned export` exists) and OUTDIR/traces/ (every
-# variant each tune measured). Without shapes: the
-# mission table plus 32x128256.
+# variant each tune measured). A SET is a name for shapes: `mission` (the
+# mission table plus 32x128256, the default) or `decode` (rows 1, 8 and 64
+# by columns 32768, 65536, 128256 and 262144).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 out="${1:-$root/bench/results}"
 name="${2:-bench}"
 shift 2 || shift $#
-shapes=("$@")
-[[ ${#shapes[@]} -gt 0 ]] || shapes=(32x128 256x1024 1024x1024 2048x2048 4096x4096 1024x50257
-    4096x32000 1x262144 65536x128 8192x128256 32x128256)
+mission=(32x128 256x1024 1024x1024 2048x2048 4096x4096 1024x50257 4096x32000 1x262144
+    65536x128 8192x128256 32x128256)
+decode=()
+for r in 1 8 64; do
+    for c in 32768 65536 128256 262144; do decode+=("${r}x$c"); done
+done
+shapes=()
+for a in "${@:-mission}"; do
+    case "$a" in
+    mission) shapes+=("${mission[@]}") ;;
+    decode) shapes+=("${decode[@]}") ;;
+    [0-9]*x[0-9]*) shapes+=("$a") ;;
+    *) echo "bench: '$a' is neither a shape (RxC) nor a set (mission, decode)" >&2; exit 2 ;;
+    esac
+done
 tuned="$root/build/tuned"
 [[ -x "$tuned" ]] || { echo "bench: $tuned is not built (run tools/setup.sh)" >&2; exit 1; }
 mkdir -p "$out/traces"
