@@ -101,25 +101,39 @@ class Budget(Exception):
     pass
 
 
+class Resumable:
+    """A benchmark's results, kept in STATE/results.json so that a run
+    stopped by its time budget (Budget) goes on where it stopped: res holds
+    a dict per name in sections; save() writes it whole (atomically);
+    check_budget() raises Budget once budget_s (0: none) has passed."""
+
+    def __init__(self, state_dir, budget_s, sections, redo=False):
+        os.makedirs(state_dir, exist_ok=True)
+        self.path = os.path.join(state_dir, "results.json")
+        self.budget_s = budget_s
+        self.start = time.monotonic()
+        self.res = {}
+        if not redo and os.path.exists(self.path):
+            with open(self.path) as f:
+                self.res = json.load(f)
+        for name in sections:
+            self.res.setdefault(name, {})
+
+    def save(self):
+        with open(self.path + ".tmp", "w") as f:
+            json.dump(self.res, f, indent=1, sort_keys=True)
+        os.replace(self.path + ".tmp", self.path)
+
+    def check_budget(self):
+        if self.budget_s and time.monotonic() - self.start > self.budget_s:
+            raise Budget()
+
+
 def main():
     args = parse_args()
-    start = time.monotonic()
     os.makedirs(args.out, exist_ok=True)
-    os.makedirs(args.state, exist_ok=True)
-    state_file = os.path.join(args.state, "results.json")
-    res = {} if args.redo or not os.path.exists(state_file) else json.load(open(state_file))
-    res.setdefault("times", {})
-    res.setdefault("tunes", {})
-    res.setdefault("choices", {})
-
-    def save():
-        with open(state_file + ".tmp", "w") as f:
-            json.dump(res, f, indent=1, sort_keys=True)
-        os.replace(state_file + ".tmp", state_file)
-
-    def check_budget():
-        if args.budget_s and time.monotonic() - start > args.budget_s:
-            raise Budget()
+    run = Resumable(args.state, args.budget_s, ("times", "tunes", "choices"), args.redo)
+    res, save, check_budget = run.res, run.save, run.check_budget
 
     import torch
 

@@ -46,6 +46,8 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(ROOT, "bindings", "python"))
 
+import bench_torch  # noqa: E402 - the shared timing, refusals and state (no torch at import)
+
 SHAPES = ["256x1024", "4096x4096", "1024x50257", "4096x32000", "32768x4096", "8192x128256",
           "1x262144"]
 KERNELS = ["softmax", "softmax_bwd", "log_softmax", "log_softmax_bwd"]
@@ -64,10 +66,6 @@ def parse_args():
     p.add_argument("--plot-from", metavar="TRAIN_JSON",
                    help="only draw train-bwd.png into --out from a run's train.json")
     return p.parse_args()
-
-
-class Budget(Exception):
-    pass
 
 
 def close(out, ref, dtype):
@@ -152,20 +150,11 @@ def step_methods(kind, x, dy):
     return m
 
 
-def refused(m, x):
-    cols = x.shape[-1]
-    if m == "quack" and cols % (16 // x.element_size()) != 0:
-        return f"refused: QuACK needs a multiple of {16 // x.element_size()} columns"
-    if m == "liger" and cols > 65536:
-        return "refused: Liger takes at most 65,536 columns"
-    return None
-
-
 def prepare(m, make, x, ref, dtype):
     """(fn, None) or (None, {"error": why}); wrong results are never timed."""
     import torch
 
-    why = refused(m, x)
+    why = bench_torch.refusal(m, x)
     if why:
         return None, {"error": why}
     try:
@@ -204,33 +193,19 @@ def main():
         os.makedirs(args.out, exist_ok=True)
         return 0 if plot(args, res, [d for d in args.dtypes.split(",") if d],
                          [s for s in args.shapes.split(",") if s]) else 1
-    start = time.monotonic()
     os.makedirs(args.out, exist_ok=True)
-    os.makedirs(args.state, exist_ok=True)
+    run = bench_torch.Resumable(args.state, args.budget_s, ("times", "tunes"))
+    res, save, check_budget = run.res, run.save, run.check_budget
     store = os.path.join(args.state, "store")
     os.environ["TUNED_DB"] = store
     os.environ["TUNED_POLICY"] = "never"
     os.environ.setdefault("TUNED_BIN", args.tuned_bin)
-    state_file = os.path.join(args.state, "results.json")
-    res = json.load(open(state_file)) if os.path.exists(state_file) else {}
-    res.setdefault("times", {})
-    res.setdefault("tunes", {})
-
-    def save():
-        with open(state_file + ".tmp", "w") as f:
-            json.dump(res, f, indent=1, sort_keys=True)
-        os.replace(state_file + ".tmp", state_file)
-
-    def check_budget():
-        if args.budget_s and time.monotonic() - start > args.budget_s:
-            raise Budget()
 
     # Inductor's pool of compile workers, started by the first torch.compile,
     # takes the CPU from the host side of the timings that follow it.
     os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
     import torch
 
-    import bench_torch
     import tuned
 
     props = torch.cuda.get_device_properties(torch.cuda.current_device())
@@ -292,7 +267,7 @@ def main():
                             for m in methods), flush=True)
                     del x, dy, y, xd, yd, bref
                     torch.cuda.empty_cache()
-    except Budget:
+    except bench_torch.Budget:
         complete = False
         print(f"budget of {args.budget_s:.0f} s used up: run again to go on", flush=True)
     report(args, res, dtypes, shapes)
