@@ -37,6 +37,8 @@ import tempfile
 import threading
 import time
 
+from daemon_client import Client
+
 TUNED = os.path.abspath(sys.argv[1])
 POLICY = "l2flush-settle-events-median/3"
 H200 = "NVIDIA H200"
@@ -135,37 +137,6 @@ class Daemon:
         except subprocess.TimeoutExpired:
             self.p.kill()
             return self.p.wait()
-
-
-class Client:
-    def __init__(self, path=None, tcp=None):
-        if tcp is not None:
-            self.s = socket.create_connection(tcp, timeout=10)
-        else:
-            self.s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            self.s.connect(path)  # blocking: a full backlog waits instead of EAGAIN
-            self.s.settimeout(10)
-        self.buf = b""
-
-    def send(self, obj):
-        self.s.sendall((json.dumps(obj) + "\n").encode())
-
-    def line(self, timeout=10):
-        self.s.settimeout(timeout)
-        while b"\n" not in self.buf:
-            got = self.s.recv(65536)
-            if not got:
-                return None
-            self.buf += got
-        line, self.buf = self.buf.split(b"\n", 1)
-        return json.loads(line)
-
-    def call(self, obj, timeout=10):
-        self.send(obj)
-        return self.line(timeout)
-
-    def close(self):
-        self.s.close()
 
 
 def code(reply):

@@ -38,6 +38,8 @@ import tempfile
 import threading
 import time
 
+from daemon_client import Client
+
 TUNED = os.path.abspath(sys.argv[1])
 failures = 0
 tmp = tempfile.mkdtemp(prefix="tfd.")
@@ -135,29 +137,7 @@ def start_redis():
     return False
 
 
-# ---- daemons and their clients ----
-
-class Client:
-    def __init__(self, path):
-        self.s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.s.connect(path)
-        self.s.settimeout(30)
-        self.buf = b""
-
-    def call(self, obj, timeout=30):
-        self.s.sendall((json.dumps(obj) + "\n").encode())
-        self.s.settimeout(timeout)
-        while b"\n" not in self.buf:
-            got = self.s.recv(65536)
-            if not got:
-                return None
-            self.buf += got
-        line, self.buf = self.buf.split(b"\n", 1)
-        return json.loads(line)
-
-    def close(self):
-        self.s.close()
-
+# ---- daemons (their client: daemon_client.py) ----
 
 class Daemon:
     def __init__(self, name, remote=True, env=None, extra=()):
