@@ -21,33 +21,15 @@
              path must stay within 1 us of the old one
 """
 
-import os
 import sys
-import tempfile
 import time
 import warnings
 
-TUNED, LIBTUNED, ROOT = [os.path.abspath(a) if a else None
-                         for a in (sys.argv[1:4] + [None, None, None])[:3]]
-ROOT = ROOT or os.path.join(os.path.dirname(__file__), "..", "..")
-sys.path.insert(0, os.path.join(ROOT, "bindings", "python"))
+from gpu_env import start  # noqa: E402 - exits 77 without torch or CUDA
 
-try:
-    import torch
-except ImportError:
-    print("SKIP: no torch")
-    sys.exit(77)
-if not torch.cuda.is_available():
-    print("SKIP: torch sees no CUDA device")
-    sys.exit(77)
+store = start("tuned-torch-ops-")
 
-if LIBTUNED:
-    os.environ["TUNED_LIBRARY"] = LIBTUNED
-if TUNED:
-    os.environ["TUNED_BIN"] = TUNED
-store = tempfile.mkdtemp(prefix="tuned-torch-ops-")
-os.environ["TUNED_DB"] = store
-os.environ["TUNED_POLICY"] = "never"
+import torch  # noqa: E402
 
 import tuned  # noqa: E402
 from tuned import _lib, torch_ops  # noqa: E402
