@@ -26,6 +26,10 @@ methods (the result: the median of the rounds):
     liger      Liger Kernel's softmax (liger-kernel, Triton); refused above
                65,536 columns
 
+On the decode set, copy, tuned and quack are timed a second time the same
+way, each replayed from a CUDA graph that holds its one call (key
+SHAPE|DTYPE|METHOD@graph): decode runs in graphs.
+
 A method whose package is missing is reported as not installed. --shapes
 takes shapes or the names of sets: mission (the MISSION.md table), decode
 (1, 8 and 64 rows of 32768, 65536, 128256 and 262144 columns) and anchors
@@ -67,6 +71,9 @@ SHAPE_SETS = {
     "anchors": ["16384x131072", "8192x131072", "32768x4096", "3000x7777"],
 }
 METHODS = ["copy", "tuned", "torch", "compile", "triton", "quack", "liger"]
+# Decode runs inside CUDA graphs: on the decode set these methods are timed
+# a second time, replayed from a graph that holds their one call.
+GRAPH_METHODS = ["copy", "tuned", "quack"]
 LABELS = {"copy": "D2D copy", "tuned": "tuned.softmax", "torch": "torch.softmax",
           "compile": "torch.compile", "triton": "Triton one-row", "quack": "QuACK",
           "liger": "Liger"}
@@ -202,6 +209,19 @@ def main():
                 for m, r in measure(fns, x, flush).items():
                     res["times"][f"{key}|{m}"] = r
                     print(f"{key} {m}: {r}", flush=True)
+                if shape in SHAPE_SETS["decode"]:
+                    check_budget()
+                    graphs = {}
+                    for m in GRAPH_METHODS:
+                        if m in fns:
+                            graphs[f"{m}@graph"], err = graph_replay(fns[m])
+                            if err is not None:
+                                del graphs[f"{m}@graph"]
+                                res["times"][f"{key}|{m}@graph"] = err
+                    for m, r in measure(graphs, x, flush).items():
+                        res["times"][f"{key}|{m}"] = r
+                        print(f"{key} {m}: {r}", flush=True)
+                    del graphs
                 save()
                 del fns
                 del x, ref
@@ -417,6 +437,29 @@ def prepare(m, x, ref, dtype, h):
         torch.cuda.synchronize()
 
 
+def graph_replay(fn):
+    """(the replay of a CUDA graph holding one call of fn, None), or (None,
+    {"error": why}) when the call cannot be captured."""
+    import torch
+
+    try:
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):  # warm-up off the capturing stream
+            fn()
+        torch.cuda.current_stream().wait_stream(side)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            fn()
+        g.replay()
+        torch.cuda.synchronize()
+        return g.replay, None
+    except Exception as exc:  # noqa: BLE001 - a call that cannot be captured is reported
+        text = str(exc).strip().splitlines()
+        torch.cuda.synchronize()
+        return None, {"error": f"graph: {type(exc).__name__}: {text[0][:200] if text else ''}"}
+
+
 def measure(fns, x, flush, rounds=ROUNDS):
     """{method: result}: every method timed once per round, the rounds
     interleaved so that a drift of the GPU's clocks or memory reaches all
@@ -619,6 +662,7 @@ def write_report(args, res, dtypes, shapes, methods):
                          f"{fastest} |")
         lines.append("")
     lines += [f"**tuned.softmax fastest on {wins} of {total} measured (shape, dtype) pairs.**"]
+    lines += graph_table(res, dtypes, shapes)
     lines += [""] + bars(res, dtypes, shapes)
     if ties:
         lines += ["", "As fast as another method (equal medians): " + "; ".join(ties) + "."]
@@ -667,6 +711,35 @@ def write_report(args, res, dtypes, shapes, methods):
         json.dump(res, f, indent=1, sort_keys=True)
     plot(args, res, dtypes, shapes, methods)
     print(text)
+
+
+def graph_table(res, dtypes, shapes):
+    """The decode shapes replayed from CUDA graphs, against the copy's bar
+    (+1 µs, or 3% at 20 µs and over) and QuACK."""
+    rows = []
+    for dtype in dtypes:
+        for shape in shapes:
+            key = f"{shape}|{dtype}"
+            r = {m: res["times"].get(f"{key}|{m}@graph") for m in GRAPH_METHODS}
+            t, c, q = r["tuned"], r["copy"], r["quack"]
+            if not t:
+                continue
+            met = "—"
+            if t and "us" in t and c and "us" in c:
+                bound = c["us"] * 1.03 if c["us"] >= 20 else c["us"] + 1.0
+                met = "yes" if t["us"] <= bound else "**no**"
+            quack = "—"
+            if t and "us" in t and q and "us" in q:
+                quack = "yes" if t["us"] <= q["us"] else "**no**"
+            over = (f"{t['us'] - c['us']:+.2f}" if t and "us" in t and c and "us" in c else "—")
+            rows.append(f"| {shape} | {dtype} | {fmt(c)} | {fmt(t)} | {fmt(q)} | {over} | "
+                        f"{met} | {quack} |")
+    if not rows:
+        return []
+    return ["", "## Replayed from a CUDA graph (decode shapes)", "",
+            "Each method's one call captured in a CUDA graph, the replay timed as above.", "",
+            "| shape | dtype | copy µs | tuned µs | QuACK µs | tuned − copy | within the "
+            "copy's bar | no slower than QuACK |", "|---|---|---|---|---|---|---|---|"] + rows
 
 
 def bars(res, dtypes, shapes):

@@ -24,11 +24,11 @@
 #            and Liger; stops itself before the limit (run again to go on).
 #            Environment: TRAIN_SHAPES, TRAIN_DTYPES, TRAIN_TUNE_TIME (the
 #            bench's --shapes, --dtypes, --tune-time), TRAIN_BUDGET_S (560:
-#            seconds from the build to the bench's stop), TRAIN_CHECK (meson
+#            seconds from the build to the bench's stop), GPU_CHECK (meson
 #            test names run before the bench, e.g. api-overhead).
-#   decode   build, then tools/bench.sh on the decode set (rows 1, 8, 64 by
-#            32768 to 262144 columns, three dtypes; a fresh store, every
-#            shape tuned cold): OUT/decode.md.
+#   decode   build, the tests named in GPU_CHECK, then tools/bench.sh on the
+#            decode set (rows 1, 8, 64 by 32768 to 262144 columns, three
+#            dtypes; a fresh store, every shape tuned cold): OUT/decode.md.
 #   stage    only keep the wheel part carried in this call (.whlA/ or
 #            .whlB/) in /tmp, for a later `anchors` or `train` call.
 set -uo pipefail
@@ -65,6 +65,14 @@ install_wheels() {
     # The wheel's .pth file is not read from a --target directory.
     export PYTHONPATH="/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages${PYTHONPATH:+:$PYTHONPATH}"
     python3 -c 'import quack, liger_kernel; print("anchors: quack", quack.__version__)' 2>&1 | tail -1
+}
+
+# The meson tests named in GPU_CHECK, their logs in OUT/checks.log.
+run_checks() {
+    [[ -n "${GPU_CHECK:-}" ]] || return 0
+    # shellcheck disable=SC2086 # a list of test names
+    meson test -C build --print-errorlogs $GPU_CHECK >"$out/checks.log" 2>&1
+    grep -E '^ *[0-9]+/[0-9]+ |^(host|eager|while|graph|FAIL)' "$out/checks.log"
 }
 
 case "$phase" in
@@ -117,8 +125,7 @@ train)
         grep -E '^ *[0-9]+/[0-9]+ ' "$out/gpu-tests.log"
         echo "== GPU suite: $((SECONDS - t0)) s"
     fi
-    [[ -n "${TRAIN_CHECK:-}" ]] && meson test -C build --print-errorlogs $TRAIN_CHECK 2>&1 |
-        grep -E '^ *[0-9]+/[0-9]+ |^(host|eager|while|graph|PASS|FAIL)'
+    run_checks
     left=$(( ${TRAIN_BUDGET_S:-560} - (SECONDS - t0) ))
     (( left < 60 )) && left=60
     PYTHONPATH="$root/bindings/python:${PYTHONPATH:-}" TUNED_LIBRARY="$root/build/libtuned.so.0" \
@@ -136,6 +143,7 @@ decode)
     export LD_LIBRARY_PATH="/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
     export LIBRARY_PATH="/tmp/tuned-prefix/usr/lib/x86_64-linux-gnu${LIBRARY_PATH:+:$LIBRARY_PATH}"
     tools/setup.sh --no-deps >/tmp/tuned-build.log 2>&1 || { tail -n 30 /tmp/tuned-build.log; exit 1; }
+    run_checks
     tools/bench.sh "$out" decode decode >/dev/null 2>/tmp/tuned-bench-progress.log
     tar czf "$out/decode-traces.tgz" -C "$out" traces && rm -rf "$out/traces"
     cat "$out/decode.md"
@@ -143,7 +151,7 @@ decode)
 anchors)
     install_wheels >"$out/wheels.log" 2>&1 || { cat "$out/wheels.log"; exit 1; }
     tail -n 1 "$out/wheels.log"
-    BENCH_SHAPES="mission,anchors,decode" bench/api-bench.sh "$out/api"
+    BENCH_SHAPES="${BENCH_SHAPES:-mission,anchors,decode}" bench/api-bench.sh "$out/api"
     ;;
 *)
     echo "gpu-session: unknown phase '$phase' (check, train, decode, anchors, stage)" >&2

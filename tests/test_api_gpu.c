@@ -9,6 +9,8 @@
  *   fast path    repeated calls reuse the entry; host time per call printed
  *   threads      8 threads on their own streams and buffers, one handle
  *   contexts     a thread with no current context: x's context is adopted
+ *   graphs       grid splits captured into a CUDA graph, replayed on new
+ *                inputs
  *   errors       misaligned, overlapping, bad stride: TUNED_EINVAL + message
  *   tunes        tuned_tune (a child `tuned` process, the path in argv[1])
  *                switches the shape to exact; a second handle on the same
@@ -16,6 +18,7 @@
  *                background and its calls switch to exact by themselves
  *
  * Exits 77 (skipped) where no CUDA driver or GPU is found. */
+#include <dlfcn.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -153,6 +156,42 @@ typedef struct device_buf {
     size_t x_bytes, y_bytes;
 } device_buf;
 
+/* The elements of hy (c's output, y_bytes with the guard) that differ from
+ * a CPU float64 softmax of hx, and the bytes written outside the rows;
+ * prints the first three. */
+static size_t count_wrong(const call_case *c, const unsigned char *hx, const unsigned char *hy,
+                          size_t y_bytes)
+{
+    size_t es = tuned_dtype_size(c->dtype);
+    size_t span = (size_t)((c->rows - 1) * c->stride + c->cols);
+    double rtol = c->dtype == TUNED_FP16 ? 2e-3 : c->dtype == TUNED_BF16 ? 1e-2 : 2e-5;
+    size_t bad = 0;
+    for (int64_t r = 0; r < c->rows; r++) {
+        const unsigned char *xr = hx + (c->x_off + (size_t)(r * c->stride)) * es;
+        const unsigned char *yr = hy + (c->y_off + (size_t)(r * c->stride)) * es;
+        double m = -INFINITY, sum = 0;
+        for (int64_t j = 0; j < c->cols; j++)
+            m = fmax(m, get_elem(xr + j * es, c->dtype));
+        for (int64_t j = 0; j < c->cols; j++)
+            sum += exp(get_elem(xr + j * es, c->dtype) - m);
+        for (int64_t j = 0; j < c->cols; j++) {
+            double want = exp(get_elem(xr + j * es, c->dtype) - m) / sum;
+            double have = get_elem(yr + j * es, c->dtype);
+            if (!(fabs(have - want) <= 1e-6 + rtol * want) && bad++ < 3)
+                fprintf(stderr, "  row %lld col %lld: %g, want %g\n", (long long)r, (long long)j,
+                        have, want);
+        }
+        /* The gap after the row (strided layouts) stays untouched. */
+        for (size_t b = (size_t)c->cols * es; r + 1 < c->rows && b < (size_t)c->stride * es; b++)
+            if (yr[b] != POISON && bad++ < 3)
+                fprintf(stderr, "  row %lld: a write into the gap\n", (long long)r);
+    }
+    for (size_t b = (c->y_off + span) * es; b < y_bytes; b++)
+        if (hy[b] != POISON && bad++ < 3)
+            fprintf(stderr, "  a write past the output\n");
+    return bad;
+}
+
 /* Runs c on stream through h and checks it; returns 0 when it ran. */
 static int run_case(tuned_handle *h, const call_case *c, CUstream stream, tuned_choice *choice,
                     bool quiet)
@@ -190,31 +229,7 @@ static int run_case(tuned_handle *h, const call_case *c, CUstream stream, tuned_
         EXPECT(tuned_last_choice(h, choice) == 0, "last choice: %s", tuned_last_error(h));
     EXPECT(d->cuStreamSynchronize(stream) == CUDA_SUCCESS, "the kernel failed");
     d->cuMemcpyDtoH(hy, ya, y_bytes);
-    double rtol = c->dtype == TUNED_FP16 ? 2e-3 : c->dtype == TUNED_BF16 ? 1e-2 : 2e-5;
-    size_t bad = 0;
-    for (int64_t r = 0; r < c->rows; r++) {
-        const unsigned char *xr = hx + (c->x_off + (size_t)(r * c->stride)) * es;
-        const unsigned char *yr = hy + (c->y_off + (size_t)(r * c->stride)) * es;
-        double m = -INFINITY, sum = 0;
-        for (int64_t j = 0; j < c->cols; j++)
-            m = fmax(m, get_elem(xr + j * es, c->dtype));
-        for (int64_t j = 0; j < c->cols; j++)
-            sum += exp(get_elem(xr + j * es, c->dtype) - m);
-        for (int64_t j = 0; j < c->cols; j++) {
-            double want = exp(get_elem(xr + j * es, c->dtype) - m) / sum;
-            double have = get_elem(yr + j * es, c->dtype);
-            if (!(fabs(have - want) <= 1e-6 + rtol * want) && bad++ < 3)
-                fprintf(stderr, "  row %lld col %lld: %g, want %g\n", (long long)r, (long long)j,
-                        have, want);
-        }
-        /* The gap after the row (strided layouts) stays untouched. */
-        for (size_t b = (size_t)c->cols * es; r + 1 < c->rows && b < (size_t)c->stride * es; b++)
-            if (yr[b] != POISON && bad++ < 3)
-                fprintf(stderr, "  row %lld: a write into the gap\n", (long long)r);
-    }
-    for (size_t b = (c->y_off + span) * es; b < y_bytes; b++)
-        if (hy[b] != POISON && bad++ < 3)
-            fprintf(stderr, "  a write past the output\n");
+    size_t bad = count_wrong(c, hx, hy, y_bytes);
     EXPECT(bad == 0, "%s %lldx%lld stride %lld offsets %zu/%zu (%s): %zu wrong",
            tuned_dtype_name(c->dtype), (long long)c->rows, (long long)c->cols,
            (long long)c->stride, c->x_off, c->y_off, choice ? choice->config : "?", bad);
@@ -232,6 +247,80 @@ out:
     free(hx);
     free(hy);
     return rc;
+}
+
+/* c (dense, no offsets) captured once into a CUDA graph on stream, then
+ * replayed on new inputs, each replay's output checked: a kernel must not
+ * keep state of its capture (a grid split's tags come from the GPU). The
+ * shape's kernel must be loaded already: the capture keeps the current one. */
+static void graph_case(tuned_handle *h, const call_case *c, CUstream stream)
+{
+    __typeof__(&cuStreamBeginCapture) begin = dlsym(d->lib, "cuStreamBeginCapture_v2");
+    __typeof__(&cuStreamEndCapture) end = dlsym(d->lib, "cuStreamEndCapture");
+    __typeof__(&cuGraphInstantiateWithFlags) instantiate =
+        dlsym(d->lib, "cuGraphInstantiateWithFlags");
+    __typeof__(&cuGraphLaunch) launch = dlsym(d->lib, "cuGraphLaunch");
+    __typeof__(&cuGraphDestroy) destroy = dlsym(d->lib, "cuGraphDestroy");
+    __typeof__(&cuGraphExecDestroy) exec_destroy = dlsym(d->lib, "cuGraphExecDestroy");
+    if (!begin || !end || !instantiate || !launch || !destroy || !exec_destroy) {
+        EXPECT(0, "the driver lacks the graph functions");
+        return;
+    }
+    size_t es = tuned_dtype_size(c->dtype), n = (size_t)(c->rows * c->cols);
+    size_t x_bytes = n * es, y_bytes = n * es + GUARD;
+    unsigned char *hx = malloc(x_bytes), *hy = malloc(y_bytes);
+    CUdeviceptr x = 0, y = 0;
+    CUgraph g = NULL;
+    CUgraphExec ge = NULL;
+    if (hx == NULL || hy == NULL || d->cuMemAlloc(&x, x_bytes) != CUDA_SUCCESS ||
+        d->cuMemAlloc(&y, y_bytes) != CUDA_SUCCESS) {
+        EXPECT(0, "graph %lldx%lld: allocation", (long long)c->rows, (long long)c->cols);
+        goto out;
+    }
+    CUresult r = begin(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
+    int got = r == CUDA_SUCCESS ? tuned_softmax(h, (void *)(uintptr_t)x, (void *)(uintptr_t)y,
+                                                c->rows, c->cols, c->cols, c->dtype, stream)
+                                : -1;
+    CUresult r2 = r == CUDA_SUCCESS ? end(stream, &g) : r;
+    EXPECT(r == CUDA_SUCCESS && got == 0 && r2 == CUDA_SUCCESS &&
+               instantiate(&ge, g, 0) == CUDA_SUCCESS,
+           "graph %lldx%lld: capture (driver %d/%d, call: %s)", (long long)c->rows,
+           (long long)c->cols, (int)r, (int)r2, got == 0 ? "ok" : tuned_last_error(h));
+    if (ge == NULL)
+        goto out;
+    /* Each replay's input has its maximum somewhere else, and a scale of
+     * its own, so a replay that combined an earlier one's (max, sum)
+     * would be far off. */
+    for (int replay = 0; replay < 4; replay++) {
+        for (size_t i = 0; i < n; i++)
+            put_elem(hx + i * es, c->dtype, rnd() * (float)(replay + 1) * 0.25f);
+        for (int64_t row = 0; row < c->rows; row++)
+            put_elem(hx + ((size_t)row * (size_t)c->cols +
+                           (size_t)(replay * 7919 + row * 31) % (size_t)c->cols) * es,
+                     c->dtype, 6.0f + (float)replay);
+        d->cuMemcpyHtoD(x, hx, x_bytes);
+        d->cuCtxSynchronize();
+        d->cuMemsetD8Async(y, POISON, y_bytes, stream);
+        EXPECT(launch(ge, stream) == CUDA_SUCCESS &&
+                   d->cuStreamSynchronize(stream) == CUDA_SUCCESS,
+               "graph %lldx%lld: replay %d failed", (long long)c->rows, (long long)c->cols,
+               replay);
+        d->cuMemcpyDtoH(hy, y, y_bytes);
+        size_t bad = count_wrong(c, hx, hy, y_bytes);
+        EXPECT(bad == 0, "graph %s %lldx%lld: replay %d: %zu wrong", tuned_dtype_name(c->dtype),
+               (long long)c->rows, (long long)c->cols, replay, bad);
+    }
+out:
+    if (ge != NULL)
+        exec_destroy(ge);
+    if (g != NULL)
+        destroy(g);
+    if (x)
+        d->cuMemFree(x);
+    if (y)
+        d->cuMemFree(y);
+    free(hx);
+    free(hy);
 }
 
 /* ---- the other kernels: scaled softmax, log_softmax and both backwards ---- */
@@ -612,6 +701,8 @@ int main(int argc, char **argv)
         d->cuStreamDestroy(other);
         if (run_case(h, &split[0], stream, &ch, true) == 0)
             EXPECT(ch.cooperative == 1, "grid split after the streams");
+        graph_case(h, &split[0], stream);
+        graph_case(h, &split[1], stream);
     }
     EXPECT(tuned_lookup(h, 256, 4096, TUNED_FP32, -1, &ch) == 0 &&
                ch.source == TUNED_SOURCE_EXACT && ch.function == NULL,

@@ -7,10 +7,21 @@
  * row of ROW_THREADS = T_WARPS*32*T_GRID threads, the reduce stage always
  * the one-round (max, sum) pairs. After a block has its pair, it publishes
  * it in a workspace in global memory, tagged with the launch's ticket, and
- * reads the row's other pairs once their tags match: one round, no
- * counters to reset between launches. Hence two more parameters than
- * softmax_rows.cu: the workspace and the ticket (never 0). Softmax, or
- * with T_LOG log_softmax, of s x (s the scale parameter, s > 0).
+ * reads the row's other pairs once their tags match: one round.
+ *
+ * The ticket comes from the GPU, not the host: a CUDA graph replays a
+ * launch with the parameters it was captured with, so a ticket passed in
+ * would be the same on every replay, and a block would take the last
+ * replay's pairs for this one's. The host passes the launch's number only
+ * to pick one of T_GRID_SLOTS slots (launches on several streams sharing
+ * the workspace take different slots); each slot has a word of (epoch,
+ * arrivals) at the workspace's head. Every block adds one arrival at its
+ * start, its ticket the epoch it saw plus one; the block that arrives last
+ * opens the next epoch, with no arrivals, for the slot's next launch. A
+ * launch of any grid size thus leaves the word ready for the next. Hence
+ * two more parameters than softmax_rows.cu: the workspace and the launch's
+ * number. Softmax, or with T_LOG log_softmax, of s x (s the scale
+ * parameter, s > 0).
  *
  * Variants (codegen prepends the defines, then softmax_common.cu and
  * softmax_rows_common.cu, which explains each):
@@ -18,7 +29,7 @@
  *   2. T_WARPS      warps per block: 1, 2, 4, 8, 16, 32 (T_ROWS = 1,
  *                   T_CLUSTER = 1, T_FUSED = 1)
  *   3. T_GRID       blocks per row: 2 to TUNED__GRID_MAX
- *   4. T_GRID_SLOTS slots of the workspace; launch t uses slot t % T_GRID_SLOTS
+ *   4. T_GRID_SLOTS slots of the workspace; launch n uses slot n % T_GRID_SLOTS
  *   5. T_MIN_BLOCKS blocks per SM the registers must leave room for (1, 2, 4)
  *   6. T_VEC        elements per vector access (at most 16 bytes)
  *   7. T_ITERS      vector accesses per thread per row
@@ -64,6 +75,29 @@ __device__ __forceinline__ u64 global_ns()
     return t;
 }
 
+/* The block's arrival in its slot, taken by thread 0 at the block's start:
+ * the slot's word of (epoch, arrivals) before it. Relaxed, and its value
+ * first used in grid_combine, so the round trip overlaps the row's loads. */
+__device__ __forceinline__ u64 grid_arrive(unsigned char *work, unsigned slot)
+{
+    u64 old;
+    asm volatile("atom.relaxed.gpu.global.add.u64 %0, [%1], 1;"
+                 : "=l"(old) : "l"((u64 *)work + slot) : "memory");
+    return old;
+}
+
+/* The launch's ticket from thread 0's arrival: the epoch plus one, never 0,
+ * which zeroed memory carries. The last block to arrive opens the slot's
+ * next epoch; every block of this launch has read the epoch by then. */
+__device__ __forceinline__ unsigned grid_ticket(unsigned char *work, unsigned slot, u64 arrival)
+{
+    const unsigned epoch = (unsigned)(arrival >> 32);
+    if ((unsigned)arrival == gridDim.x - 1)
+        asm volatile("st.relaxed.gpu.global.u64 [%0], %1;"
+                     : : "l"((u64 *)work + slot), "l"((u64)(epoch + 1u) << 32) : "memory");
+    return epoch % 0xffffffffu + 1u;
+}
+
 /* reduce, across the grid: the block's (m, s) pair combined with those of
  * the T_GRID blocks of its row. Thread 0 publishes the pair as two 64-bit
  * words, each carrying the ticket in its high half: a word is written and
@@ -74,16 +108,18 @@ __device__ __forceinline__ u64 global_ns()
  * sum). A pair of 16 bytes is 2 u64, so pair l + 32 j lies 64 j words
  * after pair l. */
 __device__ __forceinline__ void grid_combine(float &m, float &s, unsigned char *work,
-                                             unsigned ticket, float *shared_m, float *shared_s,
-                                             float ks)
+                                             unsigned slot, u64 arrival, float *shared_m,
+                                             float *shared_s, float ks)
 {
-    u64 *slots = (u64 *)(work + (u64)(ticket % T_GRID_SLOTS) * gridDim.x * 16);
+    u64 *slots = (u64 *)(work + T_GRID_SLOTS * 8 + (u64)slot * gridDim.x * 16);
+    unsigned ticket = threadIdx.x == 0 ? grid_ticket(work, slot, arrival) : 0u;
     const u64 tag = (u64)ticket << 32;
     if (threadIdx.x == 0)
         asm volatile("st.relaxed.gpu.global.v2.u64 [%0], {%1, %2};"
                      : : "l"(slots + 2 * blockIdx.x), "l"(tag | __float_as_uint(m)),
                        "l"(tag | __float_as_uint(s)) : "memory");
     if (threadIdx.x < 32) {
+        ticket = __shfl_sync(0xffffffffu, ticket, 0); /* thread 0 took it */
         /* All of a lane's slots are read at once, every round: one round
          * trip to L2 a round, however many pairs the lane takes. */
         const u64 *p = slots + 2 * (blockIdx.x - blockIdx.x % T_GRID + threadIdx.x);
@@ -126,7 +162,7 @@ __device__ __forceinline__ void grid_combine(float &m, float &s, unsigned char *
 
 extern "C" __global__ void __launch_bounds__(T_WARPS * 32, T_MIN_BLOCKS)
 tuned_softmax_grid(const unsigned char *x, unsigned char *y, long long rows, int cols,
-                   long long row_stride, float scale, unsigned char *work, unsigned ticket)
+                   long long row_stride, float scale, unsigned char *work, unsigned launch)
 {
     __shared__ float partial_max[T_WARPS];
     __shared__ float partial_sum[T_WARPS];
@@ -141,13 +177,15 @@ tuned_softmax_grid(const unsigned char *x, unsigned char *y, long long rows, int
     const RowPtrs p = row_ptrs(x, y, row, active, row_stride);
 
     const float ks = scale * LOG2E;
+    const unsigned slot = launch % T_GRID_SLOTS;
+    const u64 arrival = threadIdx.x == 0 ? grid_arrive(work, slot) : 0u;
     Held h;
     load_row(h, p, lane, cols, active);
     const float max = thread_max(h);
     float sum = exp_and_sum(h, max, ks);
     float row_max = max;
     reduce_row(row_max, sum, partial_max, partial_sum, exchange_max, exchange_sum, ks);
-    grid_combine(row_max, sum, work, ticket, exchange_max, exchange_sum, ks);
+    grid_combine(row_max, sum, work, slot, arrival, exchange_max, exchange_sum, ks);
     const RowOut o = row_out(max, row_max, sum, scale, ks);
     store_row(p, lane, cols, active, [&](int it, int k) { return forward_value(h, it, k, o); });
     plant_overrun(p, row, rows, lane, cols);

@@ -92,6 +92,13 @@ typedef struct tuned__config {
  * so that up to this many launches sharing one workspace may run at once. */
 #define TUNED__GRID_SLOTS 64
 
+/* Bytes of the workspace of a grid split of `blocks` blocks: a word of
+ * (epoch, arrivals) per slot (softmax_grid.cu), then each slot's pairs. */
+static inline size_t tuned__grid_work_bytes(uint64_t blocks)
+{
+    return (size_t)TUNED__GRID_SLOTS * 8 + (size_t)TUNED__GRID_SLOTS * (size_t)blocks * 16;
+}
+
 /* Blocks that share one row: a cluster's, or a grid split's. */
 static inline unsigned tuned__config_blocks_per_row(const tuned__config *c)
 {

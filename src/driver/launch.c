@@ -50,7 +50,7 @@ int tuned__launch_prepare(const tuned__driver *d, CUfunction fn, const tuned__co
                                "a grid split of %llu blocks (at most %d)",
                                (unsigned long long)blocks, TUNED__GRID_MAX_BLOCKS);
         l.cooperative = true;
-        l.work_bytes = (size_t)TUNED__GRID_SLOTS * blocks * 16;
+        l.work_bytes = tuned__grid_work_bytes(blocks);
     }
     l.grid = (unsigned)blocks;
     *out = l;
@@ -104,11 +104,9 @@ CUresult tuned__launch_run(const tuned__driver *d, const tuned__launch *l, tuned
     }
     if (work == NULL || work->bytes < l->work_bytes)
         return CUDA_ERROR_INVALID_VALUE;
-    unsigned ticket = atomic_fetch_add_explicit(&work->launches, 1, memory_order_relaxed) + 1;
-    if (ticket == 0) /* wrapped: 0 is what cleared memory holds */
-        ticket = atomic_fetch_add_explicit(&work->launches, 1, memory_order_relaxed) + 1;
+    unsigned launch = atomic_fetch_add_explicit(&work->launches, 1, memory_order_relaxed);
     CUdeviceptr base = work->base;
-    void *args[] = {&in, &out, &rows, &cols, &row_stride, &scale, &base, &ticket};
+    void *args[] = {&in, &out, &rows, &cols, &row_stride, &scale, &base, &launch};
     return d->cuLaunchCooperativeKernel(l->fn, l->grid, 1, 1, l->block, 1, 1, l->smem, stream,
                                         args);
 }

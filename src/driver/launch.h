@@ -27,14 +27,15 @@ typedef struct tuned__launch {
     size_t work_bytes;
     /* A backward kernel: parameters (y, dy, dx, rows, cols, row_stride);
      * otherwise (x, y, rows, cols, row_stride, scale), then a grid split's
-     * (workspace, ticket). */
+     * (workspace, launch number). */
     bool backward;
 } tuned__launch;
 
 /* Device memory for the (max, sum) pairs of grid-split launches and the
- * count of launches made with it: launch n (from 1; 0 is skipped, as
- * zeroed memory carries it) tags its pairs with n and uses slot
- * n % TUNED__GRID_SLOTS. Launches on one stream never overlap; launches on
+ * count of launches made with it: launch n uses slot n % TUNED__GRID_SLOTS;
+ * the tags of its pairs come from the slot's epoch on the GPU, so that a
+ * launch replayed from a CUDA graph tags each replay anew
+ * (softmax_grid.cu). Launches on one stream never overlap; launches on
  * several streams may share one workspace while fewer than
  * TUNED__GRID_SLOTS of them run at once. */
 typedef struct tuned__workspace {

@@ -301,7 +301,7 @@ int tuned__evaluator_open(tuned__evaluator **out, const tuned__driver *d, const 
                                 ev->opts.x_offset, ev->opts.y_offset, ev->stream, e)) ||
         (rc = open_timing(ev, e)) ||
         (rc = tuned__workspace_alloc(d, &ev->work,
-                                     (size_t)TUNED__GRID_SLOTS * TUNED__GRID_MAX_BLOCKS * 16, e)) ||
+                                     tuned__grid_work_bytes(TUNED__GRID_MAX_BLOCKS), e)) ||
         (rc = tuned__check_reference(&ev->check, e))) {
         tuned__evaluator_close(ev);
         return rc;
