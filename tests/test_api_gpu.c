@@ -255,13 +255,19 @@ out:
  * shape's kernel must be loaded already: the capture keeps the current one. */
 static void graph_case(tuned_handle *h, const call_case *c, CUstream stream)
 {
-    __typeof__(&cuStreamBeginCapture) begin = dlsym(d->lib, "cuStreamBeginCapture_v2");
-    __typeof__(&cuStreamEndCapture) end = dlsym(d->lib, "cuStreamEndCapture");
-    __typeof__(&cuGraphInstantiateWithFlags) instantiate =
-        dlsym(d->lib, "cuGraphInstantiateWithFlags");
-    __typeof__(&cuGraphLaunch) launch = dlsym(d->lib, "cuGraphLaunch");
-    __typeof__(&cuGraphDestroy) destroy = dlsym(d->lib, "cuGraphDestroy");
-    __typeof__(&cuGraphExecDestroy) exec_destroy = dlsym(d->lib, "cuGraphExecDestroy");
+    __typeof__(&cuStreamBeginCapture) begin;
+    __typeof__(&cuStreamEndCapture) end;
+    __typeof__(&cuGraphInstantiateWithFlags) instantiate;
+    __typeof__(&cuGraphLaunch) launch;
+    __typeof__(&cuGraphDestroy) destroy;
+    __typeof__(&cuGraphExecDestroy) exec_destroy;
+    /* POSIX's way from dlsym's void * to a function pointer. */
+    *(void **)&begin = dlsym(d->lib, "cuStreamBeginCapture_v2");
+    *(void **)&end = dlsym(d->lib, "cuStreamEndCapture");
+    *(void **)&instantiate = dlsym(d->lib, "cuGraphInstantiateWithFlags");
+    *(void **)&launch = dlsym(d->lib, "cuGraphLaunch");
+    *(void **)&destroy = dlsym(d->lib, "cuGraphDestroy");
+    *(void **)&exec_destroy = dlsym(d->lib, "cuGraphExecDestroy");
     if (!begin || !end || !instantiate || !launch || !destroy || !exec_destroy) {
         EXPECT(0, "the driver lacks the graph functions");
         return;

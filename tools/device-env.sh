@@ -125,11 +125,14 @@ _tuned_env_prepend PKG_CONFIG_PATH "$_tuned_env_prefix/usr/share/pkgconfig"
 _tuned_env_prepend PKG_CONFIG_PATH "$_tuned_env_prefix/usr/lib/pkgconfig"
 _tuned_env_prepend PKG_CONFIG_PATH "$_tuned_env_prefix/usr/lib/$_tuned_env_triplet/pkgconfig"
 _tuned_env_prepend LD_LIBRARY_PATH "$_tuned_env_prefix/usr/lib/$_tuned_env_triplet"
+# hiredis.pc names ${prefix}/lib; Debian puts the library in its multiarch
+# directory, where the linker looks only through LIBRARY_PATH.
+_tuned_env_prepend LIBRARY_PATH "$_tuned_env_prefix/usr/lib/$_tuned_env_triplet"
 _tuned_env_prepend PATH "$_tuned_env_prefix/usr/bin"
 export TUNED_PREFIX="$_tuned_env_prefix"
 
 if [[ $_tuned_env_sourced -eq 1 ]]; then
-    printf '==> device-env: PKG_CONFIG_PATH, LD_LIBRARY_PATH and PATH now use %s\n' "$_tuned_env_prefix" >&2
+    printf '==> device-env: PKG_CONFIG_PATH, LD_LIBRARY_PATH, LIBRARY_PATH and PATH now use %s\n' "$_tuned_env_prefix" >&2
     if command -v pkg-config >/dev/null 2>&1; then
         for _tuned_env_m in lmdb libuv jansson; do
             pkg-config --exists "$_tuned_env_m" ||
@@ -140,6 +143,7 @@ if [[ $_tuned_env_sourced -eq 1 ]]; then
 else
     printf 'export PKG_CONFIG_PATH=%q\n' "$PKG_CONFIG_PATH"
     printf 'export LD_LIBRARY_PATH=%q\n' "$LD_LIBRARY_PATH"
+    printf 'export LIBRARY_PATH=%q\n' "$LIBRARY_PATH"
     printf 'export PATH=%q\n' "$PATH"
     printf 'export TUNED_PREFIX=%q\n' "$TUNED_PREFIX"
     printf '==> device-env: executed, not sourced: eval these lines, or use "source tools/device-env.sh"\n' >&2
