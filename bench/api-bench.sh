@@ -65,7 +65,7 @@ build/tests/bench_overhead 2>&1 | tee "$out/overhead-c.txt"
 echo "== benchmark"
 left=$(( 540 - (SECONDS - start) ))
 (( left < 60 )) && left=60
-PYTHONPATH="$root/bindings/python" TUNED_LIBRARY="$root/build/libtuned.so.0" \
+PYTHONPATH="$root/bindings/python${PYTHONPATH:+:$PYTHONPATH}" TUNED_LIBRARY="$root/build/libtuned.so.0" \
 TUNED_BIN="$root/build/tuned" TUNED_POLICY=never \
     python3 bench/bench_torch.py --out "$out" --state "$state" --tuned-bin "$root/build/tuned" \
         --overhead-bin "$root/build/tests/bench_overhead" --budget-s "$left" \
