@@ -486,8 +486,8 @@ static void *no_context_main(void *arg)
 
 /* ---- records written before the handle opens ---- */
 
-static void put_record(tuned__store *s, const tuned__gpu *g, tuned_dtype dt, uint64_t rows,
-                       uint64_t cols, const char *config)
+static void put_kernel_record(tuned__store *s, const tuned__gpu *g, unsigned kernel,
+                              tuned_dtype dt, uint64_t rows, uint64_t cols, const char *config)
 {
     static tuned__tune_outcome o;
     memset(&o, 0, sizeof o);
@@ -496,10 +496,16 @@ static void put_record(tuned__store *s, const tuned__gpu *g, tuned_dtype dt, uin
     o.search.best_us = 11;
     tuned__err e = {0};
     EXPECT(tuned__config_parse(config, &o.search.best, &e) == 0, "%s", e.msg);
-    tuned__shape shape = {.dtype = dt, .rows = rows, .cols = cols};
+    tuned__shape shape = {.dtype = dt, .rows = rows, .cols = cols, .kernel = (uint8_t)kernel};
     tuned__record rec;
     tuned__tune_record(&o, &shape, &rec);
     EXPECT(tuned__store_put_best(s, &rec, &e) == 0, "%s", e.msg);
+}
+
+static void put_record(tuned__store *s, const tuned__gpu *g, tuned_dtype dt, uint64_t rows,
+                       uint64_t cols, const char *config)
+{
+    put_kernel_record(s, g, TUNED__KERNEL_SOFTMAX, dt, rows, cols, config);
 }
 
 static double now_s(void)
@@ -544,6 +550,11 @@ int main(int argc, char **argv)
     /* Rows split over the grid (64 and 96 blocks: any Hopper's SMs). */
     put_record(s, &gpu, TUNED_FP16, 1, 262144, "w8.r1.c1.m1.v8.ld=def.st=def.reg=f32.red=fused.g64");
     put_record(s, &gpu, TUNED_FP32, 24, 128256, "w8.r1.c1.m1.v4.ld=def.st=def.reg=f32.red=fused.g4");
+    /* and the backward kernels' rows (2 rows of 32 blocks) */
+    put_kernel_record(s, &gpu, TUNED__KERNEL_SOFTMAX_BWD, TUNED_FP16, 2, 262144,
+                      "w8.r1.c1.m1.v8.ld=def.st=def.reg=f32.g32");
+    put_kernel_record(s, &gpu, TUNED__KERNEL_LOG_SOFTMAX_BWD, TUNED_FP16, 2, 262144,
+                      "w8.r1.c1.m1.v8.ld=def.st=def.reg=pk.g32");
     /* Records of this GPU's hardware class under another driver: one that
      * is served as compatible after its check, one whose config does not
      * fit its shape (8-warp rows of 100 columns leave threads idle), which
@@ -611,6 +622,34 @@ int main(int argc, char **argv)
                 wrong += kernels_case(h, (tuned_dtype)dt, r, c, c, 1, 2.0f, stream);
                 calls += 12;
             }
+        /* The backward grid splits stored above serve their shape. */
+        {
+            size_t bwd_bytes = 2 * 262144 * 2;
+            CUdeviceptr yb, dyb, dxb;
+            d->cuMemAlloc(&yb, bwd_bytes);
+            d->cuMemAlloc(&dyb, bwd_bytes);
+            d->cuMemAlloc(&dxb, bwd_bytes);
+            d->cuMemsetD8(yb, 0, bwd_bytes);
+            d->cuMemsetD8(dyb, 0, bwd_bytes);
+            void *yp = (void *)(uintptr_t)yb, *dyp = (void *)(uintptr_t)dyb;
+            void *dxp = (void *)(uintptr_t)dxb;
+            for (int k = 0; k < 2; k++) {
+                tuned_choice bc = {0};
+                int brc = k == 0 ? tuned_softmax_backward(h, yp, dyp, dxp, 2, 262144, 262144,
+                                                          TUNED_FP16, stream)
+                                 : tuned_log_softmax_backward(h, yp, dyp, dxp, 2, 262144, 262144,
+                                                              TUNED_FP16, stream);
+                EXPECT(brc == 0 && tuned_last_choice(h, &bc) == 0 &&
+                           bc.source == TUNED_SOURCE_EXACT && bc.cooperative == 1 &&
+                           strstr(bc.config, ".g32") != NULL,
+                       "%s 2x262144 fp16: %s %s (%s)", kernel_calls[k + 2],
+                       tuned_source_name(bc.source), bc.config, tuned_last_error(h));
+            }
+            EXPECT(d->cuStreamSynchronize(stream) == CUDA_SUCCESS, "a backward grid split failed");
+            d->cuMemFree(yb);
+            d->cuMemFree(dyb);
+            d->cuMemFree(dxb);
+        }
         printf("kernels: %zu calls of softmax_scaled, log_softmax and both backwards checked, "
                "%zu wrong elements\n",
                calls, wrong);

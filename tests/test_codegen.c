@@ -79,42 +79,41 @@ static void check_rows_ptx(const tuned__config *c, const tuned__shape *s, const 
         size_t want = c->red == TUNED__RED_FUSED || backward ? 2 : 3;
         EXPECT(arrives == want, "%s: %zu cluster arrivals in PTX, want %zu", name, arrives, want);
     }
-    /* A grid split (softmax_grid.cu, its own entry point): the pair
-     * published and polled whole, at GPU scope, with a timed-out wait that
-     * traps; the workspace and the ticket as the sixth and seventh
-     * parameters. */
-    const char *entry = backward ? "tuned_softmax_bwd_rows"
+    /* A grid split (its own entry point, forward and backward): the pair
+     * published and polled whole, at GPU scope, the slot's arrival taken
+     * by an atomic, with a timed-out wait that traps; the workspace and
+     * the launch number as the last two parameters. */
+    const char *entry = backward ? (c->grid > 1 ? "tuned_softmax_bwd_grid"
+                                                : "tuned_softmax_bwd_rows")
                         : c->grid > 1 ? "tuned_softmax_grid"
                                       : "tuned_softmax_rows";
     EXPECT(strcmp(tuned__source_entry(c, s), entry) == 0, "%s: entry point %s", name,
            tuned__source_entry(c, s));
+    char entry_text[64], last_param[64], past_param[64];
+    /* (y, dy, dx, rows, cols, row_stride) backward, (x, y, rows, cols,
+     * row_stride, scale) forward: six; a grid split's two more */
+    int params = c->grid > 1 ? 8 : 6;
+    snprintf(entry_text, sizeof entry_text, ".entry %s(", entry);
+    snprintf(last_param, sizeof last_param, "%s_param_%d", entry, params - 1);
+    snprintf(past_param, sizeof past_param, "%s_param_%d", entry, params);
+    EXPECT(strstr(ptx, entry_text) != NULL && strstr(ptx, last_param) != NULL &&
+               strstr(ptx, past_param) == NULL,
+           "%s: %s does not take %d parameters", name, entry, params);
+    if (c->grid > 1) {
+        EXPECT(strstr(ptx, "st.relaxed.gpu.global.v2.u64") != NULL &&
+                   strstr(ptx, "ld.relaxed.gpu.global.v2.u64") != NULL &&
+                   strstr(ptx, "atom.relaxed.gpu.global.add.u64") != NULL,
+               "%s: no relaxed 64-bit pair exchange or arrival in PTX", name);
+        EXPECT(strstr(ptx, "%globaltimer") != NULL && strstr(ptx, "trap;") != NULL,
+               "%s: no timed-out wait in PTX", name);
+    } else {
+        EXPECT(strstr(ptx, "%globaltimer") == NULL,
+               "%s: a wait without a grid split", name);
+    }
     if (backward) {
-        /* (y, dy, dx, rows, cols, row_stride): six parameters, no scale */
-        EXPECT(strstr(ptx, ".entry tuned_softmax_bwd_rows(") != NULL &&
-                   strstr(ptx, "tuned_softmax_bwd_rows_param_5") != NULL &&
-                   strstr(ptx, "tuned_softmax_bwd_rows_param_6") == NULL &&
-                   strstr(ptx, "%globaltimer") == NULL,
-               "%s: the backward kernel does not take 6 parameters", name);
         /* log_softmax_bwd takes exp(y) at the store; softmax_bwd has no exp */
         EXPECT((strstr(ptx, "ex2.approx") != NULL) == (kernel == TUNED__KERNEL_LOG_SOFTMAX_BWD),
                "%s: ex2 in PTX %s", name, kernel == TUNED__KERNEL_LOG_SOFTMAX_BWD ? "missing" : "unexpected");
-    } else if (c->grid > 1) {
-        EXPECT(strstr(ptx, "st.relaxed.gpu.global.v2.u64") != NULL &&
-                   strstr(ptx, "ld.relaxed.gpu.global.v2.u64") != NULL,
-               "%s: no relaxed 64-bit pair exchange in PTX", name);
-        EXPECT(strstr(ptx, "%globaltimer") != NULL && strstr(ptx, "trap;") != NULL,
-               "%s: no timed-out wait in PTX", name);
-        EXPECT(strstr(ptx, ".entry tuned_softmax_grid(") != NULL &&
-                   strstr(ptx, "tuned_softmax_grid_param_7") != NULL &&
-                   strstr(ptx, "tuned_softmax_grid_param_8") == NULL,
-               "%s: the grid kernel does not take 8 parameters", name);
-    } else {
-        /* (x, y, rows, cols, row_stride, scale) */
-        EXPECT(strstr(ptx, ".entry tuned_softmax_rows(") != NULL &&
-                   strstr(ptx, "tuned_softmax_rows_param_5") != NULL &&
-                   strstr(ptx, "tuned_softmax_rows_param_6") == NULL &&
-                   strstr(ptx, "%globaltimer") == NULL,
-               "%s: a workspace parameter or a wait without a grid split", name);
     }
     /* exp kept as 16-bit: one ex2 per element (iterations x vector),
      * where packed registers compute it twice */

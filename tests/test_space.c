@@ -41,7 +41,6 @@ static void text_round_trip(void)
         "w8.r1.c1.m1.v8.ld=def.st=def.reg=f32.red=fused.g1",
         "w8.r1.c1.m1.v8.ld=def.st=def.reg=f32.red=fused.g3",
         "w8.r1.c1.m1.v8.ld=def.st=def.reg=f32.red=fused.g512",
-        "w8.r1.c1.m1.v8.ld=def.st=def.reg=f32.red=split.g4",
         "w8.r1.c2.m1.v8.ld=def.st=def.reg=f32.red=fused.g4",
         "w8.r2.c1.m1.v8.ld=def.st=def.reg=f32.red=fused.g4",
         "w8.r1.c1.m1.v8.ld=def.st=def.reg=f32.red=fused.c4",
@@ -61,6 +60,27 @@ static void text_round_trip(void)
         tuned__err be = {0};
         EXPECT(tuned__config_parse(bad[i], &c, &be) == TUNED_EINVAL && be.msg[0] != '\0',
                "'%s' was accepted", bad[i]);
+    }
+    /* A grid split's reduction depends on the kernel: one-round pairs
+     * forward, the one sum backward. */
+    {
+        tuned__err ge = {0};
+        char why[160];
+        tuned__shape fwd = {TUNED_FP16, 1, 262144, TUNED__KERNEL_SOFTMAX};
+        tuned__shape bwd = {TUNED_FP16, 1, 262144, TUNED__KERNEL_SOFTMAX_BWD};
+        EXPECT(tuned__config_parse("w8.r1.c1.m1.v8.ld=def.st=def.reg=f32.red=split.g64", &c, &ge) ==
+                   0,
+               "%s", ge.msg);
+        EXPECT(!tuned__config_check(&c, &fwd, 90, 132, why, sizeof why) &&
+                   strstr(why, "one-round") != NULL,
+               "a forward grid split without one-round pairs: %s", why);
+        EXPECT(tuned__config_check(&c, &bwd, 90, 132, why, sizeof why), "softmax_bwd: %s", why);
+        EXPECT(tuned__config_parse("w8.r1.c1.m1.v8.ld=def.st=def.reg=f32.red=fused.g64", &c, &ge) ==
+                   0,
+               "%s", ge.msg);
+        EXPECT(tuned__config_check(&c, &fwd, 90, 132, why, sizeof why), "softmax: %s", why);
+        EXPECT(!tuned__config_check(&c, &bwd, 90, 132, why, sizeof why),
+               "a backward grid split with one-round pairs was accepted");
     }
     /* Every valid config of a few spaces survives format -> parse. */
     static const tuned__shape shapes[] = {
@@ -530,11 +550,11 @@ static void fingerprints(void)
          {5172, 0x2e255daad4820081ull, 0xbaf6a70e003cf359ull,
           0x87d51bfd73786119ull, 0x93926ade1b1effd9ull}},
         {{TUNED_BF16, 1, 262144, TUNED__KERNEL_LOG_SOFTMAX_BWD}, 90, 132,
-         {252, 0xc65395980ee679a5ull, 0xfb5b02c355a5c235ull,
-          0x07c2ce9346f5ca8full, 0x0cd13af256b6cd81ull}},
+         {2484, 0x8ce091d41c6f0dd7ull, 0xea0911eecde1e48dull,
+          0x48fd1cdbbb9f9cd5ull, 0x0cd13af256b6cd81ull}},
         {{TUNED_FP32, 32, 128, TUNED__KERNEL_SOFTMAX_BWD}, 80, 108,
-         {1278, 0x5ffd76d72776534cull, 0x1ff9f892fb240a31ull,
-          0x31b65e2cb8d61e98ull, 0xa443f9cc6b85a38bull}},
+         {1344, 0x52300570045be26full, 0x1ff9f892fb240a31ull,
+          0x60c01f69987a882full, 0xa443f9cc6b85a38bull}},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         tuned__err e = {0};
@@ -596,8 +616,13 @@ static void kernel_spaces(void)
                     fused += c->red == TUNED__RED_FUSED;
                     ex += c->reg == TUNED__REG_EX;
                     /* every config of a kernel's space is one softmax's has
-                     * too, or one that needs the registers of one row */
-                    outside += !tuned__space_valid(&sp_fwd, c, NULL, 0);
+                     * too (a backward grid split's with the forward's
+                     * one-round pairs), or one that needs the registers of
+                     * one row */
+                    tuned__config f = *c;
+                    if (tuned__kernel_backward(kernel) && f.grid > 1)
+                        f.red = TUNED__RED_FUSED;
+                    outside += !tuned__space_valid(&sp_fwd, &f, NULL, 0);
                 }
                 bool backward = tuned__kernel_backward(kernel);
                 EXPECT(outside == 0, "%s: %zu configs softmax's space lacks",
@@ -607,7 +632,8 @@ static void kernel_spaces(void)
                 if (kernel != TUNED__KERNEL_SOFTMAX)
                     EXPECT(ex == 0, "%s: reg=ex in the space", tuned__kernel_name((uint8_t)kernel));
                 if (backward) {
-                    EXPECT(tma == 0 && grid == 0 && fused == 0,
+                    /* one long row: split over the grid too */
+                    EXPECT(tma == 0 && fused == 0 && (s.rows > 1 || grid > 0),
                            "%s x %llu: %zu tma, %zu grid splits, %zu one-round in a backward space",
                            tuned_dtype_name(s.dtype), (unsigned long long)s.cols, tma, grid, fused);
                 } else if (kernel == TUNED__KERNEL_LOG_SOFTMAX && s.cols >= 32000) {

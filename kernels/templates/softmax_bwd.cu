@@ -11,31 +11,37 @@
  *   dot     the thread's sum of dy y (softmax) or of dy (log_softmax)
  *   reduce  that one sum over the row's threads: warp shuffles, shared
  *           memory across the group's warps, distributed shared memory
- *           across the cluster's blocks
+ *           across the cluster's blocks, or a workspace in global memory
+ *           across the blocks of a grid split
  *   store   dx, a vector at a time
  * dy's rows are loaded by the same vector slots as y's; where dy's offset
  * inside a vector differs from y's (unaligned calls only) its elements go
  * one by one.
  *
  * Variants (codegen prepends the defines, then softmax_common.cu and
- * softmax_rows_common.cu, which explains each):
+ * softmax_rows_common.cu, which explains each, and for a grid split
+ * softmax_grid_common.cu):
  *   1. T_DTYPE      0 fp16, 1 bf16, 2 fp32 (math is always fp32)
  *   2. T_WARPS      warps per block: 1, 2, 4, 8, 16, 32
  *   3. T_ROWS       rows per block: 1 to 32 * T_WARPS
  *   4. T_CLUSTER    blocks per row (a cluster; 1 = none; else T_ROWS = 1)
- *   5. T_MIN_BLOCKS blocks per SM the registers must leave room for (1, 2, 4)
- *   6. T_VEC        elements per vector access (at most 16 bytes)
- *   7. T_ITERS      vector accesses per thread per row, of each tensor
- *   8. T_COLS       the column count the source is generated for
- *   9. T_HEAD_FREE  1: every row of y, dy and dx starts on a vector boundary
- *  10. T_LD         0 ld.global, 1 .nc, 2 .cs (both inputs)
- *  11. T_ST         0 st.global, 1 .cs
- *  12. T_REG_PACKED 1: keep the loaded words, convert on use
- *  13. T_LOG        1: log_softmax_bwd
- *  14. T_BWD        1 (always, here)
- *  15. T_PLANT_BUG  test builds only: 1 or 2, a planted bug
- * (T_EXP16, T_FUSED and T_GRID are 0, 0 and absent: one sum, nothing to
- * exponentiate before the store.)
+ *   5. T_GRID       blocks per row through global memory (2 and up; else
+ *                   absent): tuned_softmax_bwd_grid, a cooperative launch
+ *                   with a workspace of T_GRID_SLOTS slots; T_ROWS = 1,
+ *                   T_CLUSTER = 1
+ *   6. T_MIN_BLOCKS blocks per SM the registers must leave room for (1, 2, 4)
+ *   7. T_VEC        elements per vector access (at most 16 bytes)
+ *   8. T_ITERS      vector accesses per thread per row, of each tensor
+ *   9. T_COLS       the column count the source is generated for
+ *  10. T_HEAD_FREE  1: every row of y, dy and dx starts on a vector boundary
+ *  11. T_LD         0 ld.global, 1 .nc, 2 .cs (both inputs)
+ *  12. T_ST         0 st.global, 1 .cs
+ *  13. T_REG_PACKED 1: keep the loaded words, convert on use
+ *  14. T_LOG        1: log_softmax_bwd
+ *  15. T_BWD        1 (always, here)
+ *  16. T_PLANT_BUG  test builds only: 1 or 2, a planted bug
+ * (T_EXP16 and T_FUSED are 0: one sum, nothing to exponentiate before
+ * the store.)
  *
  * Checked against: the float64 reference in reference.cu (tuned_check_bwd:
  * per element, with the dtype's tolerances plus the fp32 rounding of the
@@ -79,6 +85,37 @@ __device__ __forceinline__ float grad_value(const Held &hy, const Held &hd, int 
 #endif
 }
 
+#if T_GRID > 1
+/* A row cut over T_GRID blocks of the grid (a cooperative launch): the
+ * stages above, the block's sum then combined with the row's other blocks'
+ * through the workspace (softmax_grid_common.cu). */
+extern "C" __global__ void __launch_bounds__(T_WARPS * 32, T_MIN_BLOCKS)
+tuned_softmax_bwd_grid(const unsigned char *y, const unsigned char *dy, unsigned char *dx,
+                       long long rows, int cols, long long row_stride, unsigned char *work,
+                       unsigned launch)
+{
+    __shared__ float partial_sum[T_WARPS];
+    __shared__ float exchange_max[1];
+    __shared__ float exchange_sum[1];
+
+    const RowSlot slot = row_slot();
+    const bool active = true;
+    const RowPtrs p = row_ptrs(y, dx, slot.row, active, row_stride);
+    const RowPtrs q = row_ptrs(dy, dx, slot.row, active, row_stride);
+    const unsigned work_slot = launch % T_GRID_SLOTS;
+    const u64 arrival = threadIdx.x == 0 ? grid_arrive(work, work_slot) : 0u;
+
+    Held hy, hd;
+    load_row(hy, p, slot.lane, cols, active);
+    load_row_from(hd, q.xr, p.head, q.head == p.head, slot.lane, cols, active);
+    float sum = row_reduce(thread_dot(hy, hd), partial_sum, exchange_sum, SumOp());
+    float unused_max = 0.0f;
+    grid_combine(unused_max, sum, work, work_slot, arrival, exchange_max, exchange_sum, 1.0f);
+    store_row(p, slot.lane, cols, active,
+              [&](int it, int k) { return grad_value(hy, hd, it, k, sum); });
+    plant_overrun(p, slot.row, rows, slot.lane, cols);
+}
+#else
 extern "C" __global__ void __launch_bounds__(T_WARPS * 32, T_MIN_BLOCKS) CLUSTER_ATTRIBUTE
 tuned_softmax_bwd_rows(const unsigned char *y, const unsigned char *dy, unsigned char *dx,
                        long long rows, int cols, long long row_stride)
@@ -105,3 +142,4 @@ tuned_softmax_bwd_rows(const unsigned char *y, const unsigned char *dy, unsigned
     plant_overrun(p, slot.row, rows, slot.lane, cols);
     exit_wait();
 }
+#endif

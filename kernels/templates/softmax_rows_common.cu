@@ -669,8 +669,7 @@ __device__ __forceinline__ void store_row(const RowPtrs &p, int lane, int cols, 
 }
 
 /* Which row a thread works on, and its place among the row's threads (a
- * row in part of a warp, a block or a cluster; softmax_grid.cu numbers its
- * own). */
+ * row in part of a warp, a block, a cluster or blocks of the grid). */
 struct RowSlot {
     int lane;
     long long row;
@@ -679,7 +678,12 @@ struct RowSlot {
 __device__ __forceinline__ RowSlot row_slot()
 {
     RowSlot s;
-#if T_CLUSTER > 1
+#if T_GRID > 1
+    /* The row's threads are the whole blocks of its T_GRID blocks, numbered
+     * block by block; the launch has exactly T_GRID blocks per row. */
+    s.lane = (int)(blockIdx.x % T_GRID) * TPR + (int)threadIdx.x;
+    s.row = blockIdx.x / T_GRID;
+#elif T_CLUSTER > 1
     /* The row's threads are the TPR threads of each of the cluster's
      * blocks, numbered block by block. */
     s.lane = (int)cluster_rank() * TPR + (int)threadIdx.x % TPR;

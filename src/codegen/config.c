@@ -318,9 +318,9 @@ static bool rows_check_fields(const tuned__config *c, int arch, char *why, size_
         return tuned__config_refuse(why, n, "a row split over a cluster takes the whole block");
     if (c->grid != 0 && !pow2_in(c->grid, 2, TUNED__GRID_MAX))
         return tuned__config_refuse(why, n, "a grid split is 2, 4, .. %d blocks", TUNED__GRID_MAX);
-    if (c->grid > 1 && (c->rows != 1 || c->cluster != 1 || c->red != TUNED__RED_FUSED))
-        return tuned__config_refuse(why, n, "a row split over the grid takes whole blocks, no "
-                                            "cluster and the one-round reduction");
+    if (c->grid > 1 && (c->rows != 1 || c->cluster != 1))
+        return tuned__config_refuse(why, n, "a row split over the grid takes whole blocks and "
+                                            "no cluster");
     if (!pow2_in(c->vec, 1, 16))
         return tuned__config_refuse(why, n, "a vector is 1, 2, 4, 8 or 16 elements");
     if (c->ld >= TUNED__LD_COUNT || c->st >= TUNED__ST_COUNT || c->reg >= TUNED__REG_COUNT ||
@@ -330,9 +330,9 @@ static bool rows_check_fields(const tuned__config *c, int arch, char *why, size_
 }
 
 /* What the shape's kernel has of the register-row family: a backward
- * kernel has one reduction (a sum: no one-round pairs), no exp to keep
- * and no grid split; log_softmax keeps its inputs for the store, not
- * their exps. */
+ * kernel has one reduction (a sum: no one-round pairs) and no exp to
+ * keep; a forward grid split reduces one-round pairs; log_softmax keeps
+ * its inputs for the store, not their exps. */
 static bool rows_check_kernel(const tuned__config *c, unsigned kernel, char *why, size_t n)
 {
     const char *name = tuned__kernel_name((uint8_t)kernel);
@@ -341,8 +341,8 @@ static bool rows_check_kernel(const tuned__config *c, unsigned kernel, char *why
                                     name);
     if (tuned__kernel_backward(kernel) && c->red != TUNED__RED_SPLIT)
         return tuned__config_refuse(why, n, "%s reduces one sum: no red=fused", name);
-    if (tuned__kernel_backward(kernel) && c->grid > 1)
-        return tuned__config_refuse(why, n, "%s has no grid split", name);
+    if (!tuned__kernel_backward(kernel) && c->grid > 1 && c->red != TUNED__RED_FUSED)
+        return tuned__config_refuse(why, n, "a row split over the grid reduces one-round pairs");
     return true;
 }
 

@@ -45,7 +45,7 @@ bool tuned__source_head_free(const tuned__config *c, const tuned__shape *s,
 const char *tuned__source_entry(const tuned__config *c, const tuned__shape *s)
 {
     if (tuned__kernel_backward(tuned__shape_kernel(s)))
-        return "tuned_softmax_bwd_rows";
+        return c->grid > 1 ? "tuned_softmax_bwd_grid" : "tuned_softmax_bwd_rows";
     if (c->family == TUNED__FAMILY_TMA)
         return "tuned_softmax_staged";
     return c->grid > 1 ? "tuned_softmax_grid" : "tuned_softmax_rows";
@@ -192,10 +192,14 @@ int tuned__source_softmax(const tuned__config *c, const tuned__shape *s,
     static const char *const rows_parts[] = {"softmax_common", "softmax_rows_common",
                                              "softmax_rows", NULL};
     static const char *const grid_parts[] = {"softmax_common", "softmax_rows_common",
-                                             "softmax_grid", NULL};
+                                             "softmax_grid_common", "softmax_grid", NULL};
     static const char *const bwd_parts[] = {"softmax_common", "softmax_rows_common",
                                             "softmax_bwd", NULL};
-    return join_source(defines, backward ? bwd_parts : split ? grid_parts : rows_parts, out, e);
+    static const char *const bwd_grid_parts[] = {"softmax_common", "softmax_rows_common",
+                                                 "softmax_grid_common", "softmax_bwd", NULL};
+    const char *const *parts = backward ? (split ? bwd_grid_parts : bwd_parts)
+                                        : (split ? grid_parts : rows_parts);
+    return join_source(defines, parts, out, e);
 }
 
 int tuned__source_reference(tuned_dtype dtype, char **out, tuned__err *e)

@@ -91,22 +91,18 @@ CUresult tuned__launch_run(const tuned__driver *d, const tuned__launch *l, tuned
                            CUdeviceptr in, CUdeviceptr in2, CUdeviceptr out, long long rows,
                            int cols, long long row_stride, float scale, CUstream stream)
 {
-    if (l->backward) {
-        void *args[] = {&in, &in2, &out, &rows, &cols, &row_stride};
-        return d->cuLaunchKernel(l->fn, l->grid, 1, 1, l->block, 1, 1, l->smem, stream, args,
-                                 NULL);
-    }
-    (void)in2;
     if (!l->cooperative) {
-        void *args[] = {&in, &out, &rows, &cols, &row_stride, &scale};
-        return d->cuLaunchKernel(l->fn, l->grid, 1, 1, l->block, 1, 1, l->smem, stream, args,
-                                 NULL);
+        void *fwd[] = {&in, &out, &rows, &cols, &row_stride, &scale};
+        void *bwd[] = {&in, &in2, &out, &rows, &cols, &row_stride};
+        return d->cuLaunchKernel(l->fn, l->grid, 1, 1, l->block, 1, 1, l->smem, stream,
+                                 l->backward ? bwd : fwd, NULL);
     }
     if (work == NULL || work->bytes < l->work_bytes)
         return CUDA_ERROR_INVALID_VALUE;
     unsigned launch = atomic_fetch_add_explicit(&work->launches, 1, memory_order_relaxed);
     CUdeviceptr base = work->base;
-    void *args[] = {&in, &out, &rows, &cols, &row_stride, &scale, &base, &launch};
+    void *fwd[] = {&in, &out, &rows, &cols, &row_stride, &scale, &base, &launch};
+    void *bwd[] = {&in, &in2, &out, &rows, &cols, &row_stride, &base, &launch};
     return d->cuLaunchCooperativeKernel(l->fn, l->grid, 1, 1, l->block, 1, 1, l->smem, stream,
-                                        args);
+                                        l->backward ? bwd : fwd);
 }

@@ -26,8 +26,8 @@ typedef struct tuned__launch {
     bool cooperative;
     size_t work_bytes;
     /* A backward kernel: parameters (y, dy, dx, rows, cols, row_stride);
-     * otherwise (x, y, rows, cols, row_stride, scale), then a grid split's
-     * (workspace, launch number). */
+     * otherwise (x, y, rows, cols, row_stride, scale); either then, for a
+     * grid split, (workspace, launch number). */
     bool backward;
 } tuned__launch;
 

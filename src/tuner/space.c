@@ -81,6 +81,15 @@ bool tuned__space_valid(const tuned__space *sp, const tuned__config *c, char *wh
     return c->family == TUNED__FAMILY_TMA ? tma_policy(sp, c, why, n) : rows_policy(sp, c, why, n);
 }
 
+/* The reduction of a row over several blocks (a grid split, a cluster's
+ * seed) for the space's kernel: one-round (max, sum) pairs forward, the
+ * one sum backward. */
+static uint8_t grid_red(const tuned__space *sp)
+{
+    return tuned__kernel_backward(tuned__shape_kernel(&sp->shape)) ? TUNED__RED_SPLIT
+                                                                    : TUNED__RED_FUSED;
+}
+
 /* ---- enumeration ---- */
 
 /* Called with each valid config in enumeration order; false stops it. */
@@ -131,7 +140,7 @@ static bool enumerate(const tuned__space *sp, visit_fn visit, void *ctx)
         for (unsigned g = 2; g <= TUNED__GRID_MAX && sp->sms > 0; g *= 2)
             for (unsigned mb = 1; mb <= 4; mb *= 2) {
                 tuned__config c = {.family = TUNED__FAMILY_ROWS, .warps = (uint8_t)w, .rows = 1,
-                                   .cluster = 1, .minb = (uint8_t)mb, .red = TUNED__RED_FUSED,
+                                   .cluster = 1, .minb = (uint8_t)mb, .red = grid_red(sp),
                                    .grid = (uint16_t)g};
                 if (!offer_per_vector(sp, c, false, visit, ctx))
                     return false;
@@ -345,7 +354,7 @@ size_t tuned__space_neighbors(const tuned__space *sp, const tuned__config *c, tu
         if (up || g > 1) {
             unsigned g2 = up ? g * 2 : g / 2;
             m = *c, m.grid = (uint16_t)(g2 > 1 ? g2 : 0);
-            m.red = g2 > 1 ? TUNED__RED_FUSED : c->red;
+            m.red = g2 > 1 ? grid_red(sp) : c->red;
             add_move(sp, &m, out, cap, &n);
             m.warps = up ? c->warps / 2 : c->warps * 2;
             add_move(sp, &m, out, cap, &n);
@@ -380,9 +389,7 @@ void tuned__space_random(const tuned__space *sp, tuned__rng *rng, tuned__config 
  * reduction is a plain sum. */
 static uint8_t seed_red(const tuned__space *sp, unsigned blocks_per_row)
 {
-    return blocks_per_row > 1 && !tuned__kernel_backward(tuned__shape_kernel(&sp->shape))
-               ? TUNED__RED_FUSED
-               : TUNED__RED_SPLIT;
+    return blocks_per_row > 1 ? grid_red(sp) : TUNED__RED_SPLIT;
 }
 
 size_t tuned__space_seeds(const tuned__space *sp, tuned__config *out, size_t cap)
@@ -440,7 +447,7 @@ size_t tuned__space_seeds(const tuned__space *sp, tuned__config *out, size_t cap
                 tuned__config c = {.family = TUNED__FAMILY_ROWS, .warps = (uint8_t)warps,
                                    .rows = 1, .cluster = 1, .minb = 1, .vec = widest,
                                    .ld = TUNED__LD_DEF, .st = TUNED__ST_DEF, .reg = (uint8_t)reg,
-                                   .red = TUNED__RED_FUSED, .grid = (uint16_t)g};
+                                   .red = grid_red(sp), .grid = (uint16_t)g};
                 add_move(sp, &c, out, cap, &n);
             }
     }
