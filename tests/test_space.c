@@ -84,7 +84,8 @@ static void text_round_trip(void)
     }
     /* Every valid config of a few spaces survives format -> parse. */
     static const tuned__shape shapes[] = {
-        {TUNED_FP16, 4096, 32000, TUNED__KERNEL_SOFTMAX}, {TUNED_BF16, 7, 7, TUNED__KERNEL_SOFTMAX}, {TUNED_FP32, 1, 4097, TUNED__KERNEL_SOFTMAX}};
+        {TUNED_FP16, 4096, 32000, TUNED__KERNEL_SOFTMAX}, {TUNED_BF16, 7, 7, TUNED__KERNEL_SOFTMAX}, {TUNED_FP32, 1, 4097, TUNED__KERNEL_SOFTMAX},
+        {TUNED_FP16, 1, 262144, TUNED__KERNEL_SOFTMAX_BWD}, {TUNED_BF16, 8, 65536, TUNED__KERNEL_LOG_SOFTMAX_BWD}};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         tuned__space sp;
         EXPECT(tuned__space_init(&sp, &shapes[s], 90, 132, &e) == 0, "%s", e.msg);

@@ -65,16 +65,21 @@ __device__ __forceinline__ u64 grid_arrive(unsigned char *work, unsigned slot)
     return old;
 }
 
-/* The launch's ticket from thread 0's arrival: the epoch plus one, never 0,
- * which zeroed memory carries. The last block to arrive opens the slot's
- * next epoch; every block of this launch has read the epoch by then. */
+/* The launch's ticket from thread 0's arrival. The last block to arrive
+ * opens the slot's next epoch; every block of this launch has read the
+ * epoch by then. The ticket names the slot as well as the epoch, never 0
+ * (which zeroed memory carries): a slot's pairs lie where the grid's size
+ * puts them, so launches of other sizes (the evaluator's variants share
+ * one workspace) leave pairs of other slots where this one reads, and
+ * those must never match. Tickets repeat only after 2^26 launches a
+ * slot. */
 __device__ __forceinline__ unsigned grid_ticket(unsigned char *work, unsigned slot, u64 arrival)
 {
     const unsigned epoch = (unsigned)(arrival >> 32);
     if ((unsigned)arrival == gridDim.x - 1)
         asm volatile("st.relaxed.gpu.global.u64 [%0], %1;"
                      : : "l"((u64 *)work + slot), "l"((u64)(epoch + 1u) << 32) : "memory");
-    return epoch % 0xffffffffu + 1u;
+    return (unsigned)(((u64)epoch * T_GRID_SLOTS + slot) % 0xffffffffull) + 1u;
 }
 
 /* reduce, across the grid: the block's (m, s) pair combined with those of

@@ -203,11 +203,19 @@ int tuned__config_parse(const char *text, tuned__config *out, tuned__err *e)
         (rc = parse_num_field(fields[4], 'v', 8, &vec, text, e)) != 0 ||
         (rc = parse_named_field(fields[5], "ld=", ld_names, TUNED__LD_COUNT, &c.ld, text, e)) != 0 ||
         (rc = parse_named_field(fields[6], "st=", st_names, TUNED__ST_COUNT, &c.st, text, e)) != 0 ||
-        (rc = parse_named_field(fields[7], "reg=", reg_names, TUNED__REG_COUNT, &c.reg, text, e)) != 0 ||
-        (nf >= 9 && (rc = parse_named_field(fields[8], "red=", red_names, TUNED__RED_COUNT, &c.red,
-                                            text, e)) != 0) ||
-        (nf == 10 && (rc = parse_num_field(fields[9], 'g', TUNED__GRID_MAX, &grid, text, e)) != 0))
+        (rc = parse_named_field(fields[7], "reg=", reg_names, TUNED__REG_COUNT, &c.reg, text, e)) != 0)
         return rc;
+    /* Then .red=..., which the two-round reduction leaves out, then .gN. */
+    size_t next = 8;
+    if (next < nf && strncmp(fields[next], "red=", 4) == 0 &&
+        (rc = parse_named_field(fields[next++], "red=", red_names, TUNED__RED_COUNT, &c.red, text,
+                                e)) != 0)
+        return rc;
+    if (next < nf && (rc = parse_num_field(fields[next++], 'g', TUNED__GRID_MAX, &grid, text, e)) != 0)
+        return rc;
+    if (next < nf)
+        return tuned__errf(e, TUNED_EINVAL, "config '%s': unexpected '%s' after the grid split",
+                           text, fields[next]);
     c.warps = (uint8_t)warps;
     c.rows = (uint16_t)rows;
     c.cluster = (uint8_t)cluster;
