@@ -156,6 +156,33 @@ typedef struct device_buf {
     size_t x_bytes, y_bytes;
 } device_buf;
 
+/* cuMemAlloc, checked: a failure says why, with the device's free memory
+ * (an allocation that fails while other tests share the GPU is told apart
+ * from a context an earlier kernel killed). */
+static bool dev_alloc(CUdeviceptr *p, size_t bytes)
+{
+    tuned__err e = {0};
+    if (tuned__cuda_check(d, d->cuMemAlloc(p, bytes), &e, "cuMemAlloc") == 0)
+        return true;
+    size_t free_b = 0, total_b = 0;
+    CUresult mr = d->cuMemGetInfo(&free_b, &total_b);
+    EXPECT(0, "%zu bytes: %s (%zu of %zu MiB free%s)", bytes, e.msg, free_b >> 20, total_b >> 20,
+           mr == CUDA_SUCCESS ? "" : ", unknown");
+    *p = 0;
+    return false;
+}
+
+/* The stream's work finished; else says what failed, with the driver's
+ * error (a sticky one means the context is lost). */
+static bool stream_done(CUstream stream, const char *what)
+{
+    tuned__err e = {0};
+    if (tuned__cuda_check(d, d->cuStreamSynchronize(stream), &e, what) == 0)
+        return true;
+    EXPECT(0, "%s", e.msg);
+    return false;
+}
+
 /* The elements of hy (c's output, y_bytes with the guard) that differ from
  * a CPU float64 softmax of hx, and the bytes written outside the rows;
  * prints the first three. */
@@ -206,10 +233,8 @@ static int run_case(tuned_handle *h, const call_case *c, CUstream stream, tuned_
             put_elem(hx + (c->x_off + (size_t)(r * c->stride + j)) * es, c->dtype, rnd());
     CUdeviceptr xa = 0, ya = 0;
     int rc = 1;
-    if (d->cuMemAlloc(&xa, x_bytes) != CUDA_SUCCESS || d->cuMemAlloc(&ya, y_bytes) != CUDA_SUCCESS) {
-        EXPECT(0, "cuMemAlloc");
+    if (!dev_alloc(&xa, x_bytes) || !dev_alloc(&ya, y_bytes))
         goto out;
-    }
     d->cuMemcpyHtoD(xa, hx, x_bytes);
     /* From pageable memory cuMemcpyHtoD may return before its DMA (on the
      * legacy stream) lands, and a non-blocking stream does not wait for
@@ -227,7 +252,10 @@ static int run_case(tuned_handle *h, const call_case *c, CUstream stream, tuned_
         goto out;
     if (choice != NULL)
         EXPECT(tuned_last_choice(h, choice) == 0, "last choice: %s", tuned_last_error(h));
-    EXPECT(d->cuStreamSynchronize(stream) == CUDA_SUCCESS, "the kernel failed");
+    char label[160];
+    snprintf(label, sizeof label, "%s %lldx%lld: the kernel %s", tuned_dtype_name(c->dtype),
+             (long long)c->rows, (long long)c->cols, choice ? choice->config : "");
+    stream_done(stream, label);
     d->cuMemcpyDtoH(hy, ya, y_bytes);
     size_t bad = count_wrong(c, hx, hy, y_bytes);
     EXPECT(bad == 0, "%s %lldx%lld stride %lld offsets %zu/%zu (%s): %zu wrong",
@@ -352,8 +380,7 @@ static size_t kernels_case(tuned_handle *h, tuned_dtype dt, int64_t rows, int64_
     for (int i = 0; i < 6; i++) {
         host[i] = malloc(bytes);
         memset(host[i], 0, bytes);
-        if (d->cuMemAlloc(&dev[i], bytes) != CUDA_SUCCESS)
-            EXPECT(0, "cuMemAlloc");
+        dev_alloc(&dev[i], bytes);
     }
     size_t off[6] = {x_off, x_off + 1, x_off, x_off, x_off, x_off};
     for (int64_t r = 0; r < rows; r++)
@@ -377,7 +404,7 @@ static size_t kernels_case(tuned_handle *h, tuned_dtype dt, int64_t rows, int64_
     for (int k = 0; k < 4; k++)
         EXPECT(rcs[k] == 0, "%s %s %lldx%lld: %s", kernel_calls[k], tuned_dtype_name(dt),
                (long long)rows, (long long)cols, tuned_last_error(h));
-    EXPECT(d->cuStreamSynchronize(stream) == CUDA_SUCCESS, "a kernel failed");
+    stream_done(stream, "the four kernels");
     for (int i = 2; i < 6; i++)
         d->cuMemcpyDtoH(host[i], dev[i], bytes);
     double rtol = dt == TUNED_FP16 ? 2e-3 : dt == TUNED_BF16 ? 1e-2 : 2e-5;
@@ -645,7 +672,7 @@ int main(int argc, char **argv)
                        "%s 2x262144 fp16: %s %s (%s)", kernel_calls[k + 2],
                        tuned_source_name(bc.source), bc.config, tuned_last_error(h));
             }
-            EXPECT(d->cuStreamSynchronize(stream) == CUDA_SUCCESS, "a backward grid split failed");
+            stream_done(stream, "the backward grid splits");
             d->cuMemFree(yb);
             d->cuMemFree(dyb);
             d->cuMemFree(dxb);
