@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# bench/probe-decode.sh OUT - on the GPU machine: does the variant space hold
+# a decode-shape kernel that the tuner's search misses? For four fp16 decode
+# shapes where QuACK led (2026-11-24-h100-decode-quack), it times a sweep of
+# the dimensions that matter for few long rows (clusters, grid splits, warps,
+# blocks per SM, register modes, tma staging) with build/bench/probe_settle
+# at the evaluator's own 100 µs pause, the copy timed by the same evaluator.
+# Writes OUT/decode-probe.txt and prints, per shape, the copy and the ten
+# fastest variants (median of the 3 rounds' medians).
+set -uo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root" || exit 1
+out="${1:?usage: bench/probe-decode.sh OUT}"
+mkdir -p "$out"
+# shellcheck source=tools/device-env.sh
+source tools/device-env.sh >/dev/null || exit 1
+export LD_LIBRARY_PATH="/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+if [ ! -x build/bench/probe_settle ]; then
+    tools/setup.sh --no-deps >"$out/build.log" 2>&1 || { tail -n 30 "$out/build.log"; exit 1; }
+fi
+probe=build/bench/probe_settle
+
+# Register rows split over a cluster: W warps, C blocks, M blocks per SM, reg R.
+clusters() {
+    local w c m r
+    for c in $1; do for w in $2; do for m in 1 2 4; do for r in $3; do
+        ((w * 32 * m <= 2048)) || continue # the blocks must fit an SM
+        echo "w$w.r1.c$c.m$m.v8.ld=def.st=def.reg=$r.red=fused"
+    done; done; done; done
+}
+# Register rows split over the grid: G blocks a row.
+grids() {
+    local w g m
+    for g in $1; do for w in $2; do for m in 1 2; do
+        ((w * 32 * m <= 2048)) || continue
+        echo "w$w.r1.c1.m$m.v8.ld=def.st=def.reg=f32.red=fused.g$g"
+    done; done; done
+}
+# Rows staged in shared memory by the bulk copy engine.
+tmas() {
+    local w c s
+    for c in $1; do for w in 4 8 16 32; do for s in 1 2 4; do
+        echo "tma.w$w.c$c.s$s.st=def"
+    done; done; done
+}
+
+# shellcheck disable=SC2046 # the config lists are words
+{
+    $probe 64x262144 fp16 100 $(clusters "8 16" "4 8 16" "pk ex f32") $(tmas "8 16")
+    $probe 64x65536 fp16 100 $(clusters "2 4 8" "4 8 16" "pk ex") $(tmas "2 4 8") \
+        $(grids "4 8" "8 16")
+    $probe 8x128256 fp16 100 $(clusters "8 16" "4 8 16 32" "pk f32") $(grids "8 16 32" "8 16 32")
+    $probe 1x262144 fp16 100 $(clusters "16" "8 16 32" "pk f32") $(grids "16 32 64" "4 8 16 32")
+} >"$out/decode-probe.txt" 2>&1
+status=$?
+# Per shape: the copy, then the ten fastest variants by the median of rounds.
+python3 - "$out/decode-probe.txt" <<'PY'
+import re, statistics, sys
+shape, copy, times, bad = None, None, {}, 0
+def flush():
+    if shape is None:
+        return
+    best = sorted((statistics.median(v), k) for k, v in times.items() if len(v) == 3)
+    print(f"{shape}  copy {copy:.2f} µs; {len(best)} variants timed, {bad} refused or failed")
+    for t, k in best[:10]:
+        print(f"  {t:8.2f}  {t / copy:5.3f}x copy  {k}")
+for line in open(sys.argv[1]):
+    if line.startswith("# "):
+        flush()
+        shape, copy, times, bad = line[2:].split(";")[0], None, {}, 0
+    elif "copy (at open)" in line:
+        copy = float(line.split()[-1])
+    else:
+        m = re.match(r"\S+\s+(\S+)\s+([0-9.]+) \(round", line)
+        if m:
+            times.setdefault(m.group(1), []).append(float(m.group(2)))
+        elif line[:1].isdigit() and "round" not in line:
+            bad += 1
+flush()
+PY
+exit $status
