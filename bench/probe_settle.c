@@ -5,7 +5,10 @@
  * after which the times stop falling can be read off. A pause written "20s"
  * also runs each repeat alone, the GPU idle before its flush.
  *
- *   probe_settle ROWSxCOLS fp16|bf16|fp32 US[s][,US[s]...] CONFIG...
+ *   probe_settle [KERNEL:]ROWSxCOLS fp16|bf16|fp32 US[s][,US[s]...] CONFIG...
+ *
+ * KERNEL is softmax (the default), softmax_bwd, log_softmax or
+ * log_softmax_bwd; the copy is of one tensor whatever the kernel.
  *
  * Not installed; bench/probe-settle.sh runs it on the GPU machine. */
 #include <stdio.h>
@@ -22,6 +25,18 @@ static int parse_shape(const char *text, tuned__shape *s)
 {
     unsigned long long r, c;
     char tail;
+    const char *colon = strchr(text, ':');
+    if (colon != NULL) {
+        char name[32];
+        size_t len = (size_t)(colon - text);
+        if (len >= sizeof name)
+            return -1;
+        memcpy(name, text, len);
+        name[len] = '\0';
+        if (tuned__kernel_parse(name, &s->kernel) != 0)
+            return -1;
+        text = colon + 1;
+    }
     if (sscanf(text, "%llux%llu%c", &r, &c, &tail) != 2 || r == 0 || c == 0)
         return -1;
     s->rows = r;
@@ -63,7 +78,7 @@ int main(int argc, char **argv)
         tuned_dtype_parse(argv[2], &shape.dtype) != 0 ||
         parse_settle(argv[3], settle, serial, &nsettle) != 0) {
         fprintf(stderr,
-                "usage: probe_settle ROWSxCOLS fp16|bf16|fp32 US[s][,US[s]...] CONFIG...\n");
+                "usage: probe_settle [KERNEL:]ROWSxCOLS fp16|bf16|fp32 US[s][,US[s]...] CONFIG...\n");
         return 2;
     }
     int ncfg = argc - 4;
