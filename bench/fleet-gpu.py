@@ -26,12 +26,12 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))
-from daemon_client import Client  # noqa: E402 - the tests' protocol client
+from daemon_client import (  # noqa: E402 - the tests' client and helpers
+    Client, call_all_at_once, call_once, stop_process, wait_for)
 
 FLIGHT_SHAPE = (4096, 4096)
 LATENCY_SHAPES = [(rows, cols) for rows in (8, 24, 40, 56) for cols in (1536, 2560, 3584, 4608)]
@@ -62,16 +62,6 @@ def redis_ping(path):
         s.close()
 
 
-def wait_for(pred, timeout, step=0.1):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        v = pred()
-        if v:
-            return v
-        time.sleep(step)
-    return pred()
-
-
 class Daemon:
     def __init__(self, tuned, tmp, out, name, remote):
         self.name = name
@@ -94,11 +84,7 @@ class Daemon:
         return self.p.poll() is None
 
     def call(self, obj, timeout=30):
-        c = Client(self.sock)
-        try:
-            return c.call(obj, timeout)
-        finally:
-            c.close()
+        return call_once(self.sock, obj, timeout)
 
     def tunes(self, rows, cols):
         self.logf.flush()
@@ -106,13 +92,7 @@ class Daemon:
             return sum(1 for line in f if f": tuning {rows}x{cols} " in line)
 
     def stop(self):
-        if self.p.poll() is None:
-            self.p.terminate()
-            try:
-                self.p.wait(60)
-            except subprocess.TimeoutExpired:
-                self.p.kill()
-                self.p.wait()
+        stop_process(self.p)
         self.logf.close()
 
 
@@ -122,26 +102,12 @@ def get(d, rows, cols):
 
 def case_flight(a, b):
     rows, cols = FLIGHT_SHAPE
-    replies, lock = [], threading.Lock()
-
-    def one(i):
-        d = (a, b)[i % 2]
-        try:
-            r = d.call({"op": "tune", "rows": rows, "cols": cols, "dtype": "fp16",
-                        "budget": 60, "time_s": 20})
-        except OSError as ex:
-            r = {"error": str(ex)}
-        with lock:
-            replies.append(r)
-
     t0 = time.time()
-    threads = [threading.Thread(target=one, args=(i,)) for i in range(12)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
+    replies = call_all_at_once((a, b), {"op": "tune", "rows": rows, "cols": cols,
+                                        "dtype": "fp16", "budget": 60, "time_s": 20}, 12)
     if len(replies) != 12 or not all(r and r.get("ok") for r in replies):
-        fail(f"flight: not every tune accepted: {[r for r in replies if not (r or {}).get('ok')][:3]}")
+        refused = [r for r in replies if not (r or {}).get("ok")]
+        fail(f"flight: {len(refused)} of {len(replies)} tunes not accepted: {refused[:3]}")
         return
     both = wait_for(lambda: all(get(d, rows, cols).get("source") == "exact" for d in (a, b)), 120,
                     0.2)
@@ -238,9 +204,10 @@ def main():
         say(f"- date: {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}")
         say(f"- GPU: {gpu.get('name')}, hardware class {gpu.get('hwclass')}, "
             f"toolchain {gpu.get('toolchain')}")
-        say("- command: bench/fleet-gpu.py build/tuned OUT (redis-server "
-            f"{subprocess.run(['redis-server', '--version'], capture_output=True, text=True).stdout.split()[2].removeprefix('v=')}"
-            " on a Unix socket)")
+        version = subprocess.run(["redis-server", "--version"], capture_output=True,
+                                 text=True).stdout.split()[2].removeprefix("v=")
+        say(f"- command: bench/fleet-gpu.py build/tuned OUT (redis-server {version} on a "
+            "Unix socket)")
         say("")
         case_flight(*daemons)
         case_latency(*daemons)

@@ -10,12 +10,8 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 out="${1:?usage: bench/probe-settle.sh OUT}"
 mkdir -p "$out"
-# shellcheck source=tools/device-env.sh
-source tools/device-env.sh >/dev/null || exit 1
-export LD_LIBRARY_PATH="/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
-if [ ! -x build/bench/probe_settle ]; then
-    tools/setup.sh --no-deps >"$out/build.log" 2>&1 || { tail -n 30 "$out/build.log"; exit 1; }
-fi
+# shellcheck source=bench/probe-env.sh
+source bench/probe-env.sh
 probe=build/bench/probe_settle
 tiny=0,2,5,10,20,50,100
 {

@@ -22,12 +22,8 @@ decode | bwd) ;;
 *) echo "probe-space: unknown set '$set' (decode, bwd)" >&2; exit 2 ;;
 esac
 mkdir -p "$out"
-# shellcheck source=tools/device-env.sh
-source tools/device-env.sh >/dev/null || exit 1
-export LD_LIBRARY_PATH="/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
-if [ ! -x build/bench/probe_settle ]; then
-    tools/setup.sh --no-deps >"$out/build.log" 2>&1 || { tail -n 30 "$out/build.log"; exit 1; }
-fi
+# shellcheck source=bench/probe-env.sh
+source bench/probe-env.sh
 probe=build/bench/probe_settle
 
 # Register rows split over a cluster: W warps, C blocks, M blocks per SM, reg R.

@@ -1,9 +1,15 @@
 """daemon_client.py: a test's client of `tuned serve` (docs/protocol.md):
 one connection, over the Unix socket or TCP, one JSON request line out and
 one reply line in, with a timeout; for the Python tests that start real
-daemons (test_abuse.py, test_fleet_daemons.py)."""
+daemons (test_abuse.py, test_fleet_daemons.py, bench/fleet-gpu.py), and
+the helpers they share: waiting for a condition, stopping a daemon, one
+request sent to several daemons at once."""
 import json
+import signal
 import socket
+import subprocess
+import threading
+import time
 
 
 class Client:
@@ -37,3 +43,58 @@ class Client:
 
     def close(self):
         self.s.close()
+
+
+def call_once(path, obj, timeout=30):
+    """obj sent on a connection of its own to the daemon at path; the reply."""
+    c = Client(path)
+    try:
+        return c.call(obj, timeout)
+    finally:
+        c.close()
+
+
+def wait_for(pred, timeout, step=0.1):
+    """pred()'s first true value within timeout seconds, else its last."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        v = pred()
+        if v:
+            return v
+        time.sleep(step)
+    return pred()
+
+
+def stop_process(p, timeout=60):
+    """SIGTERM, then SIGKILL after timeout seconds; p's exit status (None
+    for no process)."""
+    if p is None or p.poll() is not None:
+        return p.returncode if p else None
+    p.send_signal(signal.SIGTERM)
+    try:
+        return p.wait(timeout)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        return p.wait()
+
+
+def call_all_at_once(daemons, request, n, timeout=60):
+    """n threads each sending request to daemons[i % len(daemons)] (an
+    object with call(request)) at once; their replies, {"error": ...} for a
+    failed connection."""
+    replies, lock = [], threading.Lock()
+
+    def one(i):
+        try:
+            r = daemons[i % len(daemons)].call(request)
+        except OSError as ex:
+            r = {"error": str(ex)}
+        with lock:
+            replies.append(r)
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout)
+    return replies

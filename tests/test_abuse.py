@@ -37,7 +37,7 @@ import tempfile
 import threading
 import time
 
-from daemon_client import Client
+from daemon_client import Client, stop_process
 
 TUNED = os.path.abspath(sys.argv[1])
 POLICY = "l2flush-settle-events-median/3"
@@ -129,14 +129,7 @@ class Daemon:
             return f.read()
 
     def stop(self):
-        if self.p is None or self.p.poll() is not None:
-            return self.p.returncode if self.p else None
-        self.p.send_signal(signal.SIGTERM)
-        try:
-            return self.p.wait(60)
-        except subprocess.TimeoutExpired:
-            self.p.kill()
-            return self.p.wait()
+        return stop_process(self.p)
 
 
 def code(reply):

@@ -38,7 +38,7 @@ import tempfile
 import threading
 import time
 
-from daemon_client import Client
+from daemon_client import Client, call_all_at_once, call_once, stop_process, wait_for
 
 TUNED = os.path.abspath(sys.argv[1])
 failures = 0
@@ -173,11 +173,7 @@ class Daemon:
         return False
 
     def call(self, obj, timeout=30):
-        c = Client(self.sock)
-        try:
-            return c.call(obj, timeout)
-        finally:
-            c.close()
+        return call_once(self.sock, obj, timeout)
 
     def stats(self):
         return self.call({"op": "stats"})
@@ -193,28 +189,11 @@ class Daemon:
                    if ": tuning " + shape.replace("x", "x", 1) + " " in line)
 
     def stop(self):
-        if self.p is None or self.p.poll() is not None:
-            return self.p.returncode if self.p else None
-        self.p.send_signal(signal.SIGTERM)
-        try:
-            return self.p.wait(60)
-        except subprocess.TimeoutExpired:
-            self.p.kill()
-            return self.p.wait()
+        return stop_process(self.p)
 
 
 def get(d, rows, cols, **kw):
     return d.call(dict({"op": "get", "rows": rows, "cols": cols}, **kw))
-
-
-def wait_for(pred, timeout, step=0.1):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        v = pred()
-        if v:
-            return v
-        time.sleep(step)
-    return pred()
 
 
 def fake_hwclass(d):
@@ -236,23 +215,8 @@ def toolchain_name(tc_text):
 def case_flight(a, b, c):
     rows, cols = 1024, 4096
     shape = f"{rows}x{cols}"
-    replies = []
-    lock = threading.Lock()
-
-    def one(i):
-        d = (a, b, c)[i % 3]
-        try:
-            r = d.call({"op": "tune", "rows": rows, "cols": cols, "budget": 40, "time_s": 30})
-        except OSError as ex:
-            r = {"error": str(ex)}
-        with lock:
-            replies.append(r)
-
-    threads = [threading.Thread(target=one, args=(i,)) for i in range(30)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
+    replies = call_all_at_once((a, b, c), {"op": "tune", "rows": rows, "cols": cols,
+                                           "budget": 40, "time_s": 30}, 30)
     if len(replies) != 30 or not all(r and r.get("ok") for r in replies):
         fail(f"flight: not every tune was accepted: {[r for r in replies if not (r or {}).get('ok')][:3]}")
         return
