@@ -739,14 +739,14 @@ def graph_table(res, dtypes, shapes):
             t, c, q = r["tuned"], r["copy"], r["quack"]
             if not t:
                 continue
-            met = "—"
-            if t and "us" in t and c and "us" in c:
+            timed = "us" in t
+            met = over = quack = "—"
+            if timed and c and "us" in c:
                 bound = c["us"] * 1.03 if c["us"] >= 20 else c["us"] + 1.0
                 met = "yes" if t["us"] <= bound else "**no**"
-            quack = "—"
-            if t and "us" in t and q and "us" in q:
+                over = f"{t['us'] - c['us']:+.2f}"
+            if timed and q and "us" in q:
                 quack = "yes" if t["us"] <= q["us"] else "**no**"
-            over = (f"{t['us'] - c['us']:+.2f}" if t and "us" in t and c and "us" in c else "—")
             rows.append(f"| {shape} | {dtype} | {fmt(c)} | {fmt(t)} | {fmt(q)} | {over} | "
                         f"{met} | {quack} |")
     if not rows:

@@ -67,6 +67,14 @@ install_wheels() {
     python3 -c 'import quack, liger_kernel; print("anchors: quack", quack.__version__)' 2>&1 | tail -1
 }
 
+# The build's dependencies (tools/device-env.sh unpacks the .debs and sets
+# the compiler's and loader's paths) and the CUDA libraries on the loader path.
+device_env() {
+    # shellcheck source=tools/device-env.sh
+    source tools/device-env.sh || exit 1
+    export LD_LIBRARY_PATH="/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+}
+
 # The meson tests named in GPU_CHECK, their logs in OUT/checks.log.
 run_checks() {
     [[ -n "${GPU_CHECK:-}" ]] || return 0
@@ -80,11 +88,7 @@ stage)
     stage_wheels
     ;;
 check)
-    # shellcheck source=tools/device-env.sh
-    source tools/device-env.sh || exit 1
-    export LD_LIBRARY_PATH="/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
-    # hiredis.pc names ${prefix}/lib; Debian puts the library in its multiarch directory
-    export LIBRARY_PATH="/tmp/tuned-prefix/usr/lib/x86_64-linux-gnu${LIBRARY_PATH:+:$LIBRARY_PATH}"
+    device_env
     stage_wheels >/dev/null
     nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv \
         >"$out/nvidia-smi.txt" 2>&1
@@ -109,11 +113,7 @@ check)
     [[ $suite -eq 0 && $pre -eq 0 ]]
     ;;
 train)
-    # shellcheck source=tools/device-env.sh
-    source tools/device-env.sh || exit 1
-    export LD_LIBRARY_PATH="/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
-    # hiredis.pc names ${prefix}/lib; Debian puts the library in its multiarch directory
-    export LIBRARY_PATH="/tmp/tuned-prefix/usr/lib/x86_64-linux-gnu${LIBRARY_PATH:+:$LIBRARY_PATH}"
+    device_env
     install_wheels >"$out/wheels.log" 2>&1 || { cat "$out/wheels.log"; exit 1; }
     tail -n 1 "$out/wheels.log"
     t0=$SECONDS
@@ -138,10 +138,7 @@ train)
     exit $rc
     ;;
 decode)
-    # shellcheck source=tools/device-env.sh
-    source tools/device-env.sh || exit 1
-    export LD_LIBRARY_PATH="/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
-    export LIBRARY_PATH="/tmp/tuned-prefix/usr/lib/x86_64-linux-gnu${LIBRARY_PATH:+:$LIBRARY_PATH}"
+    device_env
     tools/setup.sh --no-deps >/tmp/tuned-build.log 2>&1 || { tail -n 30 /tmp/tuned-build.log; exit 1; }
     run_checks
     tools/bench.sh "$out" decode decode >/dev/null 2>/tmp/tuned-bench-progress.log

@@ -183,6 +183,17 @@ static bool stream_done(CUstream stream, const char *what)
     return false;
 }
 
+/* A case's input and output, on the device (0: none) and on the host. */
+static void free_case_buffers(CUdeviceptr x, CUdeviceptr y, void *hx, void *hy)
+{
+    if (x)
+        d->cuMemFree(x);
+    if (y)
+        d->cuMemFree(y);
+    free(hx);
+    free(hy);
+}
+
 /* The elements of hy (c's output, y_bytes with the guard) that differ from
  * a CPU float64 softmax of hx, and the bytes written outside the rows;
  * prints the first three. */
@@ -268,12 +279,7 @@ static int run_case(tuned_handle *h, const call_case *c, CUstream stream, tuned_
                choice->config, choice->grid, choice->block);
     rc = 0;
 out:
-    if (xa)
-        d->cuMemFree(xa);
-    if (ya)
-        d->cuMemFree(ya);
-    free(hx);
-    free(hy);
+    free_case_buffers(xa, ya, hx, hy);
     return rc;
 }
 
@@ -306,11 +312,12 @@ static void graph_case(tuned_handle *h, const call_case *c, CUstream stream)
     CUdeviceptr x = 0, y = 0;
     CUgraph g = NULL;
     CUgraphExec ge = NULL;
-    if (hx == NULL || hy == NULL || d->cuMemAlloc(&x, x_bytes) != CUDA_SUCCESS ||
-        d->cuMemAlloc(&y, y_bytes) != CUDA_SUCCESS) {
-        EXPECT(0, "graph %lldx%lld: allocation", (long long)c->rows, (long long)c->cols);
+    if (hx == NULL || hy == NULL) {
+        EXPECT(0, "graph %lldx%lld: host allocation", (long long)c->rows, (long long)c->cols);
         goto out;
     }
+    if (!dev_alloc(&x, x_bytes) || !dev_alloc(&y, y_bytes))
+        goto out;
     CUresult r = begin(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
     int got = r == CUDA_SUCCESS ? tuned_softmax(h, (void *)(uintptr_t)x, (void *)(uintptr_t)y,
                                                 c->rows, c->cols, c->cols, c->dtype, stream)
@@ -349,12 +356,7 @@ out:
         exec_destroy(ge);
     if (g != NULL)
         destroy(g);
-    if (x)
-        d->cuMemFree(x);
-    if (y)
-        d->cuMemFree(y);
-    free(hx);
-    free(hy);
+    free_case_buffers(x, y, hx, hy);
 }
 
 /* ---- the other kernels: scaled softmax, log_softmax and both backwards ---- */
@@ -652,10 +654,11 @@ int main(int argc, char **argv)
         /* The backward grid splits stored above serve their shape. */
         {
             size_t bwd_bytes = 2 * 262144 * 2;
-            CUdeviceptr yb, dyb, dxb;
-            d->cuMemAlloc(&yb, bwd_bytes);
-            d->cuMemAlloc(&dyb, bwd_bytes);
-            d->cuMemAlloc(&dxb, bwd_bytes);
+            /* A failed allocation is reported; the calls then refuse its NULL. */
+            CUdeviceptr yb = 0, dyb = 0, dxb = 0;
+            dev_alloc(&yb, bwd_bytes);
+            dev_alloc(&dyb, bwd_bytes);
+            dev_alloc(&dxb, bwd_bytes);
             d->cuMemsetD8(yb, 0, bwd_bytes);
             d->cuMemsetD8(dyb, 0, bwd_bytes);
             void *yp = (void *)(uintptr_t)yb, *dyp = (void *)(uintptr_t)dyb;

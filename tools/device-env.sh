@@ -8,7 +8,8 @@
 # tools/fetch-debs.sh) with `dpkg -x` into a prefix (default /tmp/tuned-prefix,
 # override with TUNED_PREFIX; never /), rewrites the /usr paths in the
 # extracted pkg-config .pc files to point into the prefix, and exports
-# PKG_CONFIG_PATH, LD_LIBRARY_PATH and PATH (for mdb_stat) accordingly.
+# PKG_CONFIG_PATH, LD_LIBRARY_PATH, LIBRARY_PATH and PATH (for mdb_stat)
+# accordingly.
 # (PKG_CONFIG_SYSROOT_DIR is not used: it mangles .pc files whose paths are
 # written relative to ${prefix}.)
 #

@@ -93,7 +93,7 @@ typedef struct tuned__config {
 #define TUNED__GRID_SLOTS 64
 
 /* Bytes of the workspace of a grid split of `blocks` blocks: a word of
- * (epoch, arrivals) per slot (softmax_grid.cu), then each slot's pairs. */
+ * (epoch, arrivals) per slot (softmax_grid_common.cu), then each slot's pairs. */
 static inline size_t tuned__grid_work_bytes(uint64_t blocks)
 {
     return (size_t)TUNED__GRID_SLOTS * 8 + (size_t)TUNED__GRID_SLOTS * (size_t)blocks * 16;

@@ -35,7 +35,7 @@ typedef struct tuned__launch {
  * count of launches made with it: launch n uses slot n % TUNED__GRID_SLOTS;
  * the tags of its pairs come from the slot's epoch on the GPU, so that a
  * launch replayed from a CUDA graph tags each replay anew
- * (softmax_grid.cu). Launches on one stream never overlap; launches on
+ * (softmax_grid_common.cu). Launches on one stream never overlap; launches on
  * several streams may share one workspace while fewer than
  * TUNED__GRID_SLOTS of them run at once. */
 typedef struct tuned__workspace {
