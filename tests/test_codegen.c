@@ -71,13 +71,21 @@ static void check_rows_ptx(const tuned__config *c, const tuned__shape *s, const 
         EXPECT(strstr(ptx, "ld.global.nc") == NULL, "%s: unexpected .nc load", name);
     if (c->st != TUNED__ST_CS)
         EXPECT(strstr(ptx, "st.global.cs") == NULL, "%s: unexpected .cs store", name);
-    /* The one-round reduction halves the cluster's barriers: an exchange
-     * per round plus the exit's, which arrives once. */
+    /* A cluster's blocks push their values into mailboxes: one relaxed
+     * cluster arrival (the mailboxes set up) and no fenced one, a mailbox
+     * per round (the one-round reduction and a backward kernel's one sum:
+     * one; else two), sends that credit an mbarrier, and no remote load. */
     if (c->cluster > 1) {
         size_t arrives = count(ptx, "barrier.cluster.arrive");
-        /* a backward kernel reduces one sum: one exchange */
-        size_t want = c->red == TUNED__RED_FUSED || backward ? 2 : 3;
-        EXPECT(arrives == want, "%s: %zu cluster arrivals in PTX, want %zu", name, arrives, want);
+        size_t relaxed = count(ptx, "barrier.cluster.arrive.relaxed");
+        size_t inits = count(ptx, "mbarrier.init");
+        size_t want = c->red == TUNED__RED_FUSED || backward ? 1 : 2;
+        EXPECT(arrives == 1 && relaxed == 1, "%s: %zu cluster arrivals (%zu relaxed), want 1",
+               name, arrives, relaxed);
+        EXPECT(inits == want, "%s: %zu mailboxes, want %zu", name, inits, want);
+        EXPECT(strstr(ptx, "st.async.shared::cluster.mbarrier::complete_tx::bytes") != NULL &&
+                   strstr(ptx, "ld.shared::cluster") == NULL,
+               "%s: the exchange is not pushed through mailboxes", name);
     }
     /* A grid split (its own entry point, forward and backward): the pair
      * published and polled whole, at GPU scope, the slot's arrival taken

@@ -10,9 +10,9 @@
  *           before the reduction (0 in the slots past the row: T_BWD)
  *   dot     the thread's sum of dy y (softmax) or of dy (log_softmax)
  *   reduce  that one sum over the row's threads: warp shuffles, shared
- *           memory across the group's warps, distributed shared memory
- *           across the cluster's blocks, or a workspace in global memory
- *           across the blocks of a grid split
+ *           memory across the group's warps, mailboxes in distributed
+ *           shared memory across the cluster's blocks, or a workspace in
+ *           global memory across the blocks of a grid split
  *   store   dx, a vector at a time
  * dy's rows are loaded by the same vector slots as y's; where dy's offset
  * inside a vector differs from y's (unaligned calls only) its elements go
@@ -97,6 +97,7 @@ tuned_softmax_bwd_grid(const unsigned char *y, const unsigned char *dy, unsigned
     __shared__ float partial_sum[T_WARPS];
     __shared__ float exchange_max[1];
     __shared__ float exchange_sum[1];
+    Mailbox no_cluster; /* T_CLUSTER is 1: the grid's workspace joins the blocks */
 
     const RowSlot slot = row_slot();
     const bool active = true;
@@ -108,7 +109,7 @@ tuned_softmax_bwd_grid(const unsigned char *y, const unsigned char *dy, unsigned
     Held hy, hd;
     load_row(hy, p, slot.lane, cols, active);
     load_row_from(hd, q.xr, p.head, q.head == p.head, slot.lane, cols, active);
-    float sum = row_reduce(thread_dot(hy, hd), partial_sum, exchange_sum, SumOp());
+    float sum = row_reduce(thread_dot(hy, hd), partial_sum, no_cluster, true, SumOp());
     float unused_max = 0.0f;
     grid_combine(unused_max, sum, work, work_slot, arrival, exchange_max, exchange_sum, 1.0f);
     store_row(p, slot.lane, cols, active,
@@ -121,8 +122,9 @@ tuned_softmax_bwd_rows(const unsigned char *y, const unsigned char *dy, unsigned
                        long long rows, int cols, long long row_stride)
 {
     __shared__ float partial_sum[T_WARPS];
-    __shared__ float exchange_sum[1];
+    __shared__ Mailbox box_sum;
 
+    open_mailboxes(box_sum, box_sum);
     const RowSlot slot = row_slot();
     /* As in softmax_rows.cu: threads past the last row take part in the
      * barriers only. */
@@ -135,11 +137,9 @@ tuned_softmax_bwd_rows(const unsigned char *y, const unsigned char *dy, unsigned
     Held hy, hd;
     load_row(hy, p, slot.lane, cols, active);
     load_row_from(hd, q.xr, p.head, q.head == p.head, slot.lane, cols, active);
-    const float sum = row_reduce(thread_dot(hy, hd), partial_sum, exchange_sum, SumOp());
-    exit_arrive();
+    const float sum = row_reduce(thread_dot(hy, hd), partial_sum, box_sum, true, SumOp());
     store_row(p, slot.lane, cols, active,
               [&](int it, int k) { return grad_value(hy, hd, it, k, sum); });
     plant_overrun(p, slot.row, rows, slot.lane, cols);
-    exit_wait();
 }
 #endif

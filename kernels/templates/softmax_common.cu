@@ -2,7 +2,8 @@
  * softmax_grid.cu, softmax_staged.cu) is made of beside its own layout:
  * the dtype's size and -inf, element conversions (one PTX cvt each; no
  * cuda_fp16.h, which keeps NVRTC compiles fast), the store with the
- * variant's cache hint, the cluster's distributed shared memory exchange,
+ * variant's cache hint, the cluster's distributed shared memory exchanges
+ * (remote loads after a cluster barrier, or pushed into mailboxes),
  * the reduction operators and exp(x - max).
  *
  * Idea: one spelling of each primitive, so that a family's template reads
@@ -129,18 +130,6 @@ __device__ __forceinline__ void cluster_sync()
                  "barrier.cluster.wait.acquire.aligned;" ::: "memory");
 }
 
-/* A cluster barrier in two halves, so that work between them overlaps
- * the wait for the other blocks. */
-__device__ __forceinline__ void cluster_arrive()
-{
-    asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
-}
-
-__device__ __forceinline__ void cluster_wait()
-{
-    asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
-}
-
 /* The float at the same shared-memory address in CTA `rank` of the
  * cluster (distributed shared memory). */
 __device__ __forceinline__ float load_remote(const float *local, unsigned rank)
@@ -153,7 +142,8 @@ __device__ __forceinline__ float load_remote(const float *local, unsigned rank)
     return v;
 }
 
-/* Reduces v over the cluster's blocks, one value per block: thread 0
+/* Reduces v over the cluster's blocks, one value per block (the staged
+ * family, whose persistent blocks reduce row after row): thread 0
  * publishes the block's value in exchange, and every thread combines all
  * blocks' values in rank order, so every block computes the same result. */
 template <typename Op>
@@ -169,8 +159,83 @@ __device__ __forceinline__ float cluster_reduce(float v, float *exchange, Op op)
     return v;
 }
 
+/* A mailbox: one round of the register-row kernels' cluster exchange (a
+ * block per row part, one round per reduction). Every block pushes its
+ * value, or its pair, into slot [its rank] of every block's mailbox with
+ * st.async, each store crediting the receiving block's mbarrier with its
+ * bytes; a block then waits on its own mbarrier until all T_CLUSTER blocks'
+ * bytes have landed, and reads only its own shared memory. So the exchange
+ * needs no release/acquire cluster barrier, whose memory fence waits on
+ * the block's memory traffic (Nsight Compute, 64x262144 at 16 blocks a
+ * row: the largest warp stall), and no block waits for the others before
+ * it exits: nobody reads its shared memory, and all that is sent to it has
+ * arrived before it goes on. The only cluster barrier is relaxed, and it
+ * overlaps the row's loads: arrive after the mailboxes are set up, wait
+ * before the first send. */
+struct Mailbox {
+    float slot[2][T_CLUSTER];
+    u64 bar;
+};
+
+/* Thread 0, at the start: the mailbox expects `values` floats from each
+ * block (its own included), in one phase. */
+__device__ __forceinline__ void mailbox_init(Mailbox &box, int values)
+{
+    if (threadIdx.x == 0) {
+        const u32 bar = smem_addr(&box.bar);
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" : : "r"(bar) : "memory");
+        asm volatile("{ .reg .b64 state; mbarrier.arrive.expect_tx.shared::cta.b64 state, [%0], %1; }"
+                     : : "r"(bar), "r"(values * T_CLUSTER * 4) : "memory");
+    }
+}
+
+/* After mailbox_init: tells the cluster this block's mailboxes are set up.
+ * The mbarrier-init fence makes them visible to the other blocks; the
+ * arrive itself is relaxed (no fence). */
+__device__ __forceinline__ void mailboxes_ready()
+{
+    if (threadIdx.x == 0)
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+}
+
+/* The exchange: threads 0 .. T_CLUSTER - 1 send this block's a (and b)
+ * to block threadIdx.x; then every thread waits for all blocks' values.
+ * first: the block's first exchange, which waits first for every block to
+ * have set its mailboxes up. */
+__device__ __forceinline__ void mailbox_exchange(Mailbox &box, float a, float b, int values,
+                                                 bool first)
+{
+    if (first)
+        asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
+    if (threadIdx.x < T_CLUSTER) {
+        const u32 rank = cluster_rank();
+        u32 slot_a, slot_b, bar;
+        asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
+                     : "=r"(slot_a) : "r"(smem_addr(&box.slot[0][rank])), "r"(threadIdx.x));
+        asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
+                     : "=r"(bar) : "r"(smem_addr(&box.bar)), "r"(threadIdx.x));
+        asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.f32 [%0], %1, [%2];"
+                     : : "r"(slot_a), "f"(a), "r"(bar) : "memory");
+        if (values == 2) {
+            asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
+                         : "=r"(slot_b) : "r"(smem_addr(&box.slot[1][rank])), "r"(threadIdx.x));
+            asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.f32 [%0], %1, [%2];"
+                         : : "r"(slot_b), "f"(b), "r"(bar) : "memory");
+        }
+    }
+    const u32 bar = smem_addr(&box.bar);
+    u32 done;
+    do {
+        asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], 0; "
+                     "selp.u32 %0, 1, 0, p; }"
+                     : "=r"(done) : "r"(bar) : "memory");
+    } while (!done);
+}
+
 #define CLUSTER_ATTRIBUTE __cluster_dims__(T_CLUSTER, 1, 1)
 #else
+struct Mailbox {};
 #define CLUSTER_ATTRIBUTE
 #endif
 

@@ -5,11 +5,10 @@
  *
  * Idea: a group of TPR = T_WARPS*32/T_ROWS threads in each of T_CLUSTER
  * blocks owns one row and runs the stages of softmax_rows_common.cu: load,
- * max, exp-and-sum, reduce, store. A cluster's blocks exchange their
- * values through distributed shared memory; the cluster's last barrier (no
- * block may exit while another reads its shared memory) is split: arrive
- * after the last remote read, wait after the stores. Rows cut over blocks
- * of the grid (T_GRID > 1) are softmax_grid.cu's.
+ * max, exp-and-sum, reduce, store. A cluster's blocks push their values
+ * into each other's mailboxes in distributed shared memory (mbarriers
+ * count the bytes in; no fenced cluster barrier, and none before exit).
+ * Rows cut over blocks of the grid (T_GRID > 1) are softmax_grid.cu's.
  *
  * Variants (codegen prepends the defines, then softmax_common.cu and
  * softmax_rows_common.cu, which explains each):
@@ -40,9 +39,9 @@ tuned_softmax_rows(const unsigned char *x, unsigned char *y, long long rows, int
 {
     __shared__ float partial_max[T_WARPS];
     __shared__ float partial_sum[T_WARPS];
-    __shared__ float exchange_max[1];
-    __shared__ float exchange_sum[1];
+    __shared__ Mailbox box_max, box_sum;
 
+    open_mailboxes(box_max, box_sum);
     const RowSlot slot = row_slot();
     /* Threads past the last row still take part in the barriers. With one
      * row a block (or a cluster) the launch has exactly one block (group)
@@ -53,14 +52,12 @@ tuned_softmax_rows(const unsigned char *x, unsigned char *y, long long rows, int
     const float ks = scale * LOG2E;
     Held h;
     load_row(h, p, slot.lane, cols, active);
-    const float max = reduce_max(thread_max(h), partial_max, exchange_max);
+    const float max = reduce_max(thread_max(h), partial_max, box_max);
     float sum = exp_and_sum(h, max, ks);
     float row_max = max;
-    reduce_row(row_max, sum, partial_max, partial_sum, exchange_max, exchange_sum, ks);
-    exit_arrive();
+    reduce_row(row_max, sum, partial_max, partial_sum, box_max, box_sum, ks);
     const RowOut o = row_out(max, row_max, sum, scale, ks);
     store_row(p, slot.lane, cols, active,
               [&](int it, int k) { return forward_value(h, it, k, o); });
     plant_overrun(p, slot.row, rows, slot.lane, cols);
-    exit_wait();
 }

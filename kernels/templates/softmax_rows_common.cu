@@ -14,8 +14,8 @@
  *   max          the thread's maximum (on packed pairs where it can be)
  *   exp-and-sum  exp(x - shift) summed, kept for the store where it can be
  *   reduce       over the row's threads: warp shuffles, shared memory across
- *                the group's warps, distributed shared memory across the
- *                cluster's blocks; either two rounds (the maximum before the
+ *                the group's warps, mailboxes in distributed shared memory
+ *                across the cluster's blocks; either two rounds (the maximum before the
  *                exps, then the sum) or, with T_FUSED, one round of (max, sum)
  *                pairs, each sum rescaled by exp(its max - the larger max)
  *                when pairs meet (online softmax): half the barriers
@@ -249,11 +249,14 @@ __device__ __forceinline__ void lanes_combine(float &m, float &s, float ks)
 }
 
 /* Reduces v over the TPR threads of this thread's row in this block and,
- * with a cluster, over the T_CLUSTER blocks that share the row. partial has
- * a slot per warp and exchange one per cluster block; each reduction uses
- * its own arrays so that no barrier is needed before reuse. */
+ * with a cluster, over the T_CLUSTER blocks that share the row, through
+ * box (first: the block's first cluster exchange). partial has a slot per
+ * warp; each reduction uses its own arrays so that no barrier is needed
+ * before reuse. Every block folds the blocks' values in rank order, so all
+ * compute the same result. */
 template <typename Op>
-__device__ __forceinline__ float row_reduce(float v, float *partial, float *exchange, Op op)
+__device__ __forceinline__ float row_reduce(float v, float *partial, Mailbox &box, bool first,
+                                            Op op)
 {
     v = lanes_reduce<(TPR < 32 ? TPR : 32)>(v, op);
 #if TPR > 32
@@ -270,9 +273,14 @@ __device__ __forceinline__ float row_reduce(float v, float *partial, float *exch
     (void)partial;
 #endif
 #if T_CLUSTER > 1
-    v = cluster_reduce(v, exchange, op); /* one row per block (T_ROWS == 1) */
+    /* one row per block (T_ROWS == 1) */
+    mailbox_exchange(box, v, 0.0f, 1, first);
+    v = box.slot[0][0];
+#pragma unroll
+    for (int r = 1; r < T_CLUSTER; r++)
+        v = op(v, box.slot[0][r]);
 #else
-    (void)exchange;
+    (void)box, (void)first;
 #endif
     return v;
 }
@@ -280,10 +288,10 @@ __device__ __forceinline__ float row_reduce(float v, float *partial, float *exch
 /* The one-round reduction: each thread's (max m, sum s of exp(x - m)) pair
  * combined over the row's threads, its warps and its cluster's blocks.
  * Every warp combines the partial pairs itself (lane l takes pair l), so
- * each level costs one barrier and one exp per thread, and every block of
- * a cluster combines the same pairs in the same order. */
+ * each level costs one barrier (or mailbox) and one exp per thread, and
+ * every block of a cluster combines the same pairs in the same order. */
 __device__ __forceinline__ void row_combine(float &m, float &s, float *partial_m, float *partial_s,
-                                            float *exchange_m, float *exchange_s, float ks)
+                                            Mailbox &box, float ks)
 {
     lanes_combine<(TPR < 32 ? TPR : 32)>(m, s, ks);
 #if TPR > 32
@@ -302,19 +310,31 @@ __device__ __forceinline__ void row_combine(float &m, float &s, float *partial_m
     (void)partial_m, (void)partial_s;
 #endif
 #if T_CLUSTER > 1
-    if (threadIdx.x == 0) {
-        exchange_m[0] = m;
-        exchange_s[0] = s;
-    }
-    cluster_sync();
+    mailbox_exchange(box, m, s, 2, true);
     {
-        const unsigned rank = (threadIdx.x % 32) % T_CLUSTER;
-        m = load_remote(exchange_m, rank);
-        s = load_remote(exchange_s, rank);
+        const int rank = (threadIdx.x % 32) % T_CLUSTER;
+        m = box.slot[0][rank];
+        s = box.slot[1][rank];
         lanes_combine<T_CLUSTER>(m, s, ks);
     }
 #else
-    (void)exchange_m, (void)exchange_s;
+    (void)box;
+#endif
+}
+
+/* Sets up the mailboxes of a cluster's reductions at the kernel's start:
+ * a backward kernel's one sum, a forward kernel's (max, sum) pairs in one
+ * round (T_FUSED), else its maximum and then its sum. Nothing without a
+ * cluster. */
+__device__ __forceinline__ void open_mailboxes(Mailbox &first, Mailbox &second)
+{
+#if T_CLUSTER > 1
+    mailbox_init(first, T_FUSED ? 2 : 1);
+    if (!T_FUSED && !T_BWD)
+        mailbox_init(second, 1);
+    mailboxes_ready();
+#else
+    (void)first, (void)second;
 #endif
 }
 
@@ -467,13 +487,13 @@ __device__ __forceinline__ float thread_max(const Held &h)
 
 /* reduce, first of two rounds: the row's maximum, before the exps. With
  * T_FUSED the thread's own is kept; the pairs are combined after the sums. */
-__device__ __forceinline__ float reduce_max(float max, float *partial_max, float *exchange_max)
+__device__ __forceinline__ float reduce_max(float max, float *partial_max, Mailbox &box_max)
 {
 #if T_FUSED
-    (void)partial_max, (void)exchange_max;
+    (void)partial_max, (void)box_max;
     return max;
 #else
-    return row_reduce(max, partial_max, exchange_max, MaxOp());
+    return row_reduce(max, partial_max, box_max, true, MaxOp());
 #endif
 }
 
@@ -525,31 +545,15 @@ __device__ __forceinline__ float exp_and_sum(Held &h, float max, float ks)
  * T_FUSED one round of pairs, else the second round, the sums (row_max is
  * already the row's). */
 __device__ __forceinline__ void reduce_row(float &row_max, float &sum, float *partial_max,
-                                           float *partial_sum, float *exchange_max,
-                                           float *exchange_sum, float ks)
+                                           float *partial_sum, Mailbox &box_max,
+                                           Mailbox &box_sum, float ks)
 {
 #if T_FUSED
-    row_combine(row_max, sum, partial_max, partial_sum, exchange_max, exchange_sum, ks);
+    (void)box_sum;
+    row_combine(row_max, sum, partial_max, partial_sum, box_max, ks);
 #else
-    (void)row_max, (void)partial_max, (void)exchange_max, (void)ks;
-    sum = row_reduce(sum, partial_sum, exchange_sum, SumOp());
-#endif
-}
-
-/* The cluster's last barrier (no block may exit while another reads its
- * shared memory), split: arrive after the last remote read, wait after the
- * stores. Nothing without a cluster. */
-__device__ __forceinline__ void exit_arrive()
-{
-#if T_CLUSTER > 1
-    cluster_arrive();
-#endif
-}
-
-__device__ __forceinline__ void exit_wait()
-{
-#if T_CLUSTER > 1
-    cluster_wait();
+    (void)row_max, (void)partial_max, (void)box_max, (void)ks;
+    sum = row_reduce(sum, partial_sum, box_sum, false, SumOp());
 #endif
 }
 

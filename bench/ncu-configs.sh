@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# bench/ncu-configs.sh OUT [KERNEL:]SHAPE DTYPE CONFIG... - on the GPU
+# machine: one launch of each variant under Nsight Compute (speed of light,
+# occupancy, launch statistics, warp states, memory workload), through
+# build/bench/probe_settle, which checks the variant before timing it.
+# Appends each variant's report to OUT/ncu-configs.txt and prints its key
+# lines: duration, DRAM throughput, achieved occupancy, the six largest warp
+# stall reasons (warps stalled per issued instruction).
+set -uo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root" || exit 1
+out="${1:?usage: bench/ncu-configs.sh OUT [KERNEL:]SHAPE DTYPE CONFIG...}"
+shape="${2:?usage}"
+dtype="${3:?usage}"
+shift 3
+mkdir -p "$out"
+# shellcheck source=bench/probe-env.sh
+source bench/probe-env.sh
+ncu_bin="$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n 1)"
+[[ -n "$ncu_bin" ]] || { echo "ncu-configs: no ncu on this machine" >&2; exit 1; }
+for config in "$@"; do
+    report="$out/ncu-$shape-$dtype-$config.txt"
+    report="${report//[:=]/_}"
+    "$ncu_bin" --cache-control all --clock-control none -k regex:tuned_softmax --launch-skip 2 \
+        --launch-count 1 --section SpeedOfLight --section Occupancy --section LaunchStats \
+        --section WarpStateStats --section MemoryWorkloadAnalysis --page details \
+        --metrics 'regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio' \
+        build/bench/probe_settle "$shape" "$dtype" 100 "$config" >"$report" 2>&1
+    {
+        echo "== $shape $dtype $config"
+        grep -E "^\s+(Duration|DRAM Throughput|Memory Throughput|Achieved Occupancy|Theoretical Occupancy|Registers Per Thread|Waves Per SM|Block Limit Registers|Cluster Size|Warp Cycles Per Issued Instruction|Max Active Clusters)\b" "$report"
+        grep -E "smsp__average_warps_issue_stalled_" "$report" | sort -k3 -g -r | head -n 6
+        grep -E "round 1" "$report" | head -n 1
+    } | tee -a "$out/ncu-configs.txt"
+done
