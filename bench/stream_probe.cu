@@ -386,6 +386,24 @@ static bool launch_cluster(K kernel, int rows, int cluster, int threads, size_t 
     return cudaLaunchKernelExC(&cfg, (const void *)kernel, args) == cudaSuccess;
 }
 
+/* One checked launch before timing: the output cleared, the kernel run,
+ * the result copied back into host. False (and a line saying so) where the
+ * launch is refused, such as a cluster too large for the GPC. */
+template <typename K>
+static bool run_once(K kernel, int rows, int cluster, int threads, size_t smem, void **args,
+                     __half *out, size_t bytes, std::vector<__half> &host, const char *label)
+{
+    CHECK(cudaMemset(out, 0, bytes));
+    if (!launch_cluster(kernel, rows, cluster, threads, smem, args)) {
+        cudaGetLastError();
+        printf("  %s c%-2d t%-4d refused by the launch\n", label, cluster, threads);
+        return false;
+    }
+    CHECK(cudaDeviceSynchronize());
+    CHECK(cudaMemcpy(host.data(), out, bytes, cudaMemcpyDeviceToHost));
+    return true;
+}
+
 static void probe_bwd(Timer &timer, int rows, int cols)
 {
     const size_t n = (size_t)rows * cols, bytes = n * 2;
@@ -427,15 +445,10 @@ static void probe_bwd(Timer &timer, int rows, int cols)
                     void *args[] = {&y, &dy, &dx, &c};
                     auto kernel = smem ? bwd_stream<true, false>
                                        : keep ? bwd_stream<false, true> : bwd_stream<false, false>;
-                    CHECK(cudaMemset(dx, 0, bytes));
-                    if (!launch_cluster(kernel, rows, cluster, threads, sm, args)) {
-                        cudaGetLastError();
-                        printf("  bwd smem=%d keep=%d c%-2d t%-4d refused by the launch\n", smem, keep,
-                               cluster, threads);
+                    char label[64];
+                    snprintf(label, sizeof label, "bwd smem=%d keep=%d", smem, keep);
+                    if (!run_once(kernel, rows, cluster, threads, sm, args, dx, bytes, out, label))
                         continue;
-                    }
-                    CHECK(cudaDeviceSynchronize());
-                    CHECK(cudaMemcpy(out.data(), dx, bytes, cudaMemcpyDeviceToHost));
                     double worst = 0;
                     for (int r = 0; r < rows; r += std::max(1, rows / 16)) {
                         double dot = 0;
@@ -494,15 +507,10 @@ static void probe_fwd(Timer &timer, int rows, int cols)
                     void *args[] = {&x, &y, &c};
                     auto kernel = smem ? fwd_stream<true, false>
                                        : keep ? fwd_stream<false, true> : fwd_stream<false, false>;
-                    CHECK(cudaMemset(y, 0, bytes));
-                    if (!launch_cluster(kernel, rows, cluster, threads, sm, args)) {
-                        cudaGetLastError();
-                        printf("  fwd smem=%d keep=%d c%-2d t%-4d refused by the launch\n", smem, keep,
-                               cluster, threads);
+                    char label[64];
+                    snprintf(label, sizeof label, "fwd smem=%d keep=%d", smem, keep);
+                    if (!run_once(kernel, rows, cluster, threads, sm, args, y, bytes, out, label))
                         continue;
-                    }
-                    CHECK(cudaDeviceSynchronize());
-                    CHECK(cudaMemcpy(out.data(), y, bytes, cudaMemcpyDeviceToHost));
                     double worst = 0;
                     for (int r = 0; r < rows; r += std::max(1, rows / 8)) {
                         double mx = -1e300, s = 0;
