@@ -67,12 +67,11 @@ install_wheels() {
     python3 -c 'import quack, liger_kernel; print("anchors: quack", quack.__version__)' 2>&1 | tail -1
 }
 
-# The build's dependencies (tools/device-env.sh unpacks the .debs and sets
-# the compiler's and loader's paths) and the CUDA libraries on the loader path.
+# The build's dependencies and the CUDA libraries (tools/device-env.sh
+# unpacks the .debs and sets the compiler's and loader's paths).
 device_env() {
     # shellcheck source=tools/device-env.sh
     source tools/device-env.sh || exit 1
-    export LD_LIBRARY_PATH="/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 }
 
 # The meson tests named in GPU_CHECK, their logs in OUT/checks.log.

@@ -21,7 +21,6 @@ out="${1:?usage: bench/probe-serial.sh OUT}"
 mkdir -p "$out/traces" "$out/api"
 # shellcheck source=tools/device-env.sh
 source tools/device-env.sh >/dev/null || exit 1
-export LD_LIBRARY_PATH="/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 tools/setup.sh --no-deps >"$out/build.log" 2>&1 || { tail -n 30 "$out/build.log"; exit 1; }
 p=build/bench/probe_settle
 {

@@ -9,7 +9,8 @@
 # override with TUNED_PREFIX; never /), rewrites the /usr paths in the
 # extracted pkg-config .pc files to point into the prefix, and exports
 # PKG_CONFIG_PATH, LD_LIBRARY_PATH, LIBRARY_PATH and PATH (for mdb_stat)
-# accordingly.
+# accordingly; LD_LIBRARY_PATH also gets the CUDA toolkit's libraries
+# (/usr/local/cuda/lib64, where it exists).
 # (PKG_CONFIG_SYSROOT_DIR is not used: it mangles .pc files whose paths are
 # written relative to ${prefix}.)
 #
@@ -130,6 +131,10 @@ _tuned_env_prepend LD_LIBRARY_PATH "$_tuned_env_prefix/usr/lib/$_tuned_env_tripl
 # directory, where the linker looks only through LIBRARY_PATH.
 _tuned_env_prepend LIBRARY_PATH "$_tuned_env_prefix/usr/lib/$_tuned_env_triplet"
 _tuned_env_prepend PATH "$_tuned_env_prefix/usr/bin"
+# The CUDA toolkit's libraries (NVRTC) for programs run from the build tree.
+if [[ -d /usr/local/cuda/lib64 ]]; then
+    _tuned_env_prepend LD_LIBRARY_PATH /usr/local/cuda/lib64
+fi
 export TUNED_PREFIX="$_tuned_env_prefix"
 
 if [[ $_tuned_env_sourced -eq 1 ]]; then

@@ -13,7 +13,6 @@ out="${OUT:-$root/bench/results}"
 mkdir -p "$out"
 # shellcheck source=tools/device-env.sh
 source tools/device-env.sh || exit 1
-export LD_LIBRARY_PATH="/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv \
     >"$out/nvidia-smi.txt" 2>&1 || true
 tools/setup.sh --no-deps >"$out/build.log" 2>&1 || { tail -n 30 "$out/build.log"; exit 1; }
