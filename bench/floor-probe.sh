@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# bench/floor-probe.sh OUT: on the GPU machine, what the few-row, long-row
+# (decode) shapes can reach at all. Builds bench/floor_probe.cu with nvcc
+# for sm_90 and runs the bare skeletons of a one-launch softmax (load,
+# exchange across the row's blocks, store; no arithmetic) against a copy of
+# the same bytes; then times the tuner's own variants of 1x262144 fp16 (its
+# cluster and grid-split winners, grid splits of 16 to 128 blocks) and of
+# 8x262144 fp16 (clusters of 8 and 16 blocks a row) with
+# build/bench/probe_settle at the evaluator's 100 µs pause, beside that
+# evaluator's copy. OUT/floor-probe.txt keeps both tables.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+out=${1:?usage: bench/floor-probe.sh OUT}
+mkdir -p "$out"
+log="$out/floor-probe.txt"
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$log"
+/usr/local/cuda/bin/nvcc -O3 -std=c++17 -arch=sm_90 -o /tmp/floor_probe bench/floor_probe.cu
+/tmp/floor_probe | tee -a "$log"
+
+# shellcheck source=bench/probe-env.sh
+source bench/probe-env.sh
+configs=(w16.r1.c16.m2.v8.ld=def.st=def.reg=f32.red=fused
+    w8.r1.c16.m1.v8.ld=def.st=def.reg=f32.red=fused)
+for g in 16 32 64 128; do
+    for w in 4 8 16; do
+        configs+=("w$w.r1.c1.m1.v8.ld=def.st=def.reg=f32.red=fused.g$g")
+    done
+done
+echo "# the tuner's variants, build/bench/probe_settle 1x262144 fp16 100" | tee -a "$log"
+build/bench/probe_settle 1x262144 fp16 100 "${configs[@]}" 2>&1 | tee -a "$log"
+configs=()
+for c in 8 16; do
+    for w in 8 16 32; do
+        configs+=("w$w.r1.c$c.m1.v8.ld=def.st=def.reg=f32.red=fused")
+    done
+done
+echo "# the tuner's variants, build/bench/probe_settle 8x262144 fp16 100" | tee -a "$log"
+build/bench/probe_settle 8x262144 fp16 100 "${configs[@]}" 2>&1 | tee -a "$log"
