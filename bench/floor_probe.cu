@@ -7,7 +7,8 @@
  * the other parts' statistics, (3) store. The skeletons here do exactly
  * that and nothing more, on the bytes of a row (or of a few rows):
  *   copy     load, store: no exchange (the floor of the work itself)
- *   grid     load, a barrier across the G blocks through one counter in
+ *   grid     load, a barrier across all G blocks (several rows' blocks
+ *            together: stricter than a row needs) through one counter in
  *            global memory (one L2 atomic round trip, then polling), store;
  *            a plain launch, G no more than the SMs (the probe's own
  *            assumption of residency)
@@ -18,9 +19,8 @@
  *   ticket   pairs, with the tuner's ticket: thread 0 of every block adds
  *            one arrival to a single word at the block's start (an atomic
  *            with return, its value waited for at the exchange)
- *   cluster  load, barrier.cluster arrive/wait (clusters of up to 16 of
- *            the G blocks: one a row), store: the cheapest exchange a
- *            cluster has
+ *   cluster  load, barrier.cluster arrive/wait (one cluster a row, of up
+ *            to 16 blocks), store: the cheapest exchange a cluster has
  *   tma      the cluster skeleton with the part brought into shared memory
  *            by the bulk copy engine (cp.async.bulk, one per block, done on
  *            an mbarrier) instead of register loads: whether the engine
@@ -279,6 +279,7 @@ struct Buffers {
     uint4 *in, *out;
     unsigned *counter;
     size_t bytes;
+    int rows; /* the bytes are this many rows: a cluster exchange covers one */
     std::vector<unsigned char> host;
 };
 
@@ -294,10 +295,12 @@ static void run_skeleton(Timer &timer, Buffers &b, int threads, float copy_us, i
 {
     const long long vecs = (long long)(b.bytes / 16);
     const int blocks = (int)((vecs + (long long)ITERS * threads - 1) / ((long long)ITERS * threads));
-    /* a cluster of 16 blocks a row part, several clusters for several rows */
-    const int cluster = EX == CLUSTER ? std::min(blocks, 16) : 1;
-    if ((EX == CLUSTER && blocks % cluster != 0) || ((EX == GRID || EX == PAIRS || EX == TICKET) && blocks > std::min(sms, 128)))
-        return; /* a cluster holds 16 blocks at most; the grid barrier needs them all resident */
+    /* one cluster a row, of at most 16 blocks; the grid barrier needs all
+     * blocks resident */
+    const int cluster = EX == CLUSTER ? blocks / b.rows : 1;
+    if ((EX == CLUSTER && (blocks % b.rows != 0 || cluster > 16)) ||
+        ((EX == GRID || EX == PAIRS || EX == TICKET) && blocks > std::min(sms, 128)))
+        return;
     const void *kernel = (const void *)skeleton<ITERS, EX>;
     if (cluster > 8)
         CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
@@ -335,9 +338,9 @@ template <Exchange EX>
 static void run_bulk(Timer &timer, Buffers &b, int blocks, int threads, float copy_us)
 {
     const unsigned part = (unsigned)(b.bytes / blocks);
-    if (part % 16 != 0 || part > 200 * 1024 || (EX == CLUSTER && blocks > 16))
+    if (part % 16 != 0 || part > 200 * 1024 || (EX == CLUSTER && (blocks % b.rows != 0 || blocks / b.rows > 16)))
         return;
-    const int cluster = EX == CLUSTER ? blocks : 1;
+    const int cluster = EX == CLUSTER ? blocks / b.rows : 1;
     const void *kernel = (const void *)bulk_skeleton<EX>;
     CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)part));
     if (cluster > 8)
@@ -370,10 +373,11 @@ static void run_all(Timer &timer, Buffers &b, float copy_us, int sms, bool coop 
     }
 }
 
-static void probe(Timer &timer, const char *label, size_t bytes, int sms)
+static void probe(Timer &timer, const char *label, int rows, size_t bytes, int sms)
 {
     Buffers b;
     b.bytes = bytes;
+    b.rows = rows;
     b.host.resize(bytes);
     for (size_t i = 0; i < bytes; i++)
         b.host[i] = (unsigned char)(i * 2654435761u >> 13);
@@ -421,9 +425,9 @@ int main()
     printf("device: %s, %d SMs, L2 %d MiB\n", prop.name, prop.multiProcessorCount,
            prop.l2CacheSize >> 20);
     Timer timer;
-    probe(timer, "1x128256 fp16", 128256 * 2, prop.multiProcessorCount);
-    probe(timer, "1x262144 fp16", 262144 * 2, prop.multiProcessorCount);
-    probe(timer, "1x262144 fp32", 262144 * 4, prop.multiProcessorCount);
-    probe(timer, "8x262144 fp16", 8 * 262144 * 2, prop.multiProcessorCount);
+    probe(timer, "1x128256 fp16", 1, 128256 * 2, prop.multiProcessorCount);
+    probe(timer, "1x262144 fp16", 1, 262144 * 2, prop.multiProcessorCount);
+    probe(timer, "1x262144 fp32", 1, 262144 * 4, prop.multiProcessorCount);
+    probe(timer, "8x262144 fp16", 8, 8 * 262144 * 2, prop.multiProcessorCount);
     return 0;
 }
