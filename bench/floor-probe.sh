@@ -20,20 +20,22 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$log"
 
 # shellcheck source=bench/probe-env.sh
 source bench/probe-env.sh
-configs=(w16.r1.c16.m2.v8.ld=def.st=def.reg=f32.red=fused
+# The tuner's variants of SHAPE fp16 (the rest of the arguments) with the
+# evaluator's own 100 µs settle.
+tuner_variants() {
+    local shape=$1
+    shift
+    echo "# the tuner's variants, build/bench/probe_settle $shape fp16 100" | tee -a "$log"
+    build/bench/probe_settle "$shape" fp16 100 "$@" 2>&1 | tee -a "$log"
+}
+one_row=(w16.r1.c16.m2.v8.ld=def.st=def.reg=f32.red=fused
     w8.r1.c16.m1.v8.ld=def.st=def.reg=f32.red=fused)
 for g in 16 32 64 128; do
-    for w in 4 8 16; do
-        configs+=("w$w.r1.c1.m1.v8.ld=def.st=def.reg=f32.red=fused.g$g")
-    done
+    for w in 4 8 16; do one_row+=("w$w.r1.c1.m1.v8.ld=def.st=def.reg=f32.red=fused.g$g"); done
 done
-echo "# the tuner's variants, build/bench/probe_settle 1x262144 fp16 100" | tee -a "$log"
-build/bench/probe_settle 1x262144 fp16 100 "${configs[@]}" 2>&1 | tee -a "$log"
-configs=()
+tuner_variants 1x262144 "${one_row[@]}"
+eight_rows=()
 for c in 8 16; do
-    for w in 8 16 32; do
-        configs+=("w$w.r1.c$c.m1.v8.ld=def.st=def.reg=f32.red=fused")
-    done
+    for w in 8 16 32; do eight_rows+=("w$w.r1.c$c.m1.v8.ld=def.st=def.reg=f32.red=fused"); done
 done
-echo "# the tuner's variants, build/bench/probe_settle 8x262144 fp16 100" | tee -a "$log"
-build/bench/probe_settle 8x262144 fp16 100 "${configs[@]}" 2>&1 | tee -a "$log"
+tuner_variants 8x262144 "${eight_rows[@]}"

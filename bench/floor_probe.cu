@@ -45,15 +45,8 @@
 #include <cstdlib>
 #include <vector>
 
-#define CHECK(call)                                                                              \
-    do {                                                                                         \
-        cudaError_t err_ = (call);                                                               \
-        if (err_ != cudaSuccess) {                                                               \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call,                        \
-                    cudaGetErrorString(err_));                                                   \
-            exit(1);                                                                             \
-        }                                                                                        \
-    } while (0)
+#include "probe_common.cuh"
+
 
 enum Exchange { NOTHING, COPY, GRID, PAIRS, TICKET, CLUSTER };
 
@@ -212,67 +205,10 @@ __global__ void bulk_skeleton(const uint4 *in, uint4 *out, unsigned part_bytes)
 
 /* ---- host ---- */
 
-__global__ void settle(long long ns)
-{
-    unsigned long long t0, t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-    do
-        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    while ((long long)(t - t0) < ns);
-}
-
-struct Timer {
-    void *flush = nullptr;
-    size_t flush_bytes = 256u << 20;
-    cudaEvent_t a, b;
-    Timer()
-    {
-        CHECK(cudaMalloc(&flush, flush_bytes));
-        CHECK(cudaEventCreate(&a));
-        CHECK(cudaEventCreate(&b));
-    }
-    template <typename F> float median_us(F launch)
-    {
-        for (int i = 0; i < 5; i++)
-            launch();
-        CHECK(cudaDeviceSynchronize());
-        std::vector<float> t;
-        for (int i = 0; i < 60; i++) {
-            CHECK(cudaMemsetAsync(flush, i, flush_bytes));
-            settle<<<1, 1>>>(100000);
-            CHECK(cudaEventRecord(a));
-            launch();
-            CHECK(cudaEventRecord(b));
-            CHECK(cudaEventSynchronize(b));
-            float ms;
-            CHECK(cudaEventElapsedTime(&ms, a, b));
-            t.push_back(ms * 1000.0f);
-        }
-        std::sort(t.begin(), t.end());
-        return t[t.size() / 2];
-    }
-};
-
 static void launch(const void *kernel, int blocks, int threads, int cluster, size_t smem,
                    void **args, bool coop = false)
 {
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(blocks);
-    cfg.blockDim = dim3(threads);
-    cfg.dynamicSmemBytes = smem;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = cluster;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = cluster > 1 ? 1 : 0;
-    if (coop) {
-        attr[0].id = cudaLaunchAttributeCooperative;
-        attr[0].val.cooperative = 1;
-        cfg.numAttrs = 1;
-    }
-    CHECK(cudaLaunchKernelExC(&cfg, kernel, args));
+    CHECK(probe_launch(kernel, blocks, threads, smem, cluster, coop, args));
 }
 
 struct Buffers {
@@ -282,6 +218,17 @@ struct Buffers {
     int rows; /* the bytes are this many rows: a cluster exchange covers one */
     std::vector<unsigned char> host;
 };
+
+/* One launch into a cleared output: whether it holds the input. */
+template <typename F> static bool copied_right(const Buffers &b, F go)
+{
+    CHECK(cudaMemset(b.out, 0, b.bytes));
+    go();
+    CHECK(cudaDeviceSynchronize());
+    std::vector<unsigned char> got(b.bytes);
+    CHECK(cudaMemcpy(got.data(), b.out, b.bytes, cudaMemcpyDeviceToHost));
+    return got == b.host;
+}
 
 static const char *name(Exchange ex)
 {
@@ -315,17 +262,9 @@ static void run_skeleton(Timer &timer, Buffers &b, int threads, float copy_us, i
         launch(kernel, blocks, threads, cluster, 0, args, coop);
     };
     CHECK(cudaMemset(b.counter, 0, 64 + 16 * 128));
-    if (EX != NOTHING) {
-        CHECK(cudaMemset(b.out, 0, b.bytes));
-        go();
-        CHECK(cudaDeviceSynchronize());
-        std::vector<unsigned char> got(b.bytes);
-        CHECK(cudaMemcpy(got.data(), b.out, b.bytes, cudaMemcpyDeviceToHost));
-        if (got != b.host) {
-            printf("  %s%s G%d t%d x%d WRONG\n", name(EX), coop ? "+coop" : "", blocks, threads,
-                   ITERS);
-            return;
-        }
+    if (EX != NOTHING && !copied_right(b, go)) {
+        printf("  %s%s G%d t%d x%d WRONG\n", name(EX), coop ? "+coop" : "", blocks, threads, ITERS);
+        return;
     }
     const float t = timer.median_us(go);
     char label[32];
@@ -347,12 +286,7 @@ static void run_bulk(Timer &timer, Buffers &b, int blocks, int threads, float co
         CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
     void *args[] = {&b.in, &b.out, (void *)&part};
     auto go = [&] { launch(kernel, blocks, threads, cluster, part, args); };
-    CHECK(cudaMemset(b.out, 0, b.bytes));
-    go();
-    CHECK(cudaDeviceSynchronize());
-    std::vector<unsigned char> got(b.bytes);
-    CHECK(cudaMemcpy(got.data(), b.out, b.bytes, cudaMemcpyDeviceToHost));
-    if (got != b.host) {
+    if (!copied_right(b, go)) {
         printf("  bulk-%-3s G%-4d t%-5d WRONG\n", EX == CLUSTER ? "cl" : "cp", blocks, threads);
         return;
     }
@@ -424,7 +358,7 @@ int main()
     CHECK(cudaGetDeviceProperties(&prop, 0));
     printf("device: %s, %d SMs, L2 %d MiB\n", prop.name, prop.multiProcessorCount,
            prop.l2CacheSize >> 20);
-    Timer timer;
+    Timer timer(60, 100000); /* the evaluator's 100 us settle */
     probe(timer, "1x128256 fp16", 1, 128256 * 2, prop.multiProcessorCount);
     probe(timer, "1x262144 fp16", 1, 262144 * 2, prop.multiProcessorCount);
     probe(timer, "1x262144 fp32", 1, 262144 * 4, prop.multiProcessorCount);

@@ -32,17 +32,9 @@
 #include <cstdlib>
 #include <vector>
 
-namespace cg = cooperative_groups;
+#include "probe_common.cuh"
 
-#define CHECK(call)                                                                              \
-    do {                                                                                         \
-        cudaError_t err_ = (call);                                                               \
-        if (err_ != cudaSuccess) {                                                               \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call,                        \
-                    cudaGetErrorString(err_));                                                   \
-            exit(1);                                                                             \
-        }                                                                                        \
-    } while (0)
+namespace cg = cooperative_groups;
 
 constexpr int VEC = 8; /* halves per 16-byte vector */
 constexpr int UNROLL = 4;
@@ -320,38 +312,6 @@ __global__ void fwd_stream(const __half *x, __half *y, int cols)
 
 /* ---- host ---- */
 
-struct Timer {
-    void *flush;
-    size_t flush_bytes = 256u << 20;
-    cudaEvent_t a, b;
-    Timer()
-    {
-        CHECK(cudaMalloc(&flush, flush_bytes));
-        CHECK(cudaEventCreate(&a));
-        CHECK(cudaEventCreate(&b));
-    }
-    template <typename F> float median_us(F launch)
-    {
-        for (int i = 0; i < 5; i++)
-            launch();
-        CHECK(cudaGetLastError());
-        std::vector<float> t;
-        for (int i = 0; i < 40; i++) {
-            CHECK(cudaMemsetAsync(flush, i, flush_bytes));
-            CHECK(cudaEventRecord(a));
-            launch();
-            CHECK(cudaEventRecord(b));
-            CHECK(cudaEventSynchronize(b));
-            float ms;
-            CHECK(cudaEventElapsedTime(&ms, a, b));
-            t.push_back(ms * 1000.0f);
-        }
-        CHECK(cudaGetLastError());
-        std::sort(t.begin(), t.end());
-        return t[t.size() / 2];
-    }
-};
-
 static std::vector<__half> random_halves(size_t n, unsigned seed, float lo, float hi)
 {
     std::vector<__half> v(n);
@@ -372,18 +332,8 @@ static bool launch_cluster(K kernel, int rows, int cluster, int threads, size_t 
     if (cluster > 8)
         CHECK(cudaFuncSetAttribute((const void *)kernel,
                                    cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(rows * cluster);
-    cfg.blockDim = dim3(threads);
-    cfg.dynamicSmemBytes = smem;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = cluster;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    return cudaLaunchKernelExC(&cfg, (const void *)kernel, args) == cudaSuccess;
+    return probe_launch((const void *)kernel, rows * cluster, threads, smem, cluster, false, args) ==
+           cudaSuccess;
 }
 
 /* One checked launch before timing: the output cleared, the kernel run,
@@ -550,7 +500,7 @@ int main(int argc, char **argv)
     CHECK(cudaGetDeviceProperties(&prop, 0));
     printf("device: %s, %d SMs, L2 %d MiB\n", prop.name, prop.multiProcessorCount,
            prop.l2CacheSize >> 20);
-    Timer timer;
+    Timer timer(40, 0); /* no settle: as the runs kept were timed */
     const bool only_fwd = argc > 1 && argv[1][0] == 'f';
     if (!only_fwd) {
         probe_bwd(timer, 1024, 50257);

@@ -1,0 +1,99 @@
+/* probe_common.cuh: what the standalone nvcc probes (stream_probe.cu,
+ * floor_probe.cu) share: CHECK, which ends the probe on a CUDA error with
+ * its place; probe_launch, a launch in clusters or a cooperative one; and
+ * Timer, the median time of a launch with the L2 flushed before each
+ * repeat (a 256 MiB memset, then optionally the evaluator's settle, a spin
+ * of the GPU for settle_ns), cudaEvent around the launch alone, after 5
+ * warm-ups. */
+#ifndef TUNED_BENCH_PROBE_COMMON_CUH
+#define TUNED_BENCH_PROBE_COMMON_CUH
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#define CHECK(call)                                                                              \
+    do {                                                                                         \
+        cudaError_t err_ = (call);                                                               \
+        if (err_ != cudaSuccess) {                                                               \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call,                        \
+                    cudaGetErrorString(err_));                                                   \
+            exit(1);                                                                             \
+        }                                                                                        \
+    } while (0)
+
+/* Launches kernel on blocks x threads with smem bytes of dynamic shared
+ * memory, in clusters of `cluster` blocks (1: none) or, with coop, as a
+ * cooperative launch; the launch's error. */
+static inline cudaError_t probe_launch(const void *kernel, int blocks, int threads, size_t smem,
+                                       int cluster, bool coop, void **args)
+{
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(blocks);
+    cfg.blockDim = dim3(threads);
+    cfg.dynamicSmemBytes = smem;
+    cudaLaunchAttribute attr[1];
+    if (coop) {
+        attr[0].id = cudaLaunchAttributeCooperative;
+        attr[0].val.cooperative = 1;
+    } else {
+        attr[0].id = cudaLaunchAttributeClusterDimension;
+        attr[0].val.clusterDim.x = cluster;
+        attr[0].val.clusterDim.y = 1;
+        attr[0].val.clusterDim.z = 1;
+    }
+    cfg.attrs = attr;
+    cfg.numAttrs = coop || cluster > 1 ? 1 : 0;
+    return cudaLaunchKernelExC(&cfg, kernel, args);
+}
+
+/* Spins one thread until ns nanoseconds of the GPU's global timer pass. */
+__global__ void probe_settle_spin(long long ns)
+{
+    unsigned long long t0, t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    do
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    while ((long long)(t - t0) < ns);
+}
+
+struct Timer {
+    void *flush = nullptr;
+    size_t flush_bytes = 256u << 20;
+    int repeats;
+    long long settle_ns;
+    cudaEvent_t a, b;
+    Timer(int repeats_, long long settle_ns_) : repeats(repeats_), settle_ns(settle_ns_)
+    {
+        CHECK(cudaMalloc(&flush, flush_bytes));
+        CHECK(cudaEventCreate(&a));
+        CHECK(cudaEventCreate(&b));
+    }
+    template <typename F> float median_us(F launch)
+    {
+        for (int i = 0; i < 5; i++)
+            launch();
+        CHECK(cudaDeviceSynchronize());
+        std::vector<float> t;
+        for (int i = 0; i < repeats; i++) {
+            CHECK(cudaMemsetAsync(flush, i, flush_bytes));
+            if (settle_ns > 0)
+                probe_settle_spin<<<1, 1>>>(settle_ns);
+            CHECK(cudaEventRecord(a));
+            launch();
+            CHECK(cudaEventRecord(b));
+            CHECK(cudaEventSynchronize(b));
+            float ms;
+            CHECK(cudaEventElapsedTime(&ms, a, b));
+            t.push_back(ms * 1000.0f);
+        }
+        CHECK(cudaGetLastError());
+        std::sort(t.begin(), t.end());
+        return t[t.size() / 2];
+    }
+};
+
+#endif /* TUNED_BENCH_PROBE_COMMON_CUH */
