@@ -6,7 +6,7 @@
  * LMDB's last transaction id (no transaction), and when that moved the
  * store's generation (one read transaction), which only writes of best
  * records raise. A moved generation starts a build of a fresh index on
- * libuv's thread pool, from one read snapshot; the loop keeps answering
+ * a thread of its own, from one read snapshot; the loop keeps answering
  * from the old index and swaps the new one in when it is done (a change
  * during the build is seen at the next look, which starts another). The records this
  * daemon's own jobs write are put into the serving index at once, so a
