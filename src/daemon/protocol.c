@@ -332,6 +332,14 @@ void tuned__reply_record(tuned__buf *b, const tuned__record *r)
     tuned__json_str(b, r->tool_version);
 }
 
+void tuned__reply_answer_head(tuned__buf *b, const tuned__record *r)
+{
+    tuned__json_key(b, "config", false);
+    tuned__json_str(b, r->config);
+    tuned__json_key(b, "median_us", false);
+    tuned__json_double(b, r->median_us);
+}
+
 /* ---- parsing ---- */
 
 static int fail(tuned__proto_error *err, int code, const char *fmt, ...) TUNED__PRINTF(3, 4);

@@ -166,6 +166,10 @@ void tuned__reply_error(tuned__buf *b, const char *id, int code, const char *mes
  * "date":..,"tuned":.. */
 void tuned__reply_record(tuned__buf *b, const tuned__record *r);
 
+/* The head of a `get` answer from a stored record: ,"config":..,"median_us":..
+ * (the daemon's index renders it once per record). */
+void tuned__reply_answer_head(tuned__buf *b, const tuned__record *r);
+
 /* The 16 lowercase hex digits of a fingerprint, NUL-ended (17 bytes). */
 void tuned__fp_hex(uint64_t fp, char out[17]);
 
