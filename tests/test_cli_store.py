@@ -4,7 +4,7 @@ binary end to end: import into a fresh store, list (table and --json), get
 (exact only on a matching GPU), export and re-import, better-only import and
 --force, invalid lines named with file and line, forget (by key, by GPU,
 dry run), gc, verify without a driver, a store of another schema, a damaged
-store, and the shipped pre-tuned files (cache/pretuned/*.jsonl) importing
+store, the import's CPU priority (idle unless --priority normal), and the shipped pre-tuned files (cache/pretuned/*.jsonl) importing
 cleanly into a fresh store. Runs on machines with and without a GPU."""
 import json
 import os
@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 
 TUNED = sys.argv[1]
 SRC = sys.argv[2] if len(sys.argv) > 2 else "."
@@ -268,6 +269,36 @@ try:
     if rc != 1 or dmg not in err or "damaged" not in err:
         fail(f"list on a damaged store: {rc} {err}")
     print("ok: damaged store:", err.strip()[:120], "...")
+
+    # An import runs at idle CPU priority (SCHED_IDLE, policy 5 in
+    # /proc/PID/sched) unless --priority normal: read while it waits on stdin.
+    def import_policy(*extra):
+        p = subprocess.Popen([TUNED, "import", *extra, "-", "--db", os.path.join(tmp, "prio")],
+                             stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL, text=True)
+        policy = None
+        try:
+            for _ in range(200):  # until it has opened its store: lowered by then
+                if os.path.exists(os.path.join(tmp, "prio", "data.mdb")):
+                    with open(f"/proc/{p.pid}/sched") as f:
+                        for line in f:
+                            if line.startswith("policy"):
+                                policy = int(line.split(":")[1])
+                    break
+                time.sleep(0.02)
+        finally:
+            p.stdin.close()
+            p.wait(timeout=60)
+        return policy
+    if os.path.exists("/proc/self/sched"):
+        got, normal = import_policy(), import_policy("--priority", "normal")
+        if got != 5 or normal != 0:
+            fail(f"import's scheduling policy: {got} by default, {normal} with --priority "
+                 "normal (expected 5, SCHED_IDLE, and 0)")
+        rc, _, err = run("import", "--priority", "low", "-", "--db", os.path.join(tmp, "prio"))
+        if rc != 2 or "expected idle or normal" not in err:
+            fail(f"import --priority low: {rc} {err}")
+        print("ok: import at idle priority, --priority normal at the caller's")
 
     # The shipped pre-tuned files import cleanly into a fresh store.
     pre = os.path.join(SRC, "cache", "pretuned")

@@ -280,6 +280,21 @@ static void test_index(void)
     size_t len;
     const char *f = tuned__index_fields(ix, 0, &len);
     EXPECT(len > 0 && f[0] == ',');
+    /* The texts rendered at indexing are what the writers write now. */
+    for (size_t i = 0; i < tuned__index_count(ix); i++) {
+        tuned__buf want = {0};
+        size_t head_len;
+        const char *head = tuned__index_answer_head(ix, i, &head_len);
+        tuned__reply_answer_head(&want, tuned__index_at(ix, i));
+        EXPECT(!want.oom && head_len == want.len && memcmp(head, want.data, want.len) == 0,
+               "record %zu: answer head %.*s", i, (int)head_len, head);
+        want.len = 0;
+        f = tuned__index_fields(ix, i, &len);
+        tuned__reply_record(&want, tuned__index_at(ix, i));
+        EXPECT(!want.oom && len == want.len && memcmp(f, want.data, want.len) == 0,
+               "record %zu: fields %.*s", i, (int)len, f);
+        tuned__buf_free(&want);
+    }
     /* nearest to 4096x30000 on GPU 7: 4096x32000's config when valid there */
     tuned__shape q = {TUNED_FP16, 4096, 30000, TUNED__KERNEL_SOFTMAX};
     tuned__space sq;

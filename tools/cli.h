@@ -61,6 +61,7 @@ typedef struct cli_opts {
     bool have_dtype;       /* --dtype was given (filters select every dtype otherwise) */
     bool json;             /* --json */
     bool force;            /* --force: import replaces better records */
+    bool priority_normal;  /* import --priority normal: not lowered to idle priority */
     bool dry_run;          /* --dry-run: forget and gc change nothing; export writes nothing */
     bool fix;              /* --fix: verify replaces stored times it cannot reproduce */
     const char *gpu;       /* --gpu NAME: a part of the GPU name, or its fingerprint */

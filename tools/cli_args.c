@@ -22,7 +22,7 @@ enum {
     OPT_EXHAUSTIVE, OPT_TRACE, OPT_RETUNE, OPT_POPULATION, OPT_COPIES, OPT_MIN_GAIN, OPT_SOCKET,
     OPT_LISTEN, OPT_GROUP, OPT_LIMIT, OPT_JSON, OPT_FORCE, OPT_FIX, OPT_DRY_RUN, OPT_GPU, OPT_DAYS,
     OPT_EFFORT, OPT_PROGRESS, OPT_SKIP_STORE, OPT_REMOTE, OPT_REMOTE_CREDENTIALS, OPT_KERNEL,
-    OPT_RETUNE_COMPATIBLE,
+    OPT_RETUNE_COMPATIBLE, OPT_PRIORITY,
     OPT_QUIET = 'q', OPT_HELP = 'h',
 };
 
@@ -100,6 +100,9 @@ static const cli_option options[] = {
     {"json", false, OPT_JSON, NULL, V, "one JSON array, an object per record re-measured"},
     {"json", false, OPT_JSON, NULL, X, "the daemon's reply as it is (docs/protocol.md)"},
     {"force", false, OPT_FORCE, NULL, I, "replace stored records even when they are faster"},
+    {"priority", true, OPT_PRIORITY, "PRIORITY", I,
+     "idle (default): at idle CPU priority (SCHED_IDLE), on what a serving\n"
+     "daemon and its clients leave; normal: at the caller's priority"},
     {"dry-run", false, OPT_DRY_RUN, NULL, F, "say what would be forgotten, change nothing"},
     {"dry-run", false, OPT_DRY_RUN, NULL, C, "say what would be dropped, change nothing"},
     {"dry-run", false, OPT_DRY_RUN, NULL, E, "write no records; say how many would be written"},
@@ -518,6 +521,11 @@ int cli_parse(int argc, char **argv, cli_opts *o)
             break;
         case OPT_JSON: o->json = true; break;
         case OPT_FORCE: o->force = true; break;
+        case OPT_PRIORITY:
+            if (strcmp(optarg, "idle") != 0 && strcmp(optarg, "normal") != 0)
+                return bad("--priority %s: expected idle or normal", optarg);
+            o->priority_normal = strcmp(optarg, "normal") == 0;
+            break;
         case OPT_DRY_RUN: o->dry_run = true; break;
         case OPT_FIX: o->fix = true; break;
         case OPT_GPU:

@@ -1,4 +1,4 @@
-/* cmd_import.c: `tuned import [--force] FILE.jsonl...` ('-' reads stdin):
+/* cmd_import.c: `tuned import [--force] [--priority PRIORITY] FILE.jsonl...` ('-' reads stdin):
  * every line validated (the store's checks, among them that its GPU name
  * agrees with its identity and its time is physically possible, then a
  * config this build can parse, in canonical form, and a shape within
@@ -7,7 +7,15 @@
  * a regular file (not a device or a FIFO: /dev/zero never ends), and no
  * input is read past IMPORT_MAX_BYTES (stdin may be an endless pipe).
  * Exit 1 when any line was invalid, a file was truncated, refused or
- * could not be read; what was valid is stored regardless. */
+ * could not be read; what was valid is stored regardless.
+ *
+ * An import is a bulk job, often run beside a serving daemon: parsing and
+ * checking 20k records takes a core for a third of a second, and on a
+ * small machine the daemon's clients would wait for it. So it runs at idle
+ * CPU priority unless --priority normal (priority.h). Its write
+ * transactions are short (a batch of 256 records), so the daemon's own
+ * writes wait at most for one batch, also while the import waits for a
+ * core. */
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -16,6 +24,7 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 
+#include "src/common/priority.h"
 #include "tools/cli.h"
 
 #define MAX_NOTES 50 /* per file; the rest are counted */
@@ -159,6 +168,9 @@ int cli_cmd_import(const cli_opts *o)
         return CLI_USAGE;
     }
     tuned__err e = {0};
+    /* A system that refuses both idle and nice 19 still imports. */
+    if (!o->priority_normal && tuned__thread_idle(&e) != 0 && !o->quiet)
+        fprintf(stderr, "tuned: import runs at normal priority: %s\n", e.msg);
     tuned__store *s = NULL;
     if (cli_open_store(o, 0, &s, &e) != 0)
         return cli_fail(&e);

@@ -51,7 +51,7 @@ const cli_command cli_commands[] = {
      "[--gpu NAME] [--shape RxC] [--dtype D] [--dry-run [--json]] > FILE.jsonl",
      "Write the stored winners as JSON lines (docs/store-format.md), from one snapshot\n"
      "of the store. --dry-run writes nothing and says how many would be written."},
-    {CLI_IMPORT, "import", false, cli_cmd_import, true, false, true, "[--force] [--json] FILE.jsonl...",
+    {CLI_IMPORT, "import", false, cli_cmd_import, true, false, true, "[--force] [--json] [--priority PRIORITY] FILE.jsonl...",
      "Add the records of exports ('-' reads stdin). Every line is validated; a stored\n"
      "record is replaced only by a faster one unless --force. Exit 1 when a line was\n"
      "invalid or a file could not be read; the valid records are stored regardless."},

@@ -3,8 +3,10 @@
  * Records sit in one array (with room to spare for records put one by one
  * after the load); `order` lists their positions in store key order, and
  * a power-of-two open-addressing table maps a key's hash to its position.
- * Each record's reply fields are rendered once into a text arena (a record
- * put again gets a new fragment; the old one stays until the next load). The memo is a second,
+ * Each record's reply text is rendered once into a text arena: the head of
+ * a `get` answer (config and time), then the record's fields (a record put
+ * again gets a new fragment; the old one stays until the next load), so
+ * that a hit formats no number. The memo is a second,
  * fixed-size table of derived answers that is simply emptied when full:
  * its entries are cheap to recompute, and a client asking for random
  * shapes must not grow the daemon's memory. */
@@ -35,7 +37,8 @@ struct tuned__index {
     uint32_t *order;   /* positions in store key order */
     bool *exact;       /* measured under this build's policy: may be served as exact */
     uint64_t *hw;      /* the hardware class fingerprint it spells; 0 when it does not */
-    size_t *frag_off, *frag_len;
+    size_t *frag_off;  /* where its text starts: the answer head, then the fields */
+    size_t *head_len, *frag_len;
     tuned__buf text;
     uint32_t *table;   /* position + 1; 0 is empty */
     size_t table_size; /* a power of two */
@@ -84,6 +87,7 @@ static void clear(tuned__index *ix)
     free(ix->exact);
     free(ix->hw);
     free(ix->frag_off);
+    free(ix->head_len);
     free(ix->frag_len);
     tuned__buf_free(&ix->text);
     free(ix->table);
@@ -92,7 +96,7 @@ static void clear(tuned__index *ix)
     ix->order = NULL;
     ix->exact = NULL;
     ix->hw = NULL;
-    ix->frag_off = ix->frag_len = NULL;
+    ix->frag_off = ix->head_len = ix->frag_len = NULL;
     ix->table = NULL;
     ix->gpus = NULL;
     ix->n = ix->cap = ix->table_size = ix->ngpus = ix->gpus_cap = 0;
@@ -215,6 +219,10 @@ static bool reserve(tuned__index *ix, size_t cap)
     if (off == NULL)
         return false;
     ix->frag_off = off;
+    size_t *head = realloc(ix->head_len, cap * sizeof *head);
+    if (head == NULL)
+        return false;
+    ix->head_len = head;
     size_t *len = realloc(ix->frag_len, cap * sizeof *len);
     if (len == NULL)
         return false;
@@ -249,7 +257,7 @@ static size_t slot_of(const tuned__index *ix, const tuned__store_key *k)
     return h;
 }
 
-/* Sets record at (new or replaced) and renders its reply fields. */
+/* Sets record at (new or replaced) and renders its reply text. */
 static void set_record(tuned__index *ix, size_t at, const tuned__record *r)
 {
     ix->recs[at] = *r;
@@ -257,8 +265,10 @@ static void set_record(tuned__index *ix, size_t at, const tuned__record *r)
     tuned__identity id;
     ix->hw[at] = tuned__record_identity(r, &id) ? id.hwclass.fp : 0;
     ix->frag_off[at] = ix->text.len;
+    tuned__reply_answer_head(&ix->text, r);
+    ix->head_len[at] = ix->text.len - ix->frag_off[at];
     tuned__reply_record(&ix->text, r);
-    ix->frag_len[at] = ix->text.len - ix->frag_off[at];
+    ix->frag_len[at] = ix->text.len - ix->frag_off[at] - ix->head_len[at];
 }
 
 int tuned__index_load(tuned__index *ix, const tuned__record *recs, size_t n, tuned__err *e)
@@ -403,6 +413,12 @@ long tuned__index_find(const tuned__index *ix, const tuned__store_key *k)
 const char *tuned__index_fields(const tuned__index *ix, size_t i, size_t *len)
 {
     *len = ix->frag_len[i];
+    return ix->text.data + ix->frag_off[i] + ix->head_len[i];
+}
+
+const char *tuned__index_answer_head(const tuned__index *ix, size_t i, size_t *len)
+{
+    *len = ix->head_len[i];
     return ix->text.data + ix->frag_off[i];
 }
 

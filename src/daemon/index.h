@@ -70,6 +70,9 @@ long tuned__index_find(const tuned__index *ix, const tuned__store_key *k);
 /* Record i's reply fields, as tuned__reply_record() writes them. */
 const char *tuned__index_fields(const tuned__index *ix, size_t i, size_t *len);
 
+/* Record i's head of a `get` answer, as tuned__reply_answer_head() writes it. */
+const char *tuned__index_answer_head(const tuned__index *ix, size_t i, size_t *len);
+
 size_t tuned__index_gpu_count(const tuned__index *ix);
 const tuned__index_gpu *tuned__index_gpu_at(const tuned__index *ix, size_t i);
 

@@ -5,8 +5,12 @@
  * string "op"), the "id" (so that later errors can echo it), unknown
  * fields, then each field's type and range. Fields are described once, in
  * the table below, with the ops that take them. jansson parses with
- * JSON_REJECT_DUPLICATES; integers beyond int64 are a JSON error there. */
+ * JSON_REJECT_DUPLICATES; integers beyond int64 are a JSON error there.
+ * The common `get` line is first offered to protocol_get.c's scanner,
+ * which accepts only what this path accepts, with the same result, and
+ * leaves everything else (errors included) to it. */
 #include "src/daemon/protocol.h"
+#include "src/daemon/protocol_get.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -328,6 +332,14 @@ void tuned__reply_record(tuned__buf *b, const tuned__record *r)
     tuned__json_str(b, r->tool_version);
 }
 
+void tuned__reply_answer_head(tuned__buf *b, const tuned__record *r)
+{
+    tuned__json_key(b, "config", false);
+    tuned__json_str(b, r->config);
+    tuned__json_key(b, "median_us", false);
+    tuned__json_double(b, r->median_us);
+}
+
 /* ---- parsing ---- */
 
 static int fail(tuned__proto_error *err, int code, const char *fmt, ...) TUNED__PRINTF(3, 4);
@@ -588,13 +600,29 @@ static int check_request(const json_t *root, tuned__request *r, tuned__proto_err
     return 0;
 }
 
-int tuned__proto_parse(const char *line, size_t len, tuned__request *req,
-                       tuned__proto_error *err)
+void tuned__request_init(tuned__request *req)
 {
     memset(req, 0, sizeof *req);
     req->kernel = TUNED__KERNEL_SOFTMAX;
     req->shape.dtype = TUNED_FP16;
     req->limit = TUNED__PROTO_LIST_DEFAULT;
+}
+
+int tuned__proto_parse(const char *line, size_t len, tuned__request *req,
+                       tuned__proto_error *err)
+{
+    if (tuned__proto_parse_get_fast(line, len, req)) {
+        err->code = TUNED__PE_NONE;
+        err->message[0] = '\0';
+        return 0;
+    }
+    return tuned__proto_parse_json(line, len, req, err);
+}
+
+int tuned__proto_parse_json(const char *line, size_t len, tuned__request *req,
+                            tuned__proto_error *err)
+{
+    tuned__request_init(req);
     err->code = TUNED__PE_NONE;
     err->message[0] = '\0';
     json_error_t jerr;

@@ -110,9 +110,20 @@ typedef struct tuned__proto_error {
 
 /* Parses one request line (without its newline; need not be NUL-ended).
  * Returns 0, or -1 with err filled; req->id is filled as far as it could
- * be read, so that an error reply can echo it. */
+ * be read, so that an error reply can echo it. A `get` line of the common
+ * shape is read by a scanner that builds no JSON tree (protocol_get.h);
+ * every other line, and every line that scanner does not fully accept,
+ * by jansson (tuned__proto_parse_json), with the same result either way. */
 int tuned__proto_parse(const char *line, size_t len, tuned__request *req,
                        tuned__proto_error *err);
+
+/* tuned__proto_parse through jansson only (the fast path's reference, for
+ * the tests that compare the two). */
+int tuned__proto_parse_json(const char *line, size_t len, tuned__request *req,
+                            tuned__proto_error *err);
+
+/* A request with every field at its default (what an absent field means). */
+void tuned__request_init(tuned__request *req);
 
 /* ---- reply writing ---- */
 
@@ -154,6 +165,10 @@ void tuned__reply_error(tuned__buf *b, const char *id, int code, const char *mes
  * "config":..,"median_us":..,"copy_us":..,"gbps":..,"evaluations":..,
  * "date":..,"tuned":.. */
 void tuned__reply_record(tuned__buf *b, const tuned__record *r);
+
+/* The head of a `get` answer from a stored record: ,"config":..,"median_us":..
+ * (the daemon's index renders it once per record). */
+void tuned__reply_answer_head(tuned__buf *b, const tuned__record *r);
 
 /* The 16 lowercase hex digits of a fingerprint, NUL-ended (17 bytes). */
 void tuned__fp_hex(uint64_t fp, char out[17]);

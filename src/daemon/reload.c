@@ -6,7 +6,7 @@
  * LMDB's last transaction id (no transaction), and when that moved the
  * store's generation (one read transaction), which only writes of best
  * records raise. A moved generation starts a build of a fresh index on
- * libuv's thread pool, from one read snapshot; the loop keeps answering
+ * a thread of its own, from one read snapshot; the loop keeps answering
  * from the old index and swaps the new one in when it is done (a change
  * during the build is seen at the next look, which starts another). The records this
  * daemon's own jobs write are put into the serving index at once, so a
@@ -16,21 +16,18 @@
  *
  * A build takes a core for its duration; a store that another process
  * writes without pause (an import in a loop) would keep one busy for
- * ever and slow the loop's answers on a small machine. So builds run at a
- * lower priority (REBUILD_NICE, on libuv's pool thread only) and the next
- * one starts no sooner than REBUILD_GAP_MS, or the last build's duration,
- * after the last one ended: at most half a core goes to building. The
- * index swapped out is freed on the pool too. */
+ * ever and slow the loop's answers on a small machine. So builds run on a
+ * thread of their own at idle CPU priority (background.c: they take only
+ * what the loop and its clients leave, and yield at once when one of them
+ * wakes), and the next one starts no sooner than REBUILD_GAP_MS, or the
+ * last build's duration, after the last one ended. The index swapped out
+ * is freed the same way. */
 
-#define REBUILD_NICE 10
 #define REBUILD_GAP_MS 100
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 #include "src/common/log.h"
 #include "src/daemon/remote.h"
@@ -41,7 +38,7 @@
 #define container_of(ptr, type, member) ((type *)((char *)(ptr) - offsetof(type, member)))
 
 typedef struct tuned__rebuild {
-    uv_work_t req;
+    tuned__bg_work w;
     tuned__daemon *d;
     tuned__index *ix;     /* built on the pool */
     uint64_t writes;      /* the jobs' writes counted before the snapshot */
@@ -118,12 +115,10 @@ int tuned__daemon_reload(tuned__daemon *d, tuned__err *e)
     return 0;
 }
 
-static void rebuild_work(uv_work_t *req)
+static void rebuild_work(tuned__bg_work *w)
 {
-    tuned__rebuild *rb = container_of(req, tuned__rebuild, req);
+    tuned__rebuild *rb = container_of(w, tuned__rebuild, w);
     tuned__daemon *d = rb->d;
-    /* Linux: a thread's own nice value (the pool thread runs only this). */
-    setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), REBUILD_NICE);
     rb->writes = d->jobs != NULL ? tuned__jobs_writes(d->jobs) : 0;
     rb->rc = tuned__store_txnid(d->store, &rb->txnid, &rb->e);
     if (rb->rc == 0)
@@ -134,27 +129,35 @@ static void rebuild_work(uv_work_t *req)
 
 static void start_rebuild(tuned__daemon *d);
 
-/* An index swapped out, freed on libuv's pool: freeing a large one (a
+/* A background thread that ran at normal priority says so, once. */
+static void note_priority(tuned__daemon *d, const tuned__bg_work *w)
+{
+    if (w->prio_rc != 0 && !d->bg_prio_noted) {
+        d->bg_prio_noted = true;
+        note(d, "background work runs at normal priority: %s", w->prio_err.msg);
+    }
+}
+
+/* An index swapped out, freed off the loop: freeing a large one (a
  * record, its reply text and its memo entries each) takes milliseconds
  * that the loop's clients would wait. */
 typedef struct retired_index {
-    uv_work_t req;
+    tuned__bg_work w;
+    tuned__daemon *d;
     tuned__index *ix;
 } retired_index;
 
-static void retire_work(uv_work_t *req)
+static void retire_work(tuned__bg_work *w)
 {
-    retired_index *r = container_of(req, retired_index, req);
-    setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), REBUILD_NICE);
+    retired_index *r = container_of(w, retired_index, w);
     tuned__index_free(r->ix);
     r->ix = NULL;
 }
 
-static void retire_done(uv_work_t *req, int status)
+static void retire_done(tuned__bg_work *w)
 {
-    retired_index *r = container_of(req, retired_index, req);
-    (void)status;
-    tuned__index_free(r->ix); /* NULL unless the work never ran */
+    retired_index *r = container_of(w, retired_index, w);
+    note_priority(r->d, w);
     free(r);
 }
 
@@ -162,22 +165,25 @@ static void retire_index(tuned__daemon *d, tuned__index *ix)
 {
     retired_index *r = ix != NULL ? malloc(sizeof *r) : NULL;
     if (r != NULL) {
-        r->ix = ix;
-        if (uv_queue_work(d->loop, &r->req, retire_work, retire_done) == 0)
+        *r = (retired_index){.w = {.work = retire_work, .done = retire_done}, .d = d, .ix = ix};
+        tuned__err e = {0};
+        if (tuned__bg_start(&d->bg, &r->w, &e) == 0)
             return;
+        note(d, "freeing the old index on the loop: %s", e.msg);
         free(r);
     }
-    tuned__index_free(ix); /* out of memory or no pool: here, then */
+    tuned__index_free(ix); /* out of memory or no thread: here, then */
 }
 
-static void rebuild_done(uv_work_t *req, int status)
+static void rebuild_done(tuned__bg_work *w)
 {
-    tuned__rebuild *rb = container_of(req, tuned__rebuild, req);
+    tuned__rebuild *rb = container_of(w, tuned__rebuild, w);
     tuned__daemon *d = rb->d;
     d->rebuild = NULL;
+    note_priority(d, w);
     uint64_t now_ms = d->now_ms(d->now_ctx), took = now_ms - rb->t0_ms;
     d->rebuild_not_before = now_ms + (took > REBUILD_GAP_MS ? took : REBUILD_GAP_MS);
-    if (status == 0 && rb->rc == 0) {
+    if (rb->rc == 0) {
         uint64_t now = d->jobs != NULL ? tuned__jobs_writes(d->jobs) : 0;
         put_written(d, rb->ix, rb->writes, now);
         tuned__remote_put_pending(d, rb->ix);
@@ -191,7 +197,7 @@ static void rebuild_done(uv_work_t *req, int status)
         d->st.index_load_ms = d->now_ms(d->now_ctx) - rb->t0_ms;
         if (rb->skipped > 0)
             note(d, "%zu stored records could not be read and are not served", rb->skipped);
-    } else if (status == 0) {
+    } else {
         note(d, "reloading the store: %s", rb->e.msg);
     }
     tuned__index_free(rb->ix);
@@ -221,10 +227,11 @@ static void start_rebuild(tuned__daemon *d)
         return;
     }
     rb->d = d;
+    rb->w.work = rebuild_work;
+    rb->w.done = rebuild_done;
     rb->t0_ms = d->now_ms(d->now_ctx);
-    int rc = uv_queue_work(d->loop, &rb->req, rebuild_work, rebuild_done);
-    if (rc != 0) {
-        note(d, "reloading the store: uv_queue_work: %s", uv_strerror(rc));
+    if (tuned__bg_start(&d->bg, &rb->w, &e) != 0) {
+        note(d, "reloading the store: %s", e.msg);
         tuned__index_free(rb->ix);
         free(rb);
         return;

@@ -57,12 +57,18 @@ static int error_reply(tuned__daemon *d, tuned__buf *out, const tuned__request *
     return -1;
 }
 
+_Static_assert(sizeof(((target *)0)->name) == sizeof(((tuned__jobs_gpu *)0)->gpu.name) &&
+                   sizeof(((target *)0)->name) == sizeof(((tuned__index_gpu *)0)->name),
+               "a target's GPU name is copied whole from a local or an indexed GPU's");
+
 static void from_local(const tuned__daemon *d, size_t slot, const tuned__jobs_gpu *g, target *t)
 {
     t->slot = slot;
     t->hwclass = slot < d->nhere ? d->here_id[slot].hwclass.fp : 0;
     t->fp = g->gpu.fingerprint;
-    snprintf(t->name, sizeof t->name, "%s", g->gpu.name);
+    /* The same size: a copy, not a printf per get. */
+    memcpy(t->name, g->gpu.name, sizeof t->name);
+    t->name[sizeof t->name - 1] = '\0';
     t->arch = g->arch;
     t->sms = g->gpu.sm_count;
     t->total_mem = g->gpu.total_mem;
@@ -72,7 +78,8 @@ static void from_local(const tuned__daemon *d, size_t slot, const tuned__jobs_gp
 static void from_index(const tuned__index_gpu *g, target *t)
 {
     t->fp = g->fp;
-    snprintf(t->name, sizeof t->name, "%s", g->name);
+    memcpy(t->name, g->name, sizeof t->name);
+    t->name[sizeof t->name - 1] = '\0';
     t->arch = g->arch;
     t->sms = g->sms;
     t->total_mem = g->total_mem;
@@ -350,18 +357,25 @@ static void get_reply(tuned__daemon *d, const tuned__request *r, const target *t
         d->st.compatible_retunes += code == 0;
     }
 
-    static const char *const names[] = {"exact", "compatible", "nearest", "default"};
+    static const char *const sources[] = {
+        [TUNED__SOURCE_EXACT] = ",\"source\":\"exact\"",
+        [TUNED__SOURCE_COMPATIBLE] = ",\"source\":\"compatible\"",
+        [TUNED__SOURCE_NEAREST] = ",\"source\":\"nearest\"",
+        [TUNED__SOURCE_DEFAULT] = ",\"source\":\"default\"",
+    };
     tuned__reply_begin(out, r->id);
-    tuned__json_key(out, "source", false);
-    tuned__json_str(out, names[a->source]);
+    tuned__buf_adds(out, sources[a->source]);
     const tuned__record *rec = a->rec >= 0 ? tuned__index_at(d->index, (size_t)a->rec) : NULL;
-    tuned__json_key(out, "config", false);
-    tuned__json_str(out, rec != NULL ? rec->config : a->config);
-    tuned__json_key(out, "median_us", false);
-    if (rec != NULL)
-        tuned__json_double(out, rec->median_us);
-    else
-        tuned__buf_add(out, "null", 4);
+    if (rec != NULL) {
+        /* config and median_us, rendered when the record was indexed */
+        size_t len;
+        const char *head = tuned__index_answer_head(d->index, (size_t)a->rec, &len);
+        tuned__buf_add(out, head, len);
+    } else {
+        tuned__json_key(out, "config", false);
+        tuned__json_str(out, a->config);
+        tuned__buf_adds(out, ",\"median_us\":null");
+    }
     if (rec != NULL && a->source == TUNED__SOURCE_COMPATIBLE && t->slot < d->nhere) {
         char why[256];
         tuned__record_tier(rec, &d->here_id[t->slot], why, sizeof why);

@@ -627,7 +627,7 @@ static void on_tick(uv_timer_t *t)
         tuned__daemon_refresh(&s->d); /* store changes show up without requests too */
     tuned__remote_tick(&s->d);
     /* The fleet client closes its own handles first (its callbacks end). */
-    if (s->stopping && s->conns == NULL && s->d.rebuild == NULL &&
+    if (s->stopping && s->conns == NULL && s->d.rebuild == NULL && s->d.bg.running == 0 &&
         tuned__jobs_finished(s->d.jobs) && tuned__remote_close(&s->d)) {
         logf_(s, "stopped");
         uv_walk(&s->loop, close_any, NULL);
@@ -841,6 +841,8 @@ static int start(server *s, tuned__err *e)
     /* First: a SIGHUP or SIGTERM during the start must not kill us. */
     if ((rc = start_signals(s, e)) != 0)
         return rc;
+    if ((rc = tuned__bg_init(&s->d.bg, &s->loop, e)) != 0)
+        return rc;
     rc = open_store(s, e);
     if (rc == 0)
         rc = tuned__index_new(&s->d.index, e);
@@ -931,6 +933,7 @@ int tuned__serve(const tuned__serve_opts *o, tuned__err *e)
             rc = tuned__errf(e, TUNED_EIO, "uv_loop_close: %s (a handle was left open)",
                              uv_strerror(lc));
     }
+    tuned__bg_free(&s->d.bg);
     free(s);
     return rc;
 }

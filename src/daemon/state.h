@@ -11,6 +11,7 @@
 #include <uv.h>
 
 #include "cache/store.h"
+#include "src/daemon/background.h"
 #include "src/daemon/daemon.h"
 #include "src/daemon/index.h"
 #include "src/daemon/jobs.h"
@@ -58,6 +59,8 @@ typedef struct tuned__daemon {
     uint64_t index_gen;      /* the store generation the index was built at */
     uint64_t seen_txnid;     /* the store's txn id when the generation was last read */
     uint64_t applied_writes; /* tuned__jobs_writes() put into the index */
+    tuned__bg bg;            /* threads for idle-priority work (background.h) */
+    bool bg_prio_noted;      /* said once that they run at normal priority */
     struct tuned__rebuild *rebuild; /* a build of a fresh index in flight */
     bool rebuild_again;      /* the store changed again during it */
     uint64_t rebuild_not_before; /* the loop's ms before which no build starts */
@@ -80,8 +83,8 @@ int tuned__daemon_reload(tuned__daemon *d, tuned__err *e);
 /* Keeps the index in step with the store without blocking (reload.c): puts
  * the records this daemon's jobs wrote into it at once, and when another
  * process changed the store (its generation moved), builds a fresh index
- * on libuv's thread pool and swaps it in when done; the old one answers
- * meanwhile. Cheap when nothing changed. */
+ * on a thread of its own at idle priority and swaps it in when done; the
+ * old one answers meanwhile. Cheap when nothing changed. */
 void tuned__daemon_refresh(tuned__daemon *d);
 
 /* Builds a fresh index off the loop whatever the generation says (SIGHUP). */

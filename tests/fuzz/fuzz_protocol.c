@@ -6,7 +6,8 @@
  * undefined behaviour), and the reply built from its result (an error
  * with the echoed id, or a reply echoing the parsed fields) must be one
  * line of valid JSON. The JSON string writer must turn any bytes into a
- * valid JSON string. */
+ * valid JSON string. The fast `get` scanner (protocol_get.c) must accept
+ * only what the jansson path accepts, with the same request. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +15,7 @@
 #include <jansson.h>
 
 #include "src/daemon/protocol.h"
+#include "src/daemon/protocol_get.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -29,11 +31,24 @@ static void must_be_one_json_line(const tuned__buf *b)
     json_decref(v);
 }
 
+/* What the scanner accepts, jansson accepts the same way. */
+static void fast_path_agrees(const uint8_t *data, size_t size)
+{
+    tuned__request fast, json;
+    tuned__proto_error pe;
+    if (!tuned__proto_parse_get_fast((const char *)data, size, &fast))
+        return;
+    if (tuned__proto_parse_json((const char *)data, size, &json, &pe) != 0 ||
+        memcmp(&fast, &json, sizeof fast) != 0)
+        abort();
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     tuned__request r;
     tuned__proto_error pe;
     tuned__buf b = {0};
+    fast_path_agrees(data, size);
     if (tuned__proto_parse((const char *)data, size, &r, &pe) != 0) {
         if (pe.code <= TUNED__PE_NONE || pe.code >= TUNED__PE_COUNT)
             abort();

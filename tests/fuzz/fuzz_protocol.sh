@@ -25,7 +25,8 @@ fi
 clang -std=c11 -g -O1 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined \
     -fno-sanitize-recover=undefined -I"$src" -I"$src/include" $(pkg-config --cflags jansson) \
     -isystem "${CUDA_INCLUDE:-/usr/local/cuda/include}" \
-    "$src/tests/fuzz/fuzz_protocol.c" "$src/src/daemon/protocol.c" "$src/src/common/dtype.c" \
+    "$src/tests/fuzz/fuzz_protocol.c" "$src/src/daemon/protocol.c" \
+    "$src/src/daemon/protocol_get.c" "$src/src/common/dtype.c" \
     "$src/src/common/err.c" ${TUNED_FUZZ_LIBS:-} $(pkg-config --libs jansson) -lm -o "$tmp/fuzz" || exit 1
 mkdir -p "$tmp/corpus"
 cd "$tmp" || exit 1

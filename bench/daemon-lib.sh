@@ -1,0 +1,54 @@
+# bench/daemon-lib.sh: what the daemon's load scripts (daemon-load.sh,
+# daemon-profile.sh) share; sourced, not run. The caller sets tuned, build,
+# sock and tmp (a scratch directory it removes), and pid="" for start/stop.
+#
+#   start FAKE_MS      tuned serve with the test-only fake GPU (variants of
+#                      FAKE_MS ms) on $sock with the store $tmp/db; exits
+#                      when the binary has no test hooks
+#   stop               SIGTERM, then waits for it
+#   make_import_files  $tmp/import-0.jsonl and import-1.jsonl: 20k plausible
+#                      records each of a GPU of their own (an H200 the
+#                      daemon does not have), times 200 and 199 us, so that
+#                      importing them in turn changes every record
+
+start() { # start FAKE_MS
+    TUNED_TEST_FAKE_GPU=1 TUNED_TEST_FAKE_MS="$1" "$tuned" serve -q --socket "$sock" \
+        --db "$tmp/db" >>"$tmp/log" 2>&1 &
+    pid=$!
+    for _ in $(seq 200); do
+        if [[ -S "$sock" ]]; then
+            grep -q "TEST ONLY: fake GPU" "$tmp/log" && return 0
+            echo "$tuned has no fake GPU: configure $build with -Dtest_hooks=true"; exit 1
+        fi
+        sleep 0.05
+    done
+    echo "daemon did not start:"; cat "$tmp/log"; exit 1
+}
+stop() { kill -TERM "$pid"; wait "$pid"; pid=""; }
+
+make_import_files() {
+    python3 - "$tmp" <<'PY'
+import json, sys
+def fnv(s):
+    h = 0xCBF29CE484222325
+    for b in s.encode():
+        h = ((h ^ b) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return h
+ident = "NVIDIA H200|sm_90|132sm|143771MiB|drv13000|nvrtc13.0|tpl0123456789abcdef"
+for k in (0, 1):
+    with open(f"{sys.argv[1]}/import-{k}.jsonl", "w") as f:
+        f.write(json.dumps({"tuned_export": 1, "schema": 2, "record_version": 2,
+                            "writer": "bench", "records": 20000}) + "\n")
+        for i in range(20000):
+            m = 200.0 - k
+            f.write(json.dumps({"v": 2, "kernel": "softmax", "dtype": "fp16",
+                "rows": 1 + i // 100, "cols": 1024 + (i % 100) * 8, "layout": 0,
+                "gpu_fp": "%016x" % fnv(ident), "config": "w8.r1.c1.m1.v8.ld=cs.st=cs.reg=f32",
+                "gpu": ident, "gpu_name": "NVIDIA H200", "cc_major": 9, "cc_minor": 0,
+                "sm_count": 132, "mem_mib": 143771, "driver": 13000, "nvrtc_major": 13,
+                "nvrtc_minor": 0, "template_hash": "0123456789abcdef",
+                "policy": "l2flush-settle-events-median/3", "median_us": m,
+                "copy_us": 0.9 * m, "gbps": 100.0, "evaluations": 50, "cubin": "0" * 16,
+                "date": "2026-11-21T10:00:00Z", "tool_version": "0.1.0"}) + "\n")
+PY
+}
