@@ -1,6 +1,13 @@
 # bench/daemon-lib.sh: what the daemon's load scripts (daemon-load.sh,
-# daemon-profile.sh) share; sourced, not run. The caller sets tuned, build,
-# sock and tmp (a scratch directory it removes), and pid="" for start/stop.
+# daemon-profile.sh) share; sourced, not run. The caller sets tuned and
+# build; sourcing makes tmp (a scratch directory named after $1 of
+# daemon_lib_init), sock, and a trap that stops whatever pid, rpid and ipid
+# name and removes tmp.
+#
+#   daemon_lib_init NAME  the scratch directory /tmp/tuned-NAME-XXXXXX, the
+#                      socket in it and the exit trap
+#   prepare_store      a store of 16 tuned shapes (through a daemon with 1 ms
+#                      fake variants) and 20k imported records
 #
 #   start FAKE_MS      tuned serve with the test-only fake GPU (variants of
 #                      FAKE_MS ms) on $sock with the store $tmp/db; exits
@@ -10,6 +17,21 @@
 #                      records each of a GPU of their own (an H200 the
 #                      daemon does not have), times 200 and 199 us, so that
 #                      importing them in turn changes every record
+
+daemon_lib_init() { # daemon_lib_init NAME
+    tmp="$(mktemp -d "/tmp/tuned-$1-XXXXXX")"
+    sock="$tmp/s.sock"
+    pid="" rpid="" ipid=""
+    trap daemon_lib_cleanup EXIT
+}
+daemon_lib_cleanup() {
+    local p
+    for p in "$ipid" "$rpid"; do
+        if [[ -n "$p" ]]; then kill "$p" 2>/dev/null; wait "$p" 2>/dev/null || true; fi
+    done
+    if [[ -n "$pid" ]]; then kill -TERM "$pid" 2>/dev/null; wait "$pid" 2>/dev/null || true; fi
+    rm -rf "$tmp"
+}
 
 start() { # start FAKE_MS
     TUNED_TEST_FAKE_GPU=1 TUNED_TEST_FAKE_MS="$1" "$tuned" serve -q --socket "$sock" \
@@ -51,4 +73,12 @@ for k in (0, 1):
                 "copy_us": 0.9 * m, "gbps": 100.0, "evaluations": 50, "cubin": "0" * 16,
                 "date": "2026-11-21T10:00:00Z", "tool_version": "0.1.0"}) + "\n")
 PY
+}
+
+prepare_store() {
+    make_import_files
+    start 1
+    "$build/bench/loadgen" --socket "$sock" --populate 16 --duration 0.2 --warmup 0 >/dev/null
+    stop
+    "$tuned" import -q "$tmp/import-0.jsonl" --db "$tmp/db"
 }

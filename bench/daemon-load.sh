@@ -26,26 +26,11 @@ conns="${CONNECTIONS:-64}"
 duration="${DURATION:-10}"
 command -v redis-server >/dev/null && command -v redis-benchmark >/dev/null ||
     { echo "bench: needs redis-server and redis-benchmark (apt-get install redis-server redis-tools)"; exit 1; }
-tmp="$(mktemp -d /tmp/tuned-load-XXXXXX)"
-pid="" rpid="" ipid=""
-cleanup() {
-    if [[ -n "$ipid" ]]; then kill "$ipid" 2>/dev/null; wait "$ipid" 2>/dev/null || true; fi
-    if [[ -n "$rpid" ]]; then kill "$rpid" 2>/dev/null; wait "$rpid" 2>/dev/null || true; fi
-    if [[ -n "$pid" ]]; then kill -TERM "$pid" 2>/dev/null; wait "$pid" 2>/dev/null || true; fi
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
-sock="$tmp/s.sock"
-rsock="$tmp/redis.sock"
-
-# start, stop, make_import_files
+# daemon_lib_init, start, stop, prepare_store
 source "$root/bench/daemon-lib.sh"
-make_import_files
-
-start 1
-"$build/bench/loadgen" --socket "$sock" --populate 16 --duration 0.2 --warmup 0 >/dev/null
-stop
-"$tuned" import -q "$tmp/import-0.jsonl" --db "$tmp/db"
+daemon_lib_init load
+rsock="$tmp/redis.sock"
+prepare_store
 start "${TUNED_TEST_FAKE_MS:-1000}" # a tune that outlasts both runs
 redis-server --save '' --appendonly no --port 0 --unixsocket "$rsock" --unixsocketperm 700 \
     --daemonize no --logfile "$tmp/redis.log" &

@@ -19,23 +19,10 @@ duration="${DURATION:-4}"
 conns="${CONNECTIONS:-64}"
 command -v perf >/dev/null || { echo "profile: needs perf"; exit 1; }
 mkdir -p "$out"
-tmp="$(mktemp -d /tmp/tuned-profile-XXXXXX)"
-pid=""
-cleanup() {
-    if [[ -n "$pid" ]]; then kill -TERM "$pid" 2>/dev/null; wait "$pid" 2>/dev/null || true; fi
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
-sock="$tmp/s.sock"
-
-# start, stop, make_import_files
+# daemon_lib_init, start, stop, prepare_store
 source "$root/bench/daemon-lib.sh"
-make_import_files
-
-start 1
-"$build/bench/loadgen" --socket "$sock" --populate 16 --duration 0.2 --warmup 0 >/dev/null
-stop
-"$tuned" import -q "$tmp/import-0.jsonl" --db "$tmp/db"
+daemon_lib_init profile
+prepare_store
 start 1000 # a tune that outlasts the profile
 # libuv's loop runs on the daemon's main thread: its tid is the pid.
 "$build/bench/loadgen" --socket "$sock" --connections "$conns" --duration "$((duration + 2))" \
