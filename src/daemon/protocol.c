@@ -425,14 +425,39 @@ static int parse_gpu(const json_t *v, tuned__gpu_sel *g, tuned__proto_error *err
     if (n == 0 || n > TUNED__PROTO_GPU_MAX || strlen(s) != n)
         return fail(err, TUNED__PE_BAD_VALUE, "\"gpu\" must be 1 to %d bytes",
                     TUNED__PROTO_GPU_MAX);
-    if (n == 16 && strspn(s, "0123456789abcdefABCDEF") == 16) {
+    tuned__gpu_sel_from_text(s, n, g);
+    return 0;
+}
+
+/* The value of hex digit c, or 16 for any other character. */
+static unsigned hex_value(char c)
+{
+    return c >= '0' && c <= '9'   ? (unsigned)(c - '0')
+           : c >= 'a' && c <= 'f' ? (unsigned)(c - 'a' + 10)
+           : c >= 'A' && c <= 'F' ? (unsigned)(c - 'A' + 10)
+                                  : 16;
+}
+
+void tuned__gpu_sel_from_text(const char *text, size_t n, tuned__gpu_sel *g)
+{
+    uint64_t fp = 0;
+    size_t digits = 0;
+    for (; n == 16 && digits < 16 && hex_value(text[digits]) < 16; digits++)
+        fp = fp << 4 | hex_value(text[digits]);
+    if (digits == 16) {
         g->kind = TUNED__GPU_FP;
-        g->fp = strtoull(s, NULL, 16);
-        return 0;
+        g->fp = fp;
+        return;
     }
     g->kind = TUNED__GPU_NAME;
-    memcpy(g->name, s, n + 1);
-    return 0;
+    memcpy(g->name, text, n);
+    g->name[n] = '\0';
+}
+
+bool tuned__shape_over_cap(const tuned__shape *shape)
+{
+    uint64_t row_bytes = 2 * shape->cols * tuned_dtype_size(shape->dtype);
+    return shape->rows > TUNED__PROTO_MAX_BYTES / row_bytes;
 }
 
 /* Writes the request id as JSON text into req->id. */
@@ -590,13 +615,10 @@ static int check_request(const json_t *root, tuned__request *r, tuned__proto_err
     default:
         break;
     }
-    if (r->have_rows && r->have_cols) {
-        uint64_t row_bytes = 2 * r->shape.cols * tuned_dtype_size(r->shape.dtype);
-        if (r->shape.rows > TUNED__PROTO_MAX_BYTES / row_bytes)
-            return fail(err, TUNED__PE_TOO_BIG,
-                        "%" PRIu64 "x%" PRIu64 " %s: input and output exceed 1 TiB",
-                        r->shape.rows, r->shape.cols, tuned_dtype_name(r->shape.dtype));
-    }
+    if (r->have_rows && r->have_cols && tuned__shape_over_cap(&r->shape))
+        return fail(err, TUNED__PE_TOO_BIG,
+                    "%" PRIu64 "x%" PRIu64 " %s: input and output exceed 1 TiB",
+                    r->shape.rows, r->shape.cols, tuned_dtype_name(r->shape.dtype));
     return 0;
 }
 

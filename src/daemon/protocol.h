@@ -85,6 +85,11 @@ typedef struct tuned__gpu_sel {
     char name[TUNED__PROTO_GPU_MAX + 1];
 } tuned__gpu_sel;
 
+/* Sets g from a "gpu" string of n bytes (1..TUNED__PROTO_GPU_MAX, no NUL
+ * among them; need not be NUL-ended): 16 hex digits name a fingerprint,
+ * anything else a model. Both request parsers read the string this way. */
+void tuned__gpu_sel_from_text(const char *text, size_t n, tuned__gpu_sel *g);
+
 typedef struct tuned__request {
     int op;                 /* TUNED__OP_* */
     /* The request's "id" as JSON text, ready to echo; empty when absent. */
@@ -121,6 +126,10 @@ int tuned__proto_parse(const char *line, size_t len, tuned__request *req,
  * the tests that compare the two). */
 int tuned__proto_parse_json(const char *line, size_t len, tuned__request *req,
                             tuned__proto_error *err);
+
+/* Whether the shape's input plus output exceed TUNED__PROTO_MAX_BYTES
+ * (rows and cols at least 1). */
+bool tuned__shape_over_cap(const tuned__shape *shape);
 
 /* A request with every field at its default (what an absent field means). */
 void tuned__request_init(tuned__request *req);

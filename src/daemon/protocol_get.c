@@ -174,28 +174,7 @@ static bool read_gpu(scan *s, tuned__gpu_sel *g)
     size_t n;
     if (!plain_string(s, &t, &n) || n == 0 || n > TUNED__PROTO_GPU_MAX)
         return false;
-    if (n == 16) {
-        uint64_t fp = 0;
-        size_t i = 0;
-        for (; i < 16; i++) {
-            char c = t[i];
-            unsigned x = c >= '0' && c <= '9'   ? (unsigned)(c - '0')
-                         : c >= 'a' && c <= 'f' ? (unsigned)(c - 'a' + 10)
-                         : c >= 'A' && c <= 'F' ? (unsigned)(c - 'A' + 10)
-                                                : 16;
-            if (x == 16)
-                break;
-            fp = fp << 4 | x;
-        }
-        if (i == 16) {
-            g->kind = TUNED__GPU_FP;
-            g->fp = fp;
-            return true;
-        }
-    }
-    g->kind = TUNED__GPU_NAME;
-    memcpy(g->name, t, n);
-    g->name[n] = '\0';
+    tuned__gpu_sel_from_text(t, n, g);
     return true;
 }
 
@@ -285,6 +264,5 @@ bool tuned__proto_parse_get_fast(const char *line, size_t len, tuned__request *r
     /* The jobs tune softmax only (the jansson path's bad_value). */
     if (req->tune_if_missing && req->kernel != TUNED__KERNEL_SOFTMAX)
         return false;
-    uint64_t row_bytes = 2 * req->shape.cols * tuned_dtype_size(req->shape.dtype);
-    return req->shape.rows <= TUNED__PROTO_MAX_BYTES / row_bytes;
+    return !tuned__shape_over_cap(&req->shape);
 }
