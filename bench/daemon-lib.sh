@@ -1,14 +1,14 @@
-# bench/daemon-lib.sh: what the daemon's load scripts (daemon-load.sh,
-# daemon-profile.sh) share; sourced, not run. The caller sets tuned and
-# build; sourcing makes tmp (a scratch directory named after $1 of
-# daemon_lib_init), sock, and a trap that stops whatever pid, rpid and ipid
-# name and removes tmp.
+# bench/daemon-lib.sh: what the daemon's bench scripts (daemon-load.sh,
+# daemon-profile.sh, fleet-latency.sh) share; sourced, not run, it only
+# defines functions. The caller sets tuned and build; daemon_lib_init makes
+# tmp, sock, and a trap that stops whatever pid, rpid and ipid name and
+# removes tmp.
 #
 #   daemon_lib_init NAME  the scratch directory /tmp/tuned-NAME-XXXXXX, the
 #                      socket in it and the exit trap
 #   prepare_store      a store of 16 tuned shapes (through a daemon with 1 ms
 #                      fake variants) and 20k imported records
-#
+#   await_fake_daemon SOCK LOG WHAT  waits for a fake-GPU daemon to listen
 #   start FAKE_MS      tuned serve with the test-only fake GPU (variants of
 #                      FAKE_MS ms) on $sock with the store $tmp/db; exits
 #                      when the binary has no test hooks
@@ -33,18 +33,25 @@ daemon_lib_cleanup() {
     rm -rf "$tmp"
 }
 
-start() { # start FAKE_MS
-    TUNED_TEST_FAKE_GPU=1 TUNED_TEST_FAKE_MS="$1" "$tuned" serve -q --socket "$sock" \
-        --db "$tmp/db" >>"$tmp/log" 2>&1 &
-    pid=$!
+# Waits for a daemon started with the fake GPU to listen on SOCK, its
+# output in LOG; exits the script when it does not, or when the binary has
+# no fake GPU (a build without test hooks).
+await_fake_daemon() { # await_fake_daemon SOCK LOG WHAT
     for _ in $(seq 200); do
-        if [[ -S "$sock" ]]; then
-            grep -q "TEST ONLY: fake GPU" "$tmp/log" && return 0
+        if [[ -S "$1" ]]; then
+            grep -q "TEST ONLY: fake GPU" "$2" && return 0
             echo "$tuned has no fake GPU: configure $build with -Dtest_hooks=true"; exit 1
         fi
         sleep 0.05
     done
-    echo "daemon did not start:"; cat "$tmp/log"; exit 1
+    echo "$3 did not start:"; cat "$2"; exit 1
+}
+
+start() { # start FAKE_MS
+    TUNED_TEST_FAKE_GPU=1 TUNED_TEST_FAKE_MS="$1" "$tuned" serve -q --socket "$sock" \
+        --db "$tmp/db" >>"$tmp/log" 2>&1 &
+    pid=$!
+    await_fake_daemon "$sock" "$tmp/log" "daemon"
 }
 stop() { kill -TERM "$pid"; wait "$pid"; pid=""; }
 

@@ -31,18 +31,13 @@ trap cleanup EXIT
 redis-server --port 0 --unixsocket "$tmp/redis.sock" --unixsocketperm 700 --save '' \
     --appendonly no --dir "$tmp" >"$tmp/redis.log" 2>&1 &
 pids+=($!)
+# await_fake_daemon
+source "$root/bench/daemon-lib.sh"
 start() { # start NAME
     TUNED_TEST_FAKE_GPU=1 TUNED_TEST_FAKE_MS=1 "$tuned" serve -q --socket "$tmp/$1.sock" \
         --db "$tmp/$1.db" --remote "unix://$tmp/redis.sock" >>"$tmp/$1.log" 2>&1 &
     pids+=($!)
-    for _ in $(seq 200); do
-        if [[ -S "$tmp/$1.sock" ]]; then
-            grep -q "TEST ONLY: fake GPU" "$tmp/$1.log" && return 0
-            echo "$tuned has no fake GPU: configure $build with -Dtest_hooks=true"; exit 1
-        fi
-        sleep 0.05
-    done
-    echo "daemon $1 did not start:"; cat "$tmp/$1.log"; exit 1
+    await_fake_daemon "$tmp/$1.sock" "$tmp/$1.log" "daemon $1"
 }
 start A
 start B
