@@ -68,18 +68,20 @@ static ssize_t capped_read(void *cookie, char *buf, size_t n)
 
 typedef struct import_ctx {
     size_t notes;
+    tuned__pacer pacer; /* lets a daemon on the same CPU answer between records */
 } import_ctx;
 
 static void note(void *ctx, const char *line)
 {
     import_ctx *c = ctx;
+    tuned__pace(&c->pacer);
     if (c->notes++ < MAX_NOTES)
         fprintf(stderr, "tuned: %s\n", line);
 }
 
 static int check(void *ctx, const tuned__record *r, tuned__err *e)
 {
-    (void)ctx;
+    tuned__pace(&((import_ctx *)ctx)->pacer);
     tuned__config cfg;
     char canon[TUNED__CONFIG_TEXT];
     if (tuned__config_parse(r->config, &cfg, e) != 0)
@@ -132,6 +134,7 @@ static int import_one(tuned__store *s, const cli_opts *o, const char *path, json
         return CLI_ERROR;
     }
     import_ctx c = {0};
+    tuned__pacer_init(&c.pacer);
     tuned__import_opts io = {.force = o->force, .check = check, .note = note, .ctx = &c};
     tuned__import_stats st;
     tuned__err e = {0};

@@ -18,6 +18,7 @@
 
 #include "cache/key.h"
 #include "src/common/hash.h"
+#include "src/common/priority.h"
 #include "src/daemon/protocol.h"
 #include "tuned.h"
 #include "src/tuner/policy.h"
@@ -277,7 +278,12 @@ int tuned__index_load(tuned__index *ix, const tuned__record *recs, size_t n, tun
     /* Room for records put one by one until the next load. */
     if (!reserve(&fresh, n + n / 16 + 64))
         goto oom;
+    /* Off the loop (a background build) this yields now and then; on the
+     * loop thread it does nothing. */
+    tuned__pacer pacer;
+    tuned__pacer_init(&pacer);
     for (size_t i = 0; i < n; i++) {
+        tuned__pace(&pacer);
         const tuned__record *r = &recs[i];
         if (r->key.layout != TUNED__LAYOUT_DENSE)
             continue; /* the daemon serves dense rows only */
@@ -353,11 +359,13 @@ typedef struct collect {
     tuned__record *recs;
     size_t n, cap;
     bool oom;
+    tuned__pacer pacer;
 } collect;
 
 static int collect_one(void *ctx, const tuned__record *r)
 {
     collect *c = ctx;
+    tuned__pace(&c->pacer);
     if (c->n == c->cap) {
         size_t cap = c->cap ? c->cap * 2 : 64;
         tuned__record *p = realloc(c->recs, cap * sizeof *p);
@@ -375,6 +383,7 @@ static int collect_one(void *ctx, const tuned__record *r)
 int tuned__index_load_store(tuned__index *ix, tuned__store *s, size_t *skipped, tuned__err *e)
 {
     collect c = {0};
+    tuned__pacer_init(&c.pacer);
     int rc = tuned__store_scan(s, collect_one, &c, skipped, e);
     if (rc == 0 && c.oom)
         rc = tuned__errf(e, TUNED_ENOMEM, "index: out of memory reading the store");
