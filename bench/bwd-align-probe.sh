@@ -7,7 +7,8 @@
 # cold tune (tuned --kernel softmax_bwd, 15 s), then the same six variants
 # timed by build/bench/probe_settle (checked first, 3 interleaved rounds,
 # the evaluator's copy), then Nsight Compute of the H100's winner on the
-# two 1024-row shapes. Writes OUT/bwd-align-probe.txt, OUT/tunes.jsonl and
+# two 1024-row shapes; then the forward softmax of the two 1024-row
+# shapes (tune, three variants). Writes OUT/bwd-align-probe.txt, OUT/tunes.jsonl and
 # OUT/ncu/; prints a short table last.
 set -u
 out=${OUT:?run on the GPU machine, with OUT set}
@@ -25,6 +26,12 @@ done
 for s in "${shapes[@]}"; do
     build/bench/probe_settle "softmax_bwd:$s" fp16 100 "${configs[@]}"
 done >"$out/bwd-align-probe.txt" 2>&1
+fwd_configs=(w8.r1.c4.m4.v8.ld=def.st=def.reg=ex.red=fused w8.r1.c4.m4.v8.ld=def.st=def.reg=pk.red=fused
+             w8.r1.c8.m1.v8.ld=def.st=def.reg=f32.red=fused)
+for s in 1024x50257 1024x50264; do
+    build/tuned --shape "$s" --dtype fp16 --time 15 --db "$db" --json >>"$out/tunes.jsonl" 2>>"$out/tunes.log"
+    build/bench/probe_settle "$s" fp16 100 "${fwd_configs[@]}"
+done >>"$out/bwd-align-probe.txt" 2>&1
 for s in 1024x50257 1024x50264; do
     bash bench/ncu-configs.sh "$out/ncu" "softmax_bwd:$s" fp16 "${configs[0]}" >/dev/null 2>&1
 done
@@ -45,15 +52,22 @@ def record(o):  # the object holding the winner's config, wherever the answer ne
 
 
 print("cold tunes (15 s):")
-for line in open(out + "/tunes.jsonl"):
+text, at, dec = open(out + "/tunes.jsonl").read(), 0, json.JSONDecoder()
+while True:  # the answers are pretty-printed, one after another
+    while at < len(text) and text[at].isspace():
+        at += 1
+    if at >= len(text):
+        break
     try:
-        r = record(json.loads(line))
+        answer, at = dec.raw_decode(text, at)
     except ValueError:
-        continue
+        break
+    r = record(answer.get("record", answer))
     if r is not None:
-        print("  %sx%s %-40s %8.2f us  copy %8.2f us  %.3fx the floor" % (
-            r.get("rows"), r.get("cols"), r["config"], r["median_us"], r.get("copy_us", 0),
-            r["median_us"] / (1.5 * r["copy_us"]) if r.get("copy_us") else 0))
+        print("  %s %sx%s %-40s %8.2f us  copy %8.2f us  %.3fx the floor" % (
+            r.get("kernel", "softmax"), r.get("rows"), r.get("cols"), r["config"], r["median_us"], r.get("copy_us", 0),
+            r["median_us"] / ((1.5 if r.get("kernel", "").endswith("_bwd") else 1.0) * r["copy_us"])
+            if r.get("copy_us") else 0))
 PY
 grep -E "^#|copy|round 3|error|FAIL|wrong" "$out/bwd-align-probe.txt" | cut -c1-100
 grep -E "==|Duration|DRAM Throughput|Achieved Occupancy|Max Active Clusters" "$out/ncu/ncu-configs.txt" 2>/dev/null

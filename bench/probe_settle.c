@@ -8,7 +8,10 @@
  *   probe_settle [KERNEL:]ROWSxCOLS fp16|bf16|fp32 US[s][,US[s]...] CONFIG...
  *
  * KERNEL is softmax (the default), softmax_bwd, log_softmax or
- * log_softmax_bwd; the copy is of one tensor whatever the kernel.
+ * log_softmax_bwd; the copy is of one tensor whatever the kernel. With
+ * PROBE_UNALIGNED_CODE=1 in the environment the variants are generated as
+ * for rows off a vector boundary (no T_HEAD_FREE) although the buffers
+ * are aligned, which separates that code's cost from the unaligned rows'.
  *
  * Not installed; bench/probe-settle.sh runs it on the GPU machine. */
 #include <stdio.h>
@@ -109,6 +112,8 @@ int main(int argc, char **argv)
         tuned__eval_opts_default(&o);
         o.settle_us = settle[s];
         o.serial = serial[s];
+        const char *unaligned_code = getenv("PROBE_UNALIGNED_CODE");
+        o.codegen.unaligned = unaligned_code != NULL && strcmp(unaligned_code, "1") == 0;
         if (tuned__evaluator_open(&ev[s], d, n, &gpu, &shape, &o, &e) != 0) {
             fprintf(stderr, "probe_settle: pause %g µs: %s\n", settle[s], e.msg);
             goto out;

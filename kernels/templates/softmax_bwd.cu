@@ -7,7 +7,7 @@
  * Both read two tensors and write one, so the floor is 1.5 copies; each is
  * one pass: the stages of softmax_rows_common.cu, generalised to two rows:
  *   load    y and dy, each thread issuing all its vector loads of both
- *           before the reduction (0 in the slots past the row: T_BWD)
+ *           before it reads any (0 in the slots past the row: T_BWD)
  *   dot     the thread's sum of dy y (softmax) or of dy (log_softmax)
  *   reduce  that one sum over the row's threads: warp shuffles, shared
  *           memory across the group's warps, mailboxes in distributed
@@ -71,6 +71,22 @@ __device__ __forceinline__ float thread_dot(const Held &hy, const Held &hd)
     return sum;
 }
 
+/* load of y's row and dy's, by y's vector slots: both rows' loads issued
+ * before either is finished, so that none waits for another. dy's
+ * vectors go whole where its offset inside a vector is y's (always, when
+ * the call's rows start on a vector boundary), else element by element. */
+__device__ __forceinline__ void load_rows(Held &hy, Held &hd, const RowPtrs &p, const RowPtrs &q,
+                                          int lane, int cols, bool active)
+{
+    RowWords scratch_y, scratch_d;
+    RowWords &wy = words_of(hy, scratch_y), &wd = words_of(hd, scratch_d);
+    const bool dy_vec_ok = q.head == p.head;
+    load_row_words(wy, p.xr, p.head, true, lane, cols, active);
+    load_row_words(wd, q.xr, p.head, dy_vec_ok, lane, cols, active);
+    finish_row(hy, wy, p.head, true, lane, cols, active);
+    finish_row(hd, wd, p.head, dy_vec_ok, lane, cols, active);
+}
+
 /* store's value: dx of element k of vector it, sum the row's. */
 __device__ __forceinline__ float grad_value(const Held &hy, const Held &hd, int it, int k,
                                             float sum)
@@ -107,8 +123,7 @@ tuned_softmax_bwd_grid(const unsigned char *y, const unsigned char *dy, unsigned
     const u64 arrival = threadIdx.x == 0 ? grid_arrive(work, work_slot) : 0u;
 
     Held hy, hd;
-    load_row(hy, p, slot.lane, cols, active);
-    load_row_from(hd, q.xr, p.head, q.head == p.head, slot.lane, cols, active);
+    load_rows(hy, hd, p, q, slot.lane, cols, active);
     float sum = row_reduce(thread_dot(hy, hd), partial_sum, no_cluster, true, SumOp());
     float unused_max = 0.0f;
     grid_combine(unused_max, sum, work, work_slot, arrival, exchange_max, exchange_sum, 1.0f);
@@ -135,8 +150,7 @@ tuned_softmax_bwd_rows(const unsigned char *y, const unsigned char *dy, unsigned
     const RowPtrs q = row_ptrs(dy, dx, slot.row, active, row_stride);
 
     Held hy, hd;
-    load_row(hy, p, slot.lane, cols, active);
-    load_row_from(hd, q.xr, p.head, q.head == p.head, slot.lane, cols, active);
+    load_rows(hy, hd, p, q, slot.lane, cols, active);
     const float sum = row_reduce(thread_dot(hy, hd), partial_sum, box_sum, true, SumOp());
     store_row(p, slot.lane, cols, active,
               [&](int it, int k) { return grad_value(hy, hd, it, k, sum); });

@@ -24,8 +24,9 @@
  * The forward kernels take a scale s > 0 and compute all of it on s x:
  * max(s x) = s max(x), and s rides on exp's multiply by log2 e (ks below).
  * Rows need not start on a vector boundary: vector slots are counted from the
- * aligned address at or below the row start, and the partial first and last
- * vectors go element by element.
+ * aligned address at or below the row start; the partial first and last
+ * vectors are loaded whole, their elements outside the row then replaced,
+ * and stored element by element.
  *
  * Variant defines it reads (codegen prepends them, then softmax_common.cu):
  *   1. T_DTYPE      0 fp16, 1 bf16, 2 fp32 (math is always fp32)
@@ -91,6 +92,10 @@
 /* With T_HEAD_FREE: whether pass it of every row thread lies inside the row
  * (known when the source is generated), so it needs no bounds check. */
 #define PASS_INSIDE(it) (T_HEAD_FREE && ((it) + 1) * ROW_THREADS * T_VEC <= T_COLS)
+/* Without T_HEAD_FREE: whether pass it of every row thread is a whole
+ * vector inside the row whatever its head (0 to T_VEC - 1 elements): past
+ * the first pass, and ending by the row's end even with head 0. */
+#define PASS_WHOLE(it) ((it) >= 1 && ((it) + 1) * ROW_THREADS * T_VEC <= T_COLS)
 #define VBYTES (T_VEC * ESIZE)
 #define NWORDS (VBYTES >= 4 ? VBYTES / 4 : 1)
 /* 16-bit elements two to a word: vectors of 4 bytes or more. */
@@ -402,21 +407,33 @@ __device__ __forceinline__ float held_value(const Held &h, int it, int k)
 #define FILL_PAIR NEG_INF_PAIR
 #endif
 
-/* load: lane's vectors it * ROW_THREADS + lane of the row starting at xr,
- * counted from the vector boundary head elements before it, FILL where
- * they fall outside it (or the thread has no row); then widened to fp32
- * unless the words are kept. vec_ok false: this row's vectors do not line
- * up with the slots (a second input whose offset inside a vector differs
- * from the first's): every element is loaded alone. */
-__device__ __forceinline__ void load_row_from(Held &h, const unsigned char *xr, int head,
-                                              bool vec_ok, int lane, int cols, bool active)
+/* A thread's loaded words of one row, before finish_row. */
+typedef u32 RowWords[T_ITERS][NWORDS];
+
+/* The words a row is loaded into: the held ones where they are kept
+ * (T_REG_PACKED), else scratch, widened into h by finish_row. */
+__device__ __forceinline__ RowWords &words_of(Held &h, RowWords &scratch)
+{
+#if T_REG_PACKED
+    (void)scratch;
+    return h.w;
+#else
+    (void)h;
+    return scratch;
+#endif
+}
+
+/* load, issue: lane's vectors it * ROW_THREADS + lane of the row starting
+ * at xr, counted from the vector boundary head elements before it, into w;
+ * FILL where a vector lies wholly past the row (or the thread has no row).
+ * vec_ok false: this row's vectors do not line up with the slots (a second
+ * input whose offset inside a vector differs from the first's): every
+ * element is loaded alone. Nothing here reads a loaded word, so no load
+ * waits for another; finish_row does, once every row's loads are issued. */
+__device__ __forceinline__ void load_row_words(RowWords &w, const unsigned char *xr, int head,
+                                               bool vec_ok, int lane, int cols, bool active)
 {
     const unsigned char *xv = xr - head * ESIZE;
-#if T_REG_PACKED
-    u32 (&w)[T_ITERS][NWORDS] = h.w;
-#else
-    u32 w[T_ITERS][NWORDS];
-#endif
 #pragma unroll
     for (int it = 0; it < T_ITERS; it++) {
         const int first = (it * ROW_THREADS + lane) * T_VEC - head;
@@ -430,7 +447,12 @@ __device__ __forceinline__ void load_row_from(Held &h, const unsigned char *xr, 
                 w[it][k] = NWORDS == T_VEC ? FILL_BITS : FILL_PAIR;
         }
 #else
-        if (active && vec_ok && first >= 0 && first + T_VEC <= cols) {
+        if (active && vec_ok && first < cols) {
+            /* Whole, also where it holds the row's first or last element:
+             * its aligned bytes share a 16-byte block with an element of
+             * the tensor, so they lie in the caller's (16-byte aligned)
+             * allocation. finish_row replaces its elements outside the
+             * row. */
             load_vec(xv + (long long)(it * ROW_THREADS + lane) * VBYTES, w[it]);
         } else {
 #pragma unroll
@@ -447,12 +469,38 @@ __device__ __forceinline__ void load_row_from(Held &h, const unsigned char *xr, 
         }
 #endif
     }
+}
+
+/* load, finish: FILL in the elements outside the row of the vectors at
+ * its two ends, which load_row_words loaded whole (a pass whose vectors
+ * all lie inside the row whatever its head has none), then the words
+ * widened to fp32 into h unless they are kept. Same arguments as the
+ * row's load_row_words. */
+__device__ __forceinline__ void finish_row(Held &h, RowWords &w, int head, bool vec_ok, int lane,
+                                           int cols, bool active)
+{
+#if T_HEAD_FREE
+    (void)w, (void)head, (void)vec_ok, (void)lane, (void)cols, (void)active;
+#else
+#pragma unroll
+    for (int it = 0; it < T_ITERS; it++) {
+        const int first = (it * ROW_THREADS + lane) * T_VEC - head;
+        if (PASS_WHOLE(it) || !(active && vec_ok && first < cols))
+            continue;
+#pragma unroll
+        for (int k = 0; k < T_VEC; k++)
+            if (first + k < 0 || first + k >= cols)
+                word_set(w[it], k, FILL_BITS);
+    }
+#endif
 #if !T_REG_PACKED
 #pragma unroll
     for (int it = 0; it < T_ITERS; it++)
 #pragma unroll
         for (int k = 0; k < T_VEC; k++)
             h.v[it][k] = word_float(w[it], k);
+#else
+    (void)h;
 #endif
 }
 
@@ -460,7 +508,10 @@ __device__ __forceinline__ void load_row_from(Held &h, const unsigned char *xr, 
 __device__ __forceinline__ void load_row(Held &h, const RowPtrs &p, int lane, int cols,
                                          bool active)
 {
-    load_row_from(h, p.xr, p.head, true, lane, cols, active);
+    RowWords scratch;
+    RowWords &w = words_of(h, scratch);
+    load_row_words(w, p.xr, p.head, true, lane, cols, active);
+    finish_row(h, w, p.head, true, lane, cols, active);
 }
 
 /* max: this thread's maximum. */
