@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "src/common/hash.h"
 #include "tuned.h"
 
 int tuned__utf8_valid(const unsigned char *s, size_t n)
@@ -159,17 +160,6 @@ int tuned__json_get_str(const json_t *obj, const char *what, const char *field, 
     return 0;
 }
 
-static int hex_digit(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 int tuned__json_get_hex64(const json_t *obj, const char *what, const char *field, uint64_t *out,
                           tuned__err *e)
 {
@@ -177,18 +167,9 @@ int tuned__json_get_hex64(const json_t *obj, const char *what, const char *field
     int rc = tuned__json_get_str(obj, what, field, s, sizeof s, e);
     if (rc != 0)
         return rc;
-    uint64_t v = 0;
-    size_t n = 0;
-    for (; s[n] != '\0'; n++) {
-        int d = hex_digit(s[n]);
-        if (d < 0)
-            break;
-        v = (v << 4) | (uint64_t)d;
-    }
-    if (n != 16 || s[n] != '\0')
+    if (!tuned__fp_parse(s, strlen(s), out))
         return tuned__errf(e, TUNED_ESTORE, "%s: field \"%s\": \"%s\" is not 16 hex digits", what,
                            field, s);
-    *out = v;
     return 0;
 }
 

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "src/common/hash.h"
 #include "tuned.h"
 
 void tuned__put_be64(uint8_t *p, uint64_t v)
@@ -216,22 +217,9 @@ int tuned__key_parse(const char *text, tuned__store_key *out, tuned__err *e)
     else
         return tuned__errf(e, TUNED_EINVAL, "key '%s': layout '%s' is not 'dense' or L<0..255>",
                            text, part[3]);
-    size_t n = strlen(part[4]);
-    uint64_t fp = 0;
-    for (size_t i = 0; i < n; i++) {
-        char c = part[4][i];
-        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
-                : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
-        if (d < 0) {
-            n = 0;
-            break;
-        }
-        fp = (fp << 4) | (uint64_t)d;
-    }
-    if (n != 16)
+    if (!tuned__fp_parse(part[4], strlen(part[4]), &k.gpu_fp))
         return tuned__errf(e, TUNED_EINVAL, "key '%s': fingerprint '%s' is not 16 hex digits",
                            text, part[4]);
-    k.gpu_fp = fp;
     *out = k;
     return 0;
 }

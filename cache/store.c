@@ -32,6 +32,7 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 
+#include "src/common/hash.h"
 #include "cache/key.h"
 #include "cache/store_internal.h"
 #include "tuned.h"
@@ -343,22 +344,6 @@ int tuned__store_write(tuned__store *s, tuned__txn_fn fn, void *arg, tuned__err 
 
 /* ---- filters ---- */
 
-static int is_fingerprint(const char *s, uint64_t *fp)
-{
-    uint64_t v = 0;
-    size_t n = 0;
-    for (; s[n] != '\0'; n++) {
-        char c = s[n];
-        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
-                : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
-        if (d < 0 || n >= 16)
-            return 0;
-        v = (v << 4) | (uint64_t)d;
-    }
-    *fp = v;
-    return n == 16;
-}
-
 bool tuned__filter_match(const tuned__store_filter *f, const tuned__store_key *k,
                          const tuned__record *r)
 {
@@ -370,7 +355,7 @@ bool tuned__filter_match(const tuned__store_filter *f, const tuned__store_key *k
         return false;
     if (f->gpu != NULL && f->gpu[0] != '\0') {
         uint64_t fp;
-        if (is_fingerprint(f->gpu, &fp) && fp == k->gpu_fp)
+        if (tuned__fp_parse(f->gpu, strlen(f->gpu), &fp) && fp == k->gpu_fp)
             return true;
         return r != NULL && strcasestr(r->gpu_name, f->gpu) != NULL;
     }

@@ -21,6 +21,7 @@
 
 #include <jansson.h>
 
+#include "src/common/hash.h"
 #include "src/tuner/space.h"
 #include "tuned.h"
 
@@ -429,24 +430,10 @@ static int parse_gpu(const json_t *v, tuned__gpu_sel *g, tuned__proto_error *err
     return 0;
 }
 
-/* The value of hex digit c, or 16 for any other character. */
-static unsigned hex_value(char c)
-{
-    return c >= '0' && c <= '9'   ? (unsigned)(c - '0')
-           : c >= 'a' && c <= 'f' ? (unsigned)(c - 'a' + 10)
-           : c >= 'A' && c <= 'F' ? (unsigned)(c - 'A' + 10)
-                                  : 16;
-}
-
 void tuned__gpu_sel_from_text(const char *text, size_t n, tuned__gpu_sel *g)
 {
-    uint64_t fp = 0;
-    size_t digits = 0;
-    for (; n == 16 && digits < 16 && hex_value(text[digits]) < 16; digits++)
-        fp = fp << 4 | hex_value(text[digits]);
-    if (digits == 16) {
+    if (tuned__fp_parse(text, n, &g->fp)) {
         g->kind = TUNED__GPU_FP;
-        g->fp = fp;
         return;
     }
     g->kind = TUNED__GPU_NAME;
