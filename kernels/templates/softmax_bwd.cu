@@ -139,7 +139,7 @@ tuned_softmax_bwd_rows(const unsigned char *y, const unsigned char *dy, unsigned
     __shared__ float partial_sum[T_WARPS];
     __shared__ Mailbox box_sum;
 
-    open_mailboxes(box_sum, box_sum);
+    open_sum_mailbox(box_sum);
     const RowSlot slot = row_slot();
     /* As in softmax_rows.cu: threads past the last row take part in the
      * barriers only. */

@@ -3,7 +3,8 @@
  * the dtype's size and -inf, element conversions (one PTX cvt each; no
  * cuda_fp16.h, which keeps NVRTC compiles fast), the store with the
  * variant's cache hint, the cluster's distributed shared memory exchanges
- * (remote loads after a cluster barrier, or pushed into mailboxes),
+ * (remote loads after a cluster barrier, or pushed into mailboxes: a
+ * value or a (max, sum) pair per block, or a pair per warp),
  * the reduction operators and exp(x - max).
  *
  * Idea: one spelling of each primitive, so that a family's template reads
@@ -177,16 +178,23 @@ struct Mailbox {
     u64 bar;
 };
 
+/* Thread 0, at the start: the mailbox barrier bar expects `bytes` in one
+ * phase, from every block's sends (its own included). */
+__device__ __forceinline__ void mailbox_expect(u64 &bar_word, int bytes)
+{
+    if (threadIdx.x == 0) {
+        const u32 bar = smem_addr(&bar_word);
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" : : "r"(bar) : "memory");
+        asm volatile("{ .reg .b64 state; mbarrier.arrive.expect_tx.shared::cta.b64 state, [%0], %1; }"
+                     : : "r"(bar), "r"(bytes) : "memory");
+    }
+}
+
 /* Thread 0, at the start: the mailbox expects `values` floats from each
  * block (its own included), in one phase. */
 __device__ __forceinline__ void mailbox_init(Mailbox &box, int values)
 {
-    if (threadIdx.x == 0) {
-        const u32 bar = smem_addr(&box.bar);
-        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" : : "r"(bar) : "memory");
-        asm volatile("{ .reg .b64 state; mbarrier.arrive.expect_tx.shared::cta.b64 state, [%0], %1; }"
-                     : : "r"(bar), "r"(values * T_CLUSTER * 4) : "memory");
-    }
+    mailbox_expect(box.bar, values * T_CLUSTER * 4);
 }
 
 /* After mailbox_init: tells the cluster this block's mailboxes are set up.
@@ -199,6 +207,26 @@ __device__ __forceinline__ void mailboxes_ready()
     asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
 }
 
+/* Before a block's first send: every block of the cluster has set its
+ * mailboxes up (the other half of mailboxes_ready's relaxed arrive). */
+__device__ __forceinline__ void mailboxes_wait_ready()
+{
+    asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
+}
+
+/* Waits until every byte the mailbox barrier expects has landed in this
+ * block's shared memory (its one phase). */
+__device__ __forceinline__ void mailbox_wait(u64 &bar_word)
+{
+    const u32 bar = smem_addr(&bar_word);
+    u32 done;
+    do {
+        asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], 0; "
+                     "selp.u32 %0, 1, 0, p; }"
+                     : "=r"(done) : "r"(bar) : "memory");
+    } while (!done);
+}
+
 /* The exchange: threads 0 .. T_CLUSTER - 1 send this block's a (and b)
  * to block threadIdx.x; then every thread waits for all blocks' values.
  * first: the block's first exchange, which waits first for every block to
@@ -207,7 +235,7 @@ __device__ __forceinline__ void mailbox_exchange(Mailbox &box, float a, float b,
                                                  bool first)
 {
     if (first)
-        asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
+        mailboxes_wait_ready();
     if (threadIdx.x < T_CLUSTER) {
         const u32 rank = cluster_rank();
         u32 slot_a, slot_b, bar;
@@ -224,18 +252,51 @@ __device__ __forceinline__ void mailbox_exchange(Mailbox &box, float a, float b,
                          : : "r"(slot_b), "f"(b), "r"(bar) : "memory");
         }
     }
-    const u32 bar = smem_addr(&box.bar);
-    u32 done;
-    do {
-        asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], 0; "
-                     "selp.u32 %0, 1, 0, p; }"
-                     : "=r"(done) : "r"(bar) : "memory");
-    } while (!done);
+    mailbox_wait(box.bar);
+}
+
+/* A pair mailbox: the one-round (max, sum) exchange of the register-row
+ * kernels, one pair per warp. Every warp of every block pushes its pair
+ * into slot [rank * T_WARPS + warp] of every block's mailbox, so a block
+ * needs no barrier of its own between its warps' reductions and the
+ * cluster's: the mbarrier counts all T_CLUSTER * T_WARPS pairs in. */
+#define MAILBOX_PAIRS (T_CLUSTER * T_WARPS)
+struct PairMailbox {
+    alignas(8) float pair[MAILBOX_PAIRS][2];
+    u64 bar;
+};
+
+/* Thread 0, at the start: the pair mailbox expects every warp's pair. */
+__device__ __forceinline__ void pair_mailbox_init(PairMailbox &box)
+{
+    mailbox_expect(box.bar, MAILBOX_PAIRS * 8);
+}
+
+/* Lanes 0 .. T_CLUSTER - 1 of each warp send the warp's (m, s) to block
+ * lane, one 8-byte st.async each; then every thread waits for all pairs.
+ * It is the block's first exchange (it waits for the mailboxes to be set
+ * up), and its only one. */
+__device__ __forceinline__ void pair_mailbox_exchange(PairMailbox &box, float m, float s)
+{
+    mailboxes_wait_ready();
+    const unsigned lane = threadIdx.x % 32;
+    if (lane < T_CLUSTER) {
+        const unsigned slot = cluster_rank() * T_WARPS + threadIdx.x / 32;
+        u32 remote_slot, remote_bar;
+        asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
+                     : "=r"(remote_slot) : "r"(smem_addr(&box.pair[slot][0])), "r"(lane));
+        asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
+                     : "=r"(remote_bar) : "r"(smem_addr(&box.bar)), "r"(lane));
+        asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.f32 [%0], {%1, %2}, [%3];"
+                     : : "r"(remote_slot), "f"(m), "f"(s), "r"(remote_bar) : "memory");
+    }
+    mailbox_wait(box.bar);
 }
 
 #define CLUSTER_ATTRIBUTE __cluster_dims__(T_CLUSTER, 1, 1)
 #else
 struct Mailbox {};
+struct PairMailbox {};
 #define CLUSTER_ATTRIBUTE
 #endif
 

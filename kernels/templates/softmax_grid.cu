@@ -46,7 +46,9 @@ tuned_softmax_grid(const unsigned char *x, unsigned char *y, long long rows, int
     __shared__ float partial_sum[T_WARPS];
     __shared__ float exchange_max[1];
     __shared__ float exchange_sum[1];
-    Mailbox no_cluster; /* T_CLUSTER is 1: the grid's workspace joins the blocks */
+    /* T_CLUSTER is 1: the grid's workspace joins the blocks */
+    Mailbox no_cluster;
+    PairMailbox no_pairs;
 
     const RowSlot rs = row_slot();
     const int lane = rs.lane;
@@ -62,7 +64,7 @@ tuned_softmax_grid(const unsigned char *x, unsigned char *y, long long rows, int
     const float max = thread_max(h);
     float sum = exp_and_sum(h, max, ks);
     float row_max = max;
-    reduce_row(row_max, sum, partial_max, partial_sum, no_cluster, no_cluster, ks);
+    reduce_row(row_max, sum, partial_max, partial_sum, no_cluster, no_pairs, ks);
     grid_combine(row_max, sum, work, slot, arrival, exchange_max, exchange_sum, ks);
     const RowOut o = row_out(max, row_max, sum, scale, ks);
     store_row(p, lane, cols, active, [&](int it, int k) { return forward_value(h, it, k, o); });

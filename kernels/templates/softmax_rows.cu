@@ -7,7 +7,8 @@
  * blocks owns one row and runs the stages of softmax_rows_common.cu: load,
  * max, exp-and-sum, reduce, store. A cluster's blocks push their values
  * into each other's mailboxes in distributed shared memory (mbarriers
- * count the bytes in; no fenced cluster barrier, and none before exit).
+ * count the bytes in; no fenced cluster barrier, and none before exit);
+ * with T_FUSED each warp pushes its (max, sum) pair itself.
  * Rows cut over blocks of the grid (T_GRID > 1) are softmax_grid.cu's.
  *
  * Variants (codegen prepends the defines, then softmax_common.cu and
@@ -40,8 +41,9 @@ tuned_softmax_rows(const unsigned char *x, unsigned char *y, long long rows, int
     __shared__ float partial_max[T_WARPS];
     __shared__ float partial_sum[T_WARPS];
     __shared__ Mailbox box_max, box_sum;
+    __shared__ PairMailbox box_pairs;
 
-    open_mailboxes(box_max, box_sum);
+    open_mailboxes(box_max, box_sum, box_pairs);
     const RowSlot slot = row_slot();
     /* Threads past the last row still take part in the barriers. With one
      * row a block (or a cluster) the launch has exactly one block (group)
@@ -55,7 +57,7 @@ tuned_softmax_rows(const unsigned char *x, unsigned char *y, long long rows, int
     const float max = reduce_max(thread_max(h), partial_max, box_max);
     float sum = exp_and_sum(h, max, ks);
     float row_max = max;
-    reduce_row(row_max, sum, partial_max, partial_sum, box_max, box_sum, ks);
+    reduce_row(row_max, sum, partial_max, partial_sum, box_sum, box_pairs, ks);
     const RowOut o = row_out(max, row_max, sum, scale, ks);
     store_row(p, slot.lane, cols, active,
               [&](int it, int k) { return forward_value(h, it, k, o); });

@@ -13,12 +13,15 @@
  *                into a Held row part; -inf fills the slots past the row
  *   max          the thread's maximum (on packed pairs where it can be)
  *   exp-and-sum  exp(x - shift) summed, kept for the store where it can be
- *   reduce       over the row's threads: warp shuffles, shared memory across
- *                the group's warps, mailboxes in distributed shared memory
- *                across the cluster's blocks; either two rounds (the maximum before the
+ *   reduce       over the row's threads: warp shuffles (a warp's maximum in
+ *                one redux.sync), shared memory across the group's warps,
+ *                mailboxes in distributed shared memory across the
+ *                cluster's blocks; either two rounds (the maximum before the
  *                exps, then the sum) or, with T_FUSED, one round of (max, sum)
  *                pairs, each sum rescaled by exp(its max - the larger max)
- *                when pairs meet (online softmax): half the barriers
+ *                when pairs meet (online softmax): half the barriers; in a
+ *                cluster every warp sends its pair to every block, with no
+ *                barrier between the block's warps
  *   store        exp(x - max) / sum (T_LOG: x - max - log sum), a vector at
  *                a time
  * The forward kernels take a scale s > 0 and compute all of it on s x:
@@ -235,19 +238,46 @@ __device__ __forceinline__ float lanes_reduce(float v, Op op)
     return v;
 }
 
+/* The largest v of the warp's 32 lanes, in one redux.sync where five
+ * dependent shuffles were: floats map to signed integers in the same order
+ * (a negative float's magnitude bits flipped; the map is its own inverse),
+ * so the integer maximum is the float maximum. No NaN comes here: every
+ * maximum starts as fmaxf's (or max.f16x2's), which drop NaN. */
+__device__ __forceinline__ float warp_max(float v)
+{
+    const int b = __float_as_int(v);
+    int r;
+    asm("redux.sync.max.s32 %0, %1, 0xFFFFFFFF;" : "=r"(r) : "r"(b ^ ((b >> 31) & 0x7FFFFFFF)));
+    return __int_as_float(r ^ ((r >> 31) & 0x7FFFFFFF));
+}
+
+/* The maximum over aligned groups of WIDTH lanes; a whole warp's in one
+ * instruction (warp_max). */
+template <int WIDTH>
+__device__ __forceinline__ float lanes_reduce(float v, MaxOp op)
+{
+    if (WIDTH == 32)
+        return warp_max(v);
+#pragma unroll
+    for (int offset = WIDTH / 2; offset > 0; offset /= 2)
+        v = op(v, __shfl_xor_sync(0xFFFFFFFFu, v, offset));
+    return v;
+}
+
 /* (m, s) pairs, s a sum of exp(x - m), combined over aligned groups of
  * WIDTH lanes: the largest m, then each s rescaled to it (one exp per lane)
- * and summed. A pair with m = -inf (slots past the row, -inf or NaN only)
+ * and summed. WARP_COPIES: every group of the warp holds the same pairs
+ * (lane l holds pair l % WIDTH), so the warp's maximum is the group's. A pair with m = -inf (slots past the row, -inf or NaN only)
  * adds its s as it is: 0, or the NaN that makes the row NaN. Rescaled, it
  * would be 0 * exp(-inf - -inf) = NaN wherever the group's largest m is
  * -inf too, such as a warp entirely past the row's end (the GPU test
  * caught that: rows of 128256 on 16 blocks of 1024 threads came out NaN). */
-template <int WIDTH>
+template <int WIDTH, bool WARP_COPIES = false>
 __device__ __forceinline__ void lanes_combine(float &m, float &s, float ks)
 {
     if (WIDTH == 1)
         return;
-    const float largest = lanes_reduce<WIDTH>(m, MaxOp());
+    const float largest = WARP_COPIES ? warp_max(m) : lanes_reduce<WIDTH>(m, MaxOp());
     const float rescaled = m == NEG_INF ? s : s * exp_shifted(m, largest, ks);
     s = lanes_reduce<WIDTH>(rescaled, SumOp());
     m = largest;
@@ -290,56 +320,98 @@ __device__ __forceinline__ float row_reduce(float v, float *partial, Mailbox &bo
     return v;
 }
 
+#if T_CLUSTER > 1
+/* The row's (max, sum) from the MAILBOX_PAIRS warps' pairs in this block's
+ * pair mailbox: lane l folds pairs l, l + 32, ... (its largest m, then
+ * each s rescaled to it), or with fewer than 32 pairs holds pair l % n;
+ * then the warp combines. A pair with m = -inf adds its s as it is (see
+ * lanes_combine). */
+__device__ __forceinline__ void fold_pairs(const PairMailbox &box, float &m, float &s, float ks)
+{
+    const int lane = threadIdx.x % 32;
+#if MAILBOX_PAIRS >= 32
+    m = box.pair[lane][0];
+#pragma unroll
+    for (int j = 1; j < MAILBOX_PAIRS / 32; j++)
+        m = fmaxf(m, box.pair[lane + 32 * j][0]);
+    s = 0.0f;
+#pragma unroll
+    for (int j = 0; j < MAILBOX_PAIRS / 32; j++) {
+        const float pm = box.pair[lane + 32 * j][0], ps = box.pair[lane + 32 * j][1];
+        s += pm == NEG_INF ? ps : ps * exp_shifted(pm, m, ks);
+    }
+    lanes_combine<32>(m, s, ks);
+#else
+    m = box.pair[lane % MAILBOX_PAIRS][0];
+    s = box.pair[lane % MAILBOX_PAIRS][1];
+    lanes_combine<MAILBOX_PAIRS, true>(m, s, ks);
+#endif
+}
+#endif
+
 /* The one-round reduction: each thread's (max m, sum s of exp(x - m)) pair
  * combined over the row's threads, its warps and its cluster's blocks.
- * Every warp combines the partial pairs itself (lane l takes pair l), so
- * each level costs one barrier (or mailbox) and one exp per thread, and
- * every block of a cluster combines the same pairs in the same order. */
+ * With a cluster, every warp pushes its pair into every block's pair
+ * mailbox and each block folds all of them (fold_pairs): no barrier
+ * between the block's warps. Without one, the warps' pairs meet in shared
+ * memory, each warp combining them itself (lane l takes pair l). Each
+ * level costs one exp per thread, and every block of a cluster combines
+ * the same pairs in the same order. */
 __device__ __forceinline__ void row_combine(float &m, float &s, float *partial_m, float *partial_s,
-                                            Mailbox &box, float ks)
+                                            PairMailbox &box, float ks)
 {
     lanes_combine<(TPR < 32 ? TPR : 32)>(m, s, ks);
-#if TPR > 32
+#if T_CLUSTER > 1
+    (void)partial_m, (void)partial_s;
+    pair_mailbox_exchange(box, m, s);
+    fold_pairs(box, m, s, ks);
+#elif TPR > 32
+    (void)box;
     if (threadIdx.x % 32 == 0) {
         partial_m[threadIdx.x / 32] = m;
         partial_s[threadIdx.x / 32] = s;
     }
     __syncthreads();
     {
+        /* A warp lies in one row: its lanes hold copies of the row's pairs. */
         const int i = (threadIdx.x / TPR) * (TPR / 32) + (threadIdx.x % 32) % (TPR / 32);
         m = partial_m[i];
         s = partial_s[i];
-        lanes_combine<TPR / 32>(m, s, ks);
+        lanes_combine<TPR / 32, true>(m, s, ks);
     }
 #else
-    (void)partial_m, (void)partial_s;
-#endif
-#if T_CLUSTER > 1
-    mailbox_exchange(box, m, s, 2, true);
-    {
-        const int rank = (threadIdx.x % 32) % T_CLUSTER;
-        m = box.slot[0][rank];
-        s = box.slot[1][rank];
-        lanes_combine<T_CLUSTER>(m, s, ks);
-    }
-#else
-    (void)box;
+    (void)partial_m, (void)partial_s, (void)box;
 #endif
 }
 
-/* Sets up the mailboxes of a cluster's reductions at the kernel's start:
- * a backward kernel's one sum, a forward kernel's (max, sum) pairs in one
- * round (T_FUSED), else its maximum and then its sum. Nothing without a
- * cluster. */
-__device__ __forceinline__ void open_mailboxes(Mailbox &first, Mailbox &second)
+/* Sets up the mailboxes of a forward kernel's cluster reductions at its
+ * start: the pair mailbox (T_FUSED: (max, sum) pairs in one round), else
+ * one for the maximum and one for the sum. Nothing without a cluster. */
+__device__ __forceinline__ void open_mailboxes(Mailbox &box_max, Mailbox &box_sum,
+                                               PairMailbox &box_pairs)
 {
 #if T_CLUSTER > 1
-    mailbox_init(first, T_FUSED ? 2 : 1);
-    if (!T_FUSED && !T_BWD)
-        mailbox_init(second, 1);
+    if (T_FUSED) {
+        pair_mailbox_init(box_pairs);
+    } else {
+        mailbox_init(box_max, 1);
+        mailbox_init(box_sum, 1);
+    }
     mailboxes_ready();
 #else
-    (void)first, (void)second;
+    (void)box_max, (void)box_sum, (void)box_pairs;
+#endif
+}
+
+/* The backward kernels' one mailbox, for the sum; nothing without a
+ * cluster. */
+__device__ __forceinline__ void open_sum_mailbox(Mailbox &box_sum)
+{
+#if T_CLUSTER > 1
+    mailbox_init(box_sum, 1);
+    mailboxes_ready();
+#else
+    (void)box_sum;
 #endif
 }
 
@@ -596,14 +668,14 @@ __device__ __forceinline__ float exp_and_sum(Held &h, float max, float ks)
  * T_FUSED one round of pairs, else the second round, the sums (row_max is
  * already the row's). */
 __device__ __forceinline__ void reduce_row(float &row_max, float &sum, float *partial_max,
-                                           float *partial_sum, Mailbox &box_max,
-                                           Mailbox &box_sum, float ks)
+                                           float *partial_sum, Mailbox &box_sum,
+                                           PairMailbox &box_pairs, float ks)
 {
 #if T_FUSED
     (void)box_sum;
-    row_combine(row_max, sum, partial_max, partial_sum, box_max, ks);
+    row_combine(row_max, sum, partial_max, partial_sum, box_pairs, ks);
 #else
-    (void)row_max, (void)partial_max, (void)box_max, (void)ks;
+    (void)row_max, (void)partial_max, (void)box_pairs, (void)ks;
     sum = row_reduce(sum, partial_sum, box_sum, false, SumOp());
 #endif
 }
