@@ -367,6 +367,19 @@ def gpu_cover(us):
 _cuda_driver = None
 
 
+def cuda_driver():
+    """libcuda, loaded once (ctypes; every function returns a CUresult)."""
+    global _cuda_driver
+    if _cuda_driver is None:
+        _cuda_driver = ctypes.CDLL("libcuda.so.1")
+    return _cuda_driver
+
+
+def check_cu(rc, what):
+    if rc != 0:
+        raise RuntimeError(f"{what}: CUDA error {rc}")
+
+
 def reset_l2_priority():
     """Every L2 line back to normal eviction priority, after the GPU is idle.
 
@@ -375,30 +388,100 @@ def reset_l2_priority():
     twice the L2: on the H200 the repeats of a 4 MB softmax then read their
     input from L2, 15% faster, and so did every method timed after it on the
     same input (bench/results/2026-11-21-h200-evict/)."""
-    global _cuda_driver
     import torch
 
-    if _cuda_driver is None:
-        _cuda_driver = ctypes.CDLL("libcuda.so.1")
     torch.cuda.synchronize()
-    rc = _cuda_driver.cuCtxResetPersistingL2Cache()
-    if rc != 0:
-        raise RuntimeError(f"cuCtxResetPersistingL2Cache: CUDA error {rc}")
+    check_cu(cuda_driver().cuCtxResetPersistingL2Cache(), "cuCtxResetPersistingL2Cache")
 
 
-def time_us(fn, flush, reset_l2=True):
+class HostGate:
+    """Holds the current stream at a point until the host opens the gate
+    (cuStreamWaitValue32 on a word of mapped host memory), as nvbench's
+    blocking kernel does, so that everything the host enqueues before it
+    opens (start event, call, end event) runs back to back on the GPU
+    however long the host took to enqueue it.
+
+    A call that waits for the GPU itself would wait for ever behind a closed
+    gate: a watchdog thread opens any gate left closed for WATCHDOG_S and
+    counts it in `forced`, and time_us then times that method ungated."""
+
+    WATCHDOG_S = 1.0
+
+    def __init__(self):
+        import threading
+
+        drv = cuda_driver()
+        host = ctypes.c_void_p()
+        check_cu(drv.cuMemHostAlloc(ctypes.byref(host), ctypes.c_size_t(4), 0x02),
+                 "cuMemHostAlloc (device-mapped)")
+        dev = ctypes.c_uint64()
+        check_cu(drv.cuMemHostGetDevicePointer_v2(ctypes.byref(dev), host, 0),
+                 "cuMemHostGetDevicePointer")
+        self._word = ctypes.c_uint32.from_address(host.value)
+        self._word.value = 0
+        self._dev = dev.value
+        self._wait = getattr(drv, "cuStreamWaitValue32_v2", None) or drv.cuStreamWaitValue32
+        self._wait.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint32, ctypes.c_uint]
+        self._value = 0
+        self._closed_at = None
+        self._lock = threading.Lock()
+        self.forced = 0
+        threading.Thread(target=self._watch, daemon=True).start()
+
+    def close(self):
+        """Enqueues, on the current stream, a wait for the gate's next value
+        (CU_STREAM_WAIT_VALUE_GEQ)."""
+        import torch
+
+        with self._lock:
+            self._value = (self._value + 1) & 0xFFFFFFFF
+            self._closed_at = time.monotonic()
+        check_cu(self._wait(torch.cuda.current_stream().cuda_stream, self._dev, self._value, 0),
+                 "cuStreamWaitValue32")
+
+    def open(self):
+        with self._lock:
+            self._word.value = self._value
+            self._closed_at = None
+
+    def _watch(self):
+        while True:
+            time.sleep(self.WATCHDOG_S / 4)
+            with self._lock:
+                if self._closed_at is not None and \
+                        time.monotonic() - self._closed_at > self.WATCHDOG_S:
+                    self._word.value = self._value
+                    self._closed_at = None
+                    self.forced += 1
+
+
+_gate = None
+
+
+def host_gate():
+    global _gate
+    if _gate is None:
+        _gate = HostGate()
+    return _gate
+
+
+def time_us(fn, flush, reset_l2=True, gated=True):
     """Median microseconds of fn with the L2 flushed before each repeat
     (reset_l2: every line's eviction priority reset first, see
     reset_l2_priority; probe_evict.py turns it off to show why).
 
-    The GPU spins for 100 us between the flush and the start event, so that
-    the host has enqueued the start event, the call and the end event before
-    the GPU reaches them: the events then time the GPU's work alone. Without
-    it a call whose host side outlasts the flush (Python launchers take 5 to
-    25 us) had its host time counted, and the tiny shapes' ranking followed
-    the launchers' host costs: the H100 probe of 2026-11-21 timed Triton's
-    kernel at 9.1 us and tuned's at 3.9 us on 32x128, where ncu gives both
-    3.1 us."""
+    The GPU spins for 100 us between the flush and the start event (the
+    pause after a flush that the evaluator makes too), then waits at a
+    closed HostGate that the host opens only after it has enqueued the start
+    event, the call and the end event: the events then time the GPU's work
+    alone. Without the spin a call whose host side outlasts the flush
+    (Python launchers take 5 to 25 us) had its host time counted: the H100
+    probe of 2026-11-21 timed Triton's kernel at 9.1 us and tuned's at 3.9 us
+    on 32x128, where ncu gives both 3.1 us. Without the gate a host stall
+    of more than the spin did the same: a whole round of 200 repeats of a
+    6 us backward timed at 134 us on the H100 on 2026-11-24, torch.compile's
+    rounds too, each slot at a time. gated=False (or a call that waits for
+    the GPU, found by the gate's watchdog) times with the spin alone."""
     import torch
 
     for _ in range(3):
@@ -409,6 +492,8 @@ def time_us(fn, flush, reset_l2=True):
     torch.cuda.synchronize()
     guess = max(time.perf_counter() - t0, 1e-6)
     reps = int(min(200, max(10, 0.4 / (guess + 50e-6))))
+    gate = host_gate() if gated else None
+    forced = gate.forced if gate else 0
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     for i in range(reps):
@@ -416,10 +501,18 @@ def time_us(fn, flush, reset_l2=True):
             reset_l2_priority()
         flush.zero_()
         gpu_cover(100)
+        if gate:
+            gate.close()
         starts[i].record()
         fn()
         ends[i].record()
+        if gate:
+            gate.open()
+            if gate.forced != forced:
+                break
     torch.cuda.synchronize()
+    if gate and gate.forced != forced:
+        return time_us(fn, flush, reset_l2, gated=False)
     times = sorted(s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends))
     return statistics.median(times), reps
 
