@@ -256,11 +256,18 @@ __device__ __forceinline__ void mailbox_exchange(Mailbox &box, float a, float b,
 }
 
 /* A pair mailbox: the one-round (max, sum) exchange of the register-row
- * kernels, one pair per warp. Every warp of every block pushes its pair
- * into slot [rank * T_WARPS + warp] of every block's mailbox, so a block
- * needs no barrier of its own between its warps' reductions and the
- * cluster's: the mbarrier counts all T_CLUSTER * T_WARPS pairs in. */
-#define MAILBOX_PAIRS (T_CLUSTER * T_WARPS)
+ * kernels. With WARP_SENDS every warp of every block pushes its pair into
+ * slot [rank * T_WARPS + warp] of every block's mailbox, so a block needs
+ * no barrier of its own between its warps' reductions and the cluster's;
+ * otherwise the block combines its warps' pairs first and pushes one, into
+ * slot [rank]. The mbarrier counts all MAILBOX_PAIRS pairs in.
+ * Per-warp sends, measured on the H100 against one send a block
+ * (bench/ab-probe.sh): 0.1 to 0.4 us faster while a cluster's blocks
+ * send at most 2048 pairs between them (T_CLUSTER^2 * T_WARPS), 0.1 to
+ * 0.3 us slower at 4096 and 0.6 to 2.9 us slower at 8192, where each
+ * block takes 256 or 512 pairs in. */
+#define WARP_SENDS (T_CLUSTER * T_CLUSTER * T_WARPS <= 2048)
+#define MAILBOX_PAIRS (WARP_SENDS ? T_CLUSTER * T_WARPS : T_CLUSTER)
 struct PairMailbox {
     alignas(8) float pair[MAILBOX_PAIRS][2];
     u64 bar;
@@ -272,16 +279,18 @@ __device__ __forceinline__ void pair_mailbox_init(PairMailbox &box)
     mailbox_expect(box.bar, MAILBOX_PAIRS * 8);
 }
 
-/* Lanes 0 .. T_CLUSTER - 1 of each warp send the warp's (m, s) to block
- * lane, one 8-byte st.async each; then every thread waits for all pairs.
- * It is the block's first exchange (it waits for the mailboxes to be set
- * up), and its only one. */
+/* Lanes 0 .. T_CLUSTER - 1 of each warp (WARP_SENDS; else of the first
+ * warp) send the warp's (or the block's) (m, s) to block lane, one 8-byte
+ * st.async each; then every thread waits for all pairs. It is the block's
+ * first exchange (it waits for the mailboxes to be set up), and its only
+ * one. */
 __device__ __forceinline__ void pair_mailbox_exchange(PairMailbox &box, float m, float s)
 {
     mailboxes_wait_ready();
     const unsigned lane = threadIdx.x % 32;
-    if (lane < T_CLUSTER) {
-        const unsigned slot = cluster_rank() * T_WARPS + threadIdx.x / 32;
+    if (lane < T_CLUSTER && (WARP_SENDS || threadIdx.x < 32)) {
+        const unsigned slot = WARP_SENDS ? cluster_rank() * T_WARPS + threadIdx.x / 32
+                                         : cluster_rank();
         u32 remote_slot, remote_bar;
         asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
                      : "=r"(remote_slot) : "r"(smem_addr(&box.pair[slot][0])), "r"(lane));
@@ -297,6 +306,7 @@ __device__ __forceinline__ void pair_mailbox_exchange(PairMailbox &box, float m,
 #else
 struct Mailbox {};
 struct PairMailbox {};
+#define WARP_SENDS 0
 #define CLUSTER_ATTRIBUTE
 #endif
 

@@ -8,7 +8,8 @@
  * max, exp-and-sum, reduce, store. A cluster's blocks push their values
  * into each other's mailboxes in distributed shared memory (mbarriers
  * count the bytes in; no fenced cluster barrier, and none before exit);
- * with T_FUSED each warp pushes its (max, sum) pair itself.
+ * with T_FUSED in a small cluster each warp pushes its (max, sum) pair
+ * itself.
  * Rows cut over blocks of the grid (T_GRID > 1) are softmax_grid.cu's.
  *
  * Variants (codegen prepends the defines, then softmax_common.cu and

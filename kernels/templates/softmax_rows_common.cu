@@ -20,8 +20,8 @@
  *                exps, then the sum) or, with T_FUSED, one round of (max, sum)
  *                pairs, each sum rescaled by exp(its max - the larger max)
  *                when pairs meet (online softmax): half the barriers; in a
- *                cluster every warp sends its pair to every block, with no
- *                barrier between the block's warps
+ *                small cluster every warp sends its pair to every block,
+ *                with no barrier between the block's warps (WARP_SENDS)
  *   store        exp(x - max) / sum (T_LOG: x - max - log sum), a vector at
  *                a time
  * The forward kernels take a scale s > 0 and compute all of it on s x:
@@ -321,8 +321,8 @@ __device__ __forceinline__ float row_reduce(float v, float *partial, Mailbox &bo
 }
 
 #if T_CLUSTER > 1
-/* The row's (max, sum) from the MAILBOX_PAIRS warps' pairs in this block's
- * pair mailbox: lane l folds pairs l, l + 32, ... (its largest m, then
+/* The row's (max, sum) from the MAILBOX_PAIRS pairs (of the warps, or of
+ * the blocks) in this block's pair mailbox: lane l folds pairs l, l + 32, ... (its largest m, then
  * each s rescaled to it), or with fewer than 32 pairs holds pair l % n;
  * then the warp combines. A pair with m = -inf adds its s as it is (see
  * lanes_combine). */
@@ -351,22 +351,17 @@ __device__ __forceinline__ void fold_pairs(const PairMailbox &box, float &m, flo
 
 /* The one-round reduction: each thread's (max m, sum s of exp(x - m)) pair
  * combined over the row's threads, its warps and its cluster's blocks.
- * With a cluster, every warp pushes its pair into every block's pair
- * mailbox and each block folds all of them (fold_pairs): no barrier
- * between the block's warps. Without one, the warps' pairs meet in shared
- * memory, each warp combining them itself (lane l takes pair l). Each
- * level costs one exp per thread, and every block of a cluster combines
- * the same pairs in the same order. */
+ * The warps' pairs meet in shared memory, each warp combining them itself
+ * (lane l takes pair l), unless every warp sends its pair to the cluster's
+ * blocks itself (WARP_SENDS): then each block folds all of them
+ * (fold_pairs), with no barrier between the block's warps. Each level
+ * costs one exp per thread, and every block of a cluster combines the
+ * same pairs in the same order. */
 __device__ __forceinline__ void row_combine(float &m, float &s, float *partial_m, float *partial_s,
                                             PairMailbox &box, float ks)
 {
     lanes_combine<(TPR < 32 ? TPR : 32)>(m, s, ks);
-#if T_CLUSTER > 1
-    (void)partial_m, (void)partial_s;
-    pair_mailbox_exchange(box, m, s);
-    fold_pairs(box, m, s, ks);
-#elif TPR > 32
-    (void)box;
+#if TPR > 32 && !WARP_SENDS
     if (threadIdx.x % 32 == 0) {
         partial_m[threadIdx.x / 32] = m;
         partial_s[threadIdx.x / 32] = s;
@@ -380,7 +375,13 @@ __device__ __forceinline__ void row_combine(float &m, float &s, float *partial_m
         lanes_combine<TPR / 32, true>(m, s, ks);
     }
 #else
-    (void)partial_m, (void)partial_s, (void)box;
+    (void)partial_m, (void)partial_s;
+#endif
+#if T_CLUSTER > 1
+    pair_mailbox_exchange(box, m, s);
+    fold_pairs(box, m, s, ks);
+#else
+    (void)box;
 #endif
 }
 
