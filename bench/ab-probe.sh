@@ -51,7 +51,7 @@ for line in open(f"{out}/ab-probe.txt"):
     if m:
         cur = m.groups()
         continue
-    m = re.match(r"\S+\s+(copy \(at open\)|\S+)\s+([0-9.]+)", line)
+    m = re.match(r"[0-9.]+s?\s+(copy \(at open\)|\S+)\s+([0-9.]+)", line)
     if cur and m:
         build, shape, dtype = cur
         rows.setdefault((shape, dtype, m.group(1)), {}).setdefault(build, []).append(float(m.group(2)))
