@@ -512,6 +512,8 @@ def time_us(fn, flush, reset_l2=True, gated=True):
                 break
     torch.cuda.synchronize()
     if gate and gate.forced != forced:
+        print(f"time_us: {getattr(fn, '__name__', 'a call')} waited for the GPU behind the "
+              "host gate; timed without it", file=sys.stderr, flush=True)
         return time_us(fn, flush, reset_l2, gated=False)
     times = sorted(s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends))
     return statistics.median(times), reps
