@@ -107,13 +107,14 @@ int main(int argc, char **argv)
         fprintf(stderr, "probe_settle: %s\n", e.msg);
         goto out;
     }
+    const char *unaligned_code = getenv("PROBE_UNALIGNED_CODE");
+    const bool unaligned = unaligned_code != NULL && strcmp(unaligned_code, "1") == 0;
     for (int s = 0; s < nsettle; s++) {
         tuned__eval_opts o;
         tuned__eval_opts_default(&o);
         o.settle_us = settle[s];
         o.serial = serial[s];
-        const char *unaligned_code = getenv("PROBE_UNALIGNED_CODE");
-        o.codegen.unaligned = unaligned_code != NULL && strcmp(unaligned_code, "1") == 0;
+        o.codegen.unaligned = unaligned;
         if (tuned__evaluator_open(&ev[s], d, n, &gpu, &shape, &o, &e) != 0) {
             fprintf(stderr, "probe_settle: pause %g µs: %s\n", settle[s], e.msg);
             goto out;

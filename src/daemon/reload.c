@@ -40,7 +40,7 @@
 typedef struct tuned__rebuild {
     tuned__bg_work w;
     tuned__daemon *d;
-    tuned__index *ix;     /* built on the pool */
+    tuned__index *ix;     /* built on the background thread */
     uint64_t writes;      /* the jobs' writes counted before the snapshot */
     uint64_t gen, txnid;  /* read before the snapshot */
     uint64_t t0_ms;
