@@ -13,30 +13,60 @@
 # Then the new build's gpu-correctness test. Writes OUT/ab-probe.txt,
 # OUT/ab.md (the median of each variant's 6 rounds per build) and
 # OUT/gpu-tests.log.
+# OLD_TEMPLATES written --twin=SED compares variants of this tree instead:
+# "old" runs the list's configs, "new" the same configs rewritten by the
+# sed expression SED (e.g. --twin=s/red=fused/red=online/), one build; the
+# table names each variant by its old text.
 set -u
 out=${OUT:?run on the GPU machine, with OUT set}
 old_templates=${1:?usage: bench/ab-probe.sh OLD_TEMPLATES [LIST]}
 list=${2:-bench/ab-decode.list}
 # shellcheck source=bench/probe-env.sh
 source bench/probe-env.sh >/dev/null
+# Renames each twin config in probe_settle's output back to its old text,
+# so that the table pairs them: $1 the old configs, $2 the twins.
+paste_names() {
+    local -a from to
+    read -r -a from <<<"$1"
+    read -r -a to <<<"$2"
+    local expr="" i
+    for i in "${!to[@]}"; do
+        expr+="s|${to[$i]}|${from[$i]}|g;"
+    done
+    sed "$expr"
+}
 old=/tmp/ab-old
-rm -rf "$old"
-mkdir -p "$old"
-tar --exclude=./build --exclude=./.debs --exclude=./.whlA --exclude=./.whlB -cf - . | tar -xf - -C "$old"
-cp "$old_templates"/*.cu "$old/kernels/templates/"
-(cd "$old" && meson setup build --buildtype=debugoptimized -Dtest_hooks=true >"$out/build-old.log" 2>&1 && ninja -C build bench/probe_settle \
-    >>"$out/build-old.log" 2>&1) || { tail -n 20 "$out/build-old.log"; exit 1; }
-for t in "$old"/kernels/templates/*.cu; do
-    cmp -s "$t" "kernels/templates/$(basename "$t")" || echo "differs: $(basename "$t")"
-done >"$out/ab-probe.txt"
+twin=""
+if [[ "$old_templates" == --twin=* ]]; then
+    twin=${old_templates#--twin=}
+    old=.
+    echo "twins: $twin" >"$out/ab-probe.txt"
+else
+    rm -rf "$old"
+    mkdir -p "$old"
+    tar --exclude=./build --exclude=./.debs --exclude=./.whlA --exclude=./.whlB -cf - . | tar -xf - -C "$old"
+    cp "$old_templates"/*.cu "$old/kernels/templates/"
+    (cd "$old" && meson setup build --buildtype=debugoptimized -Dtest_hooks=true >"$out/build-old.log" 2>&1 && ninja -C build bench/probe_settle \
+        >>"$out/build-old.log" 2>&1) || { tail -n 20 "$out/build-old.log"; exit 1; }
+    for t in "$old"/kernels/templates/*.cu; do
+        cmp -s "$t" "kernels/templates/$(basename "$t")" || echo "differs: $(basename "$t")"
+    done >"$out/ab-probe.txt"
+fi
 while read -r shape dtype configs; do
     [[ -z "$shape" || "$shape" == \#* ]] && continue
     for build in old new old new; do
         bin=build/bench/probe_settle
         [[ "$build" == old ]] && bin="$old/build/bench/probe_settle"
+        run=$configs
+        [[ -n "$twin" && "$build" == new ]] && run=$(sed "$twin" <<<"$configs")
         echo "== $build $shape $dtype"
-        # shellcheck disable=SC2086 # configs are words
-        "$bin" "$shape" "$dtype" 100 $configs 2>&1
+        if [[ -n "$twin" && "$build" == new ]]; then
+            # shellcheck disable=SC2086 # configs are words
+            "$bin" "$shape" "$dtype" 100 $run 2>&1 | paste_names "$configs" "$run"
+        else
+            # shellcheck disable=SC2086 # configs are words
+            "$bin" "$shape" "$dtype" 100 $run 2>&1
+        fi
     done
 done <"$list" >>"$out/ab-probe.txt"
 timeout 300 meson test -C build gpu-correctness >/dev/null 2>&1
