@@ -79,7 +79,7 @@ static void check_rows_ptx(const tuned__config *c, const tuned__shape *s, const 
         size_t arrives = count(ptx, "barrier.cluster.arrive");
         size_t relaxed = count(ptx, "barrier.cluster.arrive.relaxed");
         size_t inits = count(ptx, "mbarrier.init");
-        size_t want = tuned__config_pairs(c) || backward ? 1 : 2;
+        size_t want = c->red == TUNED__RED_FUSED || backward ? 1 : 2;
         EXPECT(arrives == 1 && relaxed == 1, "%s: %zu cluster arrivals (%zu relaxed), want 1",
                name, arrives, relaxed);
         EXPECT(inits == want, "%s: %zu mailboxes, want %zu", name, inits, want);
@@ -189,62 +189,6 @@ static void check_variant(const tuned__nvrtc *n, const tuned__config *c, const t
     check_variant_opts(n, c, s, NULL);
 }
 
-/* The exps in c's PTX for s; SIZE_MAX where it does not compile. */
-static size_t exps_in_ptx(const tuned__nvrtc *n, const tuned__config *c, const tuned__shape *s)
-{
-    char name[TUNED__CONFIG_TEXT], *src = NULL;
-    tuned__config_format(c, name, sizeof name);
-    tuned__err e = {0};
-    tuned__blob ptx = {0};
-    size_t exps = SIZE_MAX;
-    if (tuned__source_softmax(c, s, NULL, &src, &e) == 0 &&
-        tuned__nvrtc_compile(n, src, name, 90, TUNED__NVRTC_PTX, &ptx, &e) == 0)
-        exps = count(ptx.data, "ex2.approx");
-    else
-        EXPECT(0, "%s: %s", name, e.msg);
-    tuned__blob_free(&ptx);
-    free(src);
-    return exps;
-}
-
-/* red=online takes a thread's vectors in groups, each with its own
- * shift: the same exps as red=fused plus one a group (its scale), in every
- * register mode, in a cluster and a grid split, for log_softmax too; four
- * groups of four vectors at 16 a thread, two of one at 2, three of two at
- * 5. */
-static size_t online_groups(const tuned__nvrtc *n)
-{
-    static const struct {
-        unsigned kernel;
-        tuned_dtype dtype;
-        uint64_t cols;
-        const char *config;
-        size_t groups;
-    } cases[] = {
-        {TUNED__KERNEL_SOFTMAX, TUNED_FP32, 262144, "w16.r1.c16.m1.v4.ld=def.st=def.reg=f32.red=fused", 4},
-        {TUNED__KERNEL_SOFTMAX, TUNED_FP16, 262144, "w8.r1.c16.m4.v4.ld=def.st=def.reg=ex.red=fused", 4},
-        {TUNED__KERNEL_SOFTMAX, TUNED_BF16, 262144, "w8.r1.c16.m4.v4.ld=def.st=def.reg=pk.red=fused", 4},
-        {TUNED__KERNEL_SOFTMAX, TUNED_FP16, 262144, "w16.r1.c1.m2.v8.ld=cs.st=def.reg=ex.red=fused.g32", 2},
-        {TUNED__KERNEL_LOG_SOFTMAX, TUNED_FP32, 5120, "w8.r1.c1.m1.v4.ld=def.st=def.reg=f32.red=fused", 3},
-    };
-    size_t checked = 0;
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        tuned__config fused, online;
-        tuned__err e = {0};
-        tuned__shape s = {cases[i].dtype, 8, cases[i].cols, (uint8_t)cases[i].kernel};
-        EXPECT(tuned__config_parse(cases[i].config, &fused, &e) == 0, "%s", e.msg);
-        online = fused;
-        online.red = TUNED__RED_ONLINE;
-        size_t a = exps_in_ptx(n, &fused, &s), b = exps_in_ptx(n, &online, &s);
-        EXPECT(a != SIZE_MAX && b == a + cases[i].groups,
-               "%s: %zu exps fused, %zu online, want %zu more", cases[i].config, a, b,
-               cases[i].groups);
-        check_variant(n, &online, &s);
-        checked++;
-    }
-    return checked;
-}
-
 int main(void)
 {
     tuned__err e = {0};
@@ -282,7 +226,7 @@ int main(void)
                     tuned__space_random(&sp, &rng, &c);
                 clusters += c.cluster > 1;
                 splits += c.grid > 1;
-                fused += tuned__config_pairs(&c);
+                fused += c.red == TUNED__RED_FUSED;
                 staged += c.family == TUNED__FAMILY_TMA;
                 check_variant(n, &c, &s);
                 compiled++;
@@ -517,10 +461,7 @@ int main(void)
                                    .red = TUNED__RED_FUSED, .grid = 4};
     EXPECT(tuned__source_softmax(&split_cluster, &long_rows, NULL, &src, &e) == TUNED_EINVAL,
            "a grid split of clusters accepted");
-    size_t online = online_groups(n);
-    compiled += online;
     tuned__nvrtc_unload(n);
-    printf("%zu online variants against their fused twins\n", online);
     printf("%zu variants (%zu softmax, %zu softmax_bwd, %zu log_softmax, %zu log_softmax_bwd; "
            "%zu with clusters, %zu tma, %zu one-round, %zu grid splits) compiled for sm_80 and "
            "sm_90, PTX checked; %d failures\n",

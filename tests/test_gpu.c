@@ -176,15 +176,6 @@ int main(void)
             tuned__rng rng = {42 + (uint64_t)dt * 1000 + i};
             for (size_t k = 0; k < (size_t)per_shape; k++)
                 tuned__space_random(&sp, &rng, &cfgs[n++]);
-            /* The online twin of the first seed of one-round pairs. */
-            for (size_t k = 0; k < n; k++)
-                if (cfgs[k].red == TUNED__RED_FUSED) {
-                    tuned__config twin = cfgs[k];
-                    twin.red = TUNED__RED_ONLINE;
-                    if (tuned__space_valid(&sp, &twin, NULL, 0))
-                        cfgs[n++] = twin;
-                    break;
-                }
             /* The unaligned run below takes the first three: one of them
              * streamed through shared memory where that family applies. */
             for (size_t k = 3; k < n; k++)

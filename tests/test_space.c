@@ -29,19 +29,6 @@ static void text_round_trip(void)
            "red=split: %s", e.msg);
     tuned__config_format(&c, red_text, sizeof red_text);
     EXPECT(strcmp(red_text, "w8.r1.c4.m2.v8.ld=el.st=def.reg=pk") == 0, "formatted %s", red_text);
-    /* red=online: pairs, a thread's own part in groups. */
-    EXPECT(tuned__config_parse("w8.r1.c16.m4.v4.ld=def.st=def.reg=ex.red=online", &c, &e) == 0 &&
-               c.red == TUNED__RED_ONLINE && tuned__config_pairs(&c),
-           "red=online: %s", e.msg);
-    tuned__config_format(&c, red_text, sizeof red_text);
-    EXPECT(strcmp(red_text, "w8.r1.c16.m4.v4.ld=def.st=def.reg=ex.red=online") == 0,
-           "formatted %s", red_text);
-    char online_why[160] = "";
-    tuned__shape online_bwd = {TUNED_FP16, 1, 262144, TUNED__KERNEL_SOFTMAX_BWD};
-    c.reg = TUNED__REG_F32;
-    EXPECT(!tuned__config_check(&c, &online_bwd, 90, 132, online_why, sizeof online_why) &&
-               strstr(online_why, "red=online") != NULL,
-           "red=online for softmax_bwd: '%s'", online_why);
     /* A row split over the grid is a tenth field, after red=fused. */
     EXPECT(tuned__config_parse("w8.r1.c1.m1.v8.ld=def.st=cs.reg=pk.red=fused.g128", &c, &e) == 0 &&
                c.grid == 128 && c.red == TUNED__RED_FUSED && c.st == TUNED__ST_CS,
@@ -266,7 +253,7 @@ static void grid_split(void)
             continue;
         splits++;
         EXPECT(c->grid <= 132u * c->minb && c->cluster == 1 && c->rows == 1 &&
-                   tuned__config_pairs(c),
+                   c->red == TUNED__RED_FUSED,
                "invalid split w%u.g%u.m%u", c->warps, c->grid, c->minb);
     }
     EXPECT(splits > 0, "no grid splits for 1x262144");
@@ -342,40 +329,6 @@ static void grid_split(void)
 /* tuned__config_check is the one rule of validity: the parser, codegen
  * (for any GPU: arch and sms 0) and the space apply it; the space adds
  * only what the search leaves out on purpose. */
-/* red=online in the space: in clusters and grid splits of the forward
- * kernels, never where a thread holds one vector (it would repeat
- * red=fused). */
-static void online_space(void)
-{
-    tuned__err e = {0};
-    tuned__space sp;
-    tuned__shape s = {TUNED_FP16, 1, 262144, TUNED__KERNEL_SOFTMAX};
-    EXPECT(tuned__space_init(&sp, &s, 90, 132, &e) == 0, "%s", e.msg);
-    size_t in_clusters = 0, in_splits = 0;
-    for (size_t i = 0; i < sp.count; i++) {
-        const tuned__config *c = &sp.valid[i];
-        in_clusters += c->red == TUNED__RED_ONLINE && c->cluster > 1;
-        in_splits += c->red == TUNED__RED_ONLINE && c->grid > 1;
-        EXPECT(c->red != TUNED__RED_ONLINE ||
-                   tuned__config_iters(c, s.cols, tuned__config_head_free(c, s.cols)) >= 2,
-               "an online variant with one vector a thread");
-    }
-    EXPECT(in_clusters > 0 && in_splits > 0, "online variants: %zu in clusters, %zu in splits",
-           in_clusters, in_splits);
-    tuned__config one;
-    char why[160] = "";
-    EXPECT(tuned__config_parse("w8.r1.c16.m2.v8.ld=def.st=def.reg=f32.red=online", &one, &e) == 0,
-           "%s", e.msg);
-    tuned__shape short_row = {TUNED_FP16, 1, 32768, TUNED__KERNEL_SOFTMAX};
-    tuned__space_free(&sp);
-    EXPECT(tuned__space_init(&sp, &short_row, 90, 132, &e) == 0, "%s", e.msg);
-    EXPECT(!tuned__space_valid(&sp, &one, why, sizeof why) && strstr(why, "repeats") != NULL,
-           "online with one vector a thread: '%s'", why);
-    one.red = TUNED__RED_FUSED;
-    EXPECT(tuned__space_valid(&sp, &one, why, sizeof why), "its fused twin: %s", why);
-    tuned__space_free(&sp);
-}
-
 static void one_rule(void)
 {
     tuned__err e = {0};
@@ -555,54 +508,54 @@ static void fingerprints(void)
         space_print want;
     } cases[] = {
         {{TUNED_FP16, 4096, 32000, TUNED__KERNEL_SOFTMAX}, 90, 132,
-         {11058, 0x5657a347f9daf55eull, 0xbaf6a70e003cf359ull,
-          0xb94f089a5859a196ull, 0xcde66c2d74265042ull}},
+         {7620, 0xfaeb365839a27f13ull, 0xbaf6a70e003cf359ull,
+          0x6082b5543e5c7f19ull, 0xd9e42a9144c524a2ull}},
         {{TUNED_FP32, 32, 128, TUNED__KERNEL_SOFTMAX}, 90, 132,
-         {3996, 0x2a53313be8356379ull, 0x1ff9f892fb240a31ull,
-          0x2160ba173c63f955ull, 0x2e940dfdaba5d418ull}},
+         {2880, 0xbe8e470c575f0c83ull, 0x1ff9f892fb240a31ull,
+          0x232f9c91b9429549ull, 0x7708796702a32930ull}},
         {{TUNED_BF16, 1, 262144, TUNED__KERNEL_SOFTMAX}, 90, 132,
-         {11058, 0x45c6c6a723336378ull, 0x28ac5b7a1e39595full,
-          0x82e1a9fe6b71352cull, 0xdb61b2c6141da0d1ull}},
+         {6258, 0x466df856c0c03018ull, 0x28ac5b7a1e39595full,
+          0x4eb1a5251024486aull, 0xdb61b2c6141da0d1ull}},
         {{TUNED_FP16, 64, 1000, TUNED__KERNEL_SOFTMAX}, 75, 40,
-         {13254, 0x3b7e88d08c334e80ull, 0xc26e8c062970886cull,
-          0x666fca7cea3cfc4bull, 0xac59594bcf3461bdull}},
+         {9108, 0x58023b458a4c14dfull, 0xc26e8c062970886cull,
+          0x85889f474c2fc0e0ull, 0x949ac71813464514ull}},
         {{TUNED_FP16, 8192, 128256, TUNED__KERNEL_SOFTMAX}, 90, 132,
-         {5652, 0x7bd6c8a3569792bdull, 0x779e8c6222db2e78ull,
-          0x49562059c3fe053bull, 0x36a75eab2f3e2203ull}},
+         {3840, 0x677e27ff799d43bdull, 0x779e8c6222db2e78ull,
+          0x19a97a3066f3874bull, 0xb68593629176346full}},
         {{TUNED_FP16, 1, 8192, TUNED__KERNEL_SOFTMAX}, 90, 0,
-         {14670, 0xc32dfe9c470a03beull, 0x5f0d0dcdb9588744ull,
-          0x6a0b8dced50f814eull, 0xe4c8b22d63b09f24ull}},
+         {10260, 0x0795776f7155da55ull, 0x5f0d0dcdb9588744ull,
+          0xa219dbade9afceddull, 0x670846c9c1d79332ull}},
         {{TUNED_BF16, 7, 7, TUNED__KERNEL_SOFTMAX}, 90, 132,
-         {2466, 0xc7d0cc12ec6ad54aull, 0xcbf29ce484222325ull,
-          0x3361d856b05a4f0cull, 0x09261a96566761c6ull}},
+         {1980, 0x5cf90ef0b38c613full, 0xcbf29ce484222325ull,
+          0xb5bc782c3cd99b59ull, 0x91c35211f6319fd8ull}},
         {{TUNED_BF16, 1024, 50257, TUNED__KERNEL_SOFTMAX}, 80, 108,
-         {630, 0xad2348460aae6924ull, 0x358d4389819e58bdull,
-          0x6942e7729456e67aull, 0x7d78e78d3939fcfaull}},
+         {420, 0x58081bb4e066137dull, 0x358d4389819e58bdull,
+          0xb899f62003857761ull, 0x7d78e78d3939fcfaull}},
         {{TUNED_FP32, 4096, 4096, TUNED__KERNEL_SOFTMAX}, 90, 114,
-         {4800, 0x35b290d5238dce13ull, 0x8ebd55ba58e400d0ull,
-          0xa95c29ad863559dbull, 0x9066d58065aad3e2ull}},
+         {3396, 0x68f7d4cbc0400d93ull, 0x8ebd55ba58e400d0ull,
+          0xd350e9c024bcf681ull, 0x93550bc7e4abc198ull}},
         {{TUNED_FP32, 1, 4097, TUNED__KERNEL_SOFTMAX}, 89, 128,
-         {4062, 0x6f6b421504d51d66ull, 0x8981272e190edd49ull,
-          0xf640be4a918a7259ull, 0x27fe44697da45595ull}},
+         {2442, 0xe772e342bb75969cull, 0x8981272e190edd49ull,
+          0x26262d5e566737fbull, 0x27fe44697da45595ull}},
         {{TUNED_FP16, 64, 1, TUNED__KERNEL_SOFTMAX}, 90, 132,
          {720, 0xfaa14005495c4db1ull, 0xcbf29ce484222325ull,
-          0x4c1fef7a21eb98d5ull, 0x5132392b925bae94ull}},
+          0x4c1fef7a21eb98d5ull, 0x21be068c16ccc888ull}},
         {{TUNED_FP32, 16, 65536, TUNED__KERNEL_SOFTMAX}, 90, 132,
-         {3426, 0xc2f5b6581f0d6f1eull, 0x7e8def88ee25cba9ull,
-          0x2e01f57e9085af98ull, 0x097e78dc206f726eull}},
+         {2130, 0x1f189d704ef30a1aull, 0x7e8def88ee25cba9ull,
+          0x11d711f1928009b6ull, 0xec7a520aa08e16e0ull}},
         /* the other kernels' spaces */
         {{TUNED_FP16, 4096, 32000, TUNED__KERNEL_SOFTMAX_BWD}, 90, 132,
          {1878, 0x4b58f8de41e10464ull, 0x2d089b615299facfull,
-          0xd497078980eeca98ull, 0x6e1193d58aa9e3e5ull}},
+          0xd497078980eeca98ull, 0xeec8da02aed78bbeull}},
         {{TUNED_FP16, 4096, 32000, TUNED__KERNEL_LOG_SOFTMAX}, 90, 132,
-         {7476, 0x29b31bcc387d1cf3ull, 0xbaf6a70e003cf359ull,
-          0xdabd135435d5e67dull, 0xd7a5194039594829ull}},
+         {5172, 0x2e255daad4820081ull, 0xbaf6a70e003cf359ull,
+          0x87d51bfd73786119ull, 0x93926ade1b1effd9ull}},
         {{TUNED_BF16, 1, 262144, TUNED__KERNEL_LOG_SOFTMAX_BWD}, 90, 132,
          {2484, 0x8ce091d41c6f0dd7ull, 0xea0911eecde1e48dull,
-          0x48fd1cdbbb9f9cd5ull, 0xa040dfdfa9c1ef6full}},
+          0x48fd1cdbbb9f9cd5ull, 0x0cd13af256b6cd81ull}},
         {{TUNED_FP32, 32, 128, TUNED__KERNEL_SOFTMAX_BWD}, 80, 108,
          {1344, 0x52300570045be26full, 0x1ff9f892fb240a31ull,
-          0x60c01f69987a882full, 0xd6493c4959d9bd6aull}},
+          0x60c01f69987a882full, 0xa443f9cc6b85a38bull}},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         tuned__err e = {0};
@@ -740,7 +693,6 @@ int main(void)
     constraints();
     moves();
     grid_split();
-    online_space();
     printf("%d failures\n", failures);
     return failures ? 1 : 0;
 }

@@ -43,7 +43,7 @@ static double synthetic_us(const tuned__config *c)
     double dw = log2(c->warps) - 3, dr = log2(c->rows) - 1, dv = log2(c->vec) - 2;
     return 100.0 + 7 * dw * dw + 5 * dr * dr + 9 * dv * dv + 3 * log2(c->cluster) +
            2 * log2(c->minb) + (c->reg != TUNED__REG_F32 ? 1 : 0) +
-           (tuned__config_pairs(c) ? 0.5 : 0);
+           (c->red == TUNED__RED_FUSED ? 0.5 : 0);
 }
 
 static int run(void *ctx, const tuned__config *cfgs, size_t n, tuned__eval_result *out,

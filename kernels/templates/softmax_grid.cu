@@ -28,9 +28,8 @@
  *  11. T_ST         0 st.global, 1 .cs
  *  12. T_REG_PACKED 1: keep the loaded words, convert on use
  *  13. T_EXP16      1: keep the exps rounded to the 16-bit dtype
- *  14. T_ONLINE     1: max and exp-and-sum group by group, as loads arrive
- *  15. T_PLANT_BUG  test builds only: 1 or 2, a planted bug
- *  16. T_LOG        1: log_softmax
+ *  14. T_PLANT_BUG  test builds only: 1 or 2, a planted bug
+ *  15. T_LOG        1: log_softmax
  *
  * Checked against: the float64 reference in reference.cu, like every
  * family (the GPU tests run splits on long, ragged and unaligned rows). */
@@ -62,11 +61,12 @@ tuned_softmax_grid(const unsigned char *x, unsigned char *y, long long rows, int
     const u64 arrival = threadIdx.x == 0 ? grid_arrive(work, slot) : 0u;
     Held h;
     load_row(h, p, lane, cols, active);
-    const ThreadStats t = thread_stats(h, partial_max, no_cluster, ks);
-    float row_max = t.max, sum = t.sum;
+    const float max = thread_max(h);
+    float sum = exp_and_sum(h, max, ks);
+    float row_max = max;
     reduce_row(row_max, sum, partial_max, partial_sum, no_cluster, no_pairs, ks);
     grid_combine(row_max, sum, work, slot, arrival, exchange_max, exchange_sum, ks);
-    const RowOut o = row_out(t, row_max, sum, scale, ks);
+    const RowOut o = row_out(max, row_max, sum, scale, ks);
     store_row(p, lane, cols, active, [&](int it, int k) { return forward_value(h, it, k, o); });
     plant_overrun(p, row, rows, lane, cols);
 }

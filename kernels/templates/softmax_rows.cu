@@ -28,10 +28,8 @@
  *  12. T_REG_PACKED 1: keep the loaded words, convert on use
  *  13. T_EXP16      1: keep the exps rounded to the 16-bit dtype
  *  14. T_FUSED      0: max, then sum (two rounds); 1: (max, sum) pairs
- *  15. T_ONLINE     with T_FUSED: max and exp-and-sum group by group of
- *                   the thread's vectors, as they arrive
- *  16. T_PLANT_BUG  test builds only: 1 or 2, a planted bug
- *  17. T_LOG        1: log_softmax
+ *  15. T_PLANT_BUG  test builds only: 1 or 2, a planted bug
+ *  16. T_LOG        1: log_softmax
  *
  * Checked against: the float64 reference in reference.cu (per element, with
  * dtype tolerances, NaN for NaN), itself checked against a CPU float64
@@ -57,10 +55,11 @@ tuned_softmax_rows(const unsigned char *x, unsigned char *y, long long rows, int
     const float ks = scale * LOG2E;
     Held h;
     load_row(h, p, slot.lane, cols, active);
-    const ThreadStats t = thread_stats(h, partial_max, box_max, ks);
-    float row_max = t.max, sum = t.sum;
+    const float max = reduce_max(thread_max(h), partial_max, box_max);
+    float sum = exp_and_sum(h, max, ks);
+    float row_max = max;
     reduce_row(row_max, sum, partial_max, partial_sum, box_sum, box_pairs, ks);
-    const RowOut o = row_out(t, row_max, sum, scale, ks);
+    const RowOut o = row_out(max, row_max, sum, scale, ks);
     store_row(p, slot.lane, cols, active,
               [&](int it, int k) { return forward_value(h, it, k, o); });
     plant_overrun(p, slot.row, rows, slot.lane, cols);

@@ -12,11 +12,7 @@
  *                elements each, at most 16 bytes) before the first reduction,
  *                into a Held row part; -inf fills the slots past the row
  *   max          the thread's maximum (on packed pairs where it can be)
- *   exp-and-sum  exp(x - shift) summed, kept for the store where it can be;
- *                with T_ONLINE group by group of the thread's vectors, in
- *                load order, each group shifted by its own maximum, so that
- *                a group's exps wait only for its own loads and run while
- *                the later groups are still arriving
+ *   exp-and-sum  exp(x - shift) summed, kept for the store where it can be
  *   reduce       over the row's threads: warp shuffles (a warp's maximum in
  *                one redux.sync), shared memory across the group's warps,
  *                mailboxes in distributed shared memory across the
@@ -62,15 +58,11 @@
  *                   computed once; the output is rounded twice (within 1 ulp,
  *                   not 1/2)
  *  14. T_FUSED      0: max, then sum (two rounds); 1: (max, sum) pairs, one round
- *  15. T_ONLINE     with T_FUSED: max and exp-and-sum per group of
- *                   GROUP_VECS vectors (a quarter of the thread's, rounded
- *                   up), the groups' sums then rescaled like pairs; absent
- *                   means 0
- *  16. T_PLANT_BUG  test builds only (codegen emits it with TUNED_TEST_HOOKS):
+ *  15. T_PLANT_BUG  test builds only (codegen emits it with TUNED_TEST_HOOKS):
  *                   1 skips the last element of each row, 2 writes one element
  *                   past the end of the last row; absent means 0
- *  17. T_LOG        1: log_softmax (or its backward): absent means 0
- *  18. T_BWD        1: a backward kernel (softmax_bwd.cu): the slots past a
+ *  16. T_LOG        1: log_softmax (or its backward): absent means 0
+ *  17. T_BWD        1: a backward kernel (softmax_bwd.cu): the slots past a
  *                   row's end hold 0, not -inf; absent means 0
  *
  * Semantics match torch.softmax on the last dimension: the maximum ignores
@@ -93,14 +85,8 @@
 #ifndef T_BWD
 #define T_BWD 0
 #endif
-#ifndef T_ONLINE
-#define T_ONLINE 0
-#endif
 #if T_EXP16 && (T_LOG || T_BWD)
 #error "T_EXP16 keeps softmax's exps; log_softmax and the backward kernels have none to keep"
-#endif
-#if T_ONLINE && !(T_FUSED && !T_BWD)
-#error "T_ONLINE takes the one-round (max, sum) pairs of a forward kernel"
 #endif
 
 #define TPR (T_WARPS * 32 / T_ROWS)
@@ -113,15 +99,6 @@
  * vector inside the row whatever its head (0 to T_VEC - 1 elements): past
  * the first pass, and ending by the row's end even with head 0. */
 #define PASS_WHOLE(it) ((it) >= 1 && ((it) + 1) * ROW_THREADS * T_VEC <= T_COLS)
-/* The groups exp-and-sum takes the thread's vectors in: four with
- * T_ONLINE (each costs an exp and a register more per thread; measured
- * choice in docs/decisions.md), else one of all T_ITERS. */
-#if T_ONLINE
-#define GROUP_VECS ((T_ITERS + 3) / 4)
-#else
-#define GROUP_VECS T_ITERS
-#endif
-#define GROUPS ((T_ITERS + GROUP_VECS - 1) / GROUP_VECS)
 #define VBYTES (T_VEC * ESIZE)
 #define NWORDS (VBYTES >= 4 ? VBYTES / 4 : 1)
 /* 16-bit elements two to a word: vectors of 4 bytes or more. */
@@ -610,13 +587,13 @@ __device__ __forceinline__ void load_row(Held &h, const RowPtrs &p, int lane, in
     finish_row(h, w, p.head, true, lane, cols, active);
 }
 
-/* max: the maximum of this thread's vectors first .. end - 1. */
-__device__ __forceinline__ float vectors_max(const Held &h, int first, int end)
+/* max: this thread's maximum. */
+__device__ __forceinline__ float thread_max(const Held &h)
 {
 #if PACKED_MAX
     u32 pairs = NEG_INF_PAIR;
 #pragma unroll
-    for (int it = first; it < end; it++)
+    for (int it = 0; it < T_ITERS; it++)
 #pragma unroll
         for (int k = 0; k < NWORDS; k++)
             pairs = max_pairs(pairs, h.w[it][k]);
@@ -624,18 +601,12 @@ __device__ __forceinline__ float vectors_max(const Held &h, int first, int end)
 #else
     float max = NEG_INF;
 #pragma unroll
-    for (int it = first; it < end; it++)
+    for (int it = 0; it < T_ITERS; it++)
 #pragma unroll
         for (int k = 0; k < T_VEC; k++)
             max = fmaxf(max, held_value(h, it, k));
     return max;
 #endif
-}
-
-/* max: this thread's maximum. */
-__device__ __forceinline__ float thread_max(const Held &h)
-{
-    return vectors_max(h, 0, T_ITERS);
 }
 
 /* reduce, first of two rounds: the row's maximum, before the exps. With
@@ -650,17 +621,12 @@ __device__ __forceinline__ float reduce_max(float max, float *partial_max, Mailb
 #endif
 }
 
-/* Whether Held keeps the exps for the store (softmax, with fp32 values or
- * T_EXP16), rather than the inputs (exps computed again, or log_softmax's
- * x - max). */
-#define KEEPS_EXPS (!T_LOG && (!T_REG_PACKED || T_EXP16))
-
-/* exp-and-sum: the sum of exp(s (x - shift)) over this thread's vectors
- * first .. end - 1, shift the row's maximum, or with T_FUSED the vectors'
- * own: vectors holding only -inf (or slots past the row) shift by 0, so
- * their exps are 0, not NaN. The exps replace the values where they are
- * kept for the store. */
-__device__ __forceinline__ float vectors_exp_sum(Held &h, int first, int end, float max, float ks)
+/* exp-and-sum: the sum of exp(s (x - shift)) over the thread's elements,
+ * shift the row's maximum, or with T_FUSED the thread's own: a thread
+ * holding only -inf (or slots past the row) shifts by 0, so its exps are
+ * 0, not NaN. The exps replace the values where they are kept for the
+ * store (softmax; log_softmax's store reads x). */
+__device__ __forceinline__ float exp_and_sum(Held &h, float max, float ks)
 {
 #if T_FUSED
     const float shift = max == NEG_INF ? 0.0f : max;
@@ -672,7 +638,7 @@ __device__ __forceinline__ float vectors_exp_sum(Held &h, int first, int end, fl
     /* Each word's two inputs replaced by their exps, rounded to the dtype;
      * the sum takes them unrounded. */
 #pragma unroll
-    for (int it = first; it < end; it++)
+    for (int it = 0; it < T_ITERS; it++)
 #pragma unroll
         for (int j = 0; j < NWORDS; j++) {
             const float lo = exp_shifted(word_float(h.w[it], 2 * j), shift, ks);
@@ -681,9 +647,9 @@ __device__ __forceinline__ float vectors_exp_sum(Held &h, int first, int end, fl
             sum += hi;
             h.w[it][j] = pack_pair(lo, hi);
         }
-#elif KEEPS_EXPS
+#elif !T_REG_PACKED && !T_LOG
 #pragma unroll
-    for (int it = first; it < end; it++)
+    for (int it = 0; it < T_ITERS; it++)
 #pragma unroll
         for (int k = 0; k < T_VEC; k++) {
             h.v[it][k] = exp_shifted(h.v[it][k], shift, ks);
@@ -691,56 +657,12 @@ __device__ __forceinline__ float vectors_exp_sum(Held &h, int first, int end, fl
         }
 #else
 #pragma unroll
-    for (int it = first; it < end; it++)
+    for (int it = 0; it < T_ITERS; it++)
 #pragma unroll
         for (int k = 0; k < T_VEC; k++)
             sum += exp_shifted(held_value(h, it, k), shift, ks);
 #endif
     return sum;
-}
-
-/* What max and exp-and-sum leave of a thread's part: its maximum (the
- * row's after the first of two rounds; with T_FUSED its own), the sum of
- * its exps shifted by that, and what each group's kept exps are to be
- * multiplied by to be shifted by it too. */
-struct ThreadStats {
-    float max, sum;
-    float group_scale[GROUPS];
-};
-
-/* max and exp-and-sum of the thread's part. With T_ONLINE group by group
- * in load order (a group's maximum, then its exps shifted by it), the
- * groups' sums then rescaled to the thread's maximum as pairs are:
- * exp(group max - thread max), 0 for a group of only -inf (a NaN or +inf
- * still makes the sum NaN). */
-__device__ __forceinline__ ThreadStats thread_stats(Held &h, float *partial_max, Mailbox &box_max,
-                                                    float ks)
-{
-    ThreadStats t;
-#if T_ONLINE
-    (void)partial_max, (void)box_max;
-    float group_max[GROUPS], group_sum[GROUPS];
-    t.max = NEG_INF;
-#pragma unroll
-    for (int g = 0; g < GROUPS; g++) {
-        const int first = g * GROUP_VECS;
-        const int end = first + GROUP_VECS < T_ITERS ? first + GROUP_VECS : T_ITERS;
-        group_max[g] = vectors_max(h, first, end);
-        group_sum[g] = vectors_exp_sum(h, first, end, group_max[g], ks);
-        t.max = fmaxf(t.max, group_max[g]);
-    }
-    t.sum = 0.0f;
-#pragma unroll
-    for (int g = 0; g < GROUPS; g++) {
-        t.group_scale[g] = group_max[g] == NEG_INF ? 0.0f : exp_shifted(group_max[g], t.max, ks);
-        t.sum += group_sum[g] * t.group_scale[g];
-    }
-#else
-    t.max = reduce_max(thread_max(h), partial_max, box_max);
-    t.sum = vectors_exp_sum(h, 0, T_ITERS, t.max, ks);
-    t.group_scale[0] = 1.0f;
-#endif
-    return t;
 }
 
 /* reduce: the row's (max, sum) from the thread's (row_max, sum): with
@@ -760,7 +682,7 @@ __device__ __forceinline__ void reduce_row(float &row_max, float &sum, float *pa
 }
 
 /* The factor that turns what Held keeps into the output: max is what
- * thread_stats shifted by (with T_FUSED the thread's own maximum), row_max
+ * exp_and_sum shifted by (with T_FUSED the thread's own maximum), row_max
  * and sum the row's. */
 __device__ __forceinline__ float out_scale(float max, float row_max, float sum, float ks)
 {
@@ -796,33 +718,26 @@ __device__ __forceinline__ float normalized(const Held &h, int it, int k, float 
 }
 
 /* What the forward store needs of the row: softmax, the factor out_scale
- * gives for each group of vectors (times the group's scale where the exps
- * are kept), and the row's maximum, for exps computed again; log_softmax,
+ * gives (and the row's maximum, for exps computed again); log_softmax,
  * the row's maximum, the scale and log sum (the sum taken against the
  * row's maximum, as both reductions leave it). */
 struct RowOut {
-    float group_mul[GROUPS];
-    float row_max, ks, scale, log_sum;
+    float mul, row_max, ks, scale, log_sum;
 };
 
-__device__ __forceinline__ RowOut row_out(const ThreadStats &t, float row_max, float sum,
-                                          float scale, float ks)
+__device__ __forceinline__ RowOut row_out(float max, float row_max, float sum, float scale,
+                                          float ks)
 {
     RowOut o;
     o.row_max = row_max;
     o.ks = ks;
     o.scale = scale;
 #if T_LOG
-    (void)t;
-#pragma unroll
-    for (int g = 0; g < GROUPS; g++)
-        o.group_mul[g] = 0.0f;
+    o.mul = 0.0f;
+    (void)max;
     o.log_sum = logf(sum);
 #else
-    const float mul = out_scale(t.max, row_max, sum, ks);
-#pragma unroll
-    for (int g = 0; g < GROUPS; g++)
-        o.group_mul[g] = KEEPS_EXPS ? mul * t.group_scale[g] : mul;
+    o.mul = out_scale(max, row_max, sum, ks);
     o.log_sum = 0.0f;
 #endif
     return o;
@@ -836,7 +751,7 @@ __device__ __forceinline__ float forward_value(const Held &h, int it, int k, con
 #if T_LOG
     return (held_value(h, it, k) - o.row_max) * o.scale - o.log_sum;
 #else
-    return normalized(h, it, k, o.group_mul[it / GROUP_VECS], o.row_max, o.ks);
+    return normalized(h, it, k, o.mul, o.row_max, o.ks);
 #endif
 }
 

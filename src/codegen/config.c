@@ -15,7 +15,7 @@
 static const char *const ld_names[TUNED__LD_COUNT] = {"def", "nc", "cs", "el"};
 static const char *const st_names[TUNED__ST_COUNT] = {"def", "cs"};
 static const char *const reg_names[TUNED__REG_COUNT] = {"f32", "pk", "ex"};
-static const char *const red_names[TUNED__RED_COUNT] = {"split", "fused", "online"};
+static const char *const red_names[TUNED__RED_COUNT] = {"split", "fused"};
 
 static const char *const kernel_names[TUNED__KERNEL_LAST + 1] = {
     NULL, "softmax", "softmax_bwd", "log_softmax", "log_softmax_bwd"};
@@ -192,7 +192,7 @@ int tuned__config_parse(const char *text, tuned__config *out, tuned__err *e)
     if (nf < 8)
         return tuned__errf(e, TUNED_EINVAL,
                            "config '%s': expected 8 fields like w8.r1.c1.m1.v8.ld=cs.st=cs.reg=f32 "
-                           "(and optionally .red=fused or .red=online, then .g<blocks>)",
+                           "(and optionally .red=fused, then .g<blocks>)",
                            text);
     tuned__config c = {.family = TUNED__FAMILY_ROWS};
     unsigned warps, rows, cluster, minb, vec, grid = 0;
@@ -348,9 +348,8 @@ static bool rows_check_kernel(const tuned__config *c, unsigned kernel, char *why
         return tuned__config_refuse(why, n, "reg=ex keeps exps for softmax's store; %s has none",
                                     name);
     if (tuned__kernel_backward(kernel) && c->red != TUNED__RED_SPLIT)
-        return tuned__config_refuse(why, n, "%s reduces one sum: no red=%s", name,
-                                    tuned__red_name(c->red));
-    if (!tuned__kernel_backward(kernel) && c->grid > 1 && !tuned__config_pairs(c))
+        return tuned__config_refuse(why, n, "%s reduces one sum: no red=fused", name);
+    if (!tuned__kernel_backward(kernel) && c->grid > 1 && c->red != TUNED__RED_FUSED)
         return tuned__config_refuse(why, n, "a row split over the grid reduces one-round pairs");
     return true;
 }

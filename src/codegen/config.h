@@ -58,17 +58,12 @@ enum {
 /* How the row's (max, sum) is reduced across the threads (and blocks) of a
  * row: two rounds (the maximum, then the sum of exp(x - max)), or one round
  * of (max, sum) pairs, each thread summing exp(x - its own max) and the
- * sums rescaled when pairs meet (online softmax): half the barriers. The
- * online form takes a thread's own part as pairs too, a quarter of its
- * vectors at a time in load order, so that the exps of the first vectors
- * to arrive run while the last are still loading (forward kernels). */
+ * sums rescaled when pairs meet (online softmax): half the barriers. */
 enum {
     TUNED__RED_SPLIT = 0, /* two rounds; the text form omits it */
     TUNED__RED_FUSED,     /* one round of pairs: ".red=fused" */
-    TUNED__RED_ONLINE,    /* pairs, and a thread's part in four: ".red=online" */
     TUNED__RED_COUNT
 };
-
 
 typedef struct tuned__config {
     uint8_t family; /* TUNED__FAMILY_* */
@@ -87,12 +82,6 @@ typedef struct tuned__config {
                        2 .. TUNED__GRID_MAX (a cooperative launch, a workspace, the one-round
                        reduction, no cluster); 0: none. tma: 0 */
 } tuned__config;
-
-/* Whether c reduces one round of (max, sum) pairs (fused or online). */
-static inline bool tuned__config_pairs(const tuned__config *c)
-{
-    return c->red == TUNED__RED_FUSED || c->red == TUNED__RED_ONLINE;
-}
 
 /* Most blocks of a row split over the grid. */
 #define TUNED__GRID_MAX 256

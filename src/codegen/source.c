@@ -180,13 +180,12 @@ int tuned__source_softmax(const tuned__config *c, const tuned__shape *s,
              "%s#define T_MIN_BLOCKS %u\n#define T_VEC %u\n#define T_ITERS %llu\n"
              "#define T_COLS %llu\n#define T_HEAD_FREE %d\n#define T_LD %u\n"
              "#define T_ST %u\n#define T_REG_PACKED %d\n#define T_EXP16 %d\n#define T_FUSED %d\n"
-             "#define T_LOG %d\n#define T_BWD %d\n#define T_ONLINE %d\n%s",
+             "#define T_LOG %d\n#define T_BWD %d\n%s",
              tuned__kernel_name((uint8_t)kernel), name, tuned_dtype_name(s->dtype),
              (unsigned long long)s->cols, (int)s->dtype, c->warps, c->rows, c->cluster, grid,
              c->minb, c->vec, (unsigned long long)iters, (unsigned long long)s->cols, head_free,
              c->ld, c->st, c->reg != TUNED__REG_F32, c->reg == TUNED__REG_EX,
-             tuned__config_pairs(c), tuned__kernel_log(kernel), backward, c->red == TUNED__RED_ONLINE,
-             plant);
+             c->red == TUNED__RED_FUSED, tuned__kernel_log(kernel), backward, plant);
     /* A row cut over blocks of the grid takes a workspace and a ticket:
      * its own kernel, on the rows family's stages; so do the backward
      * kernels, which read two tensors. */

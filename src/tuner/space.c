@@ -68,8 +68,6 @@ static bool rows_policy(const tuned__space *sp, const tuned__config *c, char *wh
                                     "%u rows a block leave half the block idle on %llu rows",
                                     c->rows, (unsigned long long)rows);
     uint64_t iters = tuned__config_iters(c, cols, head_free);
-    if (c->red == TUNED__RED_ONLINE && iters < 2)
-        return tuned__config_refuse(why, n, "red=online with one vector a thread repeats red=fused");
     if (iters > SEARCH_MAX_ITERS)
         return tuned__config_refuse(why, n, "%llu vector accesses per thread (at most %d)",
                                     (unsigned long long)iters, SEARCH_MAX_ITERS);
@@ -104,11 +102,11 @@ static bool offer(const tuned__space *sp, const tuned__config *c, visit_fn visit
 }
 
 /* Offers c with every vector width, load and store hint and register mode,
- * and every reduction from c's own to red_last, in that order. */
-static bool offer_per_vector(const tuned__space *sp, tuned__config c, unsigned red_last,
+ * and every reduction when all_reds (else c's own), in that order. */
+static bool offer_per_vector(const tuned__space *sp, tuned__config c, bool all_reds,
                              visit_fn visit, void *ctx)
 {
-    unsigned red_first = c.red;
+    unsigned red_first = all_reds ? 0 : c.red, red_last = all_reds ? TUNED__RED_COUNT - 1 : c.red;
     for (unsigned v = 1; v <= 8; v *= 2)
         for (unsigned ld = 0; ld < TUNED__LD_COUNT; ld++)
             for (unsigned st = 0; st < TUNED__ST_COUNT; st++)
@@ -135,7 +133,7 @@ static bool enumerate(const tuned__space *sp, visit_fn visit, void *ctx)
                     tuned__config c = {.family = TUNED__FAMILY_ROWS, .warps = (uint8_t)w,
                                        .rows = (uint16_t)r, .cluster = (uint8_t)cl,
                                        .minb = (uint8_t)mb};
-                    if (!offer_per_vector(sp, c, TUNED__RED_COUNT - 1, visit, ctx))
+                    if (!offer_per_vector(sp, c, true, visit, ctx))
                         return false;
                 }
     for (unsigned w = 1; w <= 32; w *= 2)
@@ -144,8 +142,7 @@ static bool enumerate(const tuned__space *sp, visit_fn visit, void *ctx)
                 tuned__config c = {.family = TUNED__FAMILY_ROWS, .warps = (uint8_t)w, .rows = 1,
                                    .cluster = 1, .minb = (uint8_t)mb, .red = grid_red(sp),
                                    .grid = (uint16_t)g};
-                /* forward: fused and online pairs; backward: its one sum */
-                if (!offer_per_vector(sp, c, TUNED__RED_COUNT - 1, visit, ctx))
+                if (!offer_per_vector(sp, c, false, visit, ctx))
                     return false;
             }
     for (unsigned w = 1; w <= 32; w *= 2)
@@ -357,7 +354,7 @@ size_t tuned__space_neighbors(const tuned__space *sp, const tuned__config *c, tu
         if (up || g > 1) {
             unsigned g2 = up ? g * 2 : g / 2;
             m = *c, m.grid = (uint16_t)(g2 > 1 ? g2 : 0);
-            m.red = g2 > 1 && !tuned__config_pairs(c) ? grid_red(sp) : c->red;
+            m.red = g2 > 1 ? grid_red(sp) : c->red;
             add_move(sp, &m, out, cap, &n);
             m.warps = up ? c->warps / 2 : c->warps * 2;
             add_move(sp, &m, out, cap, &n);

@@ -269,7 +269,7 @@ static int simplicity(const tuned__config *c)
         cluster_log++;
     return 64 * c->family + 8 * cluster_log + 4 * (c->minb > 1) + 2 * c->stages +
            (c->ld != TUNED__LD_DEF) + (c->st != TUNED__ST_DEF) + c->reg +
-           (c->red == TUNED__RED_FUSED) + 2 * (c->red == TUNED__RED_ONLINE) + 8 * (c->grid > 1);
+           (c->red == TUNED__RED_FUSED) + 8 * (c->grid > 1);
 }
 
 int tuned__config_simpler(const tuned__config *a, const tuned__config *b)
