@@ -80,7 +80,7 @@ __device__ __forceinline__ void load_rows(Held &hy, Held &hd, const RowPtrs &p, 
 {
     RowWords scratch_y, scratch_d;
     RowWords &wy = words_of(hy, scratch_y), &wd = words_of(hd, scratch_d);
-    const bool dy_vec_ok = q.head == p.head;
+    const bool dy_vec_ok = q.head % T_VEC == p.head % T_VEC;
     load_row_words(wy, p.xr, p.head, true, lane, cols, active);
     load_row_words(wd, q.xr, p.head, dy_vec_ok, lane, cols, active);
     finish_row(hy, wy, p.head, true, lane, cols, active);

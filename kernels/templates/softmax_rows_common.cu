@@ -27,7 +27,10 @@
  * The forward kernels take a scale s > 0 and compute all of it on s x:
  * max(s x) = s max(x), and s rides on exp's multiply by log2 e (ks below).
  * Rows need not start on a vector boundary: vector slots are counted from the
- * aligned address at or below the row start; the partial first and last
+ * address at or below the row start aligned to T_HEAD_ALIGN elements (the
+ * vector, or for long rows the 128-byte line, so that a warp's vectors
+ * after the row's first fill whole sectors and lines); slots wholly before
+ * the row are neither loaded nor stored; the partial first and last
  * vectors are loaded whole, their elements outside the row then replaced,
  * and stored element by element.
  *
@@ -45,24 +48,27 @@
  *                   instruction, and none at all where T_COLS shows every
  *                   thread's slot inside
  *   7. T_VEC        elements per vector access (T_VEC * element size <= 16 bytes)
- *   8. T_ITERS      vector accesses per thread per row (from the column count)
- *   9. T_COLS       the column count the source is generated for; the kernel's
+ *   8. T_HEAD_ALIGN without T_HEAD_FREE: the alignment, in elements (T_VEC,
+ *                   or the 128-byte line's for long rows), the row's slots
+ *                   are counted from; absent means T_VEC
+ *   9. T_ITERS      vector accesses per thread per row (from the column count)
+ *  10. T_COLS       the column count the source is generated for; the kernel's
  *                   cols parameter must equal it (launchers pass the shape's)
- *  10. T_LD         0 ld.global, 1 .nc, 2 .cs (evict-first)
- *  11. T_ST         0 st.global, 1 .cs (evict-first)
- *  12. T_REG_PACKED 0: keep fp32 values; 1: keep the loaded words, convert on
+ *  11. T_LD         0 ld.global, 1 .nc, 2 .cs (evict-first)
+ *  12. T_ST         0 st.global, 1 .cs (evict-first)
+ *  13. T_REG_PACKED 0: keep fp32 values; 1: keep the loaded words, convert on
  *                   use (the maximum then taken on the packed pairs: max.f16x2
  *                   or max.bf16x2, no conversion)
- *  13. T_EXP16      with T_REG_PACKED (16-bit types): the words are overwritten
+ *  14. T_EXP16      with T_REG_PACKED (16-bit types): the words are overwritten
  *                   by their exp values rounded to the dtype, so exp is
  *                   computed once; the output is rounded twice (within 1 ulp,
  *                   not 1/2)
- *  14. T_FUSED      0: max, then sum (two rounds); 1: (max, sum) pairs, one round
- *  15. T_PLANT_BUG  test builds only (codegen emits it with TUNED_TEST_HOOKS):
+ *  15. T_FUSED      0: max, then sum (two rounds); 1: (max, sum) pairs, one round
+ *  16. T_PLANT_BUG  test builds only (codegen emits it with TUNED_TEST_HOOKS):
  *                   1 skips the last element of each row, 2 writes one element
  *                   past the end of the last row; absent means 0
- *  16. T_LOG        1: log_softmax (or its backward): absent means 0
- *  17. T_BWD        1: a backward kernel (softmax_bwd.cu): the slots past a
+ *  17. T_LOG        1: log_softmax (or its backward): absent means 0
+ *  18. T_BWD        1: a backward kernel (softmax_bwd.cu): the slots past a
  *                   row's end hold 0, not -inf; absent means 0
  *
  * Semantics match torch.softmax on the last dimension: the maximum ignores
@@ -89,6 +95,10 @@
 #error "T_EXP16 keeps softmax's exps; log_softmax and the backward kernels have none to keep"
 #endif
 
+#ifndef T_HEAD_ALIGN
+#define T_HEAD_ALIGN T_VEC
+#endif
+
 #define TPR (T_WARPS * 32 / T_ROWS)
 /* The threads that share one row, over all the blocks it is cut across. */
 #define ROW_THREADS (TPR * T_CLUSTER * T_GRID)
@@ -96,9 +106,11 @@
  * (known when the source is generated), so it needs no bounds check. */
 #define PASS_INSIDE(it) (T_HEAD_FREE && ((it) + 1) * ROW_THREADS * T_VEC <= T_COLS)
 /* Without T_HEAD_FREE: whether pass it of every row thread is a whole
- * vector inside the row whatever its head (0 to T_VEC - 1 elements): past
- * the first pass, and ending by the row's end even with head 0. */
-#define PASS_WHOLE(it) ((it) >= 1 && ((it) + 1) * ROW_THREADS * T_VEC <= T_COLS)
+ * vector inside the row whatever its head (0 to T_HEAD_ALIGN - 1
+ * elements): starting past the largest head, and ending by the row's end
+ * even with head 0. */
+#define PASS_WHOLE(it)                                                                      \
+    ((it) * ROW_THREADS * T_VEC >= T_HEAD_ALIGN - 1 && ((it) + 1) * ROW_THREADS * T_VEC <= T_COLS)
 #define VBYTES (T_VEC * ESIZE)
 #define NWORDS (VBYTES >= 4 ? VBYTES / 4 : 1)
 /* 16-bit elements two to a word: vectors of 4 bytes or more. */
@@ -418,8 +430,8 @@ __device__ __forceinline__ void open_sum_mailbox(Mailbox &box_sum)
 
 /* ---- the stages ---- */
 
-/* Where a thread's row lies: its first element in x and y, and x's vector
- * boundary at or below it (xv), head elements earlier. */
+/* Where a thread's row lies: its first element in x and y, and the
+ * T_HEAD_ALIGN boundary at or below it in x (xv), head elements earlier. */
 struct RowPtrs {
     const unsigned char *xr, *xv;
     unsigned char *yr;
@@ -441,10 +453,10 @@ __device__ __forceinline__ RowPtrs row_ptrs(const unsigned char *x, unsigned cha
     p.head = 0;
     p.y_aligned = true;
 #else
-    p.head = (int)(((u64)p.xr / ESIZE) % T_VEC);
+    p.head = (int)(((u64)p.xr / ESIZE) % T_HEAD_ALIGN);
     /* Output vectors line up with the input's only when both start at the
      * same offset inside a vector; otherwise every store is per element. */
-    p.y_aligned = (int)(((u64)p.yr / ESIZE) % T_VEC) == p.head;
+    p.y_aligned = (int)(((u64)p.yr / ESIZE) % T_VEC) == p.head % T_VEC;
 #endif
     p.xv = p.xr - p.head * ESIZE;
     return p;
@@ -497,8 +509,9 @@ __device__ __forceinline__ RowWords &words_of(Held &h, RowWords &scratch)
 }
 
 /* load, issue: lane's vectors it * ROW_THREADS + lane of the row starting
- * at xr, counted from the vector boundary head elements before it, into w;
- * FILL where a vector lies wholly past the row (or the thread has no row).
+ * at xr, counted from the boundary head elements before it (on a vector
+ * boundary), into w; FILL where a vector lies wholly before or past the
+ * row (or the thread has no row).
  * vec_ok false: this row's vectors do not line up with the slots (a second
  * input whose offset inside a vector differs from the first's): every
  * element is loaded alone. Nothing here reads a loaded word, so no load
@@ -520,7 +533,7 @@ __device__ __forceinline__ void load_row_words(RowWords &w, const unsigned char 
                 w[it][k] = NWORDS == T_VEC ? FILL_BITS : FILL_PAIR;
         }
 #else
-        if (active && vec_ok && first < cols) {
+        if (active && vec_ok && first < cols && first + T_VEC > 0) {
             /* Whole, also where it holds the row's first or last element:
              * its aligned bytes share a 16-byte block with an element of
              * the tensor, so they lie in the caller's (16-byte aligned)
@@ -558,7 +571,7 @@ __device__ __forceinline__ void finish_row(Held &h, RowWords &w, int head, bool 
 #pragma unroll
     for (int it = 0; it < T_ITERS; it++) {
         const int first = (it * ROW_THREADS + lane) * T_VEC - head;
-        if (PASS_WHOLE(it) || !(active && vec_ok && first < cols))
+        if (PASS_WHOLE(it) || !(active && vec_ok && first < cols && first + T_VEC > 0))
             continue;
 #pragma unroll
         for (int k = 0; k < T_VEC; k++)

@@ -232,22 +232,23 @@ bool tuned__config_equal(const tuned__config *a, const tuned__config *b)
            a->reg == b->reg && a->red == b->red && a->stages == b->stages && a->grid == b->grid;
 }
 
-uint64_t tuned__config_iters(const tuned__config *c, uint64_t cols, bool head_free)
+uint64_t tuned__config_iters(const tuned__config *c, tuned_dtype dtype, uint64_t cols,
+                             bool head_free)
 {
     if (c->family != TUNED__FAMILY_ROWS || c->vec == 0)
         return 0;
     uint64_t span = (uint64_t)tuned__config_threads_per_row(c) * tuned__config_blocks_per_row(c) *
                     c->vec;
-    /* A row starting at element offset `head` inside its first vector
-     * covers cols + head <= cols + vec - 1 vector slots. */
-    uint64_t slots = head_free ? cols : cols + c->vec - 1;
+    /* A row starting `head` elements past the boundary its slots are
+     * counted from covers cols + head <= cols + align - 1 slots. */
+    uint64_t slots = head_free ? cols : cols + tuned__config_head_align(c, dtype, cols) - 1;
     return (slots + span - 1) / span;
 }
 
 uint64_t tuned__config_row_registers(const tuned__config *c, tuned_dtype dtype, uint64_t cols,
                                      bool head_free)
 {
-    uint64_t elems = tuned__config_iters(c, cols, head_free) * c->vec;
+    uint64_t elems = tuned__config_iters(c, dtype, cols, head_free) * c->vec;
     if (c->reg == TUNED__REG_PK || c->reg == TUNED__REG_EX) {
         uint64_t bytes = elems * tuned_dtype_size(dtype);
         return (bytes + 3) / 4;
@@ -388,7 +389,7 @@ static bool rows_check_shape(const tuned__config *c, const tuned__shape *s, int 
     if (blocks > 2147483647ull)
         return tuned__config_refuse(why, n, "%llu blocks exceed a grid",
                                     (unsigned long long)blocks);
-    uint64_t worst = tuned__config_iters(c, s->cols, false);
+    uint64_t worst = tuned__config_iters(c, s->dtype, s->cols, false);
     if (worst > MAX_ITERS)
         return tuned__config_refuse(why, n, "%llu vector accesses per thread (at most %d)",
                                     (unsigned long long)worst, MAX_ITERS);

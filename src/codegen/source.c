@@ -161,7 +161,7 @@ int tuned__source_softmax(const tuned__config *c, const tuned__shape *s,
         return staged_source(c, s, name, out, e);
     }
     bool head_free = tuned__source_head_free(c, s, opts);
-    uint64_t iters = tuned__config_iters(c, s->cols, head_free);
+    uint64_t iters = tuned__config_iters(c, s->dtype, s->cols, head_free);
     char plant[32];
     int rc = plant_define(opts, name, plant, sizeof plant, e);
     if (rc != 0)
@@ -180,12 +180,13 @@ int tuned__source_softmax(const tuned__config *c, const tuned__shape *s,
              "%s#define T_MIN_BLOCKS %u\n#define T_VEC %u\n#define T_ITERS %llu\n"
              "#define T_COLS %llu\n#define T_HEAD_FREE %d\n#define T_LD %u\n"
              "#define T_ST %u\n#define T_REG_PACKED %d\n#define T_EXP16 %d\n#define T_FUSED %d\n"
-             "#define T_LOG %d\n#define T_BWD %d\n%s",
+             "#define T_LOG %d\n#define T_BWD %d\n#define T_HEAD_ALIGN %u\n%s",
              tuned__kernel_name((uint8_t)kernel), name, tuned_dtype_name(s->dtype),
              (unsigned long long)s->cols, (int)s->dtype, c->warps, c->rows, c->cluster, grid,
              c->minb, c->vec, (unsigned long long)iters, (unsigned long long)s->cols, head_free,
              c->ld, c->st, c->reg != TUNED__REG_F32, c->reg == TUNED__REG_EX,
-             c->red == TUNED__RED_FUSED, tuned__kernel_log(kernel), backward, plant);
+             c->red == TUNED__RED_FUSED, tuned__kernel_log(kernel), backward,
+             tuned__config_head_align(c, s->dtype, s->cols), plant);
     /* A row cut over blocks of the grid takes a workspace and a ticket:
      * its own kernel, on the rows family's stages; so do the backward
      * kernels, which read two tensors. */
