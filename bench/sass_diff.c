@@ -91,7 +91,7 @@ static char *old_source(const old_templates *old, const tuned__config *c, const 
         body = old->staged;
     } else {
         bool head_free = tuned__source_head_free(c, s, NULL);
-        uint64_t iters = tuned__config_iters(c, s->dtype, s->cols, head_free);
+        uint64_t iters = tuned__config_iters(c, s, head_free);
         snprintf(defines, sizeof defines,
                  "// tuned softmax variant %s for %s x %llu columns\n"
                  "#define T_DTYPE %d\n#define T_WARPS %u\n#define T_ROWS %u\n#define T_CLUSTER %u\n"

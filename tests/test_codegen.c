@@ -56,7 +56,7 @@ static void check_rows_ptx(const tuned__config *c, const tuned__shape *s, const 
      * element loads (the per-element path serves unaligned rows only). */
     if (tuned__source_head_free(c, s, NULL) && c->vec > 1) {
         size_t esize = tuned_dtype_size(s->dtype);
-        size_t iters = (size_t)tuned__config_iters(c, s->dtype, s->cols, true);
+        size_t iters = (size_t)tuned__config_iters(c, s, true);
         char elem[64];
         snprintf(elem, sizeof elem, "%s%s ", ld_ops[c->ld], esize == 2 ? ".u16" : ".u32");
         /* a backward kernel loads two rows, y and dy */
@@ -127,8 +127,7 @@ static void check_rows_ptx(const tuned__config *c, const tuned__shape *s, const 
      * where packed registers compute it twice */
     if (c->reg == TUNED__REG_EX) {
         size_t ex2 = count(ptx, "ex2.approx");
-        size_t elems = (size_t)tuned__config_iters(c, s->dtype, s->cols,
-                                                   tuned__config_head_free(c, s->cols)) *
+        size_t elems = (size_t)tuned__config_iters(c, s, tuned__config_head_free(c, s->cols)) *
                        c->vec;
         EXPECT(ex2 >= elems && ex2 < elems + 16, "%s: %zu ex2 in PTX for %zu elements a thread",
                name, ex2, elems);
@@ -191,11 +190,12 @@ static void check_variant(const tuned__nvrtc *n, const tuned__config *c, const t
 }
 
 /* Rows off a vector boundary count their slots from the 128-byte line
- * when they are long (16 KiB or more), else from their vector: the
- * define codegen emits, and the passes it sizes the row for. */
+ * when they are long (16 KiB or more) in a forward kernel, else from their
+ * vector: the define codegen emits, and the passes it sizes the row for. */
 static void head_alignment(void)
 {
     static const struct {
+        unsigned kernel;
         tuned_dtype dtype;
         uint64_t cols;
         const char *config;
@@ -203,21 +203,23 @@ static void head_alignment(void)
         uint64_t iters;
     } cases[] = {
         /* 50257 + 63 slots over 8192 a pass */
-        {TUNED_BF16, 50257, "w8.r1.c4.m4.v8.ld=nc.st=def.reg=pk.red=fused", 64, 7},
+        {TUNED__KERNEL_SOFTMAX, TUNED_BF16, 50257, "w8.r1.c4.m4.v8.ld=nc.st=def.reg=pk.red=fused", 64, 7},
         /* 50257 + 31 over 8192: 6.14 passes, 7 */
-        {TUNED_FP32, 50257, "w8.r1.c8.m1.v4.ld=def.st=def.reg=f32", 32, 7},
+        {TUNED__KERNEL_LOG_SOFTMAX, TUNED_FP32, 50257, "w8.r1.c8.m1.v4.ld=def.st=def.reg=f32", 32, 7},
         /* 4097 fp32 is 16388 bytes: a line; 4097 + 31 over 512 a pass */
-        {TUNED_FP32, 4097, "w4.r1.c1.m1.v4.ld=def.st=def.reg=f32", 32, 9},
+        {TUNED__KERNEL_SOFTMAX, TUNED_FP32, 4097, "w4.r1.c1.m1.v4.ld=def.st=def.reg=f32", 32, 9},
         /* 1001 bf16 is short: its vector; 1001 + 7 over 256 */
-        {TUNED_BF16, 1001, "w4.r1.c1.m1.v2.ld=def.st=def.reg=f32", 2, 4},
+        {TUNED__KERNEL_SOFTMAX, TUNED_BF16, 1001, "w4.r1.c1.m1.v2.ld=def.st=def.reg=f32", 2, 4},
+        /* a backward kernel keeps its vector: 50257 + 7 over 8192 */
+        {TUNED__KERNEL_SOFTMAX_BWD, TUNED_FP16, 50257, "w8.r1.c4.m2.v8.ld=def.st=def.reg=pk", 8, 7},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         tuned__config c;
         tuned__err e = {0};
-        tuned__shape s = {cases[i].dtype, 64, cases[i].cols, TUNED__KERNEL_SOFTMAX};
+        tuned__shape s = {cases[i].dtype, 64, cases[i].cols, (uint8_t)cases[i].kernel};
         EXPECT(tuned__config_parse(cases[i].config, &c, &e) == 0, "%s", e.msg);
-        unsigned align = tuned__config_head_align(&c, s.dtype, s.cols);
-        uint64_t iters = tuned__config_iters(&c, s.dtype, s.cols, false);
+        unsigned align = tuned__config_head_align(&c, &s);
+        uint64_t iters = tuned__config_iters(&c, &s, false);
         EXPECT(align == cases[i].align && iters == cases[i].iters,
                "%s %s x %llu: align %u, %llu passes; want %u, %llu", cases[i].config,
                tuned_dtype_name(s.dtype), (unsigned long long)s.cols, align,

@@ -71,6 +71,13 @@ __device__ __forceinline__ float thread_dot(const Held &hy, const Held &hd)
     return sum;
 }
 
+/* The backward kernels count a row's slots from its vector (codegen never
+ * gives them the 128-byte line: two rows held leave no registers for it),
+ * so equal heads are equal offsets inside a vector. */
+#if T_HEAD_ALIGN != T_VEC
+#error "the backward kernels count a row's slots from its vector"
+#endif
+
 /* load of y's row and dy's, by y's vector slots: both rows' loads issued
  * before either is finished, so that none waits for another. dy's
  * vectors go whole where its offset inside a vector is y's (always, when
@@ -80,7 +87,7 @@ __device__ __forceinline__ void load_rows(Held &hy, Held &hd, const RowPtrs &p, 
 {
     RowWords scratch_y, scratch_d;
     RowWords &wy = words_of(hy, scratch_y), &wd = words_of(hd, scratch_d);
-    const bool dy_vec_ok = q.head % T_VEC == p.head % T_VEC;
+    const bool dy_vec_ok = q.head == p.head;
     load_row_words(wy, p.xr, p.head, true, lane, cols, active);
     load_row_words(wd, q.xr, p.head, dy_vec_ok, lane, cols, active);
     finish_row(hy, wy, p.head, true, lane, cols, active);

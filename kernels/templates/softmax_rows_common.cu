@@ -111,6 +111,13 @@
  * even with head 0. */
 #define PASS_WHOLE(it)                                                                      \
     ((it) * ROW_THREADS * T_VEC >= T_HEAD_ALIGN - 1 && ((it) + 1) * ROW_THREADS * T_VEC <= T_COLS)
+/* Without T_HEAD_FREE: whether no vector of pass it lies wholly before the
+ * row whatever its head (every pass but the first few, known when the
+ * source is generated: the check costs registers where it is not). */
+#define PASS_AFTER_HEAD(it) ((it) * ROW_THREADS * T_VEC >= T_HEAD_ALIGN - T_VEC)
+/* Without T_HEAD_FREE: whether the vector at element first, of pass it,
+ * holds an element of the row. */
+#define VEC_IN_ROW(it, first, cols) ((first) < (cols) && (PASS_AFTER_HEAD(it) || (first) + T_VEC > 0))
 #define VBYTES (T_VEC * ESIZE)
 #define NWORDS (VBYTES >= 4 ? VBYTES / 4 : 1)
 /* 16-bit elements two to a word: vectors of 4 bytes or more. */
@@ -533,13 +540,18 @@ __device__ __forceinline__ void load_row_words(RowWords &w, const unsigned char 
                 w[it][k] = NWORDS == T_VEC ? FILL_BITS : FILL_PAIR;
         }
 #else
-        if (active && vec_ok && first < cols && first + T_VEC > 0) {
+        if (active && vec_ok && VEC_IN_ROW(it, first, cols)) {
             /* Whole, also where it holds the row's first or last element:
              * its aligned bytes share a 16-byte block with an element of
              * the tensor, so they lie in the caller's (16-byte aligned)
              * allocation. finish_row replaces its elements outside the
              * row. */
             load_vec(xv + (long long)(it * ROW_THREADS + lane) * VBYTES, w[it]);
+        } else if (vec_ok || !active) {
+            /* wholly outside the row (or no row): nothing to load */
+#pragma unroll
+            for (int k = 0; k < NWORDS; k++)
+                w[it][k] = NWORDS == T_VEC ? FILL_BITS : FILL_PAIR;
         } else {
 #pragma unroll
             for (int k = 0; k < NWORDS; k++)
@@ -547,7 +559,7 @@ __device__ __forceinline__ void load_row_words(RowWords &w, const unsigned char 
 #pragma unroll
             for (int k = 0; k < T_VEC; k++) {
                 const int c = first + k;
-                const u32 bits = (active && c >= 0 && c < cols)
+                const u32 bits = (c >= 0 && c < cols)
                                      ? load_elem(xr + (long long)c * ESIZE)
                                      : FILL_BITS;
                 word_set(w[it], k, bits);
@@ -571,7 +583,7 @@ __device__ __forceinline__ void finish_row(Held &h, RowWords &w, int head, bool 
 #pragma unroll
     for (int it = 0; it < T_ITERS; it++) {
         const int first = (it * ROW_THREADS + lane) * T_VEC - head;
-        if (PASS_WHOLE(it) || !(active && vec_ok && first < cols && first + T_VEC > 0))
+        if (PASS_WHOLE(it) || !(active && vec_ok && VEC_IN_ROW(it, first, cols)))
             continue;
 #pragma unroll
         for (int k = 0; k < T_VEC; k++)

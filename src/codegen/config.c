@@ -232,8 +232,7 @@ bool tuned__config_equal(const tuned__config *a, const tuned__config *b)
            a->reg == b->reg && a->red == b->red && a->stages == b->stages && a->grid == b->grid;
 }
 
-uint64_t tuned__config_iters(const tuned__config *c, tuned_dtype dtype, uint64_t cols,
-                             bool head_free)
+uint64_t tuned__config_iters(const tuned__config *c, const tuned__shape *s, bool head_free)
 {
     if (c->family != TUNED__FAMILY_ROWS || c->vec == 0)
         return 0;
@@ -241,16 +240,16 @@ uint64_t tuned__config_iters(const tuned__config *c, tuned_dtype dtype, uint64_t
                     c->vec;
     /* A row starting `head` elements past the boundary its slots are
      * counted from covers cols + head <= cols + align - 1 slots. */
-    uint64_t slots = head_free ? cols : cols + tuned__config_head_align(c, dtype, cols) - 1;
+    uint64_t slots = head_free ? s->cols : s->cols + tuned__config_head_align(c, s) - 1;
     return (slots + span - 1) / span;
 }
 
-uint64_t tuned__config_row_registers(const tuned__config *c, tuned_dtype dtype, uint64_t cols,
+uint64_t tuned__config_row_registers(const tuned__config *c, const tuned__shape *s,
                                      bool head_free)
 {
-    uint64_t elems = tuned__config_iters(c, dtype, cols, head_free) * c->vec;
+    uint64_t elems = tuned__config_iters(c, s, head_free) * c->vec;
     if (c->reg == TUNED__REG_PK || c->reg == TUNED__REG_EX) {
-        uint64_t bytes = elems * tuned_dtype_size(dtype);
+        uint64_t bytes = elems * tuned_dtype_size(s->dtype);
         return (bytes + 3) / 4;
     }
     return elems;
@@ -389,7 +388,7 @@ static bool rows_check_shape(const tuned__config *c, const tuned__shape *s, int 
     if (blocks > 2147483647ull)
         return tuned__config_refuse(why, n, "%llu blocks exceed a grid",
                                     (unsigned long long)blocks);
-    uint64_t worst = tuned__config_iters(c, s->dtype, s->cols, false);
+    uint64_t worst = tuned__config_iters(c, s, false);
     if (worst > MAX_ITERS)
         return tuned__config_refuse(why, n, "%llu vector accesses per thread (at most %d)",
                                     (unsigned long long)worst, MAX_ITERS);
@@ -402,7 +401,7 @@ static bool rows_check_shape(const tuned__config *c, const tuned__shape *s, int 
         budget = MAX_REGISTERS_PER_THREAD;
     /* A backward kernel holds two rows, y and dy. */
     uint64_t held = tuned__kernel_backward(kernel) ? 2 : 1;
-    uint64_t need = held * tuned__config_row_registers(c, s->dtype, s->cols, head_free) +
+    uint64_t need = held * tuned__config_row_registers(c, s, head_free) +
                     REGISTER_OVERHEAD;
     if (need > budget)
         return tuned__config_refuse(why, n,

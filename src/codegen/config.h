@@ -201,40 +201,40 @@ static inline bool tuned__config_head_free(const tuned__config *c, uint64_t cols
     return c->family == TUNED__FAMILY_TMA || cols % c->vec == 0;
 }
 
-/* Rows of at least this many bytes that may start off a vector boundary
- * count their vector slots from the 128-byte line they start in, not from
- * their first vector: a warp's vectors after the row's first then fill
- * whole sectors and lines (measured on the H200: 1024-row shapes 1-3% of
- * the copy faster on rows on a line than on rows 4 or 16 bytes off one),
- * at the price of up to a line of slots before the row, which a short row
- * cannot afford. */
+/* A forward kernel's rows of at least this many bytes that may start off
+ * a vector boundary count their vector slots from the 128-byte line they
+ * start in, not from their first vector: a warp's vectors after the row's
+ * first then fill whole sectors and lines (measured on the H200: 1024-row
+ * shapes 1-3% of the copy faster on rows on a line than on rows 4 or 16
+ * bytes off one), at the price of up to a line of slots before the row,
+ * which a short row cannot afford, and of a few registers, which the
+ * backward kernels (two rows held) pay in spills. */
 #define TUNED__LINE_HEAD_MIN_ROW_BYTES 16384u
 #define TUNED__LINE_BYTES 128u
 
 /* The alignment, in elements, that a register-row variant's slots of a row
- * off a vector boundary are counted from (T_HEAD_ALIGN): the 128-byte
- * line's for rows of TUNED__LINE_HEAD_MIN_ROW_BYTES or more, else the
- * vector's. */
-static inline unsigned tuned__config_head_align(const tuned__config *c, tuned_dtype dtype,
-                                                uint64_t cols)
+ * of s off a vector boundary are counted from (T_HEAD_ALIGN): the 128-byte
+ * line's for a forward kernel's rows of TUNED__LINE_HEAD_MIN_ROW_BYTES or
+ * more, else the vector's. */
+static inline unsigned tuned__config_head_align(const tuned__config *c, const tuned__shape *s)
 {
-    size_t esize = tuned_dtype_size(dtype);
-    if (esize == 0 || c->vec == 0 || cols * esize < TUNED__LINE_HEAD_MIN_ROW_BYTES)
+    size_t esize = tuned_dtype_size(s->dtype);
+    if (esize == 0 || c->vec == 0 || tuned__kernel_backward(tuned__shape_kernel(s)) ||
+        s->cols * esize < TUNED__LINE_HEAD_MIN_ROW_BYTES)
         return c->vec;
     return TUNED__LINE_BYTES / (unsigned)esize;
 }
 
-/* Vector accesses each thread makes per row: enough that the vectors of a
- * row's threads (in all its cluster's blocks) cover cols elements of dtype
+/* Vector accesses each thread makes per row of s: enough that the vectors
+ * of a row's threads (in all its cluster's blocks) cover its columns
  * starting anywhere up to tuned__config_head_align elements past a
  * boundary, or, when head_free, on its start. Register rows only (0 for
  * tma variants, which keep no row in registers). */
-uint64_t tuned__config_iters(const tuned__config *c, tuned_dtype dtype, uint64_t cols,
-                             bool head_free);
+uint64_t tuned__config_iters(const tuned__config *c, const tuned__shape *s, bool head_free);
 
 /* 32-bit registers a thread needs to hold its part of a row (of one
  * tensor: a backward kernel holds two, y and dy). */
-uint64_t tuned__config_row_registers(const tuned__config *c, tuned_dtype dtype, uint64_t cols,
+uint64_t tuned__config_row_registers(const tuned__config *c, const tuned__shape *s,
                                      bool head_free);
 
 /* Whether c is a config that codegen emits for shape s and that a GPU of

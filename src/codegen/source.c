@@ -161,7 +161,7 @@ int tuned__source_softmax(const tuned__config *c, const tuned__shape *s,
         return staged_source(c, s, name, out, e);
     }
     bool head_free = tuned__source_head_free(c, s, opts);
-    uint64_t iters = tuned__config_iters(c, s->dtype, s->cols, head_free);
+    uint64_t iters = tuned__config_iters(c, s, head_free);
     char plant[32];
     int rc = plant_define(opts, name, plant, sizeof plant, e);
     if (rc != 0)
@@ -186,7 +186,7 @@ int tuned__source_softmax(const tuned__config *c, const tuned__shape *s,
              c->minb, c->vec, (unsigned long long)iters, (unsigned long long)s->cols, head_free,
              c->ld, c->st, c->reg != TUNED__REG_F32, c->reg == TUNED__REG_EX,
              c->red == TUNED__RED_FUSED, tuned__kernel_log(kernel), backward,
-             tuned__config_head_align(c, s->dtype, s->cols), plant);
+             tuned__config_head_align(c, s), plant);
     /* A row cut over blocks of the grid takes a workspace and a ticket:
      * its own kernel, on the rows family's stages; so do the backward
      * kernels, which read two tensors. */

@@ -67,7 +67,7 @@ static bool rows_policy(const tuned__space *sp, const tuned__config *c, char *wh
         return tuned__config_refuse(why, n,
                                     "%u rows a block leave half the block idle on %llu rows",
                                     c->rows, (unsigned long long)rows);
-    uint64_t iters = tuned__config_iters(c, sp->shape.dtype, cols, head_free);
+    uint64_t iters = tuned__config_iters(c, &sp->shape, head_free);
     if (iters > SEARCH_MAX_ITERS)
         return tuned__config_refuse(why, n, "%llu vector accesses per thread (at most %d)",
                                     (unsigned long long)iters, SEARCH_MAX_ITERS);
