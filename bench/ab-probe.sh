@@ -24,7 +24,8 @@ list=${2:-bench/ab-decode.list}
 # shellcheck source=bench/probe-env.sh
 source bench/probe-env.sh >/dev/null
 # Renames each twin config in probe_settle's output back to its old text,
-# so that the table pairs them: $1 the old configs, $2 the twins.
+# so that the table pairs them: $1 the old configs, $2 the twins (the
+# same words outside --twin: nothing changes).
 paste_names() {
     local -a from to
     read -r -a from <<<"$1"
@@ -60,13 +61,8 @@ while read -r shape dtype configs; do
         run=$configs
         [[ -n "$twin" && "$build" == new ]] && run=$(sed "$twin" <<<"$configs")
         echo "== $build $shape $dtype"
-        if [[ -n "$twin" && "$build" == new ]]; then
-            # shellcheck disable=SC2086 # configs are words
-            "$bin" "$shape" "$dtype" 100 $run 2>&1 | paste_names "$configs" "$run"
-        else
-            # shellcheck disable=SC2086 # configs are words
-            "$bin" "$shape" "$dtype" 100 $run 2>&1
-        fi
+        # shellcheck disable=SC2086 # configs are words
+        "$bin" "$shape" "$dtype" 100 $run 2>&1 | paste_names "$configs" "$run"
     done
 done <"$list" >>"$out/ab-probe.txt"
 timeout 300 meson test -C build gpu-correctness >/dev/null 2>&1

@@ -7,8 +7,8 @@
 #   check    build (dependencies from .debs/ through tools/device-env.sh),
 #            the GPU test suite (about 320 s; GPU_SUITE=0 leaves it out,
 #            for a call that must fit less device time), tools/bench.sh on
-#            the mission table (a
-#            fresh store, every shape tuned cold), then tools/pretune.sh
+#            the mission table (a fresh store, every shape tuned cold),
+#            then tools/pretune.sh
 #            NAME --from that export: cache/pretuned/NAME.jsonl made anew,
 #            imported into a fresh store, served exact, verified. A short
 #            table last.
@@ -76,6 +76,19 @@ device_env() {
     source tools/device-env.sh || exit 1
 }
 
+# The GPU test suite, its log in OUT/gpu-tests.log; a pass is remembered
+# in /tmp/tuned-gpu-suite.ok for later calls on this machine. Returns the
+# suite's exit status.
+gpu_suite() {
+    local t0=$SECONDS rc
+    meson test -C build --suite gpu --print-errorlogs >"$out/gpu-tests.log" 2>&1
+    rc=$?
+    [[ $rc -eq 0 ]] && touch /tmp/tuned-gpu-suite.ok
+    grep -E '^ *[0-9]+/[0-9]+ ' "$out/gpu-tests.log"
+    echo "== GPU suite: exit $rc, $((SECONDS - t0)) s"
+    return $rc
+}
+
 # The meson tests named in GPU_CHECK, their logs in OUT/checks.log.
 run_checks() {
     [[ -n "${GPU_CHECK:-}" ]] || return 0
@@ -101,11 +114,8 @@ check)
     if [[ "${GPU_SUITE:-1}" == 0 ]]; then
         echo "== GPU suite: skipped (GPU_SUITE=0)"
     else
-        meson test -C build --suite gpu --print-errorlogs >"$out/gpu-tests.log" 2>&1
+        gpu_suite
         suite=$?
-        [[ $suite -eq 0 ]] && touch /tmp/tuned-gpu-suite.ok
-        grep -E '^ *[0-9]+/[0-9]+ ' "$out/gpu-tests.log"
-        echo "== GPU suite: exit $suite, $((SECONDS - t0)) s"
     fi
     tools/bench.sh "$out" shapes >/dev/null 2>/tmp/tuned-bench-progress.log
     tar czf "$out/traces.tgz" -C "$out" traces && rm -rf "$out/traces"
@@ -125,12 +135,7 @@ train)
     t0=$SECONDS
     tools/setup.sh --no-deps >/tmp/tuned-build.log 2>&1 || { tail -n 30 /tmp/tuned-build.log; exit 1; }
     echo "== build: $((SECONDS - t0)) s"
-    if [[ ! -f /tmp/tuned-gpu-suite.ok ]]; then
-        meson test -C build --suite gpu --print-errorlogs >"$out/gpu-tests.log" 2>&1 &&
-            touch /tmp/tuned-gpu-suite.ok
-        grep -E '^ *[0-9]+/[0-9]+ ' "$out/gpu-tests.log"
-        echo "== GPU suite: $((SECONDS - t0)) s"
-    fi
+    [[ -f /tmp/tuned-gpu-suite.ok ]] || gpu_suite
     run_checks
     left=$(( ${TRAIN_BUDGET_S:-560} - (SECONDS - t0) ))
     (( left < 60 )) && left=60
