@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
 # bench/phase-probe.sh: where the forward kernel's time goes on the decode
-# shapes, stage by stage (bench/phase_probe.cu says how). Two steps:
+# shapes, stage by stage (bench/phase_probe.cu says how). Steps:
 #
 #   bench/phase-probe.sh prepare DIR [LIST]   here (needs build/, no GPU):
 #       writes DIR/NAME.cu, the tuner's source of each variant of LIST
 #       (default bench/phase-probe.list: SHAPE DTYPE CONFIG a line) with the
-#       probe's hooks after each stage, and DIR/cases (NAME ROWS BLOCKS THREADS)
+#       probe's hooks after each stage, and DIR/cases (NAME ROWS BLOCKS
+#       THREADS DTYPE CONFIG); EMIT_SOURCE names the emitter (default
+#       build/bench/emit_source, built first with ninja)
+#   bench/phase-probe.sh build DIR            builds each with nvcc for
+#       sm_90 (as NVRTC does) into DIR/bin/ (no GPU needed)
 #   bench/phase-probe.sh run DIR OUT          on the GPU machine (carry DIR):
-#       builds each with nvcc for sm_90 (as NVRTC does) and runs it; OUT/phase-probe.txt
+#       build, then runs each; OUT/phase-probe.txt
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -42,16 +46,37 @@ open(path, "w").write(text)
 EOF
 }
 
+# Every variant of DIR/cases built with nvcc into DIR/bin/, in parallel;
+# fails if any build fails.
+build_all() {
+    local d=$1 name pids=() failed=0
+    mkdir -p "$d/bin"
+    while read -r name _; do
+        /usr/local/cuda/bin/nvcc -O3 -std=c++17 -arch=sm_90 -diag-suppress 128,177,550 \
+            -I"$root/bench" -DPROBE_KERNEL="\"$(cd "$d" && pwd)/$name.cu\"" -o "$d/bin/$name" \
+            "$root/bench/phase_probe.cu" &
+        pids+=($!)
+    done < "$d/cases"
+    for pid in "${pids[@]}"; do
+        wait "$pid" || failed=1
+    done
+    return $failed
+}
+
 case $mode in
 prepare)
     list=${3:-bench/phase-probe.list}
     mkdir -p "$dir"
-    ninja -C build bench/emit_source > /dev/null
+    emit=${EMIT_SOURCE:-}
+    if [ -z "$emit" ]; then
+        ninja -C build bench/emit_source > /dev/null
+        emit=build/bench/emit_source
+    fi
     : > "$dir/cases"
     grep -v '^#' "$list" | while read -r shape dtype config; do
         [ -n "$shape" ] || continue
         name="$shape-$dtype-$(echo "$config" | tr '.=' '_-')"
-        geometry=$(build/bench/emit_source "$shape" "$dtype" "$config" 2>&1 > "$dir/$name.cu") || {
+        geometry=$("$emit" "$shape" "$dtype" "$config" 2>&1 > "$dir/$name.cu") || {
             echo "$geometry" >&2
             exit 1
         }
@@ -61,24 +86,22 @@ prepare)
     done
     echo "prepared $(wc -l < "$dir/cases") variants in $dir"
     ;;
+build)
+    build_all "$dir"
+    ;;
 run)
     out=${3:?usage: bench/phase-probe.sh run DIR OUT}
     mkdir -p "$out"
     log="$out/phase-probe.txt"
     nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$log"
-    # Builds in parallel, runs one at a time.
-    while read -r name _; do
-        /usr/local/cuda/bin/nvcc -O3 -std=c++17 -arch=sm_90 -diag-suppress 128 -Ibench \
-            -DPROBE_KERNEL="\"$root/$dir/$name.cu\"" -o "/tmp/phase-$name" bench/phase_probe.cu &
-    done < "$dir/cases"
-    wait
+    build_all "$dir"
     while read -r name rows blocks threads dtype config; do
         echo "# $rows rows, $dtype, $config: $blocks blocks of $threads threads" | tee -a "$log"
-        "/tmp/phase-$name" "$rows" "$blocks" "$threads" "$name" 2>&1 | tee -a "$log"
+        "$dir/bin/$name" "$rows" "$blocks" "$threads" "$name" 2>&1 | tee -a "$log"
     done < "$dir/cases"
     ;;
 *)
-    echo "bench/phase-probe.sh: unknown step '$mode' (prepare or run)" >&2
+    echo "bench/phase-probe.sh: unknown step '$mode' (prepare, build or run)" >&2
     exit 2
     ;;
 esac
