@@ -34,12 +34,12 @@ __device__ __forceinline__ void early_red_add(unsigned long long *word, u64 *bar
 '''
 i = t.index('extern "C" __global__')
 t = t[:i] + helpers + t[i:]
-body_old = t[t.index("    PHASE_START();"):t.index("    const RowOut o = row_out(")]
-body_new = r'''    __shared__ int early_max_key;
+# The mailboxes' setup becomes the two words' and barriers' setup.
+setup_old = "    open_mailboxes(box_max, box_sum, box_pairs);\n"
+setup_new = r"""    __shared__ int early_max_key;
     __shared__ unsigned long long early_sum_fixed;
     __shared__ u64 early_bar_max, early_bar_sum;
     __shared__ u32 early_zero;
-    PHASE_START();
     (void)box_max, (void)box_sum, (void)box_pairs;
     if (threadIdx.x == 0) {
         early_max_key = (int)0x80000000;
@@ -53,13 +53,14 @@ body_new = r'''    __shared__ int early_max_key;
         asm volatile("fence.acq_rel.cluster;" ::: "memory");
     }
     asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
-    const RowSlot slot = row_slot();
-    const bool active = T_ROWS == 1 || slot.row < rows;
-    const RowPtrs p = row_ptrs(x, y, slot.row, active, row_stride);
-    const float ks = scale * LOG2E;
-    Held h;
-    load_row(h, p, slot.lane, cols, active);
-    const float thread_max_value = thread_max(h);
+"""
+assert t.count(setup_old) == 1, "no open_mailboxes line"
+t = t.replace(setup_old, setup_new)
+# From the thread's maximum to the row's (max, sum): the early exchange.
+first = "    const float probe_tmax = thread_max(h);\n"
+last = "    PHASE(6, sum);\n"
+i, j = t.index(first), t.index(last) + len(last)
+t = t[:i] + r"""    const float thread_max_value = thread_max(h);
     PHASE(1, thread_max_value);
     const unsigned lane = threadIdx.x % 32;
     const int key = early_key(warp_max(thread_max_value));
@@ -89,6 +90,5 @@ body_new = r'''    __shared__ int early_max_key;
     PHASE(5, (float)total);
     sum = total >= EARLY_FIX_NAN ? __int_as_float(0x7FFFFFFF) : __ull2float_rn(total) * (1.0f / EARLY_FIX_SCALE);
     PHASE(6, sum);
-'''
-t = t.replace(body_old, body_new)
+""" + t[j:]
 open(dst, 'w').write(t)
