@@ -15,8 +15,8 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
-mode=${1:?usage: bench/phase-probe.sh prepare DIR [LIST] | run DIR OUT}
-dir=${2:?usage: bench/phase-probe.sh prepare DIR [LIST] | run DIR OUT}
+mode=${1:?usage: bench/phase-probe.sh prepare DIR [LIST] | build DIR | run DIR OUT}
+dir=${2:?usage: bench/phase-probe.sh prepare DIR [LIST] | build DIR | run DIR OUT}
 
 # The kernel body's stage calls and the cluster reduction's steps, each
 # followed by its hook (the text is softmax_rows.cu's and

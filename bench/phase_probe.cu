@@ -141,19 +141,6 @@ __global__ void probe_row_sum(const unsigned char *y, int cols, long long row, f
 __global__ void __cluster_dims__(T_CLUSTER, 1, 1) probe_empty_cluster() {}
 __global__ void probe_empty() {}
 
-/* Cycles of the SM clock per ns of the global timer, over about 200 us. */
-__global__ void probe_clock_rate(double *out)
-{
-    unsigned long long g0, g1, c0, c1;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(g0));
-    asm volatile("mov.u64 %0, %%clock64;" : "=l"(c0));
-    do
-        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(g1));
-    while (g1 - g0 < 200000);
-    asm volatile("mov.u64 %0, %%clock64;" : "=l"(c1));
-    *out = (double)(c1 - c0) / (double)(g1 - g0);
-}
-
 static double median(std::vector<double> v)
 {
     std::sort(v.begin(), v.end());

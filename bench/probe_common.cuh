@@ -1,7 +1,8 @@
 /* probe_common.cuh: what the standalone nvcc probes (stream_probe.cu,
- * floor_probe.cu) share: CHECK, which ends the probe on a CUDA error with
- * its place; probe_launch, a launch in clusters or a cooperative one; and
- * Timer, the median time of a launch with the L2 flushed before each
+ * floor_probe.cu, phase_probe.cu, store_probe.cu) share: CHECK, which ends
+ * the probe on a CUDA error with its place; probe_launch, a launch in
+ * clusters or a cooperative one; probe_clock_rate, the SM clock's rate;
+ * and Timer, the median time of a launch with the L2 flushed before each
  * repeat (a 256 MiB memset, then optionally the evaluator's settle, a spin
  * of the GPU for settle_ns), cudaEvent around the launch alone, after 5
  * warm-ups. */
@@ -58,6 +59,20 @@ __global__ void probe_settle_spin(long long ns)
     do
         asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
     while ((long long)(t - t0) < ns);
+}
+
+/* Cycles of the SM clock per ns of the global timer, over about 200 us
+ * (one thread). */
+__global__ void probe_clock_rate(double *out)
+{
+    unsigned long long g0, g1, c0, c1;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(g0));
+    asm volatile("mov.u64 %0, %%clock64;" : "=l"(c0));
+    do
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(g1));
+    while (g1 - g0 < 200000);
+    asm volatile("mov.u64 %0, %%clock64;" : "=l"(c1));
+    *out = (double)(c1 - c0) / (double)(g1 - g0);
 }
 
 struct Timer {

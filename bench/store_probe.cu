@@ -66,18 +66,6 @@ __global__ void store_kernel(uint4 *out, unsigned part_words, unsigned long long
         cycles[blockIdx.x] = clock_after(last) - t0;
 }
 
-__global__ void clock_rate(double *out)
-{
-    unsigned long long g0, g1, c0, c1;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(g0));
-    asm volatile("mov.u64 %0, %%clock64;" : "=l"(c0));
-    do
-        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(g1));
-    while (g1 - g0 < 200000);
-    asm volatile("mov.u64 %0, %%clock64;" : "=l"(c1));
-    *out = (double)(c1 - c0) / (double)(g1 - g0);
-}
-
 template <Way WAY>
 static void run(Timer &timer, uint4 *out, unsigned long long *cycles, size_t total, int blocks,
                 int threads, double cycles_per_ns)
@@ -118,7 +106,7 @@ int main()
     CHECK(cudaMalloc(&out, most));
     CHECK(cudaMalloc(&cycles, 1024 * sizeof(unsigned long long)));
     CHECK(cudaMalloc(&rate, sizeof(double)));
-    clock_rate<<<1, 1>>>(rate);
+    probe_clock_rate<<<1, 1>>>(rate);
     CHECK(cudaMemcpy(&cycles_per_ns, rate, sizeof cycles_per_ns, cudaMemcpyDeviceToHost));
     Timer timer(60, 0);
     for (size_t total : totals) {
