@@ -4,7 +4,7 @@
  * added to its text. Rows-family variants without a grid split only: those
  * are what the probe launches.
  *
- *   emit_source ROWSxCOLS fp16|bf16|fp32 CONFIG > kernel.cu
+ *   emit_source [KERNEL:]ROWSxCOLS fp16|bf16|fp32 CONFIG > kernel.cu
  *
  * stderr: "blocks B threads T" (B blocks of T threads, the cluster's shape
  * compiled into the kernel). Not installed. */
@@ -13,18 +13,17 @@
 
 #include "src/codegen/config.h"
 #include "src/codegen/source.h"
+#include "probe_shape.h"
 
 int main(int argc, char **argv)
 {
     if (argc != 4) {
-        fprintf(stderr, "usage: emit_source ROWSxCOLS fp16|bf16|fp32 CONFIG\n");
+        fprintf(stderr, "usage: emit_source [KERNEL:]ROWSxCOLS fp16|bf16|fp32 CONFIG\n");
         return 2;
     }
     tuned__shape s = {0};
-    char tail;
-    if (sscanf(argv[1], "%llux%llu%c", (unsigned long long *)&s.rows,
-               (unsigned long long *)&s.cols, &tail) != 2) {
-        fprintf(stderr, "emit_source: bad shape '%s' (want ROWSxCOLS)\n", argv[1]);
+    if (probe_parse_shape(argv[1], &s) != 0) {
+        fprintf(stderr, "emit_source: bad shape '%s' (want [KERNEL:]ROWSxCOLS)\n", argv[1]);
         return 2;
     }
     if (tuned_dtype_parse(argv[2], &s.dtype) != 0) {

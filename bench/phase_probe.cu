@@ -48,9 +48,8 @@ __device__ __forceinline__ void probe_stamp(int k, float dep)
     unsigned long long *s = probe_stamps;
     if (s == nullptr || (threadIdx.x & 31) != 0)
         return;
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%clock64; // %1" : "=l"(t) : "f"(dep));
-    s[(blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32) * SLOTS + k] = t;
+    s[(blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32) * SLOTS + k] =
+        probe_clock_after(__float_as_uint(dep));
 }
 
 __device__ __forceinline__ void probe_global_time(int k)
@@ -88,45 +87,26 @@ __device__ __forceinline__ unsigned probe_hash(unsigned long long i)
     return x;
 }
 
-/* Uniform values in [-8, 8) in the kernel's dtype. */
+/* Uniform values in [-8, 8) in the kernel's dtype (its own conversion and
+ * element store, from the included templates). */
 __global__ void probe_fill(unsigned char *x, unsigned long long n)
 {
     for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
          i += (unsigned long long)gridDim.x * blockDim.x) {
         const float v = (float)(probe_hash(i) >> 8) * (16.0f / 16777216.0f) - 8.0f;
-#if T_DTYPE == 2
-        ((float *)x)[i] = v;
-#else
-        unsigned short b;
-#if T_DTYPE == 0
-        asm("cvt.rn.f16.f32 %0, %1;" : "=h"(b) : "f"(v));
-#else
-        asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(b) : "f"(v));
-#endif
-        ((unsigned short *)x)[i] = b;
-#endif
+        store_elem(x + i * ESIZE, float_to_bits(v));
     }
 }
 
-/* The sum of row `row` of y, one block. */
+/* The sum of row `row` of y, one block (the templates' element load and
+ * conversion). */
 __global__ void probe_row_sum(const unsigned char *y, int cols, long long row, float *out)
 {
     __shared__ float part[1024];
     float s = 0.0f;
     for (int i = threadIdx.x; i < cols; i += blockDim.x) {
         const unsigned long long at = (unsigned long long)row * cols + i;
-#if T_DTYPE == 2
-        s += ((const float *)y)[at];
-#else
-        const unsigned short b = ((const unsigned short *)y)[at];
-        float v;
-#if T_DTYPE == 0
-        asm("cvt.f32.f16 %0, %1;" : "=f"(v) : "h"(b));
-#else
-        v = __uint_as_float((unsigned)b << 16);
-#endif
-        s += v;
-#endif
+        s += bits_to_float(load_elem(y + at * ESIZE));
     }
     part[threadIdx.x] = s;
     __syncthreads();

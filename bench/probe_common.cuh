@@ -1,11 +1,11 @@
 /* probe_common.cuh: what the standalone nvcc probes (stream_probe.cu,
  * floor_probe.cu, phase_probe.cu, store_probe.cu) share: CHECK, which ends
  * the probe on a CUDA error with its place; probe_launch, a launch in
- * clusters or a cooperative one; probe_clock_rate, the SM clock's rate;
- * and Timer, the median time of a launch with the L2 flushed before each
- * repeat (a 256 MiB memset, then optionally the evaluator's settle, a spin
- * of the GPU for settle_ns), cudaEvent around the launch alone, after 5
- * warm-ups. */
+ * clusters or a cooperative one; probe_clock_after and probe_clock_rate,
+ * the SM clock read after a value exists and its rate; and Timer, the
+ * median time of a launch with the L2 flushed before each repeat (a 256
+ * MiB memset, then optionally the evaluator's settle, a spin of the GPU
+ * for settle_ns), cudaEvent around the launch alone, after 5 warm-ups. */
 #ifndef TUNED_BENCH_PROBE_COMMON_CUH
 #define TUNED_BENCH_PROBE_COMMON_CUH
 
@@ -59,6 +59,15 @@ __global__ void probe_settle_spin(long long ns)
     do
         asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
     while ((long long)(t - t0) < ns);
+}
+
+/* The SM clock, read after dep exists (the read takes it as an operand, so
+ * it cannot be scheduled before the instruction that makes it). */
+__device__ __forceinline__ unsigned long long probe_clock_after(unsigned dep)
+{
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%clock64; // %1" : "=l"(t) : "r"(dep));
+    return t;
 }
 
 /* Cycles of the SM clock per ns of the global timer, over about 200 us

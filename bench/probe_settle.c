@@ -20,32 +20,10 @@
 
 #include "src/tuner/evaluator.h"
 #include "src/driver/gpu.h"
+#include "probe_shape.h"
 
 #define MAX_SETTLE 8
 #define ROUNDS 3
-
-static int parse_shape(const char *text, tuned__shape *s)
-{
-    unsigned long long r, c;
-    char tail;
-    const char *colon = strchr(text, ':');
-    if (colon != NULL) {
-        char name[32];
-        size_t len = (size_t)(colon - text);
-        if (len >= sizeof name)
-            return -1;
-        memcpy(name, text, len);
-        name[len] = '\0';
-        if (tuned__kernel_parse(name, &s->kernel) != 0)
-            return -1;
-        text = colon + 1;
-    }
-    if (sscanf(text, "%llux%llu%c", &r, &c, &tail) != 2 || r == 0 || c == 0)
-        return -1;
-    s->rows = r;
-    s->cols = c;
-    return 0;
-}
 
 /* "20" is a pause of 20 µs; "20s" the same with each repeat run alone
  * (tuned__eval_opts.serial). */
@@ -77,7 +55,7 @@ int main(int argc, char **argv)
     double settle[MAX_SETTLE];
     bool serial[MAX_SETTLE];
     int nsettle = 0;
-    if (argc < 5 || parse_shape(argv[1], &shape) != 0 ||
+    if (argc < 5 || probe_parse_shape(argv[1], &shape) != 0 ||
         tuned_dtype_parse(argv[2], &shape.dtype) != 0 ||
         parse_settle(argv[3], settle, serial, &nsettle) != 0) {
         fprintf(stderr,

@@ -27,19 +27,12 @@
 
 enum Way { STG, BULK };
 
-__device__ __forceinline__ unsigned long long clock_after(unsigned dep)
-{
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%clock64; // %1" : "=l"(t) : "r"(dep));
-    return t;
-}
-
 /* Block b writes words [b * part, (b + 1) * part) of out, word i = i. */
 template <Way WAY>
 __global__ void store_kernel(uint4 *out, unsigned part_words, unsigned long long *cycles)
 {
     extern __shared__ uint4 stage[];
-    const unsigned long long t0 = clock_after(0);
+    const unsigned long long t0 = probe_clock_after(0);
     uint4 *mine = out + (size_t)blockIdx.x * part_words;
     const unsigned base = blockIdx.x * part_words;
     unsigned last = 0;
@@ -63,7 +56,7 @@ __global__ void store_kernel(uint4 *out, unsigned part_words, unsigned long long
         }
     }
     if (threadIdx.x == 0)
-        cycles[blockIdx.x] = clock_after(last) - t0;
+        cycles[blockIdx.x] = probe_clock_after(last) - t0;
 }
 
 template <Way WAY>
