@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # bench/ncu-configs.sh OUT [KERNEL:]SHAPE DTYPE CONFIG... - on the GPU
 # machine: one launch of each variant under Nsight Compute (speed of light,
-# occupancy, launch statistics, warp states, memory workload), through
-# build/bench/probe_settle, which checks the variant before timing it.
-# Appends each variant's report to OUT/ncu-configs.txt and prints its key
-# lines: duration, DRAM throughput, achieved occupancy, the six largest warp
-# stall reasons (warps stalled per issued instruction).
+# occupancy, launch statistics, warp states, memory and compute workload),
+# through build/bench/probe_settle, which checks the variant before timing
+# it. Appends each variant's report to OUT/ncu-configs.txt and prints its
+# key lines: duration, DRAM throughput, occupancy and the most clusters
+# resident at once, issue slots busy, the six largest warp stall reasons
+# (warps stalled per issued instruction).
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root" || exit 1
@@ -23,12 +24,12 @@ for config in "$@"; do
     report="${report//[:=]/_}"
     "$ncu_bin" --cache-control all --clock-control none -k regex:tuned_softmax --launch-skip 2 \
         --launch-count 1 --section SpeedOfLight --section Occupancy --section LaunchStats \
-        --section WarpStateStats --section MemoryWorkloadAnalysis --page details \
+        --section WarpStateStats --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis --page details \
         --metrics 'regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio' \
         build/bench/probe_settle "$shape" "$dtype" 100 "$config" >"$report" 2>&1
     {
         echo "== $shape $dtype $config"
-        grep -E "^\s+(Duration|DRAM Throughput|Memory Throughput|Achieved Occupancy|Theoretical Occupancy|Registers Per Thread|Waves Per SM|Block Limit Registers|Cluster Size|Warp Cycles Per Issued Instruction|Max Active Clusters)\b" "$report"
+        grep -E "^\s+(Duration|DRAM Throughput|Memory Throughput|Achieved Occupancy|Theoretical Occupancy|Registers Per Thread|Waves Per SM|Block Limit Registers|Cluster Size|Warp Cycles Per Issued Instruction|Max Active Clusters|Issue Slots Busy|SM Busy|Executed Ipc Active)\b" "$report"
         grep -E "smsp__average_warps_issue_stalled_" "$report" | sort -k3 -g -r | head -n 6
         grep -E "round 1" "$report" | head -n 1
     } | tee -a "$out/ncu-configs.txt"
