@@ -52,20 +52,27 @@ static void check_rows_ptx(const tuned__config *c, const tuned__shape *s, const 
         EXPECT(strstr(ptx, st) != NULL, "%s %s: PTX lacks '%s'", name,
                tuned_dtype_name(s->dtype), st);
     }
-    /* Rows that start on a vector boundary: one vector load a pass and no
-     * element loads (the per-element path serves unaligned rows only). */
+    /* Rows that start on a vector boundary: one vector load a pass (a
+     * copy into shared memory for a stashed pass) and no element loads
+     * (the per-element path serves unaligned rows only). */
     if (tuned__source_head_free(c, s, NULL) && c->vec > 1) {
         size_t esize = tuned_dtype_size(s->dtype);
         size_t iters = (size_t)tuned__config_iters(c, s, true);
         char elem[64];
         snprintf(elem, sizeof elem, "%s%s ", ld_ops[c->ld], esize == 2 ? ".u16" : ".u32");
         /* a backward kernel loads two rows, y and dy */
-        size_t want = backward ? 2 * iters : iters;
+        size_t want = backward ? 2 * iters : iters - c->stash;
         EXPECT(count(ptx, ld) == want && count(ptx, elem) == 0,
                "%s %s x %llu: %zu vector loads for %zu passes, %zu element loads", name,
                tuned_dtype_name(s->dtype), (unsigned long long)s->cols, count(ptx, ld), want,
                count(ptx, elem));
     }
+    /* A stash: one cp.async a stashed pass, one wait for them all. */
+    size_t copies = count(ptx, "cp.async.cg.shared.global") + count(ptx, "cp.async.ca.shared.global");
+    EXPECT(copies == c->stash && count(ptx, "cp.async.wait_all") == (c->stash > 0),
+           "%s %s x %llu: %zu cp.async copies and %zu waits for a stash of %u", name,
+           tuned_dtype_name(s->dtype), (unsigned long long)s->cols, copies,
+           count(ptx, "cp.async.wait_all"), c->stash);
     EXPECT(strstr(ptx, "createpolicy") == NULL, "%s: an L2 policy in PTX", name);
     if (c->ld != TUNED__LD_NC)
         EXPECT(strstr(ptx, "ld.global.nc") == NULL, "%s: unexpected .nc load", name);

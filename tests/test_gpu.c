@@ -3,7 +3,8 @@
  * correctly against float64 at awkward column counts (1, 7, ... 128256,
  * with -inf, NaN and +inf rows from the generator; the forward kernels at
  * a scale of 0.75), also from unaligned base pointers; rows split over the
- * grid too (softmax and log_softmax); and the evaluator's gate catches
+ * grid and rows partly in shared memory too (softmax and log_softmax);
+ * and the evaluator's gate catches
  * deliberately broken variants of the forward and backward templates.
  * Exits 77 (skipped) where no CUDA driver or GPU is found. */
 #include <stdio.h>
@@ -94,15 +95,16 @@ static void planted_bugs_are_caught(gpu_env *g)
     }
 }
 
-/* Rows split over the grid (cooperative launches through the workspace):
- * a sample of each dtype's splits on few long rows, a ragged tail, many
- * rows at two blocks a SM; also unaligned. Returns the runs made. */
-static size_t grid_splits_are_correct(gpu_env *g, unsigned kernel)
+/* A sample of the configs of each dtype's spaces of kernel over shapes
+ * that take: eight drawn at random, the first three again from unaligned
+ * base pointers. Returns the runs made. */
+static size_t sample_is_correct(gpu_env *g, unsigned kernel, const uint64_t (*shapes)[2],
+                                size_t nshapes, bool (*takes)(const tuned__config *),
+                                const char *what)
 {
-    static const uint64_t shapes[][2] = {{1, 262144}, {2, 100003}, {24, 128256}, {100, 1000}};
     size_t runs = 0;
     for (int dt = TUNED_FP16; dt <= TUNED_FP32; dt++)
-        for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        for (size_t i = 0; i < nshapes; i++) {
             tuned__shape s = {(tuned_dtype)dt, shapes[i][0], shapes[i][1], (uint8_t)kernel};
             tuned__space sp;
             tuned__err e = {0};
@@ -112,18 +114,18 @@ static size_t grid_splits_are_correct(gpu_env *g, unsigned kernel)
                 continue;
             }
             tuned__config cfgs[8];
-            size_t n = 0, splits = 0;
+            size_t n = 0, taken = 0;
             for (size_t k = 0; k < sp.count; k++)
-                splits += sp.valid[k].grid > 1;
+                taken += takes(&sp.valid[k]);
             tuned__rng rng = {7 + (uint64_t)dt * 100 + i};
-            for (size_t tries = 0; n < 8 && splits > 0 && tries < 100000; tries++) {
+            for (size_t tries = 0; n < 8 && taken > 0 && tries < 100000; tries++) {
                 tuned__config c;
                 tuned__space_random(&sp, &rng, &c);
-                if (c.grid > 1)
+                if (takes(&c))
                     cfgs[n++] = c;
             }
-            EXPECT(n > 0, "no grid split for %llux%llu", (unsigned long long)s.rows,
-                   (unsigned long long)s.cols);
+            EXPECT(n > 0, "no %s for %llux%llu %s", what, (unsigned long long)s.rows,
+                   (unsigned long long)s.cols, tuned_dtype_name(s.dtype));
             tuned__eval_opts o = quick_opts();
             expect_correct(g, &s, cfgs, n, &o);
             o.x_offset = 3;
@@ -133,6 +135,34 @@ static size_t grid_splits_are_correct(gpu_env *g, unsigned kernel)
             tuned__space_free(&sp);
         }
     return runs;
+}
+
+static bool grid_split(const tuned__config *c)
+{
+    return c->grid > 1;
+}
+
+static bool stashed(const tuned__config *c)
+{
+    return c->stash > 0;
+}
+
+/* Rows split over the grid (cooperative launches through the workspace):
+ * few long rows, a ragged tail, many rows at two blocks a SM. */
+static size_t grid_splits_are_correct(gpu_env *g, unsigned kernel)
+{
+    static const uint64_t shapes[][2] = {{1, 262144}, {2, 100003}, {24, 128256}, {100, 1000}};
+    return sample_is_correct(g, kernel, shapes, sizeof shapes / sizeof shapes[0], grid_split,
+                             "grid split");
+}
+
+/* Passes kept in shared memory (cp.async, exps again at the store): rows
+ * too long for the registers of small blocks, one of them ragged. */
+static size_t stashes_are_correct(gpu_env *g, unsigned kernel)
+{
+    static const uint64_t shapes[][2] = {{3, 262144}, {5, 200003}};
+    return sample_is_correct(g, kernel, shapes, sizeof shapes / sizeof shapes[0], stashed,
+                             "stash");
 }
 
 int main(void)
@@ -197,6 +227,8 @@ int main(void)
     }
     variants += grid_splits_are_correct(&g, TUNED__KERNEL_SOFTMAX);
     variants += grid_splits_are_correct(&g, TUNED__KERNEL_LOG_SOFTMAX);
+    variants += stashes_are_correct(&g, TUNED__KERNEL_SOFTMAX);
+    variants += stashes_are_correct(&g, TUNED__KERNEL_LOG_SOFTMAX);
     planted_bugs_are_caught(&g);
     tuned__nvrtc_unload(g.n);
     tuned__driver_unload(g.d);

@@ -101,6 +101,85 @@ static void text_round_trip(void)
     }
 }
 
+/* A stash: its text, its rules (forward kernels, no grid split, no
+ * reg=ex, vectors of 4 bytes, every stashed pass inside the row, at most
+ * TUNED__STASH_MAX_BYTES a block), its registers, and the space's one size
+ * of it where the registers cannot hold the row. */
+static void stash(void)
+{
+    tuned__err e = {0};
+    tuned__config c;
+    char text[TUNED__CONFIG_TEXT], why[200];
+    const char *good = "w8.r1.c16.m4.v2.ld=def.st=def.reg=f32.red=fused.stash16";
+    EXPECT(tuned__config_parse(good, &c, &e) == 0 && c.stash == 16 && c.grid == 0, "%s", e.msg);
+    tuned__config_format(&c, text, sizeof text);
+    EXPECT(strcmp(text, good) == 0, "formatted %s", text);
+    tuned__shape s = {TUNED_FP32, 64, 262144, TUNED__KERNEL_SOFTMAX};
+    EXPECT(tuned__config_check(&c, &s, 90, 132, why, sizeof why), "%s: %s", good, why);
+    /* 32 passes, 16 in registers: 32 registers of the row, not 64 */
+    EXPECT(tuned__config_row_registers(&c, &s, true) == 32, "registers %llu",
+           (unsigned long long)tuned__config_row_registers(&c, &s, true));
+    tuned__config held = c;
+    held.stash = 0;
+    EXPECT(!tuned__config_check(&held, &s, 90, 132, why, sizeof why) && strstr(why, "registers"),
+           "the same without a stash fits: %s", why);
+    static const struct {
+        const char *config;
+        tuned__shape shape;
+        const char *why;
+    } refused[] = {
+        {"w8.r1.c16.m4.v2.ld=def.st=def.reg=f32.stash16",
+         {TUNED_FP32, 64, 262144, TUNED__KERNEL_SOFTMAX_BWD}, "backward"},
+        {"w8.r1.c16.m4.v1.ld=def.st=def.reg=f32.red=fused.stash16",
+         {TUNED_FP16, 64, 262144, TUNED__KERNEL_SOFTMAX}, "4 bytes"},
+        {"w8.r1.c16.m4.v2.ld=def.st=def.reg=f32.red=fused.stash32",
+         {TUNED_FP32, 64, 262144, TUNED__KERNEL_SOFTMAX}, "inside"},
+        {"w32.r1.c16.m1.v4.ld=def.st=def.reg=f32.red=fused.stash3",
+         {TUNED_FP32, 64, 262144, TUNED__KERNEL_SOFTMAX}, "bytes a block"},
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        EXPECT(tuned__config_parse(refused[i].config, &c, &e) == 0, "%s", e.msg);
+        EXPECT(!tuned__config_check(&c, &refused[i].shape, 90, 132, why, sizeof why) &&
+                   strstr(why, refused[i].why) != NULL,
+               "%s accepted, or refused for another reason: %s", refused[i].config, why);
+    }
+    static const char *const bad[] = {
+        "w8.r1.c1.m1.v4.ld=def.st=def.reg=f32.red=fused.g4.stash2",
+        "w8.r1.c16.m1.v4.ld=def.st=def.reg=f32.red=fused.stash0",
+        "w8.r1.c16.m1.v4.ld=def.st=def.reg=f32.red=fused.stash256",
+        "w8.r1.c16.m1.v4.ld=def.st=def.reg=f32.red=fused.stash",
+        "w8.r1.c16.m1.v4.ld=def.st=def.reg=f32.red=fused.stash2.g4",
+        "w8.r1.c16.m1.v4.ld=def.st=def.reg=ex.red=fused.stash2",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        tuned__err be = {0};
+        EXPECT(tuned__config_parse(bad[i], &c, &be) == TUNED_EINVAL && be.msg[0] != '\0',
+               "'%s' was accepted", bad[i]);
+    }
+    /* The space holds the half-stashed w8.c16.m4.v2 at 64x262144 fp32, and
+     * no stash where the registers hold the row (64x8192). */
+    tuned__space sp;
+    EXPECT(tuned__space_init(&sp, &s, 90, 132, &e) == 0, "%s", e.msg);
+    EXPECT(tuned__config_parse(good, &c, &e) == 0, "%s", e.msg);
+    bool found = false;
+    size_t stashed = 0;
+    for (size_t i = 0; i < sp.count; i++) {
+        found |= tuned__config_equal(&sp.valid[i], &c);
+        stashed += sp.valid[i].stash > 0;
+    }
+    EXPECT(found && stashed > 0, "%s not in the space (%zu stashed configs)", good, stashed);
+    c.minb = 2, c.stash = 8; /* valid, with registers for a quarter in a stash */
+    EXPECT(tuned__config_check(&c, &s, 90, 132, why, sizeof why), "%s", why);
+    EXPECT(!tuned__space_valid(&sp, &c, why, sizeof why) && strstr(why, "half"),
+           "a stash of a quarter searched: %s", why);
+    tuned__space_free(&sp);
+    tuned__shape short_rows = {TUNED_FP32, 64, 8192, TUNED__KERNEL_SOFTMAX};
+    EXPECT(tuned__space_init(&sp, &short_rows, 90, 132, &e) == 0, "%s", e.msg);
+    for (size_t i = 0; i < sp.count; i++)
+        EXPECT(sp.valid[i].stash == 0, "a stash at 64x8192");
+    tuned__space_free(&sp);
+}
+
 static void constraints(void)
 {
     tuned__err e = {0};
@@ -227,6 +306,8 @@ static void moves(void)
                           (nb[k].warps != x.warps || nb[k].rows != x.rows ||
                            nb[k].cluster != x.cluster || nb[k].grid != x.grid) +
                           (nb[k].minb != x.minb) + (nb[k].stages != x.stages);
+            /* a stash moves alone, or follows another move (half the passes) */
+            changed += changed == 0 && nb[k].stash != x.stash;
             EXPECT(changed == 1, "neighbour changes %d parameters", changed);
         }
     }
@@ -416,7 +497,9 @@ static void one_rule(void)
  * enumeration never makes must stay what they were. Each is hashed for a
  * few shapes; the numbers were recorded from the code before validity
  * moved into tuned__config_check. A change that means to alter the space
- * records new ones (the failure prints them) and says why. */
+ * records new ones (the failure prints them) and says why: the stash
+ * (half a clustered row's passes in shared memory, where the registers
+ * cannot hold them) grew the clustered long-row shapes' spaces. */
 
 typedef struct space_print {
     size_t count;
@@ -508,20 +591,20 @@ static void fingerprints(void)
         space_print want;
     } cases[] = {
         {{TUNED_FP16, 4096, 32000, TUNED__KERNEL_SOFTMAX}, 90, 132,
-         {7620, 0xfaeb365839a27f13ull, 0xbaf6a70e003cf359ull,
-          0x6082b5543e5c7f19ull, 0xd9e42a9144c524a2ull}},
+         {7956, 0xa3757755d5b8bba7ull, 0xbaf6a70e003cf359ull,
+          0xcba23c6b92b2adc5ull, 0xd9e42a9144c524a2ull}},
         {{TUNED_FP32, 32, 128, TUNED__KERNEL_SOFTMAX}, 90, 132,
          {2880, 0xbe8e470c575f0c83ull, 0x1ff9f892fb240a31ull,
           0x232f9c91b9429549ull, 0x7708796702a32930ull}},
         {{TUNED_BF16, 1, 262144, TUNED__KERNEL_SOFTMAX}, 90, 132,
-         {6258, 0x466df856c0c03018ull, 0x28ac5b7a1e39595full,
-          0x4eb1a5251024486aull, 0xdb61b2c6141da0d1ull}},
+         {6762, 0xe0138430b0fd673aull, 0x2bce1fef7e11be6dull,
+          0x69aa461d6e296984ull, 0xdb61b2c6141da0d1ull}},
         {{TUNED_FP16, 64, 1000, TUNED__KERNEL_SOFTMAX}, 75, 40,
          {9108, 0x58023b458a4c14dfull, 0xc26e8c062970886cull,
           0x85889f474c2fc0e0ull, 0x949ac71813464514ull}},
         {{TUNED_FP16, 8192, 128256, TUNED__KERNEL_SOFTMAX}, 90, 132,
-         {3840, 0x677e27ff799d43bdull, 0x779e8c6222db2e78ull,
-          0x19a97a3066f3874bull, 0xb68593629176346full}},
+         {4428, 0xe5f1f0a301d97ca1ull, 0x19dc187bee47af78ull,
+          0xb046f5dd56c4f92bull, 0xb68593629176346full}},
         {{TUNED_FP16, 1, 8192, TUNED__KERNEL_SOFTMAX}, 90, 0,
          {10260, 0x0795776f7155da55ull, 0x5f0d0dcdb9588744ull,
           0xa219dbade9afceddull, 0x670846c9c1d79332ull}},
@@ -541,15 +624,15 @@ static void fingerprints(void)
          {720, 0xfaa14005495c4db1ull, 0xcbf29ce484222325ull,
           0x4c1fef7a21eb98d5ull, 0x21be068c16ccc888ull}},
         {{TUNED_FP32, 16, 65536, TUNED__KERNEL_SOFTMAX}, 90, 132,
-         {2130, 0x1f189d704ef30a1aull, 0x7e8def88ee25cba9ull,
-          0x11d711f1928009b6ull, 0xec7a520aa08e16e0ull}},
+         {2334, 0x793b25dd53dc8d4eull, 0x7e8def88ee25cba9ull,
+          0x81743b2dd929ae38ull, 0xec7a520aa08e16e0ull}},
         /* the other kernels' spaces */
         {{TUNED_FP16, 4096, 32000, TUNED__KERNEL_SOFTMAX_BWD}, 90, 132,
          {1878, 0x4b58f8de41e10464ull, 0x2d089b615299facfull,
           0xd497078980eeca98ull, 0xeec8da02aed78bbeull}},
         {{TUNED_FP16, 4096, 32000, TUNED__KERNEL_LOG_SOFTMAX}, 90, 132,
-         {5172, 0x2e255daad4820081ull, 0xbaf6a70e003cf359ull,
-          0x87d51bfd73786119ull, 0x93926ade1b1effd9ull}},
+         {5508, 0x5930a3c32931fdf5ull, 0xbaf6a70e003cf359ull,
+          0x2bb0395ae34eefc5ull, 0x93926ade1b1effd9ull}},
         {{TUNED_BF16, 1, 262144, TUNED__KERNEL_LOG_SOFTMAX_BWD}, 90, 132,
          {2484, 0x8ce091d41c6f0dd7ull, 0xea0911eecde1e48dull,
           0x48fd1cdbbb9f9cd5ull, 0x0cd13af256b6cd81ull}},
@@ -690,6 +773,7 @@ int main(void)
     kernel_spaces();
     one_rule();
     text_round_trip();
+    stash();
     constraints();
     moves();
     grid_split();

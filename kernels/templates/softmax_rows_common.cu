@@ -70,6 +70,14 @@
  *  17. T_LOG        1: log_softmax (or its backward): absent means 0
  *  18. T_BWD        1: a backward kernel (softmax_bwd.cu): the slots past a
  *                   row's end hold 0, not -inf; absent means 0
+ *  19. T_STASH      passes 1 .. T_STASH of each thread's row part are kept in
+ *                   the block's shared memory, not in registers: loaded by
+ *                   cp.async (no register waits for them), read back by the
+ *                   max, exp-and-sum and store stages, their exps computed
+ *                   again at the store. Forward kernels of register rows
+ *                   only (no grid split, no T_EXP16), vectors of 4 bytes or
+ *                   more, every stashed pass whole inside the row whatever
+ *                   its head; absent means 0
  *
  * Semantics match torch.softmax on the last dimension: the maximum ignores
  * NaN (fmaxf), and then a NaN or +inf in a row, or a row of only -inf,
@@ -90,6 +98,9 @@
 #endif
 #ifndef T_BWD
 #define T_BWD 0
+#endif
+#ifndef T_STASH
+#define T_STASH 0
 #endif
 #if T_EXP16 && (T_LOG || T_BWD)
 #error "T_EXP16 keeps softmax's exps; log_softmax and the backward kernels have none to keep"
@@ -124,6 +135,16 @@
 #define PAIRED (ESIZE == 2 && VBYTES >= 4)
 #if T_EXP16 && !(T_REG_PACKED && PAIRED)
 #error "T_EXP16 needs packed registers of a 16-bit type, vectors of 4 bytes or more"
+#endif
+/* Whether pass it of a thread's row part is kept in shared memory. */
+#define STASHED(it) (T_STASH > 0 && (it) >= 1 && (it) <= T_STASH)
+#if T_STASH
+#if T_BWD || T_GRID > 1 || T_EXP16 || VBYTES < 4
+#error "T_STASH: forward register rows without a grid split or T_EXP16, vectors of 4 bytes or more"
+#endif
+#if (T_STASH + 1) * ROW_THREADS * T_VEC > T_COLS || ROW_THREADS * T_VEC < T_HEAD_ALIGN
+#error "T_STASH: every stashed pass must lie whole inside the row whatever its head"
+#endif
 #endif
 
 /* ---- loads and stores with the variant's cache hints ---- */
@@ -241,6 +262,59 @@ __device__ __forceinline__ u32 max_pairs(u32 a, u32 b)
 #define PACKED_MAX 1
 #else
 #define PACKED_MAX 0
+#endif
+
+/* ---- passes kept in shared memory (T_STASH) ---- */
+
+#if T_STASH
+/* The block's stash: pass it's vector of thread t at [it - 1][t], so that
+ * a warp's accesses of one pass are 32 consecutive vectors. */
+struct Stash {
+    alignas(16) u32 w[T_STASH][T_WARPS * 32][NWORDS];
+};
+
+__device__ __forceinline__ Stash &block_stash()
+{
+    __shared__ Stash stash;
+    return stash;
+}
+
+/* load: pass it's vector at p copied into the stash by cp.async, with no
+ * register written: nothing waits for it until stash_wait. */
+__device__ __forceinline__ void stash_issue(int it, const unsigned char *p)
+{
+    const u32 dst = smem_addr(&block_stash().w[it - 1][threadIdx.x][0]);
+#if VBYTES == 16
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" : : "r"(dst), "l"(p) : "memory");
+#else
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" : : "r"(dst), "l"(p), "n"(VBYTES)
+                 : "memory");
+#endif
+}
+
+/* Before the first read of the stash: this thread's copies have landed
+ * (each thread reads only its own vectors, so no barrier). */
+__device__ __forceinline__ void stash_wait()
+{
+    asm volatile("cp.async.wait_all;" ::: "memory");
+}
+
+/* Pass it's vector of this thread, as loaded. */
+__device__ __forceinline__ void stash_words(int it, u32 (&w)[NWORDS])
+{
+#pragma unroll
+    for (int j = 0; j < NWORDS; j++)
+        w[j] = block_stash().w[it - 1][threadIdx.x][j];
+}
+#else
+__device__ __forceinline__ void stash_issue(int, const unsigned char *) {}
+__device__ __forceinline__ void stash_wait() {}
+__device__ __forceinline__ void stash_words(int, u32 (&w)[NWORDS])
+{
+#pragma unroll
+    for (int j = 0; j < NWORDS; j++)
+        w[j] = 0;
+}
 #endif
 
 /* ---- reductions over the threads of one row ---- */
@@ -538,6 +612,12 @@ __device__ __forceinline__ void load_row_words(RowWords &w, const unsigned char 
 #pragma unroll
     for (int it = 0; it < T_ITERS; it++) {
         const int first = (it * ROW_THREADS + lane) * T_VEC - head;
+        if (STASHED(it)) {
+            /* whole inside the row (T_STASH's rule) */
+            if (active)
+                stash_issue(it, xv + (long long)(it * ROW_THREADS + lane) * VBYTES);
+            continue;
+        }
 #if T_HEAD_FREE
         (void)vec_ok;
         if (active && (PASS_INSIDE(it) || first < T_COLS)) {
@@ -603,7 +683,7 @@ __device__ __forceinline__ void finish_row(Held &h, RowWords &w, int head, bool 
 #pragma unroll
     for (int it = 0; it < T_ITERS; it++)
 #pragma unroll
-        for (int k = 0; k < T_VEC; k++)
+        for (int k = 0; k < T_VEC && !STASHED(it); k++)
             h.v[it][k] = word_float(w[it], k);
 #else
     (void)h;
@@ -620,7 +700,8 @@ __device__ __forceinline__ void load_row(Held &h, const RowPtrs &p, int lane, in
     finish_row(h, w, p.head, true, lane, cols, active);
 }
 
-/* max: this thread's maximum. */
+/* max: this thread's maximum, over the passes in registers first, then
+ * (T_STASH) over those in shared memory once they have landed. */
 __device__ __forceinline__ float thread_max(const Held &h)
 {
 #if PACKED_MAX
@@ -628,16 +709,40 @@ __device__ __forceinline__ float thread_max(const Held &h)
 #pragma unroll
     for (int it = 0; it < T_ITERS; it++)
 #pragma unroll
-        for (int k = 0; k < NWORDS; k++)
+        for (int k = 0; k < NWORDS && !STASHED(it); k++)
             pairs = max_pairs(pairs, h.w[it][k]);
+    if (T_STASH)
+        stash_wait();
+#pragma unroll
+    for (int it = 0; it < T_ITERS; it++) {
+        if (!STASHED(it))
+            continue;
+        u32 w[NWORDS];
+        stash_words(it, w);
+#pragma unroll
+        for (int k = 0; k < NWORDS; k++)
+            pairs = max_pairs(pairs, w[k]);
+    }
     return fmaxf(bits_to_float(pairs & 0xFFFFu), bits_to_float(pairs >> 16));
 #else
     float max = NEG_INF;
 #pragma unroll
     for (int it = 0; it < T_ITERS; it++)
 #pragma unroll
-        for (int k = 0; k < T_VEC; k++)
+        for (int k = 0; k < T_VEC && !STASHED(it); k++)
             max = fmaxf(max, held_value(h, it, k));
+    if (T_STASH)
+        stash_wait();
+#pragma unroll
+    for (int it = 0; it < T_ITERS; it++) {
+        if (!STASHED(it))
+            continue;
+        u32 w[NWORDS];
+        stash_words(it, w);
+#pragma unroll
+        for (int k = 0; k < T_VEC; k++)
+            max = fmaxf(max, word_float(w, k));
+    }
     return max;
 #endif
 }
@@ -684,7 +789,7 @@ __device__ __forceinline__ float exp_and_sum(Held &h, float max, float ks)
 #pragma unroll
     for (int it = 0; it < T_ITERS; it++)
 #pragma unroll
-        for (int k = 0; k < T_VEC; k++) {
+        for (int k = 0; k < T_VEC && !STASHED(it); k++) {
             h.v[it][k] = exp_shifted(h.v[it][k], shift, ks);
             sum += h.v[it][k];
         }
@@ -692,9 +797,21 @@ __device__ __forceinline__ float exp_and_sum(Held &h, float max, float ks)
 #pragma unroll
     for (int it = 0; it < T_ITERS; it++)
 #pragma unroll
-        for (int k = 0; k < T_VEC; k++)
+        for (int k = 0; k < T_VEC && !STASHED(it); k++)
             sum += exp_shifted(held_value(h, it, k), shift, ks);
 #endif
+    /* The stashed passes' exps are summed, not kept: the store computes
+     * them again. */
+#pragma unroll
+    for (int it = 0; it < T_ITERS; it++) {
+        if (!STASHED(it))
+            continue;
+        u32 w[NWORDS];
+        stash_words(it, w);
+#pragma unroll
+        for (int k = 0; k < T_VEC; k++)
+            sum += exp_shifted(word_float(w, k), shift, ks);
+    }
     return sum;
 }
 
@@ -756,6 +873,7 @@ __device__ __forceinline__ float normalized(const Held &h, int it, int k, float 
  * row's maximum, as both reductions leave it). */
 struct RowOut {
     float mul, row_max, ks, scale, log_sum;
+    float inv_sum; /* 1 / sum: the stashed passes' factor (T_STASH) */
 };
 
 __device__ __forceinline__ RowOut row_out(float max, float row_max, float sum, float scale,
@@ -765,6 +883,11 @@ __device__ __forceinline__ RowOut row_out(float max, float row_max, float sum, f
     o.row_max = row_max;
     o.ks = ks;
     o.scale = scale;
+#if T_STASH
+    o.inv_sum = __frcp_rn(sum);
+#else
+    o.inv_sum = 0.0f;
+#endif
 #if T_LOG
     o.mul = 0.0f;
     (void)max;
@@ -781,6 +904,13 @@ __device__ __forceinline__ RowOut row_out(float max, float row_max, float sum, f
  * cancellation; an x of -inf gives -inf). */
 __device__ __forceinline__ float forward_value(const Held &h, int it, int k, const RowOut &o)
 {
+    if (STASHED(it)) {
+        u32 w[NWORDS];
+        stash_words(it, w);
+        const float x = word_float(w, k);
+        return T_LOG ? (x - o.row_max) * o.scale - o.log_sum
+                     : exp_shifted(x, o.row_max, o.ks) * o.inv_sum;
+    }
 #if T_LOG
     return (held_value(h, it, k) - o.row_max) * o.scale - o.log_sum;
 #else

@@ -68,6 +68,8 @@ void tuned__config_format(const tuned__config *c, char *buf, size_t n)
     char grid[16] = "";
     if (c->grid > 1)
         snprintf(grid, sizeof grid, ".g%u", c->grid);
+    else if (c->stash > 0)
+        snprintf(grid, sizeof grid, ".stash%u", c->stash);
     snprintf(buf, n, "w%u.r%u.c%u.m%u.v%u.ld=%s.st=%s.reg=%s%s%s%s", c->warps, c->rows,
              c->cluster, c->minb, c->vec, tuned__ld_name(c->ld), tuned__st_name(c->st),
              tuned__reg_name(c->reg), c->red != TUNED__RED_SPLIT ? ".red=" : "",
@@ -79,17 +81,18 @@ static bool pow2_in(unsigned long v, unsigned long lo, unsigned long hi)
     return v >= lo && v <= hi && (v & (v - 1)) == 0;
 }
 
-/* Parses "<letter><number>" with the number in 1..max, a power of two
+/* Parses "<prefix><number>" with the number in 1..max, a power of two
  * unless any is set. */
-static int parse_number(const char *field, char letter, unsigned long max, bool any,
+static int parse_number(const char *field, const char *prefix, unsigned long max, bool any,
                         unsigned *out, const char *text, tuned__err *e)
 {
-    if (field[0] != letter || field[1] < '0' || field[1] > '9')
-        return tuned__errf(e, TUNED_EINVAL, "config '%s': expected '%c<number>' at '%s'", text,
-                           letter, field);
+    size_t plen = strlen(prefix);
+    if (strncmp(field, prefix, plen) != 0 || field[plen] < '0' || field[plen] > '9')
+        return tuned__errf(e, TUNED_EINVAL, "config '%s': expected '%s<number>' at '%s'", text,
+                           prefix, field);
     char *end;
     errno = 0;
-    unsigned long v = strtoul(field + 1, &end, 10);
+    unsigned long v = strtoul(field + plen, &end, 10);
     if (errno != 0 || *end != '\0' || v < 1 || v > max || (!any && !pow2_in(v, 1, max)))
         return tuned__errf(e, TUNED_EINVAL, "config '%s': '%s' must be %s from 1 to %lu", text,
                            field, any ? "a number" : "a power of two", max);
@@ -97,10 +100,10 @@ static int parse_number(const char *field, char letter, unsigned long max, bool 
     return 0;
 }
 
-static int parse_num_field(const char *field, char letter, unsigned long max, unsigned *out,
-                           const char *text, tuned__err *e)
+static int parse_num_field(const char *field, const char *prefix, unsigned long max,
+                           unsigned *out, const char *text, tuned__err *e)
 {
-    return parse_number(field, letter, max, false, out, text, e);
+    return parse_number(field, prefix, max, false, out, text, e);
 }
 
 static int parse_named_field(const char *field, const char *prefix, const char *const *names,
@@ -164,9 +167,9 @@ static int parse_tma(const char *text, char *rest, tuned__config *out, tuned__er
                            text);
     tuned__config c = {.family = TUNED__FAMILY_TMA, .rows = 1, .minb = 1, .vec = 0};
     unsigned warps, cluster, stages;
-    if ((rc = parse_num_field(fields[0], 'w', 32, &warps, text, e)) != 0 ||
-        (rc = parse_num_field(fields[1], 'c', 16, &cluster, text, e)) != 0 ||
-        (rc = parse_number(fields[2], 's', 4, true, &stages, text, e)) != 0 ||
+    if ((rc = parse_num_field(fields[0], "w", 32, &warps, text, e)) != 0 ||
+        (rc = parse_num_field(fields[1], "c", 16, &cluster, text, e)) != 0 ||
+        (rc = parse_number(fields[2], "s", 4, true, &stages, text, e)) != 0 ||
         (rc = parse_named_field(fields[3], "st=", st_names, TUNED__ST_COUNT, &c.st, text, e)) != 0)
         return rc;
     c.warps = (uint8_t)warps;
@@ -192,36 +195,44 @@ int tuned__config_parse(const char *text, tuned__config *out, tuned__err *e)
     if (nf < 8)
         return tuned__errf(e, TUNED_EINVAL,
                            "config '%s': expected 8 fields like w8.r1.c1.m1.v8.ld=cs.st=cs.reg=f32 "
-                           "(and optionally .red=fused, then .g<blocks>)",
+                           "(and optionally .red=fused, then .g<blocks> or .stash<passes>)",
                            text);
     tuned__config c = {.family = TUNED__FAMILY_ROWS};
-    unsigned warps, rows, cluster, minb, vec, grid = 0;
-    if ((rc = parse_num_field(fields[0], 'w', 32, &warps, text, e)) != 0 ||
-        (rc = parse_num_field(fields[1], 'r', 1024, &rows, text, e)) != 0 ||
-        (rc = parse_num_field(fields[2], 'c', 16, &cluster, text, e)) != 0 ||
-        (rc = parse_num_field(fields[3], 'm', 4, &minb, text, e)) != 0 ||
-        (rc = parse_num_field(fields[4], 'v', 8, &vec, text, e)) != 0 ||
+    unsigned warps, rows, cluster, minb, vec, grid = 0, stash = 0;
+    if ((rc = parse_num_field(fields[0], "w", 32, &warps, text, e)) != 0 ||
+        (rc = parse_num_field(fields[1], "r", 1024, &rows, text, e)) != 0 ||
+        (rc = parse_num_field(fields[2], "c", 16, &cluster, text, e)) != 0 ||
+        (rc = parse_num_field(fields[3], "m", 4, &minb, text, e)) != 0 ||
+        (rc = parse_num_field(fields[4], "v", 8, &vec, text, e)) != 0 ||
         (rc = parse_named_field(fields[5], "ld=", ld_names, TUNED__LD_COUNT, &c.ld, text, e)) != 0 ||
         (rc = parse_named_field(fields[6], "st=", st_names, TUNED__ST_COUNT, &c.st, text, e)) != 0 ||
         (rc = parse_named_field(fields[7], "reg=", reg_names, TUNED__REG_COUNT, &c.reg, text, e)) != 0)
         return rc;
-    /* Then .red=..., which the two-round reduction leaves out, then .gN. */
+    /* Then .red=..., which the two-round reduction leaves out, then .gN
+     * or .stashN. */
     size_t next = 8;
     if (next < nf && strncmp(fields[next], "red=", 4) == 0 &&
         (rc = parse_named_field(fields[next++], "red=", red_names, TUNED__RED_COUNT, &c.red, text,
                                 e)) != 0)
         return rc;
-    if (next < nf && (rc = parse_num_field(fields[next++], 'g', TUNED__GRID_MAX, &grid, text, e)) != 0)
+    if (next < nf && strncmp(fields[next], "stash", 5) == 0) {
+        if ((rc = parse_number(fields[next++], "stash", TUNED__MAX_STASH, true, &stash, text, e)) !=
+            0)
+            return rc;
+    } else if (next < nf &&
+               (rc = parse_num_field(fields[next++], "g", TUNED__GRID_MAX, &grid, text, e)) != 0) {
         return rc;
+    }
     if (next < nf)
-        return tuned__errf(e, TUNED_EINVAL, "config '%s': unexpected '%s' after the grid split",
-                           text, fields[next]);
+        return tuned__errf(e, TUNED_EINVAL, "config '%s': unexpected '%s' after the %s", text,
+                           fields[next], stash > 0 ? "stash" : "grid split");
     c.warps = (uint8_t)warps;
     c.rows = (uint16_t)rows;
     c.cluster = (uint8_t)cluster;
     c.minb = (uint8_t)minb;
     c.vec = (uint8_t)vec;
     c.grid = (uint16_t)grid;
+    c.stash = (uint8_t)stash;
     return parsed(text, &c, out, e);
 }
 
@@ -229,7 +240,8 @@ bool tuned__config_equal(const tuned__config *a, const tuned__config *b)
 {
     return a->family == b->family && a->warps == b->warps && a->rows == b->rows &&
            a->cluster == b->cluster && a->minb == b->minb && a->vec == b->vec && a->ld == b->ld && a->st == b->st &&
-           a->reg == b->reg && a->red == b->red && a->stages == b->stages && a->grid == b->grid;
+           a->reg == b->reg && a->red == b->red && a->stages == b->stages && a->grid == b->grid &&
+           a->stash == b->stash;
 }
 
 uint64_t tuned__config_iters(const tuned__config *c, const tuned__shape *s, bool head_free)
@@ -247,7 +259,8 @@ uint64_t tuned__config_iters(const tuned__config *c, const tuned__shape *s, bool
 uint64_t tuned__config_row_registers(const tuned__config *c, const tuned__shape *s,
                                      bool head_free)
 {
-    uint64_t elems = tuned__config_iters(c, s, head_free) * c->vec;
+    uint64_t iters = tuned__config_iters(c, s, head_free);
+    uint64_t elems = (iters > c->stash ? iters - c->stash : 0) * c->vec;
     if (c->reg == TUNED__REG_PK || c->reg == TUNED__REG_EX) {
         uint64_t bytes = elems * tuned_dtype_size(s->dtype);
         return (bytes + 3) / 4;
@@ -284,9 +297,9 @@ bool tuned__config_refuse(char *why, size_t n, const char *fmt, ...)
 static bool tma_check(const tuned__config *c, const tuned__shape *s, int arch, char *why, size_t n)
 {
     if (c->rows != 1 || c->minb != 1 || c->vec != 0 || c->ld != 0 || c->reg != 0 || c->red != 0 ||
-        c->grid != 0)
-        return tuned__config_refuse(why, n,
-                                    "tma variants fix rows, minb, vec, ld, reg, red and grid");
+        c->grid != 0 || c->stash != 0)
+        return tuned__config_refuse(
+            why, n, "tma variants fix rows, minb, vec, ld, reg, red, grid and stash");
     if (!pow2_in(c->warps, 1, 32) || !pow2_in(c->cluster, 1, 16) || c->stages < 1 ||
         c->stages > 4 || c->st >= TUNED__ST_COUNT)
         return tuned__config_refuse(why, n,
@@ -331,6 +344,12 @@ static bool rows_check_fields(const tuned__config *c, int arch, char *why, size_
                                             "no cluster");
     if (!pow2_in(c->vec, 1, 16))
         return tuned__config_refuse(why, n, "a vector is 1, 2, 4, 8 or 16 elements");
+    if (c->stash > 0 && c->grid > 1)
+        return tuned__config_refuse(why, n, "a row split over the grid keeps no stash");
+    if (c->stash > 0 && c->reg == TUNED__REG_EX)
+        return tuned__config_refuse(why, n, "stashed passes keep their inputs: no reg=ex");
+    if (c->stash > 0 && arch > 0 && arch < 80)
+        return tuned__config_refuse(why, n, "a stash is loaded by cp.async, from sm_80");
     if (c->ld >= TUNED__LD_COUNT || c->st >= TUNED__ST_COUNT || c->reg >= TUNED__REG_COUNT ||
         c->red >= TUNED__RED_COUNT)
         return tuned__config_refuse(why, n, "unknown cache hint, register mode or reduction");
@@ -354,6 +373,33 @@ static bool rows_check_kernel(const tuned__config *c, unsigned kernel, char *why
     return true;
 }
 
+/* A stash (passes 1 .. stash of each thread in shared memory) as
+ * softmax_rows_common.cu's T_STASH takes it: a forward kernel, vectors
+ * that cp.async copies (4 bytes or more), every stashed pass whole inside
+ * the row wherever it starts, and the block's stash within
+ * TUNED__STASH_MAX_BYTES. */
+static bool stash_check(const tuned__config *c, const tuned__shape *s, char *why, size_t n)
+{
+    size_t esize = tuned_dtype_size(s->dtype);
+    if (tuned__kernel_backward(tuned__shape_kernel(s)))
+        return tuned__config_refuse(why, n, "the backward kernels keep no stash");
+    if (c->vec * esize < 4)
+        return tuned__config_refuse(why, n, "a stash needs vectors of 4 bytes or more");
+    uint64_t span = (uint64_t)tuned__config_threads_per_row(c) * tuned__config_blocks_per_row(c) *
+                    c->vec;
+    if ((c->stash + 1ull) * span > s->cols || span < tuned__config_head_align(c, s))
+        return tuned__config_refuse(why, n,
+                                    "%u stashed passes of %llu columns do not lie inside rows "
+                                    "of %llu",
+                                    c->stash, (unsigned long long)span,
+                                    (unsigned long long)s->cols);
+    uint64_t bytes = (uint64_t)c->stash * c->warps * 32u * c->vec * esize;
+    if (bytes > TUNED__STASH_MAX_BYTES)
+        return tuned__config_refuse(why, n, "a stash of %llu bytes a block (at most %u)",
+                                    (unsigned long long)bytes, TUNED__STASH_MAX_BYTES);
+    return true;
+}
+
 /* What a register-row config needs of its shape and GPU. */
 static bool rows_check_shape(const tuned__config *c, const tuned__shape *s, int sms, char *why,
                              size_t n)
@@ -374,6 +420,8 @@ static bool rows_check_shape(const tuned__config *c, const tuned__shape *s, int 
                                     tuned_dtype_name(s->dtype));
     if (c->reg == TUNED__REG_EX && (esize != 2 || c->vec * esize < 4))
         return tuned__config_refuse(why, n, "reg=ex needs a 16-bit dtype and vectors of 4+ bytes");
+    if (c->stash > 0 && !stash_check(c, s, why, n))
+        return false;
     if (c->grid > 1) {
         /* A cooperative launch: every block resident at once (launch
          * bounds leave room for minb blocks on each SM), and one

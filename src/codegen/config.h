@@ -3,8 +3,9 @@
  * A config is a handful of small integers; its canonical text form
  * (tuned__config_format) is what logs, the store and the CLI show, e.g.
  * "w8.r1.c1.m1.v8.ld=cs.st=cs.reg=f32" (family rows; ".red=fused" follows
- * for the one-round reduction, absent for the default two rounds, and ".g128"
- * after it for a row split over 128 blocks of the grid) or "tma.w16.c2.s3.st=cs"
+ * for the one-round reduction, absent for the default two rounds, then
+ * ".g128" for a row split over 128 blocks of the grid or ".stash8" for a
+ * thread's passes 1..8 kept in shared memory) or "tma.w16.c2.s3.st=cs"
  * (family tma, whose unused fields are fixed: rows 1, minb 1, 16-byte
  * vectors, ld def, reg f32). Parsing that text back gives the same
  * config. What a config may be for a shape and a GPU is decided in one
@@ -81,7 +82,16 @@ typedef struct tuned__config {
     uint16_t grid;  /* rows family: blocks of the grid sharing one row through global memory,
                        2 .. TUNED__GRID_MAX (a cooperative launch, a workspace, the one-round
                        reduction, no cluster); 0: none. tma: 0 */
+    uint8_t stash;  /* rows family: a thread's passes 1 .. stash kept in the block's shared
+                       memory (loaded by cp.async, their exps computed again at the store), not
+                       in registers: forward kernels, no grid split, no reg=ex; 0: none. tma: 0 */
 } tuned__config;
+
+/* Most bytes of a block's stash (static shared memory stops at 48 KiB,
+ * and the mailboxes need some of it). */
+#define TUNED__STASH_MAX_BYTES 40960u
+/* Most stashed passes a config's text may name (the field is a byte). */
+#define TUNED__MAX_STASH 255
 
 /* Most blocks of a row split over the grid. */
 #define TUNED__GRID_MAX 256
@@ -233,7 +243,8 @@ static inline unsigned tuned__config_head_align(const tuned__config *c, const tu
 uint64_t tuned__config_iters(const tuned__config *c, const tuned__shape *s, bool head_free);
 
 /* 32-bit registers a thread needs to hold its part of a row (of one
- * tensor: a backward kernel holds two, y and dy). */
+ * tensor: a backward kernel holds two, y and dy), its stashed passes not
+ * counted. */
 uint64_t tuned__config_row_registers(const tuned__config *c, const tuned__shape *s,
                                      bool head_free);
 

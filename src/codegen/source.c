@@ -171,6 +171,8 @@ int tuned__source_softmax(const tuned__config *c, const tuned__shape *s,
     if (split)
         snprintf(grid, sizeof grid, "#define T_GRID %u\n#define T_GRID_SLOTS %d\n", c->grid,
                  TUNED__GRID_SLOTS);
+    else if (c->stash > 0)
+        snprintf(grid, sizeof grid, "#define T_STASH %u\n", c->stash);
     unsigned kernel = tuned__shape_kernel(s);
     bool backward = tuned__kernel_backward(kernel);
     char defines[704];

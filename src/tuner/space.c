@@ -37,6 +37,18 @@ static bool tma_policy(const tuned__space *sp, const tuned__config *c, char *why
     return true;
 }
 
+/* Half a thread's passes of a row of the space's shape under c (rows on a
+ * vector boundary): the stash size the space holds. */
+static unsigned stash_half(const tuned__space *sp, const tuned__config *c)
+{
+    /* A move may have halved a field to 0: no stash for what is no config. */
+    if (c->vec == 0 || c->rows == 0 || c->cluster == 0 || tuned__config_threads_per_row(c) == 0)
+        return 0;
+    bool head_free = tuned__config_head_free(c, sp->shape.cols);
+    uint64_t half = tuned__config_iters(c, &sp->shape, head_free) / 2;
+    return half <= TUNED__MAX_STASH ? (unsigned)half : 0;
+}
+
 /* Register rows: no variant that only repeats another or idles half its
  * threads, and none that leaves the input in L2 for the caller's timing. */
 static bool rows_policy(const tuned__space *sp, const tuned__config *c, char *why, size_t n)
@@ -71,6 +83,18 @@ static bool rows_policy(const tuned__space *sp, const tuned__config *c, char *wh
     if (iters > SEARCH_MAX_ITERS)
         return tuned__config_refuse(why, n, "%llu vector accesses per thread (at most %d)",
                                     (unsigned long long)iters, SEARCH_MAX_ITERS);
+    /* A stash serves rows cut over a cluster whose parts the registers of
+     * these blocks cannot hold (fp32 rows of 262144 at 4 blocks of 8 warps
+     * an SM); the space holds one size of it, half the passes. */
+    if (c->stash > 0) {
+        tuned__config held = *c;
+        held.stash = 0;
+        if (c->cluster < 2 || c->stash != stash_half(sp, c))
+            return tuned__config_refuse(why, n, "the space keeps half of a clustered row's "
+                                                "passes in a stash, or none");
+        if (tuned__config_check(&held, &sp->shape, sp->arch, sp->sms, NULL, 0))
+            return tuned__config_refuse(why, n, "the registers hold the row without a stash");
+    }
     return true;
 }
 
@@ -102,8 +126,9 @@ static bool offer(const tuned__space *sp, const tuned__config *c, visit_fn visit
 }
 
 /* Offers c with every vector width, load and store hint and register mode,
- * and every reduction when all_reds (else c's own), in that order. */
-static bool offer_per_vector(const tuned__space *sp, tuned__config c, bool all_reds,
+ * and every reduction when all_reds (else c's own), in that order; with
+ * stashed, each with half its passes in a stash. */
+static bool offer_per_vector(const tuned__space *sp, tuned__config c, bool all_reds, bool stashed,
                              visit_fn visit, void *ctx)
 {
     unsigned red_first = all_reds ? 0 : c.red, red_last = all_reds ? TUNED__RED_COUNT - 1 : c.red;
@@ -114,6 +139,9 @@ static bool offer_per_vector(const tuned__space *sp, tuned__config c, bool all_r
                     for (unsigned red = red_first; red <= red_last; red++) {
                         c.vec = (uint8_t)v, c.ld = (uint8_t)ld, c.st = (uint8_t)st;
                         c.reg = (uint8_t)reg, c.red = (uint8_t)red;
+                        c.stash = (uint8_t)(stashed ? stash_half(sp, &c) : 0);
+                        if (stashed && c.stash == 0)
+                            continue;
                         if (!offer(sp, &c, visit, ctx))
                             return false;
                     }
@@ -123,7 +151,8 @@ static bool offer_per_vector(const tuned__space *sp, tuned__config c, bool all_r
 /* Every config the space holds, in its order (the search's seeded draws
  * index it: changing the order changes every tune): register rows by
  * warps, rows a block, cluster and blocks per SM; then rows split over the
- * grid; then streamed rows. False when a visit stopped it. */
+ * grid; then streamed rows; then clustered rows with a stash. False when a
+ * visit stopped it. */
 static bool enumerate(const tuned__space *sp, visit_fn visit, void *ctx)
 {
     for (unsigned w = 1; w <= 32; w *= 2)
@@ -133,7 +162,7 @@ static bool enumerate(const tuned__space *sp, visit_fn visit, void *ctx)
                     tuned__config c = {.family = TUNED__FAMILY_ROWS, .warps = (uint8_t)w,
                                        .rows = (uint16_t)r, .cluster = (uint8_t)cl,
                                        .minb = (uint8_t)mb};
-                    if (!offer_per_vector(sp, c, true, visit, ctx))
+                    if (!offer_per_vector(sp, c, true, false, visit, ctx))
                         return false;
                 }
     for (unsigned w = 1; w <= 32; w *= 2)
@@ -142,7 +171,7 @@ static bool enumerate(const tuned__space *sp, visit_fn visit, void *ctx)
                 tuned__config c = {.family = TUNED__FAMILY_ROWS, .warps = (uint8_t)w, .rows = 1,
                                    .cluster = 1, .minb = (uint8_t)mb, .red = grid_red(sp),
                                    .grid = (uint16_t)g};
-                if (!offer_per_vector(sp, c, false, visit, ctx))
+                if (!offer_per_vector(sp, c, false, false, visit, ctx))
                     return false;
             }
     for (unsigned w = 1; w <= 32; w *= 2)
@@ -155,6 +184,14 @@ static bool enumerate(const tuned__space *sp, visit_fn visit, void *ctx)
                     if (!offer(sp, &c, visit, ctx))
                         return false;
                 }
+    for (unsigned w = 1; w <= 32; w *= 2)
+        for (unsigned cl = 2; cl <= 16; cl *= 2)
+            for (unsigned mb = 1; mb <= 4; mb *= 2) {
+                tuned__config c = {.family = TUNED__FAMILY_ROWS, .warps = (uint8_t)w, .rows = 1,
+                                   .cluster = (uint8_t)cl, .minb = (uint8_t)mb};
+                if (!offer_per_vector(sp, c, true, true, visit, ctx))
+                    return false;
+            }
     return true;
 }
 
@@ -322,6 +359,8 @@ static void add_moves(const tuned__space *sp, const tuned__config *c, const move
         m.stages = (uint8_t)((larger & F_STAGES) != 0    ? c->stages + 1
                              : (smaller & F_STAGES) != 0 ? c->stages - 1
                                                          : c->stages);
+        if (c->stash > 0)
+            m.stash = (uint8_t)stash_half(sp, &m);
         add_move(sp, &m, out, cap, n);
     }
 }
@@ -375,6 +414,10 @@ size_t tuned__space_neighbors(const tuned__space *sp, const tuned__config *c, tu
     for (unsigned v = 0; v < TUNED__RED_COUNT; v++)
         if (v != c->red)
             m = *c, m.red = (uint8_t)v, add_move(sp, &m, out, cap, &n);
+    /* Half the passes into a stash, or the stash back into registers. */
+    m = *c, m.stash = (uint8_t)(c->stash > 0 ? 0 : stash_half(sp, c));
+    if (m.stash != c->stash)
+        add_move(sp, &m, out, cap, &n);
     return n < cap ? n : cap;
 }
 
@@ -432,6 +475,13 @@ size_t tuned__space_seeds(const tuned__space *sp, tuned__config *out, size_t cap
                 size_t before = n;
                 for (unsigned minb = 4; minb >= 1 && n == before; minb /= 2) {
                     c.minb = (uint8_t)minb;
+                    add_move(sp, &c, out, cap, &n);
+                }
+                /* Rows too long for these blocks' registers: half of
+                 * each thread's passes in a stash. */
+                for (unsigned minb = 4; minb >= 1 && n == before; minb /= 2) {
+                    c.minb = (uint8_t)minb;
+                    c.stash = (uint8_t)stash_half(sp, &c);
                     add_move(sp, &c, out, cap, &n);
                 }
             }
