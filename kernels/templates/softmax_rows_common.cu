@@ -279,11 +279,19 @@ __device__ __forceinline__ Stash &block_stash()
     return stash;
 }
 
+/* The shared-memory address of pass it's vector of this thread: one base
+ * and a constant a pass, which ptxas folds into each access's offset
+ * (an address taken a pass apart stays live in a register of its own). */
+__device__ __forceinline__ u32 stash_addr(int it)
+{
+    return smem_addr(&block_stash().w[0][threadIdx.x][0]) + (u32)((it - 1) * T_WARPS * 32 * VBYTES);
+}
+
 /* load: pass it's vector at p copied into the stash by cp.async, with no
  * register written: nothing waits for it until stash_wait. */
 __device__ __forceinline__ void stash_issue(int it, const unsigned char *p)
 {
-    const u32 dst = smem_addr(&block_stash().w[it - 1][threadIdx.x][0]);
+    const u32 dst = stash_addr(it);
 #if VBYTES == 16
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" : : "r"(dst), "l"(p) : "memory");
 #else
@@ -299,14 +307,34 @@ __device__ __forceinline__ void stash_wait()
     asm volatile("cp.async.wait_all;" ::: "memory");
 }
 
-/* Pass it's vector of this thread, as loaded. */
+/* Every STASH_GROUP passes a stage reads from the stash, a warp barrier:
+ * shared loads do not move across it, so ptxas cannot issue all of a
+ * stage's reads at once, whose results (beside the passes held in
+ * registers) overflowed the registers of blocks at their limit. */
+#define STASH_GROUP 4
+__device__ __forceinline__ void stash_group_fence(int it)
+{
+    if ((it - 1) % STASH_GROUP == 0 && it > 1)
+        __syncwarp();
+}
+
+/* Pass it's vector of this thread, as loaded: read again by each stage
+ * (volatile: as plain loads the compiler may keep one stage's reads in
+ * registers for the next, which is what the stash is there to avoid). */
 __device__ __forceinline__ void stash_words(int it, u32 (&w)[NWORDS])
 {
-#pragma unroll
-    for (int j = 0; j < NWORDS; j++)
-        w[j] = block_stash().w[it - 1][threadIdx.x][j];
+    const u32 src = stash_addr(it);
+#if NWORDS == 4
+    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3]) : "r"(src));
+#elif NWORDS == 2
+    asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(w[0]), "=r"(w[1]) : "r"(src));
+#else
+    asm volatile("ld.shared.u32 %0, [%1];" : "=r"(w[0]) : "r"(src));
+#endif
 }
 #else
+__device__ __forceinline__ void stash_group_fence(int) {}
 __device__ __forceinline__ void stash_issue(int, const unsigned char *) {}
 __device__ __forceinline__ void stash_wait() {}
 __device__ __forceinline__ void stash_words(int, u32 (&w)[NWORDS])
@@ -581,6 +609,19 @@ __device__ __forceinline__ float held_value(const Held &h, int it, int k)
  * maximum, a memory latency later). */
 #define FILL_OUTSIDE (ESIZE == 2)
 
+/* The address of lane's vector of pass it, from the slots' origin v, in
+ * a variant with a stash: the lane's first slot plus a constant a pass,
+ * which ptxas folds into each access's offset. Computed a pass apart (as
+ * the variants without a stash do, measured faster where registers are
+ * not short: bench/results/2026-11-25-h200-addresses/), the 64-bit
+ * addresses of all passes are live at once, which the stash's blocks, at
+ * their register limit, spilled. */
+template <typename Byte>
+__device__ __forceinline__ Byte *stash_variant_addr(Byte *v, int it, int lane)
+{
+    return v + (long long)lane * VBYTES + (long long)it * (ROW_THREADS * VBYTES);
+}
+
 /* A thread's loaded words of one row, before finish_row. */
 typedef u32 RowWords[T_ITERS][NWORDS];
 
@@ -612,16 +653,14 @@ __device__ __forceinline__ void load_row_words(RowWords &w, const unsigned char 
 #pragma unroll
     for (int it = 0; it < T_ITERS; it++) {
         const int first = (it * ROW_THREADS + lane) * T_VEC - head;
-        if (STASHED(it)) {
-            /* whole inside the row (T_STASH's rule) */
-            if (active)
-                stash_issue(it, xv + (long long)(it * ROW_THREADS + lane) * VBYTES);
-            continue;
-        }
+        if (STASHED(it))
+            continue; /* issued below, after the loads into registers */
 #if T_HEAD_FREE
         (void)vec_ok;
         if (active && (PASS_INSIDE(it) || first < T_COLS)) {
-            load_vec(xv + (long long)(it * ROW_THREADS + lane) * VBYTES, w[it]);
+            load_vec(T_STASH > 0 ? stash_variant_addr(xv, it, lane)
+                                 : xv + (long long)(it * ROW_THREADS + lane) * VBYTES,
+                     w[it]);
         } else {
 #pragma unroll
             for (int k = 0; k < NWORDS; k++)
@@ -634,7 +673,9 @@ __device__ __forceinline__ void load_row_words(RowWords &w, const unsigned char 
              * the tensor, so they lie in the caller's (16-byte aligned)
              * allocation. finish_row replaces its elements outside the
              * row. */
-            load_vec(xv + (long long)(it * ROW_THREADS + lane) * VBYTES, w[it]);
+            load_vec(T_STASH > 0 ? stash_variant_addr(xv, it, lane)
+                                 : xv + (long long)(it * ROW_THREADS + lane) * VBYTES,
+                     w[it]);
         } else if (FILL_OUTSIDE && (vec_ok || !active)) {
             /* wholly outside the row (or no row): nothing to load */
 #pragma unroll
@@ -655,6 +696,14 @@ __device__ __forceinline__ void load_row_words(RowWords &w, const unsigned char 
         }
 #endif
     }
+    /* The stashed passes, whole inside the row (T_STASH's rule), copied
+     * after the loads into registers are issued: ptxas keeps the copies'
+     * wait after them. Addressed from the lane's first slot plus a
+     * constant, which ptxas folds into the copy's offset. */
+#pragma unroll
+    for (int it = 1; it <= T_STASH; it++)
+        if (active)
+            stash_issue(it, stash_variant_addr(xv, it, lane));
 }
 
 /* load, finish: FILL in the elements outside the row of the vectors at
@@ -718,6 +767,7 @@ __device__ __forceinline__ float thread_max(const Held &h)
         if (!STASHED(it))
             continue;
         u32 w[NWORDS];
+        stash_group_fence(it);
         stash_words(it, w);
 #pragma unroll
         for (int k = 0; k < NWORDS; k++)
@@ -738,6 +788,7 @@ __device__ __forceinline__ float thread_max(const Held &h)
         if (!STASHED(it))
             continue;
         u32 w[NWORDS];
+        stash_group_fence(it);
         stash_words(it, w);
 #pragma unroll
         for (int k = 0; k < T_VEC; k++)
@@ -807,6 +858,7 @@ __device__ __forceinline__ float exp_and_sum(Held &h, float max, float ks)
         if (!STASHED(it))
             continue;
         u32 w[NWORDS];
+        stash_group_fence(it);
         stash_words(it, w);
 #pragma unroll
         for (int k = 0; k < T_VEC; k++)
@@ -906,6 +958,7 @@ __device__ __forceinline__ float forward_value(const Held &h, int it, int k, con
 {
     if (STASHED(it)) {
         u32 w[NWORDS];
+        stash_group_fence(it);
         stash_words(it, w);
         const float x = word_float(w, k);
         return T_LOG ? (x - o.row_max) * o.scale - o.log_sum
@@ -947,7 +1000,9 @@ __device__ __forceinline__ void store_row(const RowPtrs &p, int lane, int cols, 
                            !(T_PLANT_BUG == 1 && first + T_VEC == cols);
 #endif
         if (whole) {
-            store_vec(p.yr + (long long)first * ESIZE, out);
+            store_vec(T_STASH > 0 ? stash_variant_addr(p.yr - p.head * ESIZE, it, lane)
+                                  : p.yr + (long long)first * ESIZE,
+                      out);
         } else {
 #pragma unroll
             for (int k = 0; k < T_VEC; k++) {
