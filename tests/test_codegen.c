@@ -68,7 +68,8 @@ static void check_rows_ptx(const tuned__config *c, const tuned__shape *s, const 
                count(ptx, elem));
     }
     /* A stash: one cp.async a stashed pass, one wait for them all. */
-    size_t copies = count(ptx, "cp.async.cg.shared.global") + count(ptx, "cp.async.ca.shared.global");
+    size_t copies =
+        count(ptx, "cp.async.cg.shared.global") + count(ptx, "cp.async.ca.shared.global");
     EXPECT(copies == c->stash && count(ptx, "cp.async.wait_all") == (c->stash > 0),
            "%s %s x %llu: %zu cp.async copies and %zu waits for a stash of %u", name,
            tuned_dtype_name(s->dtype), (unsigned long long)s->cols, copies,

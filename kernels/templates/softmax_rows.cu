@@ -30,6 +30,8 @@
  *  14. T_FUSED      0: max, then sum (two rounds); 1: (max, sum) pairs
  *  15. T_PLANT_BUG  test builds only: 1 or 2, a planted bug
  *  16. T_LOG        1: log_softmax
+ *  17. T_STASH      passes 1 .. T_STASH of a thread's row part kept in
+ *                   shared memory (cp.async), not in registers
  *
  * Checked against: the float64 reference in reference.cu (per element, with
  * dtype tolerances, NaN for NaN), itself checked against a CPU float64

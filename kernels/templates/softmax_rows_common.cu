@@ -284,7 +284,8 @@ __device__ __forceinline__ Stash &block_stash()
  * (an address taken a pass apart stays live in a register of its own). */
 __device__ __forceinline__ u32 stash_addr(int it)
 {
-    return smem_addr(&block_stash().w[0][threadIdx.x][0]) + (u32)((it - 1) * T_WARPS * 32 * VBYTES);
+    const u32 pass_bytes = T_WARPS * 32 * VBYTES;
+    return smem_addr(&block_stash().w[0][threadIdx.x][0]) + (u32)(it - 1) * pass_bytes;
 }
 
 /* load: pass it's vector at p copied into the stash by cp.async, with no
@@ -388,8 +389,9 @@ __device__ __forceinline__ float lanes_reduce(float v, MaxOp op)
 /* (m, s) pairs, s a sum of exp(x - m), combined over aligned groups of
  * WIDTH lanes: the largest m, then each s rescaled to it (one exp per lane)
  * and summed. WARP_COPIES: every group of the warp holds the same pairs
- * (lane l holds pair l % WIDTH), so the warp's maximum is the group's. A pair with m = -inf (slots past the row, -inf or NaN only)
- * adds its s as it is: 0, or the NaN that makes the row NaN. Rescaled, it
+ * (lane l holds pair l % WIDTH), so the warp's maximum is the group's. A
+ * pair with m = -inf (slots past the row, -inf or NaN only) adds its s as
+ * it is: 0, or the NaN that makes the row NaN. Rescaled, it
  * would be 0 * exp(-inf - -inf) = NaN wherever the group's largest m is
  * -inf too, such as a warp entirely past the row's end (the GPU test
  * caught that: rows of 128256 on 16 blocks of 1024 threads came out NaN). */
@@ -539,10 +541,10 @@ __device__ __forceinline__ void open_sum_mailbox(Mailbox &box_sum)
 
 /* ---- the stages ---- */
 
-/* Where a thread's row lies: its first element in x and y, and the
- * T_HEAD_ALIGN boundary at or below it in x (xv), head elements earlier. */
+/* Where a thread's row lies: its first element in x and y, and how many
+ * elements past the T_HEAD_ALIGN boundary at or below it x's starts (head). */
 struct RowPtrs {
-    const unsigned char *xr, *xv;
+    const unsigned char *xr;
     unsigned char *yr;
     int head;
     bool y_aligned; /* y's vectors line up with x's */
@@ -567,7 +569,6 @@ __device__ __forceinline__ RowPtrs row_ptrs(const unsigned char *x, unsigned cha
      * same offset inside a vector; otherwise every store is per element. */
     p.y_aligned = (int)(((u64)p.yr / ESIZE) % T_VEC) == p.head % T_VEC;
 #endif
-    p.xv = p.xr - p.head * ESIZE;
     return p;
 }
 
@@ -638,6 +639,14 @@ __device__ __forceinline__ RowWords &words_of(Held &h, RowWords &scratch)
 #endif
 }
 
+/* A vector wholly outside the row: every element FILL. */
+__device__ __forceinline__ void fill_vec(u32 (&w)[NWORDS])
+{
+#pragma unroll
+    for (int k = 0; k < NWORDS; k++)
+        w[k] = NWORDS == T_VEC ? FILL_BITS : FILL_PAIR;
+}
+
 /* load, issue: lane's vectors it * ROW_THREADS + lane of the row starting
  * at xr, counted from the boundary head elements before it (on a vector
  * boundary), into w; FILL where a vector lies wholly before or past the
@@ -662,9 +671,7 @@ __device__ __forceinline__ void load_row_words(RowWords &w, const unsigned char 
                                  : xv + (long long)(it * ROW_THREADS + lane) * VBYTES,
                      w[it]);
         } else {
-#pragma unroll
-            for (int k = 0; k < NWORDS; k++)
-                w[it][k] = NWORDS == T_VEC ? FILL_BITS : FILL_PAIR;
+            fill_vec(w[it]);
         }
 #else
         if (active && vec_ok && VEC_IN_ROW(it, first, cols)) {
@@ -678,9 +685,7 @@ __device__ __forceinline__ void load_row_words(RowWords &w, const unsigned char 
                      w[it]);
         } else if (FILL_OUTSIDE && (vec_ok || !active)) {
             /* wholly outside the row (or no row): nothing to load */
-#pragma unroll
-            for (int k = 0; k < NWORDS; k++)
-                w[it][k] = NWORDS == T_VEC ? FILL_BITS : FILL_PAIR;
+            fill_vec(w[it]);
         } else {
 #pragma unroll
             for (int k = 0; k < NWORDS; k++)
