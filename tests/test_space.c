@@ -8,6 +8,17 @@
 
 #include "tests/expect.h"
 
+/* Every text of bad is refused by the parser, with a message. */
+static void expect_unparsed(const char *const *bad, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        tuned__config c;
+        tuned__err e = {0};
+        EXPECT(tuned__config_parse(bad[i], &c, &e) == TUNED_EINVAL && e.msg[0] != '\0',
+               "'%s' was accepted", bad[i]);
+    }
+}
+
 static void text_round_trip(void)
 {
     tuned__err e = {0};
@@ -56,11 +67,7 @@ static void text_round_trip(void)
         "w8.r1.c1.m1.v8.ld=cs.st=cs.reg=f32.red=fused.red=fused",
         "w8.r1.c1.m1.v8.ld=cs.st=cs.reg=f32.........................................",
     };
-    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        tuned__err be = {0};
-        EXPECT(tuned__config_parse(bad[i], &c, &be) == TUNED_EINVAL && be.msg[0] != '\0',
-               "'%s' was accepted", bad[i]);
-    }
+    expect_unparsed(bad, sizeof bad / sizeof bad[0]);
     /* A grid split's reduction depends on the kernel: one-round pairs
      * forward, the one sum backward. */
     {
@@ -151,11 +158,7 @@ static void stash(void)
         "w8.r1.c16.m1.v4.ld=def.st=def.reg=f32.red=fused.stash2.g4",
         "w8.r1.c16.m1.v4.ld=def.st=def.reg=ex.red=fused.stash2",
     };
-    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        tuned__err be = {0};
-        EXPECT(tuned__config_parse(bad[i], &c, &be) == TUNED_EINVAL && be.msg[0] != '\0',
-               "'%s' was accepted", bad[i]);
-    }
+    expect_unparsed(bad, sizeof bad / sizeof bad[0]);
     /* The space holds the half-stashed w8.c16.m4.v2 at 64x262144 fp32, and
      * no stash where the registers hold the row (64x8192). */
     tuned__space sp;
