@@ -65,15 +65,15 @@ void tuned__config_format(const tuned__config *c, char *buf, size_t n)
     }
     /* The two-round reduction predates the field: leaving it out keeps
      * the text of every stored record and recorded landscape. */
-    char grid[16] = "";
+    char last[16] = ""; /* the grid split, or the stash */
     if (c->grid > 1)
-        snprintf(grid, sizeof grid, ".g%u", c->grid);
+        snprintf(last, sizeof last, ".g%u", c->grid);
     else if (c->stash > 0)
-        snprintf(grid, sizeof grid, ".stash%u", c->stash);
+        snprintf(last, sizeof last, ".stash%u", c->stash);
     snprintf(buf, n, "w%u.r%u.c%u.m%u.v%u.ld=%s.st=%s.reg=%s%s%s%s", c->warps, c->rows,
              c->cluster, c->minb, c->vec, tuned__ld_name(c->ld), tuned__st_name(c->st),
              tuned__reg_name(c->reg), c->red != TUNED__RED_SPLIT ? ".red=" : "",
-             c->red != TUNED__RED_SPLIT ? tuned__red_name(c->red) : "", grid);
+             c->red != TUNED__RED_SPLIT ? tuned__red_name(c->red) : "", last);
 }
 
 static bool pow2_in(unsigned long v, unsigned long lo, unsigned long hi)
@@ -244,12 +244,17 @@ bool tuned__config_equal(const tuned__config *a, const tuned__config *b)
            a->stash == b->stash;
 }
 
+/* Elements one pass of all of a row's threads covers. */
+static uint64_t pass_span(const tuned__config *c)
+{
+    return (uint64_t)tuned__config_threads_per_row(c) * tuned__config_blocks_per_row(c) * c->vec;
+}
+
 uint64_t tuned__config_iters(const tuned__config *c, const tuned__shape *s, bool head_free)
 {
     if (c->family != TUNED__FAMILY_ROWS || c->vec == 0)
         return 0;
-    uint64_t span = (uint64_t)tuned__config_threads_per_row(c) * tuned__config_blocks_per_row(c) *
-                    c->vec;
+    uint64_t span = pass_span(c);
     /* A row starting `head` elements past the boundary its slots are
      * counted from covers cols + head <= cols + align - 1 slots. */
     uint64_t slots = head_free ? s->cols : s->cols + tuned__config_head_align(c, s) - 1;
@@ -385,8 +390,7 @@ static bool stash_check(const tuned__config *c, const tuned__shape *s, char *why
         return tuned__config_refuse(why, n, "the backward kernels keep no stash");
     if (c->vec * esize < 4)
         return tuned__config_refuse(why, n, "a stash needs vectors of 4 bytes or more");
-    uint64_t span = (uint64_t)tuned__config_threads_per_row(c) * tuned__config_blocks_per_row(c) *
-                    c->vec;
+    uint64_t span = pass_span(c);
     if ((c->stash + 1ull) * span > s->cols || span < tuned__config_head_align(c, s))
         return tuned__config_refuse(why, n,
                                     "%u stashed passes of %llu columns do not lie inside rows "

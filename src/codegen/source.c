@@ -167,12 +167,12 @@ int tuned__source_softmax(const tuned__config *c, const tuned__shape *s,
     if (rc != 0)
         return rc;
     bool split = c->grid > 1;
-    char grid[64] = "";
+    char extra_defines[64] = ""; /* a grid split's, or a stash's */
     if (split)
-        snprintf(grid, sizeof grid, "#define T_GRID %u\n#define T_GRID_SLOTS %d\n", c->grid,
-                 TUNED__GRID_SLOTS);
+        snprintf(extra_defines, sizeof extra_defines,
+                 "#define T_GRID %u\n#define T_GRID_SLOTS %d\n", c->grid, TUNED__GRID_SLOTS);
     else if (c->stash > 0)
-        snprintf(grid, sizeof grid, "#define T_STASH %u\n", c->stash);
+        snprintf(extra_defines, sizeof extra_defines, "#define T_STASH %u\n", c->stash);
     unsigned kernel = tuned__shape_kernel(s);
     bool backward = tuned__kernel_backward(kernel);
     char defines[704];
@@ -184,11 +184,11 @@ int tuned__source_softmax(const tuned__config *c, const tuned__shape *s,
              "#define T_ST %u\n#define T_REG_PACKED %d\n#define T_EXP16 %d\n#define T_FUSED %d\n"
              "#define T_LOG %d\n#define T_BWD %d\n#define T_HEAD_ALIGN %u\n%s",
              tuned__kernel_name((uint8_t)kernel), name, tuned_dtype_name(s->dtype),
-             (unsigned long long)s->cols, (int)s->dtype, c->warps, c->rows, c->cluster, grid,
-             c->minb, c->vec, (unsigned long long)iters, (unsigned long long)s->cols, head_free,
-             c->ld, c->st, c->reg != TUNED__REG_F32, c->reg == TUNED__REG_EX,
-             c->red == TUNED__RED_FUSED, tuned__kernel_log(kernel), backward,
-             tuned__config_head_align(c, s), plant);
+             (unsigned long long)s->cols, (int)s->dtype, c->warps, c->rows, c->cluster,
+             extra_defines, c->minb, c->vec, (unsigned long long)iters,
+             (unsigned long long)s->cols, head_free, c->ld, c->st, c->reg != TUNED__REG_F32,
+             c->reg == TUNED__REG_EX, c->red == TUNED__RED_FUSED, tuned__kernel_log(kernel),
+             backward, tuned__config_head_align(c, s), plant);
     /* A row cut over blocks of the grid takes a workspace and a ticket:
      * its own kernel, on the rows family's stages; so do the backward
      * kernels, which read two tensors. */
