@@ -1,8 +1,10 @@
 #!/bin/sh
 # sass-diff.sh: checks that the kernel templates of this tree compile to the
-# same machine code as those of an older commit (default e14ad99, before the
-# templates were split into named stages), config by config over a sample of
-# the tuner's space for six shapes in three dtypes (bench/sass_diff.c).
+# same machine code as those of an older commit (default HEAD: the change
+# not yet committed), config by config over a sample of the tuner's space
+# for eight shapes, three dtypes and the four kernels (bench/sass_diff.c).
+# The define blocks are this tree's codegen's: it answers for changes to
+# the templates alone.
 #
 #   bench/sass-diff.sh [BUILD_DIR [COMMIT [PER_KIND [THREADS]]]]
 #
@@ -12,13 +14,13 @@
 set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$root/build}
-commit=${2:-e14ad99}
-per_kind=${3:-12}
+commit=${2:-HEAD}
+per_kind=${3:-4}
 threads=${4:-2}
 old=$(mktemp -d)
 trap 'rm -rf "$old"' EXIT
-for t in softmax_common softmax_rows softmax_staged; do
-    git -C "$root" show "$commit:kernels/templates/$t.cu" > "$old/$t.cu"
+for t in $(git -C "$root" ls-tree --name-only "$commit" kernels/templates/ | grep '\.cu$'); do
+    git -C "$root" show "$commit:$t" > "$old/$(basename "$t")"
 done
 ninja -C "$build" bench/sass_diff > /dev/null
 if [ -z "${NVDISASM:-}" ]; then

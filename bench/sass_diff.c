@@ -1,19 +1,22 @@
 /* sass_diff.c: proves that a change to the kernel templates left the
- * machine code alone. For each shape and dtype it takes the tuner's space
- * (sm_90, 132 SMs) and a deterministic sample of its configs, evenly spaced
- * within each kind (rows, clusters, grid splits, tma), builds each variant
- * twice, from the templates this build embeds and from an old set of
- * templates read from a folder (with the define block the old codegen
- * wrote, frozen below), compiles both to sm_90 cubins with NVRTC, and
- * compares the kernels' machine code byte for byte (the .text section of
- * the cubin: the SASS itself, which needs no disassembler to compare),
- * their register counts and their shared and parameter memory. It prints
- * every config that differs, with both instruction counts, and a summary.
+ * machine code alone. For each shape, dtype and kernel it takes the
+ * tuner's space (sm_90, 132 SMs) and a deterministic sample of its configs,
+ * evenly spaced within each kind (rows, clusters, stashes, grid splits,
+ * tma), builds each variant twice, as this build's codegen writes it and
+ * with every embedded template in that text replaced by its old version
+ * read from a folder (so the define block is this codegen's: the tool
+ * answers for template changes, not codegen changes), compiles both to
+ * sm_90 cubins with NVRTC, and compares the kernels' machine code byte for
+ * byte (the .text section of the cubin: the SASS itself, which needs no
+ * disassembler to compare), their register counts and their shared and
+ * parameter memory. It prints every config that differs, with both
+ * instruction counts, and a summary.
  *
  *   sass_diff OLD_TEMPLATE_DIR [PER_KIND [THREADS]]
  *
- * PER_KIND (default 12) caps the configs of each kind per space; THREADS
- * (default 2) compiles in parallel. Exits 1 when any kernel differs or a
+ * PER_KIND (default 4) caps the configs of each kind per space; THREADS
+ * (default 2) compiles in parallel. SASS_DIFF_CONFIG="[KERNEL:]ROWSxCOLS
+ * DTYPE CONFIG" compares that one variant instead of the sample. Exits 1 when any kernel differs or a
  * compile fails. bench/sass-diff.sh fetches the old templates from git and
  * runs it. Not installed. */
 #include <pthread.h>
@@ -24,15 +27,19 @@
 
 #include "src/codegen/nvrtc.h"
 #include "src/codegen/source.h"
+#include "src/codegen/templates.h"
 #include "src/tuner/space.h"
+#include "probe_shape.h"
 
 #define ARCH 90
 #define SMS 132
 #define MAX_CONFIGS 4096
 
-/* The templates of the old set, read whole. */
+/* The templates of the old set, read whole: text[i] is the old version
+ * of tuned__templates[i], or NULL where the folder has none (a template
+ * new in this build, used as it is). */
 typedef struct old_templates {
-    char *common, *rows, *staged;
+    char *text[64];
 } old_templates;
 
 /* One config's comparison: filled by a worker, printed by main. */
@@ -42,6 +49,16 @@ typedef struct job {
     int status; /* 0 identical, 1 different, -1 failed */
     char note[512];
 } job;
+
+/* "KERNEL ROWSxCOLS DTYPE CONFIG": how a job is printed and selected. */
+static void job_label(const job *j, char *out, size_t n)
+{
+    char name[TUNED__CONFIG_TEXT];
+    tuned__config_format(&j->config, name, sizeof name);
+    snprintf(out, n, "%s %llux%llu %s %s", tuned__kernel_name((uint8_t)tuned__shape_kernel(&j->shape)),
+             (unsigned long long)j->shape.rows, (unsigned long long)j->shape.cols,
+             tuned_dtype_name(j->shape.dtype), name);
+}
 
 typedef struct run {
     const tuned__nvrtc *nvrtc;
@@ -73,47 +90,28 @@ static char *read_file(const char *dir, const char *name)
     return text;
 }
 
-/* The source the codegen of commit e14ad99 generated for c and s: its
- * define block, verbatim, then softmax_common.cu and the family's template.
- * The validity checks are the new codegen's (it ran first and accepted c). */
-static char *old_source(const old_templates *old, const tuned__config *c, const tuned__shape *s)
+/* The fresh source with each embedded template's text, which codegen
+ * copies in verbatim, replaced by its old version; NULL when out of
+ * memory. */
+static char *old_source(const old_templates *old, const char *fresh)
 {
-    char name[TUNED__CONFIG_TEXT], defines[640];
-    tuned__config_format(c, name, sizeof name);
-    const char *body;
-    if (c->family == TUNED__FAMILY_TMA) {
-        snprintf(defines, sizeof defines,
-                 "// tuned softmax variant %s for %s x %llu columns\n"
-                 "#define T_DTYPE %d\n#define T_WARPS %u\n#define T_CLUSTER %u\n#define T_STAGES %u\n"
-                 "#define T_STAGE_BYTES %zu\n#define T_ST %u\n",
-                 name, tuned_dtype_name(s->dtype), (unsigned long long)s->cols, (int)s->dtype,
-                 c->warps, c->cluster, c->stages, tuned__source_stage_bytes(c, s), c->st);
-        body = old->staged;
-    } else {
-        bool head_free = tuned__source_head_free(c, s, NULL);
-        uint64_t iters = tuned__config_iters(c, s, head_free);
-        snprintf(defines, sizeof defines,
-                 "// tuned softmax variant %s for %s x %llu columns\n"
-                 "#define T_DTYPE %d\n#define T_WARPS %u\n#define T_ROWS %u\n#define T_CLUSTER %u\n"
-                 "#define T_GRID %u\n#define T_GRID_SLOTS %d\n"
-                 "#define T_MIN_BLOCKS %u\n#define T_VEC %u\n#define T_ITERS %llu\n#define T_COLS %llu\n"
-                 "#define T_HEAD_FREE %d\n#define T_LD %u\n"
-                 "#define T_ST %u\n#define T_REG_PACKED %d\n#define T_EXP16 %d\n#define T_FUSED %d\n"
-                 "#define T_PLANT_BUG %d\n",
-                 name, tuned_dtype_name(s->dtype), (unsigned long long)s->cols, (int)s->dtype,
-                 c->warps, c->rows, c->cluster, c->grid > 1 ? c->grid : 1u, TUNED__GRID_SLOTS,
-                 c->minb, c->vec, (unsigned long long)iters, (unsigned long long)s->cols, head_free,
-                 c->ld, c->st, c->reg != TUNED__REG_F32, c->reg == TUNED__REG_EX,
-                 c->red == TUNED__RED_FUSED, 0);
-        body = old->rows;
+    char *src = strdup(fresh);
+    for (size_t i = 0; src != NULL && i < tuned__template_count; i++) {
+        const tuned__template *t = &tuned__templates[i];
+        char *at = old->text[i] != NULL ? strstr(src, t->text) : NULL;
+        if (at == NULL)
+            continue;
+        size_t head = (size_t)(at - src), new_size = strlen(old->text[i]);
+        size_t tail = strlen(at + t->size);
+        char *next = malloc(head + new_size + tail + 1);
+        if (next != NULL) {
+            memcpy(next, src, head);
+            memcpy(next + head, old->text[i], new_size);
+            memcpy(next + head + new_size, at + t->size, tail + 1);
+        }
+        free(src);
+        src = next;
     }
-    size_t dl = strlen(defines), cl = strlen(old->common), bl = strlen(body);
-    char *src = malloc(dl + cl + bl + 1);
-    if (src == NULL)
-        return NULL;
-    memcpy(src, defines, dl);
-    memcpy(src + dl, old->common, cl);
-    memcpy(src + dl + cl, body, bl + 1);
     return src;
 }
 
@@ -224,8 +222,6 @@ static int compile(const run *r, const char *src, const char *what, tuned__blob 
 
 static void compare(const run *r, job *j)
 {
-    char name[TUNED__CONFIG_TEXT];
-    tuned__config_format(&j->config, name, sizeof name);
     tuned__err e = {0};
     char *fresh = NULL, *old = NULL;
     tuned__blob a = {0}, b = {0};
@@ -234,7 +230,7 @@ static void compare(const run *r, job *j)
         snprintf(j->note, sizeof j->note, "new source: %s", e.msg);
         goto done;
     }
-    if ((old = old_source(r->old, &j->config, &j->shape)) == NULL) {
+    if ((old = old_source(r->old, fresh)) == NULL) {
         snprintf(j->note, sizeof j->note, "old source: out of memory");
         goto done;
     }
@@ -254,12 +250,14 @@ static void compare(const run *r, job *j)
      * difference, for nvdisasm. */
     const char *keep = getenv("SASS_DIFF_KEEP");
     if (!same && keep != NULL) {
-        char path[4096];
+        char path[4096], label[256];
+        job_label(j, label, sizeof label);
+        for (char *c = label; *c != '\0'; c++)
+            if (*c == ' ')
+                *c = '.';
         const tuned__blob *both[2] = {&a, &b};
         for (int i = 0; i < 2; i++) {
-            snprintf(path, sizeof path, "%s/%llux%llu.%s.%s.%s.cubin", keep,
-                     (unsigned long long)j->shape.rows, (unsigned long long)j->shape.cols,
-                     tuned_dtype_name(j->shape.dtype), name, i == 0 ? "old" : "new");
+            snprintf(path, sizeof path, "%s/%s.%s.cubin", keep, label, i == 0 ? "old" : "new");
             FILE *f = fopen(path, "wb");
             if (f != NULL) {
                 fwrite(both[i]->data, 1, both[i]->size, f);
@@ -298,14 +296,16 @@ static void *worker(void *arg)
     }
 }
 
-enum { KIND_ROWS, KIND_CLUSTER, KIND_GRID, KIND_TMA, KIND_COUNT };
-static const char *const kind_names[KIND_COUNT] = {"rows", "cluster", "grid", "tma"};
+enum { KIND_ROWS, KIND_CLUSTER, KIND_STASH, KIND_GRID, KIND_TMA, KIND_COUNT };
+static const char *const kind_names[KIND_COUNT] = {"rows", "cluster", "stash", "grid", "tma"};
 
 static int kind_of(const tuned__config *c)
 {
     if (c->family == TUNED__FAMILY_TMA)
         return KIND_TMA;
-    return c->grid > 1 ? KIND_GRID : c->cluster > 1 ? KIND_CLUSTER : KIND_ROWS;
+    if (c->grid > 1)
+        return KIND_GRID;
+    return c->stash > 0 ? KIND_STASH : c->cluster > 1 ? KIND_CLUSTER : KIND_ROWS;
 }
 
 /* Up to per_kind configs of each kind of sp, evenly spaced through the
@@ -334,20 +334,46 @@ static size_t sample(const tuned__space *sp, size_t per_kind, job *jobs, size_t 
     return n;
 }
 
+/* j from "[KERNEL:]ROWSxCOLS DTYPE CONFIG"; 0, or -1 with a message. */
+static int one_job(const char *text, job *j)
+{
+    char shape[64], dtype[16], config[TUNED__CONFIG_TEXT];
+    tuned__err e = {0};
+    memset(j, 0, sizeof *j);
+    if (sscanf(text, "%63s %15s %127s", shape, dtype, config) != 3 ||
+        probe_parse_shape(shape, &j->shape) != 0 || tuned_dtype_parse(dtype, &j->shape.dtype) != 0) {
+        fprintf(stderr, "sass_diff: SASS_DIFF_CONFIG '%s': want [KERNEL:]ROWSxCOLS DTYPE CONFIG\n",
+                text);
+        return -1;
+    }
+    if (tuned__config_parse(config, &j->config, &e) != 0) {
+        fprintf(stderr, "sass_diff: SASS_DIFF_CONFIG: %s\n", e.msg);
+        return -1;
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2 || argc > 4) {
         fprintf(stderr, "usage: sass_diff OLD_TEMPLATE_DIR [PER_KIND [THREADS]]\n");
         return 2;
     }
-    size_t per_kind = argc > 2 ? (size_t)strtoul(argv[2], NULL, 10) : 12;
+    size_t per_kind = argc > 2 ? (size_t)strtoul(argv[2], NULL, 10) : 4;
     int threads = argc > 3 ? atoi(argv[3]) : 2;
     if (threads < 1 || threads > 64)
         threads = 1;
-    old_templates old = {read_file(argv[1], "softmax_common"), read_file(argv[1], "softmax_rows"),
-                         read_file(argv[1], "softmax_staged")};
-    if (old.common == NULL || old.rows == NULL || old.staged == NULL) {
-        fprintf(stderr, "sass_diff: cannot read the old templates in %s\n", argv[1]);
+    old_templates old = {{NULL}};
+    size_t found = 0;
+    if (tuned__template_count > sizeof old.text / sizeof old.text[0]) {
+        fprintf(stderr, "sass_diff: %zu templates, more than this tool holds\n",
+                tuned__template_count);
+        return 2;
+    }
+    for (size_t i = 0; i < tuned__template_count; i++)
+        found += (old.text[i] = read_file(argv[1], tuned__templates[i].name)) != NULL;
+    if (found == 0) {
+        fprintf(stderr, "sass_diff: no old template in %s\n", argv[1]);
         return 2;
     }
     tuned__err e = {0};
@@ -356,36 +382,45 @@ int main(int argc, char **argv)
         fprintf(stderr, "sass_diff: %s\n", e.msg);
         return 2;
     }
-    static const uint64_t shapes[][2] = {{4096, 32000}, {1024, 1024},  {32, 128},
-                                         {1, 262144},   {8192, 128256}, {65536, 128}};
+    /* Aligned and ragged rows, few and many, short and long (64x262144
+     * fp32 is where the space holds stashes). */
+    static const uint64_t shapes[][2] = {{4096, 32000}, {1024, 1024},   {32, 128},
+                                         {1, 262144},   {8192, 128256}, {65536, 128},
+                                         {64, 262144},  {1024, 50257}};
     job *jobs = calloc(MAX_CONFIGS, sizeof *jobs);
     if (jobs == NULL)
         return 2;
     size_t n = 0;
-    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
-        for (int dt = TUNED_FP16; dt <= TUNED_FP32; dt++) {
-            tuned__shape s = {(tuned_dtype)dt, shapes[i][0], shapes[i][1], TUNED__KERNEL_SOFTMAX};
-            tuned__space sp;
-            if (tuned__space_init(&sp, &s, ARCH, SMS, &e) != 0) {
-                fprintf(stderr, "sass_diff: space %llux%llu %s: %s\n",
-                        (unsigned long long)s.rows, (unsigned long long)s.cols,
-                        tuned_dtype_name(s.dtype), e.msg);
-                continue;
-            }
-            n = sample(&sp, per_kind, jobs, n, MAX_CONFIGS);
-            tuned__space_free(&sp);
+    const char *one = getenv("SASS_DIFF_CONFIG");
+    if (one != NULL) {
+        if (one_job(one, &jobs[0]) != 0) {
+            free(jobs);
+            return 2;
         }
-    /* SASS_DIFF_ONLY=TEXT: only the configs whose "ROWSxCOLS DTYPE CONFIG"
-     * contains TEXT. */
+        n = 1;
+    }
+    for (size_t i = 0; one == NULL && i < sizeof shapes / sizeof shapes[0]; i++)
+        for (int dt = TUNED_FP16; dt <= TUNED_FP32; dt++)
+            for (unsigned k = TUNED__KERNEL_SOFTMAX; k <= TUNED__KERNEL_LAST; k++) {
+                tuned__shape s = {(tuned_dtype)dt, shapes[i][0], shapes[i][1], k};
+                tuned__space sp;
+                if (tuned__space_init(&sp, &s, ARCH, SMS, &e) != 0) {
+                    fprintf(stderr, "sass_diff: space %s %llux%llu %s: %s\n",
+                            tuned__kernel_name((uint8_t)k), (unsigned long long)s.rows,
+                            (unsigned long long)s.cols, tuned_dtype_name(s.dtype), e.msg);
+                    continue;
+                }
+                n = sample(&sp, per_kind, jobs, n, MAX_CONFIGS);
+                tuned__space_free(&sp);
+            }
+    /* SASS_DIFF_ONLY=TEXT: only the configs whose "KERNEL ROWSxCOLS DTYPE
+     * CONFIG" contains TEXT. */
     const char *only = getenv("SASS_DIFF_ONLY");
     if (only != NULL) {
         size_t kept = 0;
         for (size_t i = 0; i < n; i++) {
-            char name[TUNED__CONFIG_TEXT], line[256];
-            tuned__config_format(&jobs[i].config, name, sizeof name);
-            snprintf(line, sizeof line, "%llux%llu %s %s", (unsigned long long)jobs[i].shape.rows,
-                     (unsigned long long)jobs[i].shape.cols, tuned_dtype_name(jobs[i].shape.dtype),
-                     name);
+            char line[256];
+            job_label(&jobs[i], line, sizeof line);
             if (strstr(line, only) != NULL)
                 jobs[kept++] = jobs[i];
         }
@@ -412,11 +447,9 @@ int main(int argc, char **argv)
             same[kind]++;
             continue;
         }
-        char name[TUNED__CONFIG_TEXT];
-        tuned__config_format(&j->config, name, sizeof name);
-        printf("%s %llux%llu %s %s: %s\n", j->status > 0 ? "DIFFERS" : "FAILED",
-               (unsigned long long)j->shape.rows, (unsigned long long)j->shape.cols,
-               tuned_dtype_name(j->shape.dtype), name, j->note);
+        char label[256];
+        job_label(j, label, sizeof label);
+        printf("%s %s: %s\n", j->status > 0 ? "DIFFERS" : "FAILED", label, j->note);
         differ += j->status > 0;
         failed += j->status < 0;
     }
@@ -428,9 +461,8 @@ int main(int argc, char **argv)
     printf("%zu configs: %zu identical machine code, %zu differ, %zu failed\n", n, identical,
            differ, failed);
     free(jobs);
-    free(old.common);
-    free(old.rows);
-    free(old.staged);
+    for (size_t i = 0; i < tuned__template_count; i++)
+        free(old.text[i]);
     tuned__nvrtc_unload(nvrtc);
     return differ || failed ? 1 : 0;
 }

@@ -134,8 +134,9 @@ tuned_softmax_bwd_grid(const unsigned char *y, const unsigned char *dy, unsigned
     float sum = row_reduce(thread_dot(hy, hd), partial_sum, no_cluster, true, SumOp());
     float unused_max = 0.0f;
     grid_combine(unused_max, sum, work, work_slot, arrival, exchange_max, exchange_sum, 1.0f);
-    store_row(p, slot.lane, cols, active,
-              [&](int it, int k) { return grad_value(hy, hd, it, k, sum); });
+    store_row(p, slot.lane, cols, active, [&](int it, u32(&out)[NWORDS]) {
+        vector_words(out, [&](int k) { return grad_value(hy, hd, it, k, sum); });
+    });
     plant_overrun(p, slot.row, rows, slot.lane, cols);
 }
 #else
@@ -159,8 +160,9 @@ tuned_softmax_bwd_rows(const unsigned char *y, const unsigned char *dy, unsigned
     Held hy, hd;
     load_rows(hy, hd, p, q, slot.lane, cols, active);
     const float sum = row_reduce(thread_dot(hy, hd), partial_sum, box_sum, true, SumOp());
-    store_row(p, slot.lane, cols, active,
-              [&](int it, int k) { return grad_value(hy, hd, it, k, sum); });
+    store_row(p, slot.lane, cols, active, [&](int it, u32(&out)[NWORDS]) {
+        vector_words(out, [&](int k) { return grad_value(hy, hd, it, k, sum); });
+    });
     plant_overrun(p, slot.row, rows, slot.lane, cols);
 }
 #endif

@@ -67,6 +67,7 @@ tuned_softmax_grid(const unsigned char *x, unsigned char *y, long long rows, int
     reduce_row(row_max, sum, partial_max, partial_sum, no_cluster, no_pairs, ks);
     grid_combine(row_max, sum, work, slot, arrival, exchange_max, exchange_sum, ks);
     const RowOut o = row_out(max, row_max, sum, scale, ks);
-    store_row(p, lane, cols, active, [&](int it, int k) { return forward_value(h, it, k, o); });
+    store_row(p, lane, cols, active,
+              [&](int it, u32(&out)[NWORDS]) { forward_words(h, it, o, out); });
     plant_overrun(p, row, rows, lane, cols);
 }

@@ -63,6 +63,6 @@ tuned_softmax_rows(const unsigned char *x, unsigned char *y, long long rows, int
     reduce_row(row_max, sum, partial_max, partial_sum, box_sum, box_pairs, ks);
     const RowOut o = row_out(max, row_max, sum, scale, ks);
     store_row(p, slot.lane, cols, active,
-              [&](int it, int k) { return forward_value(h, it, k, o); });
+              [&](int it, u32(&out)[NWORDS]) { forward_words(h, it, o, out); });
     plant_overrun(p, slot.row, rows, slot.lane, cols);
 }

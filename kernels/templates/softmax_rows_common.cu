@@ -346,6 +346,29 @@ __device__ __forceinline__ void stash_words(int, u32 (&w)[NWORDS])
 }
 #endif
 
+/* Stashed pass it read back by a stage: the warp barrier its group asks
+ * for, then its words. */
+__device__ __forceinline__ void stash_pass(int it, u32 (&w)[NWORDS])
+{
+    stash_group_fence(it);
+    stash_words(it, w);
+}
+
+/* use(w) for each stashed pass in order, its words read once; nothing
+ * without a stash. */
+template <typename Use>
+__device__ __forceinline__ void each_stashed_pass(Use use)
+{
+#pragma unroll
+    for (int it = 0; it < T_ITERS; it++) {
+        if (!STASHED(it))
+            continue;
+        u32 w[NWORDS];
+        stash_pass(it, w);
+        use(w);
+    }
+}
+
 /* ---- reductions over the threads of one row ---- */
 
 /* v reduced over aligned groups of WIDTH lanes (a power of two up to 32).
@@ -767,17 +790,11 @@ __device__ __forceinline__ float thread_max(const Held &h)
             pairs = max_pairs(pairs, h.w[it][k]);
     if (T_STASH)
         stash_wait();
-#pragma unroll
-    for (int it = 0; it < T_ITERS; it++) {
-        if (!STASHED(it))
-            continue;
-        u32 w[NWORDS];
-        stash_group_fence(it);
-        stash_words(it, w);
+    each_stashed_pass([&](const u32 (&w)[NWORDS]) {
 #pragma unroll
         for (int k = 0; k < NWORDS; k++)
             pairs = max_pairs(pairs, w[k]);
-    }
+    });
     return fmaxf(bits_to_float(pairs & 0xFFFFu), bits_to_float(pairs >> 16));
 #else
     float max = NEG_INF;
@@ -788,17 +805,11 @@ __device__ __forceinline__ float thread_max(const Held &h)
             max = fmaxf(max, held_value(h, it, k));
     if (T_STASH)
         stash_wait();
-#pragma unroll
-    for (int it = 0; it < T_ITERS; it++) {
-        if (!STASHED(it))
-            continue;
-        u32 w[NWORDS];
-        stash_group_fence(it);
-        stash_words(it, w);
+    each_stashed_pass([&](const u32 (&w)[NWORDS]) {
 #pragma unroll
         for (int k = 0; k < T_VEC; k++)
             max = fmaxf(max, word_float(w, k));
-    }
+    });
     return max;
 #endif
 }
@@ -858,17 +869,11 @@ __device__ __forceinline__ float exp_and_sum(Held &h, float max, float ks)
 #endif
     /* The stashed passes' exps are summed, not kept: the store computes
      * them again. */
-#pragma unroll
-    for (int it = 0; it < T_ITERS; it++) {
-        if (!STASHED(it))
-            continue;
-        u32 w[NWORDS];
-        stash_group_fence(it);
-        stash_words(it, w);
+    each_stashed_pass([&](const u32 (&w)[NWORDS]) {
 #pragma unroll
         for (int k = 0; k < T_VEC; k++)
             sum += exp_shifted(word_float(w, k), shift, ks);
-    }
+    });
     return sum;
 }
 
@@ -956,19 +961,34 @@ __device__ __forceinline__ RowOut row_out(float max, float row_max, float sum, f
     return o;
 }
 
-/* Forward output element k of vector it: softmax's (normalized), or
- * log_softmax's s (x - max) - log sum (both terms <= 0 and >= 0: no
- * cancellation; an x of -inf gives -inf). */
+/* out: value(k) for each element k of a vector, as the dtype's words. */
+template <typename Value>
+__device__ __forceinline__ void vector_words(u32 (&out)[NWORDS], Value value)
+{
+#if PAIRED
+#pragma unroll
+    for (int k = 0; k < T_VEC; k += 2)
+        out[k / 2] = pack_pair(value(k), value(k + 1));
+#else
+#pragma unroll
+    for (int k = 0; k < T_VEC; k++)
+        word_set(out, k, float_to_bits(value(k)));
+#endif
+}
+
+/* Forward output of x, an input element of a stashed pass: softmax's
+ * exp computed again, or log_softmax's. */
+__device__ __forceinline__ float stashed_value(float x, const RowOut &o)
+{
+    return T_LOG ? (x - o.row_max) * o.scale - o.log_sum
+                 : exp_shifted(x, o.row_max, o.ks) * o.inv_sum;
+}
+
+/* Forward output element k of vector it, from Held: softmax's
+ * (normalized), or log_softmax's s (x - max) - log sum (both terms <= 0
+ * and >= 0: no cancellation; an x of -inf gives -inf). */
 __device__ __forceinline__ float forward_value(const Held &h, int it, int k, const RowOut &o)
 {
-    if (STASHED(it)) {
-        u32 w[NWORDS];
-        stash_group_fence(it);
-        stash_words(it, w);
-        const float x = word_float(w, k);
-        return T_LOG ? (x - o.row_max) * o.scale - o.log_sum
-                     : exp_shifted(x, o.row_max, o.ks) * o.inv_sum;
-    }
 #if T_LOG
     return (held_value(h, it, k) - o.row_max) * o.scale - o.log_sum;
 #else
@@ -976,26 +996,31 @@ __device__ __forceinline__ float forward_value(const Held &h, int it, int k, con
 #endif
 }
 
-/* store: the row's output, value(it, k) for element k of vector it, a
- * vector at a time where it lies whole inside the row and y lines up,
+/* Forward output vector it: from the stash, read once, or from Held. */
+__device__ __forceinline__ void forward_words(const Held &h, int it, const RowOut &o,
+                                              u32 (&out)[NWORDS])
+{
+    if (STASHED(it)) {
+        u32 w[NWORDS];
+        stash_pass(it, w);
+        vector_words(out, [&](int k) { return stashed_value(word_float(w, k), o); });
+    } else {
+        vector_words(out, [&](int k) { return forward_value(h, it, k, o); });
+    }
+}
+
+/* store: the row's output, vector it's words as words(it, out) fills them,
+ * a vector at a time where it lies whole inside the row and y lines up,
  * else element by element. */
-template <typename Value>
+template <typename Words>
 __device__ __forceinline__ void store_row(const RowPtrs &p, int lane, int cols, bool active,
-                                          Value value)
+                                          Words words)
 {
 #pragma unroll
     for (int it = 0; it < T_ITERS && active; it++) {
         const int first = (it * ROW_THREADS + lane) * T_VEC - p.head;
         u32 out[NWORDS] = {};
-#if PAIRED
-#pragma unroll
-        for (int k = 0; k < T_VEC; k += 2)
-            out[k / 2] = pack_pair(value(it, k), value(it, k + 1));
-#else
-#pragma unroll
-        for (int k = 0; k < T_VEC; k++)
-            word_set(out, k, float_to_bits(value(it, k)));
-#endif
+        words(it, out);
 #if T_HEAD_FREE
         if (!PASS_INSIDE(it) && first >= T_COLS)
             continue;
