@@ -247,9 +247,10 @@ static void compare(const run *r, job *j)
                 ka.params == kb.params;
     j->status = same ? 0 : 1;
     /* SASS_DIFF_KEEP=DIR keeps both cubins and sources of every
-     * difference, for nvdisasm. */
+     * difference, for nvdisasm, and those of the one variant
+     * SASS_DIFF_CONFIG names. */
     const char *keep = getenv("SASS_DIFF_KEEP");
-    if (!same && keep != NULL) {
+    if ((!same || getenv("SASS_DIFF_CONFIG") != NULL) && keep != NULL) {
         char path[4096], label[256];
         job_label(j, label, sizeof label);
         for (char *c = label; *c != '\0'; c++)
