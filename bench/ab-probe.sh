@@ -45,7 +45,7 @@ if [[ "$old_templates" == --twin=* ]]; then
 else
     rm -rf "$old"
     mkdir -p "$old"
-    tar --exclude=./build --exclude=./.debs --exclude=./.whlA --exclude=./.whlB -cf - . | tar -xf - -C "$old"
+    tar --exclude=./build --exclude=./.debs --exclude='./.whl?' -cf - . | tar -xf - -C "$old"
     cp "$old_templates"/*.cu "$old/kernels/templates/"
     (cd "$old" && meson setup build --buildtype=debugoptimized -Dtest_hooks=true >"$out/build-old.log" 2>&1 && ninja -C build bench/probe_settle \
         >>"$out/build-old.log" 2>&1) || { tail -n 20 "$out/build-old.log"; exit 1; }

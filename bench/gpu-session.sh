@@ -13,9 +13,10 @@
 #            imported into a fresh store, served exact, verified. A short
 #            table last.
 #   anchors  the anchors' Python packages from the wheels carried in
-#            .whlA/ and .whlB/ (QuACK's 91 MB wheel comes in two parts,
-#            one a call, kept in /tmp between calls while the machine
-#            stays up), then bench/api-bench.sh: tuned.softmax against the
+#            .whlA/, .whlB/, ... (QuACK's 91 MB wheel comes in parts,
+#            cu12.part.N, one a call, kept in /tmp between calls while the
+#            machine stays up, joined and checked against cu12.sha256),
+#            then bench/api-bench.sh: tuned.softmax against the
 #            copy, torch, torch.compile, Triton, QuACK and Liger on the
 #            mission, anchor and decode shapes. It stops itself before the
 #            limit; run it again to go on where it stopped.
@@ -31,8 +32,8 @@
 #   decode   build, the tests named in GPU_CHECK, then tools/bench.sh on the
 #            decode set (rows 1, 8, 64 by 32768 to 262144 columns, three
 #            dtypes; a fresh store, every shape tuned cold): OUT/decode.md.
-#   stage    only keep the wheel part carried in this call (.whlA/ or
-#            .whlB/) in /tmp, for a later `anchors` or `train` call.
+#   stage    only keep the wheels carried in this call (a .whlX/ folder)
+#            in /tmp, for a later `anchors` or `train` call.
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root" || exit 1
@@ -45,7 +46,7 @@ wheels=/tmp/tuned-wheels
 stage_wheels() {
     mkdir -p "$wheels"
     local d
-    for d in .whlA .whlB; do
+    for d in .whl[A-Z]; do
         [[ -d "$d" ]] && cp -n "$d"/* "$wheels"/ 2>/dev/null
     done
     ls "$wheels"
@@ -55,10 +56,15 @@ install_wheels() {
     stage_wheels >/dev/null
     local cu12=nvidia_cutlass_dsl_libs_cu12-4.8.1-cp312-cp312-manylinux_2_28_x86_64.whl
     if [[ ! -f "$wheels/$cu12" ]]; then
-        if [[ -f "$wheels/cu12.part.aa" && -f "$wheels/cu12.part.ab" ]]; then
-            cat "$wheels/cu12.part.aa" "$wheels/cu12.part.ab" >"$wheels/$cu12"
+        # The parts in order (cu12.part.0, .1, ...), then the whole checked.
+        cat $(ls "$wheels"/cu12.part.* 2>/dev/null | sort -V) >"$wheels/$cu12.joined" 2>/dev/null
+        if (cd "$wheels" && [[ -f cu12.sha256 ]] &&
+            sed "s/ $cu12\$/ $cu12.joined/" cu12.sha256 | sha256sum -c --quiet 2>/dev/null); then
+            mv "$wheels/$cu12.joined" "$wheels/$cu12"
         else
-            echo "anchors: QuACK's cu12 wheel is not complete in $wheels (stage both parts first)"
+            rm -f "$wheels/$cu12.joined"
+            echo "anchors: QuACK's cu12 wheel is not complete in $wheels (parts: $(cd "$wheels" &&
+                ls cu12.part.* 2>/dev/null | tr '\n' ' ')); stage every .whlX/ folder first"
             return 1
         fi
     fi
