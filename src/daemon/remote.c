@@ -116,6 +116,13 @@ static uint64_t now_ms(const tuned__remote *rm)
     return rm->d->now_ms(rm->d->now_ctx);
 }
 
+/* Whether a request may go to the fleet now: a client is connected and
+ * the daemon is not closing it. */
+static bool fleet_open(const tuned__remote *rm)
+{
+    return rm->f != NULL && !rm->closing;
+}
+
 void tuned__remote_hwclass_name(uint64_t hwclass_fp, char *out, size_t n)
 {
     snprintf(out, n, "hw%016" PRIx64, hwclass_fp);
@@ -137,7 +144,7 @@ static void id_of(const tuned__daemon *d, size_t slot, const tuned__shape *shape
 bool tuned__remote_usable(tuned__daemon *d)
 {
     tuned__remote *rm = d->remote;
-    if (rm == NULL || rm->f == NULL || rm->closing)
+    if (rm == NULL || !fleet_open(rm))
         return false;
     tuned__fleet_stats st;
     tuned__fleet_stats_get(rm->f, &st);
@@ -292,7 +299,7 @@ static void on_read_shapes(void *ctx, const tuned__fleet_reply *r)
 {
     readop *op = ctx;
     tuned__remote *rm = op->rm;
-    if (r->status == TUNED__FLEET_OK && rm->f != NULL && !rm->closing) {
+    if (r->status == TUNED__FLEET_OK && fleet_open(rm)) {
         for (size_t i = 0; i < r->n_shapes; i++) {
             const tuned__fleet_shape *s = &r->shapes[i];
             if (s->rows != op->id.rows || s->cols != op->id.cols || s->layout != op->id.layout ||
@@ -322,8 +329,7 @@ static void on_read_get(void *ctx, const tuned__fleet_reply *r)
     if (r->status == TUNED__FLEET_INVALID)
         note_invalid(rm, &op->id, r);
     if ((r->status == TUNED__FLEET_MISS || r->status == TUNED__FLEET_STALE ||
-         r->status == TUNED__FLEET_INVALID) &&
-        rm->f != NULL && !rm->closing) {
+         r->status == TUNED__FLEET_INVALID) && fleet_open(rm)) {
         tuned__err e = {0};
         if (tuned__fleet_shapes(rm->f, op->id.kernel, op->id.dtype, op->id.hwclass,
                                 on_read_shapes, op, &e) == 0)
@@ -423,7 +429,7 @@ bool tuned__remote_queue(tuned__daemon *d, const tuned__request *r, const char *
                          tuned__later *later)
 {
     tuned__remote *rm = d->remote;
-    if (rm == NULL || rm->f == NULL || rm->closing)
+    if (rm == NULL || !fleet_open(rm))
         return false;
     readop *op = read_new(rm, R_PUSH, r, later);
     if (op == NULL)
@@ -491,7 +497,7 @@ static void fl_ack(flight *fl)
     tuned__remote *rm = fl->rm;
     fl->state = F_ACK;
     tuned__err e = {0};
-    if (fl->has_qjob && rm->f != NULL && !rm->closing &&
+    if (fl->has_qjob && fleet_open(rm) &&
         tuned__fleet_queue_ack(rm->f, &fl->qjob, on_ack, fl, &e) == 0) {
         fl->busy++;
         return;
@@ -513,7 +519,7 @@ static void fl_release(flight *fl)
     tuned__remote *rm = fl->rm;
     fl->state = F_RELEASE;
     tuned__err e = {0};
-    if (fl->lease && rm->f != NULL && !rm->closing &&
+    if (fl->lease && fleet_open(rm) &&
         tuned__fleet_lease_release(rm->f, &fl->id, on_release, fl, &e) == 0) {
         fl->busy++;
         return;
@@ -574,7 +580,7 @@ static void on_publish(void *ctx, const tuned__fleet_reply *r)
         /* One is stored: ours replaces it only when faster beyond the noise. */
         tuned__fleet_id id;
         tuned__fleet_id_from_record(&fl->rec, &id);
-        if (rm->f != NULL && !rm->closing &&
+        if (fleet_open(rm) &&
             tuned__fleet_replace(rm->f, &id, &fl->rec, NOISE, on_replace, fl, &e) == 0) {
             fl->busy++;
             return;
@@ -601,7 +607,7 @@ static void fl_publish(flight *fl)
     tuned__fleet_id id;
     tuned__fleet_id_from_record(&fl->rec, &id);
     tuned__err e = {0};
-    if (rm->f == NULL || rm->closing) {
+    if (!fleet_open(rm)) {
         fl_release(fl);
         return;
     }
@@ -727,7 +733,7 @@ static void on_acquire(void *ctx, const tuned__fleet_reply *r)
         rm->c.leases++;
         fl->renew_at = now_ms(rm) + rm->lease_ms / 3;
         /* Published between our first look and the lease? */
-        if (!fl->retune && rm->f != NULL && !rm->closing &&
+        if (!fl->retune && fleet_open(rm) &&
             tuned__fleet_get(rm->f, &fl->id, on_check, fl, &e) == 0) {
             fl->state = F_CHECK;
             fl->busy++;
@@ -753,7 +759,7 @@ static void fl_acquire(flight *fl)
     tuned__remote *rm = fl->rm;
     fl->state = F_ACQUIRE;
     tuned__err e = {0};
-    if (rm->f == NULL || rm->closing) {
+    if (!fleet_open(rm)) {
         fl_tune(fl, "no fleet: tuning here");
         return;
     }
@@ -834,7 +840,7 @@ static void fl_follow(flight *fl, uint64_t now)
         return;
     }
     tuned__err e = {0};
-    if (fl->lease && !fl->renewing && now >= fl->renew_at && rm->f != NULL && !rm->closing &&
+    if (fl->lease && !fl->renewing && now >= fl->renew_at && fleet_open(rm) &&
         tuned__fleet_lease_renew(rm->f, &fl->id, rm->lease_ms, on_renew, fl, &e) == 0) {
         fl->renewing = true;
         fl->busy++;
@@ -988,7 +994,7 @@ static void on_out_publish(void *ctx, const tuned__fleet_reply *r)
 {
     tuned__remote *rm = ctx;
     tuned__err e = {0};
-    if (r->status == TUNED__FLEET_MISS && rm->f != NULL && !rm->closing) {
+    if (r->status == TUNED__FLEET_MISS && fleet_open(rm)) {
         tuned__fleet_id id;
         tuned__fleet_id_from_record(&rm->outbox[0], &id);
         if (tuned__fleet_replace(rm->f, &id, &rm->outbox[0], NOISE, on_out_replace, rm, &e) == 0)
