@@ -57,14 +57,16 @@ install_wheels() {
     local cu12=nvidia_cutlass_dsl_libs_cu12-4.8.1-cp312-cp312-manylinux_2_28_x86_64.whl
     if [[ ! -f "$wheels/$cu12" ]]; then
         # The parts in order (cu12.part.0, .1, ...), then the whole checked.
-        cat $(ls "$wheels"/cu12.part.* 2>/dev/null | sort -V) >"$wheels/$cu12.joined" 2>/dev/null
-        if (cd "$wheels" && [[ -f cu12.sha256 ]] &&
-            sed "s/ $cu12\$/ $cu12.joined/" cu12.sha256 | sha256sum -c --quiet 2>/dev/null); then
+        local parts=()
+        mapfile -t parts < <(ls "$wheels"/cu12.part.* 2>/dev/null | sort -V)
+        if ((${#parts[@]} > 0)) && cat "${parts[@]}" >"$wheels/$cu12.joined" &&
+            (cd "$wheels" && [[ -f cu12.sha256 ]] &&
+                sed "s/ $cu12\$/ $cu12.joined/" cu12.sha256 | sha256sum -c --quiet >/dev/null 2>&1); then
             mv "$wheels/$cu12.joined" "$wheels/$cu12"
         else
             rm -f "$wheels/$cu12.joined"
-            echo "anchors: QuACK's cu12 wheel is not complete in $wheels (parts: $(cd "$wheels" &&
-                ls cu12.part.* 2>/dev/null | tr '\n' ' ')); stage every .whlX/ folder first"
+            echo "anchors: QuACK's cu12 wheel is not complete in $wheels (parts: ${parts[*]##*/});" \
+                "stage every .whlX/ folder first"
             return 1
         fi
     fi
