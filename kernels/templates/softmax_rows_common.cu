@@ -78,11 +78,6 @@
  *                   only (no grid split, no T_EXP16), vectors of 4 bytes or
  *                   more, every stashed pass whole inside the row whatever
  *                   its head; absent means 0
- *  20. T_FMA_EXPS   of every 8 elements of a pass, how many take their exp
- *                   on the FMA pipe (a polynomial, exp2_fma) rather than
- *                   the MUFU unit's ex2, which computes 16 a clock an SM
- *                   and so bounds the exp stages of long rows; absent
- *                   means 0
  *
  * Semantics match torch.softmax on the last dimension: the maximum ignores
  * NaN (fmaxf), and then a NaN or +inf in a row, or a row of only -inf,
@@ -106,9 +101,6 @@
 #endif
 #ifndef T_STASH
 #define T_STASH 0
-#endif
-#ifndef T_FMA_EXPS
-#define T_FMA_EXPS 0
 #endif
 #if T_EXP16 && (T_LOG || T_BWD)
 #error "T_EXP16 keeps softmax's exps; log_softmax and the backward kernels have none to keep"
@@ -362,8 +354,8 @@ __device__ __forceinline__ void stash_pass(int it, u32 (&w)[NWORDS])
     stash_words(it, w);
 }
 
-/* use(it, w) for each stashed pass it in order, its words w read once;
- * nothing without a stash. */
+/* use(w) for each stashed pass in order, its words read once; nothing
+ * without a stash. */
 template <typename Use>
 __device__ __forceinline__ void each_stashed_pass(Use use)
 {
@@ -373,7 +365,7 @@ __device__ __forceinline__ void each_stashed_pass(Use use)
             continue;
         u32 w[NWORDS];
         stash_pass(it, w);
-        use(it, w);
+        use(w);
     }
 }
 
@@ -798,7 +790,7 @@ __device__ __forceinline__ float thread_max(const Held &h)
             pairs = max_pairs(pairs, h.w[it][k]);
     if (T_STASH)
         stash_wait();
-    each_stashed_pass([&](int, const u32 (&w)[NWORDS]) {
+    each_stashed_pass([&](const u32 (&w)[NWORDS]) {
 #pragma unroll
         for (int k = 0; k < NWORDS; k++)
             pairs = max_pairs(pairs, w[k]);
@@ -813,7 +805,7 @@ __device__ __forceinline__ float thread_max(const Held &h)
             max = fmaxf(max, held_value(h, it, k));
     if (T_STASH)
         stash_wait();
-    each_stashed_pass([&](int, const u32 (&w)[NWORDS]) {
+    each_stashed_pass([&](const u32 (&w)[NWORDS]) {
 #pragma unroll
         for (int k = 0; k < T_VEC; k++)
             max = fmaxf(max, word_float(w, k));
@@ -832,44 +824,6 @@ __device__ __forceinline__ float reduce_max(float max, float *partial_max, Mailb
 #else
     return row_reduce(max, partial_max, box_max, true, MaxOp());
 #endif
-}
-
-/* ---- exps on the FMA pipe ---- */
-
-/* 2^t for t <= 0 without the MUFU unit: t = j + f with j an integer and
- * f in [-1/2, 1/2], 2^f by a minimax polynomial (relative error 7.5e-5 at
- * degree 3, under half an ulp of fp16 and bf16; 2.7e-6 at degree 4 for
- * fp32, against a tolerance of 2e-5), 2^j built in the exponent bits.
- * Adding 1.5 * 2^23 rounds t to j in the low bits of y, so y's bits times
- * 2^23 are j's exponent field (the magic's own bits shift out). t is
- * clamped to -127, where 2^j is +0 and the result exactly 0 as ex2.ftz's
- * (an x of -inf gives 0); max.NaN keeps a NaN a NaN. */
-__device__ __forceinline__ float exp2_fma(float t)
-{
-    float c;
-    asm("max.NaN.f32 %0, %1, %2;" : "=f"(c) : "f"(t), "f"(-127.0f));
-    const float magic = 12582912.0f;
-    const float y = c + magic;
-    const float f = c - (y - magic);
-#if T_DTYPE == 2
-    float p = fmaf(fmaf(fmaf(fmaf(0.00957010221f, f, 0.0559178628f), f, 0.240247443f), f,
-                        0.693121791f),
-                   f, 0.999999285f);
-#else
-    float p = fmaf(fmaf(fmaf(0.0551716685f, f, 0.242611125f), f, 0.693260968f), f,
-                   0.999928057f);
-#endif
-    return p * __uint_as_float(__float_as_uint(y) * 8388608u + 0x3F800000u);
-}
-
-/* Whether element e of a thread's pass takes its exp on the FMA pipe:
- * T_FMA_EXPS of every 8 (known when the loops unroll). */
-#define FMA_EXP(e) ((e) % 8 < T_FMA_EXPS)
-
-/* exp_shifted for element e of a pass: on the FMA pipe or the MUFU unit. */
-__device__ __forceinline__ float exp_shifted_at(int e, float x, float max, float ks)
-{
-    return FMA_EXP(e) ? exp2_fma((x - max) * ks) : exp_shifted(x, max, ks);
 }
 
 /* exp-and-sum: the sum of exp(s (x - shift)) over the thread's elements,
@@ -892,9 +846,8 @@ __device__ __forceinline__ float exp_and_sum(Held &h, float max, float ks)
     for (int it = 0; it < T_ITERS; it++)
 #pragma unroll
         for (int j = 0; j < NWORDS; j++) {
-            const int e = it * T_VEC + 2 * j;
-            const float lo = exp_shifted_at(e, word_float(h.w[it], 2 * j), shift, ks);
-            const float hi = exp_shifted_at(e + 1, word_float(h.w[it], 2 * j + 1), shift, ks);
+            const float lo = exp_shifted(word_float(h.w[it], 2 * j), shift, ks);
+            const float hi = exp_shifted(word_float(h.w[it], 2 * j + 1), shift, ks);
             sum += lo;
             sum += hi;
             h.w[it][j] = pack_pair(lo, hi);
@@ -904,7 +857,7 @@ __device__ __forceinline__ float exp_and_sum(Held &h, float max, float ks)
     for (int it = 0; it < T_ITERS; it++)
 #pragma unroll
         for (int k = 0; k < T_VEC && !STASHED(it); k++) {
-            h.v[it][k] = exp_shifted_at(it * T_VEC + k, h.v[it][k], shift, ks);
+            h.v[it][k] = exp_shifted(h.v[it][k], shift, ks);
             sum += h.v[it][k];
         }
 #else
@@ -912,14 +865,14 @@ __device__ __forceinline__ float exp_and_sum(Held &h, float max, float ks)
     for (int it = 0; it < T_ITERS; it++)
 #pragma unroll
         for (int k = 0; k < T_VEC && !STASHED(it); k++)
-            sum += exp_shifted_at(it * T_VEC + k, held_value(h, it, k), shift, ks);
+            sum += exp_shifted(held_value(h, it, k), shift, ks);
 #endif
     /* The stashed passes' exps are summed, not kept: the store computes
      * them again. */
-    each_stashed_pass([&](int it, const u32 (&w)[NWORDS]) {
+    each_stashed_pass([&](const u32 (&w)[NWORDS]) {
 #pragma unroll
         for (int k = 0; k < T_VEC; k++)
-            sum += exp_shifted_at(it * T_VEC + k, word_float(w, k), shift, ks);
+            sum += exp_shifted(word_float(w, k), shift, ks);
     });
     return sum;
 }
@@ -972,7 +925,7 @@ __device__ __forceinline__ float normalized(const Held &h, int it, int k, float 
     (void)row_max, (void)ks;
     return word_float(h.w[it], k) * scale;
 #else
-    return exp_shifted_at(it * T_VEC + k, held_value(h, it, k), row_max, ks) * scale;
+    return exp_shifted(held_value(h, it, k), row_max, ks) * scale;
 #endif
 }
 
@@ -1023,12 +976,12 @@ __device__ __forceinline__ void vector_words(u32 (&out)[NWORDS], Value value)
 #endif
 }
 
-/* Forward output of x, element e of a stashed pass: softmax's exp
- * computed again, or log_softmax's. */
-__device__ __forceinline__ float stashed_value(int e, float x, const RowOut &o)
+/* Forward output of x, an input element of a stashed pass: softmax's
+ * exp computed again, or log_softmax's. */
+__device__ __forceinline__ float stashed_value(float x, const RowOut &o)
 {
     return T_LOG ? (x - o.row_max) * o.scale - o.log_sum
-                 : exp_shifted_at(e, x, o.row_max, o.ks) * o.inv_sum;
+                 : exp_shifted(x, o.row_max, o.ks) * o.inv_sum;
 }
 
 /* Forward output element k of vector it, from Held: softmax's
@@ -1050,7 +1003,7 @@ __device__ __forceinline__ void forward_words(const Held &h, int it, const RowOu
     if (STASHED(it)) {
         u32 w[NWORDS];
         stash_pass(it, w);
-        vector_words(out, [&](int k) { return stashed_value(it * T_VEC + k, word_float(w, k), o); });
+        vector_words(out, [&](int k) { return stashed_value(word_float(w, k), o); });
     } else {
         vector_words(out, [&](int k) { return forward_value(h, it, k, o); });
     }

@@ -5,8 +5,7 @@
  * "w8.r1.c1.m1.v8.ld=cs.st=cs.reg=f32" (family rows; ".red=fused" follows
  * for the one-round reduction, absent for the default two rounds, then
  * ".g128" for a row split over 128 blocks of the grid or ".stash8" for a
- * thread's passes 1..8 kept in shared memory, then ".fma2" for 2 of every
- * 8 exps on the FMA pipe) or "tma.w16.c2.s3.st=cs"
+ * thread's passes 1..8 kept in shared memory) or "tma.w16.c2.s3.st=cs"
  * (family tma, whose unused fields are fixed: rows 1, minb 1, 16-byte
  * vectors, ld def, reg f32). Parsing that text back gives the same
  * config. What a config may be for a shape and a GPU is decided in one
@@ -86,9 +85,6 @@ typedef struct tuned__config {
     uint8_t stash;  /* rows family: a thread's passes 1 .. stash kept in the block's shared
                        memory (loaded by cp.async, their exps computed again at the store), not
                        in registers: forward kernels, no grid split, no reg=ex; 0: none. tma: 0 */
-    uint8_t fma_exps; /* rows family, forward kernels: of every 8 elements of a pass, how many
-                         take their exp on the FMA pipe (a polynomial) rather than the MUFU
-                         unit, 1..8; 0: none. tma: 0 */
 } tuned__config;
 
 /* Most bytes of a block's stash (static shared memory stops at 48 KiB,
@@ -96,8 +92,6 @@ typedef struct tuned__config {
 #define TUNED__STASH_MAX_BYTES 40960u
 /* Most stashed passes a config's text may name (the field is a byte). */
 #define TUNED__MAX_STASH 255
-/* The exps of a pass go to the FMA pipe in eighths. */
-#define TUNED__FMA_EXPS_EIGHTHS 8
 
 /* Most blocks of a row split over the grid. */
 #define TUNED__GRID_MAX 256
