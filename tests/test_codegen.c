@@ -306,6 +306,29 @@ int main(void)
             compiled++;
             splits++;
         }
+    /* Rows held by replicas (the launch's blocks times replicas, each
+     * storing its passes), softmax and log_softmax, a row of a whole
+     * number of passes and a ragged one, in every dtype. */
+    static const char *const replica_configs[] = {
+        "w8.r1.c16.m4.v8.ld=def.st=def.reg=pk.red=fused.rep4",
+        "w4.r1.c8.m1.v4.ld=cs.st=cs.reg=f32.red=fused.rep2",
+    };
+    for (int dt = TUNED_FP16; dt <= TUNED_FP32; dt++)
+        for (size_t i = 0; i < sizeof replica_configs / sizeof replica_configs[0]; i++) {
+            tuned__config c;
+            tuned__shape s = {(tuned_dtype)dt, 1, i == 1 ? 200003 : 262144,
+                              (uint8_t)(i == 1 ? TUNED__KERNEL_LOG_SOFTMAX : TUNED__KERNEL_SOFTMAX)};
+            EXPECT(tuned__config_parse(replica_configs[i], &c, &e) == 0, "%s", e.msg);
+            if (c.reg != TUNED__REG_F32 && dt == TUNED_FP32)
+                c.reg = TUNED__REG_F32, c.vec = 4, c.minb = 1;
+            char *src = NULL;
+            EXPECT(tuned__source_softmax(&c, &s, NULL, &src, &e) == 0 && src != NULL &&
+                       strstr(src, i == 1 ? "#define T_REPLICAS 2\n" : "#define T_REPLICAS 4\n"),
+                   "%s: no replicas in the source: %s", replica_configs[i], e.msg);
+            free(src);
+            check_variant(n, &c, &s);
+            compiled++, clusters++;
+        }
     /* log_softmax's grid splits and staged rows, in every dtype. */
     for (int dt = TUNED_FP16; dt <= TUNED_FP32; dt++) {
         tuned__config c;

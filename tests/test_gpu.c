@@ -147,6 +147,20 @@ static bool stashed(const tuned__config *c)
     return c->stash > 0;
 }
 
+static bool replicated(const tuned__config *c)
+{
+    return c->replicas > 1;
+}
+
+/* Rows held by replicas (each cluster loads and reduces the whole row and
+ * stores its passes): one long row, two ragged ones. */
+static size_t replicas_are_correct(gpu_env *g, unsigned kernel)
+{
+    static const uint64_t shapes[][2] = {{1, 262144}, {2, 100003}, {1, 128256}};
+    return sample_is_correct(g, kernel, shapes, sizeof shapes / sizeof shapes[0], replicated,
+                             "replicas");
+}
+
 /* Rows split over the grid (cooperative launches through the workspace):
  * few long rows, a ragged tail, many rows at two blocks a SM. */
 static size_t grid_splits_are_correct(gpu_env *g, unsigned kernel)
@@ -229,6 +243,8 @@ int main(void)
     variants += grid_splits_are_correct(&g, TUNED__KERNEL_LOG_SOFTMAX);
     variants += stashes_are_correct(&g, TUNED__KERNEL_SOFTMAX);
     variants += stashes_are_correct(&g, TUNED__KERNEL_LOG_SOFTMAX);
+    variants += replicas_are_correct(&g, TUNED__KERNEL_SOFTMAX);
+    variants += replicas_are_correct(&g, TUNED__KERNEL_LOG_SOFTMAX);
     planted_bugs_are_caught(&g);
     tuned__nvrtc_unload(g.n);
     tuned__driver_unload(g.d);

@@ -183,6 +183,108 @@ static void stash(void)
     tuned__space_free(&sp);
 }
 
+/* Replicas: their text, their rules (a row cut over a cluster, no grid
+ * split, forward kernels, 2, 4 or 8), the launch's blocks, and the
+ * space's policy: few rows whose replicas fit half the SMs, 2 or 4 of
+ * them, each with a pass to store, reached by a move. */
+static void replicas(void)
+{
+    tuned__err e = {0};
+    tuned__config c;
+    char text[TUNED__CONFIG_TEXT], why[200];
+    const char *good = "w8.r1.c16.m4.v8.ld=def.st=def.reg=ex.red=fused.rep4";
+    EXPECT(tuned__config_parse(good, &c, &e) == 0 && c.replicas == 4 && c.stash == 0 &&
+               c.grid == 0,
+           "%s", e.msg);
+    tuned__config_format(&c, text, sizeof text);
+    EXPECT(strcmp(text, good) == 0, "formatted %s", text);
+    EXPECT(tuned__config_blocks_per_row(&c) == 16 && tuned__config_launch_blocks_per_row(&c) == 64,
+           "a row of 4 replicas of 16 blocks launches %u blocks, shares %u",
+           tuned__config_launch_blocks_per_row(&c), tuned__config_blocks_per_row(&c));
+    tuned__shape one_row = {TUNED_FP16, 1, 262144, TUNED__KERNEL_SOFTMAX};
+    EXPECT(tuned__config_check(&c, &one_row, 90, 132, why, sizeof why), "%s: %s", good, why);
+    const char *stashed = "w8.r1.c16.m4.v2.ld=def.st=def.reg=f32.red=fused.stash16.rep2";
+    EXPECT(tuned__config_parse(stashed, &c, &e) == 0 && c.stash == 16 && c.replicas == 2, "%s",
+           e.msg);
+    tuned__config_format(&c, text, sizeof text);
+    EXPECT(strcmp(text, stashed) == 0, "formatted %s", text);
+    static const struct {
+        const char *config;
+        tuned__shape shape;
+        const char *why;
+    } refused[] = {
+        {"w8.r1.c16.m1.v8.ld=def.st=def.reg=f32.rep2",
+         {TUNED_FP16, 1, 262144, TUNED__KERNEL_SOFTMAX_BWD}, "forward kernels only"},
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        EXPECT(tuned__config_parse(refused[i].config, &c, &e) == 0, "%s", e.msg);
+        EXPECT(!tuned__config_check(&c, &refused[i].shape, 90, 132, why, sizeof why) &&
+                   strstr(why, refused[i].why) != NULL,
+               "%s accepted, or refused for another reason: %s", refused[i].config, why);
+    }
+    static const char *const bad[] = {
+        "w8.r1.c1.m1.v8.ld=def.st=def.reg=f32.red=fused.rep2",
+        "w8.r1.c1.m1.v8.ld=def.st=def.reg=f32.red=fused.g64.rep2",
+        "w8.r1.c16.m1.v8.ld=def.st=def.reg=f32.red=fused.rep1",
+        "w8.r1.c16.m1.v8.ld=def.st=def.reg=f32.red=fused.rep3",
+        "w8.r1.c16.m1.v8.ld=def.st=def.reg=f32.red=fused.rep16",
+        "w8.r1.c16.m1.v8.ld=def.st=def.reg=f32.red=fused.rep",
+        "w8.r1.c16.m1.v8.ld=def.st=def.reg=f32.red=fused.rep2.stash2",
+        "w8.r1.c16.m1.v8.ld=def.st=def.reg=f32.red=fused.rep2.rep2",
+    };
+    expect_unparsed(bad, sizeof bad / sizeof bad[0]);
+    /* The space of one long row holds the replicas of 2 and 4, moves to
+     * them and seeds them; with 8 rows (128 blocks and more) it holds
+     * none, nor does a GPU of unknown SMs. */
+    tuned__space sp;
+    EXPECT(tuned__space_init(&sp, &one_row, 90, 132, &e) == 0, "%s", e.msg);
+    EXPECT(tuned__config_parse(good, &c, &e) == 0, "%s", e.msg);
+    size_t held[9] = {0};
+    bool found = false;
+    for (size_t i = 0; i < sp.count; i++) {
+        found |= tuned__config_equal(&sp.valid[i], &c);
+        held[sp.valid[i].replicas]++;
+    }
+    EXPECT(found && held[2] > 0 && held[4] > 0 && held[8] == 0,
+           "%s not in the space, or replicas of 2/4/8: %zu/%zu/%zu", good, held[2], held[4],
+           held[8]);
+    c.replicas = 8;
+    EXPECT(tuned__config_check(&c, &one_row, 90, 132, why, sizeof why), "%s", why);
+    EXPECT(!tuned__space_valid(&sp, &c, why, sizeof why) && strstr(why, "SMs"),
+           "8 replicas of 16 blocks searched: %s", why);
+    tuned__config small;
+    EXPECT(tuned__config_parse("w16.r1.c8.m1.v8.ld=def.st=def.reg=f32.red=fused.rep8", &small,
+                               &e) == 0,
+           "%s", e.msg);
+    EXPECT(tuned__config_check(&small, &one_row, 90, 132, why, sizeof why), "%s", why);
+    EXPECT(!tuned__space_valid(&sp, &small, why, sizeof why) && strstr(why, "2 or 4"),
+           "8 replicas of 8 blocks searched: %s", why);
+    c.replicas = 0;
+    tuned__config nb[64];
+    size_t n = tuned__space_neighbors(&sp, &c, nb, 64);
+    bool to_two = false;
+    for (size_t i = 0; i < n; i++)
+        to_two |= nb[i].replicas == 2 && nb[i].warps == c.warps && nb[i].vec == c.vec;
+    EXPECT(to_two, "no move from one cluster a row to 2 replicas");
+    tuned__config seeds[64];
+    size_t ns = tuned__space_seeds(&sp, seeds, 64);
+    bool seeded = false;
+    for (size_t i = 0; i < ns; i++)
+        seeded |= seeds[i].replicas == 4;
+    EXPECT(seeded, "no seed with 4 replicas at 1x262144");
+    tuned__space_free(&sp);
+    tuned__shape rows8 = {TUNED_FP16, 8, 262144, TUNED__KERNEL_SOFTMAX};
+    EXPECT(tuned__space_init(&sp, &rows8, 90, 132, &e) == 0, "%s", e.msg);
+    for (size_t i = 0; i < sp.count; i++)
+        EXPECT(sp.valid[i].replicas == 0 || sp.valid[i].cluster * sp.valid[i].replicas * 8 <= 66,
+               "replicas over half the SMs at 8x262144");
+    tuned__space_free(&sp);
+    EXPECT(tuned__space_init(&sp, &one_row, 90, 0, &e) == 0, "%s", e.msg);
+    for (size_t i = 0; i < sp.count; i++)
+        EXPECT(sp.valid[i].replicas == 0, "replicas without the GPU's SM count");
+    tuned__space_free(&sp);
+}
+
 static void constraints(void)
 {
     tuned__err e = {0};
@@ -311,6 +413,7 @@ static void moves(void)
                           (nb[k].minb != x.minb) + (nb[k].stages != x.stages);
             /* a stash moves alone, or follows another move (half the passes) */
             changed += changed == 0 && nb[k].stash != x.stash;
+            changed += nb[k].replicas != x.replicas;
             EXPECT(changed == 1, "neighbour changes %d parameters", changed);
         }
     }
@@ -500,9 +603,9 @@ static void one_rule(void)
  * enumeration never makes must stay what they were. Each is hashed for a
  * few shapes; the numbers were recorded from the code before validity
  * moved into tuned__config_check. A change that means to alter the space
- * records new ones (the failure prints them) and says why: the stash
- * (half a clustered row's passes in shared memory, where the registers
- * cannot hold them) grew the clustered long-row shapes' spaces. */
+ * records new ones (the failure prints them) and says why: replicas
+ * (clusters that each hold a few rows whole, storing a share) grew the
+ * spaces of few long rows (1x262144, 16x65536). */
 
 typedef struct space_print {
     size_t count;
@@ -600,8 +703,8 @@ static void fingerprints(void)
          {2880, 0xbe8e470c575f0c83ull, 0x1ff9f892fb240a31ull,
           0x232f9c91b9429549ull, 0x7708796702a32930ull}},
         {{TUNED_BF16, 1, 262144, TUNED__KERNEL_SOFTMAX}, 90, 132,
-         {6762, 0xe0138430b0fd673aull, 0x2bce1fef7e11be6dull,
-          0x69aa461d6e296984ull, 0xdb61b2c6141da0d1ull}},
+         {10614, 0x52b96ef10ee69440ull, 0xf6ee5cac380ab86dull,
+          0x41f800fd8d20159cull, 0xdb61b2c6141da0d1ull}},
         {{TUNED_FP16, 64, 1000, TUNED__KERNEL_SOFTMAX}, 75, 40,
          {9108, 0x58023b458a4c14dfull, 0xc26e8c062970886cull,
           0x85889f474c2fc0e0ull, 0x949ac71813464514ull}},
@@ -627,8 +730,8 @@ static void fingerprints(void)
          {720, 0xfaa14005495c4db1ull, 0xcbf29ce484222325ull,
           0x4c1fef7a21eb98d5ull, 0x21be068c16ccc888ull}},
         {{TUNED_FP32, 16, 65536, TUNED__KERNEL_SOFTMAX}, 90, 132,
-         {2334, 0x793b25dd53dc8d4eull, 0x7e8def88ee25cba9ull,
-          0x81743b2dd929ae38ull, 0xec7a520aa08e16e0ull}},
+         {2430, 0x080147c9a3e7977eull, 0x7e8def88ee25cba9ull,
+          0x2455debe0a0a48f0ull, 0xec7a520aa08e16e0ull}},
         /* the other kernels' spaces */
         {{TUNED_FP16, 4096, 32000, TUNED__KERNEL_SOFTMAX_BWD}, 90, 132,
          {1878, 0x4b58f8de41e10464ull, 0x2d089b615299facfull,
@@ -777,6 +880,7 @@ int main(void)
     one_rule();
     text_round_trip();
     stash();
+    replicas();
     constraints();
     moves();
     grid_split();

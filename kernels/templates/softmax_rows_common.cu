@@ -78,6 +78,12 @@
  *                   only (no grid split, no T_EXP16), vectors of 4 bytes or
  *                   more, every stashed pass whole inside the row whatever
  *                   its head; absent means 0
+ *  20. T_REPLICAS   clusters that each hold the whole row (T_CLUSTER > 1,
+ *                   forward kernels): every one loads it and reduces it in
+ *                   full, and replica r stores the passes it with
+ *                   it % T_REPLICAS == r, so that a few rows' stores leave
+ *                   T_REPLICAS times the SMs (the loads after the first
+ *                   replica's come from L2); absent means 1
  *
  * Semantics match torch.softmax on the last dimension: the maximum ignores
  * NaN (fmaxf), and then a NaN or +inf in a row, or a row of only -inf,
@@ -101,6 +107,12 @@
 #endif
 #ifndef T_STASH
 #define T_STASH 0
+#endif
+#ifndef T_REPLICAS
+#define T_REPLICAS 1
+#endif
+#if T_REPLICAS > 1 && (T_CLUSTER < 2 || T_GRID > 1 || T_BWD)
+#error "T_REPLICAS: forward rows cut over a cluster, no grid split"
 #endif
 #if T_EXP16 && (T_LOG || T_BWD)
 #error "T_EXP16 keeps softmax's exps; log_softmax and the backward kernels have none to keep"
@@ -1011,13 +1023,16 @@ __device__ __forceinline__ void forward_words(const Held &h, int it, const RowOu
 
 /* store: the row's output, vector it's words as words(it, out) fills them,
  * a vector at a time where it lies whole inside the row and y lines up,
- * else element by element. */
+ * else element by element; with T_REPLICAS, this replica's passes only. */
 template <typename Words>
 __device__ __forceinline__ void store_row(const RowPtrs &p, int lane, int cols, bool active,
                                           Words words)
 {
+    const int replica = T_REPLICAS > 1 ? (int)(blockIdx.x / T_CLUSTER % T_REPLICAS) : 0;
 #pragma unroll
     for (int it = 0; it < T_ITERS && active; it++) {
+        if (T_REPLICAS > 1 && it % T_REPLICAS != replica)
+            continue;
         const int first = (it * ROW_THREADS + lane) * T_VEC - p.head;
         u32 out[NWORDS] = {};
         words(it, out);
@@ -1061,9 +1076,10 @@ __device__ __forceinline__ RowSlot row_slot()
     s.row = blockIdx.x / T_GRID;
 #elif T_CLUSTER > 1
     /* The row's threads are the TPR threads of each of the cluster's
-     * blocks, numbered block by block. */
+     * blocks, numbered block by block; T_REPLICAS clusters in a row hold
+     * the same row. */
     s.lane = (int)cluster_rank() * TPR + (int)threadIdx.x % TPR;
-    s.row = (long long)(blockIdx.x / T_CLUSTER) * T_ROWS + threadIdx.x / TPR;
+    s.row = (long long)(blockIdx.x / (T_CLUSTER * T_REPLICAS)) * T_ROWS + threadIdx.x / TPR;
 #elif T_ROWS == 1
     /* Said outright: the compiler cannot tell that threadIdx.x < TPR, and
      * the row then sits in a uniform register before the first load. */

@@ -65,11 +65,13 @@ void tuned__config_format(const tuned__config *c, char *buf, size_t n)
     }
     /* The two-round reduction predates the field: leaving it out keeps
      * the text of every stored record and recorded landscape. */
-    char last[16] = ""; /* the grid split, or the stash */
+    char last[24] = ""; /* the grid split, or the stash; then the replicas */
     if (c->grid > 1)
         snprintf(last, sizeof last, ".g%u", c->grid);
     else if (c->stash > 0)
         snprintf(last, sizeof last, ".stash%u", c->stash);
+    if (c->replicas > 1)
+        snprintf(last + strlen(last), sizeof last - strlen(last), ".rep%u", c->replicas);
     snprintf(buf, n, "w%u.r%u.c%u.m%u.v%u.ld=%s.st=%s.reg=%s%s%s%s", c->warps, c->rows,
              c->cluster, c->minb, c->vec, tuned__ld_name(c->ld), tuned__st_name(c->st),
              tuned__reg_name(c->reg), c->red != TUNED__RED_SPLIT ? ".red=" : "",
@@ -187,18 +189,19 @@ int tuned__config_parse(const char *text, tuned__config *out, tuned__err *e)
     strcpy(copy, text);
     if (strncmp(copy, "tma.", 4) == 0)
         return parse_tma(text, copy + 4, out, e);
-    char *fields[10];
+    char *fields[11];
     size_t nf;
-    int rc = split_fields(text, copy, fields, 10, &nf, e);
+    int rc = split_fields(text, copy, fields, 11, &nf, e);
     if (rc != 0)
         return rc;
     if (nf < 8)
         return tuned__errf(e, TUNED_EINVAL,
                            "config '%s': expected 8 fields like w8.r1.c1.m1.v8.ld=cs.st=cs.reg=f32 "
-                           "(and optionally .red=fused, then .g<blocks> or .stash<passes>)",
+                           "(and optionally .red=fused, then .g<blocks> or .stash<passes>, "
+                           "then .rep<clusters>)",
                            text);
     tuned__config c = {.family = TUNED__FAMILY_ROWS};
-    unsigned warps, rows, cluster, minb, vec, grid = 0, stash = 0;
+    unsigned warps, rows, cluster, minb, vec, grid = 0, stash = 0, replicas = 0;
     if ((rc = parse_num_field(fields[0], "w", 32, &warps, text, e)) != 0 ||
         (rc = parse_num_field(fields[1], "r", 1024, &rows, text, e)) != 0 ||
         (rc = parse_num_field(fields[2], "c", 16, &cluster, text, e)) != 0 ||
@@ -209,7 +212,7 @@ int tuned__config_parse(const char *text, tuned__config *out, tuned__err *e)
         (rc = parse_named_field(fields[7], "reg=", reg_names, TUNED__REG_COUNT, &c.reg, text, e)) != 0)
         return rc;
     /* Then .red=..., which the two-round reduction leaves out, then .gN
-     * or .stashN. */
+     * or .stashN, then .repN. */
     size_t next = 8;
     if (next < nf && strncmp(fields[next], "red=", 4) == 0 &&
         (rc = parse_named_field(fields[next++], "red=", red_names, TUNED__RED_COUNT, &c.red, text,
@@ -219,13 +222,17 @@ int tuned__config_parse(const char *text, tuned__config *out, tuned__err *e)
         if ((rc = parse_number(fields[next++], "stash", TUNED__MAX_STASH, true, &stash, text, e)) !=
             0)
             return rc;
-    } else if (next < nf &&
+    } else if (next < nf && strncmp(fields[next], "rep", 3) != 0 &&
                (rc = parse_num_field(fields[next++], "g", TUNED__GRID_MAX, &grid, text, e)) != 0) {
         return rc;
     }
+    if (next < nf && strncmp(fields[next], "rep", 3) == 0 &&
+        (rc = parse_num_field(fields[next++], "rep", TUNED__MAX_REPLICAS, &replicas, text, e)) != 0)
+        return rc;
     if (next < nf)
         return tuned__errf(e, TUNED_EINVAL, "config '%s': unexpected '%s' after the %s", text,
-                           fields[next], stash > 0 ? "stash" : "grid split");
+                           fields[next],
+                           replicas > 0 ? "replicas" : stash > 0 ? "stash" : "grid split");
     c.warps = (uint8_t)warps;
     c.rows = (uint16_t)rows;
     c.cluster = (uint8_t)cluster;
@@ -233,6 +240,7 @@ int tuned__config_parse(const char *text, tuned__config *out, tuned__err *e)
     c.vec = (uint8_t)vec;
     c.grid = (uint16_t)grid;
     c.stash = (uint8_t)stash;
+    c.replicas = (uint8_t)replicas;
     return parsed(text, &c, out, e);
 }
 
@@ -241,7 +249,7 @@ bool tuned__config_equal(const tuned__config *a, const tuned__config *b)
     return a->family == b->family && a->warps == b->warps && a->rows == b->rows &&
            a->cluster == b->cluster && a->minb == b->minb && a->vec == b->vec && a->ld == b->ld && a->st == b->st &&
            a->reg == b->reg && a->red == b->red && a->stages == b->stages && a->grid == b->grid &&
-           a->stash == b->stash;
+           a->stash == b->stash && a->replicas == b->replicas;
 }
 
 /* Elements one pass of all of a row's threads covers. */
@@ -302,9 +310,9 @@ bool tuned__config_refuse(char *why, size_t n, const char *fmt, ...)
 static bool tma_check(const tuned__config *c, const tuned__shape *s, int arch, char *why, size_t n)
 {
     if (c->rows != 1 || c->minb != 1 || c->vec != 0 || c->ld != 0 || c->reg != 0 || c->red != 0 ||
-        c->grid != 0 || c->stash != 0)
+        c->grid != 0 || c->stash != 0 || c->replicas != 0)
         return tuned__config_refuse(
-            why, n, "tma variants fix rows, minb, vec, ld, reg, red, grid and stash");
+            why, n, "tma variants fix rows, minb, vec, ld, reg, red, grid, stash and replicas");
     if (!pow2_in(c->warps, 1, 32) || !pow2_in(c->cluster, 1, 16) || c->stages < 1 ||
         c->stages > 4 || c->st >= TUNED__ST_COUNT)
         return tuned__config_refuse(why, n,
@@ -355,6 +363,10 @@ static bool rows_check_fields(const tuned__config *c, int arch, char *why, size_
         return tuned__config_refuse(why, n, "stashed passes keep their inputs: no reg=ex");
     if (c->stash > 0 && arch > 0 && arch < 80)
         return tuned__config_refuse(why, n, "a stash is loaded by cp.async, from sm_80");
+    if (c->replicas != 0 && !pow2_in(c->replicas, 2, TUNED__MAX_REPLICAS))
+        return tuned__config_refuse(why, n, "replicas are 2, 4 or 8 clusters");
+    if (c->replicas > 1 && (c->cluster < 2 || c->grid > 1))
+        return tuned__config_refuse(why, n, "replicas hold a row cut over a cluster, no grid split");
     if (c->ld >= TUNED__LD_COUNT || c->st >= TUNED__ST_COUNT || c->reg >= TUNED__REG_COUNT ||
         c->red >= TUNED__RED_COUNT)
         return tuned__config_refuse(why, n, "unknown cache hint, register mode or reduction");
@@ -373,6 +385,8 @@ static bool rows_check_kernel(const tuned__config *c, unsigned kernel, char *why
                                     name);
     if (tuned__kernel_backward(kernel) && c->red != TUNED__RED_SPLIT)
         return tuned__config_refuse(why, n, "%s reduces one sum: no red=fused", name);
+    if (tuned__kernel_backward(kernel) && c->replicas > 1)
+        return tuned__config_refuse(why, n, "%s has no replicas (forward kernels only)", name);
     if (!tuned__kernel_backward(kernel) && c->grid > 1 && c->red != TUNED__RED_FUSED)
         return tuned__config_refuse(why, n, "a row split over the grid reduces one-round pairs");
     return true;
@@ -436,7 +450,7 @@ static bool rows_check_shape(const tuned__config *c, const tuned__shape *s, int 
                                         "%llu blocks of a grid split do not fit %d SMs at %u a SM",
                                         (unsigned long long)blocks, sms, c->minb);
     }
-    uint64_t blocks = (s->rows + c->rows - 1) / c->rows * tuned__config_blocks_per_row(c);
+    uint64_t blocks = (s->rows + c->rows - 1) / c->rows * tuned__config_launch_blocks_per_row(c);
     if (blocks > 2147483647ull)
         return tuned__config_refuse(why, n, "%llu blocks exceed a grid",
                                     (unsigned long long)blocks);

@@ -5,7 +5,8 @@
  * "w8.r1.c1.m1.v8.ld=cs.st=cs.reg=f32" (family rows; ".red=fused" follows
  * for the one-round reduction, absent for the default two rounds, then
  * ".g128" for a row split over 128 blocks of the grid or ".stash8" for a
- * thread's passes 1..8 kept in shared memory) or "tma.w16.c2.s3.st=cs"
+ * thread's passes 1..8 kept in shared memory, then ".rep4" for a row held
+ * by 4 clusters that each store a quarter) or "tma.w16.c2.s3.st=cs"
  * (family tma, whose unused fields are fixed: rows 1, minb 1, 16-byte
  * vectors, ld def, reg f32). Parsing that text back gives the same
  * config. What a config may be for a shape and a GPU is decided in one
@@ -85,6 +86,10 @@ typedef struct tuned__config {
     uint8_t stash;  /* rows family: a thread's passes 1 .. stash kept in the block's shared
                        memory (loaded by cp.async, their exps computed again at the store), not
                        in registers: forward kernels, no grid split, no reg=ex; 0: none. tma: 0 */
+    uint8_t replicas; /* rows family, forward kernels, rows cut over a cluster: clusters that
+                         each load and reduce the whole row, replica r storing the passes it
+                         with it % replicas == r (a few rows' stores spread over more SMs):
+                         2, 4, 8; 0: one cluster a row. tma: 0 */
 } tuned__config;
 
 /* Most bytes of a block's stash (static shared memory stops at 48 KiB,
@@ -92,6 +97,8 @@ typedef struct tuned__config {
 #define TUNED__STASH_MAX_BYTES 40960u
 /* Most stashed passes a config's text may name (the field is a byte). */
 #define TUNED__MAX_STASH 255
+/* Most clusters holding one row. */
+#define TUNED__MAX_REPLICAS 8
 
 /* Most blocks of a row split over the grid. */
 #define TUNED__GRID_MAX 256
@@ -113,6 +120,13 @@ static inline size_t tuned__grid_work_bytes(uint64_t blocks)
 static inline unsigned tuned__config_blocks_per_row(const tuned__config *c)
 {
     return (unsigned)c->cluster * (c->grid > 1 ? c->grid : 1u);
+}
+
+/* Blocks the launch gives each row: those that share it, times the
+ * clusters that hold it (replicas). */
+static inline unsigned tuned__config_launch_blocks_per_row(const tuned__config *c)
+{
+    return tuned__config_blocks_per_row(c) * (c->replicas > 1 ? c->replicas : 1u);
 }
 
 /* The kernels tuned generates and tunes, each over the last dimension of

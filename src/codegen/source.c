@@ -167,12 +167,15 @@ int tuned__source_softmax(const tuned__config *c, const tuned__shape *s,
     if (rc != 0)
         return rc;
     bool split = c->grid > 1;
-    char extra_defines[64] = ""; /* a grid split's, or a stash's */
+    char extra_defines[96] = ""; /* a grid split's or a stash's, and the replicas' */
     if (split)
         snprintf(extra_defines, sizeof extra_defines,
                  "#define T_GRID %u\n#define T_GRID_SLOTS %d\n", c->grid, TUNED__GRID_SLOTS);
     else if (c->stash > 0)
         snprintf(extra_defines, sizeof extra_defines, "#define T_STASH %u\n", c->stash);
+    if (c->replicas > 1)
+        snprintf(extra_defines + strlen(extra_defines), sizeof extra_defines - strlen(extra_defines),
+                 "#define T_REPLICAS %u\n", c->replicas);
     unsigned kernel = tuned__shape_kernel(s);
     bool backward = tuned__kernel_backward(kernel);
     char defines[704];

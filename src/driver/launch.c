@@ -10,7 +10,7 @@ int tuned__launch_prepare(const tuned__driver *d, CUfunction fn, const tuned__co
     tuned__launch l = {.fn = fn, .block = c->warps * 32u,
                        .smem = (unsigned)tuned__source_dynamic_smem(c, s),
                        .backward = tuned__kernel_backward(tuned__shape_kernel(s))};
-    uint64_t blocks = (s->rows + c->rows - 1) / c->rows * tuned__config_blocks_per_row(c);
+    uint64_t blocks = (s->rows + c->rows - 1) / c->rows * tuned__config_launch_blocks_per_row(c);
     int rc = 0;
     if (c->cluster > 8 &&
         (rc = tuned__cuda_check(d,

@@ -19,6 +19,8 @@
 /* Shorter rows stay with the register family: a bulk copy per row would
  * cost more than it hides. */
 #define MIN_TMA_ROW_BYTES 4096
+/* Most clusters holding one row the search tries. */
+#define SEARCH_MAX_REPLICAS 4
 
 /* ---- policy ---- */
 
@@ -47,6 +49,24 @@ static unsigned stash_half(const tuned__space *sp, const tuned__config *c)
     bool head_free = tuned__config_head_free(c, sp->shape.cols);
     uint64_t half = tuned__config_iters(c, &sp->shape, head_free) / 2;
     return half <= TUNED__MAX_STASH ? (unsigned)half : 0;
+}
+
+/* Replicas serve few rows on a GPU they leave mostly idle: every
+ * replica's blocks on SMs of their own (at most half the SMs in all),
+ * a pass for each to store, no stash beside them, and at most 4 (8
+ * clusters loading one row from L2 were slower than 4: measured). */
+static bool replicas_policy(const tuned__space *sp, const tuned__config *c, uint64_t iters,
+                            char *why, size_t n)
+{
+    uint64_t blocks = sp->shape.rows * tuned__config_launch_blocks_per_row(c);
+    if (sp->sms == 0 || blocks > (uint64_t)sp->sms / 2)
+        return tuned__config_refuse(why, n, "%llu blocks of replicas need %llu SMs and more",
+                                    (unsigned long long)blocks, (unsigned long long)blocks * 2);
+    if (c->replicas > SEARCH_MAX_REPLICAS || c->replicas > iters || c->stash > 0)
+        return tuned__config_refuse(why, n, "the space holds 2 or %d replicas, each with a pass "
+                                            "to store, and no stash beside them",
+                                    SEARCH_MAX_REPLICAS);
+    return true;
 }
 
 /* Register rows: no variant that only repeats another or idles half its
@@ -95,6 +115,8 @@ static bool rows_policy(const tuned__space *sp, const tuned__config *c, char *wh
         if (tuned__config_check(&held, &sp->shape, sp->arch, sp->sms, NULL, 0))
             return tuned__config_refuse(why, n, "the registers hold the row without a stash");
     }
+    if (c->replicas > 1 && !replicas_policy(sp, c, iters, why, n))
+        return false;
     return true;
 }
 
@@ -151,8 +173,8 @@ static bool offer_per_vector(const tuned__space *sp, tuned__config c, bool all_r
 /* Every config the space holds, in its order (the search's seeded draws
  * index it: changing the order changes every tune): register rows by
  * warps, rows a block, cluster and blocks per SM; then rows split over the
- * grid; then streamed rows; then clustered rows with a stash. False when a
- * visit stopped it. */
+ * grid; then streamed rows; then clustered rows with a stash; then
+ * clustered rows held by replicas. False when a visit stopped it. */
 static bool enumerate(const tuned__space *sp, visit_fn visit, void *ctx)
 {
     for (unsigned w = 1; w <= 32; w *= 2)
@@ -192,6 +214,16 @@ static bool enumerate(const tuned__space *sp, visit_fn visit, void *ctx)
                 if (!offer_per_vector(sp, c, true, true, visit, ctx))
                     return false;
             }
+    for (unsigned w = 1; w <= 32; w *= 2)
+        for (unsigned cl = 2; cl <= 16; cl *= 2)
+            for (unsigned mb = 1; mb <= 4; mb *= 2)
+                for (unsigned rep = 2; rep <= SEARCH_MAX_REPLICAS; rep *= 2) {
+                    tuned__config c = {.family = TUNED__FAMILY_ROWS, .warps = (uint8_t)w,
+                                       .rows = 1, .cluster = (uint8_t)cl, .minb = (uint8_t)mb,
+                                       .replicas = (uint8_t)rep};
+                    if (!offer_per_vector(sp, c, true, false, visit, ctx))
+                        return false;
+                }
     return true;
 }
 
@@ -418,6 +450,12 @@ size_t tuned__space_neighbors(const tuned__space *sp, const tuned__config *c, tu
     m = *c, m.stash = (uint8_t)(c->stash > 0 ? 0 : stash_half(sp, c));
     if (m.stash != c->stash)
         add_move(sp, &m, out, cap, &n);
+    /* Twice the replicas, or half (one cluster a row below 2). */
+    m = *c, m.replicas = (uint8_t)(c->replicas > 1 ? c->replicas * 2 : 2);
+    add_move(sp, &m, out, cap, &n);
+    m = *c, m.replicas = (uint8_t)(c->replicas > 2 ? c->replicas / 2 : 0);
+    if (c->replicas > 1)
+        add_move(sp, &m, out, cap, &n);
     return n < cap ? n : cap;
 }
 
@@ -501,6 +539,20 @@ size_t tuned__space_seeds(const tuned__space *sp, tuned__config *out, size_t cap
                 add_move(sp, &c, out, cap, &n);
             }
     }
+    /* Few long rows held by 4 clusters of 16 blocks of 8 warps, each
+     * storing a quarter (1x128256 and 1x262144's best on the H200), in
+     * each register mode. */
+    for (unsigned reg = 0; reg < TUNED__REG_COUNT; reg++)
+        for (unsigned minb = 4; minb >= 1; minb /= 2) {
+            tuned__config c = {.family = TUNED__FAMILY_ROWS, .warps = 8, .rows = 1,
+                               .cluster = 16, .minb = (uint8_t)minb, .vec = widest,
+                               .ld = TUNED__LD_DEF, .st = TUNED__ST_DEF, .reg = (uint8_t)reg,
+                               .red = seed_red(sp, 16), .replicas = SEARCH_MAX_REPLICAS};
+            size_t before = n;
+            add_move(sp, &c, out, cap, &n);
+            if (n != before)
+                break;
+        }
     /* Streamed rows: 16 warps, as many stages as fit (up to 3). */
     for (unsigned cluster = 1; cluster <= 8; cluster *= 2)
         for (unsigned stages = 3; stages >= 1; stages--) {
