@@ -108,6 +108,27 @@ static void text_round_trip(void)
     }
 }
 
+/* A config that parses but that tuned__config_check refuses for shape
+ * (on sm_90 with 132 SMs), with why naming the reason. */
+typedef struct refusal {
+    const char *config;
+    tuned__shape shape;
+    const char *why;
+} refusal;
+
+static void expect_refused(const refusal *refused, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        tuned__err e = {0};
+        tuned__config c;
+        char why[200] = "";
+        EXPECT(tuned__config_parse(refused[i].config, &c, &e) == 0, "%s", e.msg);
+        EXPECT(!tuned__config_check(&c, &refused[i].shape, 90, 132, why, sizeof why) &&
+                   strstr(why, refused[i].why) != NULL,
+               "%s accepted, or refused for another reason: %s", refused[i].config, why);
+    }
+}
+
 /* A stash: its text, its rules (forward kernels, no grid split, no
  * reg=ex, vectors of 4 bytes, every stashed pass inside the row, at most
  * TUNED__STASH_MAX_BYTES a block), its registers, and the space's one size
@@ -130,11 +151,7 @@ static void stash(void)
     held.stash = 0;
     EXPECT(!tuned__config_check(&held, &s, 90, 132, why, sizeof why) && strstr(why, "registers"),
            "the same without a stash fits: %s", why);
-    static const struct {
-        const char *config;
-        tuned__shape shape;
-        const char *why;
-    } refused[] = {
+    static const refusal refused[] = {
         {"w8.r1.c16.m4.v2.ld=def.st=def.reg=f32.stash16",
          {TUNED_FP32, 64, 262144, TUNED__KERNEL_SOFTMAX_BWD}, "backward"},
         {"w8.r1.c16.m4.v1.ld=def.st=def.reg=f32.red=fused.stash16",
@@ -144,12 +161,7 @@ static void stash(void)
         {"w32.r1.c16.m1.v4.ld=def.st=def.reg=f32.red=fused.stash3",
          {TUNED_FP32, 64, 262144, TUNED__KERNEL_SOFTMAX}, "bytes a block"},
     };
-    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
-        EXPECT(tuned__config_parse(refused[i].config, &c, &e) == 0, "%s", e.msg);
-        EXPECT(!tuned__config_check(&c, &refused[i].shape, 90, 132, why, sizeof why) &&
-                   strstr(why, refused[i].why) != NULL,
-               "%s accepted, or refused for another reason: %s", refused[i].config, why);
-    }
+    expect_refused(refused, sizeof refused / sizeof refused[0]);
     static const char *const bad[] = {
         "w8.r1.c1.m1.v4.ld=def.st=def.reg=f32.red=fused.g4.stash2",
         "w8.r1.c16.m1.v4.ld=def.st=def.reg=f32.red=fused.stash0",
@@ -208,20 +220,11 @@ static void replicas(void)
            e.msg);
     tuned__config_format(&c, text, sizeof text);
     EXPECT(strcmp(text, stashed) == 0, "formatted %s", text);
-    static const struct {
-        const char *config;
-        tuned__shape shape;
-        const char *why;
-    } refused[] = {
+    static const refusal refused[] = {
         {"w8.r1.c16.m1.v8.ld=def.st=def.reg=f32.rep2",
          {TUNED_FP16, 1, 262144, TUNED__KERNEL_SOFTMAX_BWD}, "forward kernels only"},
     };
-    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
-        EXPECT(tuned__config_parse(refused[i].config, &c, &e) == 0, "%s", e.msg);
-        EXPECT(!tuned__config_check(&c, &refused[i].shape, 90, 132, why, sizeof why) &&
-                   strstr(why, refused[i].why) != NULL,
-               "%s accepted, or refused for another reason: %s", refused[i].config, why);
-    }
+    expect_refused(refused, sizeof refused / sizeof refused[0]);
     static const char *const bad[] = {
         "w8.r1.c1.m1.v8.ld=def.st=def.reg=f32.red=fused.rep2",
         "w8.r1.c1.m1.v8.ld=def.st=def.reg=f32.red=fused.g64.rep2",
