@@ -82,6 +82,28 @@ static int reply_error(const json_t *rep)
     return CLI_ERROR;
 }
 
+/* req (taken) on a connection of its own: CLI_OK with the daemon's ok
+ * reply in *rep (the caller's to free); -1 with no daemon there (fall
+ * back to the store); else the error printed and its exit status. */
+static int ask(const cli_opts *o, json_t *req, json_t **rep)
+{
+    *rep = NULL;
+    client c;
+    int rc = client_open(o, &c);
+    if (rc != 0) {
+        json_decref(req);
+        return rc > 0 ? -1 : CLI_ERROR;
+    }
+    rc = call(&c, req, rep) != 0 ? CLI_ERROR : CLI_OK;
+    client_close(&c);
+    if (rc == CLI_OK && !json_is_true(json_object_get(*rep, "ok"))) {
+        rc = reply_error(*rep);
+        json_decref(*rep);
+        *rep = NULL;
+    }
+    return rc;
+}
+
 static json_t *shape_request(const cli_opts *o, const char *op)
 {
     const tuned__shape *s = &o->request.shape;
@@ -131,16 +153,11 @@ static int print_get_reply(const cli_opts *o, const json_t *rep)
 
 int cli_daemon_get(const cli_opts *o)
 {
-    client c;
-    int rc = client_open(o, &c);
-    if (rc != 0)
-        return rc > 0 ? -1 : CLI_ERROR;
     json_t *rep;
-    rc = call(&c, shape_request(o, "get"), &rep) != 0 ? CLI_ERROR : CLI_OK;
-    client_close(&c);
+    int rc = ask(o, shape_request(o, "get"), &rep);
     if (rc != CLI_OK)
         return rc;
-    rc = json_is_true(json_object_get(rep, "ok")) ? print_get_reply(o, rep) : reply_error(rep);
+    rc = print_get_reply(o, rep);
     json_decref(rep);
     return rc;
 }
@@ -273,10 +290,6 @@ int cli_daemon_tune(const cli_opts *o)
 
 int cli_daemon_list(const cli_opts *o)
 {
-    client c;
-    int rc = client_open(o, &c);
-    if (rc != 0)
-        return rc > 0 ? -1 : CLI_ERROR;
     json_t *req = json_pack("{s:s, s:i}", "op", "list", "limit", 1000);
     if (req != NULL && o->have_shape) {
         json_object_set_new(req, "rows", json_integer((json_int_t)o->request.shape.rows));
@@ -287,15 +300,9 @@ int cli_daemon_list(const cli_opts *o)
     if (req != NULL && o->gpu != NULL) /* the daemon matches a whole model name */
         json_object_set_new(req, "gpu", json_string(o->gpu));
     json_t *rep;
-    rc = call(&c, req, &rep) != 0 ? CLI_ERROR : CLI_OK;
-    client_close(&c);
+    int rc = ask(o, req, &rep);
     if (rc != CLI_OK)
         return rc;
-    if (!json_is_true(json_object_get(rep, "ok"))) {
-        rc = reply_error(rep);
-        json_decref(rep);
-        return rc;
-    }
     const json_t *recs = json_object_get(rep, "records");
     json_t *list = json_array();
     size_t i;
@@ -330,29 +337,19 @@ int cli_daemon_list(const cli_opts *o)
 
 int cli_cmd_stats(const cli_opts *o)
 {
-    client c;
-    int rc = client_open(o, &c);
-    if (rc != 0) {
-        if (rc > 0) {
-            char path[TUNED__SOCKET_PATH_MAX + 1];
-            if (o->socket[0] != '\0')
-                snprintf(path, sizeof path, "%s", o->socket);
-            else
-                tuned__default_socket(path, sizeof path);
-            fprintf(stderr, "tuned: no daemon answers on %s\n", path);
-        }
+    json_t *rep;
+    int rc = ask(o, json_pack("{s:s}", "op", "stats"), &rep);
+    if (rc < 0) {
+        char path[TUNED__SOCKET_PATH_MAX + 1];
+        if (o->socket[0] != '\0')
+            snprintf(path, sizeof path, "%s", o->socket);
+        else
+            tuned__default_socket(path, sizeof path);
+        fprintf(stderr, "tuned: no daemon answers on %s\n", path);
         return CLI_ERROR;
     }
-    json_t *rep;
-    rc = call(&c, json_pack("{s:s}", "op", "stats"), &rep) != 0 ? CLI_ERROR : CLI_OK;
-    client_close(&c);
     if (rc != CLI_OK)
         return rc;
-    if (!json_is_true(json_object_get(rep, "ok"))) {
-        rc = reply_error(rep);
-        json_decref(rep);
-        return rc;
-    }
     if (o->json)
         return cli_print_json(rep);
     const json_t *req = json_object_get(rep, "requests"), *get = json_object_get(rep, "get"),
