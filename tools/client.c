@@ -24,6 +24,15 @@
 
 typedef tuned__client client;
 
+/* The daemon's socket: --socket, else the default one. */
+static void socket_path(const cli_opts *o, char *path, size_t n)
+{
+    if (o->socket[0] != '\0')
+        snprintf(path, n, "%s", o->socket);
+    else
+        tuned__default_socket(path, n);
+}
+
 /* 0: connected; 1: no daemon there (fall back to the store); -1: error
  * printed. */
 static int client_open(const cli_opts *o, client *c)
@@ -33,10 +42,7 @@ static int client_open(const cli_opts *o, client *c)
     if (o->db_given || o->skip_store)
         return 1;
     char path[TUNED__SOCKET_PATH_MAX + 1];
-    if (o->socket[0] != '\0')
-        snprintf(path, sizeof path, "%s", o->socket);
-    else
-        tuned__default_socket(path, sizeof path);
+    socket_path(o, path, sizeof path);
     tuned__err e = {0};
     int rc = tuned__client_connect(c, path, REPLY_TIMEOUT_S, &e);
     if (rc == TUNED_ENOTFOUND) {
@@ -341,10 +347,7 @@ int cli_cmd_stats(const cli_opts *o)
     int rc = ask(o, json_pack("{s:s}", "op", "stats"), &rep);
     if (rc < 0) {
         char path[TUNED__SOCKET_PATH_MAX + 1];
-        if (o->socket[0] != '\0')
-            snprintf(path, sizeof path, "%s", o->socket);
-        else
-            tuned__default_socket(path, sizeof path);
+        socket_path(o, path, sizeof path);
         fprintf(stderr, "tuned: no daemon answers on %s\n", path);
         return CLI_ERROR;
     }

@@ -473,6 +473,22 @@ static uint8_t seed_red(const tuned__space *sp, unsigned blocks_per_row)
     return blocks_per_row > 1 ? grid_red(sp) : TUNED__RED_SPLIT;
 }
 
+/* Adds c at the most blocks per SM (4, then 2, then 1) the space holds
+ * it with, with half its passes in a stash when stashed; whether one was
+ * added. */
+static bool add_most_blocks(const tuned__space *sp, tuned__config c, bool stashed,
+                            tuned__config *out, size_t cap, size_t *n)
+{
+    size_t before = *n;
+    for (unsigned minb = 4; minb >= 1 && *n == before; minb /= 2) {
+        c.minb = (uint8_t)minb;
+        if (stashed)
+            c.stash = (uint8_t)stash_half(sp, &c);
+        add_move(sp, &c, out, cap, n);
+    }
+    return *n != before;
+}
+
 size_t tuned__space_seeds(const tuned__space *sp, tuned__config *out, size_t cap)
 {
     size_t n = 0;
@@ -510,18 +526,10 @@ size_t tuned__space_seeds(const tuned__space *sp, tuned__config *out, size_t cap
                                    .rows = 1, .cluster = (uint8_t)cluster, .vec = widest,
                                    .ld = TUNED__LD_DEF, .st = TUNED__ST_DEF, .reg = (uint8_t)reg,
                                    .red = seed_red(sp, cluster)};
-                size_t before = n;
-                for (unsigned minb = 4; minb >= 1 && n == before; minb /= 2) {
-                    c.minb = (uint8_t)minb;
-                    add_move(sp, &c, out, cap, &n);
-                }
                 /* Rows too long for these blocks' registers: half of
                  * each thread's passes in a stash. */
-                for (unsigned minb = 4; minb >= 1 && n == before; minb /= 2) {
-                    c.minb = (uint8_t)minb;
-                    c.stash = (uint8_t)stash_half(sp, &c);
-                    add_move(sp, &c, out, cap, &n);
-                }
+                if (!add_most_blocks(sp, c, false, out, cap, &n))
+                    add_most_blocks(sp, c, true, out, cap, &n);
             }
     /* Few long rows over the whole GPU: as many blocks as fit on the SMs
      * at one a SM (the largest power of two), 4 or 8 warps, each register
@@ -542,17 +550,13 @@ size_t tuned__space_seeds(const tuned__space *sp, tuned__config *out, size_t cap
     /* Few long rows held by 4 clusters of 16 blocks of 8 warps, each
      * storing a quarter (1x128256 and 1x262144's best on the H200), in
      * each register mode. */
-    for (unsigned reg = 0; reg < TUNED__REG_COUNT; reg++)
-        for (unsigned minb = 4; minb >= 1; minb /= 2) {
-            tuned__config c = {.family = TUNED__FAMILY_ROWS, .warps = 8, .rows = 1,
-                               .cluster = 16, .minb = (uint8_t)minb, .vec = widest,
-                               .ld = TUNED__LD_DEF, .st = TUNED__ST_DEF, .reg = (uint8_t)reg,
-                               .red = seed_red(sp, 16), .replicas = SEARCH_MAX_REPLICAS};
-            size_t before = n;
-            add_move(sp, &c, out, cap, &n);
-            if (n != before)
-                break;
-        }
+    for (unsigned reg = 0; reg < TUNED__REG_COUNT; reg++) {
+        tuned__config c = {.family = TUNED__FAMILY_ROWS, .warps = 8, .rows = 1, .cluster = 16,
+                           .vec = widest, .ld = TUNED__LD_DEF, .st = TUNED__ST_DEF,
+                           .reg = (uint8_t)reg, .red = seed_red(sp, 16),
+                           .replicas = SEARCH_MAX_REPLICAS};
+        add_most_blocks(sp, c, false, out, cap, &n);
+    }
     /* Streamed rows: 16 warps, as many stages as fit (up to 3). */
     for (unsigned cluster = 1; cluster <= 8; cluster *= 2)
         for (unsigned stages = 3; stages >= 1; stages--) {
