@@ -1,0 +1,185 @@
+/* probe_attrs.c: does a launch attribute that the templates leave alone
+ * move a variant's time? For one shape and dtype, it times the given
+ * configs through the evaluator (its L2 flush, pause and events, each
+ * config checked first) under each of these settings of the kernel's
+ * function, interleaved over 3 rounds:
+ *
+ *   default   the driver's choice of L1/shared split and cluster placement
+ *   carve0    CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT 0 (the
+ *             least shared memory that fits: the split of a kernel with
+ *             none, such as the evaluator's pause and the copy)
+ *   carve100  the same attribute at 100 (the most shared memory)
+ *   spread    CU_FUNC_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE
+ *             SPREAD (a cluster's blocks on SMs of their own)
+ *   balance   the same attribute at LOAD_BALANCING
+ *
+ *   probe_attrs [KERNEL:]ROWSxCOLS fp16|bf16|fp32 CONFIG...
+ *
+ * The settings are applied by wrapping the driver table's two launch
+ * entry points, so the evaluator's own code runs unchanged, and only to
+ * the variants' kernels (named tuned_softmax*), never to the evaluator's
+ * pause, flush or check; the wrapper finds the setting in a file-scope
+ * variable because a launch carries no context of ours. Not installed; bench/attrs-probe.sh runs it on the GPU
+ * machine. */
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "src/tuner/evaluator.h"
+#include "src/driver/gpu.h"
+#include "probe_shape.h"
+
+#define ROUNDS 3
+
+typedef struct setting {
+    const char *name;
+    int carveout; /* CU_SHAREDMEM_CARVEOUT_DEFAULT (-1) or a percentage */
+    int cluster_policy;
+} setting;
+
+static const setting SETTINGS[] = {
+    {"default", CU_SHAREDMEM_CARVEOUT_DEFAULT, CU_CLUSTER_SCHEDULING_POLICY_DEFAULT},
+    {"carve0", 0, CU_CLUSTER_SCHEDULING_POLICY_DEFAULT},
+    {"carve100", 100, CU_CLUSTER_SCHEDULING_POLICY_DEFAULT},
+    {"spread", CU_SHAREDMEM_CARVEOUT_DEFAULT, CU_CLUSTER_SCHEDULING_POLICY_SPREAD},
+    {"balance", CU_SHAREDMEM_CARVEOUT_DEFAULT, CU_CLUSTER_SCHEDULING_POLICY_LOAD_BALANCING},
+};
+#define NSETTINGS (sizeof SETTINGS / sizeof SETTINGS[0])
+
+/* The probe's one piece of shared state: what the wrappers apply, and the
+ * driver's own entry points they call. */
+static struct {
+    const setting *now;
+    __typeof__(&cuFuncSetAttribute) set_attribute;
+    __typeof__(&cuLaunchKernel) launch;
+    __typeof__(&cuLaunchCooperativeKernel) launch_cooperative;
+    __typeof__(&cuFuncGetName) get_name; /* not in the tuner's table */
+    CUresult first_error;
+} probe;
+
+static CUresult apply(CUfunction f)
+{
+    const char *name = NULL;
+    CUresult r = probe.get_name(&name, f);
+    if (r == CUDA_SUCCESS && strncmp(name, "tuned_softmax", 13) != 0)
+        return CUDA_SUCCESS;
+    if (r == CUDA_SUCCESS)
+        r = probe.set_attribute(f, CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
+                                     probe.now->carveout);
+    if (r == CUDA_SUCCESS)
+        r = probe.set_attribute(f, CU_FUNC_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE,
+                                probe.now->cluster_policy);
+    if (r != CUDA_SUCCESS && probe.first_error == CUDA_SUCCESS)
+        probe.first_error = r;
+    return r;
+}
+
+static CUresult CUDAAPI launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                               unsigned by, unsigned bz, unsigned smem, CUstream s, void **args,
+                               void **extra)
+{
+    CUresult r = apply(f);
+    return r != CUDA_SUCCESS ? r : probe.launch(f, gx, gy, gz, bx, by, bz, smem, s, args, extra);
+}
+
+static CUresult CUDAAPI launch_cooperative(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
+                                           unsigned bx, unsigned by, unsigned bz, unsigned smem,
+                                           CUstream s, void **args)
+{
+    CUresult r = apply(f);
+    return r != CUDA_SUCCESS ? r
+                             : probe.launch_cooperative(f, gx, gy, gz, bx, by, bz, smem, s, args);
+}
+
+int main(int argc, char **argv)
+{
+    tuned__shape shape = {0};
+    if (argc < 4 || probe_parse_shape(argv[1], &shape) != 0 ||
+        tuned_dtype_parse(argv[2], &shape.dtype) != 0) {
+        fprintf(stderr, "usage: probe_attrs [KERNEL:]ROWSxCOLS fp16|bf16|fp32 CONFIG...\n");
+        return 2;
+    }
+    int ncfg = argc - 3;
+    tuned__config *cfgs = calloc((size_t)ncfg, sizeof *cfgs);
+    tuned__eval_result *res = calloc((size_t)ncfg, sizeof *res);
+    tuned__evaluator *ev = NULL;
+    tuned__driver *d = NULL;
+    tuned__nvrtc *n = NULL;
+    tuned__gpu gpu;
+    tuned__err e = {0};
+    void *lib = NULL;
+    int status = 1;
+    if (cfgs == NULL || res == NULL) {
+        fprintf(stderr, "probe_attrs: out of memory\n");
+        goto out;
+    }
+    for (int i = 0; i < ncfg; i++)
+        if (tuned__config_parse(argv[3 + i], &cfgs[i], &e) != 0) {
+            fprintf(stderr, "probe_attrs: %s\n", e.msg);
+            goto out;
+        }
+    if (tuned__driver_load(&d, &e) != 0 || tuned__nvrtc_load(&n, &e) != 0 ||
+        tuned__gpu_query(d, n, 0, &gpu, &e) != 0) {
+        fprintf(stderr, "probe_attrs: %s\n", e.msg);
+        goto out;
+    }
+    lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    void *sym = lib != NULL ? dlsym(lib, "cuFuncGetName") : NULL;
+    /* dlsym's void * to a function pointer, without ISO C's complaint. */
+    memcpy(&probe.get_name, &sym, sizeof sym);
+    if (probe.get_name == NULL) {
+        fprintf(stderr, "probe_attrs: this driver has no cuFuncGetName\n");
+        goto out;
+    }
+    probe.now = &SETTINGS[0];
+    probe.set_attribute = d->cuFuncSetAttribute;
+    probe.launch = d->cuLaunchKernel;
+    probe.launch_cooperative = d->cuLaunchCooperativeKernel;
+    d->cuLaunchKernel = launch;
+    d->cuLaunchCooperativeKernel = launch_cooperative;
+    tuned__eval_opts o;
+    tuned__eval_opts_default(&o);
+    if (tuned__evaluator_open(&ev, d, n, &gpu, &shape, &o, &e) != 0) {
+        fprintf(stderr, "probe_attrs: %s\n", e.msg);
+        goto out;
+    }
+    printf("# %s, %s %s; median µs of each round (%d rounds, settings interleaved)\n", gpu.name,
+           argv[1], argv[2], ROUNDS);
+    printf("%-9s %-56s %s\n", "setting", "what", "median");
+    printf("%-9s %-56s %.3f\n", "-", "copy (at open)", tuned__evaluator_copy_us(ev));
+    for (int round = 0; round < ROUNDS; round++)
+        for (size_t s = 0; s < NSETTINGS; s++) {
+            probe.now = &SETTINGS[s];
+            if (tuned__evaluator_run(ev, cfgs, (size_t)ncfg, res, &e) != 0) {
+                fprintf(stderr, "probe_attrs: %s: %s\n", SETTINGS[s].name, e.msg);
+                goto out;
+            }
+            if (probe.first_error != CUDA_SUCCESS) {
+                const char *name = NULL;
+                d->cuGetErrorName(probe.first_error, &name);
+                fprintf(stderr, "probe_attrs: %s: setting an attribute: %s\n", SETTINGS[s].name,
+                        name != NULL ? name : "unknown error");
+                goto out;
+            }
+            for (int i = 0; i < ncfg; i++) {
+                if (res[i].status == TUNED__EVAL_OK)
+                    printf("%-9s %-56s %.3f (round %d, %d reps, p20 %.3f, p80 %.3f)\n",
+                           SETTINGS[s].name, argv[3 + i], res[i].median_us, round + 1,
+                           res[i].reps, res[i].p20_us, res[i].p80_us);
+                else
+                    printf("%-9s %-56s %s: %s\n", SETTINGS[s].name, argv[3 + i],
+                           tuned__eval_status_name(res[i].status), res[i].detail);
+            }
+        }
+    status = 0;
+out:
+    tuned__evaluator_close(ev);
+    tuned__nvrtc_unload(n);
+    tuned__driver_unload(d);
+    if (lib != NULL)
+        dlclose(lib);
+    free(cfgs);
+    free(res);
+    return status;
+}
