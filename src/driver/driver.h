@@ -60,6 +60,7 @@
     X(cuFuncGetAttribute)                                                                       \
     X(cuFuncSetAttribute)                                                                       \
     X(cuOccupancyMaxActiveBlocksPerMultiprocessor)                                              \
+    X(cuOccupancyMaxActiveClusters)                                                             \
     X(cuLaunchKernel)                                                                           \
     X(cuLaunchCooperativeKernel)
 

@@ -27,16 +27,30 @@ int tuned__launch_prepare(const tuned__driver *d, CUfunction fn, const tuned__co
                                 e, "raising the dynamic shared memory limit")) != 0)
         return rc;
     if (c->family == TUNED__FAMILY_TMA) {
-        /* Persistent: as many row groups as fit on the GPU at once. */
-        int per_sm = 0;
-        if ((rc = tuned__cuda_check(d,
-                                    d->cuOccupancyMaxActiveBlocksPerMultiprocessor(
-                                        &per_sm, fn, (int)l.block, l.smem),
-                                    e, "occupancy")) != 0)
-            return rc;
-        uint64_t groups = (uint64_t)(per_sm > 0 ? per_sm : 1) * (uint64_t)sm_count / c->cluster;
-        if (groups < 1)
-            groups = 1;
+        /* Persistent: as many row groups as fit on the GPU at once. A
+         * cluster's blocks must share one GPC, so clusters leave block
+         * slots unused (28 clusters of 16 at 4 blocks an SM on a 132-SM
+         * H200, not 33): counted from blocks an SM, the clusters that do
+         * not fit would walk their rows in a second round after the rest. */
+        uint64_t groups = 0;
+        if (c->cluster > 1) {
+            CUlaunchConfig one = {.gridDimX = c->cluster, .gridDimY = 1, .gridDimZ = 1,
+                                  .blockDimX = l.block, .blockDimY = 1, .blockDimZ = 1,
+                                  .sharedMemBytes = l.smem};
+            int clusters = 0;
+            if ((rc = tuned__cuda_check(d, d->cuOccupancyMaxActiveClusters(&clusters, fn, &one), e,
+                                        "clusters resident at once")) != 0)
+                return rc;
+            groups = clusters > 0 ? (uint64_t)clusters : 1;
+        } else {
+            int per_sm = 0;
+            if ((rc = tuned__cuda_check(d,
+                                        d->cuOccupancyMaxActiveBlocksPerMultiprocessor(
+                                            &per_sm, fn, (int)l.block, l.smem),
+                                        e, "occupancy")) != 0)
+                return rc;
+            groups = (uint64_t)(per_sm > 0 ? per_sm : 1) * (uint64_t)sm_count;
+        }
         if (groups > s->rows)
             groups = s->rows;
         blocks = groups * c->cluster;
