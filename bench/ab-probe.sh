@@ -54,7 +54,6 @@ else
     done >"$out/ab-probe.txt"
 fi
 while read -r shape dtype configs; do
-    [[ -z "$shape" || "$shape" == \#* ]] && continue
     for build in old new old new; do
         bin=build/bench/probe_settle
         [[ "$build" == old ]] && bin="$old/build/bench/probe_settle"
@@ -64,7 +63,7 @@ while read -r shape dtype configs; do
         # shellcheck disable=SC2086 # configs are words
         "$bin" "$shape" "$dtype" 100 $run 2>&1 | paste_names "$configs" "$run"
     done
-done <"$list" >>"$out/ab-probe.txt"
+done < <(list_lines "$list") >>"$out/ab-probe.txt"
 timeout 300 meson test -C build gpu-correctness >/dev/null 2>&1
 echo "gpu-correctness exit $?" >>"$out/ab-probe.txt"
 cp build/meson-logs/testlog.txt "$out/gpu-tests.log"

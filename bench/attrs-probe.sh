@@ -16,11 +16,10 @@ mkdir -p "$out"
 # shellcheck source=bench/probe-env.sh
 source bench/probe-env.sh >/dev/null
 while read -r shape dtype configs; do
-    [[ -z "$shape" || "$shape" == \#* ]] && continue
     echo "== $shape $dtype"
     # shellcheck disable=SC2086 # configs are words
     build/bench/probe_attrs "$shape" "$dtype" $configs 2>&1
-done <"$list" >"$out/attrs-probe.txt"
+done < <(list_lines "$list") >"$out/attrs-probe.txt"
 python3 - "$out/attrs-probe.txt" <<'PY'
 import collections, statistics, sys
 rows, copy, head = collections.OrderedDict(), {}, None

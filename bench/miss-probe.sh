@@ -18,14 +18,13 @@ mkdir -p "$out"
 # shellcheck source=bench/probe-env.sh
 source bench/probe-env.sh >/dev/null
 while read -r shape dtype configs; do
-    [[ -z "$shape" || "$shape" == \#* ]] && continue
     configs=${configs#ncu }
     for round in 1 2; do
         echo "== $round $shape $dtype"
         # shellcheck disable=SC2086 # configs are words
         build/bench/probe_settle "$shape" "$dtype" 100 $configs 2>&1
     done
-done <"$list" >"$out/miss-probe.txt"
+done < <(list_lines "$list") >"$out/miss-probe.txt"
 while read -r shape dtype mark configs; do
     [[ "$mark" == ncu ]] || continue
     # shellcheck disable=SC2086 # configs are words

@@ -6,3 +6,8 @@
 # shellcheck source=tools/device-env.sh
 source tools/device-env.sh >/dev/null || exit 1
 tools/setup.sh --no-deps >"$out/build.log" 2>&1 || { tail -n 30 "$out/build.log"; exit 1; }
+# A probe list's lines "SHAPE DTYPE CONFIG...", without its comments and
+# blank lines.
+list_lines() {
+    grep -Ev '^[[:space:]]*(#|$)' "$1"
+}

@@ -26,8 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "src/tuner/evaluator.h"
-#include "src/driver/gpu.h"
+#include "probe_gpu.h"
 #include "probe_shape.h"
 
 #define ROUNDS 3
@@ -100,30 +99,13 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: probe_attrs [KERNEL:]ROWSxCOLS fp16|bf16|fp32 CONFIG...\n");
         return 2;
     }
-    int ncfg = argc - 3;
-    tuned__config *cfgs = calloc((size_t)ncfg, sizeof *cfgs);
-    tuned__eval_result *res = calloc((size_t)ncfg, sizeof *res);
     tuned__evaluator *ev = NULL;
-    tuned__driver *d = NULL;
-    tuned__nvrtc *n = NULL;
-    tuned__gpu gpu;
+    probe_gpu p;
     tuned__err e = {0};
     void *lib = NULL;
     int status = 1;
-    if (cfgs == NULL || res == NULL) {
-        fprintf(stderr, "probe_attrs: out of memory\n");
+    if (probe_gpu_open(&p, "probe_attrs", argv + 3, argc - 3) != 0)
         goto out;
-    }
-    for (int i = 0; i < ncfg; i++)
-        if (tuned__config_parse(argv[3 + i], &cfgs[i], &e) != 0) {
-            fprintf(stderr, "probe_attrs: %s\n", e.msg);
-            goto out;
-        }
-    if (tuned__driver_load(&d, &e) != 0 || tuned__nvrtc_load(&n, &e) != 0 ||
-        tuned__gpu_query(d, n, 0, &gpu, &e) != 0) {
-        fprintf(stderr, "probe_attrs: %s\n", e.msg);
-        goto out;
-    }
     lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
     void *sym = lib != NULL ? dlsym(lib, "cuFuncGetName") : NULL;
     /* dlsym's void * to a function pointer, without ISO C's complaint. */
@@ -133,53 +115,51 @@ int main(int argc, char **argv)
         goto out;
     }
     probe.now = &SETTINGS[0];
-    probe.set_attribute = d->cuFuncSetAttribute;
-    probe.launch = d->cuLaunchKernel;
-    probe.launch_cooperative = d->cuLaunchCooperativeKernel;
-    d->cuLaunchKernel = launch;
-    d->cuLaunchCooperativeKernel = launch_cooperative;
+    probe.set_attribute = p.d->cuFuncSetAttribute;
+    probe.launch = p.d->cuLaunchKernel;
+    probe.launch_cooperative = p.d->cuLaunchCooperativeKernel;
+    p.d->cuLaunchKernel = launch;
+    p.d->cuLaunchCooperativeKernel = launch_cooperative;
     tuned__eval_opts o;
     tuned__eval_opts_default(&o);
-    if (tuned__evaluator_open(&ev, d, n, &gpu, &shape, &o, &e) != 0) {
+    if (tuned__evaluator_open(&ev, p.d, p.n, &p.gpu, &shape, &o, &e) != 0) {
         fprintf(stderr, "probe_attrs: %s\n", e.msg);
         goto out;
     }
-    printf("# %s, %s %s; median µs of each round (%d rounds, settings interleaved)\n", gpu.name,
+    printf("# %s, %s %s; median µs of each round (%d rounds, settings interleaved)\n", p.gpu.name,
            argv[1], argv[2], ROUNDS);
     printf("%-9s %-56s %s\n", "setting", "what", "median");
     printf("%-9s %-56s %.3f\n", "-", "copy (at open)", tuned__evaluator_copy_us(ev));
     for (int round = 0; round < ROUNDS; round++)
         for (size_t s = 0; s < NSETTINGS; s++) {
             probe.now = &SETTINGS[s];
-            if (tuned__evaluator_run(ev, cfgs, (size_t)ncfg, res, &e) != 0) {
+            if (tuned__evaluator_run(ev, p.cfgs, (size_t)p.ncfg, p.res, &e) != 0) {
                 fprintf(stderr, "probe_attrs: %s: %s\n", SETTINGS[s].name, e.msg);
                 goto out;
             }
             if (probe.first_error != CUDA_SUCCESS) {
                 const char *name = NULL;
-                d->cuGetErrorName(probe.first_error, &name);
+                p.d->cuGetErrorName(probe.first_error, &name);
                 fprintf(stderr, "probe_attrs: %s: setting an attribute: %s\n", SETTINGS[s].name,
                         name != NULL ? name : "unknown error");
                 goto out;
             }
-            for (int i = 0; i < ncfg; i++) {
-                if (res[i].status == TUNED__EVAL_OK)
+            for (int i = 0; i < p.ncfg; i++) {
+                const tuned__eval_result *res = &p.res[i];
+                if (res->status == TUNED__EVAL_OK)
                     printf("%-9s %-56s %.3f (round %d, %d reps, p20 %.3f, p80 %.3f)\n",
-                           SETTINGS[s].name, argv[3 + i], res[i].median_us, round + 1,
-                           res[i].reps, res[i].p20_us, res[i].p80_us);
+                           SETTINGS[s].name, argv[3 + i], res->median_us, round + 1,
+                           res->reps, res->p20_us, res->p80_us);
                 else
                     printf("%-9s %-56s %s: %s\n", SETTINGS[s].name, argv[3 + i],
-                           tuned__eval_status_name(res[i].status), res[i].detail);
+                           tuned__eval_status_name(res->status), res->detail);
             }
         }
     status = 0;
 out:
     tuned__evaluator_close(ev);
-    tuned__nvrtc_unload(n);
-    tuned__driver_unload(d);
+    probe_gpu_close(&p);
     if (lib != NULL)
         dlclose(lib);
-    free(cfgs);
-    free(res);
     return status;
 }

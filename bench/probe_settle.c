@@ -18,8 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "src/tuner/evaluator.h"
-#include "src/driver/gpu.h"
+#include "probe_gpu.h"
 #include "probe_shape.h"
 
 #define MAX_SETTLE 8
@@ -62,29 +61,12 @@ int main(int argc, char **argv)
                 "usage: probe_settle [KERNEL:]ROWSxCOLS fp16|bf16|fp32 US[s][,US[s]...] CONFIG...\n");
         return 2;
     }
-    int ncfg = argc - 4;
-    tuned__config *cfgs = calloc((size_t)ncfg, sizeof *cfgs);
-    tuned__eval_result *res = calloc((size_t)ncfg, sizeof *res);
     tuned__evaluator *ev[MAX_SETTLE] = {0};
-    tuned__driver *d = NULL;
-    tuned__nvrtc *n = NULL;
-    tuned__gpu gpu;
+    probe_gpu p;
     tuned__err e = {0};
     int status = 1;
-    if (cfgs == NULL || res == NULL) {
-        fprintf(stderr, "probe_settle: out of memory\n");
+    if (probe_gpu_open(&p, "probe_settle", argv + 4, argc - 4) != 0)
         goto out;
-    }
-    for (int i = 0; i < ncfg; i++)
-        if (tuned__config_parse(argv[4 + i], &cfgs[i], &e) != 0) {
-            fprintf(stderr, "probe_settle: %s\n", e.msg);
-            goto out;
-        }
-    if (tuned__driver_load(&d, &e) != 0 || tuned__nvrtc_load(&n, &e) != 0 ||
-        tuned__gpu_query(d, n, 0, &gpu, &e) != 0) {
-        fprintf(stderr, "probe_settle: %s\n", e.msg);
-        goto out;
-    }
     const char *unaligned_code = getenv("PROBE_UNALIGNED_CODE");
     const bool unaligned = unaligned_code != NULL && strcmp(unaligned_code, "1") == 0;
     for (int s = 0; s < nsettle; s++) {
@@ -93,17 +75,17 @@ int main(int argc, char **argv)
         o.settle_us = settle[s];
         o.serial = serial[s];
         o.codegen.unaligned = unaligned;
-        if (tuned__evaluator_open(&ev[s], d, n, &gpu, &shape, &o, &e) != 0) {
+        if (tuned__evaluator_open(&ev[s], p.d, p.n, &p.gpu, &shape, &o, &e) != 0) {
             fprintf(stderr, "probe_settle: pause %g µs: %s\n", settle[s], e.msg);
             goto out;
         }
     }
-    printf("# %s, %s %s; median µs of each round (%d rounds, interleaved)\n", gpu.name, argv[1],
-           argv[2], ROUNDS);
+    printf("# %s, %s %s; median µs of each round (%d rounds, interleaved)\n", p.gpu.name,
+           argv[1], argv[2], ROUNDS);
     printf("%-10s %-48s %s\n", "pause_us", "what", "rounds");
     for (int round = 0; round < ROUNDS; round++)
         for (int s = 0; s < nsettle; s++) {
-            if (tuned__evaluator_run(ev[s], cfgs, (size_t)ncfg, res, &e) != 0) {
+            if (tuned__evaluator_run(ev[s], p.cfgs, (size_t)p.ncfg, p.res, &e) != 0) {
                 fprintf(stderr, "probe_settle: %s\n", e.msg);
                 goto out;
             }
@@ -112,23 +94,21 @@ int main(int argc, char **argv)
             if (round == 0)
                 printf("%-9g%c %-48s %.3f\n", settle[s], mode, "copy (at open)",
                        tuned__evaluator_copy_us(ev[s]));
-            for (int i = 0; i < ncfg; i++) {
-                if (res[i].status == TUNED__EVAL_OK)
+            for (int i = 0; i < p.ncfg; i++) {
+                const tuned__eval_result *res = &p.res[i];
+                if (res->status == TUNED__EVAL_OK)
                     printf("%-9g%c %-48s %.3f (round %d, %d reps, p20 %.3f, p80 %.3f)\n",
-                           settle[s], mode, argv[4 + i], res[i].median_us, round + 1,
-                           res[i].reps, res[i].p20_us, res[i].p80_us);
+                           settle[s], mode, argv[4 + i], res->median_us, round + 1,
+                           res->reps, res->p20_us, res->p80_us);
                 else
                     printf("%-9g%c %-48s %s: %s\n", settle[s], mode, argv[4 + i],
-                           tuned__eval_status_name(res[i].status), res[i].detail);
+                           tuned__eval_status_name(res->status), res->detail);
             }
         }
     status = 0;
 out:
     for (int s = 0; s < nsettle; s++)
         tuned__evaluator_close(ev[s]);
-    tuned__nvrtc_unload(n);
-    tuned__driver_unload(d);
-    free(cfgs);
-    free(res);
+    probe_gpu_close(&p);
     return status;
 }
