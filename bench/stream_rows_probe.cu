@@ -1,0 +1,408 @@
+/* stream_rows_probe.cu: would a persistent, streaming softmax reach the copy
+ * on many long rows? A prototype, not a tuner family: fp16 rows only, each
+ * row's length a multiple of 8 x the cluster size.
+ *
+ * Idea: the register rows (the tuner's winners) hold one row slice a block
+ * and end every block's life in a load phase, a reduction and a store
+ * phase; at 64x262144 on the H200 the whole space stays under 97% of the
+ * copy (bench/results/2026-11-25-h200-exhaustive-64x262144). Here a cluster
+ * walks over rows g, g + G, ... (G the clusters resident at once, so the
+ * grid never runs in rounds) with STAGES shared-memory stages a block,
+ * each filled by one bulk copy (`cp.async.bulk`) completing on an
+ * mbarrier, so the next rows stream in while a row is reduced and stored.
+ * A row takes one pass over its stage (an online max and sum a thread, 9
+ * exps for 8 elements), a warp and a block fold of the (max, sum) pairs,
+ * one cluster barrier to publish each block's pair in its mailbox (two,
+ * by the row's parity, so a mailbox is rewritten only after every block
+ * has read it), a read of the cluster's pairs through distributed shared
+ * memory, and a second pass that writes exp(x - max) / sum.
+ *
+ * Checked against: a float64 softmax on the host of three rows a shape
+ * (first, middle, last); a config that misses prints FAIL and is not
+ * timed. Timed as the other probes (probe_common.cuh: 256 MiB memset, the
+ * evaluator's 100 µs settle, events around the launch alone), beside
+ * cudaMemcpyAsync of the same bytes, medians of 3 interleaved rounds.
+ *
+ *   stream_rows_probe ROWSxCOLS...
+ *
+ * Built and run by bench/stream-rows-probe.sh on the GPU machine. */
+#include <cuda_fp16.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "probe_common.cuh"
+
+typedef unsigned u32;
+
+__device__ __forceinline__ u32 smem_addr(const void *p)
+{
+    return (u32)__cvta_generic_to_shared(p);
+}
+
+__device__ __forceinline__ void mbar_init(u32 bar)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar) : "memory");
+}
+
+/* load, started ahead: one bulk copy of a row slice into a stage. */
+__device__ __forceinline__ void issue_slice(u32 stage, const void *src, u32 bytes, u32 bar)
+{
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
+                 : "memory");
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes"
+                 " [%0], [%1], %2, [%3];" ::"r"(stage),
+                 "l"(src), "r"(bytes), "r"(bar)
+                 : "memory");
+}
+
+__device__ __forceinline__ void mbar_wait(u32 bar, u32 parity)
+{
+    asm volatile("{\n\t.reg .pred done;\n"
+                 "wait_%=:\n\t"
+                 "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n\t"
+                 "@!done bra wait_%=;\n\t}" ::"r"(bar),
+                 "r"(parity)
+                 : "memory");
+}
+
+__device__ __forceinline__ void cluster_sync()
+{
+    asm volatile("barrier.cluster.arrive.release.aligned;\n\t"
+                 "barrier.cluster.wait.acquire.aligned;" ::
+                     : "memory");
+}
+
+__device__ __forceinline__ u32 cluster_rank()
+{
+    u32 r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return r;
+}
+
+/* A peer block's (max, sum) pair at the same shared address as ours. */
+__device__ __forceinline__ float2 peer_pair(u32 local, u32 peer)
+{
+    u32 remote;
+    float2 p;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(peer));
+    asm volatile("ld.shared::cluster.v2.f32 {%0, %1}, [%2];"
+                 : "=f"(p.x), "=f"(p.y)
+                 : "r"(remote)
+                 : "memory");
+    return p;
+}
+
+__device__ __forceinline__ void unpack8(const uint4 &w, float (&v)[8])
+{
+    const u32 words[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const float2 f = __half22float2(*reinterpret_cast<const __half2 *>(&words[i]));
+        v[2 * i] = f.x;
+        v[2 * i + 1] = f.y;
+    }
+}
+
+/* (m, s) += (m2, s2), each sum rescaled to the larger maximum (k = log2 e). */
+__device__ __forceinline__ void pair_add(float &m, float &s, float m2, float s2)
+{
+    const float k = 1.4426950408889634f;
+    const float big = fmaxf(m, m2);
+    const float a = m == -INFINITY ? 0.0f : s * exp2f((m - big) * k);
+    const float b = m2 == -INFINITY ? 0.0f : s2 * exp2f((m2 - big) * k);
+    m = big;
+    s = a + b;
+}
+
+__device__ __forceinline__ void warp_pairs(float &m, float &s)
+{
+#pragma unroll
+    for (int off = 16; off > 0; off /= 2) {
+        const float m2 = __shfl_xor_sync(0xffffffffu, m, off);
+        const float s2 = __shfl_xor_sync(0xffffffffu, s, off);
+        pair_add(m, s, m2, s2);
+    }
+}
+
+template <int CLUSTER, int STAGES, int THREADS>
+__global__ void __launch_bounds__(THREADS, 1)
+    stream_rows(const __half *x, __half *y, int rows, int cols, int groups)
+{
+    constexpr int WARPS = THREADS / 32;
+    extern __shared__ __align__(128) unsigned char stage_mem[];
+    __shared__ __align__(8) unsigned long long bars[STAGES];
+    __shared__ __align__(8) float2 mailbox[2];
+    __shared__ float2 warp_result[WARPS];
+    __shared__ float2 row_result;
+    const float k = 1.4426950408889634f;
+    const u32 rank = cluster_rank();
+    const int group = blockIdx.x / CLUSTER;
+    const int slice = cols / CLUSTER;
+    const u32 slice_bytes = (u32)slice * 2u, units = slice_bytes / 16u;
+    const u32 stage0 = smem_addr(stage_mem), bar0 = smem_addr(bars);
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+
+    if (threadIdx.x == 0) {
+        for (int st = 0; st < STAGES; st++)
+            mbar_init(bar0 + 8 * st);
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        for (int st = 0; st < STAGES; st++) {
+            const long long row = group + (long long)st * groups;
+            if (row < rows)
+                issue_slice(stage0 + st * slice_bytes, x + row * cols + (long long)rank * slice,
+                            slice_bytes, bar0 + 8 * st);
+        }
+    }
+    __syncthreads();
+
+    int n = 0;
+    for (long long row = group; row < rows; row += groups, n++) {
+        const int st = n % STAGES;
+        const u32 stage = stage0 + st * slice_bytes;
+        mbar_wait(bar0 + 8 * st, (u32)((n / STAGES) & 1));
+
+        /* one pass: a thread's online (max, sum) over its units */
+        float m = -INFINITY, s = 0.0f;
+        for (u32 u = threadIdx.x; u < units; u += THREADS) {
+            uint4 w;
+            asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+                         : "=r"(w.x), "=r"(w.y), "=r"(w.z), "=r"(w.w)
+                         : "r"(stage + u * 16));
+            float v[8];
+            unpack8(w, v);
+            float mu = v[0];
+#pragma unroll
+            for (int e = 1; e < 8; e++)
+                mu = fmaxf(mu, v[e]);
+            const float big = fmaxf(m, mu);
+            float add = 0.0f;
+#pragma unroll
+            for (int e = 0; e < 8; e++)
+                add += exp2f((v[e] - big) * k);
+            s = (m == -INFINITY ? 0.0f : s * exp2f((m - big) * k)) + add;
+            m = big;
+        }
+
+        /* fold: warp, block, then the cluster through the mailboxes */
+        warp_pairs(m, s);
+        if (lane == 0)
+            warp_result[warp] = make_float2(m, s);
+        __syncthreads();
+        if (warp == 0) {
+            float2 p = lane < WARPS ? warp_result[lane] : make_float2(-INFINITY, 0.0f);
+            m = p.x;
+            s = p.y;
+            warp_pairs(m, s);
+            if (lane == 0)
+                mailbox[n & 1] = make_float2(m, s);
+        }
+        cluster_sync();
+        if (warp == 0) {
+            float2 p = lane < CLUSTER ? peer_pair(smem_addr(&mailbox[n & 1]), (u32)lane)
+                                      : make_float2(-INFINITY, 0.0f);
+            m = p.x;
+            s = p.y;
+            warp_pairs(m, s);
+            if (lane == 0)
+                row_result = make_float2(m, 1.0f / s);
+        }
+        __syncthreads();
+        const float max = row_result.x, inv = row_result.y;
+
+        /* store: the second pass writes exp(x - max) / sum */
+        __half *out = y + row * cols + (long long)rank * slice;
+        for (u32 u = threadIdx.x; u < units; u += THREADS) {
+            uint4 w;
+            asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+                         : "=r"(w.x), "=r"(w.y), "=r"(w.z), "=r"(w.w)
+                         : "r"(stage + u * 16));
+            float v[8];
+            unpack8(w, v);
+            u32 o[4];
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const __half2 h = __floats2half2_rn(exp2f((v[2 * i] - max) * k) * inv,
+                                                    exp2f((v[2 * i + 1] - max) * k) * inv);
+                o[i] = *reinterpret_cast<const u32 *>(&h);
+            }
+            asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(out + u * 8), "r"(o[0]),
+                         "r"(o[1]), "r"(o[2]), "r"(o[3])
+                         : "memory");
+        }
+        /* refill: every thread is done with this stage */
+        __syncthreads();
+        const long long next = row + (long long)STAGES * groups;
+        if (threadIdx.x == 0 && next < rows) {
+            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+            issue_slice(stage, x + next * cols + (long long)rank * slice, slice_bytes,
+                        bar0 + 8 * st);
+        }
+    }
+    /* No block leaves while a peer may still read its mailbox. */
+    cluster_sync();
+}
+
+__global__ void fill_input(__half *x, long long n, unsigned seed)
+{
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
+         i += (long long)gridDim.x * blockDim.x) {
+        unsigned h = (unsigned)i * 2654435761u ^ seed;
+        h ^= h >> 15;
+        h *= 2246822519u;
+        h ^= h >> 13;
+        x[i] = __float2half((float)(h % 16384u) / 1024.0f - 8.0f); /* [-8, 8) */
+    }
+}
+
+struct Variant {
+    const char *name;
+    const void *kernel;
+    int cluster, stages, threads;
+};
+
+template <int C, int S, int T> static Variant variant(const char *name)
+{
+    return Variant{name, (const void *)stream_rows<C, S, T>, C, S, T};
+}
+
+/* Launch geometry of v for the shape: 0, or -1 when it does not apply. */
+static int prepare(const Variant &v, int rows, int cols, size_t *smem, int *groups)
+{
+    if (cols % (8 * v.cluster) != 0)
+        return -1;
+    *smem = (size_t)v.stages * (size_t)(cols / v.cluster) * 2;
+    if (*smem > 227u * 1024u)
+        return -1;
+    CHECK(cudaFuncSetAttribute(v.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)*smem));
+    if (v.cluster > 8)
+        CHECK(cudaFuncSetAttribute(v.kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(v.cluster);
+    cfg.blockDim = dim3(v.threads);
+    cfg.dynamicSmemBytes = *smem;
+    cudaLaunchAttribute attr;
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = v.cluster;
+    attr.val.clusterDim.y = 1;
+    attr.val.clusterDim.z = 1;
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+    int clusters = 0;
+    if (cudaOccupancyMaxActiveClusters(&clusters, v.kernel, &cfg) != cudaSuccess || clusters < 1) {
+        cudaGetLastError();
+        return -1;
+    }
+    *groups = clusters < rows ? clusters : rows;
+    return 0;
+}
+
+/* The largest error of y against a float64 softmax, over rows first,
+ * middle and last, relative to each output or to 1e-4, whichever is
+ * larger (fp16 holds outputs under 6.1e-5 as subnormals, 6e-8 apart). */
+static double check_rows(const __half *dx, const __half *dy, int rows, int cols)
+{
+    std::vector<__half> x(cols), y(cols);
+    double worst = 0.0;
+    const int picks[3] = {0, rows / 2, rows - 1};
+    for (int r : picks) {
+        CHECK(cudaMemcpy(x.data(), dx + (long long)r * cols, cols * 2, cudaMemcpyDeviceToHost));
+        CHECK(cudaMemcpy(y.data(), dy + (long long)r * cols, cols * 2, cudaMemcpyDeviceToHost));
+        double mx = -INFINITY, sum = 0.0;
+        for (int c = 0; c < cols; c++)
+            mx = std::fmax(mx, (double)__half2float(x[c]));
+        for (int c = 0; c < cols; c++)
+            sum += std::exp((double)__half2float(x[c]) - mx);
+        for (int c = 0; c < cols; c++) {
+            const double want = std::exp((double)__half2float(x[c]) - mx) / sum;
+            const double err = std::fabs((double)__half2float(y[c]) - want) / std::fmax(want, 1e-4);
+            worst = std::fmax(worst, err);
+        }
+    }
+    return worst;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fprintf(stderr, "usage: stream_rows_probe ROWSxCOLS...\n");
+        return 2;
+    }
+    const std::vector<Variant> variants = {
+        variant<8, 2, 256>("c8.s2.t256"),    variant<8, 3, 256>("c8.s3.t256"),
+        variant<8, 2, 512>("c8.s2.t512"),    variant<8, 3, 512>("c8.s3.t512"),
+        variant<16, 2, 256>("c16.s2.t256"),  variant<16, 3, 256>("c16.s3.t256"),
+        variant<16, 4, 256>("c16.s4.t256"),  variant<16, 3, 512>("c16.s3.t512"),
+        variant<4, 2, 512>("c4.s2.t512"),    variant<4, 3, 512>("c4.s3.t512"),
+    };
+    cudaDeviceProp prop;
+    CHECK(cudaGetDeviceProperties(&prop, 0));
+    printf("# %s; fp16; median µs of each round (3 rounds, interleaved), 50 repeats a round\n",
+           prop.name);
+    printf("%-14s %-13s %7s %6s %9s %9s %9s %8s\n", "shape", "variant", "groups", "smem", "round1",
+           "round2", "round3", "error");
+    Timer timer(50, 100000);
+    for (int a = 1; a < argc; a++) {
+        int rows = 0, cols = 0;
+        if (sscanf(argv[a], "%dx%d", &rows, &cols) != 2 || rows < 1 || cols < 1) {
+            fprintf(stderr, "stream_rows_probe: '%s' is not ROWSxCOLS\n", argv[a]);
+            return 2;
+        }
+        const long long n = (long long)rows * cols;
+        __half *x, *y;
+        CHECK(cudaMalloc(&x, n * 2));
+        CHECK(cudaMalloc(&y, n * 2));
+        fill_input<<<1024, 256>>>(x, n, 12345u + (unsigned)a);
+        CHECK(cudaGetLastError());
+        struct Ready {
+            const Variant *v;
+            size_t smem;
+            int groups;
+            double err;
+            float us[3];
+        };
+        std::vector<Ready> ready;
+        for (const Variant &v : variants) {
+            Ready r = {&v, 0, 0, 0.0, {0, 0, 0}};
+            if (prepare(v, rows, cols, &r.smem, &r.groups) != 0)
+                continue;
+            CHECK(cudaMemset(y, 0xFF, n * 2));
+            int rows_arg = rows, cols_arg = cols, groups_arg = r.groups;
+            void *args[] = {&x, &y, &rows_arg, &cols_arg, &groups_arg};
+            CHECK(probe_launch(v.kernel, r.groups * v.cluster, v.threads, r.smem, v.cluster, false,
+                               args));
+            CHECK(cudaDeviceSynchronize());
+            r.err = check_rows(x, y, rows, cols);
+            if (r.err > 2e-3) {
+                printf("%-14s %-13s %7d %6zu FAIL: relative error %.3g\n", argv[a], v.name,
+                       r.groups, r.smem >> 10, r.err);
+                continue;
+            }
+            ready.push_back(r);
+        }
+        float copy_us[3];
+        for (int round = 0; round < 3; round++) {
+            copy_us[round] = timer.median_us(
+                [&] { CHECK(cudaMemcpyAsync(y, x, n * 2, cudaMemcpyDeviceToDevice)); });
+            for (Ready &r : ready) {
+                int rows_arg = rows, cols_arg = cols, groups_arg = r.groups;
+                void *args[] = {&x, &y, &rows_arg, &cols_arg, &groups_arg};
+                r.us[round] = timer.median_us([&] {
+                    CHECK(probe_launch(r.v->kernel, r.groups * r.v->cluster, r.v->threads, r.smem,
+                                       r.v->cluster, false, args));
+                });
+            }
+        }
+        printf("%-14s %-13s %7s %6s %9.3f %9.3f %9.3f %8s\n", argv[a], "copy", "-", "-", copy_us[0],
+               copy_us[1], copy_us[2], "-");
+        for (const Ready &r : ready)
+            printf("%-14s %-13s %7d %5zuK %9.3f %9.3f %9.3f %8.2g\n", argv[a], r.v->name, r.groups,
+                   r.smem >> 10, r.us[0], r.us[1], r.us[2], r.err);
+        CHECK(cudaFree(x));
+        CHECK(cudaFree(y));
+    }
+    return 0;
+}
