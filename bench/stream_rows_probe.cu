@@ -15,7 +15,9 @@
  * one cluster barrier to publish each block's pair in its mailbox (two,
  * by the row's parity, so a mailbox is rewritten only after every block
  * has read it), a read of the cluster's pairs through distributed shared
- * memory, and a second pass that writes exp(x - max) / sum.
+ * memory, and a second pass that writes exp(x - max) / sum. Variants
+ * named ".pipe" split that cluster barrier around the previous row's
+ * store pass (see stream_rows).
  *
  * Checked against: a float64 softmax on the host of three rows a shape
  * (first, middle, last); a config that misses prints FAIL and is not
@@ -128,7 +130,109 @@ __device__ __forceinline__ void warp_pairs(float &m, float &s)
     }
 }
 
-template <int CLUSTER, int STAGES, int THREADS>
+/* split cluster barrier: arrive after publishing, wait before reading */
+__device__ __forceinline__ void cluster_arrive()
+{
+    asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+}
+
+__device__ __forceinline__ void cluster_wait()
+{
+    asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+
+__device__ __forceinline__ uint4 stage_unit(u32 stage, u32 u)
+{
+    uint4 w;
+    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(w.x), "=r"(w.y), "=r"(w.z), "=r"(w.w)
+                 : "r"(stage + u * 16));
+    return w;
+}
+
+/* pass: a thread's online (max, sum) over its units of a stage */
+template <int THREADS> __device__ __forceinline__ float2 row_pass(u32 stage, u32 units)
+{
+    const float k = 1.4426950408889634f;
+    float m = -INFINITY, s = 0.0f;
+    for (u32 u = threadIdx.x; u < units; u += THREADS) {
+        float v[8];
+        unpack8(stage_unit(stage, u), v);
+        float mu = v[0];
+#pragma unroll
+        for (int e = 1; e < 8; e++)
+            mu = fmaxf(mu, v[e]);
+        const float big = fmaxf(m, mu);
+        float add = 0.0f;
+#pragma unroll
+        for (int e = 0; e < 8; e++)
+            add += exp2f((v[e] - big) * k);
+        s = (m == -INFINITY ? 0.0f : s * exp2f((m - big) * k)) + add;
+        m = big;
+    }
+    return make_float2(m, s);
+}
+
+/* block fold: the block's pair into *mail (by warp 0's lane 0) */
+template <int THREADS>
+__device__ __forceinline__ void block_fold(float2 p, float2 *warp_result, float2 *mail)
+{
+    constexpr int WARPS = THREADS / 32;
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    warp_pairs(p.x, p.y);
+    if (lane == 0)
+        warp_result[warp] = p;
+    __syncthreads();
+    if (warp == 0) {
+        p = lane < WARPS ? warp_result[lane] : make_float2(-INFINITY, 0.0f);
+        warp_pairs(p.x, p.y);
+        if (lane == 0)
+            *mail = p;
+    }
+}
+
+/* cluster fold: the row's (max, 1 / sum) from every block's mailbox, into
+ * *result (by warp 0's lane 0); the caller synchronises the block. */
+template <int CLUSTER> __device__ __forceinline__ void cluster_fold(float2 *mail, float2 *result)
+{
+    const int lane = threadIdx.x % 32;
+    if (threadIdx.x / 32 == 0) {
+        float2 p = lane < CLUSTER ? peer_pair(smem_addr(mail), (u32)lane)
+                                  : make_float2(-INFINITY, 0.0f);
+        warp_pairs(p.x, p.y);
+        if (lane == 0)
+            *result = make_float2(p.x, 1.0f / p.y);
+    }
+}
+
+/* store: the second pass writes exp(x - max) / sum */
+template <int THREADS>
+__device__ __forceinline__ void store_pass(u32 stage, u32 units, __half *out, float2 result)
+{
+    const float k = 1.4426950408889634f;
+    for (u32 u = threadIdx.x; u < units; u += THREADS) {
+        float v[8];
+        unpack8(stage_unit(stage, u), v);
+        u32 o[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const __half2 h = __floats2half2_rn(exp2f((v[2 * i] - result.x) * k) * result.y,
+                                                exp2f((v[2 * i + 1] - result.x) * k) * result.y);
+            o[i] = *reinterpret_cast<const u32 *>(&h);
+        }
+        asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(out + u * 8), "r"(o[0]),
+                     "r"(o[1]), "r"(o[2]), "r"(o[3])
+                     : "memory");
+    }
+}
+
+/* A cluster's walk over its rows. PIPELINED 0: each row's pass, folds,
+ * cluster barrier and store pass in turn. PIPELINED 1: the cluster
+ * barrier of row n is split around the store pass of row n - 1 (arrive
+ * after publishing row n's pair, wait before reading the cluster's), so
+ * that its latency hides behind that store; a stage is refilled once its
+ * row is stored, so a row's stage lives one iteration longer. */
+template <int CLUSTER, int STAGES, int THREADS, int PIPELINED>
 __global__ void __launch_bounds__(THREADS, 1)
     stream_rows(const __half *x, __half *y, int rows, int cols, int groups)
 {
@@ -137,109 +241,58 @@ __global__ void __launch_bounds__(THREADS, 1)
     __shared__ __align__(8) unsigned long long bars[STAGES];
     __shared__ __align__(8) float2 mailbox[2];
     __shared__ float2 warp_result[WARPS];
-    __shared__ float2 row_result;
-    const float k = 1.4426950408889634f;
+    __shared__ float2 row_result[2];
     const u32 rank = cluster_rank();
     const int group = blockIdx.x / CLUSTER;
     const int slice = cols / CLUSTER;
     const u32 slice_bytes = (u32)slice * 2u, units = slice_bytes / 16u;
     const u32 stage0 = smem_addr(stage_mem), bar0 = smem_addr(bars);
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    /* the rows of this cluster: group + n * groups, n < count */
+    const int count = group < rows ? (rows - group + groups - 1) / groups : 0;
+    auto row_of = [&](int n) { return (long long)group + (long long)n * groups; };
+    auto src_of = [&](int n) { return x + row_of(n) * cols + (long long)rank * slice; };
 
     if (threadIdx.x == 0) {
         for (int st = 0; st < STAGES; st++)
             mbar_init(bar0 + 8 * st);
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-        for (int st = 0; st < STAGES; st++) {
-            const long long row = group + (long long)st * groups;
-            if (row < rows)
-                issue_slice(stage0 + st * slice_bytes, x + row * cols + (long long)rank * slice,
-                            slice_bytes, bar0 + 8 * st);
-        }
+        for (int n = 0; n < STAGES && n < count; n++)
+            issue_slice(stage0 + n * slice_bytes, src_of(n), slice_bytes, bar0 + 8 * n);
     }
     __syncthreads();
 
-    int n = 0;
-    for (long long row = group; row < rows; row += groups, n++) {
+    for (int n = 0; n < count + PIPELINED; n++) {
         const int st = n % STAGES;
         const u32 stage = stage0 + st * slice_bytes;
-        mbar_wait(bar0 + 8 * st, (u32)((n / STAGES) & 1));
-
-        /* one pass: a thread's online (max, sum) over its units */
-        float m = -INFINITY, s = 0.0f;
-        for (u32 u = threadIdx.x; u < units; u += THREADS) {
-            uint4 w;
-            asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
-                         : "=r"(w.x), "=r"(w.y), "=r"(w.z), "=r"(w.w)
-                         : "r"(stage + u * 16));
-            float v[8];
-            unpack8(w, v);
-            float mu = v[0];
-#pragma unroll
-            for (int e = 1; e < 8; e++)
-                mu = fmaxf(mu, v[e]);
-            const float big = fmaxf(m, mu);
-            float add = 0.0f;
-#pragma unroll
-            for (int e = 0; e < 8; e++)
-                add += exp2f((v[e] - big) * k);
-            s = (m == -INFINITY ? 0.0f : s * exp2f((m - big) * k)) + add;
-            m = big;
+        if (n < count) {
+            mbar_wait(bar0 + 8 * st, (u32)((n / STAGES) & 1));
+            block_fold<THREADS>(row_pass<THREADS>(stage, units), warp_result, &mailbox[n & 1]);
         }
-
-        /* fold: warp, block, then the cluster through the mailboxes */
-        warp_pairs(m, s);
-        if (lane == 0)
-            warp_result[warp] = make_float2(m, s);
-        __syncthreads();
-        if (warp == 0) {
-            float2 p = lane < WARPS ? warp_result[lane] : make_float2(-INFINITY, 0.0f);
-            m = p.x;
-            s = p.y;
-            warp_pairs(m, s);
-            if (lane == 0)
-                mailbox[n & 1] = make_float2(m, s);
-        }
-        cluster_sync();
-        if (warp == 0) {
-            float2 p = lane < CLUSTER ? peer_pair(smem_addr(&mailbox[n & 1]), (u32)lane)
-                                      : make_float2(-INFINITY, 0.0f);
-            m = p.x;
-            s = p.y;
-            warp_pairs(m, s);
-            if (lane == 0)
-                row_result = make_float2(m, 1.0f / s);
-        }
-        __syncthreads();
-        const float max = row_result.x, inv = row_result.y;
-
-        /* store: the second pass writes exp(x - max) / sum */
-        __half *out = y + row * cols + (long long)rank * slice;
-        for (u32 u = threadIdx.x; u < units; u += THREADS) {
-            uint4 w;
-            asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
-                         : "=r"(w.x), "=r"(w.y), "=r"(w.z), "=r"(w.w)
-                         : "r"(stage + u * 16));
-            float v[8];
-            unpack8(w, v);
-            u32 o[4];
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                const __half2 h = __floats2half2_rn(exp2f((v[2 * i] - max) * k) * inv,
-                                                    exp2f((v[2 * i + 1] - max) * k) * inv);
-                o[i] = *reinterpret_cast<const u32 *>(&h);
+        /* the row whose store this iteration writes */
+        const int done = n - PIPELINED;
+        if (PIPELINED) {
+            cluster_arrive();
+            if (done >= 0) {
+                const u32 done_stage = stage0 + (done % STAGES) * slice_bytes;
+                store_pass<THREADS>(done_stage, units, y + row_of(done) * cols + (long long)rank * slice,
+                                    row_result[done & 1]);
             }
-            asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(out + u * 8), "r"(o[0]),
-                         "r"(o[1]), "r"(o[2]), "r"(o[3])
-                         : "memory");
+            cluster_wait();
+            if (n < count)
+                cluster_fold<CLUSTER>(&mailbox[n & 1], &row_result[n & 1]);
+        } else {
+            cluster_sync();
+            cluster_fold<CLUSTER>(&mailbox[n & 1], &row_result[n & 1]);
+            __syncthreads();
+            store_pass<THREADS>(stage, units, y + row_of(n) * cols + (long long)rank * slice,
+                                row_result[n & 1]);
         }
-        /* refill: every thread is done with this stage */
+        /* refill: every thread is done with the stored row's stage */
         __syncthreads();
-        const long long next = row + (long long)STAGES * groups;
-        if (threadIdx.x == 0 && next < rows) {
+        if (threadIdx.x == 0 && done >= 0 && done + STAGES < count) {
             asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-            issue_slice(stage, x + next * cols + (long long)rank * slice, slice_bytes,
-                        bar0 + 8 * st);
+            issue_slice(stage0 + (done % STAGES) * slice_bytes, src_of(done + STAGES), slice_bytes,
+                        bar0 + 8 * (done % STAGES));
         }
     }
     /* No block leaves while a peer may still read its mailbox. */
@@ -264,9 +317,9 @@ struct Variant {
     int cluster, stages, threads;
 };
 
-template <int C, int S, int T> static Variant variant(const char *name)
+template <int C, int S, int T, int P> static Variant variant(const char *name)
 {
-    return Variant{name, (const void *)stream_rows<C, S, T>, C, S, T};
+    return Variant{name, (const void *)stream_rows<C, S, T, P>, C, S, T};
 }
 
 /* Launch geometry of v for the shape: 0, or -1 when it does not apply. */
@@ -332,11 +385,11 @@ int main(int argc, char **argv)
         return 2;
     }
     const std::vector<Variant> variants = {
-        variant<8, 2, 256>("c8.s2.t256"),    variant<8, 3, 256>("c8.s3.t256"),
-        variant<8, 2, 512>("c8.s2.t512"),    variant<8, 3, 512>("c8.s3.t512"),
-        variant<16, 2, 256>("c16.s2.t256"),  variant<16, 3, 256>("c16.s3.t256"),
-        variant<16, 4, 256>("c16.s4.t256"),  variant<16, 3, 512>("c16.s3.t512"),
-        variant<4, 2, 512>("c4.s2.t512"),    variant<4, 3, 512>("c4.s3.t512"),
+        variant<8, 2, 256, 0>("c8.s2.t256"),     variant<8, 3, 256, 1>("c8.s3.t256.pipe"),
+        variant<8, 3, 512, 1>("c8.s3.t512.pipe"), variant<16, 2, 256, 0>("c16.s2.t256"),
+        variant<16, 2, 256, 1>("c16.s2.t256.pipe"), variant<16, 3, 256, 1>("c16.s3.t256.pipe"),
+        variant<16, 3, 512, 1>("c16.s3.t512.pipe"), variant<16, 4, 256, 1>("c16.s4.t256.pipe"),
+        variant<4, 3, 512, 1>("c4.s3.t512.pipe"),
     };
     cudaDeviceProp prop;
     CHECK(cudaGetDeviceProperties(&prop, 0));
