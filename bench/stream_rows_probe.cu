@@ -24,6 +24,9 @@
  * timed. Timed as the other probes (probe_common.cuh: 256 MiB memset, the
  * evaluator's 100 µs settle, events around the launch alone), beside
  * cudaMemcpyAsync of the same bytes, medians of 3 interleaved rounds.
+ * Then one more launch a variant in which thread 0 of each block sums the
+ * SM clocks of a row's stages (wait, pass and folds, cluster step, store)
+ * over its rows; the medians over blocks are printed in ns a row.
  *
  *   stream_rows_probe ROWSxCOLS...
  *
@@ -226,6 +229,8 @@ __device__ __forceinline__ void store_pass(u32 stage, u32 units, __half *out, fl
     }
 }
 
+#define PHASES 4
+
 /* A cluster's walk over its rows. PIPELINED 0: each row's pass, folds,
  * cluster barrier and store pass in turn. PIPELINED 1: the cluster
  * barrier of row n is split around the store pass of row n - 1 (arrive
@@ -234,7 +239,8 @@ __device__ __forceinline__ void store_pass(u32 stage, u32 units, __half *out, fl
  * row is stored, so a row's stage lives one iteration longer. */
 template <int CLUSTER, int STAGES, int THREADS, int PIPELINED>
 __global__ void __launch_bounds__(THREADS, 1)
-    stream_rows(const __half *x, __half *y, int rows, int cols, int groups)
+    stream_rows(const __half *x, __half *y, int rows, int cols, int groups,
+                unsigned long long *phases)
 {
     constexpr int WARPS = THREADS / 32;
     extern __shared__ __align__(128) unsigned char stage_mem[];
@@ -260,13 +266,27 @@ __global__ void __launch_bounds__(THREADS, 1)
             issue_slice(stage0 + n * slice_bytes, src_of(n), slice_bytes, bar0 + 8 * n);
     }
     __syncthreads();
+    /* phases (thread 0, when asked): SM clocks spent waiting for the
+     * stage, in the pass and block fold, at the cluster barrier and fold,
+     * and in the store pass, summed over the rows */
+    unsigned long long spent[PHASES] = {0, 0, 0, 0};
+    unsigned long long t0 = clock64();
+    auto mark = [&](int phase) {
+        if (phases != nullptr && threadIdx.x == 0) {
+            const unsigned long long t = clock64();
+            spent[phase] += t - t0;
+            t0 = t;
+        }
+    };
 
     for (int n = 0; n < count + PIPELINED; n++) {
         const int st = n % STAGES;
         const u32 stage = stage0 + st * slice_bytes;
         if (n < count) {
             mbar_wait(bar0 + 8 * st, (u32)((n / STAGES) & 1));
+            mark(0);
             block_fold<THREADS>(row_pass<THREADS>(stage, units), warp_result, &mailbox[n & 1]);
+            mark(1);
         }
         /* the row whose store this iteration writes */
         const int done = n - PIPELINED;
@@ -284,17 +304,22 @@ __global__ void __launch_bounds__(THREADS, 1)
             cluster_sync();
             cluster_fold<CLUSTER>(&mailbox[n & 1], &row_result[n & 1]);
             __syncthreads();
+            mark(2);
             store_pass<THREADS>(stage, units, y + row_of(n) * cols + (long long)rank * slice,
                                 row_result[n & 1]);
         }
         /* refill: every thread is done with the stored row's stage */
         __syncthreads();
+        mark(PIPELINED ? 2 : 3);
         if (threadIdx.x == 0 && done >= 0 && done + STAGES < count) {
             asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
             issue_slice(stage0 + (done % STAGES) * slice_bytes, src_of(done + STAGES), slice_bytes,
                         bar0 + 8 * (done % STAGES));
         }
     }
+    if (phases != nullptr && threadIdx.x == 0)
+        for (int i = 0; i < PHASES; i++)
+            phases[blockIdx.x * PHASES + i] = count > 0 ? spent[i] / count : 0;
     /* No block leaves while a peer may still read its mailbox. */
     cluster_sync();
 }
@@ -398,6 +423,11 @@ int main(int argc, char **argv)
     printf("%-14s %-13s %7s %6s %9s %9s %9s %8s\n", "shape", "variant", "groups", "smem", "round1",
            "round2", "round3", "error");
     Timer timer(50, 100000);
+    double *drate, clocks_per_ns;
+    CHECK(cudaMalloc(&drate, sizeof *drate));
+    probe_clock_rate<<<1, 1>>>(drate);
+    CHECK(cudaMemcpy(&clocks_per_ns, drate, sizeof clocks_per_ns, cudaMemcpyDeviceToHost));
+    CHECK(cudaFree(drate));
     for (int a = 1; a < argc; a++) {
         int rows = 0, cols = 0;
         if (sscanf(argv[a], "%dx%d", &rows, &cols) != 2 || rows < 1 || cols < 1) {
@@ -424,7 +454,8 @@ int main(int argc, char **argv)
                 continue;
             CHECK(cudaMemset(y, 0xFF, n * 2));
             int rows_arg = rows, cols_arg = cols, groups_arg = r.groups;
-            void *args[] = {&x, &y, &rows_arg, &cols_arg, &groups_arg};
+            unsigned long long *no_phases = nullptr;
+            void *args[] = {&x, &y, &rows_arg, &cols_arg, &groups_arg, &no_phases};
             CHECK(probe_launch(v.kernel, r.groups * v.cluster, v.threads, r.smem, v.cluster, false,
                                args));
             CHECK(cudaDeviceSynchronize());
@@ -442,7 +473,8 @@ int main(int argc, char **argv)
                 [&] { CHECK(cudaMemcpyAsync(y, x, n * 2, cudaMemcpyDeviceToDevice)); });
             for (Ready &r : ready) {
                 int rows_arg = rows, cols_arg = cols, groups_arg = r.groups;
-                void *args[] = {&x, &y, &rows_arg, &cols_arg, &groups_arg};
+                unsigned long long *no_phases = nullptr;
+                void *args[] = {&x, &y, &rows_arg, &cols_arg, &groups_arg, &no_phases};
                 r.us[round] = timer.median_us([&] {
                     CHECK(probe_launch(r.v->kernel, r.groups * r.v->cluster, r.v->threads, r.smem,
                                        r.v->cluster, false, args));
@@ -454,6 +486,27 @@ int main(int argc, char **argv)
         for (const Ready &r : ready)
             printf("%-14s %-13s %7d %5zuK %9.3f %9.3f %9.3f %8.2g\n", argv[a], r.v->name, r.groups,
                    r.smem >> 10, r.us[0], r.us[1], r.us[2], r.err);
+        /* one more launch a variant, its blocks' clocks per row */
+        for (const Ready &r : ready) {
+            const int blocks = r.groups * r.v->cluster;
+            unsigned long long *dphases;
+            CHECK(cudaMalloc(&dphases, (size_t)blocks * PHASES * sizeof *dphases));
+            int rows_arg = rows, cols_arg = cols, groups_arg = r.groups;
+            void *args[] = {&x, &y, &rows_arg, &cols_arg, &groups_arg, &dphases};
+            CHECK(probe_launch(r.v->kernel, blocks, r.v->threads, r.smem, r.v->cluster, false, args));
+            std::vector<unsigned long long> h((size_t)blocks * PHASES);
+            CHECK(cudaMemcpy(h.data(), dphases, h.size() * sizeof h[0], cudaMemcpyDeviceToHost));
+            CHECK(cudaFree(dphases));
+            printf("%-14s %-13s phases, ns a row (median over blocks): ", argv[a], r.v->name);
+            const char *names[PHASES] = {"wait", "pass+fold", "cluster", "store"};
+            for (int i = 0; i < PHASES; i++) {
+                std::vector<double> v;
+                for (int b = 0; b < blocks; b++)
+                    v.push_back((double)h[(size_t)b * PHASES + i] / clocks_per_ns);
+                std::sort(v.begin(), v.end());
+                printf("%s %.0f%s", names[i], v[v.size() / 2], i + 1 < PHASES ? ", " : "\n");
+            }
+        }
         CHECK(cudaFree(x));
         CHECK(cudaFree(y));
     }
