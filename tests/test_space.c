@@ -129,6 +129,25 @@ static void expect_refused(const refusal *refused, size_t n)
     }
 }
 
+/* Parses text into *c and checks that it formats back to the same text. */
+static void expect_round_trip(const char *text, tuned__config *c)
+{
+    tuned__err e = {0};
+    char back[TUNED__CONFIG_TEXT] = "";
+    EXPECT(tuned__config_parse(text, c, &e) == 0, "%s", e.msg);
+    tuned__config_format(c, back, sizeof back);
+    EXPECT(strcmp(back, text) == 0, "%s formatted as %s", text, back);
+}
+
+/* Whether sp holds c. */
+static bool space_holds(const tuned__space *sp, const tuned__config *c)
+{
+    for (size_t i = 0; i < sp->count; i++)
+        if (tuned__config_equal(&sp->valid[i], c))
+            return true;
+    return false;
+}
+
 /* A stash: its text, its rules (forward kernels, no grid split, no
  * reg=ex, vectors of 4 bytes, every stashed pass inside the row, at most
  * TUNED__STASH_MAX_BYTES a block), its registers, and the space's one size
@@ -137,11 +156,10 @@ static void stash(void)
 {
     tuned__err e = {0};
     tuned__config c;
-    char text[TUNED__CONFIG_TEXT], why[200];
+    char why[200];
     const char *good = "w8.r1.c16.m4.v2.ld=def.st=def.reg=f32.red=fused.stash16";
-    EXPECT(tuned__config_parse(good, &c, &e) == 0 && c.stash == 16 && c.grid == 0, "%s", e.msg);
-    tuned__config_format(&c, text, sizeof text);
-    EXPECT(strcmp(text, good) == 0, "formatted %s", text);
+    expect_round_trip(good, &c);
+    EXPECT(c.stash == 16 && c.grid == 0, "%s: stash %u, grid %u", good, c.stash, c.grid);
     tuned__shape s = {TUNED_FP32, 64, 262144, TUNED__KERNEL_SOFTMAX};
     EXPECT(tuned__config_check(&c, &s, 90, 132, why, sizeof why), "%s: %s", good, why);
     /* 32 passes, 16 in registers: 32 registers of the row, not 64 */
@@ -176,13 +194,11 @@ static void stash(void)
     tuned__space sp;
     EXPECT(tuned__space_init(&sp, &s, 90, 132, &e) == 0, "%s", e.msg);
     EXPECT(tuned__config_parse(good, &c, &e) == 0, "%s", e.msg);
-    bool found = false;
     size_t stashed = 0;
-    for (size_t i = 0; i < sp.count; i++) {
-        found |= tuned__config_equal(&sp.valid[i], &c);
+    for (size_t i = 0; i < sp.count; i++)
         stashed += sp.valid[i].stash > 0;
-    }
-    EXPECT(found && stashed > 0, "%s not in the space (%zu stashed configs)", good, stashed);
+    EXPECT(space_holds(&sp, &c) && stashed > 0, "%s not in the space (%zu stashed configs)", good,
+           stashed);
     c.minb = 2, c.stash = 8; /* valid, with registers for a quarter in a stash */
     EXPECT(tuned__config_check(&c, &s, 90, 132, why, sizeof why), "%s", why);
     EXPECT(!tuned__space_valid(&sp, &c, why, sizeof why) && strstr(why, "half"),
@@ -203,23 +219,20 @@ static void replicas(void)
 {
     tuned__err e = {0};
     tuned__config c;
-    char text[TUNED__CONFIG_TEXT], why[200];
+    char why[200];
     const char *good = "w8.r1.c16.m4.v8.ld=def.st=def.reg=ex.red=fused.rep4";
-    EXPECT(tuned__config_parse(good, &c, &e) == 0 && c.replicas == 4 && c.stash == 0 &&
-               c.grid == 0,
-           "%s", e.msg);
-    tuned__config_format(&c, text, sizeof text);
-    EXPECT(strcmp(text, good) == 0, "formatted %s", text);
+    expect_round_trip(good, &c);
+    EXPECT(c.replicas == 4 && c.stash == 0 && c.grid == 0, "%s: replicas %u, stash %u, grid %u",
+           good, c.replicas, c.stash, c.grid);
     EXPECT(tuned__config_blocks_per_row(&c) == 16 && tuned__config_launch_blocks_per_row(&c) == 64,
            "a row of 4 replicas of 16 blocks launches %u blocks, shares %u",
            tuned__config_launch_blocks_per_row(&c), tuned__config_blocks_per_row(&c));
     tuned__shape one_row = {TUNED_FP16, 1, 262144, TUNED__KERNEL_SOFTMAX};
     EXPECT(tuned__config_check(&c, &one_row, 90, 132, why, sizeof why), "%s: %s", good, why);
     const char *stashed = "w8.r1.c16.m4.v2.ld=def.st=def.reg=f32.red=fused.stash16.rep2";
-    EXPECT(tuned__config_parse(stashed, &c, &e) == 0 && c.stash == 16 && c.replicas == 2, "%s",
-           e.msg);
-    tuned__config_format(&c, text, sizeof text);
-    EXPECT(strcmp(text, stashed) == 0, "formatted %s", text);
+    expect_round_trip(stashed, &c);
+    EXPECT(c.stash == 16 && c.replicas == 2, "%s: stash %u, replicas %u", stashed, c.stash,
+           c.replicas);
     static const refusal refused[] = {
         {"w8.r1.c16.m1.v8.ld=def.st=def.reg=f32.rep2",
          {TUNED_FP16, 1, 262144, TUNED__KERNEL_SOFTMAX_BWD}, "forward kernels only"},
@@ -243,12 +256,9 @@ static void replicas(void)
     EXPECT(tuned__space_init(&sp, &one_row, 90, 132, &e) == 0, "%s", e.msg);
     EXPECT(tuned__config_parse(good, &c, &e) == 0, "%s", e.msg);
     size_t held[9] = {0};
-    bool found = false;
-    for (size_t i = 0; i < sp.count; i++) {
-        found |= tuned__config_equal(&sp.valid[i], &c);
+    for (size_t i = 0; i < sp.count; i++)
         held[sp.valid[i].replicas]++;
-    }
-    EXPECT(found && held[2] > 0 && held[4] > 0 && held[8] == 0,
+    EXPECT(space_holds(&sp, &c) && held[2] > 0 && held[4] > 0 && held[8] == 0,
            "%s not in the space, or replicas of 2/4/8: %zu/%zu/%zu", good, held[2], held[4],
            held[8]);
     c.replicas = 8;
