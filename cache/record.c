@@ -70,7 +70,11 @@ int tuned__record_plausible(const tuned__record *r, int code, tuned__err *e)
                         strncmp(r->gpu, r->gpu_name, (size_t)(bar - r->gpu)) != 0))
         return tuned__errf(e, code, WHAT ": gpu_name \"%s\" is not the GPU of its identity "
                            "\"%.*s\"", r->gpu_name, (int)(bar - r->gpu), r->gpu);
-    if (r->copy_us > 0 && r->median_us < TUNED__RECORD_MIN_OF_COPY * r->copy_us)
+    if (!(r->copy_us >= TUNED__RECORD_MIN_US) || !(r->median_us >= TUNED__RECORD_MIN_US))
+        return tuned__errf(e, code, WHAT ": median_us %g, copy_us %g: a measured time is at "
+                           "least %.1f us (every tune times the copy first): not a possible "
+                           "measurement", r->median_us, r->copy_us, TUNED__RECORD_MIN_US);
+    if (r->median_us < TUNED__RECORD_MIN_OF_COPY * r->copy_us)
         return tuned__errf(e, code, WHAT ": median_us %g is faster than %.1f x its own copy_us "
                            "%g: not a possible measurement", r->median_us,
                            TUNED__RECORD_MIN_OF_COPY, r->copy_us);
@@ -81,6 +85,9 @@ int tuned__record_plausible(const tuned__record *r, int code, tuned__err *e)
         return tuned__errf(e, code, WHAT ": median_us %g moves %.0f bytes at %.1f TB/s, above "
                            "the %.0f TB/s of any GPU: not a possible measurement", r->median_us,
                            bytes, bw / 1e12, TUNED__RECORD_MAX_BYTES_PER_S / 1e12);
+    if (r->gbps * 1e9 > TUNED__RECORD_MAX_BYTES_PER_S)
+        return tuned__errf(e, code, WHAT ": gbps %g is above the %.0f TB/s of any GPU: not a "
+                           "possible measurement", r->gbps, TUNED__RECORD_MAX_BYTES_PER_S / 1e12);
     return 0;
 }
 

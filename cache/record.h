@@ -35,13 +35,21 @@ int tuned__record_check(const tuned__record *r, int code, tuned__err *e);
  * no measurement of it beats 0.8 x the copy's measured time (the margin is
  * the noise between two medians). */
 #define TUNED__RECORD_MIN_OF_COPY 0.8
+/* The shortest time, in microseconds, any launch of a kernel or a copy
+ * takes from one event to the next: the launch, one memory round trip and
+ * the events' own step come to 2-4 us on the GPUs measured; no record
+ * (median or copy) of a possible measurement is below it. */
+#define TUNED__RECORD_MIN_US 1.0
 
 /* Whether r could be a real measurement (beyond tuned__record_check): its
  * gpu_name is the name its identity string begins with ("NAME|sm_90|..."),
- * its median_us is at least TUNED__RECORD_MIN_OF_COPY x its copy_us (when
- * it has one), and its bytes read and written over median_us stay under
+ * it has the copy time every tune measures first, its median_us and
+ * copy_us are at least TUNED__RECORD_MIN_US, its median_us is at least
+ * TUNED__RECORD_MIN_OF_COPY x its copy_us, and neither its bytes read and
+ * written over median_us nor its stated gbps pass
  * TUNED__RECORD_MAX_BYTES_PER_S. Import refuses a record that is not, and
- * replaces a stored one that is not. Returns 0 or code with the reason. */
+ * replaces a stored one that is not; the fleet serves none. Returns 0 or
+ * code with the reason. */
 int tuned__record_plausible(const tuned__record *r, int code, tuned__err *e);
 
 /* Builds the JSON object of r into *out (a new reference). Returns 0,

@@ -418,16 +418,17 @@ def case_poison():
     good = record(4096, 32000, median=143.6, copy=126.7)
     wrong_name = record(4096, 16000, median=80.0, name="NVIDIA H100 80GB HBM3")
     too_fast = record(4096, 32000, median=0.001, copy=126.7)
-    beyond_bw = record(8192, 32000, median=10.0, copy=0)
+    beyond_bw = record(8192, 32000, median=10.0, copy=9.0)
+    no_copy = record(32, 128, median=0.002, copy=0)
     fine = record(1024, 1024, median=20.0)
     path = os.path.join(tmp, "poison.jsonl")
-    export_file(path, [wrong_name, too_fast, beyond_bw, fine])
+    export_file(path, [wrong_name, too_fast, beyond_bw, no_copy, fine])
     rc, _, err = run("import", path, "--db", db)
     listed = json.loads(run("list", "--json", "--db", db)[1] or "[]")
     if rc != 1 or any(x["gpu_name"] != H200 for x in listed) or len(listed) != 1:
         fail(f"poison: import of impossible records: status {rc}, stored {len(listed)}: {err}")
         return
-    for line in (":2:", ":3:", ":4:"):
+    for line in (":2:", ":3:", ":4:", ":5:"):
         if line + " skipped" not in err:
             fail(f"poison: no refusal on line {line}: {err}")
             return
@@ -438,8 +439,8 @@ def case_poison():
     if rc != 0 or len(listed) != 2:
         fail(f"poison: the genuine record after them: status {rc} {err}")
     else:
-        ok("poison: a wrong GPU name, a time under its copy, one over 10 TB/s refused line by "
-           "line; the valid line and then the genuine record stored")
+        ok("poison: a wrong GPU name, a time under its copy, one over 10 TB/s, one with no copy "
+           "time refused line by line; the valid line and then the genuine record stored")
 
 
 def case_cli():

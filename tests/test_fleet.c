@@ -521,7 +521,7 @@ static void test_invalid(tuned__fleet *f)
         const char *what, *expect;
         tuned__record r;
         tuned__fleet_id id;
-    } cases[3];
+    } cases[4];
     /* a config this build cannot parse */
     cases[0].what = "wrong config";
     cases[0].expect = "config";
@@ -530,7 +530,7 @@ static void test_invalid(tuned__fleet *f)
     cases[0].id = id_of(&cases[0].r);
     /* an impossible time: 4096x32000 fp16 in a nanosecond */
     cases[1].what = "impossible time";
-    cases[1].expect = "implausible";
+    cases[1].expect = "not a possible measurement";
     cases[1].r = make_record(4096, 1024, 1.0);
     cases[1].r.median_us = 0.001;
     cases[1].id = id_of(&cases[1].r);
@@ -540,7 +540,14 @@ static void test_invalid(tuned__fleet *f)
     cases[2].r = make_record(64, 64, 3.0);
     cases[2].id = id_of(&cases[2].r);
     cases[2].id.rows = cases[2].id.cols = 128;
-    for (int i = 0; i < 3; i++) {
+    /* no copy time: every tune measures one, and without it the time
+     * against the copy could not be checked */
+    cases[3].what = "no copy time";
+    cases[3].expect = "every tune times the copy first";
+    cases[3].r = make_record(32, 128, 3.0);
+    cases[3].r.copy_us = 0.0;
+    cases[3].id = id_of(&cases[3].r);
+    for (int i = 0; i < 4; i++) {
         rec_key(key, sizeof key, &cases[i].id);
         plant(key, &cases[i].r);
         result *x = res();

@@ -2,7 +2,6 @@
  * keys built from them (the one place their text is spelt), and the check
  * every record read from the server passes before it may be served. */
 #include <inttypes.h>
-#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -16,8 +15,6 @@
 /* A shape the tier accepts: the daemon's protocol limits. */
 #define MAX_DIM 2147483647ull
 #define MAX_BYTES (1ull << 40)     /* input plus output */
-#define MAX_BYTES_PER_S 10e12      /* no GPU moves 10 TB/s */
-#define MIN_COPY_FRACTION 0.8      /* a softmax reads and writes what a copy does */
 
 void tuned__fleet_id_from_record(const tuned__record *r, tuned__fleet_id *out)
 {
@@ -200,14 +197,8 @@ int tuned__fleet_check_record(const void *text, size_t len, const tuned__fleet_i
     if (strcmp(gs, ws) != 0)
         return tuned__errf(e, TUNED_ESTORE, "identity mismatch: the record is %s, its key says %s",
                            gs, ws);
-    if (r.median_us < MIN_COPY_FRACTION * r.copy_us)
-        return tuned__errf(e, TUNED_ESTORE, "implausible: median %.6g us is below %.1f x the "
-                           "copy time %.6g us", r.median_us, MIN_COPY_FRACTION, r.copy_us);
-    double rate = bytes / (r.median_us * 1e-6);
-    if (!(rate < MAX_BYTES_PER_S) || !(r.gbps * 1e9 < MAX_BYTES_PER_S))
-        return tuned__errf(e, TUNED_ESTORE, "implausible: %.6g us for %.6g bytes is %.4g GB/s "
-                           "(stated %.4g GB/s), beyond 10 TB/s", r.median_us, bytes, rate / 1e9,
-                           r.gbps);
+    if (tuned__record_plausible(&r, TUNED_ESTORE, e) != 0)
+        return TUNED_ESTORE;
     *out = r;
     return 0;
 }
