@@ -15,6 +15,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "src/common/clock.h"
@@ -35,6 +36,40 @@ static int wait_fd(const tuned__client *c, short events, double deadline, tuned_
     }
 }
 
+/* One connect() on a fresh non-blocking socket in c->fd: 0 when it is
+ * connected, 1 when the daemon's listen backlog is full (EAGAIN on a Unix
+ * socket: no connection is pending, so there is nothing to wait for but a
+ * retry), or an error. */
+static int connect_once(tuned__client *c, const struct sockaddr_un *addr, double deadline,
+                        tuned__err *e)
+{
+    c->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (c->fd < 0)
+        return tuned__errf(e, TUNED_EIO, "daemon %s: socket: %s", c->path, strerror(errno));
+    if (connect(c->fd, (const struct sockaddr *)addr, sizeof *addr) == 0)
+        return 0;
+    int err = errno;
+    if (err == EAGAIN)
+        return 1;
+    if (err == ENOENT || err == ECONNREFUSED)
+        return tuned__errf(e, TUNED_ENOTFOUND,
+                           "daemon %s: cannot connect: %s (is `tuned serve` running?)", c->path,
+                           strerror(err));
+    if (err != EINPROGRESS)
+        return tuned__errf(e, TUNED_EIO, "daemon %s: cannot connect: %s", c->path, strerror(err));
+    int rc = wait_fd(c, POLLOUT, deadline, e);
+    if (rc != 0)
+        return rc;
+    int soerr = 0;
+    socklen_t len = sizeof soerr;
+    if (getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &soerr, &len) != 0)
+        soerr = errno;
+    if (soerr != 0)
+        return tuned__errf(e, soerr == ECONNREFUSED ? TUNED_ENOTFOUND : TUNED_EIO,
+                           "daemon %s: cannot connect: %s", c->path, strerror(soerr));
+    return 0;
+}
+
 int tuned__client_connect(tuned__client *c, const char *socket_path, double timeout_s,
                           tuned__err *e)
 {
@@ -47,33 +82,31 @@ int tuned__client_connect(tuned__client *c, const char *socket_path, double time
                            socket_path ? socket_path : "(null)");
     memcpy(addr.sun_path, socket_path, strlen(socket_path) + 1);
     snprintf(c->path, sizeof c->path, "%s", socket_path);
-    c->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (c->fd < 0)
-        return tuned__errf(e, TUNED_EIO, "daemon %s: socket: %s", c->path, strerror(errno));
     double deadline = tuned__now_s() + timeout_s;
-    int rc = 0;
-    if (connect(c->fd, (struct sockaddr *)&addr, sizeof addr) != 0) {
-        int err = errno;
-        if (err == ENOENT || err == ECONNREFUSED)
-            rc = tuned__errf(e, TUNED_ENOTFOUND,
-                             "daemon %s: cannot connect: %s (is `tuned serve` running?)", c->path,
-                             strerror(err));
-        else if (err != EINPROGRESS && err != EAGAIN)
-            rc = tuned__errf(e, TUNED_EIO, "daemon %s: cannot connect: %s", c->path,
-                             strerror(err));
-        else if ((rc = wait_fd(c, POLLOUT, deadline, e)) == 0) {
-            int soerr = 0;
-            socklen_t len = sizeof soerr;
-            if (getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &soerr, &len) != 0)
-                soerr = errno;
-            if (soerr != 0)
-                rc = tuned__errf(e, soerr == ECONNREFUSED ? TUNED_ENOTFOUND : TUNED_EIO,
-                                 "daemon %s: cannot connect: %s", c->path, strerror(soerr));
+    /* A full backlog (a connect storm) drains as the daemon accepts: retry
+     * after 1 ms, doubling to 64 ms, until the deadline. */
+    double pause_s = 0.001;
+    for (;;) {
+        int rc = connect_once(c, &addr, deadline, e);
+        if (rc <= 0) {
+            if (rc != 0)
+                tuned__client_close(c);
+            return rc;
         }
+        close(c->fd);
+        c->fd = -1;
+        double left = deadline - tuned__now_s();
+        if (left <= 0)
+            return tuned__errf(e, TUNED_ETIMEOUT, "daemon %s: busy: its queue of new "
+                               "connections stayed full for %.3g s", c->path, timeout_s);
+        double nap = pause_s < left ? pause_s : left;
+        struct timespec ts = {.tv_sec = (time_t)nap,
+                              .tv_nsec = (long)((nap - (double)(time_t)nap) * 1e9)};
+        while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+        }
+        if (pause_s < 0.064)
+            pause_s *= 2;
     }
-    if (rc != 0)
-        tuned__client_close(c);
-    return rc;
 }
 
 void tuned__client_close(tuned__client *c)
