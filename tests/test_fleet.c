@@ -752,12 +752,12 @@ static void test_queue(tuned__fleet *pusher, tuned__fleet *worker_a, tuned__flee
 
     /* worker_a "dies" without acknowledging: after the idle time, b takes it */
     x = res();
-    tuned__fleet_queue_reclaim(worker_b, id.hwclass, 60000, 8, on_reply, x, &e);
+    tuned__fleet_queue_reclaim(worker_b, id.hwclass, NULL, 60000, 8, on_reply, x, &e);
     EXPECT_STATUS(x, TUNED__FLEET_OK);
     EXPECT(x->n_jobs == 0, "a job taken before its idle time");
     run_for(300);
     x = res();
-    tuned__fleet_queue_reclaim(worker_b, id.hwclass, 200, 8, on_reply, x, &e);
+    tuned__fleet_queue_reclaim(worker_b, id.hwclass, NULL, 200, 8, on_reply, x, &e);
     EXPECT_STATUS(x, TUNED__FLEET_OK);
     EXPECT(x->n_jobs == 1 && strcmp(x->jobs[0].entry, job.entry) == 0, "reclaimed %zu",
            x->n_jobs);
@@ -778,6 +778,65 @@ static void test_queue(tuned__fleet *pusher, tuned__fleet *worker_a, tuned__flee
     x = res();
     tuned__fleet_queue_push(pusher, &id, NULL, 60000, on_reply, x, &e);
     EXPECT_STATUS(x, TUNED__FLEET_OK);
+}
+
+/* A dead consumer's job behind more live ones than one XAUTOCLAIM looks
+ * at (10 a job asked for): reached by going on from the cursor. */
+static void test_reclaim_cursor(tuned__fleet *pusher, tuned__fleet *worker_a,
+                                tuned__fleet *worker_b)
+{
+    enum { JOBS = 13 };
+    tuned__err e = {0};
+    tuned__record r = make_record(1000, 1000, 20.0);
+    tuned__fleet_id id = id_of(&r);
+    snprintf(id.hwclass, sizeof id.hwclass, "hwcursortest");
+    const char *classes[] = {id.hwclass};
+    char entries[JOBS][48];
+    for (int i = 0; i < JOBS; i++) {
+        id.rows = 100 + (uint64_t)i;
+        result *x = res();
+        tuned__fleet_queue_push(pusher, &id, NULL, 60000, on_reply, x, &e);
+        EXPECT_STATUS(x, TUNED__FLEET_OK);
+    }
+    size_t got = 0;
+    for (int round = 0; round < 3 && got < JOBS; round++) {
+        result *x = res();
+        tuned__fleet_queue_read(worker_a, classes, 1, 8, on_reply, x, &e);
+        EXPECT_STATUS(x, TUNED__FLEET_OK);
+        for (size_t i = 0; i < x->n_jobs && got < JOBS; i++)
+            snprintf(entries[got++], sizeof entries[0], "%s", x->jobs[i].entry);
+    }
+    EXPECT(got == JOBS, "read %zu of %d jobs", got, JOBS);
+    if (got != JOBS)
+        return;
+    run_for(300);
+    /* The first twelve are taken by a live consumer (idle 0 again); the
+     * last stays idle, its consumer "dead". */
+    char stream[256];
+    snprintf(stream, sizeof stream, "tuned:v1:queue:%s", id.hwclass);
+    for (int i = 0; i < JOBS - 1; i++)
+        admin_cmd(NULL, "XCLAIM %s tuned live 0 %s", stream, entries[i]);
+    char from[48] = "";
+    bool found = false;
+    int calls = 0;
+    for (; calls < 5 && !found; calls++) {
+        result *x = res();
+        tuned__fleet_queue_reclaim(worker_b, id.hwclass, from, 200, 1, on_reply, x, &e);
+        EXPECT_STATUS(x, TUNED__FLEET_OK);
+        found = x->n_jobs == 1 && strcmp(x->jobs[0].entry, entries[JOBS - 1]) == 0;
+        EXPECT(x->n_jobs == 0 || found, "reclaimed %s, a live consumer's job", x->jobs[0].entry);
+        snprintf(from, sizeof from, "%s", x->r.entry);
+        if (!found && strcmp(from, "0-0") == 0)
+            break;
+    }
+    EXPECT(found && calls >= 2, "the dead consumer's job behind %d live ones: found %d after "
+           "%d calls", JOBS - 1, (int)found, calls);
+    result refused = {0}; /* a call refused at once calls back never */
+    EXPECT_RC(tuned__fleet_queue_reclaim(worker_b, id.hwclass, "12x", 200, 1, on_reply, &refused,
+                                         &e),
+              TUNED_EINVAL, &e);
+    EXPECT(refused.fired == 0);
+    admin_cmd(NULL, "DEL %s", stream);
 }
 
 typedef struct ticker {
@@ -947,7 +1006,7 @@ static void test_acl(void)
     tuned__fleet_lease_release(w, &id, on_reply, wr[2], &e);
     tuned__fleet_queue_push(w, &id, NULL, 1000, on_reply, wr[3], &e);
     tuned__fleet_queue_read(w, classes, 1, 1, on_reply, wr[4], &e);
-    tuned__fleet_queue_reclaim(w, id.hwclass, 0, 1, on_reply, wr[5], &e);
+    tuned__fleet_queue_reclaim(w, id.hwclass, NULL, 0, 1, on_reply, wr[5], &e);
     tuned__fleet_shapes(w, id.kernel, id.dtype, id.hwclass, on_reply, wr[6], &e);
     for (int i = 0; i < 7; i++)
         EXPECT_STATUS(wr[i], TUNED__FLEET_OK);
@@ -1072,6 +1131,7 @@ int main(void)
         test_wait(a, b, c);
         fprintf(stderr, "queue\n");
         test_queue(a, b, c);
+        test_reclaim_cursor(a, b, c);
         fprintf(stderr, "stopped\n");
         test_stopped();
         fprintf(stderr, "restart\n");

@@ -93,8 +93,10 @@ typedef struct tuned__remote {
     bool out_busy;
     bool reading, reclaiming;
     uint64_t next_read_ms, next_reclaim_ms;
-    size_t reclaim_next;
+    size_t reclaim_next;     /* the class the next reclaim asks for */
+    size_t reclaim_class;    /* the class of the reclaim in flight */
     char hw[MAX_CLASSES][64]; /* the local GPUs' hardware classes, once each */
+    char reclaim_from[MAX_CLASSES][48]; /* each class's reclaim cursor ("": the start) */
     size_t nhw;
     unsigned lease_ms, reclaim_ms;
     struct {
@@ -933,6 +935,10 @@ static void on_queue_reclaim(void *ctx, const tuned__fleet_reply *r)
     rm->reclaiming = false;
     if (r->status != TUNED__FLEET_OK || rm->closing || rm->stopping)
         return;
+    /* The scan goes on from its cursor next time, so that a job left
+     * behind many live ones is reached; "0-0" starts it over. */
+    snprintf(rm->reclaim_from[rm->reclaim_class], sizeof rm->reclaim_from[0], "%s",
+             strcmp(r->entry, "0-0") == 0 ? "" : r->entry);
     for (size_t i = 0; i < r->n_jobs; i++) {
         logf_(rm, "fleet queue: job %s taken over (left unacknowledged %u ms)", r->jobs[i].entry,
               rm->reclaim_ms);
@@ -960,10 +966,12 @@ static void queue_tick(tuned__remote *rm, uint64_t now)
     if (!rm->reclaiming && now >= rm->next_reclaim_ms && c.queued == 0) {
         unsigned every = rm->reclaim_ms / 2 > QUEUE_POLL_MS ? rm->reclaim_ms / 2 : QUEUE_POLL_MS;
         rm->next_reclaim_ms = now + every;
-        const char *hw = rm->hw[rm->reclaim_next++ % rm->nhw];
-        if (tuned__fleet_queue_reclaim(rm->f, hw, rm->reclaim_ms, 1, on_queue_reclaim, rm, &e) ==
-            0)
+        size_t k = rm->reclaim_next++ % rm->nhw;
+        if (tuned__fleet_queue_reclaim(rm->f, rm->hw[k], rm->reclaim_from[k], rm->reclaim_ms, 1,
+                                       on_queue_reclaim, rm, &e) == 0) {
             rm->reclaiming = true;
+            rm->reclaim_class = k;
+        }
     }
 }
 

@@ -123,7 +123,8 @@ typedef struct tuned__fleet_reply {
     size_t n_jobs;
     const tuned__fleet_shape *shapes;  /* shapes */
     size_t n_shapes;
-    char entry[48];             /* push: the new entry id */
+    char entry[48];             /* push: the new entry id; reclaim: where the next
+                                   reclaim of the class goes on ("0-0": from the start) */
 } tuned__fleet_reply;
 
 typedef void (*tuned__fleet_cb)(void *ctx, const tuned__fleet_reply *r);
@@ -268,9 +269,14 @@ int tuned__fleet_queue_ack(tuned__fleet *f, const tuned__fleet_job *job, tuned__
                            void *ctx, tuned__err *e);
 
 /* Takes over at most count jobs of hwclass that another consumer read and
- * left unacknowledged for min_idle_ms (XAUTOCLAIM): OK with them. */
-int tuned__fleet_queue_reclaim(tuned__fleet *f, const char *hwclass, unsigned min_idle_ms,
-                               unsigned count, tuned__fleet_cb cb, void *ctx, tuned__err *e);
+ * left unacknowledged for min_idle_ms (XAUTOCLAIM): OK with them, and in
+ * the reply's entry the cursor to pass as from next time. One call looks
+ * at about 10 x count pending jobs from `from` (NULL or "": the first), so
+ * a job left behind many that live consumers hold is reached only by
+ * going on from the cursor. */
+int tuned__fleet_queue_reclaim(tuned__fleet *f, const char *hwclass, const char *from,
+                               unsigned min_idle_ms, unsigned count, tuned__fleet_cb cb, void *ctx,
+                               tuned__err *e);
 
 /* ---- checks (no server) ---- */
 

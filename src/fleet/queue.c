@@ -277,6 +277,14 @@ static void parse_reclaim(tuned__fleet_req *q, const redisReply *r)
         tuned__fleet_fail_reply(q, r, "queue reclaim");
         return;
     }
+    const redisReply *next = r->element[0];
+    if ((next->type != REDIS_REPLY_STRING && next->type != REDIS_REPLY_STATUS) ||
+        next->len == 0 || next->len >= sizeof q->reply.entry) {
+        tuned__fleet_fail_reply(q, r, "queue reclaim");
+        return;
+    }
+    memcpy(q->reply.entry, next->str, next->len);
+    q->reply.entry[next->len] = '\0';
     char stream[TUNED__FLEET_KEY];
     tuned__fleet_queue_key(stream, sizeof stream, q->id.hwclass);
     if (add_entries(q, stream, r->element[1], &cap) != 0) {
@@ -287,12 +295,30 @@ static void parse_reclaim(tuned__fleet_req *q, const redisReply *r)
     tuned__fleet_finish(q, TUNED__FLEET_OK, NULL);
 }
 
-int tuned__fleet_queue_reclaim(tuned__fleet *f, const char *hwclass, unsigned min_idle_ms,
-                               unsigned count, tuned__fleet_cb cb, void *ctx, tuned__err *e)
+/* Whether s is a stream entry id, "MS-SEQ" in decimal. */
+static bool entry_id_ok(const char *s)
+{
+    size_t n = strnlen(s, 48), dash = strcspn(s, "-");
+    if (n == 0 || n == 48 || dash == 0 || dash >= n - 1)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (i != dash && (s[i] < '0' || s[i] > '9'))
+            return false;
+    return true;
+}
+
+int tuned__fleet_queue_reclaim(tuned__fleet *f, const char *hwclass, const char *from,
+                               unsigned min_idle_ms, unsigned count, tuned__fleet_cb cb, void *ctx,
+                               tuned__err *e)
 {
     if (hwclass == NULL || !tuned__fleet_name_ok(hwclass) || count == 0)
         return tuned__errf(e, TUNED_EINVAL, "fleet: reclaim needs a hwclass of [A-Za-z0-9._+-] "
                            "and count > 0");
+    if (from == NULL || from[0] == '\0')
+        from = "0-0";
+    if (!entry_id_ok(from))
+        return tuned__errf(e, TUNED_EINVAL, "fleet: reclaim from '%.48s': not a stream entry id",
+                           from);
     tuned__fleet_req *q = queue_req(f, cb, ctx, e);
     if (q == NULL)
         return e != NULL ? e->code : TUNED_ENOMEM;
@@ -301,7 +327,7 @@ int tuned__fleet_queue_reclaim(tuned__fleet *f, const char *hwclass, unsigned mi
     tuned__fleet_queue_key(stream, sizeof stream, hwclass);
     snprintf(idle, sizeof idle, "%u", min_idle_ms);
     snprintf(cnt, sizeof cnt, "%u", count);
-    const char *argv[] = {"XAUTOCLAIM", stream, f->group, f->owner, idle, "0-0", "COUNT", cnt};
+    const char *argv[] = {"XAUTOCLAIM", stream, f->group, f->owner, idle, from, "COUNT", cnt};
     q->parse = parse_reclaim;
     int rc = add_group(q, stream, e);
     if (rc == 0)
