@@ -201,7 +201,7 @@ static int blank(const char *s, size_t n)
 /* ---- import: storing a batch ---- */
 
 enum { OUT_ADDED, OUT_REPLACED, OUT_REPLACED_DAMAGED, OUT_REPLACED_IMPOSSIBLE, OUT_UNCHANGED,
-       OUT_KEPT };
+       OUT_KEPT, OUT_KEPT_VERSION };
 
 typedef struct pending {
     tuned__record r;
@@ -229,10 +229,15 @@ static void batch_write(tuned__txn *t, void *arg, tuned__err *e)
             return;
         tuned__record old;
         tuned__err ignore = {0};
+        int drc;
         if (found == 0) {
             p->outcome = OUT_ADDED;
-        } else if (tuned__best_decode(t->s, &p->r.key, v.mv_data, v.mv_size, &old, &ignore) != 0) {
-            p->outcome = OUT_REPLACED_DAMAGED;
+        } else if ((drc = tuned__best_decode(t->s, &p->r.key, v.mv_data, v.mv_size, &old,
+                                             &ignore)) != 0) {
+            /* Another record version is another tuned's, not damage. */
+            p->outcome = drc != TUNED_ESCHEMA ? OUT_REPLACED_DAMAGED
+                         : a->force           ? OUT_REPLACED
+                                              : OUT_KEPT_VERSION;
         } else if (tuned__record_plausible(&old, TUNED_EINVAL, &ignore) != 0) {
             /* A poisoned record must not keep a real one out. */
             p->stored_us = old.median_us;
@@ -288,7 +293,7 @@ static int flush_batch(import_state *is, tuned__err *e)
         case OUT_UNCHANGED: is->st->unchanged++; break;
         case OUT_REPLACED:
             is->st->replaced++;
-            if (is->o->force && p->r.median_us >= p->stored_us)
+            if (is->o->force && p->stored_us > 0 && p->r.median_us >= p->stored_us)
                 note(is->o->note, is->o->ctx, "%s:%zu: %s: replaced a record as fast or faster "
                      "(%.3f us, new %.3f us): --force", is->name, p->line, ks, p->stored_us,
                      p->r.median_us);
@@ -302,6 +307,12 @@ static int flush_batch(import_state *is, tuned__err *e)
             is->st->replaced++;
             note(is->o->note, is->o->ctx, "%s:%zu: %s: replaced a stored record that is not a "
                  "possible measurement (%.3f us)", is->name, p->line, ks, p->stored_us);
+            break;
+        case OUT_KEPT_VERSION:
+            is->st->kept++;
+            note(is->o->note, is->o->ctx, "%s:%zu: skipped: %s: the stored record is of another "
+                 "record version (a newer or older tuned's); --force replaces it", is->name,
+                 p->line, ks);
             break;
         case OUT_KEPT:
             is->st->kept++;

@@ -5,7 +5,9 @@
  * name, then a walk over "history" (an entry is used when it is the
  * evaluation of its group's best config) and one over "cubins". Values
  * that do not decode are damage and are always dropped: the tuner would
- * only recompute them. */
+ * only recompute them. A history entry of another version is not damage
+ * but another tuned's (one sharing the store after an upgrade or a
+ * downgrade), and is kept: its own gc judges it. */
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
@@ -106,7 +108,12 @@ static int history_visit(void *ctx, tuned__txn *t, MDB_cursor *cur, const MDB_va
     tuned__store_eval ev;
     tuned__err ignore = {0};
     time_t when;
-    if (tuned__hist_decode(k, v, &ev, &ignore) != 0 || tuned__date_parse(ev.date, &when) != 0) {
+    int decoded = tuned__hist_decode(k, v, &ev, &ignore);
+    if (decoded == TUNED_ESCHEMA) {
+        a->st.evals_kept++;
+        return 0;
+    }
+    if (decoded != 0 || tuned__date_parse(ev.date, &when) != 0) {
         a->st.damaged_removed++;
         del(t, cur, e);
         return 0;

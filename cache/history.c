@@ -191,6 +191,7 @@ typedef struct list_arg {
     size_t slen;
     tuned__store_eval *out;
     size_t cap, count;
+    size_t skipped; /* entries that did not decode */
 } list_arg;
 
 static int list_visit(void *ctx, tuned__txn *t, MDB_cursor *cur, const MDB_val *k,
@@ -203,14 +204,16 @@ static int list_visit(void *ctx, tuned__txn *t, MDB_cursor *cur, const MDB_val *
         return 0; /* the entry to list after */
     if (a->count == a->cap)
         return 1;
+    (void)t;
+    (void)e;
     tuned__store_eval *ev = &a->out[a->count];
-    int rc = tuned__hist_decode(k, v, ev, e);
-    if (rc != 0) {
-        char ks[160];
-        tuned__store_key_str(ks, sizeof ks, a->key);
-        tuned__txn_error(t, tuned__err_prefix(e, rc, "store %s: %s config %s: ", t->s->path, ks,
-                                              ev->config));
-        return 1;
+    tuned__err ignore = {0};
+    /* An entry this build cannot read (damage, or a newer tuned's) is
+     * skipped, not fatal: a tune measures that config anew, and gc drops
+     * what is damaged. */
+    if (tuned__hist_decode(k, v, ev, &ignore) != 0) {
+        a->skipped++;
+        return 0;
     }
     a->count++;
     return 0;

@@ -320,7 +320,9 @@ int tuned__store_put_evals(tuned__store *s, const tuned__store_eval *evs, size_t
  * entries with config text greater than after (NULL or "": from the first)
  * into out and their number into *n. Fewer than cap means the listing is
  * complete; otherwise call again with after = out[*n - 1].config. Each call
- * is its own snapshot; no transaction stays open between calls. */
+ * is its own snapshot; no transaction stays open between calls. An entry
+ * this build cannot decode (damaged, or of another version) is skipped: its
+ * config is measured anew, and gc drops it if it is damage. */
 int tuned__store_list_evals(tuned__store *s, const tuned__store_key *key, const char *after,
                             tuned__store_eval *out, size_t cap, size_t *n, tuned__err *e);
 

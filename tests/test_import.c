@@ -321,6 +321,20 @@ static void test_better_only(void)
     EXPECT_OK(import_text(s, "over-damage.jsonl", b.p, b.n, false, &ns, &st, &e), &e);
     EXPECT(st.replaced == 1);
     EXPECT_NOTE(&ns, "damaged");
+
+    /* A stored record of another version is another tuned's: kept, unless
+     * --force. */
+    tuned__store_close(s);
+    const char *newer = "{\"v\":3,\"kernel\":\"softmax\"}";
+    EXPECT(raw_put(path, "best", kb, sizeof kb, newer, strlen(newer)) == 0);
+    s = open_store("better");
+    EXPECT_OK(import_text(s, "over-newer.jsonl", b.p, b.n, false, &ns, &st, &e), &e);
+    EXPECT(st.kept == 1 && st.replaced == 0, "kept %zu replaced %zu", st.kept, st.replaced);
+    EXPECT_NOTE(&ns, "another record version");
+    EXPECT_OK(import_text(s, "over-newer.jsonl", b.p, b.n, true, &ns, &st, &e), &e);
+    EXPECT(st.replaced == 1, "--force replaced %zu", st.replaced);
+    EXPECT_OK(tuned__store_get_best(s, &r.key, &got, TUNED__MEASURE_POLICY, &e), &e);
+    EXPECT(got.median_us == slower.median_us);
     free(b.p);
     tuned__store_close(s);
 }
