@@ -200,21 +200,43 @@ static int blank(const char *s, size_t n)
 
 /* ---- import: storing a batch ---- */
 
-enum { OUT_ADDED, OUT_REPLACED, OUT_REPLACED_DAMAGED, OUT_REPLACED_IMPOSSIBLE, OUT_UNCHANGED,
-       OUT_KEPT, OUT_KEPT_VERSION };
+enum { OUT_ADDED, OUT_REPLACED, OUT_REPLACED_DAMAGED, OUT_REPLACED_IMPOSSIBLE,
+       OUT_REPLACED_POLICY, OUT_UNCHANGED, OUT_KEPT, OUT_KEPT_VERSION, OUT_KEPT_POLICY };
 
 typedef struct pending {
     tuned__record r;
     size_t line;
     int outcome;
     double stored_us;  /* the stored record's median, for OUT_KEPT / OUT_REPLACED */
+    char stored_policy[sizeof ((tuned__provenance *)0)->policy];
 } pending;
 
 typedef struct batch_arg {
     pending *p;
     size_t n;
     bool force;
+    const char *policy; /* the importer's measurement policy, or NULL */
 } batch_arg;
+
+/* What becomes of p against the stored record old (decoded and plausible).
+ * Medians compare only under one measurement policy: a record of the
+ * importer's policy is served here and one of another is not, so the
+ * policy decides before the time does. */
+static int outcome_over(const batch_arg *a, const pending *p, const tuned__record *old)
+{
+    bool same_policy = strcmp(old->prov.policy, p->r.prov.policy) == 0;
+    if (same_policy && strcmp(old->config, p->r.config) == 0 && old->median_us == p->r.median_us)
+        return OUT_UNCHANGED;
+    if (a->force)
+        return OUT_REPLACED;
+    if (!same_policy && a->policy != NULL) {
+        if (strcmp(old->prov.policy, a->policy) == 0)
+            return OUT_KEPT_POLICY;
+        if (strcmp(p->r.prov.policy, a->policy) == 0)
+            return OUT_REPLACED_POLICY;
+    }
+    return p->r.median_us < old->median_us ? OUT_REPLACED : OUT_KEPT;
+}
 
 static void batch_write(tuned__txn *t, void *arg, tuned__err *e)
 {
@@ -244,16 +266,12 @@ static void batch_write(tuned__txn *t, void *arg, tuned__err *e)
             p->outcome = OUT_REPLACED_IMPOSSIBLE;
         } else {
             p->stored_us = old.median_us;
-            if (strcmp(old.config, p->r.config) == 0 && old.median_us == p->r.median_us &&
-                strcmp(old.prov.policy, p->r.prov.policy) == 0)
-                p->outcome = OUT_UNCHANGED;
-            else if (a->force || p->r.median_us < old.median_us)
-                p->outcome = OUT_REPLACED;
-            else
-                p->outcome = OUT_KEPT;
+            snprintf(p->stored_policy, sizeof p->stored_policy, "%s", old.prov.policy);
+            p->outcome = outcome_over(a, p, &old);
         }
         if (p->outcome == OUT_ADDED || p->outcome == OUT_REPLACED ||
-            p->outcome == OUT_REPLACED_DAMAGED || p->outcome == OUT_REPLACED_IMPOSSIBLE) {
+            p->outcome == OUT_REPLACED_DAMAGED || p->outcome == OUT_REPLACED_IMPOSSIBLE ||
+            p->outcome == OUT_REPLACED_POLICY) {
             char *text;
             size_t len;
             int rc = tuned__record_encode(&p->r, &text, &len, e);
@@ -280,7 +298,7 @@ static int flush_batch(import_state *is, tuned__err *e)
 {
     if (is->n == 0)
         return 0;
-    batch_arg a = {.p = is->batch, .n = is->n, .force = is->o->force};
+    batch_arg a = {.p = is->batch, .n = is->n, .force = is->o->force, .policy = is->o->policy};
     int rc = tuned__store_write(is->s, batch_write, &a, e);
     if (rc != 0)
         return rc;
@@ -307,6 +325,20 @@ static int flush_batch(import_state *is, tuned__err *e)
             is->st->replaced++;
             note(is->o->note, is->o->ctx, "%s:%zu: %s: replaced a stored record that is not a "
                  "possible measurement (%.3f us)", is->name, p->line, ks, p->stored_us);
+            break;
+        case OUT_REPLACED_POLICY:
+            is->st->replaced++;
+            note(is->o->note, is->o->ctx, "%s:%zu: %s: replaced a record measured under policy "
+                 "%s, which this build does not serve (%.3f us, this one %.3f us under %s)",
+                 is->name, p->line, ks, p->stored_policy, p->stored_us, p->r.median_us,
+                 p->r.prov.policy);
+            break;
+        case OUT_KEPT_POLICY:
+            is->st->kept++;
+            note(is->o->note, is->o->ctx, "%s:%zu: skipped: %s: the stored record was measured "
+                 "under this build's policy %s, this one under %s: their times do not compare; "
+                 "--force replaces it", is->name, p->line, ks, p->stored_policy,
+                 p->r.prov.policy);
             break;
         case OUT_KEPT_VERSION:
             is->st->kept++;

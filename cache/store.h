@@ -405,6 +405,11 @@ int tuned__store_export(tuned__store *s, const tuned__store_filter *f, FILE *out
 
 typedef struct tuned__import_opts {
     bool force;   /* replace stored records even when they are better */
+    /* The importer's measurement policy (src/tuner/policy.h), or NULL.
+     * With it, a stored record of this policy is kept over one of another
+     * (their times do not compare), and one of another policy, which is
+     * not served, gives way to one of this policy, whatever the medians. */
+    const char *policy;
     /* Extra validation of each record (the config text, the shape limits),
      * 0 to accept; NULL for none. */
     int (*check)(void *ctx, const tuned__record *r, tuned__err *e);
@@ -425,7 +430,8 @@ typedef struct tuned__import_stats {
 /* Reads an export from in (name labels the notes, "FILE:LINE: ..."; o may
  * be NULL for the defaults),
  * validating every line; valid records are stored in batches, a stored
- * record is replaced only by a faster one (or with o->force). Invalid lines
+ * record is replaced only by a faster one of the same policy, by one of
+ * o->policy over another policy, or with o->force. Invalid lines
  * are noted and counted, not fatal. Returns 0, TUNED_EINVAL for a file
  * that is not an export (no header), TUNED_ESCHEMA for an export of another
  * schema, TUNED_EIO for a read error, or a store error. */

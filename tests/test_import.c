@@ -64,8 +64,9 @@ static tuned__store *open_store(const char *name)
 }
 
 /* Imports the bytes text[0..n) as file `name`. */
-static int import_text(tuned__store *s, const char *name, const char *text, size_t n,
-                       bool force, notes *ns, tuned__import_stats *st, tuned__err *e)
+static int import_text_as(tuned__store *s, const char *name, const char *text, size_t n,
+                          bool force, const char *policy, notes *ns, tuned__import_stats *st,
+                          tuned__err *e)
 {
     char path[4200];
     dir_path(path, sizeof path, name);
@@ -74,10 +75,17 @@ static int import_text(tuned__store *s, const char *name, const char *text, size
     if (f == NULL)
         return TUNED_EIO;
     memset(ns, 0, sizeof *ns);
-    tuned__import_opts o = {.force = force, .note = take_note, .ctx = ns};
+    tuned__import_opts o = {.force = force, .policy = policy, .note = take_note, .ctx = ns};
     int rc = tuned__store_import(s, f, name, &o, st, e);
     fclose(f);
     return rc;
+}
+
+/* The same, by an importer with no policy of its own. */
+static int import_text(tuned__store *s, const char *name, const char *text, size_t n,
+                       bool force, notes *ns, tuned__import_stats *st, tuned__err *e)
+{
+    return import_text_as(s, name, text, n, force, NULL, ns, st, e);
 }
 
 static char *record_line(const tuned__record *r)
@@ -335,6 +343,52 @@ static void test_better_only(void)
     EXPECT(st.replaced == 1, "--force replaced %zu", st.replaced);
     EXPECT_OK(tuned__store_get_best(s, &r.key, &got, TUNED__MEASURE_POLICY, &e), &e);
     EXPECT(got.median_us == slower.median_us);
+    free(b.p);
+    tuned__store_close(s);
+}
+
+/* Times of two measurement policies do not compare: a record of the
+ * importer's policy stays over a faster one of another, and one of another
+ * policy (not served here) gives way to one of the importer's. */
+static void test_policies(void)
+{
+    tuned__store *s = open_store("policies");
+    if (s == NULL)
+        return;
+    tuned__err e = {0};
+    tuned__record here, got;
+    make_record(&here, "gpu-a", 4096, 32000);
+    here.median_us = 100;
+    EXPECT_OK(tuned__store_put_best(s, &here, &e), &e);
+    tuned__record other = here;
+    snprintf(other.prov.policy, sizeof other.prov.policy, "events-median/1");
+    other.median_us = 90;
+    snprintf(other.config, sizeof other.config, "w8.other");
+    buf b = {0};
+    notes ns;
+    tuned__import_stats st;
+    add_header(&b, 1);
+    add_record(&b, &other);
+    EXPECT_OK(import_text_as(s, "other.jsonl", b.p, b.n, false, TUNED__MEASURE_POLICY, &ns, &st,
+                             &e), &e);
+    EXPECT(st.kept == 1 && st.replaced == 0, "kept %zu replaced %zu", st.kept, st.replaced);
+    EXPECT_NOTE(&ns, "do not compare");
+    EXPECT_OK(tuned__store_get_best(s, &here.key, &got, TUNED__MEASURE_POLICY, &e), &e);
+    EXPECT(got.median_us == 100);
+    /* With --force it goes in; then this policy's record, though slower,
+     * takes its place back. */
+    EXPECT_OK(import_text_as(s, "other.jsonl", b.p, b.n, true, TUNED__MEASURE_POLICY, &ns, &st,
+                             &e), &e);
+    EXPECT(st.replaced == 1);
+    b.n = 0;
+    add_header(&b, 1);
+    add_record(&b, &here);
+    EXPECT_OK(import_text_as(s, "here.jsonl", b.p, b.n, false, TUNED__MEASURE_POLICY, &ns, &st,
+                             &e), &e);
+    EXPECT(st.replaced == 1, "replaced %zu", st.replaced);
+    EXPECT_NOTE(&ns, "events-median/1");
+    EXPECT_OK(tuned__store_get_best(s, &here.key, &got, TUNED__MEASURE_POLICY, &e), &e);
+    EXPECT(got.median_us == 100 && strcmp(got.config, here.config) == 0);
     free(b.p);
     tuned__store_close(s);
 }
@@ -670,6 +724,7 @@ int main(int argc, char **argv)
     static const test_case tests[] = {
         {"export / import round trip", test_roundtrip},
         {"only faster records replace stored ones", test_better_only},
+        {"measurement policies do not compare", test_policies},
         {"hostile lines", test_hostile_lines},
         {"files that are not exports", test_bad_files},
         {"truncated and concatenated files", test_truncated},
