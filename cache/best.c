@@ -23,16 +23,44 @@ typedef struct put_arg {
     const uint8_t *key;
     const char *text;
     size_t len;
+    /* put_best_unless_better: the record written, the policy a stored
+     * record must have to keep its place; whether it was written */
+    const tuned__record *r;
+    const char *policy;
+    bool only_better, written;
 } put_arg;
+
+/* Whether the value under a->key, if any, keeps its place against a->r:
+ * a record of the policy asked for (any, for NULL), as fast or faster.
+ * Damage, another version or another policy gives way. */
+static bool stored_is_better(tuned__txn *t, const put_arg *a, tuned__err *e)
+{
+    MDB_val v;
+    int found = tuned__txn_get(t, t->s->best, a->key, TUNED__KEY_LEN, &v, e);
+    if (found <= 0)
+        return false; /* none, or an error the transaction now carries */
+    tuned__record old;
+    tuned__err ignore = {0};
+    if (tuned__best_decode(t->s, &a->r->key, v.mv_data, v.mv_size, &old, &ignore) != 0)
+        return false;
+    if (a->policy != NULL && strcmp(old.prov.policy, a->policy) != 0)
+        return false;
+    return old.median_us <= a->r->median_us;
+}
 
 static void put_write(tuned__txn *t, void *arg, tuned__err *e)
 {
-    const put_arg *a = arg;
+    put_arg *a = arg;
+    a->written = false;
+    if (a->only_better && (stored_is_better(t, a, e) || t->rc != 0))
+        return;
     tuned__txn_put(t, t->s->best, a->key, TUNED__KEY_LEN, a->text, a->len, e);
+    a->written = t->rc == 0;
 }
 
-int tuned__store_put_best(tuned__store *s, const tuned__record *r, tuned__err *e)
+static int put_best(tuned__store *s, put_arg *a, tuned__err *e)
 {
+    const tuned__record *r = a->r;
     char ks[160];
     if (s->readonly)
         return tuned__errf(e, TUNED_EINVAL, "store %s: opened read-only", s->path);
@@ -47,9 +75,26 @@ int tuned__store_put_best(tuned__store *s, const tuned__record *r, tuned__err *e
     }
     uint8_t key[TUNED__KEY_LEN];
     tuned__key_encode(key, TUNED__KEY_TAG_BEST, &r->key);
-    put_arg a = {.key = key, .text = text, .len = len};
-    rc = tuned__store_write(s, put_write, &a, e);
+    a->key = key;
+    a->text = text;
+    a->len = len;
+    rc = tuned__store_write(s, put_write, a, e);
     free(text);
+    return rc;
+}
+
+int tuned__store_put_best(tuned__store *s, const tuned__record *r, tuned__err *e)
+{
+    put_arg a = {.r = r};
+    return put_best(s, &a, e);
+}
+
+int tuned__store_put_best_unless_better(tuned__store *s, const tuned__record *r,
+                                        const char *policy, bool *written, tuned__err *e)
+{
+    put_arg a = {.r = r, .policy = policy, .only_better = true};
+    int rc = put_best(s, &a, e);
+    *written = rc == 0 && a.written;
     return rc;
 }
 

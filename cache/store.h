@@ -171,6 +171,15 @@ const char *tuned__store_real_path(const tuned__store *s);
  * r->gpu). */
 int tuned__store_put_best(tuned__store *s, const tuned__record *r, tuned__err *e);
 
+/* tuned__store_put_best(), unless the stored record of r->key keeps its
+ * place: one measured under policy (NULL: any) that is as fast or faster.
+ * A damaged record, one of another version or of another policy gives way.
+ * The read and the write are one transaction, so a faster record another
+ * writer stores meanwhile is never overwritten by a slower one. *written
+ * says whether r went in. */
+int tuned__store_put_best_unless_better(tuned__store *s, const tuned__record *r,
+                                        const char *policy, bool *written, tuned__err *e);
+
 /* The record under key, if it may be served as exact: TUNED_ENOTFOUND when
  * there is none, or when it was measured under a measurement policy other
  * than policy (the message says which; NULL accepts any). key.gpu_fp is the fingerprint of this system's

@@ -475,6 +475,48 @@ static void test_policy(void)
     tuned__store_close(s);
 }
 
+/* put_best_unless_better: a faster stored record of the policy stays; a
+ * slower one, one of another policy and damage give way. */
+static void test_put_unless_better(void)
+{
+    char path[4200];
+    tuned__store *s = open_test_store(path, sizeof path, "unless-better", 0);
+    if (s == NULL)
+        return;
+    tuned__err e = {0};
+    tuned__record r, got;
+    bool written;
+    make_record(&r, "gpu-a", 64, 64);
+    r.median_us = 10;
+    EXPECT_OK(tuned__store_put_best_unless_better(s, &r, TUNED__MEASURE_POLICY, &written, &e), &e);
+    EXPECT(written, "a first record was not written");
+    tuned__record slower = r;
+    slower.median_us = 12;
+    EXPECT_OK(tuned__store_put_best_unless_better(s, &slower, TUNED__MEASURE_POLICY, &written,
+                                                  &e), &e);
+    EXPECT(!written, "a slower record replaced a faster one");
+    tuned__record faster = r;
+    faster.median_us = 9;
+    EXPECT_OK(tuned__store_put_best_unless_better(s, &faster, TUNED__MEASURE_POLICY, &written,
+                                                  &e), &e);
+    EXPECT(written);
+    EXPECT_OK(tuned__store_get_best(s, &r.key, &got, TUNED__MEASURE_POLICY, &e), &e);
+    EXPECT(got.median_us == 9);
+    /* A faster record of another policy is not served here: it gives way. */
+    tuned__record other = r;
+    other.median_us = 5;
+    snprintf(other.prov.policy, sizeof other.prov.policy, "median-no-flush/0");
+    EXPECT_OK(tuned__store_put_best(s, &other, &e), &e);
+    EXPECT_OK(tuned__store_put_best_unless_better(s, &slower, TUNED__MEASURE_POLICY, &written,
+                                                  &e), &e);
+    EXPECT(written, "a record of another policy kept its place");
+    /* Any policy (NULL): the times compare as they are. */
+    EXPECT_OK(tuned__store_put_best(s, &other, &e), &e);
+    EXPECT_OK(tuned__store_put_best_unless_better(s, &slower, NULL, &written, &e), &e);
+    EXPECT(!written);
+    tuned__store_close(s);
+}
+
 static void test_find_shape(void)
 {
     char path[4200];
@@ -1299,6 +1341,7 @@ int main(int argc, char **argv)
         {"provenance: exact or not", test_exact},
         {"put/get round-trip, reopen, read-only", test_roundtrip},
         {"only this build's policy is served", test_policy},
+        {"put unless better", test_put_unless_better},
         {"find_shape", test_find_shape},
         {"open errors", test_open_errors},
         {"damaged store files", test_corrupt_files},
