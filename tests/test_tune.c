@@ -5,7 +5,9 @@
  * that share one median told apart by their interquartile means, warm
  * start from another shape's record (and from fp16's for bf16), each
  * kernel (softmax_bwd, log_softmax, log_softmax_bwd) tuned in its own
- * space and filed under its own id, and a fatal backend error. */
+ * space and filed under its own id, finalists that fail their rounds'
+ * checks (never the winner; failures in the history), and a fatal
+ * backend error. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,7 +33,23 @@ typedef struct synthetic {
     double best_iqm;
     const tuned__space *space; /* when set: configs evaluated outside it are counted */
     size_t outside;
+    /* A race the search's one check misses: a config evaluated again (as
+     * only the finalists' rounds do) computes a wrong result. */
+    bool wrong_again;
+    tuned__config evaluated[1024];
+    size_t nevaluated;
 } synthetic;
+
+/* Whether s evaluated c before; remembers it. */
+static bool evaluated_before(synthetic *s, const tuned__config *c)
+{
+    for (size_t i = 0; i < s->nevaluated; i++)
+        if (tuned__config_equal(&s->evaluated[i], c))
+            return true;
+    if (s->nevaluated < sizeof s->evaluated / sizeof s->evaluated[0])
+        s->evaluated[s->nevaluated++] = *c;
+    return false;
+}
 
 /* A bowl with its minimum at w8 r2 c1 m1 v4 reg=f32 red=split (rows
  * family); load and store hints do not matter, so the finalists tie on
@@ -57,6 +75,11 @@ static int run(void *ctx, const tuned__config *cfgs, size_t n, tuned__eval_resul
         s->calls++;
         if (s->space != NULL && !tuned__space_valid(s->space, &cfgs[i], NULL, 0))
             s->outside++;
+        if (s->wrong_again && evaluated_before(s, &cfgs[i])) {
+            out[i].status = TUNED__EVAL_WRONG;
+            snprintf(out[i].detail, sizeof out[i].detail, "3 elements wrong (planted race)");
+            continue;
+        }
         out[i].status = TUNED__EVAL_OK;
         double us = synthetic_us(&cfgs[i]);
         if (s->noisy && cfgs[i].family == TUNED__FAMILY_ROWS)
@@ -368,6 +391,31 @@ int main(void)
                    lv.search.best_us == 100.0,
                "plateau: %s won at %.3f us, want %s (the lowest mean)", t, lv.search.best_us,
                want);
+    }
+
+    /* Finalists that each fail the check of a finalist round (a race in
+     * their template that the search's one check missed): none of them
+     * wins, the tune fails, and their failures are in the history, so a
+     * resumed tune does not take them for correct. */
+    {
+        static synthetic racy = {.wrong_again = true};
+        tuned__tune_backend rb = {.run = run, .ctx = &racy, .copy_us = 90.0};
+        tuned__tune_request rr = r;
+        rr.shape.cols = 3072;
+        rr.search.budget = 60;
+        tuned__tune_outcome ro;
+        tuned__err re_err = {0};
+        int rc = tuned__tune_on(&rb, &g, &rr, NULL, NULL, &ro, &re_err);
+        char t[TUNED__CONFIG_TEXT];
+        tuned__config_format(&ro.search.best, t, sizeof t);
+        EXPECT(rc == TUNED_EWRONG && strstr(re_err.msg, "finalists failed") != NULL,
+               "every finalist wrong in its rounds: rc %d, winner %s (%s)", rc, t, re_err.msg);
+        size_t n, wrong = 0;
+        const tuned__store_eval *page = history_page(st, &g, &rr.shape, &n);
+        for (size_t i = 0; page != NULL && i < n; i++)
+            wrong += page[i].status == TUNED__HIST_WRONG;
+        EXPECT(wrong >= 2, "the finalists' failures in the history: %zu of %zu entries wrong",
+               wrong, n);
     }
 
     /* A fatal error stops the tune; what was measured before it is kept. */

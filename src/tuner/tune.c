@@ -70,10 +70,11 @@ static int hist_status(int eval_status)
     return -1;
 }
 
-/* Writes one generation's results to the history in one transaction, so
- * a killed tune loses at most the generation in flight. */
+/* Writes one generation's results (failures_only: only its failures) to
+ * the history in one transaction, so a killed tune loses at most the
+ * generation in flight. */
 static int record_history(const tune_ctx *t, const tuned__config *cfgs, size_t n,
-                          const tuned__eval_result *res, tuned__err *e)
+                          const tuned__eval_result *res, bool failures_only, tuned__err *e)
 {
     tuned__store_eval *evs = calloc(n, sizeof *evs);
     if (evs == NULL)
@@ -85,6 +86,8 @@ static int record_history(const tune_ctx *t, const tuned__config *cfgs, size_t n
         int status = hist_status(res[i].status);
         if (status < 0)
             continue; /* not run: the batch stopped at a fatal GPU error */
+        if (failures_only && status == TUNED__HIST_OK)
+            continue;
         tuned__store_eval *h = &evs[k++];
         h->key = t->key;
         tuned__config_format(&cfgs[i], h->config, sizeof h->config);
@@ -117,7 +120,7 @@ static int eval_batch(void *ctx, const tuned__config *cfgs, size_t n, tuned__eva
                 t->request->trace(t->request->trace_ctx, &cfgs[i], &out[i]);
     if (t->request->store != NULL) {
         tuned__err he = {0};
-        int hrc = record_history(t, cfgs, n, out, &he);
+        int hrc = record_history(t, cfgs, n, out, false, &he);
         if (rc == 0 && hrc != 0) {
             if (e != NULL)
                 *e = he;
@@ -290,6 +293,7 @@ typedef struct finalist {
     double median;
     double iqm[TUNED__FINALIST_ROUNDS_MAX]; /* each round's interquartile mean: rounds - 1 of them */
     double rank; /* the median of iqm[]: what the finalists are ranked by */
+    bool failed; /* a round did not pass its check (or did not run): never the winner */
 } finalist;
 
 /* Faster first; among equal medians (a few-µs shape's variants often share
@@ -303,6 +307,44 @@ static int cmp_candidate(const void *a, const void *b)
     if (x->p80_us != y->p80_us)
         return x->p80_us < y->p80_us ? -1 : 1;
     return tuned__config_simpler(&x->config, &y->config);
+}
+
+/* One round of re-timing the finalists. Each round checks every finalist
+ * again: one that fails (a race that the search's single check missed)
+ * is out of the running, and its failure goes to the history so that a
+ * resumed tune does not trust its earlier pass. first_failure (n bytes)
+ * keeps the first such failure's text. */
+static int run_finalist_round(tune_ctx *t, finalist *f, const tuned__config *cfgs, size_t nf,
+                              tuned__eval_result *res, char *first_failure, size_t n,
+                              tuned__err *e)
+{
+    int rc = t->backend->run(t->backend->ctx, cfgs, nf, res, e);
+    for (size_t i = 0; i < nf; i++) {
+        if (res[i].status == TUNED__EVAL_OK) {
+            f[i].iqm[f[i].rounds - 1] = res[i].iqm_us;
+            f[i].times[f[i].rounds++] = res[i].median_us;
+            continue;
+        }
+        f[i].failed = true;
+        if (res[i].status != TUNED__EVAL_UNRUN && first_failure[0] == '\0') {
+            char name[TUNED__CONFIG_TEXT];
+            tuned__config_format(&cfgs[i], name, sizeof name);
+            snprintf(first_failure, n, "%s: %s: %s", name,
+                     tuned__eval_status_name(res[i].status), res[i].detail);
+        }
+    }
+    if (t->request->store != NULL) {
+        tuned__err he = {0};
+        /* Only the failures: the search's timing of a passing finalist
+         * stays its figure in the history. */
+        int hrc = record_history(t, cfgs, nf, res, true, &he);
+        if (rc == 0 && hrc != 0) {
+            if (e != NULL)
+                *e = he;
+            rc = hrc;
+        }
+    }
+    return rc;
 }
 
 /* Times the finalists again, interleaved, and picks the winner (see tune.h). */
@@ -339,22 +381,18 @@ static int run_finalists(tune_ctx *t, const tuned__search_prior *log, size_t nlo
     int nrounds = t->request->finalist_rounds;
     if (nrounds < 1 || nrounds > TUNED__FINALIST_ROUNDS_MAX)
         nrounds = TUNED__FINALIST_ROUNDS_DEFAULT;
+    char first_failure[sizeof out->search.first_failure] = "";
     for (int round = 0; round < nrounds; round++) {
-        int rc = t->backend->run(t->backend->ctx, cfgs, nf, res, e);
+        int rc = run_finalist_round(t, f, cfgs, nf, res, first_failure, sizeof first_failure, e);
         if (rc != 0)
             return rc;
-        for (size_t i = 0; i < nf; i++)
-            if (res[i].status == TUNED__EVAL_OK) {
-                f[i].iqm[f[i].rounds - 1] = res[i].iqm_us;
-                f[i].times[f[i].rounds++] = res[i].median_us;
-            }
     }
     /* Noise: the largest relative spread of one config's rounds. The
      * finalists are ranked by their rounds' interquartile means, which,
      * unlike medians, resolve differences under the events' 32 ns step
-     * (a finalist a round could not time ranks last). */
+     * (a finalist that failed a round is out of the ranking). */
     double noise = 0.0;
-    size_t win = 0;
+    size_t win = nf; /* none yet */
     for (size_t i = 0; i < nf; i++) {
         qsort(f[i].times, f[i].rounds, sizeof f[i].times[0], tuned__cmp_double);
         f[i].median = f[i].times[f[i].rounds / 2];
@@ -362,15 +400,19 @@ static int run_finalists(tune_ctx *t, const tuned__search_prior *log, size_t nlo
         if (spread > noise)
             noise = spread;
         size_t timed = f[i].rounds - 1;
-        if (timed < (size_t)nrounds) {
+        if (f[i].failed) {
             f[i].rank = INFINITY;
             continue;
         }
         qsort(f[i].iqm, timed, sizeof f[i].iqm[0], tuned__cmp_double);
         f[i].rank = f[i].iqm[timed / 2];
-        if (f[i].rank < f[win].rank)
+        if (win == nf || f[i].rank < f[win].rank)
             win = i;
     }
+    if (win == nf)
+        return tuned__errf(e, TUNED_EWRONG,
+                           "tune: each of the %zu finalists failed a re-check; first: %s", nf,
+                           first_failure);
     /* A simpler config takes the win only when its rounds overlap the
      * fastest's: one noisy finalist must not let a config that is slower
      * in every round win (measured, H200 4096x32000 fp32: v2 chosen over

@@ -57,7 +57,10 @@ typedef struct tuned__tune_outcome {
  *
  * After the search, the finalists (correct configs within a few percent of
  * the best; among equal medians, those with the lighter slow tail) are
- * timed again, interleaved, several rounds; the fastest by the median of
+ * timed again, interleaved, several rounds, each round checking them
+ * again: a finalist that fails a round's check is out (its failure goes
+ * to the history), and when every one fails the tune fails with
+ * TUNED_EWRONG rather than store one. Of the rest, the fastest by the median of
  * its rounds' interquartile means wins (they resolve differences under
  * the events' 32 ns step, where medians tie), unless a simpler config's
  * rounds overlap its rounds (its fastest no slower than the winner's
