@@ -588,6 +588,20 @@ static void test_invalid(tuned__fleet *f)
     EXPECT_STATUS(x, TUNED__FLEET_STALE);
     EXPECT(x->r.has_record && x->r.record.prov.template_hash == 0xfeedfacecafebeefull,
            "stale record not given as a seed");
+    /* A stale record of a newer tuned is not replaced by an older one's;
+     * one of an older tuned is. */
+    snprintf(old.tool_version, sizeof old.tool_version, "99.0.0");
+    plant(key, &old);
+    x = res();
+    tuned__fleet_replace(f, &want, &here, 0.02, on_reply, x, &e);
+    EXPECT_STATUS(x, TUNED__FLEET_MISS);
+    EXPECT(strstr(x->r.err.msg, "newer") != NULL, "why: %s", x->r.err.msg);
+    snprintf(old.tool_version, sizeof old.tool_version, "0.0.1");
+    plant(key, &old);
+    x = res();
+    tuned__fleet_replace(f, &want, &here, 0.02, on_reply, x, &e);
+    EXPECT_STATUS(x, TUNED__FLEET_OK);
+    plant(key, &old);
 
     /* forget */
     x = res();
