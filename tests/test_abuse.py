@@ -7,7 +7,8 @@ directory, with loops bounded in count and time.
   freeze     another process imports 20k records in a loop: no `get` waits
              long (the index is rebuilt off the event loop), and the new
              records are served once the rebuild is done
-  idle       idle connections (Unix and TCP) are closed after --limit idle
+  idle       idle connections (Unix and TCP) are closed after --limit idle,
+             a slow-loris that trickles a partial line a byte at a time too
   reserve    TCP clients cannot take the slots kept for Unix clients
   storm      a connect/close storm never makes another client's connection
              get too_many_clients (slots are free at close)
@@ -223,13 +224,26 @@ def case_idle():
     idle = [Client(d.sock) for _ in range(3)] + [Client(tcp=("127.0.0.1", port)) for _ in range(3)]
     partial = Client(d.sock)
     partial.s.sendall(b'{"op":"pi')  # a slow-loris: a request that never ends
+    trickle = Client(d.sock)  # a slow-loris that sends a byte well within each idle period
     busy = Client(d.sock)
     t_end = time.time() + 1.5
     while time.time() < t_end:  # a client that keeps asking is never idle
         if not busy.call({"op": "ping"}).get("ok"):
             fail("idle: a busy client was refused")
+        try:
+            trickle.s.sendall(b" ")
+        except OSError:
+            pass  # closed as idle: what should happen
         time.sleep(0.1)
+    alive = busy.call({"op": "ping"})  # now: the waits below leave it idle
+    busy.close()
+    # Closed while it still trickled: once it stops, it is idle anyway.
     closed = 0
+    try:
+        closed += code(trickle.line(timeout=0.2)) == "idle_timeout"
+    except OSError:
+        pass
+    trickle.close()
     for c in idle + [partial]:
         try:
             r = c.line(timeout=5)
@@ -237,16 +251,15 @@ def case_idle():
         except OSError:
             pass
         c.close()
-    alive = busy.call({"op": "ping"})
-    busy.close()
     d.stop()
-    if closed != len(idle) + 1:
-        fail(f"idle: {closed} of {len(idle) + 1} idle connections were closed")
+    if closed != len(idle) + 2:
+        fail(f"idle: {closed} of {len(idle) + 2} idle connections were closed (a partial "
+             "line sent a byte at a time must not count as activity)")
     elif not (alive or {}).get("ok"):
         fail("idle: the busy client was closed")
     else:
-        ok(f"idle: {closed} idle connections (Unix, TCP, a partial line) closed after 0.5 s, "
-           "the busy one kept")
+        ok(f"idle: {closed} idle connections (Unix, TCP, a partial line, one trickled a byte "
+           "every 0.1 s) closed after 0.5 s, the busy one kept")
 
 
 def case_reserve():

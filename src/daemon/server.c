@@ -14,7 +14,8 @@
  * connections are accepted per loop turn, so clients already connected
  * are read even while a storm of new ones fills the backlog. A client with nothing in
  * flight (no reply queued, no complete line unanswered) for
- * idle_timeout_s is closed, with an idle_timeout error line. A line over
+ * idle_timeout_s is closed, with an idle_timeout error line; bytes of a
+ * line not yet ended do not count as activity. A line over
  * max_line gets a line_too_long error and the connection is closed after
  * it; so does a connection over max_clients (TCP clients over
  * max_clients - unix_reserve: the rest is kept for local clients). A slot
@@ -81,7 +82,7 @@ typedef struct conn {
     tuned__later later;      /* a reply that waits for the fleet tier */
     size_t queued;           /* bytes in uv_write requests in flight */
     uint64_t stalled_since;  /* uv_now() when queued output last made no progress; 0 */
-    uint64_t active_ms;      /* uv_now() when it last sent bytes or had a request in flight */
+    uint64_t active_ms;      /* uv_now() at its last request, reply progress or work in flight */
     bool tcp;
     bool reading;
     bool paused;             /* backpressure: not reading, lines left unanswered */
@@ -342,6 +343,7 @@ static void answer(conn *c, const char *line, size_t len)
     if (len == 0)
         return; /* blank lines are ignored */
     server *s = c->srv;
+    c->active_ms = uv_now(&s->loop);
     if (s->stopping) {
         /* Read, not run: the request's id is echoed when it can be read. */
         tuned__request r;
@@ -452,8 +454,9 @@ static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
     (void)buf;
     conn *c = st->data;
     if (nread > 0) {
+        /* No refresh of active_ms here: bytes of a line that never ends
+         * are idleness (a slow-loris), a request that starts is not. */
         c->in_end += (size_t)nread;
-        c->active_ms = uv_now(&c->srv->loop);
         process(c);
     } else if (nread == UV_ENOBUFS) {
         line_too_long(c);
