@@ -18,6 +18,9 @@ on a failure.
               to torch (one warning per reason, FallbackError in strict
               mode), on stand-in tensors, since torch is not installed here
               (tests/python/test_torch_ops.py runs the operators where it is)
+  default     closing the default handle: the torch fast path never calls
+              libtuned with it again, the next call opens a new one (a
+              stand-in libtuned and torch)
   kernels     which kernels libtuned exports decides each operator's path
               (kernel_paths), with today's library and with a stand-in one
               that exports two of the coming kernels
@@ -562,6 +565,131 @@ class DispatchTests(unittest.TestCase):
             self.assertEqual(len(lines), 2, out)
             self.assertEqual(lines[0][1], lines[1][1], "the open error is kept, not retried")
             self.assertIn("tuned_open", lines[0][3])
+
+
+# A stand-in torch: what tuned.torch_ops touches at import and on its
+# eager fast path (_library, _softmax_rows), with host memory as tensors.
+STAND_IN_TORCH = """
+import ctypes, types
+
+float16, bfloat16, float32 = "torch.float16", "torch.bfloat16", "torch.float32"
+
+
+class Tensor:
+    def __init__(self, shape, dtype=float32, device=0):
+        self.shape, self.dtype, self._dev = tuple(shape), dtype, device
+        self._n = 1
+        for s in self.shape:
+            self._n *= s
+        self._buf = ctypes.create_string_buffer(self._n * (4 if dtype == float32 else 2) + 16)
+        self.requires_grad, self.is_cuda = False, True
+
+    def numel(self): return self._n
+    def dim(self): return len(self.shape)
+    def get_device(self): return self._dev
+    def data_ptr(self): return (ctypes.addressof(self._buf) + 15) & ~15
+    def is_contiguous(self): return True
+
+
+def empty_like(x): return Tensor(x.shape, x.dtype, x._dev)
+def softmax(x, dim): raise NotImplementedError
+def log_softmax(x, dim): raise NotImplementedError
+
+
+_C = types.SimpleNamespace(is_grad_enabled=lambda: False, _len_torch_dispatch_stack=lambda: 0,
+                           _cuda_getDevice=lambda: 0, _cuda_getCurrentRawStream=lambda i: 0)
+compiler = types.SimpleNamespace(is_compiling=lambda: False)
+cuda = types.SimpleNamespace(current_device=lambda: 0)
+
+
+class _Op:
+    def __init__(self, name, fn):
+        ops.tuned.__dict__[name.split("::")[1]] = types.SimpleNamespace(default=fn)
+    def register_kernel(self, dev): return lambda f: f
+    def register_fake(self, f): return f
+    def register_autograd(self, g, setup_context=None): return None
+
+
+ops = types.SimpleNamespace(tuned=types.SimpleNamespace())
+library = types.SimpleNamespace(custom_op=lambda name, fn, mutates_args=(), schema=None: _Op(name, fn))
+autograd = types.SimpleNamespace(Function=type("Function", (), {}))
+"""
+
+# A stand-in libtuned over the real one: handles are slots that tuned_close
+# marks closed, and tuned_softmax says when it is given a closed one (the
+# real library would read freed memory).
+HANDLE_SHIM = r"""
+#include <stdio.h>
+static int slots[16], opened;
+int tuned_open(void **out, const void *o)
+{
+    (void)o;
+    slots[opened] = 1;
+    *out = &slots[opened++];
+    return 0;
+}
+void tuned_close(void *h) { if (h) *(int *)h = 0; }
+int tuned_softmax(void *h, const void *x, void *y, long long r, long long c, long long s, int t,
+                  void *st)
+{
+    (void)x, (void)y, (void)r, (void)c, (void)s, (void)t, (void)st;
+    if (h == NULL)
+        return -1;
+    if (*(int *)h != 1) {
+        fprintf(stderr, "tuned_softmax: called on a closed handle\n");
+        return -1;
+    }
+    return 0;
+}
+"""
+
+
+class DefaultHandleTests(unittest.TestCase):
+    """Closing the module's default handle (`with tuned.default_handle()`,
+    a test's teardown): the torch fast path never calls libtuned with the
+    closed handle, and the next call opens a new default handle."""
+
+    @unittest.skipUnless(LIBTUNED and os.path.exists(LIBTUNED), "no libtuned given")
+    def test_close_default_handle(self):
+        cc = os.environ.get("CC", "cc")
+        if not shutil.which(cc):
+            self.skipTest(f"no C compiler ({cc})")
+        d = tempfile.mkdtemp(prefix="tuned-py-default-")
+        try:
+            os.makedirs(os.path.join(d, "torch"))
+            with open(os.path.join(d, "torch", "__init__.py"), "w") as f:
+                f.write(STAND_IN_TORCH)
+            with open(os.path.join(d, "shim.c"), "w") as f:
+                f.write(HANDLE_SHIM)
+            shim = os.path.join(d, "libshim.so")
+            libdir = os.path.dirname(LIBTUNED)
+            p = subprocess.run([cc, "-shared", "-fPIC", os.path.join(d, "shim.c"), "-o", shim,
+                                "-L" + libdir, "-Wl,--no-as-needed",
+                                "-l:" + os.path.basename(LIBTUNED), "-Wl,-rpath," + libdir],
+                               capture_output=True, text=True)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            rc, out, err = run_child(f"""
+                import sys
+                sys.path.insert(0, {d!r})
+                import torch, tuned
+                from tuned import torch_ops as T
+                x = torch.Tensor((8, 1024))
+                T._library()
+                print("open", T._softmax_rows(x, 2) is not None)
+                with tuned.default_handle() as h:
+                    pass
+                print("closed", T._softmax_rows(x, 2) is not None)
+                T._library()
+                print("reopened", tuned.default_handle() is not h,
+                      T._softmax_rows(x, 2) is not None)
+            """, {"TUNED_LIBRARY": shim, "TUNED_POLICY": "never", "TUNED_DB": d})
+            self.assertEqual(rc, 0, err)
+            self.assertNotIn("closed handle", err)
+            self.assertIn("open True", out)
+            self.assertIn("closed False", out)
+            self.assertIn("reopened True True", out)
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
 
 
 class KernelPathsTests(unittest.TestCase):

@@ -113,9 +113,16 @@ class Handle:
         return self._h.value or 0
 
     def close(self):
+        """Closes the handle. Closing the module's default handle makes the
+        next tuned.softmax (or default_handle()) open a new one."""
+        global _default
         if getattr(self, "_h", None):
-            self._lib.tuned_close(self._h)
-            self._h = None
+            h, self._h = self._h, None
+            if _default is self:
+                with _default_lock:
+                    if _default is self:
+                        _default = None
+            self._lib.tuned_close(h)
 
     def __enter__(self):
         return self
@@ -185,7 +192,8 @@ def default_handle():
     the environment, policy $TUNED_POLICY (default "daemon": shapes without
     an exact record are sent to a running daemon to tune; without a daemon
     nothing happens). Raises LibraryError or TunedError when it cannot open,
-    and the same error again on later calls (it is not retried)."""
+    and the same error again on later calls (it is not retried). Once it is
+    closed, the next call opens a new one."""
     global _default, _default_error
     if _default is not None:
         return _default

@@ -81,19 +81,21 @@ _current_device = getattr(_C, "_cuda_getDevice", None) or torch.cuda.current_dev
 _raw_stream = getattr(_C, "_cuda_getCurrentRawStream", None) or (
     lambda index: torch.cuda.current_stream(index).cuda_stream)
 
-# (tuned_softmax, the default handle's pointer) once the handle is open:
-# the fast paths' whole state.
+# (tuned_softmax, the default Handle) once the handle is open: the fast
+# paths' whole state. The Handle, not its pointer: a closed handle's
+# pointer is None (the call is skipped), never a freed tuned_handle.
 _fast = None
 
 
 def _library():
     """(the library, the default handle's pointer); raises LibraryError,
-    TunedError or ValueError when the default handle cannot open."""
+    TunedError or ValueError when the default handle cannot open. A closed
+    default handle is replaced by a new one (default_handle opens it)."""
     global _fast
     h = _handle._default or _handle.default_handle()
-    if _fast is None:
-        _fast = (h._lib.tuned_softmax, h._h)
-    return h._lib, h._h
+    if _fast is None or _fast[1] is not h:
+        _fast = (h._lib.tuned_softmax, h)
+    return h._lib, h._live()
 
 
 def _softmax_rows(x, dt):
@@ -105,13 +107,16 @@ def _softmax_rows(x, dt):
     n = x.numel()
     if fast is None or n == 0 or x.dim() == 0:
         return None
+    h = fast[1]._h
+    if not h:
+        return None  # closed: the general path opens the default handle again
     cols = x.shape[-1]
     rows = n // cols
     dev = x.get_device()
     if rows > _dispatch.MAX_ROWS or cols > _dispatch.MAX_COLS or dev != _current_device():
         return None
     y = torch.empty_like(x)
-    rc = fast[0](fast[1], x.data_ptr(), y.data_ptr(), rows, cols, cols, dt, _raw_stream(dev) or None)
+    rc = fast[0](h, x.data_ptr(), y.data_ptr(), rows, cols, cols, dt, _raw_stream(dev) or None)
     return y if rc == 0 else None
 
 
