@@ -464,7 +464,8 @@ long tuned__index_nearest(const tuned__index *ix, const tuned__space *sp, uint64
     for (size_t i = 0; i < ix->n; i++) {
         const tuned__record *r = &ix->recs[i];
         bool own = r->key.gpu_fp == fp;
-        if (!(own || (hw != 0 && ix->hw[i] == hw)) || r->key.kernel != TUNED__KERNEL_SOFTMAX ||
+        if (!(own || (hw != 0 && ix->hw[i] == hw)) ||
+            r->key.kernel != (uint8_t)tuned__shape_kernel(&sp->shape) ||
             r->key.dtype != (uint8_t)sp->shape.dtype ||
             (r->key.rows == sp->shape.rows && r->key.cols == sp->shape.cols))
             continue;

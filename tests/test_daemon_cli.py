@@ -1,0 +1,185 @@
+#!/usr/bin/env python3
+"""test_daemon_cli.py TUNED: what the daemon answers for kernels other than
+softmax, and the `tuned` CLI through a daemon against the same CLI on the
+store, with the real binary, real daemons on Unix sockets in a temporary
+directory and the test-only fake GPU (TUNED_TEST_FAKE_GPU).
+
+The store: softmax 8x1024, tuned on the fake GPU, and log_softmax 8x1536,
+the same record imported under that kernel and shape, with the daemon's
+default config of log_softmax 8x2048.
+
+  nearest    `get` of log_softmax 8x2048 answers nearest from the
+             log_softmax record, never from the softmax one; a kernel
+             with no record answers default
+Exit 0 when every case passed, 77 in a build without the test hooks."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+from daemon_client import call_once, stop_process
+
+TUNED = os.path.abspath(sys.argv[1])
+FAKE = {"TUNED_TEST_FAKE_GPU": "1", "TUNED_TEST_FAKE_MS": "1"}
+failures = 0
+tmp = tempfile.mkdtemp(prefix="test_daemon_cli.")
+DAEMONS = []
+
+
+def fail(msg):
+    global failures
+    failures += 1
+    print("FAIL:", msg, flush=True)
+
+
+def ok(msg):
+    print("ok:", msg, flush=True)
+
+
+def run(*args, env=None, timeout=60):
+    p = subprocess.run([TUNED, *args], capture_output=True, text=True, timeout=timeout,
+                       env=dict(os.environ, **(env or {})))
+    return p.returncode, p.stdout, p.stderr
+
+
+class Daemon:
+    """tuned serve on db (default: a store of its own) with the fake GPU
+    and env added."""
+
+    def __init__(self, name, db=None, env=None, args=()):
+        DAEMONS.append(self)
+        self.dir = os.path.join(tmp, name)
+        os.makedirs(self.dir, exist_ok=True)
+        self.sock = os.path.join(self.dir, "s.sock")
+        self.db = db or os.path.join(self.dir, "db")
+        self.env = dict(os.environ, **FAKE, **(env or {}))
+        self.args = list(args)
+        self.logf = open(os.path.join(self.dir, "log"), "w+")
+        self.p = None
+
+    def start(self):
+        self.p = subprocess.Popen([TUNED, "serve", "--socket", self.sock, "--db", self.db,
+                                   *self.args], stdout=self.logf, stderr=self.logf, env=self.env)
+        for _ in range(600):
+            if self.p.poll() is not None:
+                return False
+            try:
+                call_once(self.sock, {"op": "ping"}, 5)
+                return True
+            except OSError:
+                time.sleep(0.05)
+        return False
+
+    def call(self, obj, timeout=30):
+        return call_once(self.sock, obj, timeout)
+
+    def log(self):
+        self.logf.flush()
+        with open(self.logf.name) as f:
+            return f.read()
+
+    def stop(self):
+        return stop_process(self.p)
+
+
+def seed_store(db):
+    """softmax 8x1024 tuned on the fake GPU, then log_softmax 8x1536 (its
+    record under another kernel and shape) imported; True when both are
+    stored."""
+    d = Daemon("seed", db=db)
+    if not d.start():
+        fail("seed: daemon did not start: " + d.log())
+        return False
+    # A config valid for log_softmax 8x2048 (the softmax winner is not),
+    # so that the record can serve that shape as nearest: the default, asked
+    # while the store is empty.
+    config = d.call({"op": "get", "rows": 8, "cols": 2048, "kernel": "log_softmax"})["config"]
+    rc, _, err = run("tune", "--socket", d.sock, "--shape", "8x1024", "--budget", "8", "-q")
+    d.stop()
+    if rc != 0:
+        fail(f"seed: tune exited {rc}: {err}")
+        return False
+    rc, out, err = run("export", "--db", db)
+    if rc != 0:
+        fail(f"seed: export exited {rc}: {err}")
+        return False
+    header, line = out.splitlines()[:2]
+    rec = dict(json.loads(line), kernel="log_softmax", cols=1536, config=config)
+    path = os.path.join(tmp, "log_softmax.jsonl")
+    with open(path, "w") as f:
+        f.write(header + "\n" + json.dumps(rec) + "\n")
+    rc, _, err = run("import", "--db", db, path)
+    if rc != 0:
+        fail(f"seed: import exited {rc}: {err}")
+        return False
+    return True
+
+
+def record_of(reply):
+    r = (reply or {}).get("record") or {}
+    return r.get("kernel"), r.get("rows"), r.get("cols")
+
+
+# ---- cases ----
+
+def case_nearest(db):
+    d = Daemon("nearest", db=db)
+    if not d.start():
+        return fail("nearest: daemon did not start: " + d.log())
+    log = d.call({"op": "get", "rows": 8, "cols": 2048, "kernel": "log_softmax"})
+    soft = d.call({"op": "get", "rows": 8, "cols": 2048})
+    bwd = d.call({"op": "get", "rows": 8, "cols": 2048, "kernel": "softmax_bwd"})
+    d.stop()
+    if log.get("source") != "nearest" or record_of(log) != ("log_softmax", 8, 1536):
+        fail(f"nearest: log_softmax 8x2048 is not answered from the log_softmax record: {log}")
+    elif soft.get("source") != "nearest" or record_of(soft) != ("softmax", 8, 1024):
+        fail(f"nearest: softmax 8x2048 is not answered from the softmax record: {soft}")
+    elif bwd.get("source") != "default" or "record" in bwd:
+        fail(f"nearest: softmax_bwd (no record of it) is answered from another kernel: {bwd}")
+    else:
+        ok("nearest: each kernel's nearest record is its own (log_softmax 8x1536, softmax "
+           "8x1024); softmax_bwd, with none, gets the default")
+
+
+CASES = [case_nearest]
+
+
+def main():
+    db = os.path.join(tmp, "store")
+    probe = Daemon("probe")
+    if not probe.start():
+        fail("probe: daemon did not start: " + probe.log())
+        return 1
+    fake = (probe.call({"op": "stats"}).get("gpus") or [{}])[0].get("test_only_fake")
+    probe.stop()
+    if fake is not True:
+        print("no test-only fake GPU (a build without test hooks): skipped")
+        return 77
+    if not seed_store(db):
+        return 1
+    only = sys.argv[2:]
+    for case in CASES:
+        if only and case.__name__[5:] not in only:
+            continue
+        try:
+            case(db)
+        except Exception as e:  # a case that crashed is a failed case, not a stopped suite
+            fail(f"{case.__name__}: {type(e).__name__}: {e}")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    rc = 1
+    try:
+        rc = main()
+    finally:
+        for d in DAEMONS:  # a case that failed half way leaves none running
+            if d.p is not None and d.p.poll() is None:
+                d.p.kill()
+                d.p.wait()
+        shutil.rmtree(tmp, ignore_errors=True)
+    print(f"{failures} failures")
+    sys.exit(rc)
