@@ -11,6 +11,8 @@ default config of log_softmax 8x2048.
   nearest    `get` of log_softmax 8x2048 answers nearest from the
              log_softmax record, never from the softmax one; a kernel
              with no record answers default
+  list       `list` without "kernel" lists every kernel's records, and
+             `tuned list --socket` the same keys as `tuned list --db`
 Exit 0 when every case passed, 77 in a build without the test hooks."""
 import json
 import os
@@ -144,7 +146,33 @@ def case_nearest(db):
            "8x1024); softmax_bwd, with none, gets the default")
 
 
-CASES = [case_nearest]
+def keys_listed(text):
+    """The KEY column of `tuned list`'s table."""
+    return sorted(line.split()[-1] for line in text.splitlines()[1:] if line.strip())
+
+
+def case_list(db):
+    d = Daemon("list", db=db)
+    if not d.start():
+        return fail("list: daemon did not start: " + d.log())
+    every = d.call({"op": "list"})
+    log = d.call({"op": "list", "kernel": "log_softmax"})
+    soft = d.call({"op": "list", "kernel": "softmax"})
+    rc_d, out_d, err_d = run("list", "--socket", d.sock)
+    d.stop()
+    rc_s, out_s, err_s = run("list", "--db", db)
+    if every.get("count") != 2 or log.get("count") != 1 or soft.get("count") != 1:
+        fail(f"list: counts without a kernel, of log_softmax, of softmax: {every.get('count')}, "
+             f"{log.get('count')}, {soft.get('count')} (want 2, 1, 1)")
+    elif rc_d != 0 or rc_s != 0 or keys_listed(out_d) != keys_listed(out_s):
+        fail(f"list: the daemon lists {keys_listed(out_d)} (exit {rc_d}, {err_d.strip()}), the "
+             f"store {keys_listed(out_s)} (exit {rc_s}, {err_s.strip()})")
+    else:
+        ok(f"list: without a kernel every kernel's record, as the store lists them "
+           f"({', '.join(keys_listed(out_d))})")
+
+
+CASES = [case_nearest, case_list]
 
 
 def main():

@@ -482,6 +482,7 @@ static int parse_fields(const json_t *root, tuned__request *r, tuned__proto_erro
             return fail(err, TUNED__PE_BAD_VALUE,
                         "\"kernel\" must be softmax, softmax_bwd, log_softmax or log_softmax_bwd");
         r->shape.kernel = r->kernel;
+        r->have_kernel = true;
     }
     if ((v = json_object_get(root, "dtype")) != NULL) {
         if (!json_is_string(v))

@@ -213,6 +213,7 @@ static bool read_value(scan *s, unsigned f, tuned__request *r)
         if (!plain_name(s, name) || tuned__kernel_parse(name, &r->kernel) != 0)
             return false;
         r->shape.kernel = r->kernel;
+        r->have_kernel = true;
         return true;
     case F_DTYPE:
         if (!plain_name(s, name) || tuned_dtype_parse(name, &r->shape.dtype) != 0)

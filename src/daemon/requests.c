@@ -595,7 +595,8 @@ static bool list_match(tuned__daemon *d, const tuned__request *r, const tuned__r
 {
     if ((r->have_dtype && rec->key.dtype != (uint8_t)r->shape.dtype) ||
         (r->have_rows && rec->key.rows != r->shape.rows) ||
-        (r->have_cols && rec->key.cols != r->shape.cols) || rec->key.kernel != r->kernel)
+        (r->have_cols && rec->key.cols != r->shape.cols) ||
+        (r->have_kernel && rec->key.kernel != r->kernel))
         return false;
     tuned__jobs_gpu g;
     switch (r->gpu.kind) {
