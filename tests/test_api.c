@@ -224,6 +224,33 @@ static void put_record(tuned__store *s, const tuned__gpu *g, tuned_dtype dtype, 
     put_kernel_record(s, g, TUNED__KERNEL_SOFTMAX, dtype, rows, cols, config, us);
 }
 
+/* A recheck's question (tuned__api_store_moved) after the writes a
+ * process sees most: its own and other shapes' cubins going into the
+ * compile cache, a tune's history. Only a best record written makes it
+ * pick again. seen: what the last pick saw. */
+static void store_moved_only_with_best_records(tuned__store *s, const tuned__gpu *g,
+                                               const tuned__api_seen *seen)
+{
+    tuned__api_seen now = *seen;
+    EXPECT(!tuned__api_store_moved(s, &now), "moved with nothing written");
+    tuned__err e = {0};
+    static const unsigned char cubin[64] = {1, 2, 3};
+    EXPECT(tuned__store_put_cubin(s, 0x1234, cubin, sizeof cubin, &e) == 0, "cubin: %s", e.msg);
+    tuned__store_eval ev = {.status = TUNED__HIST_OK, .median_us = 9.0};
+    tuned__shape other = {.dtype = TUNED_FP16, .rows = 8, .cols = 8};
+    tuned__tune_key(g, &other, &ev.key);
+    snprintf(ev.config, sizeof ev.config, "w1.r8.c1.m1.v8.ld=def.st=def.reg=f32");
+    snprintf(ev.date, sizeof ev.date, "2026-11-24T12:00:00Z");
+    EXPECT(tuned__store_put_evals(s, &ev, 1, &e) == 0, "history: %s", e.msg);
+    EXPECT(!tuned__api_store_moved(s, &now),
+           "a compile-cache put and a history entry read as a new best record");
+    EXPECT(now.txnid > seen->txnid && now.generation == seen->generation,
+           "the transaction id seen was not brought up to date (%llu -> %llu)",
+           (unsigned long long)seen->txnid, (unsigned long long)now.txnid);
+    put_record(s, g, TUNED_FP16, 8, 8, "w1.r8.c1.m1.v8.ld=def.st=def.reg=f32", 2.0);
+    EXPECT(tuned__api_store_moved(s, &now), "a best record stored and not seen");
+}
+
 static void test_pick(void)
 {
     char path[400];
@@ -249,7 +276,7 @@ static void test_pick(void)
     EXPECT(p.source == TUNED_SOURCE_DEFAULT && tuned__config_equal(&p.config, &seed) &&
                p.median_us == 0 && p.record_rows == 0,
            "default pick");
-    uint64_t txn0 = p.txnid;
+    tuned__api_seen seen0 = p.seen;
 
     /* Exact. */
     const char *exact_cfg = "w32.r1.c1.m1.v8.ld=nc.st=cs.reg=pk";
@@ -260,8 +287,11 @@ static void test_pick(void)
     EXPECT(p.source == TUNED_SOURCE_EXACT && strcmp(text, exact_cfg) == 0 && p.median_us == 150.0 &&
                p.record_rows == 4096 && p.record_cols == 32000,
            "exact pick: %s %s", tuned_source_name(p.source), text);
-    EXPECT(p.txnid > txn0, "the transaction id moved with the write (%llu -> %llu)",
-           (unsigned long long)txn0, (unsigned long long)p.txnid);
+    EXPECT(p.seen.txnid > seen0.txnid && p.seen.generation > seen0.generation,
+           "the transaction id and generation moved with the write (%llu -> %llu, %llu -> %llu)",
+           (unsigned long long)seen0.txnid, (unsigned long long)p.seen.txnid,
+           (unsigned long long)seen0.generation, (unsigned long long)p.seen.generation);
+    store_moved_only_with_best_records(s, &h100, &p.seen);
 
     /* Nearest: 2048x32000 is closer than 4096x16000 (cols weigh double);
      * records of another GPU, another dtype and a config invalid here are
@@ -295,7 +325,7 @@ static void test_pick(void)
            "fp32 default: %s", tuned_source_name(p.source));
     /* No store: default. */
     EXPECT(tuned__api_pick_config(NULL, &h100, &shape, NULL, &p, &e) == 0 &&
-               p.source == TUNED_SOURCE_DEFAULT && p.txnid == 0,
+               p.source == TUNED_SOURCE_DEFAULT && p.seen.txnid == 0,
            "no store");
     /* No variant at all (sm_80 has no staged family; 2^30 fp32 columns
      * cannot be held in registers). */

@@ -498,7 +498,7 @@ static int build_entry(tuned_handle *h, const tuned__api_key *k, uint64_t hash, 
     en->launch = launch;
     bool final = p->source == TUNED_SOURCE_EXACT || h->store == NULL;
     atomic_init(&en->recheck_ns, final ? INT64_MAX : coarse_ns() + RECHECK_NS);
-    en->txnid = p->txnid;
+    en->seen = p->seen;
     en->config = p->config;
     fill_choice(h, gpu, device, p, k->aligned != 0, &en->choice);
     if (checked[0] != '\0')
@@ -576,14 +576,13 @@ static tuned__api_entry *recheck(tuned_handle *h, const tuned__api_key *k, uint6
     /* Not while the stream is being captured: loading a module there may
      * be refused. The capture keeps the current kernel. */
     CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
-    uint64_t txn = 0;
     if (h->d->cuStreamIsCapturing((CUstream)stream, &capture) != CUDA_SUCCESS ||
-        capture != CU_STREAM_CAPTURE_STATUS_NONE || tuned__store_txnid(store, &txn, NULL) != 0) {
+        capture != CU_STREAM_CAPTURE_STATUS_NONE) {
         atomic_store_explicit(&old->recheck_ns, next, memory_order_relaxed);
         return old;
     }
-    if (txn == old->txnid && !forced) {
-        /* Nothing was written since the pick. */
+    if (!forced && !tuned__api_store_moved(store, &old->seen)) {
+        /* No best record was written since the pick. */
         atomic_store_explicit(&old->recheck_ns,
                               old->choice.source == TUNED_SOURCE_EXACT ? INT64_MAX : next,
                               memory_order_relaxed);
@@ -607,7 +606,7 @@ static tuned__api_entry *recheck(tuned_handle *h, const tuned__api_key *k, uint6
         }
     }
     if (tuned__config_equal(&p.config, &old->config) && p.source == old->choice.source) {
-        old->txnid = p.txnid;
+        old->seen = p.seen;
         atomic_store_explicit(&old->recheck_ns,
                               p.source == TUNED_SOURCE_EXACT ? INT64_MAX : next,
                               memory_order_relaxed);

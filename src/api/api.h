@@ -56,6 +56,13 @@ _Static_assert(sizeof(tuned__api_key) ==
 _Static_assert(sizeof(void *) != 8 || sizeof(tuned__api_key) == 40,
                "tuned__api_key is not 40 bytes on a 64-bit system");
 
+/* What a pick saw of the store: its last committed transaction and its
+ * generation (raised only by writes that change the best records). */
+typedef struct tuned__api_seen {
+    uint64_t txnid;
+    uint64_t generation;
+} tuned__api_seen;
+
 typedef struct tuned__api_entry {
     tuned__api_key key;
     uint64_t hash;
@@ -68,7 +75,7 @@ typedef struct tuned__api_entry {
      * INT64_MAX: never (an exact record). Set to 0 to force a recheck. */
     _Atomic int64_t recheck_ns;
     /* Slow path only (under the handle's lock). */
-    uint64_t txnid;           /* the store's last transaction when picked */
+    tuned__api_seen seen;     /* the store when picked */
     tuned__config config;
     tuned_choice choice;      /* what tuned_last_choice() reports */
     struct tuned__api_entry *all_next; /* every entry ever made, freed at close */
@@ -125,7 +132,7 @@ typedef struct tuned__api_pick {
     tuned_source source;
     double median_us;            /* the record's, 0 for default */
     uint64_t record_rows, record_cols;
-    uint64_t txnid;              /* the store's last transaction before the lookup */
+    tuned__api_seen seen;        /* the store before the lookup */
     tuned__store_key record_key; /* the record's key (not default) */
     /* For people (tuned_choice.tune_message): what a compatible record's
      * system differs in ("compatible: driver 12080 (here 13000)"), or why a
@@ -161,6 +168,14 @@ typedef struct tuned__api_veto {
  * TUNED_ENOSPACE when no variant fits the shape; store errors pass up. */
 int tuned__api_pick_config(tuned__store *store, const tuned__gpu *gpu, const tuned__shape *shape,
                            const tuned__api_veto *veto, tuned__api_pick *out, tuned__err *e);
+
+/* Whether a best record may have been stored, replaced or removed since
+ * the pick that saw *seen: the transaction id first (nothing committed:
+ * no), then the generation, so that the writes that leave the best records
+ * alone (the compile cache, a tune's history) do not send every recheck
+ * to a new pick. When nothing changed them, *seen is brought up to date.
+ * A store that cannot be read answers no (the next recheck asks again). */
+bool tuned__api_store_moved(tuned__store *store, tuned__api_seen *seen);
 
 /* The cubin of config c for shape s, compiled assuming 16-byte-aligned
  * rows or not, for arch: from the store's compile cache (under

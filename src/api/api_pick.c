@@ -104,9 +104,10 @@ int tuned__api_pick_config(tuned__store *store, const tuned__gpu *gpu, const tun
     if (rc != 0)
         return rc;
     if (store != NULL) {
-        /* The transaction id first: a record committed after it makes the
-         * next recheck look again. */
-        if ((rc = tuned__store_txnid(store, &out->txnid, e)) != 0)
+        /* The transaction id and generation first: a record committed
+         * after them makes the next recheck look again. */
+        if ((rc = tuned__store_txnid(store, &out->seen.txnid, e)) != 0 ||
+            (rc = tuned__store_generation(store, &out->seen.generation, e)) != 0)
             return rc;
         tuned__identity here;
         tuned__gpu_identity(gpu, TUNED__MEASURE_POLICY, &here);
@@ -151,6 +152,18 @@ int tuned__api_pick_config(tuned__store *store, const tuned__gpu *gpu, const tun
     }
     out->source = TUNED_SOURCE_DEFAULT;
     return tuned__space_default(&sp, &out->config, e);
+}
+
+bool tuned__api_store_moved(tuned__store *store, tuned__api_seen *seen)
+{
+    uint64_t txnid = 0, generation = 0;
+    if (tuned__store_txnid(store, &txnid, NULL) != 0 || txnid == seen->txnid ||
+        tuned__store_generation(store, &generation, NULL) != 0)
+        return false;
+    if (generation != seen->generation)
+        return true;
+    seen->txnid = txnid;
+    return false;
 }
 
 /* ---- the cubin ---- */
