@@ -13,6 +13,9 @@ default config of log_softmax 8x2048.
              with no record answers default
   list       `list` without "kernel" lists every kernel's records, and
              `tuned list --socket` the same keys as `tuned list --db`
+  get-compatible  `tuned get` through a daemon prints a compatible answer
+             (another driver) with what differs and exits 0, as on the
+             store; a nearest answer exits 3
 Exit 0 when every case passed, 77 in a build without the test hooks."""
 import json
 import os
@@ -172,7 +175,32 @@ def case_list(db):
            f"({', '.join(keys_listed(out_d))})")
 
 
-CASES = [case_nearest, case_list]
+def case_get_compatible(db):
+    """A daemon whose fake GPU has another driver than the record's: `tuned
+    get` through it prints the compatible answer and exits 0, as the store's
+    get does; only a nearest answer is "no record" (exit 3)."""
+    d = Daemon("compatible", db=db, env={"TUNED_TEST_FAKE_DRIVER": "1"})
+    if not d.start():
+        return fail("get-compatible: daemon did not start: " + d.log())
+    raw = d.call({"op": "get", "rows": 8, "cols": 1024})
+    rc, out, err = run("get", "--socket", d.sock, "--shape", "8x1024")
+    rc_j, out_j, _ = run("get", "--socket", d.sock, "--shape", "8x1024", "--json")
+    rc_n, _, err_n = run("get", "--socket", d.sock, "--shape", "8x2048")
+    d.stop()
+    answer = json.loads(out_j) if rc_j == 0 else {}
+    if raw.get("source") != "compatible":
+        fail(f"get-compatible: the daemon's answer is not compatible: {raw}")
+    elif rc != 0 or "source       compatible" not in out or "differs      driver" not in out:
+        fail(f"get-compatible: tuned get exited {rc}: {out} {err}")
+    elif answer.get("source") != "compatible" or "driver" not in answer.get("differs", ""):
+        fail(f"get-compatible: tuned get --json exited {rc_j}: {out_j}")
+    elif rc_n != 3 or "nearest stored shape 8x1024" not in err_n:
+        fail(f"get-compatible: a nearest answer: exit {rc_n}: {err_n}")
+    else:
+        ok(f"get-compatible: printed with exit 0 ({answer['differs']}); a nearest one exit 3")
+
+
+CASES = [case_nearest, case_list, case_get_compatible]
 
 
 def main():

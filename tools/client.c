@@ -131,17 +131,30 @@ static const char *text(const json_t *obj, const char *key)
     return s != NULL ? s : "?";
 }
 
-/* The answer of a get reply: exact with its record; else exit status 3,
- * the daemon's suggestion on stderr (the store's get says what is stored
- * instead). */
+/* A compatible answer as the store's get prints it: the record and what
+ * differs from this system. */
+static int print_compatible(const cli_opts *o, const json_t *rep, const json_t *record)
+{
+    json_t *a = cli_answer("compatible", cli_daemon_record_json(record));
+    json_t *differs = json_object_get(rep, "differs");
+    if (a != NULL && json_is_string(differs))
+        json_object_set(a, "differs", differs);
+    return cli_print_answer(o, a);
+}
+
+/* The answer of a get reply: exact or compatible with its record, as the
+ * store's get prints them; else exit status 3, the daemon's suggestion on
+ * stderr (the store's get says what is stored instead). */
 static int print_get_reply(const cli_opts *o, const json_t *rep)
 {
     const char *source = text(rep, "source");
     const json_t *record = json_object_get(rep, "record");
     if (strcmp(source, "exact") == 0 && json_is_object(record))
         return cli_print_answer(o, cli_answer("exact", cli_daemon_record_json(record)));
+    if (strcmp(source, "compatible") == 0 && json_is_object(record))
+        return print_compatible(o, rep, record);
     const tuned__shape *s = &o->request.shape;
-    if (json_is_object(record))
+    if (strcmp(source, "nearest") == 0 && json_is_object(record))
         fprintf(stderr, "tuned: no record for %llux%llu %s on %s; the daemon suggests %s from the "
                         "nearest stored shape %lldx%lld (%.2f us there)\n",
                 (unsigned long long)s->rows, (unsigned long long)s->cols,
