@@ -23,6 +23,8 @@ Three daemons A, B, C with fake GPUs of one model:
   compatible a record imported on a daemon whose fake GPU is of the same
              model with another driver is served as `compatible`; one only
              in the fleet too (read through, "from":"remote")
+  kernel     a log_softmax get that misses locally neither fetches nor
+             stores the fleet's softmax record of its shape
   retune     with --retune-compatible, the first compatible answer of a key
              queues one quick tune of it, later ones none; then it is exact
 Exit 0 when every case passed, 77 when redis-server is not installed or
@@ -416,6 +418,35 @@ def case_compatible(a):
     e.stop()
 
 
+def case_kernel():
+    """A `get` of log_softmax that misses locally reads through for
+    log_softmax: the fleet's softmax record of that shape is neither
+    fetched, stored nor served for it."""
+    rows, cols = 1024, 4096  # softmax only, in the fleet since the flight
+    f = Daemon("F")
+    if not f.start():
+        return fail("kernel: F does not start: " + f.log()[-2000:])
+    if not wait_for(lambda: f.stats()["remote"]["state"] == "connected", 20):
+        f.stop()
+        return fail(f"kernel: F does not connect to the fleet: {f.stats()['remote']}")
+    log = get(f, rows, cols, kernel="log_softmax")
+    after_log = f.stats()["remote"]
+    listed = f.call({"op": "list"})
+    soft = get(f, rows, cols)
+    f.stop()
+    if log.get("source") != "default" or log.get("from") == "remote" or "record" in log:
+        fail(f"kernel: log_softmax {rows}x{cols} is answered from another kernel's record: {log}")
+    elif after_log["read_remote"] != 0 or after_log["stored_local"] != 0 or \
+            listed.get("count") != 0:
+        fail(f"kernel: a log_softmax get fetched or stored a record: {after_log}, listed "
+             f"{listed.get('records')}")
+    elif soft.get("source") != "exact" or soft.get("from") != "remote":
+        fail(f"kernel: softmax {rows}x{cols} is not read through from the fleet: {soft}")
+    else:
+        ok("kernel: a log_softmax miss fetched and stored nothing; softmax of the shape is "
+           "read through as exact")
+
+
 def case_retune_compatible(a):
     """--retune-compatible: the first compatible answer of a key queues
     one quick tune of it here; later ones do not; then it is exact."""
@@ -478,6 +509,7 @@ def main():
     case_invalid(a, b, c)
     case_queue(a)
     case_compatible(a)
+    case_kernel()
     case_retune_compatible(a)
     for d in list(DAEMONS):
         rc = d.stop()

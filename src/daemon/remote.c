@@ -130,12 +130,13 @@ void tuned__remote_hwclass_name(uint64_t hwclass_fp, char *out, size_t n)
     snprintf(out, n, "hw%016" PRIx64, hwclass_fp);
 }
 
-/* The fleet id of shape on local GPU slot (this build's code and policy). */
+/* The fleet id of shape (its kernel, dtype and size) on local GPU slot
+ * (this build's code and policy). */
 static void id_of(const tuned__daemon *d, size_t slot, const tuned__shape *shape,
                   tuned__fleet_id *id)
 {
     tuned__record r = d->here[slot];
-    r.key.kernel = TUNED__KERNEL_SOFTMAX;
+    r.key.kernel = (uint8_t)tuned__shape_kernel(shape);
     r.key.dtype = (uint8_t)shape->dtype;
     r.key.rows = shape->rows;
     r.key.cols = shape->cols;

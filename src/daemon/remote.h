@@ -49,7 +49,8 @@ int tuned__remote_open(tuned__daemon *d, tuned__err *e);
 bool tuned__remote_usable(tuned__daemon *d);
 
 /* A `get` whose local answer is not exact, for local GPU slot: reads
- * through to the fleet and answers through later; false (nothing started)
+ * through to the fleet the record of its kernel, dtype and shape, and
+ * answers through later; false (nothing started)
  * when the fleet cannot be asked now. */
 bool tuned__remote_read_through(tuned__daemon *d, const tuned__request *r, size_t slot,
                                 tuned__later *later);
