@@ -6,13 +6,16 @@
  * grid and rows partly in shared memory too (softmax and log_softmax);
  * and the evaluator's gate catches
  * deliberately broken variants of the forward and backward templates.
- * Exits 77 (skipped) where no CUDA driver or GPU is found. */
+ * `test_gpu fault` (a process of its own: its context dies): a tune whose
+ * variant kills the context records that variant in the history as
+ * failed. Exits 77 (skipped) where no CUDA driver or GPU is found. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "src/tuner/evaluator.h"
 #include "src/tuner/space.h"
+#include "src/tuner/tune.h"
 
 #define SKIP 77
 
@@ -179,7 +182,99 @@ static size_t stashes_are_correct(gpu_env *g, unsigned kernel)
                              "stash");
 }
 
-int main(void)
+/* ---- `test_gpu fault`: a variant that kills the context (its own
+ * process: the context stays dead) ---- */
+
+typedef struct fault_plan {
+    gpu_env *g;
+    bool planted;
+    char config[TUNED__CONFIG_TEXT];
+} fault_plan;
+
+/* Right before the tune's first variant launches, a one-thread kernel
+ * stores to address 8, as a variant writing far out of bounds would: the
+ * context dies of an illegal address as that variant starts. */
+static void fault_first_variant(void *ctx, const tuned__config *c)
+{
+    static const char ptx[] = ".version 7.0\n.target sm_70\n.address_size 64\n"
+                              ".visible .entry tuned_test_fault()\n{\n"
+                              "  .reg .b64 %rd<2>;\n  .reg .b32 %r<2>;\n"
+                              "  mov.u64 %rd1, 8;\n  mov.u32 %r1, 1;\n"
+                              "  st.global.u32 [%rd1], %r1;\n  ret;\n}\n";
+    fault_plan *f = ctx;
+    if (f->planted)
+        return;
+    f->planted = true;
+    tuned__config_format(c, f->config, sizeof f->config);
+    const tuned__driver *d = f->g->d;
+    CUmodule mod;
+    CUfunction fn;
+    tuned__err e = {0};
+    int rc = tuned__cuda_check(d, d->cuModuleLoadData(&mod, ptx), &e, "loading the fault");
+    if (rc == 0)
+        rc = tuned__cuda_check(d, d->cuModuleGetFunction(&fn, mod, "tuned_test_fault"), &e,
+                               "finding the fault");
+    if (rc == 0)
+        rc = tuned__cuda_check(d, d->cuLaunchKernel(fn, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL),
+                               &e, "launching the fault");
+    /* Dead before the variant's first call, whatever its stream sees. */
+    EXPECT(rc == 0 && d->cuCtxSynchronize() == CUDA_ERROR_ILLEGAL_ADDRESS,
+           "planting the fault: %s", rc != 0 ? e.msg : "the kernel did not fault");
+}
+
+/* Outside the daemon (`tuned tune`, the library's child tunes), nothing
+ * else names the variant a dead context died of: the tune's history must,
+ * or every later tune of the shape runs it again and dies the same way. */
+static int context_killer_is_recorded(gpu_env *g)
+{
+    char dir[] = "/tmp/test_gpu_fault.XXXXXX";
+    if (mkdtemp(dir) == NULL) {
+        perror("mkdtemp");
+        return 1;
+    }
+    tuned__err e = {0};
+    tuned__store *st = NULL;
+    if (tuned__store_open(&st, dir, 0, &e) != 0) {
+        fprintf(stderr, "FAIL: store: %s\n", e.msg);
+        return 1;
+    }
+    fault_plan plan = {.g = g};
+    tuned__tune_request r;
+    tuned__tune_request_default(&r);
+    r.shape = (tuned__shape){TUNED_FP16, 64, 1024, TUNED__KERNEL_SOFTMAX};
+    r.store = st;
+    r.search.budget = 16;
+    r.eval = quick_opts();
+    r.eval.on_variant = fault_first_variant;
+    r.eval.on_variant_ctx = &plan;
+    tuned__tune_outcome out;
+    int rc = tuned__tune(g->d, g->n, &r, NULL, NULL, &out, &e);
+    EXPECT(plan.planted && rc != 0, "the tune went on after its context died: rc %d", rc);
+    tuned__store_key key;
+    tuned__tune_key(&out.gpu, &r.shape, &key);
+    static tuned__store_eval page[256];
+    size_t n = 0;
+    bool recorded = false;
+    EXPECT(tuned__store_list_evals(st, &key, NULL, page, 256, &n, &e) == 0, "history: %s", e.msg);
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(page[i].config, plan.config) == 0) {
+            recorded = page[i].status == TUNED__HIST_LAUNCH_ERROR;
+            printf("history: %s: %s: %s\n", page[i].config,
+                   tuned__hist_status_name(page[i].status), page[i].detail);
+        }
+    EXPECT(recorded, "the variant that killed the context (%s) is not in the history as failed "
+                     "(%zu entries)",
+           plan.config, n);
+    tuned__store_close(st);
+    char cmd[320];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", dir);
+    printf("context killer: %s; %d failures\n", plan.config, failures);
+    return failures ? 1 : 0;
+}
+
+int main(int argc, char **argv)
 {
     gpu_env g = {0};
     tuned__err e = {0};
@@ -193,6 +288,8 @@ int main(void)
         return 1;
     }
     printf("GPU: %s\n", g.gpu.identity);
+    if (argc > 1 && strcmp(argv[1], "fault") == 0)
+        return context_killer_is_recorded(&g);
     static const uint64_t cols_list[] = {1,    7,     32,    100,    1000,
                                          1024, 4097, 32000, 50257, 128256, 262144};
     size_t variants = 0;

@@ -99,3 +99,21 @@ int tuned__cuda_check(const tuned__driver *d, CUresult r, tuned__err *e, const c
         return tuned__errf(e, code, "cuda: %s: %s: %s", what, name, text ? text : "");
     return tuned__errf(e, code, "cuda: %s: error %d", what, (int)r);
 }
+
+bool tuned__cuda_context_lost(CUresult r)
+{
+    switch (r) {
+    case CUDA_ERROR_ILLEGAL_ADDRESS:
+    case CUDA_ERROR_MISALIGNED_ADDRESS:
+    case CUDA_ERROR_INVALID_ADDRESS_SPACE:
+    case CUDA_ERROR_INVALID_PC:
+    case CUDA_ERROR_ILLEGAL_INSTRUCTION:
+    case CUDA_ERROR_HARDWARE_STACK_ERROR:
+    case CUDA_ERROR_ASSERT:
+    case CUDA_ERROR_LAUNCH_FAILED:
+    case CUDA_ERROR_LAUNCH_TIMEOUT:
+        return true;
+    default:
+        return false;
+    }
+}

@@ -12,6 +12,7 @@
 #define TUNED_DRIVER_DRIVER_H
 
 #include <cuda.h>
+#include <stdbool.h>
 
 #include "src/common/err.h"
 
@@ -80,5 +81,11 @@ void tuned__driver_unload(tuned__driver *d);
 /* Translates a failed CUresult into TUNED_ECUDA (TUNED_ENOMEM for out of
  * memory) with "cuda: <what>: CUDA_ERROR_X: <description>"; 0 stays 0. */
 int tuned__cuda_check(const tuned__driver *d, CUresult r, tuned__err *e, const char *what);
+
+/* Whether r is an error a running kernel leaves behind that kills its
+ * context (an illegal or misaligned address, a trap, an illegal
+ * instruction, a watchdog timeout): every later call in the context fails
+ * with it, so the kernel that caused it is the one to blame. */
+bool tuned__cuda_context_lost(CUresult r);
 
 #endif

@@ -403,6 +403,26 @@ static int evaluate_loaded(tuned__evaluator *ev, CUfunction fn, const tuned__con
     return 0;
 }
 
+/* The verdict on a variant the GPU failed under (rc, e: the failure).
+ * When the context is dead of an error that only a running kernel leaves
+ * (tuned__cuda_context_lost), the variant killed it: every variant before
+ * it ended with its stream synchronised, so a fault of theirs would have
+ * shown then. It gets a launch error, which the history keeps, so that
+ * no later tune of the shape runs it again (the process is no use after
+ * it anyway). Any other failure is no verdict on the variant. */
+static void judge_gpu_failure(tuned__evaluator *ev, tuned__eval_result *res, int rc,
+                              const tuned__err *e)
+{
+    const char *why = e != NULL ? e->msg : tuned_strerror(rc);
+    if (tuned__cuda_context_lost(ev->d->cuCtxSynchronize())) {
+        res->status = TUNED__EVAL_LAUNCH_ERROR;
+        snprintf(res->detail, sizeof res->detail, "killed the GPU context: %s", why);
+        return;
+    }
+    res->status = TUNED__EVAL_UNRUN;
+    snprintf(res->detail, sizeof res->detail, "not run to the end: %s", why);
+}
+
 int tuned__evaluator_run(tuned__evaluator *ev, const tuned__config *cfgs, size_t n,
                          tuned__eval_result *results, tuned__err *e)
 {
@@ -450,12 +470,8 @@ int tuned__evaluator_run(tuned__evaluator *ev, const tuned__config *cfgs, size_t
             if (ev->opts.on_variant != NULL)
                 ev->opts.on_variant(ev->opts.on_variant_ctx, &cfgs[i]);
             rc = evaluate_loaded(ev, fn, &cfgs[i], res, e);
-            if (rc != 0) {
-                /* The GPU failed under it: no verdict on the variant. */
-                res->status = TUNED__EVAL_UNRUN;
-                snprintf(res->detail, sizeof res->detail, "not run to the end: %s",
-                         e != NULL ? e->msg : tuned_strerror(rc));
-            }
+            if (rc != 0)
+                judge_gpu_failure(ev, res, rc, e);
         }
         if (module != NULL)
             ev->d->cuModuleUnload(module);

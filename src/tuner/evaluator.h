@@ -101,7 +101,9 @@ double tuned__evaluator_copy_us(const tuned__evaluator *ev);
 /* Compiles cfgs (in parallel), then checks and times each in turn. A
  * variant's own failure is its result's status; the return value is
  * nonzero only when the GPU itself can no longer be used, and then the
- * variant it failed in and those after it are TUNED__EVAL_UNRUN. */
+ * variants after the one it failed in are TUNED__EVAL_UNRUN, and so is
+ * that one, unless it killed the context (an illegal address, a trap:
+ * TUNED__EVAL_LAUNCH_ERROR, its culprit). */
 int tuned__evaluator_run(tuned__evaluator *ev, const tuned__config *cfgs, size_t n,
                          tuned__eval_result *results, tuned__err *e);
 
