@@ -191,8 +191,11 @@ typedef struct tuned_options {
      * caller of tuned_tune(). A child tune reports once per generation; a
      * daemon job followed by tuned_tune() every 250 ms (a background daemon
      * job is not followed: the store says when it is done). Never called
-     * under a lock of the handle, so it may call tuned_last_choice(); it
-     * must not call tuned_close(). */
+     * under the lock that slow paths and lookups take, so it may call
+     * tuned_last_choice() or tuned_lookup(); a child tune's reports come
+     * while the handle holds its one-tune-at-a-time lock, so it must not
+     * call tuned_tune() (that would wait for the lock forever), nor
+     * tuned_close(). */
     tuned_progress_fn on_progress;
     void *progress_ctx;
 } tuned_options;
