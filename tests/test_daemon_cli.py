@@ -16,6 +16,9 @@ default config of log_softmax 8x2048.
   get-compatible  `tuned get` through a daemon prints a compatible answer
              (another driver) with what differs and exits 0, as on the
              store; a nearest answer exits 3
+  effort     `tuned tune --effort quick` through a daemon runs quick's
+             first population and finalist rounds; a --seed above 2^63-1
+             is refused (exit 2), not dropped
 Exit 0 when every case passed, 77 in a build without the test hooks."""
 import json
 import os
@@ -25,7 +28,7 @@ import sys
 import tempfile
 import time
 
-from daemon_client import call_once, stop_process
+from daemon_client import Client, call_once, stop_process
 
 TUNED = os.path.abspath(sys.argv[1])
 FAKE = {"TUNED_TEST_FAKE_GPU": "1", "TUNED_TEST_FAKE_MS": "1"}
@@ -55,15 +58,15 @@ class Daemon:
     and env added."""
 
     def __init__(self, name, db=None, env=None, args=()):
+        self.p = None
         DAEMONS.append(self)
         self.dir = os.path.join(tmp, name)
         os.makedirs(self.dir, exist_ok=True)
         self.sock = os.path.join(self.dir, "s.sock")
         self.db = db or os.path.join(self.dir, "db")
-        self.env = dict(os.environ, **FAKE, **(env or {}))
+        self.env = {**os.environ, **FAKE, **(env or {})}
         self.args = list(args)
         self.logf = open(os.path.join(self.dir, "log"), "w+")
-        self.p = None
 
     def start(self):
         self.p = subprocess.Popen([TUNED, "serve", "--socket", self.sock, "--db", self.db,
@@ -200,7 +203,61 @@ def case_get_compatible(db):
         ok(f"get-compatible: printed with exit 0 ({answer['differs']}); a nearest one exit 3")
 
 
-CASES = [case_nearest, case_list, case_get_compatible]
+def first_generation(d, job, timeout=60):
+    """Variants job had evaluated when it first reported generation 0 (its
+    first population), polled every 10 ms; None if it ended unseen."""
+    c = Client(d.sock)
+    try:
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            r = c.call({"op": "job", "job": job})
+            v = r.get("job") or {}
+            if not r.get("ok"):  # not submitted yet
+                time.sleep(0.01)
+                continue
+            if v.get("generation") == 0 and v.get("evaluated", 0) > 0:
+                return v["evaluated"]
+            if v.get("state") not in ("queued", "running"):
+                return None
+            time.sleep(0.01)
+        return None
+    finally:
+        c.close()
+
+
+def case_effort(db):
+    """`tuned tune --effort quick` through a daemon runs quick's search
+    (its first population 16, 2 finalist rounds), not the default one (40,
+    3); a seed the protocol cannot carry is refused, not dropped."""
+    del db  # a store of its own
+    d = Daemon("effort", env={"TUNED_TEST_FAKE_MS": "30"})
+    if not d.start():
+        return fail("effort: daemon did not start: " + d.log())
+    cli = subprocess.Popen([TUNED, "tune", "--socket", d.sock, "--shape", "64x8192", "--effort",
+                            "quick", "-q"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                           text=True)
+    first = first_generation(d, 1)
+    _, err = cli.communicate(timeout=120)
+    rc_seed, out_seed, err_seed = run("tune", "--socket", d.sock, "--shape", "64x4096",
+                                      "--seed", "18446744073709551615")
+    jobs = d.call({"op": "stats"})["jobs"]
+    d.stop()
+    log = d.log()
+    if cli.returncode != 0:
+        fail(f"effort: tuned tune --effort quick exited {cli.returncode}: {err}")
+    elif first != 16:
+        fail(f"effort: quick's first generation evaluated {first} variants, not its population 16")
+    elif "population 16, 2 finalist rounds" not in log:
+        fail(f"effort: the job's log line does not say quick's search: {log}")
+    elif rc_seed != 2 or len(err_seed.splitlines()) != 1 or "--seed" not in err_seed or \
+            jobs["submitted"] != 1:
+        fail(f"effort: a seed above 2^63-1: exit {rc_seed}, {err_seed!r}, jobs {jobs}")
+    else:
+        ok(f"effort: quick through the daemon: first generation {first} variants, 2 finalist "
+           f"rounds; a seed above 2^63-1 refused: {err_seed.strip()}")
+
+
+CASES = [case_nearest, case_list, case_get_compatible, case_effort]
 
 
 def main():

@@ -10,6 +10,7 @@
  * shape) and followed with `job` requests until it ends. What get and
  * tune print is an answer (cli_answer.c), the same as the store's; --gpu
  * goes to the daemon as the request's "gpu". */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -223,13 +224,17 @@ int cli_daemon_tune(const cli_opts *o)
     tuned__search_opts def;
     tuned__search_opts_default(&def);
     const tuned__search_opts *so = &o->request.search;
-    const tuned__effort_preset *ep = tuned__effort_preset_of(o->effort);
-    if (so->exhaustive || o->trace != NULL || so->population != ep->population ||
-        so->copies != def.copies || so->min_gain != def.min_gain ||
-        o->request.finalist_rounds != ep->finalist_rounds) {
+    if (so->exhaustive || o->trace != NULL || so->copies != def.copies ||
+        so->min_gain != def.min_gain) {
         client_close(&c);
-        fprintf(stderr, "tuned: --exhaustive, --trace, --population, --copies and --min-gain "
-                        "tune locally: a daemon runs, so pass --db to bypass it\n");
+        fprintf(stderr, "tuned: --exhaustive, --trace, --copies and --min-gain tune locally: a "
+                        "daemon runs, so pass --db to bypass it\n");
+        return CLI_USAGE;
+    }
+    if (so->seed > INT64_MAX) { /* the protocol's seeds are JSON integers */
+        client_close(&c);
+        fprintf(stderr, "tuned: --seed %llu: a daemon takes seeds up to %lld; pass --db to tune "
+                        "locally\n", (unsigned long long)so->seed, (long long)INT64_MAX);
         return CLI_USAGE;
     }
     if (!o->request.retune) { /* as without a daemon: a stored winner is printed */
@@ -255,8 +260,10 @@ int cli_daemon_tune(const cli_opts *o)
     json_object_set_new(req, "budget", json_integer((json_int_t)o->request.search.budget));
     json_object_set_new(req, "retune", json_boolean(o->request.retune));
     json_object_set_new(req, "time_s", json_real(o->request.search.time_s));
-    if (o->request.search.seed <= INT64_MAX)
-        json_object_set_new(req, "seed", json_integer((json_int_t)o->request.search.seed));
+    json_object_set_new(req, "seed", json_integer((json_int_t)o->request.search.seed));
+    /* --effort's population and finalist rounds: the same search as without a daemon. */
+    json_object_set_new(req, "population", json_integer((json_int_t)so->population));
+    json_object_set_new(req, "finalist_rounds", json_integer(o->request.finalist_rounds));
     json_t *rep;
     if (call(&c, req, &rep) != 0) {
         client_close(&c);

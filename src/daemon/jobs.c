@@ -54,6 +54,7 @@ typedef struct written {
 typedef struct job {
     tuned__job_view v;   /* public state, under the mutex */
     tuned__search_opts search;
+    int finalist_rounds; /* 0: the default */
     bool retune;
     bool gated;          /* waits for tuned__jobs_ungate (the fleet's lease) */
     bool have_rec;       /* rec: the winner it stored */
@@ -383,7 +384,10 @@ static void run_job(slot *s, job *jb)
     char sh[96];
     snprintf(sh, sizeof sh, "%llux%llu %s", (unsigned long long)rx.shape.rows,
              (unsigned long long)rx.shape.cols, tuned_dtype_name(rx.shape.dtype));
-    logf_(j, "GPU %d: job %llu: tuning %s", s->info.gpu.ordinal, (unsigned long long)jb->v.id, sh);
+    logf_(j, "GPU %d: job %llu: tuning %s (budget %zu, population %zu, %d finalist rounds)",
+          s->info.gpu.ordinal, (unsigned long long)jb->v.id, sh, jb->search.budget,
+          jb->search.population,
+          jb->finalist_rounds > 0 ? jb->finalist_rounds : TUNED__FINALIST_ROUNDS_DEFAULT);
     double t0 = tuned__now_s();
     for (int attempt = 0;; attempt++) {
         tuned__err e = {0};
@@ -397,6 +401,8 @@ static void run_job(slot *s, job *jb)
         }
         /* A resumed attempt gets what is left of the budget and the time. */
         tuned__worker_tune t = {.shape = rx.shape, .seed = jb->search.seed,
+                                .population = jb->search.population,
+                                .finalist_rounds = jb->finalist_rounds,
                                 .retune = jb->retune && attempt == 0};
         t.budget = jb->search.budget > rx.evaluated ? jb->search.budget - rx.evaluated : 1;
         t.time_s = jb->search.time_s - (tuned__now_s() - t0);
@@ -713,6 +719,7 @@ int tuned__jobs_submit(tuned__jobs *j, const tuned__job_params *p, uint64_t *id,
     jb->v.device = -1;
     jb->v.budget = p->search.budget;
     jb->search = p->search;
+    jb->finalist_rounds = p->finalist_rounds;
     jb->retune = p->retune;
     jb->gated = p->gated;
     if (j->tail != NULL)

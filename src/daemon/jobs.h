@@ -122,7 +122,8 @@ typedef struct tuned__job_view {
 typedef struct tuned__job_params {
     tuned__shape shape;
     uint64_t gpu_fp;           /* the model to run on */
-    tuned__search_opts search; /* budget, time_s and seed are used */
+    tuned__search_opts search; /* budget, time_s, seed and population are used */
+    int finalist_rounds;       /* 1..TUNED__FINALIST_ROUNDS_MAX; 0: the default */
     bool retune;               /* ignore the shape's history (else resume from it) */
     bool gated;                /* no GPU takes it before tuned__jobs_ungate() (the
                                   fleet's lease decides whether it runs here) */

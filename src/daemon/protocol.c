@@ -23,6 +23,7 @@
 
 #include "src/common/hash.h"
 #include "src/tuner/space.h"
+#include "src/tuner/tune.h"
 #include "tuned.h"
 
 static const char *const perr_names[TUNED__PE_COUNT] = {
@@ -381,6 +382,8 @@ static const struct field {
     {"budget", B_TUNE},
     {"time_s", B_TUNE},
     {"seed", B_TUNE},
+    {"population", B_TUNE},
+    {"finalist_rounds", B_TUNE},
     {"retune", B_TUNE},
     {"job", B_JOB},
     {"limit", B_LIST},
@@ -526,6 +529,17 @@ static int parse_fields(const json_t *root, tuned__request *r, tuned__proto_erro
         if (get_uint(v, "seed", 0, INT64_MAX, &r->seed, err) != 0)
             return -1;
         r->have_seed = true;
+    }
+    if ((v = json_object_get(root, "population")) != NULL) {
+        if (get_uint(v, "population", 1, TUNED__PROTO_POPULATION_MAX, &r->population, err) != 0)
+            return -1;
+        r->have_population = true;
+    }
+    if ((v = json_object_get(root, "finalist_rounds")) != NULL) {
+        if (get_uint(v, "finalist_rounds", 1, TUNED__FINALIST_ROUNDS_MAX, &r->finalist_rounds,
+                     err) != 0)
+            return -1;
+        r->have_finalist_rounds = true;
     }
     if ((v = json_object_get(root, "retune")) != NULL) {
         if (!json_is_boolean(v))

@@ -63,6 +63,8 @@ const char *tuned__op_name(int op);
 #define TUNED__PROTO_ID_MAX 64
 /* Longest GPU name a request may name (tuned__record.gpu_name's size - 1). */
 #define TUNED__PROTO_GPU_MAX 127
+/* Largest first population a tune may ask for (as tuned --population). */
+#define TUNED__PROTO_POPULATION_MAX 10000
 /* Most records one list reply holds; default when "limit" is absent. */
 #define TUNED__PROTO_LIST_MAX 1000
 #define TUNED__PROTO_LIST_DEFAULT 100
@@ -99,10 +101,12 @@ typedef struct tuned__request {
     tuned__shape shape;     /* dtype defaults to fp16 */
     tuned__gpu_sel gpu;
     bool tune_if_missing;   /* get */
-    bool have_budget, have_time, have_seed;
+    bool have_budget, have_time, have_seed, have_population, have_finalist_rounds;
     uint64_t budget;        /* tune: 1..100000 */
     double time_s;          /* tune: (0, 86400] */
     uint64_t seed;          /* tune */
+    uint64_t population;    /* tune: random variants in generation 0, 1..10000 */
+    uint64_t finalist_rounds; /* tune: 1..TUNED__FINALIST_ROUNDS_MAX */
     bool retune;            /* tune: ignore the shape's history */
     uint64_t job;           /* job: >= 1 */
     size_t limit;           /* list: 1..TUNED__PROTO_LIST_MAX */

@@ -38,6 +38,7 @@
 #include "src/fleet/fleet.h"
 #include "src/tuner/policy.h"
 #include "src/tuner/search.h"
+#include "src/tuner/tune.h"
 #include "tuned.h"
 
 /* A replacing record must be faster than the stored one by this fraction:
@@ -455,9 +456,11 @@ bool tuned__remote_queue(tuned__daemon *d, const tuned__request *r, const char *
     tuned__search_opts_default(&so);
     char params[256];
     snprintf(params, sizeof params, "{\"budget\":%" PRIu64 ",\"time_s\":%.17g,\"seed\":%" PRIu64
-             ",\"retune\":%s}", r->have_budget ? r->budget : (uint64_t)so.budget,
+             ",\"population\":%" PRIu64 ",\"finalist_rounds\":%" PRIu64 ",\"retune\":%s}",
+             r->have_budget ? r->budget : (uint64_t)so.budget,
              r->have_time ? r->time_s : so.time_s, r->have_seed ? r->seed : so.seed,
-             r->retune ? "true" : "false");
+             r->have_population ? r->population : (uint64_t)so.population,
+             r->have_finalist_rounds ? r->finalist_rounds : 0, r->retune ? "true" : "false");
     tuned__err e = {0};
     if (tuned__fleet_queue_push(rm->f, id, params, QUEUED_TTL_MS, on_push, op, &e) != 0) {
         logf_(rm, "fleet queue: %s", e.msg);
@@ -890,6 +893,12 @@ static void take_job(tuned__remote *rm, const tuned__fleet_job *qj)
             p.search.time_s = json_number_value(v);
         if (json_is_integer(v = json_object_get(params, "seed")) && json_integer_value(v) >= 0)
             p.search.seed = (uint64_t)json_integer_value(v);
+        if (json_is_integer(v = json_object_get(params, "population")) &&
+            json_integer_value(v) >= 1 && json_integer_value(v) <= TUNED__PROTO_POPULATION_MAX)
+            p.search.population = (size_t)json_integer_value(v);
+        if (json_is_integer(v = json_object_get(params, "finalist_rounds")) &&
+            json_integer_value(v) >= 1 && json_integer_value(v) <= TUNED__FINALIST_ROUNDS_MAX)
+            p.finalist_rounds = (int)json_integer_value(v);
         p.retune = json_is_true(json_object_get(params, "retune"));
     }
     json_decref(params);

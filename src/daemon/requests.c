@@ -198,8 +198,10 @@ static int check_fits(tuned__daemon *d, const tuned__request *r, const target *t
     return 0;
 }
 
-static void search_opts(const tuned__request *r, tuned__search_opts *o)
+/* The job parameters of r's search: the defaults, with what r sets. */
+static void search_params(const tuned__request *r, tuned__job_params *p)
 {
+    tuned__search_opts *o = &p->search;
     tuned__search_opts_default(o);
     if (r->have_budget)
         o->budget = (size_t)r->budget;
@@ -207,6 +209,9 @@ static void search_opts(const tuned__request *r, tuned__search_opts *o)
         o->time_s = r->time_s;
     if (r->have_seed)
         o->seed = r->seed;
+    if (r->have_population)
+        o->population = (size_t)r->population;
+    p->finalist_rounds = r->have_finalist_rounds ? (int)r->finalist_rounds : 0;
 }
 
 /* Submits a tune; on failure fills code and msg. */
@@ -227,7 +232,7 @@ static int submit(tuned__daemon *d, const tuned__request *r, const target *t, ui
     }
     tuned__job_params p = {.shape = r->shape, .gpu_fp = t->fp, .retune = r->retune,
                            .gated = d->remote != NULL};
-    search_opts(r, &p.search);
+    search_params(r, &p);
     switch (tuned__jobs_submit(d->jobs, &p, id, joined)) {
     case TUNED__SUBMIT_OK:
         if (p.gated && !*joined)
@@ -349,9 +354,12 @@ static void get_reply(tuned__daemon *d, const tuned__request *r, const target *t
     } else if (a->source == TUNED__SOURCE_COMPATIBLE && retune_due(d, r, t)) {
         tuned__request quick = *r;
         const tuned__effort_preset *p = tuned__effort_preset_of(TUNED__EFFORT_QUICK);
-        quick.have_budget = quick.have_time = true;
+        quick.have_budget = quick.have_time = quick.have_population = true;
+        quick.have_finalist_rounds = true;
         quick.budget = p->budget;
         quick.time_s = p->time_s;
+        quick.population = p->population;
+        quick.finalist_rounds = (uint64_t)p->finalist_rounds;
         queue = true;
         submit(d, &quick, t, &job, &joined, &code, msg, sizeof msg);
         d->st.compatible_retunes += code == 0;

@@ -16,7 +16,8 @@
  *   worker -> {"hello":{"count":N,"fake":B,"gpu":{...}}}   once, at start
  *             {"error":{"code":C,"message":M}}             instead, then exits
  *   daemon -> {"op":"tune","dtype":"fp16","rows":R,"cols":C,"budget":B,
- *              "time_s":T,"seed":S,"retune":false}
+ *              "time_s":T,"seed":S,"population":P,"finalist_rounds":F,
+ *              "retune":false}   (finalist_rounds 0: the default)
  *   worker -> {"progress":{"copy_us":X,...}}   the roofline, then after each generation
  *             {"running":"w8.r1.v8..."}        before each variant's first launch
  *             {"evaluated":{"config":..,"s":STATUS,"us":MEDIAN,"detail":..}}
@@ -65,6 +66,8 @@ typedef struct tuned__worker_tune {
     size_t budget;
     double time_s;
     uint64_t seed;
+    size_t population;         /* random variants in generation 0 */
+    int finalist_rounds;       /* 0: the default */
     bool retune;
 } tuned__worker_tune;
 

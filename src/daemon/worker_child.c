@@ -195,11 +195,17 @@ static bool do_tune(backend *b, const json_t *req)
     const json_t *budget = json_object_get(req, "budget");
     const json_t *time_s = json_object_get(req, "time_s");
     const json_t *seed = json_object_get(req, "seed");
+    const json_t *population = json_object_get(req, "population");
+    const json_t *rounds = json_object_get(req, "finalist_rounds");
     if (!json_is_string(dt) || tuned_dtype_parse(json_string_value(dt), &r.shape.dtype) != 0 ||
         !json_is_integer(rows) || !json_is_integer(cols) || json_integer_value(rows) < 1 ||
         json_integer_value(cols) < 1 || !json_is_integer(budget) ||
         json_integer_value(budget) < 1 || !json_is_number(time_s) ||
-        !(json_number_value(time_s) > 0) || !json_is_integer(seed)) {
+        !(json_number_value(time_s) > 0) || !json_is_integer(seed) ||
+        (population != NULL && (!json_is_integer(population) ||
+                                json_integer_value(population) < 1)) ||
+        (rounds != NULL && (!json_is_integer(rounds) || json_integer_value(rounds) < 0 ||
+                            json_integer_value(rounds) > TUNED__FINALIST_ROUNDS_MAX))) {
         tuned__errf(&e, TUNED_EINVAL, "worker: malformed tune request");
         emit_error(&e, false);
         return false;
@@ -210,6 +216,10 @@ static bool do_tune(backend *b, const json_t *req)
     r.search.budget = (size_t)json_integer_value(budget);
     r.search.time_s = json_number_value(time_s);
     r.search.seed = (uint64_t)json_integer_value(seed);
+    if (population != NULL)
+        r.search.population = (size_t)json_integer_value(population);
+    if (rounds != NULL && json_integer_value(rounds) > 0)
+        r.finalist_rounds = (int)json_integer_value(rounds);
     r.retune = json_is_true(json_object_get(req, "retune"));
     r.store = b->store;
     r.eval.on_variant = on_variant;
