@@ -46,6 +46,11 @@ expect_bad 2 get
 expect_bad 2 tune
 expect_bad 2 --dtype fp16
 
+# A limit in range on its own but not against another: the message names both.
+expect_bad 2 serve --socket "$tmp/s.sock" --limit output-total=8192
+grep -q 'output-total 8192 must be at least output (1048576)' "$tmp/err" ||
+    fail "serve --limit output-total=8192: the message does not name the limits: $(cat "$tmp/err")"
+
 # An unwritable store path: one line naming the path, nothing created.
 touch "$tmp/file"
 "$tuned" --shape 64x64 --db "$tmp/file/store" >"$tmp/out" 2>"$tmp/err"

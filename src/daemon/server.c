@@ -757,6 +757,35 @@ static int listen_tcp(server *s, tuned__err *e)
     return 0;
 }
 
+/* The limits, each on its own and against each other; the message names
+ * the limit (and the one it is compared with). */
+static int check_limits(const tuned__serve_opts *o, tuned__err *e)
+{
+    const struct {
+        bool bad;
+        const char *what;
+    } one[] = {
+        {o->max_clients == 0, "clients must be at least 1"},
+        {o->max_line < 64, "line must be at least 64 bytes"},
+        {o->max_output < 4096, "output must be at least 4096 bytes"},
+        {o->max_jobs == 0, "jobs must be at least 1"},
+        {!(o->variant_timeout_s > 0), "variant-timeout must be more than 0 s"},
+        {!(o->client_timeout_s > 0), "client-timeout must be more than 0 s"},
+        {!(o->idle_timeout_s > 0), "idle must be more than 0 s"},
+        {!(o->shutdown_grace_s >= 0), "grace must be 0 s or more"},
+        {!(o->remote_timeout_s >= 0.001), "remote-timeout must be at least 0.001 s"},
+        {!(o->lease_s >= 0.1), "lease must be at least 0.1 s"},
+        {!(o->reclaim_s >= 0.1), "reclaim must be at least 0.1 s"},
+    };
+    for (size_t i = 0; i < sizeof one / sizeof one[0]; i++)
+        if (one[i].bad)
+            return tuned__errf(e, TUNED_EINVAL, "serve: --limit %s", one[i].what);
+    if (o->max_output_total < o->max_output)
+        return tuned__errf(e, TUNED_EINVAL, "serve: --limit output-total %zu must be at least "
+                           "output (%zu)", o->max_output_total, o->max_output);
+    return 0;
+}
+
 int tuned__serve_check(const tuned__serve_opts *o, tuned__err *e)
 {
     if (o->socket_path[0] == '\0' || strlen(o->socket_path) > TUNED__SOCKET_PATH_MAX)
@@ -764,11 +793,9 @@ int tuned__serve_check(const tuned__serve_opts *o, tuned__err *e)
                            TUNED__SOCKET_PATH_MAX);
     if (o->db[0] == '\0')
         return tuned__errf(e, TUNED_EINVAL, "serve: no store path");
-    if (o->max_clients == 0 || o->max_line < 64 || o->max_output < 4096 || o->max_jobs == 0 ||
-        o->max_output_total < o->max_output || !(o->variant_timeout_s > 0) ||
-        !(o->client_timeout_s > 0) || !(o->idle_timeout_s > 0) || !(o->shutdown_grace_s >= 0) ||
-        !(o->remote_timeout_s >= 0.001) || !(o->lease_s >= 0.1) || !(o->reclaim_s >= 0.1))
-        return tuned__errf(e, TUNED_EINVAL, "serve: a limit is out of range");
+    int rc = check_limits(o, e);
+    if (rc != 0)
+        return rc;
     if (o->remote[0] != '\0') {
         if (!tuned__remote_available())
             return tuned__errf(e, TUNED_EINVAL, "--remote: this tuned was built without the "
@@ -789,7 +816,7 @@ int tuned__serve_check(const tuned__serve_opts *o, tuned__err *e)
         struct sockaddr_storage sa;
         char host[128];
         long port;
-        int rc = tuned__listen_parse(o->listen, &sa, host, sizeof host, &port, e);
+        rc = tuned__listen_parse(o->listen, &sa, host, sizeof host, &port, e);
         if (rc != 0)
             return rc;
     }
