@@ -46,6 +46,9 @@ expect_bad 2 get
 expect_bad 2 tune
 expect_bad 2 --dtype fp16
 
+# A mistyped import file: refused before the store is opened, so none is created.
+expect_bad 1 import "$tmp/no-such-file.jsonl"
+
 # A limit in range on its own but not against another: the message names both.
 expect_bad 2 serve --socket "$tmp/s.sock" --limit output-total=8192
 grep -q 'output-total 8192 must be at least output (1048576)' "$tmp/err" ||

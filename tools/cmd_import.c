@@ -6,8 +6,10 @@
  * record is replaced only by a faster one unless --force. A FILE must be
  * a regular file (not a device or a FIFO: /dev/zero never ends), and no
  * input is read past IMPORT_MAX_BYTES (stdin may be an endless pipe).
- * Exit 1 when any line was invalid, a file was truncated, refused or
- * could not be read; what was valid is stored regardless.
+ * Every FILE is opened and checked before the store is opened, and the
+ * store is not opened (so not created) when none can be read. Exit 1 when
+ * any line was invalid, a file was truncated, refused or could not be
+ * read; what was valid is stored regardless.
  *
  * An import is a bulk job, often run beside a serving daemon: parsing and
  * checking 20k records takes a core for a third of a second, and on a
@@ -96,15 +98,17 @@ static int check(void *ctx, const tuned__record *r, tuned__err *e)
     return 0;
 }
 
-/* With --json, one object per file into results. */
-static int import_one(tuned__store *s, const cli_opts *o, const char *path, json_t *results)
+/* Opens the input at path ('-': stdin) and checks it can be imported: a
+ * regular file (or, for stdin, a pipe) under the size cap. NULL after
+ * saying why on stderr. */
+static FILE *open_input(const char *path)
 {
     bool is_stdin = strcmp(path, "-") == 0;
     const char *name = is_stdin ? "<stdin>" : path;
     FILE *raw = is_stdin ? stdin : fopen(path, "rb");
     if (raw == NULL) {
         fprintf(stderr, "tuned: import %s: %s\n", path, strerror(errno));
-        return CLI_ERROR;
+        return NULL;
     }
     struct stat st_in;
     uint64_t cap = max_bytes();
@@ -123,14 +127,28 @@ static int import_one(tuned__store *s, const cli_opts *o, const char *path, json
                 (unsigned long long)cap);
         if (!is_stdin)
             fclose(raw);
-        return CLI_ERROR;
+        return NULL;
     }
-    capped cc = {.in = raw, .left = cap};
+    return raw;
+}
+
+static void close_input(FILE *raw)
+{
+    if (raw != NULL && raw != stdin)
+        fclose(raw);
+}
+
+/* Imports raw (opened by open_input; closed here). With --json, one object
+ * per file into results. */
+static int import_one(tuned__store *s, const cli_opts *o, const char *path, FILE *raw,
+                      json_t *results)
+{
+    const char *name = raw == stdin ? "<stdin>" : path;
+    capped cc = {.in = raw, .left = max_bytes()};
     FILE *in = fopencookie(&cc, "rb", (cookie_io_functions_t){.read = capped_read});
     if (in == NULL) {
         fprintf(stderr, "tuned: import %s: %s\n", name, strerror(errno));
-        if (!is_stdin)
-            fclose(raw);
+        close_input(raw);
         return CLI_ERROR;
     }
     import_ctx c = {0};
@@ -140,8 +158,7 @@ static int import_one(tuned__store *s, const cli_opts *o, const char *path, json
     tuned__err e = {0};
     int rc = tuned__store_import(s, in, name, &io, &st, &e);
     fclose(in);
-    if (!is_stdin)
-        fclose(raw);
+    close_input(raw);
     if (c.notes > MAX_NOTES)
         fprintf(stderr, "tuned: %s: %zu more notes not shown\n", name, c.notes - MAX_NOTES);
     if (results != NULL)
@@ -163,6 +180,18 @@ static int import_one(tuned__store *s, const cli_opts *o, const char *path, json
     return st.invalid > 0 || st.truncated ? CLI_ERROR : CLI_OK;
 }
 
+/* Opens every input first (a mistyped name must not leave a new store
+ * behind): raws[i] NULL for one refused. Returns how many opened. */
+static int open_inputs(const cli_opts *o, FILE **raws)
+{
+    int opened = 0;
+    for (int i = 0; i < o->nargs; i++) {
+        raws[i] = open_input(o->args[i]);
+        opened += raws[i] != NULL;
+    }
+    return opened;
+}
+
 int cli_cmd_import(const cli_opts *o)
 {
     if (o->nargs == 0) {
@@ -170,25 +199,38 @@ int cli_cmd_import(const cli_opts *o)
                         "--help)\n");
         return CLI_USAGE;
     }
+    FILE **raws = calloc((size_t)o->nargs, sizeof *raws);
+    if (raws == NULL) {
+        fprintf(stderr, "tuned: import: out of memory for %d inputs\n", o->nargs);
+        return CLI_ERROR;
+    }
+    int opened = open_inputs(o, raws);
+    int status = opened == o->nargs ? CLI_OK : CLI_ERROR;
     tuned__err e = {0};
-    /* A system that refuses both idle and nice 19 still imports. */
-    if (!o->priority_normal && tuned__thread_idle(&e) != 0 && !o->quiet)
-        fprintf(stderr, "tuned: import runs at normal priority: %s\n", e.msg);
     tuned__store *s = NULL;
-    if (cli_open_store(o, 0, &s, &e) != 0)
-        return cli_fail(&e);
-    int status = CLI_OK;
-    json_t *results = o->json ? json_array() : NULL;
-    for (int i = 0; i < o->nargs; i++) {
-        size_t before = json_array_size(results);
-        if (import_one(s, o, o->args[i], results) != CLI_OK) {
-            status = CLI_ERROR;
-            if (results != NULL && json_array_size(results) == before) /* refused before reading */
-                json_array_append_new(results, json_pack("{s:s, s:s}", "file", o->args[i],
-                                                         "error", "not read (see stderr)"));
+    /* Nothing readable: no store is opened (or created). */
+    if (opened > 0) {
+        /* A system that refuses both idle and nice 19 still imports. */
+        if (!o->priority_normal && tuned__thread_idle(&e) != 0 && !o->quiet)
+            fprintf(stderr, "tuned: import runs at normal priority: %s\n", e.msg);
+        if (cli_open_store(o, 0, &s, &e) != 0) {
+            for (int i = 0; i < o->nargs; i++)
+                close_input(raws[i]);
+            free(raws);
+            return cli_fail(&e);
         }
     }
-    tuned__store_close(s);
+    json_t *results = o->json ? json_array() : NULL;
+    for (int i = 0; i < o->nargs; i++) {
+        if (raws[i] != NULL && import_one(s, o, o->args[i], raws[i], results) != CLI_OK)
+            status = CLI_ERROR;
+        if (raws[i] == NULL && results != NULL) /* refused before reading */
+            json_array_append_new(results, json_pack("{s:s, s:s}", "file", o->args[i],
+                                                     "error", "not read (see stderr)"));
+    }
+    free(raws);
+    if (s != NULL)
+        tuned__store_close(s);
     if (results != NULL && cli_print_json(results) != CLI_OK)
         status = CLI_ERROR;
     return status;
