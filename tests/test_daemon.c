@@ -563,20 +563,24 @@ static void test_start_and_socket(void)
     EXPECT(is_ok(r) && json_array_size(gpus) == 1);
     EXPECT(json_is_true(json_object_get(json_array_get(gpus, 0), "test_only_fake")));
     json_decref(r);
-    /* a second daemon on a live socket refuses to start */
+    /* a second daemon on a live socket refuses to start, as a bad option:
+     * exit 2, before it creates its store or starts a GPU worker */
     daemon_t d2 = d;
     snprintf(d2.log, sizeof d2.log, "%s/log2", d.dir);
     snprintf(d2.db, sizeof d2.db, "%s/db2", d.dir);
-    EXPECT(daemon_start_fails(&d2, FAKE_FAST) == 1);
+    EXPECT(daemon_start_fails(&d2, FAKE_FAST) == 2);
     EXPECT(log_has(&d2, "another daemon is listening"));
+    EXPECT(access(d2.db, F_OK) != 0, "the refused daemon created its store %s", d2.db);
+    EXPECT(!log_has(&d2, "worker pid"), "the refused daemon started a GPU worker");
     /* a file that is not a socket is never replaced */
     daemon_t d3;
     daemon_init(&d3, "notasocket");
     FILE *f = fopen(d3.sock, "w");
     if (f != NULL)
         fclose(f);
-    EXPECT(daemon_start_fails(&d3, FAKE_FAST) == 1);
+    EXPECT(daemon_start_fails(&d3, FAKE_FAST) == 2);
     EXPECT(log_has(&d3, "is not a socket"));
+    EXPECT(access(d3.db, F_OK) != 0, "the refused daemon created its store %s", d3.db);
     EXPECT(access(d3.sock, F_OK) == 0);
     cl_close(&c);
     EXPECT(daemon_stop(&d) == 0);

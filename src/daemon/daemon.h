@@ -58,7 +58,9 @@ typedef struct tuned__serve_opts {
 void tuned__serve_opts_default(tuned__serve_opts *o);
 
 /* Checks every option without touching anything (no directory, socket,
- * store or worker): 0, or TUNED_EINVAL naming the bad one. tuned__serve()
+ * store or worker), the socket path included (another daemon listening
+ * on it, or a file that is not a socket): 0, or TUNED_EINVAL naming the
+ * bad one. tuned__serve()
  * calls it first; the CLI may call it earlier. */
 int tuned__serve_check(const tuned__serve_opts *o, tuned__err *e);
 

@@ -796,6 +796,15 @@ int tuned__serve_check(const tuned__serve_opts *o, tuned__err *e)
     int rc = check_limits(o, e);
     if (rc != 0)
         return rc;
+    /* Before the store and the GPU workers: a second daemon on a live
+     * socket must find out first. One that cannot be told is bind's to
+     * report; a stale one is replaced then. */
+    bool stale;
+    tuned__err pe = {0};
+    if (tuned__socket_probe(o->socket_path, &stale, &pe) == TUNED_EINVAL) {
+        *e = pe;
+        return TUNED_EINVAL;
+    }
     if (o->remote[0] != '\0') {
         if (!tuned__remote_available())
             return tuned__errf(e, TUNED_EINVAL, "--remote: this tuned was built without the "

@@ -37,15 +37,16 @@ int tuned__socket_make_dir(const char *path, mode_t mode, tuned__err *e)
     return 0;
 }
 
-int tuned__socket_clear_stale(const char *path, tuned__err *e)
+int tuned__socket_probe(const char *path, bool *stale, tuned__err *e)
 {
+    *stale = false;
     struct stat st;
     if (lstat(path, &st) != 0)
         return errno == ENOENT ? 0
                                : tuned__errf(e, TUNED_EIO, "socket %s: %s", path, strerror(errno));
     if (!S_ISSOCK(st.st_mode))
-        return tuned__errf(e, TUNED_EIO, "socket %s: exists and is not a socket; not replacing it",
-                           path);
+        return tuned__errf(e, TUNED_EINVAL, "socket %s: exists and is not a socket; not "
+                           "replacing it", path);
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0)
         return tuned__errf(e, TUNED_EIO, "socket: %s", strerror(errno));
@@ -55,9 +56,19 @@ int tuned__socket_clear_stale(const char *path, tuned__err *e)
     int err = errno;
     close(fd);
     if (live)
-        return tuned__errf(e, TUNED_EIO, "socket %s: another daemon is listening on it", path);
+        return tuned__errf(e, TUNED_EINVAL, "socket %s: another daemon is listening on it", path);
     if (err != ECONNREFUSED && err != ENOENT)
         return tuned__errf(e, TUNED_EIO, "socket %s: %s", path, strerror(err));
+    *stale = err == ECONNREFUSED;
+    return 0;
+}
+
+int tuned__socket_clear_stale(const char *path, tuned__err *e)
+{
+    bool stale;
+    int rc = tuned__socket_probe(path, &stale, e);
+    if (rc != 0 || !stale)
+        return rc;
     if (unlink(path) != 0 && errno != ENOENT)
         return tuned__errf(e, TUNED_EIO, "socket %s: cannot remove the stale socket: %s", path,
                            strerror(errno));

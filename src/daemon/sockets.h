@@ -4,6 +4,7 @@
 #ifndef TUNED_DAEMON_SOCKETS_H
 #define TUNED_DAEMON_SOCKETS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <sys/socket.h>
 #include <sys/types.h>
@@ -13,8 +14,13 @@
 /* mkdir -p of the directory of socket path, each new one with mode. */
 int tuned__socket_make_dir(const char *path, mode_t mode, tuned__err *e);
 
-/* A socket file at path left by a crashed daemon is removed; a live daemon
- * on it, or a file that is not a socket, is an error. */
+/* Whether path can take the daemon's socket, without changing anything:
+ * 0 when nothing is there or a socket nobody listens on (*stale: one left
+ * by a crash); TUNED_EINVAL when a live daemon listens on it or it is
+ * not a socket; TUNED_EIO when it cannot be told. */
+int tuned__socket_probe(const char *path, bool *stale, tuned__err *e);
+
+/* tuned__socket_probe, then a stale socket file at path is removed. */
 int tuned__socket_clear_stale(const char *path, tuned__err *e);
 
 /* "[HOST:]PORT" into *sa (HOST defaults to 127.0.0.1; [::1] for IPv6),
