@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """test_daemon_cli.py TUNED: what the daemon answers for kernels other than
-softmax, and the `tuned` CLI through a daemon against the same CLI on the
-store, with the real binary, real daemons on Unix sockets in a temporary
+softmax, the `tuned` CLI through a daemon against the same CLI on the
+store, and the daemon's table of finished jobs, with the real binary, real daemons on Unix sockets in a temporary
 directory and the test-only fake GPU (TUNED_TEST_FAKE_GPU).
 
 The store: softmax 8x1024, tuned on the fake GPU, and log_softmax 8x1536,
@@ -19,6 +19,9 @@ default config of log_softmax 8x2048.
   effort     `tuned tune --effort quick` through a daemon runs quick's
              first population and finalist rounds; a --seed above 2^63-1
              is refused (exit 2), not dropped
+  history    with a history of 4 finished jobs, a job that finishes after 6
+             jobs submitted later is kept (finished jobs are dropped in the
+             order they finished)
 Exit 0 when every case passed, 77 in a build without the test hooks."""
 import json
 import os
@@ -257,7 +260,58 @@ def case_effort(db):
            f"rounds; a seed above 2^63-1 refused: {err_seed.strip()}")
 
 
-CASES = [case_nearest, case_list, case_get_compatible, case_effort]
+def wait_job(d, job, timeout=60):
+    """The job's view once it finished (None: not within timeout)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        r = d.call({"op": "job", "job": job})
+        v = r.get("job") or {}
+        if r.get("ok") and v.get("state") not in ("queued", "running"):
+            return v
+        time.sleep(0.05)
+    return None
+
+
+def case_history(db):
+    """With a history of 4 finished jobs: job 1 hangs on a planted variant
+    on one GPU while the other finishes 6 jobs submitted after it; when job
+    1 finishes, it is the newest finished job and is kept (jobs were
+    dropped in submission order: job 1 was forgotten the moment it
+    finished)."""
+    del db  # stores of their own
+    probe = Daemon("history-probe")
+    if not probe.start():
+        return fail("history: probe daemon did not start: " + probe.log())
+    hang = probe.call({"op": "get", "rows": 64, "cols": 8192})["config"]
+    small = [(8, c) for c in range(256, 4096, 64)
+             if probe.call({"op": "get", "rows": 8, "cols": c})["config"] != hang][:6]
+    probe.stop()
+    d = Daemon("history", env={"TUNED_TEST_FAKE_GPU": "2", "TUNED_TEST_FAKE_HANG": hang,
+                               "TUNED_TEST_JOB_HISTORY": "4"},
+               args=("--limit", "variant-timeout=2"))
+    if not d.start():
+        return fail("history: daemon did not start: " + d.log())
+    long = d.call({"op": "tune", "rows": 64, "cols": 8192, "budget": 20})
+    ends = []
+    for rows, cols in small:
+        r = d.call({"op": "tune", "rows": rows, "cols": cols, "budget": 1})
+        ends.append(wait_job(d, r.get("job")) if r.get("ok") else r)
+    first = wait_job(d, long.get("job"), 60)
+    again = d.call({"op": "job", "job": long.get("job")})
+    d.stop()
+    if not long.get("ok") or len(small) != 6 or \
+            any((v or {}).get("state") != "done" for v in ends):
+        fail(f"history: the jobs did not run: {long}, {small}, {ends}")
+    elif first is None or first.get("state") != "done" or first.get("crashes") != 1:
+        fail(f"history: job 1 (a planted hang, then resumed) did not end done: {first}")
+    elif not again.get("ok") or again["job"].get("state") != "done":
+        fail(f"history: job 1, just finished, was forgotten: {again}")
+    else:
+        ok("history: the job that finished last is kept, although 6 jobs submitted after it "
+           "finished before it (history 4)")
+
+
+CASES = [case_nearest, case_list, case_get_compatible, case_effort, case_history]
 
 
 def main():

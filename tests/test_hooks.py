@@ -22,7 +22,7 @@ import time
 
 HOOK_SYMBOLS = ("fake", "plant_fault", "planted_fault", "test_hook")
 HOOK_VARIABLES = (b"TUNED_TEST_FAKE_GPU", b"TUNED_TEST_FAKE_MS", b"TUNED_TEST_FAKE_FAULT",
-                  b"TUNED_TEST_FAKE_HANG", b"TUNED_TEST_PLANT_FAULT")
+                  b"TUNED_TEST_FAKE_HANG", b"TUNED_TEST_PLANT_FAULT", b"TUNED_TEST_JOB_HISTORY")
 failures = 0
 
 

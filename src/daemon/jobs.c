@@ -60,6 +60,7 @@ typedef struct job {
     bool have_rec;       /* rec: the winner it stored */
     tuned__record rec;
     double started_s;
+    uint64_t finished_seq; /* order of finishing (jobs run out of submission order) */
     struct job *next;
 } job;
 
@@ -84,6 +85,7 @@ struct tuned__jobs {
     char no_gpu[512];
     job *head, *tail;
     uint64_t next_id;
+    uint64_t finishes;      /* jobs finished so far: the next finished_seq */
     tuned__jobs_counts counts;
     _Atomic uint64_t writes;
     written kept[WRITTEN_KEPT]; /* under the mutex; kept[seq % WRITTEN_KEPT] */
@@ -107,6 +109,13 @@ const char *tuned__job_state_name(int state)
 static bool finished_state(int s)
 {
     return s == TUNED__JOB_DONE || s == TUNED__JOB_FAILED || s == TUNED__JOB_CANCELLED;
+}
+
+/* jb (its view) into a finished state; the mutex held. */
+static void mark_finished(tuned__jobs *j, job *jb, int state)
+{
+    jb->v.state = state;
+    jb->finished_seq = ++j->finishes;
 }
 
 /* ---- one job's run (the slot thread, no lock held unless said) ---- */
@@ -239,13 +248,15 @@ static void record_culprit(run_ctx *rx, bool hang, const char *why)
               (unsigned long long)rx->jb->v.id, rx->running, e.msg);
 }
 
+/* The job's end. From here another thread's trim may free the job: the
+ * caller reads nothing of rx->jb after it. */
 static void finish(run_ctx *rx, int state, bool stored, bool checkpointed, const char *reason,
                    const char *error)
 {
     tuned__jobs *j = rx->s->owner;
     uv_mutex_lock(&j->mu);
     tuned__job_view *v = &rx->jb->v;
-    v->state = state;
+    mark_finished(j, rx->jb, state);
     v->stored = stored;
     v->checkpointed = checkpointed;
     v->copy_us = rx->copy_us;
@@ -269,16 +280,12 @@ static int store_result(tuned__jobs *j, const tuned__record *rec, bool checkpoin
                         tuned__err *e)
 {
     *stored = false;
-    if (checkpoint) {
-        tuned__record old;
-        tuned__err ignored = {0};
-        if (tuned__store_get_best(j->store, &rec->key, &old, TUNED__MEASURE_POLICY, &ignored) == 0 &&
-            old.median_us <= rec->median_us)
-            return 0;
-    }
-    int rc = tuned__store_put_best(j->store, rec, e);
-    if (rc == 0) {
+    int rc;
+    if (checkpoint)
+        rc = tuned__store_put_best_unless_better(j->store, rec, TUNED__MEASURE_POLICY, stored, e);
+    else if ((rc = tuned__store_put_best(j->store, rec, e)) == 0)
         *stored = true;
+    if (*stored) {
         uv_mutex_lock(&j->mu);
         uint64_t seq = atomic_load(&j->writes) + 1;
         j->kept[seq % WRITTEN_KEPT] = (written){.seq = seq, .rec = *rec};
@@ -354,11 +361,11 @@ static bool on_event(run_ctx *rx, const tuned__worker_event *ev, bool *lost, cha
         if (rc != 0) {
             finish(rx, TUNED__JOB_FAILED, false, false, ev->stop_reason, se.msg);
         } else {
-            finish(rx, TUNED__JOB_DONE, stored, false, ev->stop_reason, NULL);
             logf_(j, "GPU %d: job %llu: %s %.2f us after %zu variants (%zu failed, %zu resumed, "
                   "%zu finalists)", s->info.gpu.ordinal, (unsigned long long)rx->jb->v.id,
                   rec.config, rec.median_us, rx->evaluated, rx->jb->v.failed, ev->resumed,
                   ev->finalists);
+            finish(rx, TUNED__JOB_DONE, stored, false, ev->stop_reason, NULL);
         }
         return true;
     }
@@ -369,9 +376,9 @@ static bool on_event(run_ctx *rx, const tuned__worker_event *ev, bool *lost, cha
             snprintf(why, n, "GPU error: %s", ev->message);
             return false;
         }
-        finish(rx, TUNED__JOB_FAILED, false, false, NULL, ev->message);
         logf_(j, "GPU %d: job %llu: failed: %s", s->info.gpu.ordinal,
               (unsigned long long)rx->jb->v.id, ev->message);
+        finish(rx, TUNED__JOB_FAILED, false, false, NULL, ev->message);
         return true;
     }
 }
@@ -471,25 +478,37 @@ static job *next_for(tuned__jobs *j, const slot *s)
     return NULL;
 }
 
-/* Drops the oldest finished jobs beyond the history size. */
+/* The link to the finished job that finished first, and the job before
+ * it (NULL at the head); NULL when none has finished. */
+static job **first_finished(tuned__jobs *j, job **prev_out)
+{
+    job **best = NULL, *prev = NULL;
+    for (job **link = &j->head; *link != NULL; prev = *link, link = &(*link)->next)
+        if (finished_state((*link)->v.state) &&
+            (best == NULL || (*link)->finished_seq < (*best)->finished_seq)) {
+            best = link;
+            *prev_out = prev;
+        }
+    return best;
+}
+
+/* Drops the jobs that finished first beyond the history size (a long job
+ * submitted early is kept as long as one that finished when it did). */
 static void trim(tuned__jobs *j)
 {
     size_t finished = 0;
     for (job *jb = j->head; jb != NULL; jb = jb->next)
         finished += finished_state(jb->v.state);
-    job **link = &j->head, *prev = NULL;
-    while (*link != NULL && finished > j->o.history) {
+    for (; finished > j->o.history; finished--) {
+        job *prev = NULL;
+        job **link = first_finished(j, &prev);
+        if (link == NULL)
+            return;
         job *jb = *link;
-        if (finished_state(jb->v.state)) {
-            *link = jb->next;
-            if (j->tail == jb)
-                j->tail = prev;
-            free(jb);
-            finished--;
-        } else {
-            prev = jb;
-            link = &jb->next;
-        }
+        *link = jb->next;
+        if (j->tail == jb)
+            j->tail = prev;
+        free(jb);
     }
 }
 
@@ -612,7 +631,7 @@ void tuned__jobs_stop(tuned__jobs *j)
         for (job *jb = j->head; jb != NULL; jb = jb->next) {
             if (jb->v.state != TUNED__JOB_QUEUED)
                 continue;
-            jb->v.state = TUNED__JOB_CANCELLED;
+            mark_finished(j, jb, TUNED__JOB_CANCELLED);
             snprintf(jb->v.error, sizeof jb->v.error, "the daemon stopped before it ran");
             j->counts.queued--;
             j->counts.cancelled++;
@@ -805,7 +824,7 @@ bool tuned__jobs_resolve(tuned__jobs *j, uint64_t id, const tuned__record *rec, 
     uv_mutex_lock(&j->mu);
     job *jb = queued_job(j, id);
     if (jb != NULL) {
-        jb->v.state = TUNED__JOB_DONE;
+        mark_finished(j, jb, TUNED__JOB_DONE);
         jb->v.stored = stored;
         jb->v.from_remote = true;
         jb->v.have_best = true;

@@ -867,6 +867,18 @@ static int start_signals(server *s, tuned__err *e)
     return 0;
 }
 
+/* Finished jobs kept for `job` requests. */
+static unsigned job_history(void)
+{
+#if TUNED_TEST_HOOKS
+    /* TEST ONLY: a short history, so a test fills it with a few jobs. */
+    const char *t = getenv("TUNED_TEST_JOB_HISTORY");
+    if (t != NULL && atoi(t) > 0)
+        return (unsigned)atoi(t);
+#endif
+    return 1024;
+}
+
 static int start(server *s, tuned__err *e)
 {
     const tuned__serve_opts *o = s->o;
@@ -902,7 +914,7 @@ static int start(server *s, tuned__err *e)
     tuned__jobs_opts jo = {.worker_exe = s->exe, .db = o->db, .worker_nice = o->worker_nice,
                            .hello_timeout_s = 120, .variant_timeout_s = o->variant_timeout_s,
                            .shutdown_grace_s = o->shutdown_grace_s, .max_queued = o->max_jobs,
-                           .history = 1024, .quiet = o->quiet};
+                           .history = job_history(), .quiet = o->quiet};
     if ((rc = tuned__jobs_start(&s->d.jobs, s->d.store, &jo, e)) != 0)
         return rc;
     /* The index knows the local GPUs, to match records exactly. */
