@@ -10,6 +10,9 @@ directory, with loops bounded in count and time.
   idle       idle connections (Unix and TCP) are closed after --limit idle,
              a slow-loris that trickles a partial line a byte at a time too
   reserve    TCP clients cannot take the slots kept for Unix clients
+  fdlimit    under a file limit below clients=1024, the client limit is
+             fitted (and said); clients past it get too_many_clients, and
+             a worker killed by a variant still restarts
   storm      a connect/close storm never makes another client's connection
              get too_many_clients (slots are free at close)
   output     clients that never read their replies are cut off, the worst
@@ -96,7 +99,8 @@ DAEMONS = []
 
 
 class Daemon:
-    def __init__(self, name, *args, env=None):
+    def __init__(self, name, *args, env=None, preexec=None):
+        self.preexec = preexec
         DAEMONS.append(self)
         self.dir = os.path.join(tmp, name)
         os.makedirs(self.dir, exist_ok=True)
@@ -110,7 +114,7 @@ class Daemon:
     def start(self):
         self.p = subprocess.Popen([TUNED, "serve", "--socket", self.sock, "--db", self.db,
                                    *self.args], stdout=self.log, stderr=self.log,
-                                  env=self.env)
+                                  env=self.env, preexec_fn=self.preexec)
         deadline = time.time() + 30
         while time.time() < deadline:
             if self.p.poll() is not None:
@@ -289,6 +293,75 @@ def case_reserve():
         fail(f"reserve: local clients were refused: {answers}")
     else:
         ok("reserve: 6 TCP clients of 8 slots, the next 4 refused, 2 local clients served")
+
+
+def case_fdlimit():
+    """A file limit of 128 (soft and hard) with the default clients=1024:
+    the daemon serves what fits (128 less 36 kept for the store, one GPU's
+    worker and logs) and says so; 130 clients get a reply each (served or
+    too_many_clients, none closed without a word); with them connected, a
+    variant that kills the worker is survived (the worker restarts)."""
+    import resource
+    probe = Daemon("fdlimit-probe", env={"TUNED_TEST_FAKE_GPU": "1"})
+    if not probe.start():
+        return fail("fdlimit: probe daemon did not start: " + probe.logtext())
+    c = Client(probe.sock)
+    fault = c.call({"op": "get", "rows": 64, "cols": 8192})["config"]
+    c.close()
+    probe.stop()
+    d = Daemon("fdlimit", env={"TUNED_TEST_FAKE_GPU": "1", "TUNED_TEST_FAKE_MS": "1",
+                               "TUNED_TEST_FAKE_FAULT": fault},
+               preexec=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (128, 128)))
+    if not d.start():
+        return fail("fdlimit: daemon did not start: " + d.logtext())
+    clients, served, refused, dropped = [], 0, 0, 0
+    for _ in range(130):
+        r = None
+        try:
+            cl = Client(d.sock)
+            clients.append(cl)
+            try:
+                cl.send({"op": "ping"})
+            except BrokenPipeError:
+                pass  # refused and closed already: its reply waits to be read
+            r = cl.line(timeout=5)
+        except OSError:
+            pass
+        if (r or {}).get("ok"):
+            served += 1
+        elif code(r) == "too_many_clients":
+            refused += 1
+        else:
+            dropped += 1
+    job = None
+    for cl in clients:  # one served connection asks for the tune
+        try:
+            r = cl.call({"op": "tune", "rows": 64, "cols": 8192, "budget": 20}, timeout=5)
+        except OSError:
+            continue
+        if (r or {}).get("ok"):
+            job = (cl, r["job"])
+            break
+    end = None
+    deadline = time.time() + 60
+    while job is not None and time.time() < deadline:
+        v = job[0].call({"op": "job", "job": job[1]})["job"]
+        if v["state"] not in ("queued", "running"):
+            end = v
+            break
+        time.sleep(0.1)
+    for cl in clients:
+        cl.close()
+    d.stop()
+    said = "serving at most 92 clients" in d.logtext()
+    if not said or served != 92 or refused != 38 or dropped != 0:
+        fail(f"fdlimit: {served} served, {refused} too_many_clients, {dropped} closed without a "
+             f"reply (want 92, 38, 0); clamp logged: {said}")
+    elif end is None or end["state"] != "done" or end["worker_restarts"] < 1:
+        fail(f"fdlimit: the tune whose variant killed the worker: {end}")
+    else:
+        ok("fdlimit: file limit 128: 92 clients served, 38 refused with too_many_clients, the "
+           "clamp logged; the worker restarted after a planted fault and the tune finished")
 
 
 def case_storm():
@@ -586,7 +659,7 @@ def case_full_disk():
         check_read_only("full disk", d, "No space left")
 
 
-CASES = [case_poison, case_cli, case_idle, case_reserve, case_storm, case_output, case_sighup,
+CASES = [case_poison, case_cli, case_idle, case_reserve, case_fdlimit, case_storm, case_output, case_sighup,
          case_sigterm, case_read_only, case_full_disk, case_freeze]
 
 try:

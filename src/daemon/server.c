@@ -19,7 +19,10 @@
  * max_line gets a line_too_long error and the connection is closed after
  * it; so does a connection over max_clients (TCP clients over
  * max_clients - unix_reserve: the rest is kept for local clients). A slot
- * is free again the moment its connection is closed.
+ * is free again the moment its connection is closed. At start the file
+ * limit is raised to its hard limit and max_clients fitted under it,
+ * keeping descriptors for the store, the workers and logs, so that a
+ * client past it gets too_many_clients and a worker can always restart.
  *
  * Stop (SIGTERM or SIGINT): the listeners close at once, the jobs are told
  * to stop (running ones checkpoint); connections are still read for
@@ -42,6 +45,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -64,6 +68,11 @@
  * turn, so that a connect storm cannot keep the loop accepting while the
  * clients it already has are never read. */
 #define ACCEPTS_PER_TURN 32
+/* File descriptors kept from clients: stdio, the store, the loop's own,
+ * listeners, the fleet's connections, and per GPU its worker's pipes (two
+ * kept, four while one starts). */
+#define FD_RESERVE 32
+#define FD_PER_GPU 4
 
 typedef struct server server;
 
@@ -118,6 +127,7 @@ struct server {
     unsigned accepts_left;   /* accepts this turn still allowed */
     bool unix_deferred, tcp_deferred; /* a connection waits in libuv for uv_accept */
     conn *conns;
+    unsigned max_clients;    /* o->max_clients, less what the file limit cannot hold */
     size_t tcp_now;          /* counted TCP connections */
     size_t queued_total;     /* bytes in uv_write requests of every open connection */
     uint64_t stop_ms;
@@ -491,9 +501,9 @@ static void reap_closed(server *s)
 }
 
 /* Slots kept for Unix-socket clients (at least one slot stays for TCP). */
-static unsigned unix_reserve(const tuned__serve_opts *o)
+static unsigned unix_reserve(const server *s)
 {
-    return o->unix_reserve < o->max_clients ? o->unix_reserve : o->max_clients - 1;
+    return s->o->unix_reserve < s->max_clients ? s->o->unix_reserve : s->max_clients - 1;
 }
 
 static void accept_one(server *s, uv_stream_t *listener)
@@ -527,20 +537,20 @@ static void accept_one(server *s, uv_stream_t *listener)
         uv_tcp_nodelay(&c->h.tcp, 1); /* replies are small and latency-bound */
     c->active_ms = uv_now(&s->loop);
     s->d.st.clients_total++;
-    if (s->d.st.clients_now >= s->o->max_clients ||
-        (c->tcp && s->tcp_now >= s->o->max_clients - unix_reserve(s->o)))
+    if (s->d.st.clients_now >= s->max_clients ||
+        (c->tcp && s->tcp_now >= s->max_clients - unix_reserve(s)))
         reap_closed(s);
-    if (s->d.st.clients_now >= s->o->max_clients ||
-        (c->tcp && s->tcp_now >= s->o->max_clients - unix_reserve(s->o))) {
+    if (s->d.st.clients_now >= s->max_clients ||
+        (c->tcp && s->tcp_now >= s->max_clients - unix_reserve(s))) {
         s->d.st.clients_rejected++;
         char msg[128];
-        if (c->tcp && s->d.st.clients_now < s->o->max_clients)
+        if (c->tcp && s->d.st.clients_now < s->max_clients)
             snprintf(msg, sizeof msg, "the daemon serves at most %u TCP clients at once (%u "
                      "more slots are kept for local clients)",
-                     s->o->max_clients - unix_reserve(s->o), unix_reserve(s->o));
+                     s->max_clients - unix_reserve(s), unix_reserve(s));
         else
             snprintf(msg, sizeof msg, "the daemon serves at most %u clients at once",
-                     s->o->max_clients);
+                     s->max_clients);
         fatal_reply(c, TUNED__PE_TOO_MANY_CLIENTS, msg);
         return;
     }
@@ -867,6 +877,46 @@ static int start_signals(server *s, tuned__err *e)
     return 0;
 }
 
+/* Raises the soft file limit to the hard one, then fits the client limit
+ * under it, keeping FD_RESERVE + FD_PER_GPU per GPU for the rest: past the
+ * limit, libuv closes new connections without a word and a worker that
+ * dies cannot be replaced (its job fails). Says so when it clamps. */
+static int fit_fd_limit(server *s, size_t ngpus, tuned__err *e)
+{
+    s->max_clients = s->o->max_clients;
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0) {
+        logf_(s, "getrlimit RLIMIT_NOFILE: %s; clients not fitted to the file limit",
+              strerror(errno));
+        return 0;
+    }
+    if (rl.rlim_cur < rl.rlim_max) {
+        struct rlimit raised = {.rlim_cur = rl.rlim_max, .rlim_max = rl.rlim_max};
+        if (setrlimit(RLIMIT_NOFILE, &raised) == 0)
+            rl = raised;
+        else
+            logf_(s, "setrlimit RLIMIT_NOFILE to %llu: %s", (unsigned long long)rl.rlim_max,
+                  strerror(errno));
+    }
+    if (rl.rlim_cur == RLIM_INFINITY)
+        return 0;
+    uint64_t reserve = FD_RESERVE + FD_PER_GPU * (uint64_t)ngpus;
+    if ((uint64_t)rl.rlim_cur <= reserve)
+        return tuned__errf(e, TUNED_EINVAL, "the file limit (RLIMIT_NOFILE %llu) leaves no file "
+                           "descriptor for clients: %llu are kept for the store, the workers "
+                           "and logs (raise it: ulimit -n, LimitNOFILE=)",
+                           (unsigned long long)rl.rlim_cur, (unsigned long long)reserve);
+    uint64_t room = (uint64_t)rl.rlim_cur - reserve;
+    if (s->max_clients > room) {
+        s->max_clients = (unsigned)room;
+        logf_(s, "--limit clients %u does not fit the file limit (RLIMIT_NOFILE %llu, %llu kept "
+              "for the store, the workers and logs): serving at most %u clients",
+              s->o->max_clients, (unsigned long long)rl.rlim_cur, (unsigned long long)reserve,
+              s->max_clients);
+    }
+    return 0;
+}
+
 /* Finished jobs kept for `job` requests. */
 static unsigned job_history(void)
 {
@@ -916,6 +966,8 @@ static int start(server *s, tuned__err *e)
                            .shutdown_grace_s = o->shutdown_grace_s, .max_queued = o->max_jobs,
                            .history = job_history(), .quiet = o->quiet};
     if ((rc = tuned__jobs_start(&s->d.jobs, s->d.store, &jo, e)) != 0)
+        return rc;
+    if ((rc = fit_fd_limit(s, tuned__jobs_gpu_count(s->d.jobs), e)) != 0)
         return rc;
     /* The index knows the local GPUs, to match records exactly. */
     if ((rc = tuned__daemon_reload(&s->d, e)) != 0)
