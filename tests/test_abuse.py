@@ -19,6 +19,8 @@ directory, with loops bounded in count and time.
              first, past --limit output-total
   sighup     SIGHUP re-reads the store and does not stop the daemon
   sigterm    a request in flight at SIGTERM gets shutting_down, not a reset
+  hung-start a worker that hangs at start-up (after a variant killed the
+             one before) does not hold a SIGTERM for its hello timeout
   poison     import refuses a record whose name is not its identity's, or
              whose time is impossible; the rest of the file is stored; a
              genuine record of the key is then accepted
@@ -499,6 +501,71 @@ def case_sigterm():
         ok("sigterm: requests in flight answered shutting_down, then a clean exit")
 
 
+def case_hung_start():
+    """A variant kills the worker, and its replacement hangs before its
+    hello (as in a cuInit stuck on a GPU in a bad state: here the binary
+    the daemon runs its workers from is replaced by `sleep`): SIGTERM then
+    stops the daemon within seconds, not after the 120 s hello wait (twice),
+    and the job ends cancelled, not failed."""
+    bindir = os.path.join(tmp, "hung-start-bin")
+    os.makedirs(bindir, exist_ok=True)
+    exe = os.path.join(bindir, "tuned")
+    shutil.copy2(TUNED, exe)
+    probe = Daemon("hung-start-probe", env={"TUNED_TEST_FAKE_GPU": "1"})
+    if not probe.start():
+        return fail("hung-start: probe daemon did not start: " + probe.logtext())
+    c = Client(probe.sock)
+    fault = c.call({"op": "get", "rows": 64, "cols": 8192})["config"]
+    c.close()
+    probe.stop()
+    d = Daemon("hung-start", env={"TUNED_TEST_FAKE_GPU": "1", "TUNED_TEST_FAKE_MS": "1",
+                                  "TUNED_TEST_FAKE_FAULT": fault})
+    d.p = subprocess.Popen([exe, "serve", "--socket", d.sock, "--db", d.db], stdout=d.log,
+                           stderr=d.log, env=d.env)
+    up = False
+    for _ in range(600):
+        try:
+            Client(d.sock).close()
+            up = True
+            break
+        except OSError:
+            time.sleep(0.05)
+    if not up:
+        return fail("hung-start: daemon did not start: " + d.logtext())
+    hung = exe + ".new"
+    with open(hung, "w") as f:
+        f.write("#!/bin/sh\nexec sleep 300\n")  # outlives no test run by much
+    os.chmod(hung, 0o755)
+    os.replace(hung, exe)  # every later worker hangs before its hello
+    c = Client(d.sock)
+    job = c.call({"op": "tune", "rows": 64, "cols": 8192, "budget": 20}).get("job")
+    for _ in range(200):  # until the fault took the first worker down
+        if "took the worker down" in d.logtext():
+            break
+        time.sleep(0.05)
+    time.sleep(0.5)  # the replacement is waited for now
+    v = c.call({"op": "job", "job": job}).get("job") or {}
+    c.close()
+    t0 = time.time()
+    d.p.send_signal(signal.SIGTERM)
+    try:
+        status = d.p.wait(30)
+    except subprocess.TimeoutExpired:
+        status = None
+    took = time.time() - t0
+    log = d.logtext()
+    if status is None:
+        fail("hung-start: the daemon still ran 30 s after SIGTERM, waiting for a worker hung "
+             "at start-up")
+    elif status != 0 or v.get("state") != "running":
+        fail(f"hung-start: exit status {status}; the job before SIGTERM: {v}")
+    elif f"job {job}: stopped after" not in log or f"job {job}: failed" in log:
+        fail(f"hung-start: the job did not end as a stop (checkpoint): {log[-1500:]}")
+    else:
+        ok(f"hung-start: a worker hung at start-up; SIGTERM stopped the daemon in {took:.1f} s, "
+           "the job checkpointed")
+
+
 def case_poison():
     db = os.path.join(tmp, "poison-db")
     good = record(4096, 32000, median=143.6, copy=126.7)
@@ -659,8 +726,8 @@ def case_full_disk():
         check_read_only("full disk", d, "No space left")
 
 
-CASES = [case_poison, case_cli, case_idle, case_reserve, case_fdlimit, case_storm, case_output, case_sighup,
-         case_sigterm, case_read_only, case_full_disk, case_freeze]
+CASES = [case_poison, case_cli, case_idle, case_reserve, case_fdlimit, case_storm, case_output,
+         case_sighup, case_sigterm, case_hung_start, case_read_only, case_full_disk, case_freeze]
 
 try:
     only = sys.argv[2:]

@@ -153,6 +153,12 @@ static bool cancel_fn(void *ctx)
     return c;
 }
 
+/* A start-up's cancel: any stop (no tune runs yet, so no grace is due). */
+static bool stop_fn(void *ctx)
+{
+    return stopping(ctx);
+}
+
 static void set_worker(slot *s, tuned__worker *w)
 {
     s->worker = w;
@@ -165,7 +171,8 @@ static int start_worker(slot *s, tuned__err *e)
 {
     tuned__jobs *j = s->owner;
     tuned__worker_opts wo = {.exe = j->o.worker_exe, .device = s->info.gpu.ordinal, .db = j->o.db,
-                             .nice = j->o.worker_nice, .hello_timeout_s = j->o.hello_timeout_s};
+                             .nice = j->o.worker_nice, .hello_timeout_s = j->o.hello_timeout_s,
+                             .cancel = stop_fn, .cancel_ctx = j};
     tuned__gpu gpu;
     int count;
     bool fake;
@@ -402,7 +409,16 @@ static void run_job(slot *s, job *jb)
             checkpoint(&rx);
             return;
         }
-        if (s->worker == NULL && start_worker(s, &e) != 0 && start_worker(s, &e) != 0) {
+        /* A worker that cannot start gets a second try, unless a stop
+         * ended the first: then the job checkpoints what it has. */
+        if (s->worker == NULL && start_worker(s, &e) != 0 &&
+            (stopping(j) || start_worker(s, &e) != 0)) {
+            if (stopping(j)) {
+                checkpoint(&rx);
+                return;
+            }
+            logf_(j, "GPU %d: job %llu: failed: no worker: %s", s->info.gpu.ordinal,
+                  (unsigned long long)jb->v.id, e.msg);
             finish(&rx, TUNED__JOB_FAILED, false, false, NULL, e.msg);
             return;
         }

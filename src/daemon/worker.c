@@ -356,7 +356,8 @@ int tuned__worker_start(tuned__worker **out, const tuned__worker_opts *o, tuned_
     int rc = spawn(w, o, e);
     json_t *hello = NULL;
     if (rc == 0)
-        rc = read_json(w, tuned__now_s() + o->hello_timeout_s, NULL, NULL, &hello, e);
+        rc = read_json(w, tuned__now_s() + o->hello_timeout_s, o->cancel, o->cancel_ctx, &hello,
+                       e);
     if (rc == 0) {
         const json_t *h = json_object_get(hello, "hello");
         const json_t *err = json_object_get(hello, "error");

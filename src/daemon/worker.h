@@ -41,17 +41,21 @@
 
 typedef struct tuned__worker tuned__worker;
 
+/* Polled every 100 ms while waiting on the worker; true gives up (the
+ * worker is killed and the call fails with TUNED_ETIMEOUT). */
+typedef bool (*tuned__worker_cancel_fn)(void *ctx);
+
 typedef struct tuned__worker_opts {
     const char *exe;        /* the tuned binary */
     int device;             /* GPU ordinal */
     const char *db;         /* the store: the worker's compile cache (may be NULL) */
     int nice;               /* the worker's nice value (compiles yield to serving) */
     double hello_timeout_s; /* how long driver load + cuInit may take */
+    /* Polled while waiting for the hello (NULL: never): a stop need not
+     * wait hello_timeout_s for a worker hung in cuInit. */
+    tuned__worker_cancel_fn cancel;
+    void *cancel_ctx;
 } tuned__worker_opts;
-
-/* Polled every 100 ms while waiting on the worker; true gives up (the
- * worker is killed and the call fails with TUNED_ETIMEOUT). */
-typedef bool (*tuned__worker_cancel_fn)(void *ctx);
 
 /* Starts a worker and reads its hello into gpu and *count (the GPUs the
  * driver sees). On failure *out is NULL and e holds the worker's own
