@@ -260,6 +260,28 @@ try:
             fail("a schema-1 store was modified")
         print("ok: schema 1 store:", err.strip())
 
+    # Times of two measurement policies do not compare: a faster record of
+    # another policy does not replace this build's, and this build's, though
+    # slower, replaces one of another policy.
+    pol = os.path.join(tmp, "policies")
+    mine = record("NVIDIA H100 80GB HBM3", 512, 512, median=20.0)
+    other = record("NVIDIA H100 80GB HBM3", 512, 512, median=15.0, policy="events-median/1")
+    a, b = os.path.join(tmp, "mine.jsonl"), os.path.join(tmp, "other.jsonl")
+    write(a, export_text([mine]))
+    write(b, export_text([other]))
+    run("import", a, "--db", pol)
+    rc, _, err = run("import", b, "--db", pol)
+    listed = json.loads(run("list", "--json", "--db", pol)[1] or "[]")
+    if rc != 0 or "do not compare" not in err or [x["policy"] for x in listed] != [POLICY]:
+        fail(f"import of a faster record of another policy: {rc} {listed} {err}")
+    forget = os.path.join(tmp, "policies-other")
+    run("import", b, "--db", forget)
+    rc, _, err = run("import", a, "--db", forget)
+    listed = json.loads(run("list", "--json", "--db", forget)[1] or "[]")
+    if rc != 0 or [x["policy"] for x in listed] != [POLICY]:
+        fail(f"import of this policy's record over another's: {rc} {listed} {err}")
+    print("ok: import compares times under one measurement policy")
+
     # A damaged store: a clear error naming the path.
     dmg = os.path.join(tmp, "damaged")
     os.makedirs(dmg)

@@ -3,7 +3,8 @@
  * agrees with its identity and its time is physically possible, then a
  * config this build can parse, in canonical form, and a shape within
  * tuned's limits); skipped lines are named with their reason; a stored
- * record is replaced only by a faster one unless --force. A FILE must be
+ * record is replaced only by a faster one of its measurement policy, or by
+ * one of this build's policy over one of another, unless --force. A FILE must be
  * a regular file (not a device or a FIFO: /dev/zero never ends), and no
  * input is read past IMPORT_MAX_BYTES (stdin may be an endless pipe).
  * Every FILE is opened and checked before the store is opened, and the
@@ -27,6 +28,7 @@
 #include <sys/types.h>
 
 #include "src/common/priority.h"
+#include "src/tuner/policy.h"
 #include "tools/cli.h"
 
 #define MAX_NOTES 50 /* per file; the rest are counted */
@@ -153,7 +155,8 @@ static int import_one(tuned__store *s, const cli_opts *o, const char *path, FILE
     }
     import_ctx c = {0};
     tuned__pacer_init(&c.pacer);
-    tuned__import_opts io = {.force = o->force, .check = check, .note = note, .ctx = &c};
+    tuned__import_opts io = {.force = o->force, .policy = TUNED__MEASURE_POLICY, .check = check,
+                             .note = note, .ctx = &c};
     tuned__import_stats st;
     tuned__err e = {0};
     int rc = tuned__store_import(s, in, name, &io, &st, &e);

@@ -173,15 +173,13 @@ static void store_fn(uv_work_t *req)
 {
     store_work *w = container_of(req, store_work, req);
     tuned__store *s = w->rm->d->store;
-    tuned__record old;
-    tuned__err miss = {0};
-    /* A local record of the key as fast or faster stays. */
-    if (tuned__store_get_best(s, &w->rec.key, &old, NULL, &miss) == 0 &&
-        old.median_us <= w->rec.median_us) {
-        w->kept = true;
+    /* A local record of the key as fast or faster, of this build's policy,
+     * stays; one of another policy is not served here and gives way. */
+    bool written = false;
+    if (tuned__store_put_best_unless_better(s, &w->rec, TUNED__MEASURE_POLICY, &written, &w->e) != 0)
         return;
-    }
-    w->stored = tuned__store_put_best(s, &w->rec, &w->e) == 0;
+    w->stored = written;
+    w->kept = !written;
 }
 
 static void store_done(uv_work_t *req, int status)
