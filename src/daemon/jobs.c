@@ -345,6 +345,12 @@ static bool on_event(run_ctx *rx, const tuned__worker_event *ev, bool *lost, cha
         snprintf(rx->running, sizeof rx->running, "%s", ev->config);
         return false;
     case TUNED__WEV_EVALUATED:
+        /* A variant that killed the GPU context stays the one running: the
+         * worker exits after it, and the loss names it (once). */
+        if (ev->status == TUNED__EVAL_LAUNCH_ERROR && strcmp(rx->running, ev->config) == 0 &&
+            strncmp(ev->detail, TUNED__EVAL_KILLED_CONTEXT,
+                    sizeof TUNED__EVAL_KILLED_CONTEXT - 1) == 0)
+            return false;
         if (strcmp(rx->running, ev->config) == 0)
             rx->running[0] = '\0';
         account(rx, ev->config, ev->status, ev->us);

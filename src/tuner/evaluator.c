@@ -416,7 +416,7 @@ static void judge_gpu_failure(tuned__evaluator *ev, tuned__eval_result *res, int
     const char *why = e != NULL ? e->msg : tuned_strerror(rc);
     if (tuned__cuda_context_lost(ev->d->cuCtxSynchronize())) {
         res->status = TUNED__EVAL_LAUNCH_ERROR;
-        snprintf(res->detail, sizeof res->detail, "killed the GPU context: %s", why);
+        snprintf(res->detail, sizeof res->detail, TUNED__EVAL_KILLED_CONTEXT ": %s", why);
         return;
     }
     res->status = TUNED__EVAL_UNRUN;

@@ -65,6 +65,11 @@ enum {
 };
 _Static_assert(TUNED__EVAL_UNRUN == 0, "a zeroed (calloc'd) result must read as not run");
 
+/* How the detail of a TUNED__EVAL_LAUNCH_ERROR begins when the variant
+ * killed the GPU context: the process can run nothing after it, and the
+ * daemon names it as the one that took its worker down. */
+#define TUNED__EVAL_KILLED_CONTEXT "killed the GPU context"
+
 typedef struct tuned__eval_result {
     int status;               /* TUNED__EVAL_* */
     double median_us;         /* only for TUNED__EVAL_OK */
