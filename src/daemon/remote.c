@@ -532,17 +532,28 @@ static void fl_release(flight *fl)
     fl_ack(fl);
 }
 
-/* The record stays to be published when the fleet is back. */
+static bool same_key(const tuned__store_key *a, const tuned__store_key *b)
+{
+    return a->kernel == b->kernel && a->dtype == b->dtype && a->rows == b->rows &&
+           a->cols == b->cols && a->layout == b->layout && a->gpu_fp == b->gpu_fp;
+}
+
+/* The record stays to be published when the fleet is back. The head is
+ * being published while out_busy, and its reply pops it: it is neither
+ * overwritten nor dropped then, or the reply would pop a record never
+ * sent. */
 static void outbox_add(tuned__remote *rm, const tuned__record *rec)
 {
-    for (size_t i = 0; i < rm->nout; i++)
-        if (memcmp(&rm->outbox[i].key, &rec->key, sizeof rec->key) == 0) {
+    size_t first_free = rm->out_busy ? 1 : 0; /* the entries add may change */
+    for (size_t i = first_free; i < rm->nout; i++)
+        if (same_key(&rm->outbox[i].key, &rec->key)) {
             rm->outbox[i] = *rec;
             return;
         }
     if (rm->nout == OUTBOX_MAX) {
         rm->c.outbox_dropped++;
-        memmove(rm->outbox, rm->outbox + 1, (rm->nout - 1) * sizeof *rm->outbox);
+        memmove(rm->outbox + first_free, rm->outbox + first_free + 1,
+                (rm->nout - first_free - 1) * sizeof *rm->outbox);
         rm->nout--;
     }
     if (rm->outbox == NULL && (rm->outbox = calloc(OUTBOX_MAX, sizeof *rm->outbox)) == NULL)
