@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # test_cli_gpu.sh TUNED: on a GPU, a small tune stores a winner that `tuned
-# get` in a second process prints. Exit 77 (skipped) without a driver.
+# get` in a second process prints; `tuned verify --fix` of a record stored
+# three times too slow (its copy time too) stores it as measured now, with
+# the copy timed now, and the result exports and imports cleanly. Exit 77
+# (skipped) without a driver.
 set -u
 tuned="$1"
 if ! "$tuned" devices >/dev/null 2>&1; then
@@ -18,3 +21,37 @@ got="$(awk '$1 == "config" { print $2 }' "$tmp/get.out")"
 "$tuned" get --shape 512x1000 --dtype fp16 --db "$tmp/db" >/dev/null 2>&1
 [[ $? -eq 3 ]] || { echo "FAIL: a record for a dtype never tuned"; exit 1; }
 echo "ok: tuned and read back $config"
+
+# A stored record 3x too slow, its copy time too (as from another machine):
+# verify --fix must store what it measures, copy included, and the record
+# must stay importable (a copy_us of 0 is refused as no measurement).
+"$tuned" export --db "$tmp/db" >"$tmp/real.jsonl" || exit 1
+python3 - "$tmp/real.jsonl" "$tmp/slow.jsonl" <<'PY' || exit 1
+import json, sys
+lines = open(sys.argv[1]).read().splitlines()
+out = [lines[0]]
+for line in lines[1:]:
+    r = json.loads(line)
+    r["median_us"] *= 3
+    r["copy_us"] = 0.95 * r["median_us"]
+    r["gbps"] /= 3
+    out.append(json.dumps(r))
+open(sys.argv[2], "w").write("\n".join(out) + "\n")
+PY
+"$tuned" import --force "$tmp/slow.jsonl" --db "$tmp/db" -q || { echo "FAIL: import of the slow record"; exit 1; }
+"$tuned" verify --fix --db "$tmp/db" >"$tmp/verify.out" 2>&1 || { echo "FAIL: verify --fix"; cat "$tmp/verify.out"; exit 1; }
+grep -q FIXED "$tmp/verify.out" || { echo "FAIL: verify --fix fixed nothing"; cat "$tmp/verify.out"; exit 1; }
+"$tuned" export --db "$tmp/db" >"$tmp/fixed.jsonl" || exit 1
+python3 - "$tmp/slow.jsonl" "$tmp/fixed.jsonl" <<'PY' || exit 1
+import json, sys
+slow = json.loads(open(sys.argv[1]).read().splitlines()[1])
+r = json.loads(open(sys.argv[2]).read().splitlines()[1])
+bytes_moved = 2 * r["rows"] * r["cols"] * 2
+ok = (0 < r["copy_us"] < slow["copy_us"] and r["median_us"] < slow["median_us"] / 2
+      and abs(r["gbps"] - bytes_moved / (r["median_us"] * 1e3)) < 1e-6 * r["gbps"])
+if not ok:
+    sys.exit(f"FAIL: the fixed record: median {r['median_us']} copy {r['copy_us']} "
+             f"gbps {r['gbps']} (stored slow: {slow['median_us']}, {slow['copy_us']})")
+PY
+"$tuned" import "$tmp/fixed.jsonl" --db "$tmp/db2" 2>"$tmp/import2.err" || { echo "FAIL: the fixed record does not import"; cat "$tmp/import2.err"; exit 1; }
+echo "ok: verify --fix stored the time and copy measured now; the record imports"

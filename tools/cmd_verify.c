@@ -118,6 +118,7 @@ static int verify_one(const tuned__driver *d, const tuned__nvrtc *n, const tuned
     tuned__evaluator *ev = NULL;
     tuned__eval_result res;
     int rc = tuned__evaluator_open(&ev, d, n, gpu, &shape, &opts, e);
+    double copy_us = rc == 0 ? tuned__evaluator_copy_us(ev) : 0;
     if (rc == 0)
         rc = tuned__evaluator_run(ev, &cfg, 1, &res, e);
     tuned__evaluator_close(ev);
@@ -139,14 +140,15 @@ static int verify_one(const tuned__driver *d, const tuned__nvrtc *n, const tuned
            exact ? "exact" : tier == TUNED__TIER_COMPATIBLE ? "compatible: " : "not exact: ",
            exact ? "" : why, fixing ? "; FIXED" : "");
     if (fixing) {
+        /* The record as measured now: its time, the copy the evaluator
+         * timed first (the stored one may come from another machine), and
+         * the bandwidth over every tensor the kernel moves. */
         tuned__record now = *r;
         now.median_us = res.median_us;
-        double bytes = 2.0 * (double)r->key.rows * (double)r->key.cols *
-                       (double)tuned_dtype_size(shape.dtype);
+        now.copy_us = copy_us;
+        double bytes = (double)tuned__kernel_tensors(r->key.kernel) * (double)r->key.rows *
+                       (double)r->key.cols * (double)tuned_dtype_size(shape.dtype);
         now.gbps = bytes / (res.median_us * 1e3);
-        /* A copy_us the config cannot keep up with came from the same import. */
-        if (now.copy_us > now.median_us)
-            now.copy_us = 0;
         tuned__date_now(now.date, sizeof now.date);
         if ((rc = tuned__store_put_best(fix, &now, e)) != 0)
             return rc;
