@@ -1,10 +1,12 @@
 """daemon_client.py: a test's client of `tuned serve` (docs/protocol.md):
 one connection, over the Unix socket or TCP, one JSON request line out and
 one reply line in, with a timeout; for the Python tests that start real
-daemons (test_abuse.py, test_fleet_daemons.py, bench/fleet-gpu.py), and
-the helpers they share: waiting for a condition, stopping a daemon, one
-request sent to several daemons at once."""
+daemons (test_abuse.py, test_daemon_cli.py, test_fleet_daemons.py,
+bench/fleet-gpu.py), and the helpers they share: a daemon process on a
+socket and store of its own, waiting for a condition, stopping a daemon,
+one request sent to several daemons at once."""
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -76,6 +78,49 @@ def stop_process(p, timeout=60):
     except subprocess.TimeoutExpired:
         p.kill()
         return p.wait()
+
+
+class Serve:
+    """`tuned serve` (the binary tuned) with its socket, store and log in
+    folder dir; args, env (the whole environment) and preexec as given."""
+
+    def __init__(self, tuned, dir, args=(), env=None, db=None, preexec=None):
+        os.makedirs(dir, exist_ok=True)
+        self.tuned, self.dir = tuned, dir
+        self.sock = os.path.join(dir, "s.sock")
+        self.db = db or os.path.join(dir, "db")
+        self.args = list(args)
+        self.env = env if env is not None else dict(os.environ)
+        self.preexec = preexec
+        self.log = open(os.path.join(dir, "log"), "w+")
+        self.p = None
+
+    def start(self, timeout=30):
+        """True once it answers a ping; False if it exits or never does."""
+        self.p = subprocess.Popen([self.tuned, "serve", "--socket", self.sock, "--db", self.db,
+                                   *self.args], stdout=self.log, stderr=self.log, env=self.env,
+                                  preexec_fn=self.preexec)
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if self.p.poll() is not None:
+                return False
+            try:
+                call_once(self.sock, {"op": "ping"}, 5)
+                return True
+            except OSError:
+                time.sleep(0.05)
+        return False
+
+    def call(self, obj, timeout=30):
+        return call_once(self.sock, obj, timeout)
+
+    def logtext(self):
+        self.log.flush()
+        with open(self.log.name) as f:
+            return f.read()
+
+    def stop(self):
+        return stop_process(self.p)
 
 
 def call_all_at_once(daemons, request, n, timeout=60):

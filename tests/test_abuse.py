@@ -43,7 +43,7 @@ import tempfile
 import threading
 import time
 
-from daemon_client import Client, stop_process
+from daemon_client import Client, Serve, stop_process
 
 TUNED = os.path.abspath(sys.argv[1])
 POLICY = "l2flush-settle-events-median/3"
@@ -100,43 +100,13 @@ def run(*args, timeout=60, stdin=None):
 DAEMONS = []
 
 
-class Daemon:
+class Daemon(Serve):
+    """A daemon of this run, in tmp/name, stopped at the end."""
+
     def __init__(self, name, *args, env=None, preexec=None):
-        self.preexec = preexec
         DAEMONS.append(self)
-        self.dir = os.path.join(tmp, name)
-        os.makedirs(self.dir, exist_ok=True)
-        self.sock = os.path.join(self.dir, "s.sock")
-        self.db = os.path.join(self.dir, "db")
-        self.args = list(args)
-        self.env = dict(os.environ, **(env or {}))
-        self.log = open(os.path.join(self.dir, "log"), "w+")
-        self.p = None
-
-    def start(self):
-        self.p = subprocess.Popen([TUNED, "serve", "--socket", self.sock, "--db", self.db,
-                                   *self.args], stdout=self.log, stderr=self.log,
-                                  env=self.env, preexec_fn=self.preexec)
-        deadline = time.time() + 30
-        while time.time() < deadline:
-            if self.p.poll() is not None:
-                return False
-            try:
-                c = Client(self.sock)
-                c.call({"op": "ping"})
-                c.close()
-                return True
-            except OSError:
-                time.sleep(0.05)
-        return False
-
-    def logtext(self):
-        self.log.flush()
-        with open(self.log.name) as f:
-            return f.read()
-
-    def stop(self):
-        return stop_process(self.p)
+        super().__init__(TUNED, os.path.join(tmp, name), args, dict(os.environ, **(env or {})),
+                         preexec=preexec)
 
 
 def code(reply):

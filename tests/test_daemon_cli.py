@@ -31,7 +31,7 @@ import sys
 import tempfile
 import time
 
-from daemon_client import Client, call_once, stop_process
+from daemon_client import Client, Serve, call_once, stop_process
 
 TUNED = os.path.abspath(sys.argv[1])
 FAKE = {"TUNED_TEST_FAKE_GPU": "1", "TUNED_TEST_FAKE_MS": "1"}
@@ -56,44 +56,14 @@ def run(*args, env=None, timeout=60):
     return p.returncode, p.stdout, p.stderr
 
 
-class Daemon:
+class Daemon(Serve):
     """tuned serve on db (default: a store of its own) with the fake GPU
     and env added."""
 
     def __init__(self, name, db=None, env=None, args=()):
-        self.p = None
         DAEMONS.append(self)
-        self.dir = os.path.join(tmp, name)
-        os.makedirs(self.dir, exist_ok=True)
-        self.sock = os.path.join(self.dir, "s.sock")
-        self.db = db or os.path.join(self.dir, "db")
-        self.env = {**os.environ, **FAKE, **(env or {})}
-        self.args = list(args)
-        self.logf = open(os.path.join(self.dir, "log"), "w+")
-
-    def start(self):
-        self.p = subprocess.Popen([TUNED, "serve", "--socket", self.sock, "--db", self.db,
-                                   *self.args], stdout=self.logf, stderr=self.logf, env=self.env)
-        for _ in range(600):
-            if self.p.poll() is not None:
-                return False
-            try:
-                call_once(self.sock, {"op": "ping"}, 5)
-                return True
-            except OSError:
-                time.sleep(0.05)
-        return False
-
-    def call(self, obj, timeout=30):
-        return call_once(self.sock, obj, timeout)
-
-    def log(self):
-        self.logf.flush()
-        with open(self.logf.name) as f:
-            return f.read()
-
-    def stop(self):
-        return stop_process(self.p)
+        super().__init__(TUNED, os.path.join(tmp, name), args, {**os.environ, **FAKE, **(env or {})},
+                         db=db)
 
 
 def seed_store(db):
@@ -102,7 +72,7 @@ def seed_store(db):
     stored."""
     d = Daemon("seed", db=db)
     if not d.start():
-        fail("seed: daemon did not start: " + d.log())
+        fail("seed: daemon did not start: " + d.logtext())
         return False
     # A config valid for log_softmax 8x2048 (the softmax winner is not),
     # so that the record can serve that shape as nearest: the default, asked
@@ -139,7 +109,7 @@ def record_of(reply):
 def case_nearest(db):
     d = Daemon("nearest", db=db)
     if not d.start():
-        return fail("nearest: daemon did not start: " + d.log())
+        return fail("nearest: daemon did not start: " + d.logtext())
     log = d.call({"op": "get", "rows": 8, "cols": 2048, "kernel": "log_softmax"})
     soft = d.call({"op": "get", "rows": 8, "cols": 2048})
     bwd = d.call({"op": "get", "rows": 8, "cols": 2048, "kernel": "softmax_bwd"})
@@ -163,7 +133,7 @@ def keys_listed(text):
 def case_list(db):
     d = Daemon("list", db=db)
     if not d.start():
-        return fail("list: daemon did not start: " + d.log())
+        return fail("list: daemon did not start: " + d.logtext())
     every = d.call({"op": "list"})
     log = d.call({"op": "list", "kernel": "log_softmax"})
     soft = d.call({"op": "list", "kernel": "softmax"})
@@ -187,7 +157,7 @@ def case_get_compatible(db):
     get does; only a nearest answer is "no record" (exit 3)."""
     d = Daemon("compatible", db=db, env={"TUNED_TEST_FAKE_DRIVER": "1"})
     if not d.start():
-        return fail("get-compatible: daemon did not start: " + d.log())
+        return fail("get-compatible: daemon did not start: " + d.logtext())
     raw = d.call({"op": "get", "rows": 8, "cols": 1024})
     rc, out, err = run("get", "--socket", d.sock, "--shape", "8x1024")
     rc_j, out_j, _ = run("get", "--socket", d.sock, "--shape", "8x1024", "--json")
@@ -235,7 +205,7 @@ def case_effort(db):
     del db  # a store of its own
     d = Daemon("effort", env={"TUNED_TEST_FAKE_MS": "30"})
     if not d.start():
-        return fail("effort: daemon did not start: " + d.log())
+        return fail("effort: daemon did not start: " + d.logtext())
     cli = subprocess.Popen([TUNED, "tune", "--socket", d.sock, "--shape", "64x8192", "--effort",
                             "quick", "-q"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                            text=True)
@@ -245,7 +215,7 @@ def case_effort(db):
                                       "--seed", "18446744073709551615")
     jobs = d.call({"op": "stats"})["jobs"]
     d.stop()
-    log = d.log()
+    log = d.logtext()
     if cli.returncode != 0:
         fail(f"effort: tuned tune --effort quick exited {cli.returncode}: {err}")
     elif first != 16:
@@ -281,7 +251,7 @@ def case_history(db):
     del db  # stores of their own
     probe = Daemon("history-probe")
     if not probe.start():
-        return fail("history: probe daemon did not start: " + probe.log())
+        return fail("history: probe daemon did not start: " + probe.logtext())
     hang = probe.call({"op": "get", "rows": 64, "cols": 8192})["config"]
     small = [(8, c) for c in range(256, 4096, 64)
              if probe.call({"op": "get", "rows": 8, "cols": c})["config"] != hang][:6]
@@ -290,7 +260,7 @@ def case_history(db):
                                "TUNED_TEST_JOB_HISTORY": "4"},
                args=("--limit", "variant-timeout=2"))
     if not d.start():
-        return fail("history: daemon did not start: " + d.log())
+        return fail("history: daemon did not start: " + d.logtext())
     long = d.call({"op": "tune", "rows": 64, "cols": 8192, "budget": 20})
     ends = []
     for rows, cols in small:
@@ -318,7 +288,7 @@ def main():
     db = os.path.join(tmp, "store")
     probe = Daemon("probe")
     if not probe.start():
-        fail("probe: daemon did not start: " + probe.log())
+        fail("probe: daemon did not start: " + probe.logtext())
         return 1
     fake = (probe.call({"op": "stats"}).get("gpus") or [{}])[0].get("test_only_fake")
     probe.stop()
