@@ -384,7 +384,8 @@ TUNED_EXTERN int tuned_lookup(tuned_handle *h, int64_t rows, int64_t cols, tuned
  * or
  *   TUNED_EINVAL      bad arguments, or a handle without a store
  *   TUNED_ENODEV      no such GPU (or the daemon has none of its model)
- *   TUNED_ENOSPACE    no variant fits the shape
+ *   TUNED_ENOSPACE    no variant fits the shape on that GPU (said at once:
+ *                     no child or daemon job is started)
  *   TUNED_ETUNE       the tune failed or the daemon refused it (the message
  *                     has the tuner's own last line)
  *   TUNED_ETIMEOUT    it ran far past its time and was killed

@@ -12,6 +12,7 @@
 
 #include "src/api/handle.h"
 #include "src/client/client.h"
+#include "src/tuner/space.h"
 
 /* ---- tunes (under h->mu unless said otherwise) ---- */
 
@@ -178,6 +179,17 @@ static int follow_daemon_job(tuned_handle *h, uint64_t id, const tuned__shape *s
     }
 }
 
+/* TUNED_ENOSPACE (with the reason) when no variant fits s on gpu: said at
+ * once, not by a child or the daemon after it allocated its buffers and
+ * timed the copy. The rules and the first valid config only, as a pick. */
+static int space_check(const tuned__gpu *gpu, const tuned__shape *s, tuned__err *e)
+{
+    tuned__space sp;
+    tuned__config first;
+    int rc = tuned__space_rules(&sp, s, gpu->cc_major * 10 + gpu->cc_minor, gpu->sm_count, e);
+    return rc != 0 ? rc : tuned__space_default(&sp, &first, e);
+}
+
 int tuned_tune(tuned_handle *h, int64_t rows, int64_t cols, tuned_dtype dtype, int device,
                double time_s)
 {
@@ -199,6 +211,8 @@ int tuned_tune(tuned_handle *h, int64_t rows, int64_t cols, tuned_dtype dtype, i
     rc = tuned__api_resolve_device(h, device, &ordinal, &e);
     if (rc == 0)
         rc = tuned__api_device_get(h, ordinal, &gpu, &e);
+    if (rc == 0)
+        rc = space_check(gpu, &s, &e);
     if (rc == 0) {
         fp = gpu->fingerprint;
         tune_job *j = tuned__api_job_find(h, fp, &s);

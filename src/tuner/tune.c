@@ -513,6 +513,14 @@ int tuned__tune(const tuned__driver *d, const tuned__nvrtc *n, const tuned__tune
     int rc = tuned__gpu_query(d, n, r->device, &gpu, e);
     if (rc != 0)
         return rc;
+    /* An empty space is TUNED_ENOSPACE before the evaluator allocates its
+     * buffers, compiles its reference kernels and times the copy. */
+    tuned__space sp;
+    tuned__config first;
+    if ((rc = tuned__space_rules(&sp, &r->shape, gpu.cc_major * 10 + gpu.cc_minor, gpu.sm_count,
+                                 e)) != 0 ||
+        (rc = tuned__space_default(&sp, &first, e)) != 0)
+        return rc;
     tuned__eval_opts eo = r->eval;
     if (r->store != NULL)
         eo.cubins = r->store;

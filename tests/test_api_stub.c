@@ -1,0 +1,166 @@
+/* test_api_stub.c: the public API's tunes on the test stand-in driver
+ * (tests/stub_cuda/, put first on LD_LIBRARY_PATH by tests/meson.build), so
+ * that tuned_open() succeeds on a machine without a GPU. No kernel runs:
+ * every tune here is a fake `tuned` script, or refused before one starts.
+ *
+ *   space     a shape no variant fits is TUNED_ENOSPACE from tuned_tune() at
+ *             once, with the reason, and no child is started; tuned__tune()
+ *             says the same before the evaluator allocates anything
+ *
+ * Exit 77 where NVRTC cannot be loaded (tuned_open needs it). A watchdog
+ * turns a deadlock into a failure. */
+#include <dlfcn.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "src/api/api.h"
+#include "src/tuner/tune.h"
+
+#define EXPECT_ATOMIC
+#include "tests/expect.h"
+
+static char tmpdir[256];
+static char script[400], ran[400];
+static long (*stub_allocs)(void);
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+/* A fake `tuned`: notes that it ran, reports one generation, succeeds. */
+static void write_script(void)
+{
+    snprintf(script, sizeof script, "%s/fake-tuned", tmpdir);
+    snprintf(ran, sizeof ran, "%s/ran.txt", tmpdir);
+    FILE *f = fopen(script, "w");
+    if (f == NULL) {
+        perror(script);
+        exit(1);
+    }
+    fprintf(f,
+            "#!/bin/sh\n"
+            "echo \"$@\" >> '%s'\n"
+            "echo '{\"progress\":{\"state\":\"running\",\"generation\":0,\"evaluated\":1,"
+            "\"failed\":0,\"budget\":10}}' >&2\n"
+            "exit 0\n",
+            ran);
+    fclose(f);
+    chmod(script, 0755);
+}
+
+static bool script_ran(void)
+{
+    return access(ran, F_OK) == 0;
+}
+
+static int open_handle(tuned_handle **h, tuned_policy policy, tuned_progress_fn fn, void *ctx)
+{
+    char store[400];
+    snprintf(store, sizeof store, "%s/store", tmpdir);
+    tuned_options o;
+    tuned_options_init(&o);
+    o.store = store;
+    o.tuned_path = script;
+    o.policy = policy;
+    o.on_progress = fn;
+    o.progress_ctx = ctx;
+    return tuned_open(h, &o);
+}
+
+/* ---- space ---- */
+
+static void test_space(void)
+{
+    tuned_handle *h = NULL;
+    int rc = open_handle(&h, TUNED_POLICY_NEVER, NULL, NULL);
+    EXPECT(rc == 0, "open: %s", tuned_last_error(NULL));
+    if (rc != 0)
+        return;
+    /* 8 rows of a million fp32 columns: too long for any variant on sm_90
+     * (tests/test_space.c). */
+    unlink(ran);
+    double t0 = now_s();
+    rc = tuned_tune(h, 8, 1000000, TUNED_FP32, 0, 1);
+    EXPECT(rc == TUNED_ENOSPACE, "tuned_tune of 8x1000000: %d (%s) %s", rc, tuned_strerror(rc),
+           tuned_last_error(h));
+    EXPECT(strstr(tuned_last_error(h), "tuned_tune 8x1000000 fp32: ") != NULL &&
+               strstr(tuned_last_error(h), "no variant fits") != NULL,
+           "message: %s", tuned_last_error(h));
+    EXPECT(!script_ran(), "a child was started for a shape without a variant");
+    EXPECT(now_s() - t0 < 10, "ENOSPACE took %.1f s", now_s() - t0);
+    tuned_choice c;
+    rc = tuned_lookup(h, 8, 1000000, TUNED_FP32, 0, &c);
+    EXPECT(rc == TUNED_ENOSPACE, "lookup agrees: %d %s", rc, tuned_last_error(h));
+    /* A shape with variants still reaches the child. */
+    EXPECT(tuned_tune(h, 64, 1024, TUNED_FP16, 0, 1) == 0 && script_ran(), "64x1024: %s",
+           tuned_last_error(h));
+    tuned_close(h);
+
+    /* The tuner itself: ENOSPACE before the evaluator allocates a byte. */
+    tuned__err e = {0};
+    tuned__driver *d = NULL;
+    tuned__nvrtc *n = NULL;
+    EXPECT_OK(tuned__driver_load(&d, &e), &e);
+    EXPECT_OK(tuned__nvrtc_load(&n, &e), &e);
+    if (d == NULL || n == NULL)
+        return;
+    tuned__tune_request r;
+    tuned__tune_request_default(&r);
+    r.shape = (tuned__shape){.dtype = TUNED_FP32, .rows = 8, .cols = 1000000};
+    r.device = 0;
+    tuned__tune_outcome out;
+    long before = stub_allocs();
+    tuned__err_clear(&e);
+    EXPECT_RC(tuned__tune(d, n, &r, NULL, NULL, &out, &e), TUNED_ENOSPACE, &e);
+    EXPECT_MSG(&e, "no variant fits 8x1000000 fp32");
+    EXPECT(stub_allocs() == before, "the evaluator allocated %ld buffers first",
+           stub_allocs() - before);
+    tuned__nvrtc_unload(n);
+    tuned__driver_unload(d);
+}
+
+static void watchdog(int sig)
+{
+    (void)sig;
+    static const char msg[] = "test_api_stub: still running after 90 s (a deadlock?)\n";
+    ssize_t ignored = write(STDERR_FILENO, msg, sizeof msg - 1);
+    (void)ignored;
+    _exit(1);
+}
+
+int main(void)
+{
+    signal(SIGALRM, watchdog);
+    alarm(90);
+    /* The driver the library will load must be the stand-in. */
+    void *cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    void *sym = cuda != NULL ? dlsym(cuda, "stub_cuda_allocs") : NULL;
+    if (sym == NULL) {
+        fprintf(stderr, "test_api_stub: libcuda.so.1 is not the test stand-in (run it from "
+                        "meson, which puts tests/stub_cuda first on LD_LIBRARY_PATH)\n");
+        return 1;
+    }
+    memcpy(&stub_allocs, &sym, sizeof sym);
+    tuned__nvrtc *n = NULL;
+    if (tuned__nvrtc_load(&n, NULL) != 0) {
+        printf("api-stub: skipped, no NVRTC\n");
+        return TEST_SKIP;
+    }
+    tuned__nvrtc_unload(n);
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/tuned-test-api-stub-XXXXXX");
+    if (mkdtemp(tmpdir) == NULL) {
+        perror("mkdtemp");
+        return 1;
+    }
+    write_script();
+    test_space();
+    return expect_done("api stub", tmpdir);
+}
