@@ -193,9 +193,12 @@ typedef struct tuned_options {
      * job is not followed: the store says when it is done). Never called
      * under the lock that slow paths and lookups take, so it may call
      * tuned_last_choice() or tuned_lookup(); a child tune's reports come
-     * while the handle holds its one-tune-at-a-time lock, so it must not
-     * call tuned_tune() (that would wait for the lock forever), nor
-     * tuned_close(). */
+     * while the handle holds its one-tune-at-a-time lock, and the tune
+     * that reports is still running below the call. So, from a callback,
+     * tuned_tune() (of any handle) returns TUNED_EINVAL at once instead of
+     * waiting for that lock forever, and tuned_close() (of any handle)
+     * closes nothing: the handle stays open, and tuned_last_error() on it
+     * says why. Start the next tune, or close, after tuned_tune() returns. */
     tuned_progress_fn on_progress;
     void *progress_ctx;
 } tuned_options;
@@ -220,7 +223,8 @@ TUNED_EXTERN int tuned_open(tuned_handle **out, const tuned_options *o);
 /* Stops a running background tune (its child is killed; a daemon job goes
  * on), unloads every kernel the handle loaded (from the contexts it loaded
  * them into), releases the store, and frees the handle. NULL is allowed.
- * Must be the handle's last call (see "Thread safety" above). */
+ * Must be the handle's last call (see "Thread safety" above). Called from
+ * a progress callback it does nothing (see on_progress). */
 TUNED_EXTERN void tuned_close(tuned_handle *h);
 
 /* The message of the calling thread's last failed call on h (tuned_open
@@ -382,7 +386,8 @@ TUNED_EXTERN int tuned_lookup(tuned_handle *h, int64_t rows, int64_t cols, tuned
  * time (0: the handle's tune_time_s, else tuned's default). Afterwards
  * calls of the shape switch to the stored winner (source exact). Returns 0
  * or
- *   TUNED_EINVAL      bad arguments, or a handle without a store
+ *   TUNED_EINVAL      bad arguments, a handle without a store, or a call
+ *                     from a progress callback (see on_progress)
  *   TUNED_ENODEV      no such GPU (or the daemon has none of its model)
  *   TUNED_ENOSPACE    no variant fits the shape on that GPU (said at once:
  *                     no child or daemon job is started)

@@ -6,11 +6,16 @@
  *   space     a shape no variant fits is TUNED_ENOSPACE from tuned_tune() at
  *             once, with the reason, and no child is started; tuned__tune()
  *             says the same before the evaluator allocates anything
+ *   callback  tuned_tune() and tuned_close() called from a progress
+ *             callback (on the tuned_tune caller's thread and on the
+ *             handle's background thread) are refused with TUNED_EINVAL
+ *             and a message instead of waiting for the tune lock forever
  *
  * Exit 77 where NVRTC cannot be loaded (tuned_open needs it). A watchdog
  * turns a deadlock into a failure. */
 #include <dlfcn.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -127,6 +132,76 @@ static void test_space(void)
     tuned__driver_unload(d);
 }
 
+/* ---- callback ---- */
+
+typedef struct nested {
+    tuned_handle *h;
+    atomic_int calls;
+    int tune_rc;
+    char tune_msg[512], close_msg[512];
+} nested;
+
+static void nesting_cb(void *ctx, const tuned_progress *p)
+{
+    (void)p;
+    nested *s = ctx;
+    if (atomic_fetch_add(&s->calls, 1) != 0)
+        return;
+    s->tune_rc = tuned_tune(s->h, 32, 2048, TUNED_FP16, 0, 1);
+    snprintf(s->tune_msg, sizeof s->tune_msg, "%s", tuned_last_error(s->h));
+    tuned_close(s->h); /* refused: the handle stays open */
+    snprintf(s->close_msg, sizeof s->close_msg, "%s", tuned_last_error(s->h));
+}
+
+static void check_nested(nested *s, const char *where)
+{
+    EXPECT(s->tune_rc == TUNED_EINVAL && strstr(s->tune_msg, "progress callback") != NULL,
+           "%s: nested tuned_tune: %d %s", where, s->tune_rc, s->tune_msg);
+    EXPECT(strstr(s->close_msg, "tuned_close") != NULL &&
+               strstr(s->close_msg, "progress callback") != NULL,
+           "%s: nested tuned_close: %s", where, s->close_msg);
+}
+
+static void test_callback(void)
+{
+    /* On the caller's thread, under tuned_tune(). */
+    nested s = {.tune_rc = 1};
+    int rc = open_handle(&s.h, TUNED_POLICY_NEVER, nesting_cb, &s);
+    EXPECT(rc == 0, "open: %s", tuned_last_error(NULL));
+    if (rc != 0)
+        return;
+    rc = tuned_tune(s.h, 64, 1024, TUNED_FP16, 0, 1);
+    EXPECT(rc == 0, "the outer tune: %d %s", rc, tuned_last_error(s.h));
+    EXPECT(atomic_load(&s.calls) == 1, "%d progress calls", atomic_load(&s.calls));
+    check_nested(&s, "tuned_tune's thread");
+    /* The handle survived the refused close and still tunes. */
+    tuned_choice c;
+    EXPECT(tuned_lookup(s.h, 64, 1024, TUNED_FP16, 0, &c) == 0, "lookup after: %s",
+           tuned_last_error(s.h));
+    tuned_close(s.h);
+
+    /* On the handle's background thread (TUNED_POLICY_PROCESS). */
+    nested b = {.tune_rc = 1};
+    rc = open_handle(&b.h, TUNED_POLICY_PROCESS, nesting_cb, &b);
+    EXPECT(rc == 0, "open: %s", tuned_last_error(NULL));
+    if (rc != 0)
+        return;
+    EXPECT(tuned_lookup(b.h, 128, 4096, TUNED_FP16, 0, &c) == 0, "lookup: %s",
+           tuned_last_error(b.h));
+    double t0 = now_s();
+    while (true) {
+        EXPECT(tuned_lookup(b.h, 128, 4096, TUNED_FP16, 0, &c) == 0, "lookup: %s",
+               tuned_last_error(b.h));
+        if (c.tune == TUNED_TUNE_DONE || c.tune == TUNED_TUNE_FAILED || now_s() - t0 > 20)
+            break;
+        usleep(20000);
+    }
+    EXPECT(c.tune == TUNED_TUNE_DONE, "background tune: state %d (%s)", (int)c.tune,
+           c.tune_message);
+    check_nested(&b, "the background thread");
+    tuned_close(b.h);
+}
+
 static void watchdog(int sig)
 {
     (void)sig;
@@ -162,5 +237,6 @@ int main(void)
     }
     write_script();
     test_space();
+    test_callback();
     return expect_done("api stub", tmpdir);
 }

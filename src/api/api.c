@@ -247,6 +247,14 @@ void tuned_close(tuned_handle *h)
 {
     if (h == NULL)
         return;
+    if (tuned__api_in_progress()) {
+        /* A tune of a handle is running below on this thread: freeing the
+         * handle (or joining its background thread, which may be this
+         * one) would pull it out from under it. */
+        failf(h, TUNED_EINVAL, "tuned_close: called from a progress callback; the handle "
+                               "stays open (close it after the tune returns)");
+        return;
+    }
     stop_worker(h);
     for (module_rec *m = h->modules, *next; m != NULL; m = next) {
         next = m->next;

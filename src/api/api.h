@@ -208,6 +208,15 @@ typedef struct tuned__api_child {
 void tuned__api_progress_from_json(const json_t *v, const tuned__shape *s, tuned_progress *p,
                                    char *best, size_t n);
 
+/* Calls fn(ctx, p) with the calling thread marked as inside a progress
+ * callback: every call of a handle's on_progress goes through here. */
+void tuned__api_progress_call(tuned_progress_fn fn, void *ctx, const tuned_progress *p);
+
+/* Whether the calling thread is inside a progress callback: a tune (and
+ * so the handle's tune lock) is running below it on this thread, so
+ * tuned_tune() and tuned_close() refuse (they would wait forever). */
+bool tuned__api_in_progress(void);
+
 /* Runs `BINARY tune [--kernel K] --shape RxC --dtype D --device N --db STORE
  * -q [--progress json] [--time S]`
  * and waits for it. The child gets /dev/null as stdin and stdout, its

@@ -72,6 +72,22 @@ void tuned__api_progress_from_json(const json_t *v, const tuned__shape *s, tuned
     p->elapsed_s = json_number_value(json_object_get(v, "elapsed_s"));
 }
 
+/* Progress callbacks the calling thread is inside (0 or 1: a callback
+ * cannot start a tune; a count is as cheap as a flag and needs no proof). */
+static _Thread_local int in_progress;
+
+void tuned__api_progress_call(tuned_progress_fn fn, void *ctx, const tuned_progress *p)
+{
+    in_progress++;
+    fn(ctx, p);
+    in_progress--;
+}
+
+bool tuned__api_in_progress(void)
+{
+    return in_progress > 0;
+}
+
 /* One line of the child's stderr: a progress object becomes a call
  * (true), anything else is for the error message (false). */
 static bool progress_line(const tuned__api_child *c, const char *line)
@@ -84,7 +100,7 @@ static bool progress_line(const tuned__api_child *c, const char *line)
         tuned_progress p;
         char best[128];
         tuned__api_progress_from_json(pr, &c->shape, &p, best, sizeof best);
-        c->on_progress(c->progress_ctx, &p);
+        tuned__api_progress_call(c->on_progress, c->progress_ctx, &p);
     }
     json_decref(v);
     return true;

@@ -139,7 +139,7 @@ static void report_daemon_job(tuned_handle *h, uint64_t id, const tuned__shape *
         tuned_progress p;
         char best[128];
         tuned__api_progress_from_json(json_object_get(rep, "job"), s, &p, best, sizeof best);
-        h->on_progress(h->progress_ctx, &p);
+        tuned__api_progress_call(h->on_progress, h->progress_ctx, &p);
     }
     json_decref(req);
     json_decref(rep);
@@ -193,6 +193,11 @@ static int space_check(const tuned__gpu *gpu, const tuned__shape *s, tuned__err 
 int tuned_tune(tuned_handle *h, int64_t rows, int64_t cols, tuned_dtype dtype, int device,
                double time_s)
 {
+    if (h != NULL && tuned__api_in_progress())
+        /* The tune reporting holds the tune lock on this thread. */
+        return tuned__api_failf(h, TUNED_EINVAL,
+                                "tuned_tune: called from a progress callback (the tune that "
+                                "reports holds the handle's tune lock); tune after it returns");
     int rc = tuned__api_shape_ok(h, "tuned_tune", rows, cols, dtype, device);
     if (rc != 0)
         return rc;
