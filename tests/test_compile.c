@@ -2,10 +2,18 @@
  * every item of a batch compiles to a cubin, a second batch takes them from
  * the compile cache, a code-generation error is the item's alone, a wait
  * that runs out gives the item up, and finishing early leaves nothing
- * behind (ASan). */
+ * behind (ASan).
+ *
+ * `test_compile hung` (the compile-hung test; 77 without test hooks): a
+ * compile that hangs (the test hook's stall) is given up at the wait's
+ * timeout, finishing the batch does not wait for it (its thread is
+ * detached), and that thread, once it returns, touches neither the store
+ * nor the NVRTC instance its caller already closed, and frees the batch. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "src/tuner/compile.h"
 #include "src/tuner/space.h"
@@ -14,8 +22,79 @@
 
 enum { N = 6 };
 
-int main(void)
+static double now_s(void)
 {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+static int test_hung(void)
+{
+#if !HAVE_TEST_HOOKS
+    printf("compile hung: skipped, no test hooks in this build\n");
+    return TEST_SKIP;
+#else
+    tuned__err e = {0};
+    tuned__nvrtc *nv = NULL;
+    if (tuned__nvrtc_load(&nv, &e) != 0) {
+        printf("compile hung: skipped, %s\n", e.msg);
+        return TEST_SKIP;
+    }
+    char dir[] = "/tmp/test_compile_hung.XXXXXX", path[256];
+    if (mkdtemp(dir) == NULL) {
+        perror("mkdtemp");
+        return 1;
+    }
+    snprintf(path, sizeof path, "%s/store", dir);
+    tuned__store *st = NULL;
+    EXPECT(tuned__store_open(&st, path, 0, &e) == 0, "store: %s", e.msg);
+    tuned__shape shape = {TUNED_FP16, 64, 4097, TUNED__KERNEL_SOFTMAX};
+    tuned__space sp;
+    EXPECT(tuned__space_init(&sp, &shape, 90, 132, &e) == 0, "space: %s", e.msg);
+    tuned__config cfgs[2];
+    tuned__rng rng = {7};
+    for (int i = 0; i < 2; i++)
+        tuned__space_random(&sp, &rng, &cfgs[i]);
+    tuned__space_free(&sp);
+    tuned__compile_target t = {.nvrtc = nv, .arch = 90, .shape = shape, .cubins = st, .threads = 1};
+
+    /* One thread: item 0 hangs for 6 s, item 1 waits behind it. */
+    tuned__compile_test_hook_stall(6.0);
+    tuned__compile_batch *b = NULL;
+    EXPECT(tuned__compile_start(&b, &t, cfgs, 2, &e) == 0, "start: %s", e.msg);
+    if (b == NULL)
+        return expect_done("compile hung", dir);
+    const tuned__blob *cubin;
+    bool cached;
+    double ms;
+    tuned__err we = {0};
+    double t0 = now_s();
+    int rc = tuned__compile_wait(b, 0, 0.5, &cubin, &cached, &ms, &we);
+    EXPECT(rc == TUNED_ETIMEOUT && strstr(we.msg, "given up") != NULL, "hung item: %d %s", rc,
+           we.msg);
+    tuned__compile_finish(b);
+    double took = now_s() - t0;
+    EXPECT(took < 2.0, "the batch took %.1f s with a compile timeout of 0.5 s", took);
+    EXPECT(tuned__compile_stranded() == 1, "%zu threads stranded", tuned__compile_stranded());
+    /* The caller's store and NVRTC go; the thread must not need them. */
+    tuned__store_close(st);
+    tuned__nvrtc_unload(nv);
+    while (tuned__compile_stranded() > 0 && now_s() - t0 < 60)
+        usleep(50000);
+    EXPECT(tuned__compile_stranded() == 0, "the stranded thread never returned");
+    return expect_done("compile hung", dir);
+#endif
+}
+
+int main(int argc, char **argv)
+{
+    if (argc == 2 && strcmp(argv[1], "hung") == 0)
+        return test_hung();
+    if (argc != 1) {
+        fprintf(stderr, "usage: test_compile [hung]\n");
+        return 2;
+    }
     tuned__err e = {0};
     tuned__nvrtc *nv = NULL;
     if (tuned__nvrtc_load(&nv, &e) != 0) {

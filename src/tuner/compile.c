@@ -1,6 +1,17 @@
 /* compile.c: the compile pipeline (see compile.h): a shared counter hands
  * items to the threads; a condition variable tells the waiting caller
- * when any item is done. */
+ * when any item is done.
+ *
+ * A compile that hangs (NVRTC stuck in one variant) must not hold the tune
+ * past its compile timeout, so finishing a batch joins its threads only
+ * when they return in time; otherwise it detaches them. A detached thread
+ * touches nothing of its caller's: the batch holds its own copy of the
+ * configs and its own NVRTC instance, counts its users (the last one
+ * frees it), and no thread enters the compile cache once the batch is
+ * finished (the finish waits for those already in it: a store call is
+ * short). At process exit, NVRTC's static objects would be destroyed under
+ * a thread still inside it, so while one is, exit() ends the process with
+ * _exit() (after flushing stdio) before those destructors run. */
 #include "src/tuner/compile.h"
 
 #include <errno.h>
@@ -17,25 +28,77 @@
 #define MAX_THREADS 64
 
 struct tuned__compile_batch {
-    tuned__compile_target target;
-    const tuned__config *cfgs;
+    tuned__compile_target target; /* .nvrtc: own_nvrtc when there is one */
+    tuned__nvrtc *own_nvrtc;      /* the threads' own instance; NULL: none could be
+                                     loaded, the caller's is used and finish joins */
+    tuned__config *cfgs;          /* a copy of the caller's */
     size_t n;
     tuned__blob *blobs;
     tuned__err *errs;
     bool *cached;
     atomic_size_t next;
     pthread_mutex_t lock;
-    pthread_cond_t compiled; /* signalled whenever an item starts or is done */
+    pthread_cond_t compiled; /* signalled whenever an item starts or is done,
+                                a thread returns or leaves the store */
     bool *done;              /* under lock */
     struct timespec *began;  /* under lock: when a thread took the item (0: not yet) */
+    double timeout_s;        /* the caller's last wait limit (0: none) */
+    /* Under lock: */
+    bool finished;           /* the caller is done: no thread enters the store */
+    bool detached;           /* its running threads count in `stranded` */
+    int in_store;            /* threads inside a compile-cache call */
+    size_t running;          /* threads that have not returned */
+    size_t refs;             /* running threads, and the caller until finish */
     pthread_t tids[MAX_THREADS];
     size_t started;
 };
 
-/* Source, then the compile cache, then NVRTC (and into the cache). */
-static void compile_one(const tuned__compile_target *t, const tuned__config *c, tuned__blob *blob,
-                        bool *cached, tuned__err *err)
+/* Threads of finished batches still running, in the whole process. */
+static atomic_size_t stranded;
+
+#ifdef TUNED_TEST_HOOKS
+/* Test only: the next compile sleeps this long first (a hung NVRTC). */
+static atomic_llong stall_ms;
+
+void tuned__compile_test_hook_stall(double seconds)
 {
+    atomic_store(&stall_ms, (long long)(seconds * 1000.0));
+}
+#endif
+
+size_t tuned__compile_stranded(void)
+{
+    return atomic_load(&stranded);
+}
+
+/* Whether a thread may use the compile cache now (then store_leave). */
+static bool store_enter(tuned__compile_batch *b)
+{
+    if (b->target.cubins == NULL)
+        return false;
+    pthread_mutex_lock(&b->lock);
+    bool ok = !b->finished;
+    if (ok)
+        b->in_store++;
+    pthread_mutex_unlock(&b->lock);
+    return ok;
+}
+
+static void store_leave(tuned__compile_batch *b)
+{
+    pthread_mutex_lock(&b->lock);
+    b->in_store--;
+    pthread_cond_broadcast(&b->compiled);
+    pthread_mutex_unlock(&b->lock);
+}
+
+/* Source, then the compile cache, then NVRTC (and into the cache). */
+static void compile_one(tuned__compile_batch *b, size_t i)
+{
+    const tuned__compile_target *t = &b->target;
+    const tuned__config *c = &b->cfgs[i];
+    tuned__blob *blob = &b->blobs[i];
+    tuned__err *err = &b->errs[i];
     char name[TUNED__CONFIG_TEXT + 16], *src = NULL;
     char text[TUNED__CONFIG_TEXT];
     tuned__config_format(c, text, sizeof text);
@@ -43,24 +106,53 @@ static void compile_one(const tuned__compile_target *t, const tuned__config *c, 
     if (tuned__source_softmax(c, &t->shape, &t->codegen, &src, err) != 0)
         return;
     uint64_t key = tuned__nvrtc_cache_key(t->nvrtc, src, t->arch, TUNED__NVRTC_CUBIN);
-    if (t->cubins != NULL) {
+    if (store_enter(b)) {
         void *data = NULL;
         size_t size = 0;
-        if (tuned__store_get_cubin(t->cubins, key, &data, &size, NULL) == 0) {
+        bool hit = tuned__store_get_cubin(t->cubins, key, &data, &size, NULL) == 0;
+        store_leave(b);
+        if (hit) {
             blob->data = data;
             blob->size = size;
             blob->compile_ms = 0.0;
-            *cached = true;
+            b->cached[i] = true;
             free(src);
             return;
         }
     }
+#ifdef TUNED_TEST_HOOKS
+    long long ms = atomic_exchange(&stall_ms, 0);
+    if (ms > 0) {
+        struct timespec pause = {.tv_sec = (time_t)(ms / 1000), .tv_nsec = (ms % 1000) * 1000000L};
+        while (nanosleep(&pause, &pause) != 0 && errno == EINTR)
+            ;
+    }
+#endif
     if (tuned__nvrtc_compile(t->nvrtc, src, name, t->arch, TUNED__NVRTC_CUBIN, blob, err) == 0 &&
-        t->cubins != NULL)
+        store_enter(b)) {
         /* A cache that cannot take the cubin costs a compile next time,
          * nothing else: the variant is still evaluated. */
         tuned__store_put_cubin(t->cubins, key, blob->data, blob->size, NULL);
+        store_leave(b);
+    }
     free(src);
+}
+
+static void batch_free(tuned__compile_batch *b)
+{
+    for (size_t i = 0; i < b->n; i++)
+        tuned__blob_free(&b->blobs[i]);
+    free(b->blobs);
+    free(b->errs);
+    free(b->cached);
+    free(b->done);
+    free(b->began);
+    free(b->cfgs);
+    if (b->own_nvrtc != NULL)
+        tuned__nvrtc_unload(b->own_nvrtc);
+    pthread_cond_destroy(&b->compiled);
+    pthread_mutex_destroy(&b->lock);
+    free(b);
 }
 
 static void *compile_worker(void *arg)
@@ -69,17 +161,27 @@ static void *compile_worker(void *arg)
     for (;;) {
         size_t i = atomic_fetch_add(&b->next, 1);
         if (i >= b->n)
-            return NULL;
+            break;
         pthread_mutex_lock(&b->lock);
         clock_gettime(CLOCK_REALTIME, &b->began[i]);
         pthread_cond_broadcast(&b->compiled); /* a waiter's clock starts */
         pthread_mutex_unlock(&b->lock);
-        compile_one(&b->target, &b->cfgs[i], &b->blobs[i], &b->cached[i], &b->errs[i]);
+        compile_one(b, i);
         pthread_mutex_lock(&b->lock);
         b->done[i] = true;
         pthread_cond_broadcast(&b->compiled);
         pthread_mutex_unlock(&b->lock);
     }
+    pthread_mutex_lock(&b->lock);
+    b->running--;
+    if (b->detached)
+        atomic_fetch_sub(&stranded, 1);
+    bool last = --b->refs == 0;
+    pthread_cond_broadcast(&b->compiled);
+    pthread_mutex_unlock(&b->lock);
+    if (last)
+        batch_free(b);
+    return NULL;
 }
 
 int tuned__compile_start(tuned__compile_batch **out, const tuned__compile_target *t,
@@ -92,22 +194,29 @@ int tuned__compile_start(tuned__compile_batch **out, const tuned__compile_target
         b->cached = calloc(n ? n : 1, sizeof *b->cached);
         b->done = calloc(n ? n : 1, sizeof *b->done);
         b->began = calloc(n ? n : 1, sizeof *b->began);
+        b->cfgs = calloc(n ? n : 1, sizeof *b->cfgs);
     }
     if (b == NULL || b->blobs == NULL || b->errs == NULL || b->cached == NULL || b->done == NULL ||
-        b->began == NULL) {
+        b->began == NULL || b->cfgs == NULL) {
         if (b != NULL) {
             free(b->blobs);
             free(b->errs);
             free(b->cached);
             free(b->done);
             free(b->began);
+            free(b->cfgs);
             free(b);
         }
         return tuned__errf(e, TUNED_ENOMEM, "compile: out of memory for %zu variants", n);
     }
     b->target = *t;
-    b->cfgs = cfgs;
+    if (n > 0)
+        memcpy(b->cfgs, cfgs, n * sizeof *cfgs);
     b->n = n;
+    /* The threads' own NVRTC instance (the same library, loaded once more:
+     * a few symbol lookups), so that one given up may outlive the caller's. */
+    if (tuned__nvrtc_load(&b->own_nvrtc, NULL) == 0)
+        b->target.nvrtc = b->own_nvrtc;
     atomic_init(&b->next, 0);
     pthread_mutex_init(&b->lock, NULL);
     pthread_cond_init(&b->compiled, NULL);
@@ -117,9 +226,13 @@ int tuned__compile_start(tuned__compile_batch **out, const tuned__compile_target
         threads = n;
     if (threads > MAX_THREADS)
         threads = MAX_THREADS;
+    pthread_mutex_lock(&b->lock);
     for (b->started = 0; b->started < threads; b->started++)
         if (pthread_create(&b->tids[b->started], NULL, compile_worker, b) != 0)
             break;
+    b->running = b->started;
+    b->refs = b->started + 1;
+    pthread_mutex_unlock(&b->lock);
     *out = b;
     return 0;
 }
@@ -165,10 +278,11 @@ int tuned__compile_wait(tuned__compile_batch *b, size_t i, double timeout_s,
     *compile_ms = 0.0;
     if (i >= b->n)
         return tuned__errf(e, TUNED_EINVAL, "compile: no item %zu of %zu", i, b->n);
+    b->timeout_s = timeout_s;
     if (b->started == 0) {
         /* No thread could start: compile here, in order. */
         if (!b->done[i]) {
-            compile_one(&b->target, &b->cfgs[i], &b->blobs[i], &b->cached[i], &b->errs[i]);
+            compile_one(b, i);
             b->done[i] = true;
         }
     } else {
@@ -191,21 +305,79 @@ int tuned__compile_wait(tuned__compile_batch *b, size_t i, double timeout_s,
     return 0;
 }
 
+/* The earliest time an item being compiled runs out of the last wait's
+ * limit; false when no item is being compiled. Under b->lock. */
+static bool earliest_deadline(const tuned__compile_batch *b, struct timespec *out)
+{
+    bool any = false;
+    for (size_t i = 0; i < b->n; i++) {
+        if (b->done[i] || b->began[i].tv_sec == 0)
+            continue;
+        struct timespec d = plus_seconds(b->began[i], b->timeout_s);
+        if (!any || d.tv_sec < out->tv_sec || (d.tv_sec == out->tv_sec && d.tv_nsec < out->tv_nsec))
+            *out = d;
+        any = true;
+    }
+    return any;
+}
+
+/* exit() while a stranded thread is inside NVRTC: end the process before
+ * the destructors of NVRTC's static objects run under it. Registered
+ * after NVRTC was loaded, so it runs before them. */
+static void exit_guard(int status, void *arg)
+{
+    (void)arg;
+    if (atomic_load(&stranded) > 0) {
+        fflush(NULL);
+        _exit(status);
+    }
+}
+
+static pthread_once_t exit_guard_once = PTHREAD_ONCE_INIT;
+
+static void exit_guard_install(void)
+{
+    on_exit(exit_guard, NULL);
+}
+
 void tuned__compile_finish(tuned__compile_batch *b)
 {
     if (b == NULL)
         return;
     atomic_store(&b->next, b->n);
-    for (size_t i = 0; i < b->started; i++)
-        pthread_join(b->tids[i], NULL);
-    for (size_t i = 0; i < b->n; i++)
-        tuned__blob_free(&b->blobs[i]);
-    free(b->blobs);
-    free(b->errs);
-    free(b->cached);
-    free(b->done);
-    free(b->began);
-    pthread_cond_destroy(&b->compiled);
-    pthread_mutex_destroy(&b->lock);
-    free(b);
+    pthread_mutex_lock(&b->lock);
+    /* The threads finish the items they hold; one that runs past the last
+     * wait's limit (from when it took its item) is not waited for. */
+    while (b->running > 0) {
+        struct timespec deadline;
+        if (b->timeout_s <= 0 || b->own_nvrtc == NULL || !earliest_deadline(b, &deadline)) {
+            pthread_cond_wait(&b->compiled, &b->lock);
+            continue;
+        }
+        if (pthread_cond_timedwait(&b->compiled, &b->lock, &deadline) == ETIMEDOUT)
+            break;
+    }
+    b->finished = true;
+    while (b->in_store > 0)
+        pthread_cond_wait(&b->compiled, &b->lock);
+    bool detach = b->running > 0;
+    if (detach) {
+        b->detached = true;
+        atomic_fetch_add(&stranded, b->running);
+        pthread_once(&exit_guard_once, exit_guard_install);
+    }
+    size_t started = b->started;
+    pthread_t tids[MAX_THREADS];
+    memcpy(tids, b->tids, started * sizeof tids[0]);
+    bool last = --b->refs == 0;
+    pthread_mutex_unlock(&b->lock);
+    /* b may be freed by now (by its last thread) unless last. */
+    for (size_t i = 0; i < started; i++) {
+        if (detach)
+            pthread_detach(tids[i]);
+        else
+            pthread_join(tids[i], NULL);
+    }
+    if (last)
+        batch_free(b);
 }

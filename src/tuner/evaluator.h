@@ -34,7 +34,9 @@ typedef struct tuned__eval_opts {
                                 H100 timed few-µs kernels 0.7-1 µs slower */
     int compile_threads;     /* parallel NVRTC compiles; 0: one per core */
     double compile_timeout_s; /* a variant not compiled by then is given up
-                                 (status timeout); 0: no limit (default 120) */
+                                 (status timeout), and its batch does not wait
+                                 for it either (compile.h); 0: no limit
+                                 (default 120) */
     size_t x_offset;         /* elements between the allocation and x (alignment tests) */
     size_t y_offset;         /* likewise for y */
     tuned__codegen_opts codegen; /* test only: planted bugs */
