@@ -138,21 +138,27 @@ static void compile_one(tuned__compile_batch *b, size_t i)
     free(src);
 }
 
-static void batch_free(tuned__compile_batch *b)
+/* The batch's arrays and itself (b may be partly allocated). */
+static void batch_free_memory(tuned__compile_batch *b)
 {
-    for (size_t i = 0; i < b->n; i++)
-        tuned__blob_free(&b->blobs[i]);
     free(b->blobs);
     free(b->errs);
     free(b->cached);
     free(b->done);
     free(b->began);
     free(b->cfgs);
+    free(b);
+}
+
+static void batch_free(tuned__compile_batch *b)
+{
+    for (size_t i = 0; i < b->n; i++)
+        tuned__blob_free(&b->blobs[i]);
     if (b->own_nvrtc != NULL)
         tuned__nvrtc_unload(b->own_nvrtc);
     pthread_cond_destroy(&b->compiled);
     pthread_mutex_destroy(&b->lock);
-    free(b);
+    batch_free_memory(b);
 }
 
 static void *compile_worker(void *arg)
@@ -198,15 +204,8 @@ int tuned__compile_start(tuned__compile_batch **out, const tuned__compile_target
     }
     if (b == NULL || b->blobs == NULL || b->errs == NULL || b->cached == NULL || b->done == NULL ||
         b->began == NULL || b->cfgs == NULL) {
-        if (b != NULL) {
-            free(b->blobs);
-            free(b->errs);
-            free(b->cached);
-            free(b->done);
-            free(b->began);
-            free(b->cfgs);
-            free(b);
-        }
+        if (b != NULL)
+            batch_free_memory(b);
         return tuned__errf(e, TUNED_ENOMEM, "compile: out of memory for %zu variants", n);
     }
     b->target = *t;
