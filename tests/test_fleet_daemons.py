@@ -40,7 +40,7 @@ import tempfile
 import threading
 import time
 
-from daemon_client import Client, call_all_at_once, call_once, stop_process, wait_for
+from daemon_client import Client, Serve, call_all_at_once, call_once, stop_process, wait_for
 
 TUNED = os.path.abspath(sys.argv[1])
 failures = 0
@@ -141,57 +141,25 @@ def start_redis():
 
 # ---- daemons (their client: daemon_client.py) ----
 
-class Daemon:
+class Daemon(Serve):
     def __init__(self, name, remote=True, env=None, extra=()):
         DAEMONS.append(self)
         self.name = name
-        self.dir = os.path.join(tmp, name)
-        os.makedirs(self.dir, exist_ok=True)
-        self.sock = os.path.join(self.dir, "s.sock")
-        self.db = os.path.join(self.dir, "db")
-        self.args = ["--limit", "lease=%g" % LEASE, "--limit", "remote-timeout=%g" % TIMEOUT,
-                     "--limit", "reclaim=3", *extra]
+        args = ["--limit", "lease=%g" % LEASE, "--limit", "remote-timeout=%g" % TIMEOUT,
+                "--limit", "reclaim=3", *extra]
         if remote:
-            self.args += ["--remote", REMOTE]
-        self.env = dict(os.environ, TUNED_TEST_FAKE_GPU="1", TUNED_TEST_FAKE_MS="20",
-                        **(env or {}))
-        self.logf = open(os.path.join(self.dir, "log"), "a")
-        self.p = None
-
-    def start(self):
-        self.p = subprocess.Popen([TUNED, "serve", "--socket", self.sock, "--db", self.db,
-                                   *self.args], stdout=self.logf, stderr=self.logf, env=self.env)
-        deadline = time.time() + 30
-        while time.time() < deadline:
-            if self.p.poll() is not None:
-                return False
-            try:
-                c = Client(self.sock)
-                c.call({"op": "ping"}, timeout=5)
-                c.close()
-                return True
-            except OSError:
-                time.sleep(0.05)
-        return False
-
-    def call(self, obj, timeout=30):
-        return call_once(self.sock, obj, timeout)
+            args += ["--remote", REMOTE]
+        super().__init__(TUNED, os.path.join(tmp, name), args,
+                         dict(os.environ, TUNED_TEST_FAKE_GPU="1", TUNED_TEST_FAKE_MS="20",
+                              **(env or {})))
 
     def stats(self):
         return self.call({"op": "stats"})
 
-    def log(self):
-        self.logf.flush()
-        with open(self.logf.name) as f:
-            return f.read()
-
     def tunes(self, shape):
         """Tunes this daemon ran of shape ("RxC"), from its log."""
-        return sum(1 for line in self.log().splitlines()
+        return sum(1 for line in self.logtext().splitlines()
                    if ": tuning " + shape.replace("x", "x", 1) + " " in line)
-
-    def stop(self):
-        return stop_process(self.p)
 
 
 def get(d, rows, cols, **kw):
@@ -425,7 +393,7 @@ def case_kernel():
     rows, cols = 1024, 4096  # softmax only, in the fleet since the flight
     f = Daemon("F")
     if not f.start():
-        return fail("kernel: F does not start: " + f.log()[-2000:])
+        return fail("kernel: F does not start: " + f.logtext()[-2000:])
     if not wait_for(lambda: f.stats()["remote"]["state"] == "connected", 20):
         f.stop()
         return fail(f"kernel: F does not connect to the fleet: {f.stats()['remote']}")
@@ -462,7 +430,7 @@ def case_retune_compatible(a):
     if p.returncode != 0 or p2.returncode != 0:
         return fail(f"retune-compatible: export/import: {p.stderr} {p2.stdout} {p2.stderr}")
     if not r.start():
-        return fail("retune-compatible: R does not start: " + r.log()[-2000:])
+        return fail("retune-compatible: R does not start: " + r.logtext()[-2000:])
     first, second = get(r, rows, cols), get(r, rows, cols)
     if first.get("source") != "compatible" or not isinstance(first.get("job"), int):
         fail(f"retune-compatible: the first compatible answer queued no tune: {first}")
@@ -498,7 +466,7 @@ def main():
     a, b, c = Daemon("A"), Daemon("B"), Daemon("C")
     for d in (a, b, c):
         if not d.start():
-            fail(f"daemon {d.name} does not start: {d.log()[-2000:]}")
+            fail(f"daemon {d.name} does not start: {d.logtext()[-2000:]}")
             return 1
     if a.stats()["gpus"][0].get("test_only_fake") is not True:
         print("no test-only fake GPU (a build without test hooks): skipped")
