@@ -29,6 +29,35 @@ static double now_s(void)
     return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
 }
 
+/* The shape every case compiles for: a ragged row, so head handling is in. */
+static const tuned__shape SHAPE = {TUNED_FP16, 64, 4097, TUNED__KERNEL_SOFTMAX};
+
+/* A new scratch directory from the template dir (made unique in place)
+ * with a store in it, into *st; false if the directory cannot be made. */
+static bool open_scratch_store(char *dir, tuned__store **st, tuned__err *e)
+{
+    if (mkdtemp(dir) == NULL) {
+        perror("mkdtemp");
+        return false;
+    }
+    char path[256];
+    snprintf(path, sizeof path, "%s/store", dir);
+    *st = NULL;
+    EXPECT(tuned__store_open(st, path, 0, e) == 0, "store: %s", e->msg);
+    return true;
+}
+
+/* n random configs of SHAPE's space, drawn from seed. */
+static void random_configs(tuned__config *cfgs, int n, uint64_t seed, tuned__err *e)
+{
+    tuned__space sp;
+    EXPECT(tuned__space_init(&sp, &SHAPE, 90, 132, e) == 0, "space: %s", e->msg);
+    tuned__rng rng = {seed};
+    for (int i = 0; i < n; i++)
+        tuned__space_random(&sp, &rng, &cfgs[i]);
+    tuned__space_free(&sp);
+}
+
 static int test_hung(void)
 {
 #if !HAVE_TEST_HOOKS
@@ -41,23 +70,13 @@ static int test_hung(void)
         printf("compile hung: skipped, %s\n", e.msg);
         return TEST_SKIP;
     }
-    char dir[] = "/tmp/test_compile_hung.XXXXXX", path[256];
-    if (mkdtemp(dir) == NULL) {
-        perror("mkdtemp");
+    char dir[] = "/tmp/test_compile_hung.XXXXXX";
+    tuned__store *st;
+    if (!open_scratch_store(dir, &st, &e))
         return 1;
-    }
-    snprintf(path, sizeof path, "%s/store", dir);
-    tuned__store *st = NULL;
-    EXPECT(tuned__store_open(&st, path, 0, &e) == 0, "store: %s", e.msg);
-    tuned__shape shape = {TUNED_FP16, 64, 4097, TUNED__KERNEL_SOFTMAX};
-    tuned__space sp;
-    EXPECT(tuned__space_init(&sp, &shape, 90, 132, &e) == 0, "space: %s", e.msg);
     tuned__config cfgs[2];
-    tuned__rng rng = {7};
-    for (int i = 0; i < 2; i++)
-        tuned__space_random(&sp, &rng, &cfgs[i]);
-    tuned__space_free(&sp);
-    tuned__compile_target t = {.nvrtc = nv, .arch = 90, .shape = shape, .cubins = st, .threads = 1};
+    random_configs(cfgs, 2, 7, &e);
+    tuned__compile_target t = {.nvrtc = nv, .arch = 90, .shape = SHAPE, .cubins = st, .threads = 1};
 
     /* One thread: item 0 hangs for 6 s, item 1 waits behind it. */
     tuned__compile_test_hook_stall(6.0);
@@ -101,24 +120,14 @@ int main(int argc, char **argv)
         fprintf(stderr, "FAIL: %s\n", e.msg);
         return 1;
     }
-    char dir[] = "/tmp/test_compile.XXXXXX", path[256];
-    if (mkdtemp(dir) == NULL) {
-        perror("mkdtemp");
+    char dir[] = "/tmp/test_compile.XXXXXX";
+    tuned__store *st;
+    if (!open_scratch_store(dir, &st, &e))
         return 1;
-    }
-    snprintf(path, sizeof path, "%s/store", dir);
-    tuned__store *st = NULL;
-    EXPECT(tuned__store_open(&st, path, 0, &e) == 0, "store: %s", e.msg);
-
-    tuned__shape shape = {TUNED_FP16, 64, 4097, TUNED__KERNEL_SOFTMAX};
-    tuned__space sp;
-    EXPECT(tuned__space_init(&sp, &shape, 90, 132, &e) == 0, "space: %s", e.msg);
     tuned__config cfgs[N];
-    tuned__rng rng = {99};
-    for (int i = 0; i < N; i++)
-        tuned__space_random(&sp, &rng, &cfgs[i]);
+    random_configs(cfgs, N, 99, &e);
     cfgs[N - 1].vec = 16; /* no 16-element fp16 vector: codegen refuses it */
-    tuned__compile_target t = {.nvrtc = nv, .arch = 90, .shape = shape, .cubins = st, .threads = 2};
+    tuned__compile_target t = {.nvrtc = nv, .arch = 90, .shape = SHAPE, .cubins = st, .threads = 2};
 
     for (int pass = 0; pass < 2; pass++) {
         tuned__compile_batch *b = NULL;
@@ -158,7 +167,6 @@ int main(int argc, char **argv)
            "timeout: %d %s", rc, te.msg);
     tuned__compile_finish(b);
 
-    tuned__space_free(&sp);
     tuned__store_close(st);
     tuned__nvrtc_unload(nv);
     return expect_done("compile", dir);
