@@ -267,6 +267,19 @@ def case_reserve():
         ok("reserve: 6 TCP clients of 8 slots, the next 4 refused, 2 local clients served")
 
 
+def fake_gpu_pick(case):
+    """The config a fresh fake-GPU daemon answers for 64x8192 (the one a
+    planted fault then takes down); None, after a failure, if none did."""
+    probe = Daemon(case + "-probe", env={"TUNED_TEST_FAKE_GPU": "1"})
+    if not probe.start():
+        fail(f"{case}: probe daemon did not start: " + probe.logtext())
+        return None
+    try:
+        return probe.call({"op": "get", "rows": 64, "cols": 8192})["config"]
+    finally:
+        probe.stop()
+
+
 def case_fdlimit():
     """A file limit of 128 (soft and hard) with the default clients=1024:
     the daemon serves what fits (128 less 36 kept for the store, one GPU's
@@ -274,13 +287,9 @@ def case_fdlimit():
     too_many_clients, none closed without a word); with them connected, a
     variant that kills the worker is survived (the worker restarts)."""
     import resource
-    probe = Daemon("fdlimit-probe", env={"TUNED_TEST_FAKE_GPU": "1"})
-    if not probe.start():
-        return fail("fdlimit: probe daemon did not start: " + probe.logtext())
-    c = Client(probe.sock)
-    fault = c.call({"op": "get", "rows": 64, "cols": 8192})["config"]
-    c.close()
-    probe.stop()
+    fault = fake_gpu_pick("fdlimit")
+    if fault is None:
+        return
     d = Daemon("fdlimit", env={"TUNED_TEST_FAKE_GPU": "1", "TUNED_TEST_FAKE_MS": "1",
                                "TUNED_TEST_FAKE_FAULT": fault},
                preexec=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (128, 128)))
@@ -481,13 +490,9 @@ def case_hung_start():
     os.makedirs(bindir, exist_ok=True)
     exe = os.path.join(bindir, "tuned")
     shutil.copy2(TUNED, exe)
-    probe = Daemon("hung-start-probe", env={"TUNED_TEST_FAKE_GPU": "1"})
-    if not probe.start():
-        return fail("hung-start: probe daemon did not start: " + probe.logtext())
-    c = Client(probe.sock)
-    fault = c.call({"op": "get", "rows": 64, "cols": 8192})["config"]
-    c.close()
-    probe.stop()
+    fault = fake_gpu_pick("hung-start")
+    if fault is None:
+        return
     d = Daemon("hung-start", env={"TUNED_TEST_FAKE_GPU": "1", "TUNED_TEST_FAKE_MS": "1",
                                   "TUNED_TEST_FAKE_FAULT": fault})
     d.p = subprocess.Popen([exe, "serve", "--socket", d.sock, "--db", d.db], stdout=d.log,
