@@ -5,7 +5,8 @@
  * a scale of 0.75), also from unaligned base pointers; rows split over the
  * grid and rows partly in shared memory too (softmax and log_softmax);
  * and the evaluator's gate catches
- * deliberately broken variants of the forward and backward templates.
+ * deliberately broken variants of the forward and backward templates, and
+ * stray writes on either side of the output.
  * `test_gpu fault` (a process of its own: its context dies): a tune whose
  * variant kills the context records that variant in the history as
  * failed. Exits 77 (skipped) where no CUDA driver or GPU is found. */
@@ -13,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "src/driver/check.h"
 #include "src/tuner/evaluator.h"
 #include "src/tuner/space.h"
 #include "src/tuner/tune.h"
@@ -96,6 +98,53 @@ static void planted_bugs_are_caught(gpu_env *g)
         }
         tuned__evaluator_close(ev);
     }
+}
+
+/* A correct variant with one byte overwritten outside its output (a
+ * stray store) is wrong: just before its first element, at the front
+ * guard's first byte, just past its last element and at the back guard's
+ * last byte; from rows 3 elements off a vector boundary too, where the
+ * front guard holds the offset's bytes. */
+static void stray_writes_are_caught(gpu_env *g)
+{
+#ifndef TUNED_TEST_HOOKS
+    (void)g;
+    printf("stray writes: skipped (built without -Dtest_hooks=true)\n");
+    return;
+#else
+    tuned__config c = {.warps = 4, .rows = 1, .cluster = 1, .minb = 1, .vec = 8};
+    tuned__shape s = {TUNED_FP16, 64, 4097, TUNED__KERNEL_SOFTMAX};
+    long long bytes = (long long)(s.rows * s.cols * 2);
+    for (int offset = 0; offset <= 3; offset += 3) {
+        long long front = TUNED__CHECK_GUARD_BYTES + 2LL * offset;
+        struct {
+            long long at;
+            const char *says;
+        } plants[] = {{-1, "before"},    {-front, "before"}, {bytes, "past"},
+                      {bytes + TUNED__CHECK_GUARD_BYTES - 1, "past"}, {0, NULL}};
+        for (size_t i = 0; i < sizeof plants / sizeof plants[0]; i++) {
+            tuned__eval_opts o = quick_opts();
+            o.y_offset = (size_t)offset;
+            o.stray_write = plants[i].at;
+            tuned__err e = {0};
+            tuned__evaluator *ev = NULL;
+            tuned__eval_result res;
+            if (tuned__evaluator_open(&ev, g->d, g->n, &g->gpu, &s, &o, &e) != 0 ||
+                tuned__evaluator_run(ev, &c, 1, &res, &e) != 0) {
+                EXPECT(0, "stray write at %lld: %s", plants[i].at, e.msg);
+            } else if (plants[i].says == NULL) {
+                EXPECT(res.status == TUNED__EVAL_OK, "the unplanted control failed: %s %s",
+                       tuned__eval_status_name(res.status), res.detail);
+            } else {
+                EXPECT(res.status == TUNED__EVAL_WRONG && strstr(res.detail, plants[i].says),
+                       "a stray write at y%+lld (y offset %d) was not caught: %s %s",
+                       plants[i].at, offset, tuned__eval_status_name(res.status), res.detail);
+                printf("stray write at y%+lld caught: %s\n", plants[i].at, res.detail);
+            }
+            tuned__evaluator_close(ev);
+        }
+    }
+#endif
 }
 
 /* A sample of the configs of each dtype's spaces of kernel over shapes
@@ -343,6 +392,7 @@ int main(int argc, char **argv)
     variants += replicas_are_correct(&g, TUNED__KERNEL_SOFTMAX);
     variants += replicas_are_correct(&g, TUNED__KERNEL_LOG_SOFTMAX);
     planted_bugs_are_caught(&g);
+    stray_writes_are_caught(&g);
     tuned__nvrtc_unload(g.n);
     tuned__driver_unload(g.d);
     printf("%zu variant runs checked; %d failures\n", variants, failures);

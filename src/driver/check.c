@@ -154,7 +154,8 @@ static int open_buffers(tuned__check *c, size_t x_offset, size_t y_offset, tuned
 {
     int rc;
     c->x_alloc_bytes = c->bytes + x_offset * c->esize;
-    c->y_alloc_bytes = c->bytes + y_offset * c->esize + TUNED__CHECK_GUARD_BYTES;
+    c->front_bytes = TUNED__CHECK_GUARD_BYTES + y_offset * c->esize;
+    c->y_alloc_bytes = c->front_bytes + c->bytes + TUNED__CHECK_GUARD_BYTES;
     if ((rc = alloc(c, &c->x_alloc, c->x_alloc_bytes, "the input", e)) ||
         (rc = alloc(c, &c->y_alloc, c->y_alloc_bytes, "the output", e)) ||
         (rc = alloc(c, &c->counters, 16, "the check counters", e)) ||
@@ -172,8 +173,10 @@ static int open_buffers(tuned__check *c, size_t x_offset, size_t y_offset, tuned
         c->x2 = c->x2_alloc + x2_offset * c->esize;
     }
     c->x = c->x_alloc + x_offset * c->esize;
-    c->y = c->y_alloc + y_offset * c->esize;
-    c->guard_host = malloc(TUNED__CHECK_GUARD_BYTES);
+    /* The front guard is a multiple of 256 bytes before the offset, so y
+     * keeps the alignment y_offset gives it. */
+    c->y = c->y_alloc + c->front_bytes;
+    c->guard_host = malloc(c->front_bytes);
     if (c->guard_host == NULL)
         return tuned__errf(e, TUNED_ENOMEM, "check: out of memory");
     return 0;
@@ -329,6 +332,53 @@ int tuned__check_reference(tuned__check *c, tuned__err *e)
     return 0;
 }
 
+/* Whether both guards still hold poison: a variant that writes outside its
+ * output is wrong even when every element of it is right. */
+static int guards_intact(tuned__check *c, unsigned char poison, bool *wrong, char *detail,
+                         size_t n, tuned__err *e)
+{
+    CU(c->d->cuMemcpyDtoH(c->guard_host, c->y_alloc, c->front_bytes),
+       "reading the guard before the output");
+    for (size_t i = c->front_bytes; i-- > 0;) {
+        if (c->guard_host[i] != poison) {
+            *wrong = true;
+            if (detail != NULL)
+                snprintf(detail, n, "stray write %zu bytes before the start of the output",
+                         c->front_bytes - i);
+            return 0;
+        }
+    }
+    CU(c->d->cuMemcpyDtoH(c->guard_host, c->y + c->bytes, TUNED__CHECK_GUARD_BYTES),
+       "reading the guard after the output");
+    for (size_t i = 0; i < TUNED__CHECK_GUARD_BYTES; i++) {
+        if (c->guard_host[i] != poison) {
+            *wrong = true;
+            if (detail != NULL)
+                snprintf(detail, n, "stray write %zu bytes past the end of the output", i);
+            return 0;
+        }
+    }
+    return 0;
+}
+
+/* The test hook that proves the guards are read: one byte outside (or
+ * inside) the output overwritten as a stray store of the variant would. */
+static int plant_stray_write(tuned__check *c, unsigned char poison, tuned__err *e)
+{
+#ifdef TUNED_TEST_HOOKS
+    if (c->stray_write != 0)
+        CU(c->d->cuMemsetD8Async(c->y + (CUdeviceptr)c->stray_write, (unsigned char)~poison, 1,
+                                 c->stream),
+           "planting a stray write");
+#else
+    (void)poison;
+    if (c->stray_write != 0)
+        return tuned__errf(e, TUNED_EUNSUPPORTED,
+                           "check: stray writes are a test hook, not in this build");
+#endif
+    return 0;
+}
+
 int tuned__check_run(tuned__check *c, const tuned__launch *l, tuned__workspace *work,
                      unsigned char poison, bool *wrong, char *detail, size_t n, tuned__err *e)
 {
@@ -341,6 +391,8 @@ int tuned__check_run(tuned__check *c, const tuned__launch *l, tuned__workspace *
     CU(tuned__launch_run(c->d, l, work, c->x, c->x2, c->y, (long long)c->shape.rows,
                          (int)c->shape.cols, (long long)c->shape.cols, c->scale, c->stream),
        l->cooperative ? "launching the variant (cooperative)" : "launching the variant");
+    if ((rc = plant_stray_write(c, poison, e)) != 0)
+        return rc;
     uint64_t bad, first;
     if ((rc = compare(c, 0, &bad, &first, e)) != 0)
         return rc;
@@ -356,17 +408,7 @@ int tuned__check_run(tuned__check *c, const tuned__launch *l, tuned__workspace *
                      poison);
         return 0;
     }
-    CU(c->d->cuMemcpyDtoH(c->guard_host, c->y + c->bytes, TUNED__CHECK_GUARD_BYTES),
-       "reading the guard");
-    for (size_t i = 0; i < TUNED__CHECK_GUARD_BYTES; i++) {
-        if (c->guard_host[i] != poison) {
-            *wrong = true;
-            if (detail != NULL)
-                snprintf(detail, n, "stray write %zu bytes past the end of the output", i);
-            return 0;
-        }
-    }
-    return 0;
+    return guards_intact(c, poison, wrong, detail, n, e);
 }
 
 /* ---- the whole check, for the embedding API ---- */

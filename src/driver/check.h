@@ -11,13 +11,15 @@
  * compiled from text through codegen and NVRTC; they share no code with
  * the kernel families, so a conversion bug cannot pass in both.
  *
- * A check: poison the output and a guard band after it with one byte
- * value (0x7B... is finite and far above 1 in every dtype, so an unwritten
+ * A check: poison the output and a guard band on each side of it with one
+ * byte value (0x7B... is finite and far above 1 in every dtype, so an unwritten
  * element fails even where the reference is NaN), launch, then count the
  * elements with |y - ref| > atol + rtol |ref| or NaN where the reference
  * is not (rtol: fp16 1.5e-3, bf16 8e-3, fp32 2e-5; the reference kernels
  * add what each kernel's fp32 rounding needs, see reference.cu), and read
- * the guard.
+ * both guards: a row's line head (the slots before its first element) or
+ * an index off by one below 0 writes before the output, past its end the
+ * other way.
  *
  * Inputs: forward kernels read x (uniform in [-8, 8) plus planted rows) and
  * run at scale TUNED__CHECK_SCALE, so a variant that drops or misplaces the
@@ -52,7 +54,9 @@ typedef struct tuned__check {
     unsigned kernel;                   /* TUNED__KERNEL_*, from the shape */
     float scale;                       /* forward kernels' (TUNED__CHECK_SCALE) */
     CUstream stream;                   /* the caller's */
-    CUdeviceptr x_alloc, y_alloc;      /* y_alloc holds the guard after y */
+    CUdeviceptr x_alloc, y_alloc;      /* y_alloc holds a guard before y
+                                          (TUNED__CHECK_GUARD_BYTES and the
+                                          y_offset elements) and one after */
     size_t x_alloc_bytes, y_alloc_bytes;
     CUdeviceptr x, y;                  /* offset into their allocations: the
                                           input (backward: y) and the output */
@@ -68,7 +72,12 @@ typedef struct tuned__check {
     CUfunction gen_grad, gen_probs, check_bwd; /* the backward kernels' */
     double rtol, atol;
     uint64_t seed;                     /* of the next input drawn */
-    unsigned char *guard_host;
+    size_t front_bytes;                /* of the guard before y */
+    unsigned char *guard_host;         /* front_bytes: the larger guard */
+    long long stray_write;             /* test only: a byte at y + this is
+                                          overwritten after each checked
+                                          launch (0: none); honoured only in a
+                                          build with TUNED_TEST_HOOKS */
 } tuned__check;
 
 /* Compiles the reference kernels for arch and allocates input and output
@@ -93,7 +102,7 @@ int tuned__check_input(tuned__check *c, tuned__err *e);
  * disagree. */
 int tuned__check_reference(tuned__check *c, tuned__err *e);
 
-/* Poisons y and its guard with poison, enqueues l (work: its workspace, if
+/* Poisons y and its guards with poison, enqueues l (work: its workspace, if
  * it needs one) on x (and x2), and compares y with the reference of the
  * current input. *wrong and detail (n bytes) say whether and where it is wrong. A
  * nonzero return is a failure of the launch or the GPU. */

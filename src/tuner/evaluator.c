@@ -278,7 +278,7 @@ int tuned__evaluator_open(tuned__evaluator **out, const tuned__driver *d, const 
     /* Inputs, output, flush buffer and the float64 reference's statistics
      * must fit with room to spare. */
     size_t need = tuned__kernel_tensors(tuned__shape_kernel(s)) * ev->bytes +
-                  2 * (size_t)gpu->l2_bytes + s->rows * 16 + TUNED__CHECK_GUARD_BYTES;
+                  2 * (size_t)gpu->l2_bytes + s->rows * 16 + 2 * TUNED__CHECK_GUARD_BYTES;
     int rc = 0;
     if (need > gpu->total_mem - gpu->total_mem / 8) {
         rc = tuned__errf(e, TUNED_EINVAL,
@@ -306,6 +306,7 @@ int tuned__evaluator_open(tuned__evaluator **out, const tuned__driver *d, const 
         tuned__evaluator_close(ev);
         return rc;
     }
+    ev->check.stray_write = ev->opts.stray_write;
     tuned__eval_result copy = {0};
     if ((rc = time_median(ev, enqueue_copy, NULL, &copy, e)) != 0) {
         tuned__evaluator_close(ev);

@@ -40,6 +40,9 @@ typedef struct tuned__eval_opts {
     size_t x_offset;         /* elements between the allocation and x (alignment tests) */
     size_t y_offset;         /* likewise for y */
     tuned__codegen_opts codegen; /* test only: planted bugs */
+    long long stray_write;   /* test only: a byte at y + this overwritten after
+                                each checked launch, as a stray store would
+                                (0: none; refused without TUNED_TEST_HOOKS) */
     tuned__store *cubins;    /* compile cache (may be NULL): cubins by
                                 tuned__nvrtc_cache_key, shared by every shape */
     /* Called right before a variant's first launch (may be NULL): a
