@@ -376,9 +376,9 @@ static void plant(const char *key, const tuned__record *r)
 /* The record key of id as docs/fleet.md spells it (dense layout). */
 static void rec_key(char *buf, size_t n, const tuned__fleet_id *id)
 {
-    snprintf(buf, n, "tuned:v1:rec:softmax:%s:%llux%llu:dense:%s:%s",
+    snprintf(buf, n, "tuned:v2:rec:softmax:%s:%llux%llu:dense:%s:%s:%s:%s",
              tuned_dtype_name((tuned_dtype)id->dtype), (unsigned long long)id->rows,
-             (unsigned long long)id->cols, id->hwclass, id->toolchain);
+             (unsigned long long)id->cols, id->hwclass, id->toolchain, id->code, id->policy);
 }
 
 /* ---- cases ---- */
@@ -420,6 +420,31 @@ static void test_parsing(void)
     tuned__fleet_id bad_id = id;
     snprintf(bad_id.hwclass, sizeof bad_id.hwclass, "has:colon");
     EXPECT(tuned__fleet_id_check(&bad_id, &e) == TUNED_EINVAL, "hwclass with ':' accepted");
+    bad_id = id;
+    snprintf(bad_id.policy, sizeof bad_id.policy, "has:colon/1");
+    EXPECT(tuned__fleet_id_check(&bad_id, &e) == TUNED_EINVAL, "policy with ':' accepted");
+
+    /* record keys, as docs/fleet.md spells them, and back */
+    char key[512], want[512];
+    tuned__fleet_record_key(key, sizeof key, &id);
+    rec_key(want, sizeof want, &id);
+    EXPECT(strcmp(key, want) == 0, "key %s, docs/fleet.md spells %s", key, want);
+    tuned__fleet_id back;
+    EXPECT(tuned__fleet_record_key_parse(key, &back, &e) == 0, "%s: %s", key, e.msg);
+    tuned__fleet_record_key(want, sizeof want, &back);
+    EXPECT(strcmp(key, want) == 0, "key %s read back as %s", key, want);
+    const char *not_keys[] = {
+        "tuned:v1:rec:softmax:fp16:4096x32000:dense:hw1:drv13000.nvrtc13.0",
+        "tuned:v2:rec:softmax:fp16:4096x32000:dense:hw1:drv13000.nvrtc13.0:0123456789abcdef",
+        "tuned:v2:rec:softmax:fp16:4096x32000:dense:hw1:drv1:c:p/1:extra",
+        "tuned:v2:rec:softmax:fp99:4096x32000:dense:hw1:drv1:c:p/1",
+        "tuned:v2:rec:softmax:fp16:0x32000:dense:hw1:drv1:c:p/1",
+        "tuned:v2:rec:softmax:fp16:4096x32000:dense:hw1:drv1:c:p 1",
+        "tuned:v2:lock:softmax:fp16:4096x32000:dense:hw1:drv1:c:p/1",
+        NULL};
+    for (int i = 0; not_keys[i] != NULL; i++)
+        EXPECT(tuned__fleet_record_key_parse(not_keys[i], &back, &e) == TUNED_EINVAL,
+               "%s read as a record key", not_keys[i]);
 }
 
 static void test_records(tuned__fleet *f)
@@ -576,32 +601,55 @@ static void test_invalid(tuned__fleet *f)
     tuned__fleet_get(f, &gid, on_reply, x, &e);
     EXPECT_STATUS(x, TUNED__FLEET_OK);
 
-    /* a valid record of other kernel code: stale, never a hit */
-    tuned__record old = make_record(2048, 2048, 30.0);
-    old.prov.template_hash = 0xfeedfacecafebeefull;
+    /* Two builds (another kernel code; another policy) keep a record each
+     * under one shape: an upgrade's two versions do not contend for one
+     * key, and neither is served the other's. */
     tuned__record here = make_record(2048, 2048, 30.0);
-    tuned__fleet_id want = id_of(&here);
+    tuned__record other_code = make_record(2048, 2048, 20.0);
+    other_code.prov.template_hash = 0xfeedfacecafebeefull;
+    tuned__record other_policy = make_record(2048, 2048, 25.0);
+    snprintf(other_policy.prov.policy, sizeof other_policy.prov.policy, "another-policy/1");
+    tuned__fleet_id want = id_of(&here), code_id = id_of(&other_code),
+                    policy_id = id_of(&other_policy);
+    const tuned__record *builds[] = {&here, &other_code, &other_policy};
+    const tuned__fleet_id *build_ids[] = {&want, &code_id, &policy_id};
+    for (int i = 0; i < 3; i++) {
+        x = res();
+        tuned__fleet_publish(f, build_ids[i], builds[i], on_reply, x, &e);
+        EXPECT_STATUS(x, TUNED__FLEET_OK);
+    }
+    for (int i = 0; i < 3; i++) {
+        x = res();
+        tuned__fleet_get(f, build_ids[i], on_reply, x, &e);
+        EXPECT_STATUS(x, TUNED__FLEET_OK);
+        EXPECT(x->r.has_record && x->r.record.median_us == builds[i]->median_us,
+               "build %d got the record of %.6g us", i, x->r.record.median_us);
+    }
+    /* A record of another build under this build's key is not served, and
+     * a replace writes over it. */
     rec_key(key, sizeof key, &want);
-    plant(key, &old);
+    plant(key, &other_code);
     x = res();
     tuned__fleet_get(f, &want, on_reply, x, &e);
-    EXPECT_STATUS(x, TUNED__FLEET_STALE);
-    EXPECT(x->r.has_record && x->r.record.prov.template_hash == 0xfeedfacecafebeefull,
-           "stale record not given as a seed");
-    /* A stale record of a newer tuned is not replaced by an older one's;
-     * one of an older tuned is. */
-    snprintf(old.tool_version, sizeof old.tool_version, "99.0.0");
-    plant(key, &old);
-    x = res();
-    tuned__fleet_replace(f, &want, &here, 0.02, on_reply, x, &e);
-    EXPECT_STATUS(x, TUNED__FLEET_MISS);
-    EXPECT(strstr(x->r.err.msg, "newer") != NULL, "why: %s", x->r.err.msg);
-    snprintf(old.tool_version, sizeof old.tool_version, "0.0.1");
-    plant(key, &old);
+    EXPECT_STATUS(x, TUNED__FLEET_INVALID);
+    EXPECT(strstr(x->r.err.msg, "identity mismatch") != NULL, "why: %s", x->r.err.msg);
     x = res();
     tuned__fleet_replace(f, &want, &here, 0.02, on_reply, x, &e);
     EXPECT_STATUS(x, TUNED__FLEET_OK);
-    plant(key, &old);
+    x = res();
+    tuned__fleet_get(f, &want, on_reply, x, &e);
+    EXPECT_STATUS(x, TUNED__FLEET_OK);
+    /* The index lists the shape once per build, each with its build. */
+    x = res();
+    tuned__fleet_shapes(f, want.kernel, want.dtype, want.hwclass, on_reply, x, &e);
+    EXPECT_STATUS(x, TUNED__FLEET_OK);
+    int listed = 0;
+    for (size_t i = 0; i < x->n_shapes; i++)
+        for (int b = 0; b < 3; b++)
+            listed += x->shapes[i].rows == 2048 &&
+                      strcmp(x->shapes[i].code, build_ids[b]->code) == 0 &&
+                      strcmp(x->shapes[i].policy, build_ids[b]->policy) == 0;
+    EXPECT(listed == 3, "the index lists %d of the 3 builds of 2048x2048", listed);
 
     /* forget */
     x = res();
@@ -616,8 +664,7 @@ static void test_invalid(tuned__fleet *f)
 
     tuned__fleet_stats st;
     tuned__fleet_stats_get(f, &st);
-    EXPECT(st.invalid >= 4 && st.stale >= 1, "stats: invalid %llu stale %llu",
-           (unsigned long long)st.invalid, (unsigned long long)st.stale);
+    EXPECT(st.invalid >= 5, "stats: invalid %llu", (unsigned long long)st.invalid);
 }
 
 static void test_lease(tuned__fleet *a, tuned__fleet *b)
@@ -744,7 +791,7 @@ static void test_queue(tuned__fleet *pusher, tuned__fleet *worker_a, tuned__flee
 
     /* a malformed entry, acknowledged away */
     char stream[256];
-    snprintf(stream, sizeof stream, "tuned:v1:queue:%s", id.hwclass);
+    snprintf(stream, sizeof stream, "tuned:v2:queue:%s", id.hwclass);
     admin_cmd(NULL, "XADD %s * v 9 kernel softmax", stream);
 
     x = res();
@@ -827,7 +874,7 @@ static void test_reclaim_cursor(tuned__fleet *pusher, tuned__fleet *worker_a,
     /* The first twelve are taken by a live consumer (idle 0 again); the
      * last stays idle, its consumer "dead". */
     char stream[256];
-    snprintf(stream, sizeof stream, "tuned:v1:queue:%s", id.hwclass);
+    snprintf(stream, sizeof stream, "tuned:v2:queue:%s", id.hwclass);
     for (int i = 0; i < JOBS - 1; i++)
         admin_cmd(NULL, "XCLAIM %s tuned live 0 %s", stream, entries[i]);
     char from[48] = "";
@@ -981,12 +1028,12 @@ static void test_acl(void)
 {
     tuned__err e = {0};
     /* the users of docs/fleet.md, command for command */
-    EXPECT(admin_cmd(NULL, "ACL SETUSER writer on >wpw resetkeys ~tuned:v1:* resetchannels "
-                     "&tuned:v1:done:* -@all +ping +select +get +smembers +psubscribe +eval "
+    EXPECT(admin_cmd(NULL, "ACL SETUSER writer on >wpw resetkeys ~tuned:v2:* resetchannels "
+                     "&tuned:v2:done:* -@all +ping +select +get +smembers +psubscribe +eval "
                      "+set +sadd +srem +del +publish +pexpire +pttl +xgroup|create +xadd "
                      "+xreadgroup +xack +xautoclaim") == REDIS_REPLY_STATUS, "ACL writer");
-    EXPECT(admin_cmd(NULL, "ACL SETUSER reader on >rpw resetkeys %%R~tuned:v1:* resetchannels "
-                     "&tuned:v1:done:* -@all +ping +select +get +smembers +psubscribe") ==
+    EXPECT(admin_cmd(NULL, "ACL SETUSER reader on >rpw resetkeys %%R~tuned:v2:* resetchannels "
+                     "&tuned:v2:done:* -@all +ping +select +get +smembers +psubscribe") ==
                REDIS_REPLY_STATUS, "ACL reader");
     char cred[400];
     snprintf(cred, sizeof cred, "%s/reader.cred", dir);

@@ -167,17 +167,16 @@ def get(d, rows, cols, **kw):
 
 
 def fake_hwclass(d):
-    return d.stats()["gpus"][0]["hwclass"], d.stats()["gpus"][0]["toolchain"]
+    """The fleet names of d's first GPU: its hardware class, and its
+    toolchain with the daemon's code and policy ("TOOLCHAIN:CODE:POLICY",
+    as keys end)."""
+    st = d.stats()
+    tc = st["gpus"][0]["toolchain"].replace("|", ".")  # "drv0|nvrtc0.0" -> "drv0.nvrtc0.0"
+    return st["gpus"][0]["hwclass"], ":".join((tc, st["remote"]["code"], st["remote"]["policy"]))
 
 
-def rec_key(rows, cols, hw, toolchain, dtype="fp16"):
-    tc = toolchain.replace("|", ".").replace("drv", "drv")
-    return f"tuned:v1:rec:softmax:{dtype}:{rows}x{cols}:dense:{hw}:{tc}"
-
-
-def toolchain_name(tc_text):
-    # identity text "drv0|nvrtc0.0" -> the fleet's "drv0.nvrtc0.0"
-    return tc_text.replace("|", ".")
+def rec_key(rows, cols, hw, toolchain_code_policy, dtype="fp16"):
+    return f"tuned:v2:rec:softmax:{dtype}:{rows}x{cols}:dense:{hw}:{toolchain_code_policy}"
 
 
 # ---- cases ----
@@ -278,7 +277,7 @@ def case_stop(a, b, c):
            f"{st['state']}, outbox {st['outbox']})")
     finally:
         os.kill(redis_proc.pid, signal.SIGCONT)
-    key = rec_key(rows, cols, hw, toolchain_name(tc))
+    key = rec_key(rows, cols, hw, tc)
     published = wait_for(lambda: redis_call("GET", key) is not None, 40, 0.3)
     if not published:
         fail(f"stop: after SIGCONT the record of the tune made during the stop is not "
@@ -298,15 +297,15 @@ def case_stop(a, b, c):
 
 def case_invalid(a, b, c):
     hw, tc = fake_hwclass(a)
-    good = json.loads(redis_call("GET", rec_key(1024, 4096, hw, toolchain_name(tc))))
+    good = json.loads(redis_call("GET", rec_key(1024, 4096, hw, tc)))
     planted = []
     bad_cfg = dict(good, rows=3000, config="w999.bogus.config")
     bad_time = dict(good, rows=3008, median_us=0.001, copy_us=0.0009)
     for rec in (bad_cfg, bad_time):
-        key = rec_key(rec["rows"], rec["cols"], hw, toolchain_name(tc))
+        key = rec_key(rec["rows"], rec["cols"], hw, tc)
         redis_call("SET", key, json.dumps(rec))
-        redis_call("SADD", f"tuned:v1:idx:softmax:fp16:{hw}", f"{rec['rows']}x{rec['cols']}:dense:"
-                   + toolchain_name(tc))
+        redis_call("SADD", f"tuned:v2:idx:softmax:fp16:{hw}", f"{rec['rows']}x{rec['cols']}:dense:"
+                   + tc)
         planted.append(key)
     before = a.stats()["remote"]["fleet"]["invalid"]
     for rec in (bad_cfg, bad_time):

@@ -137,7 +137,7 @@ static const cli_option options[] = {
      "share results through the remote tier at URL (redis://HOST[:PORT][/DB] or\n"
      "unix:///PATH[?db=N]; no TLS: docs/fleet.md)"},
     {"remote", true, OPT_REMOTE, "URL", F,
-     "remove records from the remote tier at URL instead: KEY... (tuned:v1:rec:...),\n"
+     "remove records from the remote tier at URL instead: KEY... (tuned:v2:rec:...),\n"
      "or --shape RxC [--dtype D] --gpu HWCLASS"},
     {"retune-compatible", false, OPT_RETUNE_COMPATIBLE, NULL, S,
      "tune a key once, in the background at the quick effort, when get answers it\n"

@@ -35,7 +35,7 @@ static void say_remote(void *ctx, const char *key, const char *what)
 static int forget_remote(const cli_opts *o)
 {
     if (o->nargs == 0 && (!o->have_shape || o->gpu == NULL)) {
-        fprintf(stderr, "tuned: forget --remote needs record keys (tuned:v1:rec:...) or --shape "
+        fprintf(stderr, "tuned: forget --remote needs record keys (tuned:v2:rec:...) or --shape "
                 "and --gpu HWCLASS (see tuned --help)\n");
         return CLI_USAGE;
     }

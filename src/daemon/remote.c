@@ -5,8 +5,8 @@
  * callbacks (each fires exactly once) and by the daemon's 100 ms tick:
  *
  *   - a read (`readop`): a `get` whose local answer was not exact waits
- *     for the fleet's record of this GPU's toolchain, else (the index of
- *     the hardware class) of another toolchain; or a `tune` for a hardware
+ *     for the fleet's record of this GPU's toolchain and build, else (the
+ *     index of the hardware class) of another toolchain of the build; or a `tune` for a hardware
  *     class no local GPU has waits for its push onto the fleet queue;
  *   - a flight: a tune job, gated in the job table until its lease is
  *     taken (then the fleet is asked once more for the record, and the
@@ -305,9 +305,11 @@ static void on_read_shapes(void *ctx, const tuned__fleet_reply *r)
         for (size_t i = 0; i < r->n_shapes; i++) {
             const tuned__fleet_shape *s = &r->shapes[i];
             if (s->rows != op->id.rows || s->cols != op->id.cols || s->layout != op->id.layout ||
-                strcmp(s->toolchain, op->id.toolchain) == 0)
+                strcmp(s->toolchain, op->id.toolchain) == 0 || strcmp(s->code, op->id.code) != 0 ||
+                strcmp(s->policy, op->id.policy) != 0)
                 continue;
-            /* Another toolchain of this hardware class: compatible. */
+            /* Another toolchain of this hardware class, this build's code
+             * and policy: compatible. */
             snprintf(op->id.toolchain, sizeof op->id.toolchain, "%s", s->toolchain);
             tuned__err e = {0};
             if (tuned__fleet_get(rm->f, &op->id, on_read_compat, op, &e) == 0)
@@ -330,8 +332,8 @@ static void on_read_get(void *ctx, const tuned__fleet_reply *r)
     }
     if (r->status == TUNED__FLEET_INVALID)
         note_invalid(rm, &op->id, r);
-    if ((r->status == TUNED__FLEET_MISS || r->status == TUNED__FLEET_STALE ||
-         r->status == TUNED__FLEET_INVALID) && fleet_open(rm)) {
+    if ((r->status == TUNED__FLEET_MISS || r->status == TUNED__FLEET_INVALID) &&
+        fleet_open(rm)) {
         tuned__err e = {0};
         if (tuned__fleet_shapes(rm->f, op->id.kernel, op->id.dtype, op->id.hwclass,
                                 on_read_shapes, op, &e) == 0)
@@ -689,8 +691,7 @@ static void on_wait(void *ctx, const tuned__fleet_reply *r)
         break;
     case TUNED__FLEET_TIMEOUT:
     case TUNED__FLEET_INVALID:
-    case TUNED__FLEET_MISS:
-    case TUNED__FLEET_STALE: {
+    case TUNED__FLEET_MISS: {
         tuned__job_view v;
         if (!tuned__jobs_get(rm->d->jobs, fl->job, &v) || v.state != TUNED__JOB_QUEUED)
             fl_end(fl);
@@ -1187,13 +1188,21 @@ void tuned__remote_stats(tuned__daemon *d, tuned__buf *out)
     tuned__json_str(out, st.last_error);
     tuned__json_key(out, "owner", false);
     tuned__json_str(out, rm->f != NULL ? tuned__fleet_owner(rm->f) : "");
+    /* The kernel code and policy this daemon's keys end with, to find
+     * them in the server. */
+    char code[17];
+    snprintf(code, sizeof code, "%016" PRIx64, tuned__templates_hash());
+    tuned__json_key(out, "code", false);
+    tuned__json_str(out, code);
+    tuned__json_key(out, "policy", false);
+    tuned__json_str(out, TUNED__MEASURE_POLICY);
     tuned__buf_printf(out, ",\"fleet\":{\"gets\":%" PRIu64 ",\"hits\":%" PRIu64
-                      ",\"misses\":%" PRIu64 ",\"invalid\":%" PRIu64 ",\"stale\":%" PRIu64
+                      ",\"misses\":%" PRIu64 ",\"invalid\":%" PRIu64
                       ",\"puts\":%" PRIu64 ",\"puts_applied\":%" PRIu64 ",\"errors\":%" PRIu64
                       ",\"timeouts\":%" PRIu64 ",\"connects\":%" PRIu64
                       ",\"connect_failures\":%" PRIu64 ",\"notifications\":%" PRIu64
                       ",\"jobs_invalid\":%" PRIu64 "}",
-                      st.gets, st.hits, st.misses, st.invalid, st.stale, st.puts, st.puts_applied,
+                      st.gets, st.hits, st.misses, st.invalid, st.puts, st.puts_applied,
                       st.errors, st.timeouts, st.connects, st.connect_failures, st.notifications,
                       st.jobs_invalid);
     size_t flights = 0;

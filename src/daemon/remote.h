@@ -100,11 +100,11 @@ void tuned__remote_stats(tuned__daemon *d, tuned__buf *out);
 typedef struct tuned__remote_forget_req {
     const char *url;           /* as --remote */
     const char *credentials;   /* as --remote-credentials; NULL: none */
-    const char *const *keys;   /* record keys, tuned:v1:rec:KERNEL:DTYPE:RxC:LAYOUT:HWCLASS:TOOLCHAIN */
+    const char *const *keys;   /* record keys (tuned__fleet_record_key) */
     size_t nkeys;
-    /* Or a filter: every toolchain's record of rows x cols (of dtype, or
-     * of every dtype) of hardware class hwclass ("hw" + 16 hex digits) that
-     * the fleet's index lists. */
+    /* Or a filter: every record of rows x cols (of dtype, or of every
+     * dtype) of hardware class hwclass ("hw" + 16 hex digits) that the
+     * fleet's index lists, of any toolchain, kernel code and policy. */
     const char *hwclass;
     uint64_t rows, cols;
     bool have_dtype;

@@ -11,9 +11,7 @@
 
 #include <uv.h>
 
-#include "src/codegen/templates.h"
 #include "src/fleet/fleet.h"
-#include "src/tuner/policy.h"
 #include "tuned.h"
 
 typedef struct sync_call {
@@ -42,50 +40,6 @@ static void run_until(uv_loop_t *loop, const bool *done)
         uv_run(loop, UV_RUN_ONCE);
 }
 
-/* "tuned:v1:rec:KERNEL:DTYPE:RxC:LAYOUT:HWCLASS:TOOLCHAIN" into id. */
-static int parse_key(const char *key, tuned__fleet_id *id, tuned__err *e)
-{
-    memset(id, 0, sizeof *id);
-    char kernel[16], dtype[16], layout[16];
-    unsigned long long rows, cols;
-    int end = 0;
-    if (sscanf(key, "tuned:v1:rec:%15[^:]:%15[^:]:%llux%llu:%15[^:]:%63[^:]:%63[^:]%n", kernel,
-               dtype, &rows, &cols, layout, id->hwclass, id->toolchain, &end) != 7 ||
-        key[end] != '\0')
-        return tuned__errf(e, TUNED_EINVAL, "%s: expected tuned:v1:rec:KERNEL:DTYPE:RxC:LAYOUT:"
-                           "HWCLASS:TOOLCHAIN", key);
-    tuned_dtype dt;
-    if (strcmp(kernel, "softmax") != 0 || tuned_dtype_parse(dtype, &dt) != 0)
-        return tuned__errf(e, TUNED_EINVAL, "%s: unknown kernel or dtype", key);
-    id->kernel = TUNED__KERNEL_SOFTMAX;
-    id->dtype = (uint8_t)dt;
-    id->rows = rows;
-    id->cols = cols;
-    unsigned n;
-    if (strcmp(layout, "dense") == 0)
-        id->layout = TUNED__LAYOUT_DENSE;
-    else if (sscanf(layout, "L%u%n", &n, &end) == 1 && layout[end] == '\0' && n < 256)
-        id->layout = (uint8_t)n;
-    else
-        return tuned__errf(e, TUNED_EINVAL, "%s: unknown layout %s", key, layout);
-    /* Not part of the key, but checked: this build's. */
-    snprintf(id->code, sizeof id->code, "%016" PRIx64, tuned__templates_hash());
-    snprintf(id->policy, sizeof id->policy, "%s", TUNED__MEASURE_POLICY);
-    return tuned__fleet_id_check(id, e);
-}
-
-static void key_text(const tuned__fleet_id *id, char *out, size_t n)
-{
-    if (id->layout == TUNED__LAYOUT_DENSE)
-        snprintf(out, n, "tuned:v1:rec:%s:%s:%" PRIu64 "x%" PRIu64 ":dense:%s:%s",
-                 tuned__kernel_name(id->kernel), tuned_dtype_name((tuned_dtype)id->dtype),
-                 id->rows, id->cols, id->hwclass, id->toolchain);
-    else
-        snprintf(out, n, "tuned:v1:rec:%s:%s:%" PRIu64 "x%" PRIu64 ":L%u:%s:%s",
-                 tuned__kernel_name(id->kernel), tuned_dtype_name((tuned_dtype)id->dtype),
-                 id->rows, id->cols, id->layout, id->hwclass, id->toolchain);
-}
-
 static void on_forget_closed(void *ctx)
 {
     *(bool *)ctx = true;
@@ -107,7 +61,7 @@ int tuned__remote_forget(const tuned__remote_forget_req *q, size_t *removed, tun
             }
             ids = p;
         }
-        if ((rc = parse_key(q->keys[i], &ids[nids], e)) != 0) {
+        if ((rc = tuned__fleet_record_key_parse(q->keys[i], &ids[nids], e)) != 0) {
             free(ids);
             return rc;
         }
@@ -133,7 +87,8 @@ int tuned__remote_forget(const tuned__remote_forget_req *q, size_t *removed, tun
         uv_loop_close(&loop);
         return rc;
     }
-    /* A filter: the toolchains the index lists for the shape. */
+    /* A filter: the records the index lists for the shape, of every
+     * toolchain, code and policy. */
     for (int dt = 0; rc == 0 && q->hwclass != NULL && dt < 3; dt++) {
         if (q->have_dtype && dt != q->dtype)
             continue;
@@ -166,14 +121,14 @@ int tuned__remote_forget(const tuned__remote_forget_req *q, size_t *removed, tun
             id->layout = c.shapes[i].layout;
             snprintf(id->hwclass, sizeof id->hwclass, "%s", q->hwclass);
             snprintf(id->toolchain, sizeof id->toolchain, "%s", c.shapes[i].toolchain);
-            snprintf(id->code, sizeof id->code, "%016" PRIx64, tuned__templates_hash());
-            snprintf(id->policy, sizeof id->policy, "%s", TUNED__MEASURE_POLICY);
+            snprintf(id->code, sizeof id->code, "%s", c.shapes[i].code);
+            snprintf(id->policy, sizeof id->policy, "%s", c.shapes[i].policy);
         }
         free(c.shapes);
     }
     for (size_t i = 0; rc == 0 && i < nids; i++) {
         char key[512];
-        key_text(&ids[i], key, sizeof key);
+        tuned__fleet_record_key(key, sizeof key, &ids[i]);
         if (q->dry_run) {
             if (q->say != NULL)
                 q->say(q->ctx, key, "would forget");

@@ -36,7 +36,8 @@ void tuned__fleet_id_from_record(const tuned__record *r, tuned__fleet_id *out)
     snprintf(out->policy, sizeof out->policy, "%s", r->prov.policy);
 }
 
-bool tuned__fleet_name_ok(const char *s)
+/* 1..63 characters of [A-Za-z0-9._+-] and of extra. */
+static bool text_ok(const char *s, const char *extra)
 {
     size_t n = strnlen(s, TUNED__FLEET_NAME);
     if (n == 0 || n == TUNED__FLEET_NAME)
@@ -44,10 +45,35 @@ bool tuned__fleet_name_ok(const char *s)
     for (size_t i = 0; i < n; i++) {
         char c = s[i];
         if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-              c == '.' || c == '_' || c == '-' || c == '+'))
+              c == '.' || c == '_' || c == '-' || c == '+' || strchr(extra, c) != NULL))
             return false;
     }
     return true;
+}
+
+bool tuned__fleet_name_ok(const char *s)
+{
+    return text_ok(s, "");
+}
+
+bool tuned__fleet_policy_ok(const char *s)
+{
+    return text_ok(s, "/");
+}
+
+/* s cut at its ':' into at most n fields; the count. */
+static size_t split_fields(char *s, char **fields, size_t n)
+{
+    size_t k = 0;
+    for (char *p = s; k < n; k++) {
+        fields[k] = p;
+        char *c = strchr(p, ':');
+        if (c == NULL)
+            return k + 1;
+        *c = '\0';
+        p = c + 1;
+    }
+    return n + 1; /* more fields than wanted */
 }
 
 int tuned__fleet_id_check(const tuned__fleet_id *id, tuned__err *e)
@@ -68,9 +94,9 @@ int tuned__fleet_id_check(const tuned__fleet_id *id, tuned__err *e)
     if (!tuned__fleet_name_ok(id->code))
         return tuned__errf(e, TUNED_EINVAL, "fleet id: code '%.63s' is not 1..63 of "
                            "[A-Za-z0-9._+-]", id->code);
-    size_t pn = strnlen(id->policy, sizeof id->policy);
-    if (pn == 0 || pn == sizeof id->policy)
-        return tuned__errf(e, TUNED_EINVAL, "fleet id: policy empty or not terminated");
+    if (!tuned__fleet_policy_ok(id->policy))
+        return tuned__errf(e, TUNED_EINVAL, "fleet id: policy '%.63s' is not 1..63 of "
+                           "[A-Za-z0-9._+/-]", id->policy);
     return 0;
 }
 
@@ -99,9 +125,10 @@ int tuned__fleet_layout_parse(const char *s, uint8_t *out)
 void tuned__fleet_key_suffix(char *buf, size_t n, const tuned__fleet_id *id)
 {
     char lb[8];
-    snprintf(buf, n, "%s:%s:%" PRIu64 "x%" PRIu64 ":%s:%s:%s", tuned__kernel_name(id->kernel),
-             tuned_dtype_name((tuned_dtype)id->dtype), id->rows, id->cols,
-             tuned__fleet_layout_text(id->layout, lb, sizeof lb), id->hwclass, id->toolchain);
+    snprintf(buf, n, "%s:%s:%" PRIu64 "x%" PRIu64 ":%s:%s:%s:%s:%s",
+             tuned__kernel_name(id->kernel), tuned_dtype_name((tuned_dtype)id->dtype), id->rows,
+             id->cols, tuned__fleet_layout_text(id->layout, lb, sizeof lb), id->hwclass,
+             id->toolchain, id->code, id->policy);
 }
 
 void tuned__fleet_key(char *buf, size_t n, const char *kind, const tuned__fleet_id *id)
@@ -109,6 +136,42 @@ void tuned__fleet_key(char *buf, size_t n, const char *kind, const tuned__fleet_
     char suffix[TUNED__FLEET_KEY];
     tuned__fleet_key_suffix(suffix, sizeof suffix, id);
     snprintf(buf, n, TUNED__FLEET_PREFIX ":%s:%s", kind, suffix);
+}
+
+void tuned__fleet_record_key(char *buf, size_t n, const tuned__fleet_id *id)
+{
+    tuned__fleet_key(buf, n, "rec", id);
+}
+
+int tuned__fleet_record_key_parse(const char *key, tuned__fleet_id *id, tuned__err *e)
+{
+    static const char prefix[] = TUNED__FLEET_PREFIX ":rec:";
+    char text[TUNED__FLEET_KEY], tail;
+    char *f[8];
+    memset(id, 0, sizeof *id);
+    size_t len = strlen(key);
+    if (strncmp(key, prefix, sizeof prefix - 1) != 0 || len >= sizeof text)
+        goto bad;
+    memcpy(text, key + sizeof prefix - 1, len - (sizeof prefix - 1) + 1);
+    uint8_t kernel;
+    tuned_dtype dt;
+    if (split_fields(text, f, 8) != 8 || tuned__kernel_parse(f[0], &kernel) != 0 ||
+        tuned_dtype_parse(f[1], &dt) != 0 ||
+        sscanf(f[2], "%" SCNu64 "x%" SCNu64 "%c", &id->rows, &id->cols, &tail) != 2 ||
+        tuned__fleet_layout_parse(f[3], &id->layout) != 0 || strlen(f[4]) >= TUNED__FLEET_NAME ||
+        strlen(f[5]) >= TUNED__FLEET_NAME || strlen(f[6]) >= TUNED__FLEET_NAME ||
+        strlen(f[7]) >= TUNED__FLEET_NAME)
+        goto bad;
+    id->kernel = kernel;
+    id->dtype = (uint8_t)dt;
+    snprintf(id->hwclass, sizeof id->hwclass, "%s", f[4]);
+    snprintf(id->toolchain, sizeof id->toolchain, "%s", f[5]);
+    snprintf(id->code, sizeof id->code, "%s", f[6]);
+    snprintf(id->policy, sizeof id->policy, "%s", f[7]);
+    return tuned__fleet_id_check(id, e);
+bad:
+    return tuned__errf(e, TUNED_EINVAL, "'%.200s' is not a record key: expected " TUNED__FLEET_PREFIX
+                       ":rec:KERNEL:DTYPE:RxC:LAYOUT:HWCLASS:TOOLCHAIN:CODE:POLICY", key);
 }
 
 void tuned__fleet_index_key(char *buf, size_t n, uint8_t kernel, uint8_t dtype,
@@ -121,30 +184,29 @@ void tuned__fleet_index_key(char *buf, size_t n, uint8_t kernel, uint8_t dtype,
 void tuned__fleet_index_member(char *buf, size_t n, const tuned__fleet_id *id)
 {
     char lb[8];
-    snprintf(buf, n, "%" PRIu64 "x%" PRIu64 ":%s:%s", id->rows, id->cols,
-             tuned__fleet_layout_text(id->layout, lb, sizeof lb), id->toolchain);
+    snprintf(buf, n, "%" PRIu64 "x%" PRIu64 ":%s:%s:%s:%s", id->rows, id->cols,
+             tuned__fleet_layout_text(id->layout, lb, sizeof lb), id->toolchain, id->code,
+             id->policy);
 }
 
 int tuned__fleet_index_parse(const char *s, size_t len, tuned__fleet_shape *out)
 {
-    char text[TUNED__FLEET_KEY], layout[8], tail;
+    char text[TUNED__FLEET_KEY], tail;
+    char *f[5];
     if (len >= sizeof text)
         return -1;
     memcpy(text, s, len);
     text[len] = '\0';
-    char *c1 = strchr(text, ':');
-    char *c2 = c1 != NULL ? strchr(c1 + 1, ':') : NULL;
-    if (c2 == NULL || (size_t)(c2 - c1 - 1) >= sizeof layout)
-        return -1;
-    memcpy(layout, c1 + 1, (size_t)(c2 - c1 - 1));
-    layout[c2 - c1 - 1] = '\0';
-    *c1 = '\0';
     memset(out, 0, sizeof *out);
-    if (sscanf(text, "%" SCNu64 "x%" SCNu64 "%c", &out->rows, &out->cols, &tail) != 2 ||
+    if (split_fields(text, f, 5) != 5 ||
+        sscanf(f[0], "%" SCNu64 "x%" SCNu64 "%c", &out->rows, &out->cols, &tail) != 2 ||
         out->rows < 1 || out->cols < 1 || out->rows > MAX_DIM || out->cols > MAX_DIM ||
-        tuned__fleet_layout_parse(layout, &out->layout) != 0 || !tuned__fleet_name_ok(c2 + 1))
+        tuned__fleet_layout_parse(f[1], &out->layout) != 0 || !tuned__fleet_name_ok(f[2]) ||
+        !tuned__fleet_name_ok(f[3]) || !tuned__fleet_policy_ok(f[4]))
         return -1;
-    snprintf(out->toolchain, sizeof out->toolchain, "%s", c2 + 1);
+    snprintf(out->toolchain, sizeof out->toolchain, "%s", f[2]);
+    snprintf(out->code, sizeof out->code, "%s", f[3]);
+    snprintf(out->policy, sizeof out->policy, "%s", f[4]);
     return 0;
 }
 
@@ -206,7 +268,7 @@ int tuned__fleet_check_record(const void *text, size_t len, const tuned__fleet_i
 const char *tuned__fleet_status_name(tuned__fleet_status s)
 {
     static const char *const names[TUNED__FLEET_STATUS_COUNT] = {
-        "ok", "miss", "stale", "invalid", "timeout", "down", "denied", "error", "closed",
+        "ok", "miss", "invalid", "timeout", "down", "denied", "error", "closed",
     };
     return (unsigned)s < TUNED__FLEET_STATUS_COUNT ? names[s] : NULL;
 }

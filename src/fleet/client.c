@@ -62,7 +62,6 @@ static int status_code(tuned__fleet_status s)
     switch (s) {
     case TUNED__FLEET_OK: return 0;
     case TUNED__FLEET_MISS: return TUNED_ENOTFOUND;
-    case TUNED__FLEET_STALE: return TUNED_ENOTFOUND;
     case TUNED__FLEET_INVALID: return TUNED_ESTORE;
     case TUNED__FLEET_TIMEOUT: return TUNED_ETIMEOUT;
     default: return TUNED_EIO;
@@ -76,7 +75,6 @@ static void count_status(tuned__fleet *f, const tuned__fleet_req *q, tuned__flee
         f->st.hits += s == TUNED__FLEET_OK;
         f->st.misses += s == TUNED__FLEET_MISS;
         f->st.invalid += s == TUNED__FLEET_INVALID;
-        f->st.stale += s == TUNED__FLEET_STALE;
     }
     if (q->is_put) {
         f->st.puts++;

@@ -40,13 +40,15 @@
 #include "cache/store.h"
 #include "src/common/err.h"
 
-/* Longest hwclass, toolchain or code text plus NUL. */
+/* Longest hwclass, toolchain, code or policy text plus NUL. */
 #define TUNED__FLEET_NAME 64
 
 /* What a record is for: the shape, and the portable identity of the GPU,
  * toolchain, kernel code and measurement policy that produced it. hwclass,
- * toolchain and code are 1..63 characters of [A-Za-z0-9._+-] (they are
- * parts of keys); policy is the record's policy text. */
+ * toolchain and code are 1..63 characters of [A-Za-z0-9._+-], policy of
+ * those and '/': all are parts of keys, so that records of two builds
+ * (code and policy) never share one, and two versions of tuned sharing
+ * the tier (an upgrade) each keep their own. */
 typedef struct tuned__fleet_id {
     uint8_t kernel;                        /* TUNED__KERNEL_* */
     uint8_t dtype;                         /* tuned_dtype */
@@ -55,7 +57,7 @@ typedef struct tuned__fleet_id {
     char hwclass[TUNED__FLEET_NAME];       /* GPU model, compute capability, SM count */
     char toolchain[TUNED__FLEET_NAME];     /* driver API and NVRTC versions */
     char code[TUNED__FLEET_NAME];          /* templates + codegen hash */
-    char policy[64];                       /* measurement policy */
+    char policy[TUNED__FLEET_NAME];        /* measurement policy */
 } tuned__fleet_id;
 
 /* The identity a record carries, derived from its fields: hwclass is
@@ -69,6 +71,12 @@ void tuned__fleet_id_from_record(const tuned__record *r, tuned__fleet_id *out);
  * naming the field otherwise). */
 int tuned__fleet_id_check(const tuned__fleet_id *id, tuned__err *e);
 
+/* The key of id's record, "tuned:v2:rec:KERNEL:DTYPE:RxC:LAYOUT:HWCLASS:
+ * TOOLCHAIN:CODE:POLICY", and back: TUNED_EINVAL for text that is not one,
+ * or whose fields fail tuned__fleet_id_check. */
+void tuned__fleet_record_key(char *buf, size_t n, const tuned__fleet_id *id);
+int tuned__fleet_record_key_parse(const char *key, tuned__fleet_id *id, tuned__err *e);
+
 /* Outcome of an operation. */
 typedef enum tuned__fleet_status {
     TUNED__FLEET_OK = 0,  /* get, wait: a valid record; publish, replace: written;
@@ -79,8 +87,6 @@ typedef enum tuned__fleet_status {
                              replace: the stored one stays (not faster beyond the
                              noise); lease: another owner holds it (holder, ttl_ms);
                              push: that shape is queued already; ack, forget: nothing there */
-    TUNED__FLEET_STALE,   /* get, wait: a valid record of another kernel code or
-                             policy: not to be served; record holds it (a seed) */
     TUNED__FLEET_INVALID, /* get, wait: the stored value failed its check (err says
                              why); never served. Remove it with forget. */
     TUNED__FLEET_TIMEOUT, /* no answer within the timeout */
@@ -91,7 +97,7 @@ typedef enum tuned__fleet_status {
     TUNED__FLEET_STATUS_COUNT
 } tuned__fleet_status;
 
-/* "ok", "miss", "stale", "invalid", "timeout", "down", "denied", "error",
+/* "ok", "miss", "invalid", "timeout", "down", "denied", "error",
  * "closed"; NULL for another value. */
 const char *tuned__fleet_status_name(tuned__fleet_status s);
 
@@ -108,6 +114,8 @@ typedef struct tuned__fleet_shape {
     uint64_t rows, cols;
     uint8_t layout;
     char toolchain[TUNED__FLEET_NAME];
+    char code[TUNED__FLEET_NAME];
+    char policy[TUNED__FLEET_NAME];
 } tuned__fleet_shape;
 
 typedef struct tuned__fleet_reply {
@@ -115,7 +123,7 @@ typedef struct tuned__fleet_reply {
     tuned__err err;             /* why, for every status but OK (e.g. "not faster than
                                    the stored 10 us by 2%"); empty on OK */
     bool has_record;
-    tuned__record record;       /* get, wait: OK and STALE */
+    tuned__record record;       /* get, wait: OK */
     char holder[128];           /* lease: the owner now ("" when none) */
     int64_t ttl_ms;             /* lease: its remaining time (-2: no lease) */
     double stored_us;           /* replace: the median stored before (0: none) */
@@ -178,7 +186,7 @@ typedef struct tuned__fleet_stats {
     tuned__fleet_state state;      /* of the command connection */
     bool subscribed;               /* the notification connection listens */
     char last_error[256];          /* "" when none yet */
-    uint64_t gets, hits, misses, invalid, stale;
+    uint64_t gets, hits, misses, invalid;
     uint64_t puts, puts_applied;   /* publish and replace */
     uint64_t errors;               /* results TIMEOUT, DOWN, DENIED or ERROR */
     uint64_t timeouts;
@@ -195,8 +203,7 @@ const char *tuned__fleet_owner(const tuned__fleet *f);
 
 /* ---- records ---- */
 
-/* The record stored for id: OK, MISS, STALE (another code or policy) or
- * INVALID. */
+/* The record stored for id: OK, MISS or INVALID. */
 int tuned__fleet_get(tuned__fleet *f, const tuned__fleet_id *id, tuned__fleet_cb cb, void *ctx,
                      tuned__err *e);
 
@@ -208,7 +215,7 @@ int tuned__fleet_publish(tuned__fleet *f, const tuned__fleet_id *id, const tuned
                          tuned__fleet_cb cb, void *ctx, tuned__err *e);
 
 /* Compare-and-set: stores r under id when none is stored, when the stored
- * value fails its check or is of another code or policy, or when r's median
+ * value fails its check, or when r's median
  * is below the stored median by more than noise (a fraction, 0..0.5):
  * r->median_us < stored * (1 - noise). Otherwise MISS, with stored_us. A
  * value changed by another writer between the read and the script is read
@@ -220,7 +227,8 @@ int tuned__fleet_replace(tuned__fleet *f, const tuned__fleet_id *id, const tuned
 int tuned__fleet_forget(tuned__fleet *f, const tuned__fleet_id *id, tuned__fleet_cb cb,
                         void *ctx, tuned__err *e);
 
-/* The shapes the index lists for (kernel, dtype, hwclass), every toolchain. */
+/* The shapes the index lists for (kernel, dtype, hwclass), every toolchain,
+ * code and policy. */
 int tuned__fleet_shapes(tuned__fleet *f, uint8_t kernel, uint8_t dtype, const char *hwclass,
                         tuned__fleet_cb cb, void *ctx, tuned__err *e);
 
@@ -284,9 +292,8 @@ int tuned__fleet_queue_reclaim(tuned__fleet *f, const char *hwclass, const char 
  * record decoder (schema, ranges), a config this build parses and prints
  * back identically, a shape within 2^31-1 rows and cols and 1 TiB of input
  * plus output, the identity of want (kernel, dtype, shape, layout, hwclass,
- * toolchain: what the key says), and plausible times (median_us >= 0.8 x
- * copy_us; bytes / median and gbps under 10 TB/s). Returns 0, or
- * TUNED_ESTORE with why. Code and policy are not compared here. */
+ * toolchain, code and policy: what the key says), and plausible times
+ * (tuned__record_plausible). Returns 0, or TUNED_ESTORE with why. */
 int tuned__fleet_check_record(const void *text, size_t len, const tuned__fleet_id *want,
                               tuned__record *out, tuned__err *e);
 

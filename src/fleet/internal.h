@@ -20,7 +20,7 @@
 #include "src/common/rng.h"
 #include "src/fleet/fleet.h"
 
-#define TUNED__FLEET_PREFIX "tuned:v1"
+#define TUNED__FLEET_PREFIX "tuned:v2"
 #define TUNED__FLEET_KEY 384       /* longest key or channel plus NUL */
 #define TUNED__FLEET_VALUE_MAX (64 * 1024)
 #define TUNED__FLEET_CMDS 9        /* fire-and-forget commands before the answered one, + 1 */
@@ -114,19 +114,21 @@ void tuned__fleet_list_remove(tuned__fleet_link *l);
 #define TUNED__FLEET_REQ(l) ((tuned__fleet_req *)(void *)((char *)(l) - offsetof(tuned__fleet_req, link)))
 
 /* ---- keys (check.c) ---- */
-/* "KERNEL:DTYPE:RxC:LAYOUT:HWCLASS:TOOLCHAIN": the part of rec, lock and
- * done names after their kind. */
+/* "KERNEL:DTYPE:RxC:LAYOUT:HWCLASS:TOOLCHAIN:CODE:POLICY": the part of
+ * rec, lock and done names after their kind. */
 void tuned__fleet_key_suffix(char *buf, size_t n, const tuned__fleet_id *id);
 /* TUNED__FLEET_PREFIX ":" kind ":" suffix. */
 void tuned__fleet_key(char *buf, size_t n, const char *kind, const tuned__fleet_id *id);
 void tuned__fleet_index_key(char *buf, size_t n, uint8_t kernel, uint8_t dtype,
                             const char *hwclass);
-/* "RxC:LAYOUT:TOOLCHAIN", and back (0 or -1). */
+/* "RxC:LAYOUT:TOOLCHAIN:CODE:POLICY", and back (0 or -1). */
 void tuned__fleet_index_member(char *buf, size_t n, const tuned__fleet_id *id);
 int tuned__fleet_index_parse(const char *s, size_t len, tuned__fleet_shape *out);
 void tuned__fleet_queue_key(char *buf, size_t n, const char *hwclass);
 void tuned__fleet_queued_key(char *buf, size_t n, const tuned__fleet_id *id);
 bool tuned__fleet_name_ok(const char *s);
+/* A policy text: the same and '/'. */
+bool tuned__fleet_policy_ok(const char *s);
 const char *tuned__fleet_layout_text(uint8_t layout, char *buf, size_t n);
 int tuned__fleet_layout_parse(const char *s, uint8_t *out);
 

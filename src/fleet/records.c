@@ -92,13 +92,6 @@ void tuned__fleet_parse_record(tuned__fleet_req *q, const redisReply *r)
         return;
     }
     q->reply.has_record = true;
-    tuned__fleet_id got;
-    tuned__fleet_id_from_record(&q->reply.record, &got);
-    if (strcmp(got.code, q->id.code) != 0 || strcmp(got.policy, q->id.policy) != 0) {
-        tuned__fleet_finish(q, TUNED__FLEET_STALE, "%s: of code %s and policy %s (here %s, %s)",
-                            key, got.code, got.policy, q->id.code, q->id.policy);
-        return;
-    }
     tuned__fleet_finish(q, TUNED__FLEET_OK, NULL);
 }
 
@@ -248,21 +241,6 @@ static void send_replace(tuned__fleet_req *q, const char *expected, size_t expec
 
 static void parse_replace_cas(tuned__fleet_req *q, const redisReply *r);
 
-/* Orders two tool versions "X.Y.Z" numerically (<0, 0, >0); 0 when either
- * is not of that form, so unknown versions never decide. */
-static int version_order(const char *a, const char *b)
-{
-    unsigned va[3], vb[3];
-    char tail;
-    if (sscanf(a, "%u.%u.%u%c", &va[0], &va[1], &va[2], &tail) != 3 ||
-        sscanf(b, "%u.%u.%u%c", &vb[0], &vb[1], &vb[2], &tail) != 3)
-        return 0;
-    for (int i = 0; i < 3; i++)
-        if (va[i] != vb[i])
-            return va[i] < vb[i] ? -1 : 1;
-    return 0;
-}
-
 /* The stored value: decide whether and how to replace it. */
 static void parse_replace_get(tuned__fleet_req *q, const redisReply *r)
 {
@@ -285,22 +263,8 @@ static void parse_replace_get(tuned__fleet_req *q, const redisReply *r)
         return;
     }
     q->reply.stored_us = old.median_us;
-    tuned__fleet_id got;
-    tuned__fleet_id_from_record(&old, &got);
+    /* Checked when the replace was asked for: it decodes. */
     (void)tuned__fleet_check_record(q->value, q->value_len, &q->id, &mine, &ce);
-    if (strcmp(got.code, q->id.code) != 0 || strcmp(got.policy, q->id.policy) != 0) {
-        /* Of other kernel code or policy: stale, replaced, except by an
-         * older tuned than the one that wrote it, so that two versions
-         * sharing the tier in an upgrade do not overwrite each other's
-         * records in turn: the newer's stays. */
-        if (version_order(old.tool_version, mine.tool_version) > 0) {
-            tuned__fleet_finish(q, TUNED__FLEET_MISS, "%s: kept: written by tuned %s, newer "
-                                "than this %s", key, old.tool_version, mine.tool_version);
-            return;
-        }
-        send_replace(q, r->str, r->len, "swap");
-        return;
-    }
     if (!(mine.median_us < old.median_us * (1 - q->noise))) {
         tuned__fleet_finish(q, TUNED__FLEET_MISS, "%s: kept: %.6g us is not faster than the "
                             "stored %.6g us by more than %.3g%%", key, mine.median_us,
@@ -494,7 +458,7 @@ void tuned__fleet_wait_polled(tuned__fleet_req *w, tuned__fleet_req *p)
     if (p->reply.status == TUNED__FLEET_INVALID) {
         w->reply.status = TUNED__FLEET_INVALID; /* remembered for the timeout */
         w->reply.err = p->reply.err;
-    } else if (p->reply.status == TUNED__FLEET_MISS || p->reply.status == TUNED__FLEET_STALE) {
+    } else if (p->reply.status == TUNED__FLEET_MISS) {
         w->reply.status = TUNED__FLEET_TIMEOUT;
     }
     w->next_poll = tuned__now_s() + w->f->poll_ms / 1000.0;
