@@ -9,7 +9,7 @@
  * stray writes on either side of the output.
  * `test_gpu fault` (a process of its own: its context dies): a tune whose
  * variant kills the context records that variant in the history as
- * failed. Exits 77 (skipped) where no CUDA driver or GPU is found. */
+ * failed. `test_gpu stray`: the stray writes alone. Exits 77 (skipped) where no CUDA driver or GPU is found. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -339,6 +339,11 @@ int main(int argc, char **argv)
     printf("GPU: %s\n", g.gpu.identity);
     if (argc > 1 && strcmp(argv[1], "fault") == 0)
         return context_killer_is_recorded(&g);
+    if (argc > 1 && strcmp(argv[1], "stray") == 0) {
+        stray_writes_are_caught(&g);
+        printf("stray writes: %d failures\n", failures);
+        return failures ? 1 : 0;
+    }
     static const uint64_t cols_list[] = {1,    7,     32,    100,    1000,
                                          1024, 4097, 32000, 50257, 128256, 262144};
     size_t variants = 0;
