@@ -209,8 +209,16 @@ if [[ -S "$sock" ]]; then
         else
             fail "get differs between daemon and store: $(cat "$tmp/diff")"
         fi
-        "$tuned" get --json --shape 64x4096 --gpu "$(python3 -c 'import json,sys; print(json.load(sys.stdin)["gpu"])' <"$tmp/out")" \
-            --socket "$sock" >"$tmp/out" 2>"$tmp/err" || fail "get --gpu through the daemon: $(cat "$tmp/err")"
+        # --gpu lists the store's records of that GPU (a part of its name
+        # matches), daemon or not: source unchecked here, without a GPU.
+        gpu_name="$(python3 -c 'import json,sys; print(json.load(sys.stdin)["gpu"])' <"$tmp/out")"
+        "$tuned" get --json --shape 64x4096 --gpu "${gpu_name:1}" --socket "$sock" --db "$db" \
+            >"$tmp/out" 2>"$tmp/err" || fail "get --gpu with a daemon running: $(cat "$tmp/err")"
+        if python3 -c 'import json,sys; a = json.load(sys.stdin); sys.exit(a["source"] != "unchecked" or len(a["records"]) != 1)' <"$tmp/out"; then
+            echo "ok: get --gpu PART lists the store's record, as without a daemon"
+        else
+            fail "get --gpu with a daemon running: $(cat "$tmp/out")"
+        fi
     else
         echo "skip: tune --json through a daemon (no test hooks in this build)"
     fi

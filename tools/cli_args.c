@@ -60,11 +60,11 @@ static const cli_option options[] = {
      "softmax (default), softmax_bwd, log_softmax or log_softmax_bwd"},
     {"dtype", true, OPT_DTYPE, "D", L | E | F | V, "only records of this dtype"},
     {"gpu", true, OPT_GPU, "NAME", G,
-     "the record of that GPU: a part of its name or its 16-hex-digit fingerprint\n"
-     "(passed to the daemon, which takes a model name, a fingerprint or an ordinal)"},
+     "the records of that GPU: a part of its name or its 16-hex-digit fingerprint\n"
+     "(read from the store, not asked of a daemon)"},
     {"gpu", true, OPT_GPU, "NAME", L | E | F | V,
      "only records of GPUs whose name contains NAME (any case), or of that\n"
-     "16-hex-digit fingerprint"},
+     "16-hex-digit fingerprint (list --socket: the daemon's rule, a whole model name)"},
     {"effort", true, OPT_EFFORT, "E", T,
      "quick, default or full: the budget, first population, time and finalist\n"
      "rounds together (quick 60/16/15 s/2, default 200/40/50 s/3, full 1000/120/300 s/5);\n"
@@ -123,8 +123,8 @@ static const cli_option options[] = {
      "the daemon's socket (default: $TUNED_SOCKET, else $XDG_RUNTIME_DIR/tuned/\n"
      "tuned.sock when a daemon listens there, else /run/tuned-softmax/tuned.sock)"},
     {"socket", true, OPT_SOCKET, "PATH", S,
-     "listen there (default: $TUNED_SOCKET, else $XDG_RUNTIME_DIR/tuned/tuned.sock,\n"
-     "else /run/tuned-softmax/tuned.sock)"},
+     "listen there (default: $TUNED_SOCKET, else $XDG_RUNTIME_DIR/tuned/tuned.sock\n"
+     "when XDG_RUNTIME_DIR is set, else /run/tuned-softmax/tuned.sock)"},
     {"listen", true, OPT_LISTEN, "A", S, "TCP too, on [HOST:]PORT (HOST defaults to 127.0.0.1)"},
     {"group", true, OPT_GROUP, "G", S,
      "socket mode 0660 and group G, its directory 0750 (default 0600, 0700):\n"

@@ -83,7 +83,10 @@ static int print_stored(const cli_opts *o, tuned__store *store, const tuned__ide
 
 int cli_cmd_get(const cli_opts *o)
 {
-    int daemon_rc = cli_daemon_get(o); /* a running daemon answers first */
+    /* A running daemon answers first, for its own GPU; a GPU named with
+     * --gpu is the store's to list (a name's part matches there, where
+     * the daemon takes a whole model name). */
+    int daemon_rc = o->gpu == NULL ? cli_daemon_get(o) : -1;
     if (daemon_rc >= 0)
         return daemon_rc;
     const tuned__shape *s = &o->request.shape;

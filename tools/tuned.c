@@ -28,8 +28,9 @@ const cli_command cli_commands[] = {
      "--shape ROWSxCOLS [--dtype D] [--gpu NAME] [--json] [options]",
      "Print the stored winner of a shape for this GPU: exact, else compatible (measured\n"
      "on this GPU model under another driver, NVRTC or policy). From the daemon when one\n"
-     "answers, else from the store; the output is the same. Without a local GPU (or with\n"
-     "--gpu) the records of the shape are printed, source \"unchecked\". Exit status 3\n"
+     "answers (for its GPU; one without a GPU answers for the GPU its store names), else\n"
+     "from the store, in the same form. With --gpu, or from the store without a local GPU,\n"
+     "the store's records of the shape are printed, source \"unchecked\". Exit status 3\n"
      "when there is none."},
     {CLI_DEVICES, "devices", false, cli_cmd_devices, false, false, false, "[--json]",
      "List the GPUs the CUDA driver sees, with their identity, or say why there are none."},
@@ -46,7 +47,9 @@ const cli_command cli_commands[] = {
      "[--json] [--gpu NAME] [--shape RxC] [--dtype D] [options]",
      "The stored winners as a table, or one JSON array of records (each with its \"key\"\n"
      "and \"hwclass\"), with each record's serving tier on this GPU. Reads the store;\n"
-     "asks a daemon only with --socket. Damaged records are named on stderr (exit 1)."},
+     "asks a daemon only with --socket, whose records are the protocol's (no tier, no\n"
+     "\"hwclass\"; --gpu then a whole model name or a fingerprint). Damaged records are\n"
+     "named on stderr (exit 1)."},
     {CLI_EXPORT, "export", false, cli_cmd_export, false, false, false,
      "[--gpu NAME] [--shape RxC] [--dtype D] [--dry-run [--json]] > FILE.jsonl",
      "Write the stored winners as JSON lines (docs/store-format.md), from one snapshot\n"
