@@ -22,6 +22,11 @@ default config of log_softmax 8x2048.
   history    with a history of 4 finished jobs, a job that finishes after 6
              jobs submitted later is kept (finished jobs are dropped in the
              order they finished)
+  sockets    `serve --group G` makes a missing socket directory 0750 of
+             group G (members reach the socket); `serve` without --socket
+             listens in $XDG_RUNTIME_DIR when it is set, also while a daemon
+             listens at the system service's path (that part run only where
+             this process may make /run/tuned-softmax, and removed after)
 Exit 0 when every case passed, 77 in a build without the test hooks."""
 import json
 import os
@@ -281,7 +286,79 @@ def case_history(db):
            "finished before it (history 4)")
 
 
-CASES = [case_nearest, case_list, case_get_compatible, case_effort, case_history]
+SERVICE_DIR = "/run/tuned-softmax"
+
+
+def other_group():
+    """A group this process may give a file: another of its own, or any
+    other as root; None when there is none."""
+    import grp
+    if os.geteuid() == 0:
+        mine = {os.getegid()}
+        return next((g.gr_name for g in grp.getgrall() if g.gr_gid not in mine), None)
+    gids = [g for g in os.getgroups() if g != os.getegid()]
+    return grp.getgrgid(gids[0]).gr_name if gids else None
+
+
+def case_sockets(db):
+    import grp
+    import socket
+    import stat
+    group = other_group()
+    if group is None:
+        print("sockets: --group part skipped (this process has no second group)")
+    else:
+        d = Daemon("group", db=db, args=("--group", group))
+        d.sock = os.path.join(tmp, "group", "made", "s.sock")
+        started = d.start()
+        st = os.stat(os.path.dirname(d.sock)) if started else None
+        d.stop()
+        want = grp.getgrnam(group).gr_gid
+        if not started:
+            fail("sockets: serve --group did not start: " + d.logtext())
+        elif st.st_gid != want or stat.S_IMODE(st.st_mode) != 0o750:
+            fail(f"sockets: the socket directory serve made for --group {group} is mode "
+                 f"{stat.S_IMODE(st.st_mode):o}, group {st.st_gid} (want 750, group {want})")
+        else:
+            ok(f"sockets: serve --group {group} made the socket's directory 0750 of group {group}")
+    # The default path: with a daemon at the service's, a user's daemon
+    # still takes its runtime directory.
+    service = None
+    if not os.path.exists(SERVICE_DIR):
+        try:
+            os.makedirs(SERVICE_DIR)
+            service = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            service.bind(os.path.join(SERVICE_DIR, "tuned.sock"))
+            service.listen(1)
+        except OSError:
+            service = None
+    xdg = os.path.join(tmp, "xdg")
+    os.makedirs(xdg, mode=0o700)
+    env = {k: v for k, v in os.environ.items() if k != "TUNED_SOCKET"}
+    env.update(FAKE, XDG_RUNTIME_DIR=xdg)
+    log = open(os.path.join(tmp, "xdg.log"), "w+")
+    p = subprocess.Popen([TUNED, "serve", "--db", os.path.join(tmp, "xdg-db")], stdout=log,
+                         stderr=log, env=env)
+    sock = os.path.join(xdg, "tuned", "tuned.sock")
+    deadline = time.time() + 30
+    while time.time() < deadline and p.poll() is None and not os.path.exists(sock):
+        time.sleep(0.05)
+    listening = p.poll() is None and os.path.exists(sock)
+    stop_process(p)
+    if service is not None:
+        service.close()
+        shutil.rmtree(SERVICE_DIR, ignore_errors=True)
+    log.seek(0)
+    with_service = "with a daemon at " + SERVICE_DIR if service is not None else \
+        "(the service's path not made here)"
+    if not listening:
+        fail(f"sockets: serve without --socket did not listen at {sock} {with_service}: "
+             + log.read())
+    else:
+        ok(f"sockets: serve without --socket listens at $XDG_RUNTIME_DIR/tuned {with_service}")
+
+
+CASES = [case_nearest, case_list, case_get_compatible, case_effort, case_history, case_sockets]
 
 
 def main():

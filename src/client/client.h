@@ -82,4 +82,10 @@ void tuned__default_store(char *out, size_t n);
  * directory's only when $XDG_RUNTIME_DIR is set). */
 void tuned__default_socket(char *out, size_t n);
 
+/* The socket a daemon listens on by default: $TUNED_SOCKET, else
+ * $XDG_RUNTIME_DIR/tuned/tuned.sock when $XDG_RUNTIME_DIR is set, else
+ * /run/tuned-softmax/tuned.sock. Not where one listens already: a user's
+ * daemon does not take the system service's path because it runs. */
+void tuned__listen_socket(char *out, size_t n);
+
 #endif

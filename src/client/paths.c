@@ -35,6 +35,18 @@ static bool is_socket(const char *path)
     return stat(path, &st) == 0 && S_ISSOCK(st.st_mode);
 }
 
+void tuned__listen_socket(char *out, size_t n)
+{
+    const char *env = getenv("TUNED_SOCKET");
+    const char *xdg = getenv("XDG_RUNTIME_DIR");
+    if (env != NULL && *env != '\0')
+        snprintf(out, n, "%s", env);
+    else if (xdg != NULL && *xdg == '/')
+        snprintf(out, n, "%s/tuned/tuned.sock", xdg);
+    else
+        snprintf(out, n, "%s", SERVICE_SOCKET);
+}
+
 void tuned__default_socket(char *out, size_t n)
 {
     const char *env = getenv("TUNED_SOCKET");

@@ -64,8 +64,8 @@ void tuned__serve_opts_default(tuned__serve_opts *o);
  * calls it first; the CLI may call it earlier. */
 int tuned__serve_check(const tuned__serve_opts *o, tuned__err *e);
 
-/* The default socket path is tuned__default_socket() (src/client/client.h):
- * the daemon and its clients agree on it. */
+/* The default socket path is tuned__listen_socket() (src/client/client.h);
+ * clients look there first (tuned__default_socket()). */
 
 /* Runs the daemon until SIGTERM/SIGINT. 0 after a clean stop (every
  * handle closed, uv_loop_close() == 0, the store closed). */

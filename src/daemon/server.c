@@ -143,7 +143,7 @@ struct server {
 void tuned__serve_opts_default(tuned__serve_opts *o)
 {
     memset(o, 0, sizeof *o);
-    tuned__default_socket(o->socket_path, sizeof o->socket_path);
+    tuned__listen_socket(o->socket_path, sizeof o->socket_path);
     o->max_clients = 1024;
     o->unix_reserve = 32;
     o->idle_timeout_s = 60;
@@ -719,7 +719,7 @@ static int listen_unix(server *s, tuned__err *e)
             return tuned__errf(e, TUNED_EINVAL, "--group %s: no such group", s->o->group);
         gid = gr.gr_gid;
     }
-    int rc = tuned__socket_make_dir(path, gid != (gid_t)-1 ? 0750 : 0700, e);
+    int rc = tuned__socket_make_dir(path, gid != (gid_t)-1 ? 0750 : 0700, gid, e);
     if (rc == 0)
         rc = tuned__socket_clear_stale(path, e);
     if (rc != 0)

@@ -14,7 +14,7 @@
 #include "src/daemon/daemon.h"
 #include "tuned.h"
 
-int tuned__socket_make_dir(const char *path, mode_t mode, tuned__err *e)
+int tuned__socket_make_dir(const char *path, mode_t mode, gid_t gid, tuned__err *e)
 {
     char dir[TUNED__SOCKET_PATH_MAX + 1];
     snprintf(dir, sizeof dir, "%s", path);
@@ -27,9 +27,13 @@ int tuned__socket_make_dir(const char *path, mode_t mode, tuned__err *e)
             continue;
         char saved = *p;
         *p = '\0';
-        if (mkdir(dir, mode) != 0 && errno != EEXIST)
+        bool made = mkdir(dir, mode) == 0;
+        if (!made && errno != EEXIST)
             return tuned__errf(e, TUNED_EIO, "socket %s: cannot create %s: %s", path, dir,
                                strerror(errno));
+        if (made && saved == '\0' && gid != (gid_t)-1 && chown(dir, (uid_t)-1, gid) != 0)
+            return tuned__errf(e, TUNED_EIO, "socket %s: cannot give %s its group: %s", path,
+                               dir, strerror(errno));
         *p = saved;
         if (saved == '\0')
             break;

@@ -11,8 +11,10 @@
 
 #include "src/common/err.h"
 
-/* mkdir -p of the directory of socket path, each new one with mode. */
-int tuned__socket_make_dir(const char *path, mode_t mode, tuned__err *e);
+/* mkdir -p of the directory of socket path, each new one with mode; the
+ * socket's own directory, when made here, with group gid too ((gid_t)-1:
+ * the process's), so that the group may reach the socket in it. */
+int tuned__socket_make_dir(const char *path, mode_t mode, gid_t gid, tuned__err *e);
 
 /* Whether path can take the daemon's socket, without changing anything:
  * 0 when nothing is there or a socket nobody listens on (*stale: one left
