@@ -217,8 +217,9 @@ void cli_usage(FILE *f, cli_command_id id, bool overview)
         fprintf(f, "  %-8s %.*s%s\n", k->name, len, k->summary, nl != NULL ? " ..." : "");
     }
     fprintf(f, "\nenvironment: TUNED_DB, TUNED_SOCKET, TUNED_EFFORT, TUNED_RETUNE, "
-               "TUNED_SKIP_STORE, TUNED_LOG\n(error, warn, info, debug); for libtuned and "
-               "Python also TUNED_POLICY, TUNED_TUNE_TIME,\nTUNED_BIN, TUNED_LIBRARY: see tuned(1).\n");
+               "TUNED_SKIP_STORE, TUNED_LOG\n(error, warn, info, debug); for libtuned "
+               "TUNED_BIN; for Python TUNED_POLICY, TUNED_TUNE_TIME,\nTUNED_STRICT, "
+               "TUNED_LIBRARY: see tuned(1).\n");
     fprintf(f, "\nusage: tuned [tune] %s\noptions of tune, the default command:\n", c->synopsis);
     print_options(f, CLI_TUNE);
     fprintf(f, "\n%s", exit_text);

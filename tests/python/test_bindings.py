@@ -516,13 +516,34 @@ class DispatchTests(unittest.TestCase):
             self.d.fall_back("softmax", "quiet", "under torch.compile", quiet=True)
 
     def test_strict_from_environment(self):
-        for value, want in (("1", "True"), ("0", "False"), ("", "False")):
+        for value, want in (("1", "True"), ("0", "False"), ("", "False"), ("yes", "True"),
+                            ("false", "False"), ("OFF", "False")):
             rc, out, err = run_child("""
                 import tuned
                 print("strict", tuned.strict())
             """, {"TUNED_STRICT": value})
             self.assertEqual(rc, 0, err)
             self.assertIn("strict " + want, out, value)
+        rc, out, err = run_child("import tuned", {"TUNED_STRICT": "maybe"})
+        self.assertNotEqual(rc, 0, "TUNED_STRICT=maybe was accepted")
+        self.assertIn("TUNED_STRICT='maybe'", err)
+
+    def test_empty_variables_count_as_unset(self):
+        # docs/environment.md: set but empty is unset; bad values refused.
+        code = """
+            import tuned
+            from tuned import _environ
+            print("policy", _environ.text("TUNED_POLICY", "daemon"))
+            print("time", _environ.seconds("TUNED_TUNE_TIME", 0.0))
+        """
+        rc, out, err = run_child(code, {"TUNED_POLICY": "", "TUNED_TUNE_TIME": ""})
+        self.assertEqual(rc, 0, err)
+        self.assertIn("policy daemon", out)
+        self.assertIn("time 0.0", out)
+        for bad in ("soon", "-1", "nan"):
+            rc, out, err = run_child(code, {"TUNED_TUNE_TIME": bad})
+            self.assertNotEqual(rc, 0, f"TUNED_TUNE_TIME={bad} accepted")
+            self.assertIn("TUNED_TUNE_TIME", err)
 
     def test_torch_names_need_torch(self):
         try:

@@ -16,19 +16,21 @@ torch is not installed, with stand-in tensors.
 import os
 import warnings
 
+from . import _environ
 from .errors import FallbackError
 
 # libtuned's limits (include/tuned.h, tuned_softmax).
 MAX_ROWS = 2147483647
 MAX_COLS = 2147483392
 
-_strict = os.environ.get("TUNED_STRICT", "") not in ("", "0")
+_strict = _environ.flag("TUNED_STRICT")
 _warned = set()
 
 
 def set_strict(on=True):
     """Strict mode on (or off): a call that would fall back to torch raises
-    FallbackError instead. Starts on when $TUNED_STRICT is set (not "0")."""
+    FallbackError instead. Starts as $TUNED_STRICT says (1, yes, true, on;
+    unset or empty: off)."""
     global _strict
     _strict = bool(on)
 

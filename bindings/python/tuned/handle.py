@@ -8,7 +8,7 @@ import sys
 import threading
 import traceback
 
-from . import _lib
+from . import _environ, _lib
 from .errors import LibraryError, TunedError
 
 
@@ -202,8 +202,8 @@ def default_handle():
             if _default_error is not None:
                 raise _default_error
             try:
-                _default = Handle(policy=os.environ.get("TUNED_POLICY", "daemon"),
-                                  tune_time_s=float(os.environ.get("TUNED_TUNE_TIME", "0")))
+                _default = Handle(policy=_environ.text("TUNED_POLICY", "daemon"),
+                                  tune_time_s=_environ.seconds("TUNED_TUNE_TIME", 0.0))
             except (LibraryError, TunedError, ValueError) as exc:
                 _default_error = exc
                 raise
