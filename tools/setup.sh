@@ -4,8 +4,12 @@
 # Usage: tools/setup.sh [--asan] [--release] [--no-deps]
 #
 #   1. Checks the Debian build dependencies (meson, ninja, pkg-config, gcc,
-#      python3, lmdb, libuv, jansson, hiredis, redis-server, lmdb-utils). Only if one is missing does
+#      python3, lmdb, libuv, jansson, hiredis, redis-server, systemd's
+#      systemd-analyze, lmdb-utils). Only if one is missing does
 #      it run `apt-get update` + `apt-get install` (as root, or through sudo).
+#      Then checks that the CUDA toolkit's headers are there
+#      ($TUNED_TOOLKIT_ROOT, default /usr/local/cuda): they are not a Debian
+#      package of main, so it says what to install and stops.
 #      A dependency counts as present if dpkg says its package is installed OR
 #      its tool / pkg-config module is found, so on the GPU machine (no apt,
 #      no internet) it is satisfied by `source tools/device-env.sh`.
@@ -121,6 +125,13 @@ else
     log "skipping dependency check (--no-deps)"
 fi
 
+# The CUDA toolkit's headers (cuda.h, nvrtc.h) are no Debian package of
+# main: NVIDIA's CUDA toolkit (or Debian non-free's nvidia-cuda-dev)
+# brings them, and NVRTC, which tuning needs at run time.
+toolkit="${TUNED_TOOLKIT_ROOT:-/usr/local/cuda}"
+[[ -f "$toolkit/include/cuda.h" && -f "$toolkit/include/nvrtc.h" ]] ||
+    die "the CUDA toolkit's headers (cuda.h, nvrtc.h) are not under $toolkit/include: install the CUDA toolkit (NVIDIA's cuda-toolkit packages, or Debian non-free's nvidia-cuda-dev) or name its root in TUNED_TOOLKIT_ROOT"
+
 command -v meson >/dev/null 2>&1 || die "meson not found on PATH"
 command -v ninja >/dev/null 2>&1 || die "ninja not found on PATH"
 
@@ -153,18 +164,18 @@ configure_and_build() {
     log "$dir/ is up to date"
 }
 
-configure_and_build build --buildtype=debugoptimized -Dtest_hooks=true
+configure_and_build build --buildtype=debugoptimized -Dtest_hooks=true -Dtoolkit_root="$toolkit"
 
 if [[ $want_asan -eq 1 ]]; then
     configure_and_build build-asan --buildtype=debug \
-        -Db_sanitize=address,undefined -Db_lundef=false -Dtest_hooks=true
+        -Db_sanitize=address,undefined -Db_lundef=false -Dtest_hooks=true -Dtoolkit_root="$toolkit"
 fi
 
 if [[ $want_release -eq 1 ]]; then
     # -Dtest_hooks=false is the default; said here so that --reconfigure
     # resets a build-release/ someone configured otherwise.
     targets=(tuned:executable tuned:shared_library)
-    configure_and_build build-release -Dtest_hooks=false
+    configure_and_build build-release -Dtest_hooks=false -Dtoolkit_root="$toolkit"
     targets=()
 fi
 
