@@ -32,7 +32,7 @@ tuned="$ROOT/build/tuned"
 work="$(mktemp -d)"
 db="$work/store"
 out="$ROOT/cache/pretuned/$name.jsonl"
-shapes="32x128 256x1024 1024x1024 2048x2048 4096x4096 1024x50257 4096x32000 1x262144 65536x128 8192x128256"
+shapes="32x128 256x1024 1024x1024 2048x2048 4096x4096 1024x50257 4096x32000 1x262144 65536x128 8192x128256 32x128256"
 fails=0
 [[ -n "$from" ]] || for dt in fp16 bf16 fp32; do
     for s in $shapes; do
