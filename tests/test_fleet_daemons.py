@@ -326,6 +326,19 @@ def case_invalid(a, b, c):
         fail(f"invalid: forget --remote: {p.returncode} {p.stdout} {p.stderr}")
     else:
         ok("invalid: tuned forget --remote removed them")
+    # The hardware class as `tuned list --json` prints it names the same
+    # records as its "hw..." name.
+    text = f"{good['gpu_name']}|sm_{good['cc_major']}{good['cc_minor']}|{good['sm_count']}sm"
+    want = rec_key(1024, 4096, hw, tc)
+    for gpu in (hw, text):
+        p = subprocess.run([TUNED, "forget", "--remote", REMOTE, "--shape", "1024x4096",
+                            "--dtype", "fp16", "--gpu", gpu, "--dry-run"], capture_output=True,
+                           text=True, timeout=30)
+        if p.returncode != 0 or f"would forget {want}" not in p.stdout:
+            fail(f"invalid: forget --remote --gpu {gpu!r} --dry-run: {p.returncode} {p.stdout} "
+                 f"{p.stderr}")
+        else:
+            ok(f"invalid: forget --remote --gpu {gpu!r} --dry-run names {want}")
 
 
 def case_queue(a):

@@ -138,7 +138,8 @@ static const cli_option options[] = {
      "unix:///PATH[?db=N]; no TLS: docs/fleet.md)"},
     {"remote", true, OPT_REMOTE, "URL", F,
      "remove records from the remote tier at URL instead: KEY... (tuned:v2:rec:...),\n"
-     "or --shape RxC [--dtype D] --gpu HWCLASS"},
+     "or --shape RxC [--dtype D] --gpu HWCLASS (its hw... name, as stats shows it, or\n"
+     "its text, as list --json prints it)"},
     {"retune-compatible", false, OPT_RETUNE_COMPATIBLE, NULL, S,
      "tune a key once, in the background at the quick effort, when get answers it\n"
      "from the compatible tier (another driver, NVRTC or policy): the search starts\n"

@@ -88,12 +88,18 @@ int tuned__remote_forget(const tuned__remote_forget_req *q, size_t *removed, tun
         return rc;
     }
     /* A filter: the records the index lists for the shape, of every
-     * toolchain, code and policy. */
+     * toolchain, code and policy. The class as its text ("NAME|sm_XY|Nsm",
+     * as list prints it) or its name. */
+    char hwclass[TUNED__FLEET_NAME] = "";
+    if (q->hwclass != NULL && strchr(q->hwclass, '|') != NULL)
+        tuned__fleet_hwclass_name(q->hwclass, hwclass, sizeof hwclass);
+    else if (q->hwclass != NULL)
+        snprintf(hwclass, sizeof hwclass, "%s", q->hwclass);
     for (int dt = 0; rc == 0 && q->hwclass != NULL && dt < 3; dt++) {
         if (q->have_dtype && dt != q->dtype)
             continue;
         sync_call c = {0};
-        if ((rc = tuned__fleet_shapes(f, TUNED__KERNEL_SOFTMAX, (uint8_t)dt, q->hwclass, on_sync,
+        if ((rc = tuned__fleet_shapes(f, TUNED__KERNEL_SOFTMAX, (uint8_t)dt, hwclass, on_sync,
                                       &c, e)) != 0)
             break;
         run_until(&loop, &c.done);
@@ -119,7 +125,7 @@ int tuned__remote_forget(const tuned__remote_forget_req *q, size_t *removed, tun
             id->rows = q->rows;
             id->cols = q->cols;
             id->layout = c.shapes[i].layout;
-            snprintf(id->hwclass, sizeof id->hwclass, "%s", q->hwclass);
+            snprintf(id->hwclass, sizeof id->hwclass, "%s", hwclass);
             snprintf(id->toolchain, sizeof id->toolchain, "%s", c.shapes[i].toolchain);
             snprintf(id->code, sizeof id->code, "%s", c.shapes[i].code);
             snprintf(id->policy, sizeof id->policy, "%s", c.shapes[i].policy);

@@ -16,6 +16,11 @@
 #define MAX_DIM 2147483647ull
 #define MAX_BYTES (1ull << 40)     /* input plus output */
 
+void tuned__fleet_hwclass_name(const char *text, char *out, size_t n)
+{
+    snprintf(out, n, "hw%016" PRIx64, tuned__fnv1a64(text, strlen(text), TUNED__FNV_SEED));
+}
+
 void tuned__fleet_id_from_record(const tuned__record *r, tuned__fleet_id *out)
 {
     memset(out, 0, sizeof *out);
@@ -25,11 +30,9 @@ void tuned__fleet_id_from_record(const tuned__record *r, tuned__fleet_id *out)
     out->cols = r->key.cols;
     out->layout = r->key.layout;
     char hw[256];
-    int n = snprintf(hw, sizeof hw, "%s|sm_%u%u|%usm", r->gpu_name, r->prov.cc_major,
-                     r->prov.cc_minor, r->prov.sm_count);
-    size_t len = n < 0 ? 0 : ((size_t)n < sizeof hw ? (size_t)n : sizeof hw - 1);
-    snprintf(out->hwclass, sizeof out->hwclass, "hw%016" PRIx64,
-             tuned__fnv1a64(hw, len, TUNED__FNV_SEED));
+    snprintf(hw, sizeof hw, "%s|sm_%u%u|%usm", r->gpu_name, r->prov.cc_major, r->prov.cc_minor,
+             r->prov.sm_count);
+    tuned__fleet_hwclass_name(hw, out->hwclass, sizeof out->hwclass);
     snprintf(out->toolchain, sizeof out->toolchain, "drv%u.nvrtc%u.%u", r->prov.driver_version,
              r->prov.nvrtc_major, r->prov.nvrtc_minor);
     snprintf(out->code, sizeof out->code, "%016" PRIx64, r->prov.template_hash);

@@ -67,6 +67,10 @@ typedef struct tuned__fleet_id {
  * readers both build their ids through it. */
 void tuned__fleet_id_from_record(const tuned__record *r, tuned__fleet_id *out);
 
+/* The hwclass name of a hardware class text, "GPU NAME|sm_XY|Nsm" (as
+ * `tuned list --json` prints a record's "hwclass"): "hw" + 16 hex digits. */
+void tuned__fleet_hwclass_name(const char *text, char *out, size_t n);
+
 /* 0 when id's fields are within their ranges and alphabets (TUNED_EINVAL
  * naming the field otherwise). */
 int tuned__fleet_id_check(const tuned__fleet_id *id, tuned__err *e);
