@@ -4,7 +4,10 @@
  * daemon is busy (a full backlog has no connection pending, so reporting
  * "connected" would fail only at the first send); and it must succeed as
  * soon as the listener accepts the connection that filled the backlog.
- * Also: a socket path with no listener is "not found", at once. */
+ * Also: a socket path with no listener is "not found", at once; and the
+ * path a daemon listens on by default is $TUNED_SOCKET, else the runtime
+ * directory's whenever $XDG_RUNTIME_DIR is set (no probe: a daemon at the
+ * system service's path does not change it), else the service's. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -84,6 +87,20 @@ int main(void)
     tuned__client_close(&second);
     close(lfd);
     unlink(path);
+
+    char got[512], want[512];
+    unsetenv("TUNED_SOCKET");
+    setenv("XDG_RUNTIME_DIR", dir, 1);
+    snprintf(want, sizeof want, "%s/tuned/tuned.sock", dir);
+    tuned__listen_socket(got, sizeof got);
+    EXPECT(strcmp(got, want) == 0, "listen socket %s, want %s", got, want);
+    setenv("TUNED_SOCKET", "/tmp/elsewhere.sock", 1);
+    tuned__listen_socket(got, sizeof got);
+    EXPECT(strcmp(got, "/tmp/elsewhere.sock") == 0, "listen socket %s with TUNED_SOCKET", got);
+    unsetenv("TUNED_SOCKET");
+    unsetenv("XDG_RUNTIME_DIR");
+    tuned__listen_socket(got, sizeof got);
+    EXPECT(strcmp(got, "/run/tuned-softmax/tuned.sock") == 0, "listen socket %s without XDG", got);
     rmdir(dir);
     return expect_done("test_client", NULL);
 }

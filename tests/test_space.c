@@ -331,13 +331,21 @@ static void constraints(void)
         EXPECT(sp.valid[i].reg == TUNED__REG_F32 && sp.valid[i].vec <= 4, "fp32 config %zu", i);
     tuned__space_free(&sp);
 
-    /* Before sm_90 there is no cluster; evict_last nowhere. */
+    /* Before sm_90 there is no cluster; evict_last nowhere. Before sm_80
+     * nothing: the templates do not compile there. */
     s = (tuned__shape){TUNED_FP16, 64, 1000, TUNED__KERNEL_SOFTMAX};
-    EXPECT(tuned__space_init(&sp, &s, 75, 132, &e) == 0, "%s", e.msg);
+    EXPECT(tuned__space_init(&sp, &s, 80, 108, &e) == 0, "%s", e.msg);
     for (size_t i = 0; i < sp.count; i++)
         EXPECT(sp.valid[i].ld != TUNED__LD_EL && sp.valid[i].cluster == 1,
-               "evict_last or a cluster offered on sm_75");
+               "evict_last or a cluster offered on sm_80");
     tuned__space_free(&sp);
+    EXPECT(tuned__space_init(&sp, &s, 75, 40, &e) == TUNED_EUNSUPPORTED &&
+               strstr(e.msg, "sm_80 or newer") != NULL && strstr(e.msg, "sm_75") != NULL,
+           "a space on sm_75: %s", e.msg);
+    tuned__space_free(&sp);
+    c = (tuned__config){.warps = 4, .rows = 1, .cluster = 1, .minb = 1, .vec = 8};
+    EXPECT(!tuned__config_check(&c, &s, 75, 40, why, sizeof why) && strstr(why, "sm_75") != NULL,
+           "a config on sm_75 passed its check (%s)", why);
     s = (tuned__shape){TUNED_FP16, 4096, 4096, TUNED__KERNEL_SOFTMAX};
     EXPECT(tuned__space_init(&sp, &s, 90, 132, &e) == 0, "%s", e.msg);
     for (size_t i = 0; i < sp.count; i++)
@@ -718,9 +726,9 @@ static void fingerprints(void)
         {{TUNED_BF16, 1, 262144, TUNED__KERNEL_SOFTMAX}, 90, 132,
          {10614, 0x52b96ef10ee69440ull, 0xf6ee5cac380ab86dull,
           0x41f800fd8d20159cull, 0xdb61b2c6141da0d1ull}},
-        {{TUNED_FP16, 64, 1000, TUNED__KERNEL_SOFTMAX}, 75, 40,
-         {9108, 0x58023b458a4c14dfull, 0xc26e8c062970886cull,
-          0x85889f474c2fc0e0ull, 0x949ac71813464514ull}},
+        {{TUNED_FP16, 64, 1000, TUNED__KERNEL_SOFTMAX}, 86, 84,
+         {9432, 0x7ce644308f86e23full, 0xc26e8c062970886cull,
+          0xd02e95568806ef38ull, 0xa0dcade4d33454feull}},
         {{TUNED_FP16, 8192, 128256, TUNED__KERNEL_SOFTMAX}, 90, 132,
          {4428, 0xe5f1f0a301d97ca1ull, 0x19dc187bee47af78ull,
           0xb046f5dd56c4f92bull, 0xb68593629176346full}},

@@ -361,8 +361,6 @@ static bool rows_check_fields(const tuned__config *c, int arch, char *why, size_
         return tuned__config_refuse(why, n, "a row split over the grid keeps no stash");
     if (c->stash > 0 && c->reg == TUNED__REG_EX)
         return tuned__config_refuse(why, n, "stashed passes keep their inputs: no reg=ex");
-    if (c->stash > 0 && arch > 0 && arch < 80)
-        return tuned__config_refuse(why, n, "a stash is loaded by cp.async, from sm_80");
     if (c->replicas != 0 && !pow2_in(c->replicas, 2, TUNED__MAX_REPLICAS))
         return tuned__config_refuse(why, n, "replicas are 2, 4 or 8 clusters");
     if (c->replicas > 1 && (c->cluster < 2 || c->grid > 1))
@@ -493,6 +491,9 @@ bool tuned__config_check(const tuned__config *c, const tuned__shape *s, int arch
 {
     if (s != NULL && !tuned__shape_check(s, why, n))
         return false;
+    if (arch > 0 && arch < TUNED__MIN_ARCH)
+        return tuned__config_refuse(why, n, "tuned's kernels need sm_%d or newer (this GPU is "
+                                    "sm_%d)", TUNED__MIN_ARCH, arch);
     if (c->family == TUNED__FAMILY_TMA)
         return tma_check(c, s, arch, why, n);
     if (c->family != TUNED__FAMILY_ROWS)

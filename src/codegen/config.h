@@ -99,6 +99,9 @@ typedef struct tuned__config {
 #define TUNED__MAX_STASH 255
 /* Most clusters holding one row. */
 #define TUNED__MAX_REPLICAS 8
+/* The oldest GPU architecture the templates compile for (sm_80: redux.sync,
+ * packed f16x2 and bf16 conversions, cp.async). */
+#define TUNED__MIN_ARCH 80
 
 /* Most blocks of a row split over the grid. */
 #define TUNED__GRID_MAX 256

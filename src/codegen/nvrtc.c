@@ -177,8 +177,8 @@ int tuned__nvrtc_compile(const tuned__nvrtc *n, const char *source, const char *
     r = n->CompileProgram(prog, (int)(sizeof opts / sizeof opts[0]), opts);
     if (r != NVRTC_SUCCESS) {
         char *log = program_log(n, prog);
-        int rc = tuned__errf(e, TUNED_ECOMPILE, "nvrtc: %s: %s: %s", name, n->GetErrorString(r),
-                             log != NULL ? log : "(no log: out of memory)");
+        int rc = tuned__errf(e, TUNED_ECOMPILE, "nvrtc: %s for %s: %s: %s", name, strchr(arch_opt, '=') + 1,
+                             n->GetErrorString(r), log != NULL ? log : "(no log: out of memory)");
         free(log);
         n->DestroyProgram(&prog);
         return rc;

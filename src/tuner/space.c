@@ -294,6 +294,10 @@ int tuned__space_rules(tuned__space *sp, const tuned__shape *shape, int arch, in
         return tuned__errf(e, TUNED_EINVAL, "space: %s", why);
     if (arch < 1)
         return tuned__errf(e, TUNED_EINVAL, "space: compute capability %d", arch);
+    if (arch < TUNED__MIN_ARCH)
+        return tuned__errf(e, TUNED_EUNSUPPORTED,
+                           "space: tuned's kernels need sm_%d or newer; this GPU is sm_%d",
+                           TUNED__MIN_ARCH, arch);
     return 0;
 }
 
