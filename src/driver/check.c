@@ -159,7 +159,8 @@ static int open_buffers(tuned__check *c, size_t x_offset, size_t y_offset, tuned
     if ((rc = alloc(c, &c->x_alloc, c->x_alloc_bytes, "the input", e)) ||
         (rc = alloc(c, &c->y_alloc, c->y_alloc_bytes, "the output", e)) ||
         (rc = alloc(c, &c->counters, 16, "the check counters", e)) ||
-        (rc = alloc(c, &c->stats, c->shape.rows * 2 * sizeof(double), "row statistics", e)))
+        (rc = alloc(c, &c->stats, REFERENCE_ROWS_CHECKED * 2 * sizeof(double),
+                    "row statistics", e)))
         return rc;
     if (tuned__kernel_backward(c->kernel)) {
         /* Rows that are not aligned anyway: dy one element further in than
@@ -250,27 +251,31 @@ int tuned__check_input(tuned__check *c, tuned__err *e)
     return 0;
 }
 
-/* Runs the reference check of y; *bad and *first get the count and the
- * first wrong element. row_stats may be 0 (not wanted). */
-static int compare(tuned__check *c, CUdeviceptr row_stats, uint64_t *bad, uint64_t *first,
-                   tuned__err *e)
+/* Runs the reference check of nrows rows of y from row first_row; *bad
+ * and *first get the count and the first wrong element (counted from
+ * first_row). row_stats may be 0 (not wanted), else it gets the rows'
+ * (max, sum) pairs. */
+static int compare_rows(tuned__check *c, uint64_t first_row, uint64_t nrows,
+                        CUdeviceptr row_stats, uint64_t *bad, uint64_t *first, tuned__err *e)
 {
-    long long rows = (long long)c->shape.rows, stride = (long long)c->shape.cols;
+    long long rows = (long long)nrows, stride = (long long)c->shape.cols;
     int cols = (int)c->shape.cols;
+    CUdeviceptr at = first_row * c->shape.cols * c->esize;
+    CUdeviceptr x = c->x + at, x2 = c->x2 != 0 ? c->x2 + at : 0, y = c->y + at;
     CUdeviceptr bad_ptr = c->counters, first_ptr = c->counters + 8;
     CU(c->d->cuMemsetD32Async(c->counters, 0, 2, c->stream), "clearing the check counters");
     CU(c->d->cuMemsetD32Async(first_ptr, 0xFFFFFFFFu, 2, c->stream),
        "clearing the check counters");
-    unsigned grid = grid_for(c->shape.rows, 1, 65535);
+    unsigned grid = grid_for(nrows, 1, 65535);
     int log = tuned__kernel_log(c->kernel);
     if (tuned__kernel_backward(c->kernel)) {
-        void *args[] = {&c->x, &c->x2, &c->y, &rows, &cols, &stride, &c->rtol, &c->atol,
+        void *args[] = {&x, &x2, &y, &rows, &cols, &stride, &c->rtol, &c->atol,
                         &bad_ptr, &first_ptr, &row_stats, &log};
         CU(c->d->cuLaunchKernel(c->check_bwd, grid, 1, 1, 256, 1, 1, 0, c->stream, args, NULL),
            "launching the reference check");
     } else {
         double scale = c->scale;
-        void *args[] = {&c->x, &c->y, &rows, &cols, &stride, &c->rtol, &c->atol,
+        void *args[] = {&x, &y, &rows, &cols, &stride, &c->rtol, &c->atol,
                         &bad_ptr, &first_ptr, &row_stats, &scale, &log};
         CU(c->d->cuLaunchKernel(c->check, grid, 1, 1, 256, 1, 1, 0, c->stream, args, NULL),
            "launching the reference check");
@@ -288,9 +293,6 @@ int tuned__check_reference(tuned__check *c, tuned__err *e)
     int rc = tuned__check_input(c, e);
     if (rc != 0)
         return rc;
-    uint64_t bad, first;
-    if ((rc = compare(c, c->stats, &bad, &first, e)) != 0)
-        return rc;
     uint64_t rows = c->shape.rows, cols = c->shape.cols;
     /* The generator's special rows (reference.cu) among them. */
     uint64_t picks[REFERENCE_ROWS_CHECKED] = {0,        1,           rows / 3,     rows / 2,
@@ -304,12 +306,18 @@ int tuned__check_reference(tuned__check *c, tuned__err *e)
     for (size_t i = 0; i < REFERENCE_ROWS_CHECKED; i++) {
         uint64_t r = picks[i] < rows ? picks[i] : rows - 1;
         double gpu_stats[2], m, s;
+        /* The reference's statistics of this row alone, into its slot. */
+        uint64_t bad, first;
+        CUdeviceptr slot = c->stats + i * 2 * sizeof(double);
+        if ((rc = compare_rows(c, r, 1, slot, &bad, &first, e)) != 0) {
+            free(row);
+            return rc;
+        }
         CUresult cr = c->d->cuMemcpyDtoH(row, c->x + r * row_bytes, row_bytes);
         if (cr == CUDA_SUCCESS && backward)
             cr = c->d->cuMemcpyDtoH(row2, c->x2 + r * row_bytes, row_bytes);
         if (cr == CUDA_SUCCESS)
-            cr = c->d->cuMemcpyDtoH(gpu_stats, c->stats + r * 2 * sizeof(double),
-                                    sizeof gpu_stats);
+            cr = c->d->cuMemcpyDtoH(gpu_stats, slot, sizeof gpu_stats);
         if (cr != CUDA_SUCCESS) {
             free(row);
             return tuned__cuda_check(c->d, cr, e, "reading a row for the reference check");
@@ -394,7 +402,7 @@ int tuned__check_run(tuned__check *c, const tuned__launch *l, tuned__workspace *
     if ((rc = plant_stray_write(c, poison, e)) != 0)
         return rc;
     uint64_t bad, first;
-    if ((rc = compare(c, 0, &bad, &first, e)) != 0)
+    if ((rc = compare_rows(c, 0, c->shape.rows, 0, &bad, &first, e)) != 0)
         return rc;
     uint64_t cols = c->shape.cols;
     if (bad != 0) {
@@ -421,7 +429,7 @@ static uint64_t rows_to_check(const tuned__driver *d, const tuned__shape *s)
     if (d->cuMemGetInfo(&freemem, &total) != CUDA_SUCCESS)
         return s->rows;
     uint64_t per_row = tuned__kernel_tensors(tuned__shape_kernel(s)) * s->cols *
-                           tuned_dtype_size(s->dtype) + 16;
+                           tuned_dtype_size(s->dtype);
     uint64_t budget = freemem / 2;
     uint64_t fit = budget > 2 * TUNED__CHECK_GUARD_BYTES
                        ? (budget - 2 * TUNED__CHECK_GUARD_BYTES) / per_row

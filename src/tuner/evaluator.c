@@ -275,10 +275,10 @@ int tuned__evaluator_open(tuned__evaluator **out, const tuned__driver *d, const 
      * buffers are 16-byte aligned. */
     if ((ev->opts.x_offset * esize) % 16 != 0 || (ev->opts.y_offset * esize) % 16 != 0)
         ev->opts.codegen.unaligned = true;
-    /* Inputs, output, flush buffer and the float64 reference's statistics
-     * must fit with room to spare. */
+    /* Inputs, output (with its guards) and the flush buffer must fit with
+     * room to spare. */
     size_t need = tuned__kernel_tensors(tuned__shape_kernel(s)) * ev->bytes +
-                  2 * (size_t)gpu->l2_bytes + s->rows * 16 + 2 * TUNED__CHECK_GUARD_BYTES;
+                  2 * (size_t)gpu->l2_bytes + 2 * TUNED__CHECK_GUARD_BYTES;
     int rc = 0;
     if (need > gpu->total_mem - gpu->total_mem / 8) {
         rc = tuned__errf(e, TUNED_EINVAL,
