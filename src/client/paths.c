@@ -49,22 +49,12 @@ void tuned__listen_socket(char *out, size_t n)
 
 void tuned__default_socket(char *out, size_t n)
 {
-    const char *env = getenv("TUNED_SOCKET");
-    const char *xdg = getenv("XDG_RUNTIME_DIR");
-    if (env != NULL && *env != '\0') {
-        snprintf(out, n, "%s", env);
-        return;
-    }
     /* A user's own daemon first, then the service; where neither listens
-     * (a daemon about to start), the user's when there is a runtime
-     * directory, else the service's. */
-    char user[4096] = "";
-    if (xdg != NULL && *xdg == '/')
-        snprintf(user, sizeof user, "%s/tuned/tuned.sock", xdg);
-    if (user[0] != '\0' && is_socket(user))
-        snprintf(out, n, "%s", user);
-    else if (is_socket(SERVICE_SOCKET))
+     * (a daemon about to start), where a daemon would listen. */
+    tuned__listen_socket(out, n);
+    const char *env = getenv("TUNED_SOCKET");
+    if ((env != NULL && *env != '\0') || is_socket(out))
+        return;
+    if (is_socket(SERVICE_SOCKET))
         snprintf(out, n, "%s", SERVICE_SOCKET);
-    else
-        snprintf(out, n, "%s", user[0] != '\0' ? user : SERVICE_SOCKET);
 }
