@@ -14,6 +14,21 @@ import threading
 import time
 
 
+class Tally:
+    """A test's verdicts: "ok:" and "FAIL:" lines on stdout, and the
+    failures counted."""
+
+    def __init__(self):
+        self.failures = 0
+
+    def fail(self, msg):
+        self.failures += 1
+        print("FAIL:", msg, flush=True)
+
+    def ok(self, msg):
+        print("ok:", msg, flush=True)
+
+
 class Client:
     """A connection to a daemon; line() is None once it closed."""
 

@@ -43,24 +43,17 @@ import tempfile
 import threading
 import time
 
-from daemon_client import Client, Serve, stop_process
+from daemon_client import Client, Serve, Tally, stop_process
 
 TUNED = os.path.abspath(sys.argv[1])
 POLICY = "l2flush-settle-events-median/3"
 H200 = "NVIDIA H200"
 H200_ID = f"{H200}|sm_90|132sm|143771MiB|drv13000|nvrtc13.0|tpl0123456789abcdef"
-failures = 0
 tmp = tempfile.mkdtemp(prefix="test_abuse.")
 
 
-def fail(msg):
-    global failures
-    failures += 1
-    print("FAIL:", msg, flush=True)
-
-
-def ok(msg):
-    print("ok:", msg, flush=True)
+tally = Tally()
+fail, ok = tally.fail, tally.ok
 
 
 def fnv(s):
@@ -719,5 +712,5 @@ finally:
             d.p.kill()
             d.p.wait()
     shutil.rmtree(tmp, ignore_errors=True)
-print(f"{failures} failures")
-sys.exit(1 if failures else 0)
+print(f"{tally.failures} failures")
+sys.exit(1 if tally.failures else 0)

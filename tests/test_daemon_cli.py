@@ -34,23 +34,16 @@ import sys
 import tempfile
 import time
 
-from daemon_client import Client, Serve, call_once, stop_process
+from daemon_client import Client, Serve, Tally, call_once, stop_process
 
 TUNED = os.path.abspath(sys.argv[1])
 FAKE = {"TUNED_TEST_FAKE_GPU": "1", "TUNED_TEST_FAKE_MS": "1"}
-failures = 0
 tmp = tempfile.mkdtemp(prefix="test_daemon_cli.")
 DAEMONS = []
 
 
-def fail(msg):
-    global failures
-    failures += 1
-    print("FAIL:", msg, flush=True)
-
-
-def ok(msg):
-    print("ok:", msg, flush=True)
+tally = Tally()
+fail, ok = tally.fail, tally.ok
 
 
 def run(*args, env=None, timeout=60):
@@ -362,7 +355,7 @@ def main():
             case(db)
         except Exception as e:  # a case that crashed is a failed case, not a stopped suite
             fail(f"{case.__name__}: {type(e).__name__}: {e}")
-    return 1 if failures else 0
+    return 1 if tally.failures else 0
 
 
 if __name__ == "__main__":
@@ -375,5 +368,5 @@ if __name__ == "__main__":
                 d.p.kill()
                 d.p.wait()
         shutil.rmtree(tmp, ignore_errors=True)
-    print(f"{failures} failures")
+    print(f"{tally.failures} failures")
     sys.exit(rc)

@@ -40,10 +40,9 @@ import tempfile
 import threading
 import time
 
-from daemon_client import Client, Serve, call_all_at_once, call_once, stop_process, wait_for
+from daemon_client import Client, Serve, Tally, call_all_at_once, call_once, stop_process, wait_for
 
 TUNED = os.path.abspath(sys.argv[1])
-failures = 0
 tmp = tempfile.mkdtemp(prefix="tfd.")
 REDIS_SOCK = os.path.join(tmp, "redis.sock")
 REMOTE = "unix://" + REDIS_SOCK
@@ -53,14 +52,8 @@ redis_proc = None
 DAEMONS = []
 
 
-def fail(msg):
-    global failures
-    failures += 1
-    print("FAIL:", msg, flush=True)
-
-
-def ok(msg):
-    print("ok:", msg, flush=True)
+tally = Tally()
+fail, ok = tally.fail, tally.ok
 
 
 # ---- a minimal Redis client (RESP over the Unix socket) ----
@@ -495,7 +488,7 @@ def main():
         rc = d.stop()
         if rc not in (0, None, -9):
             fail(f"daemon {d.name} exited {rc}")
-    return 1 if failures else 0
+    return 1 if tally.failures else 0
 
 
 def cleanup():
