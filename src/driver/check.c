@@ -159,8 +159,7 @@ static int open_buffers(tuned__check *c, size_t x_offset, size_t y_offset, tuned
     if ((rc = alloc(c, &c->x_alloc, c->x_alloc_bytes, "the input", e)) ||
         (rc = alloc(c, &c->y_alloc, c->y_alloc_bytes, "the output", e)) ||
         (rc = alloc(c, &c->counters, 16, "the check counters", e)) ||
-        (rc = alloc(c, &c->stats, REFERENCE_ROWS_CHECKED * 2 * sizeof(double),
-                    "row statistics", e)))
+        (rc = alloc(c, &c->stats, 2 * sizeof(double), "row statistics", e)))
         return rc;
     if (tuned__kernel_backward(c->kernel)) {
         /* Rows that are not aligned anyway: dy one element further in than
@@ -306,10 +305,9 @@ int tuned__check_reference(tuned__check *c, tuned__err *e)
     for (size_t i = 0; i < REFERENCE_ROWS_CHECKED; i++) {
         uint64_t r = picks[i] < rows ? picks[i] : rows - 1;
         double gpu_stats[2], m, s;
-        /* The reference's statistics of this row alone, into its slot. */
+        /* The reference's statistics of this row alone. */
         uint64_t bad, first;
-        CUdeviceptr slot = c->stats + i * 2 * sizeof(double);
-        if ((rc = compare_rows(c, r, 1, slot, &bad, &first, e)) != 0) {
+        if ((rc = compare_rows(c, r, 1, c->stats, &bad, &first, e)) != 0) {
             free(row);
             return rc;
         }
@@ -317,7 +315,7 @@ int tuned__check_reference(tuned__check *c, tuned__err *e)
         if (cr == CUDA_SUCCESS && backward)
             cr = c->d->cuMemcpyDtoH(row2, c->x2 + r * row_bytes, row_bytes);
         if (cr == CUDA_SUCCESS)
-            cr = c->d->cuMemcpyDtoH(gpu_stats, slot, sizeof gpu_stats);
+            cr = c->d->cuMemcpyDtoH(gpu_stats, c->stats, sizeof gpu_stats);
         if (cr != CUDA_SUCCESS) {
             free(row);
             return tuned__cuda_check(c->d, cr, e, "reading a row for the reference check");

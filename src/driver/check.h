@@ -66,8 +66,8 @@ typedef struct tuned__check {
                                           anyway); else 0 */
     size_t x2_alloc_bytes;
     CUdeviceptr counters;              /* wrong elements, first wrong index */
-    CUdeviceptr stats;                 /* the reference's (max, sum) of the rows
-                                          tuned__check_reference() picks */
+    CUdeviceptr stats;                 /* the reference's (max, sum) of the row
+                                          tuned__check_reference() checks */
     CUmodule module;                   /* reference.cu */
     CUfunction gen, check;
     CUfunction gen_grad, gen_probs, check_bwd; /* the backward kernels' */
