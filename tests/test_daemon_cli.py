@@ -173,8 +173,9 @@ def case_get_compatible(db):
 
 
 def first_generation(d, job, timeout=60):
-    """Variants job had evaluated when it first reported generation 0 (its
-    first population), polled every 10 ms; None if it ended unseen."""
+    """Variants job had evaluated when its generation 0 (its first
+    population) ended, polled every 10 ms; None if that went unseen. The
+    job reports generation -1 until then, however many it evaluated."""
     c = Client(d.sock)
     try:
         deadline = time.time() + timeout
@@ -184,8 +185,10 @@ def first_generation(d, job, timeout=60):
             if not r.get("ok"):  # not submitted yet
                 time.sleep(0.01)
                 continue
-            if v.get("generation") == 0 and v.get("evaluated", 0) > 0:
+            if v.get("generation") == 0:
                 return v["evaluated"]
+            if v.get("generation", -1) > 0:  # generation 0 ended unseen
+                return None
             if v.get("state") not in ("queued", "running"):
                 return None
             time.sleep(0.01)

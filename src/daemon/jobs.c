@@ -758,6 +758,7 @@ int tuned__jobs_submit(tuned__jobs *j, const tuned__job_params *p, uint64_t *id,
     jb->v.gpu_fp = p->gpu_fp;
     snprintf(jb->v.gpu_name, sizeof jb->v.gpu_name, "%s", j->slots[i].info.gpu.name);
     jb->v.device = -1;
+    jb->v.generation = -1;
     jb->v.budget = p->search.budget;
     jb->search = p->search;
     jb->finalist_rounds = p->finalist_rounds;

@@ -101,7 +101,7 @@ typedef struct tuned__job_view {
     size_t budget;
     size_t evaluated;          /* variants evaluated so far */
     size_t failed;             /* of those, how many failed */
-    int generation;
+    int generation;            /* of the search; -1 before the first ends */
     bool have_best;
     char best_config[TUNED__CONFIG_TEXT];
     double best_us;
