@@ -546,7 +546,7 @@ static void test_invalid(tuned__fleet *f)
         const char *what, *expect;
         tuned__record r;
         tuned__fleet_id id;
-    } cases[4];
+    } cases[5];
     /* a config this build cannot parse */
     cases[0].what = "wrong config";
     cases[0].expect = "config";
@@ -572,7 +572,14 @@ static void test_invalid(tuned__fleet *f)
     cases[3].r = make_record(32, 128, 3.0);
     cases[3].r.copy_us = 0.0;
     cases[3].id = id_of(&cases[3].r);
-    for (int i = 0; i < 4; i++) {
+    /* another text of a config this build runs (a leading zero): taken,
+     * it would stand beside the canonical text's history of one variant */
+    cases[4].what = "config not canonical";
+    cases[4].expect = "not in canonical form";
+    cases[4].r = make_record(16, 4096, 4.0);
+    snprintf(cases[4].r.config, sizeof cases[4].r.config, "w0%s", CONFIG + 1);
+    cases[4].id = id_of(&cases[4].r);
+    for (int i = 0; i < 5; i++) {
         rec_key(key, sizeof key, &cases[i].id);
         plant(key, &cases[i].r);
         result *x = res();

@@ -116,6 +116,37 @@ typedef struct refusal {
     const char *why;
 } refusal;
 
+/* Texts that parse to a valid config but are not its printed form: the
+ * canonical parse refuses each, naming the form it prints as, with the
+ * code asked for; the printed form itself passes. */
+static void canonical_form(void)
+{
+    static const char *const canon = "w8.r1.c4.m2.v8.ld=el.st=def.reg=pk";
+    static const char *const others[] = {
+        "w08.r1.c4.m2.v8.ld=el.st=def.reg=pk",           /* a leading zero */
+        "w8..r1.c4.m2.v8.ld=el.st=def.reg=pk",           /* an empty field */
+        "w8.r1.c4.m2.v8.ld=el.st=def.reg=pk.",           /* a trailing dot */
+        "w8.r1.c4.m2.v8.ld=el.st=def.reg=pk.red=split",  /* the default, spelt out */
+    };
+    tuned__err e = {0};
+    tuned__config c, want;
+    EXPECT(tuned__config_parse_canonical(canon, TUNED_ESTORE, &want, &e) == 0, "%s", e.msg);
+    for (size_t i = 0; i < sizeof others / sizeof others[0]; i++) {
+        e = (tuned__err){0};
+        EXPECT(tuned__config_parse(others[i], &c, &e) == 0 && tuned__config_equal(&c, &want),
+               "'%s' is not another text of %s: %s", others[i], canon, e.msg);
+        e = (tuned__err){0};
+        EXPECT(tuned__config_parse_canonical(others[i], TUNED_ESTORE, &c, &e) == TUNED_ESTORE &&
+                   e.code == TUNED_ESTORE && strstr(e.msg, "canonical") != NULL &&
+                   strstr(e.msg, canon) != NULL,
+               "'%s' taken as canonical: %s", others[i], e.msg);
+    }
+    e = (tuned__err){0};
+    EXPECT(tuned__config_parse_canonical("w8.r1.bogus", TUNED_EINVAL, &c, &e) == TUNED_EINVAL &&
+               e.code == TUNED_EINVAL && strstr(e.msg, "w8.r1.bogus") != NULL,
+           "an unparsable text: %d %s", e.code, e.msg);
+}
+
 static void expect_refused(const refusal *refused, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
@@ -900,6 +931,7 @@ int main(void)
     kernel_spaces();
     one_rule();
     text_round_trip();
+    canonical_form();
     stash();
     replicas();
     constraints();

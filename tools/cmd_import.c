@@ -87,13 +87,8 @@ static int check(void *ctx, const tuned__record *r, tuned__err *e)
 {
     tuned__pace(&((import_ctx *)ctx)->pacer);
     tuned__config cfg;
-    char canon[TUNED__CONFIG_TEXT];
-    if (tuned__config_parse(r->config, &cfg, e) != 0)
-        return e->code;
-    tuned__config_format(&cfg, canon, sizeof canon);
-    if (strcmp(canon, r->config) != 0)
-        return tuned__errf(e, TUNED_EINVAL, "config '%s' is not in canonical form ('%s')",
-                           r->config, canon);
+    if (tuned__config_parse_canonical(r->config, TUNED_EINVAL, &cfg, e) != 0)
+        return TUNED_EINVAL;
     if (r->key.rows > TUNED__MAX_ROWS || r->key.cols > TUNED__MAX_COLS)
         return tuned__errf(e, TUNED_EINVAL, "shape %llux%llu is beyond tuned's limits",
                            (unsigned long long)r->key.rows, (unsigned long long)r->key.cols);

@@ -244,6 +244,23 @@ int tuned__config_parse(const char *text, tuned__config *out, tuned__err *e)
     return parsed(text, &c, out, e);
 }
 
+int tuned__config_parse_canonical(const char *text, int code, tuned__config *out, tuned__err *e)
+{
+    tuned__config c;
+    int rc = tuned__config_parse(text, &c, e);
+    if (rc != 0) {
+        if (e != NULL)
+            e->code = code;
+        return code;
+    }
+    char canon[TUNED__CONFIG_TEXT];
+    tuned__config_format(&c, canon, sizeof canon);
+    if (strcmp(canon, text) != 0)
+        return tuned__errf(e, code, "config '%s' is not in canonical form ('%s')", text, canon);
+    *out = c;
+    return 0;
+}
+
 bool tuned__config_equal(const tuned__config *a, const tuned__config *b)
 {
     return a->family == b->family && a->warps == b->warps && a->rows == b->rows &&

@@ -212,6 +212,14 @@ void tuned__config_format(const tuned__config *c, char *buf, size_t n);
  * the syntax, and the rules of tuned__config_check that need no shape. */
 int tuned__config_parse(const char *text, tuned__config *out, tuned__err *e);
 
+/* tuned__config_parse, then refuses (code) a text that does not print back
+ * as itself: leading zeros, empty fields, an explicit default. The text of
+ * a record names its variant in the store, the history and the fleet, so
+ * where records come in from outside (import, the fleet) two texts of one
+ * variant must not both be taken; configs read from this build's own store
+ * are parsed with tuned__config_parse, which keeps older records usable. */
+int tuned__config_parse_canonical(const char *text, int code, tuned__config *out, tuned__err *e);
+
 bool tuned__config_equal(const tuned__config *a, const tuned__config *b);
 
 /* Threads that share one row. */

@@ -238,14 +238,8 @@ int tuned__fleet_check_record(const void *text, size_t len, const tuned__fleet_i
         return TUNED_ESTORE;
     }
     tuned__config cfg;
-    char canon[TUNED__CONFIG_TEXT];
-    tuned__err ce = {0};
-    if (tuned__config_parse(r.config, &cfg, &ce) != 0)
-        return tuned__errf(e, TUNED_ESTORE, "config '%s' does not parse: %s", r.config, ce.msg);
-    tuned__config_format(&cfg, canon, sizeof canon);
-    if (strcmp(canon, r.config) != 0)
-        return tuned__errf(e, TUNED_ESTORE, "config '%s' is not in canonical form ('%s')",
-                           r.config, canon);
+    if (tuned__config_parse_canonical(r.config, TUNED_ESTORE, &cfg, e) != 0)
+        return TUNED_ESTORE;
     if (r.key.rows > MAX_DIM || r.key.cols > MAX_DIM)
         return tuned__errf(e, TUNED_ESTORE, "shape %" PRIu64 "x%" PRIu64 " is out of range",
                            r.key.rows, r.key.cols);
