@@ -200,13 +200,14 @@ def first_generation(d, job, timeout=60):
 def case_effort(db):
     """`tuned tune --effort quick` through a daemon runs quick's search
     (its first population 16, 2 finalist rounds), not the default one (40,
-    3); a seed the protocol cannot carry is refused, not dropped."""
+    3), and its progress says "gen -" until the first generation ends; a
+    seed the protocol cannot carry is refused, not dropped."""
     del db  # a store of its own
     d = Daemon("effort", env={"TUNED_TEST_FAKE_MS": "30"})
     if not d.start():
         return fail("effort: daemon did not start: " + d.logtext())
     cli = subprocess.Popen([TUNED, "tune", "--socket", d.sock, "--shape", "64x8192", "--effort",
-                            "quick", "-q"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            "quick"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                            text=True)
     first = first_generation(d, 1)
     _, err = cli.communicate(timeout=120)
@@ -219,6 +220,8 @@ def case_effort(db):
         fail(f"effort: tuned tune --effort quick exited {cli.returncode}: {err}")
     elif first != 16:
         fail(f"effort: quick's first generation evaluated {first} variants, not its population 16")
+    elif ": gen -  tried " not in err or "gen -1" in err:
+        fail(f"effort: the progress before the first generation ends is not 'gen -': {err}")
     elif "population 16, 2 finalist rounds" not in log:
         fail(f"effort: the job's log line does not say quick's search: {log}")
     elif rc_seed != 2 or len(err_seed.splitlines()) != 1 or "--seed" not in err_seed or \

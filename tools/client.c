@@ -198,9 +198,13 @@ static void job_progress(const cli_opts *o, json_int_t id, const json_t *job)
         return;
     }
     const char *state = json_string_value(json_object_get(job, "state"));
-    fprintf(stderr, "tuned: job %lld %s: gen %lld  tried %lld/%lld  failed %lld  best %.2f us  %s  %.1fs\n",
-            (long long)id, state ? state : "?",
-            (long long)json_integer_value(json_object_get(job, "generation")),
+    /* -1 until the first generation ends */
+    json_int_t gen = json_integer_value(json_object_get(job, "generation"));
+    char gen_text[24] = "-";
+    if (gen >= 0)
+        snprintf(gen_text, sizeof gen_text, "%lld", (long long)gen);
+    fprintf(stderr, "tuned: job %lld %s: gen %s  tried %lld/%lld  failed %lld  best %.2f us  %s  %.1fs\n",
+            (long long)id, state ? state : "?", gen_text,
             (long long)json_integer_value(json_object_get(job, "evaluated")),
             (long long)json_integer_value(json_object_get(job, "budget")),
             (long long)json_integer_value(json_object_get(job, "failed")),
