@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/floor-probe.sh OUT: on the GPU machine, what the few-row, long-row
+# bench/floor-probe.sh OUT [tiers]: on the GPU machine, what the few-row, long-row
 # (decode) shapes can reach at all. Builds bench/floor_probe.cu with nvcc
 # for sm_90 and runs the bare skeletons of a one-launch softmax (load,
 # exchange across the row's blocks, store; no arithmetic) against a copy of
@@ -8,15 +8,20 @@
 # 8x262144 fp16 (clusters of 8 and 16 blocks a row) with
 # build/bench/probe_settle at the evaluator's 100 µs pause, beside that
 # evaluator's copy. OUT/floor-probe.txt keeps both tables.
+# With `tiers`, only the skeletons of a row over one cluster against a row
+# over K clusters (floor_probe.cu's `tiers` mode), into OUT/tiers-probe.txt.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
-out=${1:?usage: bench/floor-probe.sh OUT}
+out=${1:?usage: bench/floor-probe.sh OUT [tiers]}
+mode=${2:-}
 mkdir -p "$out"
 log="$out/floor-probe.txt"
+[[ $mode == tiers ]] && log="$out/tiers-probe.txt"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$log"
 /usr/local/cuda/bin/nvcc -O3 -std=c++17 -arch=sm_90 -o /tmp/floor_probe bench/floor_probe.cu
-/tmp/floor_probe | tee -a "$log"
+/tmp/floor_probe $mode | tee -a "$log"
+[[ $mode == tiers ]] && exit 0
 
 # shellcheck source=bench/probe-env.sh
 source bench/probe-env.sh

@@ -21,6 +21,17 @@
  *            with return, its value waited for at the exchange)
  *   cluster  load, barrier.cluster arrive/wait (one cluster a row, of up
  *            to 16 blocks), store: the cheapest exchange a cluster has
+ *   tiers    (`floor_probe tiers`) a row over K clusters of C blocks: the
+ *            cluster barrier, then block 0 of each cluster publishes a
+ *            tagged pair to global memory and warp 0 of every block polls
+ *            the row's K pairs (one L2 round trip among K writers, not
+ *            K x C); launched cooperatively where the driver takes a
+ *            cluster launch so, else with no more clusters than fit at
+ *            once. With `+exp` every skeleton also computes one exp per
+ *            element (ex2.approx of a scaled input, summed into the folded
+ *            value), the arithmetic a softmax adds, so the line says what a
+ *            row spread over K times more SMs saves in exps and pays in
+ *            its second exchange.
  *   tma      the cluster skeleton with the part brought into shared memory
  *            by the bulk copy engine (cp.async.bulk, one per block, done on
  *            an mbarrier) instead of register loads: whether the engine
@@ -38,17 +49,19 @@
  * (cudaMemcpyAsync of the same bytes) is timed the same way in the run. */
 
 #include <cuda.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <vector>
 
 #include "probe_common.cuh"
 
 
-enum Exchange { NOTHING, COPY, GRID, PAIRS, TICKET, CLUSTER };
+enum Exchange { NOTHING, COPY, GRID, PAIRS, TICKET, CLUSTER, TIERS };
 
 /* ---- device ---- */
 
@@ -121,11 +134,73 @@ __device__ __forceinline__ void grid_pairs(unsigned *counter, unsigned target, u
     __syncthreads();
 }
 
+/* The row's K clusters after each one's barrier: block 0 of a cluster
+ * publishes the cluster's pair tagged with the launch's target; warp 0 of
+ * every block polls the row's K pairs (lane k reads cluster k's) until all
+ * tags match, so no second cluster round is needed. */
+__device__ __forceinline__ void tier_pairs(unsigned *counter, unsigned target, unsigned fold,
+                                           int per_row)
+{
+    cluster_barrier();
+    unsigned rank, cluster_id;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
+    asm volatile("mov.u32 %0, %%clusterid.x;" : "=r"(cluster_id));
+    unsigned long long *slots = (unsigned long long *)(counter + 16) +
+                                2 * (cluster_id - cluster_id % (unsigned)per_row);
+    const unsigned long long tag = (unsigned long long)target << 32;
+    if (rank == 0 && threadIdx.x == 0)
+        asm volatile("st.relaxed.gpu.global.v2.u64 [%0], {%1, %2};"
+                     ::"l"(slots + 2 * (cluster_id % per_row)), "l"(tag | fold), "l"(tag | 2u)
+                     : "memory");
+    if (threadIdx.x < 32) {
+        bool ready;
+        do {
+            unsigned long long a = tag, b = tag;
+            if ((int)threadIdx.x < per_row)
+                asm volatile("ld.relaxed.gpu.global.v2.u64 {%0, %1}, [%2];"
+                             : "=l"(a), "=l"(b) : "l"(slots + 2 * threadIdx.x) : "memory");
+            ready = __all_sync(0xffffffffu, (a >> 32) == target && (b >> 32) == target);
+        } while (!ready);
+    }
+    __syncthreads();
+}
+
+/* One exp per element of a thread's vectors (EXPS 1: eight fp16 halves a
+ * vector, 2: four floats), summed: what a softmax's exp-and-sum stage
+ * issues to the MUFU unit, folded into the value the exchange carries. */
+template <int ITERS, int EXPS> __device__ __forceinline__ unsigned exp_sum(const uint4 (&v)[ITERS])
+{
+    float sum = 0.0f;
+#pragma unroll
+    for (int i = 0; i < ITERS; i++) {
+        const unsigned w[4] = {v[i].x, v[i].y, v[i].z, v[i].w};
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            float x[2];
+            int n = 1;
+            if (EXPS == 1) {
+                const __half2 h = *reinterpret_cast<const __half2 *>(&w[j]);
+                x[0] = __low2float(h);
+                x[1] = __high2float(h);
+                n = 2;
+            } else {
+                x[0] = __uint_as_float(w[j]);
+            }
+            for (int k = 0; k < n; k++) {
+                float e;
+                asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(fminf(x[k], 0.0f) * 1.4427f - 1.0f));
+                sum += e;
+            }
+        }
+    }
+    return __float_as_uint(sum);
+}
+
 /* Register skeleton: each thread holds ITERS 16-byte vectors of its block's
  * part (vector i of the block at threadIdx.x + i * blockDim.x). */
-template <int ITERS, Exchange EX>
+template <int ITERS, Exchange EX, int EXPS = 0>
 __global__ void skeleton(const uint4 *in, uint4 *out, long long vecs, unsigned *counter,
-                         unsigned target)
+                         unsigned target, int per_row)
 {
     if (EX == NOTHING)
         return;
@@ -148,8 +223,12 @@ __global__ void skeleton(const uint4 *in, uint4 *out, long long vecs, unsigned *
 #pragma unroll
         for (int i = 0; i < ITERS; i++)
             fold ^= v[i].x;
+        if (EXPS)
+            fold ^= exp_sum<ITERS, EXPS>(v);
         fold = block_fold(fold);
-        if (EX == GRID)
+        if (EX == TIERS)
+            tier_pairs(counter, target, fold, per_row);
+        else if (EX == GRID)
             grid_barrier(counter, target, fold);
         else if (EX == CLUSTER)
             cluster_barrier();
@@ -233,7 +312,8 @@ template <typename F> static bool copied_right(const Buffers &b, F go)
 static const char *name(Exchange ex)
 {
     return ex == NOTHING ? "nothing" : ex == COPY ? "copy" : ex == GRID ? "grid"
-                         : ex == PAIRS ? "pairs" : ex == TICKET ? "ticket" : "cluster";
+                         : ex == PAIRS ? "pairs" : ex == TICKET ? "ticket"
+                         : ex == CLUSTER ? "cluster" : "tiers";
 }
 
 template <int ITERS, Exchange EX>
@@ -256,7 +336,8 @@ static void run_skeleton(Timer &timer, Buffers &b, int threads, float copy_us, i
     if (per_sm == 0)
         return; /* too many registers for the block */
     unsigned launches = 0, target = 0;
-    void *args[] = {&b.in, &b.out, (void *)&vecs, &b.counter, &target};
+    int per_row = 1;
+    void *args[] = {&b.in, &b.out, (void *)&vecs, &b.counter, &target, &per_row};
     auto go = [&] {
         target = (unsigned)blocks * ++launches;
         launch(kernel, blocks, threads, cluster, 0, args, coop);
@@ -307,6 +388,132 @@ static void run_all(Timer &timer, Buffers &b, float copy_us, int sms, bool coop 
     }
 }
 
+/* A launch in clusters of `cluster` blocks, cooperative as well when coop
+ * is set; the launch's error (cleared, so that the caller may retry). */
+static cudaError_t cluster_launch(const void *kernel, int blocks, int threads, int cluster,
+                                  bool coop, void **args)
+{
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(blocks);
+    cfg.blockDim = dim3(threads);
+    cudaLaunchAttribute attr[2];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = cluster;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    attr[1].id = cudaLaunchAttributeCooperative;
+    attr[1].val.cooperative = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = coop ? 2 : 1;
+    const cudaError_t err = cudaLaunchKernelExC(&cfg, kernel, args);
+    if (err != cudaSuccess)
+        (void)cudaGetLastError();
+    return err;
+}
+
+/* One row over K = blocks a row / cluster clusters of `cluster` blocks:
+ * EX == CLUSTER needs K = 1, EX == TIERS K from 2 to 32. */
+template <int ITERS, Exchange EX, int EXPS>
+static void run_tier(Timer &timer, Buffers &b, int threads, int cluster, float copy_us)
+{
+    const long long vecs = (long long)(b.bytes / 16);
+    const int blocks = (int)((vecs + (long long)ITERS * threads - 1) / ((long long)ITERS * threads));
+    if (blocks % b.rows != 0 || (blocks / b.rows) % cluster != 0)
+        return;
+    const int per_row = blocks / b.rows / cluster;
+    if ((EX == CLUSTER && per_row != 1) || (EX == TIERS && (per_row < 2 || per_row > 32)))
+        return;
+    const void *kernel = (const void *)skeleton<ITERS, EX, EXPS>;
+    if (cluster > 8)
+        CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+    /* every cluster of a tiered row must be resident while it waits */
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(blocks);
+    cfg.blockDim = dim3(threads);
+    cudaLaunchAttribute attr;
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = cluster;
+    attr.val.clusterDim.y = 1;
+    attr.val.clusterDim.z = 1;
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+    int fit = 0;
+    CHECK(cudaOccupancyMaxActiveClusters(&fit, kernel, &cfg));
+    if (fit < blocks / cluster) {
+        printf("  %-13s c%-2d k%-2d G%-4d t%-5d x%-3d only %d clusters fit\n", name(EX), cluster,
+               per_row, blocks, threads, ITERS, fit);
+        return;
+    }
+    unsigned launches = 0, target = 0;
+    int rows_per_row = per_row;
+    void *args[] = {&b.in, &b.out, (void *)&vecs, &b.counter, &target, &rows_per_row};
+    bool coop = EX == TIERS;
+    if (coop) {
+        target = (unsigned)blocks * ++launches;
+        if (cluster_launch(kernel, blocks, threads, cluster, true, args) != cudaSuccess)
+            coop = false;
+        CHECK(cudaDeviceSynchronize());
+    }
+    auto go = [&] {
+        target = (unsigned)blocks * ++launches;
+        CHECK(cluster_launch(kernel, blocks, threads, cluster, coop, args));
+    };
+    char label[32];
+    snprintf(label, sizeof label, "%s%s%s", name(EX), EXPS ? "+exp" : "", coop ? "+coop" : "");
+    if (!copied_right(b, go)) {
+        printf("  %-17s c%-2d k%-2d G%-4d t%-5d x%-3d WRONG\n", label, cluster, per_row, blocks,
+               threads, ITERS);
+        return;
+    }
+    const float t = timer.median_us(go);
+    printf("  %-17s c%-2d k%-2d G%-4d t%-5d x%-3d %7.2f us  copy%+.2f\n", label, cluster, per_row,
+           blocks, threads, ITERS, t, t - copy_us);
+}
+
+template <Exchange EX, int EXPS>
+static void run_tiers(Timer &timer, Buffers &b, float copy_us)
+{
+    for (int cluster : {4, 8, 16})
+        for (int threads : {256, 512, 1024}) {
+            run_tier<1, EX, EXPS>(timer, b, threads, cluster, copy_us);
+            run_tier<2, EX, EXPS>(timer, b, threads, cluster, copy_us);
+            run_tier<4, EX, EXPS>(timer, b, threads, cluster, copy_us);
+            run_tier<8, EX, EXPS>(timer, b, threads, cluster, copy_us);
+        }
+}
+
+/* `floor_probe tiers`: one cluster a row against K clusters a row, with
+ * and without the exps, on the shapes a row's cluster of 16 SMs bounds. */
+static void probe_tiers(Timer &timer, const char *label, int rows, size_t bytes, bool fp32)
+{
+    Buffers b;
+    b.bytes = bytes;
+    b.rows = rows;
+    b.host.resize(bytes);
+    for (size_t i = 0; i < bytes; i++)
+        b.host[i] = (unsigned char)(i * 2654435761u >> 13);
+    CHECK(cudaMalloc(&b.in, bytes));
+    CHECK(cudaMalloc(&b.out, bytes));
+    CHECK(cudaMalloc(&b.counter, 64 + 16 * 128));
+    CHECK(cudaMemset(b.counter, 0, 64 + 16 * 128));
+    CHECK(cudaMemcpy(b.in, b.host.data(), bytes, cudaMemcpyHostToDevice));
+    const float copy = timer.median_us(
+        [&] { CHECK(cudaMemcpyAsync(b.out, b.in, bytes, cudaMemcpyDeviceToDevice)); });
+    printf("%s (%zu KB): copy engine %.2f us\n", label, bytes / 1024, copy);
+    run_tiers<CLUSTER, 0>(timer, b, copy);
+    run_tiers<TIERS, 0>(timer, b, copy);
+    if (fp32) {
+        run_tiers<CLUSTER, 2>(timer, b, copy);
+        run_tiers<TIERS, 2>(timer, b, copy);
+    } else {
+        run_tiers<CLUSTER, 1>(timer, b, copy);
+        run_tiers<TIERS, 1>(timer, b, copy);
+    }
+    CHECK(cudaFree(b.in));
+    CHECK(cudaFree(b.out));
+    CHECK(cudaFree(b.counter));
+}
+
 static void probe(Timer &timer, const char *label, int rows, size_t bytes, int sms)
 {
     Buffers b;
@@ -326,7 +533,8 @@ static void probe(Timer &timer, const char *label, int rows, size_t bytes, int s
         for (int threads : {128, 512}) {
             unsigned zero = 0;
             long long none = 0;
-            void *args[] = {&b.in, &b.out, &none, &b.counter, &zero};
+            int one = 1;
+            void *args[] = {&b.in, &b.out, &none, &b.counter, &zero, &one};
             const float t = timer.median_us(
                 [&] { launch((const void *)skeleton<1, NOTHING>, blocks, threads, 1, 0, args); });
             printf("  nothing       G%-4d t%-5d       %7.2f us  copy%+.2f\n", blocks, threads, t,
@@ -352,13 +560,21 @@ static void probe(Timer &timer, const char *label, int rows, size_t bytes, int s
     CHECK(cudaFree(b.counter));
 }
 
-int main()
+int main(int argc, char **argv)
 {
     cudaDeviceProp prop;
     CHECK(cudaGetDeviceProperties(&prop, 0));
     printf("device: %s, %d SMs, L2 %d MiB\n", prop.name, prop.multiProcessorCount,
            prop.l2CacheSize >> 20);
     Timer timer(60, 100000); /* the evaluator's 100 us settle */
+    if (argc > 1 && strcmp(argv[1], "tiers") == 0) {
+        probe_tiers(timer, "1x128256 fp16", 1, 128256 * 2, false);
+        probe_tiers(timer, "1x262144 fp16", 1, 262144 * 2, false);
+        probe_tiers(timer, "1x262144 fp32", 1, 262144 * 4, true);
+        probe_tiers(timer, "8x128256 fp16", 8, 8 * 128256 * 2, false);
+        probe_tiers(timer, "8x262144 fp16", 8, 8 * 262144 * 2, false);
+        return 0;
+    }
     probe(timer, "1x128256 fp16", 1, 128256 * 2, prop.multiProcessorCount);
     probe(timer, "1x262144 fp16", 1, 262144 * 2, prop.multiProcessorCount);
     probe(timer, "1x262144 fp32", 1, 262144 * 4, prop.multiProcessorCount);
