@@ -298,6 +298,34 @@ struct Buffers {
     std::vector<unsigned char> host;
 };
 
+/* Fills b with `rows` rows of `bytes` in all (a fixed byte pattern, a
+ * zeroed exchange counter) and times the copy engine's copy of them,
+ * printed under the label; that copy's median. */
+static float open_buffers(Timer &timer, Buffers &b, const char *label, int rows, size_t bytes)
+{
+    b.bytes = bytes;
+    b.rows = rows;
+    b.host.resize(bytes);
+    for (size_t i = 0; i < bytes; i++)
+        b.host[i] = (unsigned char)(i * 2654435761u >> 13);
+    CHECK(cudaMalloc(&b.in, bytes));
+    CHECK(cudaMalloc(&b.out, bytes));
+    CHECK(cudaMalloc(&b.counter, 64 + 16 * 128));
+    CHECK(cudaMemset(b.counter, 0, 64 + 16 * 128));
+    CHECK(cudaMemcpy(b.in, b.host.data(), bytes, cudaMemcpyHostToDevice));
+    const float copy = timer.median_us(
+        [&] { CHECK(cudaMemcpyAsync(b.out, b.in, bytes, cudaMemcpyDeviceToDevice)); });
+    printf("%s (%zu KB): copy engine %.2f us\n", label, bytes / 1024, copy);
+    return copy;
+}
+
+static void close_buffers(Buffers &b)
+{
+    CHECK(cudaFree(b.in));
+    CHECK(cudaFree(b.out));
+    CHECK(cudaFree(b.counter));
+}
+
 /* One launch into a cleared output: whether it holds the input. */
 template <typename F> static bool copied_right(const Buffers &b, F go)
 {
@@ -487,19 +515,7 @@ static void run_tiers(Timer &timer, Buffers &b, float copy_us)
 static void probe_tiers(Timer &timer, const char *label, int rows, size_t bytes, bool fp32)
 {
     Buffers b;
-    b.bytes = bytes;
-    b.rows = rows;
-    b.host.resize(bytes);
-    for (size_t i = 0; i < bytes; i++)
-        b.host[i] = (unsigned char)(i * 2654435761u >> 13);
-    CHECK(cudaMalloc(&b.in, bytes));
-    CHECK(cudaMalloc(&b.out, bytes));
-    CHECK(cudaMalloc(&b.counter, 64 + 16 * 128));
-    CHECK(cudaMemset(b.counter, 0, 64 + 16 * 128));
-    CHECK(cudaMemcpy(b.in, b.host.data(), bytes, cudaMemcpyHostToDevice));
-    const float copy = timer.median_us(
-        [&] { CHECK(cudaMemcpyAsync(b.out, b.in, bytes, cudaMemcpyDeviceToDevice)); });
-    printf("%s (%zu KB): copy engine %.2f us\n", label, bytes / 1024, copy);
+    const float copy = open_buffers(timer, b, label, rows, bytes);
     run_tiers<CLUSTER, 0>(timer, b, copy);
     run_tiers<TIERS, 0>(timer, b, copy);
     if (fp32) {
@@ -509,26 +525,13 @@ static void probe_tiers(Timer &timer, const char *label, int rows, size_t bytes,
         run_tiers<CLUSTER, 1>(timer, b, copy);
         run_tiers<TIERS, 1>(timer, b, copy);
     }
-    CHECK(cudaFree(b.in));
-    CHECK(cudaFree(b.out));
-    CHECK(cudaFree(b.counter));
+    close_buffers(b);
 }
 
 static void probe(Timer &timer, const char *label, int rows, size_t bytes, int sms)
 {
     Buffers b;
-    b.bytes = bytes;
-    b.rows = rows;
-    b.host.resize(bytes);
-    for (size_t i = 0; i < bytes; i++)
-        b.host[i] = (unsigned char)(i * 2654435761u >> 13);
-    CHECK(cudaMalloc(&b.in, bytes));
-    CHECK(cudaMalloc(&b.out, bytes));
-    CHECK(cudaMalloc(&b.counter, 64 + 16 * 128));
-    CHECK(cudaMemcpy(b.in, b.host.data(), bytes, cudaMemcpyHostToDevice));
-    const float copy = timer.median_us(
-        [&] { CHECK(cudaMemcpyAsync(b.out, b.in, bytes, cudaMemcpyDeviceToDevice)); });
-    printf("%s (%zu KB): copy engine %.2f us\n", label, bytes / 1024, copy);
+    const float copy = open_buffers(timer, b, label, rows, bytes);
     for (int blocks : {16, 132})
         for (int threads : {128, 512}) {
             unsigned zero = 0;
@@ -555,9 +558,7 @@ static void probe(Timer &timer, const char *label, int rows, size_t bytes, int s
             run_bulk<COPY>(timer, b, blocks, threads, copy);
             run_bulk<CLUSTER>(timer, b, blocks, threads, copy);
         }
-    CHECK(cudaFree(b.in));
-    CHECK(cudaFree(b.out));
-    CHECK(cudaFree(b.counter));
+    close_buffers(b);
 }
 
 int main(int argc, char **argv)
