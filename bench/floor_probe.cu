@@ -416,15 +416,15 @@ static void run_all(Timer &timer, Buffers &b, float copy_us, int sms, bool coop 
     }
 }
 
-/* A launch in clusters of `cluster` blocks, cooperative as well when coop
- * is set; the launch's error (cleared, so that the caller may retry). */
-static cudaError_t cluster_launch(const void *kernel, int blocks, int threads, int cluster,
-                                  bool coop, void **args)
+/* A launch configuration of blocks x threads in clusters of `cluster`
+ * blocks (attr[0]), with attr[1] ready to make it cooperative as well
+ * (numAttrs 2). */
+static cudaLaunchConfig_t cluster_config(cudaLaunchAttribute (&attr)[2], int blocks, int threads,
+                                         int cluster)
 {
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3(blocks);
     cfg.blockDim = dim3(threads);
-    cudaLaunchAttribute attr[2];
     attr[0].id = cudaLaunchAttributeClusterDimension;
     attr[0].val.clusterDim.x = cluster;
     attr[0].val.clusterDim.y = 1;
@@ -432,6 +432,17 @@ static cudaError_t cluster_launch(const void *kernel, int blocks, int threads, i
     attr[1].id = cudaLaunchAttributeCooperative;
     attr[1].val.cooperative = 1;
     cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    return cfg;
+}
+
+/* A launch in clusters of `cluster` blocks, cooperative as well when coop
+ * is set; the launch's error (cleared, so that the caller may retry). */
+static cudaError_t cluster_launch(const void *kernel, int blocks, int threads, int cluster,
+                                  bool coop, void **args)
+{
+    cudaLaunchAttribute attr[2];
+    cudaLaunchConfig_t cfg = cluster_config(attr, blocks, threads, cluster);
     cfg.numAttrs = coop ? 2 : 1;
     const cudaError_t err = cudaLaunchKernelExC(&cfg, kernel, args);
     if (err != cudaSuccess)
@@ -448,23 +459,15 @@ static void run_tier(Timer &timer, Buffers &b, int threads, int cluster, float c
     const int blocks = (int)((vecs + (long long)ITERS * threads - 1) / ((long long)ITERS * threads));
     if (blocks % b.rows != 0 || (blocks / b.rows) % cluster != 0)
         return;
-    const int per_row = blocks / b.rows / cluster;
+    int per_row = blocks / b.rows / cluster;
     if ((EX == CLUSTER && per_row != 1) || (EX == TIERS && (per_row < 2 || per_row > 32)))
         return;
     const void *kernel = (const void *)skeleton<ITERS, EX, EXPS>;
     if (cluster > 8)
         CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
     /* every cluster of a tiered row must be resident while it waits */
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(blocks);
-    cfg.blockDim = dim3(threads);
-    cudaLaunchAttribute attr;
-    attr.id = cudaLaunchAttributeClusterDimension;
-    attr.val.clusterDim.x = cluster;
-    attr.val.clusterDim.y = 1;
-    attr.val.clusterDim.z = 1;
-    cfg.attrs = &attr;
-    cfg.numAttrs = 1;
+    cudaLaunchAttribute attr[2];
+    const cudaLaunchConfig_t cfg = cluster_config(attr, blocks, threads, cluster);
     int fit = 0;
     CHECK(cudaOccupancyMaxActiveClusters(&fit, kernel, &cfg));
     if (fit < blocks / cluster) {
@@ -473,8 +476,7 @@ static void run_tier(Timer &timer, Buffers &b, int threads, int cluster, float c
         return;
     }
     unsigned launches = 0, target = 0;
-    int rows_per_row = per_row;
-    void *args[] = {&b.in, &b.out, (void *)&vecs, &b.counter, &target, &rows_per_row};
+    void *args[] = {&b.in, &b.out, (void *)&vecs, &b.counter, &target, &per_row};
     bool coop = EX == TIERS;
     if (coop) {
         target = (unsigned)blocks * ++launches;
