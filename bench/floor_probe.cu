@@ -25,13 +25,13 @@
  *            cluster barrier, then block 0 of each cluster publishes a
  *            tagged pair to global memory and warp 0 of every block polls
  *            the row's K pairs (one L2 round trip among K writers, not
- *            K x C); launched cooperatively where the driver takes a
- *            cluster launch so, else with no more clusters than fit at
- *            once. With `+exp` every skeleton also computes one exp per
- *            element (ex2.approx of a scaled input, summed into the folded
- *            value), the arithmetic a softmax adds, so the line says what a
- *            row spread over K times more SMs saves in exps and pays in
- *            its second exchange.
+ *            K x C); with no more clusters than fit at once, launched
+ *            cooperatively as well where the driver takes that. With
+ *            `+exp` every skeleton also computes one exp per element
+ *            (ex2.approx of a scaled input, summed into the folded value),
+ *            the arithmetic a softmax adds, so the line says what a row
+ *            spread over K times more SMs saves in exps and pays in its
+ *            second exchange.
  *   tma      the cluster skeleton with the part brought into shared memory
  *            by the bulk copy engine (cp.async.bulk, one per block, done on
  *            an mbarrier) instead of register loads: whether the engine
@@ -416,40 +416,6 @@ static void run_all(Timer &timer, Buffers &b, float copy_us, int sms, bool coop 
     }
 }
 
-/* A launch configuration of blocks x threads in clusters of `cluster`
- * blocks (attr[0]), with attr[1] ready to make it cooperative as well
- * (numAttrs 2). */
-static cudaLaunchConfig_t cluster_config(cudaLaunchAttribute (&attr)[2], int blocks, int threads,
-                                         int cluster)
-{
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(blocks);
-    cfg.blockDim = dim3(threads);
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = cluster;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    attr[1].id = cudaLaunchAttributeCooperative;
-    attr[1].val.cooperative = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    return cfg;
-}
-
-/* A launch in clusters of `cluster` blocks, cooperative as well when coop
- * is set; the launch's error (cleared, so that the caller may retry). */
-static cudaError_t cluster_launch(const void *kernel, int blocks, int threads, int cluster,
-                                  bool coop, void **args)
-{
-    cudaLaunchAttribute attr[2];
-    cudaLaunchConfig_t cfg = cluster_config(attr, blocks, threads, cluster);
-    cfg.numAttrs = coop ? 2 : 1;
-    const cudaError_t err = cudaLaunchKernelExC(&cfg, kernel, args);
-    if (err != cudaSuccess)
-        (void)cudaGetLastError();
-    return err;
-}
-
 /* One row over K = blocks a row / cluster clusters of `cluster` blocks:
  * EX == CLUSTER needs K = 1, EX == TIERS K from 2 to 32. */
 template <int ITERS, Exchange EX, int EXPS>
@@ -467,7 +433,7 @@ static void run_tier(Timer &timer, Buffers &b, int threads, int cluster, float c
         CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
     /* every cluster of a tiered row must be resident while it waits */
     cudaLaunchAttribute attr[2];
-    const cudaLaunchConfig_t cfg = cluster_config(attr, blocks, threads, cluster);
+    const cudaLaunchConfig_t cfg = probe_config(attr, blocks, threads, 0, cluster, false);
     int fit = 0;
     CHECK(cudaOccupancyMaxActiveClusters(&fit, kernel, &cfg));
     if (fit < blocks / cluster) {
@@ -480,13 +446,15 @@ static void run_tier(Timer &timer, Buffers &b, int threads, int cluster, float c
     bool coop = EX == TIERS;
     if (coop) {
         target = (unsigned)blocks * ++launches;
-        if (cluster_launch(kernel, blocks, threads, cluster, true, args) != cudaSuccess)
+        if (probe_launch(kernel, blocks, threads, 0, cluster, true, args) != cudaSuccess) {
+            (void)cudaGetLastError(); /* the driver refused coop: not sticky */
             coop = false;
+        }
         CHECK(cudaDeviceSynchronize());
     }
     auto go = [&] {
         target = (unsigned)blocks * ++launches;
-        CHECK(cluster_launch(kernel, blocks, threads, cluster, coop, args));
+        CHECK(probe_launch(kernel, blocks, threads, 0, cluster, coop, args));
     };
     char label[32];
     snprintf(label, sizeof label, "%s%s%s", name(EX), EXPS ? "+exp" : "", coop ? "+coop" : "");

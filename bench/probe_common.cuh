@@ -1,7 +1,7 @@
 /* probe_common.cuh: what the standalone nvcc probes (stream_probe.cu,
  * floor_probe.cu, phase_probe.cu, store_probe.cu) share: CHECK, which ends
- * the probe on a CUDA error with its place; probe_launch, a launch in
- * clusters or a cooperative one; probe_clock_after and probe_clock_rate,
+ * the probe on a CUDA error with its place; probe_config and probe_launch,
+ * a launch in clusters, cooperative, or both; probe_clock_after and probe_clock_rate,
  * the SM clock read after a value exists and its rate; and Timer, the
  * median time of a launch with the L2 flushed before each repeat (a 256
  * MiB memset, then optionally the evaluator's settle, a spin of the GPU
@@ -26,28 +26,39 @@
         }                                                                                        \
     } while (0)
 
-/* Launches kernel on blocks x threads with smem bytes of dynamic shared
- * memory, in clusters of `cluster` blocks (1: none) or, with coop, as a
- * cooperative launch; the launch's error. */
-static inline cudaError_t probe_launch(const void *kernel, int blocks, int threads, size_t smem,
-                                       int cluster, bool coop, void **args)
+/* The launch configuration of blocks x threads with smem bytes of dynamic
+ * shared memory, in clusters of `cluster` blocks (1: none) and, with coop,
+ * cooperative: the attributes go in attr, which must outlive it. The same
+ * configuration serves an occupancy query and the launch. */
+static inline cudaLaunchConfig_t probe_config(cudaLaunchAttribute (&attr)[2], int blocks,
+                                              int threads, size_t smem, int cluster, bool coop)
 {
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3(blocks);
     cfg.blockDim = dim3(threads);
     cfg.dynamicSmemBytes = smem;
-    cudaLaunchAttribute attr[1];
-    if (coop) {
-        attr[0].id = cudaLaunchAttributeCooperative;
-        attr[0].val.cooperative = 1;
-    } else {
-        attr[0].id = cudaLaunchAttributeClusterDimension;
-        attr[0].val.clusterDim.x = cluster;
-        attr[0].val.clusterDim.y = 1;
-        attr[0].val.clusterDim.z = 1;
-    }
     cfg.attrs = attr;
-    cfg.numAttrs = coop || cluster > 1 ? 1 : 0;
+    if (cluster > 1) {
+        attr[cfg.numAttrs].id = cudaLaunchAttributeClusterDimension;
+        attr[cfg.numAttrs].val.clusterDim.x = cluster;
+        attr[cfg.numAttrs].val.clusterDim.y = 1;
+        attr[cfg.numAttrs].val.clusterDim.z = 1;
+        cfg.numAttrs++;
+    }
+    if (coop) {
+        attr[cfg.numAttrs].id = cudaLaunchAttributeCooperative;
+        attr[cfg.numAttrs].val.cooperative = 1;
+        cfg.numAttrs++;
+    }
+    return cfg;
+}
+
+/* Launches kernel as probe_config describes; the launch's error. */
+static inline cudaError_t probe_launch(const void *kernel, int blocks, int threads, size_t smem,
+                                       int cluster, bool coop, void **args)
+{
+    cudaLaunchAttribute attr[2];
+    const cudaLaunchConfig_t cfg = probe_config(attr, blocks, threads, smem, cluster, coop);
     return cudaLaunchKernelExC(&cfg, kernel, args);
 }
 
