@@ -326,6 +326,20 @@ static void close_buffers(Buffers &b)
     CHECK(cudaFree(b.counter));
 }
 
+/* Blocks of ITERS vectors of `threads` threads each that cover b. */
+static int skeleton_blocks(const Buffers &b, int iters, int threads)
+{
+    const long long vecs = (long long)(b.bytes / 16);
+    return (int)((vecs + (long long)iters * threads - 1) / ((long long)iters * threads));
+}
+
+/* Clusters of more than 8 blocks are non-portable: the kernel must allow them. */
+static void allow_cluster(const void *kernel, int cluster)
+{
+    if (cluster > 8)
+        CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+}
+
 /* One launch into a cleared output: whether it holds the input. */
 template <typename F> static bool copied_right(const Buffers &b, F go)
 {
@@ -349,7 +363,7 @@ static void run_skeleton(Timer &timer, Buffers &b, int threads, float copy_us, i
                          bool coop)
 {
     const long long vecs = (long long)(b.bytes / 16);
-    const int blocks = (int)((vecs + (long long)ITERS * threads - 1) / ((long long)ITERS * threads));
+    const int blocks = skeleton_blocks(b, ITERS, threads);
     /* one cluster a row, of at most 16 blocks; the grid barrier needs all
      * blocks resident */
     const int cluster = EX == CLUSTER ? blocks / b.rows : 1;
@@ -357,8 +371,7 @@ static void run_skeleton(Timer &timer, Buffers &b, int threads, float copy_us, i
         ((EX == GRID || EX == PAIRS || EX == TICKET) && blocks > std::min(sms, 128)))
         return;
     const void *kernel = (const void *)skeleton<ITERS, EX>;
-    if (cluster > 8)
-        CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+    allow_cluster(kernel, cluster);
     int per_sm = 0;
     CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0));
     if (per_sm == 0)
@@ -391,8 +404,7 @@ static void run_bulk(Timer &timer, Buffers &b, int blocks, int threads, float co
     const int cluster = EX == CLUSTER ? blocks / b.rows : 1;
     const void *kernel = (const void *)bulk_skeleton<EX>;
     CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)part));
-    if (cluster > 8)
-        CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+    allow_cluster(kernel, cluster);
     void *args[] = {&b.in, &b.out, (void *)&part};
     auto go = [&] { launch(kernel, blocks, threads, cluster, part, args); };
     if (!copied_right(b, go)) {
@@ -422,15 +434,14 @@ template <int ITERS, Exchange EX, int EXPS>
 static void run_tier(Timer &timer, Buffers &b, int threads, int cluster, float copy_us)
 {
     const long long vecs = (long long)(b.bytes / 16);
-    const int blocks = (int)((vecs + (long long)ITERS * threads - 1) / ((long long)ITERS * threads));
+    const int blocks = skeleton_blocks(b, ITERS, threads);
     if (blocks % b.rows != 0 || (blocks / b.rows) % cluster != 0)
         return;
     int per_row = blocks / b.rows / cluster;
     if ((EX == CLUSTER && per_row != 1) || (EX == TIERS && (per_row < 2 || per_row > 32)))
         return;
     const void *kernel = (const void *)skeleton<ITERS, EX, EXPS>;
-    if (cluster > 8)
-        CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+    allow_cluster(kernel, cluster);
     /* every cluster of a tiered row must be resident while it waits */
     cudaLaunchAttribute attr[2];
     const cudaLaunchConfig_t cfg = probe_config(attr, blocks, threads, 0, cluster, false);
@@ -454,7 +465,7 @@ static void run_tier(Timer &timer, Buffers &b, int threads, int cluster, float c
     }
     auto go = [&] {
         target = (unsigned)blocks * ++launches;
-        CHECK(probe_launch(kernel, blocks, threads, 0, cluster, coop, args));
+        launch(kernel, blocks, threads, cluster, 0, args, coop);
     };
     char label[32];
     snprintf(label, sizeof label, "%s%s%s", name(EX), EXPS ? "+exp" : "", coop ? "+coop" : "");
