@@ -244,8 +244,8 @@ int main(int argc, char **argv)
     CHECK(cu.alloc(&r.y, bytes));
     CHECK(cu.memset8(r.x, 0, bytes));
     CHECK(cu.stream_create(&r.s, CU_STREAM_NON_BLOCKING));
-    if (tuned_prepare(r.h, (void *)(uintptr_t)r.x, (void *)(uintptr_t)r.y, rows, cols, cols,
-                      dtype, &r.c) != 0) {
+    const void *tensors[] = {(void *)(uintptr_t)r.x, (void *)(uintptr_t)r.y};
+    if (tuned_prepare(r.h, TUNED_KERNEL_SOFTMAX, tensors, rows, cols, cols, dtype, &r.c) != 0) {
         fprintf(stderr, "bench_overhead: %s\n", tuned_last_error(r.h));
         return 1;
     }

@@ -402,8 +402,9 @@ int main(int argc, char **argv)
     }
     for (size_t i = 0; one == NULL && i < sizeof shapes / sizeof shapes[0]; i++)
         for (int dt = TUNED_FP16; dt <= TUNED_FP32; dt++)
-            for (unsigned k = TUNED__KERNEL_SOFTMAX; k <= TUNED__KERNEL_LAST; k++) {
-                tuned__shape s = {(tuned_dtype)dt, shapes[i][0], shapes[i][1], k};
+            for (size_t ki = 0; ki < tuned__kind_count(); ki++) {
+                unsigned k = tuned__kind_at(ki)->id;
+                tuned__shape s = {(tuned_dtype)dt, shapes[i][0], shapes[i][1], (uint8_t)k};
                 tuned__space sp;
                 if (tuned__space_init(&sp, &s, ARCH, SMS, &e) != 0) {
                     fprintf(stderr, "sass_diff: space %s %llux%llu %s: %s\n",

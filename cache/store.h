@@ -60,7 +60,7 @@
  * measurement policy and no history. */
 #define TUNED__STORE_SCHEMA 2
 
-/* Kernel ids in keys (TUNED__KERNEL_*: softmax 1, softmax_bwd 2,
+/* Kernel ids in keys (TUNED_KERNEL_*: softmax 1, softmax_bwd 2,
  * log_softmax 3, log_softmax_bwd 4) are codegen's, src/codegen/config.h;
  * stable forever once shipped. */
 

@@ -80,6 +80,35 @@ TUNED_EXTERN int tuned_dtype_parse(const char *name, tuned_dtype *out);
 /* Size in bytes of one element of dtype (2 or 4); 0 for an unknown value. */
 TUNED_EXTERN size_t tuned_dtype_size(tuned_dtype dtype);
 
+/* The kernel kinds tuned generates and tunes, each over the last
+ * dimension of rows x cols (math in fp32, s the forward kernels' scale):
+ *   softmax          y = exp(s x - max(s x)) / sum exp(s x - max(s x))
+ *   softmax_bwd      dx = y (dy - sum(dy y))             (reads y and dy)
+ *   log_softmax      y = s x - max(s x) - log sum exp(s x - max(s x))
+ *   log_softmax_bwd  dx = dy - exp(y) sum(dy)            (reads y and dy)
+ * One table holds each kind's name and id (the error map's style): the enum
+ * below, tuned_kernel_name() and the library's registry of kinds are all
+ * made from it, and the Python package's table is checked against it. The
+ * ids are the store's (a record's kernel byte): stable forever once
+ * shipped; add new kinds at the end. */
+#define TUNED_KERNEL_MAP(XX)                   \
+    XX(SOFTMAX, 1, "softmax")                  \
+    XX(SOFTMAX_BWD, 2, "softmax_bwd")          \
+    XX(LOG_SOFTMAX, 3, "log_softmax")          \
+    XX(LOG_SOFTMAX_BWD, 4, "log_softmax_bwd")
+
+#define TUNED__KERNEL_ENUM(name, value, text) TUNED_KERNEL_##name = (value),
+typedef enum tuned_kernel {
+    TUNED_KERNEL_MAP(TUNED__KERNEL_ENUM)
+} tuned_kernel;
+#undef TUNED__KERNEL_ENUM
+
+/* "softmax", "softmax_bwd", ...; NULL for an unknown value. */
+TUNED_EXTERN const char *tuned_kernel_name(tuned_kernel kernel);
+
+/* The kind called name. Returns 0, or TUNED_EINVAL for an unknown name. */
+TUNED_EXTERN int tuned_kernel_parse(const char *name, tuned_kernel *out);
+
 /* ======================================================================
  * The embedding API: a handle that launches the tuned softmax on the
  * caller's CUDA stream.
@@ -356,29 +385,39 @@ TUNED_EXTERN int tuned_log_softmax_backward(tuned_handle *h, const void *y, cons
                                             void *dx, int64_t rows, int64_t cols,
                                             int64_t row_stride, tuned_dtype dtype, void *stream);
 
-/* Everything tuned_softmax does for these arguments except the launch (the
- * slow path, if this key has none yet): for warming up shapes before a CUDA
- * graph capture or a timed loop. out (may be NULL) receives the choice.
- * Errors as tuned_softmax. */
-TUNED_EXTERN int tuned_prepare(tuned_handle *h, const void *x, void *y, int64_t rows,
-                               int64_t cols, int64_t row_stride, tuned_dtype dtype,
+/* Everything a call of kind kernel does for these arguments except the
+ * launch (the slow path, if this key has none yet): for warming up shapes
+ * before a CUDA graph capture or a timed loop. tensors as for tuned_run.
+ * out (may be NULL) receives the choice. Errors as tuned_softmax. */
+TUNED_EXTERN int tuned_prepare(tuned_handle *h, tuned_kernel kernel, const void *const *tensors,
+                               int64_t rows, int64_t cols, int64_t row_stride, tuned_dtype dtype,
                                tuned_choice *out);
+
+/* Any kind by its id: tensors holds one device pointer per tensor of the
+ * kind, in the order of the kind's named entry point (softmax: x, y;
+ * softmax_bwd: y, dy, dx; ...), scale its scalar where it has one (else
+ * ignored). Errors as that entry point's, and TUNED_EINVAL for an unknown
+ * kind (the message lists the kinds). tuned_softmax(h, x, y, ...) is
+ * tuned_run(h, TUNED_KERNEL_SOFTMAX, (const void *[]){x, y}, ..., 1.0f, ...). */
+TUNED_EXTERN int tuned_run(tuned_handle *h, tuned_kernel kernel, const void *const *tensors,
+                           int64_t rows, int64_t cols, int64_t row_stride, tuned_dtype dtype,
+                           float scale, void *stream);
 
 /* The choice of the calling thread's last successful call (tuned_softmax,
  * tuned_softmax_backward, ...) or tuned_prepare on h. TUNED_ENOTFOUND when this thread has made none;
  * TUNED_EINVAL for NULL arguments. */
 TUNED_EXTERN int tuned_last_choice(tuned_handle *h, tuned_choice *out);
 
-/* The config a call of this shape would use on GPU device (-1: the current
+/* The config a call of kind kernel of this shape would use on GPU device (-1: the current
  * context's device, or 0 without one), without launching or compiling
  * anything (function NULL). Like a call, it asks for a tune under the
  * daemon and process policies when the answer is not exact. Returns 0 or
  * TUNED_EINVAL, TUNED_ENODEV (no such GPU), TUNED_ENOSPACE, TUNED_ESTORE,
  * TUNED_ECUDA, TUNED_ENOMEM. */
-TUNED_EXTERN int tuned_lookup(tuned_handle *h, int64_t rows, int64_t cols, tuned_dtype dtype,
-                              int device, tuned_choice *out);
+TUNED_EXTERN int tuned_lookup(tuned_handle *h, tuned_kernel kernel, int64_t rows, int64_t cols,
+                              tuned_dtype dtype, int device, tuned_choice *out);
 
-/* Tunes rows x cols of dtype on GPU device (-1 as for tuned_lookup) and
+/* Tunes kind kernel over rows x cols of dtype on GPU device (-1 as for tuned_lookup) and
  * waits for it: through the daemon under TUNED_POLICY_DAEMON (following its
  * job), else as a child process `tuned --shape ...` writing to this
  * handle's store (one tune at a time per handle; a shape the store already
@@ -397,8 +436,8 @@ TUNED_EXTERN int tuned_lookup(tuned_handle *h, int64_t rows, int64_t cols, tuned
  *   TUNED_EIO         the tuned executable could not be run, or the daemon
  *                     could not be reached
  *   TUNED_ESTORE, TUNED_ECUDA, TUNED_ENOMEM as above */
-TUNED_EXTERN int tuned_tune(tuned_handle *h, int64_t rows, int64_t cols, tuned_dtype dtype,
-                            int device, double time_s);
+TUNED_EXTERN int tuned_tune(tuned_handle *h, tuned_kernel kernel, int64_t rows, int64_t cols,
+                            tuned_dtype dtype, int device, double time_s);
 
 #ifdef __cplusplus
 }

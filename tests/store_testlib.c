@@ -31,7 +31,7 @@ tuned__store *open_test_store(char *path, size_t size, const char *name, size_t 
 void make_record(tuned__record *r, const char *gpu, uint64_t rows, uint64_t cols)
 {
     memset(r, 0, sizeof *r);
-    r->key.kernel = TUNED__KERNEL_SOFTMAX;
+    r->key.kernel = TUNED_KERNEL_SOFTMAX;
     r->key.dtype = TUNED_FP16;
     r->key.rows = rows;
     r->key.cols = cols;

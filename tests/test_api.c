@@ -52,7 +52,7 @@ static tuned__api_entry *new_entry(uint64_t rows, unsigned payload)
     e->key.cols = 1000;
     e->key.stride = 1000;
     e->key.dtype = TUNED_FP16;
-    e->key.kernel = TUNED__KERNEL_SOFTMAX;
+    e->key.kernel = TUNED_KERNEL_SOFTMAX;
     e->key.aligned = 1;
     e->hash = tuned__api_key_hash(&e->key);
     e->launch.grid = payload;
@@ -79,7 +79,7 @@ static void *map_reader(void *arg)
         seed = seed * 1103515245u + 12345u;
         uint64_t rows = 1 + seed % n;
         tuned__api_key k = {.ctx = (void *)0x1000, .rows = rows, .cols = 1000, .stride = 1000,
-                            .dtype = TUNED_FP16, .kernel = TUNED__KERNEL_SOFTMAX, .aligned = 1};
+                            .dtype = TUNED_FP16, .kernel = TUNED_KERNEL_SOFTMAX, .aligned = 1};
         tuned__api_entry *e = tuned__api_map_find(r->m, &k, tuned__api_key_hash(&k));
         if (e == NULL || e->launch.block != rows || (e->launch.grid != 1 && e->launch.grid != 2))
             r->bad++;
@@ -114,7 +114,7 @@ static void test_map(void)
            "the unaligned twin of a key is another key");
     /* So is the same shape of another kernel, with its own hash. */
     absent = all[1]->key;
-    absent.kernel = TUNED__KERNEL_SOFTMAX_BWD;
+    absent.kernel = TUNED_KERNEL_SOFTMAX_BWD;
     EXPECT(tuned__api_map_find(&m, &absent, tuned__api_key_hash(&absent)) == NULL &&
                tuned__api_key_hash(&absent) != all[1]->hash,
            "the softmax_bwd twin of a key is another key");
@@ -221,7 +221,7 @@ static void put_kernel_record(tuned__store *s, const tuned__gpu *g, unsigned ker
 static void put_record(tuned__store *s, const tuned__gpu *g, tuned_dtype dtype, uint64_t rows,
                        uint64_t cols, const char *config, double us)
 {
-    put_kernel_record(s, g, TUNED__KERNEL_SOFTMAX, dtype, rows, cols, config, us);
+    put_kernel_record(s, g, TUNED_KERNEL_SOFTMAX, dtype, rows, cols, config, us);
 }
 
 /* A recheck's question (tuned__api_store_moved) after the writes a
@@ -337,7 +337,7 @@ static void test_pick(void)
      * shape is neither exact nor nearest for softmax_bwd, whose default is
      * its own space's first seed; its own record is exact for it alone. */
     tuned__shape bwd = shape;
-    bwd.kernel = TUNED__KERNEL_SOFTMAX_BWD;
+    bwd.kernel = TUNED_KERNEL_SOFTMAX_BWD;
     tuned__space bsp;
     tuned__config bseed;
     EXPECT(tuned__space_init(&bsp, &bwd, 90, 132, &e) == 0 && tuned__space_seeds(&bsp, &bseed, 1) == 1,
@@ -346,12 +346,12 @@ static void test_pick(void)
                p.source == TUNED_SOURCE_DEFAULT && tuned__config_equal(&p.config, &bseed),
            "softmax_bwd pick with only softmax records: %s", tuned_source_name(p.source));
     const char *bwd_cfg = "w16.r1.c1.m1.v8.ld=nc.st=def.reg=pk";
-    put_kernel_record(s, &h100, TUNED__KERNEL_SOFTMAX_BWD, TUNED_FP16, 4096, 32000, bwd_cfg, 260.0);
+    put_kernel_record(s, &h100, TUNED_KERNEL_SOFTMAX_BWD, TUNED_FP16, 4096, 32000, bwd_cfg, 260.0);
     EXPECT(tuned__api_pick_config(s, &h100, &bwd, NULL, &p, &e) == 0, "%s", e.msg);
     tuned__config_format(&p.config, text, sizeof text);
     EXPECT(p.source == TUNED_SOURCE_EXACT && strcmp(text, bwd_cfg) == 0 && p.median_us == 260.0,
            "softmax_bwd exact pick: %s %s", tuned_source_name(p.source), text);
-    EXPECT(p.record_key.kernel == TUNED__KERNEL_SOFTMAX_BWD, "the record's key names the kernel");
+    EXPECT(p.record_key.kernel == TUNED_KERNEL_SOFTMAX_BWD, "the record's key names the kernel");
     EXPECT(tuned__api_pick_config(s, &h100, &shape, NULL, &p, &e) == 0, "%s", e.msg);
     tuned__config_format(&p.config, text, sizeof text);
     EXPECT(p.source == TUNED_SOURCE_EXACT && strcmp(text, exact_cfg) == 0,
@@ -359,7 +359,7 @@ static void test_pick(void)
     tuned__shape bwd_near = bwd;
     bwd_near.rows = 1024;
     EXPECT(tuned__api_pick_config(s, &h100, &bwd_near, NULL, &p, &e) == 0 &&
-               p.source == TUNED_SOURCE_NEAREST && p.record_key.kernel == TUNED__KERNEL_SOFTMAX_BWD,
+               p.source == TUNED_SOURCE_NEAREST && p.record_key.kernel == TUNED_KERNEL_SOFTMAX_BWD,
            "softmax_bwd nearest: %s", tuned_source_name(p.source));
     tuned__space_free(&bsp);
     tuned__space_free(&sp);
@@ -537,7 +537,7 @@ static void test_child(void)
     read_file(args, text, sizeof text);
     EXPECT(strstr(text, "--time") == NULL, "no --time by default: '%s'", text);
     /* Another kernel is named; softmax, the default, is not. */
-    c.shape.kernel = TUNED__KERNEL_LOG_SOFTMAX_BWD;
+    c.shape.kernel = TUNED_KERNEL_LOG_SOFTMAX_BWD;
     EXPECT(tuned__api_run_child(&c, &e) == 0, "ok: %s", e.msg);
     read_file(args, text, sizeof text);
     EXPECT(strncmp(text, "tune --kernel log_softmax_bwd --shape 64x1000 ", 46) == 0,
@@ -857,9 +857,9 @@ static void test_public(void)
            "NULL handle (new kernels): %s", tuned_last_error(NULL));
     tuned_choice ch;
     EXPECT(tuned_last_choice(NULL, &ch) == TUNED_EINVAL, "last choice of NULL");
-    EXPECT(tuned_lookup(NULL, 1, 1, TUNED_FP16, 0, &ch) == TUNED_EINVAL, "lookup NULL");
-    EXPECT(tuned_tune(NULL, 1, 1, TUNED_FP16, 0, 0) == TUNED_EINVAL, "tune NULL");
-    EXPECT(tuned_prepare(NULL, (void *)16, (void *)4096, 1, 1, 1, TUNED_FP16, &ch) ==
+    EXPECT(tuned_lookup(NULL, TUNED_KERNEL_SOFTMAX, 1, 1, TUNED_FP16, 0, &ch) == TUNED_EINVAL, "lookup NULL");
+    EXPECT(tuned_tune(NULL, TUNED_KERNEL_SOFTMAX, 1, 1, TUNED_FP16, 0, 0) == TUNED_EINVAL, "tune NULL");
+    EXPECT(tuned_prepare(NULL, TUNED_KERNEL_SOFTMAX, (const void *[]){(void *)16, (void *)4096}, 1, 1, 1, TUNED_FP16, &ch) ==
                TUNED_EINVAL,
            "prepare NULL");
     tuned_close(NULL);

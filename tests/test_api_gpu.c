@@ -534,7 +534,7 @@ static void put_kernel_record(tuned__store *s, const tuned__gpu *g, unsigned ker
 static void put_record(tuned__store *s, const tuned__gpu *g, tuned_dtype dt, uint64_t rows,
                        uint64_t cols, const char *config)
 {
-    put_kernel_record(s, g, TUNED__KERNEL_SOFTMAX, dt, rows, cols, config);
+    put_kernel_record(s, g, TUNED_KERNEL_SOFTMAX, dt, rows, cols, config);
 }
 
 static double now_s(void)
@@ -580,9 +580,9 @@ int main(int argc, char **argv)
     put_record(s, &gpu, TUNED_FP16, 1, 262144, "w8.r1.c1.m1.v8.ld=def.st=def.reg=f32.red=fused.g64");
     put_record(s, &gpu, TUNED_FP32, 24, 128256, "w8.r1.c1.m1.v4.ld=def.st=def.reg=f32.red=fused.g4");
     /* and the backward kernels' rows (2 rows of 32 blocks) */
-    put_kernel_record(s, &gpu, TUNED__KERNEL_SOFTMAX_BWD, TUNED_FP16, 2, 262144,
+    put_kernel_record(s, &gpu, TUNED_KERNEL_SOFTMAX_BWD, TUNED_FP16, 2, 262144,
                       "w8.r1.c1.m1.v8.ld=def.st=def.reg=f32.g32");
-    put_kernel_record(s, &gpu, TUNED__KERNEL_LOG_SOFTMAX_BWD, TUNED_FP16, 2, 262144,
+    put_kernel_record(s, &gpu, TUNED_KERNEL_LOG_SOFTMAX_BWD, TUNED_FP16, 2, 262144,
                       "w8.r1.c1.m1.v8.ld=def.st=def.reg=pk.g32");
     /* Records of this GPU's hardware class under another driver: one that
      * is served as compatible after its check, one whose config does not
@@ -779,7 +779,7 @@ int main(int argc, char **argv)
         graph_case(h, &split[0], stream);
         graph_case(h, &split[1], stream);
     }
-    EXPECT(tuned_lookup(h, 256, 4096, TUNED_FP32, -1, &ch) == 0 &&
+    EXPECT(tuned_lookup(h, TUNED_KERNEL_SOFTMAX, 256, 4096, TUNED_FP32, -1, &ch) == 0 &&
                ch.source == TUNED_SOURCE_EXACT && ch.function == NULL,
            "lookup: %s", tuned_last_error(h));
 
@@ -791,8 +791,9 @@ int main(int argc, char **argv)
         d->cuMemAlloc(&y, bytes);
         d->cuMemsetD8Async(x, 0, bytes, stream);
         tuned_choice first;
-        EXPECT(tuned_prepare(h, (void *)(uintptr_t)x, (void *)(uintptr_t)y, 64, 1000, 1000,
-                             TUNED_FP16, &first) == 0,
+        EXPECT(tuned_prepare(h, TUNED_KERNEL_SOFTMAX,
+                             (const void *[]){(void *)(uintptr_t)x, (void *)(uintptr_t)y}, 64,
+                             1000, 1000, TUNED_FP16, &first) == 0,
                "prepare: %s", tuned_last_error(h));
         double t0 = now_s();
         const int calls = 2000;
@@ -858,7 +859,7 @@ int main(int argc, char **argv)
         run_case(h, &c, stream, &ch, true);
         EXPECT(ch.source != TUNED_SOURCE_EXACT, "512x1000 not tuned yet");
         double t0 = now_s();
-        rc = tuned_tune(h, 512, 1000, TUNED_FP16, -1, 3.0);
+        rc = tuned_tune(h, TUNED_KERNEL_SOFTMAX, 512, 1000, TUNED_FP16, -1, 3.0);
         EXPECT(rc == 0, "tuned_tune: %s", tuned_last_error(h));
         printf("tuned_tune 512x1000 fp16: %.1f s\n", now_s() - t0);
         if (run_case(h, &c, stream, &ch, false) == 0)
@@ -894,7 +895,7 @@ int main(int argc, char **argv)
             printf("background tune 96x3000 bf16: exact %s after %.1f s\n", ch.config,
                    now_s() - t0);
             /* The first handle sees it too (same store). */
-            EXPECT(tuned_lookup(h, 96, 3000, TUNED_BF16, 0, &ch) == 0 &&
+            EXPECT(tuned_lookup(h, TUNED_KERNEL_SOFTMAX, 96, 3000, TUNED_BF16, 0, &ch) == 0 &&
                        ch.source == TUNED_SOURCE_EXACT,
                    "the first handle's lookup: %s", tuned_source_name(ch.source));
             tuned_close(h2);

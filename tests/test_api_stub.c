@@ -93,19 +93,19 @@ static void test_space(void)
      * (tests/test_space.c). */
     unlink(ran);
     double t0 = now_s();
-    rc = tuned_tune(h, 8, 1000000, TUNED_FP32, 0, 1);
+    rc = tuned_tune(h, TUNED_KERNEL_SOFTMAX, 8, 1000000, TUNED_FP32, 0, 1);
     EXPECT(rc == TUNED_ENOSPACE, "tuned_tune of 8x1000000: %d (%s) %s", rc, tuned_strerror(rc),
            tuned_last_error(h));
-    EXPECT(strstr(tuned_last_error(h), "tuned_tune 8x1000000 fp32: ") != NULL &&
+    EXPECT(strstr(tuned_last_error(h), "tuned_tune softmax 8x1000000 fp32: ") != NULL &&
                strstr(tuned_last_error(h), "no variant fits") != NULL,
            "message: %s", tuned_last_error(h));
     EXPECT(!script_ran(), "a child was started for a shape without a variant");
     EXPECT(now_s() - t0 < 10, "ENOSPACE took %.1f s", now_s() - t0);
     tuned_choice c;
-    rc = tuned_lookup(h, 8, 1000000, TUNED_FP32, 0, &c);
+    rc = tuned_lookup(h, TUNED_KERNEL_SOFTMAX, 8, 1000000, TUNED_FP32, 0, &c);
     EXPECT(rc == TUNED_ENOSPACE, "lookup agrees: %d %s", rc, tuned_last_error(h));
     /* A shape with variants still reaches the child. */
-    EXPECT(tuned_tune(h, 64, 1024, TUNED_FP16, 0, 1) == 0 && script_ran(), "64x1024: %s",
+    EXPECT(tuned_tune(h, TUNED_KERNEL_SOFTMAX, 64, 1024, TUNED_FP16, 0, 1) == 0 && script_ran(), "64x1024: %s",
            tuned_last_error(h));
     tuned_close(h);
 
@@ -147,7 +147,7 @@ static void nesting_cb(void *ctx, const tuned_progress *p)
     nested *s = ctx;
     if (atomic_fetch_add(&s->calls, 1) != 0)
         return;
-    s->tune_rc = tuned_tune(s->h, 32, 2048, TUNED_FP16, 0, 1);
+    s->tune_rc = tuned_tune(s->h, TUNED_KERNEL_SOFTMAX, 32, 2048, TUNED_FP16, 0, 1);
     snprintf(s->tune_msg, sizeof s->tune_msg, "%s", tuned_last_error(s->h));
     tuned_close(s->h); /* refused: the handle stays open */
     snprintf(s->close_msg, sizeof s->close_msg, "%s", tuned_last_error(s->h));
@@ -170,13 +170,13 @@ static void test_callback(void)
     EXPECT(rc == 0, "open: %s", tuned_last_error(NULL));
     if (rc != 0)
         return;
-    rc = tuned_tune(s.h, 64, 1024, TUNED_FP16, 0, 1);
+    rc = tuned_tune(s.h, TUNED_KERNEL_SOFTMAX, 64, 1024, TUNED_FP16, 0, 1);
     EXPECT(rc == 0, "the outer tune: %d %s", rc, tuned_last_error(s.h));
     EXPECT(atomic_load(&s.calls) == 1, "%d progress calls", atomic_load(&s.calls));
     check_nested(&s, "tuned_tune's thread");
     /* The handle survived the refused close and still tunes. */
     tuned_choice c;
-    EXPECT(tuned_lookup(s.h, 64, 1024, TUNED_FP16, 0, &c) == 0, "lookup after: %s",
+    EXPECT(tuned_lookup(s.h, TUNED_KERNEL_SOFTMAX, 64, 1024, TUNED_FP16, 0, &c) == 0, "lookup after: %s",
            tuned_last_error(s.h));
     tuned_close(s.h);
 
@@ -186,11 +186,11 @@ static void test_callback(void)
     EXPECT(rc == 0, "open: %s", tuned_last_error(NULL));
     if (rc != 0)
         return;
-    EXPECT(tuned_lookup(b.h, 128, 4096, TUNED_FP16, 0, &c) == 0, "lookup: %s",
+    EXPECT(tuned_lookup(b.h, TUNED_KERNEL_SOFTMAX, 128, 4096, TUNED_FP16, 0, &c) == 0, "lookup: %s",
            tuned_last_error(b.h));
     double t0 = now_s();
     while (true) {
-        EXPECT(tuned_lookup(b.h, 128, 4096, TUNED_FP16, 0, &c) == 0, "lookup: %s",
+        EXPECT(tuned_lookup(b.h, TUNED_KERNEL_SOFTMAX, 128, 4096, TUNED_FP16, 0, &c) == 0, "lookup: %s",
                tuned_last_error(b.h));
         if (c.tune == TUNED_TUNE_DONE || c.tune == TUNED_TUNE_FAILED || now_s() - t0 > 20)
             break;

@@ -42,7 +42,7 @@ static void check_rows_ptx(const tuned__config *c, const tuned__shape *s, const 
                            const char *ptx)
 {
     unsigned kernel = tuned__shape_kernel(s);
-    bool backward = tuned__kernel_backward(kernel);
+    bool backward = (tuned__kind(kernel)->reference == TUNED__REF_BACKWARD);
     char ld[64], st[64];
     expected_ops(c, s->dtype, ld, sizeof ld, st, sizeof st);
     /* A row shorter than one vector per thread never uses full vectors. */
@@ -128,8 +128,8 @@ static void check_rows_ptx(const tuned__config *c, const tuned__shape *s, const 
     }
     if (backward) {
         /* log_softmax_bwd takes exp(y) at the store; softmax_bwd has no exp */
-        EXPECT((strstr(ptx, "ex2.approx") != NULL) == (kernel == TUNED__KERNEL_LOG_SOFTMAX_BWD),
-               "%s: ex2 in PTX %s", name, kernel == TUNED__KERNEL_LOG_SOFTMAX_BWD ? "missing" : "unexpected");
+        EXPECT((strstr(ptx, "ex2.approx") != NULL) == (kernel == TUNED_KERNEL_LOG_SOFTMAX_BWD),
+               "%s: ex2 in PTX %s", name, kernel == TUNED_KERNEL_LOG_SOFTMAX_BWD ? "missing" : "unexpected");
     }
     /* exp kept as 16-bit: one ex2 per element (iterations x vector),
      * where packed registers compute it twice */
@@ -211,15 +211,15 @@ static void head_alignment(void)
         uint64_t iters;
     } cases[] = {
         /* 50257 + 63 slots over 8192 a pass */
-        {TUNED__KERNEL_SOFTMAX, TUNED_BF16, 50257, "w8.r1.c4.m4.v8.ld=nc.st=def.reg=pk.red=fused", 64, 7},
+        {TUNED_KERNEL_SOFTMAX, TUNED_BF16, 50257, "w8.r1.c4.m4.v8.ld=nc.st=def.reg=pk.red=fused", 64, 7},
         /* 50257 + 31 over 8192: 6.14 passes, 7 */
-        {TUNED__KERNEL_LOG_SOFTMAX, TUNED_FP32, 50257, "w8.r1.c8.m1.v4.ld=def.st=def.reg=f32", 32, 7},
+        {TUNED_KERNEL_LOG_SOFTMAX, TUNED_FP32, 50257, "w8.r1.c8.m1.v4.ld=def.st=def.reg=f32", 32, 7},
         /* 4097 fp32 is 16388 bytes: a line; 4097 + 31 over 512 a pass */
-        {TUNED__KERNEL_SOFTMAX, TUNED_FP32, 4097, "w4.r1.c1.m1.v4.ld=def.st=def.reg=f32", 32, 9},
+        {TUNED_KERNEL_SOFTMAX, TUNED_FP32, 4097, "w4.r1.c1.m1.v4.ld=def.st=def.reg=f32", 32, 9},
         /* 1001 bf16 is short: its vector; 1001 + 7 over 256 */
-        {TUNED__KERNEL_SOFTMAX, TUNED_BF16, 1001, "w4.r1.c1.m1.v2.ld=def.st=def.reg=f32", 2, 4},
+        {TUNED_KERNEL_SOFTMAX, TUNED_BF16, 1001, "w4.r1.c1.m1.v2.ld=def.st=def.reg=f32", 2, 4},
         /* a backward kernel keeps its vector: 50257 + 7 over 8192 */
-        {TUNED__KERNEL_SOFTMAX_BWD, TUNED_FP16, 50257, "w8.r1.c4.m2.v8.ld=def.st=def.reg=pk", 8, 7},
+        {TUNED_KERNEL_SOFTMAX_BWD, TUNED_FP16, 50257, "w8.r1.c4.m2.v8.ld=def.st=def.reg=pk", 8, 7},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         tuned__config c;
@@ -252,10 +252,10 @@ int main(void)
     /* Shapes chosen to exercise tails, unaligned rows and long rows. */
     static const uint64_t cols_list[] = {100, 4097, 32000, 128256};
     /* Softmax sampled most; the other kernels share its stages. */
-    static const int per_shape[TUNED__KERNEL_LAST + 1] = {0, 5, 2, 2, 2};
+    static const int per_shape[TUNED__KIND_COUNT + 1] = {0, 5, 2, 2, 2};
     size_t compiled = 0, clusters = 0, staged = 0, fused = 0, splits = 0;
-    size_t per_kernel[TUNED__KERNEL_LAST + 1] = {0};
-    for (unsigned kernel = TUNED__KERNEL_SOFTMAX; kernel <= TUNED__KERNEL_LAST; kernel++)
+    size_t per_kernel[TUNED__KIND_COUNT + 1] = {0};
+    for (unsigned kernel = TUNED_KERNEL_SOFTMAX; kernel <= TUNED__KIND_COUNT; kernel++)
     for (int dt = TUNED_FP16; dt <= TUNED_FP32; dt++) {
         for (size_t i = 0; i < sizeof cols_list / sizeof cols_list[0]; i++) {
             tuned__shape s = {(tuned_dtype)dt, 64, cols_list[i], (uint8_t)kernel};
@@ -298,7 +298,7 @@ int main(void)
     for (int dt = TUNED_FP16; dt <= TUNED_FP32; dt++)
         for (size_t i = 0; i < sizeof split_configs / sizeof split_configs[0]; i++) {
             tuned__config c;
-            tuned__shape s = {(tuned_dtype)dt, 1, i == 2 ? 32003 : 262144, TUNED__KERNEL_SOFTMAX};
+            tuned__shape s = {(tuned_dtype)dt, 1, i == 2 ? 32003 : 262144, TUNED_KERNEL_SOFTMAX};
             EXPECT(tuned__config_parse(split_configs[i], &c, &e) == 0, "%s", e.msg);
             if (c.reg != TUNED__REG_F32 && dt == TUNED_FP32)
                 c.reg = TUNED__REG_F32, c.vec = 4;
@@ -317,7 +317,7 @@ int main(void)
         for (size_t i = 0; i < sizeof replica_configs / sizeof replica_configs[0]; i++) {
             tuned__config c;
             tuned__shape s = {(tuned_dtype)dt, 1, i == 1 ? 200003 : 262144,
-                              (uint8_t)(i == 1 ? TUNED__KERNEL_LOG_SOFTMAX : TUNED__KERNEL_SOFTMAX)};
+                              (uint8_t)(i == 1 ? TUNED_KERNEL_LOG_SOFTMAX : TUNED_KERNEL_SOFTMAX)};
             EXPECT(tuned__config_parse(replica_configs[i], &c, &e) == 0, "%s", e.msg);
             if (c.reg != TUNED__REG_F32 && dt == TUNED_FP32)
                 c.reg = TUNED__REG_F32, c.vec = 4, c.minb = 1;
@@ -332,23 +332,23 @@ int main(void)
     /* log_softmax's grid splits and staged rows, in every dtype. */
     for (int dt = TUNED_FP16; dt <= TUNED_FP32; dt++) {
         tuned__config c;
-        tuned__shape s = {(tuned_dtype)dt, 1, 262144, TUNED__KERNEL_LOG_SOFTMAX};
+        tuned__shape s = {(tuned_dtype)dt, 1, 262144, TUNED_KERNEL_LOG_SOFTMAX};
         EXPECT(tuned__config_parse(dt == TUNED_FP32 ? "w4.r1.c1.m2.v4.ld=nc.st=cs.reg=f32.red=fused.g64"
                                                     : "w8.r1.c1.m1.v8.ld=def.st=def.reg=pk.red=fused.g128",
                                    &c, &e) == 0,
                "%s", e.msg);
         check_variant(n, &c, &s);
-        tuned__shape t = {(tuned_dtype)dt, 64, 32000, TUNED__KERNEL_LOG_SOFTMAX};
+        tuned__shape t = {(tuned_dtype)dt, 64, 32000, TUNED_KERNEL_LOG_SOFTMAX};
         EXPECT(tuned__config_parse("tma.w8.c2.s2.st=cs", &c, &e) == 0, "%s", e.msg);
         check_variant(n, &c, &t);
-        compiled += 2, splits++, staged++, per_kernel[TUNED__KERNEL_LOG_SOFTMAX] += 2;
+        compiled += 2, splits++, staged++, per_kernel[TUNED_KERNEL_LOG_SOFTMAX] += 2;
     }
     /* The backward kernels: clusters, a tail, packed registers, and rows
      * that are not 16-byte aligned (dy loaded element by element where its
      * offset differs from y's). */
     static const char *const bwd_configs[] = {"w8.r1.c4.m1.v8.ld=nc.st=cs.reg=pk",
                                               "w2.r4.c1.m2.v2.ld=cs.st=def.reg=f32"};
-    for (unsigned kernel = TUNED__KERNEL_SOFTMAX_BWD; kernel <= TUNED__KERNEL_LOG_SOFTMAX_BWD;
+    for (unsigned kernel = TUNED_KERNEL_SOFTMAX_BWD; kernel <= TUNED_KERNEL_LOG_SOFTMAX_BWD;
          kernel += 2)
         for (int dt = TUNED_FP16; dt <= TUNED_FP32; dt++)
             for (size_t i = 0; i < sizeof bwd_configs / sizeof bwd_configs[0]; i++) {
@@ -371,7 +371,7 @@ int main(void)
     for (int dt = TUNED_FP16; dt <= TUNED_BF16; dt++)
         for (size_t i = 0; i < sizeof ex_configs / sizeof ex_configs[0]; i++) {
             tuned__config c;
-            tuned__shape s = {(tuned_dtype)dt, 64, i == 2 ? 1001 : 128256, TUNED__KERNEL_SOFTMAX};
+            tuned__shape s = {(tuned_dtype)dt, 64, i == 2 ? 1001 : 128256, TUNED_KERNEL_SOFTMAX};
             EXPECT(tuned__config_parse(ex_configs[i], &c, &e) == 0, "%s", e.msg);
             check_variant(n, &c, &s);
             compiled++;
@@ -379,7 +379,7 @@ int main(void)
     /* The staged family in every dtype, sampled or not. */
     for (int dt = TUNED_FP16; dt <= TUNED_FP32; dt++) {
         tuned__config c;
-        tuned__shape s = {(tuned_dtype)dt, 64, 32000, TUNED__KERNEL_SOFTMAX};
+        tuned__shape s = {(tuned_dtype)dt, 64, 32000, TUNED_KERNEL_SOFTMAX};
         EXPECT(tuned__config_parse(dt == TUNED_FP32 ? "tma.w16.c2.s2.st=cs" : "tma.w8.c1.s3.st=def",
                                    &c, &e) == 0,
                "%s", e.msg);
@@ -419,7 +419,7 @@ int main(void)
     }
     /* Codegen refuses what it cannot emit, and a compile error carries the
      * variant's name and NVRTC's log. */
-    tuned__shape fp32 = {TUNED_FP32, 4, 100, TUNED__KERNEL_SOFTMAX};
+    tuned__shape fp32 = {TUNED_FP32, 4, 100, TUNED_KERNEL_SOFTMAX};
     tuned__config wide = {.warps = 4, .rows = 1, .cluster = 1, .minb = 1, .vec = 8};
     char *src = NULL;
     EXPECT(tuned__source_softmax(&wide, &fp32, NULL, &src, &e) == TUNED_EINVAL &&
@@ -428,13 +428,13 @@ int main(void)
     /* Row groups that are not power-of-two lane ranges would mix rows in
      * the shuffles: refused even where the text form never produces them. */
     tuned__config odd = {.warps = 3, .rows = 2, .cluster = 1, .minb = 1, .vec = 4};
-    tuned__shape f16 = {TUNED_FP16, 4, 100, TUNED__KERNEL_SOFTMAX};
+    tuned__shape f16 = {TUNED_FP16, 4, 100, TUNED_KERNEL_SOFTMAX};
     EXPECT(tuned__source_softmax(&odd, &f16, NULL, &src, &e) == TUNED_EINVAL,
            "3 warps for 2 rows not refused");
     tuned__config tma = {.family = TUNED__FAMILY_TMA, .warps = 16, .rows = 1, .cluster = 1,
                          .minb = 1, .stages = 2};
     tuned__codegen_opts plant = {.plant_bug = 1};
-    tuned__shape long_rows = {TUNED_FP16, 4, 32000, TUNED__KERNEL_SOFTMAX};
+    tuned__shape long_rows = {TUNED_FP16, 4, 32000, TUNED_KERNEL_SOFTMAX};
     EXPECT(tuned__source_softmax(&tma, &long_rows, &plant, &src, &e) == TUNED_EINVAL,
            "a planted bug accepted for a tma variant");
     /* ld=el left the space and the templates: codegen refuses it. */
@@ -490,7 +490,7 @@ int main(void)
                                 &e) == TUNED_ECOMPILE &&
                strstr(e.msg, "nvrtc: softmax junk for sm_90: ") == e.msg && strstr(e.msg, "error") != NULL,
            "compile error message: %s", e.msg);
-    for (unsigned kernel = TUNED__KERNEL_SOFTMAX; kernel <= TUNED__KERNEL_LAST; kernel++)
+    for (unsigned kernel = TUNED_KERNEL_SOFTMAX; kernel <= TUNED__KIND_COUNT; kernel++)
         EXPECT(per_kernel[kernel] >= 10, "%s: only %zu variants compiled",
                tuned__kernel_name((uint8_t)kernel), per_kernel[kernel]);
     /* What a kernel does not have is refused, by the one rule. */
@@ -498,11 +498,11 @@ int main(void)
         unsigned kernel;
         const char *config;
     } refused[] = {
-        {TUNED__KERNEL_SOFTMAX_BWD, "w8.r1.c1.m1.v8.ld=def.st=def.reg=ex"},
-        {TUNED__KERNEL_SOFTMAX_BWD, "w8.r1.c1.m1.v8.ld=def.st=def.reg=f32.red=fused"},
-        {TUNED__KERNEL_LOG_SOFTMAX_BWD, "w8.r1.c1.m1.v8.ld=def.st=def.reg=f32.red=fused.g4"},
-        {TUNED__KERNEL_LOG_SOFTMAX_BWD, "tma.w16.c1.s2.st=def"},
-        {TUNED__KERNEL_LOG_SOFTMAX, "w8.r1.c1.m1.v8.ld=def.st=def.reg=ex"},
+        {TUNED_KERNEL_SOFTMAX_BWD, "w8.r1.c1.m1.v8.ld=def.st=def.reg=ex"},
+        {TUNED_KERNEL_SOFTMAX_BWD, "w8.r1.c1.m1.v8.ld=def.st=def.reg=f32.red=fused"},
+        {TUNED_KERNEL_LOG_SOFTMAX_BWD, "w8.r1.c1.m1.v8.ld=def.st=def.reg=f32.red=fused.g4"},
+        {TUNED_KERNEL_LOG_SOFTMAX_BWD, "tma.w16.c1.s2.st=def"},
+        {TUNED_KERNEL_LOG_SOFTMAX, "w8.r1.c1.m1.v8.ld=def.st=def.reg=ex"},
     };
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
         tuned__config c;
@@ -523,8 +523,8 @@ int main(void)
         tuned__config c;
         EXPECT(tuned__config_parse("w32.r1.c1.m1.v8.ld=def.st=def.reg=f32", &c, &e) == 0, "%s",
                e.msg);
-        tuned__shape fwd = {TUNED_FP16, 64, 32768, TUNED__KERNEL_SOFTMAX};
-        tuned__shape bwd = {TUNED_FP16, 64, 32768, TUNED__KERNEL_SOFTMAX_BWD};
+        tuned__shape fwd = {TUNED_FP16, 64, 32768, TUNED_KERNEL_SOFTMAX};
+        tuned__shape bwd = {TUNED_FP16, 64, 32768, TUNED_KERNEL_SOFTMAX_BWD};
         EXPECT(tuned__config_check(&c, &fwd, 90, 132, NULL, 0) &&
                    !tuned__config_check(&c, &bwd, 90, 132, NULL, 0),
                "w32 v8 f32 on 32768 columns: one row of 128 registers fits, two must not");

@@ -326,7 +326,7 @@ static tuned__record make_record(uint64_t rows, uint64_t cols, double median_us)
 {
     tuned__record r;
     memset(&r, 0, sizeof r);
-    r.key.kernel = TUNED__KERNEL_SOFTMAX;
+    r.key.kernel = TUNED_KERNEL_SOFTMAX;
     r.key.dtype = TUNED_FP16;
     r.key.rows = rows;
     r.key.cols = cols;

@@ -81,7 +81,7 @@ static void planted_bugs_are_caught(gpu_env *g)
     for (int bug = 1; bug <= 4; bug++) {
         /* bugs 1 and 2 in softmax_rows.cu, then again in softmax_bwd.cu */
         tuned__shape s = {TUNED_FP16, 64, 4097,
-                          bug <= 2 ? TUNED__KERNEL_SOFTMAX : TUNED__KERNEL_SOFTMAX_BWD};
+                          bug <= 2 ? TUNED_KERNEL_SOFTMAX : TUNED_KERNEL_SOFTMAX_BWD};
         tuned__eval_opts o = quick_opts();
         o.codegen.plant_bug = (bug - 1) % 2 + 1;
         tuned__err e = {0};
@@ -113,7 +113,7 @@ static void stray_writes_are_caught(gpu_env *g)
     return;
 #else
     tuned__config c = {.warps = 4, .rows = 1, .cluster = 1, .minb = 1, .vec = 8};
-    tuned__shape s = {TUNED_FP16, 64, 4097, TUNED__KERNEL_SOFTMAX};
+    tuned__shape s = {TUNED_FP16, 64, 4097, TUNED_KERNEL_SOFTMAX};
     long long bytes = (long long)(s.rows * s.cols * 2);
     for (int offset = 0; offset <= 3; offset += 3) {
         long long front = TUNED__CHECK_GUARD_BYTES + 2LL * offset;
@@ -290,7 +290,7 @@ static int context_killer_is_recorded(gpu_env *g)
     fault_plan plan = {.g = g};
     tuned__tune_request r;
     tuned__tune_request_default(&r);
-    r.shape = (tuned__shape){TUNED_FP16, 64, 1024, TUNED__KERNEL_SOFTMAX};
+    r.shape = (tuned__shape){TUNED_FP16, 64, 1024, TUNED_KERNEL_SOFTMAX};
     r.store = st;
     r.search.budget = 16;
     r.eval = quick_opts();
@@ -347,12 +347,12 @@ int main(int argc, char **argv)
     static const uint64_t cols_list[] = {1,    7,     32,    100,    1000,
                                          1024, 4097, 32000, 50257, 128256, 262144};
     size_t variants = 0;
-    for (unsigned kernel = TUNED__KERNEL_SOFTMAX; kernel <= TUNED__KERNEL_LAST; kernel++)
+    for (unsigned kernel = TUNED_KERNEL_SOFTMAX; kernel <= TUNED__KIND_COUNT; kernel++)
     for (int dt = TUNED_FP16; dt <= TUNED_FP32; dt++) {
         /* softmax sampled most; the others share its stages */
-        const int per_shape = kernel == TUNED__KERNEL_SOFTMAX ? 6 : 3;
+        const int per_shape = kernel == TUNED_KERNEL_SOFTMAX ? 6 : 3;
         for (size_t i = 0; i < sizeof cols_list / sizeof cols_list[0]; i++) {
-            if (kernel != TUNED__KERNEL_SOFTMAX && i % 2 == 1 && cols_list[i] != 128256)
+            if (kernel != TUNED_KERNEL_SOFTMAX && i % 2 == 1 && cols_list[i] != 128256)
                 continue;
             tuned__shape s = {(tuned_dtype)dt, cols_list[i] > 200000 ? 2 : cols_list[i] > 30000 ? 24 : 67,
                               cols_list[i], (uint8_t)kernel};
@@ -390,12 +390,12 @@ int main(int argc, char **argv)
             tuned__space_free(&sp);
         }
     }
-    variants += grid_splits_are_correct(&g, TUNED__KERNEL_SOFTMAX);
-    variants += grid_splits_are_correct(&g, TUNED__KERNEL_LOG_SOFTMAX);
-    variants += stashes_are_correct(&g, TUNED__KERNEL_SOFTMAX);
-    variants += stashes_are_correct(&g, TUNED__KERNEL_LOG_SOFTMAX);
-    variants += replicas_are_correct(&g, TUNED__KERNEL_SOFTMAX);
-    variants += replicas_are_correct(&g, TUNED__KERNEL_LOG_SOFTMAX);
+    variants += grid_splits_are_correct(&g, TUNED_KERNEL_SOFTMAX);
+    variants += grid_splits_are_correct(&g, TUNED_KERNEL_LOG_SOFTMAX);
+    variants += stashes_are_correct(&g, TUNED_KERNEL_SOFTMAX);
+    variants += stashes_are_correct(&g, TUNED_KERNEL_LOG_SOFTMAX);
+    variants += replicas_are_correct(&g, TUNED_KERNEL_SOFTMAX);
+    variants += replicas_are_correct(&g, TUNED_KERNEL_LOG_SOFTMAX);
     planted_bugs_are_caught(&g);
     stray_writes_are_caught(&g);
     tuned__nvrtc_unload(g.n);

@@ -195,7 +195,7 @@ static void test_pretuned(const char *root)
      * (the records are made anew whenever the templates change). */
     tuned__record ship;
     size_t nfound = 0;
-    EXPECT(tuned__store_find_shape(s, TUNED__KERNEL_SOFTMAX, TUNED_FP16, 4096, 32000, &ship, 1,
+    EXPECT(tuned__store_find_shape(s, TUNED_KERNEL_SOFTMAX, TUNED_FP16, 4096, 32000, &ship, 1,
                                    &nfound, &e) == 0 && nfound == 1,
            "the shipped 4096x32000 fp16 record: %s (%zu)", e.msg, nfound);
     char shipped[sizeof ship.config];

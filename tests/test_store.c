@@ -272,7 +272,7 @@ static void test_record_json(void)
         case 4: bad.prov.policy[0] = '\0'; break;
         case 5: snprintf(bad.date, sizeof bad.date, "yesterday"); break;
         case 6: bad.key.rows = 0; break;
-        case 7: bad.key.kernel = TUNED__KERNEL_LAST + 1; break;
+        case 7: bad.key.kernel = TUNED__KIND_COUNT + 1; break;
         }
         EXPECT_RC(tuned__record_check(&bad, TUNED_EINVAL, &e), TUNED_EINVAL, &e);
         EXPECT_MSG(&e, checks[i].needle);
@@ -289,11 +289,11 @@ static void test_record_json(void)
 
     /* Another kernel's record: its name in the JSON, its id back. */
     bad = r;
-    bad.key.kernel = TUNED__KERNEL_LOG_SOFTMAX_BWD;
+    bad.key.kernel = TUNED_KERNEL_LOG_SOFTMAX_BWD;
     EXPECT_OK(tuned__record_encode(&bad, &text, &len, &e), &e);
     EXPECT(strstr(text, "\"kernel\":\"log_softmax_bwd\"") != NULL);
     EXPECT_OK(tuned__record_decode(text, len, &back, &e), &e);
-    EXPECT(back.key.kernel == TUNED__KERNEL_LOG_SOFTMAX_BWD);
+    EXPECT(back.key.kernel == TUNED_KERNEL_LOG_SOFTMAX_BWD);
     free(text);
 
     /* Duplicate keys and a NUL in a string are refused on reading. */
@@ -540,7 +540,7 @@ static void test_find_shape(void)
     other.key.dtype = TUNED_FP32;
     EXPECT_OK(tuned__store_put_best(s, &other, &e), &e);
 
-    enum { K = TUNED__KERNEL_SOFTMAX, D = TUNED_FP16 };
+    enum { K = TUNED_KERNEL_SOFTMAX, D = TUNED_FP16 };
     tuned__record out[4];
     size_t n = 99;
     EXPECT_OK(tuned__store_find_shape(s, K, D, 1024, 768, out, 4, &n, &e), &e);

@@ -16,7 +16,7 @@
 /* The key of a record in store form, from its fields. */
 static void add_key(json_t *r)
 {
-    tuned__store_key k = {.kernel = TUNED__KERNEL_SOFTMAX, .layout = TUNED__LAYOUT_DENSE};
+    tuned__store_key k = {.kernel = TUNED__KIND_DEFAULT, .layout = TUNED__LAYOUT_DENSE};
     const char *kernel = json_string_value(json_object_get(r, "kernel"));
     if (kernel != NULL && tuned__kernel_parse(kernel, &k.kernel) != 0)
         return;

@@ -588,7 +588,10 @@ int cli_parse(int argc, char **argv, cli_opts *o)
         if (!cli_parse_shape(shape_text, &o->request.shape, why, sizeof why))
             return bad("%s", why);
         uint64_t esize = tuned_dtype_size(o->request.shape.dtype);
-        uint64_t tensors = tuned__kernel_tensors(tuned__shape_kernel(&o->request.shape));
+        /* --kernel comes before or after --shape: an unknown one is refused
+         * where it is parsed; the cap counts the default kind's tensors then. */
+        const tuned__kind_spec *kind = tuned__shape_spec(&o->request.shape);
+        uint64_t tensors = kind != NULL ? tuned__kind_matrices(kind) : 2;
         if (o->request.shape.rows > MAX_TOTAL_BYTES / tensors / esize / o->request.shape.cols)
             return bad("--shape %s: inputs and output would exceed 1 TiB", shape_text);
         o->have_shape = true;

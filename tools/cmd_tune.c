@@ -50,9 +50,14 @@ static void on_progress(void *ctx, const tuned__tune_progress *p)
     }
     if (pl->mode == CLI_PROGRESS_NONE)
         return;
-    /* The floor: a copy moves 2 tensors' bytes, a backward kernel 3. */
+    /* The floor: the copy moves two tensors' bytes; the kind moves what its
+     * spec says. */
     unsigned kernel = tuned__shape_kernel(pl->shape);
-    double floor_us = p->copy_us * tuned__kernel_tensors(kernel) / 2.0;
+    size_t esize = tuned_dtype_size(pl->shape->dtype);
+    double floor_us = p->copy_us *
+                      tuned__kind_bytes(tuned__shape_spec(pl->shape), pl->shape->rows,
+                                        pl->shape->cols, esize) /
+                      (2.0 * (double)pl->shape->rows * (double)pl->shape->cols * (double)esize);
     if (p->search == NULL) {
         double bytes = 2.0 * (double)pl->shape->rows * (double)pl->shape->cols *
                        (double)tuned_dtype_size(pl->shape->dtype);

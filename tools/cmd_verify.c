@@ -146,8 +146,8 @@ static int verify_one(const tuned__driver *d, const tuned__nvrtc *n, const tuned
         tuned__record now = *r;
         now.median_us = res.median_us;
         now.copy_us = copy_us;
-        double bytes = (double)tuned__kernel_tensors(r->key.kernel) * (double)r->key.rows *
-                       (double)r->key.cols * (double)tuned_dtype_size(shape.dtype);
+        double bytes = tuned__kind_bytes(tuned__shape_spec(&shape), r->key.rows, r->key.cols,
+                                         tuned_dtype_size(shape.dtype));
         now.gbps = bytes / (res.median_us * 1e3);
         tuned__date_now(now.date, sizeof now.date);
         if ((rc = tuned__store_put_best(fix, &now, e)) != 0)

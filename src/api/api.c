@@ -634,14 +634,12 @@ static tuned__api_entry *recheck(tuned_handle *h, const tuned__api_key *k, uint6
 
 /* ---- the call ---- */
 
-/* One call's tensors: in (x, or a backward kernel's y), in2 (dy; NULL for
- * forward kernels), out (y, or dx), named for messages. */
+/* One call: the entry point's name (for messages), the kind, and one
+ * device pointer per tensor of the kind, in its spec's order. */
 typedef struct call_args {
     const char *fn;
-    unsigned kernel;
-    const void *in, *in2;
-    const void *out;
-    const char *in_name, *in2_name, *out_name;
+    const tuned__kind_spec *kind;
+    const void *ptr[TUNED__KIND_MAX_TENSORS];
 } call_args;
 
 static bool overlap(uintptr_t a, uintptr_t b, uint64_t span)
@@ -649,19 +647,42 @@ static bool overlap(uintptr_t a, uintptr_t b, uint64_t span)
     return a < b + span && b < a + span;
 }
 
+/* Whether an output tensor of a overlaps another tensor (inputs may share
+ * memory with each other: y and dy may be one). *out_i and *other_i name
+ * the first such pair. */
+static bool outputs_overlap(const call_args *a, uint64_t span, unsigned *out_i,
+                            unsigned *other_i)
+{
+    for (unsigned i = 0; i < a->kind->ntensors; i++) {
+        if (a->kind->tensor[i].role != TUNED__TENSOR_OUT)
+            continue;
+        for (unsigned j = 0; j < a->kind->ntensors; j++)
+            if (j != i && overlap((uintptr_t)a->ptr[i], (uintptr_t)a->ptr[j], span)) {
+                *out_i = i;
+                *other_i = j;
+                return true;
+            }
+    }
+    return false;
+}
+
 static int bad_call(const tuned_handle *h, const call_args *a, int64_t rows, int64_t cols,
                     int64_t stride, tuned_dtype dtype, float scale)
 {
     const char *fn = a->fn;
     size_t esize = tuned_dtype_size(dtype);
-    bool backward = tuned__kernel_backward(a->kernel);
     if (h == NULL)
         return failf(NULL, TUNED_EINVAL, "%s: the handle is NULL", fn);
+    if (a->kind == NULL) {
+        char kinds[160];
+        tuned__kind_list(kinds, sizeof kinds);
+        return failf(h, TUNED_EINVAL, "%s: unknown kernel (the kernels: %s)", fn, kinds);
+    }
     if (esize == 0)
         return failf(h, TUNED_EINVAL, "%s: unknown dtype %d", fn, (int)dtype);
-    if (a->in == NULL || a->out == NULL || (backward && a->in2 == NULL))
-        return failf(h, TUNED_EINVAL, "%s: %s is NULL", fn,
-                     a->in == NULL ? a->in_name : a->out == NULL ? a->out_name : a->in2_name);
+    for (unsigned i = 0; i < a->kind->ntensors; i++)
+        if (a->ptr[i] == NULL)
+            return failf(h, TUNED_EINVAL, "%s: %s is NULL", fn, a->kind->tensor[i].name);
     if (!(scale > 0.0f && scale <= FLT_MAX))
         return failf(h, TUNED_EINVAL, "%s: scale %g (it must be positive and finite)", fn,
                      (double)scale);
@@ -676,37 +697,39 @@ static int bad_call(const tuned_handle *h, const call_args *a, int64_t rows, int
     if (rows > 1 && (uint64_t)stride > ((uint64_t)INT64_MAX / esize - (uint64_t)cols) / (uint64_t)(rows - 1))
         return failf(h, TUNED_EINVAL, "%s: %lld rows of stride %lld overflow the address space",
                      fn, (long long)rows, (long long)stride);
-    const void *ptrs[] = {a->in, a->out, a->in2};
-    const char *names[] = {a->in_name, a->out_name, a->in2_name};
-    for (int i = 0; i < (backward ? 3 : 2); i++)
-        if ((uintptr_t)ptrs[i] % esize != 0)
-            return failf(h, TUNED_EINVAL, "%s: %s (%p) is not %zu-byte aligned", fn, names[i],
-                         ptrs[i], esize);
+    for (unsigned i = 0; i < a->kind->ntensors; i++)
+        if ((uintptr_t)a->ptr[i] % esize != 0)
+            return failf(h, TUNED_EINVAL, "%s: %s (%p) is not %zu-byte aligned", fn,
+                         a->kind->tensor[i].name, a->ptr[i], esize);
     uint64_t span = ((uint64_t)(rows - 1) * (uint64_t)stride + (uint64_t)cols) * esize;
-    bool with_in = overlap((uintptr_t)a->in, (uintptr_t)a->out, span);
+    unsigned o = 0, other = 0;
+    outputs_overlap(a, span, &o, &other);
     return failf(h, TUNED_EINVAL, "%s: %s (%p) and %s (%p) overlap", fn,
-                 with_in ? a->in_name : a->in2_name, with_in ? a->in : a->in2, a->out_name,
-                 a->out);
+                 a->kind->tensor[other].name, a->ptr[other], a->kind->tensor[o].name, a->ptr[o]);
 }
 
 /* The fast path's argument check: everything bad_call() explains. */
 static inline bool call_ok(const tuned_handle *h, const call_args *a, int64_t rows, int64_t cols,
                            int64_t stride, tuned_dtype dtype, float scale, uint64_t *esize)
 {
-    bool backward = tuned__kernel_backward(a->kernel);
-    if (h == NULL || (unsigned)dtype > (unsigned)TUNED_FP32 || a->in == NULL ||
-        a->out == NULL || (backward && a->in2 == NULL) || !(scale > 0.0f && scale <= FLT_MAX) ||
-        rows < 1 || (uint64_t)rows > TUNED__MAX_ROWS || cols < 1 ||
-        (uint64_t)cols > TUNED__MAX_COLS || stride < cols)
+    if (h == NULL || a->kind == NULL || (unsigned)dtype > (unsigned)TUNED_FP32 ||
+        !(scale > 0.0f && scale <= FLT_MAX) || rows < 1 || (uint64_t)rows > TUNED__MAX_ROWS ||
+        cols < 1 || (uint64_t)cols > TUNED__MAX_COLS || stride < cols)
         return false;
     uint64_t es = dtype == TUNED_FP32 ? 4 : 2;
     if (rows > 1 && (uint64_t)stride > ((uint64_t)INT64_MAX / es - (uint64_t)cols) / (uint64_t)(rows - 1))
         return false;
-    uintptr_t xa = (uintptr_t)a->in, ya = (uintptr_t)a->out, x2a = (uintptr_t)a->in2;
-    if ((xa | ya | x2a) & (es - 1))
+    uintptr_t bits = 0;
+    for (unsigned i = 0; i < a->kind->ntensors; i++) {
+        if (a->ptr[i] == NULL)
+            return false;
+        bits |= (uintptr_t)a->ptr[i];
+    }
+    if (bits & (es - 1))
         return false;
     uint64_t span = ((uint64_t)(rows - 1) * (uint64_t)stride + (uint64_t)cols) * es;
-    if (overlap(xa, ya, span) || (backward && overlap(x2a, ya, span)))
+    unsigned o, other;
+    if (outputs_overlap(a, span, &o, &other))
         return false;
     *esize = es;
     return true;
@@ -722,11 +745,16 @@ static int resolve(tuned_handle *h, const call_args *a, int64_t rows, int64_t co
         return bad_call(h, a, rows, cols, stride, dtype, scale);
     CUcontext ctx = NULL;
     h->d->cuCtxGetCurrent(&ctx);
-    uintptr_t xa = (uintptr_t)a->in, ya = (uintptr_t)a->out, x2a = (uintptr_t)a->in2;
+    uintptr_t bits = 0;
+    for (unsigned i = 0; i < a->kind->ntensors; i++)
+        bits |= (uintptr_t)a->ptr[i];
+    /* The context, when none is current, is the first input's. */
+    const unsigned in = tuned__kind_first_in(a->kind);
+    uintptr_t xa = (uintptr_t)a->ptr[in];
     tuned__api_key k = {.ctx = ctx, .rows = (uint64_t)rows, .cols = (uint64_t)cols,
                         .stride = (uint64_t)stride, .dtype = (uint32_t)dtype,
-                        .kernel = (uint16_t)a->kernel,
-                        .aligned = ((xa | ya | x2a) & 15) == 0 &&
+                        .kernel = (uint16_t)a->kind->id,
+                        .aligned = (bits & 15) == 0 &&
                                    (stride == cols || ((uint64_t)stride * esize) % 16 == 0)};
     uint64_t hash = tuned__api_key_hash(&k);
     tuned__api_entry *e = ctx != NULL ? tuned__api_map_find(&h->map, &k, hash) : NULL;
@@ -752,7 +780,7 @@ static int resolve(tuned_handle *h, const call_args *a, int64_t rows, int64_t co
                          "%s: no CUDA context is current on this thread, and %s (%p) is not "
                          "memory of a context the driver knows: make a context current first "
                          "(cudaSetDevice, cuCtxSetCurrent)",
-                         a->fn, a->in_name, a->in);
+                         a->fn, a->kind->tensor[in].name, a->ptr[in]);
         int rc = tuned__cuda_check(h->d, h->d->cuCtxSetCurrent(ctx), &err,
                                    "making the input's context current");
         if (rc != 0)
@@ -786,10 +814,11 @@ static int call(tuned_handle *h, const call_args *a, int64_t rows, int64_t cols,
     int rc = resolve(h, a, rows, cols, row_stride, dtype, scale, stream, &e);
     if (rc != 0)
         return rc;
-    CUresult cr = tuned__launch_run(h->d, &e->launch, e->work, (CUdeviceptr)(uintptr_t)a->in,
-                                    (CUdeviceptr)(uintptr_t)a->in2,
-                                    (CUdeviceptr)(uintptr_t)a->out, rows, (int)cols, row_stride,
-                                    scale, (CUstream)stream);
+    CUdeviceptr tensors[TUNED__KIND_MAX_TENSORS];
+    for (unsigned i = 0; i < a->kind->ntensors; i++)
+        tensors[i] = (CUdeviceptr)(uintptr_t)a->ptr[i];
+    CUresult cr = tuned__launch_run(h->d, &e->launch, e->work, tensors, rows, (int)cols,
+                                    row_stride, scale, (CUstream)stream);
     if (cr != CUDA_SUCCESS) {
         tuned__err err = {0};
         char what[192];
@@ -804,41 +833,61 @@ static int call(tuned_handle *h, const call_args *a, int64_t rows, int64_t cols,
     return 0;
 }
 
+int tuned_run(tuned_handle *h, tuned_kernel kernel, const void *const *tensors, int64_t rows,
+              int64_t cols, int64_t row_stride, tuned_dtype dtype, float scale, void *stream)
+{
+    call_args a = {"tuned_run", tuned__kind((unsigned)kernel), {NULL}};
+    if (tensors == NULL)
+        return failf(h, TUNED_EINVAL, "tuned_run: tensors is NULL");
+    for (unsigned i = 0; a.kind != NULL && i < a.kind->ntensors; i++)
+        a.ptr[i] = tensors[i];
+    return call(h, &a, rows, cols, row_stride, dtype, a.kind != NULL && a.kind->nscalars ? scale : 1.0f,
+                stream);
+}
+
+/* The named entry points: one kind each, its tensors in the spec's order. */
+static int call_kind(tuned_handle *h, const char *fn, tuned_kernel kernel, const void *t0,
+                     const void *t1, const void *t2, int64_t rows, int64_t cols,
+                     int64_t row_stride, tuned_dtype dtype, float scale, void *stream)
+{
+    call_args a = {fn, tuned__kind((unsigned)kernel), {t0, t1, t2}};
+    return call(h, &a, rows, cols, row_stride, dtype, scale, stream);
+}
+
 int tuned_softmax(tuned_handle *h, const void *x, void *y, int64_t rows, int64_t cols,
                   int64_t row_stride, tuned_dtype dtype, void *stream)
 {
-    call_args a = {"tuned_softmax", TUNED__KERNEL_SOFTMAX, x, NULL, y, "x", "", "y"};
-    return call(h, &a, rows, cols, row_stride, dtype, 1.0f, stream);
+    return call_kind(h, "tuned_softmax", TUNED_KERNEL_SOFTMAX, x, y, NULL, rows, cols,
+                     row_stride, dtype, 1.0f, stream);
 }
 
 int tuned_softmax_scaled(tuned_handle *h, const void *x, void *y, int64_t rows, int64_t cols,
                          int64_t row_stride, tuned_dtype dtype, float scale, void *stream)
 {
-    call_args a = {"tuned_softmax_scaled", TUNED__KERNEL_SOFTMAX, x, NULL, y, "x", "", "y"};
-    return call(h, &a, rows, cols, row_stride, dtype, scale, stream);
+    return call_kind(h, "tuned_softmax_scaled", TUNED_KERNEL_SOFTMAX, x, y, NULL, rows, cols,
+                     row_stride, dtype, scale, stream);
 }
 
 int tuned_log_softmax(tuned_handle *h, const void *x, void *y, int64_t rows, int64_t cols,
                       int64_t row_stride, tuned_dtype dtype, float scale, void *stream)
 {
-    call_args a = {"tuned_log_softmax", TUNED__KERNEL_LOG_SOFTMAX, x, NULL, y, "x", "", "y"};
-    return call(h, &a, rows, cols, row_stride, dtype, scale, stream);
+    return call_kind(h, "tuned_log_softmax", TUNED_KERNEL_LOG_SOFTMAX, x, y, NULL, rows, cols,
+                     row_stride, dtype, scale, stream);
 }
 
 int tuned_softmax_backward(tuned_handle *h, const void *y, const void *dy, void *dx, int64_t rows,
                            int64_t cols, int64_t row_stride, tuned_dtype dtype, void *stream)
 {
-    call_args a = {"tuned_softmax_backward", TUNED__KERNEL_SOFTMAX_BWD, y, dy, dx, "y", "dy", "dx"};
-    return call(h, &a, rows, cols, row_stride, dtype, 1.0f, stream);
+    return call_kind(h, "tuned_softmax_backward", TUNED_KERNEL_SOFTMAX_BWD, y, dy, dx, rows,
+                     cols, row_stride, dtype, 1.0f, stream);
 }
 
 int tuned_log_softmax_backward(tuned_handle *h, const void *y, const void *dy, void *dx,
                                int64_t rows, int64_t cols, int64_t row_stride, tuned_dtype dtype,
                                void *stream)
 {
-    call_args a = {"tuned_log_softmax_backward", TUNED__KERNEL_LOG_SOFTMAX_BWD, y, dy, dx, "y",
-                   "dy", "dx"};
-    return call(h, &a, rows, cols, row_stride, dtype, 1.0f, stream);
+    return call_kind(h, "tuned_log_softmax_backward", TUNED_KERNEL_LOG_SOFTMAX_BWD, y, dy, dx,
+                     rows, cols, row_stride, dtype, 1.0f, stream);
 }
 
 /* Copies e's choice and the shape's tune state. */
@@ -857,11 +906,15 @@ static void copy_choice(tuned_handle *h, const tuned__api_entry *e, tuned_choice
     pthread_mutex_unlock(&h->mu);
 }
 
-int tuned_prepare(tuned_handle *h, const void *x, void *y, int64_t rows, int64_t cols,
-                  int64_t row_stride, tuned_dtype dtype, tuned_choice *out)
+int tuned_prepare(tuned_handle *h, tuned_kernel kernel, const void *const *tensors, int64_t rows,
+                  int64_t cols, int64_t row_stride, tuned_dtype dtype, tuned_choice *out)
 {
     tuned__api_entry *e;
-    call_args a = {"tuned_prepare", TUNED__KERNEL_SOFTMAX, x, NULL, y, "x", "", "y"};
+    call_args a = {"tuned_prepare", tuned__kind((unsigned)kernel), {NULL}};
+    if (tensors == NULL)
+        return failf(h, TUNED_EINVAL, "tuned_prepare: tensors is NULL");
+    for (unsigned i = 0; a.kind != NULL && i < a.kind->ntensors; i++)
+        a.ptr[i] = tensors[i];
     int rc = resolve(h, &a, rows, cols, row_stride, dtype, 1.0f, NULL, &e);
     if (rc == 0 && out != NULL)
         copy_choice(h, e, out);
@@ -894,11 +947,17 @@ int tuned__api_resolve_device(tuned_handle *h, int device, int *ordinal, tuned__
     return current_ordinal(h, ordinal, e);
 }
 
-int tuned__api_shape_ok(const tuned_handle *h, const char *fn, int64_t rows, int64_t cols,
-                        tuned_dtype dtype, int device)
+int tuned__api_shape_ok(const tuned_handle *h, const char *fn, tuned_kernel kernel, int64_t rows,
+                        int64_t cols, tuned_dtype dtype, int device)
 {
     if (h == NULL)
         return failf(NULL, TUNED_EINVAL, "%s: the handle is NULL", fn);
+    if (tuned__kind((unsigned)kernel) == NULL) {
+        char kinds[160];
+        tuned__kind_list(kinds, sizeof kinds);
+        return failf(h, TUNED_EINVAL, "%s: unknown kernel %d (the kernels: %s)", fn, (int)kernel,
+                     kinds);
+    }
     if (tuned_dtype_size(dtype) == 0)
         return failf(h, TUNED_EINVAL, "%s: unknown dtype %d", fn, (int)dtype);
     if (rows < 1 || (uint64_t)rows > TUNED__MAX_ROWS || cols < 1 ||
@@ -911,10 +970,10 @@ int tuned__api_shape_ok(const tuned_handle *h, const char *fn, int64_t rows, int
     return 0;
 }
 
-int tuned_lookup(tuned_handle *h, int64_t rows, int64_t cols, tuned_dtype dtype, int device,
-                 tuned_choice *out)
+int tuned_lookup(tuned_handle *h, tuned_kernel kernel, int64_t rows, int64_t cols,
+                 tuned_dtype dtype, int device, tuned_choice *out)
 {
-    int rc = tuned__api_shape_ok(h, "tuned_lookup", rows, cols, dtype, device);
+    int rc = tuned__api_shape_ok(h, "tuned_lookup", kernel, rows, cols, dtype, device);
     if (rc != 0)
         return rc;
     if (out == NULL)
@@ -922,7 +981,8 @@ int tuned_lookup(tuned_handle *h, int64_t rows, int64_t cols, tuned_dtype dtype,
     tuned__err e = {0};
     int ordinal = 0;
     const tuned__gpu *gpu = NULL;
-    tuned__shape s = {.dtype = dtype, .rows = (uint64_t)rows, .cols = (uint64_t)cols};
+    tuned__shape s = {.dtype = dtype, .rows = (uint64_t)rows, .cols = (uint64_t)cols,
+                      .kernel = (uint8_t)kernel};
     tuned__api_pick p;
     pthread_mutex_lock(&h->mu);
     rc = tuned__api_resolve_device(h, device, &ordinal, &e);
@@ -943,8 +1003,8 @@ int tuned_lookup(tuned_handle *h, int64_t rows, int64_t cols, tuned_dtype dtype,
     }
     pthread_mutex_unlock(&h->mu);
     if (rc != 0) {
-        tuned__err_prefix(&e, rc, "tuned_lookup %lldx%lld %s: ", (long long)rows,
-                          (long long)cols, tuned_dtype_name(dtype));
+        tuned__err_prefix(&e, rc, "tuned_lookup %s %lldx%lld %s: ", tuned_kernel_name(kernel),
+                          (long long)rows, (long long)cols, tuned_dtype_name(dtype));
         return fail(h, &e);
     }
     return 0;

@@ -41,7 +41,7 @@ typedef struct tuned__api_key {
     void *ctx;          /* CUcontext the call ran in */
     uint64_t rows, cols, stride;
     uint32_t dtype;
-    uint16_t kernel;    /* TUNED__KERNEL_* (never 0) */
+    uint16_t kernel;    /* TUNED_KERNEL_* (never 0) */
     uint16_t aligned;   /* every tensor and every row start are 16-byte aligned */
 } tuned__api_key;
 #define TUNED__API_KEY_FIELD(f) sizeof(((tuned__api_key *)0)->f)

@@ -167,7 +167,7 @@ int tuned__api_run_child(const tuned__api_child *c, tuned__err *e)
     unsigned kernel = tuned__shape_kernel(&c->shape);
     argv[argc++] = exe;
     argv[argc++] = (char *)"tune";
-    if (kernel != TUNED__KERNEL_SOFTMAX) {
+    if (kernel != TUNED__KIND_DEFAULT) {
         argv[argc++] = (char *)"--kernel";
         argv[argc++] = (char *)tuned__kernel_name((uint8_t)kernel);
     }

@@ -1,8 +1,7 @@
 /* api_tune.c: the tunes a handle asks for. Tunes never run in this
  * process: under TUNED_POLICY_PROCESS a background thread of the handle
  * runs `tuned` child processes one at a time (api_child.c); under
- * TUNED_POLICY_DAEMON it sends the daemon a `tune` request (other kernels
- * than softmax tune in a child writing to the same store). tuned_tune()
+ * TUNED_POLICY_DAEMON it sends the daemon a `tune` request. tuned_tune()
  * does the same and waits, reporting progress to the handle's callback.
  * When a tune is done, the calls of its shape look at the store again. */
 #include <stdio.h>
@@ -82,10 +81,7 @@ static void *worker_main(void *arg)
         pthread_mutex_unlock(&h->mu);
         tuned__err e = {0};
         uint64_t daemon_job = 0;
-        /* The daemon tunes softmax; other kernels tune in a child process
-         * writing to the same store (the daemon's, under this policy). */
-        bool by_daemon = h->policy == TUNED_POLICY_DAEMON &&
-                         tuned__shape_kernel(&shape) == TUNED__KERNEL_SOFTMAX;
+        bool by_daemon = h->policy == TUNED_POLICY_DAEMON;
         int rc = by_daemon
                      ? tuned__client_tune(h->socket, &shape, fp, h->tune_time_s, &daemon_job, &e)
                      : child_tune(h, device, &shape, h->tune_time_s, &e);
@@ -190,15 +186,15 @@ static int space_check(const tuned__gpu *gpu, const tuned__shape *s, tuned__err 
     return rc != 0 ? rc : tuned__space_default(&sp, &first, e);
 }
 
-int tuned_tune(tuned_handle *h, int64_t rows, int64_t cols, tuned_dtype dtype, int device,
-               double time_s)
+int tuned_tune(tuned_handle *h, tuned_kernel kernel, int64_t rows, int64_t cols,
+               tuned_dtype dtype, int device, double time_s)
 {
     if (h != NULL && tuned__api_in_progress())
         /* The tune reporting holds the tune lock on this thread. */
         return tuned__api_failf(h, TUNED_EINVAL,
                                 "tuned_tune: called from a progress callback (the tune that "
                                 "reports holds the handle's tune lock); tune after it returns");
-    int rc = tuned__api_shape_ok(h, "tuned_tune", rows, cols, dtype, device);
+    int rc = tuned__api_shape_ok(h, "tuned_tune", kernel, rows, cols, dtype, device);
     if (rc != 0)
         return rc;
     if (!(time_s >= 0 && time_s <= 86400))
@@ -208,7 +204,8 @@ int tuned_tune(tuned_handle *h, int64_t rows, int64_t cols, tuned_dtype dtype, i
         return tuned__api_failf(h, TUNED_EINVAL,
                                 "tuned_tune: this handle has no store to keep a result in");
     tuned__err e = {0};
-    tuned__shape s = {.dtype = dtype, .rows = (uint64_t)rows, .cols = (uint64_t)cols};
+    tuned__shape s = {.dtype = dtype, .rows = (uint64_t)rows, .cols = (uint64_t)cols,
+                      .kernel = (uint8_t)kernel};
     int ordinal = 0;
     const tuned__gpu *gpu = NULL;
     uint64_t fp = 0;
@@ -253,8 +250,8 @@ int tuned_tune(tuned_handle *h, int64_t rows, int64_t cols, tuned_dtype dtype, i
         force_recheck(h, ordinal, &s);
     pthread_mutex_unlock(&h->mu);
     if (rc != 0) {
-        tuned__err_prefix(&e, rc, "tuned_tune %lldx%lld %s: ", (long long)rows, (long long)cols,
-                          tuned_dtype_name(dtype));
+        tuned__err_prefix(&e, rc, "tuned_tune %s %lldx%lld %s: ", tuned_kernel_name(kernel),
+                          (long long)rows, (long long)cols, tuned_dtype_name(dtype));
         return tuned__api_fail(h, &e);
     }
     return 0;

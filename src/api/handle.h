@@ -90,10 +90,10 @@ int tuned__api_device_get(tuned_handle *h, int ordinal, const tuned__gpu **out, 
 /* The ordinal for device (-1: the current context's, else 0; under h->mu). */
 int tuned__api_resolve_device(tuned_handle *h, int device, int *ordinal, tuned__err *e);
 
-/* 0, or TUNED_EINVAL (said as fn's error) for a bad handle, dtype, shape
- * or device. */
-int tuned__api_shape_ok(const tuned_handle *h, const char *fn, int64_t rows, int64_t cols,
-                        tuned_dtype dtype, int device);
+/* 0, or TUNED_EINVAL (said as fn's error) for a bad handle, kind, dtype,
+ * shape or device. */
+int tuned__api_shape_ok(const tuned_handle *h, const char *fn, tuned_kernel kernel, int64_t rows,
+                        int64_t cols, tuned_dtype dtype, int device);
 
 /* ---- api_tune.c (under h->mu) ---- */
 

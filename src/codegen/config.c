@@ -17,25 +17,6 @@ static const char *const st_names[TUNED__ST_COUNT] = {"def", "cs"};
 static const char *const reg_names[TUNED__REG_COUNT] = {"f32", "pk", "ex"};
 static const char *const red_names[TUNED__RED_COUNT] = {"split", "fused"};
 
-static const char *const kernel_names[TUNED__KERNEL_LAST + 1] = {
-    NULL, "softmax", "softmax_bwd", "log_softmax", "log_softmax_bwd"};
-
-const char *tuned__kernel_name(uint8_t kernel)
-{
-    return kernel <= TUNED__KERNEL_LAST ? kernel_names[kernel] : NULL;
-}
-
-int tuned__kernel_parse(const char *name, uint8_t *out)
-{
-    for (unsigned k = 1; name != NULL && k <= TUNED__KERNEL_LAST; k++) {
-        if (strcmp(name, kernel_names[k]) == 0) {
-            *out = (uint8_t)k;
-            return 0;
-        }
-    }
-    return TUNED_EINVAL;
-}
-
 const char *tuned__ld_name(unsigned ld)
 {
     return ld < TUNED__LD_COUNT ? ld_names[ld] : "?";
@@ -336,9 +317,8 @@ static bool tma_check(const tuned__config *c, const tuned__shape *s, int arch, c
                                     "warps 1..32, cluster 1..16 (powers of two), stages 1..4");
     if (arch > 0 && arch < 90)
         return tuned__config_refuse(why, n, "the bulk copy engine needs sm_90");
-    if (s != NULL && tuned__kernel_backward(tuned__shape_kernel(s)))
-        return tuned__config_refuse(why, n, "%s has no tma variants",
-                                    tuned__kernel_name((uint8_t)tuned__shape_kernel(s)));
+    if (s != NULL && tuned__shape_spec(s)->path[TUNED__PATH_STAGED].entry == NULL)
+        return tuned__config_refuse(why, n, "%s has no tma variants", tuned__shape_spec(s)->name);
     size_t smem = s != NULL ? tuned__source_dynamic_smem(c, s) : 0;
     if (smem > TUNED__MAX_DYNAMIC_SMEM)
         return tuned__config_refuse(why, n, "%u stages of %zu bytes exceed shared memory",
@@ -388,21 +368,23 @@ static bool rows_check_fields(const tuned__config *c, int arch, char *why, size_
     return true;
 }
 
-/* What the shape's kernel has of the register-row family: a backward
- * kernel has one reduction (a sum: no one-round pairs) and no exp to
- * keep; a forward grid split reduces one-round pairs; log_softmax keeps
- * its inputs for the store, not their exps. */
-static bool rows_check_kernel(const tuned__config *c, unsigned kernel, char *why, size_t n)
+/* What the shape's kind has of the register-row family (its spec): a
+ * kind with one reduction (a sum) has no one-round pairs, and a grid split
+ * of a kind with (max, sum) reduces pairs; reg=ex keeps exps for a store
+ * that writes them; replicas and grid splits where the kind has them. */
+static bool rows_check_kernel(const tuned__config *c, const tuned__kind_spec *k, char *why,
+                              size_t n)
 {
-    const char *name = tuned__kernel_name((uint8_t)kernel);
-    if (c->reg == TUNED__REG_EX && kernel != TUNED__KERNEL_SOFTMAX)
+    if (c->reg == TUNED__REG_EX && !k->keeps_exps)
         return tuned__config_refuse(why, n, "reg=ex keeps exps for softmax's store; %s has none",
-                                    name);
-    if (tuned__kernel_backward(kernel) && c->red != TUNED__RED_SPLIT)
-        return tuned__config_refuse(why, n, "%s reduces one sum: no red=fused", name);
-    if (tuned__kernel_backward(kernel) && c->replicas > 1)
-        return tuned__config_refuse(why, n, "%s has no replicas (forward kernels only)", name);
-    if (!tuned__kernel_backward(kernel) && c->grid > 1 && c->red != TUNED__RED_FUSED)
+                                    k->name);
+    if (!k->pairs && c->red != TUNED__RED_SPLIT)
+        return tuned__config_refuse(why, n, "%s reduces one sum: no red=fused", k->name);
+    if (!k->replicas && c->replicas > 1)
+        return tuned__config_refuse(why, n, "%s has no replicas (forward kernels only)", k->name);
+    if (c->grid > 1 && k->path[TUNED__PATH_GRID].entry == NULL)
+        return tuned__config_refuse(why, n, "%s has no grid split", k->name);
+    if (k->pairs && c->grid > 1 && c->red != TUNED__RED_FUSED)
         return tuned__config_refuse(why, n, "a row split over the grid reduces one-round pairs");
     return true;
 }
@@ -415,8 +397,8 @@ static bool rows_check_kernel(const tuned__config *c, unsigned kernel, char *why
 static bool stash_check(const tuned__config *c, const tuned__shape *s, char *why, size_t n)
 {
     size_t esize = tuned_dtype_size(s->dtype);
-    if (tuned__kernel_backward(tuned__shape_kernel(s)))
-        return tuned__config_refuse(why, n, "the backward kernels keep no stash");
+    if (!tuned__shape_spec(s)->stash)
+        return tuned__config_refuse(why, n, "%s keeps no stash", tuned__shape_spec(s)->name);
     if (c->vec * esize < 4)
         return tuned__config_refuse(why, n, "a stash needs vectors of 4 bytes or more");
     uint64_t span = pass_span(c);
@@ -438,8 +420,8 @@ static bool rows_check_shape(const tuned__config *c, const tuned__shape *s, int 
                              size_t n)
 {
     size_t esize = tuned_dtype_size(s->dtype);
-    unsigned kernel = tuned__shape_kernel(s);
-    if (!rows_check_kernel(c, kernel, why, n))
+    const tuned__kind_spec *kind = tuned__shape_spec(s);
+    if (!rows_check_kernel(c, kind, why, n))
         return false;
     /* An L2 evict_last load gains a kernel that reads each element once
      * nothing and keeps the input in L2 afterwards, past an L2 flush too
@@ -481,7 +463,7 @@ static bool rows_check_shape(const tuned__config *c, const tuned__shape *s, int 
     if (budget > MAX_REGISTERS_PER_THREAD)
         budget = MAX_REGISTERS_PER_THREAD;
     /* A backward kernel holds two rows, y and dy. */
-    uint64_t held = tuned__kernel_backward(kernel) ? 2 : 1;
+    uint64_t held = kind->rows_held;
     uint64_t need = held * tuned__config_row_registers(c, s, head_free) +
                     REGISTER_OVERHEAD;
     if (need > budget)
@@ -495,7 +477,7 @@ bool tuned__shape_check(const tuned__shape *s, char *why, size_t n)
 {
     if (tuned_dtype_size(s->dtype) == 0)
         return tuned__config_refuse(why, n, "unknown dtype %d", (int)s->dtype);
-    if (s->kernel > TUNED__KERNEL_LAST)
+    if (tuned__shape_spec(s) == NULL)
         return tuned__config_refuse(why, n, "unknown kernel %u", (unsigned)s->kernel);
     if (s->rows < 1 || s->rows > TUNED__MAX_ROWS || s->cols < 1 || s->cols > TUNED__MAX_COLS)
         return tuned__config_refuse(why, n, "shape %llux%llu out of range",

@@ -22,6 +22,7 @@
 
 #include "tuned.h"
 #include "src/common/err.h"
+#include "src/codegen/kind.h"
 
 /* Kernel families; each is one template in kernels/templates/. */
 enum {
@@ -132,65 +133,34 @@ static inline unsigned tuned__config_launch_blocks_per_row(const tuned__config *
     return tuned__config_blocks_per_row(c) * (c->replicas > 1 ? c->replicas : 1u);
 }
 
-/* The kernels tuned generates and tunes, each over the last dimension of
- * rows x cols (math in fp32, s the forward kernels' scale, s > 0):
- *   softmax          y = exp(s x - max(s x)) / sum exp(s x - max(s x))
- *   softmax_bwd      dx = y (dy - sum(dy y))             (reads y and dy)
- *   log_softmax      y = s x - max(s x) - log sum exp(s x - max(s x))
- *   log_softmax_bwd  dx = dy - exp(y) sum(dy)            (reads y and dy)
- * The ids are the store's (the kernel byte of its keys, cache/key.h):
- * stable forever once shipped. */
-enum {
-    TUNED__KERNEL_SOFTMAX = 1,
-    TUNED__KERNEL_SOFTMAX_BWD = 2,
-    TUNED__KERNEL_LOG_SOFTMAX = 3,
-    TUNED__KERNEL_LOG_SOFTMAX_BWD = 4,
-    TUNED__KERNEL_LAST = TUNED__KERNEL_LOG_SOFTMAX_BWD
-};
-
 /* The problem a variant is generated and tuned for. */
 typedef struct tuned__shape {
     tuned_dtype dtype;
     uint64_t rows;
     uint64_t cols;
-    /* TUNED__KERNEL_*; 0 means softmax, so that every shape written
-     * without the field keeps its meaning (read it with
-     * tuned__shape_kernel). Last, so positional initializers still fit. */
+    /* TUNED_KERNEL_* (the registry, src/codegen/kind.h); 0 means the
+     * default kind (softmax), so that every shape written without the
+     * field keeps its meaning (read it with tuned__shape_kernel). Last, so
+     * positional initializers still fit. */
     uint8_t kernel;
 } tuned__shape;
 
-/* s's kernel id (TUNED__KERNEL_*), 0 read as softmax. */
+/* s's kind id, 0 read as the default kind. */
 static inline unsigned tuned__shape_kernel(const tuned__shape *s)
 {
-    return s->kernel != 0 ? s->kernel : (unsigned)TUNED__KERNEL_SOFTMAX;
+    return s->kernel != 0 ? s->kernel : (unsigned)TUNED__KIND_DEFAULT;
 }
 
-/* Whether kernel is a backward one: two inputs (y and dy), one output,
- * one reduction (a sum), no scale. */
-static inline bool tuned__kernel_backward(unsigned kernel)
+/* s's kind's spec; NULL for an unknown kind (tuned__shape_check refuses it). */
+static inline const tuned__kind_spec *tuned__shape_spec(const tuned__shape *s)
 {
-    return kernel == TUNED__KERNEL_SOFTMAX_BWD || kernel == TUNED__KERNEL_LOG_SOFTMAX_BWD;
+    return tuned__kind(tuned__shape_kernel(s));
 }
 
-/* Whether kernel works on log-probabilities (log_softmax and its backward). */
-static inline bool tuned__kernel_log(unsigned kernel)
-{
-    return kernel == TUNED__KERNEL_LOG_SOFTMAX || kernel == TUNED__KERNEL_LOG_SOFTMAX_BWD;
-}
-
-/* Tensors of rows x cols elements a call reads and writes: 2 forward
- * (x, y), 3 backward (y, dy, dx). Its floor is this many halves of a
- * device-to-device copy of one tensor (the copy reads one and writes one). */
-static inline unsigned tuned__kernel_tensors(unsigned kernel)
-{
-    return tuned__kernel_backward(kernel) ? 3u : 2u;
-}
-
-/* "softmax", "softmax_bwd", "log_softmax", "log_softmax_bwd"; NULL for an
- * unknown id. */
+/* The kind's name; NULL for an unknown id. */
 const char *tuned__kernel_name(uint8_t kernel);
 
-/* The id of a kernel's name; TUNED_EINVAL for an unknown name. */
+/* The id of a kind's name; TUNED_EINVAL for an unknown name. */
 int tuned__kernel_parse(const char *name, uint8_t *out);
 
 /* Largest rows and columns tuned accepts (a CUDA grid holds 2^31-1 blocks;
@@ -254,7 +224,8 @@ static inline bool tuned__config_head_free(const tuned__config *c, uint64_t cols
 static inline unsigned tuned__config_head_align(const tuned__config *c, const tuned__shape *s)
 {
     size_t esize = tuned_dtype_size(s->dtype);
-    if (esize == 0 || c->vec == 0 || tuned__kernel_backward(tuned__shape_kernel(s)) ||
+    const tuned__kind_spec *k = tuned__shape_spec(s);
+    if (esize == 0 || c->vec == 0 || k == NULL || !k->line_head ||
         s->cols * esize < TUNED__LINE_HEAD_MIN_ROW_BYTES)
         return c->vec;
     return TUNED__LINE_BYTES / (unsigned)esize;

@@ -27,28 +27,23 @@ const tuned__template *tuned__template_find(const char *name)
     return NULL;
 }
 
-uint64_t tuned__templates_hash(void)
-{
-    uint64_t h = TUNED__FNV_SEED;
-    for (size_t i = 0; i < tuned__template_count; i++)
-        h = tuned__fnv1a64(tuned__templates[i].text, tuned__templates[i].size, h);
-    unsigned version = TUNED__CODEGEN_VERSION;
-    return tuned__fnv1a64(&version, sizeof version, h);
-}
-
 bool tuned__source_head_free(const tuned__config *c, const tuned__shape *s,
                              const tuned__codegen_opts *opts)
 {
     return !(opts != NULL && opts->unaligned) && tuned__config_head_free(c, s->cols);
 }
 
+unsigned tuned__source_path(const tuned__config *c)
+{
+    if (c->family == TUNED__FAMILY_TMA)
+        return TUNED__PATH_STAGED;
+    return c->grid > 1 ? TUNED__PATH_GRID : TUNED__PATH_ROWS;
+}
+
 const char *tuned__source_entry(const tuned__config *c, const tuned__shape *s)
 {
-    if (tuned__kernel_backward(tuned__shape_kernel(s)))
-        return c->grid > 1 ? "tuned_softmax_bwd_grid" : "tuned_softmax_bwd_rows";
-    if (c->family == TUNED__FAMILY_TMA)
-        return "tuned_softmax_staged";
-    return c->grid > 1 ? "tuned_softmax_grid" : "tuned_softmax_rows";
+    const tuned__kind_spec *k = tuned__shape_spec(s);
+    return k != NULL ? k->path[tuned__source_path(c)].entry : NULL;
 }
 
 size_t tuned__source_stage_bytes(const tuned__config *c, const tuned__shape *s)
@@ -63,7 +58,7 @@ size_t tuned__source_dynamic_smem(const tuned__config *c, const tuned__shape *s)
     return c->family == TUNED__FAMILY_TMA ? c->stages * tuned__source_stage_bytes(c, s) : 0;
 }
 
-static int join_source(const char *defines, const char *const *names, char **out,
+static int join_source(const char *defines, const char *const *names, size_t max, char **out,
                        tuned__err *e);
 
 /* The staged (TMA) family's source. */
@@ -72,26 +67,25 @@ static int staged_source(const tuned__config *c, const tuned__shape *s, const ch
 {
     /* tuned__config_check has vetted every field and the stages' size. */
     char defines[512];
-    unsigned kernel = tuned__shape_kernel(s);
+    const tuned__kind_spec *k = tuned__shape_spec(s);
     snprintf(defines, sizeof defines,
              "// tuned %s variant %s for %s x %llu columns\n"
              "#define T_DTYPE %d\n#define T_WARPS %u\n#define T_CLUSTER %u\n#define T_STAGES %u\n"
              "#define T_STAGE_BYTES %zu\n#define T_ST %u\n#define T_LOG %d\n",
-             tuned__kernel_name((uint8_t)kernel), name, tuned_dtype_name(s->dtype),
+             k->name, name, tuned_dtype_name(s->dtype),
              (unsigned long long)s->cols, (int)s->dtype, c->warps, c->cluster, c->stages,
-             tuned__source_stage_bytes(c, s), c->st, tuned__kernel_log(kernel));
-    static const char *const parts[] = {"softmax_common", "softmax_staged", NULL};
-    return join_source(defines, parts, out, e);
+             tuned__source_stage_bytes(c, s), c->st, k->define_log);
+    return join_source(defines, k->path[TUNED__PATH_STAGED].parts, TUNED__KIND_MAX_PARTS, out, e);
 }
 
-/* Concatenates a defines block and the templates called names (a NULL-
- * terminated list, kernels/templates/ without ".cu", in order) into a
- * malloc'd string. */
-static int join_source(const char *defines, const char *const *names, char **out,
+/* Concatenates a defines block and the templates called names (a list of
+ * at most max, NULL-terminated when shorter; kernels/templates/ without
+ * ".cu", in order) into a malloc'd string. */
+static int join_source(const char *defines, const char *const *names, size_t max, char **out,
                        tuned__err *e)
 {
     size_t size = strlen(defines);
-    for (size_t i = 0; names[i] != NULL; i++) {
+    for (size_t i = 0; i < max && names[i] != NULL; i++) {
         const tuned__template *t = tuned__template_find(names[i]);
         if (t == NULL)
             return tuned__errf(e, TUNED_EINVAL, "codegen: no template '%s' in this build",
@@ -104,7 +98,7 @@ static int join_source(const char *defines, const char *const *names, char **out
                            size);
     size_t at = strlen(defines);
     memcpy(src, defines, at);
-    for (size_t i = 0; names[i] != NULL; i++) {
+    for (size_t i = 0; i < max && names[i] != NULL; i++) {
         const tuned__template *t = tuned__template_find(names[i]);
         memcpy(src + at, t->text, t->size);
         at += t->size;
@@ -147,10 +141,10 @@ int tuned__source_softmax(const tuned__config *c, const tuned__shape *s,
     /* Any architecture and SM count: the source text is the same for all;
      * compiling and launching it answer for the GPU. */
     char why[160];
-    const char *kernel_name = tuned__kernel_name((uint8_t)tuned__shape_kernel(s));
+    const tuned__kind_spec *k = tuned__shape_spec(s);
     if (!tuned__config_check(c, s, 0, 0, why, sizeof why))
-        return tuned__errf(e, TUNED_EINVAL, "codegen: %s %s: %s",
-                           kernel_name != NULL ? kernel_name : "?", name, why);
+        return tuned__errf(e, TUNED_EINVAL, "codegen: %s %s: %s", k != NULL ? k->name : "?",
+                           name, why);
     if (c->family == TUNED__FAMILY_TMA) {
         if (opts != NULL && opts->plant_bug != 0)
             return tuned__errf(e, TUNED_EINVAL,
@@ -176,8 +170,6 @@ int tuned__source_softmax(const tuned__config *c, const tuned__shape *s,
     if (c->replicas > 1)
         snprintf(extra_defines + strlen(extra_defines), sizeof extra_defines - strlen(extra_defines),
                  "#define T_REPLICAS %u\n", c->replicas);
-    unsigned kernel = tuned__shape_kernel(s);
-    bool backward = tuned__kernel_backward(kernel);
     char defines[704];
     snprintf(defines, sizeof defines,
              "// tuned %s variant %s for %s x %llu columns\n"
@@ -186,26 +178,15 @@ int tuned__source_softmax(const tuned__config *c, const tuned__shape *s,
              "#define T_COLS %llu\n#define T_HEAD_FREE %d\n#define T_LD %u\n"
              "#define T_ST %u\n#define T_REG_PACKED %d\n#define T_EXP16 %d\n#define T_FUSED %d\n"
              "#define T_LOG %d\n#define T_BWD %d\n#define T_HEAD_ALIGN %u\n%s",
-             tuned__kernel_name((uint8_t)kernel), name, tuned_dtype_name(s->dtype),
+             k->name, name, tuned_dtype_name(s->dtype),
              (unsigned long long)s->cols, (int)s->dtype, c->warps, c->rows, c->cluster,
              extra_defines, c->minb, c->vec, (unsigned long long)iters,
              (unsigned long long)s->cols, head_free, c->ld, c->st, c->reg != TUNED__REG_F32,
-             c->reg == TUNED__REG_EX, c->red == TUNED__RED_FUSED, tuned__kernel_log(kernel),
-             backward, tuned__config_head_align(c, s), plant);
-    /* A row cut over blocks of the grid takes a workspace and a ticket:
-     * its own kernel, on the rows family's stages; so do the backward
-     * kernels, which read two tensors. */
-    static const char *const rows_parts[] = {"softmax_common", "softmax_rows_common",
-                                             "softmax_rows", NULL};
-    static const char *const grid_parts[] = {"softmax_common", "softmax_rows_common",
-                                             "softmax_grid_common", "softmax_grid", NULL};
-    static const char *const bwd_parts[] = {"softmax_common", "softmax_rows_common",
-                                            "softmax_bwd", NULL};
-    static const char *const bwd_grid_parts[] = {"softmax_common", "softmax_rows_common",
-                                                 "softmax_grid_common", "softmax_bwd", NULL};
-    const char *const *parts = backward ? (split ? bwd_grid_parts : bwd_parts)
-                                        : (split ? grid_parts : rows_parts);
-    return join_source(defines, parts, out, e);
+             c->reg == TUNED__REG_EX, c->red == TUNED__RED_FUSED, k->define_log,
+             k->define_bwd, tuned__config_head_align(c, s), plant);
+    /* The kind's path for this config: its templates, in order. */
+    return join_source(defines, k->path[tuned__source_path(c)].parts, TUNED__KIND_MAX_PARTS,
+                       out, e);
 }
 
 int tuned__source_reference(tuned_dtype dtype, char **out, tuned__err *e)
@@ -218,5 +199,5 @@ int tuned__source_reference(tuned_dtype dtype, char **out, tuned__err *e)
     /* softmax_common.cu for the dtype's size, -inf and the generator's
      * rounding; the check widens with reference.cu's own conversion. */
     static const char *const parts[] = {"softmax_common", "reference", NULL};
-    return join_source(defines, parts, out, e);
+    return join_source(defines, parts, 3, out, e);
 }

@@ -22,10 +22,13 @@ typedef struct tuned__codegen_opts {
 bool tuned__source_head_free(const tuned__config *c, const tuned__shape *s,
                              const tuned__codegen_opts *opts);
 
-/* The kernel's entry point name in the generated source of c for s (its
- * kernel, family and grid split). Parameters: forward kernels (x, y,
- * rows, cols, row_stride, float scale), a grid split then (workspace,
- * ticket); backward kernels (y, dy, dx, rows, cols, row_stride). */
+/* The template path (TUNED__PATH_*) a config takes: its family and grid
+ * split decide it. */
+unsigned tuned__source_path(const tuned__config *c);
+
+/* The kernel's entry point name in the generated source of c for s: its
+ * kind's entry for the config's path (src/codegen/kind.h, which gives the
+ * parameters); NULL for an unknown kind. */
 const char *tuned__source_entry(const tuned__config *c, const tuned__shape *s);
 
 /* Bytes of one shared-memory stage of a tma variant: the largest slice of

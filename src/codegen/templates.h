@@ -18,9 +18,9 @@ extern const size_t tuned__template_count;
 /* The template called name, or NULL. */
 const tuned__template *tuned__template_find(const char *name);
 
-/* A hash of every template and of the codegen version: part of the GPU
- * identity under which results are stored, so that a changed kernel is
- * never served a result measured for the old one. */
+/* The code hash of the GPU identity under which results are stored (the
+ * kinds' common one until each kind's code identity files its records:
+ * tuned__kind_legacy_code_hash). */
 uint64_t tuned__templates_hash(void);
 
 #endif

@@ -605,7 +605,7 @@ static int check_request(const json_t *root, tuned__request *r, tuned__proto_err
                         op_names[r->op]);
         /* The daemon's jobs and workers carry no kernel yet: they would
          * tune softmax in its place. */
-        if ((r->op == TUNED__OP_TUNE || r->tune_if_missing) && r->kernel != TUNED__KERNEL_SOFTMAX)
+        if ((r->op == TUNED__OP_TUNE || r->tune_if_missing) && r->kernel != TUNED__KIND_DEFAULT)
             return fail(err, TUNED__PE_BAD_VALUE,
                         "a tune of %s: the daemon tunes softmax only; run tuned --kernel %s",
                         tuned__kernel_name(r->kernel), tuned__kernel_name(r->kernel));
@@ -627,7 +627,7 @@ static int check_request(const json_t *root, tuned__request *r, tuned__proto_err
 void tuned__request_init(tuned__request *req)
 {
     memset(req, 0, sizeof *req);
-    req->kernel = TUNED__KERNEL_SOFTMAX;
+    req->kernel = TUNED__KIND_DEFAULT;
     req->shape.dtype = TUNED_FP16;
     req->limit = TUNED__PROTO_LIST_DEFAULT;
 }

@@ -96,7 +96,7 @@ typedef struct tuned__request {
     int op;                 /* TUNED__OP_* */
     /* The request's "id" as JSON text, ready to echo; empty when absent. */
     char id[TUNED__PROTO_ID_MAX * 6 + 3];
-    uint8_t kernel;         /* TUNED__KERNEL_SOFTMAX when absent */
+    uint8_t kernel;         /* TUNED__KIND_DEFAULT when absent */
     bool have_kernel, have_dtype, have_rows, have_cols;
     tuned__shape shape;     /* dtype defaults to fp16 */
     tuned__gpu_sel gpu;

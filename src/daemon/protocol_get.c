@@ -263,7 +263,7 @@ bool tuned__proto_parse_get_fast(const char *line, size_t len, tuned__request *r
     if ((seen & needed) != needed)
         return false;
     /* The jobs tune softmax only (the jansson path's bad_value). */
-    if (req->tune_if_missing && req->kernel != TUNED__KERNEL_SOFTMAX)
+    if (req->tune_if_missing && req->kernel != TUNED__KIND_DEFAULT)
         return false;
     return !tuned__shape_over_cap(&req->shape);
 }

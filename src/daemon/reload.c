@@ -66,7 +66,7 @@ static int set_here(tuned__daemon *d, tuned__err *e)
     for (size_t i = 0; i < n && tuned__jobs_gpu_at(d->jobs, i, &g); i++) {
         tuned__tune_outcome o = {.gpu = g.gpu};
         o.search.best_us = 1.0;
-        tuned__shape s = {TUNED_FP16, 1, 1, TUNED__KERNEL_SOFTMAX};
+        tuned__shape s = {TUNED_FP16, 1, 1, TUNED__KIND_DEFAULT};
         tuned__tune_record(&o, &s, &d->here[i]);
         tuned__gpu_identity(&g.gpu, TUNED__MEASURE_POLICY, &d->here_id[i]);
         d->nhere++;

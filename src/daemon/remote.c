@@ -442,7 +442,7 @@ bool tuned__remote_queue(tuned__daemon *d, const tuned__request *r, const char *
     if (d->nhere > 0) {
         id_of(d, 0, &r->shape, id); /* the pusher's toolchain, code and policy */
     } else {
-        id->kernel = TUNED__KERNEL_SOFTMAX;
+        id->kernel = TUNED__KIND_DEFAULT;
         id->dtype = (uint8_t)r->shape.dtype;
         id->rows = r->shape.rows;
         id->cols = r->shape.cols;

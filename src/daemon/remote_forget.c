@@ -99,7 +99,7 @@ int tuned__remote_forget(const tuned__remote_forget_req *q, size_t *removed, tun
         if (q->have_dtype && dt != q->dtype)
             continue;
         sync_call c = {0};
-        if ((rc = tuned__fleet_shapes(f, TUNED__KERNEL_SOFTMAX, (uint8_t)dt, hwclass, on_sync,
+        if ((rc = tuned__fleet_shapes(f, TUNED__KIND_DEFAULT, (uint8_t)dt, hwclass, on_sync,
                                       &c, e)) != 0)
             break;
         run_until(&loop, &c.done);
@@ -120,7 +120,7 @@ int tuned__remote_forget(const tuned__remote_forget_req *q, size_t *removed, tun
             }
             tuned__fleet_id *id = &ids[nids++];
             memset(id, 0, sizeof *id);
-            id->kernel = TUNED__KERNEL_SOFTMAX;
+            id->kernel = TUNED__KIND_DEFAULT;
             id->dtype = (uint8_t)dt;
             id->rows = q->rows;
             id->cols = q->cols;

@@ -326,7 +326,7 @@ static int local_answer(tuned__daemon *d, const tuned__request *r, const target 
 static bool retune_due(tuned__daemon *d, const tuned__request *r, const target *t)
 {
     if (!d->o->retune_compatible || !t->local || d->read_only || d->stopping ||
-        tuned__shape_kernel(&r->shape) != TUNED__KERNEL_SOFTMAX)
+        tuned__shape_kernel(&r->shape) != TUNED__KIND_DEFAULT)
         return false;
     const uint64_t parts[] = {r->shape.dtype, r->shape.rows, r->shape.cols, t->fp};
     uint64_t h = tuned__fnv1a64(parts, sizeof parts, TUNED__FNV_SEED);

@@ -161,7 +161,7 @@ static int open_buffers(tuned__check *c, size_t x_offset, size_t y_offset, tuned
         (rc = alloc(c, &c->counters, 16, "the check counters", e)) ||
         (rc = alloc(c, &c->stats, 2 * sizeof(double), "row statistics", e)))
         return rc;
-    if (tuned__kernel_backward(c->kernel)) {
+    if (c->kind->reference == TUNED__REF_BACKWARD) {
         /* Rows that are not aligned anyway: dy one element further in than
          * y, so that their offsets inside a vector differ and dy takes the
          * per-element path (softmax_bwd.cu). */
@@ -195,7 +195,9 @@ int tuned__check_open(tuned__check *c, const tuned__driver *d, const tuned__nvrt
         return tuned__errf(e, TUNED_EINVAL, "check: bad shape %llux%llu",
                            (unsigned long long)s->rows, (unsigned long long)s->cols);
     c->bytes = s->rows * s->cols * c->esize;
-    c->kernel = tuned__shape_kernel(s);
+    c->kind = tuned__shape_spec(s);
+    if (c->kind == NULL)
+        return tuned__errf(e, TUNED_EINVAL, "check: unknown kernel %u", tuned__shape_kernel(s));
     c->scale = TUNED__CHECK_SCALE;
     c->stream = stream;
     c->seed = 0x5eed0000u;
@@ -229,7 +231,7 @@ int tuned__check_input(tuned__check *c, tuned__err *e)
     long long rows = (long long)c->shape.rows, stride = (long long)c->shape.cols;
     int cols = (int)c->shape.cols;
     unsigned long long seed = c->seed++;
-    bool backward = tuned__kernel_backward(c->kernel);
+    bool backward = c->kind->reference == TUNED__REF_BACKWARD;
     /* A backward kernel's x is only the source of its y: it goes where the
      * output will be (poisoned before each run anyway). */
     CUdeviceptr x = backward ? c->y : c->x;
@@ -239,7 +241,7 @@ int tuned__check_input(tuned__check *c, tuned__err *e)
        "launching the input generator");
     if (!backward)
         return 0;
-    int log = tuned__kernel_log(c->kernel);
+    int log = c->kind->define_log;
     void *probs_args[] = {&x, &c->x, &rows, &cols, &stride, &log};
     CU(c->d->cuLaunchKernel(c->gen_probs, grid_for(c->shape.rows, 1, 65535), 1, 1, 256, 1, 1, 0,
                             c->stream, probs_args, NULL),
@@ -266,8 +268,8 @@ static int compare_rows(tuned__check *c, uint64_t first_row, uint64_t nrows,
     CU(c->d->cuMemsetD32Async(first_ptr, 0xFFFFFFFFu, 2, c->stream),
        "clearing the check counters");
     unsigned grid = grid_for(nrows, 1, 65535);
-    int log = tuned__kernel_log(c->kernel);
-    if (tuned__kernel_backward(c->kernel)) {
+    int log = c->kind->define_log;
+    if (c->kind->reference == TUNED__REF_BACKWARD) {
         void *args[] = {&x, &x2, &y, &rows, &cols, &stride, &c->rtol, &c->atol,
                         &bad_ptr, &first_ptr, &row_stats, &log};
         CU(c->d->cuLaunchKernel(c->check_bwd, grid, 1, 1, 256, 1, 1, 0, c->stream, args, NULL),
@@ -297,7 +299,7 @@ int tuned__check_reference(tuned__check *c, tuned__err *e)
     uint64_t picks[REFERENCE_ROWS_CHECKED] = {0,        1,           rows / 3,     rows / 2,
                                               rows - 1, rows / 2 + 1, rows / 2 + 2, (rows * 3) / 4};
     size_t row_bytes = cols * c->esize;
-    bool backward = tuned__kernel_backward(c->kernel);
+    bool backward = c->kind->reference == TUNED__REF_BACKWARD;
     unsigned char *row = malloc(2 * row_bytes);
     if (row == NULL)
         return tuned__errf(e, TUNED_ENOMEM, "check: out of memory for a %zu-byte row", row_bytes);
@@ -321,7 +323,7 @@ int tuned__check_reference(tuned__check *c, tuned__err *e)
             return tuned__cuda_check(c->d, cr, e, "reading a row for the reference check");
         }
         if (backward)
-            cpu_row_sums(row, row2, cols, c->shape.dtype, c->esize, tuned__kernel_log(c->kernel),
+            cpu_row_sums(row, row2, cols, c->shape.dtype, c->esize, c->kind->define_log,
                          &m, &s);
         else
             cpu_row_stats(row, cols, c->shape.dtype, c->esize, c->scale, &m, &s);
@@ -385,6 +387,16 @@ static int plant_stray_write(tuned__check *c, unsigned char poison, tuned__err *
     return 0;
 }
 
+void tuned__check_tensors(const tuned__check *c, CUdeviceptr *tensors)
+{
+    /* The kind's inputs take x, then x2; its output takes y. */
+    unsigned inputs = 0;
+    for (unsigned i = 0; i < c->kind->ntensors; i++)
+        tensors[i] = c->kind->tensor[i].role == TUNED__TENSOR_OUT ? c->y
+                     : inputs++ == 0                             ? c->x
+                                                                 : c->x2;
+}
+
 int tuned__check_run(tuned__check *c, const tuned__launch *l, tuned__workspace *work,
                      unsigned char poison, bool *wrong, char *detail, size_t n, tuned__err *e)
 {
@@ -394,7 +406,9 @@ int tuned__check_run(tuned__check *c, const tuned__launch *l, tuned__workspace *
     int rc;
     CU(c->d->cuMemsetD8Async(c->y_alloc, poison, c->y_alloc_bytes, c->stream),
        "poisoning the output");
-    CU(tuned__launch_run(c->d, l, work, c->x, c->x2, c->y, (long long)c->shape.rows,
+    CUdeviceptr tensors[TUNED__KIND_MAX_TENSORS];
+    tuned__check_tensors(c, tensors);
+    CU(tuned__launch_run(c->d, l, work, tensors, (long long)c->shape.rows,
                          (int)c->shape.cols, (long long)c->shape.cols, c->scale, c->stream),
        l->cooperative ? "launching the variant (cooperative)" : "launching the variant");
     if ((rc = plant_stray_write(c, poison, e)) != 0)
@@ -426,8 +440,8 @@ static uint64_t rows_to_check(const tuned__driver *d, const tuned__shape *s)
     size_t freemem = 0, total = 0;
     if (d->cuMemGetInfo(&freemem, &total) != CUDA_SUCCESS)
         return s->rows;
-    uint64_t per_row = tuned__kernel_tensors(tuned__shape_kernel(s)) * s->cols *
-                           tuned_dtype_size(s->dtype);
+    uint64_t per_row = (uint64_t)tuned__kind_bytes(tuned__shape_spec(s), 1, s->cols,
+                                                  tuned_dtype_size(s->dtype));
     uint64_t budget = freemem / 2;
     uint64_t fit = budget > 2 * TUNED__CHECK_GUARD_BYTES
                        ? (budget - 2 * TUNED__CHECK_GUARD_BYTES) / per_row

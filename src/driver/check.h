@@ -51,7 +51,7 @@ typedef struct tuned__check {
     tuned__shape shape;
     size_t esize;
     size_t bytes;                      /* of x, and of y */
-    unsigned kernel;                   /* TUNED__KERNEL_*, from the shape */
+    const tuned__kind_spec *kind;      /* the shape's kind */
     float scale;                       /* forward kernels' (TUNED__CHECK_SCALE) */
     CUstream stream;                   /* the caller's */
     CUdeviceptr x_alloc, y_alloc;      /* y_alloc holds a guard before y
@@ -102,6 +102,10 @@ int tuned__check_input(tuned__check *c, tuned__err *e);
  * kernels: the row sums and sums of magnitudes): TUNED_EWRONG when they
  * disagree. */
 int tuned__check_reference(tuned__check *c, tuned__err *e);
+
+/* The check's buffers as the kind's tensors, in its spec's order: its
+ * inputs x then x2, its output y (tensors holds TUNED__KIND_MAX_TENSORS). */
+void tuned__check_tensors(const tuned__check *c, CUdeviceptr *tensors);
 
 /* Poisons y and its guards with poison, enqueues l (work: its workspace, if
  * it needs one) on x (and x2), and compares y with the reference of the

@@ -9,7 +9,9 @@ int tuned__launch_prepare(const tuned__driver *d, CUfunction fn, const tuned__co
 {
     tuned__launch l = {.fn = fn, .block = c->warps * 32u,
                        .smem = (unsigned)tuned__source_dynamic_smem(c, s),
-                       .backward = tuned__kernel_backward(tuned__shape_kernel(s))};
+                       .kind = tuned__shape_spec(s)};
+    if (l.kind == NULL)
+        return tuned__errf(e, TUNED_EINVAL, "unknown kernel %u", tuned__shape_kernel(s));
     uint64_t blocks = (s->rows + c->rows - 1) / c->rows * tuned__config_launch_blocks_per_row(c);
     int rc = 0;
     if (c->cluster > 8 &&
@@ -102,21 +104,32 @@ void tuned__workspace_free(const tuned__driver *d, tuned__workspace *w)
 }
 
 CUresult tuned__launch_run(const tuned__driver *d, const tuned__launch *l, tuned__workspace *work,
-                           CUdeviceptr in, CUdeviceptr in2, CUdeviceptr out, long long rows,
-                           int cols, long long row_stride, float scale, CUstream stream)
+                           const CUdeviceptr *tensors, long long rows, int cols,
+                           long long row_stride, float scale, CUstream stream)
 {
-    if (!l->cooperative) {
-        void *fwd[] = {&in, &out, &rows, &cols, &row_stride, &scale};
-        void *bwd[] = {&in, &in2, &out, &rows, &cols, &row_stride};
-        return d->cuLaunchKernel(l->fn, l->grid, 1, 1, l->block, 1, 1, l->smem, stream,
-                                 l->backward ? bwd : fwd, NULL);
+    /* The parameters in the kind's order: tensors, shape, scalars, then a
+     * grid split's workspace and launch number. */
+    CUdeviceptr ptrs[TUNED__KIND_MAX_TENSORS];
+    void *args[TUNED__KIND_MAX_TENSORS + 6];
+    unsigned n = 0;
+    for (unsigned i = 0; i < l->kind->ntensors; i++) {
+        ptrs[i] = tensors[i];
+        args[n++] = &ptrs[i];
     }
+    args[n++] = &rows;
+    args[n++] = &cols;
+    args[n++] = &row_stride;
+    if (l->kind->nscalars > 0)
+        args[n++] = &scale;
+    if (!l->cooperative)
+        return d->cuLaunchKernel(l->fn, l->grid, 1, 1, l->block, 1, 1, l->smem, stream, args,
+                                 NULL);
     if (work == NULL || work->bytes < l->work_bytes)
         return CUDA_ERROR_INVALID_VALUE;
     unsigned launch = atomic_fetch_add_explicit(&work->launches, 1, memory_order_relaxed);
     CUdeviceptr base = work->base;
-    void *fwd[] = {&in, &out, &rows, &cols, &row_stride, &scale, &base, &launch};
-    void *bwd[] = {&in, &in2, &out, &rows, &cols, &row_stride, &base, &launch};
+    args[n++] = &base;
+    args[n++] = &launch;
     return d->cuLaunchCooperativeKernel(l->fn, l->grid, 1, 1, l->block, 1, 1, l->smem, stream,
-                                        l->backward ? bwd : fwd);
+                                        args);
 }

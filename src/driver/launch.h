@@ -25,10 +25,10 @@ typedef struct tuned__launch {
      * work_bytes (0 otherwise). */
     bool cooperative;
     size_t work_bytes;
-    /* A backward kernel: parameters (y, dy, dx, rows, cols, row_stride);
-     * otherwise (x, y, rows, cols, row_stride, scale); either then, for a
-     * grid split, (workspace, launch number). */
-    bool backward;
+    /* The kind: its entry point takes its tensors, (rows, cols,
+     * row_stride), its scalars, then for a grid split (workspace, launch
+     * number) (src/codegen/kind.h). */
+    const tuned__kind_spec *kind;
 } tuned__launch;
 
 /* Device memory for the (max, sum) pairs of grid-split launches and the
@@ -59,12 +59,13 @@ int tuned__workspace_alloc(const tuned__driver *d, tuned__workspace *w, size_t b
 void tuned__workspace_free(const tuned__driver *d, tuned__workspace *w);
 
 /* Enqueues l on stream for rows x cols with row_stride elements between
- * rows: a forward kernel, out = softmax (or log_softmax) of scale * in; a
- * backward one, out = dx of y = in and dy = in2 (scale unused). work must
- * hold l->work_bytes when l needs one. Returns the driver's result, for
- * the caller to report in its words. */
+ * rows: tensors holds one device pointer per tensor of l's kind, in its
+ * spec's order (forward kernels x, y; backward y, dy, dx), scale is the
+ * kind's scalar when it has one. work must hold l->work_bytes when l needs
+ * one. Returns the driver's result, for the caller to report in its
+ * words. */
 CUresult tuned__launch_run(const tuned__driver *d, const tuned__launch *l, tuned__workspace *work,
-                           CUdeviceptr in, CUdeviceptr in2, CUdeviceptr out, long long rows,
-                           int cols, long long row_stride, float scale, CUstream stream);
+                           const CUdeviceptr *tensors, long long rows, int cols,
+                           long long row_stride, float scale, CUstream stream);
 
 #endif

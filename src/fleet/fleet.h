@@ -50,7 +50,7 @@
  * (code and policy) never share one, and two versions of tuned sharing
  * the tier (an upgrade) each keep their own. */
 typedef struct tuned__fleet_id {
-    uint8_t kernel;                        /* TUNED__KERNEL_* */
+    uint8_t kernel;                        /* TUNED_KERNEL_* */
     uint8_t dtype;                         /* tuned_dtype */
     uint64_t rows, cols;
     uint8_t layout;                        /* TUNED__LAYOUT_* */

@@ -208,8 +208,9 @@ static int enqueue_copy(tuned__evaluator *ev, void *arg, tuned__err *e)
 static int enqueue_variant(tuned__evaluator *ev, void *arg, tuned__err *e)
 {
     const tuned__launch *l = arg;
-    CU(tuned__launch_run(ev->d, l, &ev->work, ev->check.x, ev->check.x2, ev->check.y,
-                         (long long)ev->shape.rows, (int)ev->shape.cols,
+    CUdeviceptr tensors[TUNED__KIND_MAX_TENSORS];
+    tuned__check_tensors(&ev->check, tensors);
+    CU(tuned__launch_run(ev->d, l, &ev->work, tensors, (long long)ev->shape.rows, (int)ev->shape.cols,
                          (long long)ev->shape.cols, ev->check.scale, ev->stream),
        l->cooperative ? "launching the variant (cooperative)" : "launching the variant");
     return 0;
@@ -277,7 +278,13 @@ int tuned__evaluator_open(tuned__evaluator **out, const tuned__driver *d, const 
         ev->opts.codegen.unaligned = true;
     /* Inputs, output (with its guards) and the flush buffer must fit with
      * room to spare. */
-    size_t need = tuned__kernel_tensors(tuned__shape_kernel(s)) * ev->bytes +
+    const tuned__kind_spec *kind = tuned__shape_spec(s);
+    if (kind == NULL) {
+        free(ev);
+        return tuned__errf(e, TUNED_EINVAL, "evaluator: unknown kernel %u",
+                           tuned__shape_kernel(s));
+    }
+    size_t need = (size_t)tuned__kind_bytes(kind, s->rows, s->cols, esize) +
                   2 * (size_t)gpu->l2_bytes + 2 * TUNED__CHECK_GUARD_BYTES;
     int rc = 0;
     if (need > gpu->total_mem - gpu->total_mem / 8) {

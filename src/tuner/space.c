@@ -132,8 +132,7 @@ bool tuned__space_valid(const tuned__space *sp, const tuned__config *c, char *wh
  * one sum backward. */
 static uint8_t grid_red(const tuned__space *sp)
 {
-    return tuned__kernel_backward(tuned__shape_kernel(&sp->shape)) ? TUNED__RED_SPLIT
-                                                                    : TUNED__RED_FUSED;
+    return tuned__shape_spec(&sp->shape)->pairs ? TUNED__RED_FUSED : TUNED__RED_SPLIT;
 }
 
 /* ---- enumeration ---- */

@@ -562,10 +562,9 @@ void tuned__tune_record(const tuned__tune_outcome *o, const tuned__shape *shape,
     snprintf(rec->prov.policy, sizeof rec->prov.policy, "%s", TUNED__MEASURE_POLICY);
     rec->median_us = o->search.best_us;
     rec->copy_us = o->copy_us;
-    /* Every tensor the kernel reads or writes (3 backward). */
-    double bytes = (double)tuned__kernel_tensors(tuned__shape_kernel(shape)) *
-                   (double)shape->rows * (double)shape->cols *
-                   (double)tuned_dtype_size(shape->dtype);
+    /* Every tensor the kind reads or writes, once. */
+    double bytes = tuned__kind_bytes(tuned__shape_spec(shape), shape->rows, shape->cols,
+                                     tuned_dtype_size(shape->dtype));
     rec->gbps = bytes / (o->search.best_us * 1e3);
     rec->evaluations = (uint32_t)o->search.evaluations;
     rec->cubin = o->cubin;

@@ -1,8 +1,9 @@
-"""test_errcodes.py SOURCE_ROOT: the Python package's copy of the error codes
-(bindings/python/tuned/_lib.py) against the one C table they copy,
-TUNED_ERRNO_MAP in include/tuned.h, from which the C enum and
-tuned_strerror() are made. Fails when a code is missing on either side or
-has another value. Reads the sources only: no library, no GPU."""
+"""test_errcodes.py SOURCE_ROOT: the Python package's copies of the error
+codes and of the kernel kinds (bindings/python/tuned/_lib.py) against the
+C tables they copy, TUNED_ERRNO_MAP and TUNED_KERNEL_MAP in
+include/tuned.h, from which the C enums, tuned_strerror() and the
+registry's names are made. Fails when an entry is missing on either side
+or has another value. Reads the sources only: no library, no GPU."""
 
 import os
 import re
@@ -25,6 +26,34 @@ def c_table():
     return {name: int(value) for name, value in rows}
 
 
+def c_kernels():
+    """{"softmax": 1, ...} from the TUNED_KERNEL_MAP(XX) definition."""
+    with open(os.path.join(ROOT, "include", "tuned.h"), encoding="utf-8") as f:
+        text = f.read()
+    m = re.search(r"#define TUNED_KERNEL_MAP\(XX\)(.*?)(?<!\\)\n", text, re.S)
+    if m is None:
+        sys.exit("include/tuned.h: no TUNED_KERNEL_MAP(XX) table")
+    rows = re.findall(r"XX\(\s*(\w+)\s*,\s*(\d+)\s*,\s*\"(\w+)\"\s*\)", m.group(1))
+    return {text: int(value) for _, value, text in rows}
+
+
+def kernel_problems():
+    c = c_kernels()
+    problems = []
+    if len(c) < 4:
+        problems.append(f"tuned.h: only {len(c)} kinds parsed from TUNED_KERNEL_MAP")
+    if c != _lib.KERNELS:
+        problems.append(f"_lib.KERNELS {_lib.KERNELS} is not tuned.h's TUNED_KERNEL_MAP {c}")
+    try:
+        _lib.kernel_code("no_such_kernel")
+        problems.append("_lib.kernel_code accepted an unknown kernel")
+    except ValueError as exc:
+        if "softmax_bwd" not in str(exc):
+            problems.append(f"_lib.kernel_code's error does not list the kinds: {exc}")
+    print(f"{len(c)} kinds in tuned.h, {len(_lib.KERNELS)} in _lib.py")
+    return problems
+
+
 def main():
     c = c_table()
     py = {name: getattr(_lib, name) for name in dir(_lib)
@@ -43,6 +72,7 @@ def main():
         problems.append(f"_lib.py: {name} = {py[name]} is not in tuned.h's TUNED_ERRNO_MAP")
     if getattr(_lib, "OK", None) != 0:
         problems.append("_lib.py: OK is not 0")
+    problems += kernel_problems()
     for p in problems:
         print("FAIL:", p)
     print(f"{len(c)} codes in tuned.h, {len(py)} in _lib.py, {len(problems)} problems")

@@ -80,11 +80,11 @@ def last_choice():
     return default_handle().last_choice()
 
 
-def lookup(rows, cols, dtype="fp16", device=-1):
-    """The Choice a call of this shape would make (nothing launched)."""
-    return default_handle().lookup(rows, cols, dtype, device)
+def lookup(rows, cols, dtype="fp16", device=-1, kernel="softmax"):
+    """The Choice a call of kernel on this shape would make (nothing launched)."""
+    return default_handle().lookup(rows, cols, dtype, device, kernel)
 
 
-def tune(rows, cols, dtype="fp16", device=-1, time_s=0.0):
-    """Tunes a shape and waits; later calls of it use the winner."""
-    return default_handle().tune(rows, cols, dtype, device, time_s)
+def tune(rows, cols, dtype="fp16", device=-1, time_s=0.0, kernel="softmax"):
+    """Tunes kernel on a shape and waits; later calls of it use the winner."""
+    return default_handle().tune(rows, cols, dtype, device, time_s, kernel)

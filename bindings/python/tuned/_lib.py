@@ -23,6 +23,25 @@ from .errors import LibraryError, TunedError
 
 # Error codes (include/tuned.h).
 OK = 0
+
+# The kernel kinds, copied from TUNED_KERNEL_MAP in include/tuned.h (name:
+# id); tests/python/test_errcodes.py checks the copy against that table.
+KERNELS = {
+    "softmax": 1,
+    "softmax_bwd": 2,
+    "log_softmax": 3,
+    "log_softmax_bwd": 4,
+}
+
+
+def kernel_code(kernel):
+    """The id of a kernel kind's name; ValueError listing the kinds otherwise."""
+    if kernel is None:
+        return KERNELS["softmax"]
+    if kernel not in KERNELS:
+        raise ValueError(f"unknown kernel {kernel!r} (the kernels: {', '.join(KERNELS)})")
+    return KERNELS[kernel]
+
 EINVAL = -1
 ENOMEM = -2
 ENODRIVER = -3
@@ -140,19 +159,19 @@ _PROTOTYPES = {
     ),
     "tuned_prepare": (
         ctypes.c_int,
-        [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
-         ctypes.c_int64, ctypes.c_int, ctypes.POINTER(Choice)],
+        [ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_void_p), ctypes.c_int64,
+         ctypes.c_int64, ctypes.c_int64, ctypes.c_int, ctypes.POINTER(Choice)],
     ),
     "tuned_last_choice": (ctypes.c_int, [ctypes.c_void_p, ctypes.POINTER(Choice)]),
     "tuned_lookup": (
         ctypes.c_int,
-        [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int, ctypes.c_int,
-         ctypes.POINTER(Choice)],
+        [ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_int,
+         ctypes.c_int, ctypes.POINTER(Choice)],
     ),
     "tuned_tune": (
         ctypes.c_int,
-        [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int, ctypes.c_int,
-         ctypes.c_double],
+        [ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_int,
+         ctypes.c_int, ctypes.c_double],
     ),
 }
 

@@ -148,12 +148,18 @@ class Handle:
                                      dtype_code(dtype), stream or None)
         _lib.check(self._lib, rc, h, "tuned_softmax")
 
-    def prepare(self, x, y, rows, cols, row_stride=None, dtype="fp16"):
-        """Everything tuned_softmax does but the launch; the Choice."""
+    def prepare(self, x, y, rows, cols, row_stride=None, dtype="fp16", kernel="softmax", dy=None):
+        """Everything a call of kernel does but the launch; the Choice. Device
+        pointers (ints): a forward kind's x and y; a backward kind's y (x),
+        dy and dx (y)."""
         h = self._live()
         c = _lib.Choice()
-        rc = self._lib.tuned_prepare(h, x, y, rows, cols, cols if row_stride is None else row_stride,
-                                     dtype_code(dtype), ctypes.byref(c))
+        code = _lib.kernel_code(kernel)
+        ptrs = [x, y] if dy is None else [x, dy, y]
+        tensors = (ctypes.c_void_p * len(ptrs))(*ptrs)
+        rc = self._lib.tuned_prepare(h, code, tensors, rows, cols,
+                                     cols if row_stride is None else row_stride, dtype_code(dtype),
+                                     ctypes.byref(c))
         _lib.check(self._lib, rc, h, "tuned_prepare")
         return _choice(c)
 
@@ -167,18 +173,20 @@ class Handle:
         _lib.check(self._lib, rc, h, "tuned_last_choice")
         return _choice(c)
 
-    def lookup(self, rows, cols, dtype="fp16", device=-1):
-        """The Choice a call of this shape would make (nothing launched)."""
+    def lookup(self, rows, cols, dtype="fp16", device=-1, kernel="softmax"):
+        """The Choice a call of kernel on this shape would make (nothing launched)."""
         h = self._live()
         c = _lib.Choice()
-        rc = self._lib.tuned_lookup(h, rows, cols, dtype_code(dtype), device, ctypes.byref(c))
+        rc = self._lib.tuned_lookup(h, _lib.kernel_code(kernel), rows, cols, dtype_code(dtype),
+                                    device, ctypes.byref(c))
         _lib.check(self._lib, rc, h, "tuned_lookup")
         return _choice(c)
 
-    def tune(self, rows, cols, dtype="fp16", device=-1, time_s=0.0):
-        """Tunes the shape and waits (the daemon, or a child tuned process)."""
+    def tune(self, rows, cols, dtype="fp16", device=-1, time_s=0.0, kernel="softmax"):
+        """Tunes kernel on the shape and waits (the daemon, or a child tuned process)."""
         h = self._live()
-        rc = self._lib.tuned_tune(h, rows, cols, dtype_code(dtype), device, float(time_s))
+        rc = self._lib.tuned_tune(h, _lib.kernel_code(kernel), rows, cols, dtype_code(dtype),
+                                  device, float(time_s))
         _lib.check(self._lib, rc, h, "tuned_tune")
 
 

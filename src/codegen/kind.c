@@ -1,0 +1,273 @@
+/* kind.c: the specs of the kernel kinds (the registry; see kind.h), and
+ * what follows from a spec alone: bytes moved, code identity, names.
+ *
+ * Adding a kind: its line in TUNED_KERNEL_MAP (tuned.h), its template under
+ * kernels/templates/ (named in src/codegen/meson.build), its spec below,
+ * its float64 reference, and its tests (docs/kernels.md). */
+#include "src/codegen/kind.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "src/codegen/source.h"
+#include "src/codegen/templates.h"
+#include "src/common/hash.h"
+
+/* The forward kinds' tensors and the backward kinds'. */
+#define FORWARD_TENSORS                                                                     \
+    .ntensors = 2,                                                                          \
+    .tensor = {{"x", TUNED__TENSOR_IN, TUNED__ELEM_DTYPE, TUNED__EXTENT_MATRIX},            \
+               {"y", TUNED__TENSOR_OUT, TUNED__ELEM_DTYPE, TUNED__EXTENT_MATRIX}},          \
+    .nscalars = 1, .scalar = "scale"
+#define BACKWARD_TENSORS                                                                    \
+    .ntensors = 3,                                                                          \
+    .tensor = {{"y", TUNED__TENSOR_IN, TUNED__ELEM_DTYPE, TUNED__EXTENT_MATRIX},            \
+               {"dy", TUNED__TENSOR_IN, TUNED__ELEM_DTYPE, TUNED__EXTENT_MATRIX},           \
+               {"dx", TUNED__TENSOR_OUT, TUNED__ELEM_DTYPE, TUNED__EXTENT_MATRIX}},         \
+    .nscalars = 0
+
+/* The softmax family's paths: forward kernels have all three, backward
+ * kernels register rows only (one block, a cluster, or the grid). */
+#define FORWARD_PATHS                                                                       \
+    .path = {[TUNED__PATH_ROWS] = {"tuned_softmax_rows",                                    \
+                                   {"softmax_common", "softmax_rows_common", "softmax_rows"}}, \
+             [TUNED__PATH_GRID] = {"tuned_softmax_grid",                                    \
+                                   {"softmax_common", "softmax_rows_common",                \
+                                    "softmax_grid_common", "softmax_grid"}},                \
+             [TUNED__PATH_STAGED] = {"tuned_softmax_staged",                                \
+                                     {"softmax_common", "softmax_staged"}}}
+#define BACKWARD_PATHS                                                                      \
+    .path = {[TUNED__PATH_ROWS] = {"tuned_softmax_bwd_rows",                                \
+                                   {"softmax_common", "softmax_rows_common", "softmax_bwd"}}, \
+             [TUNED__PATH_GRID] = {"tuned_softmax_bwd_grid",                                \
+                                   {"softmax_common", "softmax_rows_common",                \
+                                    "softmax_grid_common", "softmax_bwd"}}}
+
+static const tuned__kind_spec specs[] = {
+    {
+        .id = TUNED_KERNEL_SOFTMAX,
+        .name = "softmax",
+        .math = "y = exp(s x - max(s x)) / sum exp(s x - max(s x))",
+        FORWARD_TENSORS,
+        .define_log = 0, .define_bwd = 0,
+        FORWARD_PATHS,
+        .rows_held = 1, .pairs = true, .keeps_exps = true, .stash = true, .replicas = true,
+        .line_head = true,
+        .reference = TUNED__REF_FORWARD,
+    },
+    {
+        .id = TUNED_KERNEL_SOFTMAX_BWD,
+        .name = "softmax_bwd",
+        .math = "dx = y (dy - sum(dy y))",
+        BACKWARD_TENSORS,
+        .define_log = 0, .define_bwd = 1,
+        BACKWARD_PATHS,
+        .rows_held = 2, .pairs = false, .keeps_exps = false, .stash = false,
+        .replicas = false, .line_head = false,
+        .reference = TUNED__REF_BACKWARD,
+    },
+    {
+        .id = TUNED_KERNEL_LOG_SOFTMAX,
+        .name = "log_softmax",
+        .math = "y = s x - max(s x) - log sum exp(s x - max(s x))",
+        FORWARD_TENSORS,
+        .define_log = 1, .define_bwd = 0,
+        FORWARD_PATHS,
+        /* its store writes s x - lse from the inputs it keeps, not exps */
+        .rows_held = 1, .pairs = true, .keeps_exps = false, .stash = true, .replicas = true,
+        .line_head = true,
+        .reference = TUNED__REF_FORWARD,
+    },
+    {
+        .id = TUNED_KERNEL_LOG_SOFTMAX_BWD,
+        .name = "log_softmax_bwd",
+        .math = "dx = dy - exp(y) sum(dy)",
+        BACKWARD_TENSORS,
+        .define_log = 1, .define_bwd = 1,
+        BACKWARD_PATHS,
+        .rows_held = 2, .pairs = false, .keeps_exps = false, .stash = false,
+        .replicas = false, .line_head = false,
+        .reference = TUNED__REF_BACKWARD,
+    },
+};
+
+#define NSPECS (sizeof specs / sizeof specs[0])
+
+/* Every kind of the public list has a spec, in id order (checked in full
+ * by test_codegen's registry case; the count here). */
+#define COUNT_KIND(name, value, text) +1
+_Static_assert(NSPECS == 0 TUNED_KERNEL_MAP(COUNT_KIND), "one spec per TUNED_KERNEL_MAP entry");
+#undef COUNT_KIND
+
+const tuned__kind_spec *tuned__kind(unsigned id)
+{
+    for (size_t i = 0; i < NSPECS; i++)
+        if (specs[i].id == id)
+            return &specs[i];
+    return NULL;
+}
+
+const tuned__kind_spec *tuned__kind_find(const char *name)
+{
+    for (size_t i = 0; name != NULL && i < NSPECS; i++)
+        if (strcmp(specs[i].name, name) == 0)
+            return &specs[i];
+    return NULL;
+}
+
+size_t tuned__kind_count(void)
+{
+    return NSPECS;
+}
+
+const tuned__kind_spec *tuned__kind_at(size_t i)
+{
+    return i < NSPECS ? &specs[i] : NULL;
+}
+
+const char *tuned_kernel_name(tuned_kernel kernel)
+{
+    const tuned__kind_spec *k = tuned__kind((unsigned)kernel);
+    return k != NULL ? k->name : NULL;
+}
+
+int tuned_kernel_parse(const char *name, tuned_kernel *out)
+{
+    const tuned__kind_spec *k = tuned__kind_find(name);
+    if (k == NULL)
+        return TUNED_EINVAL;
+    *out = (tuned_kernel)k->id;
+    return 0;
+}
+
+void tuned__kind_list(char *buf, size_t n)
+{
+    size_t at = 0;
+    if (n == 0)
+        return;
+    buf[0] = '\0';
+    for (size_t i = 0; i < NSPECS && at < n; i++) {
+        int w = snprintf(buf + at, n - at, "%s%s", i > 0 ? ", " : "", specs[i].name);
+        if (w < 0)
+            break;
+        at += (size_t)w;
+    }
+}
+
+static size_t elem_size(const tuned__tensor_spec *t, size_t esize)
+{
+    return t->elem == TUNED__ELEM_F32 ? 4 : esize;
+}
+
+double tuned__kind_bytes(const tuned__kind_spec *k, uint64_t rows, uint64_t cols, size_t esize)
+{
+    double bytes = 0;
+    for (unsigned i = 0; i < k->ntensors; i++) {
+        const tuned__tensor_spec *t = &k->tensor[i];
+        double n = t->extent == TUNED__EXTENT_MATRIX ? (double)rows * (double)cols : (double)rows;
+        bytes += n * (double)elem_size(t, esize);
+    }
+    return bytes;
+}
+
+unsigned tuned__kind_matrices(const tuned__kind_spec *k)
+{
+    unsigned n = 0;
+    for (unsigned i = 0; i < k->ntensors; i++)
+        n += k->tensor[i].extent == TUNED__EXTENT_MATRIX;
+    return n;
+}
+
+static unsigned first_with_role(const tuned__kind_spec *k, uint8_t role)
+{
+    for (unsigned i = 0; i < k->ntensors; i++)
+        if (k->tensor[i].role == role)
+            return i;
+    return 0;
+}
+
+unsigned tuned__kind_first_in(const tuned__kind_spec *k)
+{
+    return first_with_role(k, TUNED__TENSOR_IN);
+}
+
+unsigned tuned__kind_first_out(const tuned__kind_spec *k)
+{
+    return first_with_role(k, TUNED__TENSOR_OUT);
+}
+
+/* Whether part is among the parts of paths before path p, or before index
+ * j of path p: each template is hashed once, where it is first used. */
+static bool part_seen(const tuned__kind_spec *k, unsigned p, unsigned j)
+{
+    const char *part = k->path[p].parts[j];
+    for (unsigned q = 0; q <= p; q++)
+        for (unsigned i = 0; (q < p || i < j) && i < TUNED__KIND_MAX_PARTS &&
+                             k->path[q].parts[i] != NULL;
+             i++)
+            if (strcmp(k->path[q].parts[i], part) == 0)
+                return true;
+    return false;
+}
+
+uint64_t tuned__kind_code_hash(const tuned__kind_spec *k)
+{
+    uint64_t h = TUNED__FNV_SEED;
+    h = tuned__fnv1a64(k->name, strlen(k->name), h);
+    for (unsigned p = 0; p < TUNED__PATH_COUNT; p++) {
+        if (k->path[p].entry == NULL)
+            continue;
+        h = tuned__fnv1a64(k->path[p].entry, strlen(k->path[p].entry), h);
+        for (unsigned j = 0; j < TUNED__KIND_MAX_PARTS && k->path[p].parts[j] != NULL; j++) {
+            if (part_seen(k, p, j))
+                continue;
+            const tuned__template *t = tuned__template_find(k->path[p].parts[j]);
+            /* a missing part is refused at codegen; hash its name */
+            if (t != NULL)
+                h = tuned__fnv1a64(t->text, t->size, h);
+            else
+                h = tuned__fnv1a64(k->path[p].parts[j], strlen(k->path[p].parts[j]), h);
+        }
+    }
+    int defines[2] = {k->define_log, k->define_bwd};
+    h = tuned__fnv1a64(defines, sizeof defines, h);
+    unsigned version = TUNED__CODEGEN_VERSION;
+    return tuned__fnv1a64(&version, sizeof version, h);
+}
+
+uint64_t tuned__kind_legacy_code_hash(void)
+{
+    /* The templates of the build before the registry, in its order. */
+    static const char *const legacy[] = {
+        "softmax_common",      "softmax_rows_common", "softmax_rows",  "softmax_grid_common",
+        "softmax_grid",        "softmax_staged",      "softmax_bwd",   "reference",
+    };
+    uint64_t h = TUNED__FNV_SEED;
+    for (size_t i = 0; i < sizeof legacy / sizeof legacy[0]; i++) {
+        const tuned__template *t = tuned__template_find(legacy[i]);
+        if (t == NULL)
+            return 0;
+        h = tuned__fnv1a64(t->text, t->size, h);
+    }
+    unsigned version = 3; /* the codegen version those records were made under */
+    return tuned__fnv1a64(&version, sizeof version, h);
+}
+
+const char *tuned__kernel_name(uint8_t kernel)
+{
+    return tuned_kernel_name((tuned_kernel)kernel);
+}
+
+int tuned__kernel_parse(const char *name, uint8_t *out)
+{
+    const tuned__kind_spec *k = tuned__kind_find(name);
+    if (k == NULL)
+        return TUNED_EINVAL;
+    *out = k->id;
+    return 0;
+}
+
+uint64_t tuned__templates_hash(void)
+{
+    return tuned__kind_legacy_code_hash();
+}

@@ -1,0 +1,160 @@
+/* kind.h: the registry of kernel kinds, one spec per kind.
+ *
+ * A kind (softmax, softmax_bwd, ...) is data here, not a branch in the
+ * files that use it. Its id and name come from TUNED_KERNEL_MAP in
+ * tuned.h; everything else a layer needs to know about it is a field of
+ * its spec (kind.c): the tensors a call reads and writes (whose bytes are
+ * its floor), its runtime scalars, the templates and entry points it is
+ * compiled from, which dimensions of the config space it has, the float64
+ * reference it is checked against, and its code identity (the hash of
+ * what it compiles, under which its results are stored). The space, the
+ * check, the evaluator, the store key, the daemon, the fleet, the CLI and
+ * the API read specs; none of them asks which kind it holds.
+ *
+ * docs/kernels.md says how to add a kind. */
+#ifndef TUNED_CODEGEN_KIND_H
+#define TUNED_CODEGEN_KIND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tuned.h"
+
+/* How a call uses one of its tensors. */
+enum {
+    TUNED__TENSOR_IN = 1,  /* read */
+    TUNED__TENSOR_OUT = 2, /* written */
+};
+
+/* The element type of a tensor: the shape's dtype, or a fixed one. */
+enum {
+    TUNED__ELEM_DTYPE = 0, /* the call's dtype (fp16, bf16, fp32) */
+    TUNED__ELEM_F32,       /* always fp32 */
+};
+
+/* The shape of a tensor, from the call's rows x cols. */
+enum {
+    TUNED__EXTENT_MATRIX = 0, /* rows x cols, rows row_stride elements apart */
+    TUNED__EXTENT_ROWS,       /* one element per row */
+};
+
+typedef struct tuned__tensor_spec {
+    const char *name; /* "x", "y", "dy", "dx" */
+    uint8_t role;     /* TUNED__TENSOR_* */
+    uint8_t elem;     /* TUNED__ELEM_* */
+    uint8_t extent;   /* TUNED__EXTENT_* */
+} tuned__tensor_spec;
+
+/* How a config's kernel is built: the template paths. Which one a config
+ * takes follows from the config alone (tuned__kind_path). */
+enum {
+    TUNED__PATH_ROWS = 0, /* register rows, one block or a cluster a row */
+    TUNED__PATH_GRID,     /* register rows, a row split over the grid */
+    TUNED__PATH_STAGED,   /* rows streamed through shared memory (tma family) */
+    TUNED__PATH_COUNT
+};
+
+/* The float64 references of src/driver/check.c (kernels/templates/reference.cu):
+ * how a kind's inputs are drawn and its output checked. */
+enum {
+    /* y = f(s x) row by row, x drawn from the generator, checked against
+     * the float64 softmax (T_LOG: log_softmax) of s x */
+    TUNED__REF_FORWARD = 1,
+    /* y drawn as the float64 softmax (log_softmax) of drawn rows, dy drawn,
+     * dx checked against the float64 gradient */
+    TUNED__REF_BACKWARD,
+};
+
+#define TUNED__KIND_MAX_TENSORS 4
+#define TUNED__KIND_MAX_PARTS 6
+
+typedef struct tuned__kind_path {
+    const char *entry;                          /* the kernel's entry point; NULL: no such path */
+    const char *parts[TUNED__KIND_MAX_PARTS];  /* templates, in order, NULL-terminated */
+} tuned__kind_path;
+
+typedef struct tuned__kind_spec {
+    uint8_t id;       /* TUNED_KERNEL_* */
+    const char *name; /* "softmax" */
+    const char *math; /* what a call computes, one line */
+
+    /* The tensors, in the kernel's parameter order: the entry point takes
+     * them, then (long long rows, int cols, long long row_stride), then one
+     * float per scalar, then a grid split's (workspace, launch number). */
+    uint8_t ntensors;
+    tuned__tensor_spec tensor[TUNED__KIND_MAX_TENSORS];
+    uint8_t nscalars;       /* 0 or 1 */
+    const char *scalar;     /* its name ("scale": positive and finite, 1 for none) */
+
+    /* Codegen: the defines that select the kind in the shared templates,
+     * and its paths. */
+    int define_log; /* T_LOG */
+    int define_bwd; /* T_BWD */
+    tuned__kind_path path[TUNED__PATH_COUNT];
+
+    /* The config space: what the kind's kernel has (tuned__config_check). */
+    uint8_t rows_held; /* row tensors a register-row thread holds */
+    bool pairs;        /* reduces (max, sum): red=fused may pair them, and a
+                          grid split must; false: one reduction, a sum */
+    bool keeps_exps;   /* its store writes exps: reg=ex may keep them */
+    bool stash;        /* passes may be stashed in shared memory */
+    bool replicas;     /* a few rows may be held by several clusters */
+    bool line_head;    /* long rows off a vector boundary count slots from their line */
+
+    /* The float64 reference (TUNED__REF_*) and its inputs' source. */
+    uint8_t reference;
+} tuned__kind_spec;
+
+/* The spec of kind id, or NULL for an unknown id. */
+const tuned__kind_spec *tuned__kind(unsigned id);
+
+/* The kind called name, or NULL. */
+const tuned__kind_spec *tuned__kind_find(const char *name);
+
+/* The kinds in id order: tuned__kind_at(0 .. tuned__kind_count() - 1). */
+size_t tuned__kind_count(void);
+const tuned__kind_spec *tuned__kind_at(size_t i);
+
+/* How many kinds there are; their ids are 1 .. TUNED__KIND_COUNT. */
+#define TUNED__KIND_COUNT_ONE(name, value, text) +1
+enum { TUNED__KIND_COUNT = 0 TUNED_KERNEL_MAP(TUNED__KIND_COUNT_ONE) };
+#undef TUNED__KIND_COUNT_ONE
+
+/* The kind a request that names none means (softmax): shapes and records
+ * written without a kind keep their meaning. */
+#define TUNED__KIND_DEFAULT ((uint8_t)TUNED_KERNEL_SOFTMAX)
+
+/* The kinds' names joined by ", " into buf (for errors that list them). */
+void tuned__kind_list(char *buf, size_t n);
+
+/* Bytes a call of kind k on rows x cols of a dtype of esize bytes must
+ * move: every tensor read once and written once. Its floor is the time of
+ * a device-to-device copy of half as many bytes each way. */
+double tuned__kind_bytes(const tuned__kind_spec *k, uint64_t rows, uint64_t cols, size_t esize);
+
+/* Tensors of rows x cols the kind moves (tuned__kind_bytes over one
+ * matrix's bytes, rounded down): the daemon's and CLI's size caps. */
+unsigned tuned__kind_matrices(const tuned__kind_spec *k);
+
+/* The index of the kind's first input and first output tensor. */
+unsigned tuned__kind_first_in(const tuned__kind_spec *k);
+unsigned tuned__kind_first_out(const tuned__kind_spec *k);
+
+/* The code identity of kind k: an FNV-1a hash of the templates it
+ * compiles (every path's parts, each once, in the order of first use),
+ * its defines and the codegen version. Results are stored under it
+ * (src/common/identity.h, "kernel code"), so a changed template demotes
+ * the records of the kinds that compile it, and no other kind's. */
+uint64_t tuned__kind_code_hash(const tuned__kind_spec *k);
+
+/* The code hash every kind's records carried before the registry: one
+ * hash over the eight templates of that build, in its order, and codegen
+ * version 3. A record carrying it is exact for a kind while those
+ * templates are unchanged; the store's migration and import rewrite it as
+ * the kind's own (docs/store-format.md). 0 when a legacy template is
+ * missing from this build or no longer the same text (then no record
+ * carrying an older hash is taken as exact). */
+uint64_t tuned__kind_legacy_code_hash(void);
+
+#endif
