@@ -78,7 +78,7 @@ static void test_parts(void)
     EXPECT(g.fingerprint == 0xe30492512fa2f48dull, "fingerprint %016" PRIx64, g.fingerprint);
 
     tuned__identity live;
-    tuned__gpu_identity(&g, TUNED__MEASURE_POLICY, &live);
+    tuned__gpu_identity(&g, TUNED__KIND_DEFAULT, TUNED__MEASURE_POLICY, &live);
     EXPECT(strcmp(live.hwclass.text, "NVIDIA H100 80GB HBM3|sm_90|132sm") == 0, "hwclass %s",
            live.hwclass.text);
     EXPECT(strcmp(live.toolchain.text, "drv13000|nvrtc13.0") == 0, "toolchain %s",
@@ -118,7 +118,7 @@ static void test_parts(void)
     other.driver_version = 12080;
     tuned__gpu_identify(&other);
     tuned__identity id;
-    tuned__gpu_identity(&other, TUNED__MEASURE_POLICY, &id);
+    tuned__gpu_identity(&other, TUNED__KIND_DEFAULT, TUNED__MEASURE_POLICY, &id);
     char why[256];
     unsigned diff = tuned__identity_diff(&stored, &id, why, sizeof why);
     EXPECT(diff == TUNED__IDENT_TOOLCHAIN && strcmp(why, "driver 13000 (here 12080)") == 0,
@@ -130,23 +130,23 @@ static void test_parts(void)
            why);
     other = g;
     other.total_mem = (size_t)81000 << 20;
-    tuned__gpu_identity(&other, TUNED__MEASURE_POLICY, &id);
+    tuned__gpu_identity(&other, TUNED__KIND_DEFAULT, TUNED__MEASURE_POLICY, &id);
     EXPECT(tuned__identity_diff(&stored, &id, NULL, 0) == TUNED__IDENT_MEMORY &&
                tuned__record_tier(&r, &id, NULL, 0) == TUNED__TIER_COMPATIBLE,
            "memory size: compatible");
     other = g;
     other.sm_count = 114;
-    tuned__gpu_identity(&other, TUNED__MEASURE_POLICY, &id);
+    tuned__gpu_identity(&other, TUNED__KIND_DEFAULT, TUNED__MEASURE_POLICY, &id);
     EXPECT(tuned__identity_diff(&stored, &id, why, sizeof why) == TUNED__IDENT_HWCLASS &&
                tuned__record_tier(&r, &id, NULL, 0) == TUNED__TIER_NONE,
            "SM count: %s", why);
     other = g;
     other.template_hash ^= 1;
-    tuned__gpu_identity(&other, TUNED__MEASURE_POLICY, &id);
+    tuned__gpu_identity(&other, TUNED__KIND_DEFAULT, TUNED__MEASURE_POLICY, &id);
     EXPECT(tuned__identity_diff(&stored, &id, NULL, 0) == TUNED__IDENT_CODE &&
                tuned__record_tier(&r, &id, NULL, 0) == TUNED__TIER_NONE,
            "kernel code: none");
-    tuned__gpu_identity(&g, "another-policy/1", &id);
+    tuned__gpu_identity(&g, TUNED__KIND_DEFAULT, "another-policy/1", &id);
     EXPECT(tuned__identity_diff(&stored, &id, why, sizeof why) == TUNED__IDENT_POLICY &&
                tuned__record_tier(&r, &id, NULL, 0) == TUNED__TIER_COMPATIBLE,
            "policy: %s", why);
@@ -154,7 +154,7 @@ static void test_parts(void)
      * trusted to be of this class. */
     tuned__record forged = r;
     forged.prov.driver_version = 12080; /* the string still says drv13000 */
-    tuned__gpu_identity(&g, TUNED__MEASURE_POLICY, &id);
+    tuned__gpu_identity(&g, TUNED__KIND_DEFAULT, TUNED__MEASURE_POLICY, &id);
     EXPECT(!tuned__record_identity(&forged, &stored) &&
                tuned__record_tier(&forged, &id, NULL, 0) == TUNED__TIER_NONE,
            "a record that does not spell its identity");
@@ -220,7 +220,7 @@ static void test_pretuned(const char *root)
     /* Another driver: compatible, saying what differs. */
     h100(&drv, 12080, 132);
     tuned__identity id;
-    tuned__gpu_identity(&drv, TUNED__MEASURE_POLICY, &id);
+    tuned__gpu_identity(&drv, TUNED__KIND_DEFAULT, TUNED__MEASURE_POLICY, &id);
     tuned__store_key key = tuned__store_key_softmax(&shape, drv.fingerprint);
     tuned__record rec;
     tuned__tier tier;
@@ -255,7 +255,7 @@ static void test_pretuned(const char *root)
     /* Another SM count: another hardware class, neither compatible nor
      * nearest. */
     h100(&sms, 13000, 114);
-    tuned__gpu_identity(&sms, TUNED__MEASURE_POLICY, &id);
+    tuned__gpu_identity(&sms, TUNED__KIND_DEFAULT, TUNED__MEASURE_POLICY, &id);
     key = tuned__store_key_softmax(&shape, sms.fingerprint);
     EXPECT(tuned__store_find_compatible(s, &key, &id, NULL, NULL, &rec, &tier, &e) ==
                TUNED_ENOTFOUND,
@@ -317,7 +317,7 @@ static void test_pretuned(const char *root)
                p.source == TUNED_SOURCE_COMPATIBLE && p.record_key.gpu_fp == nv.fingerprint &&
                strstr(p.note, "policy older-method/2") != NULL,
            "policy mismatch: %s (%s)", tuned_source_name(p.source), p.note);
-    tuned__gpu_identity(&nv, TUNED__MEASURE_POLICY, &id);
+    tuned__gpu_identity(&nv, TUNED__KIND_DEFAULT, TUNED__MEASURE_POLICY, &id);
     key = tuned__store_key_softmax(&sq, nv.fingerprint);
     tuned__record got;
     EXPECT(tuned__store_get_best(s, &key, &got, TUNED__MEASURE_POLICY, &e) == TUNED_ENOTFOUND,

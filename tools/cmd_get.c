@@ -108,7 +108,7 @@ int cli_cmd_get(const cli_opts *o)
     static tuned__identity id; /* large; the CLI is single-threaded */
     bool have_gpu = cli_local_gpu(o->request.device, &gpu, &no_gpu);
     if (have_gpu)
-        tuned__gpu_identity(&gpu, TUNED__MEASURE_POLICY, &id);
+        tuned__gpu_identity(&gpu, tuned__shape_kernel(s), TUNED__MEASURE_POLICY, &id);
     if (have_gpu && (o->gpu == NULL || strcasestr(gpu.name, o->gpu) != NULL ||
                      strcasecmp(gpu.identity, o->gpu) == 0)) {
         tuned__record here, rec;

@@ -15,7 +15,8 @@
 
 typedef struct list_ctx {
     bool have_gpu;
-    tuned__identity here; /* the local GPU's, when have_gpu */
+    tuned__gpu gpu;       /* the local GPU, when have_gpu */
+    tuned__identity here; /* its identity for the record at hand */
     bool json;
     json_t *array;
     size_t shown, damaged;
@@ -34,6 +35,8 @@ static int row(void *ctx, const tuned__store_key *key, const tuned__record *r, c
         return 0;
     }
     c->shown++;
+    if (c->have_gpu)
+        tuned__gpu_identity(&c->gpu, r->key.kernel, TUNED__MEASURE_POLICY, &c->here);
     const char *tier = c->have_gpu ? tuned__tier_name(tuned__record_tier(r, &c->here, NULL, 0))
                                    : "-";
     if (c->json) {
@@ -79,7 +82,7 @@ int cli_cmd_list(const cli_opts *o)
     tuned__err no_gpu = {0};
     if (cli_local_gpu(o->request.device, &gpu, &no_gpu)) {
         c.have_gpu = true;
-        tuned__gpu_identity(&gpu, TUNED__MEASURE_POLICY, &c.here);
+        c.gpu = gpu;
     }
     if (o->json && (c.array = json_array()) == NULL) {
         tuned__store_close(s);

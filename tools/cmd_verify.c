@@ -93,7 +93,7 @@ static int verify_one(const tuned__driver *d, const tuned__nvrtc *n, const tuned
     cli_here_record(gpu, &shape, &here);
     char why[512];
     tuned__identity id;
-    tuned__gpu_identity(gpu, here.prov.policy, &id);
+    tuned__gpu_identity(gpu, r->key.kernel, here.prov.policy, &id);
     tuned__tier tier = tuned__record_tier(r, &id, why, sizeof why);
     bool exact = tier == TUNED__TIER_EXACT && tuned__record_exact(r, &here, why, sizeof why);
     char label[64];

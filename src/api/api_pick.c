@@ -110,7 +110,7 @@ int tuned__api_pick_config(tuned__store *store, const tuned__gpu *gpu, const tun
             (rc = tuned__store_generation(store, &out->seen.generation, e)) != 0)
             return rc;
         tuned__identity here;
-        tuned__gpu_identity(gpu, TUNED__MEASURE_POLICY, &here);
+        tuned__gpu_identity(gpu, tuned__shape_kernel(shape), TUNED__MEASURE_POLICY, &here);
         tuned__store_key key = tuned__store_key_softmax(shape, here.full_fp);
         tuned__record rec;
         tuned__err miss = {0};

@@ -54,6 +54,7 @@ static const tuned__kind_spec specs[] = {
         .rows_held = 1, .pairs = true, .keeps_exps = true, .stash = true, .replicas = true,
         .line_head = true,
         .reference = TUNED__REF_FORWARD,
+        .family_code = true,
     },
     {
         .id = TUNED_KERNEL_SOFTMAX_BWD,
@@ -65,6 +66,7 @@ static const tuned__kind_spec specs[] = {
         .rows_held = 2, .pairs = false, .keeps_exps = false, .stash = false,
         .replicas = false, .line_head = false,
         .reference = TUNED__REF_BACKWARD,
+        .family_code = true,
     },
     {
         .id = TUNED_KERNEL_LOG_SOFTMAX,
@@ -77,6 +79,7 @@ static const tuned__kind_spec specs[] = {
         .rows_held = 1, .pairs = true, .keeps_exps = false, .stash = true, .replicas = true,
         .line_head = true,
         .reference = TUNED__REF_FORWARD,
+        .family_code = true,
     },
     {
         .id = TUNED_KERNEL_LOG_SOFTMAX_BWD,
@@ -88,6 +91,7 @@ static const tuned__kind_spec specs[] = {
         .rows_held = 2, .pairs = false, .keeps_exps = false, .stash = false,
         .replicas = false, .line_head = false,
         .reference = TUNED__REF_BACKWARD,
+        .family_code = true,
     },
 };
 
@@ -235,6 +239,11 @@ uint64_t tuned__kind_code_hash(const tuned__kind_spec *k)
     return tuned__fnv1a64(&version, sizeof version, h);
 }
 
+uint64_t tuned__kind_identity_hash(const tuned__kind_spec *k)
+{
+    return k->family_code ? tuned__kind_legacy_code_hash() : tuned__kind_code_hash(k);
+}
+
 uint64_t tuned__kind_legacy_code_hash(void)
 {
     /* The templates of the build before the registry, in its order. */
@@ -269,5 +278,5 @@ int tuned__kernel_parse(const char *name, uint8_t *out)
 
 uint64_t tuned__templates_hash(void)
 {
-    return tuned__kind_legacy_code_hash();
+    return tuned__kind_identity_hash(tuned__kind(TUNED__KIND_DEFAULT));
 }

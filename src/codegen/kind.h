@@ -104,6 +104,13 @@ typedef struct tuned__kind_spec {
 
     /* The float64 reference (TUNED__REF_*) and its inputs' source. */
     uint8_t reference;
+
+    /* Its records are filed under the softmax family's code hash (the
+     * eight templates of the build before the registry,
+     * tuned__kind_legacy_code_hash), so that every record stored and
+     * shipped before the registry stays exact with no migration; a kind
+     * added since is filed under its own code hash. */
+    bool family_code;
 } tuned__kind_spec;
 
 /* The spec of kind id, or NULL for an unknown id. */
@@ -148,13 +155,15 @@ unsigned tuned__kind_first_out(const tuned__kind_spec *k);
  * the records of the kinds that compile it, and no other kind's. */
 uint64_t tuned__kind_code_hash(const tuned__kind_spec *k);
 
-/* The code hash every kind's records carried before the registry: one
- * hash over the eight templates of that build, in its order, and codegen
- * version 3. A record carrying it is exact for a kind while those
- * templates are unchanged; the store's migration and import rewrite it as
- * the kind's own (docs/store-format.md). 0 when a legacy template is
- * missing from this build or no longer the same text (then no record
- * carrying an older hash is taken as exact). */
+/* The code hash kind k's records are filed under (the identity's "kernel
+ * code" part): the softmax family's for a family_code kind, else its own
+ * tuned__kind_code_hash. */
+uint64_t tuned__kind_identity_hash(const tuned__kind_spec *k);
+
+/* The softmax family's code hash: one hash over the eight templates of
+ * the build before the registry, in its order, and codegen version 3 (what
+ * every record carried then). It changes when any of those templates
+ * does; 0 when one is missing from this build. */
 uint64_t tuned__kind_legacy_code_hash(void);
 
 #endif

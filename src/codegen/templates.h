@@ -18,9 +18,8 @@ extern const size_t tuned__template_count;
 /* The template called name, or NULL. */
 const tuned__template *tuned__template_find(const char *name);
 
-/* The code hash of the GPU identity under which results are stored (the
- * kinds' common one until each kind's code identity files its records:
- * tuned__kind_legacy_code_hash). */
+/* The code hash of a GPU's identity under the default kind (its
+ * fingerprint's; a kind's records are filed under tuned__kind_identity_hash). */
 uint64_t tuned__templates_hash(void);
 
 #endif

@@ -68,7 +68,7 @@ static int set_here(tuned__daemon *d, tuned__err *e)
         o.search.best_us = 1.0;
         tuned__shape s = {TUNED_FP16, 1, 1, TUNED__KIND_DEFAULT};
         tuned__tune_record(&o, &s, &d->here[i]);
-        tuned__gpu_identity(&g.gpu, TUNED__MEASURE_POLICY, &d->here_id[i]);
+        tuned__gpu_identity(&g.gpu, TUNED__KIND_DEFAULT, TUNED__MEASURE_POLICY, &d->here_id[i]);
         d->nhere++;
     }
     return 0;

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "src/codegen/kind.h"
 #include "src/codegen/templates.h"
 #include "tuned.h"
 
@@ -59,8 +60,10 @@ static uint32_t u32(int v)
     return v > 0 ? (uint32_t)v : 0;
 }
 
-void tuned__gpu_identity(const tuned__gpu *g, const char *policy, tuned__identity *out)
+void tuned__gpu_identity(const tuned__gpu *g, unsigned kernel, const char *policy,
+                         tuned__identity *out)
 {
+    const tuned__kind_spec *k = tuned__kind(kernel != 0 ? kernel : TUNED__KIND_DEFAULT);
     tuned__ident_facts f;
     memset(&f, 0, sizeof f);
     snprintf(f.gpu_name, sizeof f.gpu_name, "%s", g->name);
@@ -71,7 +74,7 @@ void tuned__gpu_identity(const tuned__gpu *g, const char *policy, tuned__identit
     f.driver_version = u32(g->driver_version);
     f.nvrtc_major = u32(g->nvrtc_major);
     f.nvrtc_minor = u32(g->nvrtc_minor);
-    f.template_hash = g->template_hash;
+    f.template_hash = k == NULL || k->family_code ? g->template_hash : tuned__kind_code_hash(k);
     snprintf(f.policy, sizeof f.policy, "%s", policy != NULL ? policy : "");
     tuned__identity_make(&f, out);
 }
@@ -79,8 +82,15 @@ void tuned__gpu_identity(const tuned__gpu *g, const char *policy, tuned__identit
 void tuned__gpu_identify(tuned__gpu *g)
 {
     tuned__identity id;
-    tuned__gpu_identity(g, NULL, &id);
+    tuned__gpu_identity(g, TUNED__KIND_DEFAULT, NULL, &id);
     _Static_assert(sizeof g->identity == sizeof id.full, "a GPU holds its whole identity string");
     memcpy(g->identity, id.full, sizeof g->identity);
     g->fingerprint = id.full_fp;
+}
+
+uint64_t tuned__gpu_kind_fp(const tuned__gpu *g, unsigned kernel)
+{
+    tuned__identity id;
+    tuned__gpu_identity(g, kernel, NULL, &id);
+    return id.full_fp;
 }

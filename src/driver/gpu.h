@@ -28,9 +28,9 @@ typedef struct tuned__gpu {
     int l2_bytes;
     int driver_version;
     int nvrtc_major, nvrtc_minor;
-    uint64_t template_hash;
-    char identity[TUNED__IDENT_TEXT]; /* tuned__gpu_identify() */
-    uint64_t fingerprint;
+    uint64_t template_hash;           /* the default kind's code hash */
+    char identity[TUNED__IDENT_TEXT]; /* tuned__gpu_identify(): under the default kind */
+    uint64_t fingerprint;             /* the GPU's: its identity's under the default kind */
 } tuned__gpu;
 
 /* Number of GPUs the driver sees. */
@@ -47,8 +47,17 @@ int tuned__gpu_query(const tuned__driver *d, const tuned__nvrtc *n, int ordinal,
 void tuned__gpu_identify(tuned__gpu *g);
 
 /* The identity of g (its whole string, fingerprint and parts) for results
- * measured under policy (NULL or "": none). Computed from g's facts, so it
- * holds for a GPU whose identity string was never filled. */
-void tuned__gpu_identity(const tuned__gpu *g, const char *policy, tuned__identity *out);
+ * of kind kernel (a TUNED_KERNEL_* id; 0 the default kind) measured under
+ * policy (NULL or "": none). Computed from g's facts, so it holds for a
+ * GPU whose identity string was never filled. A kind filed under the
+ * softmax family's code (src/codegen/kind.h) takes g->template_hash, so a
+ * GPU described with another one (tests, an older build's records) keeps
+ * it; any other kind its own code hash. */
+void tuned__gpu_identity(const tuned__gpu *g, unsigned kernel, const char *policy,
+                         tuned__identity *out);
+
+/* The fingerprint the records of kind kernel measured on g are filed
+ * under (a store key's gpu_fp): g->fingerprint for the default kind. */
+uint64_t tuned__gpu_kind_fp(const tuned__gpu *g, unsigned kernel);
 
 #endif

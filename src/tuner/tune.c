@@ -248,7 +248,7 @@ static int warm_candidate(void *ctx, const tuned__record *r)
 static void warm_compatible(warm_scan *w, tuned__store *store, const tuned__gpu *gpu)
 {
     tuned__identity here;
-    tuned__gpu_identity(gpu, TUNED__MEASURE_POLICY, &here);
+    tuned__gpu_identity(gpu, w->key->kernel, TUNED__MEASURE_POLICY, &here);
     tuned__record r;
     tuned__tier tier;
     tuned__err e = {0};
@@ -539,7 +539,7 @@ int tuned__tune(const tuned__driver *d, const tuned__nvrtc *n, const tuned__tune
 
 void tuned__tune_key(const tuned__gpu *gpu, const tuned__shape *shape, tuned__store_key *key)
 {
-    *key = tuned__store_key_softmax(shape, gpu->fingerprint);
+    *key = tuned__store_key_softmax(shape, tuned__gpu_kind_fp(gpu, tuned__shape_kernel(shape)));
 }
 
 void tuned__tune_record(const tuned__tune_outcome *o, const tuned__shape *shape,
@@ -558,7 +558,10 @@ void tuned__tune_record(const tuned__tune_outcome *o, const tuned__shape *shape,
     rec->prov.driver_version = (uint32_t)o->gpu.driver_version;
     rec->prov.nvrtc_major = (uint32_t)o->gpu.nvrtc_major;
     rec->prov.nvrtc_minor = (uint32_t)o->gpu.nvrtc_minor;
-    rec->prov.template_hash = o->gpu.template_hash;
+    /* The code hash the kind's records are filed under (tuned__gpu_identity). */
+    const tuned__kind_spec *kind = tuned__shape_spec(shape);
+    rec->prov.template_hash = kind == NULL || kind->family_code ? o->gpu.template_hash
+                                                                : tuned__kind_code_hash(kind);
     snprintf(rec->prov.policy, sizeof rec->prov.policy, "%s", TUNED__MEASURE_POLICY);
     rec->median_us = o->search.best_us;
     rec->copy_us = o->copy_us;
