@@ -90,6 +90,9 @@ void tuned__gpu_identify(tuned__gpu *g)
 
 uint64_t tuned__gpu_kind_fp(const tuned__gpu *g, unsigned kernel)
 {
+    const tuned__kind_spec *k = tuned__kind(kernel != 0 ? kernel : TUNED__KIND_DEFAULT);
+    if (k == NULL || k->family_code)
+        return g->fingerprint;
     tuned__identity id;
     tuned__gpu_identity(g, kernel, NULL, &id);
     return id.full_fp;

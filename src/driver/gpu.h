@@ -57,7 +57,8 @@ void tuned__gpu_identity(const tuned__gpu *g, unsigned kernel, const char *polic
                          tuned__identity *out);
 
 /* The fingerprint the records of kind kernel measured on g are filed
- * under (a store key's gpu_fp): g->fingerprint for the default kind. */
+ * under (a store key's gpu_fp): g->fingerprint for a kind of the softmax
+ * family's code, as g->identity is its identity string. */
 uint64_t tuned__gpu_kind_fp(const tuned__gpu *g, unsigned kernel);
 
 #endif

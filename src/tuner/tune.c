@@ -548,7 +548,14 @@ void tuned__tune_record(const tuned__tune_outcome *o, const tuned__shape *shape,
     memset(rec, 0, sizeof *rec);
     tuned__tune_key(&o->gpu, shape, &rec->key);
     tuned__config_format(&o->search.best, rec->config, sizeof rec->config);
-    snprintf(rec->gpu, sizeof rec->gpu, "%s", o->gpu.identity);
+    const tuned__kind_spec *kind = tuned__shape_spec(shape);
+    if (kind == NULL || kind->family_code) {
+        snprintf(rec->gpu, sizeof rec->gpu, "%s", o->gpu.identity);
+    } else {
+        tuned__identity id;
+        tuned__gpu_identity(&o->gpu, kind->id, NULL, &id);
+        snprintf(rec->gpu, sizeof rec->gpu, "%s", id.full);
+    }
     snprintf(rec->gpu_name, sizeof rec->gpu_name, "%s", o->gpu.name);
     /* Provenance: the parts of the identity string, and how we measured. */
     rec->prov.cc_major = (uint32_t)o->gpu.cc_major;
@@ -559,7 +566,6 @@ void tuned__tune_record(const tuned__tune_outcome *o, const tuned__shape *shape,
     rec->prov.nvrtc_major = (uint32_t)o->gpu.nvrtc_major;
     rec->prov.nvrtc_minor = (uint32_t)o->gpu.nvrtc_minor;
     /* The code hash the kind's records are filed under (tuned__gpu_identity). */
-    const tuned__kind_spec *kind = tuned__shape_spec(shape);
     rec->prov.template_hash = kind == NULL || kind->family_code ? o->gpu.template_hash
                                                                 : tuned__kind_code_hash(kind);
     snprintf(rec->prov.policy, sizeof rec->prov.policy, "%s", TUNED__MEASURE_POLICY);
