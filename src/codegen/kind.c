@@ -54,7 +54,7 @@ static const tuned__kind_spec specs[] = {
         .rows_held = 1, .pairs = true, .keeps_exps = true, .stash = true, .replicas = true,
         .line_head = true,
         .reference = TUNED__REF_FORWARD,
-        .family_code = true,
+        .legacy_code = 0xd4caee083e2bebdeull,
     },
     {
         .id = TUNED_KERNEL_SOFTMAX_BWD,
@@ -66,7 +66,7 @@ static const tuned__kind_spec specs[] = {
         .rows_held = 2, .pairs = false, .keeps_exps = false, .stash = false,
         .replicas = false, .line_head = false,
         .reference = TUNED__REF_BACKWARD,
-        .family_code = true,
+        .legacy_code = 0x5e065215dda55310ull,
     },
     {
         .id = TUNED_KERNEL_LOG_SOFTMAX,
@@ -79,7 +79,7 @@ static const tuned__kind_spec specs[] = {
         .rows_held = 1, .pairs = true, .keeps_exps = false, .stash = true, .replicas = true,
         .line_head = true,
         .reference = TUNED__REF_FORWARD,
-        .family_code = true,
+        .legacy_code = 0x117ad24b30347c38ull,
     },
     {
         .id = TUNED_KERNEL_LOG_SOFTMAX_BWD,
@@ -91,7 +91,7 @@ static const tuned__kind_spec specs[] = {
         .rows_held = 2, .pairs = false, .keeps_exps = false, .stash = false,
         .replicas = false, .line_head = false,
         .reference = TUNED__REF_BACKWARD,
-        .family_code = true,
+        .legacy_code = 0x9db67f3eb875f4eeull,
     },
 };
 
@@ -241,25 +241,8 @@ uint64_t tuned__kind_code_hash(const tuned__kind_spec *k)
 
 uint64_t tuned__kind_identity_hash(const tuned__kind_spec *k)
 {
-    return k->family_code ? tuned__kind_legacy_code_hash() : tuned__kind_code_hash(k);
-}
-
-uint64_t tuned__kind_legacy_code_hash(void)
-{
-    /* The templates of the build before the registry, in its order. */
-    static const char *const legacy[] = {
-        "softmax_common",      "softmax_rows_common", "softmax_rows",  "softmax_grid_common",
-        "softmax_grid",        "softmax_staged",      "softmax_bwd",   "reference",
-    };
-    uint64_t h = TUNED__FNV_SEED;
-    for (size_t i = 0; i < sizeof legacy / sizeof legacy[0]; i++) {
-        const tuned__template *t = tuned__template_find(legacy[i]);
-        if (t == NULL)
-            return 0;
-        h = tuned__fnv1a64(t->text, t->size, h);
-    }
-    unsigned version = 3; /* the codegen version those records were made under */
-    return tuned__fnv1a64(&version, sizeof version, h);
+    uint64_t code = tuned__kind_code_hash(k);
+    return k->legacy_code != 0 && code == k->legacy_code ? TUNED__LEGACY_CODE_HASH : code;
 }
 
 const char *tuned__kernel_name(uint8_t kernel)
@@ -279,4 +262,10 @@ int tuned__kernel_parse(const char *name, uint8_t *out)
 uint64_t tuned__templates_hash(void)
 {
     return tuned__kind_identity_hash(tuned__kind(TUNED__KIND_DEFAULT));
+}
+
+bool tuned__kind_default_code(const tuned__kind_spec *k)
+{
+    return k == NULL ||
+           tuned__kind_identity_hash(k) == tuned__kind_identity_hash(tuned__kind(TUNED__KIND_DEFAULT));
 }

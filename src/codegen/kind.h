@@ -105,12 +105,13 @@ typedef struct tuned__kind_spec {
     /* The float64 reference (TUNED__REF_*) and its inputs' source. */
     uint8_t reference;
 
-    /* Its records are filed under the softmax family's code hash (the
-     * eight templates of the build before the registry,
-     * tuned__kind_legacy_code_hash), so that every record stored and
-     * shipped before the registry stays exact with no migration; a kind
-     * added since is filed under its own code hash. */
-    bool family_code;
+    /* Its code hash (tuned__kind_code_hash) when the registry came, for
+     * the kinds that existed before it; 0 for a kind added since. While
+     * the kind's code is still that, its records are filed under
+     * TUNED__LEGACY_CODE_HASH, the one hash every kind's records carried
+     * before, so that stored and shipped records stay exact with no
+     * migration (tuned__kind_identity_hash). */
+    uint64_t legacy_code;
 } tuned__kind_spec;
 
 /* The spec of kind id, or NULL for an unknown id. */
@@ -155,15 +156,21 @@ unsigned tuned__kind_first_out(const tuned__kind_spec *k);
  * the records of the kinds that compile it, and no other kind's. */
 uint64_t tuned__kind_code_hash(const tuned__kind_spec *k);
 
+/* The code hash of every record stored or shipped before the registry:
+ * one hash over the eight templates of that build, in its order, and
+ * codegen version 3 (cache/pretuned/ *.jsonl carry it). */
+#define TUNED__LEGACY_CODE_HASH 0xe9f63e15bc01ec11ull
+
 /* The code hash kind k's records are filed under (the identity's "kernel
- * code" part): the softmax family's for a family_code kind, else its own
- * tuned__kind_code_hash. */
+ * code" part): TUNED__LEGACY_CODE_HASH while k compiles what it compiled
+ * when the registry came (its code hash equals legacy_code), else its own
+ * code hash. So a changed template demotes the records of the kinds that
+ * compile it and no other kind's, and adding a kind demotes none. */
 uint64_t tuned__kind_identity_hash(const tuned__kind_spec *k);
 
-/* The softmax family's code hash: one hash over the eight templates of
- * the build before the registry, in its order, and codegen version 3 (what
- * every record carried then). It changes when any of those templates
- * does; 0 when one is missing from this build. */
-uint64_t tuned__kind_legacy_code_hash(void);
+/* Whether k's records are filed under the default kind's code hash (and
+ * so under a GPU's own identity and fingerprint, src/driver/gpu.h); true
+ * for NULL. */
+bool tuned__kind_default_code(const tuned__kind_spec *k);
 
 #endif

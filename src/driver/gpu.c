@@ -74,7 +74,7 @@ void tuned__gpu_identity(const tuned__gpu *g, unsigned kernel, const char *polic
     f.driver_version = u32(g->driver_version);
     f.nvrtc_major = u32(g->nvrtc_major);
     f.nvrtc_minor = u32(g->nvrtc_minor);
-    f.template_hash = k == NULL || k->family_code ? g->template_hash : tuned__kind_code_hash(k);
+    f.template_hash = tuned__kind_default_code(k) ? g->template_hash : tuned__kind_identity_hash(k);
     snprintf(f.policy, sizeof f.policy, "%s", policy != NULL ? policy : "");
     tuned__identity_make(&f, out);
 }
@@ -91,7 +91,7 @@ void tuned__gpu_identify(tuned__gpu *g)
 uint64_t tuned__gpu_kind_fp(const tuned__gpu *g, unsigned kernel)
 {
     const tuned__kind_spec *k = tuned__kind(kernel != 0 ? kernel : TUNED__KIND_DEFAULT);
-    if (k == NULL || k->family_code)
+    if (tuned__kind_default_code(k))
         return g->fingerprint;
     tuned__identity id;
     tuned__gpu_identity(g, kernel, NULL, &id);

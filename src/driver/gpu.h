@@ -50,15 +50,15 @@ void tuned__gpu_identify(tuned__gpu *g);
  * of kind kernel (a TUNED_KERNEL_* id; 0 the default kind) measured under
  * policy (NULL or "": none). Computed from g's facts, so it holds for a
  * GPU whose identity string was never filled. A kind filed under the
- * softmax family's code (src/codegen/kind.h) takes g->template_hash, so a
- * GPU described with another one (tests, an older build's records) keeps
- * it; any other kind its own code hash. */
+ * default kind's code hash (tuned__kind_default_code) takes
+ * g->template_hash, so a GPU described with another one (tests) keeps it;
+ * any other kind its own (tuned__kind_identity_hash). */
 void tuned__gpu_identity(const tuned__gpu *g, unsigned kernel, const char *policy,
                          tuned__identity *out);
 
 /* The fingerprint the records of kind kernel measured on g are filed
- * under (a store key's gpu_fp): g->fingerprint for a kind of the softmax
- * family's code, as g->identity is its identity string. */
+ * under (a store key's gpu_fp): g->fingerprint for a kind filed under the
+ * default kind's code, as g->identity is then its identity string. */
 uint64_t tuned__gpu_kind_fp(const tuned__gpu *g, unsigned kernel);
 
 #endif

@@ -549,7 +549,7 @@ void tuned__tune_record(const tuned__tune_outcome *o, const tuned__shape *shape,
     tuned__tune_key(&o->gpu, shape, &rec->key);
     tuned__config_format(&o->search.best, rec->config, sizeof rec->config);
     const tuned__kind_spec *kind = tuned__shape_spec(shape);
-    if (kind == NULL || kind->family_code) {
+    if (tuned__kind_default_code(kind)) {
         snprintf(rec->gpu, sizeof rec->gpu, "%s", o->gpu.identity);
     } else {
         tuned__identity id;
@@ -566,8 +566,8 @@ void tuned__tune_record(const tuned__tune_outcome *o, const tuned__shape *shape,
     rec->prov.nvrtc_major = (uint32_t)o->gpu.nvrtc_major;
     rec->prov.nvrtc_minor = (uint32_t)o->gpu.nvrtc_minor;
     /* The code hash the kind's records are filed under (tuned__gpu_identity). */
-    rec->prov.template_hash = kind == NULL || kind->family_code ? o->gpu.template_hash
-                                                                : tuned__kind_code_hash(kind);
+    rec->prov.template_hash = tuned__kind_default_code(kind) ? o->gpu.template_hash
+                                                             : tuned__kind_identity_hash(kind);
     snprintf(rec->prov.policy, sizeof rec->prov.policy, "%s", TUNED__MEASURE_POLICY);
     rec->median_us = o->search.best_us;
     rec->copy_us = o->copy_us;
