@@ -48,7 +48,7 @@ int main(int argc, char **argv)
         return 2;
     }
     char *src = NULL;
-    if (tuned__source_softmax(&c, &s, NULL, &src, &e) != 0) {
+    if (tuned__source_kernel(&c, &s, NULL, &src, &e) != 0) {
         fprintf(stderr, "emit_source: %s\n", e.msg);
         return 1;
     }

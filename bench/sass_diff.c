@@ -226,7 +226,7 @@ static void compare(const run *r, job *j)
     char *fresh = NULL, *old = NULL;
     tuned__blob a = {0}, b = {0};
     j->status = -1;
-    if (tuned__source_softmax(&j->config, &j->shape, NULL, &fresh, &e) != 0) {
+    if (tuned__source_kernel(&j->config, &j->shape, NULL, &fresh, &e) != 0) {
         snprintf(j->note, sizeof j->note, "new source: %s", e.msg);
         goto done;
     }

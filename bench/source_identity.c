@@ -40,7 +40,7 @@ int main(void)
                         char *src = NULL;
                         char name[TUNED__CONFIG_TEXT];
                         tuned__config_format(&sp.valid[c], name, sizeof name);
-                        if (tuned__source_softmax(&sp.valid[c], &s, &o, &src, &e) != 0) {
+                        if (tuned__source_kernel(&sp.valid[c], &s, &o, &src, &e) != 0) {
                             printf("%u %llux%llu %d %s %d error %s\n", k, shapes[i][0], shapes[i][1], dt, name, un, e.msg);
                             continue;
                         }

@@ -152,7 +152,7 @@ static void check_variant_opts(const tuned__nvrtc *n, const tuned__config *c,
     char name[TUNED__CONFIG_TEXT], *src = NULL;
     tuned__config_format(c, name, sizeof name);
     tuned__err e = {0};
-    if (tuned__source_softmax(c, s, opts, &src, &e) != 0) {
+    if (tuned__source_kernel(c, s, opts, &src, &e) != 0) {
         EXPECT(0, "%s: source: %s", name, e.msg);
         return;
     }
@@ -234,7 +234,7 @@ static void head_alignment(void)
                (unsigned long long)iters, cases[i].align, (unsigned long long)cases[i].iters);
         char *src = NULL, want[64];
         snprintf(want, sizeof want, "#define T_HEAD_ALIGN %u\n", cases[i].align);
-        EXPECT(tuned__source_softmax(&c, &s, NULL, &src, &e) == 0 && strstr(src, want) != NULL,
+        EXPECT(tuned__source_kernel(&c, &s, NULL, &src, &e) == 0 && strstr(src, want) != NULL,
                "%s: source lacks '%s' (%s)", cases[i].config, want, e.msg);
         free(src);
     }
@@ -322,7 +322,7 @@ int main(void)
             if (c.reg != TUNED__REG_F32 && dt == TUNED_FP32)
                 c.reg = TUNED__REG_F32, c.vec = 4, c.minb = 1;
             char *src = NULL;
-            EXPECT(tuned__source_softmax(&c, &s, NULL, &src, &e) == 0 && src != NULL &&
+            EXPECT(tuned__source_kernel(&c, &s, NULL, &src, &e) == 0 && src != NULL &&
                        strstr(src, i == 1 ? "#define T_REPLICAS 2\n" : "#define T_REPLICAS 4\n"),
                    "%s: no replicas in the source: %s", replica_configs[i], e.msg);
             free(src);
@@ -422,25 +422,25 @@ int main(void)
     tuned__shape fp32 = {TUNED_FP32, 4, 100, TUNED_KERNEL_SOFTMAX};
     tuned__config wide = {.warps = 4, .rows = 1, .cluster = 1, .minb = 1, .vec = 8};
     char *src = NULL;
-    EXPECT(tuned__source_softmax(&wide, &fp32, NULL, &src, &e) == TUNED_EINVAL &&
+    EXPECT(tuned__source_kernel(&wide, &fp32, NULL, &src, &e) == TUNED_EINVAL &&
                strstr(e.msg, "16 bytes") != NULL,
            "an 8 x fp32 vector was not refused: %s", e.msg);
     /* Row groups that are not power-of-two lane ranges would mix rows in
      * the shuffles: refused even where the text form never produces them. */
     tuned__config odd = {.warps = 3, .rows = 2, .cluster = 1, .minb = 1, .vec = 4};
     tuned__shape f16 = {TUNED_FP16, 4, 100, TUNED_KERNEL_SOFTMAX};
-    EXPECT(tuned__source_softmax(&odd, &f16, NULL, &src, &e) == TUNED_EINVAL,
+    EXPECT(tuned__source_kernel(&odd, &f16, NULL, &src, &e) == TUNED_EINVAL,
            "3 warps for 2 rows not refused");
     tuned__config tma = {.family = TUNED__FAMILY_TMA, .warps = 16, .rows = 1, .cluster = 1,
                          .minb = 1, .stages = 2};
     tuned__codegen_opts plant = {.plant_bug = 1};
     tuned__shape long_rows = {TUNED_FP16, 4, 32000, TUNED_KERNEL_SOFTMAX};
-    EXPECT(tuned__source_softmax(&tma, &long_rows, &plant, &src, &e) == TUNED_EINVAL,
+    EXPECT(tuned__source_kernel(&tma, &long_rows, &plant, &src, &e) == TUNED_EINVAL,
            "a planted bug accepted for a tma variant");
     /* ld=el left the space and the templates: codegen refuses it. */
     tuned__config el = {.warps = 4, .rows = 1, .cluster = 1, .minb = 1, .vec = 8,
                         .ld = TUNED__LD_EL};
-    EXPECT(tuned__source_softmax(&el, &long_rows, NULL, &src, &e) == TUNED_EINVAL &&
+    EXPECT(tuned__source_kernel(&el, &long_rows, NULL, &src, &e) == TUNED_EINVAL &&
                strstr(e.msg, "ld=el") != NULL,
            "ld=el not refused: %s", e.msg);
     /* Which templates a variant is made of: a grid split from
@@ -450,7 +450,7 @@ int main(void)
     tuned__config grid_cfg = {.warps = 8, .rows = 1, .cluster = 1, .minb = 1, .vec = 8,
                               .red = TUNED__RED_FUSED, .grid = 4};
     for (int split = 0; split <= 1; split++) {
-        EXPECT(tuned__source_softmax(split ? &grid_cfg : &rows_cfg, &long_rows, NULL, &src, &e) == 0,
+        EXPECT(tuned__source_kernel(split ? &grid_cfg : &rows_cfg, &long_rows, NULL, &src, &e) == 0,
                "%s", e.msg);
         if (src != NULL) {
             bool from_grid = strstr(src, "/* softmax_grid.cu:") != NULL;
@@ -475,7 +475,7 @@ int main(void)
     }
     /* Planted bugs are a test hook: emitted in a hooks build, refused
      * (TUNED_EUNSUPPORTED) otherwise. */
-    int rc = tuned__source_softmax(&rows_cfg, &long_rows, &plant, &src, &e);
+    int rc = tuned__source_kernel(&rows_cfg, &long_rows, &plant, &src, &e);
 #ifdef TUNED_TEST_HOOKS
     EXPECT(rc == 0 && src != NULL && strstr(src, "#define T_PLANT_BUG 1\n") != NULL,
            "planted bug 1 not emitted: %s", e.msg);
@@ -513,7 +513,7 @@ int main(void)
                    strstr(why, tuned__kernel_name((uint8_t)refused[i].kernel)) != NULL,
                "%s accepted for %s (%s)", refused[i].config,
                tuned__kernel_name((uint8_t)refused[i].kernel), why);
-        EXPECT(tuned__source_softmax(&c, &s, NULL, &src, &e) == TUNED_EINVAL,
+        EXPECT(tuned__source_kernel(&c, &s, NULL, &src, &e) == TUNED_EINVAL,
                "codegen emitted %s for %s", refused[i].config,
                tuned__kernel_name((uint8_t)refused[i].kernel));
     }
@@ -534,7 +534,7 @@ int main(void)
     EXPECT(fused > 0, "no one-round reduction sampled");
     tuned__config split_cluster = {.warps = 8, .rows = 1, .cluster = 2, .minb = 1, .vec = 8,
                                    .red = TUNED__RED_FUSED, .grid = 4};
-    EXPECT(tuned__source_softmax(&split_cluster, &long_rows, NULL, &src, &e) == TUNED_EINVAL,
+    EXPECT(tuned__source_kernel(&split_cluster, &long_rows, NULL, &src, &e) == TUNED_EINVAL,
            "a grid split of clusters accepted");
     tuned__nvrtc_unload(n);
     printf("%zu variants (%zu softmax, %zu softmax_bwd, %zu log_softmax, %zu log_softmax_bwd; "

@@ -335,7 +335,7 @@ static int module_get(tuned_handle *h, CUcontext ctx, const tuned__config *c,
 {
     tuned__codegen_opts opts = {.unaligned = !aligned};
     char *src = NULL;
-    int rc = tuned__source_softmax(c, s, &opts, &src, e);
+    int rc = tuned__source_kernel(c, s, &opts, &src, e);
     if (rc != 0)
         return rc;
     uint64_t hash = tuned__nvrtc_cache_key(h->n, src, arch, TUNED__NVRTC_CUBIN);

@@ -176,7 +176,7 @@ int tuned__api_cubin(const tuned__nvrtc *n, tuned__store *store, bool writable,
     *from_cache = false;
     tuned__codegen_opts opts = {.unaligned = !aligned};
     char *src = NULL;
-    int rc = tuned__source_softmax(c, s, &opts, &src, e);
+    int rc = tuned__source_kernel(c, s, &opts, &src, e);
     if (rc != 0)
         return rc;
     *hash = tuned__nvrtc_cache_key(n, src, arch, TUNED__NVRTC_CUBIN);

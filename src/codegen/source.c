@@ -133,7 +133,7 @@ static int plant_define(const tuned__codegen_opts *opts, const char *name, char 
 #endif
 }
 
-int tuned__source_softmax(const tuned__config *c, const tuned__shape *s,
+int tuned__source_kernel(const tuned__config *c, const tuned__shape *s,
                           const tuned__codegen_opts *opts, char **out, tuned__err *e)
 {
     char name[TUNED__CONFIG_TEXT];

@@ -45,7 +45,7 @@ size_t tuned__source_dynamic_smem(const tuned__config *c, const tuned__shape *s)
 /* Builds the source for config c specialised for shape s (its kernel,
  * dtype and columns); *out is malloc'd, the caller frees it. opts may be
  * NULL. */
-int tuned__source_softmax(const tuned__config *c, const tuned__shape *s,
+int tuned__source_kernel(const tuned__config *c, const tuned__shape *s,
                           const tuned__codegen_opts *opts, char **out, tuned__err *e);
 
 /* The source of the evaluator's helper kernels (input generator and the

@@ -102,8 +102,9 @@ static void compile_one(tuned__compile_batch *b, size_t i)
     char name[TUNED__CONFIG_TEXT + 16], *src = NULL;
     char text[TUNED__CONFIG_TEXT];
     tuned__config_format(c, text, sizeof text);
-    snprintf(name, sizeof name, "softmax %s", text);
-    if (tuned__source_softmax(c, &t->shape, &t->codegen, &src, err) != 0)
+    const tuned__kind_spec *kind = tuned__shape_spec(&t->shape);
+    snprintf(name, sizeof name, "%s %s", kind != NULL ? kind->name : "?", text);
+    if (tuned__source_kernel(c, &t->shape, &t->codegen, &src, err) != 0)
         return;
     uint64_t key = tuned__nvrtc_cache_key(t->nvrtc, src, t->arch, TUNED__NVRTC_CUBIN);
     if (store_enter(b)) {

@@ -436,7 +436,7 @@ static uint64_t winner_cubin(const tuned__nvrtc *n, const tuned__gpu *gpu,
                              const tuned__config *best)
 {
     char *src = NULL;
-    if (tuned__source_softmax(best, shape, codegen, &src, NULL) != 0)
+    if (tuned__source_kernel(best, shape, codegen, &src, NULL) != 0)
         return 0;
     uint64_t key = tuned__nvrtc_cache_key(n, src, gpu->cc_major * 10 + gpu->cc_minor,
                                           TUNED__NVRTC_CUBIN);
