@@ -96,7 +96,10 @@ tuned_ce_check(const unsigned char *x, const CeRefLabel *labels, const unsigned 
         } else {
             const double nll = (m - xy) + log_s;
             const double smooth = (m - sx / cols) + log_s;
-            loss_ref = (1.0 - eps) * nll + eps * smooth + z * lse_ref * lse_ref;
+            /* the terms of a zero eps or z left out, not multiplied by 0: a
+             * masked (-inf) logit makes the smoothing term inf */
+            loss_ref = (1.0 - eps) * nll + (eps != 0.0 ? eps * smooth : 0.0) +
+                       (z != 0.0 ? z * lse_ref * lse_ref : 0.0);
             loss_slack = CE_EPS * (fabs(m - xy) + fabs(log_s) + (eps != 0.0 ? eps * (fabs(m) + sabs / cols) : 0.0) +
                                    (z != 0.0 ? 2.0 * z * fabs(lse_ref) * (fabs(m) + fabs(log_s)) : 0.0));
         }
