@@ -1,0 +1,451 @@
+/* cross_entropy.cu: family "rows", cross-entropy over the vocabulary: a row
+ * of logits held in registers by a group of threads (part of a warp, one
+ * or more warps, a whole block, or a thread-block cluster of up to 16
+ * blocks, sm_90, which keeps a 128256- or 262144-column row on chip).
+ *
+ * Idea: the loss and its gradient need the row's log-sum-exp, which needs
+ * the whole row; held on chip, the row is read once and the gradient
+ * written once, so the fused forward + backward costs what a copy of the
+ * logits costs. Per row r with label y, s the scale, V the columns:
+ *   lse   = log sum_j exp(s x_j)                           (fp32)
+ *   loss  = (1 - eps) (lse - s x_y) + eps (lse - mean_j s x_j) + z lse^2
+ *   grad  = gscale_r s (p_j (1 + 2 z lse) - (1 - eps) [j == y] - eps / V),
+ *           p_j = exp(s x_j - lse), in fp32, rounded to the dtype once
+ * eps the label smoothing, z the z-loss (lse_square_scale); gscale_r the
+ * upstream gradient (a device scalar, or per row), for reduction "mean"
+ * divided by the count of valid rows, which tuned_cross_entropy_count
+ * writes to device memory before (same stream: no host sync). A row whose
+ * label is ignore_index has loss 0 and gradient 0. A label outside
+ * [0, V) that is not ignore_index is never used as an index: the row's
+ * loss and gradient are NaN and bit 0 of the error word is set.
+ * The stages are softmax_rows_common.cu's (load_row, reduce_max,
+ * exp_and_sum, reduce_row, row_out, store_row), plus:
+ *   target  the thread whose slot holds column y (the owner) loads x_y
+ *           as the row arrives (2 bytes from the line its own loads bring),
+ *           before any store: the owner is the only thread that stores
+ *           that element, so grad may be the logits themselves (in place)
+ *   mean    with T_CE_SMOOTH, each thread's sum of its x, reduced over the
+ *           row after the (max, sum) round (its own mailbox round)
+ *   store   the gradient, a vector at a time (ce_grad_words), in place of
+ *           forward_words; then the owner stores the label's element
+ *           again, with its target (ce_store_target)
+ * The owner writes the row's loss, lse and z term (lane 0 where there is
+ * no owner: an ignored or bad label).
+ *
+ * Kernels:
+ *   tuned_cross_entropy_rows   T_CE_KIND 0: fused loss + gradient;
+ *                              T_CE_KIND 1: loss (and lse) only, grad unused
+ *   tuned_cross_entropy_bwd    T_CE_KIND 2: gradient from the saved fp32 lse
+ *                              (no reduction: one read, one write)
+ *   tuned_cross_entropy_count  any kind: valid rows and gscale, one block
+ *
+ * Variants (codegen prepends the defines, then softmax_common.cu and
+ * softmax_rows_common.cu, which explain the rows family's):
+ *   T_DTYPE, T_WARPS, T_ROWS, T_CLUSTER (1 to 16; > 8 needs the non-portable
+ *   cluster size allowed on the function), T_MIN_BLOCKS, T_VEC, T_ITERS,
+ *   T_COLS, T_HEAD_FREE, T_HEAD_ALIGN, T_LD, T_ST, T_REG_PACKED (reg=pk),
+ *   T_FUSED (red=fused or split) as in softmax_rows.cu; and
+ *   T_CE_KIND    0 fused (default), 1 loss only, 2 backward
+ *   T_CE_SMOOTH  1: label smoothing compiled in (one more reduction round);
+ *                0 (default): a nonzero eps makes every row's loss NaN and
+ *                sets bit 1 of the error word, never a silently wrong loss
+ *   T_CE_LABEL32 1: labels are int32; 0 (default): int64
+ * Not applicable (refused below): T_LOG, T_EXP16 (reg=ex: the exps would
+ * be rounded to the dtype before the gradient is formed), T_STASH, T_GRID,
+ * T_REPLICAS, T_BWD, T_PLANT_BUG. In place, T_LD 1 (.nc) reads memory the
+ * kernel writes: use T_LD 0 or 2 for in-place calls.
+ *
+ * Semantics follow torch.nn.functional.cross_entropy: a NaN or +inf logit,
+ * or a row of only -inf, gives a NaN loss (and gradient) for the row.
+ *
+ * Checked against: cross_entropy_reference.cu's float64 per-row lse, loss
+ * and per-element gradient (dtype tolerances, NaN for NaN), and by
+ * bench/cross_entropy_kernel.py against a float64 torch reference (itself
+ * checked against F.cross_entropy) with ignored rows, label smoothing,
+ * z-loss, in-place gradients and a bad label. */
+
+#define T_CE 1
+#ifndef T_CE_KIND
+#define T_CE_KIND 0
+#endif
+#ifndef T_CE_SMOOTH
+#define T_CE_SMOOTH 0
+#endif
+#ifndef T_CE_LABEL32
+#define T_CE_LABEL32 0
+#endif
+#if T_LOG || T_EXP16 || T_STASH || T_GRID > 1 || T_REPLICAS > 1 || T_BWD || T_PLANT_BUG
+#error "cross_entropy.cu: no T_LOG, T_EXP16, T_STASH, T_GRID, T_REPLICAS, T_BWD or T_PLANT_BUG"
+#endif
+#if T_CE_KIND < 0 || T_CE_KIND > 2
+#error "T_CE_KIND is 0 (fused), 1 (loss only) or 2 (backward)"
+#endif
+
+#if T_CE_LABEL32
+typedef int CeLabel;
+#else
+typedef long long CeLabel;
+#endif
+
+/* The options, passed by value. Exact C layout (x86-64 and the device
+ * agree; the host mirrors it and asserts its size, 48):
+ *   offset  0  float        scale         s > 0
+ *   offset  4  float        smoothing     eps in [0, 1]
+ *   offset  8  float        z_loss        z >= 0 (lse_square_scale)
+ *   offset 12  int          grad_per_row  1: grad_scale[r] per row (reduction
+ *                                         "none"); 0: grad_scale[0] for all
+ *   offset 16  long long    ignore_index
+ *   offset 24  const float *grad_scale    device; NULL means 1. "mean": the
+ *                                         count kernel's upstream / valid rows
+ *   offset 32  float       *z_out         z lse^2 per row (0 if ignored); NULL:
+ *                                         not written
+ *   offset 40  unsigned    *error         device word, OR-ed: bit 0 a label
+ *                                         out of range, bit 1 eps != 0 in a
+ *                                         build without T_CE_SMOOTH; NULL: not
+ *                                         written */
+struct CeParams {
+    float scale;
+    float smoothing;
+    float z_loss;
+    int grad_per_row;
+    long long ignore_index;
+    const float *grad_scale;
+    float *z_out;
+    unsigned *error;
+};
+static_assert(sizeof(CeParams) == 48 && alignof(CeParams) == 8, "CeParams layout changed");
+
+#define CE_ERR_LABEL 1u
+#define CE_ERR_SMOOTH 2u
+
+/* What a thread knows of its row's label: whether it is ignored or out of
+ * range, and where the owner's slot of column y lies. */
+struct CeRow {
+    long long label;
+    bool ignored, bad;
+    bool owner;       /* this thread's slots hold column y: it loads x_y, stores g_y */
+    bool writer;      /* this thread writes the row's loss, lse and z term */
+    int own_it, own_k; /* the owner's vector pass and element */
+};
+
+/* The row's label, loaded before the row: its latency then hides under
+ * the row's loads. (Loaded after them, every block waited one more
+ * memory latency before its reduction, for the branch on the owner:
+ * measured on the H200 at 8192x128256 bf16, 1.29x the copy.) */
+__device__ __forceinline__ long long ce_label(const CeLabel *labels, long long row, bool active,
+                                              const CeParams &prm)
+{
+    return active ? (long long)__ldg(labels + row) : prm.ignore_index;
+}
+
+/* target: the label's place among the row's slots (slot q = y + head is
+ * element q % T_VEC of vector q / T_VEC, which is pass
+ * (q / T_VEC) / ROW_THREADS of lane (q / T_VEC) % ROW_THREADS). */
+__device__ __forceinline__ CeRow ce_row(long long label, bool active, int lane, int head,
+                                        int cols, const CeParams &prm)
+{
+    CeRow r;
+    r.label = label;
+    r.ignored = r.label == prm.ignore_index;
+    r.bad = !r.ignored && (r.label < 0 || r.label >= cols);
+    const bool valid = active && !r.ignored && !r.bad;
+    const long long q = valid ? r.label + head : 0;
+    const long long v = q / T_VEC;
+    r.own_k = (int)(q % T_VEC);
+    r.own_it = (int)(v / ROW_THREADS);
+    r.owner = valid && lane == (int)(v % ROW_THREADS);
+    r.writer = valid ? r.owner : (active && lane == 0);
+    return r;
+}
+
+/* target: x_y, loaded by the owner from the row at the start (a plain
+ * load, not the variant's .nc: in place, the owner itself stores this
+ * element later, and program order keeps its load first; no other thread
+ * stores it). Two bytes a row, from the line the row's own loads bring.
+ * (Selected out of the held registers instead, the compare an element
+ * cost 16 to 34 more registers: ptxas hoists them.) */
+__device__ __forceinline__ float ce_target_logit(const RowPtrs &p, const CeRow &r)
+{
+    /* Predicated, not branched: a branch waits for the label here, the
+     * load's result is waited for only after the reduction. */
+    const unsigned char *at = p.xr + (r.owner ? r.label : 0) * ESIZE;
+    u32 bits = 0;
+#if ESIZE == 2
+    u16 b16 = 0;
+    asm volatile("{ .reg .pred q; setp.ne.u32 q, %2, 0; @q ld.global.u16 %0, [%1]; }"
+                 : "+h"(b16) : "l"(at), "r"((u32)r.owner) : "memory");
+    bits = b16;
+#else
+    asm volatile("{ .reg .pred q; setp.ne.u32 q, %2, 0; @q ld.global.u32 %0, [%1]; }"
+                 : "+r"(bits) : "l"(at), "r"((u32)r.owner) : "memory");
+#endif
+    return bits_to_float(bits);
+}
+
+/* mean: the thread's sum of its x inside the row (the slots past its
+ * ends hold -inf: left out). */
+__device__ __forceinline__ float thread_sum_x(const Held &h, int lane, int head, int cols,
+                                              bool active)
+{
+    float sum = 0.0f;
+#pragma unroll
+    for (int it = 0; it < T_ITERS; it++) {
+        const int first = (it * ROW_THREADS + lane) * T_VEC - head;
+#pragma unroll
+        for (int k = 0; k < T_VEC; k++) {
+            const int c = first + k;
+            if (PASS_INSIDE(it) || (c >= 0 && c < cols))
+                sum += held_value(h, it, k);
+        }
+    }
+    return active ? sum : 0.0f;
+}
+
+/* The row's gradient factors: g_j = gs (p_j zf - target_j), target_j =
+ * on at j == y plus off everywhere; ignored rows store 0, bad rows NaN. */
+struct CeGrad {
+    float gs;  /* gscale_r s; NaN for a bad label */
+    float zf;  /* 1 + 2 z lse */
+    float on;  /* 1 - eps */
+    float off; /* eps / V */
+    float on_off; /* 1 - eps + eps / V, at j == y */
+    bool zero; /* ignored row: exact zeros */
+};
+
+/* gscale_r: from device memory (the count kernel's, the upstream's, or per
+ * row), 1 where the pointer is NULL. */
+__device__ __forceinline__ float ce_gscale(const CeParams &prm, long long row, bool active)
+{
+    if (prm.grad_scale == NULL || !active)
+        return 1.0f;
+    return prm.grad_per_row ? prm.grad_scale[row] : prm.grad_scale[0];
+}
+
+__device__ __forceinline__ CeGrad ce_grad(const CeRow &r, float gscale, float lse, int cols,
+                                          const CeParams &prm)
+{
+    CeGrad g;
+    const float nan = __int_as_float(0x7fc00000);
+    const float eps = T_CE_SMOOTH ? prm.smoothing : 0.0f;
+    g.gs = r.bad || (!T_CE_SMOOTH && prm.smoothing != 0.0f) ? nan : gscale * prm.scale;
+    g.zf = prm.z_loss != 0.0f ? fmaf(2.0f * prm.z_loss, lse, 1.0f) : 1.0f;
+    g.on = 1.0f - eps;
+    g.off = eps / (float)cols;
+    g.on_off = g.on + g.off;
+    g.zero = r.ignored;
+    return g;
+}
+
+/* store: gradient vector it from p_j = prob(k), every element with the
+ * target eps / V; the label's element is stored again after the row by
+ * ce_store_target. (Measured with ptxas at w8.c8 bf16 128256: a compare
+ * with the label an element, however cheap, had its results hoisted above
+ * the reduction and held in registers, 142 to 167 where the softmax takes
+ * 90 and this takes 108; a branch on the owner's pass put the row in local
+ * memory.) */
+template <typename Prob>
+__device__ __forceinline__ void ce_grad_words(u32 (&out)[NWORDS], const CeGrad &g, Prob prob)
+{
+    vector_words(out, [&](int k) {
+        const float v = g.gs * fmaf(prob(k), g.zf, -g.off);
+        return g.zero ? 0.0f : v;
+    });
+}
+
+/* store, the label's element: the owner stores it again, after its own
+ * vector store of the same element (same thread, program order: the later
+ * store wins), with the target 1 - eps + eps / V; p_y from x_y, which the
+ * owner took before the reduction. Two more bytes a row. */
+__device__ __forceinline__ void ce_store_target(const RowPtrs &p, const CeRow &r, const CeGrad &g,
+                                                float p_y)
+{
+    if (r.owner)
+        store_elem(p.yr + r.label * ESIZE, float_to_bits(g.gs * fmaf(p_y, g.zf, -g.on_off)));
+}
+
+/* lse = s max + log sum; a row of only -inf has lse -inf (log 0, as
+ * torch.logsumexp), whatever the sum's 0 * NaN came to. */
+__device__ __forceinline__ float ce_lse(float row_max, float sum, float scale)
+{
+    return row_max == NEG_INF ? NEG_INF : fmaf(scale, row_max, logf(sum));
+}
+
+/* The row's outputs, by the writer. nll and the smoothing term are taken
+ * as s (max - x) + log sum, not lse - s x: both terms are >= 0, so no
+ * cancellation of large logits (rows around 1e10). */
+__device__ __forceinline__ void ce_write_row(const CeRow &r, long long row, float row_max,
+                                             float sum, float x_y, float mean_x, float *loss,
+                                             float *lse_out, const CeParams &prm)
+{
+    if (!r.writer)
+        return;
+    const float nan = __int_as_float(0x7fc00000);
+    const float log_sum = logf(sum);
+    const float lse = ce_lse(row_max, sum, prm.scale);
+    const bool smooth_missing = !T_CE_SMOOTH && prm.smoothing != 0.0f;
+    float l, zterm = prm.z_loss * lse * lse;
+    if (r.ignored) {
+        l = 0.0f;
+        zterm = 0.0f;
+    } else if (r.bad || smooth_missing) {
+        l = nan;
+    } else {
+        l = fmaf(prm.scale, row_max - x_y, log_sum);
+        if (T_CE_SMOOTH && prm.smoothing != 0.0f) {
+            const float smooth = fmaf(prm.scale, row_max - mean_x, log_sum);
+            l = (1.0f - prm.smoothing) * l + prm.smoothing * smooth;
+        }
+        if (prm.z_loss != 0.0f)
+            l += zterm;
+    }
+    if (loss != NULL)
+        loss[row] = l;
+    if (lse_out != NULL)
+        lse_out[row] = lse;
+    if (prm.z_out != NULL)
+        prm.z_out[row] = zterm;
+    if (prm.error != NULL && (r.bad || smooth_missing))
+        atomicOr(prm.error, (r.bad ? CE_ERR_LABEL : 0u) | (smooth_missing ? CE_ERR_SMOOTH : 0u));
+}
+
+#if T_CE_KIND != 2
+/* Fused loss + gradient (T_CE_KIND 0), or loss only (1: grad unused, may
+ * be NULL). loss, lse: fp32 per row, either may be NULL. grad may equal
+ * logits. One cluster (T_CLUSTER > 1), else one block, per T_ROWS rows:
+ * the launch has exactly rows / T_ROWS (rounded up) of them. */
+extern "C" __global__ void __launch_bounds__(T_WARPS * 32, T_MIN_BLOCKS) CLUSTER_ATTRIBUTE
+tuned_cross_entropy_rows(const unsigned char *logits, const CeLabel *labels, unsigned char *grad,
+                         float *loss, float *lse, const CeParams prm, long long rows, int cols,
+                         long long row_stride)
+{
+    __shared__ float partial_max[T_WARPS];
+    __shared__ float partial_sum[T_WARPS];
+    __shared__ Mailbox box_max, box_sum;
+    __shared__ PairMailbox box_pairs;
+#if T_CE_SMOOTH
+    __shared__ float partial_x[T_WARPS];
+    __shared__ Mailbox box_x;
+#endif
+
+#if T_CLUSTER > 1
+    /* open_mailboxes, with the smoothing round's mailbox set up before the
+     * cluster is told they are ready. */
+    if (T_FUSED) {
+        pair_mailbox_init(box_pairs);
+    } else {
+        mailbox_init(box_max, 1);
+        mailbox_init(box_sum, 1);
+    }
+#if T_CE_SMOOTH
+    mailbox_init(box_x, 1);
+#endif
+    mailboxes_ready();
+#endif
+    const RowSlot slot = row_slot();
+    const bool active = T_ROWS == 1 || slot.row < rows;
+    const RowPtrs p = row_ptrs(logits, T_CE_KIND == 0 ? grad : (unsigned char *)logits,
+                               slot.row, active, row_stride);
+    const float ks = prm.scale * LOG2E;
+
+    const long long label = ce_label(labels, slot.row, active, prm);
+    const float gscale = T_CE_KIND == 0 ? ce_gscale(prm, slot.row, active) : 1.0f;
+    Held h;
+    load_row(h, p, slot.lane, cols, active);
+    const CeRow r = ce_row(label, active, slot.lane, p.head, cols, prm);
+    const float x_y = ce_target_logit(p, r);
+    /* the smoothing's sum before the exps replace x */
+    float sum_x = T_CE_SMOOTH ? thread_sum_x(h, slot.lane, p.head, cols, active) : 0.0f;
+
+    const float max = reduce_max(thread_max(h), partial_max, box_max);
+    float sum = exp_and_sum(h, max, ks);
+    float row_max = max;
+    reduce_row(row_max, sum, partial_max, partial_sum, box_sum, box_pairs, ks);
+#if T_CE_SMOOTH
+    sum_x = row_reduce(sum_x, partial_x, box_x, false, SumOp());
+#endif
+    ce_write_row(r, slot.row, row_max, sum, x_y, sum_x / (float)cols, loss, lse, prm);
+
+#if T_CE_KIND == 0
+    const RowOut o = row_out(max, row_max, sum, prm.scale, ks);
+    const CeGrad g = ce_grad(r, gscale, ce_lse(row_max, sum, prm.scale), cols, prm);
+    store_row(p, slot.lane, cols, active, [&](int it, u32(&out)[NWORDS]) {
+        ce_grad_words(out, g, [&](int k) { return forward_value(h, it, k, o); });
+    });
+    ce_store_target(p, r, g, exp_shifted(x_y, row_max, ks) * __frcp_rn(sum));
+#else
+    (void)grad, (void)gscale;
+#endif
+}
+#endif
+
+#if T_CE_KIND == 2
+/* exp(s x - lse), the argument one fma: s x - lse rounded once. */
+__device__ __forceinline__ float ce_prob(float x, float lse, float scale)
+{
+    float e;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(fmaf(x, scale, -lse) * LOG2E));
+    return e;
+}
+
+/* The split backward: grad = gscale_r s (exp(s x - lse_r)(1 + 2 z lse_r)
+ * - (1 - eps)[j == y] - eps / V) from the saved fp32 lse (the forward's),
+ * for any upstream gradient (prm.grad_scale: the count kernel's for
+ * "mean", the upstream scalar for "sum", per row for "none"). No
+ * reduction: the row's threads (clusters included) each load their part,
+ * then store it. exp's argument is one fma, s x - lse rounded once. */
+extern "C" __global__ void __launch_bounds__(T_WARPS * 32, T_MIN_BLOCKS) CLUSTER_ATTRIBUTE
+tuned_cross_entropy_bwd(const unsigned char *logits, const CeLabel *labels, const float *lse,
+                        unsigned char *grad, const CeParams prm, long long rows, int cols,
+                        long long row_stride)
+{
+    const RowSlot slot = row_slot();
+    const bool active = T_ROWS == 1 || slot.row < rows;
+    const RowPtrs p = row_ptrs(logits, grad, slot.row, active, row_stride);
+    const long long label = ce_label(labels, slot.row, active, prm);
+    const float lse_r = active ? __ldg(lse + slot.row) : 0.0f;
+    const float gscale = ce_gscale(prm, slot.row, active);
+    Held h;
+    load_row(h, p, slot.lane, cols, active);
+    const CeRow r = ce_row(label, active, slot.lane, p.head, cols, prm);
+    const CeGrad g = ce_grad(r, gscale, lse_r, cols, prm);
+    if (prm.error != NULL && r.writer && r.bad)
+        atomicOr(prm.error, CE_ERR_LABEL);
+    const float x_y = ce_target_logit(p, r);
+    store_row(p, slot.lane, cols, active, [&](int it, u32(&out)[NWORDS]) {
+        ce_grad_words(out, g, [&](int k) { return ce_prob(held_value(h, it, k), lse_r, prm.scale); });
+    });
+    ce_store_target(p, r, g, ce_prob(x_y, lse_r, prm.scale));
+}
+#endif
+
+/* The valid (non-ignored) rows, counted by one block of CE_COUNT_THREADS
+ * before the loss kernels on the same stream, and gscale = upstream /
+ * count (upstream NULL means 1) for reduction "mean": the loss kernels
+ * read it from device memory, so nothing waits on the host. valid may be
+ * NULL. With no valid row gscale is inf or NaN, which only ignored rows
+ * (exact zeros) would see. */
+#define CE_COUNT_THREADS 1024
+extern "C" __global__ void __launch_bounds__(CE_COUNT_THREADS)
+tuned_cross_entropy_count(const CeLabel *labels, long long rows, long long ignore_index,
+                          const float *upstream, float *grad_scale, long long *valid)
+{
+    __shared__ long long warp_counts[CE_COUNT_THREADS / 32];
+    long long n = 0;
+    for (long long i = threadIdx.x; i < rows; i += CE_COUNT_THREADS)
+        n += (long long)labels[i] != ignore_index;
+#pragma unroll
+    for (int offset = 16; offset > 0; offset /= 2)
+        n += __shfl_xor_sync(0xFFFFFFFFu, n, offset);
+    if (threadIdx.x % 32 == 0)
+        warp_counts[threadIdx.x / 32] = n;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        long long total = 0;
+        for (int w = 0; w < CE_COUNT_THREADS / 32; w++)
+            total += warp_counts[w];
+        if (grad_scale != NULL)
+            grad_scale[0] = (upstream != NULL ? upstream[0] : 1.0f) / (float)total;
+        if (valid != NULL)
+            valid[0] = total;
+    }
+}

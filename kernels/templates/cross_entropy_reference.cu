@@ -1,0 +1,152 @@
+/* cross_entropy_reference.cu: the float64 check of the cross-entropy
+ * kernels (cross_entropy.cu): per row its lse, its loss and every element
+ * of its gradient, recomputed in double precision from the same logits,
+ * labels and options, and compared with what a variant wrote.
+ *
+ * Idea: one block per row (rows strided over the grid), as reference.cu's
+ * tuned_check: max of s x (fmax, NaN ignored), sum of exp(s x - max), so
+ * lse = max + log sum, and sum of s x for label smoothing; then
+ *   loss = (1 - eps)(lse - s x_y) + eps (lse - mean s x) + z lse^2
+ *   grad = gscale_r s (p (1 + 2 z lse) - (1 - eps)[j == y] - eps / V)
+ * with ignored rows 0 and 0, and a label outside [0, V) (not ignored) NaN
+ * and NaN, never an index. Tolerances follow reference.cu: each value
+ * passes when |got - ref| <= atol + rtol |ref| + slack (agrees(): NaN only
+ * for NaN, an infinity only for the same one), rtol and atol the dtype's
+ * rounding (the caller's), slack the fp32 arithmetic of the kernel:
+ * CE_EPS times the magnitudes that enter the value (for the gradient,
+ * |gscale s| (p |1 + 2 z lse| + the target), for the loss its terms,
+ * fp32 sums of up to 262144 values included), plus CE_TINY |gscale s| for
+ * exps that ex2.approx.ftz flushes to 0. Failures are counted in
+ * bad[0] (gradient elements), bad[1] (loss rows), bad[2] (lse rows), the
+ * lowest failing index of each in first_bad[i] (row * cols + col for the
+ * gradient, the row for the others). grad, loss or lse NULL: not checked.
+ * row_ref, if not NULL, receives each row's float64 (loss, lse), for the
+ * harness's check of this reference against torch.
+ *
+ * Variants (codegen prepends the defines, then softmax_common.cu and
+ * reference.cu, whose bits_to_double, load_bits, block_reduce, agrees and
+ * report it uses):
+ *   1. T_DTYPE       0 fp16, 1 bf16, 2 fp32
+ *   2. T_CE_LABEL32  1: int32 labels; absent or 0: int64
+ *
+ * Checked against: bench/cross_entropy_kernel.py compares row_ref with a
+ * float64 torch reference (itself compared with F.cross_entropy), and
+ * proves the check fails on a corrupted gradient and loss. */
+
+#ifndef T_CE_LABEL32
+#define T_CE_LABEL32 0
+#endif
+#if T_CE_LABEL32
+typedef int CeRefLabel;
+#else
+typedef long long CeRefLabel;
+#endif
+
+/* The kernels' fp32 arithmetic, relative to the magnitudes that enter a
+ * value: exp2.approx (2 ulp), the sum over the row in fp32 (each thread's
+ * part in order, then a tree), log and the final multiplies. */
+#define CE_EPS 2e-5
+/* ex2.approx.ftz flushes results below 2^-126 to 0. */
+#define CE_TINY 1e-37
+
+__device__ __forceinline__ double ce_x(const unsigned char *xr, int c)
+{
+    return bits_to_double(load_bits(xr + (long long)c * ESIZE));
+}
+
+extern "C" __global__ void __launch_bounds__(CHECK_THREADS)
+tuned_ce_check(const unsigned char *x, const CeRefLabel *labels, const unsigned char *grad,
+               const float *loss, const float *lse, long long rows, int cols,
+               long long row_stride, double scale, double eps, double z,
+               long long ignore_index, const float *grad_scale, int grad_per_row, double rtol,
+               double atol, u64 *bad, u64 *first_bad, double *row_ref)
+{
+    __shared__ double scratch[CHECK_THREADS / 32];
+    const double nan = __longlong_as_double(0x7ff8000000000000ll);
+    for (long long row = blockIdx.x; row < rows; row += gridDim.x) {
+        const unsigned char *xr = x + row * row_stride * ESIZE;
+        const long long label = (long long)labels[row];
+        const bool ignored = label == ignore_index;
+        const bool bad_label = !ignored && (label < 0 || label >= cols);
+        double m = (double)NEG_INF;
+        for (int c = threadIdx.x; c < cols; c += CHECK_THREADS)
+            m = fmax(m, scale * ce_x(xr, c));
+        m = block_reduce<true>(m, scratch);
+        double s = 0.0, sx = 0.0, sabs = 0.0;
+        for (int c = threadIdx.x; c < cols; c += CHECK_THREADS) {
+            const double v = scale * ce_x(xr, c);
+            s += exp(v - m);
+            sx += v;
+            sabs += fabs(v);
+        }
+        s = block_reduce<false>(s, scratch);
+        sx = block_reduce<false>(sx, scratch);
+        sabs = block_reduce<false>(sabs, scratch);
+        const double log_s = log(s);
+        /* log 0 for a row of only -inf, as torch.logsumexp */
+        const double lse_ref = m == (double)NEG_INF ? m : m + log_s;
+        const double xy = (!ignored && !bad_label) ? scale * ce_x(xr, (int)label) : 0.0;
+        double loss_ref, loss_slack;
+        if (ignored) {
+            loss_ref = 0.0;
+            loss_slack = 0.0;
+        } else if (bad_label) {
+            loss_ref = nan;
+            loss_slack = 0.0;
+        } else {
+            const double nll = (m - xy) + log_s;
+            const double smooth = (m - sx / cols) + log_s;
+            /* the terms of a zero eps or z left out, not multiplied by 0: a
+             * masked (-inf) logit makes the smoothing term inf */
+            loss_ref = (1.0 - eps) * nll + (eps != 0.0 ? eps * smooth : 0.0) +
+                       (z != 0.0 ? z * lse_ref * lse_ref : 0.0);
+            loss_slack = CE_EPS * (fabs(m - xy) + fabs(log_s) + (eps != 0.0 ? eps * (fabs(m) + sabs / cols) : 0.0) +
+                                   (z != 0.0 ? 2.0 * z * fabs(lse_ref) * (fabs(m) + fabs(log_s)) : 0.0));
+        }
+        u64 nbad[3] = {0, 0, 0};
+        u64 first[3] = {~0ull, ~0ull, ~0ull};
+        if (threadIdx.x == 0) {
+            if (row_ref != NULL) {
+                row_ref[2 * row] = loss_ref;
+                row_ref[2 * row + 1] = lse_ref;
+            }
+            if (loss != NULL && !agrees((double)loss[row], loss_ref, 1e-6 + loss_slack)) {
+                nbad[1] = 1;
+                first[1] = (u64)row;
+            }
+            if (lse != NULL && !ignored &&
+                !agrees((double)lse[row], lse_ref, 1e-6 + CE_EPS * (fabs(m) + fabs(log_s)))) {
+                nbad[2] = 1;
+                first[2] = (u64)row;
+            }
+        }
+        if (grad != NULL) {
+            const unsigned char *gr = grad + row * row_stride * ESIZE;
+            double gs = grad_scale == NULL ? 1.0 : (double)grad_scale[grad_per_row ? row : 0];
+            gs *= scale;
+            const double zf = 1.0 + 2.0 * z * lse_ref;
+            for (int c = threadIdx.x; c < cols; c += CHECK_THREADS) {
+                double ref, slack = 0.0;
+                if (ignored) {
+                    ref = 0.0;
+                } else if (bad_label) {
+                    ref = nan;
+                } else {
+                    const double p = exp(scale * ce_x(xr, c) - lse_ref);
+                    const double target = (c == label ? 1.0 - eps : 0.0) + eps / cols;
+                    ref = gs * (p * zf - target);
+                    slack = fabs(gs) * (CE_EPS * (p * fabs(zf) + target) + CE_TINY);
+                }
+                const double got = bits_to_double(load_bits(gr + (long long)c * ESIZE));
+                if (!agrees(got, ref, atol + rtol * fabs(ref) + slack)) {
+                    nbad[0]++;
+                    const u64 index = (u64)row * (u64)cols + (u64)c;
+                    first[0] = index < first[0] ? index : first[0];
+                }
+            }
+        }
+        for (int i = 0; i < 3; i++)
+            report(nbad[i], first[i], &bad[i], &first_bad[i]);
+        __syncthreads(); /* scratch is reused by the next row */
+    }
+}
