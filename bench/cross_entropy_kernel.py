@@ -402,15 +402,15 @@ class Ce:
     def fused(self, x, labels, grad, loss, lse, prm, kind=0):
         rows = x.shape[0]
         self.gpu.launch(self.f(kind), self.grid(rows), self.cfg.w * 32,
-                        [P(x), P(labels), P(grad), P(loss), P(lse), prm,
+                        [P(x), P(labels), P(grad), P(loss), P(lse),
                          ctypes.c_longlong(rows), ctypes.c_int(self.cols),
-                         ctypes.c_longlong(x.stride(0))])
+                         ctypes.c_longlong(x.stride(0)), prm])
 
     def backward(self, x, labels, lse, grad, prm):
         rows = x.shape[0]
         self.gpu.launch(self.f(2), self.grid(rows), self.cfg.w * 32,
-                        [P(x), P(labels), P(lse), P(grad), prm, ctypes.c_longlong(rows),
-                         ctypes.c_int(self.cols), ctypes.c_longlong(x.stride(0))])
+                        [P(x), P(labels), P(lse), P(grad), ctypes.c_longlong(rows),
+                         ctypes.c_int(self.cols), ctypes.c_longlong(x.stride(0)), prm])
 
 
 def params(scale=1.0, eps=0.0, z=0.0, ignore=-100, gscale=None, per_row=0, z_out=None,

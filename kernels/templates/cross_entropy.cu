@@ -315,8 +315,8 @@ __device__ __forceinline__ void ce_write_row(const CeRow &r, long long row, floa
  * the launch has exactly rows / T_ROWS (rounded up) of them. */
 extern "C" __global__ void __launch_bounds__(T_WARPS * 32, T_MIN_BLOCKS) CLUSTER_ATTRIBUTE
 tuned_cross_entropy_rows(const unsigned char *logits, const CeLabel *labels, unsigned char *grad,
-                         float *loss, float *lse, const CeParams prm, long long rows, int cols,
-                         long long row_stride)
+                         float *loss, float *lse, long long rows, int cols, long long row_stride,
+                         const CeParams prm)
 {
     __shared__ float partial_max[T_WARPS];
     __shared__ float partial_sum[T_WARPS];
@@ -395,8 +395,8 @@ __device__ __forceinline__ float ce_prob(float x, float lse, float scale)
  * then store it. exp's argument is one fma, s x - lse rounded once. */
 extern "C" __global__ void __launch_bounds__(T_WARPS * 32, T_MIN_BLOCKS) CLUSTER_ATTRIBUTE
 tuned_cross_entropy_bwd(const unsigned char *logits, const CeLabel *labels, const float *lse,
-                        unsigned char *grad, const CeParams prm, long long rows, int cols,
-                        long long row_stride)
+                        unsigned char *grad, long long rows, int cols, long long row_stride,
+                        const CeParams prm)
 {
     const RowSlot slot = row_slot();
     const bool active = T_ROWS == 1 || slot.row < rows;
