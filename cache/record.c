@@ -106,7 +106,7 @@ int tuned__record_to_json(const tuned__record *r, json_t **out, tuned__err *e)
     const tuned__provenance *p = &r->prov;
     int rc;
     if ((rc = tuned__json_set_uint(o, WHAT, "v", TUNED__RECORD_VERSION, e)) != 0
-        || (rc = tuned__json_set_str(o, WHAT, "kernel", kernel, 16, e)) != 0
+        || (rc = tuned__json_set_str(o, WHAT, "kernel", kernel, 32, e)) != 0
         || (rc = tuned__json_set_str(o, WHAT, "dtype", dtype, 16, e)) != 0
         || (rc = tuned__json_set_uint(o, WHAT, "rows", r->key.rows, e)) != 0
         || (rc = tuned__json_set_uint(o, WHAT, "cols", r->key.cols, e)) != 0
@@ -162,7 +162,7 @@ int tuned__record_from_json(const json_t *v, tuned__record *out, tuned__err *e)
     tuned__record r;
     memset(&r, 0, sizeof r);
     tuned__provenance *p = &r.prov;
-    char kernel[16], dtype[16];
+    char kernel[32], dtype[16];
     uint64_t layout, evaluations, cc_major, cc_minor, sm, drv, nv_major, nv_minor;
     if ((rc = tuned__json_get_str(v, WHAT, "kernel", kernel, sizeof kernel, e)) != 0
         || (rc = tuned__json_get_str(v, WHAT, "dtype", dtype, sizeof dtype, e)) != 0

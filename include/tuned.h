@@ -82,10 +82,15 @@ TUNED_EXTERN size_t tuned_dtype_size(tuned_dtype dtype);
 
 /* The kernel kinds tuned generates and tunes, each over the last
  * dimension of rows x cols (math in fp32, s the forward kernels' scale):
- *   softmax          y = exp(s x - max(s x)) / sum exp(s x - max(s x))
- *   softmax_bwd      dx = y (dy - sum(dy y))             (reads y and dy)
- *   log_softmax      y = s x - max(s x) - log sum exp(s x - max(s x))
- *   log_softmax_bwd  dx = dy - exp(y) sum(dy)            (reads y and dy)
+ *   softmax             y = exp(s x - max(s x)) / sum exp(s x - max(s x))
+ *   softmax_bwd         dx = y (dy - sum(dy y))             (reads y and dy)
+ *   log_softmax         y = s x - max(s x) - log sum exp(s x - max(s x))
+ *   log_softmax_bwd     dx = dy - exp(y) sum(dy)            (reads y and dy)
+ *   cross_entropy       per row of logits x and its label: the loss, its
+ *                       log-sum-exp and the gradient, in one read of x and
+ *                       one write (in place allowed): tuned_cross_entropy
+ *   cross_entropy_loss  the loss and log-sum-exp alone: one read
+ *   cross_entropy_bwd   the gradient from x and the saved log-sum-exp
  * One table holds each kind's name and id (the error map's style): the enum
  * below, tuned_kernel_name() and the library's registry of kinds are all
  * made from it, and the Python package's table is checked against it. The
@@ -95,7 +100,10 @@ TUNED_EXTERN size_t tuned_dtype_size(tuned_dtype dtype);
     XX(SOFTMAX, 1, "softmax")                  \
     XX(SOFTMAX_BWD, 2, "softmax_bwd")          \
     XX(LOG_SOFTMAX, 3, "log_softmax")          \
-    XX(LOG_SOFTMAX_BWD, 4, "log_softmax_bwd")
+    XX(LOG_SOFTMAX_BWD, 4, "log_softmax_bwd")  \
+    XX(CROSS_ENTROPY, 5, "cross_entropy")      \
+    XX(CROSS_ENTROPY_LOSS, 6, "cross_entropy_loss") \
+    XX(CROSS_ENTROPY_BWD, 7, "cross_entropy_bwd")
 
 #define TUNED__KERNEL_ENUM(name, value, text) TUNED_KERNEL_##name = (value),
 typedef enum tuned_kernel {

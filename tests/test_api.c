@@ -387,21 +387,21 @@ static int test_cubin(void)
     tuned__blob b1, b2, b3, b4;
     uint64_t h1, h2, h3, h4;
     bool cached;
-    EXPECT(tuned__api_cubin(n, s, true, &c, &shape, true, 90, &b1, &h1, &cached, &e) == 0,
+    EXPECT(tuned__api_cubin(n, s, true, &c, &shape, true, 0, 90, &b1, &h1, &cached, &e) == 0,
            "%s", e.msg);
     EXPECT(!cached && b1.size > 0, "first compile");
-    EXPECT(tuned__api_cubin(n, s, true, &c, &shape, true, 90, &b2, &h2, &cached, &e) == 0,
+    EXPECT(tuned__api_cubin(n, s, true, &c, &shape, true, 0, 90, &b2, &h2, &cached, &e) == 0,
            "%s", e.msg);
     EXPECT(cached && h2 == h1 && b2.size == b1.size && memcmp(b1.data, b2.data, b1.size) == 0,
            "the second comes from the cache, the same bytes");
     /* Unaligned rows: a different source, so a different cubin. */
-    EXPECT(tuned__api_cubin(n, s, true, &c, &shape, false, 90, &b3, &h3, &cached, &e) == 0,
+    EXPECT(tuned__api_cubin(n, s, true, &c, &shape, false, 0, 90, &b3, &h3, &cached, &e) == 0,
            "%s", e.msg);
     EXPECT(!cached && h3 != h1, "unaligned variant compiled separately");
     /* Rows are not compiled in: another row count shares the cubin. */
     tuned__shape more = shape;
     more.rows = 4096;
-    EXPECT(tuned__api_cubin(n, s, false, &c, &more, true, 90, &b4, &h4, &cached, &e) == 0,
+    EXPECT(tuned__api_cubin(n, s, false, &c, &more, true, 0, 90, &b4, &h4, &cached, &e) == 0,
            "%s", e.msg);
     EXPECT(cached && h4 == h1, "another row count hits the cache");
     tuned__blob_free(&b1);
@@ -410,11 +410,11 @@ static int test_cubin(void)
     tuned__blob_free(&b4);
     /* writable false: compiled, not stored. */
     more.cols = 2048;
-    EXPECT(tuned__api_cubin(n, s, false, &c, &more, true, 90, &b4, &h4, &cached, &e) == 0 &&
+    EXPECT(tuned__api_cubin(n, s, false, &c, &more, true, 0, 90, &b4, &h4, &cached, &e) == 0 &&
                !cached,
            "%s", e.msg);
     tuned__blob_free(&b4);
-    EXPECT(tuned__api_cubin(n, s, false, &c, &more, true, 90, &b4, &h4, &cached, &e) == 0 &&
+    EXPECT(tuned__api_cubin(n, s, false, &c, &more, true, 0, 90, &b4, &h4, &cached, &e) == 0 &&
                !cached,
            "a cubin compiled for a read-only cache is not stored");
     tuned__blob_free(&b4);
@@ -422,7 +422,7 @@ static int test_cubin(void)
     tuned__config bad = c;
     bad.vec = 16;
     tuned__err be = {0};
-    EXPECT(tuned__api_cubin(n, s, true, &bad, &shape, true, 90, &b4, &h4, &cached, &be) ==
+    EXPECT(tuned__api_cubin(n, s, true, &bad, &shape, true, 0, 90, &b4, &h4, &cached, &be) ==
                    TUNED_EINVAL && be.msg[0],
            "bad config: %s", be.msg);
     tuned__store_close(s);

@@ -252,7 +252,7 @@ int main(void)
     /* Shapes chosen to exercise tails, unaligned rows and long rows. */
     static const uint64_t cols_list[] = {100, 4097, 32000, 128256};
     /* Softmax sampled most; the other kernels share its stages. */
-    static const int per_shape[TUNED__KIND_COUNT + 1] = {0, 5, 2, 2, 2};
+    static const int per_shape[TUNED__KIND_COUNT + 1] = {0, 5, 2, 2, 2, 2, 2, 2};
     size_t compiled = 0, clusters = 0, staged = 0, fused = 0, splits = 0;
     size_t per_kernel[TUNED__KIND_COUNT + 1] = {0};
     for (unsigned kernel = TUNED_KERNEL_SOFTMAX; kernel <= TUNED__KIND_COUNT; kernel++)
@@ -390,7 +390,7 @@ int main(void)
     for (int dt = TUNED_FP16; dt <= TUNED_FP32; dt++) {
         char *src = NULL;
         tuned__blob cubin;
-        EXPECT(tuned__source_reference((tuned_dtype)dt, &src, &e) == 0, "reference: %s", e.msg);
+        EXPECT(tuned__source_reference(tuned__kind(TUNED_KERNEL_SOFTMAX), (tuned_dtype)dt, &src, &e) == 0, "reference: %s", e.msg);
         if (src != NULL) {
             EXPECT(tuned__nvrtc_compile(n, src, "reference", 90, TUNED__NVRTC_CUBIN, &cubin, &e) == 0,
                    "reference %s: %s", tuned_dtype_name((tuned_dtype)dt), e.msg);

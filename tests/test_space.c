@@ -913,14 +913,14 @@ static void kernel_spaces(void)
     /* Names and ids, both ways, stable. */
     static const char *const names[] = {NULL, "softmax", "softmax_bwd", "log_softmax",
                                         "log_softmax_bwd"};
-    for (unsigned k = 1; k <= TUNED__KIND_COUNT; k++) {
+    for (unsigned k = 1; k <= 4; k++) {
         uint8_t id = 0;
         EXPECT(strcmp(tuned__kernel_name((uint8_t)k), names[k]) == 0 &&
                    tuned__kernel_parse(names[k], &id) == 0 && id == k,
                "kernel %u is not %s", k, names[k]);
     }
     uint8_t id;
-    EXPECT(tuned__kernel_name(0) == NULL && tuned__kernel_name(5) == NULL &&
+    EXPECT(tuned__kernel_name(0) == NULL && tuned__kernel_name(TUNED__KIND_COUNT + 1) == NULL &&
                tuned__kernel_parse("softmax_backward", &id) == TUNED_EINVAL,
            "unknown kernel names or ids accepted");
 }

@@ -343,7 +343,7 @@ int main(void)
         EXPECT(tuned__space_valid(&ksp, &ko.search.best, NULL, 0), "%s: a winner outside", name);
         tuned__record krec;
         tuned__tune_record(&ko, &kr.shape, &krec);
-        double bytes = (double)tuned__kind_matrices(tuned__kind(kernel)) * 4096.0 * 4096.0 * 2.0;
+        double bytes = tuned__kind_bytes(tuned__kind(kernel), 4096, 4096, 2);
         EXPECT(krec.key.kernel == kernel &&
                    fabs(krec.gbps - bytes / (ko.search.best_us * 1e3)) < 1e-9 &&
                    krec.copy_us == 90.0,

@@ -150,3 +150,42 @@ tuned_ce_check(const unsigned char *x, const CeRefLabel *labels, const unsigned 
         __syncthreads(); /* scratch is reused by the next row */
     }
 }
+
+/* The check's labels: uniform in [0, V) from the seed, and ignore_index on
+ * row 1 and every row 7 past it (so that every check sees ignored rows
+ * among counted ones). Labels are never out of range here: a bad label is
+ * the loss kernels' error path, tested by the Python package's tests. */
+extern "C" __global__ void tuned_ce_gen_labels(CeRefLabel *labels, long long rows, int cols,
+                                               u64 seed, long long ignore_index)
+{
+    for (long long row = blockIdx.x * (long long)blockDim.x + threadIdx.x; row < rows;
+         row += (long long)gridDim.x * blockDim.x) {
+        const bool ignored = rows > 1 && row % 7 == 1;
+        const u64 h = mix64(seed ^ mix64((u64)row ^ 0x6c6162656c000000ull));
+        labels[row] = (CeRefLabel)(ignored ? ignore_index : (long long)(h % (u64)cols));
+    }
+}
+
+/* The backward's saved input: each row's lse of s x in float64, rounded
+ * to fp32 as the forward stores it (log 0 = -inf for a row of only -inf,
+ * NaN where a NaN or +inf makes it so), one block per row. */
+extern "C" __global__ void __launch_bounds__(CHECK_THREADS)
+tuned_ce_gen_lse(const unsigned char *x, float *lse, long long rows, int cols,
+                 long long row_stride, double scale)
+{
+    __shared__ double scratch[CHECK_THREADS / 32];
+    for (long long row = blockIdx.x; row < rows; row += gridDim.x) {
+        const unsigned char *xr = x + row * row_stride * ESIZE;
+        double m = (double)NEG_INF;
+        for (int c = threadIdx.x; c < cols; c += CHECK_THREADS)
+            m = fmax(m, scale * ce_x(xr, c));
+        m = block_reduce<true>(m, scratch);
+        double s = 0.0;
+        for (int c = threadIdx.x; c < cols; c += CHECK_THREADS)
+            s += exp(scale * ce_x(xr, c) - m);
+        s = block_reduce<false>(s, scratch);
+        if (threadIdx.x == 0)
+            lse[row] = (float)(m == (double)NEG_INF ? m : m + log(s));
+        __syncthreads();
+    }
+}

@@ -330,10 +330,10 @@ static int current_ordinal(tuned_handle *h, int *ordinal, tuned__err *e)
 /* ---- kernels (under h->mu) ---- */
 
 static int module_get(tuned_handle *h, CUcontext ctx, const tuned__config *c,
-                      const tuned__shape *s, bool aligned, int arch, CUfunction *fn,
-                      tuned__err *e)
+                      const tuned__shape *s, bool aligned, unsigned flags, int arch,
+                      module_rec **out, tuned__err *e)
 {
-    tuned__codegen_opts opts = {.unaligned = !aligned};
+    tuned__codegen_opts opts = {.unaligned = !aligned, .flags = flags};
     char *src = NULL;
     int rc = tuned__source_kernel(c, s, &opts, &src, e);
     if (rc != 0)
@@ -342,15 +342,15 @@ static int module_get(tuned_handle *h, CUcontext ctx, const tuned__config *c,
     free(src);
     for (module_rec *m = h->modules; m != NULL; m = m->next) {
         if (m->ctx == ctx && m->hash == hash) {
-            *fn = m->fn;
+            *out = m;
             return 0;
         }
     }
     tuned__blob blob;
     bool cached;
     bool writable = h->store != NULL && !tuned__store_readonly(h->store);
-    if ((rc = tuned__api_cubin(h->n, h->store, writable, c, s, aligned, arch, &blob, &hash, &cached,
-                               e)) != 0)
+    if ((rc = tuned__api_cubin(h->n, h->store, writable, c, s, aligned, flags, arch, &blob, &hash,
+                               &cached, e)) != 0)
         return rc;
     module_rec *m = calloc(1, sizeof *m);
     if (m == NULL) {
@@ -365,6 +365,13 @@ static int module_get(tuned_handle *h, CUcontext ctx, const tuned__config *c,
                                                                      tuned__source_entry(c, s)),
                                            e, "finding the kernel")) != 0)
         h->d->cuModuleUnload(m->module);
+    const tuned__kind_spec *kind = tuned__shape_spec(s);
+    for (unsigned i = 0; rc == 0 && i < 2 && kind->helper[i] != NULL; i++)
+        if ((rc = tuned__cuda_check(h->d,
+                                    h->d->cuModuleGetFunction(&m->helper[i], m->module,
+                                                              kind->helper[i]),
+                                    e, "finding the kernel's helper")) != 0)
+            h->d->cuModuleUnload(m->module);
     if (rc != 0) {
         free(m);
         return rc;
@@ -373,7 +380,7 @@ static int module_get(tuned_handle *h, CUcontext ctx, const tuned__config *c,
     m->hash = hash;
     m->next = h->modules;
     h->modules = m;
-    *fn = m->fn;
+    *out = m;
     return 0;
 }
 
@@ -460,8 +467,10 @@ static int build_entry(tuned_handle *h, const tuned__api_key *k, uint64_t hash, 
     tuned__shape s = {.dtype = (tuned_dtype)k->dtype, .rows = k->rows, .cols = k->cols,
                       .kernel = (uint8_t)k->kernel};
     int arch = gpu->cc_major * 10 + gpu->cc_minor;
-    CUfunction fn = NULL;
-    int rc = module_get(h, (CUcontext)k->ctx, &p->config, &s, k->aligned != 0, arch, &fn, e);
+    module_rec *mod = NULL;
+    int rc = module_get(h, (CUcontext)k->ctx, &p->config, &s, k->aligned != 0, k->flags, arch,
+                        &mod, e);
+    CUfunction fn = rc == 0 ? mod->fn : NULL;
     tuned__launch launch;
     if (rc == 0)
         rc = tuned__launch_prepare(h->d, fn, &p->config, &s, gpu->sm_count, &launch, e);
@@ -471,7 +480,14 @@ static int build_entry(tuned_handle *h, const tuned__api_key *k, uint64_t hash, 
          * compute softmax here before any call gets it. */
         bool ok = false;
         char detail[200];
-        rc = tuned__check_variant(h->d, h->n, arch, gpu->sm_count, fn, &p->config, &s,
+        /* The check runs the kind without compiled-in options (what its
+         * reference draws); the config is the same. */
+        module_rec *plain = mod;
+        if (k->flags != 0)
+            rc = module_get(h, (CUcontext)k->ctx, &p->config, &s, k->aligned != 0, 0, arch,
+                            &plain, e);
+        if (rc == 0)
+            rc = tuned__check_variant(h->d, h->n, arch, gpu->sm_count, plain->fn, &p->config, &s,
                                   k->aligned != 0, &ok, detail, sizeof detail, e);
         if (rc == 0 && !ok)
             rc = tuned__errf(e, TUNED_EWRONG, "failed its check against the float64 reference: %s",
@@ -504,6 +520,7 @@ static int build_entry(tuned_handle *h, const tuned__api_key *k, uint64_t hash, 
     en->key = *k;
     en->hash = hash;
     en->launch = launch;
+    memcpy(en->helper, mod->helper, sizeof en->helper);
     bool final = p->source == TUNED_SOURCE_EXACT || h->store == NULL;
     atomic_init(&en->recheck_ns, final ? INT64_MAX : coarse_ns() + RECHECK_NS);
     en->seen = p->seen;
@@ -634,34 +651,52 @@ static tuned__api_entry *recheck(tuned_handle *h, const tuned__api_key *k, uint6
 
 /* ---- the call ---- */
 
-/* One call: the entry point's name (for messages), the kind, and one
- * device pointer per tensor of the kind, in its spec's order. */
+/* One call: the entry point's name (for messages), the kind, one device
+ * pointer per tensor of the kind in its spec's order (NULL for an unused
+ * one), the options block (NULL: the scale, for a scaled kind) and the
+ * kind's compiled-in options. */
 typedef struct call_args {
     const char *fn;
     const tuned__kind_spec *kind;
     const void *ptr[TUNED__KIND_MAX_TENSORS];
+    const void *params;
+    unsigned flags;
 } call_args;
 
-static bool overlap(uintptr_t a, uintptr_t b, uint64_t span)
+static bool overlap(uintptr_t a, uint64_t a_span, uintptr_t b, uint64_t b_span)
 {
-    return a < b + span && b < a + span;
+    return a < b + b_span && b < a + a_span;
+}
+
+static bool used(const call_args *a, unsigned i)
+{
+    return a->kind->tensor[i].role != TUNED__TENSOR_UNUSED;
 }
 
 /* Whether an output tensor of a overlaps another tensor (inputs may share
- * memory with each other: y and dy may be one). *out_i and *other_i name
- * the first such pair. */
-static bool outputs_overlap(const call_args *a, uint64_t span, unsigned *out_i,
-                            unsigned *other_i)
+ * memory with each other: y and dy may be one; an output may be exactly the
+ * input its spec lets it replace). *out_i and *other_i name the first such
+ * pair. */
+static bool outputs_overlap(const call_args *a, uint64_t rows, uint64_t cols, uint64_t stride,
+                            size_t esize, unsigned *out_i, unsigned *other_i)
 {
-    for (unsigned i = 0; i < a->kind->ntensors; i++) {
-        if (a->kind->tensor[i].role != TUNED__TENSOR_OUT)
+    const tuned__kind_spec *k = a->kind;
+    for (unsigned i = 0; i < k->ntensors; i++) {
+        if (k->tensor[i].role != TUNED__TENSOR_OUT)
             continue;
-        for (unsigned j = 0; j < a->kind->ntensors; j++)
-            if (j != i && overlap((uintptr_t)a->ptr[i], (uintptr_t)a->ptr[j], span)) {
+        uint64_t span_i = tuned__kind_span(k, i, rows, cols, stride, esize);
+        for (unsigned j = 0; j < k->ntensors; j++) {
+            if (j == i || !used(a, j))
+                continue;
+            if (k->tensor[i].in_place == j + 1 && a->ptr[i] == a->ptr[j])
+                continue;
+            uint64_t span_j = tuned__kind_span(k, j, rows, cols, stride, esize);
+            if (overlap((uintptr_t)a->ptr[i], span_i, (uintptr_t)a->ptr[j], span_j)) {
                 *out_i = i;
                 *other_i = j;
                 return true;
             }
+        }
     }
     return false;
 }
@@ -674,16 +709,16 @@ static int bad_call(const tuned_handle *h, const call_args *a, int64_t rows, int
     if (h == NULL)
         return failf(NULL, TUNED_EINVAL, "%s: the handle is NULL", fn);
     if (a->kind == NULL) {
-        char kinds[160];
+        char kinds[256];
         tuned__kind_list(kinds, sizeof kinds);
         return failf(h, TUNED_EINVAL, "%s: unknown kernel (the kernels: %s)", fn, kinds);
     }
     if (esize == 0)
         return failf(h, TUNED_EINVAL, "%s: unknown dtype %d", fn, (int)dtype);
     for (unsigned i = 0; i < a->kind->ntensors; i++)
-        if (a->ptr[i] == NULL)
+        if (used(a, i) && a->ptr[i] == NULL)
             return failf(h, TUNED_EINVAL, "%s: %s is NULL", fn, a->kind->tensor[i].name);
-    if (!(scale > 0.0f && scale <= FLT_MAX))
+    if (a->kind->scaled && !(scale > 0.0f && scale <= FLT_MAX))
         return failf(h, TUNED_EINVAL, "%s: scale %g (it must be positive and finite)", fn,
                      (double)scale);
     if (rows < 1 || (uint64_t)rows > TUNED__MAX_ROWS || cols < 1 ||
@@ -697,15 +732,18 @@ static int bad_call(const tuned_handle *h, const call_args *a, int64_t rows, int
     if (rows > 1 && (uint64_t)stride > ((uint64_t)INT64_MAX / esize - (uint64_t)cols) / (uint64_t)(rows - 1))
         return failf(h, TUNED_EINVAL, "%s: %lld rows of stride %lld overflow the address space",
                      fn, (long long)rows, (long long)stride);
-    for (unsigned i = 0; i < a->kind->ntensors; i++)
-        if ((uintptr_t)a->ptr[i] % esize != 0)
+    for (unsigned i = 0; i < a->kind->ntensors; i++) {
+        size_t es = tuned__kind_elem_size(a->kind, i, esize);
+        if (used(a, i) && (uintptr_t)a->ptr[i] % es != 0)
             return failf(h, TUNED_EINVAL, "%s: %s (%p) is not %zu-byte aligned", fn,
-                         a->kind->tensor[i].name, a->ptr[i], esize);
-    uint64_t span = ((uint64_t)(rows - 1) * (uint64_t)stride + (uint64_t)cols) * esize;
+                         a->kind->tensor[i].name, a->ptr[i], es);
+    }
     unsigned o = 0, other = 0;
-    outputs_overlap(a, span, &o, &other);
-    return failf(h, TUNED_EINVAL, "%s: %s (%p) and %s (%p) overlap", fn,
-                 a->kind->tensor[other].name, a->ptr[other], a->kind->tensor[o].name, a->ptr[o]);
+    outputs_overlap(a, (uint64_t)rows, (uint64_t)cols, (uint64_t)stride, esize, &o, &other);
+    return failf(h, TUNED_EINVAL, "%s: %s (%p) and %s (%p) overlap%s", fn,
+                 a->kind->tensor[other].name, a->ptr[other], a->kind->tensor[o].name, a->ptr[o],
+                 a->kind->tensor[o].in_place == other + 1 ? " (only the very same memory may)"
+                                                         : "");
 }
 
 /* The fast path's argument check: everything bad_call() explains. */
@@ -713,23 +751,22 @@ static inline bool call_ok(const tuned_handle *h, const call_args *a, int64_t ro
                            int64_t stride, tuned_dtype dtype, float scale, uint64_t *esize)
 {
     if (h == NULL || a->kind == NULL || (unsigned)dtype > (unsigned)TUNED_FP32 ||
-        !(scale > 0.0f && scale <= FLT_MAX) || rows < 1 || (uint64_t)rows > TUNED__MAX_ROWS ||
-        cols < 1 || (uint64_t)cols > TUNED__MAX_COLS || stride < cols)
+        (a->kind->scaled && !(scale > 0.0f && scale <= FLT_MAX)) || rows < 1 ||
+        (uint64_t)rows > TUNED__MAX_ROWS || cols < 1 || (uint64_t)cols > TUNED__MAX_COLS ||
+        stride < cols)
         return false;
     uint64_t es = dtype == TUNED_FP32 ? 4 : 2;
     if (rows > 1 && (uint64_t)stride > ((uint64_t)INT64_MAX / es - (uint64_t)cols) / (uint64_t)(rows - 1))
         return false;
-    uintptr_t bits = 0;
     for (unsigned i = 0; i < a->kind->ntensors; i++) {
-        if (a->ptr[i] == NULL)
+        if (!used(a, i))
+            continue;
+        if (a->ptr[i] == NULL ||
+            ((uintptr_t)a->ptr[i] & (tuned__kind_elem_size(a->kind, i, es) - 1)) != 0)
             return false;
-        bits |= (uintptr_t)a->ptr[i];
     }
-    if (bits & (es - 1))
-        return false;
-    uint64_t span = ((uint64_t)(rows - 1) * (uint64_t)stride + (uint64_t)cols) * es;
     unsigned o, other;
-    if (outputs_overlap(a, span, &o, &other))
+    if (outputs_overlap(a, (uint64_t)rows, (uint64_t)cols, (uint64_t)stride, es, &o, &other))
         return false;
     *esize = es;
     return true;
@@ -745,15 +782,17 @@ static int resolve(tuned_handle *h, const call_args *a, int64_t rows, int64_t co
         return bad_call(h, a, rows, cols, stride, dtype, scale);
     CUcontext ctx = NULL;
     h->d->cuCtxGetCurrent(&ctx);
+    /* Vector access needs the row tensors on 16 bytes. */
     uintptr_t bits = 0;
     for (unsigned i = 0; i < a->kind->ntensors; i++)
-        bits |= (uintptr_t)a->ptr[i];
+        if (a->kind->tensor[i].extent == TUNED__EXTENT_MATRIX && used(a, i))
+            bits |= (uintptr_t)a->ptr[i];
     /* The context, when none is current, is the first input's. */
     const unsigned in = tuned__kind_first_in(a->kind);
     uintptr_t xa = (uintptr_t)a->ptr[in];
     tuned__api_key k = {.ctx = ctx, .rows = (uint64_t)rows, .cols = (uint64_t)cols,
                         .stride = (uint64_t)stride, .dtype = (uint32_t)dtype,
-                        .kernel = (uint16_t)a->kind->id,
+                        .kernel = (uint16_t)a->kind->id, .flags = (uint8_t)a->flags,
                         .aligned = (bits & 15) == 0 &&
                                    (stride == cols || ((uint64_t)stride * esize) % 16 == 0)};
     uint64_t hash = tuned__api_key_hash(&k);
@@ -816,9 +855,10 @@ static int call(tuned_handle *h, const call_args *a, int64_t rows, int64_t cols,
         return rc;
     CUdeviceptr tensors[TUNED__KIND_MAX_TENSORS];
     for (unsigned i = 0; i < a->kind->ntensors; i++)
-        tensors[i] = (CUdeviceptr)(uintptr_t)a->ptr[i];
+        tensors[i] = used(a, i) ? (CUdeviceptr)(uintptr_t)a->ptr[i] : 0;
     CUresult cr = tuned__launch_run(h->d, &e->launch, e->work, tensors, rows, (int)cols,
-                                    row_stride, scale, (CUstream)stream);
+                                    row_stride, a->params != NULL ? a->params : &scale,
+                                    (CUstream)stream);
     if (cr != CUDA_SUCCESS) {
         tuned__err err = {0};
         char what[192];
@@ -836,12 +876,15 @@ static int call(tuned_handle *h, const call_args *a, int64_t rows, int64_t cols,
 int tuned_run(tuned_handle *h, tuned_kernel kernel, const void *const *tensors, int64_t rows,
               int64_t cols, int64_t row_stride, tuned_dtype dtype, float scale, void *stream)
 {
-    call_args a = {"tuned_run", tuned__kind((unsigned)kernel), {NULL}};
+    call_args a = {"tuned_run", tuned__kind((unsigned)kernel), {NULL}, NULL, 0};
     if (tensors == NULL)
         return failf(h, TUNED_EINVAL, "tuned_run: tensors is NULL");
+    if (a.kind != NULL && !a.kind->scaled && a.kind->params_size > 0)
+        return failf(h, TUNED_EINVAL, "tuned_run: %s takes options: call its own function",
+                     a.kind->name);
     for (unsigned i = 0; a.kind != NULL && i < a.kind->ntensors; i++)
         a.ptr[i] = tensors[i];
-    return call(h, &a, rows, cols, row_stride, dtype, a.kind != NULL && a.kind->nscalars ? scale : 1.0f,
+    return call(h, &a, rows, cols, row_stride, dtype, a.kind != NULL && a.kind->scaled ? scale : 1.0f,
                 stream);
 }
 
@@ -850,7 +893,7 @@ static int call_kind(tuned_handle *h, const char *fn, tuned_kernel kernel, const
                      const void *t1, const void *t2, int64_t rows, int64_t cols,
                      int64_t row_stride, tuned_dtype dtype, float scale, void *stream)
 {
-    call_args a = {fn, tuned__kind((unsigned)kernel), {t0, t1, t2}};
+    call_args a = {fn, tuned__kind((unsigned)kernel), {t0, t1, t2}, NULL, 0};
     return call(h, &a, rows, cols, row_stride, dtype, scale, stream);
 }
 
@@ -910,7 +953,7 @@ int tuned_prepare(tuned_handle *h, tuned_kernel kernel, const void *const *tenso
                   int64_t cols, int64_t row_stride, tuned_dtype dtype, tuned_choice *out)
 {
     tuned__api_entry *e;
-    call_args a = {"tuned_prepare", tuned__kind((unsigned)kernel), {NULL}};
+    call_args a = {"tuned_prepare", tuned__kind((unsigned)kernel), {NULL}, NULL, 0};
     if (tensors == NULL)
         return failf(h, TUNED_EINVAL, "tuned_prepare: tensors is NULL");
     for (unsigned i = 0; a.kind != NULL && i < a.kind->ntensors; i++)

@@ -42,14 +42,15 @@ typedef struct tuned__api_key {
     uint64_t rows, cols, stride;
     uint32_t dtype;
     uint16_t kernel;    /* TUNED_KERNEL_* (never 0) */
-    uint16_t aligned;   /* every tensor and every row start are 16-byte aligned */
+    uint8_t aligned;    /* every tensor and every row start are 16-byte aligned */
+    uint8_t flags;      /* the kind's compiled-in options (codegen's flags) */
 } tuned__api_key;
 #define TUNED__API_KEY_FIELD(f) sizeof(((tuned__api_key *)0)->f)
 _Static_assert(sizeof(tuned__api_key) ==
                    TUNED__API_KEY_FIELD(ctx) + TUNED__API_KEY_FIELD(rows) +
                        TUNED__API_KEY_FIELD(cols) + TUNED__API_KEY_FIELD(stride) +
                        TUNED__API_KEY_FIELD(dtype) + TUNED__API_KEY_FIELD(kernel) +
-                       TUNED__API_KEY_FIELD(aligned),
+                       TUNED__API_KEY_FIELD(aligned) + TUNED__API_KEY_FIELD(flags),
                "tuned__api_key has padding (or a field left out here): memcmp would "
                "compare garbage bytes");
 #undef TUNED__API_KEY_FIELD
@@ -70,6 +71,7 @@ typedef struct tuned__api_entry {
      * allocated in the key's context and freed at close. */
     tuned__launch launch;
     tuned__workspace *work;
+    CUfunction helper[2];     /* the module's helper kernels (the kind's spec) */
     /* CLOCK_MONOTONIC_COARSE nanoseconds after which a call takes the slow
      * path to look again (a better record may have been stored);
      * INT64_MAX: never (an exact record). Set to 0 to force a recheck. */
@@ -183,7 +185,8 @@ bool tuned__api_store_moved(tuned__store *store, tuned__api_seen *seen);
  * into the cache (when writable is true; a failed put is ignored).
  * *from_cache says which. out is freed with tuned__blob_free(). */
 int tuned__api_cubin(const tuned__nvrtc *n, tuned__store *store, bool writable,
-                     const tuned__config *c, const tuned__shape *s, bool aligned, int arch,
+                     const tuned__config *c, const tuned__shape *s, bool aligned, unsigned flags,
+                     int arch,
                      tuned__blob *out, uint64_t *hash, bool *from_cache, tuned__err *e);
 
 /* ---- tunes in another process (api_child.c) ---- */

@@ -169,12 +169,13 @@ bool tuned__api_store_moved(tuned__store *store, tuned__api_seen *seen)
 /* ---- the cubin ---- */
 
 int tuned__api_cubin(const tuned__nvrtc *n, tuned__store *store, bool writable,
-                     const tuned__config *c, const tuned__shape *s, bool aligned, int arch,
+                     const tuned__config *c, const tuned__shape *s, bool aligned, unsigned flags,
+                     int arch,
                      tuned__blob *out, uint64_t *hash, bool *from_cache, tuned__err *e)
 {
     memset(out, 0, sizeof *out);
     *from_cache = false;
-    tuned__codegen_opts opts = {.unaligned = !aligned};
+    tuned__codegen_opts opts = {.unaligned = !aligned, .flags = flags};
     char *src = NULL;
     int rc = tuned__source_kernel(c, s, &opts, &src, e);
     if (rc != 0)
@@ -194,7 +195,8 @@ int tuned__api_cubin(const tuned__nvrtc *n, tuned__store *store, bool writable,
     }
     char text[TUNED__CONFIG_TEXT], name[TUNED__CONFIG_TEXT + 16];
     tuned__config_format(c, text, sizeof text);
-    snprintf(name, sizeof name, "softmax %s", text);
+    const tuned__kind_spec *kind = tuned__shape_spec(s);
+    snprintf(name, sizeof name, "%s %s", kind != NULL ? kind->name : "?", text);
     rc = tuned__nvrtc_compile(n, src, name, arch, TUNED__NVRTC_CUBIN, out, e);
     free(src);
     if (rc == 0 && store != NULL && writable)

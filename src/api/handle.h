@@ -21,6 +21,7 @@ typedef struct module_rec {
     uint64_t hash;     /* the cubin's compile-cache key */
     CUmodule module;
     CUfunction fn;
+    CUfunction helper[2]; /* the kind's helper kernels (NULL: none) */
     struct module_rec *next;
 } module_rec;
 

@@ -386,6 +386,10 @@ static bool rows_check_kernel(const tuned__config *c, const tuned__kind_spec *k,
         return tuned__config_refuse(why, n, "%s has no grid split", k->name);
     if (k->pairs && c->grid > 1 && c->red != TUNED__RED_FUSED)
         return tuned__config_refuse(why, n, "a row split over the grid reduces one-round pairs");
+    /* In place, a load through the read-only cache may see a stale line of
+     * what the kernel itself writes. */
+    if (c->ld == TUNED__LD_NC && tuned__kind_in_place(k))
+        return tuned__config_refuse(why, n, "%s may run in place: no ld=nc", k->name);
     return true;
 }
 

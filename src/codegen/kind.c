@@ -18,13 +18,13 @@
     .ntensors = 2,                                                                          \
     .tensor = {{"x", TUNED__TENSOR_IN, TUNED__ELEM_DTYPE, TUNED__EXTENT_MATRIX},            \
                {"y", TUNED__TENSOR_OUT, TUNED__ELEM_DTYPE, TUNED__EXTENT_MATRIX}},          \
-    .nscalars = 1, .scalar = "scale"
+    .params_size = 4, .scaled = true
 #define BACKWARD_TENSORS                                                                    \
     .ntensors = 3,                                                                          \
     .tensor = {{"y", TUNED__TENSOR_IN, TUNED__ELEM_DTYPE, TUNED__EXTENT_MATRIX},            \
                {"dy", TUNED__TENSOR_IN, TUNED__ELEM_DTYPE, TUNED__EXTENT_MATRIX},           \
                {"dx", TUNED__TENSOR_OUT, TUNED__ELEM_DTYPE, TUNED__EXTENT_MATRIX}},         \
-    .nscalars = 0
+    .params_size = 0
 
 /* The softmax family's paths: forward kernels have all three, backward
  * kernels register rows only (one block, a cluster, or the grid). */
@@ -43,6 +43,26 @@
                                    {"softmax_common", "softmax_rows_common",                \
                                     "softmax_grid_common", "softmax_bwd"}}}
 
+/* The softmax family's float64 reference (reference.cu). */
+#define REFERENCE_PARTS .reference_parts = {"softmax_common", "reference"}
+
+/* The cross-entropy kinds: one template (cross_entropy.cu, T_CE_KIND
+ * choosing the kernel) on the rows family's stages, its helper kernels,
+ * and its float64 check on reference.cu's helpers. Clusters keep a
+ * vocabulary-long row on chip; no grid split, stash, replicas or reg=ex
+ * (the gradient needs fp32 exps). */
+#define CE_PARTS {"softmax_common", "softmax_rows_common", "cross_entropy", "cross_entropy_aux"}
+#define CE_COMMON                                                                           \
+    .params_size = 48, .scaled = false,                                                                                             \
+    .helper = {"tuned_cross_entropy_count", "tuned_cross_entropy_rescale"},             \
+    .flag = {"T_CE_SMOOTH", "T_CE_LABEL32"}, .rows_held = 1, .keeps_exps = false,           \
+    .stash = false, .replicas = false, .line_head = true,                                   \
+    .reference = TUNED__REF_CROSS_ENTROPY,                                                  \
+    .reference_parts = {"softmax_common", "reference", "cross_entropy_reference"}
+#define LOGITS {"logits", TUNED__TENSOR_IN, TUNED__ELEM_DTYPE, TUNED__EXTENT_MATRIX, 0}
+#define LABELS {"labels", TUNED__TENSOR_IN, TUNED__ELEM_I64, TUNED__EXTENT_ROWS, 0}
+#define ROW_F32(name, role) {name, role, TUNED__ELEM_F32, TUNED__EXTENT_ROWS, 0}
+
 static const tuned__kind_spec specs[] = {
     {
         .id = TUNED_KERNEL_SOFTMAX,
@@ -53,7 +73,7 @@ static const tuned__kind_spec specs[] = {
         FORWARD_PATHS,
         .rows_held = 1, .pairs = true, .keeps_exps = true, .stash = true, .replicas = true,
         .line_head = true,
-        .reference = TUNED__REF_FORWARD,
+        .reference = TUNED__REF_FORWARD, REFERENCE_PARTS,
         .legacy_code = 0xd4caee083e2bebdeull,
     },
     {
@@ -65,7 +85,7 @@ static const tuned__kind_spec specs[] = {
         BACKWARD_PATHS,
         .rows_held = 2, .pairs = false, .keeps_exps = false, .stash = false,
         .replicas = false, .line_head = false,
-        .reference = TUNED__REF_BACKWARD,
+        .reference = TUNED__REF_BACKWARD, REFERENCE_PARTS,
         .legacy_code = 0x5e065215dda55310ull,
     },
     {
@@ -78,7 +98,7 @@ static const tuned__kind_spec specs[] = {
         /* its store writes s x - lse from the inputs it keeps, not exps */
         .rows_held = 1, .pairs = true, .keeps_exps = false, .stash = true, .replicas = true,
         .line_head = true,
-        .reference = TUNED__REF_FORWARD,
+        .reference = TUNED__REF_FORWARD, REFERENCE_PARTS,
         .legacy_code = 0x117ad24b30347c38ull,
     },
     {
@@ -90,8 +110,47 @@ static const tuned__kind_spec specs[] = {
         BACKWARD_PATHS,
         .rows_held = 2, .pairs = false, .keeps_exps = false, .stash = false,
         .replicas = false, .line_head = false,
-        .reference = TUNED__REF_BACKWARD,
+        .reference = TUNED__REF_BACKWARD, REFERENCE_PARTS,
         .legacy_code = 0x9db67f3eb875f4eeull,
+    },
+    {
+        .id = TUNED_KERNEL_CROSS_ENTROPY,
+        .name = "cross_entropy",
+        .math = "loss = lse(s x) - s x_y (+ smoothing, z lse^2); grad = gscale d loss / d x",
+        .ntensors = 5,
+        .tensor = {LOGITS, LABELS,
+                   {"grad", TUNED__TENSOR_OUT, TUNED__ELEM_DTYPE, TUNED__EXTENT_MATRIX, 1},
+                   ROW_F32("loss", TUNED__TENSOR_OUT), ROW_F32("lse", TUNED__TENSOR_OUT)},
+        CE_COMMON,
+        .defines = "#define T_CE_KIND 0\n",
+        .path = {[TUNED__PATH_ROWS] = {"tuned_cross_entropy_rows", CE_PARTS}},
+        .pairs = true,
+    },
+    {
+        .id = TUNED_KERNEL_CROSS_ENTROPY_LOSS,
+        .name = "cross_entropy_loss",
+        .math = "loss = lse(s x) - s x_y (+ smoothing, z lse^2), no gradient: one read",
+        .ntensors = 5,
+        .tensor = {LOGITS, LABELS,
+                   {"grad", TUNED__TENSOR_UNUSED, TUNED__ELEM_DTYPE, TUNED__EXTENT_MATRIX, 0},
+                   ROW_F32("loss", TUNED__TENSOR_OUT), ROW_F32("lse", TUNED__TENSOR_OUT)},
+        CE_COMMON,
+        .defines = "#define T_CE_KIND 1\n",
+        .path = {[TUNED__PATH_ROWS] = {"tuned_cross_entropy_rows", CE_PARTS}},
+        .pairs = true,
+    },
+    {
+        .id = TUNED_KERNEL_CROSS_ENTROPY_BWD,
+        .name = "cross_entropy_bwd",
+        .math = "grad = gscale s (exp(s x - lse) - [j == y] ...), from the saved lse",
+        .ntensors = 4,
+        .tensor = {LOGITS, LABELS, ROW_F32("lse", TUNED__TENSOR_IN),
+                   {"grad", TUNED__TENSOR_OUT, TUNED__ELEM_DTYPE, TUNED__EXTENT_MATRIX, 1}},
+        CE_COMMON,
+        .defines = "#define T_CE_KIND 2\n",
+        .path = {[TUNED__PATH_ROWS] = {"tuned_cross_entropy_bwd", CE_PARTS}},
+        /* no reduction at all: no pairs */
+        .pairs = false,
     },
 };
 
@@ -160,7 +219,21 @@ void tuned__kind_list(char *buf, size_t n)
 
 static size_t elem_size(const tuned__tensor_spec *t, size_t esize)
 {
-    return t->elem == TUNED__ELEM_F32 ? 4 : esize;
+    return t->elem == TUNED__ELEM_F32 ? 4 : t->elem == TUNED__ELEM_I64 ? 8 : esize;
+}
+
+size_t tuned__kind_elem_size(const tuned__kind_spec *k, unsigned i, size_t esize)
+{
+    return elem_size(&k->tensor[i], esize);
+}
+
+uint64_t tuned__kind_span(const tuned__kind_spec *k, unsigned i, uint64_t rows, uint64_t cols,
+                          uint64_t row_stride, size_t esize)
+{
+    const tuned__tensor_spec *t = &k->tensor[i];
+    if (t->extent == TUNED__EXTENT_ROWS)
+        return rows * elem_size(t, esize);
+    return ((rows - 1) * row_stride + cols) * elem_size(t, esize);
 }
 
 double tuned__kind_bytes(const tuned__kind_spec *k, uint64_t rows, uint64_t cols, size_t esize)
@@ -168,6 +241,8 @@ double tuned__kind_bytes(const tuned__kind_spec *k, uint64_t rows, uint64_t cols
     double bytes = 0;
     for (unsigned i = 0; i < k->ntensors; i++) {
         const tuned__tensor_spec *t = &k->tensor[i];
+        if (t->role == TUNED__TENSOR_UNUSED)
+            continue;
         double n = t->extent == TUNED__EXTENT_MATRIX ? (double)rows * (double)cols : (double)rows;
         bytes += n * (double)elem_size(t, esize);
     }
@@ -178,8 +253,17 @@ unsigned tuned__kind_matrices(const tuned__kind_spec *k)
 {
     unsigned n = 0;
     for (unsigned i = 0; i < k->ntensors; i++)
-        n += k->tensor[i].extent == TUNED__EXTENT_MATRIX;
+        n += k->tensor[i].role != TUNED__TENSOR_UNUSED &&
+             k->tensor[i].extent == TUNED__EXTENT_MATRIX;
     return n;
+}
+
+bool tuned__kind_in_place(const tuned__kind_spec *k)
+{
+    for (unsigned i = 0; i < k->ntensors; i++)
+        if (k->tensor[i].in_place != 0)
+            return true;
+    return false;
 }
 
 static unsigned first_with_role(const tuned__kind_spec *k, uint8_t role)
@@ -235,6 +319,13 @@ uint64_t tuned__kind_code_hash(const tuned__kind_spec *k)
     }
     int defines[2] = {k->define_log, k->define_bwd};
     h = tuned__fnv1a64(defines, sizeof defines, h);
+    /* A kind from before these fields has none of them: its hash stays. */
+    if (k->defines != NULL)
+        h = tuned__fnv1a64(k->defines, strlen(k->defines), h);
+    for (unsigned i = 0; i < 3 && k->flag[i] != NULL; i++)
+        h = tuned__fnv1a64(k->flag[i], strlen(k->flag[i]), h);
+    for (unsigned i = 0; i < 2 && k->helper[i] != NULL; i++)
+        h = tuned__fnv1a64(k->helper[i], strlen(k->helper[i]), h);
     unsigned version = TUNED__CODEGEN_VERSION;
     return tuned__fnv1a64(&version, sizeof version, h);
 }

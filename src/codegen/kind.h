@@ -23,14 +23,17 @@
 
 /* How a call uses one of its tensors. */
 enum {
-    TUNED__TENSOR_IN = 1,  /* read */
-    TUNED__TENSOR_OUT = 2, /* written */
+    TUNED__TENSOR_UNUSED = 0, /* a parameter of the entry point this kind leaves
+                                 alone: NULL, no bytes */
+    TUNED__TENSOR_IN = 1,     /* read */
+    TUNED__TENSOR_OUT = 2,    /* written */
 };
 
 /* The element type of a tensor: the shape's dtype, or a fixed one. */
 enum {
     TUNED__ELEM_DTYPE = 0, /* the call's dtype (fp16, bf16, fp32) */
     TUNED__ELEM_F32,       /* always fp32 */
+    TUNED__ELEM_I64,       /* int64 (labels) */
 };
 
 /* The shape of a tensor, from the call's rows x cols. */
@@ -40,10 +43,14 @@ enum {
 };
 
 typedef struct tuned__tensor_spec {
-    const char *name; /* "x", "y", "dy", "dx" */
+    const char *name; /* "x", "y", "dy", "dx", "labels", ... */
     uint8_t role;     /* TUNED__TENSOR_* */
     uint8_t elem;     /* TUNED__ELEM_* */
     uint8_t extent;   /* TUNED__EXTENT_* */
+    /* An output that may be exactly this tensor + 1 (an index plus one;
+     * 0: none): computed in place (the kernel reads each element before
+     * it writes it). Any other overlap is refused. */
+    uint8_t in_place;
 } tuned__tensor_spec;
 
 /* How a config's kernel is built: the template paths. Which one a config
@@ -64,9 +71,13 @@ enum {
     /* y drawn as the float64 softmax (log_softmax) of drawn rows, dy drawn,
      * dx checked against the float64 gradient */
     TUNED__REF_BACKWARD,
+    /* logits drawn as the forward's x, labels drawn (some ignored), the
+     * float64 lse when the kind reads it; gradient, loss and lse checked
+     * against the float64 cross-entropy (cross_entropy_reference.cu) */
+    TUNED__REF_CROSS_ENTROPY,
 };
 
-#define TUNED__KIND_MAX_TENSORS 4
+#define TUNED__KIND_MAX_TENSORS 6
 #define TUNED__KIND_MAX_PARTS 6
 
 typedef struct tuned__kind_path {
@@ -80,18 +91,31 @@ typedef struct tuned__kind_spec {
     const char *math; /* what a call computes, one line */
 
     /* The tensors, in the kernel's parameter order: the entry point takes
-     * them, then (long long rows, int cols, long long row_stride), then one
-     * float per scalar, then a grid split's (workspace, launch number). */
+     * them, then (long long rows, int cols, long long row_stride), then its
+     * options block by value (params_size bytes; none when 0), then a grid
+     * split's (workspace, launch number). Row tensors (MATRIX) have
+     * row_stride elements between rows; the others are dense. */
     uint8_t ntensors;
     tuned__tensor_spec tensor[TUNED__KIND_MAX_TENSORS];
-    uint8_t nscalars;       /* 0 or 1 */
-    const char *scalar;     /* its name ("scale": positive and finite, 1 for none) */
+    uint16_t params_size;
+    bool scaled;            /* the options are one float, a scale: positive and
+                               finite, 1 for none */
+
+    /* Helper kernels of the same module that a call may launch around the
+     * kind's own (NULL: none); their roles are said where they are used
+     * (the kind's entry point in the API). */
+    const char *helper[2];
 
     /* Codegen: the defines that select the kind in the shared templates,
      * and its paths. */
     int define_log; /* T_LOG */
     int define_bwd; /* T_BWD */
+    const char *defines; /* more #define lines after the config's (NULL: none) */
     tuned__kind_path path[TUNED__PATH_COUNT];
+    /* Compiled-in options a call may ask for (codegen's flags, bit i the
+     * define flag[i] set to 1); a tune measures none of them: they cost the
+     * same, or the kind says why not. NULL-terminated. */
+    const char *flag[3];
 
     /* The config space: what the kind's kernel has (tuned__config_check). */
     uint8_t rows_held; /* row tensors a register-row thread holds */
@@ -102,8 +126,10 @@ typedef struct tuned__kind_spec {
     bool replicas;     /* a few rows may be held by several clusters */
     bool line_head;    /* long rows off a vector boundary count slots from their line */
 
-    /* The float64 reference (TUNED__REF_*) and its inputs' source. */
+    /* The float64 reference (TUNED__REF_*) and the templates of its module
+     * (compiled with T_DTYPE and the call's flags). */
     uint8_t reference;
+    const char *reference_parts[TUNED__KIND_MAX_PARTS];
 
     /* Its code hash (tuned__kind_code_hash) when the registry came, for
      * the kinds that existed before it; 0 for a kind added since. While
@@ -144,6 +170,18 @@ double tuned__kind_bytes(const tuned__kind_spec *k, uint64_t rows, uint64_t cols
 /* Tensors of rows x cols the kind moves (tuned__kind_bytes over one
  * matrix's bytes, rounded down): the daemon's and CLI's size caps. */
 unsigned tuned__kind_matrices(const tuned__kind_spec *k);
+
+/* Bytes of one element of tensor i of k for a dtype of esize bytes. */
+size_t tuned__kind_elem_size(const tuned__kind_spec *k, unsigned i, size_t esize);
+
+/* Bytes tensor i of k spans for rows x cols, row_stride elements between
+ * rows of a MATRIX tensor. */
+uint64_t tuned__kind_span(const tuned__kind_spec *k, unsigned i, uint64_t rows, uint64_t cols,
+                          uint64_t row_stride, size_t esize);
+
+/* Whether an output of k may be computed in place (then no variant may read
+ * through the read-only cache, ld.global.nc). */
+bool tuned__kind_in_place(const tuned__kind_spec *k);
 
 /* The index of the kind's first input and first output tensor. */
 unsigned tuned__kind_first_in(const tuned__kind_spec *k);

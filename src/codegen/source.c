@@ -108,6 +108,29 @@ static int join_source(const char *defines, const char *const *names, size_t max
     return 0;
 }
 
+/* Appends the kind's own defines and the flags opts asks for to the
+ * defines block (nothing for a kind without them: its text stays). */
+static int kind_defines(const tuned__kind_spec *k, const tuned__codegen_opts *opts, char *buf,
+                        size_t n, tuned__err *e)
+{
+    unsigned flags = opts != NULL ? opts->flags : 0;
+    size_t at = strlen(buf);
+    if (k->defines != NULL)
+        at += (size_t)snprintf(buf + at, at < n ? n - at : 0, "%s", k->defines);
+    for (unsigned i = 0; i < 3; i++) {
+        if (!(flags & (1u << i)))
+            continue;
+        if (k->flag[i] == NULL)
+            return tuned__errf(e, TUNED_EINVAL, "codegen: %s has no option %u", k->name, i);
+        at += (size_t)snprintf(buf + at, at < n ? n - at : 0, "#define %s 1\n", k->flag[i]);
+    }
+    if (flags >> 3 != 0)
+        return tuned__errf(e, TUNED_EINVAL, "codegen: %s: options 0x%x", k->name, flags);
+    if (at >= n)
+        return tuned__errf(e, TUNED_EINVAL, "codegen: %s: the defines overflow", k->name);
+    return 0;
+}
+
 /* The T_PLANT_BUG define for opts: empty without a planted bug. Planted
  * bugs prove the checker catches a wrong kernel; they are a test hook, so
  * only a build with TUNED_TEST_HOOKS emits them. */
@@ -170,7 +193,7 @@ int tuned__source_kernel(const tuned__config *c, const tuned__shape *s,
     if (c->replicas > 1)
         snprintf(extra_defines + strlen(extra_defines), sizeof extra_defines - strlen(extra_defines),
                  "#define T_REPLICAS %u\n", c->replicas);
-    char defines[704];
+    char defines[1024];
     snprintf(defines, sizeof defines,
              "// tuned %s variant %s for %s x %llu columns\n"
              "#define T_DTYPE %d\n#define T_WARPS %u\n#define T_ROWS %u\n#define T_CLUSTER %u\n"
@@ -184,20 +207,25 @@ int tuned__source_kernel(const tuned__config *c, const tuned__shape *s,
              (unsigned long long)s->cols, head_free, c->ld, c->st, c->reg != TUNED__REG_F32,
              c->reg == TUNED__REG_EX, c->red == TUNED__RED_FUSED, k->define_log,
              k->define_bwd, tuned__config_head_align(c, s), plant);
+    if ((rc = kind_defines(k, opts, defines, sizeof defines, e)) != 0)
+        return rc;
     /* The kind's path for this config: its templates, in order. */
     return join_source(defines, k->path[tuned__source_path(c)].parts, TUNED__KIND_MAX_PARTS,
                        out, e);
 }
 
-int tuned__source_reference(tuned_dtype dtype, char **out, tuned__err *e)
+int tuned__source_reference(const tuned__kind_spec *k, tuned_dtype dtype, char **out,
+                            tuned__err *e)
 {
+    if (k == NULL)
+        return tuned__errf(e, TUNED_EINVAL, "codegen: reference: unknown kernel");
     if (tuned_dtype_size(dtype) == 0)
         return tuned__errf(e, TUNED_EINVAL, "codegen: reference: unknown dtype %d", (int)dtype);
     char defines[128];
     snprintf(defines, sizeof defines, "// tuned reference kernels for %s\n#define T_DTYPE %d\n",
              tuned_dtype_name(dtype), (int)dtype);
-    /* softmax_common.cu for the dtype's size, -inf and the generator's
-     * rounding; the check widens with reference.cu's own conversion. */
-    static const char *const parts[] = {"softmax_common", "reference", NULL};
-    return join_source(defines, parts, 3, out, e);
+    /* The kind's reference parts: softmax_common.cu for the dtype's size,
+     * -inf and the generator's rounding; the check widens with
+     * reference.cu's own conversion. */
+    return join_source(defines, k->reference_parts, TUNED__KIND_MAX_PARTS, out, e);
 }

@@ -15,6 +15,7 @@ typedef struct tuned__codegen_opts {
                        2 write one element past the last row; a build
                        without TUNED_TEST_HOOKS refuses any but 0
                        (TUNED_EUNSUPPORTED) */
+    unsigned flags; /* the kind's compiled-in options (bit i: its flag[i]) */
 } tuned__codegen_opts;
 
 /* Whether a variant of c for shape s, with these opts, assumes every row
@@ -48,8 +49,10 @@ size_t tuned__source_dynamic_smem(const tuned__config *c, const tuned__shape *s)
 int tuned__source_kernel(const tuned__config *c, const tuned__shape *s,
                           const tuned__codegen_opts *opts, char **out, tuned__err *e);
 
-/* The source of the evaluator's helper kernels (input generator and the
- * float64 reference check) for dtype; *out is malloc'd. */
-int tuned__source_reference(tuned_dtype dtype, char **out, tuned__err *e);
+/* The source of the evaluator's helper kernels (input generators and the
+ * float64 reference check) of kind k for dtype: its reference_parts;
+ * *out is malloc'd. */
+int tuned__source_reference(const tuned__kind_spec *k, tuned_dtype dtype, char **out,
+                            tuned__err *e);
 
 #endif

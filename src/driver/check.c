@@ -36,7 +36,7 @@ static double half_to_double(uint16_t h)
     return sign ? -v : v;
 }
 
-static double bits_to_double(const unsigned char *p, tuned_dtype dtype)
+double tuned__check_bits_to_double(const unsigned char *p, tuned_dtype dtype)
 {
     uint16_t h;
     uint32_t w;
@@ -64,9 +64,9 @@ static void cpu_row_stats(const unsigned char *row, uint64_t cols, tuned_dtype d
 {
     double m = -INFINITY, s = 0.0;
     for (uint64_t i = 0; i < cols; i++)
-        m = fmax(m, scale * bits_to_double(row + i * esize, dtype));
+        m = fmax(m, scale * tuned__check_bits_to_double(row + i * esize, dtype));
     for (uint64_t i = 0; i < cols; i++)
-        s += exp(scale * bits_to_double(row + i * esize, dtype) - m);
+        s += exp(scale * tuned__check_bits_to_double(row + i * esize, dtype) - m);
     *max = m;
     *sum = s;
 }
@@ -77,8 +77,8 @@ static void cpu_row_sums(const unsigned char *y, const unsigned char *dy, uint64
 {
     double s = 0.0, m = 0.0;
     for (uint64_t i = 0; i < cols; i++) {
-        double g = bits_to_double(dy + i * esize, dtype);
-        double t = log ? g : g * bits_to_double(y + i * esize, dtype);
+        double g = tuned__check_bits_to_double(dy + i * esize, dtype);
+        double t = log ? g : g * tuned__check_bits_to_double(y + i * esize, dtype);
         s += t;
         m += fabs(t);
     }
@@ -86,7 +86,7 @@ static void cpu_row_sums(const unsigned char *y, const unsigned char *dy, uint64
     *mag = m;
 }
 
-static bool stats_agree(double cpu, double gpu)
+bool tuned__check_stats_agree(double cpu, double gpu)
 {
     if (isnan(cpu) || isnan(gpu))
         return isnan(cpu) && isnan(gpu);
@@ -126,7 +126,7 @@ static int alloc(tuned__check *c, CUdeviceptr *p, size_t bytes, const char *what
 static int open_module(tuned__check *c, const tuned__nvrtc *n, int arch, tuned__err *e)
 {
     char *src = NULL;
-    int rc = tuned__source_reference(c->shape.dtype, &src, e);
+    int rc = tuned__source_reference(c->kind, c->shape.dtype, &src, e);
     if (rc != 0)
         return rc;
     tuned__blob cubin;
@@ -158,7 +158,7 @@ static int open_buffers(tuned__check *c, size_t x_offset, size_t y_offset, tuned
     c->y_alloc_bytes = c->front_bytes + c->bytes + TUNED__CHECK_GUARD_BYTES;
     if ((rc = alloc(c, &c->x_alloc, c->x_alloc_bytes, "the input", e)) ||
         (rc = alloc(c, &c->y_alloc, c->y_alloc_bytes, "the output", e)) ||
-        (rc = alloc(c, &c->counters, 16, "the check counters", e)) ||
+        (rc = alloc(c, &c->counters, 64, "the check counters", e)) ||
         (rc = alloc(c, &c->stats, 2 * sizeof(double), "row statistics", e)))
         return rc;
     if (c->kind->reference == TUNED__REF_BACKWARD) {
@@ -199,12 +199,15 @@ int tuned__check_open(tuned__check *c, const tuned__driver *d, const tuned__nvrt
     if (c->kind == NULL)
         return tuned__errf(e, TUNED_EINVAL, "check: unknown kernel %u", tuned__shape_kernel(s));
     c->scale = TUNED__CHECK_SCALE;
+    memcpy(c->params, &c->scale, sizeof c->scale);
     c->stream = stream;
     c->seed = 0x5eed0000u;
     tolerances(s->dtype, &c->rtol, &c->atol);
     int rc = open_buffers(c, x_offset, y_offset, e);
     if (rc == 0)
         rc = open_module(c, n, arch, e);
+    if (rc == 0 && c->kind->reference == TUNED__REF_CROSS_ENTROPY)
+        rc = tuned__check_ce_open(c, e);
     if (rc != 0)
         tuned__check_close(c);
     return rc;
@@ -216,7 +219,8 @@ void tuned__check_close(tuned__check *c)
         return;
     if (c->module != NULL)
         c->d->cuModuleUnload(c->module);
-    CUdeviceptr bufs[] = {c->x_alloc, c->y_alloc, c->x2_alloc, c->counters, c->stats};
+    CUdeviceptr bufs[] = {c->x_alloc, c->y_alloc, c->x2_alloc, c->counters, c->stats,
+                          c->rows_alloc};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i] != 0)
             c->d->cuMemFree(bufs[i]);
@@ -239,6 +243,8 @@ int tuned__check_input(tuned__check *c, tuned__err *e)
     unsigned grid = grid_for(c->shape.rows * c->shape.cols, 256, 65535);
     CU(c->d->cuLaunchKernel(c->gen, grid, 1, 1, 256, 1, 1, 0, c->stream, args, NULL),
        "launching the input generator");
+    if (c->kind->reference == TUNED__REF_CROSS_ENTROPY)
+        return tuned__check_ce_input(c, seed, e);
     if (!backward)
         return 0;
     int log = c->kind->define_log;
@@ -259,6 +265,8 @@ int tuned__check_input(tuned__check *c, tuned__err *e)
 static int compare_rows(tuned__check *c, uint64_t first_row, uint64_t nrows,
                         CUdeviceptr row_stats, uint64_t *bad, uint64_t *first, tuned__err *e)
 {
+    if (c->kind->reference == TUNED__REF_CROSS_ENTROPY)
+        return tuned__check_ce_compare(c, first_row, nrows, row_stats, bad, first, e);
     long long rows = (long long)nrows, stride = (long long)c->shape.cols;
     int cols = (int)c->shape.cols;
     CUdeviceptr at = first_row * c->shape.cols * c->esize;
@@ -298,6 +306,10 @@ int tuned__check_reference(tuned__check *c, tuned__err *e)
     /* The generator's special rows (reference.cu) among them. */
     uint64_t picks[REFERENCE_ROWS_CHECKED] = {0,        1,           rows / 3,     rows / 2,
                                               rows - 1, rows / 2 + 1, rows / 2 + 2, (rows * 3) / 4};
+    for (size_t i = 0; i < REFERENCE_ROWS_CHECKED; i++)
+        picks[i] = picks[i] < rows ? picks[i] : rows - 1;
+    if (c->kind->reference == TUNED__REF_CROSS_ENTROPY)
+        return tuned__check_ce_reference(c, picks, REFERENCE_ROWS_CHECKED, e);
     size_t row_bytes = cols * c->esize;
     bool backward = c->kind->reference == TUNED__REF_BACKWARD;
     unsigned char *row = malloc(2 * row_bytes);
@@ -327,7 +339,7 @@ int tuned__check_reference(tuned__check *c, tuned__err *e)
                          &m, &s);
         else
             cpu_row_stats(row, cols, c->shape.dtype, c->esize, c->scale, &m, &s);
-        if (!stats_agree(m, gpu_stats[0]) || !stats_agree(s, gpu_stats[1])) {
+        if (!tuned__check_stats_agree(m, gpu_stats[0]) || !tuned__check_stats_agree(s, gpu_stats[1])) {
             free(row);
             return tuned__errf(e, TUNED_EWRONG,
                                "check: the GPU float64 reference disagrees with the CPU on "
@@ -389,12 +401,18 @@ static int plant_stray_write(tuned__check *c, unsigned char poison, tuned__err *
 
 void tuned__check_tensors(const tuned__check *c, CUdeviceptr *tensors)
 {
-    /* The kind's inputs take x, then x2; its output takes y. */
+    /* The kind's row-tensor inputs take x, then x2; its row-tensor output
+     * takes y; per-row tensors their own buffers; unused ones NULL. */
     unsigned inputs = 0;
-    for (unsigned i = 0; i < c->kind->ntensors; i++)
-        tensors[i] = c->kind->tensor[i].role == TUNED__TENSOR_OUT ? c->y
-                     : inputs++ == 0                             ? c->x
-                                                                 : c->x2;
+    for (unsigned i = 0; i < c->kind->ntensors; i++) {
+        const tuned__tensor_spec *t = &c->kind->tensor[i];
+        if (t->role == TUNED__TENSOR_UNUSED)
+            tensors[i] = 0;
+        else if (t->extent == TUNED__EXTENT_ROWS)
+            tensors[i] = c->row_tensor[i];
+        else
+            tensors[i] = t->role == TUNED__TENSOR_OUT ? c->y : inputs++ == 0 ? c->x : c->x2;
+    }
 }
 
 int tuned__check_run(tuned__check *c, const tuned__launch *l, tuned__workspace *work,
@@ -406,10 +424,13 @@ int tuned__check_run(tuned__check *c, const tuned__launch *l, tuned__workspace *
     int rc;
     CU(c->d->cuMemsetD8Async(c->y_alloc, poison, c->y_alloc_bytes, c->stream),
        "poisoning the output");
+    if (c->kind->reference == TUNED__REF_CROSS_ENTROPY &&
+        (rc = tuned__check_ce_poison(c, poison, e)) != 0)
+        return rc;
     CUdeviceptr tensors[TUNED__KIND_MAX_TENSORS];
     tuned__check_tensors(c, tensors);
     CU(tuned__launch_run(c->d, l, work, tensors, (long long)c->shape.rows,
-                         (int)c->shape.cols, (long long)c->shape.cols, c->scale, c->stream),
+                         (int)c->shape.cols, (long long)c->shape.cols, c->params, c->stream),
        l->cooperative ? "launching the variant (cooperative)" : "launching the variant");
     if ((rc = plant_stray_write(c, poison, e)) != 0)
         return rc;

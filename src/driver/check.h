@@ -53,6 +53,9 @@ typedef struct tuned__check {
     size_t bytes;                      /* of x, and of y */
     const tuned__kind_spec *kind;      /* the shape's kind */
     float scale;                       /* forward kernels' (TUNED__CHECK_SCALE) */
+    /* The options block every run of the variant takes (the kind's
+     * params_size bytes): the scale, or the reference's options. */
+    _Alignas(8) unsigned char params[64];
     CUstream stream;                   /* the caller's */
     CUdeviceptr x_alloc, y_alloc;      /* y_alloc holds a guard before y
                                           (TUNED__CHECK_GUARD_BYTES and the
@@ -65,7 +68,14 @@ typedef struct tuned__check {
                                           where the rows are unaligned
                                           anyway); else 0 */
     size_t x2_alloc_bytes;
-    CUdeviceptr counters;              /* wrong elements, first wrong index */
+    CUdeviceptr counters;              /* wrong elements, first wrong index (64 bytes:
+                                          the cross-entropy check counts three of each) */
+    CUdeviceptr rows_alloc;            /* the per-row (ROWS) tensors of the kind, then
+                                          the error word; 0 for kinds without them */
+    size_t rows_alloc_bytes;
+    CUdeviceptr row_tensor[TUNED__KIND_MAX_TENSORS]; /* each ROWS tensor's; else 0 */
+    CUdeviceptr error_word;            /* the kernel's error bits (cross-entropy) */
+    CUfunction ref_fn[3];              /* the reference method's own kernels (check_ce.c) */
     CUdeviceptr stats;                 /* the reference's (max, sum) of the row
                                           tuned__check_reference() checks */
     CUmodule module;                   /* reference.cu */
@@ -80,6 +90,20 @@ typedef struct tuned__check {
                                           launch (0: none); honoured only in a
                                           build with TUNED_TEST_HOOKS */
 } tuned__check;
+
+/* ---- inside the driver: the cross-entropy method (check_ce.c) and what
+ * it shares with check.c ---- */
+double tuned__check_bits_to_double(const unsigned char *p, tuned_dtype dtype);
+bool tuned__check_stats_agree(double cpu, double gpu);
+int tuned__check_ce_open(tuned__check *c, tuned__err *e);
+int tuned__check_ce_input(tuned__check *c, unsigned long long seed, tuned__err *e);
+int tuned__check_ce_poison(tuned__check *c, unsigned char poison, tuned__err *e);
+/* Compares nrows rows from first_row; row_ref (0: none) receives each
+ * row's float64 (loss, lse). */
+int tuned__check_ce_compare(tuned__check *c, uint64_t first_row, uint64_t nrows,
+                            CUdeviceptr row_ref, uint64_t *bad, uint64_t *first, tuned__err *e);
+int tuned__check_ce_reference(tuned__check *c, const uint64_t *picks, size_t npicks,
+                              tuned__err *e);
 
 /* Compiles the reference kernels for arch and allocates input and output
  * for s, x_offset and y_offset elements into their allocations (so rows

@@ -105,9 +105,9 @@ void tuned__workspace_free(const tuned__driver *d, tuned__workspace *w)
 
 CUresult tuned__launch_run(const tuned__driver *d, const tuned__launch *l, tuned__workspace *work,
                            const CUdeviceptr *tensors, long long rows, int cols,
-                           long long row_stride, float scale, CUstream stream)
+                           long long row_stride, const void *params, CUstream stream)
 {
-    /* The parameters in the kind's order: tensors, shape, scalars, then a
+    /* The parameters in the kind's order: tensors, shape, options, then a
      * grid split's workspace and launch number. */
     CUdeviceptr ptrs[TUNED__KIND_MAX_TENSORS];
     void *args[TUNED__KIND_MAX_TENSORS + 6];
@@ -119,8 +119,11 @@ CUresult tuned__launch_run(const tuned__driver *d, const tuned__launch *l, tuned
     args[n++] = &rows;
     args[n++] = &cols;
     args[n++] = &row_stride;
-    if (l->kind->nscalars > 0)
-        args[n++] = &scale;
+    if (l->kind->params_size > 0) {
+        if (params == NULL)
+            return CUDA_ERROR_INVALID_VALUE;
+        args[n++] = (void *)params;
+    }
     if (!l->cooperative)
         return d->cuLaunchKernel(l->fn, l->grid, 1, 1, l->block, 1, 1, l->smem, stream, args,
                                  NULL);

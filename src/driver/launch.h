@@ -60,12 +60,13 @@ void tuned__workspace_free(const tuned__driver *d, tuned__workspace *w);
 
 /* Enqueues l on stream for rows x cols with row_stride elements between
  * rows: tensors holds one device pointer per tensor of l's kind, in its
- * spec's order (forward kernels x, y; backward y, dy, dx), scale is the
- * kind's scalar when it has one. work must hold l->work_bytes when l needs
- * one. Returns the driver's result, for the caller to report in its
- * words. */
+ * spec's order (forward kernels x, y; backward y, dy, dx; ...), params its
+ * options block (the kind's params_size bytes: a forward softmax's float
+ * scale; ignored when the kind has none). work must hold l->work_bytes
+ * when l needs one. Returns the driver's result, for the caller to report
+ * in its words. */
 CUresult tuned__launch_run(const tuned__driver *d, const tuned__launch *l, tuned__workspace *work,
                            const CUdeviceptr *tensors, long long rows, int cols,
-                           long long row_stride, float scale, CUstream stream);
+                           long long row_stride, const void *params, CUstream stream);
 
 #endif

@@ -211,7 +211,7 @@ static int enqueue_variant(tuned__evaluator *ev, void *arg, tuned__err *e)
     CUdeviceptr tensors[TUNED__KIND_MAX_TENSORS];
     tuned__check_tensors(&ev->check, tensors);
     CU(tuned__launch_run(ev->d, l, &ev->work, tensors, (long long)ev->shape.rows, (int)ev->shape.cols,
-                         (long long)ev->shape.cols, ev->check.scale, ev->stream),
+                         (long long)ev->shape.cols, ev->check.params, ev->stream),
        l->cooperative ? "launching the variant (cooperative)" : "launching the variant");
     return 0;
 }

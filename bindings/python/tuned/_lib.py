@@ -31,6 +31,9 @@ KERNELS = {
     "softmax_bwd": 2,
     "log_softmax": 3,
     "log_softmax_bwd": 4,
+    "cross_entropy": 5,
+    "cross_entropy_loss": 6,
+    "cross_entropy_bwd": 7,
 }
 
 
