@@ -58,6 +58,7 @@ static const cli_option options[] = {
     {"dtype", true, OPT_DTYPE, "D", T | G, "fp16 (default), bf16 or fp32; the math is fp32 for all three"},
     /* Its help lists the kinds of the registry (print_option). */
     {"kernel", true, OPT_KERNEL, "KERNEL", T | G, "the kind of kernel"},
+    {"kernel", true, OPT_KERNEL, "KERNEL", F, "only records of this kind"},
     {"dtype", true, OPT_DTYPE, "D", L | E | F | V, "only records of this dtype"},
     {"gpu", true, OPT_GPU, "NAME", G,
      "the records of that GPU: a part of its name or its 16-hex-digit fingerprint\n"
