@@ -332,6 +332,30 @@ def case_invalid(a, b, c):
                  f"{p.stderr}")
         else:
             ok(f"invalid: forget --remote --gpu {gpu!r} --dry-run names {want}")
+    # Every kind's records of the shape, or the one --kernel names.
+    bwd = dict(good, kernel="softmax_bwd")
+    bwd_key = want.replace(":rec:softmax:", ":rec:softmax_bwd:")
+    redis_call("SET", bwd_key, json.dumps(bwd))
+    redis_call("SADD", f"tuned:v2:idx:softmax_bwd:fp16:{hw}", f"1024x4096:dense:{tc}")
+    runs = {}
+    for kernel in (None, "softmax_bwd"):
+        extra = ("--kernel", kernel) if kernel else ()
+        runs[kernel] = subprocess.run([TUNED, "forget", "--remote", REMOTE, "--shape", "1024x4096",
+                                       "--dtype", "fp16", "--gpu", hw, "--dry-run", *extra],
+                                      capture_output=True, text=True, timeout=30)
+    every, one = runs[None], runs["softmax_bwd"]
+    if every.returncode != 0 or f"would forget {want}" not in every.stdout or \
+            f"would forget {bwd_key}" not in every.stdout:
+        fail(f"invalid: forget --remote --shape does not name every kind's record: "
+             f"{every.returncode} {every.stdout} {every.stderr}")
+    elif one.returncode != 0 or f"would forget {bwd_key}" not in one.stdout or \
+            f"would forget {want}" in one.stdout:
+        fail(f"invalid: forget --remote --shape --kernel softmax_bwd: {one.returncode} "
+             f"{one.stdout} {one.stderr}")
+    else:
+        ok("invalid: forget --remote --shape names every kind's record, --kernel one kind's")
+    redis_call("DEL", bwd_key)
+    redis_call("SREM", f"tuned:v2:idx:softmax_bwd:fp16:{hw}", f"1024x4096:dense:{tc}")
 
 
 def case_queue(a):

@@ -96,6 +96,12 @@ static void test_accepted(tally *t)
               FAST_YES);
     check_str(t, "{\"op\":\"get\",\"rows\":1,\"cols\":1,\"gpu\":\"NVIDIA H200\","
                  "\"tune_if_missing\":false,\"kernel\":\"softmax_bwd\"}", FAST_YES);
+    /* Every kind tunes: tune_if_missing with a backward kind is the scanner's. */
+    check_str(t, "{\"op\":\"get\",\"rows\":1,\"cols\":1,\"kernel\":\"softmax_bwd\","
+                 "\"tune_if_missing\":true}", FAST_YES);
+    /* Two tensors of 0.4 TiB (a forward kind) are under the cap. */
+    check_str(t, "{\"op\":\"get\",\"rows\":1048576,\"cols\":104858,\"dtype\":\"fp32\"}",
+              FAST_YES);
     check_str(t, "{\"op\":\"get\",\"rows\":1,\"cols\":1,\"gpu\":\"ABCDEF0123456789\"}", FAST_YES);
     check_str(t, "{\"op\":\"get\",\"rows\":1,\"cols\":1,\"gpu\":\"hw993c0000000001\"}", FAST_YES);
     check_str(t, "{\"op\":\"get\",\"rows\":1,\"cols\":1,\"id\":-123456789012345678}", FAST_YES);
@@ -149,7 +155,9 @@ static void test_edges(tally *t)
         "{\"op\":\"get\",\"rows\":1,\"cols\":1,\"gpu\":\"\\u0041\"}",
         "{\"op\":\"get\",\"rows\":1,\"cols\":1,\"kernel\":\"SOFTMAX\"}",
         "{\"op\":\"get\",\"rows\":1,\"cols\":1,\"kernel\":\"softmax\\u0000\"}",
-        "{\"op\":\"get\",\"rows\":1,\"cols\":1,\"kernel\":\"softmax_bwd\",\"tune_if_missing\":true}",
+        /* three tensors of 0.4 TiB: a backward kind is over the 1 TiB cap */
+        "{\"op\":\"get\",\"rows\":1048576,\"cols\":104858,\"dtype\":\"fp32\","
+        "\"kernel\":\"softmax_bwd\"}",
         "{\"op\":\"get\",\"rows\":1,\"cols\":1,\"dtype\":\"int8\"}",
         "{\"op\":\"get\",\"rows\":1,\"cols\":1,\"dtype\":\"fp16fp16fp16fp16fp16fp16fp16fp16\"}",
         "{\"op\":\"get\",\"rows\":1,\"cols\":1,\"tune_if_missing\":1}",

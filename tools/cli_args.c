@@ -14,7 +14,7 @@
 #include "tools/cli.h"
 #include "src/client/client.h"
 
-/* No GPU holds a softmax whose input and output together exceed this. */
+/* No GPU holds a call whose tensors together exceed this. */
 #define MAX_TOTAL_BYTES (1ull << 40)
 
 enum {
@@ -53,11 +53,12 @@ typedef struct cli_option {
 } cli_option;
 
 static const cli_option options[] = {
-    {"shape", true, OPT_SHAPE, "RxC", T | G, "rows x columns; softmax runs over each row (the last dimension)"},
+    {"shape", true, OPT_SHAPE, "RxC", T | G, "rows x columns; the kernel runs over each row (the last dimension)"},
     {"shape", true, OPT_SHAPE, "RxC", L | E | F | V, "only records of this shape"},
     {"dtype", true, OPT_DTYPE, "D", T | G, "fp16 (default), bf16 or fp32; the math is fp32 for all three"},
-    {"kernel", true, OPT_KERNEL, "KERNEL", T | G,
-     "softmax (default), softmax_bwd, log_softmax or log_softmax_bwd"},
+    /* Its help lists the kinds of the registry (print_option). */
+    {"kernel", true, OPT_KERNEL, "KERNEL", T | G, "the kind of kernel"},
+    {"kernel", true, OPT_KERNEL, "KERNEL", F, "only records of this kind"},
     {"dtype", true, OPT_DTYPE, "D", L | E | F | V, "only records of this dtype"},
     {"gpu", true, OPT_GPU, "NAME", G,
      "the records of that GPU: a part of its name or its 16-hex-digit fingerprint\n"
@@ -172,13 +173,20 @@ static const char *option_name(int id)
 
 static void print_option(FILE *f, const cli_option *op)
 {
-    char head[48];
+    char head[48], kinds[256], help[400];
+    const char *text = op->help;
+    if (op->id == OPT_KERNEL) {
+        tuned__kind_list(kinds, sizeof kinds);
+        snprintf(help, sizeof help, "%s: %s (default %s)", op->help, kinds,
+                 tuned__kernel_name(TUNED__KIND_DEFAULT));
+        text = help;
+    }
     if (op->id == OPT_QUIET || op->id == OPT_HELP)
         snprintf(head, sizeof head, "-%c, --%s", op->id, op->name);
     else
         snprintf(head, sizeof head, "--%s%s%s", op->name, op->arg ? " " : "", op->arg ? op->arg : "");
     fprintf(f, "  %-22s ", head);
-    for (const char *p = op->help; *p != '\0';) {
+    for (const char *p = text; *p != '\0';) {
         const char *nl = strchr(p, '\n');
         int len = nl != NULL ? (int)(nl - p) : (int)strlen(p);
         fprintf(f, "%.*s\n", len, p);
@@ -401,10 +409,11 @@ int cli_parse(int argc, char **argv, cli_opts *o)
             shape_text = optarg;
             break;
         case OPT_KERNEL:
-            if (tuned__kernel_parse(optarg, &o->request.shape.kernel) != 0)
-                return bad("--kernel %s: unknown kernel (softmax, softmax_bwd, log_softmax or "
-                           "log_softmax_bwd)",
-                           optarg);
+            if (tuned__kernel_parse(optarg, &o->request.shape.kernel) != 0) {
+                char kinds[256];
+                tuned__kind_list(kinds, sizeof kinds);
+                return bad("--kernel %s: unknown kernel (one of %s)", optarg, kinds);
+            }
             break;
         case OPT_DTYPE:
             if (tuned_dtype_parse(optarg, &o->request.shape.dtype) != 0)

@@ -217,10 +217,6 @@ static void job_progress(const cli_opts *o, json_int_t id, const json_t *job)
 
 int cli_daemon_tune(const cli_opts *o)
 {
-    /* The daemon's jobs and workers tune softmax only: other kernels tune
-     * in this process. */
-    if (tuned__shape_kernel(&o->request.shape) != TUNED__KIND_DEFAULT)
-        return -1;
     client c;
     int rc = client_open(o, &c);
     if (rc != 0)

@@ -20,7 +20,7 @@ int cli_fail(const tuned__err *e)
 const cli_command cli_commands[] = {
     {CLI_TUNE, "tune", true, cli_cmd_tune, false, false, true,
      "--shape ROWSxCOLS [--dtype D] [--effort E] [--budget N] [--time S] [--json] [options]",
-     "Tune softmax for one shape on one GPU and store the winner (the default command:\n"
+     "Tune a kernel (--kernel) for one shape on one GPU and store the winner (the default command:\n"
      "`tuned --shape ...` is `tuned tune --shape ...`). A winner already stored for this GPU\n"
      "is printed instead (--retune tunes again); an interrupted tune resumes from the\n"
      "variants it measured. Through a running daemon unless --db is given."},

@@ -153,7 +153,7 @@ int tuned__index_set_here(tuned__index *ix, const tuned__record *here, size_t n,
 static bool servable(const tuned__index *ix, const tuned__record *r)
 {
     for (size_t i = 0; i < ix->nhere; i++) {
-        if (ix->here[i].key.gpu_fp != r->key.gpu_fp)
+        if (ix->here[i].key.gpu_fp != r->key.gpu_fp || ix->here[i].key.kernel != r->key.kernel)
             continue;
         tuned__record here = ix->here[i];
         here.key.kernel = r->key.kernel;

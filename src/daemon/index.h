@@ -36,8 +36,8 @@ typedef struct tuned__index_gpu {
 int tuned__index_new(tuned__index **out, tuned__err *e);
 void tuned__index_free(tuned__index *ix);
 
-/* The systems this daemon measures on: for each local GPU, the record a
- * tune there would write, minus the measurement (tuned__tune_record of an
+/* The systems this daemon measures on: for each local GPU and kind, the
+ * record a tune of that kind there would write, minus the measurement (tuned__tune_record of an
  * empty outcome). A stored record on one of these GPUs is served as exact
  * only when tuned__record_exact() says it matches (provenance, policy,
  * layout); on other GPUs (a fleet's, known from the store) when its key

@@ -734,8 +734,10 @@ int tuned__jobs_submit(tuned__jobs *j, const tuned__job_params *p, uint64_t *id,
     }
     for (job *jb = j->head; jb != NULL; jb = jb->next) {
         if ((jb->v.state == TUNED__JOB_QUEUED || jb->v.state == TUNED__JOB_RUNNING) &&
-            jb->v.gpu_fp == p->gpu_fp && jb->v.shape.dtype == p->shape.dtype &&
-            jb->v.shape.rows == p->shape.rows && jb->v.shape.cols == p->shape.cols) {
+            jb->v.gpu_fp == p->gpu_fp &&
+            tuned__shape_kernel(&jb->v.shape) == tuned__shape_kernel(&p->shape) &&
+            jb->v.shape.dtype == p->shape.dtype && jb->v.shape.rows == p->shape.rows &&
+            jb->v.shape.cols == p->shape.cols) {
             jb->v.joined++;
             j->counts.joined++;
             *id = jb->v.id;

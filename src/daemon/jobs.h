@@ -1,7 +1,7 @@
 /* jobs.h: tune jobs: the queue, the job table, and one thread per GPU.
  *
- * A job tunes one (dtype, rows, cols) on one GPU model (the store's GPU
- * fingerprint). Submitting a job for a key that is already queued or
+ * A job tunes one (kind, dtype, rows, cols) on one GPU model (the store's
+ * GPU fingerprint). Submitting a job for a key that is already queued or
  * running joins that job instead of starting another. Each GPU has a
  * thread that takes the oldest queued job for its model and has that
  * GPU's worker process (worker.h) run it with tuned__tune. A worker that
@@ -138,7 +138,7 @@ enum {
 };
 
 /* Queues a job, or joins the queued or running one with the same shape
- * and GPU model. Returns TUNED__SUBMIT_*; *id and *joined on success. */
+ * (kind, dtype, rows, cols) and GPU model. Returns TUNED__SUBMIT_*; *id and *joined on success. */
 int tuned__jobs_submit(tuned__jobs *j, const tuned__job_params *p, uint64_t *id, bool *joined);
 
 /* A gated job may run (true), or (false) it is no longer queued. */

@@ -444,9 +444,16 @@ void tuned__gpu_sel_from_text(const char *text, size_t n, tuned__gpu_sel *g)
     g->name[n] = '\0';
 }
 
+unsigned tuned__shape_matrices(const tuned__shape *shape)
+{
+    const tuned__kind_spec *k = tuned__shape_spec(shape);
+    unsigned n = k != NULL ? tuned__kind_matrices(k) : 0;
+    return n > 0 ? n : 1;
+}
+
 bool tuned__shape_over_cap(const tuned__shape *shape)
 {
-    uint64_t row_bytes = 2 * shape->cols * tuned_dtype_size(shape->dtype);
+    uint64_t row_bytes = tuned__shape_matrices(shape) * shape->cols * tuned_dtype_size(shape->dtype);
     return shape->rows > TUNED__PROTO_MAX_BYTES / row_bytes;
 }
 
@@ -481,9 +488,11 @@ static int parse_fields(const json_t *root, tuned__request *r, tuned__proto_erro
         if (!json_is_string(v))
             return fail(err, TUNED__PE_BAD_TYPE, "\"kernel\" must be a string");
         if (strlen(json_string_value(v)) != json_string_length(v) ||
-            tuned__kernel_parse(json_string_value(v), &r->kernel) != 0)
-            return fail(err, TUNED__PE_BAD_VALUE,
-                        "\"kernel\" must be softmax, softmax_bwd, log_softmax or log_softmax_bwd");
+            tuned__kernel_parse(json_string_value(v), &r->kernel) != 0) {
+            char kinds[256];
+            tuned__kind_list(kinds, sizeof kinds);
+            return fail(err, TUNED__PE_BAD_VALUE, "\"kernel\" must be one of %s", kinds);
+        }
         r->shape.kernel = r->kernel;
         r->have_kernel = true;
     }
@@ -603,12 +612,6 @@ static int check_request(const json_t *root, tuned__request *r, tuned__proto_err
         if (!r->have_rows || !r->have_cols)
             return fail(err, TUNED__PE_MISSING_FIELD, "\"%s\" needs \"rows\" and \"cols\"",
                         op_names[r->op]);
-        /* The daemon's jobs and workers carry no kernel yet: they would
-         * tune softmax in its place. */
-        if ((r->op == TUNED__OP_TUNE || r->tune_if_missing) && r->kernel != TUNED__KIND_DEFAULT)
-            return fail(err, TUNED__PE_BAD_VALUE,
-                        "a tune of %s: the daemon tunes softmax only; run tuned --kernel %s",
-                        tuned__kernel_name(r->kernel), tuned__kernel_name(r->kernel));
         break;
     case TUNED__OP_JOB:
         if (r->job == 0)
@@ -619,8 +622,9 @@ static int check_request(const json_t *root, tuned__request *r, tuned__proto_err
     }
     if (r->have_rows && r->have_cols && tuned__shape_over_cap(&r->shape))
         return fail(err, TUNED__PE_TOO_BIG,
-                    "%" PRIu64 "x%" PRIu64 " %s: input and output exceed 1 TiB",
-                    r->shape.rows, r->shape.cols, tuned_dtype_name(r->shape.dtype));
+                    "%" PRIu64 "x%" PRIu64 " %s %s: its %u tensors exceed 1 TiB",
+                    r->shape.rows, r->shape.cols, tuned_dtype_name(r->shape.dtype),
+                    tuned__kernel_name(r->kernel), tuned__shape_matrices(&r->shape));
     return 0;
 }
 

@@ -14,7 +14,7 @@
  *   - `true` and `false`;
  *   - each field at most once (jansson rejects duplicate keys), `op` equal
  *     to "get", `rows` and `cols` present, every value in its range, the
- *     shape under the 1 TiB cap, and `tune_if_missing` only with softmax.
+ *     shape under the 1 TiB cap (counting the tensors its kind moves).
  * Every check that fails declines: the jansson path then gives the error
  * reply (or, for a line merely outside the subset, the same answer). */
 #include "src/daemon/protocol_get.h"
@@ -40,7 +40,8 @@ enum {
     F_TUNE_IF_MISSING = 1u << 7,
 };
 
-/* Longest kernel or dtype name looked up ("log_softmax_bwd" is 15). */
+/* Longest kernel or dtype name looked up (a longer one declines the line:
+ * the jansson path answers it). */
 #define NAME_MAX_LEN 31
 /* Digits read of an unsigned integer: 10 reach past 2^31, 18 stay within
  * int64, so neither can overflow what it is read into. */
@@ -261,9 +262,6 @@ bool tuned__proto_parse_get_fast(const char *line, size_t len, tuned__request *r
         return false;
     const unsigned needed = F_OP | F_ROWS | F_COLS;
     if ((seen & needed) != needed)
-        return false;
-    /* The jobs tune softmax only (the jansson path's bad_value). */
-    if (req->tune_if_missing && req->kernel != TUNED__KIND_DEFAULT)
         return false;
     return !tuned__shape_over_cap(&req->shape);
 }

@@ -51,24 +51,29 @@ typedef struct tuned__rebuild {
 
 #define note(d, ...) tuned__logf((d)->o->quiet, "tuned serve", __VA_ARGS__)
 
-/* The record a tune on each local GPU would write, for exact matching. */
+/* The record a tune of each kind on each local GPU would write, for exact
+ * matching, and its identity (tuned__here_at). */
 static int set_here(tuned__daemon *d, tuned__err *e)
 {
     size_t n = d->jobs != NULL ? tuned__jobs_gpu_count(d->jobs) : 0;
     free(d->here);
     free(d->here_id);
-    d->here = n > 0 ? calloc(n, sizeof *d->here) : NULL;
-    d->here_id = n > 0 ? calloc(n, sizeof *d->here_id) : NULL;
+    d->here = n > 0 ? calloc(n * TUNED__KIND_COUNT, sizeof *d->here) : NULL;
+    d->here_id = n > 0 ? calloc(n * TUNED__KIND_COUNT, sizeof *d->here_id) : NULL;
     d->nhere = 0;
     if (n > 0 && (d->here == NULL || d->here_id == NULL))
         return tuned__errf(e, TUNED_ENOMEM, "index: out of memory");
     tuned__jobs_gpu g;
     for (size_t i = 0; i < n && tuned__jobs_gpu_at(d->jobs, i, &g); i++) {
-        tuned__tune_outcome o = {.gpu = g.gpu};
-        o.search.best_us = 1.0;
-        tuned__shape s = {TUNED_FP16, 1, 1, TUNED__KIND_DEFAULT};
-        tuned__tune_record(&o, &s, &d->here[i]);
-        tuned__gpu_identity(&g.gpu, TUNED__KIND_DEFAULT, TUNED__MEASURE_POLICY, &d->here_id[i]);
+        for (size_t k = 0; k < tuned__kind_count(); k++) {
+            const tuned__kind_spec *kind = tuned__kind_at(k);
+            size_t at = tuned__here_at(i, kind->id);
+            tuned__tune_outcome o = {.gpu = g.gpu};
+            o.search.best_us = 1.0;
+            tuned__shape s = {TUNED_FP16, 1, 1, kind->id};
+            tuned__tune_record(&o, &s, &d->here[at]);
+            tuned__gpu_identity(&g.gpu, kind->id, TUNED__MEASURE_POLICY, &d->here_id[at]);
+        }
         d->nhere++;
     }
     return 0;
@@ -97,7 +102,7 @@ int tuned__daemon_reload(tuned__daemon *d, tuned__err *e)
     size_t skipped = 0;
     int rc = set_here(d, e);
     if (rc == 0)
-        rc = tuned__index_set_here(d->index, d->here, d->nhere, e);
+        rc = tuned__index_set_here(d->index, d->here, d->nhere * TUNED__KIND_COUNT, e);
     if (rc == 0)
         rc = tuned__store_txnid(d->store, &txnid, e);
     if (rc == 0)
@@ -219,7 +224,7 @@ static void start_rebuild(tuned__daemon *d)
     tuned__rebuild *rb = calloc(1, sizeof *rb);
     tuned__err e = {0};
     if (rb == NULL || tuned__index_new(&rb->ix, &e) != 0 ||
-        tuned__index_set_here(rb->ix, d->here, d->nhere, &e) != 0) {
+        tuned__index_set_here(rb->ix, d->here, d->nhere * TUNED__KIND_COUNT, &e) != 0) {
         if (rb != NULL)
             tuned__index_free(rb->ix);
         free(rb);

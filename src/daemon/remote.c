@@ -136,7 +136,7 @@ void tuned__remote_hwclass_name(uint64_t hwclass_fp, char *out, size_t n)
 static void id_of(const tuned__daemon *d, size_t slot, const tuned__shape *shape,
                   tuned__fleet_id *id)
 {
-    tuned__record r = d->here[slot];
+    tuned__record r = d->here[tuned__here_at(slot, tuned__shape_kernel(shape))];
     r.key.kernel = (uint8_t)tuned__shape_kernel(shape);
     r.key.dtype = (uint8_t)shape->dtype;
     r.key.rows = shape->rows;
@@ -442,12 +442,13 @@ bool tuned__remote_queue(tuned__daemon *d, const tuned__request *r, const char *
     if (d->nhere > 0) {
         id_of(d, 0, &r->shape, id); /* the pusher's toolchain, code and policy */
     } else {
-        id->kernel = TUNED__KIND_DEFAULT;
+        id->kernel = r->kernel;
         id->dtype = (uint8_t)r->shape.dtype;
         id->rows = r->shape.rows;
         id->cols = r->shape.cols;
         snprintf(id->toolchain, sizeof id->toolchain, "none");
-        snprintf(id->code, sizeof id->code, "%016" PRIx64, tuned__templates_hash());
+        snprintf(id->code, sizeof id->code, "%016" PRIx64,
+                 tuned__kind_identity_hash(tuned__kind(r->kernel)));
         snprintf(id->policy, sizeof id->policy, "%s", TUNED__MEASURE_POLICY);
     }
     id->layout = TUNED__LAYOUT_DENSE;
@@ -877,16 +878,19 @@ static void take_job(tuned__remote *rm, const tuned__fleet_job *qj)
     char hw[64];
     size_t slot = d->nhere;
     for (size_t i = 0; i < d->nhere; i++) {
-        tuned__remote_hwclass_name(d->here_id[i].hwclass.fp, hw, sizeof hw);
+        tuned__remote_hwclass_name(d->here_id[tuned__here_at(i, TUNED__KIND_DEFAULT)].hwclass.fp,
+                                   hw, sizeof hw);
         if (strcmp(hw, qj->id.hwclass) == 0) {
             slot = i;
             break;
         }
     }
     tuned__jobs_gpu g;
-    if (slot == d->nhere || !tuned__jobs_gpu_at(d->jobs, slot, &g) || d->read_only)
+    if (slot == d->nhere || !tuned__jobs_gpu_at(d->jobs, slot, &g) || d->read_only ||
+        tuned__kind(qj->id.kernel) == NULL)
         return; /* stays pending: another consumer reclaims it */
     tuned__job_params p = {.gpu_fp = g.gpu.fingerprint, .gated = true};
+    p.shape.kernel = qj->id.kernel;
     p.shape.dtype = (tuned_dtype)qj->id.dtype;
     p.shape.rows = qj->id.rows;
     p.shape.cols = qj->id.cols;
@@ -1104,7 +1108,8 @@ int tuned__remote_open(tuned__daemon *d, tuned__err *e)
     }
     for (size_t i = 0; i < d->nhere && rm->nhw < MAX_CLASSES; i++) {
         char hw[64];
-        tuned__remote_hwclass_name(d->here_id[i].hwclass.fp, hw, sizeof hw);
+        tuned__remote_hwclass_name(d->here_id[tuned__here_at(i, TUNED__KIND_DEFAULT)].hwclass.fp,
+                                   hw, sizeof hw);
         bool seen = false;
         for (size_t k = 0; k < rm->nhw; k++)
             seen = seen || strcmp(rm->hw[k], hw) == 0;
@@ -1189,11 +1194,21 @@ void tuned__remote_stats(tuned__daemon *d, tuned__buf *out)
     tuned__json_key(out, "owner", false);
     tuned__json_str(out, rm->f != NULL ? tuned__fleet_owner(rm->f) : "");
     /* The kernel code and policy this daemon's keys end with, to find
-     * them in the server. */
+     * them in the server: the default kind's code, and each kind's. */
     char code[17];
-    snprintf(code, sizeof code, "%016" PRIx64, tuned__templates_hash());
+    snprintf(code, sizeof code, "%016" PRIx64,
+             tuned__kind_identity_hash(tuned__kind(TUNED__KIND_DEFAULT)));
     tuned__json_key(out, "code", false);
     tuned__json_str(out, code);
+    tuned__json_key(out, "codes", false);
+    tuned__buf_add(out, "{", 1);
+    for (size_t k = 0; k < tuned__kind_count(); k++) {
+        const tuned__kind_spec *kind = tuned__kind_at(k);
+        snprintf(code, sizeof code, "%016" PRIx64, tuned__kind_identity_hash(kind));
+        tuned__json_key(out, kind->name, k == 0);
+        tuned__json_str(out, code);
+    }
+    tuned__buf_add(out, "}", 1);
     tuned__json_key(out, "policy", false);
     tuned__json_str(out, TUNED__MEASURE_POLICY);
     tuned__buf_printf(out, ",\"fleet\":{\"gets\":%" PRIu64 ",\"hits\":%" PRIu64

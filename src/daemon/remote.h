@@ -102,11 +102,14 @@ typedef struct tuned__remote_forget_req {
     const char *credentials;   /* as --remote-credentials; NULL: none */
     const char *const *keys;   /* record keys (tuned__fleet_record_key) */
     size_t nkeys;
-    /* Or a filter: every record of rows x cols (of dtype, or of every
-     * dtype) of hardware class hwclass ("hw" + 16 hex digits) that the
-     * fleet's index lists, of any toolchain, kernel code and policy. */
+    /* Or a filter: every record of rows x cols (of kind kernel, or of
+     * every kind; of dtype, or of every dtype) of hardware class hwclass
+     * ("hw" + 16 hex digits) that the fleet's index lists, of any
+     * toolchain, kernel code and policy. */
     const char *hwclass;
     uint64_t rows, cols;
+    bool have_kernel;
+    uint8_t kernel;            /* TUNED_KERNEL_* */
     bool have_dtype;
     uint8_t dtype;
     bool dry_run;              /* say what would go, remove nothing */

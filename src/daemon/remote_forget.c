@@ -11,6 +11,7 @@
 
 #include <uv.h>
 
+#include "src/codegen/kind.h"
 #include "src/fleet/fleet.h"
 #include "tuned.h"
 
@@ -95,12 +96,14 @@ int tuned__remote_forget(const tuned__remote_forget_req *q, size_t *removed, tun
         tuned__fleet_hwclass_name(q->hwclass, hwclass, sizeof hwclass);
     else if (q->hwclass != NULL)
         snprintf(hwclass, sizeof hwclass, "%s", q->hwclass);
-    for (int dt = 0; rc == 0 && q->hwclass != NULL && dt < 3; dt++) {
-        if (q->have_dtype && dt != q->dtype)
+    size_t nkinds = q->hwclass != NULL ? tuned__kind_count() : 0;
+    for (size_t at = 0; rc == 0 && at < nkinds * 3; at++) {
+        const tuned__kind_spec *kind = tuned__kind_at(at / 3);
+        int dt = (int)(at % 3);
+        if ((q->have_dtype && dt != q->dtype) || (q->have_kernel && kind->id != q->kernel))
             continue;
         sync_call c = {0};
-        if ((rc = tuned__fleet_shapes(f, TUNED__KIND_DEFAULT, (uint8_t)dt, hwclass, on_sync,
-                                      &c, e)) != 0)
+        if ((rc = tuned__fleet_shapes(f, kind->id, (uint8_t)dt, hwclass, on_sync, &c, e)) != 0)
             break;
         run_until(&loop, &c.done);
         if (c.status != TUNED__FLEET_OK) {
@@ -120,7 +123,7 @@ int tuned__remote_forget(const tuned__remote_forget_req *q, size_t *removed, tun
             }
             tuned__fleet_id *id = &ids[nids++];
             memset(id, 0, sizeof *id);
-            id->kernel = TUNED__KIND_DEFAULT;
+            id->kernel = kind->id;
             id->dtype = (uint8_t)dt;
             id->rows = q->rows;
             id->cols = q->cols;

@@ -37,7 +37,9 @@ typedef struct target {
     int sms;             /* 0: unknown */
     uint64_t total_mem;  /* 0: unknown */
     bool local;
-    size_t slot;         /* local: the GPU's position (d->here, d->here_id) */
+    size_t slot;         /* local: the GPU's position (tuned__here_at) */
+    uint64_t rec_fp;     /* the fingerprint the request's kind's records on it
+                            are filed under (tuned__gpu_kind_fp) */
     uint64_t hwclass;    /* its hardware class fingerprint; 0: unknown */
 } target;
 
@@ -61,11 +63,13 @@ _Static_assert(sizeof(((target *)0)->name) == sizeof(((tuned__jobs_gpu *)0)->gpu
                    sizeof(((target *)0)->name) == sizeof(((tuned__index_gpu *)0)->name),
                "a target's GPU name is copied whole from a local or an indexed GPU's");
 
-static void from_local(const tuned__daemon *d, size_t slot, const tuned__jobs_gpu *g, target *t)
+static void from_local(const tuned__daemon *d, size_t slot, const tuned__jobs_gpu *g,
+                       unsigned kind, target *t)
 {
     t->slot = slot;
-    t->hwclass = slot < d->nhere ? d->here_id[slot].hwclass.fp : 0;
+    t->hwclass = slot < d->nhere ? d->here_id[tuned__here_at(slot, kind)].hwclass.fp : 0;
     t->fp = g->gpu.fingerprint;
+    t->rec_fp = tuned__gpu_kind_fp(&g->gpu, kind);
     /* The same size: a copy, not a printf per get. */
     memcpy(t->name, g->gpu.name, sizeof t->name);
     t->name[sizeof t->name - 1] = '\0';
@@ -78,6 +82,7 @@ static void from_local(const tuned__daemon *d, size_t slot, const tuned__jobs_gp
 static void from_index(const tuned__index_gpu *g, target *t)
 {
     t->fp = g->fp;
+    t->rec_fp = g->fp;
     memcpy(t->name, g->name, sizeof t->name);
     t->name[sizeof t->name - 1] = '\0';
     t->arch = g->arch;
@@ -108,13 +113,14 @@ static int resolve_gpu(tuned__daemon *d, const tuned__request *r, target *t, tun
 {
     memset(t, 0, sizeof *t);
     const tuned__gpu_sel *sel = &r->gpu;
+    unsigned kind = tuned__shape_kernel(&r->shape);
     size_t nlocal = tuned__jobs_gpu_count(d->jobs);
     size_t nidx = tuned__index_gpu_count(d->index);
     tuned__jobs_gpu g;
     switch (sel->kind) {
     case TUNED__GPU_ANY:
         if (tuned__jobs_gpu_at(d->jobs, 0, &g)) {
-            from_local(d, 0, &g, t);
+            from_local(d, 0, &g, kind, t);
             return 0;
         }
         if (nidx == 1) {
@@ -130,7 +136,7 @@ static int resolve_gpu(tuned__daemon *d, const tuned__request *r, target *t, tun
     case TUNED__GPU_ORDINAL:
         for (size_t i = 0; i < nlocal; i++)
             if (tuned__jobs_gpu_at(d->jobs, i, &g) && g.gpu.ordinal == sel->ordinal) {
-                from_local(d, i, &g, t);
+                from_local(d, i, &g, kind, t);
                 return 0;
             }
         return error_reply(d, out, r, TUNED__PE_UNKNOWN_GPU, "no GPU %d here (%zu GPUs)",
@@ -138,7 +144,7 @@ static int resolve_gpu(tuned__daemon *d, const tuned__request *r, target *t, tun
     case TUNED__GPU_FP:
         for (size_t i = 0; i < nlocal; i++)
             if (tuned__jobs_gpu_at(d->jobs, i, &g) && g.gpu.fingerprint == sel->fp) {
-                from_local(d, i, &g, t);
+                from_local(d, i, &g, kind, t);
                 return 0;
             }
         for (size_t i = 0; i < nidx; i++)
@@ -151,14 +157,15 @@ static int resolve_gpu(tuned__daemon *d, const tuned__request *r, target *t, tun
     default:
         for (size_t i = 0; i < nlocal; i++)
             if (tuned__jobs_gpu_at(d->jobs, i, &g) && strcasecmp(g.gpu.name, sel->name) == 0) {
-                from_local(d, i, &g, t);
+                from_local(d, i, &g, kind, t);
                 return 0;
             }
         uint64_t hw;
         if (hwclass_sel(sel->name, &hw)) {
             for (size_t i = 0; i < nlocal && i < d->nhere; i++)
-                if (d->here_id[i].hwclass.fp == hw && tuned__jobs_gpu_at(d->jobs, i, &g)) {
-                    from_local(d, i, &g, t);
+                if (d->here_id[tuned__here_at(i, kind)].hwclass.fp == hw &&
+                    tuned__jobs_gpu_at(d->jobs, i, &g)) {
+                    from_local(d, i, &g, kind, t);
                     return 0;
                 }
             for (size_t i = 0; i < nidx; i++)
@@ -185,16 +192,17 @@ static int resolve_gpu(tuned__daemon *d, const tuned__request *r, target *t, tun
     }
 }
 
-/* The shape's input plus output must fit the GPU's memory. */
+/* The tensors the shape's kind moves must fit the GPU's memory. */
 static int check_fits(tuned__daemon *d, const tuned__request *r, const target *t, tuned__buf *out)
 {
-    uint64_t row_bytes = 2 * r->shape.cols * tuned_dtype_size(r->shape.dtype);
+    unsigned tensors = tuned__shape_matrices(&r->shape);
+    uint64_t row_bytes = tensors * r->shape.cols * tuned_dtype_size(r->shape.dtype);
     if (t->total_mem != 0 && r->shape.rows > t->total_mem / row_bytes)
         return error_reply(d, out, r, TUNED__PE_TOO_BIG,
-                           "%" PRIu64 "x%" PRIu64 " %s: input and output exceed the %" PRIu64
+                           "%" PRIu64 "x%" PRIu64 " %s %s: its %u tensors exceed the %" PRIu64
                            " MiB of %s",
                            r->shape.rows, r->shape.cols, tuned_dtype_name(r->shape.dtype),
-                           t->total_mem >> 20, t->name);
+                           tuned__kernel_name(r->kernel), tensors, t->total_mem >> 20, t->name);
     return 0;
 }
 
@@ -283,7 +291,7 @@ static int local_answer(tuned__daemon *d, const tuned__request *r, const target 
                         tuned__answer *a, tuned__buf *out)
 {
     tuned__store_key key = {.kernel = r->kernel, .dtype = (uint8_t)r->shape.dtype,
-                            .rows = r->shape.rows, .cols = r->shape.cols, .gpu_fp = t->fp};
+                            .rows = r->shape.rows, .cols = r->shape.cols, .gpu_fp = t->rec_fp};
     long at = tuned__index_find(d->index, &key);
     if (at >= 0) {
         a->source = TUNED__SOURCE_EXACT;
@@ -302,12 +310,13 @@ static int local_answer(tuned__daemon *d, const tuned__request *r, const target 
     a->config[0] = '\0';
     if (t->local && t->slot < d->nhere) {
         tuned__tier tier;
-        a->rec = tuned__index_compatible(d->index, &key, &d->here_id[t->slot], config_fits, &sp,
-                                         &tier);
+        a->rec = tuned__index_compatible(d->index, &key,
+                                         &d->here_id[tuned__here_at(t->slot, r->kernel)],
+                                         config_fits, &sp, &tier);
         a->source = tier == TUNED__TIER_EXACT ? TUNED__SOURCE_EXACT : TUNED__SOURCE_COMPATIBLE;
     }
     if (a->rec < 0) {
-        a->rec = tuned__index_nearest(d->index, &sp, t->fp);
+        a->rec = tuned__index_nearest(d->index, &sp, t->rec_fp);
         a->source = a->rec >= 0 ? TUNED__SOURCE_NEAREST : TUNED__SOURCE_DEFAULT;
     }
     if (a->rec < 0) {
@@ -321,14 +330,14 @@ static int local_answer(tuned__daemon *d, const tuned__request *r, const target 
 }
 
 /* With --retune-compatible, whether a compatible answer for r on t should
- * queue its key's tune: a local GPU, a kernel the jobs tune, a writable
- * store, and a key not queued before (marked here). */
+ * queue its key's tune: a local GPU, a writable store, and a key (kind,
+ * dtype, shape, GPU) not queued before (marked here). */
 static bool retune_due(tuned__daemon *d, const tuned__request *r, const target *t)
 {
-    if (!d->o->retune_compatible || !t->local || d->read_only || d->stopping ||
-        tuned__shape_kernel(&r->shape) != TUNED__KIND_DEFAULT)
+    if (!d->o->retune_compatible || !t->local || d->read_only || d->stopping)
         return false;
-    const uint64_t parts[] = {r->shape.dtype, r->shape.rows, r->shape.cols, t->fp};
+    const uint64_t parts[] = {tuned__shape_kernel(&r->shape), r->shape.dtype, r->shape.rows,
+                              r->shape.cols, t->rec_fp};
     uint64_t h = tuned__fnv1a64(parts, sizeof parts, TUNED__FNV_SEED);
     size_t n = d->nretuned < TUNED__RETUNED_MAX ? d->nretuned : TUNED__RETUNED_MAX;
     for (size_t i = 0; i < n; i++)
@@ -386,7 +395,7 @@ static void get_reply(tuned__daemon *d, const tuned__request *r, const target *t
     }
     if (rec != NULL && a->source == TUNED__SOURCE_COMPATIBLE && t->slot < d->nhere) {
         char why[256];
-        tuned__record_tier(rec, &d->here_id[t->slot], why, sizeof why);
+        tuned__record_tier(rec, &d->here_id[tuned__here_at(t->slot, r->kernel)], why, sizeof why);
         tuned__json_key(out, "differs", false);
         tuned__json_str(out, why);
     }
@@ -532,7 +541,7 @@ static void op_job(tuned__daemon *d, const tuned__request *r, tuned__buf *out)
     tuned__json_key(out, "state", false);
     tuned__json_str(out, tuned__job_state_name(v.state));
     tuned__json_key(out, "kernel", false);
-    tuned__json_str(out, "softmax");
+    tuned__json_str(out, tuned__kernel_name((uint8_t)tuned__shape_kernel(&v.shape)));
     tuned__json_key(out, "dtype", false);
     tuned__json_str(out, tuned_dtype_name(v.shape.dtype));
     tuned__json_key(out, "rows", false);
@@ -611,7 +620,7 @@ static bool list_match(tuned__daemon *d, const tuned__request *r, const tuned__r
     case TUNED__GPU_ORDINAL:
         for (size_t i = 0; tuned__jobs_gpu_at(d->jobs, i, &g); i++)
             if (g.gpu.ordinal == r->gpu.ordinal)
-                return rec->key.gpu_fp == g.gpu.fingerprint;
+                return rec->key.gpu_fp == tuned__gpu_kind_fp(&g.gpu, rec->key.kernel);
         return false;
     case TUNED__GPU_FP: return rec->key.gpu_fp == r->gpu.fp;
     case TUNED__GPU_NAME: return strcasecmp(rec->gpu_name, r->gpu.name) == 0;
@@ -699,11 +708,12 @@ static void op_stats(tuned__daemon *d, const tuned__request *r, tuned__buf *out)
         tuned__json_str(out, fp);
         if (i < d->nhere) {
             char hw[64];
-            tuned__remote_hwclass_name(d->here_id[i].hwclass.fp, hw, sizeof hw);
+            const tuned__identity *id = &d->here_id[tuned__here_at(i, TUNED__KIND_DEFAULT)];
+            tuned__remote_hwclass_name(id->hwclass.fp, hw, sizeof hw);
             tuned__json_key(out, "hwclass", false);
             tuned__json_str(out, hw);
             tuned__json_key(out, "toolchain", false);
-            tuned__json_str(out, d->here_id[i].toolchain.text);
+            tuned__json_str(out, id->toolchain.text);
         }
         tuned__buf_printf(out, ",\"arch\":%d,\"total_mem\":%zu,\"worker_pid\":%d,\"job\":%" PRIu64
                           ",\"worker_restarts\":%u,\"test_only_fake\":%s}",

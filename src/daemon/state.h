@@ -16,6 +16,7 @@
 #include "src/daemon/index.h"
 #include "src/daemon/jobs.h"
 #include "src/daemon/protocol.h"
+#include "src/codegen/kind.h"
 
 typedef struct tuned__stats {
     uint64_t requests;
@@ -53,9 +54,12 @@ typedef struct tuned__daemon {
     tuned__index *index;
     bool read_only;          /* the store could not be opened for writing */
     uv_loop_t *loop;
-    tuned__record *here;     /* the local systems, for exact matching */
-    tuned__identity *here_id;/* their identities, with this build's policy */
-    size_t nhere;
+    /* The local systems, for exact matching, and their identities with
+     * this build's policy: one of each per GPU and kind (a kind's records
+     * are filed under its own code hash), at tuned__here_at. */
+    tuned__record *here;
+    tuned__identity *here_id;
+    size_t nhere;            /* GPUs */
     uint64_t index_gen;      /* the store generation the index was built at */
     uint64_t seen_txnid;     /* the store's txn id when the generation was last read */
     uint64_t applied_writes; /* tuned__jobs_writes() put into the index */
@@ -76,6 +80,13 @@ typedef struct tuned__daemon {
     uint64_t retuned[TUNED__RETUNED_MAX];
     size_t nretuned;
 } tuned__daemon;
+
+/* The position in d->here and d->here_id of local GPU slot's record and
+ * identity for kind (a known kind: 1 .. TUNED__KIND_COUNT). */
+static inline size_t tuned__here_at(size_t slot, unsigned kind)
+{
+    return slot * TUNED__KIND_COUNT + (kind - 1);
+}
 
 /* Loads the index from the store, on this thread (at start). */
 int tuned__daemon_reload(tuned__daemon *d, tuned__err *e);

@@ -384,8 +384,13 @@ int tuned__worker_start(tuned__worker **out, const tuned__worker_opts *o, tuned_
 
 int tuned__worker_send_tune(tuned__worker *w, const tuned__worker_tune *t, tuned__err *e)
 {
-    json_t *req = json_pack("{s:s, s:s, s:I, s:I, s:I, s:f, s:I, s:I, s:i, s:b}", "op", "tune",
-                            "dtype", tuned_dtype_name(t->shape.dtype), "rows",
+    const char *kernel = tuned__kernel_name((uint8_t)tuned__shape_kernel(&t->shape));
+    if (kernel == NULL)
+        return tuned__errf(e, TUNED_EINVAL, "worker: a tune of unknown kind %u",
+                           tuned__shape_kernel(&t->shape));
+    json_t *req = json_pack("{s:s, s:s, s:s, s:I, s:I, s:I, s:f, s:I, s:I, s:i, s:b}", "op",
+                            "tune", "kernel", kernel, "dtype", tuned_dtype_name(t->shape.dtype),
+                            "rows",
                             (json_int_t)t->shape.rows, "cols", (json_int_t)t->shape.cols,
                             "budget", (json_int_t)t->budget, "time_s", t->time_s, "seed",
                             (json_int_t)(t->seed & INT64_MAX), "population",

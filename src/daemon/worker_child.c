@@ -197,6 +197,7 @@ static bool do_tune(backend *b, const json_t *req)
     const json_t *seed = json_object_get(req, "seed");
     const json_t *population = json_object_get(req, "population");
     const json_t *rounds = json_object_get(req, "finalist_rounds");
+    const json_t *kernel = json_object_get(req, "kernel");
     if (!json_is_string(dt) || tuned_dtype_parse(json_string_value(dt), &r.shape.dtype) != 0 ||
         !json_is_integer(rows) || !json_is_integer(cols) || json_integer_value(rows) < 1 ||
         json_integer_value(cols) < 1 || !json_is_integer(budget) ||
@@ -204,6 +205,8 @@ static bool do_tune(backend *b, const json_t *req)
         !(json_number_value(time_s) > 0) || !json_is_integer(seed) ||
         (population != NULL && (!json_is_integer(population) ||
                                 json_integer_value(population) < 1)) ||
+        (kernel != NULL && (!json_is_string(kernel) ||
+                            tuned__kernel_parse(json_string_value(kernel), &r.shape.kernel) != 0)) ||
         (rounds != NULL && (!json_is_integer(rounds) || json_integer_value(rounds) < 0 ||
                             json_integer_value(rounds) > TUNED__FINALIST_ROUNDS_MAX))) {
         tuned__errf(&e, TUNED_EINVAL, "worker: malformed tune request");
