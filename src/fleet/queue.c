@@ -126,7 +126,7 @@ static int parse_job(const redisReply *entry, const char *hwclass, tuned__fleet_
     const redisReply *fields = entry->element[1];
     if (fields->type != REDIS_REPLY_ARRAY)
         return -1;
-    char v[8], kernel[16], dtype[16], rows[24], cols[24], layout[8];
+    char v[8], kernel[32], dtype[16], rows[24], cols[24], layout[8];
     char tail;
     tuned_dtype dt;
     if (copy_field(fields, "v", v, sizeof v) != 0 || strcmp(v, "1") != 0 ||

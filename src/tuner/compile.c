@@ -289,9 +289,10 @@ int tuned__compile_wait(tuned__compile_batch *b, size_t i, double timeout_s,
         if (!wait_done(b, i, timeout_s)) {
             char text[TUNED__CONFIG_TEXT];
             tuned__config_format(&b->cfgs[i], text, sizeof text);
+            const tuned__kind_spec *kind = tuned__shape_spec(&b->target.shape);
             return tuned__errf(e, TUNED_ETIMEOUT,
-                               "compile: softmax %s: not compiled within %.0f s: given up", text,
-                               timeout_s);
+                               "compile: %s %s: not compiled within %.0f s: given up",
+                               kind != NULL ? kind->name : "?", text, timeout_s);
         }
     }
     if (b->errs[i].code != 0) {
