@@ -39,7 +39,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def templates_dir():
-    for d in (os.path.join(HERE, "..", "kernels", "templates"), os.path.join(HERE, "templates")):
+    # a copy's own templates first: a copy run from a checkout's .ce/ must
+    # not pick up the checkout's kernels/templates (the 2026-11-29 speed run did)
+    for d in (os.path.join(HERE, "templates"), os.path.join(HERE, "..", "kernels", "templates")):
         if os.path.exists(os.path.join(d, "cross_entropy.cu")):
             return d
     sys.exit("no kernels/templates/cross_entropy.cu beside this script")
@@ -111,6 +113,16 @@ def source(cfg, dtype, cols, kind=0, smooth=0, label32=0):
         template("cross_entropy")
 
 
+def softmax_source(cfg, dtype, cols):
+    """tuned_softmax_rows at the same config (the same defines block, then
+    softmax_rows.cu): the family's plain softmax, which moves the same
+    bytes, timed beside the fused kernel."""
+    src = source(cfg, dtype, cols, 0)
+    defines = src[:src.index(template("softmax_common"))]
+    return defines + template("softmax_common") + template("softmax_rows_common") + \
+        template("softmax_rows")
+
+
 def reference_source(dtype, label32=0):
     defines = (f"// tuned cross_entropy reference kernels for {dtype}\n"
                f"#define T_DTYPE {DTYPES[dtype][0]}\n#define T_CE_LABEL32 {label32}\n")
@@ -173,28 +185,34 @@ def src_key(src, arch):
 # ---- what this script compiles ---------------------------------------------
 
 def bf16_configs(cols):
-    """A handful of rows-family configs per bf16/fp16 shape (vec 8 = 16 bytes)."""
+    """A handful of rows-family configs per bf16/fp16 shape: the softmax's
+    tuned config for the shape (cache/pretuned/h200.jsonl) and its
+    neighbours at T_MIN_BLOCKS 4 (at most 64 registers at 256 threads, 4
+    blocks a SM) or 2, then a few of the earlier T_MIN_BLOCKS 1 ones."""
+    F, S = dict(reg="pk", red="fused"), dict(reg="pk", red="split")
     if cols <= 40000:
-        return [Config(8, 1, reg="pk"), Config(16, 1), Config(16, 1, reg="pk"), Config(32, 1),
-                Config(8, 2), Config(16, 2), Config(16, 1, st="cs"), Config(8, 2, red="split"),
-                Config(16, 1, red="split")]
+        return [Config(8, 4, m=2, **F), Config(8, 4, m=2, **S), Config(8, 2, m=4, **F),
+                Config(8, 4, v=4, m=4, **S), Config(8, 4, v=4, m=4, **F),
+                Config(8, 2, red="split"), Config(8, 1, reg="pk")]
     if cols <= 60000:
-        return [Config(16, 1), Config(32, 1), Config(8, 2), Config(16, 2), Config(8, 4),
-                Config(16, 1, reg="pk"), Config(8, 2, reg="pk"), Config(8, 4, red="split"),
-                Config(16, 2, red="split")]
+        return [Config(8, 4, m=4, **F), Config(8, 4, m=4, **S), Config(8, 8, v=4, m=4, **S),
+                Config(8, 8, v=4, m=4, **F), Config(8, 4, v=4, m=2, **S), Config(16, 1, reg="pk"),
+                Config(8, 4, red="split")]
     if cols <= 160000:
-        return [Config(8, 8), Config(4, 8), Config(16, 4), Config(4, 16), Config(8, 16),
-                Config(32, 2), Config(8, 4, reg="pk"), Config(8, 8, st="cs"),
-                Config(8, 8, red="split"), Config(16, 8), Config(4, 16, red="split"),
-                Config(8, 16, red="split"), Config(16, 4, red="split")]
-    return [Config(8, 16), Config(16, 8), Config(16, 16), Config(4, 16), Config(8, 8, reg="pk"),
-            Config(8, 16, st="cs"), Config(8, 16, red="split"), Config(16, 8, red="split")]
+        return [Config(8, 8, v=4, m=4, **S), Config(8, 8, v=4, m=4, **F),
+                Config(8, 8, v=8, m=4, **S), Config(8, 8, v=4, m=4, ld="cs", **S),
+                Config(8, 8, v=4, m=4, st="cs", **S), Config(8, 8, v=4, m=4, ld="cs", st="cs", **S),
+                Config(8, 16, v=4, m=4, **S), Config(8, 16, v=4, m=4, **F),
+                Config(8, 4, m=2, **S), Config(8, 8, red="split")]
+    return [Config(8, 16, v=4, m=4, **S), Config(8, 16, v=4, m=4, **F),
+            Config(8, 16, v=8, m=4, **F), Config(8, 16, v=4, m=4, st="cs", **S),
+            Config(8, 8, v=4, m=2, **S), Config(8, 16, st="cs"), Config(8, 16, red="split")]
 
 
 def fp32_configs(cols):
-    return [Config(4, 8, v=4), Config(8, 8, v=4), Config(4, 16, v=4), Config(8, 16, v=4),
-            Config(16, 4, v=4), Config(8, 4, v=4, reg="pk"), Config(16, 8, v=4),
-            Config(8, 8, v=4, red="split"), Config(4, 16, v=4, red="split")]
+    return [Config(4, 16, v=2, m=4, red="fused"), Config(4, 16, v=2, m=4, red="split"),
+            Config(8, 16, v=4, m=4, red="fused"), Config(8, 8, v=4, m=2, red="fused"),
+            Config(4, 16, v=4, red="split"), Config(8, 8, v=4, red="split")]
 
 
 SHAPES = [(4096, 32000, "bf16"), (8192, 50257, "bf16"), (8192, 128256, "bf16"),
@@ -216,6 +234,10 @@ CHECKS = [
     (33, 4099, "fp16", Config(4, 1, red="split"), 1, 1),
     (100, 1000, "bf16", Config(4, 1, r=4), 0, 0),
     (20, 128256, "bf16", Config(8, 8, red="split", reg="pk"), 1, 0),
+    (40, 128256, "bf16", Config(8, 8, v=4, m=4, red="split", reg="pk"), 0, 0),
+    (24, 128256, "bf16", Config(8, 8, v=4, m=4, red="fused", reg="pk"), 1, 1),
+    (24, 50261, "bf16", Config(8, 4, m=4, red="fused", reg="pk"), 0, 0),
+    (16, 128256, "fp32", Config(4, 16, v=2, m=4, red="fused"), 1, 0),
     (16, 262144, "fp32", Config(8, 16, v=4), 0, 0),
 ]
 
@@ -231,6 +253,7 @@ def all_variants():
             out.append(source(cfg, dtype, cols, 0))
             out.append(source(cfg, dtype, cols, 1))
             out.append(source(cfg, dtype, cols, 2))
+            out.append(softmax_source(cfg, dtype, cols))
     for dtype in ("fp16", "bf16", "fp32"):
         for l32 in (0, 1):
             out.append(reference_source(dtype, l32))
@@ -656,7 +679,7 @@ def peak_extra(fn):
     return torch.cuda.max_memory_allocated() - base
 
 
-def timings(gpu, ck, deadline, log):
+def timings(gpu, ck, deadline, log, shapes=None):
     import torch
     import torch.nn.functional as F
     flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
@@ -664,6 +687,8 @@ def timings(gpu, ck, deadline, log):
     compiled = {}
     ignore = -100
     for rows, cols, dtype in SHAPES:
+        if shapes and f"{rows}x{cols}-{dtype}" not in shapes:
+            continue
         x0, labels = make_inputs(rows, cols, dtype, 5, ignore, special=False, bad_label=False)
         nbytes = x0.numel() * x0.element_size()
         reps = 20 if nbytes < 4e9 else 10
@@ -705,6 +730,17 @@ def timings(gpu, ck, deadline, log):
                                          ignore, gsc, 0, 0)
         ck.ok(f"best {rows}x{cols} {dtype} {ce.cfg.name()} vs float64", bad == [0, 0, 0],
               f"bad {bad} first {first}")
+        # the plain softmax at the same config, in place: what the family does
+        # with the same bytes and no cross-entropy work
+        t_soft = None
+        try:
+            sfn = gpu.function(softmax_source(ce.cfg, dtype, cols), "tuned_softmax_rows")
+            t_soft = bench(lambda: gpu.launch(sfn, ce.grid(rows), ce.cfg.w * 32,
+                                              [P(x), P(x), ctypes.c_longlong(rows),
+                                               ctypes.c_int(cols), ctypes.c_longlong(x.stride(0)),
+                                               ctypes.c_float(1.0)]), flush, reps)
+        except RuntimeError as e:
+            print(f"  softmax {ce.cfg.name()}: {e}"[:300])
         # loss only and the split backward, same config
         t_fwd = bench(lambda: ce.fused(x, labels, None, loss, lse,
                                        params(1.0, 0.0, 0.0, ignore, None), 1), flush, reps)
@@ -737,10 +773,11 @@ def timings(gpu, ck, deadline, log):
                 print(f"  torch.compile {rows}x{cols}: {type(e).__name__}: {e}"[:300])
         xg.grad = None
         del xg
-        rows_out.append((f"{rows}x{cols}", dtype, t_copy, t_best, ce.cfg.name(), t_fwd, t_bwd,
-                         t_torch, t_comp, copy_extra, fused_extra, torch_extra, comp_extra))
+        rows_out.append((f"{rows}x{cols}", dtype, t_copy, t_best, ce.cfg.name(), t_soft, t_fwd,
+                         t_bwd, t_torch, t_comp, copy_extra, fused_extra, torch_extra, comp_extra))
         print(f"{rows}x{cols} {dtype}: copy {t_copy:.1f} fused {t_best:.1f} ({ce.cfg.name()}) "
-              f"{t_best / t_copy:.3f}x fwd {t_fwd:.1f} bwd {t_bwd:.1f} torch {t_torch:.1f} "
+              f"{t_best / t_copy:.3f}x softmax {us(t_soft)} fwd {t_fwd:.1f} bwd {t_bwd:.1f} "
+              f"torch {t_torch:.1f} "
               f"compile {t_comp}", flush=True)
         del x0, labels
         torch.cuda.empty_cache()
@@ -759,6 +796,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--compile-only", metavar="DIR")
     ap.add_argument("--log", default=os.environ.get("OUT", "/tmp") + "/ce_configs.log")
+    ap.add_argument("--shapes", default="",
+                    help="comma-separated ROWSxCOLS-DTYPE (e.g. 8192x128256-bf16); default all")
     ap.add_argument("--budget-s", type=float, default=330.0,
                     help="after this many seconds torch.compile is skipped")
     a = ap.parse_args()
@@ -775,14 +814,16 @@ def main():
     print(f"correctness: {ck.passed} passed, {len(ck.failed)} failed "
           f"({time.time() - t0:.0f} s)", flush=True)
     with open(a.log, "w") as log:
-        rows = timings(gpu, ck, t0 + a.budget_s, log)
+        rows = timings(gpu, ck, t0 + a.budget_s, log,
+                       set(a.shapes.split(",")) if a.shapes else None)
     print(f"\nvariants compiled on the GPU machine: {gpu.compiled_here}; "
           f"checks {ck.passed} passed, {len(ck.failed)} failed: {ck.failed[:10]}")
-    print("\n| shape | dtype | copy us | fused us (config) | fused/copy | loss-only us | bwd us "
+    print("\n| shape | dtype | copy us | fused us (config) | fused/copy | softmax us (same config) "
+          "| loss-only us | bwd us "
           "| torch fwd+bwd us | compile fwd+bwd us | extra GB copy / fused / torch / compile |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    for (shape, dt, tc, tb, name, tf, tbw, tt, tcomp, ec, ef, et, ecp) in rows:
-        print(f"| {shape} | {dt} | {tc:.1f} | {tb:.1f} ({name}) | {tb / tc:.3f} | {tf:.1f} | "
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for (shape, dt, tc, tb, name, ts, tf, tbw, tt, tcomp, ec, ef, et, ecp) in rows:
+        print(f"| {shape} | {dt} | {tc:.1f} | {tb:.1f} ({name}) | {tb / tc:.3f} | {us(ts)} | {tf:.1f} | "
               f"{tbw:.1f} | {tt:.1f} | {us(tcomp)} | {gb(ec)} / {gb(ef)} / {gb(et)} / {gb(ecp)} |")
     print(f"total {time.time() - t0:.0f} s")
 
