@@ -393,6 +393,91 @@ TUNED_EXTERN int tuned_log_softmax_backward(tuned_handle *h, const void *y, cons
                                             void *dx, int64_t rows, int64_t cols,
                                             int64_t row_stride, tuned_dtype dtype, void *stream);
 
+/* ======================================================================
+ * Cross-entropy over the last dimension (the vocabulary): the loss of
+ * rows of logits x (rows x cols, row_stride elements apart) against their
+ * labels, its per-row log-sum-exp, and its gradient, in one read of the
+ * logits and one write of the gradient ("cross_entropy"; in place when
+ * grad == logits), or the loss alone in one read ("cross_entropy_loss",
+ * grad NULL), or the gradient from the saved log-sum-exp
+ * (tuned_cross_entropy_backward, "cross_entropy_bwd"). Math in fp32; loss
+ * and lse are fp32; the gradient is rounded to the dtype once. Per row r
+ * with label y, s = scale, V = cols, eps = label_smoothing, z = z_loss:
+ *   lse  = log sum_j exp(s x_j)
+ *   loss = (1 - eps)(lse - s x_y) + eps (lse - mean_j s x_j) + z lse^2
+ *   grad = g_r s (p_j (1 + 2 z lse) - (1 - eps)[j == y] - eps / V),
+ *          p_j = exp(s x_j - lse)
+ * A row whose label is ignore_index has loss 0 and gradient 0 (and lse
+ * written). g_r, the gradient flowing into the row's loss: reduction
+ * "mean": grad_output[0] (NULL: 1) over the count of rows not ignored,
+ * counted on the GPU before the loss kernel (the workspace holds it), so
+ * no call waits on the host and every call can be captured in a CUDA
+ * graph; "sum": grad_output[0] (NULL: 1); "none": grad_output[r] (NULL:
+ * 1). The per-row losses are written; summing them is the caller's (one
+ * small reduction). A label outside [0, V) that is not ignore_index is
+ * never used as an index: its row's loss and gradient are NaN and bit
+ * TUNED_CE_ERR_LABEL is OR-ed into *error (when given), which the caller
+ * reads whenever it likes (after a synchronisation it makes anyway):
+ * nothing on the hot path waits for it. NaN or +inf logits and rows of
+ * only -inf give a NaN loss, as torch.nn.functional.cross_entropy. */
+typedef enum tuned_reduction {
+    TUNED_REDUCTION_NONE = 0,
+    TUNED_REDUCTION_SUM = 1,
+    TUNED_REDUCTION_MEAN = 2,
+} tuned_reduction;
+
+#define TUNED_CE_ERR_LABEL 1u /* a label outside [0, cols) that is not ignore_index */
+#define TUNED_CE_WORKSPACE_BYTES 16 /* device bytes a "mean" call needs */
+
+typedef struct tuned_ce_options {
+    float scale;              /* s, positive and finite (1: none) */
+    float label_smoothing;    /* eps in [0, 1] */
+    float z_loss;             /* z >= 0 (PaLM's z-loss, lse_square_scale) */
+    int64_t ignore_index;     /* -100 by default */
+    tuned_reduction reduction;
+    const float *grad_output; /* device: the upstream gradient (see above); NULL: 1 */
+    float *z_out;             /* device, rows floats: z lse^2 per row; NULL: none */
+    uint32_t *error;          /* device word for TUNED_CE_ERR_*; NULL: none */
+    void *workspace;          /* device, TUNED_CE_WORKSPACE_BYTES, 4-byte aligned:
+                                 "mean" only; NULL otherwise */
+    int labels_int32;         /* 1: labels are int32; 0: int64 */
+} tuned_ce_options;
+
+/* The defaults: scale 1, no smoothing, no z-loss, ignore_index -100,
+ * reduction mean, everything else NULL or 0. */
+TUNED_EXTERN void tuned_ce_options_init(tuned_ce_options *o);
+
+/* The loss and lse of rows x cols logits of dtype against labels (device
+ * arrays of rows int64, or int32 with labels_int32), and, when grad is not
+ * NULL, the gradient into grad (grad == logits: in place). loss and lse
+ * are device arrays of rows floats, both written. o NULL: the defaults
+ * (whose reduction, mean, needs a workspace: EINVAL). Errors as
+ * tuned_softmax, and
+ * TUNED_EINVAL for bad options (a scale not positive, eps outside [0, 1],
+ * z < 0, mean without a workspace, misaligned or overlapping tensors). */
+TUNED_EXTERN int tuned_cross_entropy(tuned_handle *h, const void *logits, const void *labels,
+                                     void *grad, float *loss, float *lse, int64_t rows,
+                                     int64_t cols, int64_t row_stride, tuned_dtype dtype,
+                                     const tuned_ce_options *o, void *stream);
+
+/* The gradient alone from the logits and the lse a forward saved: one read
+ * and one write. Arguments as tuned_cross_entropy. */
+TUNED_EXTERN int tuned_cross_entropy_backward(tuned_handle *h, const void *logits,
+                                              const void *labels, const float *lse, void *grad,
+                                              int64_t rows, int64_t cols, int64_t row_stride,
+                                              tuned_dtype dtype, const tuned_ce_options *o,
+                                              void *stream);
+
+/* grad *= *factor (a device float), nothing moved when it is 1: the fused
+ * forward's gradient assumes an upstream gradient of 1, and autograd
+ * learns the real one only in the backward. The key (rows, cols,
+ * row_stride, dtype, alignment) must have been called with
+ * tuned_cross_entropy on this handle and context first (TUNED_EINVAL
+ * otherwise). */
+TUNED_EXTERN int tuned_cross_entropy_rescale(tuned_handle *h, void *grad, int64_t rows,
+                                             int64_t cols, int64_t row_stride, tuned_dtype dtype,
+                                             const float *factor, void *stream);
+
 /* Everything a call of kind kernel does for these arguments except the
  * launch (the slow path, if this key has none yet): for warming up shapes
  * before a CUDA graph capture or a timed loop. tensors as for tuned_run.

@@ -651,17 +651,7 @@ static tuned__api_entry *recheck(tuned_handle *h, const tuned__api_key *k, uint6
 
 /* ---- the call ---- */
 
-/* One call: the entry point's name (for messages), the kind, one device
- * pointer per tensor of the kind in its spec's order (NULL for an unused
- * one), the options block (NULL: the scale, for a scaled kind) and the
- * kind's compiled-in options. */
-typedef struct call_args {
-    const char *fn;
-    const tuned__kind_spec *kind;
-    const void *ptr[TUNED__KIND_MAX_TENSORS];
-    const void *params;
-    unsigned flags;
-} call_args;
+typedef tuned__api_args call_args;
 
 static bool overlap(uintptr_t a, uint64_t a_span, uintptr_t b, uint64_t b_span)
 {
@@ -773,7 +763,7 @@ static inline bool call_ok(const tuned_handle *h, const call_args *a, int64_t ro
 }
 
 /* The entry for a call: the fast path, else the slow path. */
-static int resolve(tuned_handle *h, const call_args *a, int64_t rows, int64_t cols,
+int tuned__api_resolve(tuned_handle *h, const call_args *a, int64_t rows, int64_t cols,
                    int64_t stride, tuned_dtype dtype, float scale, void *stream,
                    tuned__api_entry **out)
 {
@@ -845,14 +835,10 @@ found:
     return 0;
 }
 
-/* One call: resolve, then launch on the caller's stream. */
-static int call(tuned_handle *h, const call_args *a, int64_t rows, int64_t cols,
-                int64_t row_stride, tuned_dtype dtype, float scale, void *stream)
+int tuned__api_launch(tuned_handle *h, const call_args *a, const tuned__api_entry *e,
+                      int64_t rows, int64_t cols, int64_t row_stride, tuned_dtype dtype,
+                      float scale, void *stream)
 {
-    tuned__api_entry *e;
-    int rc = resolve(h, a, rows, cols, row_stride, dtype, scale, stream, &e);
-    if (rc != 0)
-        return rc;
     CUdeviceptr tensors[TUNED__KIND_MAX_TENSORS];
     for (unsigned i = 0; i < a->kind->ntensors; i++)
         tensors[i] = used(a, i) ? (CUdeviceptr)(uintptr_t)a->ptr[i] : 0;
@@ -871,6 +857,34 @@ static int call(tuned_handle *h, const call_args *a, int64_t rows, int64_t cols,
         return fail(h, &err);
     }
     return 0;
+}
+
+const tuned__api_entry *tuned__api_find_kind(tuned_handle *h, tuned_kernel kernel, int64_t rows,
+                                             int64_t cols, int64_t row_stride, tuned_dtype dtype)
+{
+    CUcontext ctx = NULL;
+    if (h->d->cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || ctx == NULL || rows < 1 || cols < 1)
+        return NULL;
+    for (unsigned aligned = 0; aligned < 2; aligned++)
+        for (unsigned flags = 0; flags < 8; flags++) {
+            tuned__api_key k = {.ctx = ctx, .rows = (uint64_t)rows, .cols = (uint64_t)cols,
+                                .stride = (uint64_t)row_stride, .dtype = (uint32_t)dtype,
+                                .kernel = (uint16_t)kernel, .aligned = (uint8_t)aligned,
+                                .flags = (uint8_t)flags};
+            tuned__api_entry *e = tuned__api_map_find(&h->map, &k, tuned__api_key_hash(&k));
+            if (e != NULL)
+                return e;
+        }
+    return NULL;
+}
+
+/* One call: resolve, then launch on the caller's stream. */
+static int call(tuned_handle *h, const call_args *a, int64_t rows, int64_t cols,
+                int64_t row_stride, tuned_dtype dtype, float scale, void *stream)
+{
+    tuned__api_entry *e;
+    int rc = tuned__api_resolve(h, a, rows, cols, row_stride, dtype, scale, stream, &e);
+    return rc != 0 ? rc : tuned__api_launch(h, a, e, rows, cols, row_stride, dtype, scale, stream);
 }
 
 int tuned_run(tuned_handle *h, tuned_kernel kernel, const void *const *tensors, int64_t rows,
@@ -958,7 +972,7 @@ int tuned_prepare(tuned_handle *h, tuned_kernel kernel, const void *const *tenso
         return failf(h, TUNED_EINVAL, "tuned_prepare: tensors is NULL");
     for (unsigned i = 0; a.kind != NULL && i < a.kind->ntensors; i++)
         a.ptr[i] = tensors[i];
-    int rc = resolve(h, &a, rows, cols, row_stride, dtype, 1.0f, NULL, &e);
+    int rc = tuned__api_resolve(h, &a, rows, cols, row_stride, dtype, 1.0f, NULL, &e);
     if (rc == 0 && out != NULL)
         copy_choice(h, e, out);
     return rc;

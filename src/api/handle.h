@@ -91,6 +91,37 @@ int tuned__api_device_get(tuned_handle *h, int ordinal, const tuned__gpu **out, 
 /* The ordinal for device (-1: the current context's, else 0; under h->mu). */
 int tuned__api_resolve_device(tuned_handle *h, int device, int *ordinal, tuned__err *e);
 
+/* ---- a call (api.c): the kind-specific entry points build one ---- */
+
+/* One call: the entry point's name (for messages), the kind, one device
+ * pointer per tensor of the kind in its spec's order (NULL for an unused
+ * one), the options block (NULL: the scale, for a scaled kind) and the
+ * kind's compiled-in options (codegen flags). */
+typedef struct tuned__api_args {
+    const char *fn;
+    const tuned__kind_spec *kind;
+    const void *ptr[TUNED__KIND_MAX_TENSORS];
+    const void *params;
+    unsigned flags;
+} tuned__api_args;
+
+/* The entry for a call (checking its arguments): the fast path, else the
+ * slow path (pick, compile, load). The calling thread's last choice is it. */
+int tuned__api_resolve(tuned_handle *h, const tuned__api_args *a, int64_t rows, int64_t cols,
+                       int64_t stride, tuned_dtype dtype, float scale, void *stream,
+                       tuned__api_entry **out);
+
+/* An entry of kind kernel for this shape in the current context, of any
+ * alignment and compiled-in options (the fast path's lookup, no lock), or
+ * NULL: for a helper kernel that every such entry's module holds. */
+const tuned__api_entry *tuned__api_find_kind(tuned_handle *h, tuned_kernel kernel, int64_t rows,
+                                             int64_t cols, int64_t row_stride, tuned_dtype dtype);
+
+/* Launches e's kernel for a on stream. */
+int tuned__api_launch(tuned_handle *h, const tuned__api_args *a, const tuned__api_entry *e,
+                      int64_t rows, int64_t cols, int64_t row_stride, tuned_dtype dtype,
+                      float scale, void *stream);
+
 /* 0, or TUNED_EINVAL (said as fn's error) for a bad handle, kind, dtype,
  * shape or device. */
 int tuned__api_shape_ok(const tuned_handle *h, const char *fn, tuned_kernel kernel, int64_t rows,

@@ -1,0 +1,166 @@
+/* api_ce.c: the cross-entropy kinds' entry points (tuned.h): the options
+ * turned into the kernels' options block, the valid-row count launched
+ * before a "mean" call, and the rescale of a fused gradient once autograd
+ * knows the upstream gradient. The call itself is the registry's, as for
+ * every kind (api.c). */
+#include <float.h>
+#include <math.h>
+#include <string.h>
+
+#include "src/api/handle.h"
+#include "src/codegen/cross_entropy.h"
+
+void tuned_ce_options_init(tuned_ce_options *o)
+{
+    if (o == NULL)
+        return;
+    memset(o, 0, sizeof *o);
+    o->scale = 1.0f;
+    o->ignore_index = -100;
+    o->reduction = TUNED_REDUCTION_MEAN;
+}
+
+/* The options block for o, or an error said as fn's. */
+static int ce_params(const tuned_handle *h, const char *fn, const tuned_ce_options *o,
+                     tuned__ce_params *p, unsigned *flags)
+{
+    if (!(o->scale > 0.0f && o->scale <= FLT_MAX))
+        return tuned__api_failf(h, TUNED_EINVAL, "%s: scale %g (it must be positive and finite)",
+                                fn, (double)o->scale);
+    if (!(o->label_smoothing >= 0.0f && o->label_smoothing <= 1.0f))
+        return tuned__api_failf(h, TUNED_EINVAL, "%s: label_smoothing %g (it must be in [0, 1])",
+                                fn, (double)o->label_smoothing);
+    if (!(o->z_loss >= 0.0f && o->z_loss <= FLT_MAX))
+        return tuned__api_failf(h, TUNED_EINVAL, "%s: z_loss %g (it must be >= 0 and finite)",
+                                fn, (double)o->z_loss);
+    if ((unsigned)o->reduction > (unsigned)TUNED_REDUCTION_MEAN)
+        return tuned__api_failf(h, TUNED_EINVAL, "%s: reduction %d (none 0, sum 1, mean 2)", fn,
+                                (int)o->reduction);
+    if (o->reduction == TUNED_REDUCTION_MEAN &&
+        (o->workspace == NULL || (uintptr_t)o->workspace % 4 != 0))
+        return tuned__api_failf(h, TUNED_EINVAL,
+                                "%s: reduction mean needs a 4-byte aligned workspace of "
+                                "TUNED_CE_WORKSPACE_BYTES (the valid rows are counted there)",
+                                fn);
+    if ((o->grad_output != NULL && (uintptr_t)o->grad_output % 4 != 0) ||
+        (o->z_out != NULL && (uintptr_t)o->z_out % 4 != 0) ||
+        (o->error != NULL && (uintptr_t)o->error % 4 != 0))
+        return tuned__api_failf(h, TUNED_EINVAL, "%s: grad_output, z_out and error must be "
+                                                 "4-byte aligned", fn);
+    memset(p, 0, sizeof *p);
+    p->scale = o->scale;
+    p->smoothing = o->label_smoothing;
+    p->z_loss = o->z_loss;
+    p->ignore_index = o->ignore_index;
+    p->grad_per_row = o->reduction == TUNED_REDUCTION_NONE && o->grad_output != NULL;
+    p->grad_scale = o->reduction == TUNED_REDUCTION_MEAN ? (const float *)o->workspace
+                                                         : o->grad_output;
+    p->z_out = o->z_out;
+    p->error = o->error;
+    *flags = (o->label_smoothing != 0.0f ? TUNED__CE_FLAG_SMOOTH : 0u) |
+             (o->labels_int32 ? TUNED__CE_FLAG_LABEL32 : 0u);
+    return 0;
+}
+
+/* A "mean" call's count of the rows not ignored, and its gradient scale,
+ * into the workspace: the helper kernel launched before the loss kernel,
+ * on the same stream. */
+static int count_rows(tuned_handle *h, const char *fn, const tuned__api_entry *e,
+                      const void *labels, int64_t rows, const tuned_ce_options *o, void *stream)
+{
+    CUdeviceptr lab = (CUdeviceptr)(uintptr_t)labels;
+    long long n = rows, ignore = o->ignore_index;
+    CUdeviceptr upstream = (CUdeviceptr)(uintptr_t)o->grad_output;
+    CUdeviceptr scale = (CUdeviceptr)(uintptr_t)o->workspace, valid = 0;
+    void *args[] = {&lab, &n, &ignore, &upstream, &scale, &valid};
+    CUresult r = h->d->cuLaunchKernel(e->helper[0], 1, 1, 1, 1024, 1, 1, 0, (CUstream)stream,
+                                      args, NULL);
+    if (r != CUDA_SUCCESS) {
+        tuned__err err = {0};
+        char what[128];
+        snprintf(what, sizeof what, "%s: launching the count of valid rows", fn);
+        tuned__cuda_check(h->d, r, &err, what);
+        return tuned__api_fail(h, &err);
+    }
+    return 0;
+}
+
+/* One cross-entropy call of kind kernel: options, entry, count, launch. */
+static int ce_call(tuned_handle *h, const char *fn, tuned_kernel kernel, const void *const *ptrs,
+                   const void *labels, int64_t rows, int64_t cols, int64_t row_stride,
+                   tuned_dtype dtype, const tuned_ce_options *opt, void *stream)
+{
+    if (h == NULL)
+        return tuned__api_failf(NULL, TUNED_EINVAL, "%s: the handle is NULL", fn);
+    tuned_ce_options defaults;
+    tuned_ce_options_init(&defaults);
+    const tuned_ce_options *o = opt != NULL ? opt : &defaults;
+    tuned__ce_params p;
+    tuned__api_args a = {fn, tuned__kind((unsigned)kernel), {NULL}, &p, 0};
+    int rc = ce_params(h, fn, o, &p, &a.flags);
+    if (rc != 0)
+        return rc;
+    for (unsigned i = 0; i < a.kind->ntensors; i++)
+        a.ptr[i] = ptrs[i];
+    tuned__api_entry *e;
+    if ((rc = tuned__api_resolve(h, &a, rows, cols, row_stride, dtype, 1.0f, stream, &e)) != 0)
+        return rc;
+    if (o->reduction == TUNED_REDUCTION_MEAN &&
+        (rc = count_rows(h, fn, e, labels, rows, o, stream)) != 0)
+        return rc;
+    return tuned__api_launch(h, &a, e, rows, cols, row_stride, dtype, 1.0f, stream);
+}
+
+int tuned_cross_entropy(tuned_handle *h, const void *logits, const void *labels, void *grad,
+                        float *loss, float *lse, int64_t rows, int64_t cols, int64_t row_stride,
+                        tuned_dtype dtype, const tuned_ce_options *o, void *stream)
+{
+    const void *ptrs[] = {logits, labels, grad, loss, lse};
+    return ce_call(h, "tuned_cross_entropy",
+                   grad != NULL ? TUNED_KERNEL_CROSS_ENTROPY : TUNED_KERNEL_CROSS_ENTROPY_LOSS, ptrs,
+                   labels, rows, cols, row_stride, dtype, o, stream);
+}
+
+int tuned_cross_entropy_backward(tuned_handle *h, const void *logits, const void *labels,
+                                 const float *lse, void *grad, int64_t rows, int64_t cols,
+                                 int64_t row_stride, tuned_dtype dtype,
+                                 const tuned_ce_options *o, void *stream)
+{
+    const void *ptrs[] = {logits, labels, lse, grad};
+    return ce_call(h, "tuned_cross_entropy_backward", TUNED_KERNEL_CROSS_ENTROPY_BWD, ptrs, labels,
+                   rows, cols, row_stride, dtype, o, stream);
+}
+
+int tuned_cross_entropy_rescale(tuned_handle *h, void *grad, int64_t rows, int64_t cols,
+                                int64_t row_stride, tuned_dtype dtype, const float *factor,
+                                void *stream)
+{
+    const char *fn = "tuned_cross_entropy_rescale";
+    if (h == NULL)
+        return tuned__api_failf(NULL, TUNED_EINVAL, "%s: the handle is NULL", fn);
+    if (grad == NULL || factor == NULL)
+        return tuned__api_failf(h, TUNED_EINVAL, "%s: %s is NULL", fn,
+                                grad == NULL ? "grad" : "factor");
+    /* Any fused entry of this key holds the helper: the forward's. */
+    const tuned__api_entry *e = tuned__api_find_kind(h, TUNED_KERNEL_CROSS_ENTROPY, rows, cols,
+                                                     row_stride, dtype);
+    if (e == NULL)
+        return tuned__api_failf(h, TUNED_EINVAL,
+                                "%s %lldx%lld %s: no tuned_cross_entropy call of this shape on "
+                                "this handle and context yet",
+                                fn, (long long)rows, (long long)cols, tuned_dtype_name(dtype));
+    CUdeviceptr g = (CUdeviceptr)(uintptr_t)grad, f = (CUdeviceptr)(uintptr_t)factor;
+    long long n = rows, stride = row_stride;
+    int c = (int)cols;
+    void *args[] = {&g, &n, &c, &stride, &f};
+    uint64_t blocks = ((uint64_t)rows * (uint64_t)cols + 255) / 256;
+    unsigned grid = blocks > 65535 * 16 ? 65535 * 16 : (unsigned)(blocks < 1 ? 1 : blocks);
+    CUresult r = h->d->cuLaunchKernel(e->helper[1], grid, 1, 1, 256, 1, 1, 0, (CUstream)stream,
+                                      args, NULL);
+    if (r != CUDA_SUCCESS) {
+        tuned__err err = {0};
+        tuned__cuda_check(h->d, r, &err, "tuned_cross_entropy_rescale: launching the rescale");
+        return tuned__api_fail(h, &err);
+    }
+    return 0;
+}
