@@ -165,10 +165,18 @@ static void info_of(const unsigned char *p, size_t n, kernel_code *k)
     }
 }
 
-/* The one kernel of a cubin: its .text.NAME section, the register count
- * and frame from .nv.info (and .nv.info.NAME), and the sizes of .nv.shared.NAME and
- * .nv.constant0.NAME. -1 if it is not there, or there twice. */
-static int kernel_of(const tuned__blob *cubin, kernel_code *k)
+/* The kernel called entry in a cubin (a kind's module may hold helper
+ * kernels beside it): its .text.ENTRY section, the register count and
+ * frame from .nv.info (and .nv.info.ENTRY), and the sizes of
+ * .nv.shared.ENTRY and .nv.constant0.ENTRY. -1 if it is not there, or
+ * there twice. */
+static bool section_of(const char *sname, const char *prefix, const char *entry)
+{
+    size_t n = strlen(prefix);
+    return strncmp(sname, prefix, n) == 0 && strcmp(sname + n, entry) == 0;
+}
+
+static int kernel_of(const tuned__blob *cubin, const char *entry, kernel_code *k)
 {
     const unsigned char *b = (const unsigned char *)cubin->data;
     size_t n = cubin->size;
@@ -192,17 +200,18 @@ static int kernel_of(const tuned__blob *cubin, kernel_code *k)
         if (nameoff >= strsize)
             return -1;
         const char *sname = (const char *)b + stroff + nameoff;
-        if (strncmp(sname, ".text.", 6) == 0) {
+        if (section_of(sname, ".text.", entry)) {
             if (off + size > n)
                 return -1;
             k->text = b + off;
             k->text_size = (size_t)size;
             texts++;
-        } else if (strncmp(sname, ".nv.shared.", 11) == 0 && type == 8 /* NOBITS */) {
+        } else if (section_of(sname, ".nv.shared.", entry) && type == 8 /* NOBITS */) {
             k->shared = (size_t)size;
-        } else if (strncmp(sname, ".nv.constant0.", 14) == 0) {
+        } else if (section_of(sname, ".nv.constant0.", entry)) {
             k->params = (size_t)size;
-        } else if (strncmp(sname, ".nv.info", 8) == 0 && off + size <= n) {
+        } else if ((strcmp(sname, ".nv.info") == 0 || section_of(sname, ".nv.info.", entry)) &&
+                   off + size <= n) {
             info_of(b + off, (size_t)size, k);
         }
     }
@@ -238,8 +247,9 @@ static void compare(const run *r, job *j)
         compile(r, fresh, "new", &b, j->note, sizeof j->note) != 0)
         goto done;
     kernel_code ka, kb;
-    if (kernel_of(&a, &ka) != 0 || kernel_of(&b, &kb) != 0) {
-        snprintf(j->note, sizeof j->note, "a cubin without exactly one kernel");
+    const char *entry = tuned__source_entry(&j->config, &j->shape);
+    if (kernel_of(&a, entry, &ka) != 0 || kernel_of(&b, entry, &kb) != 0) {
+        snprintf(j->note, sizeof j->note, "a cubin without exactly one %s", entry);
         goto done;
     }
     bool same = ka.text_size == kb.text_size && memcmp(ka.text, kb.text, ka.text_size) == 0 &&

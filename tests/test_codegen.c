@@ -146,6 +146,32 @@ static void check_rows_ptx(const tuned__config *c, const tuned__shape *s, const 
                tuned_dtype_name(s->dtype));
 }
 
+/* Any other kind's PTX: the entry point its spec names, taking its
+ * tensors, (rows, cols, row_stride) and its options block, and its helper
+ * kernels beside it. */
+static void check_kind_entry(const tuned__config *c, const tuned__shape *s, const char *name,
+                             const char *ptx)
+{
+    const tuned__kind_spec *k = tuned__shape_spec(s);
+    const char *entry = tuned__source_entry(c, s);
+    int params = k->ntensors + 3 + (k->params_size > 0);
+    char entry_text[96], last_param[96], past_param[96];
+    snprintf(entry_text, sizeof entry_text, ".entry %s(", entry);
+    snprintf(last_param, sizeof last_param, "%s_param_%d", entry, params - 1);
+    snprintf(past_param, sizeof past_param, "%s_param_%d", entry, params);
+    EXPECT(strstr(ptx, entry_text) != NULL && strstr(ptx, last_param) != NULL &&
+               strstr(ptx, past_param) == NULL,
+           "%s %s: %s does not take %d parameters", k->name, name, entry, params);
+    for (unsigned i = 0; i < 2 && k->helper[i] != NULL; i++) {
+        snprintf(entry_text, sizeof entry_text, ".entry %s(", k->helper[i]);
+        EXPECT(strstr(ptx, entry_text) != NULL, "%s %s: no helper %s", k->name, name,
+               k->helper[i]);
+    }
+    if (c->st != TUNED__ST_CS)
+        EXPECT(strstr(ptx, "st.global.cs") == NULL, "%s %s: unexpected .cs store", k->name,
+               name);
+}
+
 static void check_variant_opts(const tuned__nvrtc *n, const tuned__config *c,
                                const tuned__shape *s, const tuned__codegen_opts *opts)
 {
@@ -169,10 +195,12 @@ static void check_variant_opts(const tuned__nvrtc *n, const tuned__config *c,
                "%s: no bulk copy on an mbarrier in PTX", name);
         EXPECT(strstr(ptx.data, c->st == TUNED__ST_CS ? "st.global.cs.v4" : "st.global.v4") != NULL,
                "%s: PTX lacks the 16-byte store with its hint", name);
-    } else if (opts == NULL) {
+    } else if (opts == NULL && tuned__shape_spec(s)->reference != TUNED__REF_CROSS_ENTROPY) {
         check_rows_ptx(c, s, name, ptx.data);
+    } else if (opts == NULL) {
+        check_kind_entry(c, s, name, ptx.data);
     }
-    if (c->cluster > 1)
+    if (c->cluster > 1 && tuned__shape_spec(s)->pairs)
         EXPECT(strstr(ptx.data, "mapa.shared::cluster") != NULL &&
                    strstr(ptx.data, "barrier.cluster") != NULL,
                "%s: no distributed shared memory exchange in PTX", name);
