@@ -468,7 +468,8 @@ def host_gate():
 def time_us(fn, flush, reset_l2=True, gated=True):
     """Median microseconds of fn with the L2 flushed before each repeat
     (reset_l2: every line's eviction priority reset first, see
-    reset_l2_priority; probe_evict.py turns it off to show why).
+    reset_l2_priority; bench/probe_evict.py, in git history at 1148dcc,
+    turned it off to show why).
 
     The GPU spins for 100 us between the flush and the start event (the
     pause after a flush that the evaluator makes too), then waits at a

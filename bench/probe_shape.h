@@ -1,5 +1,5 @@
 /* probe_shape.h: the shape argument the bench's C probes take
- * (probe_settle, emit_source): "[KERNEL:]ROWSxCOLS", KERNEL one of
+ * (probe_settle, probe_attrs, sass_diff): "[KERNEL:]ROWSxCOLS", KERNEL one of
  * tuned__kernel_parse's names (softmax when absent). Not installed. */
 #ifndef TUNED_BENCH_PROBE_SHAPE_H
 #define TUNED_BENCH_PROBE_SHAPE_H

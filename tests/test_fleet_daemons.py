@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""test_fleet_daemons.py TUNED: daemons that share one Redis (`tuned serve
+"""test_fleet_daemons.py TUNED [--test-hooks]: daemons that share one Redis (`tuned serve
 --remote`), against a real redis-server on a Unix socket in a temporary
 directory (no TCP, no persistence) and the real `tuned` binary with the
 test-only fake GPU (TUNED_TEST_FAKE_GPU; a build with -Dtest_hooks=true).
@@ -28,7 +28,8 @@ Three daemons A, B, C with fake GPUs of one model:
   retune     with --retune-compatible, the first compatible answer of a key
              queues one quick tune of it, later ones none; then it is exact
 Exit 0 when every case passed, 77 when redis-server is not installed or
-the build has no test hooks."""
+the build has no test hooks (no --test-hooks: the build's -Dtest_hooks=true;
+with it, daemons without a fake GPU are a failure)."""
 import json
 import os
 import shutil
@@ -43,6 +44,7 @@ import time
 from daemon_client import Client, Serve, Tally, call_all_at_once, call_once, stop_process, wait_for
 
 TUNED = os.path.abspath(sys.argv[1])
+TEST_HOOKS = "--test-hooks" in sys.argv[2:]
 tmp = tempfile.mkdtemp(prefix="tfd.")
 REDIS_SOCK = os.path.join(tmp, "redis.sock")
 REMOTE = "unix://" + REDIS_SOCK
@@ -479,6 +481,9 @@ def case_retune_compatible(a):
 
 
 def main():
+    if not TEST_HOOKS:
+        print("no test-only fake GPU (a build without test hooks, -Dtest_hooks=true): skipped")
+        return 77
     if shutil.which("redis-server") is None:
         print("redis-server not installed: skipped")
         return 77
@@ -497,9 +502,10 @@ def main():
         if not d.start():
             fail(f"daemon {d.name} does not start: {d.logtext()[-2000:]}")
             return 1
-    if a.stats()["gpus"][0].get("test_only_fake") is not True:
-        print("no test-only fake GPU (a build without test hooks): skipped")
-        return 77
+    gpus = a.stats().get("gpus") or [{}]
+    if gpus[0].get("test_only_fake") is not True:
+        fail(f"daemon A has no test-only fake GPU in a build with test hooks: {gpus}")
+        return 1
     case_flight(a, b, c)
     a = case_kill(a, b, c)
     case_stop(a, b, c)

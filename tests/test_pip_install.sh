@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# test_pip_install.sh PYTHON TUNED SOURCE_DIR VERSION: `pip install .` from
+# test_pip_install.sh PYTHON TUNED SOURCE_DIR VERSION [--test-hooks]: `pip install .` from
 # the repository root, as a user runs it, in a fresh virtual environment.
 #
 # pip builds libtuned and tuned with meson-python in an isolated build
@@ -9,12 +9,14 @@
 # tests/python/check_pip_install.py checks the installed package: that it
 # is the venv's copy, its library and executable, tuned.version() against
 # VERSION (the meson project's), the Client against a real daemon (TUNED,
-# the test build's `tuned serve`, with its test-only fake GPU), and that
+# the test build's `tuned serve`, with its test-only fake GPU: --test-hooks
+# says the build has it; without it and without a GPU the get/tune checks are
+# skipped, said so), and that
 # CUDA work without a GPU raises a clear error. The source tree must be
 # left as it was (meson-python builds out of tree): `git status` before and
 # after are compared.
 set -euo pipefail
-python="$1" tuned="$(realpath "$2")" src="$(realpath "$3")" version="$4"
+python="$1" tuned="$(realpath "$2")" src="$(realpath "$3")" version="$4" hooks="${5:-}"
 
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
@@ -58,7 +60,7 @@ grep -E "^(Successfully|  Created wheel)" "$tmp/pip.log" || true
 
 status=0
 (cd "$tmp" && "${clean_env[@]}" "$venv_python" "$src/tests/python/check_pip_install.py" \
-    "$tuned" "$src" "$version" "$tmp/venv") || status=$?
+    "$tuned" "$src" "$version" "$tmp/venv" ${hooks:+"$hooks"}) || status=$?
 
 if [[ $have_git == 1 ]]; then
     tree_state >"$tmp/after"
