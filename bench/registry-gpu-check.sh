@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# bench/registry-gpu-check.sh: one device call that checks the kernel
+# registry on a real GPU. It builds (dependencies from .debs/ through
+# tools/device-env.sh), runs the GPU test suite (gpu-correctness covers
+# every kind of the registry, cross-entropy's three included), imports the
+# shipped records of this GPU (cache/pretuned/NAME.jsonl, NAME h200 or h100
+# from the GPU's name) into a fresh store with this build and counts how
+# many `tuned list` calls exact, then tunes each cross-entropy kind cold on
+# SHAPES, and prints a short table last. Results go to $OUT (the device
+# tool's folder), else /tmp/registry-gpu-check.
+#
+#   bench/registry-gpu-check.sh
+#   SUITE=0 bench/registry-gpu-check.sh     # without the GPU suite
+#   SHAPES="8192x128256" DTYPES="bf16" TUNE_TIME=20 ...
+set -uo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root" || exit 1
+out="${OUT:-/tmp/registry-gpu-check}"
+shapes="${SHAPES:-8192x128256 4096x32000}"
+dtypes="${DTYPES:-bf16}"
+tune_time="${TUNE_TIME:-20}"
+mkdir -p "$out"
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$out/nvidia-smi.txt" 2>&1
+git log -1 --format='%H %s' > "$out/commit.txt" 2>/dev/null || true
+# shellcheck source=/dev/null
+source tools/device-env.sh > "$out/setup.log" 2>&1
+tools/setup.sh --no-deps >> "$out/setup.log" 2>&1 || { tail -30 "$out/setup.log"; exit 1; }
+
+suite="not run"
+if [[ "${SUITE:-1}" != 0 ]]; then
+    timeout "${SUITE_TIMEOUT:-420}" meson test -C build --suite gpu --print-errorlogs \
+        > "$out/gpu-suite.log" 2>&1
+    suite="exit $? ($(grep -E '^(Ok|Fail|Skipped|Timeout): ' "$out/gpu-suite.log" | tr -s ' ' | tr '\n' ' '))"
+fi
+
+# The shipped records of this GPU model, served by this build.
+tmp="$(mktemp -d /tmp/tuned-registry-XXXXXX)"
+name=h200
+grep -qi h100 "$out/nvidia-smi.txt" && name=h100
+build/tuned import "cache/pretuned/$name.jsonl" --db "$tmp/db" > "$out/import.log" 2>&1
+build/tuned list --db "$tmp/db" > "$out/list.txt" 2>&1
+shipped=$(($(wc -l < "$out/list.txt") - 1))
+exact=$(awk 'NR > 1 && $0 ~ / exact / { n++ } END { print n + 0 }' "$out/list.txt")
+
+# Each cross-entropy kind tuned cold, the record as JSON.
+: > "$out/tunes.jsonl"
+for shape in $shapes; do
+    for dt in $dtypes; do
+        for kind in cross_entropy cross_entropy_loss cross_entropy_bwd; do
+            if timeout $((tune_time * 3 + 60)) build/tuned tune --kernel "$kind" --shape "$shape" \
+                   --dtype "$dt" --time "$tune_time" --db "$tmp/db" --json \
+                   > "$tmp/one.json" 2>> "$out/tunes.log"; then
+                python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print(json.dumps(r))' \
+                    "$tmp/one.json" >> "$out/tunes.jsonl"
+            else
+                echo "{\"kernel\": \"$kind\", \"shape\": \"$shape\", \"dtype\": \"$dt\", \"failed\": true}" \
+                    >> "$out/tunes.jsonl"
+            fi
+        done
+    done
+done
+build/tuned list --db "$tmp/db" > "$out/list-after.txt" 2>&1
+
+echo
+echo "registry GPU check on $(cat "$out/nvidia-smi.txt") at $(cut -c1-12 "$out/commit.txt")"
+echo "GPU suite: $suite"
+echo "shipped $name records imported and served exact by this build: $exact of $shipped"
+python3 - "$out/tunes.jsonl" <<'PY'
+import json, sys
+print(f"{'kind':20} {'shape':14} {'dtype':5} {'median_us':>10} {'copy_us':>9} {'of floor':>9}  config")
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    if r.get("failed"):
+        print(f"{r['kernel']:20} {r['shape']:14} {r['dtype']:5} tune failed (tunes.log)")
+        continue
+    rec = r.get("record", r)
+    rows, cols = rec["rows"], rec["cols"]
+    es = {"fp16": 2, "bf16": 2, "fp32": 4}[rec["dtype"]]
+    # the floor: the kind's bytes at the copy's rate (the copy moves 2 matrices)
+    mats = {"cross_entropy": 2, "cross_entropy_loss": 1, "cross_entropy_bwd": 2}[rec["kernel"]]
+    extra = {"cross_entropy": 16, "cross_entropy_loss": 16, "cross_entropy_bwd": 12}[rec["kernel"]]
+    floor = rec["copy_us"] * (mats * cols * es + extra) / (2 * cols * es)
+    print(f"{rec['kernel']:20} {rows}x{cols:<9} {rec['dtype']:5} {rec['median_us']:10.1f} "
+          f"{rec['copy_us']:9.1f} {rec['median_us'] / floor:9.3f}  {rec['config']}")
+PY
+rm -rf "$tmp"
