@@ -521,7 +521,7 @@ def ref_kernel_check(gpu, x, labels, grad, loss, lse, dtype, scale, eps, z, igno
                 ctypes.c_double(scale), ctypes.c_double(eps), ctypes.c_double(z),
                 ctypes.c_longlong(ignore), P(gscale), ctypes.c_int(per_row),
                 ctypes.c_double(RTOL[dtype]), ctypes.c_double(ATOL[dtype]), P(bad), P(first),
-                P(row_ref)])
+                P(row_ref), P(None)])
     torch.cuda.synchronize()
     return bad.tolist(), first.tolist(), row_ref.view(-1, 2)
 

@@ -20,6 +20,10 @@
  * bad[0] (gradient elements), bad[1] (loss rows), bad[2] (lse rows), the
  * lowest failing index of each in first_bad[i] (row * cols + col for the
  * gradient, the row for the others). grad, loss or lse NULL: not checked.
+ * lse_in, when not NULL, is the backward's saved input: the gradient's
+ * reference is then formed from it (as the kernel must), not from the
+ * float64 lse, whose fp32 rounding differs by far more than the dtype's
+ * rounding on rows of huge logits.
  * row_ref, if not NULL, receives each row's float64 (loss, lse), for the
  * harness's check of this reference against torch.
  *
@@ -59,7 +63,7 @@ tuned_ce_check(const unsigned char *x, const CeRefLabel *labels, const unsigned 
                const float *loss, const float *lse, long long rows, int cols,
                long long row_stride, double scale, double eps, double z,
                long long ignore_index, const float *grad_scale, int grad_per_row, double rtol,
-               double atol, u64 *bad, u64 *first_bad, double *row_ref)
+               double atol, u64 *bad, u64 *first_bad, double *row_ref, const float *lse_in)
 {
     __shared__ double scratch[CHECK_THREADS / 32];
     const double nan = __longlong_as_double(0x7ff8000000000000ll);
@@ -124,7 +128,8 @@ tuned_ce_check(const unsigned char *x, const CeRefLabel *labels, const unsigned 
             const unsigned char *gr = grad + row * row_stride * ESIZE;
             double gs = grad_scale == NULL ? 1.0 : (double)grad_scale[grad_per_row ? row : 0];
             gs *= scale;
-            const double zf = 1.0 + 2.0 * z * lse_ref;
+            const double lse_g = lse_in != NULL ? (double)lse_in[row] : lse_ref;
+            const double zf = 1.0 + 2.0 * z * lse_g;
             for (int c = threadIdx.x; c < cols; c += CHECK_THREADS) {
                 double ref, slack = 0.0;
                 if (ignored) {
@@ -132,7 +137,7 @@ tuned_ce_check(const unsigned char *x, const CeRefLabel *labels, const unsigned 
                 } else if (bad_label) {
                     ref = nan;
                 } else {
-                    const double p = exp(scale * ce_x(xr, c) - lse_ref);
+                    const double p = exp(scale * ce_x(xr, c) - lse_g);
                     const double target = (c == label ? 1.0 - eps : 0.0) + eps / cols;
                     ref = gs * (p * zf - target);
                     slack = fabs(gs) * (CE_EPS * (p * fabs(zf) + target) + CE_TINY);

@@ -127,6 +127,10 @@ int tuned__check_ce_compare(tuned__check *c, uint64_t first_row, uint64_t nrows,
     CUdeviceptr lse = si >= 0 && c->kind->tensor[si].role == TUNED__TENSOR_OUT
                           ? c->row_tensor[si] + first_row * 4
                           : 0;
+    /* The backward's saved lse: its gradient's reference is formed from it. */
+    CUdeviceptr lse_in = si >= 0 && c->kind->tensor[si].role == TUNED__TENSOR_IN
+                             ? c->row_tensor[si] + first_row * 4
+                             : 0;
     const tuned__ce_params *p = (const tuned__ce_params *)c->params;
     double scale = p->scale, eps = p->smoothing, z = p->z_loss;
     long long ignore = p->ignore_index;
@@ -137,7 +141,8 @@ int tuned__check_ce_compare(tuned__check *c, uint64_t first_row, uint64_t nrows,
     CU(c->d->cuMemsetD32Async(firsts, 0xFFFFFFFFu, 6, c->stream), "clearing the check counters");
     void *args[] = {&x,     &labels,     &grad,    &loss,   &lse,    &rows,
                     &cols,  &stride,     &scale,   &eps,    &z,      &ignore,
-                    &grad_scale, &per_row, &c->rtol, &c->atol, &counts, &firsts, &row_ref};
+                    &grad_scale, &per_row, &c->rtol, &c->atol, &counts, &firsts, &row_ref,
+                    &lse_in};
     CU(c->d->cuLaunchKernel(c->ref_fn[0], (unsigned)(nrows < 65535 ? nrows : 65535), 1, 1, 256, 1,
                             1, 0, c->stream, args, NULL),
        "launching the cross-entropy reference check");
