@@ -404,20 +404,32 @@ def _rescale_any(grad, factor):
 
 def _rescale_cuda(grad, factor):
     """tuned_cross_entropy_rescale over grad's blocks (the shapes a fused
-    call ran on this handle)."""
+    call ran on this handle). A layout no fused call has run (EINVAL: a
+    copy of the gradient, as torch.compile may hand the backward) is
+    scaled by torch's mul_, quietly: the same result, no host sync."""
     f = _f32(factor)
 
     def run(lib, h):
         stream = _raw_stream(grad.get_device()) or None
         es, gp = grad.element_size(), grad.data_ptr()
-        for xo, _, rows, cols, rs in _blocks(grad):
+        for k, (xo, _, rows, cols, rs) in enumerate(_blocks(grad)):
             rc = lib.tuned_cross_entropy_rescale(h, gp + xo * es, rows, cols, rs,
                                                  _DTYPES[grad.dtype], f.data_ptr(), stream)
+            if rc == _lib.EINVAL and k == 0:
+                _rescale_any(grad, f)
+                return
             if rc != 0:
-                # Nothing is written before the launch: mul_ redoes it all.
-                _lib.check(lib, rc, h, "tuned_cross_entropy_rescale")
+                # Before the first block nothing is scaled (the fallback
+                # redoes it all); after, the blocks share one key, and a
+                # failure there is not recoverable.
+                try:
+                    _lib.check(lib, rc, h, "tuned_cross_entropy_rescale")
+                except TunedError as exc:
+                    exc.blocks_done = k
+                    raise
 
-    _cuda_call(grad, "tuned_cross_entropy_rescale", run, lambda: _rescale_any(grad, f))
+    _cuda_call(grad, "tuned_cross_entropy_rescale", run, lambda: _rescale_any(grad, f),
+               inplace=True)
 
 
 # ------------------------------------------------------ fake, autograd --
