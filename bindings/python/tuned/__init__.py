@@ -6,6 +6,7 @@
     tuned.last_choice()           # which config that call used, and from where
     tuned.kernel_paths()          # which operators run libtuned's kernels, which torch's
     tuned.tune(4096, 32000)       # tune a shape now (a child `tuned`, or the daemon)
+    loss = tuned.cross_entropy(logits, labels)   # (..., V) logits, vocabulary last
 
     with tuned.Client() as c:     # the daemon's protocol, no GPU needed
         c.get(4096, 32000)
@@ -18,7 +19,10 @@ puts inside this package; else libtuned.so.0 from the loader's paths), so
 softmax and log_softmax come from tuned.torch_ops, which
 imports torch and registers the operators torch.ops.tuned.* (softmax,
 log_softmax and their backwards): on first use of one of these names, or
-at `import tuned` when torch is already imported.
+at `import tuned` when torch is already imported. cross_entropy (and
+cross_entropy_errors) come from tuned.cross_entropy the same way, with
+its operators torch.ops.tuned.cross_entropy_*; the function shadows the
+module's name (the module is sys.modules["tuned.cross_entropy"]).
 """
 
 import sys as _sys
@@ -30,26 +34,33 @@ from .handle import Choice, Handle, default_handle
 
 __all__ = [
     "Choice", "Client", "DaemonError", "FallbackError", "Handle", "LibraryError", "TunedError",
-    "default_handle", "default_socket", "kernel_paths", "last_choice", "log_softmax", "lookup",
+    "cross_entropy", "cross_entropy_errors", "default_handle", "default_socket", "kernel_paths", "last_choice", "log_softmax", "lookup",
     "set_strict", "softmax", "strict", "tune", "version",
 ]
 
 __version__ = "0.1.0"
 
-_TORCH_NAMES = ("softmax", "log_softmax")
+_TORCH_NAMES = {"softmax": "torch_ops", "log_softmax": "torch_ops",
+                "cross_entropy": "cross_entropy", "cross_entropy_errors": "cross_entropy"}
 
 
 def __getattr__(name):
     # The torch operators, imported on first use: `import tuned` stays
     # free of torch for the Client and the C API's users.
     if name in _TORCH_NAMES:
+        import importlib
+
         try:
-            from . import torch_ops
+            module = importlib.import_module("." + _TORCH_NAMES[name], __name__)
         except ImportError as exc:
             if getattr(exc, "name", None) == "torch":
                 raise ImportError(f"tuned.{name} needs torch (pip install torch)") from exc
             raise
-        return getattr(torch_ops, name)
+        value = getattr(module, name)
+        # Importing tuned.cross_entropy set this package's attribute of that
+        # name to the module: the function replaces it.
+        globals()[name] = value
+        return value
     raise AttributeError(f"module 'tuned' has no attribute {name!r}")
 
 
@@ -57,6 +68,7 @@ if "torch" in _sys.modules:
     # torch is here already: register the operators now, so that
     # torch.ops.tuned.* exist before anything is compiled or loaded.
     from .torch_ops import log_softmax, softmax  # noqa: E402,F401
+    from .cross_entropy import cross_entropy, cross_entropy_errors  # noqa: E402,F401
 
 
 def kernel_paths():

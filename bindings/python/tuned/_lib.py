@@ -9,7 +9,7 @@ prefixes. When none works, LibraryError says what was tried and how to fix
 it.
 
 Kernels that later versions of libtuned export (the backward passes,
-log_softmax, a forward with a fused scale) are declared in _OPTIONAL: a
+log_softmax, a forward with a fused scale, cross-entropy) are declared in _OPTIONAL: a
 library without them still loads, and has() tells which it exports, so the
 torch operators use each one from the day it exists.
 """
@@ -135,7 +135,29 @@ class Choice(ctypes.Structure):
 # The struct sizes the C header gives on x86-64 and aarch64 Linux (every
 # field's offset is checked against the compiled header in
 # tests/python/test_bindings.py).
+class CeOptions(ctypes.Structure):
+    """struct tuned_ce_options (the cross-entropy calls' options)."""
+
+    _fields_ = [
+        ("scale", ctypes.c_float),
+        ("label_smoothing", ctypes.c_float),
+        ("z_loss", ctypes.c_float),
+        ("ignore_index", ctypes.c_int64),
+        ("reduction", ctypes.c_int),
+        ("grad_output", ctypes.c_void_p),
+        ("z_out", ctypes.c_void_p),
+        ("error", ctypes.c_void_p),
+        ("workspace", ctypes.c_void_p),
+        ("labels_int32", ctypes.c_int),
+    ]
+
+
+# enum tuned_reduction and TUNED_CE_ERR_LABEL.
+REDUCTION_NONE, REDUCTION_SUM, REDUCTION_MEAN = 0, 1, 2
+CE_ERR_LABEL = 1
+
 assert ctypes.sizeof(Options) == 56, ctypes.sizeof(Options)
+assert ctypes.sizeof(CeOptions) == 72, ctypes.sizeof(CeOptions)
 assert ctypes.sizeof(Choice) == 520, ctypes.sizeof(Choice)
 assert ctypes.sizeof(Progress) == 96, ctypes.sizeof(Progress)
 
@@ -199,7 +221,30 @@ _OPTIONAL = {
         ctypes.c_int,
         [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p] + _ROWS + [ctypes.c_void_p],
     ),
+    # Cross-entropy (tuned/cross_entropy.py): h, logits, labels, grad (NULL:
+    # the loss alone), loss, lse, rows, cols, row_stride, dtype, options, stream.
+    "tuned_ce_options_init": (None, [ctypes.POINTER(CeOptions)]),
+    "tuned_cross_entropy": (
+        ctypes.c_int,
+        [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
+         ctypes.c_void_p] + _ROWS + [ctypes.POINTER(CeOptions), ctypes.c_void_p],
+    ),
+    # h, logits, labels, lse, grad, rows, cols, row_stride, dtype, options, stream.
+    "tuned_cross_entropy_backward": (
+        ctypes.c_int,
+        [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+        + _ROWS + [ctypes.POINTER(CeOptions), ctypes.c_void_p],
+    ),
+    # h, grad, rows, cols, row_stride, dtype, factor (a device float), stream.
+    "tuned_cross_entropy_rescale": (
+        ctypes.c_int,
+        [ctypes.c_void_p, ctypes.c_void_p] + _ROWS + [ctypes.c_void_p, ctypes.c_void_p],
+    ),
 }
+
+# What tuned.cross_entropy's kernels need, all of them.
+CROSS_ENTROPY_EXPORTS = ("tuned_ce_options_init", "tuned_cross_entropy",
+                         "tuned_cross_entropy_backward", "tuned_cross_entropy_rescale")
 
 _lock = threading.Lock()
 _lib = None
@@ -299,13 +344,15 @@ def kernel_paths():
     softmax_scale: "fused" (tuned_softmax_scaled) or "torch" (x * scale by
     torch, then tuned_softmax). "library" names the libtuned loaded, or says
     why none could be (then every operator runs torch). A CUDA call still
-    falls back to torch where libtuned cannot open a handle (no GPU)."""
+    falls back to torch where libtuned cannot open a handle (no GPU).
+    cross_entropy: "tuned" (tuned_cross_entropy and its backward and
+    rescale) or "torch" (tuned.cross_entropy's torch formula)."""
     try:
         load()
     except LibraryError as exc:
         return {"library": f"none ({exc})", "softmax": "torch", "softmax_scale": "torch",
                 "softmax_backward": "torch", "log_softmax": "torch",
-                "log_softmax_backward": "torch"}
+                "log_softmax_backward": "torch", "cross_entropy": "torch"}
     tuned = {True: "tuned", False: "torch"}
     return {
         "library": _path,
@@ -314,6 +361,7 @@ def kernel_paths():
         "softmax_backward": tuned["tuned_softmax_backward" in _exported],
         "log_softmax": tuned["tuned_log_softmax" in _exported],
         "log_softmax_backward": tuned["tuned_log_softmax_backward" in _exported],
+        "cross_entropy": tuned[all(fn in _exported for fn in CROSS_ENTROPY_EXPORTS)],
     }
 
 

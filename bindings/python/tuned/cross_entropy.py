@@ -1,0 +1,750 @@
+"""tuned.cross_entropy: cross-entropy over the vocabulary (the last
+dimension) on libtuned's kernels, with its autograd and torch operators.
+
+This file holds the whole op, side by side: the calls of libtuned's
+kernels (tuned_cross_entropy, tuned_cross_entropy_backward,
+tuned_cross_entropy_rescale; include/tuned.h gives their math), the torch
+formula of the same math (the operators' kernel on every other device, and
+the fallback), the custom operators with their fake implementations, the
+autograd Function, and the public function.
+
+    tuned::cross_entropy_fused(Tensor logits, Tensor labels, Tensor grad_scale,
+        float scale, float smoothing, float z_loss, int ignore_index)
+        -> (Tensor loss, Tensor lse, Tensor grad)
+    tuned::cross_entropy_fused_(Tensor(a!) logits, Tensor labels, Tensor grad_scale,
+        float scale, float smoothing, float z_loss, int ignore_index)
+        -> (Tensor loss, Tensor lse)
+    tuned::cross_entropy_loss(Tensor logits, Tensor labels, float scale,
+        float smoothing, float z_loss, int ignore_index) -> (Tensor loss, Tensor lse)
+    tuned::cross_entropy_backward(Tensor logits, Tensor labels, Tensor lse,
+        Tensor grad_output, float scale, float smoothing, float z_loss,
+        int ignore_index) -> Tensor
+    tuned::cross_entropy_rescale_(Tensor(a!) grad, Tensor factor) -> ()
+
+The operators take rows of logits: (R, V) with one stride between rows, or
+(B, T, V) whose batch elements are each such rows (a shifted view
+logits[:, :-1, :], one kernel call per batch element); the last dimension
+adjacent in memory; labels of the leading shape, int32 or int64,
+contiguous. loss and lse (fp32, the labels' shape) are per row; a row
+whose label is ignore_index has loss 0. grad has the logits' dtype and
+strides (the kernels write it at the logits' row stride); the fused
+operator's gradient is that of sum(loss) times grad_scale (one fp32
+element), the in-place variant writes it over the logits. The backward
+takes grad_output per row, or one element for every row. The rescale
+multiplies grad by factor (one fp32 element) on the device, and moves
+nothing when it is 1. A label outside [0, V) that is not ignore_index
+gives its row a NaN loss and gradient, and sets bit 1 of the device's
+error word (cross_entropy_errors() reads it): nothing waits on the host.
+
+tuned.cross_entropy(input, target, ...) (see its docstring) takes
+F.cross_entropy's arguments, the class dimension last. mean and sum run
+the fused kernel: the forward writes the gradient of the loss, scaled by
+1/n_valid (computed on the device) or 1, and the backward only rescales
+it by the upstream gradient. none runs the loss kernel (one read) and the
+backward kernel from the saved lse. Every step runs on the device with no
+host synchronisation, so a call can be captured in a CUDA graph (after one
+call of the shape outside the capture, which compiles the kernel and
+makes the error word), and compiled with torch.compile(fullgraph=True).
+CPU tensors, other dtypes, class weights or a libtuned without the kernels
+fall back to torch (a RuntimeWarning once per reason, FallbackError in
+strict mode).
+
+The function tuned.cross_entropy shadows this module's name in the
+package; the module itself is sys.modules["tuned.cross_entropy"].
+"""
+
+import ctypes
+import math
+
+import torch
+import torch.nn.functional as F
+
+from . import _dispatch, _lib
+from .errors import LibraryError, TunedError
+from .torch_ops import _DTYPES, _contiguous, _library, _on_device, _raw_stream
+
+__all__ = ["cross_entropy", "cross_entropy_errors"]
+
+_REDUCTIONS = ("none", "sum", "mean")
+_NAME = "cross_entropy"
+_compiling = torch.compiler.is_compiling
+_dispatch_modes = getattr(torch._C, "_len_torch_dispatch_stack", lambda: 0)
+
+
+# ------------------------------------------------------- torch formula --
+
+def _compute_dtype(x):
+    return torch.float64 if x.dtype == torch.float64 else torch.float32
+
+
+def _label_masks(labels, ignore_index, cols):
+    """(valid, bad, safe): rows not ignored, rows whose label is out of
+    range, and labels usable as indices (0 where ignored or bad)."""
+    labels = labels.long()
+    valid = labels != ignore_index
+    bad = valid & ((labels < 0) | (labels >= cols))
+    safe = torch.where(valid & ~bad, labels, torch.zeros_like(labels))
+    return valid, bad, safe
+
+
+def _rows_torch(x, labels, scale, smoothing, z_loss, ignore_index):
+    """Per row of x (..., V) and its label: (loss, lse, z) as libtuned's
+    kernel computes them (include/tuned.h), differentiable, in fp32 (fp64
+    for fp64 x). z is the z-loss term z_loss lse^2 the loss includes;
+    ignored rows: loss and z 0 (lse written); a bad label: loss NaN."""
+    ct = _compute_dtype(x)
+    xs = x.to(ct)
+    if scale != 1.0:
+        xs = xs * scale
+    lse = torch.logsumexp(xs, -1)
+    valid, bad, safe = _label_masks(labels, ignore_index, x.shape[-1])
+    picked = xs.gather(-1, safe.unsqueeze(-1)).squeeze(-1)
+    loss = (1.0 - smoothing) * (lse - picked)
+    if smoothing != 0.0:
+        loss = loss + smoothing * (lse - xs.mean(-1))
+    zero = torch.zeros((), dtype=ct, device=x.device)
+    z = z_loss * lse.square() if z_loss != 0.0 else torch.zeros_like(lse)
+    loss = torch.where(valid, loss + z, zero)
+    z = torch.where(valid, z, zero)
+    loss = torch.where(bad, torch.full((), math.nan, dtype=ct, device=x.device), loss)
+    return loss, lse, z
+
+
+def _grad_torch(x, labels, lse, g, scale, smoothing, z_loss, ignore_index):
+    """The kernels' gradient, g s (p (1 + 2 z lse) - (1 - eps) onehot - eps / V)
+    (g one element, or one per row), in x's dtype and strides."""
+    ct = _compute_dtype(x)
+    cols = x.shape[-1]
+    xs = x.to(ct)
+    if scale != 1.0:
+        xs = xs * scale
+    lse = lse.to(ct).unsqueeze(-1)
+    d = torch.exp(xs - lse)
+    if z_loss != 0.0:
+        d = d * (1.0 + 2.0 * z_loss * lse)
+    valid, bad, safe = _label_masks(labels, ignore_index, cols)
+    d = d.scatter_add(-1, safe.unsqueeze(-1),
+                      torch.full(safe.shape + (1,), smoothing - 1.0, dtype=ct, device=x.device))
+    if smoothing != 0.0:
+        d = d - smoothing / cols
+    g = g.to(ct)
+    g = g.reshape(()) if g.numel() == 1 else g.reshape(labels.shape).unsqueeze(-1)
+    d = d * (g * scale)
+    d = torch.where(valid.unsqueeze(-1), d, torch.zeros((), dtype=ct, device=x.device))
+    d = torch.where(bad.unsqueeze(-1), torch.full((), math.nan, dtype=ct, device=x.device), d)
+    out = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=x.device)
+    return out.copy_(d)
+
+
+def _reduce(loss, z, valid, reduction):
+    """(loss, z) reduced as F.cross_entropy: a mean over the rows not
+    ignored (all ignored: NaN, 0/0, as torch)."""
+    if reduction == "none":
+        return loss, z
+    if reduction == "sum":
+        return loss.sum(), z.sum()
+    n = valid.sum()
+    return loss.sum() / n, z.sum() / n
+
+
+def _cross_entropy_torch(input, target, ignore_index=-100, reduction="mean",
+                         label_smoothing=0.0, z_loss=0.0, scale=1.0, softcap=None):
+    """tuned.cross_entropy's math in torch, differentiable, in fp32 (fp64
+    for fp64 input): (loss, lse, z) with input (..., V) and target (...).
+    The fallback, and the reference the tests hold the kernels to."""
+    x = input
+    if softcap is not None:
+        ct = _compute_dtype(x)
+        x = softcap * torch.tanh(x.to(ct) / softcap)
+    loss, lse, z = _rows_torch(x, target, scale, label_smoothing, z_loss, ignore_index)
+    loss, z = _reduce(loss, z, target != ignore_index, reduction)
+    return loss, lse, z
+
+
+# ------------------------------------------------------ libtuned calls --
+
+_errors = {}  # device index -> its error word (int32, one element)
+
+
+def _error_word(x):
+    """The error word of x's device (made on first use, never while a CUDA
+    graph is being captured: then the call reports no errors)."""
+    idx = x.get_device()
+    w = _errors.get(idx)
+    if w is None:
+        if torch.cuda.is_current_stream_capturing():
+            return None
+        w = torch.zeros(1, dtype=torch.int32, device=x.device)
+        _errors[idx] = w
+    return w
+
+
+def cross_entropy_errors(device=None, clear=False):
+    """The error bits tuned's cross-entropy kernels set on device (None:
+    the current one) since the last clear: 1 (TUNED_CE_ERR_LABEL) when a
+    label was outside [0, V) and not ignore_index. Reading synchronises
+    with the device; clear=True zeroes the word after reading."""
+    if device is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    device = torch.device(device)
+    idx = device.index if device.index is not None else torch.cuda.current_device()
+    w = _errors.get(idx)
+    if w is None:
+        return 0
+    bits = int(w.item())
+    if clear:
+        w.zero_()
+    return bits
+
+
+def _kernels():
+    """(lib, handle) when libtuned has the cross-entropy kernels and opens,
+    else None (the caller runs the torch formula; a handle that does not
+    open says why once)."""
+    if not all(_lib.has(fn) for fn in _lib.CROSS_ENTROPY_EXPORTS):
+        return None
+    try:
+        return _library()
+    except (LibraryError, TunedError, ValueError) as exc:
+        _dispatch.fall_back(_NAME, "library", f"libtuned is not usable ({exc})", cause=exc)
+        return None
+
+
+def _blocks(x):
+    """The kernel calls over logits x: [(element offset, row offset, rows,
+    cols, row_stride)], one for rows with one stride, one per batch element
+    of a (B, T, V) tensor whose batch stride is another."""
+    lay = _dispatch.rows_layout(tuple(x.shape), x.stride())
+    if lay is not None:
+        return [(0, 0) + lay]
+    if x.dim() == 3:
+        lay = _dispatch.rows_layout(tuple(x.shape[1:]), x.stride()[1:])
+        if lay is not None:
+            t = x.shape[1]
+            return [(b * x.stride(0), b * t) + lay for b in range(x.shape[0])]
+    raise ValueError(f"tuned::cross_entropy: logits of shape {tuple(x.shape)} and strides "
+                     f"{x.stride()} are not rows (R, V) or (B, T, V) of rows")
+
+
+def _options(lib, labels, scale, smoothing, z_loss, ignore_index, reduction, error):
+    o = _lib.CeOptions()
+    lib.tuned_ce_options_init(ctypes.byref(o))
+    o.scale = scale
+    o.label_smoothing = smoothing
+    o.z_loss = z_loss
+    o.ignore_index = ignore_index
+    o.reduction = reduction
+    o.error = error.data_ptr() if error is not None else None
+    o.labels_int32 = int(labels.dtype == torch.int32)
+    return o
+
+
+def _f32(t):
+    """t as a contiguous fp32 tensor (no copy when it is one)."""
+    return t.to(torch.float32).contiguous()
+
+
+def _launch(fn, lib, h, x, labels, rows_f32, row_out, extra, opts, per_row):
+    """fn over x's blocks. rows_f32: fp32 tensors of one float per row
+    (loss, lse; grad_output where per_row); row_out: a tensor of x's
+    strides (grad) or None. extra(ptrs) gives the call's argument list."""
+    dev = x.get_device()
+    stream = _raw_stream(dev) or None
+    xs, ls = x.element_size(), labels.element_size()
+    xp, lp = x.data_ptr(), labels.data_ptr()
+    gp = row_out.data_ptr() if row_out is not None else None
+    fp = [t.data_ptr() for t in rows_f32]
+    go = opts.grad_output
+    for k, (xo, ro, rows, cols, rs) in enumerate(_blocks(x)):
+        if per_row is not None:
+            opts.grad_output = per_row.data_ptr() + 4 * ro
+        else:
+            opts.grad_output = go
+        args = extra(xp + xo * xs, lp + ro * ls, None if gp is None else gp + xo * xs,
+                     [p + 4 * ro for p in fp])
+        rc = fn(h, *args, rows, cols, rs, _DTYPES[x.dtype], ctypes.byref(opts), stream)
+        if rc != 0:
+            try:
+                _lib.check(lib, rc, h, fn.__name__)
+            except TunedError as exc:
+                exc.blocks_done = k
+                raise
+
+
+def _cuda_call(x, what, run, formula, inplace=False):
+    """run() with x's device current, or formula() when libtuned has no
+    kernels or the call fails (a warning, or FallbackError in strict mode).
+    A failure after part of an in-place gradient was written raises."""
+    if x.dtype not in _DTYPES or x.numel() == 0:
+        return formula()
+    k = _kernels()
+    if k is None:
+        return formula()
+    try:
+        return _on_device(x, run, *k)
+    except TunedError as exc:
+        if inplace and getattr(exc, "blocks_done", 0) > 0:
+            raise
+        _dispatch.fall_back(_NAME, ("error", exc.code), f"libtuned failed in {what}: {exc}",
+                            cause=exc)
+        return formula()
+
+
+def _row_outputs(logits, labels):
+    f = dict(dtype=torch.float32, device=logits.device)
+    return torch.empty(labels.shape, **f), torch.empty(labels.shape, **f)
+
+
+def _grad_like(logits):
+    return torch.empty_strided(logits.shape, logits.stride(), dtype=logits.dtype,
+                               device=logits.device)
+
+
+# --------------------------------------------------- operator kernels --
+
+def _fused_any(logits, labels, grad_scale, scale, smoothing, z_loss, ignore_index):
+    loss, lse, _ = _rows_torch(logits, labels, scale, smoothing, z_loss, ignore_index)
+    grad = _grad_torch(logits, labels, lse, grad_scale, scale, smoothing, z_loss, ignore_index)
+    return _contiguous(loss.float()), _contiguous(lse.float()), grad
+
+
+def _fused_cuda(logits, labels, grad_scale, scale, smoothing, z_loss, ignore_index):
+    return _fused(logits, labels, grad_scale, scale, smoothing, z_loss, ignore_index, False)
+
+
+def _fused_inplace_any(logits, labels, grad_scale, scale, smoothing, z_loss, ignore_index):
+    loss, lse, grad = _fused_any(logits, labels, grad_scale, scale, smoothing, z_loss,
+                                 ignore_index)
+    logits.copy_(grad)
+    return loss, lse
+
+
+def _fused_inplace_cuda(logits, labels, grad_scale, scale, smoothing, z_loss, ignore_index):
+    loss, lse, _ = _fused(logits, labels, grad_scale, scale, smoothing, z_loss, ignore_index,
+                          True)
+    return loss, lse
+
+
+def _fused(logits, labels, grad_scale, scale, smoothing, z_loss, ignore_index, inplace):
+    """tuned_cross_entropy with the gradient: (loss, lse, grad); grad is
+    logits when inplace."""
+    loss, lse = _row_outputs(logits, labels)
+    grad = logits if inplace else _grad_like(logits)
+    gs = _f32(grad_scale)
+
+    def run(lib, h):
+        o = _options(lib, labels, scale, smoothing, z_loss, ignore_index, _lib.REDUCTION_SUM,
+                     _error_word(logits))
+        o.grad_output = gs.data_ptr()
+        _launch(lib.tuned_cross_entropy, lib, h, logits, labels, [loss, lse], grad,
+                lambda x, lab, g, f: (x, lab, g, f[0], f[1]), o, None)
+        return loss, lse, grad
+
+    def formula():
+        lo, ls, g = _fused_any(logits, labels, gs, scale, smoothing, z_loss, ignore_index)
+        return loss.copy_(lo), lse.copy_(ls), grad.copy_(g)
+
+    return _cuda_call(logits, "tuned_cross_entropy", run, formula, inplace)
+
+
+def _loss_any(logits, labels, scale, smoothing, z_loss, ignore_index):
+    loss, lse, _ = _rows_torch(logits, labels, scale, smoothing, z_loss, ignore_index)
+    return _contiguous(loss.float()), _contiguous(lse.float())
+
+
+def _loss_cuda(logits, labels, scale, smoothing, z_loss, ignore_index):
+    """tuned_cross_entropy without a gradient: loss and lse, one read."""
+    loss, lse = _row_outputs(logits, labels)
+
+    def run(lib, h):
+        o = _options(lib, labels, scale, smoothing, z_loss, ignore_index, _lib.REDUCTION_NONE,
+                     _error_word(logits))
+        _launch(lib.tuned_cross_entropy, lib, h, logits, labels, [loss, lse], None,
+                lambda x, lab, g, f: (x, lab, None, f[0], f[1]), o, None)
+        return loss, lse
+
+    def formula():
+        lo, ls = _loss_any(logits, labels, scale, smoothing, z_loss, ignore_index)
+        return loss.copy_(lo), lse.copy_(ls)
+
+    return _cuda_call(logits, "tuned_cross_entropy", run, formula)
+
+
+def _backward_any(logits, labels, lse, grad_output, scale, smoothing, z_loss, ignore_index):
+    return _grad_torch(logits, labels, lse, grad_output, scale, smoothing, z_loss, ignore_index)
+
+
+def _backward_cuda(logits, labels, lse, grad_output, scale, smoothing, z_loss, ignore_index):
+    """tuned_cross_entropy_backward: grad_output one per row (reduction
+    none) or one for all (sum)."""
+    grad = _grad_like(logits)
+    go = _f32(grad_output)
+    lse = _f32(lse)
+    per_row = go.numel() != 1
+
+    def run(lib, h):
+        red = _lib.REDUCTION_NONE if per_row else _lib.REDUCTION_SUM
+        o = _options(lib, labels, scale, smoothing, z_loss, ignore_index, red,
+                     _error_word(logits))
+        o.grad_output = go.data_ptr()
+        _launch(lib.tuned_cross_entropy_backward, lib, h, logits, labels, [lse], grad,
+                lambda x, lab, g, f: (x, lab, f[0], g), o, go if per_row else None)
+        return grad
+
+    def formula():
+        return grad.copy_(_backward_any(logits, labels, lse, go, scale, smoothing, z_loss,
+                                        ignore_index))
+
+    return _cuda_call(logits, "tuned_cross_entropy_backward", run, formula)
+
+
+def _rescale_any(grad, factor):
+    grad.mul_(factor.to(torch.float32).reshape(()))
+
+
+def _rescale_cuda(grad, factor):
+    """tuned_cross_entropy_rescale over grad's blocks (the shapes a fused
+    call ran on this handle). A layout no fused call has run (EINVAL: a
+    copy of the gradient, as torch.compile may hand the backward) is
+    scaled by torch's mul_, quietly: the same result, no host sync."""
+    f = _f32(factor)
+
+    def run(lib, h):
+        stream = _raw_stream(grad.get_device()) or None
+        es, gp = grad.element_size(), grad.data_ptr()
+        for k, (xo, _, rows, cols, rs) in enumerate(_blocks(grad)):
+            rc = lib.tuned_cross_entropy_rescale(h, gp + xo * es, rows, cols, rs,
+                                                 _DTYPES[grad.dtype], f.data_ptr(), stream)
+            if rc == _lib.EINVAL and k == 0:
+                _rescale_any(grad, f)
+                return
+            if rc != 0:
+                # Before the first block nothing is scaled (the fallback
+                # redoes it all); after, the blocks share one key, and a
+                # failure there is not recoverable.
+                try:
+                    _lib.check(lib, rc, h, "tuned_cross_entropy_rescale")
+                except TunedError as exc:
+                    exc.blocks_done = k
+                    raise
+
+    _cuda_call(grad, "tuned_cross_entropy_rescale", run, lambda: _rescale_any(grad, f),
+               inplace=True)
+
+
+# ------------------------------------------------------ fake, autograd --
+
+def _fused_fake(logits, labels, grad_scale, scale, smoothing, z_loss, ignore_index):
+    loss, lse = _row_outputs(logits, labels)
+    return loss, lse, _grad_like(logits)
+
+
+def _fused_inplace_fake(logits, labels, grad_scale, scale, smoothing, z_loss, ignore_index):
+    return _row_outputs(logits, labels)
+
+
+def _loss_fake(logits, labels, scale, smoothing, z_loss, ignore_index):
+    return _row_outputs(logits, labels)
+
+
+def _backward_fake(logits, labels, lse, grad_output, scale, smoothing, z_loss, ignore_index):
+    return _grad_like(logits)
+
+
+def _rescale_fake(grad, factor):
+    return None
+
+
+def _save_rows(ctx, inputs, output):
+    # The operators' own autograd (a call of the operator with inputs that
+    # need gradients): the per-row loss's gradient by the backward
+    # operator; lse (and the fused gradient) are not differentiable.
+    logits, labels = inputs[0], inputs[1]
+    ctx.params = inputs[-4:]
+    ctx.mark_non_differentiable(*output[1:])
+    ctx.save_for_backward(logits, labels, output[1])
+
+
+def _rows_grad(ctx, dloss, *unused):
+    logits, labels, lse = ctx.saved_tensors
+    grad = _BACKWARD(logits, labels, lse, dloss, *ctx.params)
+    return (grad, None) + (None,) * (len(ctx.params) + ctx.extra)
+
+
+def _save_fused(ctx, inputs, output):
+    ctx.extra = 1  # grad_scale
+    _save_rows(ctx, inputs, output)
+
+
+def _save_loss(ctx, inputs, output):
+    ctx.extra = 0
+    _save_rows(ctx, inputs, output)
+
+
+def _define(name, schema, any_impl, cuda_impl, fake, mutates=(), grad=None, setup=None):
+    """Registers tuned::<name> once per process (a second copy of this
+    package uses the first's); its OpOverload."""
+    try:
+        return getattr(torch.ops.tuned, name).default
+    except (AttributeError, RuntimeError):
+        pass
+    op = torch.library.custom_op(f"tuned::{name}", any_impl, mutates_args=mutates, schema=schema)
+    op.register_kernel("cuda")(cuda_impl)
+    op.register_fake(fake)
+    if grad is not None:
+        op.register_autograd(grad, setup_context=setup)
+    return getattr(torch.ops.tuned, name).default
+
+
+_PARAMS = "float scale, float smoothing, float z_loss, int ignore_index"
+_BACKWARD = _define(
+    "cross_entropy_backward",
+    f"(Tensor logits, Tensor labels, Tensor lse, Tensor grad_output, {_PARAMS}) -> Tensor",
+    _backward_any, _backward_cuda, _backward_fake)
+_FUSED = _define(
+    "cross_entropy_fused",
+    f"(Tensor logits, Tensor labels, Tensor grad_scale, {_PARAMS}) "
+    "-> (Tensor loss, Tensor lse, Tensor grad)",
+    _fused_any, _fused_cuda, _fused_fake, grad=_rows_grad, setup=_save_fused)
+_FUSED_INPLACE = _define(
+    "cross_entropy_fused_",
+    f"(Tensor(a!) logits, Tensor labels, Tensor grad_scale, {_PARAMS}) -> (Tensor loss, Tensor lse)",
+    _fused_inplace_any, _fused_inplace_cuda, _fused_inplace_fake, mutates=("logits",))
+_LOSS = _define(
+    "cross_entropy_loss",
+    f"(Tensor logits, Tensor labels, {_PARAMS}) -> (Tensor loss, Tensor lse)",
+    _loss_any, _loss_cuda, _loss_fake, grad=_rows_grad, setup=_save_loss)
+_RESCALE = _define("cross_entropy_rescale_", "(Tensor(a!) grad, Tensor factor) -> ()",
+                   _rescale_any, _rescale_cuda, _rescale_fake, mutates=("grad",))
+
+
+class _CrossEntropyFn(torch.autograd.Function):
+    """The kernel path's autograd: mean and sum run the fused operator and
+    rescale its gradient in the backward; none runs the loss operator and
+    the backward operator from the saved lse. Returns (loss, lse, z); lse
+    and z are not differentiable (the loss includes the z term)."""
+
+    @staticmethod
+    def forward(ctx, x, labels, scale, smoothing, z_loss, ignore_index, reduction, inplace):
+        ctx.reduction = reduction
+        ctx.params = (scale, smoothing, z_loss, ignore_index)
+        valid = labels != ignore_index
+        if reduction == "none":
+            loss, lse = _LOSS(x, labels, scale, smoothing, z_loss, ignore_index)
+            ctx.save_for_backward(x, labels, lse)
+            gs = None
+        else:
+            if reduction == "mean":
+                # 1/n_valid on the device: no host sync (n_valid 0: inf,
+                # and the loss 0 * inf = NaN, as torch's 0/0).
+                gs = valid.sum().to(torch.float32).reciprocal()
+            else:
+                gs = torch.ones((), dtype=torch.float32, device=x.device)
+            if inplace:
+                loss, lse = _FUSED_INPLACE(x, labels, gs, scale, smoothing, z_loss, ignore_index)
+                grad = x
+            else:
+                loss, lse, grad = _FUSED(x, labels, gs, scale, smoothing, z_loss, ignore_index)
+            ctx.save_for_backward(grad)
+        if z_loss != 0.0:
+            zero = torch.zeros((), dtype=torch.float32, device=x.device)
+            z = torch.where(valid, z_loss * lse.square(), zero)
+        else:
+            z = torch.zeros_like(lse)
+        if gs is not None:
+            loss, z = loss.sum() * gs, z.sum() * gs
+        ctx.mark_non_differentiable(lse, z)
+        return loss, lse, z
+
+    @staticmethod
+    def backward(ctx, dloss, dlse, dz):
+        if ctx.reduction == "none":
+            x, labels, lse = ctx.saved_tensors
+            grad = _BACKWARD(x, labels, lse, _f32(dloss), *ctx.params)
+        else:
+            # The forward's gradient assumed an upstream gradient of 1:
+            # times the real one on the device (nothing moved when it is 1).
+            # Its buffer is reused, so this backward runs once.
+            (grad,) = ctx.saved_tensors
+            _RESCALE(grad, _f32(dloss).reshape(1))
+        return grad, None, None, None, None, None, None, None
+
+
+# ------------------------------------------------------------ the call --
+
+def _check_args(input, target, reduction, label_smoothing, z_loss, scale, softcap,
+                inplace_backward):
+    if not isinstance(input, torch.Tensor) or not isinstance(target, torch.Tensor):
+        raise TypeError("tuned.cross_entropy: input and target must be tensors")
+    if reduction not in _REDUCTIONS:
+        raise ValueError(f"tuned.cross_entropy: reduction {reduction!r} (none, sum or mean)")
+    if not 0.0 <= label_smoothing <= 1.0:
+        raise ValueError(f"tuned.cross_entropy: label_smoothing {label_smoothing} "
+                         "(it must be in [0, 1])")
+    if not (z_loss >= 0.0 and math.isfinite(z_loss)):
+        raise ValueError(f"tuned.cross_entropy: z_loss {z_loss} (it must be >= 0 and finite)")
+    if not (scale > 0.0 and math.isfinite(scale)):
+        raise ValueError(f"tuned.cross_entropy: scale {scale} (it must be positive and finite)")
+    if softcap is not None and not (softcap > 0.0 and math.isfinite(softcap)):
+        raise ValueError(f"tuned.cross_entropy: softcap {softcap} "
+                         "(None, or positive and finite)")
+    if inplace_backward and reduction == "none":
+        raise ValueError("tuned.cross_entropy: inplace_backward needs reduction 'mean' or "
+                         "'sum' (the gradient is written in the forward)")
+    if not input.dtype.is_floating_point or input.dim() == 0:
+        raise ValueError(f"tuned.cross_entropy: input must be floating logits (..., C), not a "
+                         f"{input.dim()}-d {input.dtype} tensor")
+    if target.dtype.is_floating_point or target.dtype.is_complex or target.dtype == torch.bool:
+        raise ValueError(f"tuned.cross_entropy: target must hold class indices (an integer "
+                         f"tensor), not {target.dtype} (class probabilities are not supported)")
+    if tuple(target.shape) != tuple(input.shape[:-1]):
+        raise ValueError(f"tuned.cross_entropy: target of shape {tuple(target.shape)} for input "
+                         f"of shape {tuple(input.shape)} (expected {tuple(input.shape[:-1])}: "
+                         "the classes are input's last dimension)")
+
+
+def _plan(x):
+    """None when x goes to the kernels, else (key, reason)."""
+    if x.device.type not in ("cuda", "meta"):
+        return "device", f"a {x.device.type} tensor"
+    if x.dtype not in _DTYPES:
+        return "dtype", f"dtype {x.dtype}"
+    if x.numel() == 0:
+        return "empty", "an empty tensor"
+    cols = x.shape[-1]
+    if cols > _dispatch.MAX_COLS or x.numel() // cols > _dispatch.MAX_ROWS:
+        return "size", f"{x.numel() // cols} rows of {cols} classes exceed tuned's limits"
+    if (x.is_cuda and type(x) is torch.Tensor and not _compiling()
+            and not _dispatch_modes()):
+        if not all(_lib.has(fn) for fn in _lib.CROSS_ENTROPY_EXPORTS):
+            return "library", "libtuned has no cross-entropy kernels (tuned_cross_entropy)"
+        try:
+            _library()
+        except (LibraryError, TunedError, ValueError) as exc:
+            return "library", f"libtuned is not usable ({exc})"
+    return None
+
+
+def _rows(x):
+    """x as the operators take it: (R, V) rows with one stride (a view),
+    (B, T, V) whose batch elements are such rows, ordered and apart (a
+    view: one kernel call per batch element), else a contiguous copy."""
+    if x.stride(-1) != 1 and x.shape[-1] > 1:
+        return x.contiguous().view(-1, x.shape[-1])
+    if _dispatch.rows_layout(tuple(x.shape), x.stride()) is not None:
+        return x if x.dim() == 2 else x.view(-1, x.shape[-1])
+    if (x.dim() == 3 and _dispatch.rows_layout(tuple(x.shape[1:]), x.stride()[1:]) is not None
+            and x.stride(0) >= x.stride(1) * (x.shape[1] - 1) + x.shape[2]):
+        return x
+    return x.contiguous().view(-1, x.shape[-1])
+
+
+def _labels(target, shape):
+    """target as the kernels read it: int32 or int64, contiguous."""
+    t = target.reshape(shape)
+    if t.dtype not in (torch.int32, torch.int64):
+        t = t.long()
+    return t.contiguous()
+
+
+def _kernel_path(x, target, ignore_index, reduction, label_smoothing, z_loss, scale,
+                 inplace_backward):
+    """(loss, lse, z) by the operators, any device (the CPU's run the
+    torch formula)."""
+    lead = tuple(x.shape[:-1])
+    x2 = _rows(x)
+    labels = _labels(target, x2.shape[:-1])
+    loss, lse, z = _CrossEntropyFn.apply(x2, labels, float(scale), float(label_smoothing),
+                                         float(z_loss), int(ignore_index), reduction,
+                                         bool(inplace_backward))
+    if reduction == "none":
+        loss, z = loss.view(lead), z.view(lead)
+    return loss, lse.view(lead), z
+
+
+def _weighted(x, target, weight, ignore_index, reduction, label_smoothing, z_loss, scale):
+    """Class weights: F.cross_entropy on x * scale (no z-loss)."""
+    if z_loss != 0.0:
+        raise ValueError("tuned.cross_entropy: z_loss with class weights is not supported")
+    xs = x if scale == 1.0 else x * scale
+    cols = x.shape[-1]
+    loss = F.cross_entropy(xs.reshape(-1, cols), target.reshape(-1).long(), weight,
+                           ignore_index=ignore_index, reduction=reduction,
+                           label_smoothing=label_smoothing)
+    lse = torch.logsumexp(xs.detach().to(_compute_dtype(x)), -1)
+    if reduction == "none":
+        loss = loss.view(target.shape)
+    return loss, lse, torch.zeros_like(loss).detach()
+
+
+def cross_entropy(input, target, weight=None, ignore_index=-100, reduction="mean",
+                  label_smoothing=0.0, *, z_loss=0.0, scale=1.0, softcap=None,
+                  inplace_backward=False, return_lse=False, return_z_loss=False):
+    """Cross-entropy of logits input (..., C) against class indices target
+    (...), as torch.nn.functional.cross_entropy where they overlap, with
+    the classes in the LAST dimension (the vocabulary of an LM's logits
+    (B, T, V)): F.cross_entropy wants them in dimension 1 for inputs of
+    more than 2 dimensions; (N, C) and (C,) inputs mean the same in both.
+
+    Per row, with x = scale * input (after the softcap):
+        loss = (1 - eps) (lse - x_y) + eps (lse - mean_j x_j) + z_loss lse^2
+    eps = label_smoothing, lse = logsumexp(x); rows whose target is
+    ignore_index count for nothing; reduction "mean" divides by the count
+    of the others (all ignored: NaN, as torch), "sum" adds, "none" gives
+    one loss per row (target's shape). The loss is fp32 (fp64 for fp64
+    input on the fallback), whatever the logits' dtype.
+
+    z_loss: PaLM's z-loss coefficient (included in the loss). scale:
+    the logits' multiplier (a temperature's inverse), fused in the kernel.
+    softcap: softcap * tanh(input / softcap) first, by torch (autograd
+    through torch; it costs a logits-sized buffer). inplace_backward
+    (mean and sum): the gradient is written over the logits in the
+    forward (no extra memory; Liger's trick): the logits are OVERWRITTEN
+    and must not be used after the call (with softcap, the capped buffer
+    is, not the input); the backward runs once. return_lse /
+    return_z_loss: return (loss, lse per row, z-loss reduced as the loss),
+    lse and z not differentiable.
+
+    CUDA fp16/bf16/fp32 logits run libtuned's kernels (the module says
+    how), with no host synchronisation: a label out of range gives its
+    row a NaN loss and sets a bit that cross_entropy_errors() reads.
+    weight (class weights) runs F.cross_entropy, and CPU tensors, other
+    dtypes or no usable libtuned run the same math in torch (fp32): with a
+    RuntimeWarning once per reason, or FallbackError in strict mode.
+    """
+    _check_args(input, target, reduction, label_smoothing, z_loss, scale, softcap,
+                inplace_backward)
+    x, t = input, target
+    if x.dim() == 1:
+        x, t = x.unsqueeze(0), t.unsqueeze(0)
+    compiling = _compiling()
+    if weight is not None:
+        _dispatch.fall_back(_NAME, "weight", "class weights (weight=) are not supported by "
+                            "tuned's kernels yet", quiet=compiling)
+        if softcap is not None:
+            x = softcap * torch.tanh(x / softcap)
+        loss, lse, z = _weighted(x, t, weight, ignore_index, reduction, label_smoothing,
+                                 z_loss, scale)
+    else:
+        reason = _plan(x)
+        if reason is not None:
+            _dispatch.fall_back(_NAME, *reason, quiet=compiling)
+            loss, lse, z = _cross_entropy_torch(x, t, ignore_index, reduction, label_smoothing,
+                                                z_loss, scale, softcap)
+        else:
+            if softcap is not None:
+                x = softcap * torch.tanh(x / softcap)
+            loss, lse, z = _kernel_path(x, t, ignore_index, reduction, label_smoothing, z_loss,
+                                        scale, inplace_backward)
+    if input.dim() == 1:
+        lse = lse.view(())
+        if reduction == "none":
+            loss, z = loss.view(()), z.view(())
+    if not (return_lse or return_z_loss):
+        return loss
+    out = (loss,)
+    if return_lse:
+        out += (lse,)
+    if return_z_loss:
+        out += (z,)
+    return out
