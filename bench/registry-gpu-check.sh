@@ -11,6 +11,8 @@
 #
 #   bench/registry-gpu-check.sh
 #   SUITE=0 bench/registry-gpu-check.sh     # without the GPU suite
+#   KINDS=cross_entropy_bwd bench/...      # gpu-correctness over those kinds only
+#   PYTHON=0: without the Python package's cross-entropy tests
 #   SHAPES="8192x128256" DTYPES="bf16" TUNE_TIME=20 ...
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -20,14 +22,20 @@ shapes="${SHAPES:-8192x128256 4096x32000}"
 dtypes="${DTYPES:-bf16}"
 tune_time="${TUNE_TIME:-20}"
 mkdir -p "$out"
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$out/nvidia-smi.txt" 2>&1
-git log -1 --format='%H %s' > "$out/commit.txt" 2>/dev/null || true
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$out/device.txt" 2>&1
+gpu_line="$(head -1 "$out/device.txt")"
+git log -1 --format='%H %s' >> "$out/device.txt" 2>/dev/null || true
 # shellcheck source=/dev/null
 source tools/device-env.sh > "$out/setup.log" 2>&1
 tools/setup.sh --no-deps >> "$out/setup.log" 2>&1 || { tail -30 "$out/setup.log"; exit 1; }
 
 suite="not run"
-if [[ "${SUITE:-1}" != 0 ]]; then
+if [[ -n "${KINDS:-}" ]]; then
+    # Only gpu-correctness, over these kinds (GPU_CORRECTNESS_KINDS).
+    GPU_CORRECTNESS_KINDS="$KINDS" timeout 300 meson test -C build gpu-correctness \
+        --print-errorlogs > "$out/gpu-suite.log" 2>&1
+    suite="gpu-correctness over $KINDS: exit $? ($(grep -E '^(Ok|Fail|Skipped|Timeout): ' "$out/gpu-suite.log" | tr -s ' ' | tr '\n' ' '))"
+elif [[ "${SUITE:-1}" != 0 ]]; then
     timeout "${SUITE_TIMEOUT:-420}" meson test -C build --suite gpu --print-errorlogs \
         > "$out/gpu-suite.log" 2>&1
     suite="exit $? ($(grep -E '^(Ok|Fail|Skipped|Timeout): ' "$out/gpu-suite.log" | tr -s ' ' | tr '\n' ' '))"
@@ -36,7 +44,7 @@ fi
 # The shipped records of this GPU model, served by this build.
 tmp="$(mktemp -d /tmp/tuned-registry-XXXXXX)"
 name=h200
-grep -qi h100 "$out/nvidia-smi.txt" && name=h100
+grep -qi h100 "$out/device.txt" && name=h100
 build/tuned import "cache/pretuned/$name.jsonl" --db "$tmp/db" > "$out/import.log" 2>&1
 build/tuned list --db "$tmp/db" > "$out/list.txt" 2>&1
 shipped=$(($(wc -l < "$out/list.txt") - 1))
@@ -59,11 +67,19 @@ for shape in $shapes; do
         done
     done
 done
-build/tuned list --db "$tmp/db" > "$out/list-after.txt" 2>&1
+build/tuned list --db "$tmp/db" >> "$out/tunes.log" 2>&1
+
+# The Python package's cross-entropy on the GPU (its own summary line).
+if [[ "${PYTHON:-1}" != 0 ]]; then
+    timeout 240 meson test -C build python-cross-entropy-gpu python-cross-entropy --print-errorlogs \
+        > "$out/python.log" 2>&1
+    py="exit $? ($(grep -E '^(Ok|Fail|Skipped|Timeout): ' "$out/python.log" | tr -s ' ' | tr '\n' ' '))"
+fi
 
 echo
-echo "registry GPU check on $(cat "$out/nvidia-smi.txt") at $(cut -c1-12 "$out/commit.txt")"
+echo "registry GPU check on $gpu_line at $(sed -n 2p "$out/device.txt" | cut -c1-12)"
 echo "GPU suite: $suite"
+echo "Python cross-entropy: ${py:-not run}"
 echo "shipped $name records imported and served exact by this build: $exact of $shipped"
 python3 - "$out/tunes.jsonl" <<'PY'
 import json, sys

@@ -323,6 +323,22 @@ static int context_killer_is_recorded(gpu_env *g)
     return failures ? 1 : 0;
 }
 
+/* Whether name is one of the comma-separated names of list. */
+static bool name_listed(const char *list, const char *name)
+{
+    size_t n = strlen(name);
+    for (const char *p = list; *p != '\0';) {
+        const char *end = strchr(p, ',');
+        size_t len = end != NULL ? (size_t)(end - p) : strlen(p);
+        if (len == n && strncmp(p, name, n) == 0)
+            return true;
+        if (end == NULL)
+            break;
+        p = end + 1;
+    }
+    return false;
+}
+
 int main(int argc, char **argv)
 {
     gpu_env g = {0};
@@ -347,8 +363,13 @@ int main(int argc, char **argv)
     static const uint64_t cols_list[] = {1,    7,     32,    100,    1000,
                                          1024, 4097, 32000, 50257, 128256, 262144};
     size_t variants = 0;
+    /* GPU_CORRECTNESS_KINDS=NAME[,NAME]: only those kinds (a short run
+     * after a change to one kind). */
+    const char *only_kinds = getenv("GPU_CORRECTNESS_KINDS");
     for (unsigned kernel = TUNED_KERNEL_SOFTMAX; kernel <= TUNED__KIND_COUNT; kernel++)
     for (int dt = TUNED_FP16; dt <= TUNED_FP32; dt++) {
+        if (only_kinds != NULL && !name_listed(only_kinds, tuned__kernel_name((uint8_t)kernel)))
+            continue;
         /* softmax sampled most; the others share its stages */
         const int per_shape = kernel == TUNED_KERNEL_SOFTMAX ? 6 : 3;
         for (size_t i = 0; i < sizeof cols_list / sizeof cols_list[0]; i++) {
