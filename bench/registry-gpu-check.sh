@@ -43,6 +43,8 @@ fi
 
 # The shipped records of this GPU model, served by this build.
 tmp="$(mktemp -d /tmp/tuned-registry-XXXXXX)"
+# KEEP_DB=DIR: the store goes there and stays (for a benchmark after)
+if [[ -n "${KEEP_DB:-}" ]]; then mkdir -p "$KEEP_DB"; ln -s "$KEEP_DB" "$tmp/db"; fi
 name=h200
 grep -qi h100 "$out/device.txt" && name=h100
 build/tuned import "cache/pretuned/$name.jsonl" --db "$tmp/db" > "$out/import.log" 2>&1
@@ -54,7 +56,7 @@ exact=$(awk 'NR > 1 && $0 ~ / exact / { n++ } END { print n + 0 }' "$out/list.tx
 : > "$out/tunes.jsonl"
 for shape in $shapes; do
     for dt in $dtypes; do
-        for kind in cross_entropy cross_entropy_loss cross_entropy_bwd; do
+        for kind in ${TUNE_KINDS:-cross_entropy cross_entropy_loss cross_entropy_bwd}; do
             if timeout $((tune_time * 3 + 60)) build/tuned tune --kernel "$kind" --shape "$shape" \
                    --dtype "$dt" --time "$tune_time" --db "$tmp/db" --json \
                    > "$tmp/one.json" 2>> "$out/tunes.log"; then

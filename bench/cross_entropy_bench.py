@@ -1,0 +1,127 @@
+"""bench/cross_entropy_bench.py: cross-entropy over the vocabulary, forward +
+backward, as a user calls it, against the anchors in the same run.
+
+For each shape: the device-to-device copy of the logits (the fused kind's
+floor: one read of the logits and one write of the gradient), tuned's fused
+cross-entropy (tuned.cross_entropy, gradient in place and not), torch's
+F.cross_entropy, torch.compile of it (first shape only: its compile takes a
+minute a shape), and Liger's fused cross-entropy when liger_kernel imports.
+Each time is the median of CUDA-event timings after warm-up with L2 flushed
+between runs; each method's extra peak memory is what it allocates beyond
+the logits and labels (torch.cuda.max_memory_allocated). Every method's loss
+is compared with a float64 reference first. A short table comes last.
+
+    python3 bench/cross_entropy_bench.py [--shapes 8192x128256:bf16,...] [--reps N]
+
+Needs a CUDA GPU, torch, and the tuned package on PYTHONPATH with libtuned
+(TUNED_LIBRARY) and a store holding the shapes' tuned records (TUNED_DB)."""
+
+import argparse
+import statistics
+import sys
+
+import torch
+import torch.nn.functional as F
+
+import tuned
+
+DT = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+
+
+def timed(fn, reps, flush):
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        flush.zero_()
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) * 1000.0)
+    return statistics.median(times)
+
+
+def peak_extra(fn):
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    fn()
+    torch.cuda.synchronize()
+    return (torch.cuda.max_memory_allocated() - base) / 1e9
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shapes", default="8192x128256:bf16,4096x32000:bf16,512x128256:bf16")
+    ap.add_argument("--reps", type=int, default=15)
+    ap.add_argument("--compile-shapes", type=int, default=1)
+    args = ap.parse_args()
+    try:
+        from liger_kernel.ops.cross_entropy import LigerCrossEntropyFunction
+    except Exception as exc:  # noqa: BLE001 - an anchor that does not import is reported
+        print(f"liger: not available ({type(exc).__name__}: {exc})")
+        LigerCrossEntropyFunction = None
+    flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+    rows_out = []
+    for n, spec in enumerate(args.shapes.split(",")):
+        shape, dt = spec.split(":")
+        rows, cols = (int(v) for v in shape.split("x"))
+        dtype = DT[dt]
+        g = torch.Generator(device="cuda").manual_seed(1)
+        x0 = (torch.randn(rows, cols, device="cuda", generator=g) * 3).to(dtype)
+        t = torch.randint(0, cols, (rows,), device="cuda", generator=g)
+        t[::13] = -100
+        ref = F.cross_entropy(x0.double(), t).item()
+        work = x0.clone()
+        res = {"shape": shape, "dtype": dt}
+
+        def copy():
+            work.copy_(x0)
+        res["copy"] = timed(copy, args.reps, flush)
+
+        def method(name, fwd_bwd):
+            # fwd_bwd(x) -> loss; x is a fresh leaf (its .grad the gradient)
+            def run():
+                x = work.detach().requires_grad_()
+                loss = fwd_bwd(x)
+                loss.backward()
+                return loss
+            try:
+                work.copy_(x0)
+                loss = run().item()
+                err = abs(loss - ref) / abs(ref)
+                res[name] = (timed(run, args.reps, flush), peak_extra(run), err)
+            except Exception as exc:  # noqa: BLE001 - reported in the table
+                res[name] = (float("nan"), float("nan"), f"{type(exc).__name__}: {exc}"[:60])
+
+        method("tuned", lambda x: tuned.cross_entropy(x, t))
+        method("tuned_inplace", lambda x: tuned.cross_entropy(x, t, inplace_backward=True))
+        method("torch", lambda x: F.cross_entropy(x, t))
+        if n < args.compile_shapes:
+            cf = torch.compile(F.cross_entropy)
+            method("compile", lambda x: cf(x, t))
+        if LigerCrossEntropyFunction is not None:
+            method("liger", lambda x: LigerCrossEntropyFunction.apply(x, t, None)[0])
+        rows_out.append(res)
+        del x0, work
+        torch.cuda.empty_cache()
+        print(res, flush=True)
+    names = ["tuned", "tuned_inplace", "torch", "compile", "liger"]
+    print(f"\n{'shape':12} {'dt':4} {'copy_us':>8} " +
+          " ".join(f"{m + '_us':>10} {m[:6] + '_GB':>9}" for m in names) + "  (loss rel. err vs f64)")
+    for r in rows_out:
+        cells = []
+        for m in names:
+            v = r.get(m)
+            cells.append(f"{'-':>10} {'-':>9}" if v is None else f"{v[0]:10.1f} {v[1]:9.2f}")
+        errs = " ".join(f"{m}={r[m][2]:.1e}" if isinstance(r.get(m, (0, 0, ''))[2], float) else
+                        f"{m}={r.get(m, (0, 0, '-'))[2]}" for m in names if m in r)
+        print(f"{r['shape']:12} {r['dtype']:4} {r['copy']:8.1f} " + " ".join(cells) + "  " + errs)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
