@@ -158,28 +158,85 @@ __device__ __forceinline__ CeRow ce_row(long long label, bool active, int lane, 
     return r;
 }
 
-/* target: x_y, loaded by the owner from the row at the start (a plain
- * load, not the variant's .nc: in place, the owner itself stores this
- * element later, and program order keeps its load first; no other thread
- * stores it). Two bytes a row, from the line the row's own loads bring.
- * (Selected out of the held registers instead, the compare an element
- * cost 16 to 34 more registers: ptxas hoists them.) */
-__device__ __forceinline__ float ce_target_logit(const RowPtrs &p, const CeRow &r)
+/* target: x_y, loaded by every thread of a counted row from the row at the
+ * start (a plain load, not the variant's .nc: in place, the owner stores
+ * this element later, and it, like every thread, loads it before its part
+ * of the row's reduction, which every store waits for). Two bytes, one
+ * sector a warp, from the line the owner's loads bring. Every thread
+ * needs it: the row's sum is reduced without the target's term (see
+ * ce_sum_without_target) and each thread adds it back. (Selected out of
+ * the held registers instead, the compare an element cost 16 to 34 more
+ * registers: ptxas hoists them.) */
+__device__ __forceinline__ float ce_target_logit(const RowPtrs &p, const CeRow &r, bool active,
+                                                 int cols)
 {
+    const bool valid = active && !r.ignored && !r.bad && r.label < cols;
     /* Predicated, not branched: a branch waits for the label here, the
      * load's result is waited for only after the reduction. */
-    const unsigned char *at = p.xr + (r.owner ? r.label : 0) * ESIZE;
+    const unsigned char *at = p.xr + (valid ? r.label : 0) * ESIZE;
     u32 bits = 0;
 #if ESIZE == 2
     u16 b16 = 0;
     asm volatile("{ .reg .pred q; setp.ne.u32 q, %2, 0; @q ld.global.u16 %0, [%1]; }"
-                 : "+h"(b16) : "l"(at), "r"((u32)r.owner) : "memory");
+                 : "+h"(b16) : "l"(at), "r"((u32)valid) : "memory");
     bits = b16;
 #else
     asm volatile("{ .reg .pred q; setp.ne.u32 q, %2, 0; @q ld.global.u32 %0, [%1]; }"
-                 : "+r"(bits) : "l"(at), "r"((u32)r.owner) : "memory");
+                 : "+r"(bits) : "l"(at), "r"((u32)valid) : "memory");
 #endif
     return bits_to_float(bits);
+}
+
+/* exp-and-sum, the owner's part without the target: the row's sum is
+ * reduced as S' = sum over j != y of exp(s (x_j - max)), which holds no
+ * term near 1 when p_y is near 1, so that S' keeps its relative precision
+ * (summed with the target, a row's fp32 sum loses about 1e-7 per term
+ * added to it, and -log p_y = log(1 + S' / e_y) of a p_y of 0.999 came
+ * out 0.8% off on the H200). The owner sums its exps again, the target's
+ * slot left out (its exps as kept, or computed again from packed
+ * registers); every other thread's sum is its own already. */
+__device__ __forceinline__ float ce_sum_without_target(const Held &h, const CeRow &r, float sum,
+                                                       float max, float ks)
+{
+    if (!r.owner)
+        return sum;
+#if T_FUSED
+    const float shift = max == NEG_INF ? 0.0f : max;
+#else
+    const float shift = max;
+#endif
+    float s = 0.0f;
+#pragma unroll
+    for (int it = 0; it < T_ITERS; it++)
+#pragma unroll
+        for (int k = 0; k < T_VEC; k++) {
+#if T_REG_PACKED
+            const float e = exp_shifted(held_value(h, it, k), shift, ks);
+#else
+            const float e = h.v[it][k];
+#endif
+            s += (it == r.own_it && k == r.own_k) ? 0.0f : e;
+        }
+    return s;
+}
+
+/* The row's sum with the target's term added back, and that term, e_y =
+ * exp(s (x_y - max)): 0 for a row with no counted label. */
+struct CeSums {
+    float all;    /* S = S' + e_y: the softmax's denominator */
+    float others; /* S' */
+    float e_y;
+};
+
+__device__ __forceinline__ CeSums ce_sums(const CeRow &r, float others, float x_y, float row_max,
+                                          float ks, bool active)
+{
+    CeSums c;
+    const bool counted = active && !r.ignored && !r.bad;
+    c.e_y = counted ? exp_shifted(x_y, row_max, ks) : 0.0f;
+    c.others = others;
+    c.all = others + c.e_y;
+    return c;
 }
 
 /* mean: the thread's sum of its x inside the row (the slots past its
@@ -263,6 +320,22 @@ __device__ __forceinline__ void ce_store_target(const RowPtrs &p, const CeRow &r
         store_elem(p.yr + r.label * ESIZE, float_to_bits(g.gs * fmaf(p_y, g.zf, -g.on_off)));
 }
 
+/* The same from the row's sums: p_y - 1 formed as -S' / S, not p_y - 1
+ * in fp32 (which keeps only the bits of p_y below 1: a bf16 p_y of 0.999
+ * lost a third of them), then p_y (zf - 1) + eps - eps / V added. */
+__device__ __forceinline__ void ce_store_target_sums(const RowPtrs &p, const CeRow &r,
+                                                     const CeGrad &g, const CeSums &c)
+{
+    if (!r.owner)
+        return;
+    const float inv = __frcp_rn(c.all);
+    const float p_y = c.e_y * inv;
+    const float pm1 = -c.others * inv;
+    /* eps - eps / V = (1 - on) - off */
+    const float v = pm1 + fmaf(p_y, g.zf - 1.0f, (1.0f - g.on) - g.off);
+    store_elem(p.yr + r.label * ESIZE, float_to_bits(g.gs * v));
+}
+
 /* lse = s max + log sum; a row of only -inf has lse -inf (log 0, as
  * torch.logsumexp), whatever the sum's 0 * NaN came to. */
 __device__ __forceinline__ float ce_lse(float row_max, float sum, float scale)
@@ -272,14 +345,16 @@ __device__ __forceinline__ float ce_lse(float row_max, float sum, float scale)
 
 /* The row's outputs, by the writer. nll and the smoothing term are taken
  * as s (max - x) + log sum, not lse - s x: both terms are >= 0, so no
- * cancellation of large logits (rows around 1e10). */
+ * cancellation of large logits (rows around 1e10); where p_y >= 1/2, nll
+ * is log1p(S' / e_y), precise to the last bits however near 1 p_y is. */
 __device__ __forceinline__ void ce_write_row(const CeRow &r, long long row, float row_max,
-                                             float sum, float x_y, float mean_x, float *loss,
-                                             float *lse_out, const CeParams &prm)
+                                             const CeSums &c, float x_y, float mean_x,
+                                             float *loss, float *lse_out, const CeParams &prm)
 {
     if (!r.writer)
         return;
     const float nan = __int_as_float(0x7fc00000);
+    const float sum = c.all;
     const float log_sum = logf(sum);
     const float lse = ce_lse(row_max, sum, prm.scale);
     const bool smooth_missing = !T_CE_SMOOTH && prm.smoothing != 0.0f;
@@ -290,7 +365,8 @@ __device__ __forceinline__ void ce_write_row(const CeRow &r, long long row, floa
     } else if (r.bad || smooth_missing) {
         l = nan;
     } else {
-        l = fmaf(prm.scale, row_max - x_y, log_sum);
+        l = c.e_y >= 0.5f * sum ? log1pf(c.others / c.e_y)
+                                : fmaf(prm.scale, row_max - x_y, log_sum);
         if (T_CE_SMOOTH && prm.smoothing != 0.0f) {
             const float smooth = fmaf(prm.scale, row_max - mean_x, log_sum);
             l = (1.0f - prm.smoothing) * l + prm.smoothing * smooth;
@@ -352,26 +428,30 @@ tuned_cross_entropy_rows(const unsigned char *logits, const CeLabel *labels, uns
     Held h;
     load_row(h, p, slot.lane, cols, active);
     const CeRow r = ce_row(label, active, slot.lane, p.head, cols, prm);
-    const float x_y = ce_target_logit(p, r);
+    const float x_y = ce_target_logit(p, r, active, cols);
     /* the smoothing's sum before the exps replace x */
     float sum_x = T_CE_SMOOTH ? thread_sum_x(h, slot.lane, p.head, cols, active) : 0.0f;
 
     const float max = reduce_max(thread_max(h), partial_max, box_max);
     float sum = exp_and_sum(h, max, ks);
+    sum = ce_sum_without_target(h, r, sum, max, ks);
     float row_max = max;
     reduce_row(row_max, sum, partial_max, partial_sum, box_sum, box_pairs, ks);
 #if T_CE_SMOOTH
     sum_x = row_reduce(sum_x, partial_x, box_x, false, SumOp());
 #endif
-    ce_write_row(r, slot.row, row_max, sum, x_y, sum_x / (float)cols, loss, lse, prm);
+    const CeSums c = ce_sums(r, sum, x_y, row_max, ks, active);
+    ce_write_row(r, slot.row, row_max, c, x_y, sum_x / (float)cols, loss, lse, prm);
 
 #if T_CE_KIND == 0
-    const RowOut o = row_out(max, row_max, sum, prm.scale, ks);
-    const CeGrad g = ce_grad(r, gscale, ce_lse(row_max, sum, prm.scale), cols, prm);
+    /* exps of a thread's own shift (T_FUSED) take the row's through
+     * row_out, whose sum is the whole S */
+    const RowOut o = row_out(max, row_max, c.all, prm.scale, ks);
+    const CeGrad g = ce_grad(r, gscale, ce_lse(row_max, c.all, prm.scale), cols, prm);
     store_row(p, slot.lane, cols, active, [&](int it, u32(&out)[NWORDS]) {
         ce_grad_words(out, g, [&](int k) { return forward_value(h, it, k, o); });
     });
-    ce_store_target(p, r, g, exp_shifted(x_y, row_max, ks) * __frcp_rn(sum));
+    ce_store_target_sums(p, r, g, c);
 #else
     (void)grad, (void)gscale;
 #endif
@@ -410,7 +490,7 @@ tuned_cross_entropy_bwd(const unsigned char *logits, const CeLabel *labels, cons
     const CeGrad g = ce_grad(r, gscale, lse_r, cols, prm);
     if (prm.error != NULL && r.writer && r.bad)
         atomicOr(prm.error, CE_ERR_LABEL);
-    const float x_y = ce_target_logit(p, r);
+    const float x_y = ce_target_logit(p, r, active, cols);
     store_row(p, slot.lane, cols, active, [&](int it, u32(&out)[NWORDS]) {
         ce_grad_words(out, g, [&](int k) { return ce_prob(held_value(h, it, k), lse_r, prm.scale); });
     });

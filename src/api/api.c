@@ -674,13 +674,13 @@ static bool outputs_overlap(const call_args *a, uint64_t rows, uint64_t cols, ui
     for (unsigned i = 0; i < k->ntensors; i++) {
         if (k->tensor[i].role != TUNED__TENSOR_OUT)
             continue;
-        uint64_t span_i = tuned__kind_span(k, i, rows, cols, stride, esize);
+        uint64_t span_i = tuned__kind_span(k, i, rows, cols, stride, esize, a->flags);
         for (unsigned j = 0; j < k->ntensors; j++) {
             if (j == i || !used(a, j))
                 continue;
             if (k->tensor[i].in_place == j + 1 && a->ptr[i] == a->ptr[j])
                 continue;
-            uint64_t span_j = tuned__kind_span(k, j, rows, cols, stride, esize);
+            uint64_t span_j = tuned__kind_span(k, j, rows, cols, stride, esize, a->flags);
             if (overlap((uintptr_t)a->ptr[i], span_i, (uintptr_t)a->ptr[j], span_j)) {
                 *out_i = i;
                 *other_i = j;
@@ -723,7 +723,7 @@ static int bad_call(const tuned_handle *h, const call_args *a, int64_t rows, int
         return failf(h, TUNED_EINVAL, "%s: %lld rows of stride %lld overflow the address space",
                      fn, (long long)rows, (long long)stride);
     for (unsigned i = 0; i < a->kind->ntensors; i++) {
-        size_t es = tuned__kind_elem_size(a->kind, i, esize);
+        size_t es = tuned__kind_elem_size_flags(a->kind, i, esize, a->flags);
         if (used(a, i) && (uintptr_t)a->ptr[i] % es != 0)
             return failf(h, TUNED_EINVAL, "%s: %s (%p) is not %zu-byte aligned", fn,
                          a->kind->tensor[i].name, a->ptr[i], es);
@@ -752,7 +752,7 @@ static inline bool call_ok(const tuned_handle *h, const call_args *a, int64_t ro
         if (!used(a, i))
             continue;
         if (a->ptr[i] == NULL ||
-            ((uintptr_t)a->ptr[i] & (tuned__kind_elem_size(a->kind, i, es) - 1)) != 0)
+            ((uintptr_t)a->ptr[i] & (tuned__kind_elem_size_flags(a->kind, i, es, a->flags) - 1)) != 0)
             return false;
     }
     unsigned o, other;

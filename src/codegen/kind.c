@@ -55,7 +55,7 @@
 #define CE_COMMON                                                                           \
     .params_size = 48, .scaled = false,                                                                                             \
     .helper = {"tuned_cross_entropy_count", "tuned_cross_entropy_rescale"},             \
-    .flag = {"T_CE_SMOOTH", "T_CE_LABEL32"}, .rows_held = 1, .keeps_exps = false,           \
+    .flag = {"T_CE_SMOOTH", "T_CE_LABEL32"}, .flag_int32 = {0, 2}, .rows_held = 1, .keeps_exps = false,           \
     .stash = false, .replicas = false, .line_head = true,                                   \
     .reference = TUNED__REF_CROSS_ENTROPY,                                                  \
     .reference_parts = {"softmax_common", "reference", "cross_entropy_reference"}
@@ -227,13 +227,23 @@ size_t tuned__kind_elem_size(const tuned__kind_spec *k, unsigned i, size_t esize
     return elem_size(&k->tensor[i], esize);
 }
 
+size_t tuned__kind_elem_size_flags(const tuned__kind_spec *k, unsigned i, size_t esize,
+                                   unsigned flags)
+{
+    for (unsigned f = 0; f < 3; f++)
+        if ((flags & (1u << f)) && k->flag_int32[f] == i + 1)
+            return 4;
+    return elem_size(&k->tensor[i], esize);
+}
+
 uint64_t tuned__kind_span(const tuned__kind_spec *k, unsigned i, uint64_t rows, uint64_t cols,
-                          uint64_t row_stride, size_t esize)
+                          uint64_t row_stride, size_t esize, unsigned flags)
 {
     const tuned__tensor_spec *t = &k->tensor[i];
+    size_t es = tuned__kind_elem_size_flags(k, i, esize, flags);
     if (t->extent == TUNED__EXTENT_ROWS)
-        return rows * elem_size(t, esize);
-    return ((rows - 1) * row_stride + cols) * elem_size(t, esize);
+        return rows * es;
+    return ((rows - 1) * row_stride + cols) * es;
 }
 
 double tuned__kind_bytes(const tuned__kind_spec *k, uint64_t rows, uint64_t cols, size_t esize)

@@ -116,6 +116,9 @@ typedef struct tuned__kind_spec {
      * define flag[i] set to 1); a tune measures none of them: they cost the
      * same, or the kind says why not. NULL-terminated. */
     const char *flag[3];
+    /* The tensor (its index + 1; 0: none) whose elements flag[i] makes
+     * 4-byte integers (labels given as int32). */
+    uint8_t flag_int32[3];
 
     /* The config space: what the kind's kernel has (tuned__config_check). */
     uint8_t rows_held; /* row tensors a register-row thread holds */
@@ -174,10 +177,15 @@ unsigned tuned__kind_matrices(const tuned__kind_spec *k);
 /* Bytes of one element of tensor i of k for a dtype of esize bytes. */
 size_t tuned__kind_elem_size(const tuned__kind_spec *k, unsigned i, size_t esize);
 
+/* The same under the compiled-in options flags (a flag may narrow a
+ * tensor to int32). */
+size_t tuned__kind_elem_size_flags(const tuned__kind_spec *k, unsigned i, size_t esize,
+                                   unsigned flags);
+
 /* Bytes tensor i of k spans for rows x cols, row_stride elements between
- * rows of a MATRIX tensor. */
+ * rows of a MATRIX tensor, under the compiled-in options flags. */
 uint64_t tuned__kind_span(const tuned__kind_spec *k, unsigned i, uint64_t rows, uint64_t cols,
-                          uint64_t row_stride, size_t esize);
+                          uint64_t row_stride, size_t esize, unsigned flags);
 
 /* Whether an output of k may be computed in place (then no variant may read
  * through the read-only cache, ld.global.nc). */
