@@ -14,12 +14,7 @@
 #define REFERENCE_ROWS_CHECKED 8
 #define CHECK_ROW_BLOCK 256 /* the most rows a block of any variant holds */
 
-#define CU(call, what)                                                                          \
-    do {                                                                                        \
-        int rc_ = tuned__cuda_check(c->d, (call), e, (what));                                   \
-        if (rc_ != 0)                                                                           \
-            return rc_;                                                                         \
-    } while (0)
+#define CU(call, what) TUNED__CU_RETURN(c->d, call, what)
 
 /* ---- host-side float64 reference, used to check the GPU reference ---- */
 

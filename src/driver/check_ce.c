@@ -17,12 +17,7 @@
 /* The check's z-loss: small, but not 0, so that the z path is computed. */
 #define CE_Z_LOSS 1e-4f
 
-#define CU(call, what)                                                                          \
-    do {                                                                                        \
-        int rc_ = tuned__cuda_check(c->d, (call), e, (what));                                   \
-        if (rc_ != 0)                                                                           \
-            return rc_;                                                                         \
-    } while (0)
+#define CU(call, what) TUNED__CU_RETURN(c->d, call, what)
 
 /* The kind's tensor called name, or -1. */
 static int tensor(const tuned__check *c, const char *name)

@@ -82,6 +82,16 @@ void tuned__driver_unload(tuned__driver *d);
  * memory) with "cuda: <what>: CUDA_ERROR_X: <description>"; 0 stays 0. */
 int tuned__cuda_check(const tuned__driver *d, CUresult r, tuned__err *e, const char *what);
 
+/* Returns from the enclosing function (with the code) when a driver call
+ * fails, the failure said through tuned__cuda_check as what, into the
+ * tuned__err *e in scope. */
+#define TUNED__CU_RETURN(d, call, what)                                                     \
+    do {                                                                                    \
+        int rc_ = tuned__cuda_check((d), (call), e, (what));                                \
+        if (rc_ != 0)                                                                       \
+            return rc_;                                                                     \
+    } while (0)
+
 /* Whether r is an error a running kernel leaves behind that kills its
  * context (an illegal or misaligned address, a trap, an illegal
  * instruction, a watchdog timeout): every later call in the context fails

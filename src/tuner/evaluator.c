@@ -81,12 +81,7 @@ double tuned__evaluator_copy_us(const tuned__evaluator *ev)
     return ev->copy_us;
 }
 
-#define CU(call, what)                                                                          \
-    do {                                                                                        \
-        int rc_ = tuned__cuda_check(ev->d, (call), e, (what));                                  \
-        if (rc_ != 0)                                                                           \
-            return rc_;                                                                         \
-    } while (0)
+#define CU(call, what) TUNED__CU_RETURN(ev->d, call, what)
 
 /* ---- the helper kernels ---- */
 

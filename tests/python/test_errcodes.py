@@ -15,25 +15,26 @@ sys.path.insert(0, os.path.join(ROOT, "bindings", "python"))
 from tuned import _lib  # noqa: E402
 
 
-def c_table():
-    """{"EINVAL": -1, ...} from the TUNED_ERRNO_MAP(XX) definition."""
+def c_map(name, row):
+    """The rows of the X-macro table #define NAME(XX) in include/tuned.h,
+    each as the groups of the regular expression row."""
     with open(os.path.join(ROOT, "include", "tuned.h"), encoding="utf-8") as f:
         text = f.read()
-    m = re.search(r"#define TUNED_ERRNO_MAP\(XX\)(.*?)(?<!\\)\n", text, re.S)
+    m = re.search(r"#define " + name + r"\(XX\)(.*?)(?<!\\)\n", text, re.S)
     if m is None:
-        sys.exit("include/tuned.h: no TUNED_ERRNO_MAP(XX) table")
-    rows = re.findall(r"XX\(\s*(\w+)\s*,\s*(-?\d+)\s*,", m.group(1))
+        sys.exit(f"include/tuned.h: no {name}(XX) table")
+    return re.findall(row, m.group(1))
+
+
+def c_table():
+    """{"EINVAL": -1, ...} from the TUNED_ERRNO_MAP(XX) definition."""
+    rows = c_map("TUNED_ERRNO_MAP", r"XX\(\s*(\w+)\s*,\s*(-?\d+)\s*,")
     return {name: int(value) for name, value in rows}
 
 
 def c_kernels():
     """{"softmax": 1, ...} from the TUNED_KERNEL_MAP(XX) definition."""
-    with open(os.path.join(ROOT, "include", "tuned.h"), encoding="utf-8") as f:
-        text = f.read()
-    m = re.search(r"#define TUNED_KERNEL_MAP\(XX\)(.*?)(?<!\\)\n", text, re.S)
-    if m is None:
-        sys.exit("include/tuned.h: no TUNED_KERNEL_MAP(XX) table")
-    rows = re.findall(r"XX\(\s*(\w+)\s*,\s*(\d+)\s*,\s*\"(\w+)\"\s*\)", m.group(1))
+    rows = c_map("TUNED_KERNEL_MAP", r"XX\(\s*(\w+)\s*,\s*(\d+)\s*,\s*\"(\w+)\"\s*\)")
     return {text: int(value) for _, value, text in rows}
 
 
