@@ -57,7 +57,6 @@ import ctypes
 import math
 
 import torch
-import torch.nn.functional as F
 
 from . import _dispatch, _lib
 from .errors import LibraryError, TunedError
@@ -668,7 +667,7 @@ def _weighted(x, target, weight, ignore_index, reduction, label_smoothing, z_los
         raise ValueError("tuned.cross_entropy: z_loss with class weights is not supported")
     xs = x if scale == 1.0 else x * scale
     cols = x.shape[-1]
-    loss = F.cross_entropy(xs.reshape(-1, cols), target.reshape(-1).long(), weight,
+    loss = torch.nn.functional.cross_entropy(xs.reshape(-1, cols), target.reshape(-1).long(), weight,
                            ignore_index=ignore_index, reduction=reduction,
                            label_smoothing=label_smoothing)
     lse = torch.logsumexp(xs.detach().to(_compute_dtype(x)), -1)
