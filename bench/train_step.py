@@ -1,0 +1,85 @@
+"""bench/train_step.py: one training step (forward + backward) of a
+Llama-3.2-1B-shaped causal LM with random weights (nothing downloaded:
+vocabulary 128256, hidden 2048, 16 layers, tied embeddings; batch 2 x 2048
+tokens, bf16, sdpa), with each loss in turn, in one run: transformers' own,
+Liger's cross-entropy, and tuned's (tuned.integrations.transformers.apply,
+gradient in place). Prints each step's median time over --steps after
+warm-up, and its peak memory; a short table last.
+
+    python3 bench/train_step.py [--layers 16] [--seq 2048] [--batch 2] [--steps 10]
+
+Needs a CUDA GPU, torch, transformers, and for its column liger_kernel;
+tuned's package on PYTHONPATH with libtuned (TUNED_LIBRARY) and a store
+(TUNED_DB) holding cross_entropy's record for the shape (batch * seq x
+vocabulary, bf16), else the first steps run the default config."""
+
+import argparse
+import statistics
+import sys
+
+import torch
+import transformers
+
+
+def build(layers):
+    cfg = transformers.LlamaConfig(vocab_size=128256, hidden_size=2048, intermediate_size=8192,
+                                   num_hidden_layers=layers, num_attention_heads=32,
+                                   num_key_value_heads=8, max_position_embeddings=4096,
+                                   tie_word_embeddings=True, attn_implementation="sdpa")
+    torch.manual_seed(0)
+    return transformers.LlamaForCausalLM(cfg).to(device="cuda", dtype=torch.bfloat16)
+
+
+def run(name, patch, args):
+    m = build(args.layers)
+    patch(m)
+    ids = torch.randint(0, 128256, (args.batch, args.seq), device="cuda")
+    times = []
+    for i in range(args.steps + 3):
+        m.zero_grad(set_to_none=True)
+        torch.cuda.synchronize()
+        if i == 3:
+            torch.cuda.reset_peak_memory_stats()
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        out = m(input_ids=ids, labels=ids)
+        out.loss.backward()
+        b.record()
+        b.synchronize()
+        if i >= 3:
+            times.append(a.elapsed_time(b))
+    peak = torch.cuda.max_memory_allocated() / 2**30
+    loss = out.loss.item()
+    del m, out
+    torch.cuda.empty_cache()
+    return name, statistics.median(times), peak, loss
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--layers", type=int, default=16)
+    ap.add_argument("--seq", type=int, default=2048)
+    ap.add_argument("--batch", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=10)
+    args = ap.parse_args()
+    rows = [run("transformers", lambda m: None, args)]
+    try:
+        from liger_kernel.transformers import apply_liger_kernel_to_llama
+
+        def liger(m):
+            apply_liger_kernel_to_llama(rope=False, rms_norm=False, swiglu=False,
+                                        cross_entropy=True, fused_linear_cross_entropy=False,
+                                        model=m)
+        rows.append(run("liger cross-entropy", liger, args))
+    except ImportError as exc:
+        print(f"liger: not available ({exc})")
+    import tuned.integrations.transformers as tt
+    rows.append(run("tuned cross-entropy", tt.apply, args))
+    print(f"\n{'loss':22} {'step ms':>8} {'peak GiB':>9} {'loss value':>11}")
+    for name, ms, peak, loss in rows:
+        print(f"{name:22} {ms:8.1f} {peak:9.2f} {loss:11.4f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,85 @@
+"""test_transformers_integration.py SOURCE_ROOT: tuned.integrations.transformers
+on a tiny random Llama-shaped causal LM (nothing downloaded). On the CPU the
+loss runs tuned.cross_entropy's torch path; on a CUDA GPU (when there is
+one) tuned's kernels. Either way the loss and every parameter's gradient
+must equal the model's own loss's: with labels, with ignored positions,
+with gradient accumulation (num_items_in_batch), and with the gradient
+written over the logits (inplace_backward). Exits 77 without torch or
+transformers. Ends with 'N passed, N failed'."""
+
+import os
+import sys
+import warnings
+
+ROOT = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "..")
+sys.path.insert(0, os.path.join(ROOT, "bindings", "python"))
+
+try:
+    import torch
+    import transformers
+except ImportError as exc:
+    print(f"SKIP: {exc}")
+    sys.exit(77)
+
+import tuned.integrations.transformers as tt  # noqa: E402
+
+warnings.simplefilter("ignore")
+passed = failed = 0
+
+
+def expect(cond, what):
+    global passed, failed
+    if cond:
+        passed += 1
+    else:
+        failed += 1
+        print("FAIL:", what)
+
+
+def model(device, dtype):
+    cfg = transformers.LlamaConfig(vocab_size=1000, hidden_size=64, intermediate_size=128,
+                                   num_hidden_layers=2, num_attention_heads=4,
+                                   num_key_value_heads=2, max_position_embeddings=128,
+                                   tie_word_embeddings=True)
+    torch.manual_seed(0)
+    return transformers.LlamaForCausalLM(cfg).to(device=device, dtype=dtype)
+
+
+def step(m, ids, labels, **kw):
+    m.zero_grad(set_to_none=True)
+    out = m(input_ids=ids, labels=labels, **kw)
+    out.loss.backward()
+    return out.loss.detach().double(), {n: p.grad.detach().double().clone()
+                                        for n, p in m.named_parameters() if p.grad is not None}
+
+
+def compare(device, dtype, tol):
+    ids = torch.randint(0, 1000, (3, 17), device=device)
+    labels = ids.clone()
+    labels[0, :5] = -100
+    labels[2, -3:] = -100
+    for kw in ({}, {"num_items_in_batch": torch.tensor(40, device=device)}):
+        ref_model = model(device, dtype)
+        ref_loss, ref_grads = step(ref_model, ids, labels, **kw)
+        for inplace in (True, False):
+            m = tt.apply(model(device, dtype), inplace_backward=inplace)
+            loss, grads = step(m, ids, labels, **kw)
+            what = f"{device} {dtype} {'accumulation ' if kw else ''}inplace={inplace}"
+            expect(abs(loss - ref_loss) <= tol * abs(ref_loss),
+                   f"{what}: loss {loss.item()} against {ref_loss.item()}")
+            worst = max(((grads[n] - g).abs().max() / g.abs().max().clamp_min(1e-30)).item()
+                        for n, g in ref_grads.items())
+            expect(worst <= tol * 10 and grads.keys() == ref_grads.keys(),
+                   f"{what}: worst relative gradient difference {worst:.3g}")
+    try:
+        tt.apply(torch.nn.Linear(2, 2))
+        expect(False, "apply to a module without loss_function is refused")
+    except TypeError:
+        expect(True, "")
+
+
+compare("cpu", torch.float32, 1e-5)
+if torch.cuda.is_available():
+    compare("cuda", torch.bfloat16, 2e-2)
+print(f"{passed} passed, {failed} failed")
+sys.exit(1 if failed else 0)
