@@ -138,6 +138,39 @@ class Serve:
         return stop_process(self.p)
 
 
+# The test-hooks build's fake GPU, its variants timed at 1 ms.
+FAKE_GPU_ENV = {"TUNED_TEST_FAKE_GPU": "1", "TUNED_TEST_FAKE_MS": "1"}
+
+
+def run_tuned(tuned, *args, env=None, timeout=60):
+    """tuned ARGS with env added: (exit status, stdout, stderr)."""
+    p = subprocess.run([tuned, *args], capture_output=True, text=True, timeout=timeout,
+                       env=dict(os.environ, **(env or {})))
+    return p.returncode, p.stdout, p.stderr
+
+
+class FakeGpuServe(Serve):
+    """tuned serve in dir on db (default: a store of its own) with the fake
+    GPU and env added; registry (a list) collects it, for the stop at the
+    test's end."""
+
+    def __init__(self, tuned, dir, registry, db=None, env=None, args=()):
+        registry.append(self)
+        super().__init__(tuned, dir, args, {**os.environ, **FAKE_GPU_ENV, **(env or {})}, db=db)
+
+
+def wait_job(d, job, timeout=60):
+    """The job's view once it finished (None: not within timeout)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        r = d.call({"op": "job", "job": job})
+        v = r.get("job") or {}
+        if r.get("ok") and v.get("state") not in ("queued", "running"):
+            return v
+        time.sleep(0.05)
+    return None
+
+
 def call_all_at_once(daemons, request, n, timeout=60):
     """n threads each sending request to daemons[i % len(daemons)] (an
     object with call(request)) at once; their replies, {"error": ...} for a

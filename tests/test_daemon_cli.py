@@ -34,10 +34,10 @@ import sys
 import tempfile
 import time
 
-from daemon_client import Client, Serve, Tally, call_once, stop_process
+from daemon_client import (FAKE_GPU_ENV, Client, FakeGpuServe, Tally, call_once, run_tuned,
+                           stop_process, wait_job)
 
 TUNED = os.path.abspath(sys.argv[1])
-FAKE = {"TUNED_TEST_FAKE_GPU": "1", "TUNED_TEST_FAKE_MS": "1"}
 tmp = tempfile.mkdtemp(prefix="test_daemon_cli.")
 DAEMONS = []
 
@@ -47,19 +47,12 @@ fail, ok = tally.fail, tally.ok
 
 
 def run(*args, env=None, timeout=60):
-    p = subprocess.run([TUNED, *args], capture_output=True, text=True, timeout=timeout,
-                       env=dict(os.environ, **(env or {})))
-    return p.returncode, p.stdout, p.stderr
+    return run_tuned(TUNED, *args, env=env, timeout=timeout)
 
 
-class Daemon(Serve):
-    """tuned serve on db (default: a store of its own) with the fake GPU
-    and env added."""
-
-    def __init__(self, name, db=None, env=None, args=()):
-        DAEMONS.append(self)
-        super().__init__(TUNED, os.path.join(tmp, name), args, {**os.environ, **FAKE, **(env or {})},
-                         db=db)
+def Daemon(name, db=None, env=None, args=()):
+    """tuned serve on the fake GPU in a folder of its own."""
+    return FakeGpuServe(TUNED, os.path.join(tmp, name), DAEMONS, db=db, env=env, args=args)
 
 
 def seed_store(db):
@@ -232,18 +225,6 @@ def case_effort(db):
            f"rounds; a seed above 2^63-1 refused: {err_seed.strip()}")
 
 
-def wait_job(d, job, timeout=60):
-    """The job's view once it finished (None: not within timeout)."""
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        r = d.call({"op": "job", "job": job})
-        v = r.get("job") or {}
-        if r.get("ok") and v.get("state") not in ("queued", "running"):
-            return v
-        time.sleep(0.05)
-    return None
-
-
 def case_history(db):
     """With a history of 4 finished jobs: job 1 hangs on a planted variant
     on one GPU while the other finishes 6 jobs submitted after it; when job
@@ -320,7 +301,7 @@ def case_sockets(db):
     xdg = os.path.join(tmp, "xdg")
     os.makedirs(xdg, mode=0o700)
     env = {k: v for k, v in os.environ.items() if k != "TUNED_SOCKET"}
-    env.update(FAKE, XDG_RUNTIME_DIR=xdg)
+    env.update(FAKE_GPU_ENV, XDG_RUNTIME_DIR=xdg)
     log = open(os.path.join(tmp, "xdg.log"), "w+")
     p = subprocess.Popen([TUNED, "serve", "--db", os.path.join(tmp, "xdg-db")], stdout=log,
                          stderr=log, env=env)

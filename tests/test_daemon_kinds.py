@@ -21,15 +21,13 @@ Exit 0 when every case passed, 77 in a build without the test hooks."""
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 
-from daemon_client import Serve, Tally
+from daemon_client import FakeGpuServe, Tally, run_tuned, wait_job
 
 TUNED = os.path.abspath(sys.argv[1])
-FAKE = {"TUNED_TEST_FAKE_GPU": "1", "TUNED_TEST_FAKE_MS": "1"}
 KINDS = ["softmax", "softmax_bwd", "log_softmax", "log_softmax_bwd"]
 tmp = tempfile.mkdtemp(prefix="test_daemon_kinds.")
 DAEMONS = []
@@ -39,27 +37,12 @@ fail, ok = tally.fail, tally.ok
 
 
 def run(*args, env=None, timeout=120):
-    p = subprocess.run([TUNED, *args], capture_output=True, text=True, timeout=timeout,
-                       env=dict(os.environ, **(env or {})))
-    return p.returncode, p.stdout, p.stderr
+    return run_tuned(TUNED, *args, env=env, timeout=timeout)
 
 
-class Daemon(Serve):
-    def __init__(self, name, db=None, env=None, args=()):
-        DAEMONS.append(self)
-        super().__init__(TUNED, os.path.join(tmp, name), args, {**os.environ, **FAKE, **(env or {})},
-                         db=db)
-
-
-def wait_job(d, job, timeout=60):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        r = d.call({"op": "job", "job": job})
-        v = r.get("job") or {}
-        if r.get("ok") and v.get("state") not in ("queued", "running"):
-            return v
-        time.sleep(0.05)
-    return None
+def Daemon(name, db=None, env=None, args=()):
+    """tuned serve on the fake GPU in a folder of its own."""
+    return FakeGpuServe(TUNED, os.path.join(tmp, name), DAEMONS, db=db, env=env, args=args)
 
 
 def lists_kinds(text):
