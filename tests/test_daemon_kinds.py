@@ -23,7 +23,6 @@ import os
 import shutil
 import sys
 import tempfile
-import time
 
 from daemon_client import FakeGpuServe, Tally, run_tuned, wait_job
 
