@@ -118,6 +118,14 @@ static void test_map(void)
     EXPECT(tuned__api_map_find(&m, &absent, tuned__api_key_hash(&absent)) == NULL &&
                tuned__api_key_hash(&absent) != all[1]->hash,
            "the softmax_bwd twin of a key is another key");
+    /* And the same shape with other compiled-in options (a cross-entropy
+     * call with int32 labels or label smoothing): found, it would run a
+     * module built without them. */
+    absent = all[1]->key;
+    absent.flags = 2;
+    EXPECT(tuned__api_map_find(&m, &absent, tuned__api_key_hash(&absent)) == NULL &&
+               tuned__api_key_hash(&absent) != all[1]->hash,
+           "the twin of a key with other compiled-in options is another key");
     tuned__api_entry *twin = new_entry(7, 2), *replaced = NULL;
     EXPECT(tuned__api_map_put(&m, twin, &replaced, &e) == 0 && replaced == all[7], "replace");
     EXPECT(tuned__api_map_find(&m, &twin->key, twin->hash) == twin, "replaced entry found");

@@ -122,7 +122,7 @@ static inline tuned__api_entry *tuned__api_map_find(tuned__api_map *m, const tun
         if (e->hash == hash && e->key.ctx == k->ctx && e->key.rows == k->rows &&
             e->key.cols == k->cols && e->key.stride == k->stride &&
             e->key.dtype == k->dtype && e->key.kernel == k->kernel &&
-            e->key.aligned == k->aligned)
+            e->key.aligned == k->aligned && e->key.flags == k->flags)
             return e;
     }
 }

@@ -23,7 +23,8 @@ uint64_t tuned__api_key_hash(const tuned__api_key *k)
      * 64-bit variant after each word): a few nanoseconds, and distinct
      * shapes of one context spread over the table. */
     uint64_t words[5] = {(uint64_t)(uintptr_t)k->ctx, k->rows, k->cols, k->stride,
-                         ((uint64_t)k->dtype << 32) | ((uint64_t)k->kernel << 16) | k->aligned};
+                         ((uint64_t)k->dtype << 32) | ((uint64_t)k->kernel << 16) |
+                             ((uint64_t)k->flags << 8) | k->aligned};
     uint64_t h = 0x9e3779b97f4a7c15ull;
     for (int i = 0; i < 5; i++) {
         h ^= words[i];
