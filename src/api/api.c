@@ -859,11 +859,20 @@ int tuned__api_launch(tuned_handle *h, const call_args *a, const tuned__api_entr
     return 0;
 }
 
-const tuned__api_entry *tuned__api_find_kind(tuned_handle *h, tuned_kernel kernel, int64_t rows,
-                                             int64_t cols, int64_t row_stride, tuned_dtype dtype)
+const tuned__api_entry *tuned__api_find_kind(tuned_handle *h, tuned_kernel kernel, const void *ptr,
+                                             int64_t rows, int64_t cols, int64_t row_stride,
+                                             tuned_dtype dtype)
 {
     CUcontext ctx = NULL;
-    if (h->d->cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || ctx == NULL || rows < 1 || cols < 1)
+    if (rows < 1 || cols < 1 || h->d->cuCtxGetCurrent(&ctx) != CUDA_SUCCESS)
+        return NULL;
+    /* No context current (a thread that has run no CUDA work yet, as
+     * autograd's backward thread before its first kernel): ptr's, made
+     * current as the runtime would. */
+    if (ctx == NULL &&
+        (h->d->cuPointerGetAttribute(&ctx, CU_POINTER_ATTRIBUTE_CONTEXT,
+                                     (CUdeviceptr)(uintptr_t)ptr) != CUDA_SUCCESS ||
+         ctx == NULL || h->d->cuCtxSetCurrent(ctx) != CUDA_SUCCESS))
         return NULL;
     for (unsigned aligned = 0; aligned < 2; aligned++)
         for (unsigned flags = 0; flags < 8; flags++) {

@@ -142,8 +142,8 @@ int tuned_cross_entropy_rescale(tuned_handle *h, void *grad, int64_t rows, int64
         return tuned__api_failf(h, TUNED_EINVAL, "%s: %s is NULL", fn,
                                 grad == NULL ? "grad" : "factor");
     /* Any fused entry of this key holds the helper: the forward's. */
-    const tuned__api_entry *e = tuned__api_find_kind(h, TUNED_KERNEL_CROSS_ENTROPY, rows, cols,
-                                                     row_stride, dtype);
+    const tuned__api_entry *e = tuned__api_find_kind(h, TUNED_KERNEL_CROSS_ENTROPY, grad, rows,
+                                                     cols, row_stride, dtype);
     if (e == NULL)
         return tuned__api_failf(h, TUNED_EINVAL,
                                 "%s %lldx%lld %s: no tuned_cross_entropy call of this shape on "

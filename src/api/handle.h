@@ -111,11 +111,13 @@ int tuned__api_resolve(tuned_handle *h, const tuned__api_args *a, int64_t rows, 
                        int64_t stride, tuned_dtype dtype, float scale, void *stream,
                        tuned__api_entry **out);
 
-/* An entry of kind kernel for this shape in the current context, of any
- * alignment and compiled-in options (the fast path's lookup, no lock), or
- * NULL: for a helper kernel that every such entry's module holds. */
-const tuned__api_entry *tuned__api_find_kind(tuned_handle *h, tuned_kernel kernel, int64_t rows,
-                                             int64_t cols, int64_t row_stride, tuned_dtype dtype);
+/* An entry of kind kernel for this shape in the current context (or,
+ * when none is current, ptr's, made current), of any alignment and
+ * compiled-in options (the fast path's lookup, no lock), or NULL: for a
+ * helper kernel that every such entry's module holds. */
+const tuned__api_entry *tuned__api_find_kind(tuned_handle *h, tuned_kernel kernel, const void *ptr,
+                                             int64_t rows, int64_t cols, int64_t row_stride,
+                                             tuned_dtype dtype);
 
 /* Launches e's kernel for a on stream. */
 int tuned__api_launch(tuned_handle *h, const tuned__api_args *a, const tuned__api_entry *e,
