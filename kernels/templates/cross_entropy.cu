@@ -167,10 +167,8 @@ __device__ __forceinline__ CeRow ce_row(long long label, bool active, int lane, 
  * ce_sum_without_target) and each thread adds it back. (Selected out of
  * the held registers instead, the compare an element cost 16 to 34 more
  * registers: ptxas hoists them.) */
-__device__ __forceinline__ float ce_target_logit(const RowPtrs &p, const CeRow &r, bool active,
-                                                 int cols)
+__device__ __forceinline__ float ce_target_logit(const RowPtrs &p, const CeRow &r, bool valid)
 {
-    const bool valid = active && !r.ignored && !r.bad && r.label < cols;
     /* Predicated, not branched: a branch waits for the label here, the
      * load's result is waited for only after the reduction. */
     const unsigned char *at = p.xr + (valid ? r.label : 0) * ESIZE;
@@ -428,7 +426,7 @@ tuned_cross_entropy_rows(const unsigned char *logits, const CeLabel *labels, uns
     Held h;
     load_row(h, p, slot.lane, cols, active);
     const CeRow r = ce_row(label, active, slot.lane, p.head, cols, prm);
-    const float x_y = ce_target_logit(p, r, active, cols);
+    const float x_y = ce_target_logit(p, r, active && !r.ignored && !r.bad);
     /* the smoothing's sum before the exps replace x */
     float sum_x = T_CE_SMOOTH ? thread_sum_x(h, slot.lane, p.head, cols, active) : 0.0f;
 
@@ -488,9 +486,11 @@ tuned_cross_entropy_bwd(const unsigned char *logits, const CeLabel *labels, cons
     load_row(h, p, slot.lane, cols, active);
     const CeRow r = ce_row(label, active, slot.lane, p.head, cols, prm);
     const CeGrad g = ce_grad(r, gscale, lse_r, cols, prm);
-    if (prm.error != NULL && r.writer && r.bad)
-        atomicOr(prm.error, CE_ERR_LABEL);
-    const float x_y = ce_target_logit(p, r, active, cols);
+    const bool smooth_missing = !T_CE_SMOOTH && prm.smoothing != 0.0f;
+    if (prm.error != NULL && r.writer && (r.bad || smooth_missing))
+        atomicOr(prm.error, (r.bad ? CE_ERR_LABEL : 0u) | (smooth_missing ? CE_ERR_SMOOTH : 0u));
+    /* only the owner stores the label's element: no reduction to feed */
+    const float x_y = ce_target_logit(p, r, r.owner);
     store_row(p, slot.lane, cols, active, [&](int it, u32(&out)[NWORDS]) {
         ce_grad_words(out, g, [&](int k) { return ce_prob(held_value(h, it, k), lse_r, prm.scale); });
     });

@@ -7,8 +7,11 @@
  * (loss.backward()). tuned_cross_entropy_rescale multiplies the gradient
  * by *factor, a device scalar, and every block returns at once when it is
  * 1, so the common case moves no byte and nothing waits on the host (the
- * op stays capturable in a CUDA graph). Elements are read and written in
- * the dtype, the product formed in fp32 and rounded once.
+ * op stays capturable in a CUDA graph). The launch has a few blocks an SM
+ * (the caller's grid), each walking rows at the grid's stride and a row's
+ * elements at the block's: a block a 256 elements would schedule a
+ * million blocks at 8192 x 128256 only to return. Elements are read and
+ * written in the dtype, the product formed in fp32 and rounded once.
  *
  * Variants (codegen prepends the defines, softmax_common.cu for ESIZE and
  * the conversions):
@@ -24,14 +27,16 @@ tuned_cross_entropy_rescale(unsigned char *grad, long long rows, int cols, long 
     const float f = *factor;
     if (f == 1.0f)
         return;
-    const long long n = rows * (long long)cols;
-    for (long long i = blockIdx.x * 256ll + threadIdx.x; i < n; i += (long long)gridDim.x * 256) {
-        unsigned char *p = grad + ((i / cols) * row_stride + i % cols) * ESIZE;
+    for (long long row = blockIdx.x; row < rows; row += gridDim.x) {
+        unsigned char *r = grad + row * row_stride * ESIZE;
+        for (int c = threadIdx.x; c < cols; c += 256) {
+            unsigned char *p = r + (long long)c * ESIZE;
 #if ESIZE == 2
-        const u32 bits = *(const unsigned short *)p;
-        *(unsigned short *)p = (unsigned short)float_to_bits(bits_to_float(bits) * f);
+            const u32 bits = *(const unsigned short *)p;
+            *(unsigned short *)p = (unsigned short)float_to_bits(bits_to_float(bits) * f);
 #else
-        *(float *)p = *(const float *)p * f;
+            *(float *)p = *(const float *)p * f;
 #endif
+        }
     }
 }

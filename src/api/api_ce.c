@@ -153,8 +153,8 @@ int tuned_cross_entropy_rescale(tuned_handle *h, void *grad, int64_t rows, int64
     long long n = rows, stride = row_stride;
     int c = (int)cols;
     void *args[] = {&g, &n, &c, &stride, &f};
-    uint64_t blocks = ((uint64_t)rows * (uint64_t)cols + 255) / 256;
-    unsigned grid = blocks > 65535 * 16 ? 65535 * 16 : (unsigned)(blocks < 1 ? 1 : blocks);
+    /* A few blocks an SM, each walking rows (cross_entropy_aux.cu). */
+    unsigned grid = rows < 2048 ? (unsigned)rows : 2048u;
     CUresult r = h->d->cuLaunchKernel(e->helper[1], grid, 1, 1, 256, 1, 1, 0, (CUstream)stream,
                                       args, NULL);
     if (r != CUDA_SUCCESS) {

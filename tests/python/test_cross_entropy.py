@@ -452,6 +452,34 @@ class ArgumentTests(unittest.TestCase):
         with self.assertRaises(TypeError):
             tuned.cross_entropy([1.0, 2.0], t)
 
+    def test_num_items_leaf_and_second_backward(self):
+        # num_items: a sum divided by it, as transformers' accumulation; the
+        # kernel path and the torch path agree with F.cross_entropy's sum
+        x, t = make((6,), 70, torch.float64)
+        ref = F.cross_entropy(x, t, reduction="sum") / 11
+        for run in (lambda: tuned.cross_entropy(x, t, reduction="sum", num_items=11),
+                    lambda: CE._kernel_path(x, t, -100, "sum", 0.0, 0.0, 1.0, False, 11)[0]):
+            self.assertTrue(torch.allclose(run().double(), ref, rtol=1e-6))
+        with self.assertRaisesRegex(ValueError, "num_items"):
+            tuned.cross_entropy(x, t, num_items=3)
+        # in place over a leaf that requires grad is refused
+        leaf = torch.randn(4, 10, requires_grad=True)
+        with self.assertRaisesRegex(ValueError, "leaf"):
+            tuned.cross_entropy(leaf, torch.randint(0, 10, (4,)), inplace_backward=True)
+        # the fused path's backward runs once: a second one says so
+        leaf = torch.randn(4, 10, dtype=torch.float64, requires_grad=True)
+        loss = CE._kernel_path(leaf * 1.0, torch.randint(0, 10, (4,)), -100, "mean", 0.0, 0.0,
+                               1.0, False)[0]
+        loss.backward(retain_graph=True)
+        with self.assertRaisesRegex(RuntimeError, "runs once"):
+            loss.backward()
+        # without a gradient to compute, nothing is written over the logits
+        h = torch.randn(4, 10, dtype=torch.float64, requires_grad=True) * 1.0
+        before = h.detach().clone()
+        with torch.no_grad():
+            CE._kernel_path(h, torch.randint(0, 10, (4,)), -100, "mean", 0.0, 0.0, 1.0, True)
+        self.assertTrue(torch.equal(h.detach(), before))
+
     def test_fallback_warns_once(self):
         x, t = torch.randn(4, 10), torch.randint(0, 10, (4,))
         with warnings.catch_warnings(record=True) as w:

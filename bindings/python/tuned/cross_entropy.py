@@ -401,6 +401,19 @@ def _rescale_any(grad, factor):
     grad.mul_(factor.to(torch.float32).reshape(()))
 
 
+_rescale_warned = []
+
+
+def _warn_rescale_fallback():
+    """Once: the rescale ran as torch's mul_, a full pass over the gradient."""
+    if not _rescale_warned:
+        _rescale_warned.append(True)
+        import warnings
+        warnings.warn("tuned.cross_entropy: the gradient's rescale found no fused call of its "
+                      "layout on this handle and ran as torch's mul_ (a pass over the "
+                      "gradient); said once", RuntimeWarning, stacklevel=3)
+
+
 def _rescale_cuda(grad, factor):
     """tuned_cross_entropy_rescale over grad's blocks (the shapes a fused
     call ran on this handle). A layout no fused call has run (EINVAL: a
@@ -415,6 +428,7 @@ def _rescale_cuda(grad, factor):
             rc = lib.tuned_cross_entropy_rescale(h, gp + xo * es, rows, cols, rs,
                                                  _DTYPES[grad.dtype], f.data_ptr(), stream)
             if rc == _lib.EINVAL and k == 0:
+                _warn_rescale_fallback()
                 _rescale_any(grad, f)
                 return
             if rc != 0:
@@ -524,21 +538,32 @@ class _CrossEntropyFn(torch.autograd.Function):
     and z are not differentiable (the loss includes the z term)."""
 
     @staticmethod
-    def forward(ctx, x, labels, scale, smoothing, z_loss, ignore_index, reduction, inplace):
+    def forward(ctx, x, labels, scale, smoothing, z_loss, ignore_index, reduction, inplace,
+                divisor, need_grad):
         ctx.reduction = reduction
         ctx.params = (scale, smoothing, z_loss, ignore_index)
+        ctx.backward_done = False
         valid = labels != ignore_index
-        if reduction == "none":
-            loss, lse = _LOSS(x, labels, scale, smoothing, z_loss, ignore_index)
-            ctx.save_for_backward(x, labels, lse)
-            gs = None
-        else:
+        gs = None
+        if reduction != "none":
             if reduction == "mean":
                 # 1/n_valid on the device: no host sync (n_valid 0: inf,
                 # and the loss 0 * inf = NaN, as torch's 0/0).
                 gs = valid.sum().to(torch.float32).reciprocal()
+            elif divisor is not None:
+                # a sum over a count the caller gives (accumulated batches):
+                # carried by the kernel's gradient, so that the upstream
+                # gradient stays 1 and the backward moves nothing
+                gs = torch.as_tensor(divisor, dtype=torch.float32,
+                                     device=x.device).reshape(()).reciprocal()
             else:
                 gs = torch.ones((), dtype=torch.float32, device=x.device)
+        if reduction == "none" or not need_grad:
+            # no gradient wanted now (evaluation, no_grad): one read
+            loss, lse = _LOSS(x, labels, scale, smoothing, z_loss, ignore_index)
+            if reduction == "none":
+                ctx.save_for_backward(x, labels, lse)
+        else:
             if inplace:
                 loss, lse = _FUSED_INPLACE(x, labels, gs, scale, smoothing, z_loss, ignore_index)
                 grad = x
@@ -557,6 +582,12 @@ class _CrossEntropyFn(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dloss, dlse, dz):
+        if ctx.backward_done and ctx.reduction != "none":
+            raise RuntimeError("tuned.cross_entropy: the backward of reduction 'mean' or 'sum' "
+                               "runs once (its gradient, computed in the forward, is rescaled "
+                               "in place); for a second backward use reduction='none' and "
+                               "reduce the loss yourself")
+        ctx.backward_done = True
         if ctx.reduction == "none":
             x, labels, lse = ctx.saved_tensors
             grad = _BACKWARD(x, labels, lse, _f32(dloss), *ctx.params)
@@ -566,7 +597,7 @@ class _CrossEntropyFn(torch.autograd.Function):
             # Its buffer is reused, so this backward runs once.
             (grad,) = ctx.saved_tensors
             _RESCALE(grad, _f32(dloss).reshape(1))
-        return grad, None, None, None, None, None, None, None
+        return grad, None, None, None, None, None, None, None, None, None
 
 
 # ------------------------------------------------------------ the call --
@@ -647,15 +678,17 @@ def _labels(target, shape):
 
 
 def _kernel_path(x, target, ignore_index, reduction, label_smoothing, z_loss, scale,
-                 inplace_backward):
+                 inplace_backward, num_items=None):
     """(loss, lse, z) by the operators, any device (the CPU's run the
     torch formula)."""
     lead = tuple(x.shape[:-1])
     x2 = _rows(x)
     labels = _labels(target, x2.shape[:-1])
+    need_grad = torch.is_grad_enabled() and x.requires_grad
     loss, lse, z = _CrossEntropyFn.apply(x2, labels, float(scale), float(label_smoothing),
                                          float(z_loss), int(ignore_index), reduction,
-                                         bool(inplace_backward))
+                                         bool(inplace_backward) and need_grad, num_items,
+                                         need_grad)
     if reduction == "none":
         loss, z = loss.view(lead), z.view(lead)
     return loss, lse.view(lead), z
@@ -678,7 +711,8 @@ def _weighted(x, target, weight, ignore_index, reduction, label_smoothing, z_los
 
 def cross_entropy(input, target, weight=None, ignore_index=-100, reduction="mean",
                   label_smoothing=0.0, *, z_loss=0.0, scale=1.0, softcap=None,
-                  inplace_backward=False, return_lse=False, return_z_loss=False):
+                  inplace_backward=False, return_lse=False, return_z_loss=False,
+                  num_items=None):
     """Cross-entropy of logits input (..., C) against class indices target
     (...), as torch.nn.functional.cross_entropy where they overlap, with
     the classes in the LAST dimension (the vocabulary of an LM's logits
@@ -702,7 +736,13 @@ def cross_entropy(input, target, weight=None, ignore_index=-100, reduction="mean
     and must not be used after the call (with softcap, the capped buffer
     is, not the input); the backward runs once. return_lse /
     return_z_loss: return (loss, lse per row, z-loss reduced as the loss),
-    lse and z not differentiable.
+    lse and z not differentiable. num_items (reduction "sum"): the loss is
+    the sum divided by it (a number or a device tensor: transformers'
+    num_items_in_batch under gradient accumulation), the division carried
+    by the kernel's gradient, so the backward still moves nothing. Without
+    a gradient to compute (torch.no_grad, or logits that do not require
+    one), mean and sum run the loss kernel alone: one read, nothing
+    written over the logits.
 
     CUDA fp16/bf16/fp32 logits run libtuned's kernels (the module says
     how), with no host synchronisation: a label out of range gives its
@@ -713,6 +753,12 @@ def cross_entropy(input, target, weight=None, ignore_index=-100, reduction="mean
     """
     _check_args(input, target, reduction, label_smoothing, z_loss, scale, softcap,
                 inplace_backward)
+    if num_items is not None and reduction != "sum":
+        raise ValueError("tuned.cross_entropy: num_items divides a reduction 'sum'")
+    if inplace_backward and input.is_leaf and input.requires_grad and softcap is None:
+        raise ValueError("tuned.cross_entropy: inplace_backward would write the gradient over a "
+                         "leaf tensor that requires grad (its own .grad would alias it): pass "
+                         "the logits of a computation, or inplace_backward=False")
     x, t = input, target
     if x.dim() == 1:
         x, t = x.unsqueeze(0), t.unsqueeze(0)
@@ -724,17 +770,21 @@ def cross_entropy(input, target, weight=None, ignore_index=-100, reduction="mean
             x = softcap * torch.tanh(x / softcap)
         loss, lse, z = _weighted(x, t, weight, ignore_index, reduction, label_smoothing,
                                  z_loss, scale)
+        if num_items is not None:
+            loss, z = loss / num_items, z / num_items
     else:
         reason = _plan(x)
         if reason is not None:
             _dispatch.fall_back(_NAME, *reason, quiet=compiling)
             loss, lse, z = _cross_entropy_torch(x, t, ignore_index, reduction, label_smoothing,
                                                 z_loss, scale, softcap)
+            if num_items is not None:
+                loss, z = loss / num_items, z / num_items
         else:
             if softcap is not None:
                 x = softcap * torch.tanh(x / softcap)
             loss, lse, z = _kernel_path(x, t, ignore_index, reduction, label_smoothing, z_loss,
-                                        scale, inplace_backward)
+                                        scale, inplace_backward, num_items)
     if input.dim() == 1:
         lse = lse.view(())
         if reduction == "none":

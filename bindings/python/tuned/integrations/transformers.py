@@ -44,15 +44,16 @@ def causal_lm_loss(logits, labels, vocab_size, num_items_in_batch=None, ignore_i
     rows = logits.reshape(-1, vocab_size)
     # In place needs reduction mean or sum, and the logits as an
     # intermediate (a leaf's storage is the caller's).
-    inplace = bool(inplace_backward) and not (rows.is_leaf and rows.requires_grad)
+    inplace = (bool(inplace_backward) and torch.is_grad_enabled() and rows.requires_grad and
+               not rows.is_leaf)
     if num_items_in_batch is None:
         return cross_entropy(rows, shift_labels, ignore_index=ignore_index, reduction="mean",
                              inplace_backward=inplace)
-    loss = cross_entropy(rows, shift_labels, ignore_index=ignore_index, reduction="sum",
-                         inplace_backward=inplace)
     if torch.is_tensor(num_items_in_batch):
-        num_items_in_batch = num_items_in_batch.to(loss.device)
-    return loss / num_items_in_batch
+        num_items_in_batch = num_items_in_batch.to(logits.device)
+    # the division carried by the kernel's gradient: the backward moves nothing
+    return cross_entropy(rows, shift_labels, ignore_index=ignore_index, reduction="sum",
+                         inplace_backward=inplace, num_items=num_items_in_batch)
 
 
 def apply(model, inplace_backward=True):
