@@ -4,7 +4,7 @@
 # Usage: tools/setup.sh [--asan] [--release] [--no-deps]
 #
 #   1. Checks the Debian build dependencies (meson, ninja, pkg-config, gcc,
-#      python3, lmdb, libuv, jansson, hiredis, redis-server, systemd's
+#      python3 and its venv module, lmdb, libuv, jansson, hiredis, redis-server, systemd's
 #      systemd-analyze, lmdb-utils). Only if one is missing does
 #      it run `apt-get update` + `apt-get install` (as root, or through sudo).
 #      Then checks that the CUDA toolkit's headers are there
@@ -51,14 +51,17 @@ for arg in "$@"; do
 done
 
 # ---------------------------------------------------------------- deps ----
-# "debian-package:probe" where probe is cmd:NAME (on PATH) or pc:NAME
-# (pkg-config module).
+# "debian-package:probe" where probe is cmd:NAME (on PATH), pc:NAME
+# (pkg-config module) or py:NAME (a module python3 imports; python3-venv's
+# ensurepip: the pip-install and wheel tests make venvs, and the wheel's
+# build tools come from PyPI into one, tools/build-wheel.sh).
 DEPS=(
     "meson:cmd:meson"
     "ninja-build:cmd:ninja"
     "pkg-config:cmd:pkg-config"
     "gcc:cmd:gcc"
     "python3:cmd:python3"
+    "python3-venv:py:ensurepip"
     "liblmdb-dev:pc:lmdb"
     "libuv1-dev:pc:libuv"
     "libjansson-dev:pc:jansson"
@@ -78,6 +81,7 @@ probe_ok() {
     case "$kind" in
         cmd) command -v "$name" >/dev/null 2>&1 ;;
         pc)  command -v pkg-config >/dev/null 2>&1 && pkg-config --exists "$name" ;;
+        py)  python3 -c "import $name" >/dev/null 2>&1 ;;
         *)   return 1 ;;
     esac
 }

@@ -14,7 +14,15 @@
  * (PR_SET_PDEATHSIG): a tune never outlives the application that asked for
  * it. Between fork and exec the child calls only async-signal-safe
  * functions; everything it needs (argv, the executable's path) is built
- * before the fork. */
+ * before the fork.
+ *
+ * One tune of a shape at a time across every process sharing a store: the
+ * parent holds an advisory lock (flock) on
+ * STORE/tune-locks/KIND-ROWSxCOLS-DTYPE-gpuN.lock while its child runs. A
+ * second process that wants the same tune waits for the lock, then starts
+ * its child, which finds the first one's winner stored and prints it
+ * instead of tuning again (or resumes the first one's history if it
+ * failed). A store where the lock cannot be made is tuned unlocked. */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -24,6 +32,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -145,7 +154,72 @@ static void last_line(const char *text, size_t len, char *out, size_t n)
     snprintf(out, n, "%.*s", (int)(len - start), text + start);
 }
 
+/* The shape's lock file, open and locked, into *fd (-1: none could be made;
+ * the tune runs unlocked). Waits while another process holds it, until
+ * cancelled or timeout_s. */
+static int tune_lock(const tuned__api_child *c, const char *what, int *fd, tuned__err *e)
+{
+    *fd = -1;
+    char path[PATH_MAX];
+    if (snprintf(path, sizeof path, "%s/tune-locks", c->store) >= (int)sizeof path)
+        return 0;
+    if (mkdir(path, 0775) != 0 && errno != EEXIST)
+        return 0;
+    size_t used = strlen(path);
+    snprintf(path + used, sizeof path - used, "/%s-%llux%llu-%s-gpu%d.lock",
+             tuned__kernel_name((uint8_t)tuned__shape_kernel(&c->shape)),
+             (unsigned long long)c->shape.rows, (unsigned long long)c->shape.cols,
+             tuned_dtype_name(c->shape.dtype), c->device);
+    int lock = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0664);
+    if (lock < 0)
+        return 0;
+    double deadline = c->timeout_s > 0 ? tuned__now_s() + c->timeout_s : 0;
+    while (flock(lock, LOCK_EX | LOCK_NB) != 0) {
+        if (errno != EWOULDBLOCK && errno != EINTR) {
+            close(lock); /* no locks here (a file system without them) */
+            return 0;
+        }
+        if (c->cancel != NULL && atomic_load(c->cancel) != 0) {
+            close(lock);
+            return tuned__errf(e, TUNED_EIO, "%s: cancelled (the handle was closed) while "
+                               "another process tuned it", what);
+        }
+        if (deadline > 0 && tuned__now_s() > deadline) {
+            close(lock);
+            return tuned__errf(e, TUNED_ETIMEOUT, "%s: another process has tuned it for over "
+                               "%.0f s (it holds %s)", what, c->timeout_s, path);
+        }
+        struct timespec pause = {.tv_sec = 0, .tv_nsec = 100 * 1000000L};
+        nanosleep(&pause, NULL);
+    }
+    *fd = lock;
+    return 0;
+}
+
+static int run_locked(const tuned__api_child *c, tuned__err *e);
+
 int tuned__api_run_child(const tuned__api_child *c, tuned__err *e)
+{
+    const char *dtype = tuned_dtype_name(c->shape.dtype);
+    if (c->binary == NULL || c->store == NULL || dtype == NULL || c->device < 0)
+        return tuned__errf(e, TUNED_EINVAL, "tune: bad child arguments");
+    char what[160];
+    snprintf(what, sizeof what, "tune of %s %llux%llu %s on GPU %d",
+             tuned__kernel_name((uint8_t)tuned__shape_kernel(&c->shape)),
+             (unsigned long long)c->shape.rows, (unsigned long long)c->shape.cols, dtype,
+             c->device);
+    int lock = -1;
+    int rc = tune_lock(c, what, &lock, e);
+    if (rc != 0)
+        return rc;
+    rc = run_locked(c, e);
+    if (lock >= 0)
+        close(lock); /* releases the lock */
+    return rc;
+}
+
+/* The child, once this process holds the shape's lock (or none exists). */
+static int run_locked(const tuned__api_child *c, tuned__err *e)
 {
     const char *dtype = tuned_dtype_name(c->shape.dtype);
     if (c->binary == NULL || c->store == NULL || dtype == NULL || c->device < 0)

@@ -1,4 +1,9 @@
-/* nvrtc.c: dlopen of NVRTC and the compile of one source.
+/* nvrtc.c: finding and dlopen'ing NVRTC, and the compile of one source.
+ *
+ * NVRTC comes from the dynamic loader, a CUDA toolkit, or the nvidia-*
+ * wheels a PyTorch install brings (the search is in nvrtc.h). The
+ * templates include no header, so no CUDA include directory is needed at
+ * run time.
  *
  * Every nvrtcResult is translated here, with the program's name and the
  * compiler log, so NVRTC's codes never leak upward. The function table is
@@ -7,10 +12,14 @@
 #include "src/codegen/nvrtc.h"
 
 #include <dlfcn.h>
+#include <limits.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <nvrtc.h>
 
@@ -19,6 +28,7 @@
 
 struct tuned__nvrtc {
     void *lib;
+    char path[PATH_MAX]; /* what was dlopen'ed: a path, or a soname the loader found */
     int major, minor;
     __typeof__(&nvrtcGetErrorString) GetErrorString;
     __typeof__(&nvrtcVersion) Version;
@@ -35,32 +45,166 @@ struct tuned__nvrtc {
 
 static const char *const nvrtc_sonames[] = {"libnvrtc.so.13", "libnvrtc.so.12"};
 
-int tuned__nvrtc_load(tuned__nvrtc **out, tuned__err *e)
+/* Where the nvidia-* wheels (which torch installs) keep NVRTC, relative to
+ * a site-packages directory: CUDA 13's nvidia-cuda-nvrtc, then CUDA 12's
+ * nvidia-cuda-nvrtc-cu12. */
+static const char *const wheel_libs[] = {
+    "nvidia/cu13/lib/libnvrtc.so.13",
+    "nvidia/cuda_nvrtc/lib/libnvrtc.so.12",
+};
+
+/* What the search has said so far, for the message when nothing loads. */
+typedef struct search_log {
+    char text[1400];
+} search_log;
+
+static void log_add(search_log *l, const char *fmt, ...) TUNED__PRINTF(2, 3);
+static void log_add(search_log *l, const char *fmt, ...)
+{
+    size_t used = strlen(l->text);
+    if (used + 3 >= sizeof l->text)
+        return;
+    if (used > 0) {
+        memcpy(l->text + used, "; ", 3);
+        used += 2;
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(l->text + used, sizeof l->text - used, fmt, ap);
+    va_end(ap);
+}
+
+static void *try_open(const char *name, search_log *l)
+{
+    /* NODELETE: NVRTC's runtime keeps allocations in its own globals;
+     * unmapping it at unload would turn them into leaks. */
+    void *lib = dlopen(name, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
+    if (lib == NULL) {
+        const char *why = dlerror();
+        log_add(l, "%s", why ? why : name);
+    }
+    return lib;
+}
+
+/* name/<soname> for each soname where that file exists; a file that is
+ * absent is not worth a line of the message, one that fails to load is. */
+static void *try_dir(const char *dir, char *path, size_t n, search_log *l)
+{
+    for (size_t i = 0; i < sizeof nvrtc_sonames / sizeof nvrtc_sonames[0]; i++) {
+        snprintf(path, n, "%s/%s", dir, nvrtc_sonames[i]);
+        if (access(path, F_OK) != 0)
+            continue;
+        void *lib = try_open(path, l);
+        if (lib != NULL)
+            return lib;
+    }
+    return NULL;
+}
+
+void tuned__nvrtc_search_from_env(tuned__nvrtc_search *s)
+{
+    memset(s, 0, sizeof *s);
+    const char *v = getenv("TUNED_NVRTC_PATH");
+    s->explicit_path = v != NULL && *v != '\0' ? v : NULL;
+    s->loader = true;
+    v = getenv("TUNED_TOOLKIT_ROOT");
+    s->toolkit_root = v != NULL && *v != '\0' ? v : "/usr/local/cuda";
+    v = getenv("TUNED_SITE_PACKAGES");
+    s->site_packages = v != NULL && *v != '\0' ? v : NULL;
+}
+
+/* The search of tuned__nvrtc_search's comment (nvrtc.h); the library and
+ * its path, or NULL with what was tried in l. */
+static void *search(const tuned__nvrtc_search *s, char *path, size_t n, search_log *l)
 {
     void *lib = NULL;
-    char reasons[1024] = "";
-    for (size_t i = 0; i < sizeof nvrtc_sonames / sizeof nvrtc_sonames[0] && lib == NULL; i++) {
-        /* NODELETE: NVRTC's runtime keeps allocations in its own globals;
-         * unmapping it at unload would turn them into leaks. */
-        lib = dlopen(nvrtc_sonames[i], RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
-        if (lib == NULL) {
-            const char *why = dlerror();
-            size_t used = strlen(reasons);
-            snprintf(reasons + used, sizeof reasons - used, "%s%s", used ? "; " : "",
-                     why ? why : nvrtc_sonames[i]);
+    if (s->explicit_path != NULL) {
+        /* An explicit choice: nothing else is tried. */
+        struct stat st;
+        if (stat(s->explicit_path, &st) == 0 && S_ISDIR(st.st_mode)) {
+            lib = try_dir(s->explicit_path, path, n, l);
+            if (lib == NULL)
+                log_add(l, "no libnvrtc.so.13 or .12 in %s ($TUNED_NVRTC_PATH)",
+                        s->explicit_path);
+            return lib;
         }
+        snprintf(path, n, "%s", s->explicit_path);
+        lib = try_open(path, l);
+        if (lib == NULL)
+            log_add(l, "(that is $TUNED_NVRTC_PATH)");
+        return lib;
     }
+    if (s->loader)
+        for (size_t i = 0; i < sizeof nvrtc_sonames / sizeof nvrtc_sonames[0]; i++) {
+            snprintf(path, n, "%s", nvrtc_sonames[i]);
+            if ((lib = try_open(path, l)) != NULL)
+                return lib;
+        }
+    if (s->toolkit_root != NULL) {
+        static const char *const subdirs[] = {"lib64", "lib"};
+        for (size_t i = 0; i < 2 && lib == NULL; i++) {
+            char dir[PATH_MAX];
+            snprintf(dir, sizeof dir, "%s/%s", s->toolkit_root, subdirs[i]);
+            lib = try_dir(dir, path, n, l);
+        }
+        if (lib != NULL)
+            return lib;
+        log_add(l, "none in %s/lib64 or %s/lib (the CUDA toolkit)", s->toolkit_root,
+                s->toolkit_root);
+    }
+    if (s->site_packages == NULL) {
+        log_add(l, "no Python directories to look in for the nvidia-cuda-nvrtc wheel "
+                   "($TUNED_SITE_PACKAGES, which the tuned Python package sets, is unset)");
+        return NULL;
+    }
+    int dirs = 0;
+    for (const char *p = s->site_packages;;) {
+        const char *end = strchr(p, ':');
+        size_t len = end != NULL ? (size_t)(end - p) : strlen(p);
+        if (len > 0) {
+            dirs++;
+            for (size_t i = 0; i < sizeof wheel_libs / sizeof wheel_libs[0]; i++) {
+                if (snprintf(path, n, "%.*s/%s", (int)len, p, wheel_libs[i]) >= (int)n)
+                    continue;
+                if (access(path, F_OK) == 0 && (lib = try_open(path, l)) != NULL)
+                    return lib;
+            }
+        }
+        if (end == NULL)
+            break;
+        p = end + 1;
+    }
+    log_add(l, "no nvidia-cuda-nvrtc wheel in the %d director%s of $TUNED_SITE_PACKAGES", dirs,
+            dirs == 1 ? "y" : "ies");
+    return NULL;
+}
+
+int tuned__nvrtc_load(tuned__nvrtc **out, tuned__err *e)
+{
+    tuned__nvrtc_search s;
+    tuned__nvrtc_search_from_env(&s);
+    return tuned__nvrtc_load_from(&s, out, e);
+}
+
+int tuned__nvrtc_load_from(const tuned__nvrtc_search *s, tuned__nvrtc **out, tuned__err *e)
+{
+    char path[PATH_MAX];
+    search_log l = {.text = ""};
+    void *lib = search(s, path, sizeof path, &l);
     if (lib == NULL)
         return tuned__errf(e, TUNED_ENONVRTC,
-                           "nvrtc: no NVRTC library found (%s); install the CUDA toolkit's NVRTC "
-                           "or add its lib64 folder to LD_LIBRARY_PATH",
-                           reasons);
+                           "nvrtc: no NVRTC library found (%s); install it: `pip install "
+                           "nvidia-cuda-nvrtc` (CUDA 13; nvidia-cuda-nvrtc-cu12 for CUDA 12) or "
+                           "the CUDA toolkit, or name it: TUNED_TOOLKIT_ROOT=/path/to/cuda or "
+                           "TUNED_NVRTC_PATH=/path/to/libnvrtc.so.13",
+                           l.text);
     tuned__nvrtc *n = calloc(1, sizeof *n);
     if (n == NULL) {
         dlclose(lib);
         return tuned__errf(e, TUNED_ENOMEM, "nvrtc: out of memory");
     }
     n->lib = lib;
+    snprintf(n->path, sizeof n->path, "%s", path);
     /* dlsym returns void *; going through memcpy keeps ISO C quiet about
      * object-to-function pointer conversion. */
 #define RESOLVE(field, symbol)                                                                  \
@@ -98,6 +242,11 @@ void tuned__nvrtc_unload(tuned__nvrtc *n)
         return;
     dlclose(n->lib);
     free(n);
+}
+
+const char *tuned__nvrtc_path(const tuned__nvrtc *n)
+{
+    return n->path;
 }
 
 void tuned__nvrtc_version(const tuned__nvrtc *n, int *major, int *minor)

@@ -8,6 +8,12 @@ through ctypes.util.find_library("tuned"), and in the default install
 prefixes. When none works, LibraryError says what was tried and how to fix
 it.
 
+Before it loads, $TUNED_SITE_PACKAGES is set (unless it is set already) to
+this interpreter's site-packages and sys.path directories: libtuned, and
+the tuned processes it starts, look there for the NVRTC of the nvidia-*
+wheels that torch installs when no CUDA toolkit is found
+(src/codegen/nvrtc.h).
+
 Kernels that later versions of libtuned export (the backward passes,
 log_softmax, a forward with a fused scale, cross-entropy) are declared in _OPTIONAL: a
 library without them still loads, and has() tells which it exports, so the
@@ -17,6 +23,8 @@ torch operators use each one from the day it exists.
 import ctypes
 import ctypes.util
 import os
+import site
+import sys
 import threading
 
 from .errors import LibraryError, TunedError
@@ -287,6 +295,40 @@ def _candidates():
     return out
 
 
+def python_directories():
+    """Where this interpreter's packages live, for libtuned's search of the
+    nvidia-* wheels: the parents of the nvidia namespace package (if one is
+    installed), site-packages (user and system), then sys.path."""
+    out = []
+    try:
+        import nvidia  # noqa: PLC0415 - a namespace package of the nvidia-* wheels
+
+        out += [os.path.dirname(p) for p in getattr(nvidia, "__path__", [])]
+    except ImportError:
+        pass
+    try:
+        out += site.getsitepackages()
+    except AttributeError:  # an old virtualenv's site module
+        pass
+    user = site.getusersitepackages() if hasattr(site, "getusersitepackages") else None
+    if isinstance(user, str):
+        out.append(user)
+    out += sys.path
+    seen = []
+    for d in out:
+        d = os.path.abspath(d) if d else ""
+        if d and ":" not in d and os.path.isdir(d) and d not in seen:
+            seen.append(d)
+    return seen
+
+
+def export_site_packages():
+    """Sets $TUNED_SITE_PACKAGES for libtuned (and its child tunes) unless
+    the user set it."""
+    if not os.environ.get("TUNED_SITE_PACKAGES"):
+        os.environ["TUNED_SITE_PACKAGES"] = ":".join(python_directories())
+
+
 def load():
     """The loaded library (ctypes.CDLL with prototypes); LibraryError if none."""
     global _lib, _path, _exported
@@ -295,6 +337,7 @@ def load():
     with _lock:
         if _lib is not None:
             return _lib
+        export_site_packages()
         tried = []
         for how, name in _candidates():
             try:

@@ -195,13 +195,76 @@ _default_error = None
 _default_lock = threading.Lock()
 
 
+def _default_store():
+    """The store libtuned's default rule picks for a handle that does not
+    use the daemon's (tuned.h: $TUNED_DB, $XDG_DATA_HOME/tuned,
+    ~/.local/share/tuned), or None where it would fall back further."""
+    db = _environ.text("TUNED_DB", None)
+    if db:
+        return db
+    xdg = _environ.text("XDG_DATA_HOME", None)
+    if xdg and xdg.startswith("/"):
+        return os.path.join(xdg, "tuned")
+    home = _environ.text("HOME", None)
+    return os.path.join(home, ".local", "share", "tuned") if home and home.startswith("/") else None
+
+
+def _daemon_answers(timeout=1.0):
+    """Whether a daemon answers a ping on the default socket."""
+    from .client import Client  # noqa: PLC0415 - only needed here
+
+    try:
+        with Client(timeout=timeout) as c:
+            c.ping()
+        return True
+    except Exception:  # noqa: BLE001 - any failure means no daemon to use
+        return False
+
+
+def default_policy():
+    """$TUNED_POLICY; unset: "daemon" where a daemon answers on the socket,
+    else "process" (a child tuned process, the one inside this package or
+    $TUNED_BIN, tunes into the user's store) where there is one, else
+    "daemon"."""
+    policy = _environ.text("TUNED_POLICY", None)
+    if policy is not None:
+        return policy
+    if _daemon_answers():
+        return "daemon"
+    if os.environ.get("TUNED_BIN") or _lib.bundled_executable():
+        return "process"
+    return "daemon"
+
+
+class _TuneNotice:
+    """The default handle's progress function under the process policy: one
+    line on stderr the first time each shape reports, saying it is being
+    tuned and where the winner goes."""
+
+    def __init__(self, store):
+        self.store = store or "the default store (tuned.h)"
+        self.seen = set()
+        self.lock = threading.Lock()
+
+    def __call__(self, p):
+        key = (p["rows"], p["cols"], p["dtype"], p["device"])
+        with self.lock:
+            if key in self.seen:
+                return
+            self.seen.add(key)
+        print(f"tuned: tuning {p['rows']}x{p['cols']} {p['dtype']} on GPU {p['device']} in the "
+              f"background (a child tuned process; no daemon answers); the winner goes to "
+              f"{self.store}, and calls switch to it when it is stored (TUNED_POLICY=never: "
+              f"no tuning)", file=sys.stderr, flush=True)
+
+
 def default_handle():
     """The module's handle, opened on first use: the store and socket from
-    the environment, policy $TUNED_POLICY (default "daemon": shapes without
-    an exact record are sent to a running daemon to tune; without a daemon
-    nothing happens). Raises LibraryError or TunedError when it cannot open,
-    and the same error again on later calls (it is not retried). Once it is
-    closed, the next call opens a new one."""
+    the environment, policy default_policy() ($TUNED_POLICY; unset: the
+    daemon where one answers, else a child tuned process, which says so on
+    stderr once per shape it tunes). Raises LibraryError or TunedError
+    when it cannot open, and the same error again on later calls (it is not
+    retried). Once it is closed, the next call opens a new one."""
     global _default, _default_error
     if _default is not None:
         return _default
@@ -210,8 +273,11 @@ def default_handle():
             if _default_error is not None:
                 raise _default_error
             try:
-                _default = Handle(policy=_environ.text("TUNED_POLICY", "daemon"),
-                                  tune_time_s=_environ.seconds("TUNED_TUNE_TIME", 0.0))
+                policy = default_policy()
+                store = _default_store() if policy == "process" else None
+                _default = Handle(store=store, policy=policy,
+                                  tune_time_s=_environ.seconds("TUNED_TUNE_TIME", 0.0),
+                                  progress=_TuneNotice(store) if policy == "process" else None)
             except (LibraryError, TunedError, ValueError) as exc:
                 _default_error = exc
                 raise
