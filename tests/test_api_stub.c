@@ -211,6 +211,69 @@ static void watchdog(int sig)
     _exit(1);
 }
 
+/* ---- cross-entropy's argument checks (nothing is launched) ---- */
+
+/* A refused call: code and a message that names what is wrong. */
+static void expect_refused(tuned_handle *h, int rc, const char *needle, const char *what)
+{
+    EXPECT(rc == TUNED_EINVAL && strstr(tuned_last_error(h), needle) != NULL,
+           "%s: %d, %s", what, rc, tuned_last_error(h));
+}
+
+static void test_cross_entropy_args(void)
+{
+    tuned_handle *h = NULL;
+    int rc = open_handle(&h, TUNED_POLICY_NEVER, NULL, NULL);
+    EXPECT(rc == 0, "open: %s", tuned_last_error(NULL));
+    if (rc != 0)
+        return;
+    /* Addresses only: every call below is refused before any touches memory. */
+    char *logits = (char *)0x100000, *labels = (char *)0x900000;
+    float *loss = (float *)0xa00000, *lse = (float *)0xb00000;
+    const long long rows = 64, cols = 1000;
+    tuned_ce_options o;
+    tuned_ce_options_init(&o);
+    EXPECT(o.scale == 1.0f && o.ignore_index == -100 && o.reduction == TUNED_REDUCTION_MEAN,
+           "defaults");
+    expect_refused(h, tuned_cross_entropy(h, logits, labels, logits, loss, lse, rows, cols, cols,
+                                          TUNED_BF16, &o, NULL),
+                   "workspace", "mean without a workspace");
+    o.reduction = TUNED_REDUCTION_SUM;
+    o.label_smoothing = 1.5f;
+    expect_refused(h, tuned_cross_entropy(h, logits, labels, logits, loss, lse, rows, cols, cols,
+                                          TUNED_BF16, &o, NULL),
+                   "label_smoothing", "smoothing past 1");
+    o.label_smoothing = 0.0f;
+    o.z_out = (float *)(logits + 512); /* inside the logits */
+    expect_refused(h, tuned_cross_entropy(h, logits, labels, logits, loss, lse, rows, cols, cols,
+                                          TUNED_BF16, &o, NULL),
+                   "z_out", "z_out inside the logits");
+    o.z_out = NULL;
+    expect_refused(h, tuned_cross_entropy(h, logits, NULL, logits, loss, lse, rows, cols, cols,
+                                          TUNED_BF16, &o, NULL),
+                   "labels is NULL", "NULL labels");
+    /* the gradient over the logits is allowed only as the very same memory */
+    expect_refused(h, tuned_cross_entropy(h, logits, labels, logits + 2, loss, lse, rows, cols,
+                                          cols, TUNED_BF16, &o, NULL),
+                   "overlap", "a gradient 2 bytes into the logits");
+    /* int32 labels take 4 bytes a row: loss right after them is clear, at
+     * 8 bytes a row it would not be */
+    o.labels_int32 = 1;
+    float *after = (float *)(labels + rows * 4);
+    rc = tuned_cross_entropy(h, logits, labels, logits, after, lse, rows, cols, cols, TUNED_BF16,
+                             &o, NULL);
+    EXPECT(rc != TUNED_EINVAL || strstr(tuned_last_error(h), "overlap") == NULL,
+           "int32 labels sized as int64: %s", tuned_last_error(h));
+    o.labels_int32 = 0;
+    expect_refused(h, tuned_cross_entropy(h, logits, labels, logits, after, lse, rows, cols, cols,
+                                          TUNED_BF16, &o, NULL),
+                   "overlap", "int64 labels and the loss right after 4 bytes a row");
+    expect_refused(h, tuned_cross_entropy_rescale(h, logits, rows, cols, cols, TUNED_BF16, NULL,
+                                                  NULL),
+                   "factor is NULL", "rescale without a factor");
+    tuned_close(h);
+}
+
 int main(void)
 {
     signal(SIGALRM, watchdog);
@@ -238,5 +301,6 @@ int main(void)
     write_script();
     test_space();
     test_callback();
+    test_cross_entropy_args();
     return expect_done("api stub", tmpdir);
 }

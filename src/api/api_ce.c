@@ -85,6 +85,47 @@ static int count_rows(tuned_handle *h, const char *fn, const tuned__api_entry *e
     return 0;
 }
 
+/* Whether the options' device buffers (the per-row z terms, the error
+ * word, the workspace, the upstream gradient) lie clear of the call's
+ * tensors: a kernel writes the first three, and an overlap would corrupt
+ * the logits or the loss silently. Said as fn's error. */
+static int aux_clear(const tuned_handle *h, const char *fn, const tuned__api_args *a,
+                     const tuned_ce_options *o, int64_t rows, int64_t cols, int64_t stride,
+                     tuned_dtype dtype)
+{
+    size_t esize = tuned_dtype_size(dtype);
+    if (esize == 0 || rows < 1 || cols < 1 || stride < cols)
+        return 0; /* the call's own check says what is wrong */
+    const struct {
+        const char *name;
+        const void *p;
+        uint64_t bytes;
+    } aux[] = {
+        {"z_out", o->z_out, (uint64_t)rows * 4},
+        {"error", o->error, 4},
+        {"workspace", o->reduction == TUNED_REDUCTION_MEAN ? o->workspace : NULL,
+         TUNED_CE_WORKSPACE_BYTES},
+        {"grad_output", o->grad_output,
+         o->reduction == TUNED_REDUCTION_NONE ? (uint64_t)rows * 4 : 4},
+    };
+    for (size_t i = 0; i < sizeof aux / sizeof aux[0]; i++) {
+        uintptr_t p = (uintptr_t)aux[i].p;
+        if (p == 0)
+            continue;
+        for (unsigned t = 0; t < a->kind->ntensors; t++) {
+            uintptr_t q = (uintptr_t)a->ptr[t];
+            if (q == 0 || a->kind->tensor[t].role == TUNED__TENSOR_UNUSED)
+                continue;
+            uint64_t span = tuned__kind_span(a->kind, t, (uint64_t)rows, (uint64_t)cols,
+                                             (uint64_t)stride, esize, a->flags);
+            if (p < q + span && q < p + aux[i].bytes)
+                return tuned__api_failf(h, TUNED_EINVAL, "%s: %s (%p) and %s (%p) overlap", fn,
+                                        aux[i].name, aux[i].p, a->kind->tensor[t].name, a->ptr[t]);
+        }
+    }
+    return 0;
+}
+
 /* One cross-entropy call of kind kernel: options, entry, count, launch. */
 static int ce_call(tuned_handle *h, const char *fn, tuned_kernel kernel, const void *const *ptrs,
                    const void *labels, int64_t rows, int64_t cols, int64_t row_stride,
@@ -102,6 +143,8 @@ static int ce_call(tuned_handle *h, const char *fn, tuned_kernel kernel, const v
         return rc;
     for (unsigned i = 0; i < a.kind->ntensors; i++)
         a.ptr[i] = ptrs[i];
+    if ((rc = aux_clear(h, fn, &a, o, rows, cols, row_stride, dtype)) != 0)
+        return rc;
     tuned__api_entry *e;
     if ((rc = tuned__api_resolve(h, &a, rows, cols, row_stride, dtype, 1.0f, stream, &e)) != 0)
         return rc;
