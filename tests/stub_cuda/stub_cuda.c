@@ -68,7 +68,9 @@ F(cuMemsetD8Async)(uintptr_t d, unsigned char v, size_t n, void *s) { (void)s; m
 F(cuMemsetD32Async)(uintptr_t d, unsigned v, size_t n, void *s) { (void)s; for (size_t i = 0; i < n; i++) ((unsigned *)d)[i] = v; return OK; }
 F(cuModuleLoadData)(void **m, const void *img) { (void)img; *m = malloc(8); return OK; }
 F(cuModuleUnload)(void *m) { free(m); return OK; }
-F(cuModuleGetFunction)(void **f, void *m, const char *n) { (void)m; (void)n; *f = malloc(8); return OK; }
+/* A function is its module's memory (as a real one is owned by its module:
+ * freed with it, never on its own). */
+F(cuModuleGetFunction)(void **f, void *m, const char *n) { (void)n; *f = m; return OK; }
 F(cuFuncGetAttribute)(int *v, int a, void *f) { (void)a; (void)f; *v = 0; return OK; }
 F(cuFuncSetAttribute)(void *f, int a, int v) { (void)f; (void)a; (void)v; return OK; }
 F(cuOccupancyMaxActiveBlocksPerMultiprocessor)(int *n, void *f, int b, size_t s) { (void)f; (void)b; (void)s; *n = 1; return OK; }
