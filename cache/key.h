@@ -14,8 +14,9 @@
  * (a best key under tag 'H') the group that tuned__store_list_evals() scans.
  *
  * Keys also have a text form for people and the command line:
- *   softmax/fp16/4096x32000/dense/0123456789abcdef
- * (kernel, dtype, rows x cols, layout "dense" or "L<n>", GPU fingerprint). */
+ *   KIND/fp16/4096x32000/dense/0123456789abcdef
+ * (the kind's registry name, dtype, rows x cols, layout "dense" or "L<n>",
+ * GPU fingerprint). */
 #ifndef TUNED_CACHE_KEY_H
 #define TUNED_CACHE_KEY_H
 
@@ -85,16 +86,16 @@ void tuned__key_format(char *buf, size_t n, const tuned__store_key *k);
 /* Parses the text form. TUNED_EINVAL naming the part that is wrong. */
 int tuned__key_parse(const char *text, tuned__store_key *out, tuned__err *e);
 
-/* Kernel names and ids (tuned__kernel_name, tuned__kernel_parse) are
- * codegen's: src/codegen/config.h. */
+/* Kind names and ids (tuned__kernel_name, tuned__kernel_parse) are the
+ * registry's: src/codegen/kind.h. */
 
 /* Big-endian 64-bit fields, for the store's binary values too. */
 void tuned__put_be64(uint8_t *p, uint64_t v);
 uint64_t tuned__get_be64(const uint8_t *p);
 
-/* The key of the results of shape's kernel (softmax, softmax_bwd, ...) for
- * shape on the GPU with fingerprint gpu_fp, dense layout. */
-static inline tuned__store_key tuned__store_key_softmax(const tuned__shape *shape, uint64_t gpu_fp)
+/* The key of the results of shape's kind for shape on the GPU with
+ * fingerprint gpu_fp, dense layout. */
+static inline tuned__store_key tuned__store_key_of(const tuned__shape *shape, uint64_t gpu_fp)
 {
     tuned__store_key k = {.kernel = (uint8_t)tuned__shape_kernel(shape), .dtype = (uint8_t)shape->dtype,
                           .rows = shape->rows, .cols = shape->cols, .gpu_fp = gpu_fp};

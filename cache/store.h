@@ -60,9 +60,8 @@
  * measurement policy and no history. */
 #define TUNED__STORE_SCHEMA 2
 
-/* Kernel ids in keys (TUNED_KERNEL_*: softmax 1, softmax_bwd 2,
- * log_softmax 3, log_softmax_bwd 4) are codegen's, src/codegen/config.h;
- * stable forever once shipped. */
+/* Kind ids in keys are the registry's (TUNED_KERNEL_MAP in tuned.h,
+ * src/codegen/kind.h): stable forever once shipped. */
 
 /* Row stride / alignment classes (key.layout). The tuner measures class 0;
  * other values are reserved for strided or misaligned inputs and are

@@ -221,7 +221,7 @@ static void test_pretuned(const char *root)
     h100(&drv, 12080, 132);
     tuned__identity id;
     tuned__gpu_identity(&drv, TUNED__KIND_DEFAULT, TUNED__MEASURE_POLICY, &id);
-    tuned__store_key key = tuned__store_key_softmax(&shape, drv.fingerprint);
+    tuned__store_key key = tuned__store_key_of(&shape, drv.fingerprint);
     tuned__record rec;
     tuned__tier tier;
     EXPECT(tuned__store_find_compatible(s, &key, &id, NULL, NULL, &rec, &tier, &e) == 0 &&
@@ -256,7 +256,7 @@ static void test_pretuned(const char *root)
      * nearest. */
     h100(&sms, 13000, 114);
     tuned__gpu_identity(&sms, TUNED__KIND_DEFAULT, TUNED__MEASURE_POLICY, &id);
-    key = tuned__store_key_softmax(&shape, sms.fingerprint);
+    key = tuned__store_key_of(&shape, sms.fingerprint);
     EXPECT(tuned__store_find_compatible(s, &key, &id, NULL, NULL, &rec, &tier, &e) ==
                TUNED_ENOTFOUND,
            "another SM count found %s", tuned__tier_name(tier));
@@ -311,14 +311,14 @@ static void test_pretuned(const char *root)
     EXPECT(p.source == TUNED_SOURCE_COMPATIBLE && p.record_key.gpu_fp == same.fingerprint,
            "same policy first: %s from %016" PRIx64 " (%s)", tuned_source_name(p.source),
            p.record_key.gpu_fp, p.note);
-    tuned__store_key shipped_key = tuned__store_key_softmax(&sq, same.fingerprint);
+    tuned__store_key shipped_key = tuned__store_key_of(&sq, same.fingerprint);
     EXPECT(tuned__store_forget_key(s, &shipped_key, &e) == 0, "%s", e.msg);
     EXPECT(tuned__api_pick_config(s, &nv, &sq, NULL, &p, &e) == 0 &&
                p.source == TUNED_SOURCE_COMPATIBLE && p.record_key.gpu_fp == nv.fingerprint &&
                strstr(p.note, "policy older-method/2") != NULL,
            "policy mismatch: %s (%s)", tuned_source_name(p.source), p.note);
     tuned__gpu_identity(&nv, TUNED__KIND_DEFAULT, TUNED__MEASURE_POLICY, &id);
-    key = tuned__store_key_softmax(&sq, nv.fingerprint);
+    key = tuned__store_key_of(&sq, nv.fingerprint);
     tuned__record got;
     EXPECT(tuned__store_get_best(s, &key, &got, TUNED__MEASURE_POLICY, &e) == TUNED_ENOTFOUND,
            "another policy is never exact");

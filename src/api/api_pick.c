@@ -111,7 +111,7 @@ int tuned__api_pick_config(tuned__store *store, const tuned__gpu *gpu, const tun
             return rc;
         tuned__identity here;
         tuned__gpu_identity(gpu, tuned__shape_kernel(shape), TUNED__MEASURE_POLICY, &here);
-        tuned__store_key key = tuned__store_key_softmax(shape, here.full_fp);
+        tuned__store_key key = tuned__store_key_of(shape, here.full_fp);
         tuned__record rec;
         tuned__err miss = {0};
         rc = tuned__store_get_best(store, &key, &rec, TUNED__MEASURE_POLICY, &miss);

@@ -539,7 +539,7 @@ int tuned__tune(const tuned__driver *d, const tuned__nvrtc *n, const tuned__tune
 
 void tuned__tune_key(const tuned__gpu *gpu, const tuned__shape *shape, tuned__store_key *key)
 {
-    *key = tuned__store_key_softmax(shape, tuned__gpu_kind_fp(gpu, tuned__shape_kernel(shape)));
+    *key = tuned__store_key_of(shape, tuned__gpu_kind_fp(gpu, tuned__shape_kernel(shape)));
 }
 
 void tuned__tune_record(const tuned__tune_outcome *o, const tuned__shape *shape,
