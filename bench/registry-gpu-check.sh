@@ -94,10 +94,10 @@ for line in open(sys.argv[1]):
     rec = r.get("record", r)
     rows, cols = rec["rows"], rec["cols"]
     es = {"fp16": 2, "bf16": 2, "fp32": 4}[rec["dtype"]]
-    # the floor: the kind's bytes at the copy's rate (the copy moves 2 matrices)
-    mats = {"cross_entropy": 2, "cross_entropy_loss": 1, "cross_entropy_bwd": 2}[rec["kernel"]]
-    extra = {"cross_entropy": 16, "cross_entropy_loss": 16, "cross_entropy_bwd": 12}[rec["kernel"]]
-    floor = rec["copy_us"] * (mats * cols * es + extra) / (2 * cols * es)
+    # the floor: the kind's bytes (the record's gbps counts them) at the
+    # copy's rate (the copy moves two matrices)
+    kind_bytes = rec["gbps"] * rec["median_us"] * 1e3
+    floor = rec["copy_us"] * kind_bytes / (2 * rows * cols * es)
     print(f"{rec['kernel']:20} {rows}x{cols:<9} {rec['dtype']:5} {rec['median_us']:10.1f} "
           f"{rec['copy_us']:9.1f} {rec['median_us'] / floor:9.3f}  {rec['config']}")
 PY

@@ -74,12 +74,16 @@ int tuned__record_plausible(const tuned__record *r, int code, tuned__err *e)
         return tuned__errf(e, code, WHAT ": median_us %g, copy_us %g: a measured time is at "
                            "least %.1f us (every tune times the copy first): not a possible "
                            "measurement", r->median_us, r->copy_us, TUNED__RECORD_MIN_US);
-    if (r->median_us < TUNED__RECORD_MIN_OF_COPY * r->copy_us)
-        return tuned__errf(e, code, WHAT ": median_us %g is faster than %.1f x its own copy_us "
-                           "%g: not a possible measurement", r->median_us,
-                           TUNED__RECORD_MIN_OF_COPY, r->copy_us);
+    /* The kind's bytes against the copy's; a kind this build does not know
+     * is refused by tuned__record_check. */
+    const tuned__kind_spec *kind = tuned__kind(r->key.kernel);
     size_t esize = tuned_dtype_size((tuned_dtype)r->key.dtype);
-    double bytes = 2.0 * (double)r->key.rows * (double)r->key.cols * (double)esize;
+    double of_copy = kind != NULL ? tuned__kind_copies(kind, r->key.rows, r->key.cols, esize) : 1.0;
+    double bytes = of_copy * 2.0 * (double)r->key.rows * (double)r->key.cols * (double)esize;
+    if (r->median_us < TUNED__RECORD_MIN_OF_COPY * of_copy * r->copy_us)
+        return tuned__errf(e, code, WHAT ": median_us %g is faster than %.2f x its own copy_us "
+                           "%g: not a possible measurement", r->median_us,
+                           TUNED__RECORD_MIN_OF_COPY * of_copy, r->copy_us);
     double bw = bytes / (r->median_us * 1e-6);
     if (bw > TUNED__RECORD_MAX_BYTES_PER_S)
         return tuned__errf(e, code, WHAT ": median_us %g moves %.0f bytes at %.1f TB/s, above "

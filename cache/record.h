@@ -29,11 +29,14 @@ int tuned__record_check(const tuned__record *r, int code, tuned__err *e);
 
 /* The fastest any current GPU moves memory, in bytes per second: HBM3e
  * parts (H200, B200) peak at 4.8 to 8 TB/s; 10 TB/s is above every one.
- * No softmax reads and writes its rows*cols*esize bytes each faster. */
+ * No kind moves the bytes its spec says it moves (tuned__kind_bytes)
+ * faster. */
 #define TUNED__RECORD_MAX_BYTES_PER_S 10e12
-/* A softmax reads and writes what a copy of its bytes does, and more work:
- * no measurement of it beats 0.8 x the copy's measured time (the margin is
- * the noise between two medians). */
+/* A kind moves its bytes with more work than a copy moving as many: no
+ * measurement of it beats 0.8 x the copy's measured time scaled to its
+ * bytes (a copy of one matrix moves two; the loss-only cross-entropy moves
+ * about one, so half the copy's time is possible); the margin is the noise
+ * between two medians. */
 #define TUNED__RECORD_MIN_OF_COPY 0.8
 /* The shortest time, in microseconds, any launch of a kernel or a copy
  * takes from one event to the next: the launch, one memory round trip and

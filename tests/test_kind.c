@@ -20,6 +20,7 @@
 #include "expect.h"
 #include "src/codegen/kind.h"
 #include "src/codegen/templates.h"
+#include "cache/record.h"
 
 static void test_list(void)
 {
@@ -151,8 +152,31 @@ static void test_shipped(const char *root)
     }
 }
 
+/* The store's plausibility of a time against its copy counts the kind's
+ * bytes: a loss-only cross-entropy reads the logits once, so half the
+ * copy's time is possible for it, not for a softmax. */
+static void test_plausible_by_kind(void)
+{
+    tuned__record r;
+    memset(&r, 0, sizeof r);
+    r.key.dtype = TUNED_BF16;
+    r.key.rows = 8192;
+    r.key.cols = 128256;
+    snprintf(r.gpu, sizeof r.gpu, "test label");
+    r.copy_us = 987.7;
+    r.median_us = 492.5;
+    tuned__err e = {0};
+    r.key.kernel = TUNED_KERNEL_CROSS_ENTROPY_LOSS;
+    EXPECT(tuned__record_plausible(&r, TUNED_EINVAL, &e) == 0, "loss only at half the copy: %s",
+           e.msg);
+    r.key.kernel = TUNED_KERNEL_SOFTMAX;
+    EXPECT(tuned__record_plausible(&r, TUNED_EINVAL, &e) == TUNED_EINVAL,
+           "a softmax at half the copy taken as possible");
+}
+
 int main(int argc, char **argv)
 {
+    test_plausible_by_kind();
     test_list();
     test_specs();
     test_code();

@@ -259,6 +259,12 @@ double tuned__kind_bytes(const tuned__kind_spec *k, uint64_t rows, uint64_t cols
     return bytes;
 }
 
+double tuned__kind_copies(const tuned__kind_spec *k, uint64_t rows, uint64_t cols, size_t esize)
+{
+    return tuned__kind_bytes(k, rows, cols, esize) /
+           (2.0 * (double)rows * (double)cols * (double)esize);
+}
+
 unsigned tuned__kind_matrices(const tuned__kind_spec *k)
 {
     unsigned n = 0;

@@ -170,6 +170,12 @@ void tuned__kind_list(char *buf, size_t n);
  * a device-to-device copy of half as many bytes each way. */
 double tuned__kind_bytes(const tuned__kind_spec *k, uint64_t rows, uint64_t cols, size_t esize);
 
+/* The kind's floor in copies: its bytes over those of a device-to-device
+ * copy of one rows x cols matrix (which reads one and writes one), so that
+ * its floor is this times the copy's time (1 for a forward softmax, 1.5
+ * for a backward, about 0.5 for the loss-only cross-entropy). */
+double tuned__kind_copies(const tuned__kind_spec *k, uint64_t rows, uint64_t cols, size_t esize);
+
 /* Tensors of rows x cols the kind moves (tuned__kind_bytes over one
  * matrix's bytes, rounded down): the daemon's and CLI's size caps. */
 unsigned tuned__kind_matrices(const tuned__kind_spec *k);

@@ -243,8 +243,11 @@ int tuned__fleet_check_record(const void *text, size_t len, const tuned__fleet_i
     if (r.key.rows > MAX_DIM || r.key.cols > MAX_DIM)
         return tuned__errf(e, TUNED_ESTORE, "shape %" PRIu64 "x%" PRIu64 " is out of range",
                            r.key.rows, r.key.cols);
-    double bytes = 2.0 * (double)r.key.rows * (double)r.key.cols *
-                   (double)tuned_dtype_size((tuned_dtype)r.key.dtype);
+    /* Every tensor the record's kind moves (the daemon's and CLI's cap). */
+    const tuned__kind_spec *kind = tuned__kind(r.key.kernel);
+    double bytes = kind == NULL ? 0.0
+                                : tuned__kind_bytes(kind, r.key.rows, r.key.cols,
+                                                    tuned_dtype_size((tuned_dtype)r.key.dtype));
     if (bytes > (double)MAX_BYTES)
         return tuned__errf(e, TUNED_ESTORE, "shape %" PRIu64 "x%" PRIu64 " moves more than 1 TiB",
                            r.key.rows, r.key.cols);
