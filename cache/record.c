@@ -80,10 +80,12 @@ int tuned__record_plausible(const tuned__record *r, int code, tuned__err *e)
     size_t esize = tuned_dtype_size((tuned_dtype)r->key.dtype);
     double of_copy = kind != NULL ? tuned__kind_copies(kind, r->key.rows, r->key.cols, esize) : 1.0;
     double bytes = of_copy * 2.0 * (double)r->key.rows * (double)r->key.cols * (double)esize;
-    if (r->median_us < TUNED__RECORD_MIN_OF_COPY * of_copy * r->copy_us)
+    /* a kind moving more than the copy (a backward's three tensors) is held
+     * to the copy's bound all the same: measured, they beat 1.5 copies */
+    double least = TUNED__RECORD_MIN_OF_COPY * (of_copy < 1.0 ? of_copy : 1.0);
+    if (r->median_us < least * r->copy_us)
         return tuned__errf(e, code, WHAT ": median_us %g is faster than %.2f x its own copy_us "
-                           "%g: not a possible measurement", r->median_us,
-                           TUNED__RECORD_MIN_OF_COPY * of_copy, r->copy_us);
+                           "%g: not a possible measurement", r->median_us, least, r->copy_us);
     double bw = bytes / (r->median_us * 1e-6);
     if (bw > TUNED__RECORD_MAX_BYTES_PER_S)
         return tuned__errf(e, code, WHAT ": median_us %g moves %.0f bytes at %.1f TB/s, above "

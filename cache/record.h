@@ -32,11 +32,11 @@ int tuned__record_check(const tuned__record *r, int code, tuned__err *e);
  * No kind moves the bytes its spec says it moves (tuned__kind_bytes)
  * faster. */
 #define TUNED__RECORD_MAX_BYTES_PER_S 10e12
-/* A kind moves its bytes with more work than a copy moving as many: no
- * measurement of it beats 0.8 x the copy's measured time scaled to its
- * bytes (a copy of one matrix moves two; the loss-only cross-entropy moves
- * about one, so half the copy's time is possible); the margin is the noise
- * between two medians. */
+/* A kind moves at least the copy's bytes with more work, or fewer: no
+ * measurement of it beats 0.8 x the copy's measured time, scaled down to
+ * its bytes where it moves fewer (the loss-only cross-entropy reads one
+ * matrix where the copy moves two: half the copy's time is possible); the
+ * margin is the noise between two medians. */
 #define TUNED__RECORD_MIN_OF_COPY 0.8
 /* The shortest time, in microseconds, any launch of a kernel or a copy
  * takes from one event to the next: the launch, one memory round trip and
