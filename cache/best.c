@@ -397,7 +397,8 @@ static int each_visit(void *ctx, tuned__txn *t, const tuned__best_entry *b, tune
     int rc = 0;
     if (!b->key_ok) {
         /* Not a key of ours at all: shown only when nothing is filtered. */
-        bool all = f == NULL || (!f->have_shape && !f->have_dtype && (!f->gpu || !f->gpu[0]));
+        bool all = f == NULL || (!f->have_shape && !f->have_dtype && !f->have_kernel &&
+                                 (!f->gpu || !f->gpu[0]));
         rc = all ? c->fn(c->user, &b->key, NULL, b->why->msg) : 0;
     } else if (tuned__filter_match(f, &b->key, b->r)) {
         rc = c->fn(c->user, &b->key, b->r, b->r != NULL ? NULL : b->why->msg);

@@ -353,6 +353,8 @@ bool tuned__filter_match(const tuned__store_filter *f, const tuned__store_key *k
         return false;
     if (f->have_dtype && k->dtype != f->dtype)
         return false;
+    if (f->have_kernel && k->kernel != f->kernel)
+        return false;
     if (f->gpu != NULL && f->gpu[0] != '\0') {
         uint64_t fp;
         if (tuned__fp_parse(f->gpu, strlen(f->gpu), &fp) && fp == k->gpu_fp)

@@ -362,6 +362,8 @@ typedef struct tuned__store_filter {
     uint64_t rows, cols;
     bool have_dtype;      /* only dtype */
     uint8_t dtype;
+    bool have_kernel;     /* only the records of this kind (its registry id) */
+    uint8_t kernel;
 } tuned__store_filter;
 
 /* Called for each record; r is NULL for a stored value that does not decode

@@ -12,9 +12,6 @@
 
 typedef struct forget_ctx {
     bool dry_run;
-    unsigned kernel;           /* only records of this kind; 0: every kind */
-    tuned__store_key *keys;    /* the keys a kind-narrowed walk selected */
-    size_t nkeys, cap;
 } forget_ctx;
 
 static int say(void *ctx, const tuned__store_key *key, const tuned__record *r,
@@ -26,50 +23,6 @@ static int say(void *ctx, const tuned__store_key *key, const tuned__record *r,
     printf("%s %s  %s  %s\n", c->dry_run ? "would forget" : "forgot", ks,
            r != NULL ? r->gpu_name : "(damaged)", r != NULL ? r->config : damage);
     return 0;
-}
-
-/* A walk narrowed to one kind: collects the keys of that kind (the
- * store's filters name no kind). */
-static int collect(void *ctx, const tuned__store_key *key, const tuned__record *r,
-                   const char *damage)
-{
-    (void)r;
-    (void)damage;
-    forget_ctx *c = ctx;
-    if (key->kernel != c->kernel)
-        return 0;
-    if (c->nkeys == c->cap) {
-        size_t cap = c->cap ? 2 * c->cap : 16;
-        tuned__store_key *p = realloc(c->keys, cap * sizeof *p);
-        if (p == NULL)
-            return TUNED_ENOMEM;
-        c->keys = p;
-        c->cap = cap;
-    }
-    c->keys[c->nkeys++] = *key;
-    return 0;
-}
-
-/* Forgets (or with dry_run names) the records f selects of kind c->kernel. */
-static int forget_kind(tuned__store *s, const tuned__store_filter *f, forget_ctx *c, size_t *n,
-                       tuned__err *e)
-{
-    *n = 0;
-    int rc = tuned__store_each_best(s, f, collect, c, e);
-    if (rc == TUNED_ENOMEM)
-        return tuned__errf(e, TUNED_ENOMEM, "forget: out of memory");
-    for (size_t i = 0; rc == 0 && i < c->nkeys; i++) {
-        char ks[TUNED__KEY_TEXT];
-        tuned__key_format(ks, sizeof ks, &c->keys[i]);
-        if (!c->dry_run && (rc = tuned__store_forget_key(s, &c->keys[i], e)) != 0)
-            break;
-        printf("%s %s\n", c->dry_run ? "would forget" : "forgot", ks);
-        (*n)++;
-    }
-    free(c->keys);
-    c->keys = NULL;
-    c->nkeys = c->cap = 0;
-    return rc;
 }
 
 static void say_remote(void *ctx, const char *key, const char *what)
@@ -144,7 +97,7 @@ int cli_cmd_forget(const cli_opts *o)
         free(keys);
         return cli_fail(&e);
     }
-    forget_ctx c = {.dry_run = o->dry_run, .kernel = o->request.shape.kernel};
+    forget_ctx c = {.dry_run = o->dry_run};
     int status = CLI_OK;
     if (keys != NULL) {
         for (int i = 0; i < o->nargs; i++) {
@@ -154,10 +107,10 @@ int cli_cmd_forget(const cli_opts *o)
                 snprintf(fp, sizeof fp, "%016llx", (unsigned long long)keys[i].gpu_fp);
                 tuned__store_filter f = {.gpu = fp, .have_shape = true, .rows = keys[i].rows,
                                          .cols = keys[i].cols, .have_dtype = true,
-                                         .dtype = keys[i].dtype};
+                                         .dtype = keys[i].dtype, .have_kernel = true,
+                                         .kernel = keys[i].kernel};
                 size_t n;
-                c.kernel = keys[i].kernel;
-                rc = forget_kind(s, &f, &c, &n, &e);
+                rc = tuned__store_forget(s, &f, true, say, &c, &n, &e);
                 if (rc == 0 && n == 0)
                     rc = tuned__errf(&e, TUNED_ENOTFOUND, "no record under %s", o->args[i]);
             } else if ((rc = tuned__store_forget_key(s, &keys[i], &e)) == 0) {
@@ -171,9 +124,10 @@ int cli_cmd_forget(const cli_opts *o)
     } else {
         tuned__store_filter f;
         cli_filter(o, &f);
+        f.have_kernel = o->request.shape.kernel != 0;
+        f.kernel = o->request.shape.kernel;
         size_t n = 0;
-        rc = c.kernel != 0 ? forget_kind(s, &f, &c, &n, &e)
-                           : tuned__store_forget(s, &f, o->dry_run, say, &c, &n, &e);
+        rc = tuned__store_forget(s, &f, o->dry_run, say, &c, &n, &e);
         if (rc != 0) {
             status = cli_fail(&e);
         } else if (n == 0) {
