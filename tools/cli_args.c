@@ -599,8 +599,7 @@ int cli_parse(int argc, char **argv, cli_opts *o)
         uint64_t esize = tuned_dtype_size(o->request.shape.dtype);
         /* --kernel comes before or after --shape: an unknown one is refused
          * where it is parsed; the cap counts the default kind's tensors then. */
-        const tuned__kind_spec *kind = tuned__shape_spec(&o->request.shape);
-        uint64_t tensors = kind != NULL ? tuned__kind_matrices(kind) : 2;
+        uint64_t tensors = tuned__shape_matrices(&o->request.shape);
         if (o->request.shape.rows > MAX_TOTAL_BYTES / tensors / esize / o->request.shape.cols)
             return bad("--shape %s: inputs and output would exceed 1 TiB", shape_text);
         o->have_shape = true;

@@ -157,6 +157,15 @@ static inline const tuned__kind_spec *tuned__shape_spec(const tuned__shape *s)
     return tuned__kind(tuned__shape_kernel(s));
 }
 
+/* Tensors of rows x cols s's kind moves (the size caps); 1 for an unknown
+ * kind, which the caps' callers refuse anyway. */
+static inline unsigned tuned__shape_matrices(const tuned__shape *s)
+{
+    const tuned__kind_spec *k = tuned__shape_spec(s);
+    unsigned n = k != NULL ? tuned__kind_matrices(k) : 0;
+    return n > 0 ? n : 1;
+}
+
 /* The kind's name; NULL for an unknown id. */
 const char *tuned__kernel_name(uint8_t kernel);
 

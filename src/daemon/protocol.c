@@ -444,13 +444,6 @@ void tuned__gpu_sel_from_text(const char *text, size_t n, tuned__gpu_sel *g)
     g->name[n] = '\0';
 }
 
-unsigned tuned__shape_matrices(const tuned__shape *shape)
-{
-    const tuned__kind_spec *k = tuned__shape_spec(shape);
-    unsigned n = k != NULL ? tuned__kind_matrices(k) : 0;
-    return n > 0 ? n : 1;
-}
-
 bool tuned__shape_over_cap(const tuned__shape *shape)
 {
     uint64_t row_bytes = tuned__shape_matrices(shape) * shape->cols * tuned_dtype_size(shape->dtype);

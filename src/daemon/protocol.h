@@ -131,9 +131,6 @@ int tuned__proto_parse(const char *line, size_t len, tuned__request *req,
 int tuned__proto_parse_json(const char *line, size_t len, tuned__request *req,
                             tuned__proto_error *err);
 
-/* The rows x cols tensors a call of the shape's kind moves
- * (tuned__kind_matrices; at least 1). */
-unsigned tuned__shape_matrices(const tuned__shape *shape);
 
 /* Whether the tensors the shape's kind moves exceed TUNED__PROTO_MAX_BYTES
  * (rows and cols at least 1). */
