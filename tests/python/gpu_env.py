@@ -30,3 +30,38 @@ def start(store_prefix):
     os.environ["TUNED_DB"] = store
     os.environ["TUNED_POLICY"] = "never"
     return store
+
+
+class Checks:
+    """A GPU test's verdicts: expect() prints a FAIL line and counts it;
+    section() runs one part, a crash in it a failure that lets the rest run,
+    and prints one line for it (warnings_as_errors: tuned's fallback
+    RuntimeWarning fails the part too); sections_passed/failed count them."""
+
+    def __init__(self):
+        self.failures = 0
+        self.sections_passed = self.sections_failed = 0
+
+    def expect(self, cond, what):
+        if not cond:
+            self.failures += 1
+            print("FAIL:", what)
+        return cond
+
+    def section(self, name, fn, warnings_as_errors=False):
+        import time
+        import traceback
+        import warnings
+        start, before = time.monotonic(), self.failures
+        try:
+            with warnings.catch_warnings():
+                if warnings_as_errors:
+                    warnings.filterwarnings("error", message=r"tuned\.", category=RuntimeWarning)
+                fn()
+        except Exception as exc:  # a crash in one section is a failure, the rest still run
+            traceback.print_exc()
+            self.expect(False, f"{name}: {type(exc).__name__}: {exc}")
+        ok = self.failures == before
+        self.sections_passed += ok
+        self.sections_failed += not ok
+        print(f"{name}: {'ok' if ok else 'FAILED'} ({time.monotonic() - start:.1f} s)")

@@ -28,11 +28,8 @@ torch or CUDA; prints one line per section and `N passed, N failed`.
 """
 
 import sys
-import time
-import traceback
-import warnings
 
-from gpu_env import start  # noqa: E402 - exits 77 without torch or CUDA
+from gpu_env import Checks, start  # noqa: E402 - exits 77 without torch or CUDA
 
 store = start("tuned-cross-entropy-")
 
@@ -43,32 +40,8 @@ import tuned  # noqa: E402
 
 OPS = torch.ops.tuned
 DEV = "cuda"
-passed = failed = 0
-failures = 0
-
-
-def expect(cond, what):
-    global failures
-    if not cond:
-        failures += 1
-        print("FAIL:", what)
-    return cond
-
-
-def section(name, fn):
-    global passed, failed
-    t0 = time.monotonic()
-    before = failures
-    try:
-        with warnings.catch_warnings():
-            warnings.filterwarnings("error", message=r"tuned\.", category=RuntimeWarning)
-            fn()
-    except Exception as exc:  # a crash in one section is a failure, the rest still run
-        traceback.print_exc()
-        expect(False, f"{name}: {type(exc).__name__}: {exc}")
-    ok = failures == before
-    passed, failed = passed + ok, failed + (not ok)
-    print(f"{name}: {'ok' if ok else 'FAILED'} ({time.monotonic() - t0:.1f} s)")
+checks = Checks()
+expect = checks.expect
 
 
 def logits(shape, cols, dtype, seed, spread=4.0):
@@ -370,6 +343,6 @@ def opcheck():
 for name, fn in (("paths", paths), ("accuracy", accuracy), ("extras", extras),
                  ("in place", in_place), ("peaked", peaked), ("errors", errors),
                  ("graphs", graphs), ("compile", compiled), ("opcheck", opcheck)):
-    section(name, fn)
-print(f"{passed} passed, {failed} failed")
-sys.exit(1 if failed else 0)
+    checks.section(name, fn, warnings_as_errors=True)
+print(f"{checks.sections_passed} passed, {checks.sections_failed} failed")
+sys.exit(1 if checks.sections_failed else 0)

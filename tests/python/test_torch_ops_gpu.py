@@ -25,7 +25,7 @@ import sys
 import time
 import warnings
 
-from gpu_env import start  # noqa: E402 - exits 77 without torch or CUDA
+from gpu_env import Checks, start  # noqa: E402 - exits 77 without torch or CUDA
 
 store = start("tuned-torch-ops-")
 
@@ -35,27 +35,9 @@ import tuned  # noqa: E402
 from tuned import _lib, torch_ops  # noqa: E402
 
 OPS = torch.ops.tuned
-failures = 0
-
-
-def expect(cond, what):
-    global failures
-    if not cond:
-        failures += 1
-        print("FAIL:", what)
-    return cond
-
-
-def section(name, fn):
-    start = time.monotonic()
-    before = failures
-    try:
-        fn()
-    except Exception as exc:  # a crash in one section is a failure, the rest still run
-        import traceback
-        traceback.print_exc()
-        expect(False, f"{name}: {type(exc).__name__}: {exc}")
-    print(f"{name}: {'ok' if failures == before else 'FAILED'} ({time.monotonic() - start:.1f} s)")
+checks = Checks()
+expect = checks.expect
+section = checks.section
 
 
 class no_fallback(warnings.catch_warnings):
@@ -385,5 +367,5 @@ section("host time", host_time)
 import shutil  # noqa: E402
 
 shutil.rmtree(store, ignore_errors=True)
-print(f"python-torch-ops-gpu: {failures} failure(s)")
-sys.exit(1 if failures else 0)
+print(f"python-torch-ops-gpu: {checks.failures} failure(s)")
+sys.exit(1 if checks.failures else 0)
