@@ -2,14 +2,21 @@
 backward, as a user calls it, against the anchors in the same run.
 
 For each shape: the device-to-device copy of the logits (the fused kind's
-floor: one read of the logits and one write of the gradient), tuned's fused
-cross-entropy (tuned.cross_entropy, gradient in place and not), torch's
-F.cross_entropy, torch.compile of it (first shape only: its compile takes a
-minute a shape), and Liger's fused cross-entropy when liger_kernel imports.
-Each time is the median of CUDA-event timings after warm-up with L2 flushed
-between runs; each method's extra peak memory is what it allocates beyond
-the logits and labels (torch.cuda.max_memory_allocated). Every method's loss
-is compared with a float64 reference first. A short table comes last.
+floor: one read of the logits and one write of the gradient), tuned's
+cross-entropy fused (tuned.cross_entropy, mean: the gradient written in the
+forward, into a new buffer and in place) and split (reduction none, then
+the mean in torch: the loss kernel reads once and saves the lse, the
+backward kernel reads once and writes once, PyTorch's semantics for any
+upstream gradient), torch's F.cross_entropy, torch.compile of it (one
+compiled function for every shape: it recompiles once with dynamic shapes),
+Liger's fused cross-entropy and QuACK's (each when it imports). The
+gradient is taken with torch.autograd.grad(loss, logits), as a model's
+logits (an intermediate) receive it: no AccumulateGrad copy into a leaf's
+.grad. Each time is the median of CUDA-event timings after warm-up with L2
+flushed between runs; each method's extra peak memory is what it allocates
+beyond the logits and labels (torch.cuda.max_memory_allocated), the
+gradient included unless it is written over the logits. Every method's
+loss is compared with a float64 reference first. A short table comes last.
 
     python3 bench/cross_entropy_bench.py [--shapes 8192x128256:bf16,...] [--reps N]
 
@@ -26,6 +33,9 @@ import torch.nn.functional as F
 import tuned
 
 DT = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+ROWS = ["4096x32000:bf16", "8192x50257:bf16", "8192x128256:bf16", "16384x151936:bf16",
+        "4096x262144:bf16", "512x128256:bf16", "8192x128256:fp32"]
+METHODS = ["tuned", "tuned_inplace", "tuned_split", "torch", "compile", "liger", "quack"]
 
 
 def timed(fn, reps, flush):
@@ -55,15 +65,22 @@ def peak_extra(fn):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--shapes", default="8192x128256:bf16,4096x32000:bf16,512x128256:bf16")
+    ap.add_argument("--shapes", default=",".join(ROWS))
     ap.add_argument("--reps", type=int, default=15)
-    ap.add_argument("--compile-shapes", type=int, default=1)
+    ap.add_argument("--compile-shapes", type=int, default=99,
+                    help="torch.compile on the first N shapes")
     args = ap.parse_args()
     try:
         from liger_kernel.ops.cross_entropy import LigerCrossEntropyFunction
     except Exception as exc:  # noqa: BLE001 - an anchor that does not import is reported
         print(f"liger: not available ({type(exc).__name__}: {exc})")
         LigerCrossEntropyFunction = None
+    try:
+        from quack.cross_entropy import cross_entropy as quack_ce
+    except Exception as exc:  # noqa: BLE001
+        print(f"quack: not available ({type(exc).__name__}: {exc})")
+        quack_ce = None
+    cf = torch.compile(F.cross_entropy)
     flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
     rows_out = []
     for n, spec in enumerate(args.shapes.split(",")):
@@ -83,11 +100,12 @@ def main():
         res["copy"] = timed(copy, args.reps, flush)
 
         def method(name, fwd_bwd):
-            # fwd_bwd(x) -> loss; x is a fresh leaf (its .grad the gradient)
+            # fwd_bwd(x) -> loss; x is a fresh leaf, its gradient taken
+            # as an intermediate's (autograd.grad: no copy into .grad)
             def run():
                 x = work.detach().requires_grad_()
                 loss = fwd_bwd(x)
-                loss.backward()
+                torch.autograd.grad(loss, x)
                 return loss
             try:
                 work.copy_(x0)
@@ -102,24 +120,28 @@ def main():
         # intermediate): a view stands for them
         method("tuned_inplace", lambda x: tuned.cross_entropy(x.view(x.shape), t,
                                                               inplace_backward=True))
+        n_valid = (t != -100).sum()
+        method("tuned_split", lambda x: tuned.cross_entropy(x, t, reduction="none").sum() / n_valid)
         method("torch", lambda x: F.cross_entropy(x, t))
         if n < args.compile_shapes:
-            cf = torch.compile(F.cross_entropy)
             method("compile", lambda x: cf(x, t))
         if LigerCrossEntropyFunction is not None:
             method("liger", lambda x: LigerCrossEntropyFunction.apply(x, t, None)[0])
+        if quack_ce is not None:
+            method("quack", lambda x: quack_ce(x, t))
         rows_out.append(res)
         del x0, work
         torch.cuda.empty_cache()
         print(res, flush=True)
-    names = ["tuned", "tuned_inplace", "torch", "compile", "liger"]
+    names = METHODS
     print(f"\n{'shape':12} {'dt':4} {'copy_us':>8} " +
-          " ".join(f"{m + '_us':>10} {m[:6] + '_GB':>9}" for m in names) + "  (loss rel. err vs f64)")
+          " ".join(f"{m[:8] + '_us':>11} {m[:6] + '_GB':>9}" for m in names) +
+          "  (loss rel. err vs f64)")
     for r in rows_out:
         cells = []
         for m in names:
             v = r.get(m)
-            cells.append(f"{'-':>10} {'-':>9}" if v is None else f"{v[0]:10.1f} {v[1]:9.2f}")
+            cells.append(f"{'-':>11} {'-':>9}" if v is None else f"{v[0]:11.1f} {v[1]:9.2f}")
         errs = " ".join(f"{m}={r[m][2]:.1e}" if isinstance(r.get(m, (0, 0, ''))[2], float) else
                         f"{m}={r.get(m, (0, 0, '-'))[2]}" for m in names if m in r)
         print(f"{r['shape']:12} {r['dtype']:4} {r['copy']:8.1f} " + " ".join(cells) + "  " + errs)

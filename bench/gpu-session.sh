@@ -32,13 +32,31 @@
 #   decode   build, the tests named in GPU_CHECK, then tools/bench.sh on the
 #            decode set (rows 1, 8, 64 by 32768 to 262144 columns, three
 #            dtypes; a fresh store, every shape tuned cold): OUT/decode.md.
+#   cross-entropy
+#            the cross-entropy steps named in CE_STEPS (default all, in
+#            order; a later call on the same machine goes on with the
+#            store the first one tuned, /tmp/tuned-ce-db):
+#              import    the records of CE_RECORDS (bench/ce_records.py made
+#                        it from an earlier tune step) into the store
+#              tune      build, then cross_entropy (fused), _loss and _bwd
+#                        (split) tuned cold on the benchmark's rows and the
+#                        training step's (CE_TUNE_TIME seconds each, 6)
+#              test      the Python package's cross-entropy GPU tests
+#              sanitize  bench/ce_sanitize.py under compute-sanitizer
+#                        memcheck (planted bad labels, tuned shapes)
+#              bench     bench/cross_entropy_bench.py (QuACK and Liger from
+#                        the staged wheels)
+#              train     bench/train_step.py
+#              overhead  bench/ce_overhead.py: the host's time a call
+#            Each step's log goes to OUT; a step that would start with less
+#            than a minute of the call's 570 s left is skipped (named).
 #   stage    only keep the wheels carried in this call (a .whlX/ folder)
 #            in /tmp, for a later `anchors` or `train` call.
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root" || exit 1
-phase="${1:?usage: bench/gpu-session.sh check|train|decode|anchors|stage NAME}"
-name="${2:?usage: bench/gpu-session.sh check|train|decode|anchors|stage NAME}"
+phase="${1:?usage: bench/gpu-session.sh check|train|decode|anchors|cross-entropy|stage NAME}"
+name="${2:?usage: bench/gpu-session.sh check|train|decode|anchors|cross-entropy|stage NAME}"
 out="${OUT:-$root/bench/results/$(date -u +%F)-$name}"
 mkdir -p "$out"
 wheels=/tmp/tuned-wheels
@@ -164,13 +182,85 @@ decode)
     tar czf "$out/decode-traces.tgz" -C "$out" traces && rm -rf "$out/traces"
     cat "$out/decode.md"
     ;;
+cross-entropy)
+    device_env
+    t0=$SECONDS
+    db=/tmp/tuned-ce-db
+    steps="${CE_STEPS:-tune test sanitize bench train}"
+    nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >"$out/device.txt" 2>&1
+    if [[ " $steps " == *" bench "* || " $steps " == *" train "* ]]; then
+        install_wheels >"$out/wheels.log" 2>&1 || echo "anchors: wheels not installed (wheels.log)"
+    fi
+    tools/setup.sh --no-deps >/tmp/tuned-build.log 2>&1 || { tail -n 30 /tmp/tuned-build.log; exit 1; }
+    echo "== build: $((SECONDS - t0)) s"
+    export TUNED_DB="$db" TUNED_POLICY=never TUNED_LIBRARY="$root/build/libtuned.so.0" \
+        TUNED_BIN="$root/build/tuned" PYTHONPATH="$root/bindings/python:${PYTHONPATH:-}"
+    have_time() {
+        if (( SECONDS - t0 > 510 )); then echo "== $1: skipped (the call's time is nearly spent)"; return 1; fi
+    }
+    for step in $steps; do
+        have_time "$step" || continue
+        s0=$SECONDS
+        case "$step" in
+        import)
+            # records a tune step made before (bench/ce_records.py), instead of tuning
+            build/tuned import "${CE_RECORDS:?CE_RECORDS: the export file}" --db "$db" 2>&1 | tail -n 1
+            ;;
+        tune)
+            : >>"$out/tunes.jsonl"
+            for spec in ${CE_TUNE_SHAPES:-4096x32000:bf16 8192x50257:bf16 8192x128256:bf16 \
+                    16384x151936:bf16 4096x262144:bf16 512x128256:bf16 8192x128256:fp32 \
+                    4096x128256:bf16}; do
+                for kind in ${CE_TUNE_KINDS:-cross_entropy cross_entropy_loss cross_entropy_bwd}; do
+                    have_time "tune $kind $spec" || continue
+                    timeout 90 build/tuned tune --kernel "$kind" --shape "${spec%:*}" \
+                        --dtype "${spec#*:}" --time "${CE_TUNE_TIME:-6}" --db "$db" --json \
+                        >>"$out/tunes.jsonl" 2>>"$out/tunes.log" ||
+                        echo "{\"kernel\": \"$kind\", \"spec\": \"$spec\", \"failed\": true}" \
+                            >>"$out/tunes.jsonl"
+                done
+            done
+            build/tuned list --db "$db" >"$out/list.txt" 2>&1
+            ;;
+        test)
+            timeout 240 python3 tests/python/test_cross_entropy_gpu.py build/tuned \
+                build/libtuned.so.0 . >"$out/test.log" 2>&1
+            echo "test: exit $?: $(tail -n 1 "$out/test.log")"
+            ;;
+        sanitize)
+            # the tuned store (the planted shapes it holds run tuned configs)
+            timeout 300 compute-sanitizer --tool memcheck --error-exitcode 3 \
+                python3 bench/ce_sanitize.py >"$out/sanitize.log" 2>&1
+            echo "sanitize: exit $?: $(grep -E 'ERROR SUMMARY|passed' "$out/sanitize.log" | tr '\n' ' ')"
+            ;;
+        bench)
+            timeout 300 python3 bench/cross_entropy_bench.py >"$out/bench.log" 2>&1
+            echo "bench: exit $?"
+            ;;
+        train)
+            timeout 240 python3 bench/train_step.py >"$out/train.log" 2>&1
+            echo "train: exit $?"
+            ;;
+        overhead)
+            timeout 240 python3 bench/ce_overhead.py >"$out/overhead.log" 2>&1
+            echo "overhead: exit $?"
+            grep -E ' host ' "$out/overhead.log"
+            ;;
+        *) echo "== $step: no such step" ;;
+        esac
+        echo "== $step: $((SECONDS - s0)) s"
+    done
+    [[ -f "$out/tunes.jsonl" ]] && python3 bench/ce_tunes_table.py "$out/tunes.jsonl"
+    [[ -f "$out/bench.log" ]] && sed -n '/^shape /,$p' "$out/bench.log"
+    [[ -f "$out/train.log" ]] && sed -n '/^loss /,$p' "$out/train.log"
+    ;;
 anchors)
     install_wheels >"$out/wheels.log" 2>&1 || { cat "$out/wheels.log"; exit 1; }
     tail -n 1 "$out/wheels.log"
     BENCH_SHAPES="${BENCH_SHAPES:-mission,anchors,decode}" bench/api-bench.sh "$out/api"
     ;;
 *)
-    echo "gpu-session: unknown phase '$phase' (check, train, decode, anchors, stage)" >&2
+    echo "gpu-session: unknown phase '$phase' (check, train, decode, anchors, cross-entropy, stage)" >&2
     exit 2
     ;;
 esac

@@ -83,22 +83,5 @@ echo "registry GPU check on $gpu_line at $(sed -n 2p "$out/device.txt" | cut -c1
 echo "GPU suite: $suite"
 echo "Python cross-entropy: ${py:-not run}"
 echo "shipped $name records imported and served exact by this build: $exact of $shipped"
-python3 - "$out/tunes.jsonl" <<'PY'
-import json, sys
-print(f"{'kind':20} {'shape':14} {'dtype':5} {'median_us':>10} {'copy_us':>9} {'of floor':>9}  config")
-for line in open(sys.argv[1]):
-    r = json.loads(line)
-    if r.get("failed"):
-        print(f"{r['kernel']:20} {r['shape']:14} {r['dtype']:5} tune failed (tunes.log)")
-        continue
-    rec = r.get("record", r)
-    rows, cols = rec["rows"], rec["cols"]
-    es = {"fp16": 2, "bf16": 2, "fp32": 4}[rec["dtype"]]
-    # the floor: the kind's bytes (the record's gbps counts them) at the
-    # copy's rate (the copy moves two matrices)
-    kind_bytes = rec["gbps"] * rec["median_us"] * 1e3
-    floor = rec["copy_us"] * kind_bytes / (2 * rows * cols * es)
-    print(f"{rec['kernel']:20} {rows}x{cols:<9} {rec['dtype']:5} {rec['median_us']:10.1f} "
-          f"{rec['copy_us']:9.1f} {rec['median_us'] / floor:9.3f}  {rec['config']}")
-PY
+python3 bench/ce_tunes_table.py "$out/tunes.jsonl"
 rm -rf "$tmp"
