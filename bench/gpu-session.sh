@@ -88,8 +88,15 @@ install_wheels() {
             return 1
         fi
     fi
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-        --target /tmp/site "$wheels"/*.whl || return 1
+    # Unpacked one over another, not pip --target: nvidia-cutlass-dsl's
+    # libs-base and libs-cu12 wheels share the nvidia_cutlass_dsl folder,
+    # and pip --target --upgrade replaces a folder a later wheel also has
+    # (cutlass.cutlass_dsl went missing that way).
+    mkdir -p /tmp/site
+    local w
+    for w in "$wheels"/*.whl; do
+        unzip -o -q "$w" -d /tmp/site || return 1
+    done
     # The wheel's .pth file is not read from a --target directory.
     export PYTHONPATH="/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages${PYTHONPATH:+:$PYTHONPATH}"
     python3 -c 'import quack, liger_kernel; print("anchors: quack", quack.__version__)' 2>&1 | tail -1

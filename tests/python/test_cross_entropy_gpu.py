@@ -98,9 +98,13 @@ def check_grad(g, ref, own, what):
     the dtype of the row's largest gradient)."""
     e = (g.double() - ref).abs().max().item()
     e_torch = (own.double() - ref).abs().max().item()
-    # fp32: a few roundings of fp32 math (torch's own is nearly exact there).
+    # fp32: the kernels' exps carry the fp32 rounding of their shift (the
+    # row's max or lse, about 2^-24 |lse| relative: 1e-6 at lse 16), where
+    # torch's fp32 log-softmax is exact to a few ulp: 32 ulp of the largest
+    # gradient, a known gap (docs/kernels.md) the bf16 and fp16 rows do not
+    # have (the dtype's rounding dominates there).
     ulp = {torch.bfloat16: 2 * 2 ** -8, torch.float16: 2 * 2 ** -11,
-           torch.float32: 8 * 2 ** -24}[g.dtype]
+           torch.float32: 32 * 2 ** -24}[g.dtype]
     bound = max(2 * e_torch, ulp * ref.abs().max().item())
     return expect(e <= bound, f"{what}: gradient error {e:.3g}, torch's {e_torch:.3g}")
 
@@ -182,8 +186,12 @@ def extras():
                 loss.sum().backward()
                 ref.sum().backward()
                 e = (leaf.grad.double() - xd.grad).abs().max().item()
-                expect(e <= 1e-6 * xd.grad.abs().max().item() + 1e-9,
-                       f"{what}: gradient error {e:.3g}")
+                # fp32 logits: the fp32 lse's rounding (2^-24 |lse| relative,
+                # twice for margin) and a few ulp more, of the largest
+                # gradient (see check_grad)
+                rel_bound = 2 ** -23 * lse.abs().max().item() + 8 * 2 ** -24
+                expect(e <= rel_bound * xd.grad.abs().max().item() + 1e-9,
+                       f"{what}: gradient error {e:.3g} (bound {rel_bound:.3g} relative)")
 
 
 def in_place():

@@ -307,8 +307,10 @@ def _fused_any(logits, labels, grad_scale, scale, smoothing, z_loss, ignore_inde
     return _contiguous(loss.float()), _contiguous(lse.float()), grad
 
 
-def _fused_cuda(logits, labels, grad_scale, scale, smoothing, z_loss, ignore_index):
-    return _fused(logits, labels, grad_scale, scale, smoothing, z_loss, ignore_index, False)
+def _fused_cuda(logits, labels, grad_scale, scale, smoothing, z_loss, ignore_index,
+                mean_workspace=False):
+    return _fused(logits, labels, grad_scale, scale, smoothing, z_loss, ignore_index, False,
+                  mean_workspace)
 
 
 def _fused_inplace_any(logits, labels, grad_scale, scale, smoothing, z_loss, ignore_index):
@@ -318,29 +320,43 @@ def _fused_inplace_any(logits, labels, grad_scale, scale, smoothing, z_loss, ign
     return loss, lse
 
 
-def _fused_inplace_cuda(logits, labels, grad_scale, scale, smoothing, z_loss, ignore_index):
+def _fused_inplace_cuda(logits, labels, grad_scale, scale, smoothing, z_loss, ignore_index,
+                        mean_workspace=False):
     loss, lse, _ = _fused(logits, labels, grad_scale, scale, smoothing, z_loss, ignore_index,
-                          True)
+                          True, mean_workspace)
     return loss, lse
 
 
-def _fused(logits, labels, grad_scale, scale, smoothing, z_loss, ignore_index, inplace):
+def _fused(logits, labels, grad_scale, scale, smoothing, z_loss, ignore_index, inplace,
+           mean_workspace=False):
     """tuned_cross_entropy with the gradient: (loss, lse, grad); grad is
-    logits when inplace."""
+    logits when inplace. grad_scale: the gradient's scale (one fp32
+    element, reduction sum), or with mean_workspace the call's workspace
+    (four fp32 elements, rows (R, V) in one call): libtuned counts the
+    rows not ignored there and leaves 1/count in its first element, which
+    the caller reads on the device."""
     loss, lse = _row_outputs(logits, labels)
     grad = logits if inplace else _grad_like(logits)
     gs = _f32(grad_scale)
 
     def run(lib, h):
-        o = _options(lib, labels, scale, smoothing, z_loss, ignore_index, _lib.REDUCTION_SUM,
-                     _error_word(logits))
-        o.grad_output = gs.data_ptr()
+        if mean_workspace:
+            o = _options(lib, labels, scale, smoothing, z_loss, ignore_index,
+                         _lib.REDUCTION_MEAN, _error_word(logits))
+            o.workspace = gs.data_ptr()
+        else:
+            o = _options(lib, labels, scale, smoothing, z_loss, ignore_index,
+                         _lib.REDUCTION_SUM, _error_word(logits))
+            o.grad_output = gs.data_ptr()
         _launch(lib.tuned_cross_entropy, lib, h, logits, labels, [loss, lse], grad,
                 lambda x, lab, g, f: (x, lab, g, f[0], f[1]), o, None)
         return loss, lse, grad
 
     def formula():
-        lo, ls, g = _fused_any(logits, labels, gs, scale, smoothing, z_loss, ignore_index)
+        scale_1 = gs[:1]
+        if mean_workspace:
+            scale_1.copy_((labels != ignore_index).sum().to(torch.float32).reciprocal())
+        lo, ls, g = _fused_any(logits, labels, scale_1, scale, smoothing, z_loss, ignore_index)
         return loss.copy_(lo), lse.copy_(ls), grad.copy_(g)
 
     return _cuda_call(logits, "tuned_cross_entropy", run, formula, inplace)
@@ -560,8 +576,15 @@ class _CrossEntropyFn(torch.autograd.Function):
         ctx.backward_done = False
         ctx.ops = ops
         gs = None
+        fused_kw = {}
         if reduction != "none":
-            if reduction == "mean":
+            if reduction == "mean" and ops is _DIRECT and x.dim() == 2 and need_grad:
+                # libtuned counts the rows on the device, in one call with the
+                # loss (four small torch operations fewer on the host)
+                gs_arg = torch.empty(4, dtype=torch.float32, device=x.device)
+                fused_kw = {"mean_workspace": True}
+                gs = gs_arg[0]
+            elif reduction == "mean":
                 # 1/n_valid on the device: no host sync (n_valid 0: inf,
                 # and the loss 0 * inf = NaN, as torch's 0/0).
                 gs = (labels != ignore_index).sum().to(torch.float32).reciprocal()
@@ -575,6 +598,8 @@ class _CrossEntropyFn(torch.autograd.Function):
                 gs = _ONE.get(x.device)
             else:
                 gs = torch.ones((), dtype=torch.float32, device=x.device)
+            if not fused_kw:
+                gs_arg = gs
         if reduction == "none" or not need_grad:
             # no gradient wanted now (evaluation, no_grad): one read
             loss, lse = ops.loss(x, labels, scale, smoothing, z_loss, ignore_index)
@@ -582,11 +607,12 @@ class _CrossEntropyFn(torch.autograd.Function):
                 ctx.save_for_backward(x, labels, lse)
         else:
             if inplace:
-                loss, lse = ops.fused_inplace(x, labels, gs, scale, smoothing, z_loss,
-                                              ignore_index)
+                loss, lse = ops.fused_inplace(x, labels, gs_arg, scale, smoothing, z_loss,
+                                              ignore_index, **fused_kw)
                 grad = x
             else:
-                loss, lse, grad = ops.fused(x, labels, gs, scale, smoothing, z_loss, ignore_index)
+                loss, lse, grad = ops.fused(x, labels, gs_arg, scale, smoothing, z_loss,
+                                            ignore_index, **fused_kw)
             ctx.save_for_backward(grad)
         z = None
         if want_z:
