@@ -8,7 +8,7 @@ back to back, no synchronisation: the GPU work is shorter than the
 host's), then cProfile's top functions (by own time) over the fused
 iterations.
 
-    python3 bench/ce_overhead.py [--iters 300]
+    python3 bench/ce_overhead.py [--iters 300] [--shapes 4096x32000,512x128256]
 
 Needs what bench/cross_entropy_bench.py needs."""
 
@@ -39,9 +39,44 @@ def host_us(fn, iters):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--iters", type=int, default=300)
-    ap.add_argument("--shape", default="4096x32000")
+    ap.add_argument("--shapes", default="4096x32000,512x128256")
     args = ap.parse_args()
-    rows, cols = (int(v) for v in args.shape.split("x"))
+    for n, shape in enumerate(args.shapes.split(",")):
+        rows, cols = (int(v) for v in shape.split("x"))
+        print(f"== {shape} bf16")
+        one_shape(rows, cols, args, profile=n == 0)
+    return 0
+
+
+def c_call_us(x, t, iters):
+    """Host microseconds of libtuned's tuned_cross_entropy alone (ctypes,
+    prebuilt arguments, reduction sum): the C side's share."""
+    import ctypes
+
+    from tuned import _lib
+    from tuned.torch_ops import _DTYPES, _library, _raw_stream
+    lib, h = _library()
+    rows, cols = x.shape
+    loss = torch.empty(rows, dtype=torch.float32, device="cuda")
+    lse = torch.empty_like(loss)
+    grad = torch.empty_like(x)
+    one = torch.ones(1, dtype=torch.float32, device="cuda")
+    o = _lib.CeOptions()
+    lib.tuned_ce_options_init(ctypes.byref(o))
+    o.reduction = _lib.REDUCTION_SUM
+    o.grad_output = one.data_ptr()
+    stream = _raw_stream(x.get_device()) or None
+    args = (h, x.data_ptr(), t.data_ptr(), grad.data_ptr(), loss.data_ptr(), lse.data_ptr(),
+            rows, cols, cols, _DTYPES[x.dtype], ctypes.byref(o), stream)
+
+    def call():
+        rc = lib.tuned_cross_entropy(*args)
+        if rc != 0:
+            raise RuntimeError(f"tuned_cross_entropy: {rc}")
+    return host_us(call, iters)
+
+
+def one_shape(rows, cols, args, profile):
     x0 = (torch.randn(rows, cols, device="cuda") * 3).to(torch.bfloat16)
     t = torch.randint(0, cols, (rows,), device="cuda")
 
@@ -65,6 +100,11 @@ def main():
         print(f"liger: not available ({exc})")
     for name, fn in methods.items():
         print(f"{name:14} host {host_us(fn, args.iters):8.1f} us an iteration", flush=True)
+    fwd = host_us(lambda: tuned.cross_entropy(x0.detach().requires_grad_(), t), args.iters)
+    print(f"{'tuned forward':14} host {fwd:8.1f} us an iteration")
+    print(f"{'C call':14} host {c_call_us(x0, t, args.iters):8.1f} us an iteration", flush=True)
+    if not profile:
+        return
     prof = cProfile.Profile()
     fn = methods["tuned"]
     prof.enable()
@@ -74,7 +114,6 @@ def main():
     torch.cuda.synchronize()
     pstats.Stats(prof).sort_stats("tottime").print_stats(30)
     pstats.Stats(prof).sort_stats("cumtime").print_stats(30)
-    return 0
 
 
 if __name__ == "__main__":
