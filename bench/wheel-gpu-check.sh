@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench/wheel-gpu-check.sh WHEEL: the wheel as a PyTorch user gets it, on a
 # GPU machine. A fresh venv holding only the wheel (and the machine's
-# torch, --system-site-packages) runs, from /tmp with a fresh HOME, no
+# torch, named by a .pth file) runs, from /tmp with a fresh HOME, no
 # TUNED_* variables and no daemon:
 #   1. the CUDA toolkit hidden (its directories renamed for the run, put
 #      back on exit; HIDE_TOOLKIT=0 leaves it): `tuned devices` and the
@@ -24,7 +24,12 @@ venv=/tmp/tuned-wheel-venv
 home=/tmp/tuned-wheel-home
 rm -rf "$venv" "$home"
 mkdir -p "$home"
-python3 -m venv --system-site-packages "$venv" || exit 1
+# The machine's torch lives in a venv of its own (python3 is that venv's):
+# a venv made from it does not see its packages, so a .pth names them.
+python3 -m venv "$venv" || exit 1
+torch_site="$(python3 -c 'import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))')"
+py_site="$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+echo "$torch_site" >"$py_site/machine-torch.pth"
 "$venv/bin/python" -m pip install -q --no-index --no-deps "$whl" >"$out/pip.log" 2>&1 ||
     { cat "$out/pip.log"; exit 1; }
 
@@ -61,7 +66,8 @@ sleep 0.5
     >"$out/second.json" 2>"$out/second.err" &
 second=$!
 t0=$(date +%s.%N)
-declare -A seen_first seen_last
+declare -A seen_first=() seen_last=()
+set +u # an empty associative array is "unbound" to bash's -u
 while kill -0 "$first" 2>/dev/null || kill -0 "$second" 2>/dev/null; do
     now=$(date +%s.%N)
     while read -r pid; do

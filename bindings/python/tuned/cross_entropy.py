@@ -58,7 +58,9 @@ import math
 
 import torch
 
-from . import _dispatch, _lib
+from . import _ce_direct, _dispatch, _lib
+from ._ce_direct import _errors
+from ._ce_direct import error_word as _error_word
 from .errors import LibraryError, TunedError
 from .torch_ops import _DTYPES, _contiguous, _library, _on_device, _raw_stream
 
@@ -161,22 +163,6 @@ def _cross_entropy_torch(input, target, ignore_index=-100, reduction="mean",
 
 
 # ------------------------------------------------------ libtuned calls --
-
-_errors = {}  # device index -> its error word (int32, one element)
-
-
-def _error_word(x):
-    """The error word of x's device (made on first use, never while a CUDA
-    graph is being captured: then the call reports no errors)."""
-    idx = x.get_device()
-    w = _errors.get(idx)
-    if w is None:
-        if torch.cuda.is_current_stream_capturing():
-            return None
-        w = torch.zeros(1, dtype=torch.int32, device=x.device)
-        _errors[idx] = w
-    return w
-
 
 def cross_entropy_errors(device=None, clear=False):
     """The error bits tuned's cross-entropy kernels set on device (None:
@@ -575,6 +561,21 @@ class _CrossEntropyFn(torch.autograd.Function):
         ctx.params = (scale, smoothing, z_loss, ignore_index)
         ctx.backward_done = False
         ctx.ops = ops
+        ctx.direct = False
+        if (ops is _DIRECT and need_grad and reduction != "none" and not want_z
+                and x.dim() == 2):
+            gs = None
+            if reduction == "sum" and divisor is not None:
+                gs = torch.as_tensor(divisor, dtype=torch.float32,
+                                     device=x.device).reshape(()).reciprocal()
+            r = _ce_direct.fused(x, labels, scale, smoothing, z_loss, ignore_index,
+                                 reduction == "mean", gs, inplace)
+            if r is not None:
+                loss, lse, grad = r
+                ctx.direct = True
+                ctx.save_for_backward(grad)
+                ctx.mark_non_differentiable(lse)
+                return loss, lse, None
         gs = None
         fused_kw = {}
         if reduction != "none":
@@ -646,7 +647,8 @@ class _CrossEntropyFn(torch.autograd.Function):
             # times the real one on the device (nothing moved when it is 1).
             # Its buffer is reused, so this backward runs once.
             (grad,) = ctx.saved_tensors
-            ctx.ops.rescale(grad, _f32(dloss).reshape(1))
+            if not (ctx.direct and _ce_direct.rescale(grad, dloss)):
+                ctx.ops.rescale(grad, _f32(dloss).reshape(1))
         return (grad,) + (None,) * 11
 
 
