@@ -11,6 +11,7 @@
  * many threads at once (NVRTC itself is thread-safe per program). */
 #include "src/codegen/nvrtc.h"
 
+#include <dirent.h>
 #include <dlfcn.h>
 #include <limits.h>
 #include <stdarg.h>
@@ -179,6 +180,37 @@ static void *search(const tuned__nvrtc_search *s, char *path, size_t n, search_l
     return NULL;
 }
 
+/* NVRTC loads its builtins (libnvrtc-builtins.so.MAJOR.MINOR) with dlopen
+ * by soname at its first compile; a libnvrtc found by path (a wheel's, a
+ * toolkit's not on the loader's path) would not find them beside it, as
+ * a child `tuned` with no torch in the process did not ("Make sure that
+ * libnvrtc-builtins.so.13.0 is installed"). Loaded here by path from the
+ * library's directory, NVRTC's own dlopen finds them already loaded. A
+ * failure is left to NVRTC's own message at the compile. */
+static void preload_builtins(const char *lib_path)
+{
+    const char *slash = strrchr(lib_path, '/');
+    if (slash == NULL)
+        return; /* found by the loader, which finds the builtins too */
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%.*s", (int)(slash - lib_path), lib_path);
+    DIR *d = opendir(dir);
+    if (d == NULL)
+        return;
+    struct dirent *ent;
+    while ((ent = readdir(d)) != NULL) {
+        if (strncmp(ent->d_name, "libnvrtc-builtins.so.", 21) != 0)
+            continue;
+        char path[PATH_MAX];
+        if (snprintf(path, sizeof path, "%s/%s", dir, ent->d_name) >= (int)sizeof path)
+            continue;
+        /* NODELETE, as NVRTC itself: it keeps it for the process. */
+        if (dlopen(path, RTLD_NOW | RTLD_GLOBAL | RTLD_NODELETE) == NULL)
+            (void)dlerror();
+    }
+    closedir(d);
+}
+
 int tuned__nvrtc_load(tuned__nvrtc **out, tuned__err *e)
 {
     tuned__nvrtc_search s;
@@ -205,6 +237,7 @@ int tuned__nvrtc_load_from(const tuned__nvrtc_search *s, tuned__nvrtc **out, tun
     }
     n->lib = lib;
     snprintf(n->path, sizeof n->path, "%s", path);
+    preload_builtins(path);
     /* dlsym returns void *; going through memcpy keeps ISO C quiet about
      * object-to-function pointer conversion. */
 #define RESOLVE(field, symbol)                                                                  \
