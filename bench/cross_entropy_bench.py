@@ -24,43 +24,18 @@ Needs a CUDA GPU, torch, and the tuned package on PYTHONPATH with libtuned
 (TUNED_LIBRARY) and a store holding the shapes' tuned records (TUNED_DB)."""
 
 import argparse
-import statistics
 import sys
 
 import torch
 import torch.nn.functional as F
 
 import tuned
+from cuda_timing import peak_extra, timed
 
 DT = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 ROWS = ["4096x32000:bf16", "8192x50257:bf16", "8192x128256:bf16", "16384x151936:bf16",
         "4096x262144:bf16", "512x128256:bf16", "8192x128256:fp32"]
 METHODS = ["tuned", "tuned_inplace", "tuned_split", "torch", "compile", "liger", "quack"]
-
-
-def timed(fn, reps, flush):
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        flush.zero_()
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) * 1000.0)
-    return statistics.median(times)
-
-
-def peak_extra(fn):
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    base = torch.cuda.memory_allocated()
-    fn()
-    torch.cuda.synchronize()
-    return (torch.cuda.max_memory_allocated() - base) / 1e9
 
 
 def main():
@@ -97,7 +72,7 @@ def main():
 
         def copy():
             work.copy_(x0)
-        res["copy"] = timed(copy, args.reps, flush)
+        res["copy"] = timed(copy, flush, args.reps)
 
         def method(name, fwd_bwd):
             # fwd_bwd(x) -> loss; x is a fresh leaf, its gradient taken
@@ -111,7 +86,7 @@ def main():
                 work.copy_(x0)
                 loss = run().item()
                 err = abs(loss - ref) / abs(ref)
-                res[name] = (timed(run, args.reps, flush), peak_extra(run), err)
+                res[name] = (timed(run, flush, args.reps), peak_extra(run) / 1e9, err)
             except Exception as exc:  # noqa: BLE001 - reported in the table
                 res[name] = (float("nan"), float("nan"), f"{type(exc).__name__}: {exc}"[:60])
 

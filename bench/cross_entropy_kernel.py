@@ -31,7 +31,6 @@ import ctypes
 import glob
 import hashlib
 import os
-import statistics
 import sys
 import time
 
@@ -653,35 +652,11 @@ def correctness(gpu):
     return ck
 
 
-def bench(fn, flush, reps, warm=3):
-    import torch
-    for _ in range(warm):
-        fn()
-    times = []
-    for _ in range(reps):
-        flush.zero_()
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        fn()
-        e.record()
-        e.synchronize()
-        times.append(s.elapsed_time(e) * 1000.0)
-    return statistics.median(times)
-
-
-def peak_extra(fn):
-    import torch
-    torch.cuda.synchronize()
-    base = torch.cuda.memory_allocated()
-    torch.cuda.reset_peak_memory_stats()
-    fn()
-    torch.cuda.synchronize()
-    return torch.cuda.max_memory_allocated() - base
-
-
 def timings(gpu, ck, deadline, log, shapes=None):
     import torch
     import torch.nn.functional as F
+    from cuda_timing import peak_extra
+    from cuda_timing import timed as bench
     flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
     rows_out = []
     compiled = {}
