@@ -3,9 +3,11 @@ on a tiny random Llama-shaped causal LM (nothing downloaded). On the CPU the
 loss runs tuned.cross_entropy's torch path; on a CUDA GPU (when there is
 one) tuned's kernels. Either way the loss and every parameter's gradient
 must equal the model's own loss's: with labels, with ignored positions,
-with gradient accumulation (num_items_in_batch), and with the gradient
-written over the logits (inplace_backward). Exits 77 without torch or
-transformers. Ends with 'N passed, N failed'."""
+with gradient accumulation (num_items_in_batch), with the gradient
+written over the logits (inplace_backward), and from the hidden states
+(linear=True: tuned.linear_cross_entropy in chunks, the head given no
+rows while training; in evaluation the model's logits as before).
+Exits 77 without torch or transformers. Ends with 'N passed, N failed'."""
 
 import os
 import sys
@@ -45,9 +47,12 @@ def model(device, dtype):
     return transformers.LlamaForCausalLM(cfg).to(device=device, dtype=dtype)
 
 
-def step(m, ids, labels, **kw):
+def step(m, ids, labels, linear=False, **kw):
     m.zero_grad(set_to_none=True)
     out = m(input_ids=ids, labels=labels, **kw)
+    if linear:
+        # the head was given no rows: the logits were never made
+        expect(out.logits.shape[-2] == 0, f"linear: logits of shape {tuple(out.logits.shape)}")
     out.loss.backward()
     return out.loss.detach().double(), {n: p.grad.detach().double().clone()
                                         for n, p in m.named_parameters() if p.grad is not None}
@@ -61,16 +66,29 @@ def compare(device, dtype, tol):
     for kw in ({}, {"num_items_in_batch": torch.tensor(40, device=device)}):
         ref_model = model(device, dtype)
         ref_loss, ref_grads = step(ref_model, ids, labels, **kw)
-        for inplace in (True, False):
-            m = tt.apply(model(device, dtype), inplace_backward=inplace)
-            loss, grads = step(m, ids, labels, **kw)
-            what = f"{device} {dtype} {'accumulation ' if kw else ''}inplace={inplace}"
+        variants = [({"inplace_backward": True}, "inplace"), ({"inplace_backward": False}, "copy"),
+                    ({"linear": True, "chunk_rows": 16}, "linear, chunks of 16 rows"),
+                    ({"linear": True}, "linear, one chunk")]
+        for options, name in variants:
+            m = tt.apply(model(device, dtype), **options)
+            loss, grads = step(m, ids, labels, linear=options.get("linear", False), **kw)
+            what = f"{device} {dtype} {'accumulation ' if kw else ''}{name}"
             expect(abs(loss - ref_loss) <= tol * abs(ref_loss),
                    f"{what}: loss {loss.item()} against {ref_loss.item()}")
             worst = max(((grads[n] - g).abs().max() / g.abs().max().clamp_min(1e-30)).item()
                         for n, g in ref_grads.items())
             expect(worst <= tol * 10 and grads.keys() == ref_grads.keys(),
                    f"{what}: worst relative gradient difference {worst:.3g}")
+    # linear=True in evaluation: the model's own logits and loss
+    m = tt.apply(model(device, dtype), linear=True).eval()
+    ref = model(device, dtype).eval()
+    with torch.no_grad():
+        out, want = m(input_ids=ids, labels=labels), ref(input_ids=ids, labels=labels)
+    expect(out.logits.shape == want.logits.shape and
+           bool(torch.allclose(out.logits, want.logits)) and
+           abs(out.loss.double() - want.loss.double()) <= tol * abs(want.loss.double()),
+           f"{device} {dtype} linear in evaluation: logits {tuple(out.logits.shape)}, loss "
+           f"{out.loss.item()} against {want.loss.item()}")
     try:
         tt.apply(torch.nn.Linear(2, 2))
         expect(False, "apply to a module without loss_function is refused")

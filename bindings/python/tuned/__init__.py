@@ -7,6 +7,7 @@
     tuned.kernel_paths()          # which operators run libtuned's kernels, which torch's
     tuned.tune(4096, 32000)       # tune a shape now (a child `tuned`, or the daemon)
     loss = tuned.cross_entropy(logits, labels)   # (..., V) logits, vocabulary last
+    loss = tuned.linear_cross_entropy(hidden, lm_head.weight, labels)  # no logits held
 
     with tuned.Client() as c:     # the daemon's protocol, no GPU needed
         c.get(4096, 32000)
@@ -22,7 +23,8 @@ log_softmax and their backwards): on first use of one of these names, or
 at `import tuned` when torch is already imported. cross_entropy (and
 cross_entropy_errors) come from tuned.cross_entropy the same way, with
 its operators torch.ops.tuned.cross_entropy_*; the function shadows the
-module's name (the module is sys.modules["tuned.cross_entropy"]).
+module's name (the module is sys.modules["tuned.cross_entropy"]);
+linear_cross_entropy (tuned.linear_cross_entropy) likewise.
 """
 
 import sys as _sys
@@ -34,14 +36,15 @@ from .handle import Choice, Handle, default_handle
 
 __all__ = [
     "Choice", "Client", "DaemonError", "FallbackError", "Handle", "LibraryError", "TunedError",
-    "cross_entropy", "cross_entropy_errors", "default_handle", "default_socket", "kernel_paths", "last_choice", "log_softmax", "lookup",
+    "cross_entropy", "cross_entropy_errors", "default_handle", "linear_cross_entropy", "default_socket", "kernel_paths", "last_choice", "log_softmax", "lookup",
     "set_strict", "softmax", "strict", "tune", "version",
 ]
 
 __version__ = "0.1.0"
 
 _TORCH_NAMES = {"softmax": "torch_ops", "log_softmax": "torch_ops",
-                "cross_entropy": "cross_entropy", "cross_entropy_errors": "cross_entropy"}
+                "cross_entropy": "cross_entropy", "cross_entropy_errors": "cross_entropy",
+                "linear_cross_entropy": "linear_cross_entropy"}
 
 
 def __getattr__(name):
@@ -69,6 +72,7 @@ if "torch" in _sys.modules:
     # torch.ops.tuned.* exist before anything is compiled or loaded.
     from .torch_ops import log_softmax, softmax  # noqa: E402,F401
     from .cross_entropy import cross_entropy, cross_entropy_errors  # noqa: E402,F401
+    from .linear_cross_entropy import linear_cross_entropy  # noqa: E402,F401
 
 
 def kernel_paths():

@@ -4,6 +4,7 @@ tuned.cross_entropy, in one line.
     import tuned.integrations.transformers as tt
     tt.apply(model)                 # model(input_ids, labels=...) now uses it
     tt.apply(model, inplace_backward=False)
+    tt.apply(model, linear=True)    # the loss from the hidden states: no logits
 
 transformers computes a causal LM's loss (ForCausalLMLoss) by upcasting the
 whole logits tensor to fp32 and calling F.cross_entropy, which keeps its
@@ -22,13 +23,24 @@ Gradient accumulation: transformers passes num_items_in_batch (the count of
 label tokens over the accumulated batches); the loss is then the sum over
 this batch divided by it, as transformers' own. Everything else (other
 devices, dtypes, class weights) is tuned.cross_entropy's business, which
-falls back to torch where its kernels do not apply."""
+falls back to torch where its kernels do not apply.
+
+linear=True (tuned.linear_cross_entropy): while the model trains
+(model.training) and is given labels, the output head is given no rows
+(a forward pre-hook on model.get_output_embeddings() keeps its input, the
+final hidden states, and hands it an empty slice of them), and the loss
+is computed from those hidden states and the head's weight (and bias)
+in chunks, never holding the logits: the output's logits are then empty
+(batch, 0, vocabulary). Evaluation, or a call without labels, runs the
+model as it was. Options for linear_cross_entropy (chunk_rows,
+max_chunk_bytes, accumulate_fp32) pass through apply's keywords."""
 
 import functools
 
 import torch
 
 from ..cross_entropy import cross_entropy
+from ..linear_cross_entropy import linear_cross_entropy
 
 __all__ = ["apply", "causal_lm_loss"]
 
@@ -37,10 +49,7 @@ def causal_lm_loss(logits, labels, vocab_size, num_items_in_batch=None, ignore_i
                    shift_labels=None, *, inplace_backward=True, **kwargs):
     """transformers' ForCausalLMLoss through tuned.cross_entropy (its
     arguments; extra keyword arguments transformers passes are ignored)."""
-    if shift_labels is None:
-        labels = torch.nn.functional.pad(labels, (0, 1), value=ignore_index)
-        shift_labels = labels[..., 1:]
-    shift_labels = shift_labels.reshape(-1).to(logits.device)
+    shift_labels = _shift(labels, ignore_index, shift_labels).reshape(-1).to(logits.device)
     rows = logits.reshape(-1, vocab_size)
     # In place needs reduction mean or sum, and the logits as an
     # intermediate (a leaf's storage is the caller's).
@@ -56,11 +65,84 @@ def causal_lm_loss(logits, labels, vocab_size, num_items_in_batch=None, ignore_i
                          inplace_backward=inplace, num_items=num_items_in_batch)
 
 
-def apply(model, inplace_backward=True):
+def _shift(labels, ignore_index, shift_labels):
+    """transformers' causal shift of the labels (the logits stay as they
+    are): position t is scored against label t + 1, the last against none."""
+    if shift_labels is None:
+        labels = torch.nn.functional.pad(labels, (0, 1), value=ignore_index)
+        shift_labels = labels[..., 1:]
+    return shift_labels
+
+
+class _LinearHead:
+    """The state of apply(linear=True) on one model: the hidden states the
+    head's pre-hook kept during this forward, and the options."""
+
+    def __init__(self, model, head, options):
+        self.head = head
+        self.options = options
+        self.hidden = None
+        self.active = False
+        self.forward = model.forward
+
+    def pre_hook(self, module, args):
+        if not self.active or not args:
+            return None
+        self.hidden = args[0]
+        return (args[0][..., :0, :],) + tuple(args[1:])
+
+    def model_forward(self, *args, **kwargs):
+        module = self.head
+        self.active = kwargs.get("labels") is not None and module.training
+        self.hidden = None
+        try:
+            return self.forward(*args, **kwargs)
+        finally:
+            self.active = False
+            self.hidden = None
+
+    def loss(self, logits, labels, vocab_size, num_items_in_batch=None, ignore_index=-100,
+             shift_labels=None, **kwargs):
+        hidden = self.hidden
+        if hidden is None:
+            # not this forward's hidden states (evaluation): the logits' loss
+            return causal_lm_loss(logits, labels, vocab_size, num_items_in_batch, ignore_index,
+                                  shift_labels)
+        target = _shift(labels, ignore_index, shift_labels).to(hidden.device)
+        weight = self.head.weight
+        bias = getattr(self.head, "bias", None)
+        if num_items_in_batch is None:
+            return linear_cross_entropy(hidden, weight, target, bias=bias,
+                                        ignore_index=ignore_index, reduction="mean",
+                                        **self.options)
+        if torch.is_tensor(num_items_in_batch):
+            num_items_in_batch = num_items_in_batch.to(hidden.device)
+        return linear_cross_entropy(hidden, weight, target, bias=bias, ignore_index=ignore_index,
+                                    reduction="sum", num_items=num_items_in_batch,
+                                    **self.options)
+
+
+def apply(model, inplace_backward=True, linear=False, **linear_options):
     """Routes model's causal-LM loss through tuned.cross_entropy (sets
-    model.loss_function); returns model."""
+    model.loss_function), or with linear=True through
+    tuned.linear_cross_entropy from the hidden states (the module says
+    how; linear_options go to it); returns model."""
     if not hasattr(type(model), "loss_function"):
         raise TypeError(f"tuned.integrations.transformers.apply: {type(model).__name__} has no "
                         "loss_function to replace (a transformers PreTrainedModel has)")
-    model.loss_function = functools.partial(causal_lm_loss, inplace_backward=inplace_backward)
+    if linear_options and not linear:
+        raise TypeError(f"tuned.integrations.transformers.apply: {sorted(linear_options)} "
+                        "apply to linear=True only")
+    if not linear:
+        model.loss_function = functools.partial(causal_lm_loss,
+                                                inplace_backward=inplace_backward)
+        return model
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if not isinstance(head, torch.nn.Linear):
+        raise TypeError("tuned.integrations.transformers.apply(linear=True): "
+                        f"{type(model).__name__}'s output embeddings are not a torch.nn.Linear")
+    state = _LinearHead(model, head, linear_options)
+    head.register_forward_pre_hook(state.pre_hook)
+    model.forward = state.model_forward
+    model.loss_function = state.loss
     return model

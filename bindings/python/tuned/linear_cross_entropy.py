@@ -1,0 +1,287 @@
+"""tuned.linear_cross_entropy: the cross-entropy of hidden @ weight.T (+
+bias) against labels, with its gradients to hidden, weight and bias,
+without ever holding the whole logits (tokens x vocabulary).
+
+Rows of hidden go through in chunks. Each chunk's logits (chunk x V, in
+hidden's dtype) come from one GEMM (torch.mm / addmm: cuBLAS on CUDA, and
+the same call on every other device), then tuned's cross-entropy kernels
+(tuned.cross_entropy's operators, or on CUDA in eager mode their
+implementations) take them:
+
+  mean, sum  the fused kernel writes each row's loss and, over the
+             chunk's logits, their gradient (for an upstream gradient of
+             1, times 1/count for mean: the count of rows not ignored,
+             taken on the device); two more GEMMs turn it into the chunk's
+             rows of d hidden and its share of d weight (and d bias). The
+             forward computes the gradients, and the backward multiplies
+             them by the upstream gradient (two elementwise passes, over
+             d hidden and d weight; nothing when no gradient is wanted).
+  none       the forward runs the loss kernel (one read) and keeps each
+             row's lse; the backward makes each chunk's logits again and
+             runs the backward kernel with the per-row upstream gradient.
+
+Memory beyond the inputs and the gradients: one chunk of logits (two with
+softcap), whose rows are chunk_rows (default: as many rows as fit
+max_chunk_bytes, 256 MiB, in multiples of 64; at least 64). d weight is
+accumulated in weight's dtype over the chunks (as Liger's fused linear
+cross-entropy does: each GEMM sums in fp32, the running sum is rounded
+once a chunk), unless accumulate_fp32 (an fp32 buffer of weight's size,
+and a weight-sized product a chunk).
+
+The chunk size is a choice the tuner should make by measurement within a
+memory budget, per (tokens, hidden, vocabulary, dtype, GPU); here it is
+the rule above, and the argument.
+
+Options are tuned.cross_entropy's: ignore_index, label_smoothing, z_loss,
+scale, softcap (Gemma 2's tanh cap, applied to each chunk's logits by
+torch, its derivative applied to the chunk's gradient), reduction and
+num_items (a sum divided by a count: transformers' gradient
+accumulation).
+"""
+
+import math
+
+import torch
+
+from .cross_entropy import _DIRECT, _OPERATORS, _compiling, _dispatch_modes
+
+__all__ = ["linear_cross_entropy"]
+
+_REDUCTIONS = ("none", "sum", "mean")
+_DEFAULT_CHUNK_BYTES = 256 << 20
+
+
+def _ops(x):
+    """The cross-entropy calls for chunks like x: on CUDA in eager mode
+    the operators' implementations (their dispatch costs more host time a
+    chunk than the kernels at small chunks), else the operators."""
+    if x.is_cuda and type(x) is torch.Tensor and not _compiling() and not _dispatch_modes():
+        return _DIRECT
+    return _OPERATORS
+
+
+def _chunk_rows(rows, cols, esize, chunk_rows, max_chunk_bytes):
+    if chunk_rows is not None:
+        return max(1, min(int(chunk_rows), rows))
+    fit = max_chunk_bytes // max(1, cols * esize)
+    return max(1, min(rows, max(64, fit // 64 * 64)))
+
+
+class _Chunk:
+    """One chunk's logits, capped when softcap is set: (the logits the
+    kernels take, the derivative of the cap to multiply their gradient by,
+    or None)."""
+
+    def __init__(self, h, weight, bias, softcap):
+        z = torch.mm(h, weight.t()) if bias is None else torch.addmm(bias, h, weight.t())
+        if softcap is None:
+            self.logits, self.dcap = z, None
+            return
+        # t = tanh(z / c); the logits c t; the cap's derivative 1 - t^2
+        t = z.div_(softcap).tanh_()
+        self.logits = t * softcap
+        self.dcap = t.square_().neg_().add_(1.0)
+
+    def grad(self, g):
+        """The gradient to the uncapped logits from g, the capped ones'."""
+        return g if self.dcap is None else g.mul_(self.dcap)
+
+
+class _LinearCrossEntropyFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, hidden, weight, bias, labels, scale, smoothing, z_loss, ignore_index,
+                reduction, num_items, softcap, chunk, accumulate_fp32):
+        ops = _ops(hidden)
+        rows = hidden.shape[0]
+        cols = weight.shape[0]
+        ctx.reduction = reduction
+        ctx.params = (scale, smoothing, z_loss, ignore_index)
+        ctx.chunk, ctx.softcap, ctx.ops = chunk, softcap, ops
+        ctx.has_bias = bias is not None
+        if reduction == "none":
+            loss = torch.empty(rows, dtype=torch.float32, device=hidden.device)
+            lse = torch.empty(rows, dtype=torch.float32, device=hidden.device)
+            for c0 in range(0, rows, chunk):
+                c1 = min(rows, c0 + chunk)
+                part = _Chunk(hidden[c0:c1], weight, bias, softcap)
+                lo, ls = ops.loss(part.logits, labels[c0:c1], scale, smoothing, z_loss,
+                                  ignore_index)
+                loss[c0:c1] = lo
+                lse[c0:c1] = ls
+            ctx.save_for_backward(hidden, weight, bias, labels, lse)
+            return loss
+        need = ctx.needs_input_grad
+        if reduction == "mean":
+            # 1/count on the device (count 0: inf, and the loss 0 * inf
+            # = NaN, as torch's 0/0)
+            gs = (labels != ignore_index).sum().to(torch.float32).reciprocal().reshape(())
+        elif num_items is not None:
+            gs = torch.as_tensor(num_items, dtype=torch.float32,
+                                 device=hidden.device).reshape(()).reciprocal()
+        else:
+            gs = torch.ones((), dtype=torch.float32, device=hidden.device)
+        grad_h = torch.empty_like(hidden) if need[0] else None
+        acc_dtype = torch.float32 if accumulate_fp32 else weight.dtype
+        grad_w = (torch.zeros(weight.shape, dtype=acc_dtype, device=weight.device)
+                  if need[1] else None)
+        grad_b = (torch.zeros(cols, dtype=torch.float32, device=hidden.device)
+                  if bias is not None and need[2] else None)
+        total = torch.zeros((), dtype=torch.float32, device=hidden.device)
+        for c0 in range(0, rows, chunk):
+            c1 = min(rows, c0 + chunk)
+            h = hidden[c0:c1]
+            part = _Chunk(h, weight, bias, softcap)
+            lo, _ = ops.fused_inplace(part.logits, labels[c0:c1], gs, scale, smoothing, z_loss,
+                                      ignore_index)
+            total += lo.sum()
+            g = part.grad(part.logits)  # the kernel wrote d loss / d logits there
+            if grad_h is not None:
+                torch.mm(g, weight, out=grad_h[c0:c1])
+            if grad_w is not None:
+                _accumulate(grad_w, g, h)
+            if grad_b is not None:
+                grad_b += g.sum(0, dtype=torch.float32)
+        ctx.w_dtype = weight.dtype
+        ctx.b_dtype = None if bias is None else bias.dtype
+        ctx.save_for_backward(grad_h, grad_w, grad_b)
+        return total * gs
+
+    @staticmethod
+    def backward(ctx, dloss):
+        if ctx.reduction == "none":
+            return _backward_none(ctx, dloss)
+        grad_h, grad_w, grad_b = ctx.saved_tensors
+        f = dloss.to(torch.float32).reshape(())
+        # The forward's gradients assumed an upstream gradient of 1.
+        if grad_h is not None:
+            grad_h = grad_h.mul_(f.to(grad_h.dtype))
+        if grad_w is not None:
+            grad_w = grad_w.mul_(f.to(grad_w.dtype)).to(ctx.w_dtype)
+        if grad_b is not None:
+            grad_b = grad_b.mul_(f).to(ctx.b_dtype)
+        return (grad_h, grad_w, grad_b) + (None,) * 10
+
+
+def _accumulate(grad_w, g, h):
+    """grad_w += g.T @ h: in place in one GEMM where the dtypes agree (the
+    GEMM sums in fp32 and rounds the total once), else through a
+    weight-sized product in g's dtype (accumulate_fp32)."""
+    if grad_w.dtype == g.dtype:
+        torch.addmm(grad_w, g.t(), h, out=grad_w)
+    else:
+        grad_w += torch.mm(g.t(), h)
+
+
+def _backward_none(ctx, dloss):
+    hidden, weight, bias, labels, lse = ctx.saved_tensors
+    need = ctx.needs_input_grad
+    rows, chunk = hidden.shape[0], ctx.chunk
+    dloss = dloss.to(torch.float32).contiguous()
+    grad_h = torch.empty_like(hidden) if need[0] else None
+    grad_w = torch.zeros_like(weight) if need[1] else None
+    grad_b = (torch.zeros(weight.shape[0], dtype=torch.float32, device=hidden.device)
+              if bias is not None and need[2] else None)
+    for c0 in range(0, rows, chunk):
+        c1 = min(rows, c0 + chunk)
+        h = hidden[c0:c1]
+        part = _Chunk(h, weight, bias, ctx.softcap)
+        g = ctx.ops.backward(part.logits, labels[c0:c1], lse[c0:c1], dloss[c0:c1], *ctx.params)
+        g = part.grad(g)
+        if grad_h is not None:
+            torch.mm(g, weight, out=grad_h[c0:c1])
+        if grad_w is not None:
+            _accumulate(grad_w, g, h)
+        if grad_b is not None:
+            grad_b += g.sum(0, dtype=torch.float32)
+    if grad_b is not None:
+        grad_b = grad_b.to(bias.dtype)
+    return (grad_h, grad_w, grad_b) + (None,) * 10
+
+
+def _check(hidden, weight, bias, labels, reduction, label_smoothing, z_loss, scale, softcap,
+           num_items, chunk_rows, max_chunk_bytes):
+    for name, t in (("hidden", hidden), ("weight", weight), ("labels", labels)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"tuned.linear_cross_entropy: {name} must be a tensor")
+    if weight.dim() != 2:
+        raise ValueError(f"tuned.linear_cross_entropy: weight must be (V, H), not "
+                         f"{tuple(weight.shape)}")
+    if hidden.dim() < 1 or hidden.shape[-1] != weight.shape[1]:
+        raise ValueError(f"tuned.linear_cross_entropy: hidden {tuple(hidden.shape)} does not "
+                         f"end in weight's H = {weight.shape[1]}")
+    if tuple(labels.shape) != tuple(hidden.shape[:-1]):
+        raise ValueError(f"tuned.linear_cross_entropy: labels of shape {tuple(labels.shape)} "
+                         f"for hidden of shape {tuple(hidden.shape)} (expected "
+                         f"{tuple(hidden.shape[:-1])})")
+    if labels.dtype.is_floating_point or labels.dtype.is_complex or labels.dtype == torch.bool:
+        raise ValueError(f"tuned.linear_cross_entropy: labels must be class indices, not "
+                         f"{labels.dtype}")
+    if not hidden.dtype.is_floating_point or hidden.dtype != weight.dtype:
+        raise ValueError(f"tuned.linear_cross_entropy: hidden ({hidden.dtype}) and weight "
+                         f"({weight.dtype}) must share one floating dtype")
+    if bias is not None and (not isinstance(bias, torch.Tensor) or
+                             tuple(bias.shape) != (weight.shape[0],)):
+        raise ValueError(f"tuned.linear_cross_entropy: bias must be a ({weight.shape[0]},) "
+                         "tensor or None")
+    if hidden.device != weight.device or labels.device != hidden.device:
+        raise ValueError("tuned.linear_cross_entropy: hidden, weight and labels must be on "
+                         "one device")
+    if reduction not in _REDUCTIONS:
+        raise ValueError(f"tuned.linear_cross_entropy: reduction {reduction!r} (none, sum or "
+                         "mean)")
+    if num_items is not None and reduction != "sum":
+        raise ValueError("tuned.linear_cross_entropy: num_items divides a reduction 'sum'")
+    if not 0.0 <= label_smoothing <= 1.0:
+        raise ValueError(f"tuned.linear_cross_entropy: label_smoothing {label_smoothing} "
+                         "(it must be in [0, 1])")
+    if not (z_loss >= 0.0 and math.isfinite(z_loss)):
+        raise ValueError(f"tuned.linear_cross_entropy: z_loss {z_loss} (>= 0 and finite)")
+    if not (scale > 0.0 and math.isfinite(scale)):
+        raise ValueError(f"tuned.linear_cross_entropy: scale {scale} (positive and finite)")
+    if softcap is not None and not (softcap > 0.0 and math.isfinite(softcap)):
+        raise ValueError(f"tuned.linear_cross_entropy: softcap {softcap} (None, or positive "
+                         "and finite)")
+    if chunk_rows is not None and int(chunk_rows) < 1:
+        raise ValueError(f"tuned.linear_cross_entropy: chunk_rows {chunk_rows} (at least 1)")
+    if not max_chunk_bytes > 0:
+        raise ValueError(f"tuned.linear_cross_entropy: max_chunk_bytes {max_chunk_bytes} "
+                         "(positive)")
+
+
+def linear_cross_entropy(hidden, weight, labels, bias=None, ignore_index=-100,
+                         reduction="mean", label_smoothing=0.0, *, z_loss=0.0, scale=1.0,
+                         softcap=None, num_items=None, chunk_rows=None,
+                         max_chunk_bytes=_DEFAULT_CHUNK_BYTES, accumulate_fp32=False):
+    """Cross-entropy of hidden @ weight.T (+ bias) against labels, as
+    tuned.cross_entropy(hidden @ weight.T + bias, labels, ...) would give
+    it, with the logits never held whole (the module says how).
+
+    hidden (..., H), weight (V, H) (an LM head's: tied embeddings too), bias
+    (V,) or None, labels (...) of class indices; hidden and weight share a
+    dtype (fp16, bf16 or fp32 on CUDA; any floating dtype elsewhere, by
+    torch's formula). reduction "mean" (over the rows not ignored), "sum",
+    or "none" (one loss a row, labels' shape); the loss is fp32.
+    chunk_rows: rows of hidden a chunk (default: what fits max_chunk_bytes
+    of logits). accumulate_fp32: sum d weight over the chunks in fp32."""
+    _check(hidden, weight, bias, labels, reduction, label_smoothing, z_loss, scale, softcap,
+           num_items, chunk_rows, max_chunk_bytes)
+    lead = tuple(hidden.shape[:-1])
+    h = hidden.reshape(-1, hidden.shape[-1])
+    if not h.is_contiguous():
+        h = h.contiguous()
+    lab = labels.reshape(-1)
+    if lab.dtype not in (torch.int32, torch.int64):
+        lab = lab.long()
+    lab = lab.contiguous()
+    w = weight if weight.is_contiguous() else weight.contiguous()
+    if h.shape[0] == 0:
+        zero = h.sum(dtype=torch.float32) * 0.0 + w.sum(dtype=torch.float32) * 0.0
+        if reduction == "none":
+            return torch.zeros(lead, dtype=torch.float32, device=h.device) + zero
+        return zero * float("nan") if reduction == "mean" else zero
+    chunk = _chunk_rows(h.shape[0], w.shape[0], h.element_size(), chunk_rows, max_chunk_bytes)
+    loss = _LinearCrossEntropyFn.apply(h, w, bias, lab, float(scale), float(label_smoothing),
+                                       float(z_loss), int(ignore_index), reduction, num_items,
+                                       None if softcap is None else float(softcap), chunk,
+                                       bool(accumulate_fp32))
+    return loss.view(lead) if reduction == "none" else loss
