@@ -48,6 +48,7 @@
 #                        the staged wheels)
 #              train     bench/train_step.py
 #              overhead  bench/ce_overhead.py: the host's time a call
+#              linear    bench/linear_ce_bench.py: the 8B-scale loss block
 #            Each step's log goes to OUT; a step that would start with less
 #            than a minute of the call's 570 s left is skipped (named).
 #   stage    only keep the wheels carried in this call (a .whlX/ folder)
@@ -249,6 +250,10 @@ cross-entropy)
             timeout 240 python3 bench/train_step.py >"$out/train.log" 2>&1
             echo "train: exit $?"
             ;;
+        linear)
+            timeout 300 python3 bench/linear_ce_bench.py >"$out/linear.log" 2>&1
+            echo "linear: exit $?"
+            ;;
         overhead)
             timeout 240 python3 bench/ce_overhead.py >"$out/overhead.log" 2>&1
             echo "overhead: exit $?"
@@ -261,6 +266,7 @@ cross-entropy)
     [[ -f "$out/tunes.jsonl" ]] && python3 bench/ce_tunes_table.py "$out/tunes.jsonl"
     [[ -f "$out/bench.log" ]] && sed -n '/^shape /,$p' "$out/bench.log"
     [[ -f "$out/train.log" ]] && sed -n '/^loss /,$p' "$out/train.log"
+    [[ -f "$out/linear.log" ]] && sed -n '/^loss block /,$p' "$out/linear.log"
     ;;
 anchors)
     install_wheels >"$out/wheels.log" 2>&1 || { cat "$out/wheels.log"; exit 1; }

@@ -2,9 +2,13 @@
 Llama-3.2-1B-shaped causal LM with random weights (nothing downloaded:
 vocabulary 128256, hidden 2048, 16 layers, tied embeddings; batch 2 x 2048
 tokens, bf16, sdpa), with each loss in turn, in one run: transformers' own,
-Liger's cross-entropy, and tuned's (tuned.integrations.transformers.apply,
-gradient in place). Prints each step's median time over --steps after
-warm-up, and its peak memory; a short table last.
+tuned's cross-entropy (tuned.integrations.transformers.apply, gradient in
+place), tuned's linear cross-entropy (apply(linear=True)), Cut
+Cross-Entropy through the same hook (its linear_cross_entropy in place of
+tuned's), then Liger's cross-entropy and Liger's fused linear
+cross-entropy (last: Liger patches transformers' classes). Prints each
+step's median time over --steps after warm-up, and its peak memory; a
+short table last.
 
     python3 bench/train_step.py [--layers 16] [--seq 2048] [--batch 2] [--steps 10]
 
@@ -62,7 +66,26 @@ def main():
     ap.add_argument("--batch", type=int, default=2)
     ap.add_argument("--steps", type=int, default=10)
     args = ap.parse_args()
+    import tuned.integrations.transformers as tt
     rows = [run("transformers", lambda m: None, args)]
+    rows.append(run("tuned cross-entropy", tt.apply, args))
+    rows.append(run("tuned linear", lambda m: tt.apply(m, linear=True), args))
+    try:
+        from cut_cross_entropy import linear_cross_entropy as cce
+
+        def cce_loss(hidden, weight, target, bias=None, ignore_index=-100, reduction="mean",
+                     num_items=None, **_):
+            loss = cce(hidden, weight, target, ignore_index=ignore_index,
+                       reduction="sum" if num_items is not None else reduction)
+            return loss / num_items if num_items is not None else loss
+        own = tt.linear_cross_entropy
+        tt.linear_cross_entropy = cce_loss
+        try:
+            rows.append(run("cut cross-entropy", lambda m: tt.apply(m, linear=True), args))
+        finally:
+            tt.linear_cross_entropy = own
+    except ImportError as exc:
+        print(f"cut_cross_entropy: not available ({exc})")
     try:
         from liger_kernel.transformers import apply_liger_kernel_to_llama
 
@@ -71,10 +94,14 @@ def main():
                                         cross_entropy=True, fused_linear_cross_entropy=False,
                                         model=m)
         rows.append(run("liger cross-entropy", liger, args))
+
+        def liger_flce(m):
+            apply_liger_kernel_to_llama(rope=False, rms_norm=False, swiglu=False,
+                                        cross_entropy=False, fused_linear_cross_entropy=True,
+                                        model=m)
+        rows.append(run("liger fused linear", liger_flce, args))
     except ImportError as exc:
         print(f"liger: not available ({exc})")
-    import tuned.integrations.transformers as tt
-    rows.append(run("tuned cross-entropy", tt.apply, args))
     print(f"\n{'loss':22} {'step ms':>8} {'peak GiB':>9} {'loss value':>11}")
     for name, ms, peak, loss in rows:
         print(f"{name:22} {ms:8.1f} {peak:9.2f} {loss:11.4f}")
