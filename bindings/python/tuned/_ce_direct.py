@@ -1,7 +1,9 @@
 """tuned._ce_direct: the eager fast path of tuned.cross_entropy for plain
 CUDA tensors: the fused loss + gradient (reduction mean or sum) as one
 libtuned call over one allocation, and the backward's rescale as another,
-with no operator dispatch and three torch operations besides.
+with no operator dispatch and three torch operations besides; and the
+split path (reduction none): the loss kernel as one call over one
+allocation, the backward kernel as one call.
 
 Why: at the shapes where the kernel is short (130 us at 4096 x 32000 bf16
 on the H200), the host's work is the call's time, and before the kernel
@@ -40,6 +42,17 @@ def error_word(x):
     return w
 
 
+def _options(labels, scale, smoothing, z_loss, ignore_index, reduction, x):
+    o = _lib.CeOptions()
+    o.scale, o.label_smoothing, o.z_loss = scale, smoothing, z_loss
+    o.ignore_index = ignore_index
+    o.reduction = reduction
+    o.labels_int32 = int(labels.dtype == torch.int32)
+    err = error_word(x)
+    o.error = err.data_ptr() if err is not None else None
+    return o
+
+
 def _call_state(x):
     """(lib, handle pointer, dtype code, stream) for a call on x, or None."""
     dt = _DTYPES.get(x.dtype)
@@ -70,19 +83,13 @@ def fused(x, labels, scale, smoothing, z_loss, ignore_index, mean, grad_scale, i
     buf = torch.empty(2 * rows + 4, dtype=torch.float32, device=x.device)
     grad = x if inplace else torch.empty_strided(x.shape, x.stride(), dtype=x.dtype,
                                                  device=x.device)
-    o = _lib.CeOptions()
-    o.scale, o.label_smoothing, o.z_loss = scale, smoothing, z_loss
-    o.ignore_index = ignore_index
-    o.labels_int32 = int(labels.dtype == torch.int32)
-    err = error_word(x)
-    o.error = err.data_ptr() if err is not None else None
+    o = _options(labels, scale, smoothing, z_loss, ignore_index,
+                 _lib.REDUCTION_MEAN if mean else _lib.REDUCTION_SUM, x)
     bp = buf.data_ptr()
     if mean:
-        o.reduction = _lib.REDUCTION_MEAN
         o.workspace = bp + 8 * rows
-    else:
-        o.reduction = _lib.REDUCTION_SUM
-        o.grad_output = grad_scale.data_ptr() if grad_scale is not None else None
+    elif grad_scale is not None:
+        o.grad_output = grad_scale.data_ptr()
     rc = lib.tuned_cross_entropy(h, x.data_ptr(), labels.data_ptr(), grad.data_ptr(), bp,
                                  bp + 4 * rows, rows, cols, x.stride(0), dt, ctypes.byref(o),
                                  stream)
@@ -108,3 +115,43 @@ def rescale(grad, factor):
     rows, cols = grad.shape
     return lib.tuned_cross_entropy_rescale(h, grad.data_ptr(), rows, cols, grad.stride(0), dt,
                                            factor.data_ptr(), stream) == 0
+
+
+def loss(x, labels, scale, smoothing, z_loss, ignore_index):
+    """tuned_cross_entropy without a gradient over rows x (R, V): (loss,
+    lse), fp32 per row (views of one allocation), or None."""
+    st = _call_state(x)
+    if st is None:
+        return None
+    lib, h, dt, stream = st
+    rows, cols = x.shape
+    buf = torch.empty(2 * rows, dtype=torch.float32, device=x.device)
+    o = _options(labels, scale, smoothing, z_loss, ignore_index, _lib.REDUCTION_NONE, x)
+    bp = buf.data_ptr()
+    rc = lib.tuned_cross_entropy(h, x.data_ptr(), labels.data_ptr(), None, bp, bp + 4 * rows,
+                                 rows, cols, x.stride(0), dt, ctypes.byref(o), stream)
+    if rc != 0:
+        return None
+    return buf[:rows], buf[rows:]
+
+
+def backward(x, labels, lse, grad_output, scale, smoothing, z_loss, ignore_index):
+    """tuned_cross_entropy_backward over rows x (R, V) from the saved lse
+    (fp32, contiguous) and grad_output (one fp32 a row): the gradient, in
+    x's dtype and strides, or None."""
+    st = _call_state(x)
+    if st is None:
+        return None
+    lib, h, dt, stream = st
+    rows, cols = x.shape
+    if grad_output.dtype != torch.float32 or not grad_output.is_contiguous():
+        grad_output = grad_output.to(torch.float32).contiguous()
+    if grad_output.numel() != rows or lse.dtype != torch.float32 or not lse.is_contiguous():
+        return None
+    grad = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=x.device)
+    o = _options(labels, scale, smoothing, z_loss, ignore_index, _lib.REDUCTION_NONE, x)
+    o.grad_output = grad_output.data_ptr()
+    rc = lib.tuned_cross_entropy_backward(h, x.data_ptr(), labels.data_ptr(), lse.data_ptr(),
+                                          grad.data_ptr(), rows, cols, x.stride(0), dt,
+                                          ctypes.byref(o), stream)
+    return grad if rc == 0 else None

@@ -13,7 +13,6 @@ they are plain Python over sequences: the tests check them on CI, where
 torch is not installed, with stand-in tensors.
 """
 
-import os
 import warnings
 
 from . import _environ

@@ -603,7 +603,13 @@ class _CrossEntropyFn(torch.autograd.Function):
                 gs_arg = gs
         if reduction == "none" or not need_grad:
             # no gradient wanted now (evaluation, no_grad): one read
-            loss, lse = ops.loss(x, labels, scale, smoothing, z_loss, ignore_index)
+            r = (_ce_direct.loss(x, labels, scale, smoothing, z_loss, ignore_index)
+                 if ops is _DIRECT and x.dim() == 2 else None)
+            if r is not None:
+                ctx.direct = True
+                loss, lse = r
+            else:
+                loss, lse = ops.loss(x, labels, scale, smoothing, z_loss, ignore_index)
             if reduction == "none":
                 ctx.save_for_backward(x, labels, lse)
         else:
@@ -641,7 +647,10 @@ class _CrossEntropyFn(torch.autograd.Function):
         ctx.backward_done = True
         if ctx.reduction == "none":
             x, labels, lse = ctx.saved_tensors
-            grad = ctx.ops.backward(x, labels, lse, _f32(dloss), *ctx.params)
+            grad = (_ce_direct.backward(x, labels, lse, dloss, *ctx.params)
+                    if ctx.direct else None)
+            if grad is None:
+                grad = ctx.ops.backward(x, labels, lse, _f32(dloss), *ctx.params)
         else:
             # The forward's gradient assumed an upstream gradient of 1:
             # times the real one on the device (nothing moved when it is 1).
