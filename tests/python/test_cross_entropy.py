@@ -21,7 +21,9 @@ installed; prints `N passed, N failed, N skipped`, exits 1 on a failure.
                 (the operators in one graph)
   arguments     bad arguments raise ValueError / TypeError; fallback
                 warnings once per reason; strict mode raises FallbackError;
-                class weights run F.cross_entropy
+                class weights: the split path times w_y (F.cross_entropy's
+                values; under strict mode on meta tensors: the operators),
+                with label smoothing F.cross_entropy
 
 libtuned's kernels themselves are tested on a GPU by
 test_cross_entropy_gpu.py.
@@ -497,8 +499,13 @@ class ArgumentTests(unittest.TestCase):
         with self.assertRaises(tuned.FallbackError):
             tuned.cross_entropy(torch.randn(3, 4, device="meta"),
                                 torch.zeros(3, dtype=torch.long, device="meta"),
+                                weight=torch.ones(4, device="meta"), label_smoothing=0.1)
+        # What the operators take still runs (meta: their fake kernels),
+        # class weights without smoothing included.
+        y = tuned.cross_entropy(torch.randn(3, 4, device="meta"),
+                                torch.zeros(3, dtype=torch.long, device="meta"),
                                 weight=torch.ones(4, device="meta"))
-        # What the operators take still runs (meta: their fake kernels).
+        self.assertEqual((y.shape, y.dtype), ((), torch.float32))
         y = tuned.cross_entropy(torch.randn(3, 4, device="meta"),
                                 torch.zeros(3, dtype=torch.long, device="meta"), reduction="none")
         self.assertEqual((y.shape, y.dtype), ((3,), torch.float32))
@@ -516,6 +523,26 @@ class ArgumentTests(unittest.TestCase):
             torch.testing.assert_close(xa.grad, xb.grad)
         with self.assertRaises(ValueError):
             quiet(tuned.cross_entropy, x, t, wt, z_loss=1e-4)
+
+    def test_weight_split_path(self):
+        x, t = make((9,), 12, torch.float32, seed=6)
+        t[3] = -100
+        wt = torch.rand(12) + 0.5
+        for red in ("mean", "sum", "none"):
+            xa = x.clone().requires_grad_()
+            xb = x.double().requires_grad_()
+            a = quiet(tuned.cross_entropy, xa, t, wt, reduction=red)
+            b = F.cross_entropy(xb, t, wt.double(), reduction=red)
+            torch.testing.assert_close(a.double(), b, rtol=1e-5, atol=1e-6)
+            up = torch.randn(a.shape, dtype=torch.float64)
+            (a.double() * up).sum().backward()
+            (b * up).sum().backward()
+            torch.testing.assert_close(xa.grad.double(), xb.grad, rtol=1e-5, atol=1e-6)
+        # every row ignored: 0/0, as torch
+        m = quiet(tuned.cross_entropy, x, torch.full((9,), -100), wt)
+        self.assertTrue(torch.isnan(m))
+        with self.assertRaises(ValueError):
+            quiet(tuned.cross_entropy, x, t, torch.ones(11))
 
     def test_return_tuple(self):
         x, t = make((3,), 5, torch.float32)

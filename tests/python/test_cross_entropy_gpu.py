@@ -12,6 +12,8 @@ torch or CUDA; prints one line per section and `N passed, N failed`.
              same dtype, both against float64
   extras     label_smoothing, z_loss, scale, softcap, ignore_index, int32
              labels against a float64 formula, loss and gradient
+  weights    class weights (the split path times w_y): F.cross_entropy's
+             weighted loss and gradient, bf16 and fp32
   in place   inplace_backward: the same loss and gradient, written over
              the logits (an intermediate's storage)
   peaked     bf16 rows where p_y = 0.999 (one logit far above the rest):
@@ -348,7 +350,29 @@ def opcheck():
                                                                 f"{tuple(x.shape)}: {r}")
 
 
-for name, fn in (("paths", paths), ("accuracy", accuracy), ("extras", extras),
+def weights():
+    """Class weights (the split path times w_y): F.cross_entropy's weighted
+    loss in float64, and its gradient for a random upstream."""
+    for dtype in (torch.bfloat16, torch.float32):
+        x, t = logits((300,), 5000, dtype, seed=60)
+        wt = torch.rand(5000, device=DEV) + 0.5
+        for red in ("mean", "sum", "none"):
+            leaf = x.detach().clone().requires_grad_()
+            loss = tuned.cross_entropy(leaf, t, wt, reduction=red)
+            xd = x.detach().double().requires_grad_()
+            ref = F.cross_entropy(xd, t, wt.double(), reduction=red)
+            what = f"weights {dtype} {red}"
+            err = ((loss.double() - ref).abs() / ref.abs().clamp_min(1e-12)).max().item()
+            expect(err <= 1e-5, f"{what}: loss relative error {err:.3g}")
+            up = torch.randn(loss.shape, device=DEV, dtype=torch.float64)
+            (loss.double() * up).sum().backward()
+            (ref * up).sum().backward()
+            own = x.detach().clone().requires_grad_()
+            (F.cross_entropy(own, t, wt.to(dtype), reduction=red).double() * up).sum().backward()
+            check_grad(leaf.grad, xd.grad, own.grad, what)
+
+
+for name, fn in (("paths", paths), ("accuracy", accuracy), ("extras", extras), ("weights", weights),
                  ("in place", in_place), ("peaked", peaked), ("errors", errors),
                  ("graphs", graphs), ("compile", compiled), ("opcheck", opcheck)):
     checks.section(name, fn, warnings_as_errors=True)

@@ -45,7 +45,9 @@ backward kernel from the saved lse. Every step runs on the device with no
 host synchronisation, so a call can be captured in a CUDA graph (after one
 call of the shape outside the capture, which compiles the kernel and
 makes the error word), and compiled with torch.compile(fullgraph=True).
-CPU tensors, other dtypes, class weights or a libtuned without the kernels
+Class weights run the split path (the kernels' rows times w_y). CPU
+tensors, other dtypes, class weights with label smoothing or z-loss, or a
+libtuned without the kernels
 fall back to torch (a RuntimeWarning once per reason, FallbackError in
 strict mode).
 
@@ -782,6 +784,45 @@ def _kernel_path(x, target, ignore_index, reduction, label_smoothing, z_loss, sc
     return loss, lse.view(lead), z
 
 
+def _check_weight(weight, x):
+    if not isinstance(weight, torch.Tensor) or tuple(weight.shape) != (x.shape[-1],):
+        raise ValueError(f"tuned.cross_entropy: weight must be a tensor of shape "
+                         f"({x.shape[-1]},), one weight a class")
+    if weight.device != x.device:
+        raise ValueError(f"tuned.cross_entropy: weight on {weight.device}, input on {x.device}")
+
+
+def _class_weighted(x, target, weight, ignore_index, reduction, scale, softcap, inplace):
+    """Class weights by the kernels: each row's unweighted loss (the split
+    path, reduction none) times its label's weight, w_y; mean divides by
+    the weights' sum over the rows not ignored, as torch. The backward
+    kernel then takes the upstream gradient times w_y per row, which is the
+    weighted loss's gradient (without label smoothing the weight is one
+    factor of the row). A label out of range keeps weight 1 (its loss is
+    NaN). Two reads and a write of the logits, not the fused kernel's one
+    and one. inplace_backward is ignored (nothing to write in the
+    forward)."""
+    del inplace
+    per, lse = cross_entropy(x, target, ignore_index=ignore_index, reduction="none",
+                             scale=scale, softcap=softcap, return_lse=True)
+    cols = x.shape[-1]
+    labels = target.long()
+    valid = labels != ignore_index
+    inside = valid & (labels >= 0) & (labels < cols)
+    safe = torch.where(inside, labels, torch.zeros_like(labels))
+    w = weight.to(per.dtype)[safe]
+    one = torch.ones((), dtype=per.dtype, device=per.device)
+    w = torch.where(inside, w, torch.where(valid, one, torch.zeros_like(one)))
+    rows = per * w
+    if reduction == "none":
+        loss = rows
+    elif reduction == "sum":
+        loss = rows.sum()
+    else:
+        loss = rows.sum() / w.sum()
+    return loss, lse, torch.zeros_like(lse if reduction == "none" else loss).detach()
+
+
 def _weighted(x, target, weight, ignore_index, reduction, label_smoothing, z_loss, scale):
     """Class weights: F.cross_entropy on x * scale (no z-loss)."""
     if z_loss != 0.0:
@@ -835,9 +876,13 @@ def cross_entropy(input, target, weight=None, ignore_index=-100, reduction="mean
     CUDA fp16/bf16/fp32 logits run libtuned's kernels (the module says
     how), with no host synchronisation: a label out of range gives its
     row a NaN loss and sets a bit that cross_entropy_errors() reads.
-    weight (class weights) runs F.cross_entropy, and CPU tensors, other
-    dtypes or no usable libtuned run the same math in torch (fp32): with a
-    RuntimeWarning once per reason, or FallbackError in strict mode.
+    weight (class weights, (C,)): each row's loss times its label's weight,
+    the mean over the weights' sum, as torch; by the kernels' split path
+    (reduction none, then w_y per row: two reads of the logits), except
+    with label smoothing or z-loss, which run F.cross_entropy. CPU
+    tensors, other dtypes or no usable libtuned run the same math in torch
+    (fp32): with a RuntimeWarning once per reason, or FallbackError in
+    strict mode.
     """
     _check_args(input, target, reduction, label_smoothing, z_loss, scale, softcap,
                 inplace_backward)
@@ -852,8 +897,15 @@ def cross_entropy(input, target, weight=None, ignore_index=-100, reduction="mean
         x, t = x.unsqueeze(0), t.unsqueeze(0)
     compiling = _compiling()
     if weight is not None:
-        _dispatch.fall_back(_NAME, "weight", "class weights (weight=) are not supported by "
-                            "tuned's kernels yet", quiet=compiling)
+        _check_weight(weight, x)
+    if weight is not None and label_smoothing == 0.0 and z_loss == 0.0:
+        loss, lse, z = _class_weighted(x, t, weight, ignore_index, reduction, scale, softcap,
+                                       inplace_backward)
+        if num_items is not None:
+            loss = loss / num_items
+    elif weight is not None:
+        _dispatch.fall_back(_NAME, "weight", "class weights with label smoothing or z-loss "
+                            "are not supported by tuned's kernels", quiet=compiling)
         if softcap is not None:
             x = softcap * torch.tanh(x / softcap)
         loss, lse, z = _weighted(x, t, weight, ignore_index, reduction, label_smoothing,
