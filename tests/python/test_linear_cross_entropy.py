@@ -37,7 +37,6 @@ except ImportError:
     sys.exit(77)
 
 import tuned  # noqa: E402
-from tuned import linear_cross_entropy as lce_module  # noqa: E402,F401
 
 warnings.simplefilter("ignore")
 passed = failed = 0
