@@ -435,13 +435,16 @@ int tuned__check_run(tuned__check *c, const tuned__launch *l, tuned__workspace *
     uint64_t cols = c->shape.cols;
     if (bad != 0) {
         *wrong = true;
+        char there[320] = "";
+        if (detail != NULL && c->kind->reference == TUNED__REF_CROSS_ENTROPY)
+            tuned__check_ce_describe(c, first, there, sizeof there);
         if (detail != NULL)
             snprintf(detail, n,
                      "%llu of %llu elements wrong (first at row %llu, column %llu; output "
-                     "poisoned with 0x%02x)",
+                     "poisoned with 0x%02x)%s",
                      (unsigned long long)bad, (unsigned long long)(c->shape.rows * cols),
                      (unsigned long long)(first / cols), (unsigned long long)(first % cols),
-                     poison);
+                     poison, there);
         return 0;
     }
     return guards_intact(c, poison, wrong, detail, n, e);

@@ -104,6 +104,9 @@ int tuned__check_ce_compare(tuned__check *c, uint64_t first_row, uint64_t nrows,
                             CUdeviceptr row_ref, uint64_t *bad, uint64_t *first, tuned__err *e);
 int tuned__check_ce_reference(tuned__check *c, const uint64_t *picks, size_t npicks,
                               tuned__err *e);
+/* The values at a wrong element (row * cols + col) of a cross-entropy
+ * check, for its message, into out (empty where they cannot be read). */
+void tuned__check_ce_describe(tuned__check *c, uint64_t first, char *out, size_t n);
 
 /* Compiles the reference kernels for arch and allocates input and output
  * for s, x_offset and y_offset elements into their allocations (so rows

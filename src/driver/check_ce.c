@@ -206,3 +206,59 @@ int tuned__check_ce_reference(tuned__check *c, const uint64_t *picks, size_t npi
     free(row);
     return rc;
 }
+
+/* What a wrong element looked like, for the check's message: the logit,
+ * label and lse of its row, the kernel's gradient there against a float64
+ * one formed on the CPU as the reference kernel forms it (from the saved
+ * lse where the kind reads one), and the row's loss and lse outputs
+ * against the CPU's. A failure to read leaves out what it could not. */
+void tuned__check_ce_describe(tuned__check *c, uint64_t first, char *out, size_t n)
+{
+    if (out == NULL || n == 0)
+        return;
+    out[0] = '\0';
+    uint64_t cols = c->shape.cols, r = first / cols, j = first % cols;
+    size_t es = c->esize;
+    unsigned char *row = malloc(cols * es);
+    if (row == NULL)
+        return;
+    long long label = 0;
+    if (c->d->cuMemcpyDtoH(row, c->x + r * cols * es, cols * es) != CUDA_SUCCESS ||
+        c->d->cuMemcpyDtoH(&label, tensor_ptr(c, "labels") + r * 8, 8) != CUDA_SUCCESS) {
+        free(row);
+        return;
+    }
+    const tuned__ce_params *p = (const tuned__ce_params *)c->params;
+    double lse, loss;
+    cpu_ce_row(row, cols, c->shape.dtype, es, p->scale, p->z_loss, label, &lse, &loss);
+    double xj = tuned__check_bits_to_double(row + j * es, c->shape.dtype);
+    free(row);
+    int si = tensor(c, "lse"), li = tensor(c, "loss"), gi = tensor(c, "grad");
+    bool saved = si >= 0 && c->kind->tensor[si].role == TUNED__TENSOR_IN;
+    float lse_in = 0.0f, lse_out = NAN, loss_out = NAN;
+    if (saved)
+        (void)c->d->cuMemcpyDtoH(&lse_in, c->row_tensor[si] + r * 4, 4);
+    else if (si >= 0)
+        (void)c->d->cuMemcpyDtoH(&lse_out, c->row_tensor[si] + r * 4, 4);
+    if (li >= 0)
+        (void)c->d->cuMemcpyDtoH(&loss_out, c->row_tensor[li] + r * 4, 4);
+    double lse_g = saved ? (double)lse_in : lse;
+    double s = p->scale, prob = exp(s * xj - lse_g);
+    double ref = label == CE_IGNORE_INDEX
+                     ? 0.0
+                     : s * (prob * (1.0 + 2.0 * p->z_loss * lse_g) - ((long long)j == label));
+    int used = snprintf(out, n, "; there: logit %.9g, label %lld, lse %.9g (%s), p %.3g", xj,
+                        label, lse_g, saved ? "the saved one" : "float64", prob);
+    if (gi >= 0 && c->kind->tensor[gi].role == TUNED__TENSOR_OUT && used > 0 && (size_t)used < n) {
+        unsigned char got[8] = {0};
+        if (c->d->cuMemcpyDtoH(got, c->y + first * es, es) == CUDA_SUCCESS)
+            used += snprintf(out + used, n - (size_t)used, ", gradient %.9g against float64 %.9g",
+                             tuned__check_bits_to_double(got, c->shape.dtype), ref);
+    }
+    if (li >= 0 && used > 0 && (size_t)used < n)
+        used += snprintf(out + used, n - (size_t)used, ", row loss %.9g against %.9g",
+                         (double)loss_out, loss);
+    if (!saved && si >= 0 && used > 0 && (size_t)used < n)
+        snprintf(out + used, n - (size_t)used, ", row lse %.9g against %.9g", (double)lse_out,
+                 lse);
+}
