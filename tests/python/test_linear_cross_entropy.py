@@ -10,6 +10,9 @@ path; on a CUDA GPU (when there is one, bf16) tuned's kernels.
   shapes    (B, T, H) hidden, int32 labels, every row ignored (mean: NaN
             as torch, zero gradients), no rows
   options   num_items divides a sum; accumulate_fp32 gives the same
+  autograd  no_grad gives the loss alone; a second backward of mean is
+            refused with a reason; no rows; autocast (bf16 GEMMs, fp32
+            parameters)
   chunking  the default rule: as many rows as fit max_chunk_bytes of
             logits, in multiples of 64, at least 64
   errors    bad shapes, dtypes, options: ValueError or TypeError naming
@@ -153,6 +156,40 @@ def option_cases(device, dtype, tol):
     expect(ok and w.grad.dtype == w.dtype, f"accumulate_fp32: d weight differs by {err:.3g}")
 
 
+def autograd_cases():
+    # no gradient wanted: the loss alone (the same value)
+    hid, w, _, y = inputs(20, 8, 30, torch.float32, "cpu", 31)
+    with torch.no_grad():
+        a = tuned.linear_cross_entropy(hid, w, y, chunk_rows=6)
+    b = tuned.linear_cross_entropy(hid, w, y, chunk_rows=6)
+    expect(abs(a.item() - b.item()) <= 1e-6 * abs(b.item()) and not a.requires_grad,
+           f"no_grad: {a.item()} against {b.item()}")
+    # a second backward of mean says why
+    b.backward(retain_graph=True)
+    try:
+        b.backward()
+        expect(False, "a second backward of mean is refused")
+    except RuntimeError as exc:
+        expect("runs once" in str(exc), f"second backward: {exc}")
+    # no rows, mean: NaN loss, zero gradients
+    hid, w, _, y = inputs(0, 8, 12, torch.float32, "cpu", 32)
+    loss = tuned.linear_cross_entropy(hid, w, y)
+    loss.backward()
+    expect(math.isnan(loss.item()) and bool((w.grad == 0).all()),
+           f"no rows, mean: loss {loss.item()}, d weight finite zeros")
+    # autocast (fp32 parameters, bf16 GEMMs): runs, and the gradients
+    # reach the fp32 parameters
+    hid, w, _, y = inputs(16, 8, 30, torch.float32, "cpu", 33)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss = tuned.linear_cross_entropy(hid, w, y, chunk_rows=5)
+    loss.backward()
+    ref, grads = reference(hid, w, None, y, torch.ones((), dtype=torch.float64))
+    ok, err = close(w.grad, grads[1], 5e-2)
+    expect(ok and w.grad.dtype == torch.float32 and abs(loss.item() - ref.item()) < 5e-2 *
+           abs(ref.item()), f"autocast bf16: loss {loss.item()} against {ref.item()}, "
+                            f"d weight error {err:.3g}")
+
+
 def chunk_rule():
     from tuned.linear_cross_entropy import _chunk_rows
     expect(_chunk_rows(4096, 128256, 2, None, 256 << 20) == 1024,
@@ -211,6 +248,7 @@ def compile_case(device, dtype, tol):
 math_cases("cpu", torch.float32, 1e-5)
 shape_cases("cpu", torch.float32, 1e-5)
 option_cases("cpu", torch.float32, 1e-5)
+autograd_cases()
 chunk_rule()
 error_cases()
 compile_case("cpu", torch.float32, 1e-5)

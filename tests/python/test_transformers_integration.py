@@ -6,7 +6,9 @@ must equal the model's own loss's: with labels, with ignored positions,
 with gradient accumulation (num_items_in_batch), with the gradient
 written over the logits (inplace_backward), and from the hidden states
 (linear=True: tuned.linear_cross_entropy in chunks, the head given no
-rows while training; in evaluation the model's logits as before).
+rows while training; in evaluation the model's logits as before; the
+forward's signature kept; a Gemma 2's logit softcap taken from its
+config).
 Exits 77 without torch or transformers. Ends with 'N passed, N failed'."""
 
 import os
@@ -89,6 +91,11 @@ def compare(device, dtype, tol):
            abs(out.loss.double() - want.loss.double()) <= tol * abs(want.loss.double()),
            f"{device} {dtype} linear in evaluation: logits {tuple(out.logits.shape)}, loss "
            f"{out.loss.item()} against {want.loss.item()}")
+    # the forward keeps its signature (Trainer reads it for the columns)
+    import inspect
+    m = tt.apply(model(device, dtype), linear=True)
+    expect("input_ids" in inspect.signature(m.forward).parameters,
+           f"linear: forward's signature {inspect.signature(m.forward)}")
     try:
         tt.apply(torch.nn.Linear(2, 2))
         expect(False, "apply to a module without loss_function is refused")
@@ -96,7 +103,32 @@ def compare(device, dtype, tol):
         expect(True, "")
 
 
+def softcapped(device, dtype, tol):
+    """A tiny Gemma 2 (final_logit_softcapping): linear=True takes the cap
+    from the config, and gives the model's own loss and gradients."""
+    if not hasattr(transformers, "Gemma2Config"):
+        return
+    cfg = transformers.Gemma2Config(vocab_size=500, hidden_size=64, intermediate_size=128,
+                                    num_hidden_layers=2, num_attention_heads=4,
+                                    num_key_value_heads=2, head_dim=16,
+                                    max_position_embeddings=128, final_logit_softcapping=0.5,
+                                    attn_implementation="eager")
+    ids = torch.randint(0, 500, (2, 11), device=device)
+
+    def make():
+        torch.manual_seed(0)
+        return transformers.Gemma2ForCausalLM(cfg).to(device=device, dtype=dtype)
+    ref_loss, ref_grads = step(make(), ids, ids)
+    loss, grads = step(tt.apply(make(), linear=True, chunk_rows=8), ids, ids, linear=True)
+    worst = max(((grads[n] - g).abs().max() / g.abs().max().clamp_min(1e-30)).item()
+                for n, g in ref_grads.items())
+    expect(abs(loss - ref_loss) <= tol * abs(ref_loss) and worst <= tol * 10,
+           f"Gemma 2 softcap, linear: loss {loss.item()} against {ref_loss.item()}, worst "
+           f"gradient difference {worst:.3g}")
+
+
 compare("cpu", torch.float32, 1e-5)
+softcapped("cpu", torch.float32, 1e-5)
 if torch.cuda.is_available():
     compare("cuda", torch.bfloat16, 2e-2)
 print(f"{passed} passed, {failed} failed")

@@ -119,20 +119,21 @@ def rescale(grad, factor):
 
 def loss(x, labels, scale, smoothing, z_loss, ignore_index):
     """tuned_cross_entropy without a gradient over rows x (R, V): (loss,
-    lse), fp32 per row (views of one allocation), or None."""
+    lse), fp32 per row, or None. Two allocations, not views of one: the
+    loss is returned to the user, who may change it in place (autograd
+    refuses that on a view a Function returned), and the lse is saved."""
     st = _call_state(x)
     if st is None:
         return None
     lib, h, dt, stream = st
     rows, cols = x.shape
-    buf = torch.empty(2 * rows, dtype=torch.float32, device=x.device)
+    loss_rows = torch.empty(rows, dtype=torch.float32, device=x.device)
+    lse = torch.empty(rows, dtype=torch.float32, device=x.device)
     o = _options(labels, scale, smoothing, z_loss, ignore_index, _lib.REDUCTION_NONE, x)
-    bp = buf.data_ptr()
-    rc = lib.tuned_cross_entropy(h, x.data_ptr(), labels.data_ptr(), None, bp, bp + 4 * rows,
-                                 rows, cols, x.stride(0), dt, ctypes.byref(o), stream)
-    if rc != 0:
-        return None
-    return buf[:rows], buf[rows:]
+    rc = lib.tuned_cross_entropy(h, x.data_ptr(), labels.data_ptr(), None, loss_rows.data_ptr(),
+                                 lse.data_ptr(), rows, cols, x.stride(0), dt, ctypes.byref(o),
+                                 stream)
+    return (loss_rows, lse) if rc == 0 else None
 
 
 def backward(x, labels, lse, grad_output, scale, smoothing, z_loss, ignore_index):

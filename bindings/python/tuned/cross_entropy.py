@@ -711,6 +711,9 @@ def _check_args(input, target, reduction, label_smoothing, z_loss, scale, softca
     if target.dtype.is_floating_point or target.dtype.is_complex or target.dtype == torch.bool:
         raise ValueError(f"tuned.cross_entropy: target must hold class indices (an integer "
                          f"tensor), not {target.dtype} (class probabilities are not supported)")
+    if target.device != input.device:
+        raise ValueError(f"tuned.cross_entropy: target on {target.device}, input on "
+                         f"{input.device} (they must be on one device)")
     if tuple(target.shape) != tuple(input.shape[:-1]):
         raise ValueError(f"tuned.cross_entropy: target of shape {tuple(target.shape)} for input "
                          f"of shape {tuple(input.shape)} (expected {tuple(input.shape[:-1])}: "

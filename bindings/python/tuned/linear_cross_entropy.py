@@ -90,14 +90,27 @@ class _Chunk:
 class _LinearCrossEntropyFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, hidden, weight, bias, labels, scale, smoothing, z_loss, ignore_index,
-                reduction, num_items, softcap, chunk, accumulate_fp32):
+                reduction, num_items, softcap, chunk, accumulate_fp32, need_grad):
         ops = _ops(hidden)
         rows = hidden.shape[0]
         cols = weight.shape[0]
         ctx.reduction = reduction
         ctx.params = (scale, smoothing, z_loss, ignore_index)
         ctx.chunk, ctx.softcap, ctx.ops = chunk, softcap, ops
-        ctx.has_bias = bias is not None
+        ctx.accumulate_fp32 = accumulate_fp32
+        ctx.backward_done = False
+        if reduction != "none" and not need_grad:
+            # evaluation: the loss kernel alone, no gradient GEMMs
+            total = torch.zeros((), dtype=torch.float32, device=hidden.device)
+            for c0 in range(0, rows, chunk):
+                c1 = min(rows, c0 + chunk)
+                part = _Chunk(hidden[c0:c1], weight, bias, softcap)
+                lo, _ = ops.loss(part.logits, labels[c0:c1], scale, smoothing, z_loss,
+                                 ignore_index)
+                total += lo.sum()
+            if reduction == "mean":
+                return total / (labels != ignore_index).sum()
+            return total / num_items if num_items is not None else total
         if reduction == "none":
             loss = torch.empty(rows, dtype=torch.float32, device=hidden.device)
             lse = torch.empty(rows, dtype=torch.float32, device=hidden.device)
@@ -150,16 +163,22 @@ class _LinearCrossEntropyFn(torch.autograd.Function):
     def backward(ctx, dloss):
         if ctx.reduction == "none":
             return _backward_none(ctx, dloss)
+        if ctx.backward_done:
+            raise RuntimeError("tuned.linear_cross_entropy: the backward of reduction 'mean' or "
+                               "'sum' runs once (its gradients, computed in the forward, are "
+                               "scaled in place); for a second backward use reduction='none'")
+        ctx.backward_done = True
         grad_h, grad_w, grad_b = ctx.saved_tensors
+        # The forward's gradients assumed an upstream gradient of 1: times
+        # the real one, an fp32 scalar (the products formed in fp32).
         f = dloss.to(torch.float32).reshape(())
-        # The forward's gradients assumed an upstream gradient of 1.
         if grad_h is not None:
-            grad_h = grad_h.mul_(f.to(grad_h.dtype))
+            grad_h = grad_h.mul_(f)
         if grad_w is not None:
-            grad_w = grad_w.mul_(f.to(grad_w.dtype)).to(ctx.w_dtype)
+            grad_w = grad_w.mul_(f).to(ctx.w_dtype)
         if grad_b is not None:
             grad_b = grad_b.mul_(f).to(ctx.b_dtype)
-        return (grad_h, grad_w, grad_b) + (None,) * 10
+        return (grad_h, grad_w, grad_b) + (None,) * 11
 
 
 def _accumulate(grad_w, g, h):
@@ -178,7 +197,9 @@ def _backward_none(ctx, dloss):
     rows, chunk = hidden.shape[0], ctx.chunk
     dloss = dloss.to(torch.float32).contiguous()
     grad_h = torch.empty_like(hidden) if need[0] else None
-    grad_w = torch.zeros_like(weight) if need[1] else None
+    acc_dtype = torch.float32 if ctx.accumulate_fp32 else weight.dtype
+    grad_w = (torch.zeros(weight.shape, dtype=acc_dtype, device=weight.device)
+              if need[1] else None)
     grad_b = (torch.zeros(weight.shape[0], dtype=torch.float32, device=hidden.device)
               if bias is not None and need[2] else None)
     for c0 in range(0, rows, chunk):
@@ -193,9 +214,11 @@ def _backward_none(ctx, dloss):
             _accumulate(grad_w, g, h)
         if grad_b is not None:
             grad_b += g.sum(0, dtype=torch.float32)
+    if grad_w is not None:
+        grad_w = grad_w.to(weight.dtype)
     if grad_b is not None:
         grad_b = grad_b.to(bias.dtype)
-    return (grad_h, grad_w, grad_b) + (None,) * 10
+    return (grad_h, grad_w, grad_b) + (None,) * 11
 
 
 def _check(hidden, weight, bias, labels, reduction, label_smoothing, z_loss, scale, softcap,
@@ -266,6 +289,21 @@ def linear_cross_entropy(hidden, weight, labels, bias=None, ignore_index=-100,
     _check(hidden, weight, bias, labels, reduction, label_smoothing, z_loss, scale, softcap,
            num_items, chunk_rows, max_chunk_bytes)
     lead = tuple(hidden.shape[:-1])
+    device_type = hidden.device.type
+    autocast = (device_type in ("cuda", "cpu") and torch.is_autocast_enabled(device_type))
+    if autocast:
+        # autocast's GEMM dtype, cast here (differentiably: the gradients
+        # reach fp32 parameters), and no autocast inside, where the chunks'
+        # buffers are made in one dtype
+        dt = torch.get_autocast_dtype(device_type)
+        hidden, weight = hidden.to(dt), weight.to(dt)
+        bias = bias.to(dt) if bias is not None else None
+        with torch.autocast(device_type, enabled=False):
+            return linear_cross_entropy(hidden, weight, labels, bias, ignore_index, reduction,
+                                        label_smoothing, z_loss=z_loss, scale=scale,
+                                        softcap=softcap, num_items=num_items,
+                                        chunk_rows=chunk_rows, max_chunk_bytes=max_chunk_bytes,
+                                        accumulate_fp32=accumulate_fp32)
     h = hidden.reshape(-1, hidden.shape[-1])
     if not h.is_contiguous():
         h = h.contiguous()
@@ -275,13 +313,19 @@ def linear_cross_entropy(hidden, weight, labels, bias=None, ignore_index=-100,
     lab = lab.contiguous()
     w = weight if weight.is_contiguous() else weight.contiguous()
     if h.shape[0] == 0:
+        # no rows: zero gradients (connected, so that backward runs), and
+        # mean's 0/0 NaN from a constant
         zero = h.sum(dtype=torch.float32) * 0.0 + w.sum(dtype=torch.float32) * 0.0
         if reduction == "none":
             return torch.zeros(lead, dtype=torch.float32, device=h.device) + zero
-        return zero * float("nan") if reduction == "mean" else zero
+        if reduction == "mean":
+            return zero + torch.full((), float("nan"), dtype=torch.float32, device=h.device)
+        return zero
+    need_grad = torch.is_grad_enabled() and any(
+        t is not None and t.requires_grad for t in (h, w, bias))
     chunk = _chunk_rows(h.shape[0], w.shape[0], h.element_size(), chunk_rows, max_chunk_bytes)
     loss = _LinearCrossEntropyFn.apply(h, w, bias, lab, float(scale), float(label_smoothing),
                                        float(z_loss), int(ignore_index), reduction, num_items,
                                        None if softcap is None else float(softcap), chunk,
-                                       bool(accumulate_fp32))
+                                       bool(accumulate_fp32), need_grad)
     return loss.view(lead) if reduction == "none" else loss

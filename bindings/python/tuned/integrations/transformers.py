@@ -31,9 +31,14 @@ linear=True (tuned.linear_cross_entropy): while the model trains
 final hidden states, and hands it an empty slice of them), and the loss
 is computed from those hidden states and the head's weight (and bias)
 in chunks, never holding the logits: the output's logits are then empty
-(batch, 0, vocabulary). Evaluation, or a call without labels, runs the
-model as it was. Options for linear_cross_entropy (chunk_rows,
-max_chunk_bytes, accumulate_fp32) pass through apply's keywords."""
+(batch, 0, vocabulary). Evaluation, or a call without labels (by keyword,
+as transformers' own callers pass them), runs the model as it was. What
+a model does to its logits after the head is taken from its config:
+Gemma 2 and 3's final_logit_softcapping (softcap), Cohere's logit_scale
+and Granite's logits_scaling (scale); a model whose head is followed by
+any other transform needs linear=False. Options for linear_cross_entropy
+(chunk_rows, max_chunk_bytes, accumulate_fp32) pass through apply's
+keywords."""
 
 import functools
 
@@ -74,32 +79,44 @@ def _shift(labels, ignore_index, shift_labels):
     return shift_labels
 
 
-class _LinearHead:
-    """The state of apply(linear=True) on one model: the hidden states the
-    head's pre-hook kept during this forward, and the options."""
+def _head_transform(config):
+    """(softcap, scale) for what a model does to its logits after the head,
+    from its config: Gemma 2 and 3's final_logit_softcapping, Cohere's
+    logit_scale, Granite's logits_scaling (a divisor)."""
+    softcap = getattr(config, "final_logit_softcapping", None) or None
+    scale = 1.0
+    if getattr(config, "logit_scale", None):
+        scale *= float(config.logit_scale)
+    if getattr(config, "logits_scaling", None):
+        scale /= float(config.logits_scaling)
+    return softcap, scale
 
-    def __init__(self, model, head, options):
+
+class _LinearHead:
+    """The state of apply(linear=True) on one model: whether this forward
+    trains with labels (the model's pre-hook, which sees its keyword
+    arguments), the hidden states the head's pre-hook kept, and the
+    options."""
+
+    def __init__(self, head, options):
         self.head = head
         self.options = options
         self.hidden = None
         self.active = False
-        self.forward = model.forward
 
-    def pre_hook(self, module, args):
+    def model_pre_hook(self, module, args, kwargs):
+        self.active = kwargs.get("labels") is not None and module.training
+        self.hidden = None
+
+    def model_post_hook(self, module, args, kwargs, output):
+        self.active = False
+        self.hidden = None
+
+    def head_pre_hook(self, module, args):
         if not self.active or not args:
             return None
         self.hidden = args[0]
         return (args[0][..., :0, :],) + tuple(args[1:])
-
-    def model_forward(self, *args, **kwargs):
-        module = self.head
-        self.active = kwargs.get("labels") is not None and module.training
-        self.hidden = None
-        try:
-            return self.forward(*args, **kwargs)
-        finally:
-            self.active = False
-            self.hidden = None
 
     def loss(self, logits, labels, vocab_size, num_items_in_batch=None, ignore_index=-100,
              shift_labels=None, **kwargs):
@@ -141,8 +158,13 @@ def apply(model, inplace_backward=True, linear=False, **linear_options):
     if not isinstance(head, torch.nn.Linear):
         raise TypeError("tuned.integrations.transformers.apply(linear=True): "
                         f"{type(model).__name__}'s output embeddings are not a torch.nn.Linear")
-    state = _LinearHead(model, head, linear_options)
-    head.register_forward_pre_hook(state.pre_hook)
-    model.forward = state.model_forward
+    softcap, scale = _head_transform(getattr(model, "config", None))
+    options = {"softcap": softcap, "scale": scale, **linear_options}
+    state = _LinearHead(head, options)
+    # hooks, not a new forward: the model's forward keeps its signature
+    # (transformers' Trainer reads it to choose the dataset's columns)
+    model.register_forward_pre_hook(state.model_pre_hook, with_kwargs=True)
+    model.register_forward_hook(state.model_post_hook, with_kwargs=True, always_call=True)
+    head.register_forward_pre_hook(state.head_pre_hook)
     model.loss_function = state.loss
     return model
