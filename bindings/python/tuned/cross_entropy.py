@@ -876,6 +876,13 @@ def cross_entropy(input, target, weight=None, ignore_index=-100, reduction="mean
     one), mean and sum run the loss kernel alone: one read, nothing
     written over the logits.
 
+    fp16 logits with a loss scaler (torch.amp.GradScaler): mean and sum
+    write the gradient in the forward at the scale 1/count, before the
+    scaler's factor reaches it in the backward, so gradients below fp16's
+    smallest (6e-8 relative to 1/count) are lost that the scaler would
+    have kept; use reduction="none" (its backward forms the scaled
+    gradient) or bf16 there.
+
     CUDA fp16/bf16/fp32 logits run libtuned's kernels (the module says
     how), with no host synchronisation: a label out of range gives its
     row a NaN loss and sets a bit that cross_entropy_errors() reads.
