@@ -40,18 +40,11 @@ except ImportError:
     sys.exit(77)
 
 import tuned  # noqa: E402
+from verdicts import Verdicts  # noqa: E402
 
 warnings.simplefilter("ignore")
-passed = failed = 0
-
-
-def expect(cond, what):
-    global passed, failed
-    if cond:
-        passed += 1
-    else:
-        failed += 1
-        print("FAIL:", what)
+verdicts = Verdicts()
+expect = verdicts.expect
 
 
 def inputs(n, h, v, dtype, device, seed, bias=False):
@@ -256,5 +249,4 @@ if torch.cuda.is_available():
     math_cases("cuda", torch.float32, 1e-4)
     shape_cases("cuda", torch.float32, 1e-4)
     option_cases("cuda", torch.float32, 1e-4)
-print(f"{passed} passed, {failed} failed")
-sys.exit(1 if failed else 0)
+verdicts.finish()

@@ -26,18 +26,11 @@ except ImportError as exc:
     sys.exit(77)
 
 import tuned.integrations.transformers as tt  # noqa: E402
+from verdicts import Verdicts  # noqa: E402
 
 warnings.simplefilter("ignore")
-passed = failed = 0
-
-
-def expect(cond, what):
-    global passed, failed
-    if cond:
-        passed += 1
-    else:
-        failed += 1
-        print("FAIL:", what)
+verdicts = Verdicts()
+expect = verdicts.expect
 
 
 def model(device, dtype):
@@ -131,5 +124,4 @@ compare("cpu", torch.float32, 1e-5)
 softcapped("cpu", torch.float32, 1e-5)
 if torch.cuda.is_available():
     compare("cuda", torch.bfloat16, 2e-2)
-print(f"{passed} passed, {failed} failed")
-sys.exit(1 if failed else 0)
+verdicts.finish()

@@ -147,13 +147,8 @@ class _LinearCrossEntropyFn(torch.autograd.Function):
             lo, _ = ops.fused_inplace(part.logits, labels[c0:c1], gs, scale, smoothing, z_loss,
                                       ignore_index)
             total += lo.sum()
-            g = part.grad(part.logits)  # the kernel wrote d loss / d logits there
-            if grad_h is not None:
-                torch.mm(g, weight, out=grad_h[c0:c1])
-            if grad_w is not None:
-                _accumulate(grad_w, g, h)
-            if grad_b is not None:
-                grad_b += g.sum(0, dtype=torch.float32)
+            # the kernel wrote d loss / d logits over the logits
+            _chunk_grads(part.grad(part.logits), h, weight, grad_h, grad_w, grad_b, c0, c1)
         ctx.w_dtype = weight.dtype
         ctx.b_dtype = None if bias is None else bias.dtype
         ctx.save_for_backward(grad_h, grad_w, grad_b)
@@ -179,6 +174,18 @@ class _LinearCrossEntropyFn(torch.autograd.Function):
         if grad_b is not None:
             grad_b = grad_b.mul_(f).to(ctx.b_dtype)
         return (grad_h, grad_w, grad_b) + (None,) * 11
+
+
+def _chunk_grads(g, h, weight, grad_h, grad_w, grad_b, c0, c1):
+    """A chunk's share of the gradients from g, d loss / d logits of rows
+    c0:c1 (h their hidden states): its rows of d hidden, and its sums into
+    d weight and d bias (those that are wanted, i.e. not None)."""
+    if grad_h is not None:
+        torch.mm(g, weight, out=grad_h[c0:c1])
+    if grad_w is not None:
+        _accumulate(grad_w, g, h)
+    if grad_b is not None:
+        grad_b += g.sum(0, dtype=torch.float32)
 
 
 def _accumulate(grad_w, g, h):
@@ -207,13 +214,7 @@ def _backward_none(ctx, dloss):
         h = hidden[c0:c1]
         part = _Chunk(h, weight, bias, ctx.softcap)
         g = ctx.ops.backward(part.logits, labels[c0:c1], lse[c0:c1], dloss[c0:c1], *ctx.params)
-        g = part.grad(g)
-        if grad_h is not None:
-            torch.mm(g, weight, out=grad_h[c0:c1])
-        if grad_w is not None:
-            _accumulate(grad_w, g, h)
-        if grad_b is not None:
-            grad_b += g.sum(0, dtype=torch.float32)
+        _chunk_grads(part.grad(g), h, weight, grad_h, grad_w, grad_b, c0, c1)
     if grad_w is not None:
         grad_w = grad_w.to(weight.dtype)
     if grad_b is not None:
