@@ -79,28 +79,31 @@ def fused(x, labels, scale, smoothing, z_loss, ignore_index, mean, grad_scale, i
         return None
     lib, h, dt, stream = st
     rows, cols = x.shape
-    # loss | lse | workspace (4 floats), one allocation
-    buf = torch.empty(2 * rows + 4, dtype=torch.float32, device=x.device)
+    # loss rows | workspace (4 floats) in one allocation; the lse apart (it
+    # is returned, and a view returned by a Function may not be changed in
+    # place)
+    buf = torch.empty(rows + 4, dtype=torch.float32, device=x.device)
+    lse = torch.empty(rows, dtype=torch.float32, device=x.device)
     grad = x if inplace else torch.empty_strided(x.shape, x.stride(), dtype=x.dtype,
                                                  device=x.device)
     o = _options(labels, scale, smoothing, z_loss, ignore_index,
                  _lib.REDUCTION_MEAN if mean else _lib.REDUCTION_SUM, x)
     bp = buf.data_ptr()
     if mean:
-        o.workspace = bp + 8 * rows
+        o.workspace = bp + 4 * rows
     elif grad_scale is not None:
         o.grad_output = grad_scale.data_ptr()
     rc = lib.tuned_cross_entropy(h, x.data_ptr(), labels.data_ptr(), grad.data_ptr(), bp,
-                                 bp + 4 * rows, rows, cols, x.stride(0), dt, ctypes.byref(o),
+                                 lse.data_ptr(), rows, cols, x.stride(0), dt, ctypes.byref(o),
                                  stream)
     if rc != 0:
         return None
     total = buf[:rows].sum()
     if mean:
-        total = total * buf[2 * rows]
+        total = total * buf[rows]
     elif grad_scale is not None:
         total = total * grad_scale
-    return total, buf[rows:2 * rows], grad
+    return total, lse, grad
 
 
 def rescale(grad, factor):
