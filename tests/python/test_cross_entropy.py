@@ -544,6 +544,34 @@ class ArgumentTests(unittest.TestCase):
         with self.assertRaises(ValueError):
             quiet(tuned.cross_entropy, x, t, torch.ones(11))
 
+    def test_fp16_with_gradient_runs_split(self):
+        # fp16 logits wanting a gradient: the loss operator and the backward
+        # operator (the fused one would round the gradient to fp16 before a
+        # loss scaler's factor reaches it); bf16 keeps the fused operator
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        class Seen(TorchDispatchMode):
+            def __init__(self):
+                super().__init__()
+                self.ops = []
+
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                self.ops.append(str(func))
+                return func(*args, **(kwargs or {}))
+
+        for dtype, want in ((torch.float16, "tuned.cross_entropy_loss"),
+                            (torch.bfloat16, "tuned.cross_entropy_fused")):
+            x = torch.randn(6, 9, device="meta", dtype=dtype, requires_grad=True)
+            t = torch.zeros(6, dtype=torch.long, device="meta")
+            with Seen() as seen:
+                loss = tuned.cross_entropy(x, t, inplace_backward=False)
+                loss.backward()
+            names = " ".join(seen.ops)
+            self.assertIn(want, names, f"{dtype}: {names}")
+            if dtype == torch.float16:
+                self.assertNotIn("tuned.cross_entropy_fused", names)
+                self.assertIn("tuned.cross_entropy_backward", names)
+
     def test_return_tuple(self):
         x, t = make((3,), 5, torch.float32)
         r = quiet(tuned.cross_entropy, x, t, return_lse=True)

@@ -826,6 +826,26 @@ def _class_weighted(x, target, weight, ignore_index, reduction, scale, softcap, 
     return loss, lse, torch.zeros_like(lse if reduction == "none" else loss).detach()
 
 
+def _fp16_split(x, target, ignore_index, reduction, label_smoothing, z_loss, scale, softcap,
+                num_items):
+    """fp16 logits, mean or sum with a gradient: the split path's rows, then
+    the reduction in torch. The fused kernel would round the gradient to
+    fp16 in the forward at the scale 1/count, where entries p / count
+    under fp16's smallest (6e-8) vanish, before a loss scaler's factor
+    reaches them; the backward kernel forms the gradient with the upstream
+    one (the scaler's factor included), as torch does. One more read of the
+    logits than the fused kernel; inplace_backward does not apply."""
+    per, lse, z = cross_entropy(x, target, ignore_index=ignore_index, reduction="none",
+                                label_smoothing=label_smoothing, z_loss=z_loss, scale=scale,
+                                softcap=softcap, return_lse=True, return_z_loss=True)
+    if reduction == "mean":
+        n = (target != ignore_index).sum()
+        return per.sum() / n, lse, z.sum() / n
+    if num_items is not None:
+        return per.sum() / num_items, lse, z.sum() / num_items
+    return per.sum(), lse, z.sum()
+
+
 def _weighted(x, target, weight, ignore_index, reduction, label_smoothing, z_loss, scale):
     """Class weights: F.cross_entropy on x * scale (no z-loss)."""
     if z_loss != 0.0:
@@ -876,12 +896,11 @@ def cross_entropy(input, target, weight=None, ignore_index=-100, reduction="mean
     one), mean and sum run the loss kernel alone: one read, nothing
     written over the logits.
 
-    fp16 logits with a loss scaler (torch.amp.GradScaler): mean and sum
-    write the gradient in the forward at the scale 1/count, before the
-    scaler's factor reaches it in the backward, so gradients below fp16's
-    smallest (6e-8 relative to 1/count) are lost that the scaler would
-    have kept; use reduction="none" (its backward forms the scaled
-    gradient) or bf16 there.
+    fp16 logits, mean or sum with a gradient: the split path (the loss
+    kernel, then the backward kernel with the upstream gradient), not the
+    fused kernel, which would round the gradient to fp16 at the scale
+    1/count before a loss scaler's factor reaches it (entries under fp16's
+    smallest vanish); inplace_backward does not apply there.
 
     CUDA fp16/bf16/fp32 logits run libtuned's kernels (the module says
     how), with no host synchronisation: a label out of range gives its
@@ -930,6 +949,10 @@ def cross_entropy(input, target, weight=None, ignore_index=-100, reduction="mean
                                                 z_loss, scale, softcap)
             if num_items is not None:
                 loss, z = loss / num_items, z / num_items
+        elif (x.dtype == torch.float16 and reduction != "none" and x.requires_grad and
+              torch.is_grad_enabled()):
+            loss, lse, z = _fp16_split(x, t, ignore_index, reduction, label_smoothing, z_loss,
+                                       scale, softcap, num_items)
         else:
             if softcap is not None:
                 x = softcap * torch.tanh(x / softcap)
