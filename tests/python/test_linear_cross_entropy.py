@@ -183,6 +183,20 @@ def autograd_cases():
                             f"d weight error {err:.3g}")
 
 
+def fp16_case():
+    # fp16 mean with a gradient: per-row losses reduced after (the backward
+    # forms the gradients with the upstream one); fp16's rounding
+    hid, w, _, y = inputs(20, 8, 30, torch.float16, "cpu", 41)
+    loss = tuned.linear_cross_entropy(hid, w, y, chunk_rows=7)
+    loss.backward(torch.tensor(4.0))
+    ref, grads = reference(hid, w, None, y, torch.tensor(4.0, dtype=torch.float64))
+    ok_h, err_h = close(hid.grad, grads[0], 2e-3)
+    ok_w, err_w = close(w.grad, grads[1], 2e-3)
+    expect(abs(loss.item() - ref.item()) <= 1e-3 * abs(ref.item()) and ok_h and ok_w,
+           f"fp16 mean: loss {loss.item()} against {ref.item()}, d hidden {err_h:.3g}, "
+           f"d weight {err_w:.3g}")
+
+
 def chunk_rule():
     from tuned.linear_cross_entropy import _chunk_rows
     expect(_chunk_rows(4096, 128256, 2, None, 256 << 20) == 1024,
@@ -242,6 +256,7 @@ math_cases("cpu", torch.float32, 1e-5)
 shape_cases("cpu", torch.float32, 1e-5)
 option_cases("cpu", torch.float32, 1e-5)
 autograd_cases()
+fp16_case()
 chunk_rule()
 error_cases()
 compile_case("cpu", torch.float32, 1e-5)

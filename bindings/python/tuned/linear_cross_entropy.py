@@ -19,6 +19,9 @@ implementations) take them:
   none       the forward runs the loss kernel (one read) and keeps each
              row's lse; the backward makes each chunk's logits again and
              runs the backward kernel with the per-row upstream gradient.
+             fp16 mean and sum take this path too, reduced afterwards: the
+             fused gradient, rounded to fp16 at 1/count in the forward,
+             would lose the entries a loss scaler keeps.
 
 Memory beyond the inputs and the gradients: one chunk of logits (two with
 softcap), whose rows are chunk_rows (default: as many rows as fit
@@ -325,8 +328,18 @@ def linear_cross_entropy(hidden, weight, labels, bias=None, ignore_index=-100,
     need_grad = torch.is_grad_enabled() and any(
         t is not None and t.requires_grad for t in (h, w, bias))
     chunk = _chunk_rows(h.shape[0], w.shape[0], h.element_size(), chunk_rows, max_chunk_bytes)
+    # fp16 with a gradient: the rows' losses, reduced here, so that the
+    # backward forms the gradients with the upstream one (a loss scaler's
+    # factor), not the forward at 1/count in fp16 (tuned.cross_entropy
+    # does the same)
+    split = h.dtype == torch.float16 and need_grad and reduction != "none"
     loss = _LinearCrossEntropyFn.apply(h, w, bias, lab, float(scale), float(label_smoothing),
-                                       float(z_loss), int(ignore_index), reduction, num_items,
+                                       float(z_loss), int(ignore_index),
+                                       "none" if split else reduction, num_items,
                                        None if softcap is None else float(softcap), chunk,
                                        bool(accumulate_fp32), need_grad)
+    if split:
+        if reduction == "mean":
+            return loss.sum() / (lab != ignore_index).sum()
+        return loss.sum() / num_items if num_items is not None else loss.sum()
     return loss.view(lead) if reduction == "none" else loss
