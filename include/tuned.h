@@ -196,6 +196,8 @@ typedef struct tuned_progress {
     double best_us;          /* its median time; 0 before one */
     double copy_us;          /* a copy of the same bytes (the roofline); 0 before it is measured */
     double elapsed_s;        /* since the tune started */
+    const char *message;     /* state "failed": why; else NULL. A background
+                                child tune that fails reports once so */
 } tuned_progress;
 
 /* Receives progress; p and its strings are valid during the call only. */

@@ -85,6 +85,14 @@ static void *worker_main(void *arg)
         int rc = by_daemon
                      ? tuned__client_tune(h->socket, &shape, fp, h->tune_time_s, &daemon_job, &e)
                      : child_tune(h, device, &shape, h->tune_time_s, &e);
+        if (rc != 0 && h->on_progress != NULL) {
+            /* The background tune failed: said once, through the callback
+             * (outside the lock, as every report), with why. */
+            tuned_progress p = {.rows = (int64_t)shape.rows, .cols = (int64_t)shape.cols,
+                                .dtype = shape.dtype, .device = device, .state = "failed",
+                                .generation = -1, .message = e.msg};
+            tuned__api_progress_call(h->on_progress, h->progress_ctx, &p);
+        }
         pthread_mutex_lock(&h->mu);
         if (rc != 0) {
             j->state = TUNED_TUNE_FAILED;

@@ -8,6 +8,8 @@ generation.
               shape with no record starts one child tune into the user's
               store ($TUNED_DB), and one line on stderr says so and where
               the winner goes (once, though the shape is asked for twice)
+  failing     a child tune that fails: one line on stderr says why, and the
+              shape's choice says the tune failed
   never       TUNED_POLICY=never: no child, no line
   daemon      where a daemon answers on the socket (TUNED's serve), the
               policy is "daemon"; TUNED_POLICY=daemon keeps it without one
@@ -83,6 +85,17 @@ check(args.count("tune ") == 1 and "--shape 128x4096" in args and
       f"--db {os.path.join(tmp, 'store')}" in args, "one child tune into $TUNED_DB", args)
 check(len(lines) == 1 and "128x4096 fp16 on GPU 0" in lines[0] and os.path.join(tmp, "store") in lines[0],
       "one line on stderr, with the store", p.stderr)
+
+fail_fake = os.path.join(tmp, "failing-tuned")
+with open(fail_fake, "w") as f:
+    f.write("#!/bin/sh\necho 'nvrtc: a planted failure' >&2\nexit 1\n")
+os.chmod(fail_fake, 0o755)
+p = run({"TUNED_BIN": fail_fake})
+failures = [l for l in p.stderr.splitlines() if l.startswith("tuned: the background tune")]
+check(p.returncode == 0 and "tune failed" in p.stdout and len(failures) == 1 and
+      "128x4096 fp16 on GPU 0 failed" in failures[0] and "a planted failure" in failures[0] and
+      "default config keeps serving" in failures[0],
+      "a failed child tune: one line on stderr, saying why", p.stdout + p.stderr)
 
 p = run({"TUNED_POLICY": "never"})
 check(p.returncode == 0 and "policy never" in p.stdout and not os.path.exists(ran) and

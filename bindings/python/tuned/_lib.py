@@ -97,6 +97,7 @@ class Progress(ctypes.Structure):
         ("best_us", ctypes.c_double),
         ("copy_us", ctypes.c_double),
         ("elapsed_s", ctypes.c_double),
+        ("message", ctypes.c_char_p),
     ]
 
 
@@ -167,15 +168,15 @@ CE_ERR_LABEL = 1
 assert ctypes.sizeof(Options) == 56, ctypes.sizeof(Options)
 assert ctypes.sizeof(CeOptions) == 72, ctypes.sizeof(CeOptions)
 assert ctypes.sizeof(Choice) == 520, ctypes.sizeof(Choice)
-assert ctypes.sizeof(Progress) == 96, ctypes.sizeof(Progress)
+assert ctypes.sizeof(Progress) == 104, ctypes.sizeof(Progress)
 
 
 def progress_dict(p):
     """A tuned_progress as a dict (its strings decoded; None where NULL)."""
     d = {name: getattr(p, name) for name, _ in Progress._fields_}
     d["dtype"] = {v: k for k, v in DTYPES.items()}.get(p.dtype, p.dtype)
-    for key in ("state", "best_config"):
-        d[key] = d[key].decode() if d[key] is not None else None
+    for key in ("state", "best_config", "message"):
+        d[key] = d[key].decode(errors="replace") if d[key] is not None else None
     return d
 
 _PROTOTYPES = {

@@ -65,7 +65,7 @@ class Handle:
     installed inside this package, else libtuned's default); tune_time_s:
     their search time. progress: None, or a function called with a dict
     (rows, cols, dtype, device, state, generation, evaluated, failed,
-    budget, best_config, best_us, copy_us, elapsed_s: tuned_progress's
+    budget, best_config, best_us, copy_us, elapsed_s, message: tuned_progress's
     fields) as this handle's tunes go on, on the thread that runs the tune
     (the handle's background thread, or the caller of tune()); what it
     raises is printed and ignored.
@@ -239,7 +239,8 @@ def default_policy():
 class _TuneNotice:
     """The default handle's progress function under the process policy: one
     line on stderr the first time each shape reports, saying it is being
-    tuned and where the winner goes."""
+    tuned and where the winner goes, and one line when its tune fails,
+    saying why (the default config keeps serving)."""
 
     def __init__(self, store):
         self.store = store or "the default store (tuned.h)"
@@ -247,12 +248,18 @@ class _TuneNotice:
         self.lock = threading.Lock()
 
     def __call__(self, p):
-        key = (p["rows"], p["cols"], p["dtype"], p["device"])
+        failed = p["state"] == "failed"
+        key = (p["rows"], p["cols"], p["dtype"], p["device"], failed)
         with self.lock:
             if key in self.seen:
                 return
             self.seen.add(key)
-        print(f"tuned: tuning {p['rows']}x{p['cols']} {p['dtype']} on GPU {p['device']} in the "
+        shape = f"{p['rows']}x{p['cols']} {p['dtype']} on GPU {p['device']}"
+        if failed:
+            print(f"tuned: the background tune of {shape} failed: {p['message']}; the default "
+                  f"config keeps serving it", file=sys.stderr, flush=True)
+            return
+        print(f"tuned: tuning {shape} in the "
               f"background (a child tuned process; no daemon answers); the winner goes to "
               f"{self.store}, and calls switch to it when it is stored (TUNED_POLICY=never: "
               f"no tuning)", file=sys.stderr, flush=True)
