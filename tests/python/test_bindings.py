@@ -45,6 +45,8 @@ import threading
 import time
 import unittest
 
+from verdicts import run_suite
+
 TUNED = os.path.abspath(sys.argv[1]) if len(sys.argv) > 1 and sys.argv[1] else None
 LIBTUNED = os.path.abspath(sys.argv[2]) if len(sys.argv) > 2 and sys.argv[2] else None
 ROOT = sys.argv[3] if len(sys.argv) > 3 else os.path.join(os.path.dirname(__file__), "..", "..")
@@ -787,12 +789,7 @@ def main():
         cases = [c for c in globals().values() if isinstance(c, type) and
                  issubclass(c, unittest.TestCase) and c is not RealDaemonTests]
         suite = unittest.TestSuite(loader.loadTestsFromTestCase(c) for c in cases)
-    result = unittest.TextTestRunner(verbosity=2).run(suite)
-    skipped = len(result.skipped)
-    failed = len(result.failures) + len(result.errors)
-    passed = result.testsRun - failed - skipped
-    print(f"{passed} passed, {failed} failed, {skipped} skipped")
-    return 1 if failed else 0
+    return run_suite(suite)
 
 
 if __name__ == "__main__":

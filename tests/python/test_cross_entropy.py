@@ -37,6 +37,8 @@ import subprocess
 import sys
 import tempfile
 import unittest
+
+from verdicts import run_suite
 import warnings
 
 LIBTUNED = os.path.abspath(sys.argv[1]) if len(sys.argv) > 1 and sys.argv[1] else None
@@ -585,12 +587,7 @@ class ArgumentTests(unittest.TestCase):
 
 def main():
     suite = unittest.defaultTestLoader.loadTestsFromModule(sys.modules[__name__])
-    result = unittest.TextTestRunner(verbosity=2).run(suite)
-    skipped = len(result.skipped)
-    failed = len(result.failures) + len(result.errors)
-    passed = result.testsRun - failed - skipped
-    print(f"{passed} passed, {failed} failed, {skipped} skipped")
-    return 1 if failed else 0
+    return run_suite(suite)
 
 
 if __name__ == "__main__":

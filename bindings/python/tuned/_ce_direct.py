@@ -42,7 +42,9 @@ def error_word(x):
     return w
 
 
-def _options(labels, scale, smoothing, z_loss, ignore_index, reduction, x):
+def options(labels, scale, smoothing, z_loss, ignore_index, reduction, x):
+    """The tuned_ce_options of a call on logits x (the error word of x's
+    device), every pointer but the error word NULL."""
     o = _lib.CeOptions()
     o.scale, o.label_smoothing, o.z_loss = scale, smoothing, z_loss
     o.ignore_index = ignore_index
@@ -86,7 +88,7 @@ def fused(x, labels, scale, smoothing, z_loss, ignore_index, mean, grad_scale, i
     lse = torch.empty(rows, dtype=torch.float32, device=x.device)
     grad = x if inplace else torch.empty_strided(x.shape, x.stride(), dtype=x.dtype,
                                                  device=x.device)
-    o = _options(labels, scale, smoothing, z_loss, ignore_index,
+    o = options(labels, scale, smoothing, z_loss, ignore_index,
                  _lib.REDUCTION_MEAN if mean else _lib.REDUCTION_SUM, x)
     bp = buf.data_ptr()
     if mean:
@@ -132,7 +134,7 @@ def loss(x, labels, scale, smoothing, z_loss, ignore_index):
     rows, cols = x.shape
     loss_rows = torch.empty(rows, dtype=torch.float32, device=x.device)
     lse = torch.empty(rows, dtype=torch.float32, device=x.device)
-    o = _options(labels, scale, smoothing, z_loss, ignore_index, _lib.REDUCTION_NONE, x)
+    o = options(labels, scale, smoothing, z_loss, ignore_index, _lib.REDUCTION_NONE, x)
     rc = lib.tuned_cross_entropy(h, x.data_ptr(), labels.data_ptr(), None, loss_rows.data_ptr(),
                                  lse.data_ptr(), rows, cols, x.stride(0), dt, ctypes.byref(o),
                                  stream)
@@ -153,7 +155,7 @@ def backward(x, labels, lse, grad_output, scale, smoothing, z_loss, ignore_index
     if grad_output.numel() != rows or lse.dtype != torch.float32 or not lse.is_contiguous():
         return None
     grad = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=x.device)
-    o = _options(labels, scale, smoothing, z_loss, ignore_index, _lib.REDUCTION_NONE, x)
+    o = options(labels, scale, smoothing, z_loss, ignore_index, _lib.REDUCTION_NONE, x)
     o.grad_output = grad_output.data_ptr()
     rc = lib.tuned_cross_entropy_backward(h, x.data_ptr(), labels.data_ptr(), lse.data_ptr(),
                                           grad.data_ptr(), rows, cols, x.stride(0), dt,

@@ -62,7 +62,6 @@ import torch
 
 from . import _ce_direct, _dispatch, _lib
 from ._ce_direct import _errors
-from ._ce_direct import error_word as _error_word
 from .errors import LibraryError, TunedError
 from .torch_ops import _DTYPES, _contiguous, _library, _on_device, _raw_stream
 
@@ -213,19 +212,6 @@ def _blocks(x):
                      f"{x.stride()} are not rows (R, V) or (B, T, V) of rows")
 
 
-def _options(lib, labels, scale, smoothing, z_loss, ignore_index, reduction, error):
-    o = _lib.CeOptions()
-    lib.tuned_ce_options_init(ctypes.byref(o))
-    o.scale = scale
-    o.label_smoothing = smoothing
-    o.z_loss = z_loss
-    o.ignore_index = ignore_index
-    o.reduction = reduction
-    o.error = error.data_ptr() if error is not None else None
-    o.labels_int32 = int(labels.dtype == torch.int32)
-    return o
-
-
 def _f32(t):
     """t as a contiguous fp32 tensor (no copy when it is one)."""
     return t.to(torch.float32).contiguous()
@@ -295,10 +281,8 @@ def _fused_any(logits, labels, grad_scale, scale, smoothing, z_loss, ignore_inde
     return _contiguous(loss.float()), _contiguous(lse.float()), grad
 
 
-def _fused_cuda(logits, labels, grad_scale, scale, smoothing, z_loss, ignore_index,
-                mean_workspace=False):
-    return _fused(logits, labels, grad_scale, scale, smoothing, z_loss, ignore_index, False,
-                  mean_workspace)
+def _fused_cuda(logits, labels, grad_scale, scale, smoothing, z_loss, ignore_index):
+    return _fused(logits, labels, grad_scale, scale, smoothing, z_loss, ignore_index, False)
 
 
 def _fused_inplace_any(logits, labels, grad_scale, scale, smoothing, z_loss, ignore_index):
@@ -308,43 +292,29 @@ def _fused_inplace_any(logits, labels, grad_scale, scale, smoothing, z_loss, ign
     return loss, lse
 
 
-def _fused_inplace_cuda(logits, labels, grad_scale, scale, smoothing, z_loss, ignore_index,
-                        mean_workspace=False):
+def _fused_inplace_cuda(logits, labels, grad_scale, scale, smoothing, z_loss, ignore_index):
     loss, lse, _ = _fused(logits, labels, grad_scale, scale, smoothing, z_loss, ignore_index,
-                          True, mean_workspace)
+                          True)
     return loss, lse
 
 
-def _fused(logits, labels, grad_scale, scale, smoothing, z_loss, ignore_index, inplace,
-           mean_workspace=False):
+def _fused(logits, labels, grad_scale, scale, smoothing, z_loss, ignore_index, inplace):
     """tuned_cross_entropy with the gradient: (loss, lse, grad); grad is
-    logits when inplace. grad_scale: the gradient's scale (one fp32
-    element, reduction sum), or with mean_workspace the call's workspace
-    (four fp32 elements, rows (R, V) in one call): libtuned counts the
-    rows not ignored there and leaves 1/count in its first element, which
-    the caller reads on the device."""
+    logits when inplace; grad_scale (one fp32 element) scales it."""
     loss, lse = _row_outputs(logits, labels)
     grad = logits if inplace else _grad_like(logits)
     gs = _f32(grad_scale)
 
     def run(lib, h):
-        if mean_workspace:
-            o = _options(lib, labels, scale, smoothing, z_loss, ignore_index,
-                         _lib.REDUCTION_MEAN, _error_word(logits))
-            o.workspace = gs.data_ptr()
-        else:
-            o = _options(lib, labels, scale, smoothing, z_loss, ignore_index,
-                         _lib.REDUCTION_SUM, _error_word(logits))
-            o.grad_output = gs.data_ptr()
+        o = _ce_direct.options(labels, scale, smoothing, z_loss, ignore_index,
+                               _lib.REDUCTION_SUM, logits)
+        o.grad_output = gs.data_ptr()
         _launch(lib.tuned_cross_entropy, lib, h, logits, labels, [loss, lse], grad,
                 lambda x, lab, g, f: (x, lab, g, f[0], f[1]), o, None)
         return loss, lse, grad
 
     def formula():
-        scale_1 = gs[:1]
-        if mean_workspace:
-            scale_1.copy_((labels != ignore_index).sum().to(torch.float32).reciprocal())
-        lo, ls, g = _fused_any(logits, labels, scale_1, scale, smoothing, z_loss, ignore_index)
+        lo, ls, g = _fused_any(logits, labels, gs, scale, smoothing, z_loss, ignore_index)
         return loss.copy_(lo), lse.copy_(ls), grad.copy_(g)
 
     return _cuda_call(logits, "tuned_cross_entropy", run, formula, inplace)
@@ -360,8 +330,8 @@ def _loss_cuda(logits, labels, scale, smoothing, z_loss, ignore_index):
     loss, lse = _row_outputs(logits, labels)
 
     def run(lib, h):
-        o = _options(lib, labels, scale, smoothing, z_loss, ignore_index, _lib.REDUCTION_NONE,
-                     _error_word(logits))
+        o = _ce_direct.options(labels, scale, smoothing, z_loss, ignore_index,
+                               _lib.REDUCTION_NONE, logits)
         _launch(lib.tuned_cross_entropy, lib, h, logits, labels, [loss, lse], None,
                 lambda x, lab, g, f: (x, lab, None, f[0], f[1]), o, None)
         return loss, lse
@@ -387,8 +357,7 @@ def _backward_cuda(logits, labels, lse, grad_output, scale, smoothing, z_loss, i
 
     def run(lib, h):
         red = _lib.REDUCTION_NONE if per_row else _lib.REDUCTION_SUM
-        o = _options(lib, labels, scale, smoothing, z_loss, ignore_index, red,
-                     _error_word(logits))
+        o = _ce_direct.options(labels, scale, smoothing, z_loss, ignore_index, red, logits)
         o.grad_output = go.data_ptr()
         _launch(lib.tuned_cross_entropy_backward, lib, h, logits, labels, [lse], grad,
                 lambda x, lab, g, f: (x, lab, f[0], g), o, go if per_row else None)
@@ -564,14 +533,16 @@ class _CrossEntropyFn(torch.autograd.Function):
         ctx.backward_done = False
         ctx.ops = ops
         ctx.direct = False
+        # a sum over a count the caller gives (accumulated batches): carried
+        # by the kernel's gradient, so that the upstream gradient stays 1 and
+        # the backward moves nothing
+        per_count = (torch.as_tensor(divisor, dtype=torch.float32,
+                                     device=x.device).reshape(()).reciprocal()
+                     if reduction == "sum" and divisor is not None else None)
         if (ops is _DIRECT and need_grad and reduction != "none" and not want_z
                 and x.dim() == 2):
-            gs = None
-            if reduction == "sum" and divisor is not None:
-                gs = torch.as_tensor(divisor, dtype=torch.float32,
-                                     device=x.device).reshape(()).reciprocal()
             r = _ce_direct.fused(x, labels, scale, smoothing, z_loss, ignore_index,
-                                 reduction == "mean", gs, inplace)
+                                 reduction == "mean", per_count, inplace)
             if r is not None:
                 loss, lse, grad = r
                 ctx.direct = True
@@ -579,30 +550,13 @@ class _CrossEntropyFn(torch.autograd.Function):
                 ctx.mark_non_differentiable(lse)
                 return loss, lse, None
         gs = None
-        fused_kw = {}
-        if reduction != "none":
-            if reduction == "mean" and ops is _DIRECT and x.dim() == 2 and need_grad:
-                # libtuned counts the rows on the device, in one call with the
-                # loss (four small torch operations fewer on the host)
-                gs_arg = torch.empty(4, dtype=torch.float32, device=x.device)
-                fused_kw = {"mean_workspace": True}
-                gs = gs_arg[0]
-            elif reduction == "mean":
-                # 1/n_valid on the device: no host sync (n_valid 0: inf,
-                # and the loss 0 * inf = NaN, as torch's 0/0).
-                gs = (labels != ignore_index).sum().to(torch.float32).reciprocal()
-            elif divisor is not None:
-                # a sum over a count the caller gives (accumulated batches):
-                # carried by the kernel's gradient, so that the upstream
-                # gradient stays 1 and the backward moves nothing
-                gs = torch.as_tensor(divisor, dtype=torch.float32,
-                                     device=x.device).reshape(()).reciprocal()
-            elif ops is _DIRECT:
-                gs = _ONE.get(x.device)
-            else:
-                gs = torch.ones((), dtype=torch.float32, device=x.device)
-            if not fused_kw:
-                gs_arg = gs
+        if reduction == "mean":
+            # 1/n_valid on the device: no host sync (n_valid 0: inf, and
+            # the loss 0 * inf = NaN, as torch's 0/0)
+            gs = (labels != ignore_index).sum().to(torch.float32).reciprocal()
+        elif reduction == "sum":
+            gs = (per_count if per_count is not None
+                  else torch.ones((), dtype=torch.float32, device=x.device))
         if reduction == "none" or not need_grad:
             # no gradient wanted now (evaluation, no_grad): one read
             r = (_ce_direct.loss(x, labels, scale, smoothing, z_loss, ignore_index)
@@ -616,12 +570,12 @@ class _CrossEntropyFn(torch.autograd.Function):
                 ctx.save_for_backward(x, labels, lse)
         else:
             if inplace:
-                loss, lse = ops.fused_inplace(x, labels, gs_arg, scale, smoothing, z_loss,
-                                              ignore_index, **fused_kw)
+                loss, lse = ops.fused_inplace(x, labels, gs, scale, smoothing, z_loss,
+                                              ignore_index)
                 grad = x
             else:
-                loss, lse, grad = ops.fused(x, labels, gs_arg, scale, smoothing, z_loss,
-                                            ignore_index, **fused_kw)
+                loss, lse, grad = ops.fused(x, labels, gs, scale, smoothing, z_loss,
+                                            ignore_index)
             ctx.save_for_backward(grad)
         z = None
         if want_z:
@@ -663,23 +617,6 @@ class _CrossEntropyFn(torch.autograd.Function):
         return (grad,) + (None,) * 11
 
 
-class _Ones:
-    """A one-element fp32 1 per device, made once (the sum reduction's
-    gradient scale): not a new tensor a call."""
-
-    def __init__(self):
-        self._by_device = {}
-
-    def get(self, device):
-        t = self._by_device.get(device)
-        if t is None:
-            t = torch.ones((), dtype=torch.float32, device=device)
-            if not torch.cuda.is_current_stream_capturing():
-                self._by_device[device] = t
-        return t
-
-
-_ONE = _Ones()
 _OPERATORS = _Ops(_FUSED, _FUSED_INPLACE, _LOSS, _BACKWARD, _RESCALE)
 _DIRECT = _Ops(_fused_cuda, _fused_inplace_cuda, _loss_cuda, _backward_cuda, _rescale_cuda)
 
@@ -795,7 +732,7 @@ def _check_weight(weight, x):
         raise ValueError(f"tuned.cross_entropy: weight on {weight.device}, input on {x.device}")
 
 
-def _class_weighted(x, target, weight, ignore_index, reduction, scale, softcap, inplace):
+def _class_weighted(x, target, weight, ignore_index, reduction, scale, softcap):
     """Class weights by the kernels: each row's unweighted loss (the split
     path, reduction none) times its label's weight, w_y; mean divides by
     the weights' sum over the rows not ignored, as torch. The backward
@@ -803,9 +740,8 @@ def _class_weighted(x, target, weight, ignore_index, reduction, scale, softcap, 
     weighted loss's gradient (without label smoothing the weight is one
     factor of the row). A label out of range keeps weight 1 (its loss is
     NaN). Two reads and a write of the logits, not the fused kernel's one
-    and one. inplace_backward is ignored (nothing to write in the
+    and one; inplace_backward does not apply (nothing is written in the
     forward)."""
-    del inplace
     per, lse = cross_entropy(x, target, ignore_index=ignore_index, reduction="none",
                              scale=scale, softcap=softcap, return_lse=True)
     cols = x.shape[-1]
@@ -928,8 +864,7 @@ def cross_entropy(input, target, weight=None, ignore_index=-100, reduction="mean
     if weight is not None:
         _check_weight(weight, x)
     if weight is not None and label_smoothing == 0.0 and z_loss == 0.0:
-        loss, lse, z = _class_weighted(x, t, weight, ignore_index, reduction, scale, softcap,
-                                       inplace_backward)
+        loss, lse, z = _class_weighted(x, t, weight, ignore_index, reduction, scale, softcap)
         if num_items is not None:
             loss = loss / num_items
     elif weight is not None:

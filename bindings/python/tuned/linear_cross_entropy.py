@@ -93,7 +93,7 @@ class _Chunk:
 class _LinearCrossEntropyFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, hidden, weight, bias, labels, scale, smoothing, z_loss, ignore_index,
-                reduction, num_items, softcap, chunk, accumulate_fp32, need_grad):
+                reduction, num_items, softcap, chunk, accumulate_fp32):
         ops = _ops(hidden)
         rows = hidden.shape[0]
         cols = weight.shape[0]
@@ -102,18 +102,6 @@ class _LinearCrossEntropyFn(torch.autograd.Function):
         ctx.chunk, ctx.softcap, ctx.ops = chunk, softcap, ops
         ctx.accumulate_fp32 = accumulate_fp32
         ctx.backward_done = False
-        if reduction != "none" and not need_grad:
-            # evaluation: the loss kernel alone, no gradient GEMMs
-            total = torch.zeros((), dtype=torch.float32, device=hidden.device)
-            for c0 in range(0, rows, chunk):
-                c1 = min(rows, c0 + chunk)
-                part = _Chunk(hidden[c0:c1], weight, bias, softcap)
-                lo, _ = ops.loss(part.logits, labels[c0:c1], scale, smoothing, z_loss,
-                                 ignore_index)
-                total += lo.sum()
-            if reduction == "mean":
-                return total / (labels != ignore_index).sum()
-            return total / num_items if num_items is not None else total
         if reduction == "none":
             loss = torch.empty(rows, dtype=torch.float32, device=hidden.device)
             lse = torch.empty(rows, dtype=torch.float32, device=hidden.device)
@@ -176,7 +164,7 @@ class _LinearCrossEntropyFn(torch.autograd.Function):
             grad_w = grad_w.mul_(f).to(ctx.w_dtype)
         if grad_b is not None:
             grad_b = grad_b.mul_(f).to(ctx.b_dtype)
-        return (grad_h, grad_w, grad_b) + (None,) * 11
+        return (grad_h, grad_w, grad_b) + (None,) * 10
 
 
 def _chunk_grads(g, h, weight, grad_h, grad_w, grad_b, c0, c1):
@@ -222,7 +210,7 @@ def _backward_none(ctx, dloss):
         grad_w = grad_w.to(weight.dtype)
     if grad_b is not None:
         grad_b = grad_b.to(bias.dtype)
-    return (grad_h, grad_w, grad_b) + (None,) * 11
+    return (grad_h, grad_w, grad_b) + (None,) * 10
 
 
 def _check(hidden, weight, bias, labels, reduction, label_smoothing, z_loss, scale, softcap,
@@ -328,16 +316,17 @@ def linear_cross_entropy(hidden, weight, labels, bias=None, ignore_index=-100,
     need_grad = torch.is_grad_enabled() and any(
         t is not None and t.requires_grad for t in (h, w, bias))
     chunk = _chunk_rows(h.shape[0], w.shape[0], h.element_size(), chunk_rows, max_chunk_bytes)
-    # fp16 with a gradient: the rows' losses, reduced here, so that the
+    # The rows' losses, reduced here: without a gradient (the loss kernel
+    # alone, no gradient GEMMs), and for fp16 with one, so that the
     # backward forms the gradients with the upstream one (a loss scaler's
     # factor), not the forward at 1/count in fp16 (tuned.cross_entropy
     # does the same)
-    split = h.dtype == torch.float16 and need_grad and reduction != "none"
+    split = reduction != "none" and (not need_grad or h.dtype == torch.float16)
     loss = _LinearCrossEntropyFn.apply(h, w, bias, lab, float(scale), float(label_smoothing),
                                        float(z_loss), int(ignore_index),
                                        "none" if split else reduction, num_items,
                                        None if softcap is None else float(softcap), chunk,
-                                       bool(accumulate_fp32), need_grad)
+                                       bool(accumulate_fp32))
     if split:
         if reduction == "mean":
             return loss.sum() / (lab != ignore_index).sum()

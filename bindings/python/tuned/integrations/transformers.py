@@ -60,14 +60,20 @@ def causal_lm_loss(logits, labels, vocab_size, num_items_in_batch=None, ignore_i
     # intermediate (a leaf's storage is the caller's).
     inplace = (bool(inplace_backward) and torch.is_grad_enabled() and rows.requires_grad and
                not rows.is_leaf)
+    # with num_items, the division carried by the kernel's gradient: the
+    # backward moves nothing
+    return cross_entropy(rows, shift_labels, ignore_index=ignore_index, inplace_backward=inplace,
+                         **_reduction(num_items_in_batch, logits.device))
+
+
+def _reduction(num_items_in_batch, device):
+    """The loss's reduction as transformers asks for it: the mean, or with
+    num_items_in_batch (gradient accumulation) the sum divided by it."""
     if num_items_in_batch is None:
-        return cross_entropy(rows, shift_labels, ignore_index=ignore_index, reduction="mean",
-                             inplace_backward=inplace)
+        return {"reduction": "mean"}
     if torch.is_tensor(num_items_in_batch):
-        num_items_in_batch = num_items_in_batch.to(logits.device)
-    # the division carried by the kernel's gradient: the backward moves nothing
-    return cross_entropy(rows, shift_labels, ignore_index=ignore_index, reduction="sum",
-                         inplace_backward=inplace, num_items=num_items_in_batch)
+        num_items_in_batch = num_items_in_batch.to(device)
+    return {"reduction": "sum", "num_items": num_items_in_batch}
 
 
 def _shift(labels, ignore_index, shift_labels):
@@ -126,16 +132,10 @@ class _LinearHead:
             return causal_lm_loss(logits, labels, vocab_size, num_items_in_batch, ignore_index,
                                   shift_labels)
         target = _shift(labels, ignore_index, shift_labels).to(hidden.device)
-        weight = self.head.weight
-        bias = getattr(self.head, "bias", None)
-        if num_items_in_batch is None:
-            return linear_cross_entropy(hidden, weight, target, bias=bias,
-                                        ignore_index=ignore_index, reduction="mean",
-                                        **self.options)
-        if torch.is_tensor(num_items_in_batch):
-            num_items_in_batch = num_items_in_batch.to(hidden.device)
-        return linear_cross_entropy(hidden, weight, target, bias=bias, ignore_index=ignore_index,
-                                    reduction="sum", num_items=num_items_in_batch,
+        return linear_cross_entropy(hidden, self.head.weight, target,
+                                    bias=getattr(self.head, "bias", None),
+                                    ignore_index=ignore_index,
+                                    **_reduction(num_items_in_batch, hidden.device),
                                     **self.options)
 
 
