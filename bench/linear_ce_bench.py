@@ -37,7 +37,7 @@ def main():
     ap.add_argument("--tokens", type=int, default=8192)
     ap.add_argument("--hidden", type=int, default=4096)
     ap.add_argument("--vocab", type=int, default=128256)
-    ap.add_argument("--chunks", default="512,1024,2048,4096")
+    ap.add_argument("--chunks", default="256,512,1024,4096")
     ap.add_argument("--reps", type=int, default=10)
     args = ap.parse_args()
     n, h, v = args.tokens, args.hidden, args.vocab

@@ -75,8 +75,14 @@ class _Chunk:
     kernels take, the derivative of the cap to multiply their gradient by,
     or None)."""
 
-    def __init__(self, h, weight, bias, softcap):
-        z = torch.mm(h, weight.t()) if bias is None else torch.addmm(bias, h, weight.t())
+    def __init__(self, h, weight, bias, softcap, buf):
+        # into the call's one chunk buffer: a new tensor a chunk would keep
+        # two chunks alive while the next one's GEMM runs
+        z = buf[:h.shape[0]]
+        if bias is None:
+            torch.mm(h, weight.t(), out=z)
+        else:
+            torch.addmm(bias, h, weight.t(), out=z)
         if softcap is None:
             self.logits, self.dcap = z, None
             return
@@ -88,6 +94,12 @@ class _Chunk:
     def grad(self, g):
         """The gradient to the uncapped logits from g, the capped ones'."""
         return g if self.dcap is None else g.mul_(self.dcap)
+
+
+def _chunk_buffer(chunk, hidden, weight):
+    """The logits' buffer of one chunk, reused by every chunk of a call."""
+    rows = min(chunk, hidden.shape[0])
+    return torch.empty((rows, weight.shape[0]), dtype=hidden.dtype, device=hidden.device)
 
 
 class _LinearCrossEntropyFn(torch.autograd.Function):
@@ -105,9 +117,10 @@ class _LinearCrossEntropyFn(torch.autograd.Function):
         if reduction == "none":
             loss = torch.empty(rows, dtype=torch.float32, device=hidden.device)
             lse = torch.empty(rows, dtype=torch.float32, device=hidden.device)
+            buf = _chunk_buffer(chunk, hidden, weight)
             for c0 in range(0, rows, chunk):
                 c1 = min(rows, c0 + chunk)
-                part = _Chunk(hidden[c0:c1], weight, bias, softcap)
+                part = _Chunk(hidden[c0:c1], weight, bias, softcap, buf)
                 lo, ls = ops.loss(part.logits, labels[c0:c1], scale, smoothing, z_loss,
                                   ignore_index)
                 loss[c0:c1] = lo
@@ -131,10 +144,11 @@ class _LinearCrossEntropyFn(torch.autograd.Function):
         grad_b = (torch.zeros(cols, dtype=torch.float32, device=hidden.device)
                   if bias is not None and need[2] else None)
         total = torch.zeros((), dtype=torch.float32, device=hidden.device)
+        buf = _chunk_buffer(chunk, hidden, weight)
         for c0 in range(0, rows, chunk):
             c1 = min(rows, c0 + chunk)
             h = hidden[c0:c1]
-            part = _Chunk(h, weight, bias, softcap)
+            part = _Chunk(h, weight, bias, softcap, buf)
             lo, _ = ops.fused_inplace(part.logits, labels[c0:c1], gs, scale, smoothing, z_loss,
                                       ignore_index)
             total += lo.sum()
@@ -200,10 +214,11 @@ def _backward_none(ctx, dloss):
               if need[1] else None)
     grad_b = (torch.zeros(weight.shape[0], dtype=torch.float32, device=hidden.device)
               if bias is not None and need[2] else None)
+    buf = _chunk_buffer(chunk, hidden, weight)
     for c0 in range(0, rows, chunk):
         c1 = min(rows, c0 + chunk)
         h = hidden[c0:c1]
-        part = _Chunk(h, weight, bias, ctx.softcap)
+        part = _Chunk(h, weight, bias, ctx.softcap, buf)
         g = ctx.ops.backward(part.logits, labels[c0:c1], lse[c0:c1], dloss[c0:c1], *ctx.params)
         _chunk_grads(part.grad(g), h, weight, grad_h, grad_w, grad_b, c0, c1)
     if grad_w is not None:
