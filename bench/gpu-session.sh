@@ -51,6 +51,16 @@
 #              linear    bench/linear_ce_bench.py: the 8B-scale loss block
 #            Each step's log goes to OUT; a step that would start with less
 #            than a minute of the call's 570 s left is skipped (named).
+#   router   build, then the router steps named in ROUTER_STEPS (default
+#            "tune test bench"; the store /tmp/tuned-router-db is kept
+#            while the machine stays up):
+#              tune   router_topk tuned (ROUTER_TUNE_TIME seconds, 5) for
+#                     bench/router_bench.py's routers at 64 and 16384
+#                     tokens (others take the nearest winner of their
+#                     key parameters), and router_topk_bwd at 16384
+#              test   tests/python/test_router.py on the GPU (transformers'
+#                     routers, rules, gradients, opcheck, compile, graphs)
+#              bench  bench/router_bench.py (ROUTER_BENCH_ARGS)
 #   stage    only keep the wheels carried in this call (a .whlX/ folder)
 #            in /tmp, for a later `anchors` or `train` call.
 set -uo pipefail
@@ -190,6 +200,60 @@ decode)
     tools/bench.sh "$out" decode decode >/dev/null 2>/tmp/tuned-bench-progress.log
     tar czf "$out/decode-traces.tgz" -C "$out" traces && rm -rf "$out/traces"
     cat "$out/decode.md"
+    ;;
+router)
+    device_env
+    t0=$SECONDS
+    db=/tmp/tuned-router-db
+    nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >"$out/device.txt" 2>&1
+    install_wheels >"$out/wheels.log" 2>&1 || echo "anchors: wheels not installed (wheels.log)"
+    tools/setup.sh --no-deps >/tmp/tuned-build.log 2>&1 || { tail -n 30 /tmp/tuned-build.log; exit 1; }
+    echo "== build: $((SECONDS - t0)) s"
+    export TUNED_DB="$db" TUNED_POLICY=never TUNED_LIBRARY="$root/build/libtuned.so.0" \
+        TUNED_BIN="$root/build/tuned" PYTHONPATH="$root/bindings/python:$root/bench:${PYTHONPATH:-}"
+    for step in ${ROUTER_STEPS:-tune test bench}; do
+        s0=$SECONDS
+        if (( SECONDS - t0 > 540 )); then echo "== $step: skipped (time)"; continue; fi
+        case "$step" in
+        tune)
+            : >>"$out/tunes.jsonl"
+            for spec in ${ROUTER_TUNE_KEYS:-8:k=2,renorm=1 60:k=4 128: 160:k=6 \
+                    256:k=8,score=sigmoid,groups=8,topk_group=4,renorm=1 \
+                    384:k=8,score=sigmoid,renorm=1}; do
+                for rows in ${ROUTER_TUNE_ROWS:-16384 64}; do
+                    (( SECONDS - t0 > 480 )) && continue
+                    timeout 120 build/tuned tune --kernel router_topk \
+                        --shape "${rows}x${spec}" --dtype "${ROUTER_DTYPE:-fp32}" \
+                        --time "${ROUTER_TUNE_TIME:-5}" --db "$db" --json \
+                        >>"$out/tunes.jsonl" 2>>"$out/tunes.log" ||
+                        echo "{\"kernel\": \"router_topk\", \"spec\": \"${rows}x$spec\", \"failed\": true}" \
+                            >>"$out/tunes.jsonl"
+                done
+            done
+            for spec in 128:k=8 256:k=8,score=sigmoid,renorm=1; do
+                timeout 120 build/tuned tune --kernel router_topk_bwd --shape "16384x$spec" \
+                    --dtype "${ROUTER_DTYPE:-fp32}" --time "${ROUTER_TUNE_TIME:-5}" --db "$db" \
+                    --json >>"$out/tunes.jsonl" 2>>"$out/tunes.log" ||
+                    echo "{\"kernel\": \"router_topk_bwd\", \"spec\": \"16384x$spec\", \"failed\": true}" \
+                        >>"$out/tunes.jsonl"
+            done
+            build/tuned list --db "$db" >"$out/list.txt" 2>&1
+            grep -c '"failed"' "$out/tunes.jsonl" | sed 's/^/tunes failed: /'
+            ;;
+        test)
+            timeout 300 python3 tests/python/test_router.py build/libtuned.so.0 . \
+                >"$out/test.log" 2>&1
+            echo "test: exit $?: $(tail -n 1 "$out/test.log")"
+            ;;
+        bench)
+            timeout 300 python3 bench/router_bench.py ${ROUTER_BENCH_ARGS:-} >"$out/bench.log" 2>&1
+            echo "bench: exit $?"
+            ;;
+        esac
+        echo "== $step: $((SECONDS - s0)) s"
+    done
+    [[ -f "$out/list.txt" ]] && cat "$out/list.txt" | head -40
+    [[ -f "$out/bench.log" ]] && sed -n '/^router forward/,$p' "$out/bench.log"
     ;;
 cross-entropy)
     device_env

@@ -414,7 +414,7 @@ int main(int argc, char **argv)
         for (int dt = TUNED_FP16; dt <= TUNED_FP32; dt++)
             for (size_t ki = 0; ki < tuned__kind_count(); ki++) {
                 unsigned k = tuned__kind_at(ki)->id;
-                tuned__shape s = {(tuned_dtype)dt, shapes[i][0], shapes[i][1], (uint8_t)k};
+                tuned__shape s = {(tuned_dtype)dt, shapes[i][0], shapes[i][1], (uint8_t)k, 0};
                 tuned__space sp;
                 if (tuned__space_init(&sp, &s, ARCH, SMS, &e) != 0) {
                     fprintf(stderr, "sass_diff: space %s %llux%llu %s: %s\n",

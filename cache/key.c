@@ -151,8 +151,54 @@ void tuned__key_format(char *buf, size_t n, const tuned__store_key *k)
         snprintf(lbuf, sizeof lbuf, "dense");
     else
         snprintf(lbuf, sizeof lbuf, "L%u", (unsigned)k->layout);
-    snprintf(buf, n, "%s/%s/%" PRIu64 "x%" PRIu64 "/%s/%016" PRIx64, kernel, dtype, k->rows,
-             k->cols, lbuf, k->gpu_fp);
+    char params[128] = "";
+    uint32_t word = (uint32_t)(k->cols >> TUNED__WIRE_PARAMS_SHIFT);
+    if (word != 0) {
+        const tuned__kind_spec *spec = tuned__kind(k->kernel);
+        params[0] = ':';
+        if (spec != NULL && spec->nparams > 0)
+            tuned__params_format(spec, word, params + 1, sizeof params - 1);
+        if (params[1] == '\0') /* the defaults, or a kind this build does not know */
+            snprintf(params + 1, sizeof params - 1, "0x%08x", (unsigned)word);
+    }
+    snprintf(buf, n, "%s/%s/%" PRIu64 "x%" PRIu64 "%s/%s/%016" PRIx64, kernel, dtype, k->rows,
+             tuned__wire_cols_cols(k->cols), params, lbuf, k->gpu_fp);
+}
+
+static int parse_dec(const char *s, const char *end, uint64_t max, uint64_t *out);
+
+/* "COLS" or "COLS:PARAMS" of kind kernel into the travelling columns. */
+static int parse_cols(const char *s, uint8_t kernel, uint64_t *out, tuned__err *e)
+{
+    const char *colon = strchr(s, ':');
+    const char *end = colon != NULL ? colon : s + strlen(s);
+    uint64_t cols;
+    if (!parse_dec(s, end, colon != NULL ? TUNED__MAX_COLS : INT64_MAX, &cols))
+        return tuned__errf(e, TUNED_EINVAL, "'%s' is not ROWSxCOLS", s);
+    if (colon == NULL) {
+        *out = cols;
+        return 0;
+    }
+    uint32_t word = 0;
+    const char *text = colon + 1;
+    if (strncmp(text, "0x", 2) == 0 && strlen(text) == 10) {
+        uint64_t v = 0;
+        for (const char *p = text + 2; *p != '\0'; p++) {
+            int d = *p >= '0' && *p <= '9' ? *p - '0' : *p >= 'a' && *p <= 'f' ? *p - 'a' + 10 : -1;
+            if (d < 0)
+                return tuned__errf(e, TUNED_EINVAL, "key parameters '%s': bad hex", text);
+            v = v * 16 + (uint64_t)d;
+        }
+        word = (uint32_t)v;
+    } else {
+        const tuned__kind_spec *spec = tuned__kind(kernel);
+        int rc = spec != NULL ? tuned__params_parse(spec, text, &word, e)
+                              : tuned__errf(e, TUNED_EINVAL, "unknown kernel");
+        if (rc != 0)
+            return rc;
+    }
+    *out = tuned__wire_cols(cols, word);
+    return 0;
 }
 
 /* Strict unsigned decimal of 1..19 digits into *out, ending at end. */
@@ -206,9 +252,10 @@ int tuned__key_parse(const char *text, tuned__store_key *out, tuned__err *e)
         return tuned__errf(e, TUNED_EINVAL, "key '%s': unknown dtype '%s'", text, part[1]);
     k.dtype = (uint8_t)dt;
     const char *x = strchr(part[2], 'x');
-    if (x == NULL || !parse_dec(part[2], x, INT64_MAX, &k.rows) ||
-        !parse_dec(x + 1, x + 1 + strlen(x + 1), INT64_MAX, &k.cols))
+    if (x == NULL || !parse_dec(part[2], x, INT64_MAX, &k.rows))
         return tuned__errf(e, TUNED_EINVAL, "key '%s': '%s' is not ROWSxCOLS", text, part[2]);
+    if (parse_cols(x + 1, k.kernel, &k.cols, e) != 0)
+        return tuned__err_prefix(e, TUNED_EINVAL, "key '%s'", text);
     uint64_t layout;
     if (strcmp(part[3], "dense") == 0)
         k.layout = TUNED__LAYOUT_DENSE;

@@ -16,7 +16,11 @@
  * Keys also have a text form for people and the command line:
  *   KIND/fp16/4096x32000/dense/0123456789abcdef
  * (the kind's registry name, dtype, rows x cols, layout "dense" or "L<n>",
- * GPU fingerprint). */
+ * GPU fingerprint). A kind's key parameters (src/codegen/kind.h) ride in
+ * the cols field above bit 32 (0 for kinds without: every key from before
+ * them keeps its bytes); the text names them after the columns, as the
+ * registry writes them:
+ *   router_topk/fp32/16384x128:k=8,score=sigmoid/dense/0123456789abcdef */
 #ifndef TUNED_CACHE_KEY_H
 #define TUNED_CACHE_KEY_H
 
@@ -36,7 +40,7 @@
 #define TUNED__KEY_CONFIG_MAX 127 /* config text bytes in a history key */
 #define TUNED__KEY_HIST_MAX (TUNED__KEY_LEN + TUNED__KEY_CONFIG_MAX)
 #define TUNED__KEY_CUBIN_LEN 9
-#define TUNED__KEY_TEXT 96        /* text form plus NUL */
+#define TUNED__KEY_TEXT 192       /* text form plus NUL */
 
 /* The layout above, and the config texts it must hold, checked. */
 _Static_assert(TUNED__KEY_SHAPE_LEN == 1 + 1 + 1 + 8 + 8,
@@ -98,8 +102,24 @@ uint64_t tuned__get_be64(const uint8_t *p);
 static inline tuned__store_key tuned__store_key_of(const tuned__shape *shape, uint64_t gpu_fp)
 {
     tuned__store_key k = {.kernel = (uint8_t)tuned__shape_kernel(shape), .dtype = (uint8_t)shape->dtype,
-                          .rows = shape->rows, .cols = shape->cols, .gpu_fp = gpu_fp};
+                          .rows = shape->rows, .cols = tuned__wire_cols_of(shape), .gpu_fp = gpu_fp};
     return k;
+}
+
+/* Whether a record keyed k may stand in for shape s as a neighbour (its
+ * key parameters equal s's: different parameters compile different
+ * code), and the columns to measure the distance by. */
+static inline bool tuned__key_params_match(const tuned__store_key *k, const tuned__shape *s)
+{
+    return (uint32_t)(k->cols >> TUNED__WIRE_PARAMS_SHIFT) == s->params;
+}
+
+/* The shape a key is for (its key parameters taken from its columns). */
+static inline tuned__shape tuned__store_key_shape(const tuned__store_key *k)
+{
+    tuned__shape s = {.dtype = (tuned_dtype)k->dtype, .rows = k->rows, .kernel = k->kernel};
+    tuned__shape_set_wire_cols(&s, k->cols);
+    return s;
 }
 
 #endif

@@ -78,8 +78,9 @@ int tuned__record_plausible(const tuned__record *r, int code, tuned__err *e)
      * is refused by tuned__record_check. */
     const tuned__kind_spec *kind = tuned__kind(r->key.kernel);
     size_t esize = tuned_dtype_size((tuned_dtype)r->key.dtype);
+    uint64_t cols = tuned__wire_cols_cols(r->key.cols);
     double of_copy = kind != NULL ? tuned__kind_copies(kind, r->key.rows, r->key.cols, esize) : 1.0;
-    double bytes = of_copy * 2.0 * (double)r->key.rows * (double)r->key.cols * (double)esize;
+    double bytes = of_copy * 2.0 * (double)r->key.rows * (double)cols * (double)esize;
     /* a kind moving more than the copy (a backward's three tensors) is held
      * to the copy's bound all the same: measured, they beat 1.5 copies */
     double least = TUNED__RECORD_MIN_OF_COPY * (of_copy < 1.0 ? of_copy : 1.0);

@@ -195,7 +195,8 @@ static void check_variant_opts(const tuned__nvrtc *n, const tuned__config *c,
                "%s: no bulk copy on an mbarrier in PTX", name);
         EXPECT(strstr(ptx.data, c->st == TUNED__ST_CS ? "st.global.cs.v4" : "st.global.v4") != NULL,
                "%s: PTX lacks the 16-byte store with its hint", name);
-    } else if (opts == NULL && tuned__shape_spec(s)->reference != TUNED__REF_CROSS_ENTROPY) {
+    } else if (opts == NULL && (tuned__shape_spec(s)->reference == TUNED__REF_FORWARD ||
+                                tuned__shape_spec(s)->reference == TUNED__REF_BACKWARD)) {
         check_rows_ptx(c, s, name, ptx.data);
     } else if (opts == NULL) {
         check_kind_entry(c, s, name, ptx.data);
@@ -252,7 +253,7 @@ static void head_alignment(void)
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         tuned__config c;
         tuned__err e = {0};
-        tuned__shape s = {cases[i].dtype, 64, cases[i].cols, (uint8_t)cases[i].kernel};
+        tuned__shape s = {cases[i].dtype, 64, cases[i].cols, (uint8_t)cases[i].kernel, 0};
         EXPECT(tuned__config_parse(cases[i].config, &c, &e) == 0, "%s", e.msg);
         unsigned align = tuned__config_head_align(&c, &s);
         uint64_t iters = tuned__config_iters(&c, &s, false);
@@ -286,7 +287,8 @@ int main(void)
     for (unsigned kernel = TUNED_KERNEL_SOFTMAX; kernel <= TUNED__KIND_COUNT; kernel++)
     for (int dt = TUNED_FP16; dt <= TUNED_FP32; dt++) {
         for (size_t i = 0; i < sizeof cols_list / sizeof cols_list[0]; i++) {
-            tuned__shape s = {(tuned_dtype)dt, 64, cols_list[i], (uint8_t)kernel};
+            tuned__shape s = {(tuned_dtype)dt, 64, cols_list[i], (uint8_t)kernel, 0};
+            tuned__kind_example(tuned__kind(kernel), &s.cols, &s.params);
             tuned__space sp;
             if (tuned__space_init(&sp, &s, 90, 132, &e) != 0) {
                 EXPECT(0, "space %s %s x %llu: %s", tuned__kernel_name((uint8_t)kernel),
@@ -326,7 +328,7 @@ int main(void)
     for (int dt = TUNED_FP16; dt <= TUNED_FP32; dt++)
         for (size_t i = 0; i < sizeof split_configs / sizeof split_configs[0]; i++) {
             tuned__config c;
-            tuned__shape s = {(tuned_dtype)dt, 1, i == 2 ? 32003 : 262144, TUNED_KERNEL_SOFTMAX};
+            tuned__shape s = {(tuned_dtype)dt, 1, i == 2 ? 32003 : 262144, TUNED_KERNEL_SOFTMAX, 0};
             EXPECT(tuned__config_parse(split_configs[i], &c, &e) == 0, "%s", e.msg);
             if (c.reg != TUNED__REG_F32 && dt == TUNED_FP32)
                 c.reg = TUNED__REG_F32, c.vec = 4;
@@ -345,7 +347,7 @@ int main(void)
         for (size_t i = 0; i < sizeof replica_configs / sizeof replica_configs[0]; i++) {
             tuned__config c;
             tuned__shape s = {(tuned_dtype)dt, 1, i == 1 ? 200003 : 262144,
-                              (uint8_t)(i == 1 ? TUNED_KERNEL_LOG_SOFTMAX : TUNED_KERNEL_SOFTMAX)};
+                              (uint8_t)(i == 1 ? TUNED_KERNEL_LOG_SOFTMAX : TUNED_KERNEL_SOFTMAX), 0};
             EXPECT(tuned__config_parse(replica_configs[i], &c, &e) == 0, "%s", e.msg);
             if (c.reg != TUNED__REG_F32 && dt == TUNED_FP32)
                 c.reg = TUNED__REG_F32, c.vec = 4, c.minb = 1;
@@ -360,13 +362,13 @@ int main(void)
     /* log_softmax's grid splits and staged rows, in every dtype. */
     for (int dt = TUNED_FP16; dt <= TUNED_FP32; dt++) {
         tuned__config c;
-        tuned__shape s = {(tuned_dtype)dt, 1, 262144, TUNED_KERNEL_LOG_SOFTMAX};
+        tuned__shape s = {(tuned_dtype)dt, 1, 262144, TUNED_KERNEL_LOG_SOFTMAX, 0};
         EXPECT(tuned__config_parse(dt == TUNED_FP32 ? "w4.r1.c1.m2.v4.ld=nc.st=cs.reg=f32.red=fused.g64"
                                                     : "w8.r1.c1.m1.v8.ld=def.st=def.reg=pk.red=fused.g128",
                                    &c, &e) == 0,
                "%s", e.msg);
         check_variant(n, &c, &s);
-        tuned__shape t = {(tuned_dtype)dt, 64, 32000, TUNED_KERNEL_LOG_SOFTMAX};
+        tuned__shape t = {(tuned_dtype)dt, 64, 32000, TUNED_KERNEL_LOG_SOFTMAX, 0};
         EXPECT(tuned__config_parse("tma.w8.c2.s2.st=cs", &c, &e) == 0, "%s", e.msg);
         check_variant(n, &c, &t);
         compiled += 2, splits++, staged++, per_kernel[TUNED_KERNEL_LOG_SOFTMAX] += 2;
@@ -381,7 +383,7 @@ int main(void)
         for (int dt = TUNED_FP16; dt <= TUNED_FP32; dt++)
             for (size_t i = 0; i < sizeof bwd_configs / sizeof bwd_configs[0]; i++) {
                 tuned__config c;
-                tuned__shape s = {(tuned_dtype)dt, 64, i == 0 ? 128256 : 1001, (uint8_t)kernel};
+                tuned__shape s = {(tuned_dtype)dt, 64, i == 0 ? 128256 : 1001, (uint8_t)kernel, 0};
                 EXPECT(tuned__config_parse(bwd_configs[i], &c, &e) == 0, "%s", e.msg);
                 if (dt == TUNED_FP32 && c.vec == 8)
                     c.vec = 4, c.reg = TUNED__REG_F32, c.cluster = 8;
@@ -399,7 +401,7 @@ int main(void)
     for (int dt = TUNED_FP16; dt <= TUNED_BF16; dt++)
         for (size_t i = 0; i < sizeof ex_configs / sizeof ex_configs[0]; i++) {
             tuned__config c;
-            tuned__shape s = {(tuned_dtype)dt, 64, i == 2 ? 1001 : 128256, TUNED_KERNEL_SOFTMAX};
+            tuned__shape s = {(tuned_dtype)dt, 64, i == 2 ? 1001 : 128256, TUNED_KERNEL_SOFTMAX, 0};
             EXPECT(tuned__config_parse(ex_configs[i], &c, &e) == 0, "%s", e.msg);
             check_variant(n, &c, &s);
             compiled++;
@@ -407,7 +409,7 @@ int main(void)
     /* The staged family in every dtype, sampled or not. */
     for (int dt = TUNED_FP16; dt <= TUNED_FP32; dt++) {
         tuned__config c;
-        tuned__shape s = {(tuned_dtype)dt, 64, 32000, TUNED_KERNEL_SOFTMAX};
+        tuned__shape s = {(tuned_dtype)dt, 64, 32000, TUNED_KERNEL_SOFTMAX, 0};
         EXPECT(tuned__config_parse(dt == TUNED_FP32 ? "tma.w16.c2.s2.st=cs" : "tma.w8.c1.s3.st=def",
                                    &c, &e) == 0,
                "%s", e.msg);
@@ -447,7 +449,7 @@ int main(void)
     }
     /* Codegen refuses what it cannot emit, and a compile error carries the
      * variant's name and NVRTC's log. */
-    tuned__shape fp32 = {TUNED_FP32, 4, 100, TUNED_KERNEL_SOFTMAX};
+    tuned__shape fp32 = {TUNED_FP32, 4, 100, TUNED_KERNEL_SOFTMAX, 0};
     tuned__config wide = {.warps = 4, .rows = 1, .cluster = 1, .minb = 1, .vec = 8};
     char *src = NULL;
     EXPECT(tuned__source_kernel(&wide, &fp32, NULL, &src, &e) == TUNED_EINVAL &&
@@ -456,13 +458,13 @@ int main(void)
     /* Row groups that are not power-of-two lane ranges would mix rows in
      * the shuffles: refused even where the text form never produces them. */
     tuned__config odd = {.warps = 3, .rows = 2, .cluster = 1, .minb = 1, .vec = 4};
-    tuned__shape f16 = {TUNED_FP16, 4, 100, TUNED_KERNEL_SOFTMAX};
+    tuned__shape f16 = {TUNED_FP16, 4, 100, TUNED_KERNEL_SOFTMAX, 0};
     EXPECT(tuned__source_kernel(&odd, &f16, NULL, &src, &e) == TUNED_EINVAL,
            "3 warps for 2 rows not refused");
     tuned__config tma = {.family = TUNED__FAMILY_TMA, .warps = 16, .rows = 1, .cluster = 1,
                          .minb = 1, .stages = 2};
     tuned__codegen_opts plant = {.plant_bug = 1};
-    tuned__shape long_rows = {TUNED_FP16, 4, 32000, TUNED_KERNEL_SOFTMAX};
+    tuned__shape long_rows = {TUNED_FP16, 4, 32000, TUNED_KERNEL_SOFTMAX, 0};
     EXPECT(tuned__source_kernel(&tma, &long_rows, &plant, &src, &e) == TUNED_EINVAL,
            "a planted bug accepted for a tma variant");
     /* ld=el left the space and the templates: codegen refuses it. */
@@ -534,7 +536,7 @@ int main(void)
     };
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
         tuned__config c;
-        tuned__shape s = {TUNED_FP16, 64, 32000, (uint8_t)refused[i].kernel};
+        tuned__shape s = {TUNED_FP16, 64, 32000, (uint8_t)refused[i].kernel, 0};
         EXPECT(tuned__config_parse(refused[i].config, &c, &e) == 0, "%s", e.msg);
         char why[160] = "";
         EXPECT(!tuned__config_check(&c, &s, 90, 132, why, sizeof why) &&
@@ -551,8 +553,8 @@ int main(void)
         tuned__config c;
         EXPECT(tuned__config_parse("w32.r1.c1.m1.v8.ld=def.st=def.reg=f32", &c, &e) == 0, "%s",
                e.msg);
-        tuned__shape fwd = {TUNED_FP16, 64, 32768, TUNED_KERNEL_SOFTMAX};
-        tuned__shape bwd = {TUNED_FP16, 64, 32768, TUNED_KERNEL_SOFTMAX_BWD};
+        tuned__shape fwd = {TUNED_FP16, 64, 32768, TUNED_KERNEL_SOFTMAX, 0};
+        tuned__shape bwd = {TUNED_FP16, 64, 32768, TUNED_KERNEL_SOFTMAX_BWD, 0};
         EXPECT(tuned__config_check(&c, &fwd, 90, 132, NULL, 0) &&
                    !tuned__config_check(&c, &bwd, 90, 132, NULL, 0),
                "w32 v8 f32 on 32768 columns: one row of 128 registers fits, two must not");

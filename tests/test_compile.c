@@ -30,7 +30,7 @@ static double now_s(void)
 }
 
 /* The shape every case compiles for: a ragged row, so head handling is in. */
-static const tuned__shape SHAPE = {TUNED_FP16, 64, 4097, TUNED_KERNEL_SOFTMAX};
+static const tuned__shape SHAPE = {TUNED_FP16, 64, 4097, TUNED_KERNEL_SOFTMAX, 0};
 
 /* A new scratch directory from the template dir (made unique in place)
  * with a store in it, into *st; false if the directory cannot be made. */

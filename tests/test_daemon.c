@@ -446,7 +446,7 @@ static long long submit_tune(client *c, uint64_t rows, uint64_t cols, const char
  * first), as text. */
 static void seed_config(uint64_t rows, uint64_t cols, int arch, size_t i, char *out, size_t n)
 {
-    tuned__shape s = {TUNED_FP16, rows, cols, TUNED_KERNEL_SOFTMAX};
+    tuned__shape s = {TUNED_FP16, rows, cols, TUNED_KERNEL_SOFTMAX, 0};
     tuned__space sp;
     tuned__err e = {0};
     tuned__config seeds[16];

@@ -81,7 +81,7 @@ static void planted_bugs_are_caught(gpu_env *g)
     for (int bug = 1; bug <= 4; bug++) {
         /* bugs 1 and 2 in softmax_rows.cu, then again in softmax_bwd.cu */
         tuned__shape s = {TUNED_FP16, 64, 4097,
-                          bug <= 2 ? TUNED_KERNEL_SOFTMAX : TUNED_KERNEL_SOFTMAX_BWD};
+                          bug <= 2 ? TUNED_KERNEL_SOFTMAX : TUNED_KERNEL_SOFTMAX_BWD, 0};
         tuned__eval_opts o = quick_opts();
         o.codegen.plant_bug = (bug - 1) % 2 + 1;
         tuned__err e = {0};
@@ -113,7 +113,7 @@ static void stray_writes_are_caught(gpu_env *g)
     return;
 #else
     tuned__config c = {.warps = 4, .rows = 1, .cluster = 1, .minb = 1, .vec = 8};
-    tuned__shape s = {TUNED_FP16, 64, 4097, TUNED_KERNEL_SOFTMAX};
+    tuned__shape s = {TUNED_FP16, 64, 4097, TUNED_KERNEL_SOFTMAX, 0};
     long long bytes = (long long)(s.rows * s.cols * 2);
     for (int offset = 0; offset <= 3; offset += 3) {
         long long front = TUNED__CHECK_GUARD_BYTES + 2LL * offset;
@@ -157,7 +157,7 @@ static size_t sample_is_correct(gpu_env *g, unsigned kernel, const uint64_t (*sh
     size_t runs = 0;
     for (int dt = TUNED_FP16; dt <= TUNED_FP32; dt++)
         for (size_t i = 0; i < nshapes; i++) {
-            tuned__shape s = {(tuned_dtype)dt, shapes[i][0], shapes[i][1], (uint8_t)kernel};
+            tuned__shape s = {(tuned_dtype)dt, shapes[i][0], shapes[i][1], (uint8_t)kernel, 0};
             tuned__space sp;
             tuned__err e = {0};
             if (tuned__space_init(&sp, &s, g->gpu.cc_major * 10 + g->gpu.cc_minor,
@@ -290,7 +290,7 @@ static int context_killer_is_recorded(gpu_env *g)
     fault_plan plan = {.g = g};
     tuned__tune_request r;
     tuned__tune_request_default(&r);
-    r.shape = (tuned__shape){TUNED_FP16, 64, 1024, TUNED_KERNEL_SOFTMAX};
+    r.shape = (tuned__shape){TUNED_FP16, 64, 1024, TUNED_KERNEL_SOFTMAX, 0};
     r.store = st;
     r.search.budget = 16;
     r.eval = quick_opts();
@@ -376,7 +376,7 @@ int main(int argc, char **argv)
             if (kernel != TUNED_KERNEL_SOFTMAX && i % 2 == 1 && cols_list[i] != 128256)
                 continue;
             tuned__shape s = {(tuned_dtype)dt, cols_list[i] > 200000 ? 2 : cols_list[i] > 30000 ? 24 : 67,
-                              cols_list[i], (uint8_t)kernel};
+                              cols_list[i], (uint8_t)kernel, 0};
             tuned__space sp;
             rc = tuned__space_init(&sp, &s, g.gpu.cc_major * 10 + g.gpu.cc_minor, g.gpu.sm_count, &e);
             if (rc == TUNED_ENOSPACE) {

@@ -51,7 +51,7 @@ int main(void)
 {
     tuned__err e = {0};
     tuned__space sp;
-    tuned__shape s = {TUNED_FP16, 4096, 4096, TUNED_KERNEL_SOFTMAX};
+    tuned__shape s = {TUNED_FP16, 4096, 4096, TUNED_KERNEL_SOFTMAX, 0};
     if (tuned__space_init(&sp, &s, 90, 132, &e) != 0) {
         fprintf(stderr, "FAIL: %s\n", e.msg);
         return 1;

@@ -73,8 +73,8 @@ static void text_round_trip(void)
     {
         tuned__err ge = {0};
         char why[160];
-        tuned__shape fwd = {TUNED_FP16, 1, 262144, TUNED_KERNEL_SOFTMAX};
-        tuned__shape bwd = {TUNED_FP16, 1, 262144, TUNED_KERNEL_SOFTMAX_BWD};
+        tuned__shape fwd = {TUNED_FP16, 1, 262144, TUNED_KERNEL_SOFTMAX, 0};
+        tuned__shape bwd = {TUNED_FP16, 1, 262144, TUNED_KERNEL_SOFTMAX_BWD, 0};
         EXPECT(tuned__config_parse("w8.r1.c1.m1.v8.ld=def.st=def.reg=f32.red=split.g64", &c, &ge) ==
                    0,
                "%s", ge.msg);
@@ -91,8 +91,8 @@ static void text_round_trip(void)
     }
     /* Every valid config of a few spaces survives format -> parse. */
     static const tuned__shape shapes[] = {
-        {TUNED_FP16, 4096, 32000, TUNED_KERNEL_SOFTMAX}, {TUNED_BF16, 7, 7, TUNED_KERNEL_SOFTMAX}, {TUNED_FP32, 1, 4097, TUNED_KERNEL_SOFTMAX},
-        {TUNED_FP16, 1, 262144, TUNED_KERNEL_SOFTMAX_BWD}, {TUNED_BF16, 8, 65536, TUNED_KERNEL_LOG_SOFTMAX_BWD}};
+        {TUNED_FP16, 4096, 32000, TUNED_KERNEL_SOFTMAX, 0}, {TUNED_BF16, 7, 7, TUNED_KERNEL_SOFTMAX, 0}, {TUNED_FP32, 1, 4097, TUNED_KERNEL_SOFTMAX, 0},
+        {TUNED_FP16, 1, 262144, TUNED_KERNEL_SOFTMAX_BWD, 0}, {TUNED_BF16, 8, 65536, TUNED_KERNEL_LOG_SOFTMAX_BWD, 0}};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         tuned__space sp;
         EXPECT(tuned__space_init(&sp, &shapes[s], 90, 132, &e) == 0, "%s", e.msg);
@@ -191,7 +191,7 @@ static void stash(void)
     const char *good = "w8.r1.c16.m4.v2.ld=def.st=def.reg=f32.red=fused.stash16";
     expect_round_trip(good, &c);
     EXPECT(c.stash == 16 && c.grid == 0, "%s: stash %u, grid %u", good, c.stash, c.grid);
-    tuned__shape s = {TUNED_FP32, 64, 262144, TUNED_KERNEL_SOFTMAX};
+    tuned__shape s = {TUNED_FP32, 64, 262144, TUNED_KERNEL_SOFTMAX, 0};
     EXPECT(tuned__config_check(&c, &s, 90, 132, why, sizeof why), "%s: %s", good, why);
     /* 32 passes, 16 in registers: 32 registers of the row, not 64 */
     EXPECT(tuned__config_row_registers(&c, &s, true) == 32, "registers %llu",
@@ -202,13 +202,13 @@ static void stash(void)
            "the same without a stash fits: %s", why);
     static const refusal refused[] = {
         {"w8.r1.c16.m4.v2.ld=def.st=def.reg=f32.stash16",
-         {TUNED_FP32, 64, 262144, TUNED_KERNEL_SOFTMAX_BWD}, "softmax_bwd keeps no stash"},
+         {TUNED_FP32, 64, 262144, TUNED_KERNEL_SOFTMAX_BWD, 0}, "softmax_bwd keeps no stash"},
         {"w8.r1.c16.m4.v1.ld=def.st=def.reg=f32.red=fused.stash16",
-         {TUNED_FP16, 64, 262144, TUNED_KERNEL_SOFTMAX}, "4 bytes"},
+         {TUNED_FP16, 64, 262144, TUNED_KERNEL_SOFTMAX, 0}, "4 bytes"},
         {"w8.r1.c16.m4.v2.ld=def.st=def.reg=f32.red=fused.stash32",
-         {TUNED_FP32, 64, 262144, TUNED_KERNEL_SOFTMAX}, "inside"},
+         {TUNED_FP32, 64, 262144, TUNED_KERNEL_SOFTMAX, 0}, "inside"},
         {"w32.r1.c16.m1.v4.ld=def.st=def.reg=f32.red=fused.stash3",
-         {TUNED_FP32, 64, 262144, TUNED_KERNEL_SOFTMAX}, "bytes a block"},
+         {TUNED_FP32, 64, 262144, TUNED_KERNEL_SOFTMAX, 0}, "bytes a block"},
     };
     expect_refused(refused, sizeof refused / sizeof refused[0]);
     static const char *const bad[] = {
@@ -235,7 +235,7 @@ static void stash(void)
     EXPECT(!tuned__space_valid(&sp, &c, why, sizeof why) && strstr(why, "half"),
            "a stash of a quarter searched: %s", why);
     tuned__space_free(&sp);
-    tuned__shape short_rows = {TUNED_FP32, 64, 8192, TUNED_KERNEL_SOFTMAX};
+    tuned__shape short_rows = {TUNED_FP32, 64, 8192, TUNED_KERNEL_SOFTMAX, 0};
     EXPECT(tuned__space_init(&sp, &short_rows, 90, 132, &e) == 0, "%s", e.msg);
     for (size_t i = 0; i < sp.count; i++)
         EXPECT(sp.valid[i].stash == 0, "a stash at 64x8192");
@@ -258,7 +258,7 @@ static void replicas(void)
     EXPECT(tuned__config_blocks_per_row(&c) == 16 && tuned__config_launch_blocks_per_row(&c) == 64,
            "a row of 4 replicas of 16 blocks launches %u blocks, shares %u",
            tuned__config_launch_blocks_per_row(&c), tuned__config_blocks_per_row(&c));
-    tuned__shape one_row = {TUNED_FP16, 1, 262144, TUNED_KERNEL_SOFTMAX};
+    tuned__shape one_row = {TUNED_FP16, 1, 262144, TUNED_KERNEL_SOFTMAX, 0};
     EXPECT(tuned__config_check(&c, &one_row, 90, 132, why, sizeof why), "%s: %s", good, why);
     const char *stashed = "w8.r1.c16.m4.v2.ld=def.st=def.reg=f32.red=fused.stash16.rep2";
     expect_round_trip(stashed, &c);
@@ -266,7 +266,7 @@ static void replicas(void)
            c.replicas);
     static const refusal refused[] = {
         {"w8.r1.c16.m1.v8.ld=def.st=def.reg=f32.rep2",
-         {TUNED_FP16, 1, 262144, TUNED_KERNEL_SOFTMAX_BWD}, "forward kernels only"},
+         {TUNED_FP16, 1, 262144, TUNED_KERNEL_SOFTMAX_BWD, 0}, "forward kernels only"},
     };
     expect_refused(refused, sizeof refused / sizeof refused[0]);
     static const char *const bad[] = {
@@ -317,7 +317,7 @@ static void replicas(void)
         seeded |= seeds[i].replicas == 4;
     EXPECT(seeded, "no seed with 4 replicas at 1x262144");
     tuned__space_free(&sp);
-    tuned__shape rows8 = {TUNED_FP16, 8, 262144, TUNED_KERNEL_SOFTMAX};
+    tuned__shape rows8 = {TUNED_FP16, 8, 262144, TUNED_KERNEL_SOFTMAX, 0};
     EXPECT(tuned__space_init(&sp, &rows8, 90, 132, &e) == 0, "%s", e.msg);
     for (size_t i = 0; i < sp.count; i++)
         EXPECT(sp.valid[i].replicas == 0 || sp.valid[i].cluster * sp.valid[i].replicas * 8 <= 66,
@@ -333,7 +333,7 @@ static void constraints(void)
 {
     tuned__err e = {0};
     tuned__space sp;
-    tuned__shape s = {TUNED_FP16, 4096, 32000, TUNED_KERNEL_SOFTMAX};
+    tuned__shape s = {TUNED_FP16, 4096, 32000, TUNED_KERNEL_SOFTMAX, 0};
     EXPECT(tuned__space_init(&sp, &s, 90, 132, &e) == 0, "%s", e.msg);
     EXPECT(sp.count > 50, "only %zu configs for 4096x32000 fp16", sp.count);
     char why[256];
@@ -356,7 +356,7 @@ static void constraints(void)
     tuned__space_free(&sp);
 
     /* fp32: no packed registers, at most 4 elements a vector. */
-    s = (tuned__shape){TUNED_FP32, 64, 1000, TUNED_KERNEL_SOFTMAX};
+    s = (tuned__shape){TUNED_FP32, 64, 1000, TUNED_KERNEL_SOFTMAX, 0};
     EXPECT(tuned__space_init(&sp, &s, 90, 132, &e) == 0, "%s", e.msg);
     for (size_t i = 0; i < sp.count; i++)
         EXPECT(sp.valid[i].reg == TUNED__REG_F32 && sp.valid[i].vec <= 4, "fp32 config %zu", i);
@@ -364,7 +364,7 @@ static void constraints(void)
 
     /* Before sm_90 there is no cluster; evict_last nowhere. Before sm_80
      * nothing: the templates do not compile there. */
-    s = (tuned__shape){TUNED_FP16, 64, 1000, TUNED_KERNEL_SOFTMAX};
+    s = (tuned__shape){TUNED_FP16, 64, 1000, TUNED_KERNEL_SOFTMAX, 0};
     EXPECT(tuned__space_init(&sp, &s, 80, 108, &e) == 0, "%s", e.msg);
     for (size_t i = 0; i < sp.count; i++)
         EXPECT(sp.valid[i].ld != TUNED__LD_EL && sp.valid[i].cluster == 1,
@@ -377,14 +377,14 @@ static void constraints(void)
     c = (tuned__config){.warps = 4, .rows = 1, .cluster = 1, .minb = 1, .vec = 8};
     EXPECT(!tuned__config_check(&c, &s, 75, 40, why, sizeof why) && strstr(why, "sm_75") != NULL,
            "a config on sm_75 passed its check (%s)", why);
-    s = (tuned__shape){TUNED_FP16, 4096, 4096, TUNED_KERNEL_SOFTMAX};
+    s = (tuned__shape){TUNED_FP16, 4096, 4096, TUNED_KERNEL_SOFTMAX, 0};
     EXPECT(tuned__space_init(&sp, &s, 90, 132, &e) == 0, "%s", e.msg);
     for (size_t i = 0; i < sp.count; i++)
         EXPECT(sp.valid[i].ld != TUNED__LD_EL, "evict_last offered on sm_90");
     tuned__space_free(&sp);
 
     /* One column: one thread a row. */
-    s = (tuned__shape){TUNED_FP16, 64, 1, TUNED_KERNEL_SOFTMAX};
+    s = (tuned__shape){TUNED_FP16, 64, 1, TUNED_KERNEL_SOFTMAX, 0};
     EXPECT(tuned__space_init(&sp, &s, 90, 132, &e) == 0, "%s", e.msg);
     for (size_t i = 0; i < sp.count; i++)
         EXPECT(sp.valid[i].warps * 32u == sp.valid[i].rows && sp.valid[i].cluster == 1,
@@ -392,7 +392,7 @@ static void constraints(void)
     tuned__space_free(&sp);
 
     /* Very long rows need a cluster on sm_90, and none fit before it. */
-    s = (tuned__shape){TUNED_FP16, 8192, 128256, TUNED_KERNEL_SOFTMAX};
+    s = (tuned__shape){TUNED_FP16, 8192, 128256, TUNED_KERNEL_SOFTMAX, 0};
     EXPECT(tuned__space_init(&sp, &s, 90, 132, &e) == 0, "%s", e.msg);
     for (size_t i = 0; i < sp.count; i++)
         EXPECT(sp.valid[i].cluster > 1, "128256 columns without a cluster");
@@ -405,7 +405,7 @@ static void constraints(void)
                t.family == TUNED__FAMILY_TMA && t.stages == 3 && t.cluster == 2,
            "tma parse: %s", e.msg);
     EXPECT(tuned__config_parse("tma.w16.c2.s5.st=cs", &t, &e) == TUNED_EINVAL, "5 stages parsed");
-    s = (tuned__shape){TUNED_FP16, 4096, 32000, TUNED_KERNEL_SOFTMAX};
+    s = (tuned__shape){TUNED_FP16, 4096, 32000, TUNED_KERNEL_SOFTMAX, 0};
     EXPECT(tuned__space_init(&sp, &s, 90, 132, &e) == 0, "%s", e.msg);
     size_t tma = 0;
     for (size_t i = 0; i < sp.count; i++)
@@ -416,7 +416,7 @@ static void constraints(void)
     EXPECT(!tuned__space_valid(&sp, &t, why, sizeof why) && strstr(why, "shared memory"),
            "4 stages of 64000 bytes accepted: %s", why);
     tuned__space_free(&sp);
-    s = (tuned__shape){TUNED_FP16, 4096, 1024, TUNED_KERNEL_SOFTMAX};
+    s = (tuned__shape){TUNED_FP16, 4096, 1024, TUNED_KERNEL_SOFTMAX, 0};
     EXPECT(tuned__space_init(&sp, &s, 90, 132, &e) == 0, "%s", e.msg);
     for (size_t i = 0; i < sp.count; i++)
         EXPECT(sp.valid[i].family == TUNED__FAMILY_ROWS, "tma offered for 2 KiB rows");
@@ -426,16 +426,16 @@ static void constraints(void)
     for (int dt = TUNED_FP16; dt <= TUNED_FP32; dt++)
         for (uint64_t r = 1; r <= 3; r++)
             for (uint64_t cols = 1; cols <= 9; cols++) {
-                s = (tuned__shape){(tuned_dtype)dt, r, cols, TUNED_KERNEL_SOFTMAX};
+                s = (tuned__shape){(tuned_dtype)dt, r, cols, TUNED_KERNEL_SOFTMAX, 0};
                 EXPECT(tuned__space_init(&sp, &s, 90, 132, &e) == 0, "%s", e.msg);
                 tuned__space_free(&sp);
             }
 
     /* Rows too long for registers: a clear ENOSPACE, not an empty space. */
-    s = (tuned__shape){TUNED_FP32, 8, 1000000, TUNED_KERNEL_SOFTMAX};
+    s = (tuned__shape){TUNED_FP32, 8, 1000000, TUNED_KERNEL_SOFTMAX, 0};
     EXPECT(tuned__space_init(&sp, &s, 90, 132, &e) == TUNED_ENOSPACE && strstr(e.msg, "1000000"),
            "no ENOSPACE for 8x1000000: %s", e.msg);
-    s = (tuned__shape){TUNED_FP16, 0, 10, TUNED_KERNEL_SOFTMAX};
+    s = (tuned__shape){TUNED_FP16, 0, 10, TUNED_KERNEL_SOFTMAX, 0};
     EXPECT(tuned__space_init(&sp, &s, 90, 132, &e) == TUNED_EINVAL, "0 rows accepted");
 }
 
@@ -443,7 +443,7 @@ static void moves(void)
 {
     tuned__err e = {0};
     tuned__space sp;
-    tuned__shape s = {TUNED_BF16, 1024, 50257, TUNED_KERNEL_SOFTMAX};
+    tuned__shape s = {TUNED_BF16, 1024, 50257, TUNED_KERNEL_SOFTMAX, 0};
     EXPECT(tuned__space_init(&sp, &s, 90, 132, &e) == 0, "%s", e.msg);
     tuned__rng a = {7}, b = {7};
     for (int i = 0; i < 200; i++) {
@@ -483,7 +483,7 @@ static void grid_split(void)
 {
     tuned__err e = {0};
     tuned__space sp;
-    tuned__shape s = {TUNED_FP16, 1, 262144, TUNED_KERNEL_SOFTMAX};
+    tuned__shape s = {TUNED_FP16, 1, 262144, TUNED_KERNEL_SOFTMAX, 0};
     EXPECT(tuned__space_init(&sp, &s, 90, 132, &e) == 0, "%s", e.msg);
     size_t splits = 0;
     for (size_t i = 0; i < sp.count; i++) {
@@ -523,7 +523,7 @@ static void grid_split(void)
     }
     EXPECT(g8 == 1 && g32 == 2, "neighbours of w32.g16: %zu at g8, %zu at g32", g8, g32);
     tuned__space_free(&sp);
-    s = (tuned__shape){TUNED_FP16, 1, 8192, TUNED_KERNEL_SOFTMAX};
+    s = (tuned__shape){TUNED_FP16, 1, 8192, TUNED_KERNEL_SOFTMAX, 0};
     EXPECT(tuned__space_init(&sp, &s, 90, 132, &e) == 0, "%s", e.msg);
     EXPECT(tuned__config_parse("w4.r1.c1.m1.v8.ld=def.st=def.reg=f32.red=fused.g2", &c, &e) == 0 &&
                tuned__space_valid(&sp, &c, why, sizeof why), "w4.g2 on 1x8192: %s", why);
@@ -538,7 +538,7 @@ static void grid_split(void)
     for (size_t i = 0; i < sp.count; i++)
         EXPECT(sp.valid[i].grid == 0, "a split without an SM count");
     tuned__space_free(&sp);
-    s = (tuned__shape){TUNED_FP16, 32, 128256, TUNED_KERNEL_SOFTMAX};
+    s = (tuned__shape){TUNED_FP16, 32, 128256, TUNED_KERNEL_SOFTMAX, 0};
     EXPECT(tuned__space_init(&sp, &s, 90, 132, &e) == 0, "%s", e.msg);
     EXPECT(tuned__config_parse("w8.r1.c1.m1.v8.ld=def.st=def.reg=f32.red=fused.g4", &c, &e) == 0 &&
                tuned__space_valid(&sp, &c, why, sizeof why),
@@ -546,7 +546,7 @@ static void grid_split(void)
     c.grid = 8;
     EXPECT(!tuned__space_valid(&sp, &c, NULL, 0), "32 rows x g8 at one a SM accepted");
     tuned__space_free(&sp);
-    s = (tuned__shape){TUNED_FP16, 4096, 32000, TUNED_KERNEL_SOFTMAX};
+    s = (tuned__shape){TUNED_FP16, 4096, 32000, TUNED_KERNEL_SOFTMAX, 0};
     EXPECT(tuned__space_init(&sp, &s, 90, 132, &e) == 0, "%s", e.msg);
     size_t ex = 0;
     for (size_t i = 0; i < sp.count; i++) {
@@ -556,7 +556,7 @@ static void grid_split(void)
     EXPECT(ex > 0, "no 16-bit exp variants for fp16");
     tuned__space_free(&sp);
     /* exp kept as 16-bit needs a 16-bit dtype and words to pack into. */
-    s = (tuned__shape){TUNED_FP32, 4096, 32000, TUNED_KERNEL_SOFTMAX};
+    s = (tuned__shape){TUNED_FP32, 4096, 32000, TUNED_KERNEL_SOFTMAX, 0};
     EXPECT(tuned__space_init(&sp, &s, 90, 132, &e) == 0, "%s", e.msg);
     EXPECT(tuned__config_parse("w8.r1.c1.m2.v4.ld=def.st=def.reg=ex", &c, &e) == 0 &&
                !tuned__space_valid(&sp, &c, NULL, 0),
@@ -573,7 +573,7 @@ static void one_rule(void)
     tuned__err e = {0};
     tuned__config c;
     char why[160] = "";
-    tuned__shape s = {TUNED_FP16, 4096, 32000, TUNED_KERNEL_SOFTMAX};
+    tuned__shape s = {TUNED_FP16, 4096, 32000, TUNED_KERNEL_SOFTMAX, 0};
     /* Clusters: any GPU and sm_90, not sm_80. */
     EXPECT(tuned__config_parse("w8.r1.c4.m1.v8.ld=def.st=def.reg=f32.red=fused", &c, &e) == 0,
            "%s", e.msg);
@@ -596,7 +596,7 @@ static void one_rule(void)
            "w1 for 32000 columns accepted (%s)", why);
     /* Exp kept in 16 bits cannot be emitted for fp32; packing fp32 can,
      * and repeats reg=f32: the policy leaves it out. */
-    tuned__shape f32 = {TUNED_FP32, 4096, 4096, TUNED_KERNEL_SOFTMAX};
+    tuned__shape f32 = {TUNED_FP32, 4096, 4096, TUNED_KERNEL_SOFTMAX, 0};
     tuned__space sp32;
     EXPECT(tuned__space_rules(&sp32, &f32, 90, 132, &e) == 0, "%s", e.msg);
     EXPECT(tuned__config_parse("w8.r1.c1.m1.v4.ld=def.st=def.reg=ex", &c, &e) == 0 &&
@@ -609,7 +609,7 @@ static void one_rule(void)
     /* Grid splits: one row over 256 blocks fits a workspace on any GPU,
      * not 132 SMs at one a SM; eight rows never; no SM count, no split
      * in the space. */
-    tuned__shape one = {TUNED_FP16, 1, 262144, TUNED_KERNEL_SOFTMAX}, eight = {TUNED_FP16, 8, 262144, TUNED_KERNEL_SOFTMAX};
+    tuned__shape one = {TUNED_FP16, 1, 262144, TUNED_KERNEL_SOFTMAX, 0}, eight = {TUNED_FP16, 8, 262144, TUNED_KERNEL_SOFTMAX, 0};
     EXPECT(tuned__config_parse("w8.r1.c1.m1.v8.ld=def.st=def.reg=f32.red=fused.g256", &c, &e) == 0,
            "%s", e.msg);
     EXPECT(tuned__config_check(&c, &one, 0, 0, why, sizeof why), "1 x g256: %s", why);
@@ -631,16 +631,16 @@ static void one_rule(void)
     EXPECT(!tuned__config_check(&c, &s, 80, 108, why, sizeof why) && strstr(why, "sm_90"),
            "tma on sm_80 accepted (%s)", why);
     /* The shape: a known dtype, rows and columns in range. */
-    tuned__shape bad = {(tuned_dtype)9, 4, 100, TUNED_KERNEL_SOFTMAX};
+    tuned__shape bad = {(tuned_dtype)9, 4, 100, TUNED_KERNEL_SOFTMAX, 0};
     EXPECT(!tuned__config_check(&c, &bad, 90, 132, why, sizeof why) && strstr(why, "dtype"),
            "dtype 9 accepted (%s)", why);
-    bad = (tuned__shape){TUNED_FP16, 4, TUNED__MAX_COLS + 1, TUNED_KERNEL_SOFTMAX};
+    bad = (tuned__shape){TUNED_FP16, 4, TUNED__MAX_COLS + 1, TUNED_KERNEL_SOFTMAX, 0};
     EXPECT(!tuned__shape_check(&bad, why, sizeof why), "%llu columns accepted",
            (unsigned long long)bad.cols);
     /* A space needs a compute capability; with no valid config, its
      * default says why, as tuned__space_init does. */
     EXPECT(tuned__space_rules(&sp, &s, 0, 132, &e) == TUNED_EINVAL, "arch 0 accepted");
-    tuned__shape huge = {TUNED_FP32, 8, 1000000, TUNED_KERNEL_SOFTMAX};
+    tuned__shape huge = {TUNED_FP32, 8, 1000000, TUNED_KERNEL_SOFTMAX, 0};
     EXPECT(tuned__space_rules(&sp, &huge, 90, 132, &e) == 0, "%s", e.msg);
     EXPECT(tuned__space_default(&sp, &c, &e) == TUNED_ENOSPACE && strstr(e.msg, "1000000") &&
                strstr(e.msg, "registers"),
@@ -748,53 +748,53 @@ static void fingerprints(void)
         int arch, sms;
         space_print want;
     } cases[] = {
-        {{TUNED_FP16, 4096, 32000, TUNED_KERNEL_SOFTMAX}, 90, 132,
+        {{TUNED_FP16, 4096, 32000, TUNED_KERNEL_SOFTMAX, 0}, 90, 132,
          {7956, 0xa3757755d5b8bba7ull, 0xbaf6a70e003cf359ull,
           0xcba23c6b92b2adc5ull, 0xd9e42a9144c524a2ull}},
-        {{TUNED_FP32, 32, 128, TUNED_KERNEL_SOFTMAX}, 90, 132,
+        {{TUNED_FP32, 32, 128, TUNED_KERNEL_SOFTMAX, 0}, 90, 132,
          {2880, 0xbe8e470c575f0c83ull, 0x1ff9f892fb240a31ull,
           0x232f9c91b9429549ull, 0x7708796702a32930ull}},
-        {{TUNED_BF16, 1, 262144, TUNED_KERNEL_SOFTMAX}, 90, 132,
+        {{TUNED_BF16, 1, 262144, TUNED_KERNEL_SOFTMAX, 0}, 90, 132,
          {10614, 0x52b96ef10ee69440ull, 0xf6ee5cac380ab86dull,
           0x41f800fd8d20159cull, 0xdb61b2c6141da0d1ull}},
-        {{TUNED_FP16, 64, 1000, TUNED_KERNEL_SOFTMAX}, 86, 84,
+        {{TUNED_FP16, 64, 1000, TUNED_KERNEL_SOFTMAX, 0}, 86, 84,
          {9432, 0x7ce644308f86e23full, 0xc26e8c062970886cull,
           0xd02e95568806ef38ull, 0xa0dcade4d33454feull}},
-        {{TUNED_FP16, 8192, 128256, TUNED_KERNEL_SOFTMAX}, 90, 132,
+        {{TUNED_FP16, 8192, 128256, TUNED_KERNEL_SOFTMAX, 0}, 90, 132,
          {4428, 0xe5f1f0a301d97ca1ull, 0x19dc187bee47af78ull,
           0xb046f5dd56c4f92bull, 0xb68593629176346full}},
-        {{TUNED_FP16, 1, 8192, TUNED_KERNEL_SOFTMAX}, 90, 0,
+        {{TUNED_FP16, 1, 8192, TUNED_KERNEL_SOFTMAX, 0}, 90, 0,
          {10260, 0x0795776f7155da55ull, 0x5f0d0dcdb9588744ull,
           0xa219dbade9afceddull, 0x670846c9c1d79332ull}},
-        {{TUNED_BF16, 7, 7, TUNED_KERNEL_SOFTMAX}, 90, 132,
+        {{TUNED_BF16, 7, 7, TUNED_KERNEL_SOFTMAX, 0}, 90, 132,
          {1980, 0x5cf90ef0b38c613full, 0xcbf29ce484222325ull,
           0xb5bc782c3cd99b59ull, 0x91c35211f6319fd8ull}},
-        {{TUNED_BF16, 1024, 50257, TUNED_KERNEL_SOFTMAX}, 80, 108,
+        {{TUNED_BF16, 1024, 50257, TUNED_KERNEL_SOFTMAX, 0}, 80, 108,
          {420, 0x58081bb4e066137dull, 0x358d4389819e58bdull,
           0xb899f62003857761ull, 0x7d78e78d3939fcfaull}},
-        {{TUNED_FP32, 4096, 4096, TUNED_KERNEL_SOFTMAX}, 90, 114,
+        {{TUNED_FP32, 4096, 4096, TUNED_KERNEL_SOFTMAX, 0}, 90, 114,
          {3396, 0x68f7d4cbc0400d93ull, 0x8ebd55ba58e400d0ull,
           0xd350e9c024bcf681ull, 0x93550bc7e4abc198ull}},
-        {{TUNED_FP32, 1, 4097, TUNED_KERNEL_SOFTMAX}, 89, 128,
+        {{TUNED_FP32, 1, 4097, TUNED_KERNEL_SOFTMAX, 0}, 89, 128,
          {2442, 0xe772e342bb75969cull, 0x8981272e190edd49ull,
           0x26262d5e566737fbull, 0x27fe44697da45595ull}},
-        {{TUNED_FP16, 64, 1, TUNED_KERNEL_SOFTMAX}, 90, 132,
+        {{TUNED_FP16, 64, 1, TUNED_KERNEL_SOFTMAX, 0}, 90, 132,
          {720, 0xfaa14005495c4db1ull, 0xcbf29ce484222325ull,
           0x4c1fef7a21eb98d5ull, 0x21be068c16ccc888ull}},
-        {{TUNED_FP32, 16, 65536, TUNED_KERNEL_SOFTMAX}, 90, 132,
+        {{TUNED_FP32, 16, 65536, TUNED_KERNEL_SOFTMAX, 0}, 90, 132,
          {2430, 0x080147c9a3e7977eull, 0x7e8def88ee25cba9ull,
           0x2455debe0a0a48f0ull, 0xec7a520aa08e16e0ull}},
         /* the other kernels' spaces */
-        {{TUNED_FP16, 4096, 32000, TUNED_KERNEL_SOFTMAX_BWD}, 90, 132,
+        {{TUNED_FP16, 4096, 32000, TUNED_KERNEL_SOFTMAX_BWD, 0}, 90, 132,
          {1878, 0x4b58f8de41e10464ull, 0x2d089b615299facfull,
           0xd497078980eeca98ull, 0xeec8da02aed78bbeull}},
-        {{TUNED_FP16, 4096, 32000, TUNED_KERNEL_LOG_SOFTMAX}, 90, 132,
+        {{TUNED_FP16, 4096, 32000, TUNED_KERNEL_LOG_SOFTMAX, 0}, 90, 132,
          {5508, 0x5930a3c32931fdf5ull, 0xbaf6a70e003cf359ull,
           0x2bb0395ae34eefc5ull, 0x93926ade1b1effd9ull}},
-        {{TUNED_BF16, 1, 262144, TUNED_KERNEL_LOG_SOFTMAX_BWD}, 90, 132,
+        {{TUNED_BF16, 1, 262144, TUNED_KERNEL_LOG_SOFTMAX_BWD, 0}, 90, 132,
          {2484, 0x8ce091d41c6f0dd7ull, 0xea0911eecde1e48dull,
           0x48fd1cdbbb9f9cd5ull, 0x0cd13af256b6cd81ull}},
-        {{TUNED_FP32, 32, 128, TUNED_KERNEL_SOFTMAX_BWD}, 80, 108,
+        {{TUNED_FP32, 32, 128, TUNED_KERNEL_SOFTMAX_BWD, 0}, 80, 108,
          {1344, 0x52300570045be26full, 0x1ff9f892fb240a31ull,
           0x60c01f69987a882full, 0xa443f9cc6b85a38bull}},
     };
@@ -842,7 +842,7 @@ static void kernel_spaces(void)
             for (size_t i = 0; i < sizeof cols_list / sizeof cols_list[0]; i++) {
                 tuned__err e = {0};
                 tuned__shape s = {(tuned_dtype)dt, cols_list[i] > 100000 ? 1 : 256, cols_list[i],
-                                  (uint8_t)kernel};
+                                  (uint8_t)kernel, 0};
                 tuned__shape fwd = s;
                 fwd.kernel = TUNED_KERNEL_SOFTMAX;
                 tuned__space sp, sp_fwd;
@@ -906,7 +906,7 @@ static void kernel_spaces(void)
     /* An unknown kernel is no shape at all. */
     tuned__space sp;
     tuned__err e = {0};
-    tuned__shape bad = {TUNED_FP16, 4, 100, TUNED__KIND_COUNT + 1};
+    tuned__shape bad = {TUNED_FP16, 4, 100, TUNED__KIND_COUNT + 1, 0};
     EXPECT(tuned__space_init(&sp, &bad, 90, 132, &e) == TUNED_EINVAL &&
                strstr(e.msg, "kernel") != NULL,
            "kernel %d accepted: %s", TUNED__KIND_COUNT + 1, e.msg);

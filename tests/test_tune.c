@@ -206,7 +206,7 @@ int main(void)
     tuned__tune_backend b = {.run = run, .ctx = &syn, .copy_us = 90.0};
     tuned__tune_request r;
     tuned__tune_request_default(&r);
-    r.shape = (tuned__shape){TUNED_FP16, 4096, 4096, TUNED_KERNEL_SOFTMAX};
+    r.shape = (tuned__shape){TUNED_FP16, 4096, 4096, TUNED_KERNEL_SOFTMAX, 0};
     r.store = st;
     /* Enough for the cold search to converge on the synthetic bowl's flat
      * bottom, so that a second run has nothing simpler left to find. */
@@ -282,7 +282,7 @@ int main(void)
         tuned__gpu_identify(&before_upgrade);
         tuned__gpu_identify(&after_upgrade);
         tuned__tune_request cr = r;
-        cr.shape = (tuned__shape){TUNED_FP32, 1024, 4096, TUNED_KERNEL_SOFTMAX};
+        cr.shape = (tuned__shape){TUNED_FP32, 1024, 4096, TUNED_KERNEL_SOFTMAX, 0};
         cr.search.budget = 30;
         tuned__tune_outcome old_tune, new_tune, fresh;
         EXPECT(tuned__tune_on(&b, &before_upgrade, &cr, NULL, NULL, &old_tune, &e) == 0,
@@ -328,6 +328,7 @@ int main(void)
         const char *name = tuned__kernel_name((uint8_t)kernel);
         tuned__tune_request kr = r;
         kr.shape.kernel = (uint8_t)kernel;
+        tuned__kind_example(tuned__kind(kernel), &kr.shape.cols, &kr.shape.params);
         tuned__space ksp;
         EXPECT(tuned__space_init(&ksp, &kr.shape, g.cc_major * 10 + g.cc_minor, g.sm_count,
                                  &e) == 0,
@@ -343,7 +344,7 @@ int main(void)
         EXPECT(tuned__space_valid(&ksp, &ko.search.best, NULL, 0), "%s: a winner outside", name);
         tuned__record krec;
         tuned__tune_record(&ko, &kr.shape, &krec);
-        double bytes = tuned__kind_bytes(tuned__kind(kernel), 4096, 4096, 2);
+        double bytes = tuned__kind_bytes(tuned__kind(kernel), 4096, tuned__wire_cols_of(&kr.shape), 2);
         EXPECT(krec.key.kernel == kernel &&
                    fabs(krec.gbps - bytes / (ko.search.best_us * 1e3)) < 1e-9 &&
                    krec.copy_us == 90.0,

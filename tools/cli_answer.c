@@ -33,6 +33,11 @@ static void add_key(json_t *r)
     k.dtype = (uint8_t)dt;
     k.rows = (uint64_t)json_integer_value(json_object_get(r, "rows"));
     k.cols = (uint64_t)json_integer_value(json_object_get(r, "cols"));
+    const char *params = json_string_value(json_object_get(r, "params"));
+    uint32_t word = 0;
+    if (params != NULL && tuned__kind(k.kernel) != NULL &&
+        tuned__params_parse(tuned__kind(k.kernel), params, &word, NULL) == 0)
+        k.cols = tuned__wire_cols(k.cols, word);
     if (json_is_integer(json_object_get(r, "layout")))
         k.layout = (uint8_t)json_integer_value(json_object_get(r, "layout"));
     char ks[TUNED__KEY_TEXT];

@@ -53,7 +53,7 @@ typedef struct cli_option {
 } cli_option;
 
 static const cli_option options[] = {
-    {"shape", true, OPT_SHAPE, "RxC", T | G, "rows x columns; the kernel runs over each row (the last dimension)"},
+    {"shape", true, OPT_SHAPE, "RxC[:P]", T | G, "rows x columns; the kernel runs over each row (the last dimension); :P a kind's key parameters, e.g. 16384x128:k=8,score=sigmoid (docs/kernels.md)"},
     {"shape", true, OPT_SHAPE, "RxC", L | E | F | V, "only records of this shape"},
     {"dtype", true, OPT_DTYPE, "D", T | G, "fp16 (default), bf16 or fp32; the math is fp32 for all three"},
     /* Its help lists the kinds of the registry (print_option). */
@@ -248,8 +248,42 @@ static bool parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out)
     return true;
 }
 
-bool cli_parse_shape(const char *text, tuned__shape *shape, char *why, size_t n)
+/* The key parameters after a shape's ':' (none: the kind's defaults),
+ * for shape's kind and columns. */
+static bool parse_shape_params(const char *text, const char *params, tuned__shape *shape,
+                               char *why, size_t n)
 {
+    const tuned__kind_spec *k = tuned__shape_spec(shape);
+    if (k == NULL) {
+        snprintf(why, n, "--shape %s: unknown kernel", text);
+        return false;
+    }
+    tuned__err e = {0};
+    shape->params = tuned__params_default(k);
+    if (params != NULL && tuned__params_parse(k, params, &shape->params, &e) != 0) {
+        snprintf(why, n, "--shape %s: %s", text, e.msg);
+        return false;
+    }
+    char rule[192];
+    if (!tuned__params_check(k, shape->cols, shape->params, rule, sizeof rule)) {
+        snprintf(why, n, "--shape %s: %s", text, rule);
+        return false;
+    }
+    return true;
+}
+
+bool cli_parse_shape(const char *full, tuned__shape *shape, char *why, size_t n)
+{
+    /* ROWSxCOLS, then ":NAME=VALUE,..." for a kind's key parameters */
+    char text[64];
+    const char *colon = strchr(full, ':');
+    size_t tl = colon != NULL ? (size_t)(colon - full) : strlen(full);
+    if (tl >= sizeof text) {
+        snprintf(why, n, "--shape %s: expected ROWSxCOLS, e.g. 4096x32000", full);
+        return false;
+    }
+    memcpy(text, full, tl);
+    text[tl] = '\0';
     const char *x = strchr(text, 'x');
     if (x == NULL || x == text || x[1] == '\0' || strchr(x + 1, 'x') != NULL) {
         snprintf(why, n, "--shape %s: expected ROWSxCOLS, e.g. 4096x32000", text);
@@ -282,7 +316,7 @@ bool cli_parse_shape(const char *text, tuned__shape *shape, char *why, size_t n)
     }
     shape->rows = rows;
     shape->cols = cols;
-    return true;
+    return parse_shape_params(full, colon != NULL ? colon + 1 : NULL, shape, why, n);
 }
 
 /* The command whose --help a usage error points to. */

@@ -45,7 +45,7 @@ static int forget_remote(const cli_opts *o)
     if (o->nargs == 0) {
         q.hwclass = o->gpu;
         q.rows = o->request.shape.rows;
-        q.cols = o->request.shape.cols;
+        q.cols = tuned__wire_cols_of(&o->request.shape);
         q.have_kernel = o->request.shape.kernel != 0;
         q.kernel = o->request.shape.kernel;
         q.have_dtype = o->have_dtype;

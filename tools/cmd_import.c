@@ -27,6 +27,7 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 
+#include "cache/key.h"
 #include "src/common/priority.h"
 #include "src/tuner/policy.h"
 #include "tools/cli.h"
@@ -89,9 +90,10 @@ static int check(void *ctx, const tuned__record *r, tuned__err *e)
     tuned__config cfg;
     if (tuned__config_parse_canonical(r->config, TUNED_EINVAL, &cfg, e) != 0)
         return TUNED_EINVAL;
-    if (r->key.rows > TUNED__MAX_ROWS || r->key.cols > TUNED__MAX_COLS)
-        return tuned__errf(e, TUNED_EINVAL, "shape %llux%llu is beyond tuned's limits",
-                           (unsigned long long)r->key.rows, (unsigned long long)r->key.cols);
+    tuned__shape s = tuned__store_key_shape(&r->key);
+    char why[192];
+    if (!tuned__shape_check(&s, why, sizeof why))
+        return tuned__errf(e, TUNED_EINVAL, "%s", why);
     return 0;
 }
 

@@ -55,7 +55,7 @@ static void on_progress(void *ctx, const tuned__tune_progress *p)
     unsigned kernel = tuned__shape_kernel(pl->shape);
     size_t esize = tuned_dtype_size(pl->shape->dtype);
     double floor_us = p->copy_us * tuned__kind_copies(tuned__shape_spec(pl->shape),
-                                                      pl->shape->rows, pl->shape->cols, esize);
+                                                      pl->shape->rows, tuned__wire_cols_of(pl->shape), esize);
     if (p->search == NULL) {
         double bytes = 2.0 * (double)pl->shape->rows * (double)pl->shape->cols *
                        (double)tuned_dtype_size(pl->shape->dtype);

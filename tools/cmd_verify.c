@@ -88,8 +88,7 @@ static int verify_one(const tuned__driver *d, const tuned__nvrtc *n, const tuned
                       tuned__err *e)
 {
     tuned__record here;
-    tuned__shape shape = {.dtype = (tuned_dtype)r->key.dtype, .rows = r->key.rows,
-                          .cols = r->key.cols, .kernel = r->key.kernel};
+    tuned__shape shape = tuned__store_key_shape(&r->key);
     cli_here_record(gpu, &shape, &here);
     char why[512];
     tuned__identity id;

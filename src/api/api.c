@@ -464,8 +464,9 @@ static int build_entry(tuned_handle *h, const tuned__api_key *k, uint64_t hash, 
                        const tuned__gpu *gpu, const tuned__api_pick *p, tuned__api_entry **out,
                        tuned__err *e)
 {
-    tuned__shape s = {.dtype = (tuned_dtype)k->dtype, .rows = k->rows, .cols = k->cols,
+    tuned__shape s = {.dtype = (tuned_dtype)k->dtype, .rows = k->rows,
                       .kernel = (uint8_t)k->kernel};
+    tuned__shape_set_wire_cols(&s, k->cols);
     int arch = gpu->cc_major * 10 + gpu->cc_minor;
     module_rec *mod = NULL;
     int rc = module_get(h, (CUcontext)k->ctx, &p->config, &s, k->aligned != 0, k->flags, arch,
@@ -554,8 +555,9 @@ static int build_new(tuned_handle *h, const tuned__api_key *k, uint64_t hash,
         rc = tuned__api_device_get(h, device, &gpu, e);
     if (rc != 0)
         return rc;
-    tuned__shape s = {.dtype = (tuned_dtype)k->dtype, .rows = k->rows, .cols = k->cols,
+    tuned__shape s = {.dtype = (tuned_dtype)k->dtype, .rows = k->rows,
                       .kernel = (uint8_t)k->kernel};
+    tuned__shape_set_wire_cols(&s, k->cols);
     tuned__api_pick p;
     char failed[256] = ""; /* why the last compatible record was not served */
     for (int checks = 0;; checks++) {
@@ -614,8 +616,9 @@ static tuned__api_entry *recheck(tuned_handle *h, const tuned__api_key *k, uint6
         return old;
     }
     const tuned__gpu *gpu;
-    tuned__shape s = {.dtype = (tuned_dtype)k->dtype, .rows = k->rows, .cols = k->cols,
+    tuned__shape s = {.dtype = (tuned_dtype)k->dtype, .rows = k->rows,
                       .kernel = (uint8_t)k->kernel};
+    tuned__shape_set_wire_cols(&s, k->cols);
     tuned__api_pick p;
     tuned__err ignored = {0};
     if (tuned__api_device_get(h, old->choice.device, &gpu, &ignored) != 0 ||
@@ -658,9 +661,12 @@ static bool overlap(uintptr_t a, uint64_t a_span, uintptr_t b, uint64_t b_span)
     return a < b + b_span && b < a + a_span;
 }
 
+/* Whether the call passes tensor i: the kind uses it, and it is not an
+ * optional one left NULL. */
 static bool used(const call_args *a, unsigned i)
 {
-    return a->kind->tensor[i].role != TUNED__TENSOR_UNUSED;
+    return a->kind->tensor[i].role != TUNED__TENSOR_UNUSED &&
+           !(a->kind->tensor[i].optional && a->ptr[i] == NULL);
 }
 
 /* Whether an output tensor of a overlaps another tensor (inputs may share
@@ -671,8 +677,9 @@ static bool outputs_overlap(const call_args *a, uint64_t rows, uint64_t cols, ui
                             size_t esize, unsigned *out_i, unsigned *other_i)
 {
     const tuned__kind_spec *k = a->kind;
+    cols = tuned__wire_cols(cols, a->key_params); /* extents of rows x k read k */
     for (unsigned i = 0; i < k->ntensors; i++) {
-        if (k->tensor[i].role != TUNED__TENSOR_OUT)
+        if (k->tensor[i].role != TUNED__TENSOR_OUT || !used(a, i))
             continue;
         uint64_t span_i = tuned__kind_span(k, i, rows, cols, stride, esize, a->flags);
         for (unsigned j = 0; j < k->ntensors; j++) {
@@ -780,7 +787,8 @@ int tuned__api_resolve(tuned_handle *h, const call_args *a, int64_t rows, int64_
     /* The context, when none is current, is the first input's. */
     const unsigned in = tuned__kind_first_in(a->kind);
     uintptr_t xa = (uintptr_t)a->ptr[in];
-    tuned__api_key k = {.ctx = ctx, .rows = (uint64_t)rows, .cols = (uint64_t)cols,
+    tuned__api_key k = {.ctx = ctx, .rows = (uint64_t)rows,
+                        .cols = tuned__wire_cols((uint64_t)cols, a->key_params),
                         .stride = (uint64_t)stride, .dtype = (uint32_t)dtype,
                         .kernel = (uint16_t)a->kind->id, .flags = (uint8_t)a->flags,
                         .aligned = (bits & 15) == 0 &&
@@ -899,7 +907,8 @@ static int call(tuned_handle *h, const call_args *a, int64_t rows, int64_t cols,
 int tuned_run(tuned_handle *h, tuned_kernel kernel, const void *const *tensors, int64_t rows,
               int64_t cols, int64_t row_stride, tuned_dtype dtype, float scale, void *stream)
 {
-    call_args a = {"tuned_run", tuned__kind((unsigned)kernel), {NULL}, NULL, 0};
+    call_args a = {"tuned_run", tuned__kind((unsigned)kernel), {NULL}, NULL, 0,
+                   tuned__params_default(tuned__kind((unsigned)kernel))};
     if (tensors == NULL)
         return failf(h, TUNED_EINVAL, "tuned_run: tensors is NULL");
     if (a.kind != NULL && !a.kind->scaled && a.kind->params_size > 0)
@@ -916,7 +925,7 @@ static int call_kind(tuned_handle *h, const char *fn, tuned_kernel kernel, const
                      const void *t1, const void *t2, int64_t rows, int64_t cols,
                      int64_t row_stride, tuned_dtype dtype, float scale, void *stream)
 {
-    call_args a = {fn, tuned__kind((unsigned)kernel), {t0, t1, t2}, NULL, 0};
+    call_args a = {fn, tuned__kind((unsigned)kernel), {t0, t1, t2}, NULL, 0, 0};
     return call(h, &a, rows, cols, row_stride, dtype, scale, stream);
 }
 
@@ -963,7 +972,8 @@ static void copy_choice(tuned_handle *h, const tuned__api_entry *e, tuned_choice
     *out = e->choice;
     const tuned__gpu *gpu = h->devs[e->choice.device].ready ? &h->devs[e->choice.device].gpu : NULL;
     tuned__shape s = {.dtype = (tuned_dtype)e->key.dtype, .rows = e->key.rows,
-                      .cols = e->key.cols, .kernel = (uint8_t)e->key.kernel};
+                      .kernel = (uint8_t)e->key.kernel};
+    tuned__shape_set_wire_cols(&s, e->key.cols);
     tune_job *j = gpu != NULL ? tuned__api_job_find(h, gpu->fingerprint, &s) : NULL;
     if (j != NULL) {
         out->tune = j->state;
@@ -976,7 +986,8 @@ int tuned_prepare(tuned_handle *h, tuned_kernel kernel, const void *const *tenso
                   int64_t cols, int64_t row_stride, tuned_dtype dtype, tuned_choice *out)
 {
     tuned__api_entry *e;
-    call_args a = {"tuned_prepare", tuned__kind((unsigned)kernel), {NULL}, NULL, 0};
+    call_args a = {"tuned_prepare", tuned__kind((unsigned)kernel), {NULL}, NULL, 0,
+                   tuned__params_default(tuned__kind((unsigned)kernel))};
     if (tensors == NULL)
         return failf(h, TUNED_EINVAL, "tuned_prepare: tensors is NULL");
     for (unsigned i = 0; a.kind != NULL && i < a.kind->ntensors; i++)

@@ -39,7 +39,8 @@
  * memcmp (both asserted). */
 typedef struct tuned__api_key {
     void *ctx;          /* CUcontext the call ran in */
-    uint64_t rows, cols, stride;
+    uint64_t rows, cols, stride; /* cols: with the kind's key parameters above bit 32
+                                    (tuned__wire_cols) */
     uint32_t dtype;
     uint16_t kernel;    /* TUNED_KERNEL_* (never 0) */
     uint8_t aligned;    /* every tensor and every row start are 16-byte aligned */

@@ -137,7 +137,7 @@ static int ce_call(tuned_handle *h, const char *fn, tuned_kernel kernel, const v
     tuned_ce_options_init(&defaults);
     const tuned_ce_options *o = opt != NULL ? opt : &defaults;
     tuned__ce_params p;
-    tuned__api_args a = {fn, tuned__kind((unsigned)kernel), {NULL}, &p, 0};
+    tuned__api_args a = {fn, tuned__kind((unsigned)kernel), {NULL}, &p, 0, 0};
     int rc = ce_params(h, fn, o, &p, &a.flags);
     if (rc != 0)
         return rc;

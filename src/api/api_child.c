@@ -166,9 +166,13 @@ static int tune_lock(const tuned__api_child *c, const char *what, int *fd, tuned
     if (mkdir(path, 0775) != 0 && errno != EEXIST)
         return 0;
     size_t used = strlen(path);
-    snprintf(path + used, sizeof path - used, "/%s-%llux%llu-%s-gpu%d.lock",
+    /* the key parameters as their word: a lock file's name takes no ',' or '=' */
+    char params[16] = "";
+    if (c->shape.params != 0)
+        snprintf(params, sizeof params, "-p%08x", (unsigned)c->shape.params);
+    snprintf(path + used, sizeof path - used, "/%s-%llux%llu%s-%s-gpu%d.lock",
              tuned__kernel_name((uint8_t)tuned__shape_kernel(&c->shape)),
-             (unsigned long long)c->shape.rows, (unsigned long long)c->shape.cols,
+             (unsigned long long)c->shape.rows, (unsigned long long)c->shape.cols, params,
              tuned_dtype_name(c->shape.dtype), c->device);
     int lock = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0664);
     if (lock < 0)
@@ -231,9 +235,10 @@ static int run_locked(const tuned__api_child *c, tuned__err *e)
                            "tuned_options.tuned_path or $TUNED_BIN",
                            c->binary,
                            strchr(c->binary, '/') != NULL ? strerror(errno) : "not in $PATH");
-    char shape[64], device[16], time_s[32];
-    snprintf(shape, sizeof shape, "%llux%llu", (unsigned long long)c->shape.rows,
-             (unsigned long long)c->shape.cols);
+    char shape[192], params[128], device[16], time_s[32];
+    tuned__shape_params_text(&c->shape, params, sizeof params);
+    snprintf(shape, sizeof shape, "%llux%llu%s%s", (unsigned long long)c->shape.rows,
+             (unsigned long long)c->shape.cols, params[0] != '\0' ? ":" : "", params);
     snprintf(device, sizeof device, "%d", c->device);
     snprintf(time_s, sizeof time_s, "%g", c->time_s);
     char *argv[20];

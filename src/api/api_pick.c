@@ -35,10 +35,12 @@ static int nearest_one(void *ctx, const tuned__record *r)
 {
     nearest_scan *n = ctx;
     const tuned__shape *s = &n->sp->shape;
+    uint64_t cols = tuned__wire_cols_cols(r->key.cols);
     if (r->key.kernel != tuned__shape_kernel(s) || r->key.dtype != (uint8_t)s->dtype ||
-        r->key.rows == 0 || r->key.cols == 0 || (r->key.rows == s->rows && r->key.cols == s->cols))
+        !tuned__key_params_match(&r->key, s) || r->key.rows == 0 || cols == 0 ||
+        (r->key.rows == s->rows && cols == s->cols))
         return 0;
-    double d = 2.0 * fabs(log((double)r->key.cols / (double)s->cols)) +
+    double d = 2.0 * fabs(log((double)cols / (double)s->cols)) +
                fabs(log((double)r->key.rows / (double)s->rows));
     bool own = r->key.gpu_fp == n->here->full_fp;
     if (n->found && !(d < n->best_d || (d == n->best_d && own && !n->best_own)))
@@ -89,7 +91,7 @@ static void from_record(tuned__api_pick *out, const tuned__record *r, tuned_sour
     out->source = source;
     out->median_us = r->median_us;
     out->record_rows = r->key.rows;
-    out->record_cols = r->key.cols;
+    out->record_cols = tuned__wire_cols_cols(r->key.cols);
     out->record_key = r->key;
 }
 

@@ -19,6 +19,7 @@ tune_job *tuned__api_job_find(tuned_handle *h, uint64_t fp, const tuned__shape *
 {
     for (tune_job *j = h->jobs; j != NULL; j = j->next)
         if (j->fp == fp && j->shape.rows == s->rows && j->shape.cols == s->cols &&
+            j->shape.params == s->params &&
             j->shape.dtype == s->dtype && tuned__shape_kernel(&j->shape) == tuned__shape_kernel(s))
             return j;
     return NULL;
@@ -42,7 +43,8 @@ static tune_job *job_add(tuned_handle *h, int device, uint64_t fp, const tuned__
 static void force_recheck(tuned_handle *h, int device, const tuned__shape *s)
 {
     for (tuned__api_entry *e = h->entries; e != NULL; e = e->all_next)
-        if (e->key.rows == s->rows && e->key.cols == s->cols && e->key.dtype == s->dtype &&
+        if (e->key.rows == s->rows && e->key.cols == tuned__wire_cols_of(s) &&
+            e->key.dtype == s->dtype &&
             e->key.kernel == tuned__shape_kernel(s) && e->choice.device == device)
             atomic_store_explicit(&e->recheck_ns, 0, memory_order_relaxed);
 }

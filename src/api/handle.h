@@ -103,6 +103,7 @@ typedef struct tuned__api_args {
     const void *ptr[TUNED__KIND_MAX_TENSORS];
     const void *params;
     unsigned flags;
+    uint32_t key_params; /* the kind's key parameters (kind.h; 0: none) */
 } tuned__api_args;
 
 /* The entry for a call (checking its arguments): the fast path, else the

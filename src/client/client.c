@@ -268,6 +268,10 @@ int tuned__client_tune(const char *socket_path, const tuned__shape *shape, uint6
                             (json_int_t)shape->rows, "cols", (json_int_t)shape->cols, "gpu", fp);
     if (req != NULL && time_s > 0)
         json_object_set_new(req, "time_s", json_real(time_s));
+    char params[128];
+    tuned__shape_params_text(shape, params, sizeof params);
+    if (req != NULL && params[0] != '\0')
+        json_object_set_new(req, "params", json_string(params));
     json_t *v = NULL;
     int rc = request_built(socket_path, req, 10.0, &v, e);
     if (rc != 0)

@@ -384,6 +384,15 @@ static bool rows_check_kernel(const tuned__config *c, const tuned__kind_spec *k,
         return tuned__config_refuse(why, n, "%s has no replicas (forward kernels only)", k->name);
     if (c->grid > 1 && k->path[TUNED__PATH_GRID].entry == NULL)
         return tuned__config_refuse(why, n, "%s has no grid split", k->name);
+    unsigned row_threads = tuned__config_threads_per_row(c) * tuned__config_blocks_per_row(c);
+    if (k->max_row_threads > 0 && row_threads > k->max_row_threads)
+        return tuned__config_refuse(why, n, "%s keeps a row in at most %u threads (%u here)",
+                                    k->name, (unsigned)k->max_row_threads, row_threads);
+    if (k->fixed_store_hint && c->st != TUNED__ST_DEF)
+        return tuned__config_refuse(why, n, "%s writes too little for a store hint: st=def",
+                                    k->name);
+    if (k->fixed_registers && c->reg != TUNED__REG_F32)
+        return tuned__config_refuse(why, n, "%s holds its row in fp32: reg=f32", k->name);
     if (k->pairs && c->grid > 1 && c->red != TUNED__RED_FUSED)
         return tuned__config_refuse(why, n, "a row split over the grid reduces one-round pairs");
     /* In place, a load through the read-only cache may see a stale line of
@@ -466,6 +475,14 @@ static bool rows_check_shape(const tuned__config *c, const tuned__shape *s, int 
     unsigned budget = REGISTERS_PER_SM / (threads * c->minb);
     if (budget > MAX_REGISTERS_PER_THREAD)
         budget = MAX_REGISTERS_PER_THREAD;
+    if (kind->max_thread_elems > 0) {
+        uint64_t pass = (uint64_t)tuned__config_threads_per_row(c) * c->vec;
+        uint64_t elems = (s->cols + pass - 1) / pass * c->vec;
+        if (elems > kind->max_thread_elems)
+            return tuned__config_refuse(why, n, "%s holds at most %u elements a thread (%llu here)",
+                                        kind->name, (unsigned)kind->max_thread_elems,
+                                        (unsigned long long)elems);
+    }
     /* A backward kernel holds two rows, y and dy. */
     uint64_t held = kind->rows_held;
     uint64_t need = held * tuned__config_row_registers(c, s, head_free) +
@@ -486,7 +503,7 @@ bool tuned__shape_check(const tuned__shape *s, char *why, size_t n)
     if (s->rows < 1 || s->rows > TUNED__MAX_ROWS || s->cols < 1 || s->cols > TUNED__MAX_COLS)
         return tuned__config_refuse(why, n, "shape %llux%llu out of range",
                                     (unsigned long long)s->rows, (unsigned long long)s->cols);
-    return true;
+    return tuned__params_check(tuned__shape_spec(s), s->cols, s->params, why, n);
 }
 
 bool tuned__config_check(const tuned__config *c, const tuned__shape *s, int arch, int sms,

@@ -143,7 +143,44 @@ typedef struct tuned__shape {
      * field keeps its meaning (read it with tuned__shape_kernel). Last, so
      * positional initializers still fit. */
     uint8_t kernel;
+    /* The kind's key parameters (kind.h; 0 for a kind without any). Where
+     * a shape travels as (rows, cols) numbers (store keys, the daemon's
+     * and the fleet's messages, export files), they ride above bit 32 of
+     * the columns: tuned__shape_wire_cols. */
+    uint32_t params;
 } tuned__shape;
+
+/* The columns as they travel: cols, and above bit 32 the key parameters
+ * (cols itself for a kind without). Every key and message written before
+ * key parameters existed reads back unchanged. */
+#define TUNED__WIRE_PARAMS_SHIFT 32
+static inline uint64_t tuned__wire_cols(uint64_t cols, uint32_t params)
+{
+    return cols | ((uint64_t)params << TUNED__WIRE_PARAMS_SHIFT);
+}
+static inline uint64_t tuned__wire_cols_of(const tuned__shape *s)
+{
+    return tuned__wire_cols(s->cols, s->params);
+}
+/* Splits travelling columns into s's cols and params. */
+static inline void tuned__shape_set_wire_cols(tuned__shape *s, uint64_t wire)
+{
+    s->cols = wire & 0xffffffffull;
+    s->params = (uint32_t)(wire >> TUNED__WIRE_PARAMS_SHIFT);
+}
+/* The text of s's key parameters (tuned__params_format: "" for the
+ * defaults), as messages carry them in "params". */
+static inline void tuned__shape_params_text(const tuned__shape *s, char *buf, size_t n)
+{
+    tuned__params_format(tuned__kind(s->kernel != 0 ? s->kernel : TUNED__KIND_DEFAULT),
+                         s->params, buf, n);
+}
+
+/* The columns of travelling columns (the key parameters dropped). */
+static inline uint64_t tuned__wire_cols_cols(uint64_t wire)
+{
+    return wire & 0xffffffffull;
+}
 
 /* s's kind id, 0 read as the default kind. */
 static inline unsigned tuned__shape_kernel(const tuned__shape *s)

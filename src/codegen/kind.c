@@ -219,7 +219,12 @@ void tuned__kind_list(char *buf, size_t n)
 
 static size_t elem_size(const tuned__tensor_spec *t, size_t esize)
 {
-    return t->elem == TUNED__ELEM_F32 ? 4 : t->elem == TUNED__ELEM_I64 ? 8 : esize;
+    switch (t->elem) {
+    case TUNED__ELEM_F32:
+    case TUNED__ELEM_I32: return 4;
+    case TUNED__ELEM_I64: return 8;
+    default: return esize;
+    }
 }
 
 size_t tuned__kind_elem_size(const tuned__kind_spec *k, unsigned i, size_t esize)
@@ -236,14 +241,29 @@ size_t tuned__kind_elem_size_flags(const tuned__kind_spec *k, unsigned i, size_t
     return elem_size(&k->tensor[i], esize);
 }
 
+/* Elements of tensor t for rows x cols (wire: the key parameters above
+ * bit 32), a MATRIX counted as dense. */
+static double tensor_elems(const tuned__kind_spec *k, const tuned__tensor_spec *t, uint64_t rows,
+                           uint64_t wire)
+{
+    uint64_t cols = wire & 0xffffffffull;
+    switch (t->extent) {
+    case TUNED__EXTENT_ROWS: return (double)rows;
+    case TUNED__EXTENT_ROWS_K:
+        return (double)rows * (double)tuned__params_value(k, (uint32_t)(wire >> 32), "k", 1);
+    case TUNED__EXTENT_COLS: return (double)cols;
+    default: return (double)rows * (double)cols;
+    }
+}
+
 uint64_t tuned__kind_span(const tuned__kind_spec *k, unsigned i, uint64_t rows, uint64_t cols,
                           uint64_t row_stride, size_t esize, unsigned flags)
 {
     const tuned__tensor_spec *t = &k->tensor[i];
     size_t es = tuned__kind_elem_size_flags(k, i, esize, flags);
-    if (t->extent == TUNED__EXTENT_ROWS)
-        return rows * es;
-    return ((rows - 1) * row_stride + cols) * es;
+    if (t->extent != TUNED__EXTENT_MATRIX)
+        return (uint64_t)tensor_elems(k, t, rows, cols) * es;
+    return ((rows - 1) * row_stride + (cols & 0xffffffffull)) * es;
 }
 
 double tuned__kind_bytes(const tuned__kind_spec *k, uint64_t rows, uint64_t cols, size_t esize)
@@ -253,8 +273,7 @@ double tuned__kind_bytes(const tuned__kind_spec *k, uint64_t rows, uint64_t cols
         const tuned__tensor_spec *t = &k->tensor[i];
         if (t->role == TUNED__TENSOR_UNUSED)
             continue;
-        double n = t->extent == TUNED__EXTENT_MATRIX ? (double)rows * (double)cols : (double)rows;
-        bytes += n * (double)elem_size(t, esize);
+        bytes += tensor_elems(k, t, rows, cols) * (double)elem_size(t, esize);
     }
     return bytes;
 }
@@ -262,7 +281,7 @@ double tuned__kind_bytes(const tuned__kind_spec *k, uint64_t rows, uint64_t cols
 double tuned__kind_copies(const tuned__kind_spec *k, uint64_t rows, uint64_t cols, size_t esize)
 {
     return tuned__kind_bytes(k, rows, cols, esize) /
-           (2.0 * (double)rows * (double)cols * (double)esize);
+           (2.0 * (double)rows * (double)(cols & 0xffffffffull) * (double)esize);
 }
 
 unsigned tuned__kind_matrices(const tuned__kind_spec *k)

@@ -20,6 +20,7 @@
 #include <stdint.h>
 
 #include "tuned.h"
+#include "src/common/err.h"
 
 /* How a call uses one of its tensors. */
 enum {
@@ -33,13 +34,16 @@ enum {
 enum {
     TUNED__ELEM_DTYPE = 0, /* the call's dtype (fp16, bf16, fp32) */
     TUNED__ELEM_F32,       /* always fp32 */
-    TUNED__ELEM_I64,       /* int64 (labels) */
+    TUNED__ELEM_I64,       /* int64 (labels, expert ids) */
+    TUNED__ELEM_I32,       /* int32 (counts) */
 };
 
 /* The shape of a tensor, from the call's rows x cols. */
 enum {
     TUNED__EXTENT_MATRIX = 0, /* rows x cols, rows row_stride elements apart */
     TUNED__EXTENT_ROWS,       /* one element per row */
+    TUNED__EXTENT_ROWS_K,     /* rows x k, dense: k the kind's key parameter "k" */
+    TUNED__EXTENT_COLS,       /* one element per column, shared by the rows */
 };
 
 typedef struct tuned__tensor_spec {
@@ -51,6 +55,9 @@ typedef struct tuned__tensor_spec {
      * 0: none): computed in place (the kernel reads each element before
      * it writes it). Any other overlap is refused. */
     uint8_t in_place;
+    /* A call may pass NULL for it (a router's bias, its counts): the
+     * check runs the kernel without and with it, and a timing without. */
+    uint8_t optional;
 } tuned__tensor_spec;
 
 /* How a config's kernel is built: the template paths. Which one a config
@@ -79,6 +86,27 @@ enum {
 
 #define TUNED__KIND_MAX_TENSORS 6
 #define TUNED__KIND_MAX_PARTS 6
+#define TUNED__KIND_MAX_PARAMS 6
+#define TUNED__PARAM_MAX_VALUES 4
+
+/* A key parameter: a small integer beyond (rows, cols) that the kind's
+ * code is compiled for and its winners are kept under (a router's k).
+ * The kind's parameters pack into one 32-bit word, each in its own field
+ * (shift, bits) holding the value itself; a kind without parameters has
+ * the word 0, so that every key written before parameters existed keeps
+ * its bytes (cache/key.h: the word rides above bit 32 of the key's
+ * columns). Codegen defines `define` to the value, in the variant and in
+ * its reference. Text names the values that differ from dflt:
+ * "k=8,score=sigmoid" (params.c). */
+typedef struct tuned__key_param {
+    const char *name;   /* "k" */
+    const char *define; /* "T_TOPK" */
+    uint8_t shift, bits;
+    uint16_t min, max, dflt;
+    /* the names of values min, min + 1, ... when the values are choices
+     * ("softmax", "sigmoid", ...); NULL-terminated, NULL: a number */
+    const char *value_name[TUNED__PARAM_MAX_VALUES];
+} tuned__key_param;
 
 typedef struct tuned__kind_path {
     const char *entry;                          /* the kernel's entry point; NULL: no such path */
@@ -128,6 +156,14 @@ typedef struct tuned__kind_spec {
     bool stash;        /* passes may be stashed in shared memory */
     bool replicas;     /* a few rows may be held by several clusters */
     bool line_head;    /* long rows off a vector boundary count slots from their line */
+    /* Most threads sharing a row (0: no limit beyond the family's): a row
+     * the kernel keeps inside one warp says 32, and has no cluster. */
+    uint16_t max_row_threads;
+    /* Most elements of its row a thread holds, in whole vectors (0: the
+     * register budget alone decides). */
+    uint16_t max_thread_elems;
+    bool fixed_store_hint; /* writes too little for st=cs to matter: st=def only */
+    bool fixed_registers;  /* holds its row as fp32 only: reg=f32 only */
 
     /* The float64 reference (TUNED__REF_*) and the templates of its module
      * (compiled with T_DTYPE and the call's flags). */
@@ -141,6 +177,16 @@ typedef struct tuned__kind_spec {
      * before, so that stored and shipped records stay exact with no
      * migration (tuned__kind_identity_hash). */
     uint64_t legacy_code;
+
+    /* Its key parameters (none for most kinds), and the rules between
+     * them and the columns that no single range says (NULL: none): false
+     * with why filled in. */
+    uint8_t nparams;
+    tuned__key_param param[TUNED__KIND_MAX_PARAMS];
+    bool (*params_rule)(uint64_t cols, uint32_t params, char *why, size_t n);
+    /* Columns the kind takes, for code that visits every kind with one
+     * shape (tests, examples) where that shape's are not (0: any). */
+    uint32_t example_cols;
 } tuned__kind_spec;
 
 /* The spec of kind id, or NULL for an unknown id. */
@@ -165,7 +211,11 @@ enum { TUNED__KIND_COUNT = 0 TUNED_KERNEL_MAP(TUNED__KIND_COUNT_ONE) };
 /* The kinds' names joined by ", " into buf (for errors that list them). */
 void tuned__kind_list(char *buf, size_t n);
 
-/* Bytes a call of kind k on rows x cols of a dtype of esize bytes must
+/* In the functions below, cols is the columns as they travel: the kind's
+ * key parameters above bit 32 (tuned__wire_cols, config.h), which some
+ * tensors' extents read (rows x k).
+ *
+ * Bytes a call of kind k on rows x cols of a dtype of esize bytes must
  * move: every tensor read once and written once. Its floor is the time of
  * a device-to-device copy of half as many bytes each way. */
 double tuned__kind_bytes(const tuned__kind_spec *k, uint64_t rows, uint64_t cols, size_t esize);
@@ -200,6 +250,49 @@ bool tuned__kind_in_place(const tuned__kind_spec *k);
 /* The index of the kind's first input and first output tensor. */
 unsigned tuned__kind_first_in(const tuned__kind_spec *k);
 unsigned tuned__kind_first_out(const tuned__kind_spec *k);
+
+/* ---- key parameters (params.c) ---- */
+
+/* For code that visits every kind with one shape: k's default key
+ * parameters into params, and its example columns into cols where k does
+ * not take cols with them. */
+void tuned__kind_example(const tuned__kind_spec *k, uint64_t *cols, uint32_t *params);
+
+/* The word of k's parameters at their defaults (0 for a kind without). */
+uint32_t tuned__params_default(const tuned__kind_spec *k);
+
+/* The value of parameter i of k in word. */
+unsigned tuned__params_get(const tuned__kind_spec *k, uint32_t word, unsigned i);
+
+/* The value of k's parameter called name in word, or dflt when k has none
+ * of that name. */
+unsigned tuned__params_value(const tuned__kind_spec *k, uint32_t word, const char *name,
+                             unsigned dflt);
+
+/* word with parameter i set to v (v within its field's bits). */
+uint32_t tuned__params_set(const tuned__kind_spec *k, uint32_t word, unsigned i, unsigned v);
+
+/* Whether word is a parameter word of k for cols columns: every field in
+ * range, no bit outside the fields, and the kind's rule; why says why
+ * not. */
+bool tuned__params_check(const tuned__kind_spec *k, uint64_t cols, uint32_t word, char *why,
+                         size_t n);
+
+/* The text of word: its values that differ from the defaults,
+ * "k=8,score=sigmoid" ("" when none do). */
+void tuned__params_format(const tuned__kind_spec *k, uint32_t word, char *buf, size_t n);
+
+/* Parses "name=value,..." (names and values as params_format writes them,
+ * numbers in decimal; "" for the defaults) into *word, starting from the
+ * defaults. TUNED_EINVAL naming the part it cannot take. Ranges and the
+ * kind's rule are tuned__params_check's (it needs the columns). */
+int tuned__params_parse(const tuned__kind_spec *k, const char *text, uint32_t *word,
+                        tuned__err *e);
+
+/* Appends "#define T_X v\n" for each parameter of word to buf (at most n
+ * bytes in all, NUL included); TUNED_EINVAL when it does not fit. */
+int tuned__params_defines(const tuned__kind_spec *k, uint32_t word, char *buf, size_t n,
+                          tuned__err *e);
 
 /* The code identity of kind k: an FNV-1a hash of the templates it
  * compiles (every path's parts, each once, in the order of first use),

@@ -67,7 +67,8 @@ int tuned__fake_gpu_query(int ordinal, tuned__gpu *out, int *count, tuned__err *
 double tuned__fake_copy_us(const tuned__shape *s)
 {
     const tuned__kind_spec *k = tuned__shape_spec(s);
-    double bytes = k != NULL ? tuned__kind_bytes(k, s->rows, s->cols, tuned_dtype_size(s->dtype))
+    double bytes = k != NULL ? tuned__kind_bytes(k, s->rows, tuned__wire_cols_of(s),
+                                                 tuned_dtype_size(s->dtype))
                              : 0.0;
     return 2.0 + bytes / 3.0e6; /* 3 TB/s, plus a launch */
 }

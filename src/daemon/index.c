@@ -466,10 +466,11 @@ long tuned__index_nearest(const tuned__index *ix, const tuned__space *sp, uint64
         bool own = r->key.gpu_fp == fp;
         if (!(own || (hw != 0 && ix->hw[i] == hw)) ||
             r->key.kernel != (uint8_t)tuned__shape_kernel(&sp->shape) ||
-            r->key.dtype != (uint8_t)sp->shape.dtype ||
-            (r->key.rows == sp->shape.rows && r->key.cols == sp->shape.cols))
+            r->key.dtype != (uint8_t)sp->shape.dtype || !tuned__key_params_match(&r->key, &sp->shape) ||
+            (r->key.rows == sp->shape.rows && r->key.cols == tuned__wire_cols_of(&sp->shape)))
             continue;
-        double d = 2.0 * fabs(log((double)r->key.cols / (double)sp->shape.cols)) +
+        double d = 2.0 * fabs(log((double)tuned__wire_cols_cols(r->key.cols) /
+                                  (double)sp->shape.cols)) +
                    fabs(log((double)r->key.rows / (double)sp->shape.rows));
         /* closer, or as close and of this GPU's own identity */
         if (!(d < best_d || (d == best_d && own && !best_own)))

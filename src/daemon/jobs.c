@@ -737,7 +737,7 @@ int tuned__jobs_submit(tuned__jobs *j, const tuned__job_params *p, uint64_t *id,
             jb->v.gpu_fp == p->gpu_fp &&
             tuned__shape_kernel(&jb->v.shape) == tuned__shape_kernel(&p->shape) &&
             jb->v.shape.dtype == p->shape.dtype && jb->v.shape.rows == p->shape.rows &&
-            jb->v.shape.cols == p->shape.cols) {
+            jb->v.shape.cols == p->shape.cols && jb->v.shape.params == p->shape.params) {
             jb->v.joined++;
             j->counts.joined++;
             *id = jb->v.id;

@@ -312,7 +312,15 @@ void tuned__reply_record(tuned__buf *b, const tuned__record *r)
     tuned__json_key(b, "rows", false);
     tuned__json_u64(b, r->key.rows);
     tuned__json_key(b, "cols", false);
-    tuned__json_u64(b, r->key.cols);
+    tuned__json_u64(b, tuned__wire_cols_cols(r->key.cols));
+    const tuned__kind_spec *spec = tuned__kind(r->key.kernel);
+    char params[128];
+    tuned__params_format(spec, (uint32_t)(r->key.cols >> TUNED__WIRE_PARAMS_SHIFT), params,
+                         sizeof params);
+    if (params[0] != '\0') {
+        tuned__json_key(b, "params", false);
+        tuned__json_str(b, params);
+    }
     tuned__json_key(b, "gpu", false);
     tuned__json_str(b, r->gpu_name);
     tuned__json_key(b, "gpu_fp", false);
@@ -377,6 +385,7 @@ static const struct field {
     {"dtype", B_GET | B_TUNE | B_LIST},
     {"rows", B_GET | B_TUNE | B_LIST},
     {"cols", B_GET | B_TUNE | B_LIST},
+    {"params", B_GET | B_TUNE | B_LIST},
     {"gpu", B_GET | B_TUNE | B_LIST},
     {"tune_if_missing", B_GET},
     {"budget", B_TUNE},
@@ -487,7 +496,17 @@ static int parse_fields(const json_t *root, tuned__request *r, tuned__proto_erro
             return fail(err, TUNED__PE_BAD_VALUE, "\"kernel\" must be one of %s", kinds);
         }
         r->shape.kernel = r->kernel;
+        r->shape.params = tuned__params_default(tuned__kind(r->kernel));
         r->have_kernel = true;
+    }
+    if ((v = json_object_get(root, "params")) != NULL) {
+        if (!json_is_string(v))
+            return fail(err, TUNED__PE_BAD_TYPE, "\"params\" must be a string");
+        tuned__err pe = {0};
+        if (strlen(json_string_value(v)) != json_string_length(v) ||
+            tuned__params_parse(tuned__kind(r->kernel), json_string_value(v), &r->shape.params,
+                                &pe) != 0)
+            return fail(err, TUNED__PE_BAD_VALUE, "\"params\": %s", pe.msg);
     }
     if ((v = json_object_get(root, "dtype")) != NULL) {
         if (!json_is_string(v))
@@ -506,6 +525,10 @@ static int parse_fields(const json_t *root, tuned__request *r, tuned__proto_erro
         if (get_uint(v, "cols", 1, TUNED__MAX_COLS, &r->shape.cols, err) != 0)
             return -1;
         r->have_cols = true;
+        char why[160];
+        if (!tuned__params_check(tuned__kind(r->kernel), r->shape.cols, r->shape.params, why,
+                                 sizeof why))
+            return fail(err, TUNED__PE_BAD_VALUE, "%s", why);
     }
     if ((v = json_object_get(root, "gpu")) != NULL && parse_gpu(v, &r->gpu, err) != 0)
         return -1;

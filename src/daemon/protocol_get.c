@@ -214,6 +214,7 @@ static bool read_value(scan *s, unsigned f, tuned__request *r)
         if (!plain_name(s, name) || tuned__kernel_parse(name, &r->kernel) != 0)
             return false;
         r->shape.kernel = r->kernel;
+        r->shape.params = tuned__params_default(tuned__kind(r->kernel));
         r->have_kernel = true;
         return true;
     case F_DTYPE:
@@ -263,5 +264,7 @@ bool tuned__proto_parse_get_fast(const char *line, size_t len, tuned__request *r
     const unsigned needed = F_OP | F_ROWS | F_COLS;
     if ((seen & needed) != needed)
         return false;
-    return !tuned__shape_over_cap(&req->shape);
+    return !tuned__shape_over_cap(&req->shape) &&
+           tuned__params_check(tuned__kind(req->kernel), req->shape.cols, req->shape.params, NULL,
+                               0);
 }

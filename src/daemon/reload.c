@@ -70,7 +70,7 @@ static int set_here(tuned__daemon *d, tuned__err *e)
             size_t at = tuned__here_at(i, kind->id);
             tuned__tune_outcome o = {.gpu = g.gpu};
             o.search.best_us = 1.0;
-            tuned__shape s = {TUNED_FP16, 1, 1, kind->id};
+            tuned__shape s = {TUNED_FP16, 1, 1, kind->id, 0};
             tuned__tune_record(&o, &s, &d->here[at]);
             tuned__gpu_identity(&g.gpu, kind->id, TUNED__MEASURE_POLICY, &d->here_id[at]);
         }

@@ -140,7 +140,7 @@ static void id_of(const tuned__daemon *d, size_t slot, const tuned__shape *shape
     r.key.kernel = (uint8_t)tuned__shape_kernel(shape);
     r.key.dtype = (uint8_t)shape->dtype;
     r.key.rows = shape->rows;
-    r.key.cols = shape->cols;
+    r.key.cols = tuned__wire_cols_of(shape);
     r.key.layout = TUNED__LAYOUT_DENSE;
     tuned__fleet_id_from_record(&r, id);
 }
@@ -445,7 +445,7 @@ bool tuned__remote_queue(tuned__daemon *d, const tuned__request *r, const char *
         id->kernel = r->kernel;
         id->dtype = (uint8_t)r->shape.dtype;
         id->rows = r->shape.rows;
-        id->cols = r->shape.cols;
+        id->cols = tuned__wire_cols_of(&r->shape);
         snprintf(id->toolchain, sizeof id->toolchain, "none");
         snprintf(id->code, sizeof id->code, "%016" PRIx64,
                  tuned__kind_identity_hash(tuned__kind(r->kernel)));
@@ -893,7 +893,7 @@ static void take_job(tuned__remote *rm, const tuned__fleet_job *qj)
     p.shape.kernel = qj->id.kernel;
     p.shape.dtype = (tuned_dtype)qj->id.dtype;
     p.shape.rows = qj->id.rows;
-    p.shape.cols = qj->id.cols;
+    tuned__shape_set_wire_cols(&p.shape, qj->id.cols);
     tuned__search_opts_default(&p.search);
     json_error_t je;
     json_t *params = json_loads(qj->params, 0, &je);

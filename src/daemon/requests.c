@@ -291,7 +291,8 @@ static int local_answer(tuned__daemon *d, const tuned__request *r, const target 
                         tuned__answer *a, tuned__buf *out)
 {
     tuned__store_key key = {.kernel = r->kernel, .dtype = (uint8_t)r->shape.dtype,
-                            .rows = r->shape.rows, .cols = r->shape.cols, .gpu_fp = t->rec_fp};
+                            .rows = r->shape.rows, .cols = tuned__wire_cols_of(&r->shape),
+                            .gpu_fp = t->rec_fp};
     long at = tuned__index_find(d->index, &key);
     if (at >= 0) {
         a->source = TUNED__SOURCE_EXACT;
@@ -337,7 +338,7 @@ static bool retune_due(tuned__daemon *d, const tuned__request *r, const target *
     if (!d->o->retune_compatible || !t->local || d->read_only || d->stopping)
         return false;
     const uint64_t parts[] = {tuned__shape_kernel(&r->shape), r->shape.dtype, r->shape.rows,
-                              r->shape.cols, t->rec_fp};
+                              tuned__wire_cols_of(&r->shape), t->rec_fp};
     uint64_t h = tuned__fnv1a64(parts, sizeof parts, TUNED__FNV_SEED);
     size_t n = d->nretuned < TUNED__RETUNED_MAX ? d->nretuned : TUNED__RETUNED_MAX;
     for (size_t i = 0; i < n; i++)
@@ -548,6 +549,12 @@ static void op_job(tuned__daemon *d, const tuned__request *r, tuned__buf *out)
     tuned__json_u64(out, v.shape.rows);
     tuned__json_key(out, "cols", false);
     tuned__json_u64(out, v.shape.cols);
+    char params[128];
+    tuned__shape_params_text(&v.shape, params, sizeof params);
+    if (params[0] != '\0') {
+        tuned__json_key(out, "params", false);
+        tuned__json_str(out, params);
+    }
     tuned__json_key(out, "gpu", false);
     tuned__json_str(out, v.gpu_name);
     tuned__json_key(out, "gpu_fp", false);
@@ -612,7 +619,7 @@ static bool list_match(tuned__daemon *d, const tuned__request *r, const tuned__r
 {
     if ((r->have_dtype && rec->key.dtype != (uint8_t)r->shape.dtype) ||
         (r->have_rows && rec->key.rows != r->shape.rows) ||
-        (r->have_cols && rec->key.cols != r->shape.cols) ||
+        (r->have_cols && rec->key.cols != tuned__wire_cols_of(&r->shape)) ||
         (r->have_kernel && rec->key.kernel != r->kernel))
         return false;
     tuned__jobs_gpu g;

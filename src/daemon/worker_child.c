@@ -215,6 +215,16 @@ static bool do_tune(backend *b, const json_t *req)
     }
     r.shape.rows = (uint64_t)json_integer_value(rows);
     r.shape.cols = (uint64_t)json_integer_value(cols);
+    r.shape.params = tuned__params_default(tuned__shape_spec(&r.shape));
+    const json_t *params = json_object_get(req, "params");
+    if (params != NULL && (!json_is_string(params) ||
+                           tuned__params_parse(tuned__shape_spec(&r.shape),
+                                               json_string_value(params), &r.shape.params,
+                                               &e) != 0)) {
+        tuned__err_prefix(&e, TUNED_EINVAL, "worker: tune request's params");
+        emit_error(&e, false);
+        return false;
+    }
     r.device = b->device;
     r.search.budget = (size_t)json_integer_value(budget);
     r.search.time_s = json_number_value(time_s);

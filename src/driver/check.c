@@ -401,9 +401,9 @@ void tuned__check_tensors(const tuned__check *c, CUdeviceptr *tensors)
     unsigned inputs = 0;
     for (unsigned i = 0; i < c->kind->ntensors; i++) {
         const tuned__tensor_spec *t = &c->kind->tensor[i];
-        if (t->role == TUNED__TENSOR_UNUSED)
+        if (t->role == TUNED__TENSOR_UNUSED || t->optional)
             tensors[i] = 0;
-        else if (t->extent == TUNED__EXTENT_ROWS)
+        else if (t->extent != TUNED__EXTENT_MATRIX)
             tensors[i] = c->row_tensor[i];
         else
             tensors[i] = t->role == TUNED__TENSOR_OUT ? c->y : inputs++ == 0 ? c->x : c->x2;
@@ -417,6 +417,7 @@ int tuned__check_run(tuned__check *c, const tuned__launch *l, tuned__workspace *
     if (detail != NULL && n > 0)
         detail[0] = '\0';
     int rc;
+
     CU(c->d->cuMemsetD8Async(c->y_alloc, poison, c->y_alloc_bytes, c->stream),
        "poisoning the output");
     if (c->kind->reference == TUNED__REF_CROSS_ENTROPY &&
@@ -459,7 +460,7 @@ static uint64_t rows_to_check(const tuned__driver *d, const tuned__shape *s)
     size_t freemem = 0, total = 0;
     if (d->cuMemGetInfo(&freemem, &total) != CUDA_SUCCESS)
         return s->rows;
-    uint64_t per_row = (uint64_t)tuned__kind_bytes(tuned__shape_spec(s), 1, s->cols,
+    uint64_t per_row = (uint64_t)tuned__kind_bytes(tuned__shape_spec(s), 1, tuned__wire_cols_of(s),
                                                   tuned_dtype_size(s->dtype));
     uint64_t budget = freemem / 2;
     uint64_t fit = budget > 2 * TUNED__CHECK_GUARD_BYTES

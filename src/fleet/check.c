@@ -240,7 +240,7 @@ int tuned__fleet_check_record(const void *text, size_t len, const tuned__fleet_i
     tuned__config cfg;
     if (tuned__config_parse_canonical(r.config, TUNED_ESTORE, &cfg, e) != 0)
         return TUNED_ESTORE;
-    if (r.key.rows > MAX_DIM || r.key.cols > MAX_DIM)
+    if (r.key.rows > MAX_DIM || tuned__wire_cols_cols(r.key.cols) > MAX_DIM)
         return tuned__errf(e, TUNED_ESTORE, "shape %" PRIu64 "x%" PRIu64 " is out of range",
                            r.key.rows, r.key.cols);
     /* Every tensor the record's kind moves (the daemon's and CLI's cap). */

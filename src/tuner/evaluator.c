@@ -279,7 +279,7 @@ int tuned__evaluator_open(tuned__evaluator **out, const tuned__driver *d, const 
         return tuned__errf(e, TUNED_EINVAL, "evaluator: unknown kernel %u",
                            tuned__shape_kernel(s));
     }
-    size_t need = (size_t)tuned__kind_bytes(kind, s->rows, s->cols, esize) +
+    size_t need = (size_t)tuned__kind_bytes(kind, s->rows, tuned__wire_cols_of(s), esize) +
                   2 * (size_t)gpu->l2_bytes + 2 * TUNED__CHECK_GUARD_BYTES;
     int rc = 0;
     if (need > gpu->total_mem - gpu->total_mem / 8) {

@@ -228,6 +228,7 @@ static int warm_candidate(void *ctx, const tuned__record *r)
     bool sibling_dtype = !same_dtype && k->dtype != TUNED_FP32 && w->key->dtype != TUNED_FP32;
     if (k->gpu_fp != w->key->gpu_fp || !(same_dtype || sibling_dtype) ||
         k->kernel != w->key->kernel ||
+        (k->cols >> TUNED__WIRE_PARAMS_SHIFT) != (w->key->cols >> TUNED__WIRE_PARAMS_SHIFT) ||
         (same_dtype && k->rows == w->key->rows && k->cols == w->key->cols))
         return 0;
     tuned__config c;
@@ -235,7 +236,8 @@ static int warm_candidate(void *ctx, const tuned__record *r)
         return 0;
     /* Columns matter more than rows: they decide the per-row layout. */
     double d = fabs(log2((double)k->rows / (double)w->key->rows)) +
-               2.0 * fabs(log2((double)k->cols / (double)w->key->cols)) +
+               2.0 * fabs(log2((double)tuned__wire_cols_cols(k->cols) /
+                               (double)tuned__wire_cols_cols(w->key->cols))) +
                (sibling_dtype ? 0.5 : 0.0);
     warm_add(w, &c, d);
     return 0;
@@ -572,7 +574,7 @@ void tuned__tune_record(const tuned__tune_outcome *o, const tuned__shape *shape,
     rec->median_us = o->search.best_us;
     rec->copy_us = o->copy_us;
     /* Every tensor the kind reads or writes, once. */
-    double bytes = tuned__kind_bytes(tuned__shape_spec(shape), shape->rows, shape->cols,
+    double bytes = tuned__kind_bytes(tuned__shape_spec(shape), shape->rows, tuned__wire_cols_of(shape),
                                      tuned_dtype_size(shape->dtype));
     rec->gbps = bytes / (o->search.best_us * 1e3);
     rec->evaluations = (uint32_t)o->search.evaluations;
