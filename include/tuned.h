@@ -103,7 +103,9 @@ TUNED_EXTERN size_t tuned_dtype_size(tuned_dtype dtype);
     XX(LOG_SOFTMAX_BWD, 4, "log_softmax_bwd")  \
     XX(CROSS_ENTROPY, 5, "cross_entropy")      \
     XX(CROSS_ENTROPY_LOSS, 6, "cross_entropy_loss") \
-    XX(CROSS_ENTROPY_BWD, 7, "cross_entropy_bwd")
+    XX(CROSS_ENTROPY_BWD, 7, "cross_entropy_bwd") \
+    XX(ROUTER_TOPK, 8, "router_topk")          \
+    XX(ROUTER_TOPK_BWD, 9, "router_topk_bwd")
 
 #define TUNED__KERNEL_ENUM(name, value, text) TUNED_KERNEL_##name = (value),
 typedef enum tuned_kernel {
@@ -479,6 +481,65 @@ TUNED_EXTERN int tuned_cross_entropy_backward(tuned_handle *h, const void *logit
 TUNED_EXTERN int tuned_cross_entropy_rescale(tuned_handle *h, void *grad, int64_t rows,
                                              int64_t cols, int64_t row_stride, tuned_dtype dtype,
                                              const float *factor, void *stream);
+
+/* ======================================================================
+ * The mixture-of-experts router in one kernel ("router_topk"): per row of
+ * router logits x (rows x experts, row_stride elements apart; 2 to 2048
+ * experts), a score s (softmax over the row, sigmoid, or
+ * sqrt(softplus)), the k best experts by s + bias (bias: fp32, one per
+ * expert, or NULL; it moves the choice, never the weight), optionally only
+ * among the topk_group best of num_groups consecutive groups (a group
+ * scored by the sum of its two best), in descending order with ties to the
+ * lower index and NaN above everything (as torch.topk orders it); weights
+ * = scaling * s of each chosen expert, divided by the chosen scores' sum
+ * with renorm. Outputs: weights fp32 and ids (int64, or int32 with
+ * ids_int32), rows x k, dense; counts (int32, one per expert, NULL for
+ * none) gets one added per chosen expert (zero it first). Math in fp32;
+ * x fp32, bf16 or fp16. A softmax row whose scores are NaN (a NaN or +inf
+ * logit, or all -inf) chooses experts 0 .. k-1 with NaN weights.
+ *
+ * tuned_router_topk_backward ("router_topk_bwd"): dx (the logits' shape,
+ * every element written) of sum dweights * weights for the given ids,
+ * through the score and the renormalisation (the logits are read again:
+ * one read, one write).
+ *
+ * k, score, num_groups, topk_group and renorm are the kernel's key
+ * parameters: each combination is compiled, tuned and stored apart
+ * (`tuned tune --kernel router_topk --shape 16384x128:k=8`). Errors:
+ * TUNED_EINVAL for a NULL handle, logits, weights or ids, k outside 1 ..
+ * min(experts, 64), experts outside 2 .. 2048, groups that do not divide
+ * the experts (at most 32), topk_group outside 1 .. num_groups, k more
+ * than the kept groups hold, scaling not positive and finite, overlapping
+ * outputs; else as tuned_softmax. */
+typedef enum tuned_router_score {
+    TUNED_ROUTER_SOFTMAX = 0,
+    TUNED_ROUTER_SIGMOID = 1,
+    TUNED_ROUTER_SQRT_SOFTPLUS = 2,
+} tuned_router_score;
+
+typedef struct tuned_router_options {
+    int k;                    /* experts a row chooses */
+    tuned_router_score score; /* default softmax */
+    int num_groups;           /* 1: no groups */
+    int topk_group;           /* groups kept (1 without groups) */
+    int renorm;               /* nonzero: weights over the chosen scores' sum */
+    float scaling;            /* the routed scaling factor (1: none) */
+    int ids_int32;            /* nonzero: ids are int32 (default int64) */
+} tuned_router_options;
+
+/* k 8, softmax, no groups, no renorm, scaling 1, int64 ids. */
+TUNED_EXTERN void tuned_router_options_init(tuned_router_options *o);
+
+TUNED_EXTERN int tuned_router_topk(tuned_handle *h, const void *logits, const float *bias,
+                                   float *weights, void *ids, int *counts, int64_t rows,
+                                   int64_t experts, int64_t row_stride, tuned_dtype dtype,
+                                   const tuned_router_options *o, void *stream);
+
+TUNED_EXTERN int tuned_router_topk_backward(tuned_handle *h, const void *logits, const void *ids,
+                                            const float *dweights, void *dlogits, int64_t rows,
+                                            int64_t experts, int64_t row_stride,
+                                            tuned_dtype dtype, const tuned_router_options *o,
+                                            void *stream);
 
 /* Everything a call of kind kernel does for these arguments except the
  * launch (the slow path, if this key has none yet): for warming up shapes

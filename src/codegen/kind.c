@@ -63,6 +63,27 @@
 #define LABELS {"labels", TUNED__TENSOR_IN, TUNED__ELEM_I64, TUNED__EXTENT_ROWS, 0}
 #define ROW_F32(name, role) {name, role, TUNED__ELEM_F32, TUNED__EXTENT_ROWS, 0}
 
+/* The MoE router kinds: one template (router_topk.cu) holding a row of
+ * expert logits in part of a warp; its key parameters are the routing a
+ * model asks for. Its float64 reference runs on the host (the check
+ * draws the logits with reference.cu's generator). */
+static bool router_rule(uint64_t cols, uint32_t params, char *why, size_t n);
+#define ROUTER_PARAMS                                                                        \
+    .nparams = 5,                                                                           \
+    .param = {{"k", "T_TOPK", 0, 7, 1, 64, 8, {NULL}},                                      \
+              {"score", "T_SCORE", 7, 2, 0, 2, 0, {"softmax", "sigmoid", "sqrt_softplus"}}, \
+              {"groups", "T_GROUPS", 9, 6, 1, 32, 1, {NULL}},                               \
+              {"topk_group", "T_TOPK_GROUP", 15, 6, 1, 32, 1, {NULL}},                      \
+              {"renorm", "T_RENORM", 21, 1, 0, 1, 0, {NULL}}},                              \
+    .params_rule = router_rule, .example_cols = 128
+#define ROUTER_COMMON                                                                        \
+    .params_size = 4, .scaled = true, .flag = {"T_IDS32"}, .rows_held = 1, .pairs = false,  \
+    .keeps_exps = false, .stash = false, .replicas = false, .line_head = false,             \
+    .max_row_threads = 32, .max_thread_elems = 64, .fixed_registers = true, .defines = "#define T_SEL 0\n",          \
+    .reference_parts = {"softmax_common", "reference"}, ROUTER_PARAMS
+#define ROUTER_PATH {"tuned_router_topk", {"softmax_common", "router_topk"}}
+#define ROUTER_BWD_PATH {"tuned_router_topk_bwd", {"softmax_common", "router_topk"}}
+
 static const tuned__kind_spec specs[] = {
     {
         .id = TUNED_KERNEL_SOFTMAX,
@@ -152,7 +173,66 @@ static const tuned__kind_spec specs[] = {
         /* no reduction at all: no pairs */
         .pairs = false,
     },
+    {
+        .id = TUNED_KERNEL_ROUTER_TOPK,
+        .name = "router_topk",
+        .math = "ids, w = top k of score(x) (+ bias), w = s score_id (/ sum if renorm)",
+        .ntensors = 5,
+        .tensor = {LOGITS,
+                   {"bias", TUNED__TENSOR_IN, TUNED__ELEM_F32, TUNED__EXTENT_COLS, 0, 1},
+                   {"weights", TUNED__TENSOR_OUT, TUNED__ELEM_F32, TUNED__EXTENT_ROWS_K, 0},
+                   {"ids", TUNED__TENSOR_OUT, TUNED__ELEM_I64, TUNED__EXTENT_ROWS_K, 0},
+                   {"counts", TUNED__TENSOR_OUT, TUNED__ELEM_I32, TUNED__EXTENT_COLS, 0, 1}},
+        .flag_int32 = {4}, /* T_IDS32: ids int32 */
+        ROUTER_COMMON,
+        .fixed_store_hint = true,
+        .path = {[TUNED__PATH_ROWS] = ROUTER_PATH},
+        .reference = TUNED__REF_ROUTER,
+    },
+    {
+        .id = TUNED_KERNEL_ROUTER_TOPK_BWD,
+        .name = "router_topk_bwd",
+        .math = "dx = d w / d x . dw through the score and the renormalisation",
+        .ntensors = 4,
+        .tensor = {LOGITS,
+                   {"ids", TUNED__TENSOR_IN, TUNED__ELEM_I64, TUNED__EXTENT_ROWS_K, 0},
+                   {"dweights", TUNED__TENSOR_IN, TUNED__ELEM_F32, TUNED__EXTENT_ROWS_K, 0},
+                   {"dlogits", TUNED__TENSOR_OUT, TUNED__ELEM_DTYPE, TUNED__EXTENT_MATRIX, 0}},
+        .flag_int32 = {2},
+        ROUTER_COMMON,
+        .path = {[TUNED__PATH_ROWS] = ROUTER_BWD_PATH},
+        .reference = TUNED__REF_ROUTER_BWD,
+    },
 };
+
+/* What the router's ranges alone do not say: k and the groups against the
+ * experts. */
+static bool router_rule(uint64_t cols, uint32_t params, char *why, size_t n)
+{
+    const tuned__kind_spec *k = tuned__kind_find("router_topk");
+    unsigned topk = tuned__params_value(k, params, "k", 1);
+    unsigned groups = tuned__params_value(k, params, "groups", 1);
+    unsigned kept = tuned__params_value(k, params, "topk_group", 1);
+    const char *bad = NULL;
+    char buf[160];
+    if (cols < 2 || cols > 2048)
+        snprintf(buf, sizeof buf, "%llu experts (2 to 2048)", (unsigned long long)cols), bad = buf;
+    else if (topk > cols)
+        snprintf(buf, sizeof buf, "k %u is more than the %llu experts", topk,
+                 (unsigned long long)cols), bad = buf;
+    else if (cols % groups != 0)
+        snprintf(buf, sizeof buf, "%u groups do not divide %llu experts", groups,
+                 (unsigned long long)cols), bad = buf;
+    else if (kept > groups)
+        snprintf(buf, sizeof buf, "topk_group %u is more than the %u groups", kept, groups),
+            bad = buf;
+    else if (topk > kept * (cols / groups))
+        snprintf(buf, sizeof buf, "k %u is more than the %u kept groups of %llu experts hold",
+                 topk, kept, (unsigned long long)(cols / groups)), bad = buf;
+    if (bad != NULL && why != NULL)
+        snprintf(why, n, "router: %s", bad);
+    return bad == NULL;
+}
 
 #define NSPECS (sizeof specs / sizeof specs[0])
 

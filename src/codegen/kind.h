@@ -82,6 +82,14 @@ enum {
      * float64 lse when the kind reads it; gradient, loss and lse checked
      * against the float64 cross-entropy (cross_entropy_reference.cu) */
     TUNED__REF_CROSS_ENTROPY,
+    /* logits drawn as the forward's x, a selection bias drawn; the ids,
+     * weights and counts checked against a float64 router computed on the
+     * host (router_reference.c), near-ties allowed to swap */
+    TUNED__REF_ROUTER,
+    /* logits drawn as the forward's x, distinct ids and their weights'
+     * gradient drawn on the host; dlogits checked against the float64
+     * gradient (router_reference.c) */
+    TUNED__REF_ROUTER_BWD,
 };
 
 #define TUNED__KIND_MAX_TENSORS 6

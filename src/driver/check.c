@@ -203,6 +203,9 @@ int tuned__check_open(tuned__check *c, const tuned__driver *d, const tuned__nvrt
         rc = open_module(c, n, arch, e);
     if (rc == 0 && c->kind->reference == TUNED__REF_CROSS_ENTROPY)
         rc = tuned__check_ce_open(c, e);
+    if (rc == 0 && (c->kind->reference == TUNED__REF_ROUTER ||
+                    c->kind->reference == TUNED__REF_ROUTER_BWD))
+        rc = tuned__check_router_open(c, e);
     if (rc != 0)
         tuned__check_close(c);
     return rc;
@@ -214,6 +217,7 @@ void tuned__check_close(tuned__check *c)
         return;
     if (c->module != NULL)
         c->d->cuModuleUnload(c->module);
+    tuned__check_router_close(c);
     CUdeviceptr bufs[] = {c->x_alloc, c->y_alloc, c->x2_alloc, c->counters, c->stats,
                           c->rows_alloc};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
@@ -240,6 +244,8 @@ int tuned__check_input(tuned__check *c, tuned__err *e)
        "launching the input generator");
     if (c->kind->reference == TUNED__REF_CROSS_ENTROPY)
         return tuned__check_ce_input(c, seed, e);
+    if (c->kind->reference == TUNED__REF_ROUTER || c->kind->reference == TUNED__REF_ROUTER_BWD)
+        return tuned__check_router_input(c, seed, e);
     if (!backward)
         return 0;
     int log = c->kind->define_log;
@@ -305,6 +311,9 @@ int tuned__check_reference(tuned__check *c, tuned__err *e)
         picks[i] = picks[i] < rows ? picks[i] : rows - 1;
     if (c->kind->reference == TUNED__REF_CROSS_ENTROPY)
         return tuned__check_ce_reference(c, picks, REFERENCE_ROWS_CHECKED, e);
+    /* The router's reference is the host's (router_reference.c, unit-tested). */
+    if (c->kind->reference == TUNED__REF_ROUTER || c->kind->reference == TUNED__REF_ROUTER_BWD)
+        return 0;
     size_t row_bytes = cols * c->esize;
     bool backward = c->kind->reference == TUNED__REF_BACKWARD;
     unsigned char *row = malloc(2 * row_bytes);
@@ -417,7 +426,12 @@ int tuned__check_run(tuned__check *c, const tuned__launch *l, tuned__workspace *
     if (detail != NULL && n > 0)
         detail[0] = '\0';
     int rc;
-
+    if (c->kind->reference == TUNED__REF_ROUTER || c->kind->reference == TUNED__REF_ROUTER_BWD) {
+        rc = tuned__check_router_run(c, l, work, poison, wrong, detail, n, e);
+        if (rc != 0 || *wrong || c->kind->reference == TUNED__REF_ROUTER)
+            return rc;
+        return guards_intact(c, poison, wrong, detail, n, e);
+    }
     CU(c->d->cuMemsetD8Async(c->y_alloc, poison, c->y_alloc_bytes, c->stream),
        "poisoning the output");
     if (c->kind->reference == TUNED__REF_CROSS_ENTROPY &&

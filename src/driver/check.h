@@ -75,6 +75,7 @@ typedef struct tuned__check {
     size_t rows_alloc_bytes;
     CUdeviceptr row_tensor[TUNED__KIND_MAX_TENSORS]; /* each ROWS tensor's; else 0 */
     CUdeviceptr error_word;            /* the kernel's error bits (cross-entropy) */
+    void *method;                      /* a method's own host state (check_router.c) */
     CUfunction ref_fn[3];              /* the reference method's own kernels (check_ce.c) */
     CUdeviceptr stats;                 /* the reference's (max, sum) of the row
                                           tuned__check_reference() checks */
@@ -107,6 +108,18 @@ int tuned__check_ce_reference(tuned__check *c, const uint64_t *picks, size_t npi
 /* The values at a wrong element (row * cols + col) of a cross-entropy
  * check, for its message, into out (empty where they cannot be read). */
 void tuned__check_ce_describe(tuned__check *c, uint64_t first, char *out, size_t n);
+
+/* The router's method (check_router.c): its per-row and per-column
+ * buffers between guards and its host state; the drawn bias (and the
+ * backward's ids and dweights); a run of both forward launches (without
+ * and with bias and counts) or the backward's, compared with
+ * router_reference.c. */
+int tuned__check_router_open(tuned__check *c, tuned__err *e);
+void tuned__check_router_close(tuned__check *c);
+int tuned__check_router_input(tuned__check *c, unsigned long long seed, tuned__err *e);
+int tuned__check_router_run(tuned__check *c, const tuned__launch *l, tuned__workspace *work,
+                            unsigned char poison, bool *wrong, char *detail, size_t n,
+                            tuned__err *e);
 
 /* Compiles the reference kernels for arch and allocates input and output
  * for s, x_offset and y_offset elements into their allocations (so rows

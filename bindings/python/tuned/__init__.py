@@ -36,7 +36,7 @@ from .handle import Choice, Handle, default_handle
 
 __all__ = [
     "Choice", "Client", "DaemonError", "FallbackError", "Handle", "LibraryError", "TunedError",
-    "cross_entropy", "cross_entropy_errors", "default_handle", "linear_cross_entropy", "default_socket", "kernel_paths", "last_choice", "log_softmax", "lookup",
+    "cross_entropy", "cross_entropy_errors", "default_handle", "linear_cross_entropy", "router_topk", "default_socket", "kernel_paths", "last_choice", "log_softmax", "lookup",
     "set_strict", "softmax", "strict", "tune", "version",
 ]
 
@@ -44,7 +44,7 @@ __version__ = "0.1.0"
 
 _TORCH_NAMES = {"softmax": "torch_ops", "log_softmax": "torch_ops",
                 "cross_entropy": "cross_entropy", "cross_entropy_errors": "cross_entropy",
-                "linear_cross_entropy": "linear_cross_entropy"}
+                "linear_cross_entropy": "linear_cross_entropy", "router_topk": "router"}
 
 
 def __getattr__(name):
@@ -73,6 +73,7 @@ if "torch" in _sys.modules:
     from .torch_ops import log_softmax, softmax  # noqa: E402,F401
     from .cross_entropy import cross_entropy, cross_entropy_errors  # noqa: E402,F401
     from .linear_cross_entropy import linear_cross_entropy  # noqa: E402,F401
+    from .router import router_topk  # noqa: E402,F401
 
 
 def kernel_paths():

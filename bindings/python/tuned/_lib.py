@@ -42,6 +42,8 @@ KERNELS = {
     "cross_entropy": 5,
     "cross_entropy_loss": 6,
     "cross_entropy_bwd": 7,
+    "router_topk": 8,
+    "router_topk_bwd": 9,
 }
 
 

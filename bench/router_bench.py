@@ -1,0 +1,212 @@
+"""bench/router_bench.py: the MoE router (scores + top-k) against the
+anchors in the same run, eager and under CUDA graph replay.
+
+Rows: tokens 1, 8, 64, 512, 4096, 16384, 65536 for each router:
+  E8k2      8 experts, softmax top-2 renormalised (Mixtral)
+  E60k4     60 experts, softmax top-4 (Qwen1.5-MoE)
+  E128k8    128 experts, softmax top-8 (Qwen3-MoE, the issue's 16384 row)
+  E160k6    160 experts, softmax top-6 (DeepSeek-V2)
+  E256g8k8  256 experts, sigmoid + bias, 8 groups keep 4, top-8,
+            renormalised, scaling 2.5 (DeepSeek-V3)
+  E384k8    384 experts, sigmoid + bias top-8 renormalised (Kimi K2)
+Columns (median us with L2 flushed, after warm-up; CUDA events around one
+call, so an eager call's host time shows where it exceeds the GPU's):
+  floor     a device copy of the bytes the kind moves (logits read, weights
+            and ids written), timed here
+  torch     transformers' formula in eager torch (softmax/sigmoid, topk, ...)
+  compile   torch.compile of that formula
+  quack     QuACK's topk(softmax=True) (power-of-two experts, renormalised
+            softmax routers only)
+  tuned     tuned.router_topk
+  *_graph   the same call captured in a CUDA graph, one replay timed
+Then the backward of E128k8 and E256g8k8 at 16384 tokens against its floor
+(logits read, dlogits written) and torch's autograd of the formula.
+
+    python3 bench/router_bench.py [--tokens 1,8,...] [--routers E128k8,...] [--reps 30]
+Needs a CUDA GPU, torch, tuned on PYTHONPATH (TUNED_LIBRARY, TUNED_DB with
+the tuned winners); QuACK for its column."""
+
+import argparse
+import sys
+import time
+
+import torch
+
+import tuned
+import tuned.router as tuned_router_module
+from cuda_timing import timed
+
+ROUTERS = {
+    "E8k2": dict(e=8, k=2, score="softmax", renorm=True),
+    "E60k4": dict(e=60, k=4, score="softmax", renorm=False),
+    "E128k8": dict(e=128, k=8, score="softmax", renorm=False),
+    "E160k6": dict(e=160, k=6, score="softmax", renorm=False),
+    "E256g8k8": dict(e=256, k=8, score="sigmoid", renorm=True, groups=8, kept=4, scaling=2.5,
+                     bias=True),
+    "E384k8": dict(e=384, k=8, score="sigmoid", renorm=True, scaling=2.827, bias=True),
+}
+
+
+def torch_router(x, r, bias):
+    """transformers' formula for router r (DeepseekV3TopkRouter's, or the
+    softmax routers')."""
+    xf = x.float()
+    if r["score"] == "softmax":
+        p = torch.softmax(xf, -1)
+        w, i = torch.topk(p, r["k"], -1)
+        if r["renorm"]:
+            w = w / w.sum(-1, keepdim=True)
+        return w, i
+    s = xf.sigmoid()
+    choice = s + bias
+    g = r.get("groups", 1)
+    if g > 1:
+        e = x.shape[-1]
+        gs = choice.view(-1, g, e // g).topk(2, dim=-1)[0].sum(-1)
+        gi = torch.topk(gs, k=r["kept"], dim=-1, sorted=False)[1]
+        mask = torch.zeros_like(gs).scatter_(1, gi, 1)
+        mask = mask.unsqueeze(-1).expand(-1, g, e // g).reshape(-1, e)
+        choice = choice.masked_fill(~mask.bool(), float("-inf"))
+    i = torch.topk(choice, k=r["k"], dim=-1, sorted=False)[1]
+    w = s.gather(1, i)
+    if r["renorm"]:
+        w = w / (w.sum(-1, keepdim=True) + 1e-20)
+    return w * r.get("scaling", 1.0), i
+
+
+def tuned_router(x, r, bias):
+    return tuned.router_topk(x, r["k"], score=r["score"], bias=bias,
+                             num_groups=r.get("groups", 1), topk_group=r.get("kept", 1),
+                             renorm=r["renorm"], scaling=r.get("scaling", 1.0))
+
+
+def graphed(fn):
+    """fn captured in a CUDA graph: its replay."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        fn()
+    return g.replay
+
+
+def floor_us(nbytes, flush, reps):
+    half = max(1, nbytes // 2)
+    a = torch.empty(half, dtype=torch.uint8, device="cuda")
+    b = torch.empty_like(a)
+    return timed(lambda: b.copy_(a), flush, reps)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tokens", default="1,8,64,512,4096,16384,65536")
+    ap.add_argument("--routers", default=",".join(ROUTERS))
+    ap.add_argument("--dtype", default="fp32")
+    ap.add_argument("--reps", type=int, default=30)
+    args = ap.parse_args()
+    dt = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[args.dtype]
+    flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+    try:
+        from quack.topk import topk as quack_topk
+    except Exception as exc:  # noqa: BLE001 - the column is left out, said once
+        print(f"quack: not available ({exc})", file=sys.stderr)
+        quack_topk = None
+    compiled = torch.compile(torch_router, dynamic=True)
+    rows_out = []
+    g = torch.Generator(device="cuda").manual_seed(0)
+    for name in args.routers.split(","):
+        r = ROUTERS[name]
+        e = r["e"]
+        bias = (torch.rand(e, device="cuda", generator=g) * 0.1 - 0.05) if r.get("bias") else None
+        for t in (int(s) for s in args.tokens.split(",")):
+            x = torch.randn(t, e, device="cuda", generator=g).to(dt)
+            # the ids agree with transformers' (as sets: DeepSeek's are unsorted)
+            tw, ti = tuned_router(x, r, bias)
+            rw, ri = torch_router(x, r, bias)
+            same = torch.equal(ti.sort(-1).values, ri.sort(-1).values)
+            nbytes = t * e * x.element_size() + t * r["k"] * 12
+            row = {"router": name, "tokens": t, "floor": floor_us(nbytes, flush, args.reps),
+                   "ids_match": same}
+            fns = {"torch": lambda: torch_router(x, r, bias),
+                   "compile": lambda: compiled(x, r, bias),
+                   "tuned": lambda: tuned_router(x, r, bias)}
+            if (quack_topk is not None and r["score"] == "softmax" and r["renorm"]
+                    and e & (e - 1) == 0):
+                fns["quack"] = lambda: quack_topk(x, r["k"], softmax=True)
+            for m, fn in fns.items():
+                try:
+                    row[m] = timed(fn, flush, args.reps)
+                    row[m + "_graph"] = timed(graphed(fn), flush, args.reps)
+                except Exception as exc:  # noqa: BLE001 - a failed column is shown as such
+                    row[m] = row.get(m, float("nan"))
+                    row[m + "_graph"] = float("nan")
+                    print(f"{name} {t} {m}: {type(exc).__name__}: {exc}"[:300], file=sys.stderr)
+            # what the tuned call ran (libtuned's choice), and its host time
+            before = tuned_router_module.libtuned_calls
+            tuned_router(x, r, bias)
+            ch = tuned.last_choice()
+            row["choice"] = (f"{ch.config} ({ch.source})" if ch is not None
+                             and tuned_router_module.libtuned_calls > before else "torch formula")
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(100):
+                tuned_router(x, r, bias)
+            row["host_us"] = (time.perf_counter() - t0) * 1e4
+            torch.cuda.synchronize()
+            rows_out.append(row)
+            print(row, flush=True)
+    # the backward at 16384 tokens
+    back = []
+    for name in ("E128k8", "E256g8k8"):
+        r = ROUTERS[name]
+        e = r["e"]
+        bias = (torch.rand(e, device="cuda", generator=g) * 0.1 - 0.05) if r.get("bias") else None
+        x = torch.randn(16384, e, device="cuda", generator=g).to(dt).requires_grad_(True)
+        up = torch.randn(16384, r["k"], device="cuda", generator=g)
+        tw, ti = tuned_router(x, r, bias)
+        rw, ri = torch_router(x, r, bias)
+
+        def tuned_bwd():
+            return torch.autograd.grad(tw, x, up, retain_graph=True)
+
+        def torch_bwd():
+            return torch.autograd.grad(rw, x, up, retain_graph=True)
+
+        (dt_,), (dr_,) = tuned_bwd(), torch_bwd()
+        # tuned's ids equal torch's on these random logits; the gradients then agree
+        err = ((dt_.float() - dr_.float()).abs().max() /
+               dr_.float().abs().max().clamp_min(1e-30)).item()
+        nbytes = 2 * 16384 * e * x.element_size() + 16384 * r["k"] * 12
+        back.append({"router": name, "floor": floor_us(nbytes, flush, args.reps),
+                     "tuned": timed(tuned_bwd, flush, args.reps),
+                     "torch": timed(torch_bwd, flush, args.reps), "rel_err": err})
+        print(back[-1], flush=True)
+
+    cols = ["floor", "torch", "compile", "quack", "tuned", "torch_graph", "compile_graph",
+            "quack_graph", "tuned_graph"]
+    print(f"\nrouter forward, {args.dtype} logits, us (median, L2 flushed)")
+    print(f"{'router':9} {'tokens':>6} " + " ".join(f"{c:>13}" for c in cols) + "  ids  best")
+    for row in rows_out:
+        vals = " ".join(f"{row[c]:13.1f}" if c in row else f"{'-':>13}" for c in cols)
+        anchors = [row[c] for c in cols if c in row and not c.startswith(("tuned", "floor"))
+                   and row[c] == row[c]]
+        eager = [row[c] for c in ("torch", "compile", "quack") if c in row and row[c] == row[c]]
+        graph = [row[c] for c in ("torch_graph", "compile_graph", "quack_graph")
+                 if c in row and row[c] == row[c]]
+        best = ("eager " + ("win" if row["tuned"] < min(eager) else "LOSE") + ", graph " +
+                ("win" if row["tuned_graph"] < min(graph) else "LOSE")) if anchors else ""
+        print(f"{row['router']:9} {row['tokens']:>6} {vals}  {'ok' if row['ids_match'] else 'DIFF'}"
+              f"  {best}  host {row['host_us']:.1f} us  {row['choice']}")
+    print("\nrouter backward at 16384 tokens, us")
+    for b in back:
+        print(f"{b['router']:9} floor {b['floor']:8.1f}  tuned {b['tuned']:8.1f} "
+              f"({b['tuned'] / b['floor']:.2f}x floor)  torch autograd {b['torch']:8.1f}  "
+              f"rel err {b['rel_err']:.1e}")
+
+
+if __name__ == "__main__":
+    main()

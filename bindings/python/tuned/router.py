@@ -1,0 +1,335 @@
+"""tuned.router_topk: a mixture-of-experts router's softmax (or sigmoid, or
+sqrt-softplus) and top-k in one kernel, with its backward, as torch
+operators.
+
+    weights, ids = tuned.router_topk(logits, k)              # Mixtral, Qwen
+    weights, ids = tuned.router_topk(logits, 8, score="sigmoid", bias=b,
+                                     num_groups=8, topk_group=4, renorm=True,
+                                     scaling=2.5)              # DeepSeek-V3
+
+logits (..., E) fp32, bf16 or fp16, E from 2 to 2048 experts; per row:
+score s (softmax over the row, sigmoid, or sqrt(softplus)); the k best
+experts by s + bias (bias: E fp32 values, or None; it moves the choice,
+never the weight), optionally only among the topk_group best of num_groups
+consecutive groups (a group scored by the sum of its two best); ids in
+descending order, ties to the lower index, NaN above everything (as
+torch.topk orders it; a softmax row whose scores are NaN chooses experts
+0 .. k-1); weights = scaling * s of the chosen, divided by their sum with
+renorm (softmax with renorm: the softmax over the chosen logits, as
+Mixtral computes it). Returns (weights fp32, ids int64 or int32) of shape
+(..., k), and with return_counts the number of rows that chose each
+expert (int32, E).
+
+Operators (torch.library; fake implementations for torch.compile, CUDA
+graphs, opcheck):
+
+    tuned::router_topk(Tensor logits, Tensor? bias, int k, int score,
+        int num_groups, int topk_group, bool renorm, float scaling,
+        bool ids_int32, bool counts) -> (Tensor weights, Tensor ids, Tensor counts)
+    tuned::router_topk_backward(Tensor logits, Tensor ids, Tensor dweights,
+        int k, int score, bool renorm, float scaling) -> Tensor dlogits
+
+On CUDA they run libtuned's tuned_router_topk and
+tuned_router_topk_backward (one kernel each, tuned per key: experts, k,
+score, groups, renorm); elsewhere, torch's formula of the same rules. The
+gradient reaches the logits only through the weights (the ids are not
+differentiable); the bias gets none, as in the models that use one (it is
+updated by the load balance, not by the loss)."""
+
+import ctypes
+
+import torch
+import torch.nn.functional as F
+
+from . import _lib
+from .torch_ops import _DTYPES, _current_device, _library, _raw_stream
+
+__all__ = ["router_topk"]
+
+SCORES = {"softmax": 0, "sigmoid": 1, "sqrt_softplus": 2}
+
+# Calls that ran libtuned's kernels (benchmarks and tests read it to know
+# which path a call took).
+libtuned_calls = 0
+
+
+class _Options(ctypes.Structure):
+    """struct tuned_router_options."""
+
+    _fields_ = [
+        ("k", ctypes.c_int),
+        ("score", ctypes.c_int),
+        ("num_groups", ctypes.c_int),
+        ("topk_group", ctypes.c_int),
+        ("renorm", ctypes.c_int),
+        ("scaling", ctypes.c_float),
+        ("ids_int32", ctypes.c_int),
+    ]
+
+
+_P = ctypes.c_void_p
+_PROTOTYPES = {
+    # h, logits, bias, weights, ids, counts, rows, experts, row_stride, dtype, options, stream
+    "tuned_router_topk": (ctypes.c_int, [_P, _P, _P, _P, _P, _P, ctypes.c_int64, ctypes.c_int64,
+                                         ctypes.c_int64, ctypes.c_int, ctypes.POINTER(_Options),
+                                         _P]),
+    # h, logits, ids, dweights, dlogits, rows, experts, row_stride, dtype, options, stream
+    "tuned_router_topk_backward": (ctypes.c_int, [_P, _P, _P, _P, _P, ctypes.c_int64,
+                                                  ctypes.c_int64, ctypes.c_int64, ctypes.c_int,
+                                                  ctypes.POINTER(_Options), _P]),
+}
+
+
+def _bound(lib, name):
+    """lib's function name with its prototype, or None when lib lacks it."""
+    fn = getattr(lib, name, None)
+    if fn is not None and fn.argtypes is None:
+        fn.restype, fn.argtypes = _PROTOTYPES[name]
+    return fn
+
+
+def _options(k, score, num_groups, topk_group, renorm, scaling, ids_int32):
+    return _Options(k, score, num_groups, topk_group, int(renorm), scaling, int(ids_int32))
+
+
+def _check(logits, bias, k, score, num_groups, topk_group, scaling):
+    e = logits.shape[-1] if logits.dim() > 0 else 0
+    if logits.dim() < 1 or not 2 <= e <= 2048:
+        raise ValueError(f"tuned.router_topk: logits of shape {tuple(logits.shape)}: the last "
+                         "dimension holds the experts, 2 to 2048")
+    if not logits.is_floating_point():
+        raise TypeError(f"tuned.router_topk: logits of dtype {logits.dtype} (a float dtype)")
+    if not 1 <= k <= min(e, 64):
+        raise ValueError(f"tuned.router_topk: k {k} (1 to min(experts, 64) = {min(e, 64)})")
+    if not 1 <= num_groups <= 32 or e % num_groups != 0:
+        raise ValueError(f"tuned.router_topk: num_groups {num_groups} (1 to 32, dividing the "
+                         f"{e} experts)")
+    if not 1 <= topk_group <= num_groups:
+        raise ValueError(f"tuned.router_topk: topk_group {topk_group} (1 to num_groups "
+                         f"{num_groups})")
+    if k > topk_group * (e // num_groups):
+        raise ValueError(f"tuned.router_topk: k {k} is more than the {topk_group} kept groups "
+                         f"of {e // num_groups} experts hold")
+    if not (scaling > 0 and scaling < float("inf")):
+        raise ValueError(f"tuned.router_topk: scaling {scaling} (positive and finite)")
+    if bias is not None and (bias.shape != (e,) or bias.device != logits.device):
+        raise ValueError(f"tuned.router_topk: bias of shape {tuple(bias.shape)} on "
+                         f"{bias.device}: ({e},) on {logits.device}")
+
+
+# ---- torch's formula (every device but CUDA, and the tests' reference) ----
+
+def _scores(x, score):
+    if score == 0:
+        return torch.softmax(x, -1)
+    if score == 1:
+        return torch.sigmoid(x)
+    return torch.sqrt(F.softplus(x))
+
+
+def _choose(x, bias, k, score, num_groups, topk_group):
+    """ids (rows, k) int64 by the rules, from rows x (fp32)."""
+    s = _scores(x, score)
+    v = s + bias if bias is not None else s
+    if score == 0:
+        nan_rows = s.isnan().any(-1, keepdim=True)
+        v = torch.where(nan_rows, torch.full_like(v, float("nan")), v)
+        order = v if bias is not None else torch.where(nan_rows, v, x)
+    else:
+        order = v if bias is not None else x
+    rows, e = x.shape
+    if num_groups > 1:
+        size = e // num_groups
+        gv = v.reshape(rows, num_groups, size)
+        top2 = torch.sort(gv, dim=-1, descending=True, stable=True).values[..., :min(2, size)]
+        gscore = top2.sum(-1)
+        keep = torch.sort(gscore, dim=-1, descending=True, stable=True).indices[:, :topk_group]
+        mask = torch.zeros(rows, num_groups, dtype=torch.bool, device=x.device)
+        mask.scatter_(1, keep, True)
+        mask = mask.repeat_interleave(size, dim=1)
+        # dropped experts order below everything, NaN included
+        order = torch.where(mask, order, torch.full_like(order, float("-inf")))
+        rank = torch.sort(order, dim=-1, descending=True, stable=True).indices
+        # a kept expert before every dropped one, whatever its value
+        kept_first = torch.sort((~mask).gather(1, rank).to(torch.int8), dim=-1,
+                                stable=True).indices
+        return rank.gather(1, kept_first)[:, :k]
+    return torch.sort(order, dim=-1, descending=True, stable=True).indices[:, :k]
+
+
+def _log_scores(x, score):
+    """log score up to a constant of the row (softmax: x): renormalised
+    weights are the softmax of the chosen ones (s_i / sum s, with no 0 / 0
+    where the scores underflow)."""
+    if score == 0:
+        return x
+    if score == 1:
+        return F.logsigmoid(x)
+    return torch.where(x < -30, 0.5 * x, 0.5 * torch.log(F.softplus(x)))
+
+
+def _weights(x, ids, score, renorm, scaling):
+    if not renorm:
+        return _scores(x, score).gather(1, ids) * scaling
+    w = torch.softmax(_log_scores(x.gather(1, ids), score), -1)
+    if score == 0:
+        # a row whose softmax is NaN keeps NaN weights
+        w = torch.where(torch.softmax(x, -1).isnan().any(-1, keepdim=True),
+                        torch.full_like(w, float("nan")), w)
+    return w * scaling
+
+
+def _backward_torch(x, ids, g, score, renorm, scaling):
+    """d logits of sum(g * weights) for the chosen ids, from fp32 rows x."""
+    xs = x.gather(1, ids)
+    if score == 0 and not renorm:
+        p = torch.softmax(x, -1)
+        s = (g * p.gather(1, ids)).sum(-1, keepdim=True)
+        full = torch.zeros_like(x).scatter_add_(1, ids, g)
+        return scaling * p * (full - s)
+    if score == 0:
+        q = torch.softmax(xs, -1)
+        d = scaling * q * (g - (g * q).sum(-1, keepdim=True))
+    elif renorm:
+        # q the shares s_i / sum s (from the log scores), f'/f the log
+        # score's slope: dx_m = c q_m (g_m - sum g q) f'/f(x_m)
+        q = torch.softmax(_log_scores(xs, score), -1)
+        if score == 1:
+            slope = torch.sigmoid(-xs)
+        else:
+            slope = torch.where(xs < -30, torch.full_like(xs, 0.5),
+                                torch.sigmoid(xs) / (2 * F.softplus(xs)))
+        d = scaling * q * (g - (g * q).sum(-1, keepdim=True)) * slope
+    else:
+        sig = torch.sigmoid(xs)
+        slope = sig * (1 - sig) if score == 1 else sig / (2 * _scores(xs, score))
+        d = scaling * g * slope
+    return torch.zeros_like(x).scatter_add_(1, ids, d)
+
+
+def _router_torch(x, bias, k, score, num_groups, topk_group, renorm, scaling):
+    xf = x.float()
+    ids = _choose(xf, None if bias is None else bias.float(), k, score, num_groups, topk_group)
+    return _weights(xf, ids, score, renorm, scaling), ids
+
+
+# ---- the operators ----
+
+def _rows(logits):
+    x = logits.reshape(-1, logits.shape[-1])
+    if x.stride(-1) != 1 or (x.shape[0] > 1 and x.stride(0) < x.shape[1]):
+        x = x.contiguous()
+    return x
+
+
+def _cuda_call(x):
+    """(lib, handle, dtype code, stream) for libtuned on x, or None."""
+    dt = _DTYPES.get(x.dtype)
+    if dt is None or x.get_device() != _current_device():
+        return None
+    lib, h = _library()
+    return lib, h, dt, _raw_stream(x.get_device()) or None
+
+
+@torch.library.custom_op("tuned::router_topk", mutates_args=())
+def _router_op(logits: torch.Tensor, bias: torch.Tensor | None, k: int, score: int,
+               num_groups: int, topk_group: int, renorm: bool, scaling: float, ids_int32: bool,
+               counts: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    x = _rows(logits)
+    rows, e = x.shape
+    ids_dtype = torch.int32 if ids_int32 else torch.int64
+    if x.is_cuda and rows > 0:
+        call = _cuda_call(x)
+        fn = _bound(call[0], "tuned_router_topk") if call is not None else None
+        if fn is not None:
+            lib, h, dt, stream = call
+            w = torch.empty(rows, k, dtype=torch.float32, device=x.device)
+            ids = torch.empty(rows, k, dtype=ids_dtype, device=x.device)
+            cnt = torch.zeros(e if counts else 0, dtype=torch.int32, device=x.device)
+            b = None if bias is None else bias.float().contiguous()
+            o = _options(k, score, num_groups, topk_group, renorm, scaling, ids_int32)
+            rc = fn(h, x.data_ptr(), None if b is None else b.data_ptr(), w.data_ptr(),
+                    ids.data_ptr(), cnt.data_ptr() if counts else None, rows, e, x.stride(0), dt,
+                    ctypes.byref(o), stream)
+            _lib.check(lib, rc, h, "tuned_router_topk")
+            global libtuned_calls
+            libtuned_calls += 1
+            return w, ids, cnt
+    w, ids = _router_torch(x, bias, k, score, num_groups, topk_group, renorm, scaling)
+    cnt = (torch.bincount(ids.reshape(-1), minlength=e).to(torch.int32) if counts
+           else torch.zeros(0, dtype=torch.int32, device=x.device))
+    return w.contiguous(), ids.to(ids_dtype).contiguous(), cnt
+
+
+@_router_op.register_fake
+def _(logits, bias, k, score, num_groups, topk_group, renorm, scaling, ids_int32, counts):
+    rows = logits.numel() // logits.shape[-1]
+    e = logits.shape[-1]
+    return (logits.new_empty((rows, k), dtype=torch.float32),
+            logits.new_empty((rows, k), dtype=torch.int32 if ids_int32 else torch.int64),
+            logits.new_empty((e if counts else 0,), dtype=torch.int32))
+
+
+@torch.library.custom_op("tuned::router_topk_backward", mutates_args=())
+def _router_backward_op(logits: torch.Tensor, ids: torch.Tensor, dweights: torch.Tensor,
+                        k: int, score: int, renorm: bool, scaling: float) -> torch.Tensor:
+    x = _rows(logits).contiguous()
+    rows, e = x.shape
+    dw = dweights.reshape(rows, k).float().contiguous()
+    idx = ids.reshape(rows, k).contiguous()
+    if x.is_cuda and rows > 0:
+        call = _cuda_call(x)
+        fn = _bound(call[0], "tuned_router_topk_backward") if call is not None else None
+        if fn is not None:
+            lib, h, dt, stream = call
+            dx = torch.empty(rows, e, dtype=x.dtype, device=x.device)
+            o = _options(k, score, 1, 1, renorm, scaling, idx.dtype == torch.int32)
+            # the key's groups are the forward's concern: the gradient of
+            # the chosen weights does not depend on how they were chosen
+            rc = fn(h, x.data_ptr(), idx.data_ptr(), dw.data_ptr(), dx.data_ptr(), rows, e, e,
+                    dt, ctypes.byref(o), stream)
+            _lib.check(lib, rc, h, "tuned_router_topk_backward")
+            return dx
+    return _backward_torch(x.float(), idx.long(), dw, score, renorm, scaling).to(x.dtype)
+
+
+@_router_backward_op.register_fake
+def _(logits, ids, dweights, k, score, renorm, scaling):
+    rows = logits.numel() // logits.shape[-1]
+    return logits.new_empty((rows, logits.shape[-1]))
+
+
+def _setup(ctx, inputs, output):
+    logits, _bias, k, score, _groups, _kept, renorm, scaling, _i32, _counts = inputs
+    ctx.save_for_backward(logits, output[1])
+    ctx.args = (k, score, renorm, scaling)
+
+
+def _backward(ctx, dweights, _dids, _dcounts):
+    logits, ids = ctx.saved_tensors
+    if dweights is None:
+        return (None,) * 10
+    dx = _router_backward_op(logits, ids, dweights, *ctx.args)
+    return (dx.reshape(logits.shape),) + (None,) * 9
+
+
+_router_op.register_autograd(_backward, setup_context=_setup)
+
+
+def router_topk(logits, k, *, score="softmax", bias=None, num_groups=1, topk_group=1,
+                renorm=False, scaling=1.0, ids_dtype=torch.int64, return_counts=False):
+    """The MoE router's choice: (weights, ids) of shape (..., k), and with
+    return_counts the rows that chose each expert (the module says the
+    rules)."""
+    if score not in SCORES:
+        raise ValueError(f"tuned.router_topk: score {score!r} (one of {', '.join(SCORES)})")
+    if ids_dtype not in (torch.int64, torch.int32):
+        raise ValueError(f"tuned.router_topk: ids_dtype {ids_dtype} (torch.int64 or int32)")
+    k, num_groups, topk_group = int(k), int(num_groups), int(topk_group)
+    _check(logits, bias, k, SCORES[score], num_groups, topk_group, float(scaling))
+    w, ids, counts = _router_op(logits, bias, k, SCORES[score], num_groups, topk_group,
+                                bool(renorm), float(scaling), ids_dtype == torch.int32,
+                                bool(return_counts))
+    lead = tuple(logits.shape[:-1]) + (k,)
+    w, ids = w.reshape(lead), ids.reshape(lead)
+    return (w, ids, counts) if return_counts else (w, ids)

@@ -1,0 +1,238 @@
+"""test_router.py LIBTUNED SOURCE_ROOT: tuned.router_topk (tuned/router.py).
+Runs every case on the CPU (the operators' torch formula) and, where a
+CUDA GPU and libtuned are present, on the GPU (libtuned's kernels) too.
+Exits 77 (skipped) without torch; prints `N passed, N failed, N skipped`,
+exits 1 on a failure.
+
+  transformers  the same ids and weights as transformers' own routers on
+                random logits: DeepseekV3TopkRouter (sigmoid, bias, 8
+                groups keep 4, renorm, scaling 2.5; its ids unsorted, so
+                compared as sets), Qwen3-MoE's (softmax, with and without
+                norm_topk_prob) and Mixtral's (softmax, renormalised)
+  rules         ties to the lower index, NaN first, a NaN softmax row,
+                counts, int32 ids, 3-d logits, fp16 / bf16 logits against
+                their fp32 values; any expert count (60, 160, 384, 2048)
+  gradients     d logits against autograd through transformers' formula
+                (Mixtral's, Qwen's, DeepSeek's) with the ids held
+  operators     torch.library.opcheck of both operators; torch.compile
+                (fullgraph) of a call and its backward; on a GPU, a CUDA
+                graph's replay equal to the eager call
+  arguments     k, experts, groups, topk_group, scaling, score, bias shape
+                refused with ValueError
+"""
+
+import os
+import sys
+import unittest
+
+from verdicts import run_suite
+
+LIBTUNED = os.path.abspath(sys.argv[1]) if len(sys.argv) > 1 and sys.argv[1] else None
+ROOT = sys.argv[2] if len(sys.argv) > 2 else os.path.join(os.path.dirname(__file__), "..", "..")
+sys.path.insert(0, os.path.join(ROOT, "bindings", "python"))
+
+try:
+    import torch
+    import torch.nn.functional as F
+except ImportError:
+    print("SKIP: torch is not installed")
+    sys.exit(77)
+if LIBTUNED:
+    os.environ.setdefault("TUNED_LIBRARY", LIBTUNED)
+os.environ.setdefault("TUNED_POLICY", "never")
+import tuned  # noqa: E402
+
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() and LIBTUNED else [])
+if os.environ.get("TUNED_TEST_NEEDS_GPU") and "cuda" not in DEVICES:
+    print("SKIP: no CUDA GPU with libtuned")
+    sys.exit(77)
+
+
+def mixtral(logits, k):
+    p = F.softmax(logits.float(), dim=-1)
+    v, i = torch.topk(p, k, dim=-1)
+    return v / v.sum(-1, keepdim=True), i
+
+
+def qwen(logits, k, norm):
+    p = F.softmax(logits, dtype=torch.float, dim=-1)
+    v, i = torch.topk(p, k, dim=-1)
+    if norm:
+        v = v / v.sum(-1, keepdim=True)
+    return v, i
+
+
+def deepseek(logits, bias, k, groups, kept, scaling):
+    scores = logits.sigmoid()
+    choice = scores + bias
+    e = logits.shape[-1]
+    gs = choice.view(-1, groups, e // groups).topk(2, dim=-1)[0].sum(-1)
+    gi = torch.topk(gs, k=kept, dim=-1, sorted=False)[1]
+    mask = torch.zeros_like(gs).scatter_(1, gi, 1)
+    mask = mask.unsqueeze(-1).expand(-1, groups, e // groups).reshape(-1, e)
+    choice = choice.masked_fill(~mask.bool(), float("-inf"))
+    idx = torch.topk(choice, k=k, dim=-1, sorted=False)[1]
+    w = scores.gather(1, idx)
+    w = w / (w.sum(-1, keepdim=True) + 1e-20)
+    return w * scaling, idx
+
+
+def by_id(w, ids):
+    order = ids.argsort(-1)
+    return w.gather(-1, order), ids.gather(-1, order)
+
+
+class Transformers(unittest.TestCase):
+    def test_mixtral_qwen(self):
+        g = torch.Generator().manual_seed(1)
+        for dev in DEVICES:
+            for e, k in ((8, 2), (60, 4), (128, 8)):
+                x = torch.randn(333, e, generator=g).to(dev)
+                w, i = tuned.router_topk(x, k, renorm=True)
+                rw, ri = mixtral(x, k)
+                self.assertTrue(torch.equal(i, ri), f"{dev} {e}: mixtral ids")
+                torch.testing.assert_close(w, rw, rtol=2e-5, atol=1e-7)
+                for norm in (False, True):
+                    w, i = tuned.router_topk(x, k, renorm=norm)
+                    rw, ri = qwen(x, k, norm)
+                    self.assertTrue(torch.equal(i, ri), f"{dev} {e} {norm}: qwen ids")
+                    torch.testing.assert_close(w, rw, rtol=2e-5, atol=1e-7)
+
+    def test_deepseek_v3(self):
+        g = torch.Generator().manual_seed(2)
+        for dev in DEVICES:
+            x = torch.randn(517, 256, generator=g).to(dev)
+            bias = (torch.rand(256, generator=g) * 0.1 - 0.05).to(dev)
+            w, i = tuned.router_topk(x, 8, score="sigmoid", bias=bias, num_groups=8,
+                                     topk_group=4, renorm=True, scaling=2.5)
+            rw, ri = deepseek(x, bias, 8, 8, 4, 2.5)
+            w, i = by_id(w, i)
+            rw, ri = by_id(rw, ri)
+            self.assertTrue(torch.equal(i, ri), f"{dev}: deepseek ids")
+            torch.testing.assert_close(w, rw, rtol=2e-5, atol=1e-6)
+
+
+class Rules(unittest.TestCase):
+    def test_ties_nan(self):
+        for dev in DEVICES:
+            x = torch.tensor([[1.0, 3.0, 2.0, 3.0], [0.0, float("nan"), 5.0, float("nan")],
+                              [0.0, 1.0, float("inf"), 2.0]], device=dev)
+            _, i = tuned.router_topk(x, 3, score="sigmoid")
+            self.assertEqual(i.tolist()[:2], [[1, 3, 2], [1, 3, 2]], dev)
+            w, i = tuned.router_topk(x, 2)
+            self.assertEqual(i[2].tolist(), [0, 1], f"{dev}: a NaN softmax row")
+            self.assertTrue(bool(w[2].isnan().all()), dev)
+            # renormalised sigmoids that underflow share the weight
+            w, i = tuned.router_topk(torch.tensor([[-1e30, -1e30, -3e30]], device=dev), 2,
+                                     score="sigmoid", renorm=True)
+            self.assertEqual(w.tolist(), [[0.5, 0.5]], dev)
+
+    def test_counts_ids_layout(self):
+        g = torch.Generator().manual_seed(3)
+        for dev in DEVICES:
+            x = torch.randn(4, 37, 160, generator=g).to(dev)
+            w, i, c = tuned.router_topk(x, 6, ids_dtype=torch.int32, return_counts=True)
+            self.assertEqual(tuple(w.shape), (4, 37, 6))
+            self.assertEqual(i.dtype, torch.int32)
+            self.assertEqual(c.tolist(), torch.bincount(i.reshape(-1).long(),
+                                                        minlength=160).tolist())
+            ref = torch.topk(torch.softmax(x.float(), -1), 6)
+            self.assertTrue(torch.equal(i.long(), ref.indices), dev)
+
+    def test_dtypes_and_sizes(self):
+        g = torch.Generator().manual_seed(4)
+        for dev in DEVICES:
+            for e, k in ((60, 4), (384, 8), (2048, 64)):
+                x32 = torch.randn(129, e, generator=g)
+                for dt in (torch.float16, torch.bfloat16):
+                    x = x32.to(dt).to(dev)
+                    w, i = tuned.router_topk(x, k, score="sqrt_softplus", renorm=True)
+                    rw, ri = tuned.router_topk(x.float().cpu(), k, score="sqrt_softplus",
+                                               renorm=True)
+                    self.assertTrue(torch.equal(i.cpu(), ri), f"{dev} {dt} {e}")
+                    torch.testing.assert_close(w.cpu(), rw, rtol=2e-5, atol=1e-7)
+
+
+class Gradients(unittest.TestCase):
+    def test_against_autograd(self):
+        g = torch.Generator().manual_seed(5)
+        cases = [("mixtral", dict(renorm=True)), ("qwen", dict(renorm=False)),
+                 ("deepseek", dict(score="sigmoid", renorm=True, scaling=2.5))]
+        for dev in DEVICES:
+            for name, kw in cases:
+                x0 = torch.randn(65, 64, generator=g).to(dev)
+                x = x0.clone().requires_grad_(True)
+                w, i = tuned.router_topk(x, 4, **kw)
+                up = torch.randn(w.shape, generator=g).to(dev)
+                (dx,) = torch.autograd.grad(w, x, up)
+                xr = x0.clone().requires_grad_(True)
+                if name == "deepseek":
+                    s = xr.sigmoid().gather(1, i)
+                    rw = s / s.sum(-1, keepdim=True) * 2.5
+                else:
+                    p = F.softmax(xr, -1).gather(1, i)
+                    rw = p / p.sum(-1, keepdim=True) if kw["renorm"] else p
+                (rdx,) = torch.autograd.grad(rw, xr, up)
+                torch.testing.assert_close(dx, rdx, rtol=1e-4, atol=1e-6,
+                                           msg=lambda m: f"{dev} {name}: {m}")
+
+
+class Operators(unittest.TestCase):
+    def test_opcheck(self):
+        for dev in DEVICES:
+            x = torch.randn(17, 32, device=dev, requires_grad=True)
+            b = torch.randn(32, device=dev) * 0.01
+            torch.library.opcheck(torch.ops.tuned.router_topk.default,
+                                  (x, b, 4, 1, 4, 2, True, 1.5, False, True))
+            ids = torch.topk(x.detach(), 4).indices
+            torch.library.opcheck(torch.ops.tuned.router_topk_backward.default,
+                                  (x.detach(), ids, torch.randn(17, 4, device=dev), 4, 0, False,
+                                   1.0))
+
+    def test_compile(self):
+        for dev in DEVICES:
+            def f(x):
+                w, i = tuned.router_topk(x, 4, renorm=True)
+                return (w * w).sum(), i
+
+            x = torch.randn(40, 64, device=dev, requires_grad=True)
+            fc = torch.compile(f, fullgraph=True, backend="aot_eager")
+            (lc, ic), (le, ie) = fc(x), f(x)
+            self.assertTrue(torch.equal(ic, ie))
+            (gc,) = torch.autograd.grad(lc, x)
+            (ge,) = torch.autograd.grad(le, x)
+            torch.testing.assert_close(gc, ge)
+
+    @unittest.skipUnless("cuda" in DEVICES, "no CUDA GPU with libtuned")
+    def test_cuda_graph(self):
+        x = torch.randn(512, 128, device="cuda")
+        w0, i0 = tuned.router_topk(x, 8)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            w, i = tuned.router_topk(x, 8)
+        x.copy_(torch.randn(512, 128, device="cuda"))
+        graph.replay()
+        rw, ri = tuned.router_topk(x, 8)
+        self.assertTrue(torch.equal(i, ri) and torch.equal(w, rw))
+        self.assertFalse(torch.equal(i, i0))
+
+
+class Arguments(unittest.TestCase):
+    def test_refused(self):
+        x = torch.randn(4, 64)
+        bad = [dict(k=0), dict(k=65), dict(k=4, num_groups=7), dict(k=4, num_groups=4, topk_group=5),
+               dict(k=40, num_groups=8, topk_group=4), dict(k=4, scaling=0.0),
+               dict(k=4, score="relu"), dict(k=4, bias=torch.zeros(63))]
+        for kw in bad:
+            with self.assertRaises(ValueError, msg=str(kw)):
+                tuned.router_topk(x, **kw)
+        with self.assertRaises(ValueError):
+            tuned.router_topk(torch.randn(4, 4096), 4)
+        with self.assertRaises(ValueError):
+            tuned.router_topk(torch.randn(4, 1), 1)
+        with self.assertRaises(TypeError):
+            tuned.router_topk(torch.ones(4, 8, dtype=torch.int64), 2)
+
+
+if __name__ == "__main__":
+    sys.exit(run_suite(unittest.defaultTestLoader.loadTestsFromModule(sys.modules[__name__])))

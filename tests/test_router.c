@@ -1,0 +1,320 @@
+/* test_router.c: the router kinds on the CPU.
+ *
+ *   params     the key parameters' text, defaults, ranges and the rule
+ *              against the experts; the key's text and bytes with them (a
+ *              softmax key's unchanged)
+ *   reference  the float64 router (src/driver/router_reference.c) on
+ *              hand-made rows: order and ties, NaN, a NaN softmax row,
+ *              groups, the bias moving the choice and not the weight,
+ *              renormalised weights; its backward against central
+ *              differences of its forward, for each score and renorm
+ *   compile    router_topk and router_topk_bwd variants through codegen and
+ *              NVRTC (PTX, sm_90) over the expert counts, k, scores,
+ *              groups, renorm and dtypes, and the configs the kind refuses
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "expect.h"
+#include "cache/key.h"
+#include "src/codegen/config.h"
+#include "src/codegen/nvrtc.h"
+#include "src/codegen/source.h"
+#include "src/driver/router_reference.h"
+
+static const tuned__kind_spec *router(void)
+{
+    return tuned__kind(TUNED_KERNEL_ROUTER_TOPK);
+}
+
+static void test_params(void)
+{
+    const tuned__kind_spec *k = router();
+    tuned__err e = {0};
+    uint32_t w = 0;
+    char text[128], why[192];
+    EXPECT_RC(tuned__params_parse(k, "", &w, &e), 0, &e);
+    EXPECT(w == tuned__params_default(k) && tuned__params_value(k, w, "k", 0) == 8,
+           "defaults: 0x%x", (unsigned)w);
+    tuned__params_format(k, w, text, sizeof text);
+    EXPECT(text[0] == '\0', "defaults print as nothing: '%s'", text);
+    EXPECT_RC(tuned__params_parse(k, "k=6,score=sigmoid,groups=8,topk_group=4,renorm=1", &w, &e),
+              0, &e);
+    tuned__params_format(k, w, text, sizeof text);
+    EXPECT(strcmp(text, "k=6,score=sigmoid,groups=8,topk_group=4,renorm=1") == 0, "'%s'", text);
+    EXPECT(tuned__params_check(k, 256, w, why, sizeof why), "%s", why);
+    static const char *const bad_text[] = {"k", "q=1", "score=relu", "k=x", "k=-1", "k=999"};
+    for (size_t i = 0; i < sizeof bad_text / sizeof bad_text[0]; i++)
+        EXPECT(tuned__params_parse(k, bad_text[i], &w, &e) == TUNED_EINVAL &&
+                   strstr(e.msg, "router_topk") != NULL,
+               "'%s' taken: %s", bad_text[i], e.msg);
+    static const struct {
+        const char *text;
+        uint64_t cols;
+        const char *says;
+    } refused[] = {
+        {"k=0", 128, "k 0 out of range"},          {"k=65", 128, "k 65 out of range"},
+        {"k=9", 8, "more than the 8 experts"},      {"groups=7", 128, "do not divide"},
+        {"groups=4,topk_group=5", 128, "more than the 4 groups"},
+        {"groups=8,topk_group=1,k=20", 128, "kept groups"}, {"", 4096, "2 to 2048"},
+        {"k=1", 1, "2 to 2048"},
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        EXPECT_RC(tuned__params_parse(k, refused[i].text, &w, &e), 0, &e);
+        why[0] = '\0';
+        EXPECT(!tuned__params_check(k, refused[i].cols, w, why, sizeof why) &&
+                   strstr(why, refused[i].says) != NULL,
+               "'%s' on %llu experts: '%s'", refused[i].text,
+               (unsigned long long)refused[i].cols, why);
+    }
+    /* a kind without parameters takes none */
+    const tuned__kind_spec *sm = tuned__kind(TUNED_KERNEL_SOFTMAX);
+    EXPECT(tuned__params_default(sm) == 0 && tuned__params_check(sm, 4096, 0, NULL, 0) &&
+               !tuned__params_check(sm, 4096, 1, NULL, 0) &&
+               tuned__params_parse(sm, "k=8", &w, &e) == TUNED_EINVAL,
+           "softmax and parameters");
+
+    /* Keys: the parameters ride above bit 32 of cols; text names them. */
+    tuned__shape s = {.dtype = TUNED_FP32, .rows = 16384, .cols = 128,
+                      .kernel = TUNED_KERNEL_ROUTER_TOPK};
+    EXPECT_RC(tuned__params_parse(k, "k=8,score=sigmoid", &s.params, &e), 0, &e);
+    tuned__store_key key = tuned__store_key_of(&s, 0x0123456789abcdefull);
+    char ks[TUNED__KEY_TEXT];
+    tuned__key_format(ks, sizeof ks, &key);
+    EXPECT(strcmp(ks, "router_topk/fp32/16384x128:score=sigmoid/dense/0123456789abcdef") == 0,
+           "key text %s", ks);
+    tuned__store_key back;
+    EXPECT_RC(tuned__key_parse(ks, &back, &e), 0, &e);
+    EXPECT(memcmp(&back, &key, sizeof key) == 0, "key text round trip %s", ks);
+    tuned__shape again = tuned__store_key_shape(&back);
+    EXPECT(again.cols == 128 && again.params == s.params, "shape from key: %llu, 0x%x",
+           (unsigned long long)again.cols, (unsigned)again.params);
+    uint8_t bytes[TUNED__KEY_LEN];
+    tuned__key_encode(bytes, TUNED__KEY_TAG_BEST, &key);
+    tuned__store_key decoded;
+    EXPECT_RC(tuned__key_decode(bytes, sizeof bytes, TUNED__KEY_TAG_BEST, &decoded, &e), 0, &e);
+    EXPECT(decoded.cols == key.cols, "key bytes round trip");
+    tuned__shape sm_shape = {.dtype = TUNED_FP16, .rows = 4096, .cols = 32000,
+                             .kernel = TUNED_KERNEL_SOFTMAX};
+    key = tuned__store_key_of(&sm_shape, 0x0123456789abcdefull);
+    tuned__key_format(ks, sizeof ks, &key);
+    EXPECT(strcmp(ks, "softmax/fp16/4096x32000/dense/0123456789abcdef") == 0 && key.cols == 32000,
+           "a softmax key changed: %s", ks);
+    EXPECT(tuned__key_parse("router_topk/fp32/16384x128:k=99/dense/0123456789abcdef", &back,
+                            &e) == TUNED_EINVAL ||
+               !tuned__shape_check(&(tuned__shape){.dtype = TUNED_FP32, .rows = 1, .cols = 128,
+                                                   .kernel = TUNED_KERNEL_ROUTER_TOPK,
+                                                   .params = 99},
+                                   NULL, 0),
+           "k 99 taken");
+}
+
+/* ---- the reference on hand-made rows ---- */
+
+static tuned__router_rule rule(unsigned k, unsigned score, unsigned groups, unsigned kept,
+                               bool renorm)
+{
+    tuned__router_rule r = {k, score, groups, kept, renorm, 0.75};
+    return r;
+}
+
+/* ids of row x (cols) under r, bias or NULL. */
+static void choose(const double *x, const double *bias, unsigned cols, const tuned__router_rule *r,
+                   long long *ids, double *weights)
+{
+    double score[64], order[64], v[64];
+    tuned__router_scores(x, cols, r->score, score);
+    tuned__router_order(x, score, bias, cols, r->score, order, v);
+    tuned__router_choose(order, v, cols, r, ids, NULL);
+    if (weights != NULL)
+        tuned__router_weights(x, score, ids, r, weights);
+}
+
+static void test_reference(void)
+{
+    long long ids[8];
+    double w[8];
+    /* ties to the lower index; weights the scaled softmax */
+    double x1[] = {1, 3, 2, 3};
+    tuned__router_rule r = rule(3, TUNED__ROUTER_SOFTMAX, 1, 1, false);
+    choose(x1, NULL, 4, &r, ids, w);
+    double sum = exp(1) + 2 * exp(3) + exp(2);
+    EXPECT(ids[0] == 1 && ids[1] == 3 && ids[2] == 2, "ties: %lld %lld %lld", ids[0], ids[1],
+           ids[2]);
+    EXPECT(fabs(w[0] - 0.75 * exp(3) / sum) < 1e-15 && fabs(w[2] - 0.75 * exp(2) / sum) < 1e-15,
+           "softmax weights %g %g", w[0], w[2]);
+    /* renorm: the weights sum to the scaling */
+    r.renorm = true;
+    choose(x1, NULL, 4, &r, ids, w);
+    EXPECT(fabs(w[0] + w[1] + w[2] - 0.75) < 1e-15, "renormalised sum %g", w[0] + w[1] + w[2]);
+    /* NaN above everything (sigmoid, no bias: ordered by the logits) */
+    double x2[] = {0, NAN, 5, NAN};
+    r = rule(3, TUNED__ROUTER_SIGMOID, 1, 1, false);
+    choose(x2, NULL, 4, &r, ids, w);
+    EXPECT(ids[0] == 1 && ids[1] == 3 && ids[2] == 2 && isnan(w[0]) &&
+               fabs(w[2] - 0.75 / (1 + exp(-5))) < 1e-15,
+           "NaN order: %lld %lld %lld", ids[0], ids[1], ids[2]);
+    /* a softmax row with +inf: every score NaN, the lowest indices */
+    double x3[] = {0, 1, INFINITY, 2};
+    r = rule(2, TUNED__ROUTER_SOFTMAX, 1, 1, false);
+    choose(x3, NULL, 4, &r, ids, w);
+    EXPECT(ids[0] == 0 && ids[1] == 1 && isnan(w[0]), "a NaN softmax row: %lld %lld", ids[0],
+           ids[1]);
+    /* the bias moves the choice, not the weight */
+    double x4[] = {0.0, 0.1, -0.2, 0.05};
+    double bias[] = {0.0, 0.0, 0.5, 0.0};
+    r = rule(1, TUNED__ROUTER_SIGMOID, 1, 1, false);
+    choose(x4, bias, 4, &r, ids, w);
+    EXPECT(ids[0] == 2 && fabs(w[0] - 0.75 / (1 + exp(0.2))) < 1e-15, "bias: %lld, %g", ids[0],
+           w[0]);
+    /* groups: 4 groups of 2, the best 2 groups by the sum of their two */
+    double x5[] = {5, -5, 1, 1, 0.5, 0.5, 4, -4};
+    /* sigmoid sums: g0 ~ 1.0, g1 ~ 1.46, g2 ~ 1.25, g3 ~ 1.0: g1 and g2 kept */
+    r = rule(3, TUNED__ROUTER_SIGMOID, 4, 2, false);
+    choose(x5, NULL, 8, &r, ids, w);
+    EXPECT(ids[0] == 2 && ids[1] == 3 && ids[2] == 4, "groups: %lld %lld %lld", ids[0], ids[1],
+           ids[2]);
+    r = rule(3, TUNED__ROUTER_SIGMOID, 1, 1, false);
+    choose(x5, NULL, 8, &r, ids, w);
+    EXPECT(ids[0] == 0 && ids[1] == 6 && ids[2] == 2, "no groups: %lld %lld %lld", ids[0],
+           ids[1], ids[2]);
+
+    /* renormalised weights from the log scores: sigmoids that underflow
+     * share the weight, not 0 / 0 */
+    double x6[] = {-1e30, -1e30, -3e30};
+    r = rule(2, TUNED__ROUTER_SIGMOID, 1, 1, true);
+    choose(x6, NULL, 3, &r, ids, w);
+    EXPECT(ids[0] == 0 && ids[1] == 1 && w[0] == 0.375 && w[1] == 0.375,
+           "underflowing sigmoids: %lld %lld %g %g", ids[0], ids[1], w[0], w[1]);
+    /* the backward against central differences of the forward */
+    for (unsigned score = 0; score < 3; score++)
+        for (int renorm = 0; renorm < 2; renorm++) {
+            enum { C = 12, K = 4 };
+            double x[C], dw[K], dx[C], mag[C], work[C], sc[C], wp[K], wm[K];
+            for (unsigned j = 0; j < C; j++)
+                x[j] = sin(3.1 * j + score) * 2.0;
+            for (unsigned i = 0; i < K; i++)
+                dw[i] = cos(1.7 * i + renorm);
+            r = rule(K, score, 1, 1, renorm != 0);
+            choose(x, NULL, C, &r, ids, NULL);
+            tuned__router_backward(x, ids, dw, C, &r, work, dx, mag);
+            double worst = 0;
+            for (unsigned j = 0; j < C; j++) {
+                double h = 1e-6, keep = x[j];
+                x[j] = keep + h;
+                tuned__router_scores(x, C, score, sc);
+                tuned__router_weights(x, sc, ids, &r, wp);
+                x[j] = keep - h;
+                tuned__router_scores(x, C, score, sc);
+                tuned__router_weights(x, sc, ids, &r, wm);
+                x[j] = keep;
+                double num = 0;
+                for (unsigned i = 0; i < K; i++)
+                    num += dw[i] * (wp[i] - wm[i]) / (2 * h);
+                worst = fmax(worst, fabs(num - dx[j]));
+                EXPECT(fabs(dx[j]) <= mag[j] + 1e-15, "magnitude below |dx|");
+            }
+            EXPECT(worst < 1e-8, "backward score %u renorm %d: off by %g", score, renorm, worst);
+        }
+}
+
+/* ---- compile ---- */
+
+/* Compiles config for the kind on dt x cols under params; false when the
+ * kind's rule refuses the config there (a row too long for its threads). */
+static bool compile(const tuned__nvrtc *n, unsigned kernel, tuned_dtype dt, uint64_t cols,
+                    const char *params, const char *config)
+{
+    tuned__shape s = {.dtype = dt, .rows = 4099, .cols = cols, .kernel = (uint8_t)kernel};
+    tuned__err e = {0};
+    tuned__config c;
+    char *src = NULL;
+    tuned__blob ptx;
+    if (tuned__params_parse(tuned__kind(kernel), params, &s.params, &e) != 0 ||
+        tuned__config_parse(config, &c, &e) != 0) {
+        EXPECT(0, "%s %s: %s", params, config, e.msg);
+        return false;
+    }
+    if (!tuned__config_check(&c, &s, 90, 132, NULL, 0))
+        return false;
+    if (tuned__source_kernel(&c, &s, NULL, &src, &e) != 0 ||
+        tuned__nvrtc_compile(n, src, config, 90, TUNED__NVRTC_PTX, &ptx, &e) != 0) {
+        EXPECT(0, "%s %s x %llu %s %s: %s", tuned__kernel_name((uint8_t)kernel),
+               tuned_dtype_name(dt), (unsigned long long)cols, params, config, e.msg);
+        free(src);
+        return true;
+    }
+    EXPECT(strstr(ptx.data, kernel == TUNED_KERNEL_ROUTER_TOPK ? ".entry tuned_router_topk("
+                                                               : ".entry tuned_router_topk_bwd(")
+               != NULL,
+           "no entry point in the PTX");
+    tuned__blob_free(&ptx);
+    free(src);
+    return true;
+}
+
+static void test_compile(const tuned__nvrtc *n)
+{
+    static const struct {
+        uint64_t cols;
+        const char *params;
+    } cases[] = {
+        {8, "k=2"}, {60, "k=4,renorm=1"}, {128, ""}, {128, "k=1,score=sigmoid"},
+        {160, "k=6,score=sqrt_softplus,renorm=1"},
+        {256, "k=8,score=sigmoid,groups=8,topk_group=4,renorm=1"}, {384, "k=8"},
+        {2048, "k=64"}, {2048, "k=16,score=sigmoid,groups=32,topk_group=2"},
+    };
+    static const char *const configs[] = {
+        "w1.r32.c1.m1.v1.ld=def.st=def.reg=f32",   /* one thread a row */
+        "w4.r16.c1.m2.v4.ld=nc.st=def.reg=f32",    /* 8 threads a row */
+        "w8.r8.c1.m1.v2.ld=cs.st=def.reg=f32",     /* a warp a row */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        for (int dt = TUNED_FP16; dt <= TUNED_FP32; dt++) {
+            unsigned fwd = 0, bwd = 0;
+            for (size_t j = 0; j < sizeof configs / sizeof configs[0]; j++) {
+                fwd += compile(n, TUNED_KERNEL_ROUTER_TOPK, (tuned_dtype)dt, cases[i].cols,
+                               cases[i].params, configs[j]);
+                if ((i + j) % 2 == 0 || j == 2)
+                    bwd += compile(n, TUNED_KERNEL_ROUTER_TOPK_BWD, (tuned_dtype)dt,
+                                   cases[i].cols, cases[i].params, configs[j]);
+            }
+            EXPECT(fwd > 0 && bwd > 0, "%llu experts %s %s: no config compiled",
+                   (unsigned long long)cases[i].cols, cases[i].params,
+                   tuned_dtype_name((tuned_dtype)dt));
+        }
+    /* What a row in one warp has not: refused by the one rule. */
+    static const char *const refused[] = {
+        "w2.r1.c1.m1.v4.ld=def.st=def.reg=f32",   /* 64 threads a row */
+        "w1.r1.c2.m1.v4.ld=def.st=def.reg=f32",   /* a cluster */
+        "w1.r1.c1.m1.v4.ld=def.st=def.reg=pk",    /* packed registers */
+        "w1.r1.c1.m1.v4.ld=def.st=cs.reg=f32",    /* a store hint, forward */
+        "w1.r1.c1.m1.v4.ld=def.st=def.reg=f32.red=fused",
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        tuned__shape s = {.dtype = TUNED_FP16, .rows = 64, .cols = 128,
+                          .kernel = TUNED_KERNEL_ROUTER_TOPK,
+                          .params = tuned__params_default(router())};
+        tuned__config c;
+        tuned__err e = {0};
+        EXPECT_RC(tuned__config_parse(refused[i], &c, &e), 0, &e);
+        EXPECT(!tuned__config_check(&c, &s, 90, 132, NULL, 0), "%s taken", refused[i]);
+    }
+}
+
+int main(void)
+{
+    test_params();
+    test_reference();
+    tuned__err e = {0};
+    tuned__nvrtc *n = NULL;
+    if (tuned__nvrtc_load(&n, &e) != 0) {
+        fprintf(stderr, "SKIP compile: %s\n", e.msg);
+        return failures > 0 ? 1 : TEST_SKIP;
+    }
+    test_compile(n);
+    tuned__nvrtc_unload(n);
+    return expect_done("router", NULL);
+}
