@@ -176,6 +176,14 @@ def main():
         def torch_bwd():
             return torch.autograd.grad(rw, x, up, retain_graph=True)
 
+        # the same upstream gradient for the same expert: DeepSeek's ids
+        # are unsorted, so torch's gradient is taken with up permuted to them
+        order_t, order_r = ti.argsort(-1), ri.argsort(-1)
+        up_r = torch.empty_like(up).scatter_(1, order_r, up.gather(1, order_t))
+
+        def torch_bwd():  # noqa: F811 - with the upstream gradient in torch's order
+            return torch.autograd.grad(rw, x, up_r, retain_graph=True)
+
         (dt_,), (dr_,) = tuned_bwd(), torch_bwd()
         # tuned's ids equal torch's on these random logits; the gradients then agree
         err = ((dt_.float() - dr_.float()).abs().max() /
