@@ -17,6 +17,11 @@ directory and the test-only fake GPU (TUNED_TEST_FAKE_GPU).
              part of the key
   cap        the size caps count the tensors the kind moves: a backward
              kind moves three (1 TiB cap, the GPU's memory)
+  params     a router's key parameters ("params") travel through tune,
+             the job and get; other parameters are another key (no exact
+             answer, a job of their own); bad ones are bad_value naming
+             the rule; the CLI's --shape 64x128:P tunes and gets the same
+             key, and `tuned list` names it
 Exit 0 when every case passed, 77 in a build without the test hooks."""
 import json
 import os
@@ -197,7 +202,72 @@ def case_cap():
         ok("cap: a backward kind's three tensors count against the 1 TiB and memory caps")
 
 
-CASES = [case_tune, case_unknown, case_cli, case_flight, case_retune, case_cap]
+def case_params():
+    d = Daemon("params", env={"TUNED_TEST_FAKE_MS": "30"})
+    if not d.start():
+        return fail("params: daemon did not start: " + d.logtext())
+    key = {"kernel": "router_topk", "rows": 64, "cols": 128}
+    p = "k=4,score=sigmoid"
+    a = d.call({"op": "tune", **key, "params": p, "budget": 4})
+    b = d.call({"op": "tune", **key, "params": "k=6", "budget": 4})
+    c = d.call({"op": "tune", **key, "params": "score=sigmoid,k=4", "budget": 4})
+    va = wait_job(d, a.get("job"), 120) if a.get("ok") else None
+    vb = wait_job(d, b.get("job"), 120) if b.get("ok") else None
+    g = d.call({"op": "get", **key, "params": p})
+    other = d.call({"op": "get", **key, "params": "k=5"})
+    bad = {q: d.call({"op": "get", **key, "params": q})
+           for q in ("k=100", "k=200", "groups=7", "k=4,color=red", "k=x")}
+    soft = d.call({"op": "get", "rows": 64, "cols": 128, "params": "k=4"})
+    rc, out, err = run("tune", "--socket", d.sock, "--kernel", "router_topk", "--shape",
+                       "64x128:k=6", "--budget", "4", "-q")
+    rc_g, out_g, _ = run("get", "--socket", d.sock, "--kernel", "router_topk", "--shape",
+                         "64x128:k=6", "--json")
+    rc_bad, _, err_bad = run("get", "--socket", d.sock, "--kernel", "router_topk", "--shape",
+                             "64x128:k=999")
+    jobs = d.call({"op": "stats"})["jobs"]
+    d.stop()
+    rc_l, out_l, _ = run("list", "--db", d.db)
+    # an export and its import into a fresh store keep the parameters
+    exported = os.path.join(tmp, "params.jsonl")
+    rc_e, out_e, err_e = run("export", "--db", d.db)
+    with open(exported, "w") as f:
+        f.write(out_e or "")
+    rc_i, _, err_i = run("import", exported, "--db", os.path.join(tmp, "params-imported"))
+    rc_l2, out_l2, _ = run("list", "--db", os.path.join(tmp, "params-imported"))
+    rec = g.get("record") or {}
+    err = lambda r: (r.get("error") or {})  # noqa: E731
+    if not a.get("ok") or (va or {}).get("state") != "done" or (va or {}).get("params") != p:
+        fail(f"params: the tune of {p}: {a} {va}")
+    elif not b.get("ok") or b.get("joined") or b.get("job") == a.get("job") or \
+            (vb or {}).get("params") != "k=6":
+        fail(f"params: k=6 joined the k=4 job or lost its parameters: {a} {b} {vb}")
+    elif not c.get("joined") or c.get("job") != a.get("job"):
+        fail(f"params: the same parameters written in another order did not join: {a} {c}")
+    elif g.get("source") != "exact" or rec.get("params") != p or rec.get("cols") != 128:
+        fail(f"params: get of {p}: {g}")
+    elif other.get("source") == "exact" or (other.get("record") or {}).get("params") == p:
+        fail(f"params: k=5 was answered with another key's record: {other}")
+    elif any(err(r).get("code") != "bad_value" for r in bad.values()) or \
+            "k 100 out of range (1 to 64)" not in err(bad["k=100"]).get("message", "") or \
+            "1 to 64" not in err(bad["k=200"]).get("message", "") or \
+            "divide" not in err(bad["groups=7"]).get("message", "") or \
+            err(soft).get("code") != "bad_value":
+        fail(f"params: bad parameters: {bad} softmax: {soft}")
+    elif rc != 0 or rc_g != 0 or json.loads(out_g or "{}").get("source") != "exact":
+        fail(f"params: the CLI's --shape 64x128:k=6: tune exit {rc} {err}, get {rc_g} {out_g}")
+    elif rc_bad != 2 or "k=999" not in err_bad or "1 to 64" not in err_bad:
+        fail(f"params: --shape 64x128:k=999: exit {rc_bad}: {err_bad}")
+    elif rc_e != 0 or rc_i != 0 or rc_l2 != 0 or "64x128:k=4,score=sigmoid" not in out_l2:
+        fail(f"params: export {rc_e} {err_e}, import {rc_i} {err_i}: {out_l2}")
+    elif jobs.get("submitted") != 2 or rc_l != 0 or "64x128:k=4,score=sigmoid" not in out_l or \
+            "64x128:k=6/" not in out_l:
+        fail(f"params: jobs {jobs}; tuned list: {out_l}")
+    else:
+        ok("params: key parameters travel through tune, jobs, get, the CLI and list; other "
+           "parameters are another key; bad ones are refused by name")
+
+
+CASES = [case_tune, case_unknown, case_cli, case_flight, case_retune, case_cap, case_params]
 
 
 def main():
