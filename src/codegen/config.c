@@ -16,6 +16,7 @@ static const char *const ld_names[TUNED__LD_COUNT] = {"def", "nc", "cs", "el"};
 static const char *const st_names[TUNED__ST_COUNT] = {"def", "cs"};
 static const char *const reg_names[TUNED__REG_COUNT] = {"f32", "pk", "ex"};
 static const char *const red_names[TUNED__RED_COUNT] = {"split", "fused"};
+static const char *const sel_names[TUNED__SEL_COUNT] = {"scan", "sort"};
 
 const char *tuned__ld_name(unsigned ld)
 {
@@ -53,9 +54,13 @@ void tuned__config_format(const tuned__config *c, char *buf, size_t n)
         snprintf(last, sizeof last, ".stash%u", c->stash);
     if (c->replicas > 1)
         snprintf(last + strlen(last), sizeof last - strlen(last), ".rep%u", c->replicas);
-    snprintf(buf, n, "w%u.r%u.c%u.m%u.v%u.ld=%s.st=%s.reg=%s%s%s%s", c->warps, c->rows,
+    /* likewise the scan, the selection method before the field */
+    char sel[16] = "";
+    if (c->sel != TUNED__SEL_SCAN)
+        snprintf(sel, sizeof sel, ".sel=%s", c->sel < TUNED__SEL_COUNT ? sel_names[c->sel] : "?");
+    snprintf(buf, n, "w%u.r%u.c%u.m%u.v%u.ld=%s.st=%s.reg=%s%s%s%s%s", c->warps, c->rows,
              c->cluster, c->minb, c->vec, tuned__ld_name(c->ld), tuned__st_name(c->st),
-             tuned__reg_name(c->reg), c->red != TUNED__RED_SPLIT ? ".red=" : "",
+             tuned__reg_name(c->reg), sel, c->red != TUNED__RED_SPLIT ? ".red=" : "",
              c->red != TUNED__RED_SPLIT ? tuned__red_name(c->red) : "", last);
 }
 
@@ -170,9 +175,9 @@ int tuned__config_parse(const char *text, tuned__config *out, tuned__err *e)
     strcpy(copy, text);
     if (strncmp(copy, "tma.", 4) == 0)
         return parse_tma(text, copy + 4, out, e);
-    char *fields[11];
+    char *fields[12];
     size_t nf;
-    int rc = split_fields(text, copy, fields, 11, &nf, e);
+    int rc = split_fields(text, copy, fields, 12, &nf, e);
     if (rc != 0)
         return rc;
     if (nf < 8)
@@ -192,9 +197,13 @@ int tuned__config_parse(const char *text, tuned__config *out, tuned__err *e)
         (rc = parse_named_field(fields[6], "st=", st_names, TUNED__ST_COUNT, &c.st, text, e)) != 0 ||
         (rc = parse_named_field(fields[7], "reg=", reg_names, TUNED__REG_COUNT, &c.reg, text, e)) != 0)
         return rc;
-    /* Then .red=..., which the two-round reduction leaves out, then .gN
-     * or .stashN, then .repN. */
+    /* Then .sel=..., which the scan leaves out, then .red=..., which the
+     * two-round reduction leaves out, then .gN or .stashN, then .repN. */
     size_t next = 8;
+    if (next < nf && strncmp(fields[next], "sel=", 4) == 0 &&
+        (rc = parse_named_field(fields[next++], "sel=", sel_names, TUNED__SEL_COUNT, &c.sel, text,
+                                e)) != 0)
+        return rc;
     if (next < nf && strncmp(fields[next], "red=", 4) == 0 &&
         (rc = parse_named_field(fields[next++], "red=", red_names, TUNED__RED_COUNT, &c.red, text,
                                 e)) != 0)
@@ -247,7 +256,7 @@ bool tuned__config_equal(const tuned__config *a, const tuned__config *b)
     return a->family == b->family && a->warps == b->warps && a->rows == b->rows &&
            a->cluster == b->cluster && a->minb == b->minb && a->vec == b->vec && a->ld == b->ld && a->st == b->st &&
            a->reg == b->reg && a->red == b->red && a->stages == b->stages && a->grid == b->grid &&
-           a->stash == b->stash && a->replicas == b->replicas;
+           a->stash == b->stash && a->replicas == b->replicas && a->sel == b->sel;
 }
 
 /* Elements one pass of all of a row's threads covers. */
@@ -308,7 +317,7 @@ bool tuned__config_refuse(char *why, size_t n, const char *fmt, ...)
 static bool tma_check(const tuned__config *c, const tuned__shape *s, int arch, char *why, size_t n)
 {
     if (c->rows != 1 || c->minb != 1 || c->vec != 0 || c->ld != 0 || c->reg != 0 || c->red != 0 ||
-        c->grid != 0 || c->stash != 0 || c->replicas != 0)
+        c->grid != 0 || c->stash != 0 || c->replicas != 0 || c->sel != 0)
         return tuned__config_refuse(
             why, n, "tma variants fix rows, minb, vec, ld, reg, red, grid, stash and replicas");
     if (!pow2_in(c->warps, 1, 32) || !pow2_in(c->cluster, 1, 16) || c->stages < 1 ||
@@ -363,7 +372,7 @@ static bool rows_check_fields(const tuned__config *c, int arch, char *why, size_
     if (c->replicas > 1 && (c->cluster < 2 || c->grid > 1))
         return tuned__config_refuse(why, n, "replicas hold a row cut over a cluster, no grid split");
     if (c->ld >= TUNED__LD_COUNT || c->st >= TUNED__ST_COUNT || c->reg >= TUNED__REG_COUNT ||
-        c->red >= TUNED__RED_COUNT)
+        c->red >= TUNED__RED_COUNT || c->sel >= TUNED__SEL_COUNT)
         return tuned__config_refuse(why, n, "unknown cache hint, register mode or reduction");
     return true;
 }
@@ -384,6 +393,9 @@ static bool rows_check_kernel(const tuned__config *c, const tuned__kind_spec *k,
         return tuned__config_refuse(why, n, "%s has no replicas (forward kernels only)", k->name);
     if (c->grid > 1 && k->path[TUNED__PATH_GRID].entry == NULL)
         return tuned__config_refuse(why, n, "%s has no grid split", k->name);
+    if (c->sel != TUNED__SEL_SCAN && !k->selects)
+        return tuned__config_refuse(why, n, "%s chooses no top k: no sel=%s", k->name,
+                                    sel_names[c->sel]);
     unsigned row_threads = tuned__config_threads_per_row(c) * tuned__config_blocks_per_row(c);
     if (k->max_row_threads > 0 && row_threads > k->max_row_threads)
         return tuned__config_refuse(why, n, "%s keeps a row in at most %u threads (%u here)",

@@ -58,6 +58,17 @@ enum {
     TUNED__REG_COUNT
 };
 
+/* How a kind that chooses the top k of a row (its spec's `selects`) picks
+ * them: k rounds of an argmax over the row's threads, each thread offering
+ * its best element not yet taken, found by a scan of its elements every
+ * round, or by the head of its own best elements sorted once (".sel=sort"
+ * after the register mode; the scan is left out of the text). */
+enum {
+    TUNED__SEL_SCAN = 0,
+    TUNED__SEL_SORT,
+    TUNED__SEL_COUNT
+};
+
 /* How the row's (max, sum) is reduced across the threads (and blocks) of a
  * row: two rounds (the maximum, then the sum of exp(x - max)), or one round
  * of (max, sum) pairs, each thread summing exp(x - its own max) and the
@@ -91,6 +102,7 @@ typedef struct tuned__config {
                          each load and reduce the whole row, replica r storing the passes it
                          with it % replicas == r (a few rows' stores spread over more SMs):
                          2, 4, 8; 0: one cluster a row. tma: 0 */
+    uint8_t sel;      /* TUNED__SEL_*: kinds that choose the top k; else 0 */
 } tuned__config;
 
 /* Most bytes of a block's stash (static shared memory stops at 48 KiB,

@@ -79,7 +79,7 @@ static bool router_rule(uint64_t cols, uint32_t params, char *why, size_t n);
 #define ROUTER_COMMON                                                                        \
     .params_size = 4, .scaled = true, .flag = {"T_IDS32"}, .rows_held = 1, .pairs = false,  \
     .keeps_exps = false, .stash = false, .replicas = false, .line_head = false,             \
-    .max_row_threads = 32, .max_thread_elems = 64, .fixed_registers = true, .defines = "#define T_SEL 0\n",          \
+    .max_row_threads = 32, .max_thread_elems = 64, .fixed_registers = true, .selects = true,  \
     .reference_parts = {"softmax_common", "reference"}, ROUTER_PARAMS
 #define ROUTER_PATH {"tuned_router_topk", {"softmax_common", "router_topk"}}
 #define ROUTER_BWD_PATH {"tuned_router_topk_bwd", {"softmax_common", "router_topk"}}

@@ -207,6 +207,9 @@ int tuned__source_kernel(const tuned__config *c, const tuned__shape *s,
              (unsigned long long)s->cols, head_free, c->ld, c->st, c->reg != TUNED__REG_F32,
              c->reg == TUNED__REG_EX, c->red == TUNED__RED_FUSED, k->define_log,
              k->define_bwd, tuned__config_head_align(c, s), plant);
+    if (k->selects)
+        snprintf(defines + strlen(defines), sizeof defines - strlen(defines),
+                 "#define T_SEL %u\n", c->sel);
     if ((rc = kind_defines(k, opts, defines, sizeof defines, e)) != 0 ||
         (rc = tuned__params_defines(k, s->params, defines, sizeof defines, e)) != 0)
         return rc;
