@@ -19,8 +19,14 @@ exits 1 on a failure.
                 graph's replay equal to the eager call
   arguments     k, experts, groups, topk_group, scaling, score, bias shape
                 refused with ValueError
+  direct        the eager path's calls of libtuned (pointers, strides, the
+                options struct, counts, int32 ids, its autograd Function)
+                on the CPU, with the two entry points replaced by a torch
+                stand-in that reads and writes the memory it is given:
+                the same answers and gradients as the operators
 """
 
+import ctypes
 import os
 import sys
 import unittest
@@ -215,6 +221,106 @@ class Operators(unittest.TestCase):
         rw, ri = tuned.router_topk(x, 8)
         self.assertTrue(torch.equal(i, ri) and torch.equal(w, rw))
         self.assertFalse(torch.equal(i, i0))
+
+
+def _read(ptr, n, dtype):
+    t = torch.empty(n, dtype=dtype)
+    ctypes.memmove(t.data_ptr(), ptr, n * t.element_size())
+    return t
+
+
+def _write(ptr, t):
+    t = t.contiguous()
+    ctypes.memmove(ptr, t.data_ptr(), t.numel() * t.element_size())
+
+
+class StandIn:
+    """libtuned's two router entry points in torch (fp32 logits), on the
+    memory at the pointers they are given; counts its calls."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def forward(self, h, xp, bp, wp, ip, cp, rows, e, stride, dt, opts, stream):
+        self.calls += 1
+        o = opts._obj
+        x = _read(xp, (rows - 1) * stride + e, torch.float32)
+        x = torch.as_strided(x, (rows, e), (stride, 1))
+        bias = _read(bp, e, torch.float32) if bp else None
+        w, ids = tuned.router._router_torch(x, bias, o.k, o.score, o.num_groups, o.topk_group,
+                                            bool(o.renorm), o.scaling)
+        _write(wp, w)
+        _write(ip, ids.to(torch.int32 if o.ids_int32 else torch.int64))
+        if cp:
+            _write(cp, torch.bincount(ids.reshape(-1), minlength=e).to(torch.int32))
+        return 0
+
+    def backward(self, h, xp, ip, dwp, dxp, rows, e, stride, dt, opts, stream):
+        self.calls += 1
+        o = opts._obj
+        x = _read(xp, rows * e, torch.float32).view(rows, e)
+        ids = _read(ip, rows * o.k, torch.int32 if o.ids_int32 else torch.int64).view(rows, o.k)
+        dw = _read(dwp, rows * o.k, torch.float32).view(rows, o.k)
+        _write(dxp, tuned.router._backward_torch(x, ids.long(), dw, o.score, bool(o.renorm),
+                                                 o.scaling))
+        return 0
+
+
+class Direct(unittest.TestCase):
+    def setUp(self):
+        R = tuned.router
+        self.saved = (R._direct_ok, R._state)
+        self.lib = StandIn()
+        R._direct_ok = lambda x: True
+        R._state = lambda x: (self.lib.forward, self.lib.backward, None, 2, None)
+
+    def tearDown(self):
+        tuned.router._direct_ok, tuned.router._state = self.saved
+
+    def both(self, x, k, **kw):
+        """(the direct path's answer, the operators') of one call."""
+        before = self.lib.calls
+        d = tuned.router_topk(x, k, **kw)
+        self.assertEqual(self.lib.calls, before + 1, "the call did not go direct")
+        tuned.router._direct_ok = lambda x: False
+        try:
+            o = tuned.router_topk(x, k, **kw)
+        finally:
+            tuned.router._direct_ok = lambda x: True
+        return d, o
+
+    def test_answers(self):
+        g = torch.Generator().manual_seed(6)
+        wide = torch.randn(50, 200, generator=g)
+        cases = [(torch.randn(33, 64, generator=g), 4, dict(renorm=True, scaling=2.0)),
+                 (torch.randn(2, 17, 256, generator=g), 8,
+                  dict(score="sigmoid", bias=torch.rand(256, generator=g) * 0.1, num_groups=8,
+                       topk_group=4, renorm=True, ids_dtype=torch.int32, return_counts=True)),
+                 (wide[:, :160], 6, dict(score="sqrt_softplus"))]  # rows 200 apart
+        for x, k, kw in cases:
+            d, o = self.both(x, k, **kw)
+            for a, b in zip(d, o):
+                self.assertEqual(a.shape, b.shape)
+                self.assertEqual(a.dtype, b.dtype)
+                torch.testing.assert_close(a, b)
+
+    def test_gradients(self):
+        g = torch.Generator().manual_seed(7)
+        for kw in (dict(renorm=True), dict(), dict(score="sigmoid", renorm=True, scaling=2.5)):
+            x0 = torch.randn(40, 96, generator=g)
+            up = torch.randn(40, 4, generator=g)
+            x = x0.clone().requires_grad_(True)
+            before = self.lib.calls
+            w, _ = tuned.router_topk(x, 4, **kw)
+            (dx,) = torch.autograd.grad(w, x, up)
+            self.assertEqual(self.lib.calls, before + 2, "forward and backward direct")
+            tuned.router._direct_ok = lambda x: False
+            xr = x0.clone().requires_grad_(True)
+            wr, _ = tuned.router_topk(xr, 4, **kw)
+            (dxr,) = torch.autograd.grad(wr, xr, up)
+            tuned.router._direct_ok = lambda x: True
+            torch.testing.assert_close(w, wr)
+            torch.testing.assert_close(dx, dxr)
 
 
 class Arguments(unittest.TestCase):

@@ -31,7 +31,11 @@ graphs, opcheck):
 
 On CUDA they run libtuned's tuned_router_topk and
 tuned_router_topk_backward (one kernel each, tuned per key: experts, k,
-score, groups, renorm); elsewhere, torch's formula of the same rules. The
+score, groups, renorm); elsewhere, torch's formula of the same rules.
+Eager calls on plain CUDA tensors (not compiling, no dispatch mode) skip
+the operators: one libtuned call forward (with a gradient, inside an
+autograd Function) and one backward; the operators' dispatch cost about
+50 us of host time a call on the H200, several times the kernel. The
 gradient reaches the logits only through the weights (the ids are not
 differentiable); the bias gets none, as in the models that use one (it is
 updated by the load balance, not by the loss)."""
@@ -42,7 +46,8 @@ import torch
 import torch.nn.functional as F
 
 from . import _lib
-from .torch_ops import _DTYPES, _current_device, _library, _raw_stream
+from .torch_ops import (_DTYPES, _compiling, _current_device, _dispatch_modes, _library,
+                        _raw_stream)
 
 __all__ = ["router_topk"]
 
@@ -316,6 +321,105 @@ def _backward(ctx, dweights, _dids, _dcounts):
 _router_op.register_autograd(_backward, setup_context=_setup)
 
 
+# ---- the eager path: libtuned called directly ----
+
+def _direct_ok(x):
+    """Whether rows x may take the direct path (tests widen it to the CPU,
+    with a stand-in of libtuned)."""
+    return x.is_cuda
+
+
+def _state(x):
+    """(forward, backward, handle, dtype code, stream) for a direct call on
+    rows x, or None (the operators then run, and say what is wrong)."""
+    dt = _DTYPES.get(x.dtype)
+    if dt is None or x.get_device() != _current_device():
+        return None
+    try:
+        lib, h = _library()
+    except Exception:  # noqa: BLE001 - the operators report it
+        return None
+    f, b = _bound(lib, "tuned_router_topk"), _bound(lib, "tuned_router_topk_backward")
+    if f is None or b is None:
+        return None
+    return f, b, h, dt, _raw_stream(x.get_device()) or None
+
+
+_options_made = {}
+
+
+def _options_of(k, score, num_groups, topk_group, renorm, scaling, ids_int32):
+    """The options struct of a call, made once per combination."""
+    key = (k, score, num_groups, topk_group, renorm, scaling, ids_int32)
+    o = _options_made.get(key)
+    if o is None:
+        if len(_options_made) > 256:
+            _options_made.clear()
+        o = _options_made[key] = _options(*key)
+    return o
+
+
+def _direct_forward(x, bias, k, score, num_groups, topk_group, renorm, scaling, ids_int32,
+                    counts):
+    """(weights, ids, counts) of rows x by one libtuned call, or None."""
+    st = _state(x)
+    if st is None:
+        return None
+    f, _, h, dt, stream = st
+    rows, e = x.shape
+    w = torch.empty(rows, k, dtype=torch.float32, device=x.device)
+    ids = torch.empty(rows, k, dtype=torch.int32 if ids_int32 else torch.int64, device=x.device)
+    cnt = torch.zeros(e if counts else 0, dtype=torch.int32, device=x.device)
+    o = _options_of(k, score, num_groups, topk_group, renorm, scaling, ids_int32)
+    rc = f(h, x.data_ptr(), None if bias is None else bias.data_ptr(), w.data_ptr(),
+           ids.data_ptr(), cnt.data_ptr() if counts else None, rows, e, x.stride(0), dt,
+           ctypes.byref(o), stream)
+    return (w, ids, cnt) if rc == 0 else None
+
+
+def _direct_backward(x, ids, dw, k, score, renorm, scaling):
+    """dlogits of rows x (contiguous) by one libtuned call, or None."""
+    st = _state(x)
+    if st is None:
+        return None
+    _, b, h, dt, stream = st
+    rows, e = x.shape
+    dx = torch.empty(rows, e, dtype=x.dtype, device=x.device)
+    o = _options_of(k, score, 1, 1, renorm, scaling, ids.dtype == torch.int32)
+    rc = b(h, x.data_ptr(), ids.data_ptr(), dw.data_ptr(), dx.data_ptr(), rows, e, e, dt,
+           ctypes.byref(o), stream)
+    return dx if rc == 0 else None
+
+
+class _DirectRouter(torch.autograd.Function):
+    """The router with its backward, both by direct libtuned calls (the
+    operators where a call does not go)."""
+
+    @staticmethod
+    def forward(ctx, x, bias, k, score, num_groups, topk_group, renorm, scaling, ids_int32,
+                counts):
+        out = _direct_forward(x, bias, k, score, num_groups, topk_group, renorm, scaling,
+                              ids_int32, counts)
+        if out is None:
+            out = _router_op(x, bias, k, score, num_groups, topk_group, renorm, scaling,
+                             ids_int32, counts)
+        w, ids, cnt = out
+        ctx.save_for_backward(x, ids)
+        ctx.args = (k, score, renorm, scaling)
+        ctx.mark_non_differentiable(ids, cnt)
+        return w, ids, cnt
+
+    @staticmethod
+    def backward(ctx, dw, _dids, _dcounts):
+        x, ids = ctx.saved_tensors
+        dw = dw.float().contiguous()
+        xc = x.contiguous()
+        dx = _direct_backward(xc, ids, dw, *ctx.args)
+        if dx is None:
+            dx = _router_backward_op(xc, ids, dw, *ctx.args)
+        return (dx,) + (None,) * 9
+
+
 def router_topk(logits, k, *, score="softmax", bias=None, num_groups=1, topk_group=1,
                 renorm=False, scaling=1.0, ids_dtype=torch.int64, return_counts=False):
     """The MoE router's choice: (weights, ids) of shape (..., k), and with
@@ -327,9 +431,21 @@ def router_topk(logits, k, *, score="softmax", bias=None, num_groups=1, topk_gro
         raise ValueError(f"tuned.router_topk: ids_dtype {ids_dtype} (torch.int64 or int32)")
     k, num_groups, topk_group = int(k), int(num_groups), int(topk_group)
     _check(logits, bias, k, SCORES[score], num_groups, topk_group, float(scaling))
-    w, ids, counts = _router_op(logits, bias, k, SCORES[score], num_groups, topk_group,
-                                bool(renorm), float(scaling), ids_dtype == torch.int32,
-                                bool(return_counts))
+    args = (k, SCORES[score], num_groups, topk_group, bool(renorm), float(scaling),
+            ids_dtype == torch.int32, bool(return_counts))
+    x = logits.reshape(-1, logits.shape[-1])
+    out = None
+    if (type(x) is torch.Tensor and _direct_ok(x) and not _compiling()
+            and not _dispatch_modes() and x.stride(-1) == 1 and x.stride(0) >= x.shape[1]
+            and x.shape[0] > 0 and (bias is None or (bias.dtype == torch.float32
+                                                      and bias.is_contiguous()))):
+        if torch.is_grad_enabled() and x.requires_grad:
+            out = _DirectRouter.apply(x, bias, *args)
+        else:
+            out = _direct_forward(x, bias, *args)
+    if out is None:
+        out = _router_op(logits, bias, *args)
+    w, ids, counts = out
     lead = tuple(logits.shape[:-1]) + (k,)
     w, ids = w.reshape(lead), ids.reshape(lead)
     return (w, ids, counts) if return_counts else (w, ids)
