@@ -272,7 +272,7 @@ class Direct(unittest.TestCase):
         self.saved = (R._direct_ok, R._state)
         self.lib = StandIn()
         R._direct_ok = lambda x: True
-        R._state = lambda x: (self.lib.forward, self.lib.backward, None, 2, None)
+        R._state = lambda x: (self.lib.forward, self.lib.backward, None, None, 2, None)
 
     def tearDown(self):
         tuned.router._direct_ok, tuned.router._state = self.saved

@@ -227,15 +227,6 @@ def _rows(logits):
     return x
 
 
-def _cuda_call(x):
-    """(lib, handle, dtype code, stream) for libtuned on x, or None."""
-    dt = _DTYPES.get(x.dtype)
-    if dt is None or x.get_device() != _current_device():
-        return None
-    lib, h = _library()
-    return lib, h, dt, _raw_stream(x.get_device()) or None
-
-
 @torch.library.custom_op("tuned::router_topk", mutates_args=())
 def _router_op(logits: torch.Tensor, bias: torch.Tensor | None, k: int, score: int,
                num_groups: int, topk_group: int, renorm: bool, scaling: float, ids_int32: bool,
@@ -244,22 +235,11 @@ def _router_op(logits: torch.Tensor, bias: torch.Tensor | None, k: int, score: i
     rows, e = x.shape
     ids_dtype = torch.int32 if ids_int32 else torch.int64
     if x.is_cuda and rows > 0:
-        call = _cuda_call(x)
-        fn = _bound(call[0], "tuned_router_topk") if call is not None else None
-        if fn is not None:
-            lib, h, dt, stream = call
-            w = torch.empty(rows, k, dtype=torch.float32, device=x.device)
-            ids = torch.empty(rows, k, dtype=ids_dtype, device=x.device)
-            cnt = torch.zeros(e if counts else 0, dtype=torch.int32, device=x.device)
-            b = None if bias is None else bias.float().contiguous()
-            o = _options(k, score, num_groups, topk_group, renorm, scaling, ids_int32)
-            rc = fn(h, x.data_ptr(), None if b is None else b.data_ptr(), w.data_ptr(),
-                    ids.data_ptr(), cnt.data_ptr() if counts else None, rows, e, x.stride(0), dt,
-                    ctypes.byref(o), stream)
-            _lib.check(lib, rc, h, "tuned_router_topk")
-            global libtuned_calls
-            libtuned_calls += 1
-            return w, ids, cnt
+        b = None if bias is None else bias.float().contiguous()
+        out = _direct_forward(x, b, k, score, num_groups, topk_group, renorm, scaling, ids_int32,
+                              counts, strict=True)
+        if out is not None:
+            return out
     w, ids = _router_torch(x, bias, k, score, num_groups, topk_group, renorm, scaling)
     cnt = (torch.bincount(ids.reshape(-1), minlength=e).to(torch.int32) if counts
            else torch.zeros(0, dtype=torch.int32, device=x.device))
@@ -283,17 +263,10 @@ def _router_backward_op(logits: torch.Tensor, ids: torch.Tensor, dweights: torch
     dw = dweights.reshape(rows, k).float().contiguous()
     idx = ids.reshape(rows, k).contiguous()
     if x.is_cuda and rows > 0:
-        call = _cuda_call(x)
-        fn = _bound(call[0], "tuned_router_topk_backward") if call is not None else None
-        if fn is not None:
-            lib, h, dt, stream = call
-            dx = torch.empty(rows, e, dtype=x.dtype, device=x.device)
-            o = _options(k, score, 1, 1, renorm, scaling, idx.dtype == torch.int32)
-            # the key's groups are the forward's concern: the gradient of
-            # the chosen weights does not depend on how they were chosen
-            rc = fn(h, x.data_ptr(), idx.data_ptr(), dw.data_ptr(), dx.data_ptr(), rows, e, e,
-                    dt, ctypes.byref(o), stream)
-            _lib.check(lib, rc, h, "tuned_router_topk_backward")
+        # the key's groups are the forward's concern: the gradient of the
+        # chosen weights does not depend on how they were chosen
+        dx = _direct_backward(x, idx, dw, k, score, renorm, scaling, strict=True)
+        if dx is not None:
             return dx
     return _backward_torch(x.float(), idx.long(), dw, score, renorm, scaling).to(x.dtype)
 
@@ -330,8 +303,9 @@ def _direct_ok(x):
 
 
 def _state(x):
-    """(forward, backward, handle, dtype code, stream) for a direct call on
-    rows x, or None (the operators then run, and say what is wrong)."""
+    """(forward, backward, library, handle, dtype code, stream) for a call
+    of libtuned on rows x, or None (no library, or not a device it serves:
+    the operators then run torch's formula, or say what is wrong)."""
     dt = _DTYPES.get(x.dtype)
     if dt is None or x.get_device() != _current_device():
         return None
@@ -342,7 +316,7 @@ def _state(x):
     f, b = _bound(lib, "tuned_router_topk"), _bound(lib, "tuned_router_topk_backward")
     if f is None or b is None:
         return None
-    return f, b, h, dt, _raw_stream(x.get_device()) or None
+    return f, b, lib, h, dt, _raw_stream(x.get_device()) or None
 
 
 _options_made = {}
@@ -360,12 +334,14 @@ def _options_of(k, score, num_groups, topk_group, renorm, scaling, ids_int32):
 
 
 def _direct_forward(x, bias, k, score, num_groups, topk_group, renorm, scaling, ids_int32,
-                    counts):
-    """(weights, ids, counts) of rows x by one libtuned call, or None."""
+                    counts, strict=False):
+    """(weights, ids, counts) of rows x (bias fp32, contiguous) by one
+    libtuned call, or None; strict: libtuned's error raised, not None."""
+    global libtuned_calls
     st = _state(x)
     if st is None:
         return None
-    f, _, h, dt, stream = st
+    f, _, lib, h, dt, stream = st
     rows, e = x.shape
     w = torch.empty(rows, k, dtype=torch.float32, device=x.device)
     ids = torch.empty(rows, k, dtype=torch.int32 if ids_int32 else torch.int64, device=x.device)
@@ -374,21 +350,31 @@ def _direct_forward(x, bias, k, score, num_groups, topk_group, renorm, scaling, 
     rc = f(h, x.data_ptr(), None if bias is None else bias.data_ptr(), w.data_ptr(),
            ids.data_ptr(), cnt.data_ptr() if counts else None, rows, e, x.stride(0), dt,
            ctypes.byref(o), stream)
-    return (w, ids, cnt) if rc == 0 else None
+    if rc != 0:
+        if strict:
+            _lib.check(lib, rc, h, "tuned_router_topk")
+        return None
+    libtuned_calls += 1
+    return w, ids, cnt
 
 
-def _direct_backward(x, ids, dw, k, score, renorm, scaling):
-    """dlogits of rows x (contiguous) by one libtuned call, or None."""
+def _direct_backward(x, ids, dw, k, score, renorm, scaling, strict=False):
+    """dlogits of rows x (contiguous) by one libtuned call, or None;
+    strict: libtuned's error raised, not None."""
     st = _state(x)
     if st is None:
         return None
-    _, b, h, dt, stream = st
+    _, b, lib, h, dt, stream = st
     rows, e = x.shape
     dx = torch.empty(rows, e, dtype=x.dtype, device=x.device)
     o = _options_of(k, score, 1, 1, renorm, scaling, ids.dtype == torch.int32)
     rc = b(h, x.data_ptr(), ids.data_ptr(), dw.data_ptr(), dx.data_ptr(), rows, e, e, dt,
            ctypes.byref(o), stream)
-    return dx if rc == 0 else None
+    if rc != 0:
+        if strict:
+            _lib.check(lib, rc, h, "tuned_router_topk_backward")
+        return None
+    return dx
 
 
 class _DirectRouter(torch.autograd.Function):
