@@ -274,6 +274,77 @@ static void test_cross_entropy_args(void)
     tuned_close(h);
 }
 
+/* ---- the router's argument checks (nothing is launched) ---- */
+
+static void test_router_args(void)
+{
+    tuned_handle *h = NULL;
+    int rc = open_handle(&h, TUNED_POLICY_NEVER, NULL, NULL);
+    EXPECT(rc == 0, "open: %s", tuned_last_error(NULL));
+    if (rc != 0)
+        return;
+    char *logits = (char *)0x100000;
+    float *weights = (float *)0x900000;
+    char *ids = (char *)0xa00000;
+    const long long rows = 64;
+    tuned_router_options o;
+    tuned_router_options_init(&o);
+    EXPECT(o.k == 8 && o.score == TUNED_ROUTER_SOFTMAX && o.num_groups == 1 &&
+               o.topk_group == 1 && o.scaling == 1.0f && !o.ids_int32,
+           "defaults");
+    static const struct {
+        int k, score, groups, kept;
+        float scaling;
+        long long experts;
+        const char *says;
+    } bad[] = {
+        {0, 0, 1, 1, 1.0f, 128, "k 0 (1 to 64)"},
+        {65, 0, 1, 1, 1.0f, 128, "k 65 (1 to 64)"},
+        {9, 0, 1, 1, 1.0f, 8, "k 9 is more than the 8 experts"},
+        {8, 0, 1, 1, 1.0f, 4096, "4096 experts (2 to 2048)"},
+        {8, 0, 7, 1, 1.0f, 128, "7 groups do not divide 128 experts"},
+        {8, 0, 4, 5, 1.0f, 128, "topk_group 5 is more than the 4 groups"},
+        {40, 0, 8, 2, 1.0f, 128, "kept groups"},
+        {8, 3, 1, 1, 1.0f, 128, "score 3"},
+        {8, 0, 1, 1, 0.0f, 128, "scaling 0"},
+        {8, 0, 1, 1, 1.0f / 0.0f, 128, "scaling inf"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        o.k = bad[i].k, o.score = (tuned_router_score)bad[i].score;
+        o.num_groups = bad[i].groups, o.topk_group = bad[i].kept, o.scaling = bad[i].scaling;
+        expect_refused(h, tuned_router_topk(h, logits, NULL, weights, ids, NULL, rows,
+                                            bad[i].experts, bad[i].experts, TUNED_FP32, &o, NULL),
+                       bad[i].says, bad[i].says);
+    }
+    tuned_router_options_init(&o);
+    expect_refused(h, tuned_router_topk(h, logits, NULL, NULL, ids, NULL, rows, 128, 128,
+                                        TUNED_FP32, &o, NULL),
+                   "weights is NULL", "NULL weights");
+    /* weights (64 x 8 fp32) and ids overlapping by one element */
+    expect_refused(h, tuned_router_topk(h, logits, NULL, weights, (char *)weights + 2040, NULL,
+                                        rows, 128, 128, TUNED_FP32, &o, NULL),
+                   "overlap", "weights and ids overlapping");
+    /* int32 ids take 4 bytes an id: right after them the counts are clear;
+     * at int64's 8 they would overlap */
+    int *counts = (int *)(ids + rows * 8 * 4);
+    o.ids_int32 = 1;
+    rc = tuned_router_topk(h, logits, NULL, weights, ids, counts, rows, 128, 128, TUNED_FP32, &o,
+                           NULL);
+    EXPECT(rc != TUNED_EINVAL || strstr(tuned_last_error(h), "overlap") == NULL,
+           "int32 ids sized as int64: %s", tuned_last_error(h));
+    o.ids_int32 = 0;
+    expect_refused(h, tuned_router_topk(h, logits, NULL, weights, ids, counts, rows, 128, 128,
+                                        TUNED_FP32, &o, NULL),
+                   "overlap", "int64 ids and counts after 4 bytes an id");
+    expect_refused(h, tuned_router_topk_backward(h, logits, ids, NULL, logits, rows, 128, 128,
+                                                 TUNED_FP32, &o, NULL),
+                   "dweights is NULL", "backward without dweights");
+    expect_refused(NULL, tuned_router_topk(NULL, logits, NULL, weights, ids, NULL, rows, 128, 128,
+                                           TUNED_FP32, &o, NULL),
+                   "handle is NULL", "NULL handle");
+    tuned_close(h);
+}
+
 int main(void)
 {
     signal(SIGALRM, watchdog);
@@ -302,5 +373,6 @@ int main(void)
     test_space();
     test_callback();
     test_cross_entropy_args();
+    test_router_args();
     return expect_done("api stub", tmpdir);
 }
