@@ -6,6 +6,11 @@ tuned.cross_entropy, in one line.
     tt.apply(model, inplace_backward=False)
     tt.apply(model, linear=True)    # the loss from the hidden states: no logits
 
+A mixture-of-experts model's routers (Mixtral's, Qwen2/3-MoE's,
+DeepSeek-V3's) go through tuned.router_topk too (routers=False keeps
+theirs): each router module's forward is replaced by one that returns the
+same (router logits, weights, ids) by the same rules, in one kernel.
+
 transformers computes a causal LM's loss (ForCausalLMLoss) by upcasting the
 whole logits tensor to fp32 and calling F.cross_entropy, which keeps its
 log-softmax for the backward: three logits-sized buffers beside the
@@ -41,11 +46,13 @@ any other transform needs linear=False. Options for linear_cross_entropy
 keywords."""
 
 import functools
+import types
 
 import torch
 
 from ..cross_entropy import cross_entropy
 from ..linear_cross_entropy import linear_cross_entropy
+from ..router import router_topk
 
 __all__ = ["apply", "causal_lm_loss"]
 
@@ -139,11 +146,64 @@ class _LinearHead:
                                     **self.options)
 
 
-def apply(model, inplace_backward=True, linear=False, **linear_options):
+# ---- MoE routers ----
+
+def _mixtral_router(self, hidden_states):
+    h = hidden_states.reshape(-1, self.hidden_dim)
+    logits = torch.nn.functional.linear(h, self.weight)
+    w, ids = router_topk(logits, self.top_k, renorm=True)
+    return logits, w, ids
+
+
+def _qwen_router(self, hidden_states):
+    h = hidden_states.reshape(-1, self.hidden_dim)
+    logits = torch.nn.functional.linear(h, self.weight)
+    w, ids = router_topk(logits, self.top_k, renorm=bool(self.norm_topk_prob))
+    return logits, w.to(logits.dtype), ids
+
+
+def _deepseek_v3_router(self, hidden_states):
+    h = hidden_states.view(-1, self.hidden_dim)
+    logits = torch.nn.functional.linear(h.type(torch.float32), self.weight.type(torch.float32))
+    w, ids = router_topk(logits, self.top_k, score="sigmoid",
+                         bias=self.e_score_correction_bias.float(),
+                         num_groups=self.num_group, topk_group=self.topk_group,
+                         renorm=bool(self.norm_topk_prob),
+                         scaling=float(self.routed_scaling_factor))
+    return logits, w, ids
+
+
+# transformers' router modules (by class name) and the forward that routes
+# through tuned.router_topk, each returning what the module's own does
+# (router logits, weights, ids) by the same rules
+_ROUTERS = {
+    "MixtralTopKRouter": _mixtral_router,
+    "Qwen3MoeTopKRouter": _qwen_router,
+    "Qwen2MoeTopKRouter": _qwen_router,
+    "DeepseekV3TopkRouter": _deepseek_v3_router,
+}
+
+
+def apply_routers(model):
+    """Routes model's MoE routers (the transformers classes in _ROUTERS)
+    through tuned.router_topk; returns how many were routed."""
+    n = 0
+    for module in model.modules():
+        fn = _ROUTERS.get(type(module).__name__)
+        if fn is not None:
+            module.forward = types.MethodType(fn, module)
+            n += 1
+    return n
+
+
+def apply(model, inplace_backward=True, linear=False, routers=True, **linear_options):
     """Routes model's causal-LM loss through tuned.cross_entropy (sets
     model.loss_function), or with linear=True through
     tuned.linear_cross_entropy from the hidden states (the module says
-    how; linear_options go to it); returns model."""
+    how; linear_options go to it), and with routers (the default) its MoE
+    routers through tuned.router_topk; returns model."""
+    if routers:
+        apply_routers(model)
     if not hasattr(type(model), "loss_function"):
         raise TypeError(f"tuned.integrations.transformers.apply: {type(model).__name__} has no "
                         "loss_function to replace (a transformers PreTrainedModel has)")
