@@ -446,6 +446,33 @@ def case_kernel():
            "read through as exact")
 
 
+def case_params(a, b, c):
+    """A router's key parameters across the fleet: one tune of the key for
+    three daemons at once, all three answer exact with its parameters, and
+    other parameters of the shape are another key (none of them served)."""
+    key = {"kernel": "router_topk", "rows": 256, "cols": 128, "dtype": "fp32"}
+    replies = call_all_at_once((a, b, c), {"op": "tune", **key, "params": "k=4,score=sigmoid",
+                                           "budget": 20, "time_s": 30}, 12)
+    if len(replies) != 12 or not all(r and r.get("ok") for r in replies):
+        return fail(f"params: not every tune was accepted: "
+                    f"{[r for r in replies if not (r or {}).get('ok')][:3]}")
+    done = wait_for(lambda: all(d.call({"op": "get", **key, "params": "k=4,score=sigmoid"})
+                                .get("source") == "exact" for d in (a, b, c)), 60)
+    answers = [d.call({"op": "get", **key, "params": "k=4,score=sigmoid"}) for d in (a, b, c)]
+    other = [d.call({"op": "get", **key, "params": "k=6"}) for d in (a, b, c)]
+    tunes = [d.tunes("256x128:k=4,score=sigmoid") for d in (a, b, c)]
+    if not done or any((r.get("record") or {}).get("params") != "k=4,score=sigmoid"
+                       for r in answers):
+        fail(f"params: not all three answer the key exact: {answers}")
+    elif sum(tunes) != 1:
+        fail(f"params: {sum(tunes)} tunes of the key ran (per daemon {tunes}), not 1")
+    elif any(r.get("source") == "exact" or "record" in r for r in other):
+        fail(f"params: k=6 was answered with another key's record: {other}")
+    else:
+        ok(f"params: 12 tunes of a router key over three daemons ran one ({tunes}); all three "
+           "answer it exact, and other parameters are another key")
+
+
 def case_retune_compatible(a):
     """--retune-compatible: the first compatible answer of a key queues
     one quick tune of it here; later ones do not; then it is exact."""
@@ -513,6 +540,7 @@ def main():
     case_queue(a)
     case_compatible(a)
     case_kernel()
+    case_params(a, b, c)
     case_retune_compatible(a)
     for d in list(DAEMONS):
         rc = d.stop()

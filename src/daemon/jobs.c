@@ -401,9 +401,12 @@ static void run_job(slot *s, job *jb)
     tuned__jobs *j = s->owner;
     run_ctx rx = {.s = s, .jb = jb, .shape = jb->v.shape};
     tuned__tune_key(&s->info.gpu, &rx.shape, &rx.key);
-    char sh[96];
-    snprintf(sh, sizeof sh, "%llux%llu %s", (unsigned long long)rx.shape.rows,
-             (unsigned long long)rx.shape.cols, tuned_dtype_name(rx.shape.dtype));
+    char sh[256], params[128];
+    tuned__shape_params_text(&rx.shape, params, sizeof params);
+    snprintf(sh, sizeof sh, "%llux%llu%s%s %s %s", (unsigned long long)rx.shape.rows,
+             (unsigned long long)rx.shape.cols, params[0] != '\0' ? ":" : "", params,
+             tuned_dtype_name(rx.shape.dtype),
+             tuned__kernel_name((uint8_t)tuned__shape_kernel(&rx.shape)));
     logf_(j, "GPU %d: job %llu: tuning %s (budget %zu, population %zu, %d finalist rounds)",
           s->info.gpu.ordinal, (unsigned long long)jb->v.id, sh, jb->search.budget,
           jb->search.population,

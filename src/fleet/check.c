@@ -85,9 +85,11 @@ int tuned__fleet_id_check(const tuned__fleet_id *id, tuned__err *e)
         return tuned__errf(e, TUNED_EINVAL, "fleet id: unknown kernel id %u", id->kernel);
     if (tuned_dtype_name((tuned_dtype)id->dtype) == NULL)
         return tuned__errf(e, TUNED_EINVAL, "fleet id: unknown dtype id %u", id->dtype);
-    if (id->rows < 1 || id->cols < 1 || id->rows > MAX_DIM || id->cols > MAX_DIM)
+    /* the columns as they travel: a kind's key parameters above bit 32 */
+    uint64_t cols = tuned__wire_cols_cols(id->cols);
+    if (id->rows < 1 || cols < 1 || id->rows > MAX_DIM || cols > MAX_DIM)
         return tuned__errf(e, TUNED_EINVAL, "fleet id: shape %" PRIu64 "x%" PRIu64
-                           " is out of range", id->rows, id->cols);
+                           " is out of range", id->rows, cols);
     if (!tuned__fleet_name_ok(id->hwclass))
         return tuned__errf(e, TUNED_EINVAL, "fleet id: hwclass '%.63s' is not 1..63 of "
                            "[A-Za-z0-9._+-]", id->hwclass);
@@ -203,7 +205,8 @@ int tuned__fleet_index_parse(const char *s, size_t len, tuned__fleet_shape *out)
     memset(out, 0, sizeof *out);
     if (split_fields(text, f, 5) != 5 ||
         sscanf(f[0], "%" SCNu64 "x%" SCNu64 "%c", &out->rows, &out->cols, &tail) != 2 ||
-        out->rows < 1 || out->cols < 1 || out->rows > MAX_DIM || out->cols > MAX_DIM ||
+        out->rows < 1 || tuned__wire_cols_cols(out->cols) < 1 || out->rows > MAX_DIM ||
+        tuned__wire_cols_cols(out->cols) > MAX_DIM ||
         tuned__fleet_layout_parse(f[1], &out->layout) != 0 || !tuned__fleet_name_ok(f[2]) ||
         !tuned__fleet_name_ok(f[3]) || !tuned__fleet_policy_ok(f[4]))
         return -1;
