@@ -55,8 +55,9 @@ static int row(void *ctx, const tuned__store_key *key, const tuned__record *r, c
         return 0;
     }
     char shape[48];
+    /* the key parameters are the key's (the last column) */
     snprintf(shape, sizeof shape, "%llux%llu", (unsigned long long)r->key.rows,
-             (unsigned long long)r->key.cols);
+             (unsigned long long)tuned__wire_cols_cols(r->key.cols));
     printf("%-14s %-5s %-24.24s %-36s %10.2f %7.1f%%  %-20s  %-10s  %s\n", shape,
            tuned_dtype_name((tuned_dtype)r->key.dtype), r->gpu_name, r->config, r->median_us,
            r->median_us > 0 ? 100.0 * r->copy_us / r->median_us : 0.0, r->date, tier, ks);

@@ -97,7 +97,7 @@ static int verify_one(const tuned__driver *d, const tuned__nvrtc *n, const tuned
     bool exact = tier == TUNED__TIER_EXACT && tuned__record_exact(r, &here, why, sizeof why);
     char label[64];
     snprintf(label, sizeof label, "%llux%llu %s", (unsigned long long)r->key.rows,
-             (unsigned long long)r->key.cols, tuned_dtype_name(shape.dtype));
+             (unsigned long long)shape.cols, tuned_dtype_name(shape.dtype));
     if (r->key.layout != TUNED__LAYOUT_DENSE) {
         report(out, label, r, 0, "skipped", "layout not measured by this build",
                "%-22s %-36s %10.2f %10s %8s  skipped: layout %u is not measured by this build\n",
