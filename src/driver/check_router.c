@@ -245,7 +245,6 @@ static int compare_forward(tuned__check *c, bool with_bias, char *bad, size_t n,
     size_t cols = c->shape.cols;
     uint64_t rows = c->shape.rows;
     int wi = tensor(c, "weights"), ii = tensor(c, "ids"), ci = tensor(c, "counts");
-    bool ids32 = false; /* the check runs the kind as stored: int64 ids */
     float *w = malloc(rows * k * sizeof *w);
     long long *ids = malloc(rows * k * sizeof *ids);
     unsigned *hist = calloc(cols, sizeof *hist);
@@ -262,7 +261,6 @@ static int compare_forward(tuned__check *c, bool with_bias, char *bad, size_t n,
         free(w), free(ids), free(hist);
         return tuned__cuda_check(c->d, cr, e, "reading the router's outputs");
     }
-    (void)ids32;
     tuned__router_rule rule = tuned__router_rule_of(c->shape.params, c->scale);
     double *x = st->row, *score = x + cols, *order = score + cols, *v = order + cols;
     long long ref[64];

@@ -43,9 +43,9 @@ updated by the load balance, not by the loss)."""
 import ctypes
 
 import torch
-import torch.nn.functional as F
 
 from . import _lib
+from .cross_entropy import _define
 from .torch_ops import (_DTYPES, _compiling, _current_device, _dispatch_modes, _library,
                         _raw_stream)
 
@@ -125,6 +125,7 @@ def _check(logits, bias, k, score, num_groups, topk_group, scaling):
 # ---- torch's formula (every device but CUDA, and the tests' reference) ----
 
 def _scores(x, score):
+    F = torch.nn.functional
     if score == 0:
         return torch.softmax(x, -1)
     if score == 1:
@@ -169,8 +170,8 @@ def _log_scores(x, score):
     if score == 0:
         return x
     if score == 1:
-        return F.logsigmoid(x)
-    return torch.where(x < -30, 0.5 * x, 0.5 * torch.log(F.softplus(x)))
+        return torch.nn.functional.logsigmoid(x)
+    return torch.where(x < -30, 0.5 * x, 0.5 * torch.log(torch.nn.functional.softplus(x)))
 
 
 def _weights(x, ids, score, renorm, scaling):
@@ -203,7 +204,7 @@ def _backward_torch(x, ids, g, score, renorm, scaling):
             slope = torch.sigmoid(-xs)
         else:
             slope = torch.where(xs < -30, torch.full_like(xs, 0.5),
-                                torch.sigmoid(xs) / (2 * F.softplus(xs)))
+                                torch.sigmoid(xs) / (2 * torch.nn.functional.softplus(xs)))
         d = scaling * q * (g - (g * q).sum(-1, keepdim=True)) * slope
     else:
         sig = torch.sigmoid(xs)
@@ -227,27 +228,34 @@ def _rows(logits):
     return x
 
 
-@torch.library.custom_op("tuned::router_topk", mutates_args=())
-def _router_op(logits: torch.Tensor, bias: torch.Tensor | None, k: int, score: int,
-               num_groups: int, topk_group: int, renorm: bool, scaling: float, ids_int32: bool,
-               counts: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _forward_any(logits, bias, k, score, num_groups, topk_group, renorm, scaling, ids_int32,
+                 counts):
+    """tuned::router_topk by torch's formula (every device but CUDA)."""
     x = _rows(logits)
-    rows, e = x.shape
-    ids_dtype = torch.int32 if ids_int32 else torch.int64
-    if x.is_cuda and rows > 0:
+    w, ids = _router_torch(x, bias, k, score, num_groups, topk_group, renorm, scaling)
+    cnt = (torch.bincount(ids.reshape(-1), minlength=x.shape[1]).to(torch.int32) if counts
+           else torch.zeros(0, dtype=torch.int32, device=x.device))
+    return (w.contiguous(), ids.to(torch.int32 if ids_int32 else torch.int64).contiguous(),
+            cnt)
+
+
+def _forward_cuda(logits, bias, k, score, num_groups, topk_group, renorm, scaling, ids_int32,
+                  counts):
+    """tuned::router_topk on CUDA: libtuned's kernel (its error raised), or
+    torch's formula where no libtuned serves the device."""
+    x = _rows(logits)
+    if x.shape[0] > 0:
         b = None if bias is None else bias.float().contiguous()
         out = _direct_forward(x, b, k, score, num_groups, topk_group, renorm, scaling, ids_int32,
                               counts, strict=True)
         if out is not None:
             return out
-    w, ids = _router_torch(x, bias, k, score, num_groups, topk_group, renorm, scaling)
-    cnt = (torch.bincount(ids.reshape(-1), minlength=e).to(torch.int32) if counts
-           else torch.zeros(0, dtype=torch.int32, device=x.device))
-    return w.contiguous(), ids.to(ids_dtype).contiguous(), cnt
+    return _forward_any(logits, bias, k, score, num_groups, topk_group, renorm, scaling,
+                        ids_int32, counts)
 
 
-@_router_op.register_fake
-def _(logits, bias, k, score, num_groups, topk_group, renorm, scaling, ids_int32, counts):
+def _forward_fake(logits, bias, k, score, num_groups, topk_group, renorm, scaling, ids_int32,
+                  counts):
     rows = logits.numel() // logits.shape[-1]
     e = logits.shape[-1]
     return (logits.new_empty((rows, k), dtype=torch.float32),
@@ -255,24 +263,31 @@ def _(logits, bias, k, score, num_groups, topk_group, renorm, scaling, ids_int32
             logits.new_empty((e if counts else 0,), dtype=torch.int32))
 
 
-@torch.library.custom_op("tuned::router_topk_backward", mutates_args=())
-def _router_backward_op(logits: torch.Tensor, ids: torch.Tensor, dweights: torch.Tensor,
-                        k: int, score: int, renorm: bool, scaling: float) -> torch.Tensor:
+def _backward_rows(logits, ids, dweights, k):
     x = _rows(logits).contiguous()
-    rows, e = x.shape
-    dw = dweights.reshape(rows, k).float().contiguous()
-    idx = ids.reshape(rows, k).contiguous()
-    if x.is_cuda and rows > 0:
-        # the key's groups are the forward's concern: the gradient of the
-        # chosen weights does not depend on how they were chosen
-        dx = _direct_backward(x, idx, dw, k, score, renorm, scaling, strict=True)
-        if dx is not None:
-            return dx
+    rows = x.shape[0]
+    return x, ids.reshape(rows, k).contiguous(), dweights.reshape(rows, k).float().contiguous()
+
+
+def _backward_any(logits, ids, dweights, k, score, renorm, scaling):
+    """tuned::router_topk_backward by torch's formula."""
+    x, idx, dw = _backward_rows(logits, ids, dweights, k)
     return _backward_torch(x.float(), idx.long(), dw, score, renorm, scaling).to(x.dtype)
 
 
-@_router_backward_op.register_fake
-def _(logits, ids, dweights, k, score, renorm, scaling):
+def _backward_cuda(logits, ids, dweights, k, score, renorm, scaling):
+    """On CUDA: libtuned's kernel (the key's groups are the forward's
+    concern: the gradient of the chosen weights does not depend on how they
+    were chosen), or torch's formula where no libtuned serves."""
+    x, idx, dw = _backward_rows(logits, ids, dweights, k)
+    if x.shape[0] > 0:
+        dx = _direct_backward(x, idx, dw, k, score, renorm, scaling, strict=True)
+        if dx is not None:
+            return dx
+    return _backward_any(logits, ids, dweights, k, score, renorm, scaling)
+
+
+def _backward_fake(logits, ids, dweights, k, score, renorm, scaling):
     rows = logits.numel() // logits.shape[-1]
     return logits.new_empty((rows, logits.shape[-1]))
 
@@ -291,7 +306,17 @@ def _backward(ctx, dweights, _dids, _dcounts):
     return (dx.reshape(logits.shape),) + (None,) * 9
 
 
-_router_op.register_autograd(_backward, setup_context=_setup)
+_router_backward_op = _define(
+    "router_topk_backward",
+    "(Tensor logits, Tensor ids, Tensor dweights, int k, int score, bool renorm, "
+    "float scaling) -> Tensor",
+    _backward_any, _backward_cuda, _backward_fake)
+_router_op = _define(
+    "router_topk",
+    "(Tensor logits, Tensor? bias, int k, int score, int num_groups, int topk_group, "
+    "bool renorm, float scaling, bool ids_int32, bool counts) "
+    "-> (Tensor weights, Tensor ids, Tensor counts)",
+    _forward_any, _forward_cuda, _forward_fake, grad=_backward, setup=_setup)
 
 
 # ---- the eager path: libtuned called directly ----
@@ -407,12 +432,14 @@ class _DirectRouter(torch.autograd.Function):
 
 
 def router_topk(logits, k, *, score="softmax", bias=None, num_groups=1, topk_group=1,
-                renorm=False, scaling=1.0, ids_dtype=torch.int64, return_counts=False):
+                renorm=False, scaling=1.0, ids_dtype=None, return_counts=False):
     """The MoE router's choice: (weights, ids) of shape (..., k), and with
     return_counts the rows that chose each expert (the module says the
     rules)."""
     if score not in SCORES:
         raise ValueError(f"tuned.router_topk: score {score!r} (one of {', '.join(SCORES)})")
+    if ids_dtype is None:
+        ids_dtype = torch.int64
     if ids_dtype not in (torch.int64, torch.int32):
         raise ValueError(f"tuned.router_topk: ids_dtype {ids_dtype} (torch.int64 or int32)")
     k, num_groups, topk_group = int(k), int(num_groups), int(topk_group)
