@@ -117,11 +117,12 @@
  * T_GRID > 1, T_REG_PACKED, T_EXP16, T_FUSED, T_LOG, T_STASH, T_REPLICAS,
  * T_PLANT_BUG).
  *
- * Checked against: router_reference.cu's float64 kernels (weights and ids
- * per row, dlogits per element, same order, ties, NaN and groups, one
- * thread a row). Where two v differ by less than fp32 rounding (a bias
+ * Checked against: the float64 router on the host
+ * (src/driver/router_reference.c: weights and ids per row, dlogits per
+ * element, same order, ties, NaN and groups), by src/driver/
+ * check_router.c. Where two v differ by less than fp32 rounding (a bias
  * added to near-equal scores, groups' sums) the kernel and the reference
- * may order them apart: the check must accept such swaps. */
+ * may order them apart: the check accepts such swaps. */
 
 /* ---- the defines: required, and what is refused ---- */
 
@@ -130,8 +131,8 @@
 #error "router_topk.cu: needs T_WARPS, T_ROWS, T_MIN_BLOCKS, T_VEC, T_COLS, T_LD and T_SEL"
 #endif
 
-/* The router's own defines and types, spelled the same in
- * router_reference.cu (each file is compiled without the other). */
+/* The router's own defines and types (codegen sets them from the kind's
+ * key parameters and its flag T_IDS32). */
 #ifndef TUNED_ROUTER_DEFINES
 #define TUNED_ROUTER_DEFINES
 /* The ids' width from codegen: the kind's compiled-in option T_IDS32 (its
