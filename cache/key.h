@@ -19,8 +19,8 @@
  * GPU fingerprint). A kind's key parameters (src/codegen/kind.h) ride in
  * the cols field above bit 32 (0 for kinds without: every key from before
  * them keeps its bytes); the text names them after the columns, as the
- * registry writes them:
- *   router_topk/fp32/16384x128:k=8,score=sigmoid/dense/0123456789abcdef */
+ * registry writes them (the non-default values, in the kind's order):
+ *   KIND/fp32/16384x128:NAME=VALUE,NAME=VALUE/dense/0123456789abcdef */
 #ifndef TUNED_CACHE_KEY_H
 #define TUNED_CACHE_KEY_H
 
