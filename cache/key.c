@@ -6,6 +6,7 @@
  * in the store builds or reads key bytes. */
 #include "cache/key.h"
 
+#include <ctype.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -152,7 +153,7 @@ void tuned__key_format(char *buf, size_t n, const tuned__store_key *k)
     else
         snprintf(lbuf, sizeof lbuf, "L%u", (unsigned)k->layout);
     char params[128] = "";
-    uint32_t word = (uint32_t)(k->cols >> TUNED__WIRE_PARAMS_SHIFT);
+    uint32_t word = tuned__wire_params(k->cols);
     if (word != 0) {
         const tuned__kind_spec *spec = tuned__kind(k->kernel);
         params[0] = ':';
@@ -182,13 +183,11 @@ static int parse_cols(const char *s, uint8_t kernel, uint64_t *out, tuned__err *
     uint32_t word = 0;
     const char *text = colon + 1;
     if (strncmp(text, "0x", 2) == 0 && strlen(text) == 10) {
-        uint64_t v = 0;
-        for (const char *p = text + 2; *p != '\0'; p++) {
-            int d = *p >= '0' && *p <= '9' ? *p - '0' : *p >= 'a' && *p <= 'f' ? *p - 'a' + 10 : -1;
-            if (d < 0)
-                return tuned__errf(e, TUNED_EINVAL, "key parameters '%s': bad hex", text);
-            v = v * 16 + (uint64_t)d;
-        }
+        /* the word of a kind this build cannot name (tuned__key_format) */
+        char *rest = NULL;
+        unsigned long v = strtoul(text + 2, &rest, 16);
+        if (*rest != '\0' || !isxdigit((unsigned char)text[2]))
+            return tuned__errf(e, TUNED_EINVAL, "key parameters '%s': bad hex", text);
         word = (uint32_t)v;
     } else {
         const tuned__kind_spec *spec = tuned__kind(kernel);

@@ -111,7 +111,7 @@ static inline tuned__store_key tuned__store_key_of(const tuned__shape *shape, ui
  * code), and the columns to measure the distance by. */
 static inline bool tuned__key_params_match(const tuned__store_key *k, const tuned__shape *s)
 {
-    return (uint32_t)(k->cols >> TUNED__WIRE_PARAMS_SHIFT) == s->params;
+    return tuned__wire_params(k->cols) == s->params;
 }
 
 /* The shape a key is for (its key parameters taken from its columns). */

@@ -118,10 +118,8 @@ static json_t *shape_request(const cli_opts *o, const char *op)
                             tuned__kernel_name((uint8_t)tuned__shape_kernel(s)), "dtype",
                             tuned_dtype_name(s->dtype), "rows", (json_int_t)s->rows, "cols",
                             (json_int_t)s->cols);
-    char params[128];
-    tuned__shape_params_text(s, params, sizeof params);
-    if (req != NULL && params[0] != '\0')
-        json_object_set_new(req, "params", json_string(params));
+    if (req != NULL)
+        tuned__client_add_params(req, s);
     if (req != NULL && o->gpu != NULL)
         json_object_set_new(req, "gpu", json_string(o->gpu));
     else if (req != NULL && o->request.device > 0)

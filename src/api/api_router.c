@@ -32,13 +32,16 @@ static int router_params(const tuned_handle *h, const char *fn, const tuned__kin
         return tuned__api_failf(h, TUNED_EINVAL,
                                 "%s: scaling %g (it must be positive and finite)", fn,
                                 (double)o->scaling);
+    /* the options in the order of the kind's key parameters (kind.c:
+     * k, score, groups, topk_group, renorm), each held to its range */
     const int values[] = {o->k, (int)o->score, o->num_groups, o->topk_group, o->renorm != 0};
-    const char *const names[] = {"k", "score", "groups", "topk_group", "renorm"};
+    _Static_assert(sizeof values / sizeof values[0] <= TUNED__KIND_MAX_PARAMS,
+                   "a value for each key parameter");
     uint32_t w = tuned__params_default(kind);
     for (unsigned i = 0; i < kind->nparams && i < sizeof values / sizeof values[0]; i++) {
         const tuned__key_param *p = &kind->param[i];
-        if (strcmp(p->name, names[i]) != 0 || values[i] < (int)p->min || values[i] > (int)p->max)
-            return tuned__api_failf(h, TUNED_EINVAL, "%s: %s %d (%d to %d)", fn, names[i],
+        if (values[i] < (int)p->min || values[i] > (int)p->max)
+            return tuned__api_failf(h, TUNED_EINVAL, "%s: %s %d (%d to %d)", fn, p->name,
                                     values[i], (int)p->min, (int)p->max);
         w = tuned__params_set(kind, w, i, (unsigned)values[i]);
     }

@@ -258,6 +258,15 @@ static int request_built(const char *socket_path, json_t *req, double timeout_s,
     return rc;
 }
 
+int tuned__client_add_params(json_t *req, const tuned__shape *s)
+{
+    char params[128];
+    tuned__shape_params_text(s, params, sizeof params);
+    if (params[0] == '\0')
+        return 0;
+    return json_object_set_new(req, "params", json_string(params)) == 0 ? 0 : -1;
+}
+
 int tuned__client_tune(const char *socket_path, const tuned__shape *shape, uint64_t gpu_fp,
                        double time_s, uint64_t *job, tuned__err *e)
 {
@@ -268,10 +277,8 @@ int tuned__client_tune(const char *socket_path, const tuned__shape *shape, uint6
                             (json_int_t)shape->rows, "cols", (json_int_t)shape->cols, "gpu", fp);
     if (req != NULL && time_s > 0)
         json_object_set_new(req, "time_s", json_real(time_s));
-    char params[128];
-    tuned__shape_params_text(shape, params, sizeof params);
-    if (req != NULL && params[0] != '\0')
-        json_object_set_new(req, "params", json_string(params));
+    if (req != NULL)
+        tuned__client_add_params(req, shape);
     json_t *v = NULL;
     int rc = request_built(socket_path, req, 10.0, &v, e);
     if (rc != 0)

@@ -31,6 +31,12 @@ typedef struct tuned__client {
  * TUNED_ENOTFOUND when no daemon listens there (no socket file, or a
  * refused connection: the caller may fall back to the store), TUNED_EINVAL
  * for a path that cannot be a socket's, TUNED_ETIMEOUT, else TUNED_EIO. */
+/* Adds "params" (s's key parameters as text, tuned__shape_params_text)
+ * to the request object req when they differ from the kind's defaults:
+ * what every request naming a shape carries. Returns 0, or -1 when out
+ * of memory (req unchanged). */
+int tuned__client_add_params(json_t *req, const tuned__shape *s);
+
 int tuned__client_connect(tuned__client *c, const char *socket_path, double timeout_s,
                           tuned__err *e);
 

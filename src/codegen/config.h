@@ -162,14 +162,7 @@ typedef struct tuned__shape {
     uint32_t params;
 } tuned__shape;
 
-/* The columns as they travel: cols, and above bit 32 the key parameters
- * (cols itself for a kind without). Every key and message written before
- * key parameters existed reads back unchanged. */
-#define TUNED__WIRE_PARAMS_SHIFT 32
-static inline uint64_t tuned__wire_cols(uint64_t cols, uint32_t params)
-{
-    return cols | ((uint64_t)params << TUNED__WIRE_PARAMS_SHIFT);
-}
+/* s's columns as they travel (kind.h: tuned__wire_cols). */
 static inline uint64_t tuned__wire_cols_of(const tuned__shape *s)
 {
     return tuned__wire_cols(s->cols, s->params);
@@ -177,8 +170,8 @@ static inline uint64_t tuned__wire_cols_of(const tuned__shape *s)
 /* Splits travelling columns into s's cols and params. */
 static inline void tuned__shape_set_wire_cols(tuned__shape *s, uint64_t wire)
 {
-    s->cols = wire & 0xffffffffull;
-    s->params = (uint32_t)(wire >> TUNED__WIRE_PARAMS_SHIFT);
+    s->cols = tuned__wire_cols_cols(wire);
+    s->params = tuned__wire_params(wire);
 }
 /* The text of s's key parameters (tuned__params_format: "" for the
  * defaults), as messages carry them in "params". */
@@ -186,12 +179,6 @@ static inline void tuned__shape_params_text(const tuned__shape *s, char *buf, si
 {
     tuned__params_format(tuned__kind(s->kernel != 0 ? s->kernel : TUNED__KIND_DEFAULT),
                          s->params, buf, n);
-}
-
-/* The columns of travelling columns (the key parameters dropped). */
-static inline uint64_t tuned__wire_cols_cols(uint64_t wire)
-{
-    return wire & 0xffffffffull;
 }
 
 /* s's kind id, 0 read as the default kind. */

@@ -209,7 +209,7 @@ static const tuned__kind_spec specs[] = {
  * experts. */
 static bool router_rule(uint64_t cols, uint32_t params, char *why, size_t n)
 {
-    const tuned__kind_spec *k = tuned__kind_find("router_topk");
+    const tuned__kind_spec *k = tuned__kind(TUNED_KERNEL_ROUTER_TOPK);
     unsigned topk = tuned__params_value(k, params, "k", 1);
     unsigned groups = tuned__params_value(k, params, "groups", 1);
     unsigned kept = tuned__params_value(k, params, "topk_group", 1);
@@ -326,11 +326,11 @@ size_t tuned__kind_elem_size_flags(const tuned__kind_spec *k, unsigned i, size_t
 static double tensor_elems(const tuned__kind_spec *k, const tuned__tensor_spec *t, uint64_t rows,
                            uint64_t wire)
 {
-    uint64_t cols = wire & 0xffffffffull;
+    uint64_t cols = tuned__wire_cols_cols(wire);
     switch (t->extent) {
     case TUNED__EXTENT_ROWS: return (double)rows;
     case TUNED__EXTENT_ROWS_K:
-        return (double)rows * (double)tuned__params_value(k, (uint32_t)(wire >> 32), "k", 1);
+        return (double)rows * (double)tuned__params_value(k, tuned__wire_params(wire), "k", 1);
     case TUNED__EXTENT_COLS: return (double)cols;
     default: return (double)rows * (double)cols;
     }
@@ -343,7 +343,7 @@ uint64_t tuned__kind_span(const tuned__kind_spec *k, unsigned i, uint64_t rows, 
     size_t es = tuned__kind_elem_size_flags(k, i, esize, flags);
     if (t->extent != TUNED__EXTENT_MATRIX)
         return (uint64_t)tensor_elems(k, t, rows, cols) * es;
-    return ((rows - 1) * row_stride + (cols & 0xffffffffull)) * es;
+    return ((rows - 1) * row_stride + tuned__wire_cols_cols(cols)) * es;
 }
 
 double tuned__kind_bytes(const tuned__kind_spec *k, uint64_t rows, uint64_t cols, size_t esize)
@@ -361,7 +361,7 @@ double tuned__kind_bytes(const tuned__kind_spec *k, uint64_t rows, uint64_t cols
 double tuned__kind_copies(const tuned__kind_spec *k, uint64_t rows, uint64_t cols, size_t esize)
 {
     return tuned__kind_bytes(k, rows, cols, esize) /
-           (2.0 * (double)rows * (double)(cols & 0xffffffffull) * (double)esize);
+           (2.0 * (double)rows * (double)tuned__wire_cols_cols(cols) * (double)esize);
 }
 
 unsigned tuned__kind_matrices(const tuned__kind_spec *k)

@@ -116,6 +116,24 @@ typedef struct tuned__key_param {
     const char *value_name[TUNED__PARAM_MAX_VALUES];
 } tuned__key_param;
 
+/* The columns as they travel (store keys, messages, exports): cols, and
+ * above bit 32 the key parameters' word (cols itself for a kind without:
+ * every key and message written before key parameters existed reads back
+ * unchanged); and the two taken apart again. */
+#define TUNED__WIRE_PARAMS_SHIFT 32
+static inline uint64_t tuned__wire_cols(uint64_t cols, uint32_t params)
+{
+    return cols | ((uint64_t)params << TUNED__WIRE_PARAMS_SHIFT);
+}
+static inline uint64_t tuned__wire_cols_cols(uint64_t wire)
+{
+    return wire & ((1ull << TUNED__WIRE_PARAMS_SHIFT) - 1);
+}
+static inline uint32_t tuned__wire_params(uint64_t wire)
+{
+    return (uint32_t)(wire >> TUNED__WIRE_PARAMS_SHIFT);
+}
+
 typedef struct tuned__kind_path {
     const char *entry;                          /* the kernel's entry point; NULL: no such path */
     const char *parts[TUNED__KIND_MAX_PARTS];  /* templates, in order, NULL-terminated */

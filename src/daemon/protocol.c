@@ -300,6 +300,17 @@ void tuned__reply_error(tuned__buf *b, const char *id, int code, const char *mes
     tuned__buf_add(b, "}}\n", 3);
 }
 
+void tuned__json_params(tuned__buf *b, uint8_t kernel, uint32_t params)
+{
+    char text[128];
+    tuned__params_format(tuned__kind(kernel != 0 ? kernel : TUNED__KIND_DEFAULT), params, text,
+                         sizeof text);
+    if (text[0] == '\0')
+        return;
+    tuned__json_key(b, "params", false);
+    tuned__json_str(b, text);
+}
+
 void tuned__reply_record(tuned__buf *b, const tuned__record *r)
 {
     char fp[17];
@@ -313,14 +324,7 @@ void tuned__reply_record(tuned__buf *b, const tuned__record *r)
     tuned__json_u64(b, r->key.rows);
     tuned__json_key(b, "cols", false);
     tuned__json_u64(b, tuned__wire_cols_cols(r->key.cols));
-    const tuned__kind_spec *spec = tuned__kind(r->key.kernel);
-    char params[128];
-    tuned__params_format(spec, (uint32_t)(r->key.cols >> TUNED__WIRE_PARAMS_SHIFT), params,
-                         sizeof params);
-    if (params[0] != '\0') {
-        tuned__json_key(b, "params", false);
-        tuned__json_str(b, params);
-    }
+    tuned__json_params(b, r->key.kernel, tuned__wire_params(r->key.cols));
     tuned__json_key(b, "gpu", false);
     tuned__json_str(b, r->gpu_name);
     tuned__json_key(b, "gpu_fp", false);

@@ -166,6 +166,10 @@ void tuned__json_bool(tuned__buf *b, bool v);
 /* `,"key":` (the comma omitted when first). */
 void tuned__json_key(tuned__buf *b, const char *key, bool first);
 
+/* Writes `, "params": "k=8,..."` for a kind's key parameters that differ
+ * from its defaults (nothing when none do). */
+void tuned__json_params(tuned__buf *b, uint8_t kernel, uint32_t params);
+
 /* `{"id":ID,"ok":true` (no id when id is empty); close with
  * tuned__reply_end. */
 void tuned__reply_begin(tuned__buf *b, const char *id);

@@ -549,12 +549,7 @@ static void op_job(tuned__daemon *d, const tuned__request *r, tuned__buf *out)
     tuned__json_u64(out, v.shape.rows);
     tuned__json_key(out, "cols", false);
     tuned__json_u64(out, v.shape.cols);
-    char params[128];
-    tuned__shape_params_text(&v.shape, params, sizeof params);
-    if (params[0] != '\0') {
-        tuned__json_key(out, "params", false);
-        tuned__json_str(out, params);
-    }
+    tuned__json_params(out, v.shape.kernel, v.shape.params);
     tuned__json_key(out, "gpu", false);
     tuned__json_str(out, v.gpu_name);
     tuned__json_key(out, "gpu_fp", false);

@@ -29,6 +29,7 @@
 #include "cache/record.h"
 #include "cache/store.h"
 #include "tuned.h"
+#include "src/client/client.h"
 #include "src/common/clock.h"
 
 extern char **environ;
@@ -396,10 +397,10 @@ int tuned__worker_send_tune(tuned__worker *w, const tuned__worker_tune *t, tuned
                             (json_int_t)(t->seed & INT64_MAX), "population",
                             (json_int_t)t->population, "finalist_rounds", t->finalist_rounds,
                             "retune", t->retune);
-    char params[128];
-    tuned__shape_params_text(&t->shape, params, sizeof params);
-    if (req != NULL && params[0] != '\0')
-        json_object_set_new(req, "params", json_string(params));
+    if (req != NULL && tuned__client_add_params(req, &t->shape) != 0) {
+        json_decref(req);
+        req = NULL;
+    }
     if (req == NULL)
         return tuned__errf(e, TUNED_ENOMEM, "worker: out of memory");
     return send_json(w, req, tuned__now_s() + 10.0, e);

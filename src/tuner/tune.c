@@ -228,7 +228,7 @@ static int warm_candidate(void *ctx, const tuned__record *r)
     bool sibling_dtype = !same_dtype && k->dtype != TUNED_FP32 && w->key->dtype != TUNED_FP32;
     if (k->gpu_fp != w->key->gpu_fp || !(same_dtype || sibling_dtype) ||
         k->kernel != w->key->kernel ||
-        (k->cols >> TUNED__WIRE_PARAMS_SHIFT) != (w->key->cols >> TUNED__WIRE_PARAMS_SHIFT) ||
+        tuned__wire_params(k->cols) != tuned__wire_params(w->key->cols) ||
         (same_dtype && k->rows == w->key->rows && k->cols == w->key->cols))
         return 0;
     tuned__config c;

@@ -27,22 +27,12 @@ except ImportError:
 
 from tuned import _ce_direct as D  # noqa: E402
 from tuned import _lib  # noqa: E402
+from host_memory import read, write  # noqa: E402
 from verdicts import Verdicts  # noqa: E402
 
 ce = importlib.import_module("tuned.cross_entropy")
 verdicts = Verdicts()
 expect = verdicts.expect
-
-
-def read(ptr, n, dtype):
-    t = torch.empty(n, dtype=dtype)
-    ctypes.memmove(t.data_ptr(), ptr, n * t.element_size())
-    return t
-
-
-def write(ptr, t):
-    t = t.contiguous()
-    ctypes.memmove(ptr, t.data_ptr(), t.numel() * t.element_size())
 
 
 class StandIn:

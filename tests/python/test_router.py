@@ -26,7 +26,6 @@ exits 1 on a failure.
                 the same answers and gradients as the operators
 """
 
-import ctypes
 import os
 import sys
 import unittest
@@ -47,6 +46,7 @@ if LIBTUNED:
     os.environ.setdefault("TUNED_LIBRARY", LIBTUNED)
 os.environ.setdefault("TUNED_POLICY", "never")
 import tuned  # noqa: E402
+from host_memory import read, write  # noqa: E402
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() and LIBTUNED else [])
 if os.environ.get("TUNED_TEST_NEEDS_GPU") and "cuda" not in DEVICES:
@@ -223,17 +223,6 @@ class Operators(unittest.TestCase):
         self.assertFalse(torch.equal(i, i0))
 
 
-def _read(ptr, n, dtype):
-    t = torch.empty(n, dtype=dtype)
-    ctypes.memmove(t.data_ptr(), ptr, n * t.element_size())
-    return t
-
-
-def _write(ptr, t):
-    t = t.contiguous()
-    ctypes.memmove(ptr, t.data_ptr(), t.numel() * t.element_size())
-
-
 class StandIn:
     """libtuned's two router entry points in torch (fp32 logits), on the
     memory at the pointers they are given; counts its calls."""
@@ -244,24 +233,24 @@ class StandIn:
     def forward(self, h, xp, bp, wp, ip, cp, rows, e, stride, dt, opts, stream):
         self.calls += 1
         o = opts._obj
-        x = _read(xp, (rows - 1) * stride + e, torch.float32)
+        x = read(xp, (rows - 1) * stride + e, torch.float32)
         x = torch.as_strided(x, (rows, e), (stride, 1))
-        bias = _read(bp, e, torch.float32) if bp else None
+        bias = read(bp, e, torch.float32) if bp else None
         w, ids = tuned.router._router_torch(x, bias, o.k, o.score, o.num_groups, o.topk_group,
                                             bool(o.renorm), o.scaling)
-        _write(wp, w)
-        _write(ip, ids.to(torch.int32 if o.ids_int32 else torch.int64))
+        write(wp, w)
+        write(ip, ids.to(torch.int32 if o.ids_int32 else torch.int64))
         if cp:
-            _write(cp, torch.bincount(ids.reshape(-1), minlength=e).to(torch.int32))
+            write(cp, torch.bincount(ids.reshape(-1), minlength=e).to(torch.int32))
         return 0
 
     def backward(self, h, xp, ip, dwp, dxp, rows, e, stride, dt, opts, stream):
         self.calls += 1
         o = opts._obj
-        x = _read(xp, rows * e, torch.float32).view(rows, e)
-        ids = _read(ip, rows * o.k, torch.int32 if o.ids_int32 else torch.int64).view(rows, o.k)
-        dw = _read(dwp, rows * o.k, torch.float32).view(rows, o.k)
-        _write(dxp, tuned.router._backward_torch(x, ids.long(), dw, o.score, bool(o.renorm),
+        x = read(xp, rows * e, torch.float32).view(rows, e)
+        ids = read(ip, rows * o.k, torch.int32 if o.ids_int32 else torch.int64).view(rows, o.k)
+        dw = read(dwp, rows * o.k, torch.float32).view(rows, o.k)
+        write(dxp, tuned.router._backward_torch(x, ids.long(), dw, o.score, bool(o.renorm),
                                                  o.scaling))
         return 0
 
