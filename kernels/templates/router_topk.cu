@@ -685,14 +685,31 @@ struct RouterChoice {
     float max_x;
 };
 
-/* Round i's winner, known to every lane of the row: lane i % TPR keeps it. */
-__device__ __forceinline__ void router_keep(RouterChoice &ch, int i, int win, float xw, int lane)
+/* Round i's winner, known to every lane of the row: lane i % TPR keeps
+ * its column and its logit. Without a bias the logit is the key's, kept
+ * as the key's bits and turned back into the logit once, at the store
+ * (router_chosen_x), not in every round; and the largest chosen logit is
+ * round 0's, the keys coming out in descending order. With a bias v
+ * orders the choice, not x: the owner's logit, and their running max. */
+template <bool BIAS>
+__device__ __forceinline__ void router_keep(RouterChoice &ch, int i, int win, int top, float xw,
+                                            int lane)
 {
     if (lane == i % RT_TPR) {
         ch.id[i / RT_TPR] = win;
-        ch.x[i / RT_TPR] = xw;
+        ch.x[i / RT_TPR] = BIAS ? xw : __int_as_float(top);
     }
-    ch.max_x = fmaxf(ch.max_x, xw);
+    if (BIAS)
+        ch.max_x = fmaxf(ch.max_x, xw);
+    else if (i == 0)
+        ch.max_x = router_key_value(top);
+}
+
+/* The logit of a lane's slot s (router_keep). */
+template <bool BIAS>
+__device__ __forceinline__ float router_chosen_x(const RouterChoice &ch, int s)
+{
+    return BIAS ? ch.x[s] : router_key_value(__float_as_int(ch.x[s]));
 }
 
 /* The argmax of one round over the row's lanes, each offering its best
@@ -751,7 +768,7 @@ __device__ __forceinline__ void router_select(RouterChoice &ch, int (&key)[RT_HE
         }
         int top;
         const int win = router_argmax(bk, lane * T_VEC + bo, mask, top);
-        router_keep(ch, i, win, router_winner_x<BIAS>(top, win, bx, mask), lane);
+        router_keep<BIAS>(ch, i, win, top, router_winner_x<BIAS>(top, win, bx, mask), lane);
         const int rel = win - lane * T_VEC;
 #pragma unroll
         for (int e = 0; e < RT_HELD; e++)
@@ -805,7 +822,7 @@ __device__ __forceinline__ void router_select(RouterChoice &ch, int (&key)[RT_HE
     for (int i = 0; i < T_TOPK; i++) {
         int top;
         const int win = router_argmax(lk[0], lane * T_VEC + lo[0], mask, top);
-        router_keep(ch, i, win, router_winner_x<BIAS>(top, win, lx[0], mask), lane);
+        router_keep<BIAS>(ch, i, win, top, router_winner_x<BIAS>(top, win, lx[0], mask), lane);
         if (i + 1 < T_TOPK && lane * T_VEC + lo[0] == win) {
 #pragma unroll
             for (int p = 0; p + 1 < RT_LIST; p++) {
@@ -825,6 +842,7 @@ __device__ __forceinline__ void router_select(RouterChoice &ch, int (&key)[RT_HE
 /* weight: each lane its slots' weights (scores, renormalized over the
  * row's lanes), times c; store: weights, ids and counts, output i by lane
  * i % TPR (a row's outputs are consecutive: one coalesced store a slot). */
+template <bool BIAS>
 __device__ __forceinline__ void router_store(const RouterChoice &ch, const RouterStats &st,
                                              long long row, int lane, unsigned mask,
                                              float scaling, float *weights, IDX *ids,
@@ -839,9 +857,9 @@ __device__ __forceinline__ void router_store(const RouterChoice &ch, const Route
     for (int s = 0; s < RT_SLOTS; s++) {
         const bool valid = s * RT_TPR + lane < T_TOPK;
 #if T_RENORM
-        w[s] = router_ex2((router_log_score(ch.x[s]) - top) * LOG2E);
+        w[s] = router_ex2((router_log_score(router_chosen_x<BIAS>(ch, s)) - top) * LOG2E);
 #else
-        w[s] = router_score(ch.x[s], st);
+        w[s] = router_score(router_chosen_x<BIAS>(ch, s), st);
 #endif
         part += valid ? w[s] : 0.0f;
     }
@@ -887,7 +905,7 @@ __device__ __forceinline__ void router_route(const float (&x)[RT_HELD], const fl
     }
     ch.max_x = NEG_INF;
     router_select<BIAS>(ch, key, x, slot.lane, slot.mask);
-    router_store(ch, st, slot.row, slot.lane, slot.mask, scaling, weights, ids, counts);
+    router_store<BIAS>(ch, st, slot.row, slot.lane, slot.mask, scaling, weights, ids, counts);
 }
 
 /* The forward: one row per TPR threads, T_ROWS rows a block; the launch
