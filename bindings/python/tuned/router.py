@@ -361,7 +361,8 @@ def _options_of(k, score, num_groups, topk_group, renorm, scaling, ids_int32):
 def _direct_forward(x, bias, k, score, num_groups, topk_group, renorm, scaling, ids_int32,
                     counts, strict=False):
     """(weights, ids, counts) of rows x (bias fp32, contiguous) by one
-    libtuned call, or None; strict: libtuned's error raised, not None."""
+    libtuned call (counts None unless asked for), or None; strict:
+    libtuned's error raised, not None."""
     global libtuned_calls
     st = _state(x)
     if st is None:
@@ -370,7 +371,9 @@ def _direct_forward(x, bias, k, score, num_groups, topk_group, renorm, scaling, 
     rows, e = x.shape
     w = torch.empty(rows, k, dtype=torch.float32, device=x.device)
     ids = torch.empty(rows, k, dtype=torch.int32 if ids_int32 else torch.int64, device=x.device)
-    cnt = torch.zeros(e if counts else 0, dtype=torch.int32, device=x.device)
+    # no counts asked: none made (a tensor a call is a few us of host time,
+    # what a router of a few tokens takes on the GPU)
+    cnt = torch.zeros(e, dtype=torch.int32, device=x.device) if counts else None
     o = _options_of(k, score, num_groups, topk_group, renorm, scaling, ids_int32)
     rc = f(h, x.data_ptr(), None if bias is None else bias.data_ptr(), w.data_ptr(),
            ids.data_ptr(), cnt.data_ptr() if counts else None, rows, e, x.stride(0), dt,
@@ -415,6 +418,8 @@ class _DirectRouter(torch.autograd.Function):
             out = _router_op(x, bias, k, score, num_groups, topk_group, renorm, scaling,
                              ids_int32, counts)
         w, ids, cnt = out
+        if cnt is None:
+            cnt = torch.zeros(0, dtype=torch.int32, device=x.device)
         ctx.save_for_backward(x, ids)
         ctx.args = (k, score, renorm, scaling)
         ctx.mark_non_differentiable(ids, cnt)
@@ -446,7 +451,9 @@ def router_topk(logits, k, *, score="softmax", bias=None, num_groups=1, topk_gro
     _check(logits, bias, k, SCORES[score], num_groups, topk_group, float(scaling))
     args = (k, SCORES[score], num_groups, topk_group, bool(renorm), float(scaling),
             ids_dtype == torch.int32, bool(return_counts))
-    x = logits.reshape(-1, logits.shape[-1])
+    # a 2-D call (the usual: tokens x experts) takes no reshape, in or out
+    flat = logits.dim() == 2
+    x = logits if flat else logits.reshape(-1, logits.shape[-1])
     out = None
     if (type(x) is torch.Tensor and _direct_ok(x) and not _compiling()
             and not _dispatch_modes() and x.stride(-1) == 1 and x.stride(0) >= x.shape[1]
@@ -459,6 +466,7 @@ def router_topk(logits, k, *, score="softmax", bias=None, num_groups=1, topk_gro
     if out is None:
         out = _router_op(logits, bias, *args)
     w, ids, counts = out
-    lead = tuple(logits.shape[:-1]) + (k,)
-    w, ids = w.reshape(lead), ids.reshape(lead)
+    if not flat:
+        lead = tuple(logits.shape[:-1]) + (k,)
+        w, ids = w.reshape(lead), ids.reshape(lead)
     return (w, ids, counts) if return_counts else (w, ids)
