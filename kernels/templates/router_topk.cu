@@ -101,7 +101,7 @@
  *   T_COLS        E, 2 to 2048; the kernels' cols must equal it (a launch
  *                 with another does nothing)
  *   T_LD          0 ld.global, 1 ld.global.nc, 2 ld.global.cs
- *   T_SEL         0 rescans, 1 sorted lists (above)
+ *   T_SEL         0 rescans (absent: 0), 1 sorted lists (above)
  *   T_TOPK        k, 1 to min(E, 64); with groups at most
  *                 T_TOPK_GROUP * E / T_GROUPS
  *   T_SCORE       0 softmax, 1 sigmoid, 2 sqrt(softplus)
@@ -127,8 +127,13 @@
 /* ---- the defines: required, and what is refused ---- */
 
 #if !defined(T_WARPS) || !defined(T_ROWS) || !defined(T_MIN_BLOCKS) || !defined(T_VEC) || \
-    !defined(T_COLS) || !defined(T_LD) || !defined(T_SEL)
-#error "router_topk.cu: needs T_WARPS, T_ROWS, T_MIN_BLOCKS, T_VEC, T_COLS, T_LD and T_SEL"
+    !defined(T_COLS) || !defined(T_LD)
+#error "router_topk.cu: needs T_WARPS, T_ROWS, T_MIN_BLOCKS, T_VEC, T_COLS and T_LD"
+#endif
+/* The backward kind selects nothing, and codegen gives it no T_SEL (its
+ * space has no sel): the forward, compiled beside it, then scans. */
+#ifndef T_SEL
+#define T_SEL 0
 #endif
 
 /* The router's own defines and types (codegen sets them from the kind's

@@ -79,7 +79,7 @@ static bool router_rule(uint64_t cols, uint32_t params, char *why, size_t n);
 #define ROUTER_COMMON                                                                        \
     .params_size = 4, .scaled = true, .flag = {"T_IDS32"}, .rows_held = 1, .pairs = false,  \
     .keeps_exps = false, .stash = false, .replicas = false, .line_head = false,             \
-    .max_row_threads = 32, .max_thread_elems = 64, .fixed_registers = true, .selects = true,  \
+    .max_row_threads = 32, .max_thread_elems = 64, .fixed_registers = true,                \
     .reference_parts = {"softmax_common", "reference"}, ROUTER_PARAMS
 #define ROUTER_PATH {"tuned_router_topk", {"softmax_common", "router_topk"}}
 #define ROUTER_BWD_PATH {"tuned_router_topk_bwd", {"softmax_common", "router_topk"}}
@@ -186,6 +186,7 @@ static const tuned__kind_spec specs[] = {
         .flag_int32 = {4}, /* T_IDS32: ids int32 */
         ROUTER_COMMON,
         .fixed_store_hint = true,
+        .selects = true, /* the backward only scatters: it has no sel */
         .path = {[TUNED__PATH_ROWS] = ROUTER_PATH},
         .reference = TUNED__REF_ROUTER,
     },
