@@ -75,7 +75,15 @@ static void test_specs(void)
         EXPECT(k->tensor[tuned__kind_first_in(k)].role == TUNED__TENSOR_IN &&
                    k->tensor[tuned__kind_first_out(k)].role == TUNED__TENSOR_OUT,
                "%s: first input and output", k->name);
-        EXPECT(k->path[TUNED__PATH_ROWS].entry != NULL, "%s: no register-row path", k->name);
+        /* a kernel kind has a register-row path; a composite has none of
+         * its own and runs an inner kind that has */
+        if (k->evaluate == TUNED__EVALUATE_KERNEL)
+            EXPECT(k->path[TUNED__PATH_ROWS].entry != NULL, "%s: no register-row path",
+                   k->name);
+        else
+            EXPECT(k->path[TUNED__PATH_ROWS].entry == NULL && tuned__kind(k->inner) != NULL &&
+                       tuned__kind(k->inner)->evaluate == TUNED__EVALUATE_KERNEL,
+                   "%s: a composite with an inner kernel kind", k->name);
         for (unsigned p = 0; p < TUNED__PATH_COUNT; p++)
             for (unsigned j = 0; k->path[p].entry != NULL && j < TUNED__KIND_MAX_PARTS &&
                                  k->path[p].parts[j] != NULL;

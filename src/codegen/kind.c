@@ -332,6 +332,12 @@ static double tensor_elems(const tuned__kind_spec *k, const tuned__tensor_spec *
     case TUNED__EXTENT_ROWS_K:
         return (double)rows * (double)tuned__params_value(k, tuned__wire_params(wire), "k", 1);
     case TUNED__EXTENT_COLS: return (double)cols;
+    case TUNED__EXTENT_ROWS_HIDDEN:
+        return (double)rows *
+               (double)tuned__params_value(k, tuned__wire_params(wire), "hidden", 1);
+    case TUNED__EXTENT_COLS_HIDDEN:
+        return (double)cols *
+               (double)tuned__params_value(k, tuned__wire_params(wire), "hidden", 1);
     default: return (double)rows * (double)cols;
     }
 }
@@ -441,6 +447,15 @@ uint64_t tuned__kind_code_hash(const tuned__kind_spec *k)
         h = tuned__fnv1a64(k->flag[i], strlen(k->flag[i]), h);
     for (unsigned i = 0; i < 2 && k->helper[i] != NULL; i++)
         h = tuned__fnv1a64(k->helper[i], strlen(k->helper[i]), h);
+    /* A composite evaluation runs its inner kind's kernel: a change there
+     * moves its results too. (Kinds without one hash as before.) */
+    if (k->evaluate != TUNED__EVALUATE_KERNEL) {
+        const tuned__kind_spec *inner = tuned__kind(k->inner);
+        uint64_t ih = inner != NULL ? tuned__kind_code_hash(inner) : 0;
+        unsigned how[2] = {k->evaluate, TUNED__COMPOSITE_VERSION};
+        h = tuned__fnv1a64(&ih, sizeof ih, h);
+        h = tuned__fnv1a64(how, sizeof how, h);
+    }
     unsigned version = TUNED__CODEGEN_VERSION;
     return tuned__fnv1a64(&version, sizeof version, h);
 }

@@ -204,6 +204,11 @@ _PROTOTYPES = {
         [ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_int,
          ctypes.c_int, ctypes.POINTER(Choice)],
     ),
+    "tuned_lookup_params": (
+        ctypes.c_int,
+        [ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_char_p,
+         ctypes.c_int, ctypes.c_int, ctypes.POINTER(Choice)],
+    ),
     "tuned_tune": (
         ctypes.c_int,
         [ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_int,
