@@ -105,7 +105,8 @@ TUNED_EXTERN size_t tuned_dtype_size(tuned_dtype dtype);
     XX(CROSS_ENTROPY_LOSS, 6, "cross_entropy_loss") \
     XX(CROSS_ENTROPY_BWD, 7, "cross_entropy_bwd") \
     XX(ROUTER_TOPK, 8, "router_topk")          \
-    XX(ROUTER_TOPK_BWD, 9, "router_topk_bwd")
+    XX(ROUTER_TOPK_BWD, 9, "router_topk_bwd")  \
+    XX(LINEAR_CROSS_ENTROPY, 10, "linear_cross_entropy")
 
 #define TUNED__KERNEL_ENUM(name, value, text) TUNED_KERNEL_##name = (value),
 typedef enum tuned_kernel {

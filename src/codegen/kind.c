@@ -203,6 +203,34 @@ static const tuned__kind_spec specs[] = {
         .path = {[TUNED__PATH_ROWS] = ROUTER_BWD_PATH},
         .reference = TUNED__REF_ROUTER_BWD,
     },
+    {
+        /* An LM head's loss: tokens x vocabulary logits that are never held
+         * whole. A config is a chunk of rows (chunk1024); the evaluation
+         * (src/driver/lce.c) runs cuBLAS's GEMMs around cross_entropy's
+         * fused kernel, a chunk at a time, as tuned.linear_cross_entropy
+         * does. Key: rows = tokens, cols = vocabulary, parameters the
+         * hidden size and the chunk logits' budget in MiB (256: the
+         * Python call's default). */
+        .id = TUNED_KERNEL_LINEAR_CROSS_ENTROPY,
+        .name = "linear_cross_entropy",
+        .math = "mean cross-entropy of hidden weight^T, and d hidden, d weight; a chunk of "
+                "rows at a time",
+        .ntensors = 6,
+        .tensor = {{"hidden", TUNED__TENSOR_IN, TUNED__ELEM_DTYPE, TUNED__EXTENT_ROWS_HIDDEN, 0},
+                   {"weight", TUNED__TENSOR_IN, TUNED__ELEM_DTYPE, TUNED__EXTENT_COLS_HIDDEN, 0},
+                   LABELS,
+                   {"dhidden", TUNED__TENSOR_OUT, TUNED__ELEM_DTYPE, TUNED__EXTENT_ROWS_HIDDEN, 0},
+                   {"dweight", TUNED__TENSOR_OUT, TUNED__ELEM_DTYPE, TUNED__EXTENT_COLS_HIDDEN, 0},
+                   ROW_F32("loss", TUNED__TENSOR_OUT)},
+        .params_size = 0,
+        .rows_held = 1,
+        .nparams = 2,
+        .param = {{"hidden", "T_LCE_HIDDEN", 0, 16, 1, 32768, 4096, {NULL}},
+                  {"budget", "T_LCE_BUDGET_MIB", 16, 16, 16, 65535, 256, {NULL}}},
+        .example_cols = 32000,
+        .evaluate = TUNED__EVALUATE_CHUNKED_LINEAR_CE,
+        .inner = TUNED_KERNEL_CROSS_ENTROPY,
+    },
 };
 
 /* What the router's ranges alone do not say: k and the groups against the

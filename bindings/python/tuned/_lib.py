@@ -44,6 +44,7 @@ KERNELS = {
     "cross_entropy_bwd": 7,
     "router_topk": 8,
     "router_topk_bwd": 9,
+    "linear_cross_entropy": 10,
 }
 
 
