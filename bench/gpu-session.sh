@@ -318,6 +318,9 @@ cross-entropy)
             timeout 300 python3 bench/linear_ce_bench.py >"$out/linear.log" 2>&1
             echo "linear: exit $?"
             ;;
+        lce-tune)  # the chunk of linear_cross_entropy tuned and stored (bench/lce_tune.sh)
+            timeout 500 bench/lce_tune.sh "$db" "$out" 2>&1 | tee "$out/lce_tune.log"
+            ;;
         overhead)
             timeout 240 python3 bench/ce_overhead.py >"$out/overhead.log" 2>&1
             echo "overhead: exit $?"

@@ -105,7 +105,8 @@ TUNED_EXTERN size_t tuned_dtype_size(tuned_dtype dtype);
     XX(CROSS_ENTROPY_LOSS, 6, "cross_entropy_loss") \
     XX(CROSS_ENTROPY_BWD, 7, "cross_entropy_bwd") \
     XX(ROUTER_TOPK, 8, "router_topk")          \
-    XX(ROUTER_TOPK_BWD, 9, "router_topk_bwd")
+    XX(ROUTER_TOPK_BWD, 9, "router_topk_bwd")  \
+    XX(LINEAR_CROSS_ENTROPY, 10, "linear_cross_entropy")
 
 #define TUNED__KERNEL_ENUM(name, value, text) TUNED_KERNEL_##name = (value),
 typedef enum tuned_kernel {
@@ -572,6 +573,15 @@ TUNED_EXTERN int tuned_last_choice(tuned_handle *h, tuned_choice *out);
  * TUNED_ECUDA, TUNED_ENOMEM. */
 TUNED_EXTERN int tuned_lookup(tuned_handle *h, tuned_kernel kernel, int64_t rows, int64_t cols,
                               tuned_dtype dtype, int device, tuned_choice *out);
+
+/* tuned_lookup for a kind with key parameters (a router's k, a linear
+ * cross-entropy's hidden size and memory budget), named as text:
+ * "k=8,score=sigmoid" ("" or NULL: the defaults; the names and values
+ * `tuned --shape ROWSxCOLS:PARAMS` takes). TUNED_EINVAL for a name, value
+ * or combination the kind does not take; otherwise as tuned_lookup. */
+TUNED_EXTERN int tuned_lookup_params(tuned_handle *h, tuned_kernel kernel, int64_t rows,
+                                     int64_t cols, const char *params, tuned_dtype dtype,
+                                     int device, tuned_choice *out);
 
 /* Tunes kind kernel over rows x cols of dtype on GPU device (-1 as for tuned_lookup) and
  * waits for it: through the daemon under TUNED_POLICY_DAEMON (following its

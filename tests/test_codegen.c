@@ -282,11 +282,14 @@ int main(void)
     static const uint64_t cols_list[] = {100, 4097, 32000, 128256};
     /* Softmax sampled most; the other kernels share its stages (the
      * router's own test, test_router, compiles its cases). */
-    static const int per_shape[TUNED__KIND_COUNT + 1] = {0, 5, 2, 2, 2, 2, 2, 2, 1, 1};
+    static const int per_shape[TUNED__KIND_COUNT + 1] = {0, 5, 2, 2, 2, 2, 2, 2, 1, 1, 0};
     size_t compiled = 0, clusters = 0, staged = 0, fused = 0, splits = 0;
     size_t per_kernel[TUNED__KIND_COUNT + 1] = {0};
     for (unsigned kernel = TUNED_KERNEL_SOFTMAX; kernel <= TUNED__KIND_COUNT; kernel++)
     for (int dt = TUNED_FP16; dt <= TUNED_FP32; dt++) {
+        /* a composite compiles its inner kind's kernel: nothing of its own */
+        if (tuned__kind(kernel)->evaluate != TUNED__EVALUATE_KERNEL)
+            continue;
         for (size_t i = 0; i < sizeof cols_list / sizeof cols_list[0]; i++) {
             tuned__shape s = {(tuned_dtype)dt, 64, cols_list[i], (uint8_t)kernel, 0};
             tuned__kind_example(tuned__kind(kernel), &s.cols, &s.params);
@@ -522,8 +525,19 @@ int main(void)
                strstr(e.msg, "nvrtc: softmax junk for sm_90: ") == e.msg && strstr(e.msg, "error") != NULL,
            "compile error message: %s", e.msg);
     for (unsigned kernel = TUNED_KERNEL_SOFTMAX; kernel <= TUNED__KIND_COUNT; kernel++)
-        EXPECT(per_kernel[kernel] >= 10, "%s: only %zu variants compiled",
-               tuned__kernel_name((uint8_t)kernel), per_kernel[kernel]);
+        EXPECT(per_kernel[kernel] >= 10 || tuned__kind(kernel)->evaluate != TUNED__EVALUATE_KERNEL,
+               "%s: only %zu variants compiled", tuned__kernel_name((uint8_t)kernel),
+               per_kernel[kernel]);
+    /* A chunk has no source: codegen says so and names the inner kind. */
+    {
+        tuned__shape s = {TUNED_BF16, 4096, 128256, TUNED_KERNEL_LINEAR_CROSS_ENTROPY,
+                          tuned__params_default(tuned__kind(TUNED_KERNEL_LINEAR_CROSS_ENTROPY))};
+        tuned__config c = {.family = TUNED__FAMILY_CHUNK, .chunk = 1024};
+        char *chunk_src = NULL;
+        EXPECT(tuned__source_kernel(&c, &s, NULL, &chunk_src, &e) == TUNED_EINVAL &&
+                   strstr(e.msg, "cross_entropy") != NULL && chunk_src == NULL,
+               "a chunk's source refused: %s", e.msg);
+    }
     /* What a kernel does not have is refused, by the one rule. */
     static const struct {
         unsigned kernel;

@@ -75,16 +75,43 @@ static void test_specs(void)
         EXPECT(k->tensor[tuned__kind_first_in(k)].role == TUNED__TENSOR_IN &&
                    k->tensor[tuned__kind_first_out(k)].role == TUNED__TENSOR_OUT,
                "%s: first input and output", k->name);
-        EXPECT(k->path[TUNED__PATH_ROWS].entry != NULL, "%s: no register-row path", k->name);
+        /* a kernel kind has a register-row path; a composite has none of
+         * its own and runs an inner kind that has */
+        if (k->evaluate == TUNED__EVALUATE_KERNEL)
+            EXPECT(k->path[TUNED__PATH_ROWS].entry != NULL, "%s: no register-row path",
+                   k->name);
+        else
+            EXPECT(k->path[TUNED__PATH_ROWS].entry == NULL && tuned__kind(k->inner) != NULL &&
+                       tuned__kind(k->inner)->evaluate == TUNED__EVALUATE_KERNEL,
+                   "%s: a composite with an inner kernel kind", k->name);
         for (unsigned p = 0; p < TUNED__PATH_COUNT; p++)
             for (unsigned j = 0; k->path[p].entry != NULL && j < TUNED__KIND_MAX_PARTS &&
                                  k->path[p].parts[j] != NULL;
                  j++)
                 EXPECT(tuned__template_find(k->path[p].parts[j]) != NULL,
                        "%s: template %s is not in this build", k->name, k->path[p].parts[j]);
-        EXPECT(k->rows_held >= 1 && k->reference != 0 && k->math != NULL, "%s: facts",
-               k->name);
+        /* a composite's check is its evaluation's own (lce_reference.c) */
+        EXPECT(k->rows_held >= 1 && (k->reference != 0 || k->evaluate != 0) && k->math != NULL,
+               "%s: facts", k->name);
     }
+    /* The linear cross-entropy: its tensors' bytes from the hidden size
+     * (8192 x 128256, hidden 4096, bf16: h and dh, W and dW, labels, loss) */
+    const tuned__kind_spec *lce = tuned__kind(TUNED_KERNEL_LINEAR_CROSS_ENTROPY);
+    uint32_t word = tuned__params_default(lce);
+    EXPECT(tuned__params_value(lce, word, "hidden", 0) == 4096 &&
+               tuned__params_value(lce, word, "budget", 0) == 256,
+           "linear_cross_entropy: hidden 4096 and a 256 MiB budget by default");
+    double want = 2.0 * 8192 * 4096 * 2 + 2.0 * 128256 * 4096 * 2 + 8192 * 8 + 8192 * 4;
+    EXPECT(tuned__kind_bytes(lce, 8192, tuned__wire_cols(128256, word), 2) == want,
+           "linear_cross_entropy bytes %g, want %g",
+           tuned__kind_bytes(lce, 8192, tuned__wire_cols(128256, word), 2), want);
+    uint32_t w2 = 0;
+    EXPECT(tuned__params_parse(lce, "hidden=32768,budget=4096", &w2, NULL) == 0 &&
+               tuned__params_value(lce, w2, "hidden", 0) == 32768 &&
+               tuned__params_value(lce, w2, "budget", 0) == 4096,
+           "hidden up to 32768 and a budget in MiB fit the word");
+    EXPECT(tuned__kind_code_hash(lce) != tuned__kind_code_hash(tuned__kind(lce->inner)),
+           "a composite's code is its own and its inner kind's");
     const tuned__kind_spec *fwd = tuned__kind(TUNED_KERNEL_SOFTMAX);
     const tuned__kind_spec *bwd = tuned__kind(TUNED_KERNEL_SOFTMAX_BWD);
     EXPECT(tuned__kind_bytes(fwd, 4096, 32000, 2) == 2.0 * 4096 * 32000 * 2 &&

@@ -831,6 +831,66 @@ static void fingerprints(void)
     }
 }
 
+/* A kind tuned by its chunk: the budget's rule and the powers of two
+ * below it, nothing else; neighbours and seeds inside; the key's budget
+ * bounds every chunk (8192 x 128256 bf16: 256 MiB holds 1046 rows, so
+ * 1024; 4096 MiB all 8192). */
+static void chunk_spaces(void)
+{
+    const tuned__kind_spec *k = tuned__kind(TUNED_KERNEL_LINEAR_CROSS_ENTROPY);
+    static const struct {
+        uint64_t rows, cols;
+        const char *params;
+        uint32_t rule;
+        size_t count;
+    } cases[] = {
+        {8192, 128256, "", 1024, 5},              /* 64 .. 512, 1024 */
+        {8192, 128256, "budget=4096", 8192, 8},   /* 64 .. 4096, 8192 */
+        {4096, 128256, "hidden=2048", 1024, 5},
+        {300, 32000, "budget=16", 256, 3},         /* 16 MiB: 262 rows, 256 */
+        {40, 128256, "", 40, 1},                  /* fewer rows than a step */
+        {100000, 1000000, "budget=16", 64, 1},    /* the rule's floor: 64 rows */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        tuned__shape s = {TUNED_BF16, cases[i].rows, cases[i].cols,
+                          TUNED_KERNEL_LINEAR_CROSS_ENTROPY, 0};
+        tuned__err e = {0};
+        EXPECT_OK(tuned__params_parse(k, cases[i].params, &s.params, &e), &e);
+        EXPECT(tuned__chunk_rule(&s) == cases[i].rule, "%llux%llu:%s: rule %u, want %u",
+               (unsigned long long)s.rows, (unsigned long long)s.cols, cases[i].params,
+               tuned__chunk_rule(&s), cases[i].rule);
+        tuned__space sp;
+        EXPECT_OK(tuned__space_init(&sp, &s, 90, 132, &e), &e);
+        EXPECT(sp.count == cases[i].count, "%s: %zu chunks, want %zu", cases[i].params,
+               sp.count, cases[i].count);
+        for (size_t j = 0; j < sp.count; j++) {
+            const tuned__config *c = &sp.valid[j];
+            EXPECT(c->family == TUNED__FAMILY_CHUNK && c->chunk <= cases[i].rule &&
+                       (uint64_t)c->chunk * s.cols * 2 <= ((uint64_t)tuned__params_value(
+                                                               k, s.params, "budget", 0)
+                                                           << 20) ||
+                       c->chunk == cases[i].rule,
+                   "chunk%u within the budget", c->chunk);
+            tuned__config nb[8];
+            size_t n = tuned__space_neighbors(&sp, c, nb, 8);
+            for (size_t m = 0; m < n; m++)
+                EXPECT(tuned__space_valid(&sp, &nb[m], NULL, 0) && nb[m].chunk != c->chunk,
+                       "neighbour chunk%u of chunk%u", nb[m].chunk, c->chunk);
+        }
+        tuned__config d;
+        EXPECT(tuned__space_default(&sp, &d, &e) == 0 && d.chunk == cases[i].rule,
+               "the default is the rule's chunk");
+        /* a kernel config is no config of this kind, nor a chunk past the budget */
+        tuned__config rows = {.family = TUNED__FAMILY_ROWS, .warps = 4, .rows = 1, .cluster = 1,
+                              .minb = 1, .vec = 8};
+        tuned__config big = {.family = TUNED__FAMILY_CHUNK, .chunk = cases[i].rule * 2};
+        char why[160];
+        EXPECT(!tuned__space_valid(&sp, &rows, why, sizeof why), "a kernel config refused");
+        EXPECT(!tuned__space_valid(&sp, &big, why, sizeof why), "chunk%u refused", big.chunk);
+        tuned__space_free(&sp);
+    }
+}
+
 /* The other kernels' spaces: what each kernel has of the family, the
  * backward kernels' registers for two rows, seeds and defaults that
  * belong, neighbours that stay inside. */
@@ -840,6 +900,8 @@ static void kernel_spaces(void)
     for (unsigned kernel = TUNED_KERNEL_SOFTMAX; kernel <= TUNED__KIND_COUNT; kernel++)
         for (int dt = TUNED_FP16; dt <= TUNED_FP32; dt++)
             for (size_t i = 0; i < sizeof cols_list / sizeof cols_list[0]; i++) {
+                if (tuned__kind(kernel)->evaluate != TUNED__EVALUATE_KERNEL)
+                    continue; /* chunks, not kernels: chunk_spaces() */
                 tuned__err e = {0};
                 tuned__shape s = {(tuned_dtype)dt, cols_list[i] > 100000 ? 1 : 256, cols_list[i],
                                   (uint8_t)kernel, 0};
@@ -935,6 +997,7 @@ int main(void)
 {
     fingerprints();
     kernel_spaces();
+    chunk_spaces();
     one_rule();
     text_round_trip();
     canonical_form();

@@ -1047,19 +1047,17 @@ int tuned__api_shape_ok(const tuned_handle *h, const char *fn, tuned_kernel kern
     return 0;
 }
 
-int tuned_lookup(tuned_handle *h, tuned_kernel kernel, int64_t rows, int64_t cols,
-                 tuned_dtype dtype, int device, tuned_choice *out)
+/* tuned_lookup and tuned_lookup_params: the shape checked by the caller. */
+static int lookup_shape(tuned_handle *h, const char *fn, tuned__shape s, int device,
+                        tuned_choice *out)
 {
-    int rc = tuned__api_shape_ok(h, "tuned_lookup", kernel, rows, cols, dtype, device);
-    if (rc != 0)
-        return rc;
-    if (out == NULL)
-        return failf(h, TUNED_EINVAL, "tuned_lookup: out is NULL");
+    int rc;
+    tuned_kernel kernel = (tuned_kernel)s.kernel;
+    int64_t rows = (int64_t)s.rows, cols = (int64_t)s.cols;
+    tuned_dtype dtype = s.dtype;
     tuned__err e = {0};
     int ordinal = 0;
     const tuned__gpu *gpu = NULL;
-    tuned__shape s = {.dtype = dtype, .rows = (uint64_t)rows, .cols = (uint64_t)cols,
-                      .kernel = (uint8_t)kernel};
     tuned__api_pick p;
     pthread_mutex_lock(&h->mu);
     rc = tuned__api_resolve_device(h, device, &ordinal, &e);
@@ -1080,10 +1078,47 @@ int tuned_lookup(tuned_handle *h, tuned_kernel kernel, int64_t rows, int64_t col
     }
     pthread_mutex_unlock(&h->mu);
     if (rc != 0) {
-        tuned__err_prefix(&e, rc, "tuned_lookup %s %lldx%lld %s: ", tuned_kernel_name(kernel),
-                          (long long)rows, (long long)cols, tuned_dtype_name(dtype));
+        char params[128];
+        tuned__shape_params_text(&s, params, sizeof params);
+        tuned__err_prefix(&e, rc, "%s %s %lldx%lld%s%s %s: ", fn, tuned_kernel_name(kernel),
+                          (long long)rows, (long long)cols, params[0] != '\0' ? ":" : "", params,
+                          tuned_dtype_name(dtype));
         return fail(h, &e);
     }
     return 0;
+}
+
+int tuned_lookup(tuned_handle *h, tuned_kernel kernel, int64_t rows, int64_t cols,
+                 tuned_dtype dtype, int device, tuned_choice *out)
+{
+    int rc = tuned__api_shape_ok(h, "tuned_lookup", kernel, rows, cols, dtype, device);
+    if (rc != 0)
+        return rc;
+    if (out == NULL)
+        return failf(h, TUNED_EINVAL, "tuned_lookup: out is NULL");
+    tuned__shape s = {.dtype = dtype, .rows = (uint64_t)rows, .cols = (uint64_t)cols,
+                      .kernel = (uint8_t)kernel,
+                      .params = tuned__params_default(tuned__kind((unsigned)kernel))};
+    return lookup_shape(h, "tuned_lookup", s, device, out);
+}
+
+int tuned_lookup_params(tuned_handle *h, tuned_kernel kernel, int64_t rows, int64_t cols,
+                        const char *params, tuned_dtype dtype, int device, tuned_choice *out)
+{
+    int rc = tuned__api_shape_ok(h, "tuned_lookup_params", kernel, rows, cols, dtype, device);
+    if (rc != 0)
+        return rc;
+    if (out == NULL)
+        return failf(h, TUNED_EINVAL, "tuned_lookup_params: out is NULL");
+    const tuned__kind_spec *k = tuned__kind((unsigned)kernel);
+    tuned__shape s = {.dtype = dtype, .rows = (uint64_t)rows, .cols = (uint64_t)cols,
+                      .kernel = (uint8_t)kernel};
+    tuned__err e = {0};
+    char why[192];
+    if (tuned__params_parse(k, params != NULL ? params : "", &s.params, &e) != 0)
+        return failf(h, TUNED_EINVAL, "tuned_lookup_params: %s", e.msg);
+    if (!tuned__params_check(k, s.cols, s.params, why, sizeof why))
+        return failf(h, TUNED_EINVAL, "tuned_lookup_params: %s", why);
+    return lookup_shape(h, "tuned_lookup_params", s, device, out);
 }
 

@@ -40,6 +40,10 @@ const char *tuned__red_name(unsigned red)
 
 void tuned__config_format(const tuned__config *c, char *buf, size_t n)
 {
+    if (c->family == TUNED__FAMILY_CHUNK) {
+        snprintf(buf, n, "chunk%u", (unsigned)c->chunk);
+        return;
+    }
     if (c->family == TUNED__FAMILY_TMA) {
         snprintf(buf, n, "tma.w%u.c%u.s%u.st=%s", c->warps, c->cluster, c->stages,
                  tuned__st_name(c->st));
@@ -175,6 +179,15 @@ int tuned__config_parse(const char *text, tuned__config *out, tuned__err *e)
     strcpy(copy, text);
     if (strncmp(copy, "tma.", 4) == 0)
         return parse_tma(text, copy + 4, out, e);
+    if (strncmp(copy, "chunk", 5) == 0) {
+        /* "chunk1024": one number, nothing after it */
+        unsigned rows;
+        int rc = parse_number(copy, "chunk", TUNED__MAX_CHUNK, true, &rows, text, e);
+        if (rc != 0)
+            return rc;
+        tuned__config c = {.family = TUNED__FAMILY_CHUNK, .chunk = rows};
+        return parsed(text, &c, out, e);
+    }
     char *fields[12];
     size_t nf;
     int rc = split_fields(text, copy, fields, 12, &nf, e);
@@ -256,7 +269,8 @@ bool tuned__config_equal(const tuned__config *a, const tuned__config *b)
     return a->family == b->family && a->warps == b->warps && a->rows == b->rows &&
            a->cluster == b->cluster && a->minb == b->minb && a->vec == b->vec && a->ld == b->ld && a->st == b->st &&
            a->reg == b->reg && a->red == b->red && a->stages == b->stages && a->grid == b->grid &&
-           a->stash == b->stash && a->replicas == b->replicas && a->sel == b->sel;
+           a->stash == b->stash && a->replicas == b->replicas && a->sel == b->sel &&
+           a->chunk == b->chunk;
 }
 
 /* Elements one pass of all of a row's threads covers. */
@@ -506,6 +520,25 @@ static bool rows_check_shape(const tuned__config *c, const tuned__shape *s, int 
     return true;
 }
 
+/* A chunk: rows a chunk, 1 up to the shape's rows, of a kind evaluated in
+ * chunks; nothing else set (so that one chunk has one text). */
+static bool chunk_check(const tuned__config *c, const tuned__shape *s, const tuned__kind_spec *k,
+                        char *why, size_t n)
+{
+    tuned__config bare = {.family = TUNED__FAMILY_CHUNK, .chunk = c->chunk};
+    if (!tuned__config_equal(c, &bare))
+        return tuned__config_refuse(why, n, "a chunk config has no kernel fields");
+    if (c->chunk < 1 || c->chunk > TUNED__MAX_CHUNK)
+        return tuned__config_refuse(why, n, "chunk of %u rows (1 to %u)", (unsigned)c->chunk,
+                                    TUNED__MAX_CHUNK);
+    if (k != NULL && k->evaluate != TUNED__EVALUATE_CHUNKED_LINEAR_CE)
+        return tuned__config_refuse(why, n, "%s has kernel configs, not chunks", k->name);
+    if (s != NULL && c->chunk > s->rows)
+        return tuned__config_refuse(why, n, "a chunk of %u rows is more than the %llu rows",
+                                    (unsigned)c->chunk, (unsigned long long)s->rows);
+    return true;
+}
+
 bool tuned__shape_check(const tuned__shape *s, char *why, size_t n)
 {
     if (tuned_dtype_size(s->dtype) == 0)
@@ -526,6 +559,13 @@ bool tuned__config_check(const tuned__config *c, const tuned__shape *s, int arch
     if (arch > 0 && arch < TUNED__MIN_ARCH)
         return tuned__config_refuse(why, n, "tuned's kernels need sm_%d or newer (this GPU is "
                                     "sm_%d)", TUNED__MIN_ARCH, arch);
+    /* A kind evaluated as a composite takes chunk configs and only them. */
+    const tuned__kind_spec *k = s != NULL ? tuned__shape_spec(s) : NULL;
+    if (c->family == TUNED__FAMILY_CHUNK)
+        return chunk_check(c, s, k, why, n);
+    if (k != NULL && k->evaluate != TUNED__EVALUATE_KERNEL)
+        return tuned__config_refuse(why, n, "%s is tuned by its chunk (chunkN), not a kernel "
+                                    "config", k->name);
     if (c->family == TUNED__FAMILY_TMA)
         return tma_check(c, s, arch, why, n);
     if (c->family != TUNED__FAMILY_ROWS)

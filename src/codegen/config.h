@@ -28,7 +28,14 @@
 enum {
     TUNED__FAMILY_ROWS = 0, /* softmax_rows.cu: rows held in registers */
     TUNED__FAMILY_TMA = 1,  /* softmax_staged.cu: rows streamed through shared memory */
+    /* no kernel of its own: the rows of a chunk of a composite evaluation
+     * (kind.h: TUNED__EVALUATE_CHUNKED_LINEAR_CE), "chunk1024"; every
+     * other field 0 */
+    TUNED__FAMILY_CHUNK = 2,
 };
+
+/* Most rows of a chunk a config's text may name. */
+#define TUNED__MAX_CHUNK 16777216u
 
 /* Load cache hints, in the order the text form and the space use them. */
 enum {
@@ -103,6 +110,7 @@ typedef struct tuned__config {
                          with it % replicas == r (a few rows' stores spread over more SMs):
                          2, 4, 8; 0: one cluster a row. tma: 0 */
     uint8_t sel;      /* TUNED__SEL_*: kinds that choose the top k; else 0 */
+    uint32_t chunk;   /* family chunk: rows a chunk, 1 .. TUNED__MAX_CHUNK; else 0 */
 } tuned__config;
 
 /* Most bytes of a block's stash (static shared memory stops at 48 KiB,

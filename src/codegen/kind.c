@@ -204,6 +204,34 @@ static const tuned__kind_spec specs[] = {
         .path = {[TUNED__PATH_ROWS] = ROUTER_BWD_PATH},
         .reference = TUNED__REF_ROUTER_BWD,
     },
+    {
+        /* An LM head's loss: tokens x vocabulary logits that are never held
+         * whole. A config is a chunk of rows (chunk1024); the evaluation
+         * (src/driver/lce.c) runs cuBLAS's GEMMs around cross_entropy's
+         * fused kernel, a chunk at a time, as tuned.linear_cross_entropy
+         * does. Key: rows = tokens, cols = vocabulary, parameters the
+         * hidden size and the chunk logits' budget in MiB (256: the
+         * Python call's default). */
+        .id = TUNED_KERNEL_LINEAR_CROSS_ENTROPY,
+        .name = "linear_cross_entropy",
+        .math = "mean cross-entropy of hidden weight^T, and d hidden, d weight; a chunk of "
+                "rows at a time",
+        .ntensors = 6,
+        .tensor = {{"hidden", TUNED__TENSOR_IN, TUNED__ELEM_DTYPE, TUNED__EXTENT_ROWS_HIDDEN, 0},
+                   {"weight", TUNED__TENSOR_IN, TUNED__ELEM_DTYPE, TUNED__EXTENT_COLS_HIDDEN, 0},
+                   LABELS,
+                   {"dhidden", TUNED__TENSOR_OUT, TUNED__ELEM_DTYPE, TUNED__EXTENT_ROWS_HIDDEN, 0},
+                   {"dweight", TUNED__TENSOR_OUT, TUNED__ELEM_DTYPE, TUNED__EXTENT_COLS_HIDDEN, 0},
+                   ROW_F32("loss", TUNED__TENSOR_OUT)},
+        .params_size = 0,
+        .rows_held = 1,
+        .nparams = 2,
+        .param = {{"hidden", "T_LCE_HIDDEN", 0, 16, 1, 32768, 4096, {NULL}},
+                  {"budget", "T_LCE_BUDGET_MIB", 16, 16, 16, 65535, 256, {NULL}}},
+        .example_cols = 32000,
+        .evaluate = TUNED__EVALUATE_CHUNKED_LINEAR_CE,
+        .inner = TUNED_KERNEL_CROSS_ENTROPY,
+    },
 };
 
 /* What the router's ranges alone do not say: k and the groups against the
@@ -333,6 +361,12 @@ static double tensor_elems(const tuned__kind_spec *k, const tuned__tensor_spec *
     case TUNED__EXTENT_ROWS_K:
         return (double)rows * (double)tuned__params_value(k, tuned__wire_params(wire), "k", 1);
     case TUNED__EXTENT_COLS: return (double)cols;
+    case TUNED__EXTENT_ROWS_HIDDEN:
+        return (double)rows *
+               (double)tuned__params_value(k, tuned__wire_params(wire), "hidden", 1);
+    case TUNED__EXTENT_COLS_HIDDEN:
+        return (double)cols *
+               (double)tuned__params_value(k, tuned__wire_params(wire), "hidden", 1);
     default: return (double)rows * (double)cols;
     }
 }
@@ -442,6 +476,15 @@ uint64_t tuned__kind_code_hash(const tuned__kind_spec *k)
         h = tuned__fnv1a64(k->flag[i], strlen(k->flag[i]), h);
     for (unsigned i = 0; i < 2 && k->helper[i] != NULL; i++)
         h = tuned__fnv1a64(k->helper[i], strlen(k->helper[i]), h);
+    /* A composite evaluation runs its inner kind's kernel: a change there
+     * moves its results too. (Kinds without one hash as before.) */
+    if (k->evaluate != TUNED__EVALUATE_KERNEL) {
+        const tuned__kind_spec *inner = tuned__kind(k->inner);
+        uint64_t ih = inner != NULL ? tuned__kind_code_hash(inner) : 0;
+        unsigned how[2] = {k->evaluate, TUNED__COMPOSITE_VERSION};
+        h = tuned__fnv1a64(&ih, sizeof ih, h);
+        h = tuned__fnv1a64(how, sizeof how, h);
+    }
     unsigned version = TUNED__CODEGEN_VERSION;
     return tuned__fnv1a64(&version, sizeof version, h);
 }

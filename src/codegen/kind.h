@@ -44,6 +44,9 @@ enum {
     TUNED__EXTENT_ROWS,       /* one element per row */
     TUNED__EXTENT_ROWS_K,     /* rows x k, dense: k the kind's key parameter "k" */
     TUNED__EXTENT_COLS,       /* one element per column, shared by the rows */
+    TUNED__EXTENT_ROWS_HIDDEN, /* rows x the key parameter "hidden", dense (a linear
+                                  layer's input) */
+    TUNED__EXTENT_COLS_HIDDEN, /* cols x "hidden", dense (a linear layer's weight) */
 };
 
 typedef struct tuned__tensor_spec {
@@ -91,6 +94,31 @@ enum {
      * gradient (router_reference.c) */
     TUNED__REF_ROUTER_BWD,
 };
+
+/* How a kind's variants are evaluated: what one of its configs is, and
+ * what the evaluator runs, checks and times for it (src/tuner/evaluator.c
+ * reads it; the space, src/tuner/space.c, enumerates the configs it
+ * implies). */
+enum {
+    /* a generated kernel (family rows or tma): compiled by NVRTC, checked
+     * against the float64 reference, timed alone; its floor a copy of the
+     * bytes it moves */
+    TUNED__EVALUATE_KERNEL = 0,
+    /* a chunk size (family chunk, "chunk1024"): the loss of a linear
+     * layer's output, logits = hidden @ weight^T (rows x "hidden" times
+     * cols x "hidden"), computed a chunk of rows at a time: cuBLAS GEMMs
+     * around the fused kernel of the spec's `inner` kind in place on each
+     * chunk's logits, then the two gradient GEMMs (src/driver/lce.c). The
+     * chunk's logits stay within the key parameter "budget" (MiB); the
+     * check is a small instance against a host float64 computation; the
+     * floor is the GEMMs alone (lce.h) */
+    TUNED__EVALUATE_CHUNKED_LINEAR_CE,
+};
+
+/* The version of the composite evaluations' code (src/driver/lce.c: the
+ * GEMMs' order and types around the inner kernel): part of such a kind's
+ * code hash, so raising it demotes their records. */
+#define TUNED__COMPOSITE_VERSION 1
 
 #define TUNED__KIND_MAX_TENSORS 6
 #define TUNED__KIND_MAX_PARTS 6
@@ -214,6 +242,12 @@ typedef struct tuned__kind_spec {
     /* Columns the kind takes, for code that visits every kind with one
      * shape (tests, examples) where that shape's are not (0: any). */
     uint32_t example_cols;
+
+    /* How its variants are evaluated (TUNED__EVALUATE_*; 0: a generated
+     * kernel), and for a composite evaluation the kind whose kernel it
+     * runs inside (TUNED_KERNEL_*; 0: none). */
+    uint8_t evaluate;
+    uint8_t inner;
 } tuned__kind_spec;
 
 /* The spec of kind id, or NULL for an unknown id. */

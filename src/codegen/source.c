@@ -168,6 +168,11 @@ int tuned__source_kernel(const tuned__config *c, const tuned__shape *s,
     if (!tuned__config_check(c, s, 0, 0, why, sizeof why))
         return tuned__errf(e, TUNED_EINVAL, "codegen: %s %s: %s", k != NULL ? k->name : "?",
                            name, why);
+    if (c->family == TUNED__FAMILY_CHUNK)
+        return tuned__errf(e, TUNED_EINVAL,
+                           "codegen: %s %s: a chunk has no kernel of its own (its evaluation "
+                           "runs the %s kind's kernel inside GEMMs)",
+                           k->name, name, k->inner != 0 ? tuned__kernel_name(k->inner) : "?");
     if (c->family == TUNED__FAMILY_TMA) {
         if (opts != NULL && opts->plant_bug != 0)
             return tuned__errf(e, TUNED_EINVAL,

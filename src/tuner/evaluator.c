@@ -10,12 +10,23 @@
  * float64 reference (an unwritten element fails even where the reference
  * is NaN), and only then time it. The input, the output, the reference
  * kernels and the comparison are the check's (src/driver/check.c, shared
- * with the embedding API); the timing is this file's. */
+ * with the embedding API); the timing is this file's.
+ *
+ * A kind evaluated in chunks (its spec's evaluate: a config is a chunk
+ * size, src/driver/lce.h) compiles nothing per config: each is checked
+ * first on a small instance against the host's float64 results (a few
+ * hundred rows, the last chunk partial), then the whole loss block at the
+ * key's size is timed as a kernel would be (L2 flushed, events). Its floor
+ * (the "copy" of other kinds) is the same block's GEMMs alone at the
+ * budget's largest chunk: the cost that no chunk size removes. */
 #include "src/tuner/evaluator.h"
 
 #include "src/tuner/compile.h"
 #include "src/driver/check.h"
 #include "src/driver/launch.h"
+#include "src/driver/lce.h"
+#include "src/tuner/space.h"
+#include "cache/key.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -45,7 +56,23 @@ struct tuned__evaluator {
     CUfunction l2_normal, settle;
     CUevent start[EVENT_BATCH], stop[EVENT_BATCH];
     double copy_us;
+    /* a kind evaluated in chunks: cuBLAS, the block at the key's size and
+     * the small instance every chunk is checked on, with its float64
+     * results, and the inner kind's reference module (its timing helpers) */
+    bool chunked;
+    tuned__cublas blas;
+    tuned__lce lce, small;
+    tuned__lce_ref ref;
+    CUmodule timing_module;
 };
+
+/* The small instance a chunk is checked on: rows enough for two chunks
+ * of the checked size and a partial third, a vocabulary off every vector
+ * boundary, and a short hidden (the float64 results take a moment). */
+#define SMALL_TOKENS 300u
+#define SMALL_VOCAB 1003u
+#define SMALL_HIDDEN 64u
+#define SMALL_MAX_CHUNK 128u
 
 void tuned__eval_opts_default(tuned__eval_opts *o)
 {
@@ -225,12 +252,13 @@ static int alloc(tuned__evaluator *ev, CUdeviceptr *p, size_t bytes, const char 
     return 0;
 }
 
-/* The evaluator's own: the timing helpers of the check's reference module. */
-static int open_timing(tuned__evaluator *ev, tuned__err *e)
+/* The evaluator's own: the timing helpers of a reference module (the
+ * check's). */
+static int open_timing(tuned__evaluator *ev, CUmodule module, tuned__err *e)
 {
-    CU(ev->d->cuModuleGetFunction(&ev->l2_normal, ev->check.module, "tuned_l2_normal"),
+    CU(ev->d->cuModuleGetFunction(&ev->l2_normal, module, "tuned_l2_normal"),
        "finding tuned_l2_normal");
-    CU(ev->d->cuModuleGetFunction(&ev->settle, ev->check.module, "tuned_settle"),
+    CU(ev->d->cuModuleGetFunction(&ev->settle, module, "tuned_settle"),
        "finding tuned_settle");
     size_t l2 = ev->gpu.l2_bytes > 0 ? (size_t)ev->gpu.l2_bytes : 64u << 20;
     ev->flush_bytes = 2 * l2;
@@ -241,6 +269,109 @@ static int open_timing(tuned__evaluator *ev, tuned__err *e)
         CU(ev->d->cuEventCreate(&ev->start[i], CU_EVENT_DEFAULT), "creating events");
         CU(ev->d->cuEventCreate(&ev->stop[i], CU_EVENT_DEFAULT), "creating events");
     }
+    return 0;
+}
+
+/* ---- a kind evaluated in chunks ---- */
+
+/* The inner kind's config for one chunk's shape: the store's winner on
+ * this GPU when it has one the space takes, else the space's default (the
+ * config a call without a record gets). */
+static int pick_inner(void *ctx, const tuned__shape *s, tuned__config *out, tuned__err *e)
+{
+    tuned__evaluator *ev = ctx;
+    tuned__space sp;
+    int rc = tuned__space_rules(&sp, s, ev->gpu.cc_major * 10 + ev->gpu.cc_minor,
+                                ev->gpu.sm_count, e);
+    if (rc != 0)
+        return rc;
+    if (ev->opts.cubins != NULL) {
+        tuned__store_key key = tuned__store_key_of(s, tuned__gpu_kind_fp(&ev->gpu, s->kernel));
+        tuned__record rec;
+        if (tuned__store_get_best(ev->opts.cubins, &key, &rec, NULL, NULL) == 0 &&
+            tuned__config_parse(rec.config, out, NULL) == 0 &&
+            tuned__space_valid(&sp, out, NULL, 0))
+            return 0;
+    }
+    return tuned__space_default(&sp, out, e);
+}
+
+static int enqueue_floor(tuned__evaluator *ev, void *arg, tuned__err *e)
+{
+    (void)arg;
+    return tuned__lce_enqueue(&ev->lce, ev->lce.max_chunk, true, e);
+}
+
+static int enqueue_chunked(tuned__evaluator *ev, void *arg, tuned__err *e)
+{
+    const tuned__config *c = arg;
+    return tuned__lce_enqueue(&ev->lce, c->chunk, false, e);
+}
+
+/* The inner kind's reference module: the timing helpers (reference.cu). */
+static int open_timing_module(tuned__evaluator *ev, const tuned__kind_spec *inner, int arch,
+                              tuned__err *e)
+{
+    char *src = NULL;
+    int rc = tuned__source_reference(inner, ev->shape.dtype, &src, e);
+    if (rc != 0)
+        return rc;
+    tuned__blob cubin;
+    rc = tuned__nvrtc_compile(ev->nvrtc, src, "reference", arch, TUNED__NVRTC_CUBIN, &cubin, e);
+    free(src);
+    if (rc != 0)
+        return rc;
+    CUresult r = ev->d->cuModuleLoadData(&ev->timing_module, cubin.data);
+    tuned__blob_free(&cubin);
+    if (r != CUDA_SUCCESS)
+        ev->timing_module = NULL;
+    CU(r, "loading the timing helpers");
+    return 0;
+}
+
+/* cuBLAS, the small instance and its float64 results, the block at the
+ * key's size, the timing helpers; the context is current. */
+static int open_chunked(tuned__evaluator *ev, const tuned__kind_spec *kind, tuned__err *e)
+{
+    const tuned__shape *s = &ev->shape;
+    const tuned__kind_spec *inner = tuned__kind(kind->inner);
+    int arch = ev->gpu.cc_major * 10 + ev->gpu.cc_minor;
+    unsigned hidden = tuned__params_value(kind, s->params, "hidden", 0);
+    if (inner == NULL || hidden == 0)
+        return tuned__errf(e, TUNED_EINVAL, "evaluator: %s names no inner kind or hidden size",
+                           kind->name);
+    int rc;
+    if ((rc = tuned__cublas_load(&ev->blas, e)) != 0 ||
+        (rc = tuned__lce_ref_make(&ev->ref, SMALL_TOKENS, SMALL_HIDDEN, SMALL_VOCAB, s->dtype,
+                                  0x5eed1ceull, e)) != 0 ||
+        (rc = tuned__lce_open(&ev->small, ev->d, ev->nvrtc, &ev->blas, arch, ev->gpu.sm_count,
+                              inner, s->dtype, SMALL_TOKENS, SMALL_HIDDEN, SMALL_VOCAB,
+                              SMALL_MAX_CHUNK, &ev->ref, pick_inner, ev, ev->stream, e)) != 0 ||
+        (rc = tuned__lce_open(&ev->lce, ev->d, ev->nvrtc, &ev->blas, arch, ev->gpu.sm_count,
+                              inner, s->dtype, s->rows, hidden, s->cols, tuned__chunk_rule(s),
+                              NULL, pick_inner, ev, ev->stream, e)) != 0 ||
+        (rc = open_timing_module(ev, inner, arch, e)) != 0)
+        return rc;
+    return open_timing(ev, ev->timing_module, e);
+}
+
+/* A chunk checked on the small instance, then timed at the key's size. */
+static int evaluate_chunk(tuned__evaluator *ev, const tuned__config *c, tuned__eval_result *res,
+                          tuned__err *e)
+{
+    uint32_t small = c->chunk < SMALL_MAX_CHUNK ? c->chunk : SMALL_MAX_CHUNK;
+    bool wrong = false;
+    int rc = tuned__lce_check(&ev->small, &ev->ref, small, &wrong, res->detail,
+                              sizeof res->detail, e);
+    if (rc != 0)
+        return rc;
+    if (wrong) {
+        res->status = TUNED__EVAL_WRONG;
+        return 0;
+    }
+    if ((rc = time_median(ev, enqueue_chunked, (void *)c, res, e)) != 0)
+        return rc;
+    res->status = TUNED__EVAL_OK;
     return 0;
 }
 
@@ -281,6 +412,9 @@ int tuned__evaluator_open(tuned__evaluator **out, const tuned__driver *d, const 
     }
     size_t need = (size_t)tuned__kind_bytes(kind, s->rows, tuned__wire_cols_of(s), esize) +
                   2 * (size_t)gpu->l2_bytes + 2 * TUNED__CHECK_GUARD_BYTES;
+    ev->chunked = kind->evaluate == TUNED__EVALUATE_CHUNKED_LINEAR_CE;
+    if (ev->chunked) /* and the chunk buffer */
+        need += (size_t)tuned__chunk_rule(s) * s->cols * esize;
     int rc = 0;
     if (need > gpu->total_mem - gpu->total_mem / 8) {
         rc = tuned__errf(e, TUNED_EINVAL,
@@ -298,10 +432,27 @@ int tuned__evaluator_open(tuned__evaluator **out, const tuned__driver *d, const 
     }
     if ((rc = tuned__cuda_check(d, d->cuCtxSetCurrent(ev->ctx), e, "making the context current")) ||
         (rc = tuned__cuda_check(d, d->cuStreamCreate(&ev->stream, CU_STREAM_NON_BLOCKING), e,
-                                "creating a stream")) ||
+                                "creating a stream"))) {
+        tuned__evaluator_close(ev);
+        return rc;
+    }
+    if (ev->chunked) {
+        tuned__eval_result floor = {0};
+        if ((rc = open_chunked(ev, kind, e)) == 0 &&
+            (rc = time_median(ev, enqueue_floor, NULL, &floor, e)) != 0)
+            tuned__err_prefix(e, rc, "timing the floor (the GEMMs alone): ");
+        if (rc != 0) {
+            tuned__evaluator_close(ev);
+            return rc;
+        }
+        ev->copy_us = floor.median_us;
+        *out = ev;
+        return 0;
+    }
+    if (
         (rc = tuned__check_open(&ev->check, d, n, gpu->cc_major * 10 + gpu->cc_minor, s,
                                 ev->opts.x_offset, ev->opts.y_offset, ev->stream, e)) ||
-        (rc = open_timing(ev, e)) ||
+        (rc = open_timing(ev, ev->check.module, e)) ||
         (rc = tuned__workspace_alloc(d, &ev->work,
                                      tuned__grid_work_bytes(TUNED__GRID_MAX_BLOCKS), e)) ||
         (rc = tuned__check_reference(&ev->check, e))) {
@@ -335,6 +486,10 @@ void tuned__evaluator_close(tuned__evaluator *ev)
                 d->cuEventDestroy(ev->stop[i]);
         }
         tuned__check_close(&ev->check);
+        tuned__lce_close(&ev->lce);
+        tuned__lce_close(&ev->small);
+        if (ev->timing_module != NULL)
+            d->cuModuleUnload(ev->timing_module);
         tuned__workspace_free(d, &ev->work);
         if (ev->flush != 0)
             d->cuMemFree(ev->flush);
@@ -342,6 +497,8 @@ void tuned__evaluator_close(tuned__evaluator *ev)
             d->cuStreamDestroy(ev->stream);
         d->cuDevicePrimaryCtxRelease(ev->gpu.device);
     }
+    tuned__lce_ref_free(&ev->ref);
+    tuned__cublas_unload(&ev->blas);
     free(ev);
 }
 
@@ -426,11 +583,40 @@ static void judge_gpu_failure(tuned__evaluator *ev, tuned__eval_result *res, int
     snprintf(res->detail, sizeof res->detail, "not run to the end: %s", why);
 }
 
+/* A kind evaluated in chunks: nothing to compile per config. */
+static int run_chunked(tuned__evaluator *ev, const tuned__config *cfgs, size_t n,
+                       tuned__eval_result *results, tuned__err *e)
+{
+    for (size_t i = 0; i < n; i++) {
+        memset(&results[i], 0, sizeof results[i]);
+        results[i].status = TUNED__EVAL_UNRUN;
+    }
+    int rc = tuned__cuda_check(ev->d, ev->d->cuCtxSetCurrent(ev->ctx), e,
+                               "making the context current");
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        if (cfgs[i].family != TUNED__FAMILY_CHUNK) {
+            results[i].status = TUNED__EVAL_COMPILE_ERROR;
+            snprintf(results[i].detail, sizeof results[i].detail,
+                     "%s is tuned by its chunk, not a kernel config",
+                     tuned__shape_spec(&ev->shape)->name);
+            continue;
+        }
+        if (ev->opts.on_variant != NULL)
+            ev->opts.on_variant(ev->opts.on_variant_ctx, &cfgs[i]);
+        rc = evaluate_chunk(ev, &cfgs[i], &results[i], e);
+        if (rc != 0)
+            judge_gpu_failure(ev, &results[i], rc, e);
+    }
+    return rc;
+}
+
 int tuned__evaluator_run(tuned__evaluator *ev, const tuned__config *cfgs, size_t n,
                          tuned__eval_result *results, tuned__err *e)
 {
     if (n == 0)
         return 0;
+    if (ev->chunked)
+        return run_chunked(ev, cfgs, n, results, e);
     tuned__compile_target target = {
         .nvrtc = ev->nvrtc,
         .arch = ev->gpu.cc_major * 10 + ev->gpu.cc_minor,

@@ -124,6 +124,8 @@ bool tuned__space_valid(const tuned__space *sp, const tuned__config *c, char *wh
 {
     if (!tuned__config_check(c, &sp->shape, sp->arch, sp->sms, why, n))
         return false;
+    if (c->family == TUNED__FAMILY_CHUNK)
+        return tuned__space_chunk_policy(sp, c, why, n);
     return c->family == TUNED__FAMILY_TMA ? tma_policy(sp, c, why, n) : rows_policy(sp, c, why, n);
 }
 
@@ -180,6 +182,14 @@ static bool offer_per_vector(const tuned__space *sp, tuned__config c, bool all_r
  * clustered rows held by replicas. False when a visit stopped it. */
 static bool enumerate(const tuned__space *sp, visit_fn visit, void *ctx)
 {
+    if (tuned__space_chunked(sp)) {
+        tuned__config chunks[40];
+        size_t nc = tuned__space_chunk_list(sp, chunks, sizeof chunks / sizeof chunks[0]);
+        for (size_t i = 0; i < nc && i < sizeof chunks / sizeof chunks[0]; i++)
+            if (!offer(sp, &chunks[i], visit, ctx))
+                return false;
+        return true;
+    }
     for (unsigned w = 1; w <= 32; w *= 2)
         for (unsigned r = 1; r <= 32 * w && r <= MAX_ROWS_PER_BLOCK; r *= 2)
             for (unsigned cl = 1; cl <= 16; cl *= 2)
@@ -417,9 +427,25 @@ static size_t tma_neighbors(const tuned__space *sp, const tuned__config *c, tune
     return n < cap ? n : cap;
 }
 
+/* A chunk: twice and half its rows, and the budget's own chunk. */
+static size_t chunk_neighbors(const tuned__space *sp, const tuned__config *c, tuned__config *out,
+                              size_t cap)
+{
+    size_t n = 0;
+    tuned__config m = *c;
+    m.chunk = c->chunk * 2, add_move(sp, &m, out, cap, &n);
+    m.chunk = c->chunk / 2, add_move(sp, &m, out, cap, &n);
+    m.chunk = tuned__chunk_rule(&sp->shape);
+    if (m.chunk != c->chunk)
+        add_move(sp, &m, out, cap, &n);
+    return n < cap ? n : cap;
+}
+
 size_t tuned__space_neighbors(const tuned__space *sp, const tuned__config *c, tuned__config *out,
                               size_t cap)
 {
+    if (c->family == TUNED__FAMILY_CHUNK)
+        return chunk_neighbors(sp, c, out, cap);
     if (c->family == TUNED__FAMILY_TMA)
         return tma_neighbors(sp, c, out, cap);
     size_t n = 0;
@@ -502,6 +528,12 @@ static bool add_most_blocks(const tuned__space *sp, tuned__config c, bool stashe
 size_t tuned__space_seeds(const tuned__space *sp, tuned__config *out, size_t cap)
 {
     size_t n = 0;
+    if (tuned__space_chunked(sp)) {
+        /* the rule's chunk: what a call without a record takes */
+        tuned__config c = {.family = TUNED__FAMILY_CHUNK, .chunk = tuned__chunk_rule(&sp->shape)};
+        add_move(sp, &c, out, cap, &n);
+        return n < cap ? n : cap;
+    }
     uint8_t widest = (uint8_t)(16 / tuned_dtype_size(sp->shape.dtype));
     /* For each size of a row's thread group, from a quarter warp to a
      * 16-block cluster: the widest vectors, blocks of at least four warps

@@ -62,4 +62,23 @@ void tuned__space_random(const tuned__space *sp, tuned__rng *rng, tuned__config 
 /* Heuristic starting points (widest vectors, a few row-group sizes). */
 size_t tuned__space_seeds(const tuned__space *sp, tuned__config *out, size_t cap);
 
+/* ---- kinds evaluated in chunks (space_chunk.c) ---- */
+
+/* Whether sp's kind is tuned by its chunk (family chunk) rather than a
+ * kernel config. */
+bool tuned__space_chunked(const tuned__space *sp);
+
+/* The chunk a caller without a record takes for s: the largest multiple
+ * of 64 rows whose logits (rows x cols in the dtype) fit the key's
+ * "budget" MiB, at least 64, at most s's rows. */
+uint32_t tuned__chunk_rule(const tuned__shape *s);
+
+/* The space's policy on a chunk config (tuned__config_check passed). */
+bool tuned__space_chunk_policy(const tuned__space *sp, const tuned__config *c, char *why,
+                               size_t n);
+
+/* The space's chunks, smallest first, the rule's last: at most cap into
+ * out, their number returned (always at least 1). */
+size_t tuned__space_chunk_list(const tuned__space *sp, tuned__config *out, size_t cap);
+
 #endif

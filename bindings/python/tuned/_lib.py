@@ -44,6 +44,7 @@ KERNELS = {
     "cross_entropy_bwd": 7,
     "router_topk": 8,
     "router_topk_bwd": 9,
+    "linear_cross_entropy": 10,
 }
 
 
@@ -203,6 +204,11 @@ _PROTOTYPES = {
         ctypes.c_int,
         [ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_int,
          ctypes.c_int, ctypes.POINTER(Choice)],
+    ),
+    "tuned_lookup_params": (
+        ctypes.c_int,
+        [ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_char_p,
+         ctypes.c_int, ctypes.c_int, ctypes.POINTER(Choice)],
     ),
     "tuned_tune": (
         ctypes.c_int,

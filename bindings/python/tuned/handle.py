@@ -173,10 +173,17 @@ class Handle:
         _lib.check(self._lib, rc, h, "tuned_last_choice")
         return _choice(c)
 
-    def lookup(self, rows, cols, dtype="fp16", device=-1, kernel="softmax"):
-        """The Choice a call of kernel on this shape would make (nothing launched)."""
+    def lookup(self, rows, cols, dtype="fp16", device=-1, kernel="softmax", params=None):
+        """The Choice a call of kernel on this shape would make (nothing launched);
+        params: the kind's key parameters as text ("hidden=2048,budget=1024")."""
         h = self._live()
         c = _lib.Choice()
+        if params:
+            rc = self._lib.tuned_lookup_params(h, _lib.kernel_code(kernel), rows, cols,
+                                               params.encode(), dtype_code(dtype), device,
+                                               ctypes.byref(c))
+            _lib.check(self._lib, rc, h, "tuned_lookup_params")
+            return _choice(c)
         rc = self._lib.tuned_lookup(h, _lib.kernel_code(kernel), rows, cols, dtype_code(dtype),
                                     device, ctypes.byref(c))
         _lib.check(self._lib, rc, h, "tuned_lookup")

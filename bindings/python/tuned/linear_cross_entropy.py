@@ -31,9 +31,16 @@ cross-entropy does: each GEMM sums in fp32, the running sum is rounded
 once a chunk), unless accumulate_fp32 (an fp32 buffer of weight's size,
 and a weight-sized product a chunk).
 
-The chunk size is a choice the tuner should make by measurement within a
-memory budget, per (tokens, hidden, vocabulary, dtype, GPU); here it is
-the rule above, and the argument.
+The chunk size, when chunk_rows is not given on CUDA, is the stored
+winner of the kind linear_cross_entropy for (tokens, vocabulary, hidden,
+the budget max_chunk_bytes in MiB, dtype, GPU): the tuner measures the
+whole loss block (GEMMs and kernels, forward and backward) at each chunk
+the budget allows, and stores the fastest as it stores any winner (the
+daemon and the fleet share it). libtuned's lookup asks for that tune
+under its policies (the daemon, a child tuned process) when no record
+exists, and answers meanwhile with the rule above, which is also what
+every other case takes (CPU, no libtuned, a budget or hidden size the
+key cannot name).
 
 Options are tuned.cross_entropy's: ignore_index, label_smoothing, z_loss,
 scale, softcap (Gemma 2's tanh cap, applied to each chunk's logits by
@@ -68,6 +75,38 @@ def _chunk_rows(rows, cols, esize, chunk_rows, max_chunk_bytes):
         return max(1, min(int(chunk_rows), rows))
     fit = max_chunk_bytes // max(1, cols * esize)
     return max(1, min(rows, max(64, fit // 64 * 64)))
+
+
+# The key's limits (src/codegen/kind.c, linear_cross_entropy's parameters).
+_MAX_KEY_HIDDEN = 32768
+_KEY_BUDGET_MIB = (16, 65535)
+
+
+def _tuned_chunk(h, w, max_chunk_bytes):
+    """The chunk rows libtuned's store holds (or its lookup answers) for
+    this call's key, or None where no key applies or libtuned cannot say
+    (the caller then takes the rule)."""
+    from . import handle as _handle
+    from .errors import LibraryError, TunedError
+    from .torch_ops import _DTYPES
+    rows, hidden, cols = h.shape[0], h.shape[1], w.shape[0]
+    mib, rest = divmod(int(max_chunk_bytes), 1 << 20)
+    if (not h.is_cuda or h.dtype not in _DTYPES or _compiling() or rest != 0
+            or not _KEY_BUDGET_MIB[0] <= mib <= _KEY_BUDGET_MIB[1]
+            or not 1 <= hidden <= _MAX_KEY_HIDDEN):
+        return None
+    try:
+        hd = _handle._default or _handle.default_handle()
+        choice = hd.lookup(rows, cols, dtype=_DTYPES[h.dtype],
+                           device=h.device.index if h.device.index is not None else -1,
+                           kernel="linear_cross_entropy",
+                           params=f"hidden={hidden},budget={mib}")
+    except (LibraryError, TunedError, ValueError, OSError):
+        return None
+    config = choice.config
+    if not config.startswith("chunk") or not config[5:].isdigit():
+        return None
+    return max(1, min(int(config[5:]), rows))
 
 
 class _Chunk:
@@ -330,7 +369,10 @@ def linear_cross_entropy(hidden, weight, labels, bias=None, ignore_index=-100,
         return zero
     need_grad = torch.is_grad_enabled() and any(
         t is not None and t.requires_grad for t in (h, w, bias))
-    chunk = _chunk_rows(h.shape[0], w.shape[0], h.element_size(), chunk_rows, max_chunk_bytes)
+    chunk = None if chunk_rows is not None else _tuned_chunk(h, w, max_chunk_bytes)
+    if chunk is None:
+        chunk = _chunk_rows(h.shape[0], w.shape[0], h.element_size(), chunk_rows,
+                            max_chunk_bytes)
     # The rows' losses, reduced here: without a gradient (the loss kernel
     # alone, no gradient GEMMs), and for fp16 with one, so that the
     # backward forms the gradients with the upstream one (a loss scaler's
