@@ -7,8 +7,11 @@ Shape: tokens x hidden @ (vocabulary x hidden).T, bf16 (default the
   torch          F.cross_entropy(hidden @ W.T) in fp32, as transformers'
                  own loss does (logits upcast)
   tuned_ce       tuned.cross_entropy(hidden @ W.T, in place): the logits held
-  tuned_linear_N tuned.linear_cross_entropy, chunks of N rows (several N:
-                 the choice the tuner should make, measured here by hand)
+  tuned_linear   tuned.linear_cross_entropy as a user calls it: the chunk
+                 the store holds for the key (the kind linear_cross_entropy,
+                 tuned by `tuned tune`), else the size rule; printed
+  tuned_linear_N the same with chunks of N rows given (several N: what
+                 the tuner chooses among, measured here by hand)
   liger_flce     Liger's LigerFusedLinearCrossEntropyFunction
   cce            Apple's Cut Cross-Entropy (cut_cross_entropy)
 Each: the median time (us) of CUDA events after warm-up with L2 flushed,
@@ -23,6 +26,7 @@ with cross_entropy's record for the chunk shapes, else the default
 config); liger_kernel and cut_cross_entropy for their columns."""
 
 import argparse
+import importlib
 import sys
 
 import torch
@@ -53,6 +57,11 @@ def main():
         "torch": lambda x, w: F.cross_entropy((x @ w.t()).float(), y),
         "tuned_ce": lambda x, w: tuned.cross_entropy(x @ w.t(), y, inplace_backward=True),
     }
+    lce_module = importlib.import_module("tuned.linear_cross_entropy")  # the module, not its function
+    auto = lce_module._tuned_chunk(x0, w0, 256 << 20)
+    print(f"tuned_linear: chunk {auto} rows from the store"
+          if auto is not None else "tuned_linear: no stored chunk (the size rule)")
+    methods["tuned_linear"] = lambda x, w: tuned.linear_cross_entropy(x, w, y)
     for c in (int(s) for s in args.chunks.split(",")):
         methods[f"tuned_linear_{c}"] = (
             lambda x, w, c=c: tuned.linear_cross_entropy(x, w, y, chunk_rows=c))
