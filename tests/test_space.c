@@ -865,11 +865,10 @@ static void chunk_spaces(void)
                sp.count, cases[i].count);
         for (size_t j = 0; j < sp.count; j++) {
             const tuned__config *c = &sp.valid[j];
+            const uint64_t budget = (uint64_t)tuned__params_value(k, s.params, "budget", 0) << 20;
+            const bool fits = (uint64_t)c->chunk * s.cols * 2 <= budget;
             EXPECT(c->family == TUNED__FAMILY_CHUNK && c->chunk <= cases[i].rule &&
-                       (uint64_t)c->chunk * s.cols * 2 <= ((uint64_t)tuned__params_value(
-                                                               k, s.params, "budget", 0)
-                                                           << 20) ||
-                       c->chunk == cases[i].rule,
+                       (fits || c->chunk == cases[i].rule),
                    "chunk%u within the budget", c->chunk);
             tuned__config nb[8];
             size_t n = tuned__space_neighbors(&sp, c, nb, 8);

@@ -64,8 +64,14 @@ static void on_progress(void *ctx, const tuned__tune_progress *p)
                 (unsigned long long)pl->shape->cols, tuned_dtype_name(pl->shape->dtype),
                 p->gpu->ordinal, p->gpu->name, p->gpu->cc_major, p->gpu->cc_minor,
                 p->gpu->sm_count);
-        fprintf(stderr, "tuned: copy of one tensor (roofline): %.2f us, %.0f GB/s; floor %.2f us\n",
-                p->copy_us, bytes / (p->copy_us * 1e3), floor_us);
+        const tuned__kind_spec *spec = tuned__shape_spec(pl->shape);
+        if (spec->evaluate != TUNED__EVALUATE_KERNEL)
+            fprintf(stderr, "tuned: floor (%s): %.2f us\n", tuned__kind_floor_text(spec),
+                    floor_us);
+        else
+            fprintf(stderr, "tuned: %s: %.2f us, %.0f GB/s; floor %.2f us\n",
+                    tuned__kind_floor_text(spec), p->copy_us, bytes / (p->copy_us * 1e3),
+                    floor_us);
         return;
     }
     const tuned__search_progress *s = p->search;

@@ -395,6 +395,9 @@ double tuned__kind_bytes(const tuned__kind_spec *k, uint64_t rows, uint64_t cols
 
 double tuned__kind_copies(const tuned__kind_spec *k, uint64_t rows, uint64_t cols, size_t esize)
 {
+    /* a composite's measured floor is its floor: no bytes to scale it by */
+    if (k->evaluate != TUNED__EVALUATE_KERNEL)
+        return 1.0;
     return tuned__kind_bytes(k, rows, cols, esize) /
            (2.0 * (double)rows * (double)tuned__wire_cols_cols(cols) * (double)esize);
 }
@@ -518,4 +521,11 @@ bool tuned__kind_default_code(const tuned__kind_spec *k)
 {
     return k == NULL ||
            tuned__kind_identity_hash(k) == tuned__kind_identity_hash(tuned__kind(TUNED__KIND_DEFAULT));
+}
+
+const char *tuned__kind_floor_text(const tuned__kind_spec *k)
+{
+    if (k != NULL && k->evaluate == TUNED__EVALUATE_CHUNKED_LINEAR_CE)
+        return "the GEMMs alone, at the budget's largest chunk";
+    return "copy of one tensor (roofline)";
 }

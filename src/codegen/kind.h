@@ -284,8 +284,14 @@ double tuned__kind_bytes(const tuned__kind_spec *k, uint64_t rows, uint64_t cols
 /* The kind's floor in copies: its bytes over those of a device-to-device
  * copy of one rows x cols matrix (which reads one and writes one), so that
  * its floor is this times the copy's time (1 for a forward softmax, 1.5
- * for a backward, about 0.5 for the loss-only cross-entropy). */
+ * for a backward, about 0.5 for the loss-only cross-entropy; 1 for a
+ * kind evaluated as a composite, whose reference time is its floor). */
 double tuned__kind_copies(const tuned__kind_spec *k, uint64_t rows, uint64_t cols, size_t esize);
+
+/* What the evaluator's reference time (copy_us in records) is a time of,
+ * for messages: a copy of one tensor for a kernel, the GEMMs alone for a
+ * chunked linear cross-entropy (whose floor it is, tuned__kind_copies 1). */
+const char *tuned__kind_floor_text(const tuned__kind_spec *k);
 
 /* Tensors of rows x cols the kind moves (tuned__kind_bytes over one
  * matrix's bytes, rounded down): the daemon's and CLI's size caps. */
