@@ -315,7 +315,7 @@ size_t tuned__kind_elem_size(const tuned__kind_spec *k, unsigned i, size_t esize
 size_t tuned__kind_elem_size_flags(const tuned__kind_spec *k, unsigned i, size_t esize,
                                    unsigned flags)
 {
-    for (unsigned f = 0; f < 3; f++)
+    for (unsigned f = 0; f < TUNED__KIND_MAX_FLAGS; f++)
         if ((flags & (1u << f)) && k->flag_int32[f] == i + 1)
             return 4;
     return elem_size(&k->tensor[i], esize);
@@ -437,7 +437,7 @@ uint64_t tuned__kind_code_hash(const tuned__kind_spec *k)
     /* A kind from before these fields has none of them: its hash stays. */
     if (k->defines != NULL)
         h = tuned__fnv1a64(k->defines, strlen(k->defines), h);
-    for (unsigned i = 0; i < 3 && k->flag[i] != NULL; i++)
+    for (unsigned i = 0; i < TUNED__KIND_MAX_FLAGS && k->flag[i] != NULL; i++)
         h = tuned__fnv1a64(k->flag[i], strlen(k->flag[i]), h);
     for (unsigned i = 0; i < 2 && k->helper[i] != NULL; i++)
         h = tuned__fnv1a64(k->helper[i], strlen(k->helper[i]), h);
