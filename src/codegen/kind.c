@@ -53,9 +53,10 @@
  * (the gradient needs fp32 exps). */
 #define CE_PARTS {"softmax_common", "softmax_rows_common", "cross_entropy", "cross_entropy_aux"}
 #define CE_COMMON                                                                           \
-    .params_size = 48, .scaled = false,                                                                                             \
+    .params_size = 64, .scaled = false,                                                     \
     .helper = {"tuned_cross_entropy_count", "tuned_cross_entropy_rescale"},             \
-    .flag = {"T_CE_SMOOTH", "T_CE_LABEL32"}, .flag_int32 = {0, 2}, .rows_held = 1, .keeps_exps = false,           \
+    .flag = {"T_CE_SMOOTH", "T_CE_LABEL32", "T_CE_SOFTCAP", "T_CE_ARGMAX"},                \
+    .flag_int32 = {0, 2}, .rows_held = 1, .keeps_exps = false,                              \
     .stash = false, .replicas = false, .line_head = true,                                   \
     .reference = TUNED__REF_CROSS_ENTROPY,                                                  \
     .reference_parts = {"softmax_common", "reference", "cross_entropy_reference"}
