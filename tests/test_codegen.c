@@ -418,6 +418,8 @@ int main(void)
                 EXPECT(tuned__config_parse(ce_configs[i], &c, &e) == 0, "%s", e.msg);
                 if (dt == TUNED_FP32 && c.reg == TUNED__REG_PK)
                     c.vec = 4, c.reg = TUNED__REG_F32, c.cluster = 16;
+                if (!tuned__kind(kernel)->pairs)
+                    c.red = TUNED__RED_SPLIT; /* the backward reduces nothing */
                 tuned__codegen_opts o = {.unaligned = i == 1,
                                          .flags = ce_flags[(i + (size_t)dt) % 3]};
                 char *src = NULL;
