@@ -424,7 +424,23 @@ TUNED_EXTERN int tuned_log_softmax_backward(tuned_handle *h, const void *y, cons
  * TUNED_CE_ERR_LABEL is OR-ed into *error (when given), which the caller
  * reads whenever it likes (after a synchronisation it makes anyway):
  * nothing on the hot path waits for it. NaN or +inf logits and rows of
- * only -inf give a NaN loss, as torch.nn.functional.cross_entropy. */
+ * only -inf give a NaN loss, as torch.nn.functional.cross_entropy.
+ *
+ * softcap (0: none): every logit is first capped, c = softcap *
+ * tanh(x / softcap) (Gemma 2's final logit cap), in the kernel, in fp32
+ * (no capped copy of the logits): the formulas above take s c for s x,
+ * and the gradient is chained through the cap, d loss / d x = d loss / d c
+ * (1 - (c / softcap)^2). A logit of -inf (a masked class) stays -inf:
+ * it takes no probability through the cap (tanh would give it -softcap)
+ * and its gradient is 0. The backward must be given the same softcap as
+ * the forward whose lse it reads.
+ * argmax (NULL: none; the forward calls only): per row, the lowest column
+ * holding the row's largest s c (s x without a cap), a NaN counting as the
+ * largest (as torch.argmax), written in the same pass, with the labels'
+ * type (int64, or int32 with labels_int32), for ignored rows too. Each of
+ * the two is compiled in only when a call asks for it (its own variant of
+ * the kernel; the first call compiles it), so a call without it costs
+ * nothing more. */
 typedef enum tuned_reduction {
     TUNED_REDUCTION_NONE = 0,
     TUNED_REDUCTION_SUM = 1,
@@ -446,6 +462,11 @@ typedef struct tuned_ce_options {
     void *workspace;          /* device, TUNED_CE_WORKSPACE_BYTES, 4-byte aligned:
                                  "mean" only; NULL otherwise */
     int labels_int32;         /* 1: labels are int32; 0: int64 */
+    /* Added 2026-11-29, at the end (a caller that sets them must have
+     * called tuned_ce_options_init on this header's struct): */
+    float softcap;            /* > 0 and finite: the tanh cap (see above); 0: none */
+    void *argmax;             /* device, rows elements of the labels' type, aligned
+                                 to it: each row's argmax (see above); NULL: none */
 } tuned_ce_options;
 
 /* The defaults: scale 1, no smoothing, no z-loss, ignore_index -100,
@@ -459,14 +480,16 @@ TUNED_EXTERN void tuned_ce_options_init(tuned_ce_options *o);
  * (whose reduction, mean, needs a workspace: EINVAL). Errors as
  * tuned_softmax, and
  * TUNED_EINVAL for bad options (a scale not positive, eps outside [0, 1],
- * z < 0, mean without a workspace, misaligned or overlapping tensors). */
+ * z < 0, a softcap negative or not finite, mean without a workspace,
+ * misaligned or overlapping tensors). */
 TUNED_EXTERN int tuned_cross_entropy(tuned_handle *h, const void *logits, const void *labels,
                                      void *grad, float *loss, float *lse, int64_t rows,
                                      int64_t cols, int64_t row_stride, tuned_dtype dtype,
                                      const tuned_ce_options *o, void *stream);
 
 /* The gradient alone from the logits and the lse a forward saved: one read
- * and one write. Arguments as tuned_cross_entropy. */
+ * and one write. Arguments as tuned_cross_entropy (o->argmax must be
+ * NULL: TUNED_EINVAL). */
 TUNED_EXTERN int tuned_cross_entropy_backward(tuned_handle *h, const void *logits,
                                               const void *labels, const float *lse, void *grad,
                                               int64_t rows, int64_t cols, int64_t row_stride,

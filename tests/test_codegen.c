@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "src/codegen/cross_entropy.h"
 #include "src/codegen/nvrtc.h"
 #include "src/codegen/source.h"
 #include "src/tuner/space.h"
@@ -398,6 +399,40 @@ int main(void)
                     check_variant_opts(n, &c, &s, &unaligned);
                     compiled++, per_kernel[kernel]++;
                 }
+            }
+    /* The cross-entropy kinds' compiled-in options: the softcap and the
+     * argmax (with smoothing and int32 labels, and alone), in every dtype,
+     * on a cluster of packed registers, fp32 rows of one block (two-round
+     * and fused reductions) and rows in part of a warp, with a tail. */
+    static const char *const ce_configs[] = {"w8.r1.c8.m1.v8.ld=cs.st=def.reg=pk.red=fused",
+                                             "w16.r1.c1.m1.v4.ld=def.st=cs.reg=f32.red=split",
+                                             "w4.r8.c1.m2.v2.ld=cs.st=def.reg=f32.red=fused"};
+    static const unsigned ce_flags[] = {TUNED__CE_FLAG_SOFTCAP | TUNED__CE_FLAG_ARGMAX,
+                                        TUNED__CE_FLAG_SOFTCAP | TUNED__CE_FLAG_SMOOTH |
+                                            TUNED__CE_FLAG_LABEL32,
+                                        TUNED__CE_FLAG_ARGMAX | TUNED__CE_FLAG_SMOOTH};
+    for (unsigned kernel = TUNED_KERNEL_CROSS_ENTROPY; kernel <= TUNED_KERNEL_CROSS_ENTROPY_BWD;
+         kernel++)
+        for (int dt = TUNED_FP16; dt <= TUNED_FP32; dt++)
+            for (size_t i = 0; i < sizeof ce_configs / sizeof ce_configs[0]; i++) {
+                tuned__config c;
+                tuned__shape s = {(tuned_dtype)dt, 64, i == 0 ? 128256 : i == 1 ? 32003 : 1001,
+                                  (uint8_t)kernel, 0};
+                EXPECT(tuned__config_parse(ce_configs[i], &c, &e) == 0, "%s", e.msg);
+                if (dt == TUNED_FP32 && c.reg == TUNED__REG_PK)
+                    c.vec = 4, c.reg = TUNED__REG_F32, c.cluster = 16;
+                if (!tuned__kind(kernel)->pairs)
+                    c.red = TUNED__RED_SPLIT; /* the backward reduces nothing */
+                tuned__codegen_opts o = {.unaligned = i == 1,
+                                         .flags = ce_flags[(i + (size_t)dt) % 3]};
+                char *src = NULL;
+                EXPECT(tuned__source_kernel(&c, &s, &o, &src, &e) == 0 && src != NULL &&
+                           ((o.flags & TUNED__CE_FLAG_SOFTCAP) == 0) ==
+                               (strstr(src, "#define T_CE_SOFTCAP 1\n") == NULL),
+                       "%s: the softcap define: %s", ce_configs[i], e.msg);
+                free(src);
+                check_variant_opts(n, &c, &s, &o);
+                compiled++, per_kernel[kernel]++, clusters += c.cluster > 1;
             }
     static const char *const ex_configs[] = {"w32.r1.c2.m1.v8.ld=def.st=def.reg=ex.red=fused",
                                              "w8.r1.c8.m4.v8.ld=cs.st=def.reg=ex",

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "src/codegen/cross_entropy.h"
 #include "src/driver/check.h"
 #include "src/tuner/evaluator.h"
 #include "src/tuner/space.h"
@@ -231,6 +232,38 @@ static size_t stashes_are_correct(gpu_env *g, unsigned kernel)
                              "stash");
 }
 
+/* The cross-entropy kinds built with their compiled-in softcap and argmax
+ * (the check runs them at its cap and checks the argmax against the float64
+ * reference's): rows of a block and rows on a cluster, every dtype. */
+static size_t ce_options_are_correct(gpu_env *g)
+{
+    static const uint64_t shapes[][2] = {{64, 5000}, {4, 128256}};
+    size_t runs = 0;
+    for (unsigned kernel = TUNED_KERNEL_CROSS_ENTROPY; kernel <= TUNED_KERNEL_CROSS_ENTROPY_BWD;
+         kernel++)
+        for (int dt = TUNED_FP16; dt <= TUNED_FP32; dt++)
+            for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+                tuned__shape s = {(tuned_dtype)dt, shapes[i][0], shapes[i][1], (uint8_t)kernel, 0};
+                tuned__space sp;
+                tuned__err e = {0};
+                if (tuned__space_init(&sp, &s, g->gpu.cc_major * 10 + g->gpu.cc_minor,
+                                      g->gpu.sm_count, &e) != 0) {
+                    EXPECT(0, "space: %s", e.msg);
+                    continue;
+                }
+                tuned__config cfgs[4];
+                tuned__rng rng = {91 + (uint64_t)dt * 10 + i + 100 * kernel};
+                for (size_t k = 0; k < 4; k++)
+                    tuned__space_random(&sp, &rng, &cfgs[k]);
+                tuned__eval_opts o = quick_opts();
+                o.codegen.flags = TUNED__CE_FLAG_SOFTCAP | TUNED__CE_FLAG_ARGMAX;
+                expect_correct(g, &s, cfgs, 4, &o);
+                runs += 4;
+                tuned__space_free(&sp);
+            }
+    return runs;
+}
+
 /* ---- `test_gpu fault`: a variant that kills the context (its own
  * process: the context stays dead) ---- */
 
@@ -417,6 +450,7 @@ int main(int argc, char **argv)
     variants += stashes_are_correct(&g, TUNED_KERNEL_LOG_SOFTMAX);
     variants += replicas_are_correct(&g, TUNED_KERNEL_SOFTMAX);
     variants += replicas_are_correct(&g, TUNED_KERNEL_LOG_SOFTMAX);
+    variants += ce_options_are_correct(&g);
     planted_bugs_are_caught(&g);
     stray_writes_are_caught(&g);
     tuned__nvrtc_unload(g.n);

@@ -32,6 +32,32 @@
  * The owner writes the row's loss, lse and z term (lane 0 where there is
  * no owner: an ignored or bad label).
  *
+ * With T_CE_SOFTCAP every x above is c = cap tanh(x / cap) (Gemma 2's
+ * logit cap), formed in fp32 from the x the thread holds, and the
+ * gradient is chained through it: dL/dx = dL/dc (1 - (c / cap)^2), in
+ * fp32, rounded once. x = -inf (a masked lane, and the slots past a row's
+ * end) stays -inf, so it carries no mass (tanh would make it -cap);
+ * its gradient is 0. tanhf is CUDA's (2 ulp at most): tanh.approx.f32
+ * (2^-11 relative) moved the loss of confident rows by 1e-4 relative,
+ * ten times the loss's budget (docs/decisions.md). Registers that hold
+ * fp32 values are capped once, as loaded; packed registers
+ * (reg=pk) are capped at each use (the sum, the store): two tanhs an
+ * element, no more registers. The row's maximum is the cap of the
+ * maximum x (the cap rises with x).
+ *   capped   the stages above then run on c: the sum's exps are not kept
+ *            (the store needs c again for the chain), so the store takes
+ *            exp(s (c - max)) / S again, as reg=pk does
+ * With T_CE_ARGMAX the forward kernels write each row's argmax: the
+ * lowest column holding the row's maximum of s c (of s x without the
+ * cap), a NaN counting as the maximum (as torch.argmax), as the labels'
+ * type. Each thread notes, before its exps, the lowest column of its own
+ * maximum and of its first NaN (argmax); once the row's maximum is
+ * reduced, a thread whose own maximum is the row's offers its column,
+ * and one more reduction, a min over the row (its own round: a barrier,
+ * and in a cluster one more mailbox exchange), picks the lowest. Keys are
+ * floats: col for a maximum, col - 2^24 for a NaN (below every maximum),
+ * +inf for none; exact while the row has fewer than 2^24 columns.
+ *
  * Kernels:
  *   tuned_cross_entropy_rows   T_CE_KIND 0: fused loss + gradient;
  *                              T_CE_KIND 1: loss (and lse) only, grad unused
@@ -50,6 +76,11 @@
  *                0 (default): a nonzero eps makes every row's loss NaN and
  *                sets bit 1 of the error word, never a silently wrong loss
  *   T_CE_LABEL32 1: labels are int32; 0 (default): int64
+ *   T_CE_SOFTCAP 1: the tanh cap compiled in (prm.softcap); 0 (default):
+ *                a nonzero cap makes every row's loss NaN and sets bit 2
+ *                of the error word
+ *   T_CE_ARGMAX  1: the forward kernels write prm.argmax (one more
+ *                reduction round); 0 (default): prm.argmax is not written
  * Not applicable (refused below): T_LOG, T_EXP16 (reg=ex: the exps would
  * be rounded to the dtype before the gradient is formed), T_STASH, T_GRID,
  * T_REPLICAS, T_BWD, T_PLANT_BUG. In place, T_LD 1 (.nc) reads memory the
@@ -62,7 +93,9 @@
  * and per-element gradient (dtype tolerances, NaN for NaN), and by
  * bench/cross_entropy_kernel.py against a float64 torch reference (itself
  * checked against F.cross_entropy) with ignored rows, label smoothing,
- * z-loss, in-place gradients and a bad label. */
+ * z-loss, in-place gradients and a bad label. The softcap and the argmax
+ * against the same float64 reference (its cap and its argmax, near-ties
+ * within fp32 rounding allowed), with the variant built with both. */
 
 #define T_CE 1
 #ifndef T_CE_KIND
@@ -73,6 +106,15 @@
 #endif
 #ifndef T_CE_LABEL32
 #define T_CE_LABEL32 0
+#endif
+#ifndef T_CE_SOFTCAP
+#define T_CE_SOFTCAP 0
+#endif
+#ifndef T_CE_ARGMAX
+#define T_CE_ARGMAX 0
+#endif
+#if T_CE_ARGMAX && T_COLS >= (1 << 24)
+#error "T_CE_ARGMAX: its keys are exact below 2^24 columns"
 #endif
 #if T_LOG || T_EXP16 || T_STASH || T_GRID > 1 || T_REPLICAS > 1 || T_BWD || T_PLANT_BUG
 #error "cross_entropy.cu: no T_LOG, T_EXP16, T_STASH, T_GRID, T_REPLICAS, T_BWD or T_PLANT_BUG"
@@ -88,7 +130,7 @@ typedef long long CeLabel;
 #endif
 
 /* The options, passed by value. Exact C layout (x86-64 and the device
- * agree; the host mirrors it and asserts its size, 48):
+ * agree; the host mirrors it and asserts its size, 64):
  *   offset  0  float        scale         s > 0
  *   offset  4  float        smoothing     eps in [0, 1]
  *   offset  8  float        z_loss        z >= 0 (lse_square_scale)
@@ -101,8 +143,13 @@ typedef long long CeLabel;
  *                                         not written
  *   offset 40  unsigned    *error         device word, OR-ed: bit 0 a label
  *                                         out of range, bit 1 eps != 0 in a
- *                                         build without T_CE_SMOOTH; NULL: not
- *                                         written */
+ *                                         build without T_CE_SMOOTH, bit 2 a
+ *                                         cap without T_CE_SOFTCAP; NULL: not
+ *                                         written
+ *   offset 48  CeLabel     *argmax        per row (T_CE_ARGMAX, forward kernels);
+ *                                         NULL: not written
+ *   offset 56  float        softcap       cap > 0 (T_CE_SOFTCAP); 0: none
+ *   offset 60  int          reserved      0 */
 struct CeParams {
     float scale;
     float smoothing;
@@ -112,11 +159,90 @@ struct CeParams {
     const float *grad_scale;
     float *z_out;
     unsigned *error;
+    CeLabel *argmax;
+    float softcap;
+    int reserved;
 };
-static_assert(sizeof(CeParams) == 48 && alignof(CeParams) == 8, "CeParams layout changed");
+static_assert(sizeof(CeParams) == 64 && alignof(CeParams) == 8, "CeParams layout changed");
 
 #define CE_ERR_LABEL 1u
 #define CE_ERR_SMOOTH 2u
+#define CE_ERR_SOFTCAP 4u
+
+/* The error bits of options asked of a build without them (smoothing,
+ * the cap): the row's loss and gradient are then NaN. */
+__device__ __forceinline__ unsigned ce_missing(const CeParams &prm)
+{
+    return (!T_CE_SMOOTH && prm.smoothing != 0.0f ? CE_ERR_SMOOTH : 0u) |
+           (!T_CE_SOFTCAP && prm.softcap != 0.0f ? CE_ERR_SOFTCAP : 0u);
+}
+
+/* ---- capped: the tanh cap (T_CE_SOFTCAP) ---- */
+
+struct CeCap {
+    float cap, inv; /* cap and 1 / cap */
+};
+
+__device__ __forceinline__ CeCap ce_cap_of(const CeParams &prm)
+{
+    CeCap k;
+    k.cap = prm.softcap;
+    k.inv = T_CE_SOFTCAP ? 1.0f / prm.softcap : 0.0f;
+    return k;
+}
+
+/* c = cap tanh(x / cap), -inf kept (no mass leaks through the cap). */
+__device__ __forceinline__ float ce_cap(float x, const CeCap &k)
+{
+    return x == NEG_INF ? NEG_INF : k.cap * tanhf(x * k.inv);
+}
+
+/* d c / d x = 1 - (c / cap)^2, as (1 - t)(1 + t): no cancellation near
+ * |t| = 1; 0 at c = -inf (t held at -1). */
+__device__ __forceinline__ float ce_cap_slope(float c, const CeCap &k)
+{
+    const float t = fmaxf(c * k.inv, -1.0f);
+    return (1.0f - t) * (1.0f + t);
+}
+
+/* capped: the fp32 values of a thread's row part replaced by their caps,
+ * once, as loaded; packed registers keep x (ce_value caps at each use). */
+__device__ __forceinline__ void ce_cap_row(Held &h, const CeCap &k)
+{
+#if T_CE_SOFTCAP && !T_REG_PACKED
+#pragma unroll
+    for (int it = 0; it < T_ITERS; it++)
+#pragma unroll
+        for (int k2 = 0; k2 < T_VEC; k2++)
+            h.v[it][k2] = ce_cap(h.v[it][k2], k);
+#else
+    (void)h, (void)k;
+#endif
+}
+
+/* Element k of vector it as the softmax sees it (before its scale): c
+ * with the cap, x without. */
+__device__ __forceinline__ float ce_value(const Held &h, int it, int k, const CeCap &cap)
+{
+#if T_CE_SOFTCAP && T_REG_PACKED
+    return ce_cap(held_value(h, it, k), cap);
+#else
+    (void)cap;
+    return held_value(h, it, k);
+#endif
+}
+
+/* max: the thread's maximum of the values, the cap of its maximum x
+ * where the registers hold x. */
+__device__ __forceinline__ float ce_thread_max(const Held &h, const CeCap &cap)
+{
+#if T_CE_SOFTCAP && T_REG_PACKED
+    return ce_cap(thread_max(h), cap);
+#else
+    (void)cap;
+    return thread_max(h);
+#endif
+}
 
 /* What a thread knows of its row's label: whether it is ignored or out of
  * range, and where the owner's slot of column y lies. */
@@ -194,7 +320,7 @@ __device__ __forceinline__ float ce_target_logit(const RowPtrs &p, const CeRow &
  * slot left out (its exps as kept, or computed again from packed
  * registers); every other thread's sum is its own already. */
 __device__ __forceinline__ float ce_sum_without_target(const Held &h, const CeRow &r, float sum,
-                                                       float max, float ks)
+                                                       float max, float ks, const CeCap &cap)
 {
     if (!r.owner)
         return sum;
@@ -208,9 +334,10 @@ __device__ __forceinline__ float ce_sum_without_target(const Held &h, const CeRo
     for (int it = 0; it < T_ITERS; it++)
 #pragma unroll
         for (int k = 0; k < T_VEC; k++) {
-#if T_REG_PACKED
-            const float e = exp_shifted(held_value(h, it, k), shift, ks);
+#if T_REG_PACKED || T_CE_SOFTCAP
+            const float e = exp_shifted(ce_value(h, it, k, cap), shift, ks);
 #else
+            (void)cap;
             const float e = h.v[it][k];
 #endif
             s += (it == r.own_it && k == r.own_k) ? 0.0f : e;
@@ -237,10 +364,30 @@ __device__ __forceinline__ CeSums ce_sums(const CeRow &r, float others, float x_
     return c;
 }
 
-/* mean: the thread's sum of its x inside the row (the slots past its
+/* capped: the sum of exp(s (c - shift)) over the thread's values, the
+ * values kept (the store chains the gradient through c); shift as
+ * exp_and_sum's. */
+__device__ __forceinline__ float ce_exp_and_sum_capped(const Held &h, float max, float ks,
+                                                       const CeCap &cap)
+{
+#if T_FUSED
+    const float shift = max == NEG_INF ? 0.0f : max;
+#else
+    const float shift = max;
+#endif
+    float sum = 0.0f;
+#pragma unroll
+    for (int it = 0; it < T_ITERS; it++)
+#pragma unroll
+        for (int k = 0; k < T_VEC; k++)
+            sum += exp_shifted(ce_value(h, it, k, cap), shift, ks);
+    return sum;
+}
+
+/* mean: the thread's sum of its x (c) inside the row (the slots past its
  * ends hold -inf: left out). */
 __device__ __forceinline__ float thread_sum_x(const Held &h, int lane, int head, int cols,
-                                              bool active)
+                                              bool active, const CeCap &cap)
 {
     float sum = 0.0f;
 #pragma unroll
@@ -250,10 +397,52 @@ __device__ __forceinline__ float thread_sum_x(const Held &h, int lane, int head,
         for (int k = 0; k < T_VEC; k++) {
             const int c = first + k;
             if (PASS_INSIDE(it) || (c >= 0 && c < cols))
-                sum += held_value(h, it, k);
+                sum += ce_value(h, it, k, cap);
         }
     }
     return active ? sum : 0.0f;
+}
+
+/* ---- argmax (T_CE_ARGMAX) ---- */
+
+#define CE_ARG_NAN 16777216.0f /* 2^24: a NaN's key is its column minus this */
+
+struct CeMinOp {
+    __device__ __forceinline__ float operator()(float a, float b) const { return fminf(a, b); }
+};
+
+/* argmax: the thread's key, before its exps replace the values: its first
+ * NaN's column - 2^24, else the lowest column inside the row holding own
+ * (its maximum), else +inf. */
+__device__ __forceinline__ float ce_thread_argkey(const Held &h, float own, int lane, int head,
+                                                  int cols, bool active, const CeCap &cap)
+{
+    int first_nan = 0x7fffffff, first_max = 0x7fffffff;
+#pragma unroll
+    for (int it = T_ITERS - 1; it >= 0; it--) {
+        const int first = (it * ROW_THREADS + lane) * T_VEC - head;
+#pragma unroll
+        for (int k = T_VEC - 1; k >= 0; k--) {
+            const int c = first + k;
+            if (PASS_INSIDE(it) || (c >= 0 && c < cols)) {
+                const float v = ce_value(h, it, k, cap);
+                first_nan = v != v ? c : first_nan;
+                first_max = v == own ? c : first_max;
+            }
+        }
+    }
+    if (!active)
+        return __int_as_float(0x7f800000);
+    return first_nan != 0x7fffffff ? (float)first_nan - CE_ARG_NAN
+           : first_max != 0x7fffffff ? (float)first_max
+                                     : __int_as_float(0x7f800000);
+}
+
+/* argmax: the row's, from the row's keys: a NaN's column, else the
+ * lowest column of the maximum. */
+__device__ __forceinline__ long long ce_argmax_of(float key)
+{
+    return key < 0.0f ? (long long)(key + CE_ARG_NAN) : (long long)key;
 }
 
 /* The row's gradient factors: g_j = gs (p_j zf - target_j), target_j =
@@ -282,7 +471,7 @@ __device__ __forceinline__ CeGrad ce_grad(const CeRow &r, float gscale, float ls
     CeGrad g;
     const float nan = __int_as_float(0x7fc00000);
     const float eps = T_CE_SMOOTH ? prm.smoothing : 0.0f;
-    g.gs = r.bad || (!T_CE_SMOOTH && prm.smoothing != 0.0f) ? nan : gscale * prm.scale;
+    g.gs = r.bad || ce_missing(prm) != 0u ? nan : gscale * prm.scale;
     g.zf = prm.z_loss != 0.0f ? fmaf(2.0f * prm.z_loss, lse, 1.0f) : 1.0f;
     g.on = 1.0f - eps;
     g.off = eps / (float)cols;
@@ -307,22 +496,30 @@ __device__ __forceinline__ void ce_grad_words(u32 (&out)[NWORDS], const CeGrad &
     });
 }
 
+/* capped store: element j's gradient from p_j and d c_j / d x_j. */
+__device__ __forceinline__ float ce_grad_capped(const CeGrad &g, float p, float slope)
+{
+    const float v = g.gs * (fmaf(p, g.zf, -g.off) * slope);
+    return g.zero ? 0.0f : v;
+}
+
 /* store, the label's element: the owner stores it again, after its own
  * vector store of the same element (same thread, program order: the later
  * store wins), with the target 1 - eps + eps / V; p_y from x_y, which the
  * owner took before the reduction. Two more bytes a row. */
 __device__ __forceinline__ void ce_store_target(const RowPtrs &p, const CeRow &r, const CeGrad &g,
-                                                float p_y)
+                                                float p_y, float slope)
 {
     if (r.owner)
-        store_elem(p.yr + r.label * ESIZE, float_to_bits(g.gs * fmaf(p_y, g.zf, -g.on_off)));
+        store_elem(p.yr + r.label * ESIZE,
+                   float_to_bits(g.gs * (fmaf(p_y, g.zf, -g.on_off) * slope)));
 }
 
 /* The same from the row's sums: p_y - 1 formed as -S' / S, not p_y - 1
  * in fp32 (which keeps only the bits of p_y below 1: a bf16 p_y of 0.999
  * lost a third of them), then p_y (zf - 1) + eps - eps / V added. */
 __device__ __forceinline__ void ce_store_target_sums(const RowPtrs &p, const CeRow &r,
-                                                     const CeGrad &g, const CeSums &c)
+                                                     const CeGrad &g, const CeSums &c, float slope)
 {
     if (!r.owner)
         return;
@@ -331,7 +528,7 @@ __device__ __forceinline__ void ce_store_target_sums(const RowPtrs &p, const CeR
     const float pm1 = -c.others * inv;
     /* eps - eps / V = (1 - on) - off */
     const float v = pm1 + fmaf(p_y, g.zf - 1.0f, (1.0f - g.on) - g.off);
-    store_elem(p.yr + r.label * ESIZE, float_to_bits(g.gs * v));
+    store_elem(p.yr + r.label * ESIZE, float_to_bits(g.gs * (T_CE_SOFTCAP ? v * slope : v)));
 }
 
 /* lse = s max + log sum; a row of only -inf has lse -inf (log 0, as
@@ -355,12 +552,12 @@ __device__ __forceinline__ void ce_write_row(const CeRow &r, long long row, floa
     const float sum = c.all;
     const float log_sum = logf(sum);
     const float lse = ce_lse(row_max, sum, prm.scale);
-    const bool smooth_missing = !T_CE_SMOOTH && prm.smoothing != 0.0f;
+    const unsigned missing = ce_missing(prm);
     float l, zterm = prm.z_loss * lse * lse;
     if (r.ignored) {
         l = 0.0f;
         zterm = 0.0f;
-    } else if (r.bad || smooth_missing) {
+    } else if (r.bad || missing != 0u) {
         l = nan;
     } else {
         l = c.e_y >= 0.5f * sum ? log1pf(c.others / c.e_y)
@@ -378,8 +575,8 @@ __device__ __forceinline__ void ce_write_row(const CeRow &r, long long row, floa
         lse_out[row] = lse;
     if (prm.z_out != NULL)
         prm.z_out[row] = zterm;
-    if (prm.error != NULL && (r.bad || smooth_missing))
-        atomicOr(prm.error, (r.bad ? CE_ERR_LABEL : 0u) | (smooth_missing ? CE_ERR_SMOOTH : 0u));
+    if (prm.error != NULL && (r.bad || missing != 0u))
+        atomicOr(prm.error, (r.bad ? CE_ERR_LABEL : 0u) | missing);
 }
 
 #if T_CE_KIND != 2
@@ -400,10 +597,14 @@ tuned_cross_entropy_rows(const unsigned char *logits, const CeLabel *labels, uns
     __shared__ float partial_x[T_WARPS];
     __shared__ Mailbox box_x;
 #endif
+#if T_CE_ARGMAX
+    __shared__ float partial_arg[T_WARPS];
+    __shared__ Mailbox box_arg;
+#endif
 
 #if T_CLUSTER > 1
-    /* open_mailboxes, with the smoothing round's mailbox set up before the
-     * cluster is told they are ready. */
+    /* open_mailboxes, with the smoothing and argmax rounds' mailboxes set
+     * up before the cluster is told they are ready. */
     if (T_FUSED) {
         pair_mailbox_init(box_pairs);
     } else {
@@ -413,6 +614,9 @@ tuned_cross_entropy_rows(const unsigned char *logits, const CeLabel *labels, uns
 #if T_CE_SMOOTH
     mailbox_init(box_x, 1);
 #endif
+#if T_CE_ARGMAX
+    mailbox_init(box_arg, 1);
+#endif
     mailboxes_ready();
 #endif
     const RowSlot slot = row_slot();
@@ -420,36 +624,71 @@ tuned_cross_entropy_rows(const unsigned char *logits, const CeLabel *labels, uns
     const RowPtrs p = row_ptrs(logits, T_CE_KIND == 0 ? grad : (unsigned char *)logits,
                                slot.row, active, row_stride);
     const float ks = prm.scale * LOG2E;
+    const CeCap cap = ce_cap_of(prm);
 
     const long long label = ce_label(labels, slot.row, active, prm);
     const float gscale = T_CE_KIND == 0 ? ce_gscale(prm, slot.row, active) : 1.0f;
     Held h;
     load_row(h, p, slot.lane, cols, active);
+    ce_cap_row(h, cap);
     const CeRow r = ce_row(label, active, slot.lane, p.head, cols, prm);
-    const float x_y = ce_target_logit(p, r, active && !r.ignored && !r.bad);
+    float x_y = ce_target_logit(p, r, active && !r.ignored && !r.bad);
+    if (T_CE_SOFTCAP)
+        x_y = ce_cap(x_y, cap);
     /* the smoothing's sum before the exps replace x */
-    float sum_x = T_CE_SMOOTH ? thread_sum_x(h, slot.lane, p.head, cols, active) : 0.0f;
+    float sum_x = T_CE_SMOOTH ? thread_sum_x(h, slot.lane, p.head, cols, active, cap) : 0.0f;
 
-    const float max = reduce_max(thread_max(h), partial_max, box_max);
+    const float own = ce_thread_max(h, cap);
+    /* argmax: the thread's key before the exps replace the values */
+    float arg_key = T_CE_ARGMAX ? ce_thread_argkey(h, own, slot.lane, p.head, cols, active, cap)
+                                : 0.0f;
+    const float max = reduce_max(own, partial_max, box_max);
+#if T_CE_SOFTCAP
+    float sum = ce_exp_and_sum_capped(h, max, ks, cap);
+#else
     float sum = exp_and_sum(h, max, ks);
-    sum = ce_sum_without_target(h, r, sum, max, ks);
+#endif
+    sum = ce_sum_without_target(h, r, sum, max, ks, cap);
     float row_max = max;
     reduce_row(row_max, sum, partial_max, partial_sum, box_sum, box_pairs, ks);
 #if T_CE_SMOOTH
     sum_x = row_reduce(sum_x, partial_x, box_x, false, SumOp());
 #endif
+#if T_CE_ARGMAX
+    /* a thread whose maximum is not the row's offers no column (a NaN's
+     * key stays: it wins) */
+    if (!(arg_key < 0.0f) && own != row_max)
+        arg_key = __int_as_float(0x7f800000);
+    arg_key = row_reduce(arg_key, partial_arg, box_arg, false, CeMinOp());
+    if (r.writer && prm.argmax != NULL)
+        prm.argmax[slot.row] = (CeLabel)ce_argmax_of(arg_key);
+#else
+    (void)arg_key;
+#endif
     const CeSums c = ce_sums(r, sum, x_y, row_max, ks, active);
     ce_write_row(r, slot.row, row_max, c, x_y, sum_x / (float)cols, loss, lse, prm);
 
 #if T_CE_KIND == 0
+    const CeGrad g = ce_grad(r, gscale, ce_lse(row_max, c.all, prm.scale), cols, prm);
+#if T_CE_SOFTCAP
+    /* capped: exp(s (c - max)) / S again, chained through the cap */
+    const float inv_sum = __frcp_rn(c.all);
+    store_row(p, slot.lane, cols, active, [&](int it, u32(&out)[NWORDS]) {
+        vector_words(out, [&](int k) {
+            const float cv = ce_value(h, it, k, cap);
+            return ce_grad_capped(g, exp_shifted(cv, row_max, ks) * inv_sum,
+                                  ce_cap_slope(cv, cap));
+        });
+    });
+#else
     /* exps of a thread's own shift (T_FUSED) take the row's through
      * row_out, whose sum is the whole S */
     const RowOut o = row_out(max, row_max, c.all, prm.scale, ks);
-    const CeGrad g = ce_grad(r, gscale, ce_lse(row_max, c.all, prm.scale), cols, prm);
     store_row(p, slot.lane, cols, active, [&](int it, u32(&out)[NWORDS]) {
         ce_grad_words(out, g, [&](int k) { return forward_value(h, it, k, o); });
     });
-    ce_store_target_sums(p, r, g, c);
+#endif
+    ce_store_target_sums(p, r, g, c, T_CE_SOFTCAP ? ce_cap_slope(x_y, cap) : 1.0f);
 #else
     (void)grad, (void)gscale;
 #endif
@@ -479,22 +718,35 @@ tuned_cross_entropy_bwd(const unsigned char *logits, const CeLabel *labels, cons
     const RowSlot slot = row_slot();
     const bool active = T_ROWS == 1 || slot.row < rows;
     const RowPtrs p = row_ptrs(logits, grad, slot.row, active, row_stride);
+    const CeCap cap = ce_cap_of(prm);
     const long long label = ce_label(labels, slot.row, active, prm);
     const float lse_r = active ? __ldg(lse + slot.row) : 0.0f;
     const float gscale = ce_gscale(prm, slot.row, active);
     Held h;
     load_row(h, p, slot.lane, cols, active);
+    ce_cap_row(h, cap);
     const CeRow r = ce_row(label, active, slot.lane, p.head, cols, prm);
     const CeGrad g = ce_grad(r, gscale, lse_r, cols, prm);
-    const bool smooth_missing = !T_CE_SMOOTH && prm.smoothing != 0.0f;
-    if (prm.error != NULL && r.writer && (r.bad || smooth_missing))
-        atomicOr(prm.error, (r.bad ? CE_ERR_LABEL : 0u) | (smooth_missing ? CE_ERR_SMOOTH : 0u));
+    const unsigned missing = ce_missing(prm);
+    if (prm.error != NULL && r.writer && (r.bad || missing != 0u))
+        atomicOr(prm.error, (r.bad ? CE_ERR_LABEL : 0u) | missing);
     /* only the owner stores the label's element: no reduction to feed */
-    const float x_y = ce_target_logit(p, r, r.owner);
+    float x_y = ce_target_logit(p, r, r.owner);
+#if T_CE_SOFTCAP
+    x_y = ce_cap(x_y, cap);
+    store_row(p, slot.lane, cols, active, [&](int it, u32(&out)[NWORDS]) {
+        vector_words(out, [&](int k) {
+            const float cv = ce_value(h, it, k, cap);
+            return ce_grad_capped(g, ce_prob(cv, lse_r, prm.scale), ce_cap_slope(cv, cap));
+        });
+    });
+    ce_store_target(p, r, g, ce_prob(x_y, lse_r, prm.scale), ce_cap_slope(x_y, cap));
+#else
     store_row(p, slot.lane, cols, active, [&](int it, u32(&out)[NWORDS]) {
         ce_grad_words(out, g, [&](int k) { return ce_prob(held_value(h, it, k), lse_r, prm.scale); });
     });
-    ce_store_target(p, r, g, ce_prob(x_y, lse_r, prm.scale));
+    ce_store_target(p, r, g, ce_prob(x_y, lse_r, prm.scale), 1.0f);
+#endif
 }
 #endif
 

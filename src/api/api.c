@@ -883,7 +883,7 @@ const tuned__api_entry *tuned__api_find_kind(tuned_handle *h, tuned_kernel kerne
          ctx == NULL || h->d->cuCtxSetCurrent(ctx) != CUDA_SUCCESS))
         return NULL;
     for (unsigned aligned = 0; aligned < 2; aligned++)
-        for (unsigned flags = 0; flags < 8; flags++) {
+        for (unsigned flags = 0; flags < 1u << TUNED__KIND_MAX_FLAGS; flags++) {
             tuned__api_key k = {.ctx = ctx, .rows = (uint64_t)rows, .cols = (uint64_t)cols,
                                 .stride = (uint64_t)row_stride, .dtype = (uint32_t)dtype,
                                 .kernel = (uint16_t)kernel, .aligned = (uint8_t)aligned,

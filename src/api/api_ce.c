@@ -33,6 +33,10 @@ static int ce_params(const tuned_handle *h, const char *fn, const tuned_ce_optio
     if (!(o->z_loss >= 0.0f && o->z_loss <= FLT_MAX))
         return tuned__api_failf(h, TUNED_EINVAL, "%s: z_loss %g (it must be >= 0 and finite)",
                                 fn, (double)o->z_loss);
+    if (!(o->softcap >= 0.0f && o->softcap <= FLT_MAX))
+        return tuned__api_failf(h, TUNED_EINVAL,
+                                "%s: softcap %g (0 for none, else positive and finite)", fn,
+                                (double)o->softcap);
     if ((unsigned)o->reduction > (unsigned)TUNED_REDUCTION_MEAN)
         return tuned__api_failf(h, TUNED_EINVAL, "%s: reduction %d (none 0, sum 1, mean 2)", fn,
                                 (int)o->reduction);
@@ -47,6 +51,9 @@ static int ce_params(const tuned_handle *h, const char *fn, const tuned_ce_optio
         (o->error != NULL && (uintptr_t)o->error % 4 != 0))
         return tuned__api_failf(h, TUNED_EINVAL, "%s: grad_output, z_out and error must be "
                                                  "4-byte aligned", fn);
+    if (o->argmax != NULL && (uintptr_t)o->argmax % (o->labels_int32 ? 4u : 8u) != 0)
+        return tuned__api_failf(h, TUNED_EINVAL, "%s: argmax must be %d-byte aligned (%s)", fn,
+                                o->labels_int32 ? 4 : 8, o->labels_int32 ? "int32" : "int64");
     memset(p, 0, sizeof *p);
     p->scale = o->scale;
     p->smoothing = o->label_smoothing;
@@ -57,8 +64,12 @@ static int ce_params(const tuned_handle *h, const char *fn, const tuned_ce_optio
                                                          : o->grad_output;
     p->z_out = o->z_out;
     p->error = o->error;
+    p->argmax = o->argmax;
+    p->softcap = o->softcap;
     *flags = (o->label_smoothing != 0.0f ? TUNED__CE_FLAG_SMOOTH : 0u) |
-             (o->labels_int32 ? TUNED__CE_FLAG_LABEL32 : 0u);
+             (o->labels_int32 ? TUNED__CE_FLAG_LABEL32 : 0u) |
+             (o->softcap != 0.0f ? TUNED__CE_FLAG_SOFTCAP : 0u) |
+             (o->argmax != NULL ? TUNED__CE_FLAG_ARGMAX : 0u);
     return 0;
 }
 
@@ -102,6 +113,7 @@ static int aux_clear(const tuned_handle *h, const char *fn, const tuned__api_arg
         uint64_t bytes;
     } aux[] = {
         {"z_out", o->z_out, (uint64_t)rows * 4},
+        {"argmax", o->argmax, (uint64_t)rows * (o->labels_int32 ? 4u : 8u)},
         {"error", o->error, 4},
         {"workspace", o->reduction == TUNED_REDUCTION_MEAN ? o->workspace : NULL,
          TUNED_CE_WORKSPACE_BYTES},
@@ -170,6 +182,10 @@ int tuned_cross_entropy_backward(tuned_handle *h, const void *logits, const void
                                  const tuned_ce_options *o, void *stream)
 {
     const void *ptrs[] = {logits, labels, lse, grad};
+    if (o != NULL && o->argmax != NULL)
+        return tuned__api_failf(h, TUNED_EINVAL,
+                                "tuned_cross_entropy_backward: argmax is the forward's "
+                                "(tuned_cross_entropy); pass NULL");
     return ce_call(h, "tuned_cross_entropy_backward", TUNED_KERNEL_CROSS_ENTROPY_BWD, ptrs, labels,
                    rows, cols, row_stride, dtype, o, stream);
 }

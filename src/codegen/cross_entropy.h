@@ -18,20 +18,29 @@ typedef struct tuned__ce_params {
     const float *grad_scale;  /* device; NULL: 1 */
     float *z_out;             /* device, z lse^2 per row; NULL: not written */
     uint32_t *error;          /* device word OR-ed with TUNED__CE_ERR_*; NULL: none */
+    void *argmax;             /* device, per row, the labels' type (TUNED__CE_FLAG_ARGMAX);
+                                 NULL: not written */
+    float softcap;            /* cap > 0 (TUNED__CE_FLAG_SOFTCAP); 0: none */
+    int32_t reserved;         /* 0 */
 } tuned__ce_params;
 
-_Static_assert(sizeof(tuned__ce_params) == 48 && _Alignof(tuned__ce_params) == 8 &&
+_Static_assert(sizeof(tuned__ce_params) == 64 && _Alignof(tuned__ce_params) == 8 &&
                    offsetof(tuned__ce_params, ignore_index) == 16 &&
                    offsetof(tuned__ce_params, grad_scale) == 24 &&
-                   offsetof(tuned__ce_params, error) == 40,
+                   offsetof(tuned__ce_params, error) == 40 &&
+                   offsetof(tuned__ce_params, argmax) == 48 &&
+                   offsetof(tuned__ce_params, softcap) == 56,
                "tuned__ce_params is cross_entropy.cu's CeParams");
 
 /* Bits of the error word. */
 #define TUNED__CE_ERR_LABEL 1u  /* a label outside [0, V) that is not ignore_index */
 #define TUNED__CE_ERR_SMOOTH 2u /* smoothing asked of a variant built without it */
+#define TUNED__CE_ERR_SOFTCAP 4u /* a cap asked of a variant built without it */
 
 /* The flags of the cross-entropy kinds (their spec's flag[]). */
 #define TUNED__CE_FLAG_SMOOTH 1u  /* T_CE_SMOOTH */
 #define TUNED__CE_FLAG_LABEL32 2u /* T_CE_LABEL32 */
+#define TUNED__CE_FLAG_SOFTCAP 4u /* T_CE_SOFTCAP */
+#define TUNED__CE_FLAG_ARGMAX 8u  /* T_CE_ARGMAX */
 
 #endif

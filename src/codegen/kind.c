@@ -53,9 +53,10 @@
  * (the gradient needs fp32 exps). */
 #define CE_PARTS {"softmax_common", "softmax_rows_common", "cross_entropy", "cross_entropy_aux"}
 #define CE_COMMON                                                                           \
-    .params_size = 48, .scaled = false,                                                                                             \
+    .params_size = 64, .scaled = false,                                                     \
     .helper = {"tuned_cross_entropy_count", "tuned_cross_entropy_rescale"},             \
-    .flag = {"T_CE_SMOOTH", "T_CE_LABEL32"}, .flag_int32 = {0, 2}, .rows_held = 1, .keeps_exps = false,           \
+    .flag = {"T_CE_SMOOTH", "T_CE_LABEL32", "T_CE_SOFTCAP", "T_CE_ARGMAX"},                \
+    .flag_int32 = {0, 2}, .rows_held = 1, .keeps_exps = false,                              \
     .stash = false, .replicas = false, .line_head = true,                                   \
     .reference = TUNED__REF_CROSS_ENTROPY,                                                  \
     .reference_parts = {"softmax_common", "reference", "cross_entropy_reference"}
@@ -344,7 +345,7 @@ size_t tuned__kind_elem_size(const tuned__kind_spec *k, unsigned i, size_t esize
 size_t tuned__kind_elem_size_flags(const tuned__kind_spec *k, unsigned i, size_t esize,
                                    unsigned flags)
 {
-    for (unsigned f = 0; f < 3; f++)
+    for (unsigned f = 0; f < TUNED__KIND_MAX_FLAGS; f++)
         if ((flags & (1u << f)) && k->flag_int32[f] == i + 1)
             return 4;
     return elem_size(&k->tensor[i], esize);
@@ -475,7 +476,7 @@ uint64_t tuned__kind_code_hash(const tuned__kind_spec *k)
     /* A kind from before these fields has none of them: its hash stays. */
     if (k->defines != NULL)
         h = tuned__fnv1a64(k->defines, strlen(k->defines), h);
-    for (unsigned i = 0; i < 3 && k->flag[i] != NULL; i++)
+    for (unsigned i = 0; i < TUNED__KIND_MAX_FLAGS && k->flag[i] != NULL; i++)
         h = tuned__fnv1a64(k->flag[i], strlen(k->flag[i]), h);
     for (unsigned i = 0; i < 2 && k->helper[i] != NULL; i++)
         h = tuned__fnv1a64(k->helper[i], strlen(k->helper[i]), h);

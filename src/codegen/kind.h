@@ -123,6 +123,8 @@ enum {
 #define TUNED__KIND_MAX_TENSORS 6
 #define TUNED__KIND_MAX_PARTS 6
 #define TUNED__KIND_MAX_PARAMS 6
+/* Compiled-in options a kind may have (codegen's flags: bits 0 .. 3). */
+#define TUNED__KIND_MAX_FLAGS 4
 #define TUNED__PARAM_MAX_VALUES 4
 
 /* A key parameter: a small integer beyond (rows, cols) that the kind's
@@ -196,11 +198,11 @@ typedef struct tuned__kind_spec {
     tuned__kind_path path[TUNED__PATH_COUNT];
     /* Compiled-in options a call may ask for (codegen's flags, bit i the
      * define flag[i] set to 1); a tune measures none of them: they cost the
-     * same, or the kind says why not. NULL-terminated. */
-    const char *flag[3];
+     * same, or the kind says why not. Unused slots are NULL. */
+    const char *flag[TUNED__KIND_MAX_FLAGS];
     /* The tensor (its index + 1; 0: none) whose elements flag[i] makes
      * 4-byte integers (labels given as int32). */
-    uint8_t flag_int32[3];
+    uint8_t flag_int32[TUNED__KIND_MAX_FLAGS];
 
     /* The config space: what the kind's kernel has (tuned__config_check). */
     uint8_t rows_held; /* row tensors a register-row thread holds */

@@ -117,14 +117,14 @@ static int kind_defines(const tuned__kind_spec *k, const tuned__codegen_opts *op
     size_t at = strlen(buf);
     if (k->defines != NULL)
         at += (size_t)snprintf(buf + at, at < n ? n - at : 0, "%s", k->defines);
-    for (unsigned i = 0; i < 3; i++) {
+    for (unsigned i = 0; i < TUNED__KIND_MAX_FLAGS; i++) {
         if (!(flags & (1u << i)))
             continue;
         if (k->flag[i] == NULL)
             return tuned__errf(e, TUNED_EINVAL, "codegen: %s has no option %u", k->name, i);
         at += (size_t)snprintf(buf + at, at < n ? n - at : 0, "#define %s 1\n", k->flag[i]);
     }
-    if (flags >> 3 != 0)
+    if (flags >> TUNED__KIND_MAX_FLAGS != 0)
         return tuned__errf(e, TUNED_EINVAL, "codegen: %s: options 0x%x", k->name, flags);
     if (at >= n)
         return tuned__errf(e, TUNED_EINVAL, "codegen: %s: the defines overflow", k->name);

@@ -211,6 +211,16 @@ int tuned__check_open(tuned__check *c, const tuned__driver *d, const tuned__nvrt
     return rc;
 }
 
+int tuned__check_flags(tuned__check *c, unsigned flags, tuned__err *e)
+{
+    if (c->kind->reference == TUNED__REF_CROSS_ENTROPY)
+        return tuned__check_ce_flags(c, flags, e);
+    if (flags != 0)
+        return tuned__errf(e, TUNED_EINVAL, "check: %s: no compiled-in options to run (0x%x)",
+                           c->kind->name, flags);
+    return 0;
+}
+
 void tuned__check_close(tuned__check *c)
 {
     if (c->d == NULL)

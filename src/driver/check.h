@@ -75,6 +75,9 @@ typedef struct tuned__check {
     size_t rows_alloc_bytes;
     CUdeviceptr row_tensor[TUNED__KIND_MAX_TENSORS]; /* each ROWS tensor's; else 0 */
     CUdeviceptr error_word;            /* the kernel's error bits (cross-entropy) */
+    CUdeviceptr argmax;                /* the per-row argmax (cross-entropy) */
+    unsigned flags;                    /* the variant's compiled-in options
+                                          (tuned__check_flags; 0 after open) */
     void *method;                      /* a method's own host state (check_router.c) */
     CUfunction ref_fn[3];              /* the reference method's own kernels (check_ce.c) */
     CUdeviceptr stats;                 /* the reference's (max, sum) of the row
@@ -97,6 +100,7 @@ typedef struct tuned__check {
 double tuned__check_bits_to_double(const unsigned char *p, tuned_dtype dtype);
 bool tuned__check_stats_agree(double cpu, double gpu);
 int tuned__check_ce_open(tuned__check *c, tuned__err *e);
+int tuned__check_ce_flags(tuned__check *c, unsigned flags, tuned__err *e);
 int tuned__check_ce_input(tuned__check *c, unsigned long long seed, tuned__err *e);
 int tuned__check_ce_poison(tuned__check *c, unsigned char poison, tuned__err *e);
 /* Compares nrows rows from first_row; row_ref (0: none) receives each
@@ -128,6 +132,12 @@ int tuned__check_router_run(tuned__check *c, const tuned__launch *l, tuned__work
 int tuned__check_open(tuned__check *c, const tuned__driver *d, const tuned__nvrtc *n, int arch,
                       const tuned__shape *s, size_t x_offset, size_t y_offset, CUstream stream,
                       tuned__err *e);
+
+/* The compiled-in options (codegen's flags) of the variants this check
+ * runs, after open: their runs then take them (cross-entropy: the cap,
+ * the argmax, checked against the reference's). TUNED_EINVAL for options
+ * the kind's check cannot run. */
+int tuned__check_flags(tuned__check *c, unsigned flags, tuned__err *e);
 
 /* Frees what open made (in the current context); a zeroed one is fine. */
 void tuned__check_close(tuned__check *c);

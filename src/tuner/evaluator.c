@@ -452,6 +452,7 @@ int tuned__evaluator_open(tuned__evaluator **out, const tuned__driver *d, const 
     if (
         (rc = tuned__check_open(&ev->check, d, n, gpu->cc_major * 10 + gpu->cc_minor, s,
                                 ev->opts.x_offset, ev->opts.y_offset, ev->stream, e)) ||
+        (rc = tuned__check_flags(&ev->check, ev->opts.codegen.flags, e)) ||
         (rc = open_timing(ev, ev->check.module, e)) ||
         (rc = tuned__workspace_alloc(d, &ev->work,
                                      tuned__grid_work_bytes(TUNED__GRID_MAX_BLOCKS), e)) ||

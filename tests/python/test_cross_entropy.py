@@ -115,7 +115,7 @@ def kernel_path(x, t, ignore_index=-100, reduction="mean", eps=0.0, z=0.0, scale
 
 class RegistrationTests(unittest.TestCase):
     def test_schemas(self):
-        p = "float scale, float smoothing, float z_loss, int ignore_index"
+        p = "float scale, float smoothing, float z_loss, int ignore_index, float softcap=0."
         want = {
             "cross_entropy_fused": f"tuned::cross_entropy_fused(Tensor logits, Tensor labels, "
                                    f"Tensor grad_scale, {p}) -> (Tensor loss, Tensor lse, "
@@ -248,6 +248,31 @@ class TorchMathTests(unittest.TestCase):
                        scale=kw.get("scale", 1.0), softcap=kw.get("softcap")) * w).sum().backward()
                 (reference(xb, t, reduction=red, **kw)[0] * w).sum().backward()
                 torch.testing.assert_close(xa.grad, xb.grad)
+
+    def test_softcap_masked_and_argmax(self):
+        """The cap keeps -inf (a masked class takes no mass, its gradient
+        is 0), as the kernels; return_argmax gives the lowest column of the
+        largest capped logit, a NaN first, int64, the target's shape."""
+        x = torch.randn(4, 9, dtype=torch.float64) * 6
+        x[0, 2] = -math.inf
+        x[1, 3] = math.nan
+        x[2, 4] = x[2, 7] = 100.0
+        t = torch.tensor([1, 0, 4, 8])
+        xa = x.clone().requires_grad_()
+        loss, am = quiet(tuned.cross_entropy, xa, t, reduction="none", softcap=5.0,
+                         return_argmax=True)
+        c = torch.where(x == -math.inf, x, 5.0 * torch.tanh(x / 5.0))
+        torch.testing.assert_close(loss[[0, 2, 3]],
+                                   F.cross_entropy(c, t, reduction="none")[[0, 2, 3]])
+        self.assertTrue(math.isnan(loss[1].item()))
+        loss[[0, 2, 3]].sum().backward()
+        self.assertEqual(xa.grad[0, 2].item(), 0.0)
+        self.assertEqual(am.dtype, torch.int64)
+        self.assertEqual(am.tolist(), [c[0].argmax().item(), 3, 4, c[3].argmax().item()])
+        one = quiet(tuned.cross_entropy, x[0], t[0], softcap=5.0, return_lse=True,
+                    return_argmax=True)
+        self.assertEqual(len(one), 3)
+        self.assertEqual(one[2].shape, ())
 
     def test_bad_label_is_nan(self):
         x = torch.randn(3, 5)

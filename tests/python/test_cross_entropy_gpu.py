@@ -29,6 +29,7 @@ torch or CUDA; prints one line per section and `N passed, N failed`.
   opcheck    torch.library.opcheck of every operator on CUDA tensors
 """
 
+import math
 import sys
 
 from gpu_env import Checks, start  # noqa: E402 - exits 77 without torch or CUDA
@@ -194,6 +195,62 @@ def extras():
                 rel_bound = 2 ** -23 * lse.abs().max().item() + 8 * 2 ** -24
                 expect(e <= rel_bound * xd.grad.abs().max().item() + 1e-9,
                        f"{what}: gradient error {e:.3g} (bound {rel_bound:.3g} relative)")
+
+
+def softcap_argmax():
+    """The kernel's cap and argmax against float64: masked (-inf) classes
+    take no mass through the cap and get gradient 0, a NaN row's argmax is
+    its NaN, ties go to the lowest column; rows in one block and rows on a
+    cluster (128256 columns), every dtype, each reduction."""
+    for cols in (5000, 128256):
+        for dtype in (torch.float16, torch.bfloat16, torch.float32):
+            x, t = logits((64,), cols, dtype, seed=70)
+            x = x * 4  # well into the cap's bend at 15
+            x[1, ::9] = -math.inf
+            t[1] = 1  # a label not masked (every ninth column is)
+            x[2, 11] = math.nan
+            x[3, 5] = x[3, 40] = x[3].max() + 1  # a tie: column 5
+            for red in ("mean", "none"):
+                what = f"softcap+argmax {cols} {dtype} {red}"
+                leaf = x.detach().clone().requires_grad_()
+                loss, am = tuned.cross_entropy(leaf, t, reduction=red, softcap=15.0,
+                                               return_argmax=True)
+                xd = x.detach().double()
+                c = torch.where(xd == -math.inf, xd, 15.0 * torch.tanh(xd / 15.0))
+                cd = c.clone().requires_grad_()
+                rows = F.cross_entropy(cd, t, reduction="none")
+                ref = rows.mean() if red == "mean" else rows
+                ok = ~torch.isnan(rows)
+                got = loss if red == "none" else loss.reshape(1)
+                want = ref if red == "none" else ref.reshape(1)
+                if red == "none":
+                    got, want = got[ok], want[ok]
+                    expect(bool(torch.isnan(loss[~ok]).all()), f"{what}: NaN rows")
+                    err = ((got.double() - want).abs() / want.abs().clamp_min(1e-30)).max()
+                    expect(err.item() <= 1e-5, f"{what}: loss relative error {err.item():.3g}")
+                    up = torch.rand(loss.shape, device=DEV)
+                    (loss * up).nansum().backward()
+                    (rows * up.double()).nansum().backward()
+                    tt = torch.tanh(xd / 15.0)
+                    gref = cd.grad * torch.where(xd == -math.inf, torch.zeros_like(tt), 1 - tt * tt)
+                    sel = ok.unsqueeze(-1).expand_as(gref)
+                    e = (leaf.grad.double() - gref)[sel].abs().max().item()
+                    bound = 2.0 ** -(8 if dtype == torch.bfloat16 else 11 if dtype == torch.float16
+                                     else 20) * gref[sel].abs().max().item()
+                    expect(e <= bound + 1e-9, f"{what}: gradient error {e:.3g} (bound {bound:.3g})")
+                    expect(bool((leaf.grad[1, ::9] == 0).all()), f"{what}: masked gradient 0")
+                # argmax: a NaN's column, else a column of the largest capped
+                # value (within fp32 rounding), no later than its first
+                expect(am.dtype == torch.int64 and am[2].item() == 11, f"{what}: NaN argmax")
+                expect(am[3].item() == 5, f"{what}: a tie goes to the lowest column")
+                cv = c.clone()
+                cv[2] = 0
+                best = cv.max(-1).values
+                at = cv.gather(-1, am.unsqueeze(-1)).squeeze(-1)
+                first = (cv == best.unsqueeze(-1)).int().argmax(-1)
+                good = (at >= best - 1e-6 * best.abs()) & (am <= first)
+                good[2] = True
+                expect(bool(good.all()), f"{what}: argmax rows {torch.nonzero(~good).flatten()}")
 
 
 def in_place():
@@ -372,7 +429,8 @@ def weights():
             check_grad(leaf.grad, xd.grad, own.grad, what)
 
 
-for name, fn in (("paths", paths), ("accuracy", accuracy), ("extras", extras), ("weights", weights),
+for name, fn in (("paths", paths), ("accuracy", accuracy), ("extras", extras),
+                 ("softcap and argmax", softcap_argmax), ("weights", weights),
                  ("in place", in_place), ("peaked", peaked), ("errors", errors),
                  ("graphs", graphs), ("compile", compiled), ("opcheck", opcheck)):
     checks.section(name, fn, warnings_as_errors=True)

@@ -42,11 +42,12 @@ def error_word(x):
     return w
 
 
-def options(labels, scale, smoothing, z_loss, ignore_index, reduction, x):
+def options(labels, scale, smoothing, z_loss, ignore_index, reduction, x, softcap=0.0):
     """The tuned_ce_options of a call on logits x (the error word of x's
-    device), every pointer but the error word NULL."""
+    device), every pointer but the error word NULL; softcap 0: none."""
     o = _lib.CeOptions()
     o.scale, o.label_smoothing, o.z_loss = scale, smoothing, z_loss
+    o.softcap = softcap
     o.ignore_index = ignore_index
     o.reduction = reduction
     o.labels_int32 = int(labels.dtype == torch.int32)
@@ -70,12 +71,15 @@ def _call_state(x):
     return lib, h, dt, _raw_stream(dev) or None
 
 
-def fused(x, labels, scale, smoothing, z_loss, ignore_index, mean, grad_scale, inplace):
+def fused(x, labels, scale, smoothing, z_loss, ignore_index, mean, grad_scale, inplace,
+          softcap=0.0, argmax=None):
     """tuned_cross_entropy with the gradient over rows x (R, V): (the
     reduced loss, lse per row, the gradient), or None. mean: libtuned
     counts the rows not ignored (the workspace) and the gradient carries
     1/count; else the sum's, times grad_scale (a one-element fp32 device
-    tensor) when not None. inplace: the gradient is written over x."""
+    tensor) when not None. inplace: the gradient is written over x.
+    softcap: the kernel's tanh cap (0: none); argmax: a tensor of the
+    labels' dtype, one per row, that the kernel writes (None: none)."""
     st = _call_state(x)
     if st is None:
         return None
@@ -89,7 +93,9 @@ def fused(x, labels, scale, smoothing, z_loss, ignore_index, mean, grad_scale, i
     grad = x if inplace else torch.empty_strided(x.shape, x.stride(), dtype=x.dtype,
                                                  device=x.device)
     o = options(labels, scale, smoothing, z_loss, ignore_index,
-                 _lib.REDUCTION_MEAN if mean else _lib.REDUCTION_SUM, x)
+                 _lib.REDUCTION_MEAN if mean else _lib.REDUCTION_SUM, x, softcap)
+    if argmax is not None:
+        o.argmax = argmax.data_ptr()
     bp = buf.data_ptr()
     if mean:
         o.workspace = bp + 4 * rows
@@ -122,7 +128,7 @@ def rescale(grad, factor):
                                            factor.data_ptr(), stream) == 0
 
 
-def loss(x, labels, scale, smoothing, z_loss, ignore_index):
+def loss(x, labels, scale, smoothing, z_loss, ignore_index, softcap=0.0, argmax=None):
     """tuned_cross_entropy without a gradient over rows x (R, V): (loss,
     lse), fp32 per row, or None. Two allocations, not views of one: the
     loss is returned to the user, who may change it in place (autograd
@@ -134,14 +140,16 @@ def loss(x, labels, scale, smoothing, z_loss, ignore_index):
     rows, cols = x.shape
     loss_rows = torch.empty(rows, dtype=torch.float32, device=x.device)
     lse = torch.empty(rows, dtype=torch.float32, device=x.device)
-    o = options(labels, scale, smoothing, z_loss, ignore_index, _lib.REDUCTION_NONE, x)
+    o = options(labels, scale, smoothing, z_loss, ignore_index, _lib.REDUCTION_NONE, x, softcap)
+    if argmax is not None:
+        o.argmax = argmax.data_ptr()
     rc = lib.tuned_cross_entropy(h, x.data_ptr(), labels.data_ptr(), None, loss_rows.data_ptr(),
                                  lse.data_ptr(), rows, cols, x.stride(0), dt, ctypes.byref(o),
                                  stream)
     return (loss_rows, lse) if rc == 0 else None
 
 
-def backward(x, labels, lse, grad_output, scale, smoothing, z_loss, ignore_index):
+def backward(x, labels, lse, grad_output, scale, smoothing, z_loss, ignore_index, softcap=0.0):
     """tuned_cross_entropy_backward over rows x (R, V) from the saved lse
     (fp32, contiguous) and grad_output (one fp32 a row): the gradient, in
     x's dtype and strides, or None."""
@@ -155,7 +163,7 @@ def backward(x, labels, lse, grad_output, scale, smoothing, z_loss, ignore_index
     if grad_output.numel() != rows or lse.dtype != torch.float32 or not lse.is_contiguous():
         return None
     grad = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=x.device)
-    o = options(labels, scale, smoothing, z_loss, ignore_index, _lib.REDUCTION_NONE, x)
+    o = options(labels, scale, smoothing, z_loss, ignore_index, _lib.REDUCTION_NONE, x, softcap)
     o.grad_output = grad_output.data_ptr()
     rc = lib.tuned_cross_entropy_backward(h, x.data_ptr(), labels.data_ptr(), lse.data_ptr(),
                                           grad.data_ptr(), rows, cols, x.stride(0), dt,

@@ -161,6 +161,8 @@ class CeOptions(ctypes.Structure):
         ("error", ctypes.c_void_p),
         ("workspace", ctypes.c_void_p),
         ("labels_int32", ctypes.c_int),
+        ("softcap", ctypes.c_float),
+        ("argmax", ctypes.c_void_p),
     ]
 
 
@@ -169,7 +171,7 @@ REDUCTION_NONE, REDUCTION_SUM, REDUCTION_MEAN = 0, 1, 2
 CE_ERR_LABEL = 1
 
 assert ctypes.sizeof(Options) == 56, ctypes.sizeof(Options)
-assert ctypes.sizeof(CeOptions) == 72, ctypes.sizeof(CeOptions)
+assert ctypes.sizeof(CeOptions) == 80, ctypes.sizeof(CeOptions)
 assert ctypes.sizeof(Choice) == 520, ctypes.sizeof(Choice)
 assert ctypes.sizeof(Progress) == 104, ctypes.sizeof(Progress)
 

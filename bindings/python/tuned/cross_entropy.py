@@ -9,16 +9,17 @@ the fallback), the custom operators with their fake implementations, the
 autograd Function, and the public function.
 
     tuned::cross_entropy_fused(Tensor logits, Tensor labels, Tensor grad_scale,
-        float scale, float smoothing, float z_loss, int ignore_index)
+        float scale, float smoothing, float z_loss, int ignore_index, float softcap)
         -> (Tensor loss, Tensor lse, Tensor grad)
     tuned::cross_entropy_fused_(Tensor(a!) logits, Tensor labels, Tensor grad_scale,
-        float scale, float smoothing, float z_loss, int ignore_index)
+        float scale, float smoothing, float z_loss, int ignore_index, float softcap)
         -> (Tensor loss, Tensor lse)
     tuned::cross_entropy_loss(Tensor logits, Tensor labels, float scale,
-        float smoothing, float z_loss, int ignore_index) -> (Tensor loss, Tensor lse)
+        float smoothing, float z_loss, int ignore_index, float softcap)
+        -> (Tensor loss, Tensor lse)
     tuned::cross_entropy_backward(Tensor logits, Tensor labels, Tensor lse,
         Tensor grad_output, float scale, float smoothing, float z_loss,
-        int ignore_index) -> Tensor
+        int ignore_index, float softcap) -> Tensor
     tuned::cross_entropy_rescale_(Tensor(a!) grad, Tensor factor) -> ()
 
 The operators take rows of logits: (R, V) with one stride between rows, or
@@ -32,7 +33,9 @@ operator's gradient is that of sum(loss) times grad_scale (one fp32
 element), the in-place variant writes it over the logits. The backward
 takes grad_output per row, or one element for every row. The rescale
 multiplies grad by factor (one fp32 element) on the device, and moves
-nothing when it is 1. A label outside [0, V) that is not ignore_index
+nothing when it is 1. softcap (0: none) caps the logits in the kernel,
+softcap * tanh(x / softcap), -inf kept, the gradient chained through it.
+A label outside [0, V) that is not ignore_index
 gives its row a NaN loss and gradient, and sets bit 1 of the device's
 error word (cross_entropy_errors() reads it): nothing waits on the host.
 
@@ -79,6 +82,16 @@ def _compute_dtype(x):
     return torch.float64 if x.dtype == torch.float64 else torch.float32
 
 
+def _softcap_torch(x, softcap):
+    """x capped as the kernels cap it, softcap * tanh(x / softcap) in the
+    compute dtype, -inf kept (a masked class takes no probability through
+    the cap); x itself when softcap is 0 or None."""
+    if not softcap:
+        return x
+    xc = x.to(_compute_dtype(x))
+    return torch.where(xc == -math.inf, xc, softcap * torch.tanh(xc / softcap))
+
+
 def _label_masks(labels, ignore_index, cols):
     """(valid, bad, safe): rows not ignored, rows whose label is out of
     range, and labels usable as indices (0 where ignored or bad)."""
@@ -89,13 +102,13 @@ def _label_masks(labels, ignore_index, cols):
     return valid, bad, safe
 
 
-def _rows_torch(x, labels, scale, smoothing, z_loss, ignore_index):
+def _rows_torch(x, labels, scale, smoothing, z_loss, ignore_index, softcap=0.0):
     """Per row of x (..., V) and its label: (loss, lse, z) as libtuned's
     kernel computes them (include/tuned.h), differentiable, in fp32 (fp64
     for fp64 x). z is the z-loss term z_loss lse^2 the loss includes;
     ignored rows: loss and z 0 (lse written); a bad label: loss NaN."""
     ct = _compute_dtype(x)
-    xs = x.to(ct)
+    xs = _softcap_torch(x, softcap).to(ct)
     if scale != 1.0:
         xs = xs * scale
     lse = torch.logsumexp(xs, -1)
@@ -112,12 +125,18 @@ def _rows_torch(x, labels, scale, smoothing, z_loss, ignore_index):
     return loss, lse, z
 
 
-def _grad_torch(x, labels, lse, g, scale, smoothing, z_loss, ignore_index):
+def _grad_torch(x, labels, lse, g, scale, smoothing, z_loss, ignore_index, softcap=0.0):
     """The kernels' gradient, g s (p (1 + 2 z lse) - (1 - eps) onehot - eps / V)
-    (g one element, or one per row), in x's dtype and strides."""
+    (g one element, or one per row), times 1 - (c / softcap)^2 with a cap
+    (0 at -inf), in x's dtype and strides."""
     ct = _compute_dtype(x)
     cols = x.shape[-1]
-    xs = x.to(ct)
+    xs = _softcap_torch(x, softcap).to(ct)
+    slope = None
+    if softcap:
+        t = xs / softcap
+        slope = torch.where(xs == -math.inf, torch.zeros((), dtype=ct, device=x.device),
+                            1.0 - t * t)
     if scale != 1.0:
         xs = xs * scale
     lse = lse.to(ct).unsqueeze(-1)
@@ -132,6 +151,8 @@ def _grad_torch(x, labels, lse, g, scale, smoothing, z_loss, ignore_index):
     g = g.to(ct)
     g = g.reshape(()) if g.numel() == 1 else g.reshape(labels.shape).unsqueeze(-1)
     d = d * (g * scale)
+    if slope is not None:
+        d = d * slope
     d = torch.where(valid.unsqueeze(-1), d, torch.zeros((), dtype=ct, device=x.device))
     d = torch.where(bad.unsqueeze(-1), torch.full((), math.nan, dtype=ct, device=x.device), d)
     out = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=x.device)
@@ -154,10 +175,7 @@ def _cross_entropy_torch(input, target, ignore_index=-100, reduction="mean",
     """tuned.cross_entropy's math in torch, differentiable, in fp32 (fp64
     for fp64 input): (loss, lse, z) with input (..., V) and target (...).
     The fallback, and the reference the tests hold the kernels to."""
-    x = input
-    if softcap is not None:
-        ct = _compute_dtype(x)
-        x = softcap * torch.tanh(x.to(ct) / softcap)
+    x = _softcap_torch(input, softcap)
     loss, lse, z = _rows_torch(x, target, scale, label_smoothing, z_loss, ignore_index)
     loss, z = _reduce(loss, z, target != ignore_index, reduction)
     return loss, lse, z
@@ -275,30 +293,34 @@ def _grad_like(logits):
 
 # --------------------------------------------------- operator kernels --
 
-def _fused_any(logits, labels, grad_scale, scale, smoothing, z_loss, ignore_index):
-    loss, lse, _ = _rows_torch(logits, labels, scale, smoothing, z_loss, ignore_index)
-    grad = _grad_torch(logits, labels, lse, grad_scale, scale, smoothing, z_loss, ignore_index)
+def _fused_any(logits, labels, grad_scale, scale, smoothing, z_loss, ignore_index, softcap=0.0):
+    loss, lse, _ = _rows_torch(logits, labels, scale, smoothing, z_loss, ignore_index, softcap)
+    grad = _grad_torch(logits, labels, lse, grad_scale, scale, smoothing, z_loss, ignore_index,
+                       softcap)
     return _contiguous(loss.float()), _contiguous(lse.float()), grad
 
 
-def _fused_cuda(logits, labels, grad_scale, scale, smoothing, z_loss, ignore_index):
-    return _fused(logits, labels, grad_scale, scale, smoothing, z_loss, ignore_index, False)
+def _fused_cuda(logits, labels, grad_scale, scale, smoothing, z_loss, ignore_index, softcap=0.0):
+    return _fused(logits, labels, grad_scale, scale, smoothing, z_loss, ignore_index, softcap,
+                  False)
 
 
-def _fused_inplace_any(logits, labels, grad_scale, scale, smoothing, z_loss, ignore_index):
+def _fused_inplace_any(logits, labels, grad_scale, scale, smoothing, z_loss, ignore_index,
+                      softcap=0.0):
     loss, lse, grad = _fused_any(logits, labels, grad_scale, scale, smoothing, z_loss,
-                                 ignore_index)
+                                 ignore_index, softcap)
     logits.copy_(grad)
     return loss, lse
 
 
-def _fused_inplace_cuda(logits, labels, grad_scale, scale, smoothing, z_loss, ignore_index):
+def _fused_inplace_cuda(logits, labels, grad_scale, scale, smoothing, z_loss, ignore_index,
+                        softcap=0.0):
     loss, lse, _ = _fused(logits, labels, grad_scale, scale, smoothing, z_loss, ignore_index,
-                          True)
+                          softcap, True)
     return loss, lse
 
 
-def _fused(logits, labels, grad_scale, scale, smoothing, z_loss, ignore_index, inplace):
+def _fused(logits, labels, grad_scale, scale, smoothing, z_loss, ignore_index, softcap, inplace):
     """tuned_cross_entropy with the gradient: (loss, lse, grad); grad is
     logits when inplace; grad_scale (one fp32 element) scales it."""
     loss, lse = _row_outputs(logits, labels)
@@ -307,47 +329,50 @@ def _fused(logits, labels, grad_scale, scale, smoothing, z_loss, ignore_index, i
 
     def run(lib, h):
         o = _ce_direct.options(labels, scale, smoothing, z_loss, ignore_index,
-                               _lib.REDUCTION_SUM, logits)
+                               _lib.REDUCTION_SUM, logits, softcap)
         o.grad_output = gs.data_ptr()
         _launch(lib.tuned_cross_entropy, lib, h, logits, labels, [loss, lse], grad,
                 lambda x, lab, g, f: (x, lab, g, f[0], f[1]), o, None)
         return loss, lse, grad
 
     def formula():
-        lo, ls, g = _fused_any(logits, labels, gs, scale, smoothing, z_loss, ignore_index)
+        lo, ls, g = _fused_any(logits, labels, gs, scale, smoothing, z_loss, ignore_index, softcap)
         return loss.copy_(lo), lse.copy_(ls), grad.copy_(g)
 
     return _cuda_call(logits, "tuned_cross_entropy", run, formula, inplace)
 
 
-def _loss_any(logits, labels, scale, smoothing, z_loss, ignore_index):
-    loss, lse, _ = _rows_torch(logits, labels, scale, smoothing, z_loss, ignore_index)
+def _loss_any(logits, labels, scale, smoothing, z_loss, ignore_index, softcap=0.0):
+    loss, lse, _ = _rows_torch(logits, labels, scale, smoothing, z_loss, ignore_index, softcap)
     return _contiguous(loss.float()), _contiguous(lse.float())
 
 
-def _loss_cuda(logits, labels, scale, smoothing, z_loss, ignore_index):
+def _loss_cuda(logits, labels, scale, smoothing, z_loss, ignore_index, softcap=0.0):
     """tuned_cross_entropy without a gradient: loss and lse, one read."""
     loss, lse = _row_outputs(logits, labels)
 
     def run(lib, h):
         o = _ce_direct.options(labels, scale, smoothing, z_loss, ignore_index,
-                               _lib.REDUCTION_NONE, logits)
+                               _lib.REDUCTION_NONE, logits, softcap)
         _launch(lib.tuned_cross_entropy, lib, h, logits, labels, [loss, lse], None,
                 lambda x, lab, g, f: (x, lab, None, f[0], f[1]), o, None)
         return loss, lse
 
     def formula():
-        lo, ls = _loss_any(logits, labels, scale, smoothing, z_loss, ignore_index)
+        lo, ls = _loss_any(logits, labels, scale, smoothing, z_loss, ignore_index, softcap)
         return loss.copy_(lo), lse.copy_(ls)
 
     return _cuda_call(logits, "tuned_cross_entropy", run, formula)
 
 
-def _backward_any(logits, labels, lse, grad_output, scale, smoothing, z_loss, ignore_index):
-    return _grad_torch(logits, labels, lse, grad_output, scale, smoothing, z_loss, ignore_index)
+def _backward_any(logits, labels, lse, grad_output, scale, smoothing, z_loss, ignore_index,
+                  softcap=0.0):
+    return _grad_torch(logits, labels, lse, grad_output, scale, smoothing, z_loss, ignore_index,
+                       softcap)
 
 
-def _backward_cuda(logits, labels, lse, grad_output, scale, smoothing, z_loss, ignore_index):
+def _backward_cuda(logits, labels, lse, grad_output, scale, smoothing, z_loss, ignore_index,
+                   softcap=0.0):
     """tuned_cross_entropy_backward: grad_output one per row (reduction
     none) or one for all (sum)."""
     grad = _grad_like(logits)
@@ -357,7 +382,8 @@ def _backward_cuda(logits, labels, lse, grad_output, scale, smoothing, z_loss, i
 
     def run(lib, h):
         red = _lib.REDUCTION_NONE if per_row else _lib.REDUCTION_SUM
-        o = _ce_direct.options(labels, scale, smoothing, z_loss, ignore_index, red, logits)
+        o = _ce_direct.options(labels, scale, smoothing, z_loss, ignore_index, red, logits,
+                               softcap)
         o.grad_output = go.data_ptr()
         _launch(lib.tuned_cross_entropy_backward, lib, h, logits, labels, [lse], grad,
                 lambda x, lab, g, f: (x, lab, f[0], g), o, go if per_row else None)
@@ -365,7 +391,7 @@ def _backward_cuda(logits, labels, lse, grad_output, scale, smoothing, z_loss, i
 
     def formula():
         return grad.copy_(_backward_any(logits, labels, lse, go, scale, smoothing, z_loss,
-                                        ignore_index))
+                                        ignore_index, softcap))
 
     return _cuda_call(logits, "tuned_cross_entropy_backward", run, formula)
 
@@ -420,20 +446,22 @@ def _rescale_cuda(grad, factor):
 
 # ------------------------------------------------------ fake, autograd --
 
-def _fused_fake(logits, labels, grad_scale, scale, smoothing, z_loss, ignore_index):
+def _fused_fake(logits, labels, grad_scale, scale, smoothing, z_loss, ignore_index, softcap=0.0):
     loss, lse = _row_outputs(logits, labels)
     return loss, lse, _grad_like(logits)
 
 
-def _fused_inplace_fake(logits, labels, grad_scale, scale, smoothing, z_loss, ignore_index):
+def _fused_inplace_fake(logits, labels, grad_scale, scale, smoothing, z_loss, ignore_index,
+                        softcap=0.0):
     return _row_outputs(logits, labels)
 
 
-def _loss_fake(logits, labels, scale, smoothing, z_loss, ignore_index):
+def _loss_fake(logits, labels, scale, smoothing, z_loss, ignore_index, softcap=0.0):
     return _row_outputs(logits, labels)
 
 
-def _backward_fake(logits, labels, lse, grad_output, scale, smoothing, z_loss, ignore_index):
+def _backward_fake(logits, labels, lse, grad_output, scale, smoothing, z_loss, ignore_index,
+                   softcap=0.0):
     return _grad_like(logits)
 
 
@@ -446,7 +474,8 @@ def _save_rows(ctx, inputs, output):
     # need gradients): the per-row loss's gradient by the backward
     # operator; lse (and the fused gradient) are not differentiable.
     logits, labels = inputs[0], inputs[1]
-    ctx.params = inputs[-4:]
+    # softcap has a default: a call that leaves it out has none
+    ctx.params = tuple(inputs[2 + ctx.extra:]) + (0.0,) * (7 + ctx.extra - len(inputs))
     ctx.mark_non_differentiable(*output[1:])
     ctx.save_for_backward(logits, labels, output[1])
 
@@ -482,7 +511,7 @@ def _define(name, schema, any_impl, cuda_impl, fake, mutates=(), grad=None, setu
     return getattr(torch.ops.tuned, name).default
 
 
-_PARAMS = "float scale, float smoothing, float z_loss, int ignore_index"
+_PARAMS = "float scale, float smoothing, float z_loss, int ignore_index, float softcap=0."
 _BACKWARD = _define(
     "cross_entropy_backward",
     f"(Tensor logits, Tensor labels, Tensor lse, Tensor grad_output, {_PARAMS}) -> Tensor",
@@ -521,15 +550,17 @@ class _Ops:
 class _CrossEntropyFn(torch.autograd.Function):
     """The kernel path's autograd: mean and sum run the fused operator and
     rescale its gradient in the backward; none runs the loss operator and
-    the backward operator from the saved lse. Returns (loss, lse, z); lse
-    and z are not differentiable (the loss includes the z term); z is None
-    unless want_z."""
+    the backward operator from the saved lse. Returns (loss, lse, z,
+    argmax); lse, z and argmax are not differentiable (the loss includes
+    the z term); z is None unless want_z; argmax (int64) only with
+    want_argmax: the kernel's on the direct path, else torch.argmax of
+    the capped logits (one more read)."""
 
     @staticmethod
     def forward(ctx, x, labels, scale, smoothing, z_loss, ignore_index, reduction, inplace,
-                divisor, need_grad, ops, want_z):
+                divisor, need_grad, ops, want_z, softcap=0.0, want_argmax=False):
         ctx.reduction = reduction
-        ctx.params = (scale, smoothing, z_loss, ignore_index)
+        ctx.params = (scale, smoothing, z_loss, ignore_index, softcap)
         ctx.backward_done = False
         ctx.ops = ops
         ctx.direct = False
@@ -539,16 +570,22 @@ class _CrossEntropyFn(torch.autograd.Function):
         per_count = (torch.as_tensor(divisor, dtype=torch.float32,
                                      device=x.device).reshape(()).reciprocal()
                      if reduction == "sum" and divisor is not None else None)
+        argmax = (torch.empty(labels.shape, dtype=labels.dtype, device=x.device)
+                  if want_argmax and ops is _DIRECT and x.dim() == 2 else None)
         if (ops is _DIRECT and need_grad and reduction != "none" and not want_z
                 and x.dim() == 2):
             r = _ce_direct.fused(x, labels, scale, smoothing, z_loss, ignore_index,
-                                 reduction == "mean", per_count, inplace)
+                                 reduction == "mean", per_count, inplace, softcap, argmax)
             if r is not None:
                 loss, lse, grad = r
                 ctx.direct = True
                 ctx.save_for_backward(grad)
                 ctx.mark_non_differentiable(lse)
-                return loss, lse, None
+                if argmax is None:
+                    return loss, lse, None
+                argmax = argmax.long()
+                ctx.mark_non_differentiable(argmax)
+                return loss, lse, None, argmax
         gs = None
         if reduction == "mean":
             # 1/n_valid on the device: no host sync (n_valid 0: inf, and
@@ -559,23 +596,30 @@ class _CrossEntropyFn(torch.autograd.Function):
                   else torch.ones((), dtype=torch.float32, device=x.device))
         if reduction == "none" or not need_grad:
             # no gradient wanted now (evaluation, no_grad): one read
-            r = (_ce_direct.loss(x, labels, scale, smoothing, z_loss, ignore_index)
+            r = (_ce_direct.loss(x, labels, scale, smoothing, z_loss, ignore_index, softcap,
+                                 argmax)
                  if ops is _DIRECT and x.dim() == 2 else None)
             if r is not None:
                 ctx.direct = True
                 loss, lse = r
             else:
-                loss, lse = ops.loss(x, labels, scale, smoothing, z_loss, ignore_index)
+                argmax = None
+                loss, lse = ops.loss(x, labels, scale, smoothing, z_loss, ignore_index, softcap)
             if reduction == "none":
                 ctx.save_for_backward(x, labels, lse)
         else:
+            if want_argmax:
+                # the in-place gradient replaces the logits: their argmax first
+                argmax = None
+                if inplace:
+                    argmax = _argmax_torch(x, softcap)
             if inplace:
                 loss, lse = ops.fused_inplace(x, labels, gs, scale, smoothing, z_loss,
-                                              ignore_index)
+                                              ignore_index, softcap)
                 grad = x
             else:
                 loss, lse, grad = ops.fused(x, labels, gs, scale, smoothing, z_loss,
-                                            ignore_index)
+                                            ignore_index, softcap)
             ctx.save_for_backward(grad)
         z = None
         if want_z:
@@ -588,13 +632,20 @@ class _CrossEntropyFn(torch.autograd.Function):
             loss = loss.sum() * gs
             if z is not None:
                 z = z.sum() * gs
+        if want_argmax and argmax is None:
+            argmax = _argmax_torch(x, softcap)
+        elif argmax is not None:
+            argmax = argmax.long()
         ctx.mark_non_differentiable(lse)
         if z is not None:
             ctx.mark_non_differentiable(z)
-        return loss, lse, z
+        if argmax is None:
+            return loss, lse, z
+        ctx.mark_non_differentiable(argmax)
+        return loss, lse, z, argmax
 
     @staticmethod
-    def backward(ctx, dloss, dlse, dz):
+    def backward(ctx, dloss, dlse, dz, *dargmax):
         if ctx.backward_done and ctx.reduction != "none":
             raise RuntimeError("tuned.cross_entropy: the backward of reduction 'mean' or 'sum' "
                                "runs once (its gradient, computed in the forward, is rescaled "
@@ -614,7 +665,7 @@ class _CrossEntropyFn(torch.autograd.Function):
             (grad,) = ctx.saved_tensors
             if not (ctx.direct and _ce_direct.rescale(grad, dloss)):
                 ctx.ops.rescale(grad, _f32(dloss).reshape(1))
-        return (grad,) + (None,) * 11
+        return (grad,) + (None,) * 13
 
 
 _OPERATORS = _Ops(_FUSED, _FUSED_INPLACE, _LOSS, _BACKWARD, _RESCALE)
@@ -655,6 +706,12 @@ def _check_args(input, target, reduction, label_smoothing, z_loss, scale, softca
         raise ValueError(f"tuned.cross_entropy: target of shape {tuple(target.shape)} for input "
                          f"of shape {tuple(input.shape)} (expected {tuple(input.shape[:-1])}: "
                          "the classes are input's last dimension)")
+
+
+def _argmax_torch(x, softcap):
+    """Per row, the lowest column of the largest capped logit (a NaN the
+    largest), as the kernels write it; int64."""
+    return _softcap_torch(x, softcap).argmax(-1)
 
 
 def _plan(x):
@@ -702,26 +759,32 @@ def _labels(target, shape):
 
 
 def _kernel_path(x, target, ignore_index, reduction, label_smoothing, z_loss, scale,
-                 inplace_backward, num_items=None, want_z=True):
-    """(loss, lse, z) by the kernels: through the operators, or for plain
-    CUDA tensors in eager mode their implementations directly (_Ops);
-    any device (the CPU's run the torch formula). z is None unless
-    want_z."""
+                 inplace_backward, num_items=None, want_z=True, softcap=None,
+                 want_argmax=False):
+    """(loss, lse, z) by the kernels, and argmax after them with
+    want_argmax: through the operators, or for plain CUDA tensors in eager
+    mode their implementations directly (_Ops); any device (the CPU's run
+    the torch formula). z is None unless want_z."""
     lead = tuple(x.shape[:-1])
     x2 = _rows(x)
     labels = _labels(target, x2.shape[:-1])
     need_grad = torch.is_grad_enabled() and x.requires_grad
     direct = (x2.is_cuda and type(x2) is torch.Tensor and type(labels) is torch.Tensor
               and not _compiling() and not _dispatch_modes())
-    loss, lse, z = _CrossEntropyFn.apply(x2, labels, float(scale), float(label_smoothing),
-                                         float(z_loss), int(ignore_index), reduction,
-                                         bool(inplace_backward) and need_grad, num_items,
-                                         need_grad, _DIRECT if direct else _OPERATORS, want_z)
+    r = _CrossEntropyFn.apply(x2, labels, float(scale), float(label_smoothing), float(z_loss),
+                              int(ignore_index), reduction,
+                              bool(inplace_backward) and need_grad, num_items, need_grad,
+                              _DIRECT if direct else _OPERATORS, want_z,
+                              float(softcap or 0.0), bool(want_argmax))
+    loss, lse, z = r[:3]
+    argmax = r[3] if want_argmax else None
     if reduction == "none":
         loss = loss.view(lead)
         if z is not None:
             z = z.view(lead)
-    return loss, lse.view(lead), z
+    if not want_argmax:
+        return loss, lse.view(lead), z
+    return loss, lse.view(lead), z, argmax.view(lead)
 
 
 def _check_weight(weight, x):
@@ -763,23 +826,27 @@ def _class_weighted(x, target, weight, ignore_index, reduction, scale, softcap):
 
 
 def _fp16_split(x, target, ignore_index, reduction, label_smoothing, z_loss, scale, softcap,
-                num_items):
+                num_items, want_argmax=False):
     """fp16 logits, mean or sum with a gradient: the split path's rows, then
     the reduction in torch. The fused kernel would round the gradient to
     fp16 in the forward at the scale 1/count, where entries p / count
     under fp16's smallest (6e-8) vanish, before a loss scaler's factor
     reaches them; the backward kernel forms the gradient with the upstream
     one (the scaler's factor included), as torch does. One more read of the
-    logits than the fused kernel; inplace_backward does not apply."""
-    per, lse, z = cross_entropy(x, target, ignore_index=ignore_index, reduction="none",
-                                label_smoothing=label_smoothing, z_loss=z_loss, scale=scale,
-                                softcap=softcap, return_lse=True, return_z_loss=True)
+    logits than the fused kernel; inplace_backward does not apply. Returns
+    (loss, lse, z, argmax), argmax None unless want_argmax."""
+    r = cross_entropy(x, target, ignore_index=ignore_index, reduction="none",
+                      label_smoothing=label_smoothing, z_loss=z_loss, scale=scale,
+                      softcap=softcap, return_lse=True, return_z_loss=True,
+                      return_argmax=want_argmax)
+    per, lse, z = r[:3]
+    argmax = r[3] if want_argmax else None
     if reduction == "mean":
         n = (target != ignore_index).sum()
-        return per.sum() / n, lse, z.sum() / n
+        return per.sum() / n, lse, z.sum() / n, argmax
     if num_items is not None:
-        return per.sum() / num_items, lse, z.sum() / num_items
-    return per.sum(), lse, z.sum()
+        return per.sum() / num_items, lse, z.sum() / num_items, argmax
+    return per.sum(), lse, z.sum(), argmax
 
 
 def _weighted(x, target, weight, ignore_index, reduction, label_smoothing, z_loss, scale):
@@ -800,14 +867,14 @@ def _weighted(x, target, weight, ignore_index, reduction, label_smoothing, z_los
 def cross_entropy(input, target, weight=None, ignore_index=-100, reduction="mean",
                   label_smoothing=0.0, *, z_loss=0.0, scale=1.0, softcap=None,
                   inplace_backward=False, return_lse=False, return_z_loss=False,
-                  num_items=None):
+                  num_items=None, return_argmax=False):
     """Cross-entropy of logits input (..., C) against class indices target
     (...), as torch.nn.functional.cross_entropy where they overlap, with
     the classes in the LAST dimension (the vocabulary of an LM's logits
     (B, T, V)): F.cross_entropy wants them in dimension 1 for inputs of
     more than 2 dimensions; (N, C) and (C,) inputs mean the same in both.
 
-    Per row, with x = scale * input (after the softcap):
+    Per row, with x = scale * c, c = input or its softcap:
         loss = (1 - eps) (lse - x_y) + eps (lse - mean_j x_j) + z_loss lse^2
     eps = label_smoothing, lse = logsumexp(x); rows whose target is
     ignore_index count for nothing; reduction "mean" divides by the count
@@ -817,14 +884,19 @@ def cross_entropy(input, target, weight=None, ignore_index=-100, reduction="mean
 
     z_loss: PaLM's z-loss coefficient (included in the loss). scale:
     the logits' multiplier (a temperature's inverse), fused in the kernel.
-    softcap: softcap * tanh(input / softcap) first, by torch (autograd
-    through torch; it costs a logits-sized buffer). inplace_backward
+    softcap: c = softcap * tanh(input / softcap) (Gemma 2), in the kernel
+    on CUDA (no capped copy of the logits; the gradient chained through
+    the cap), in torch elsewhere; a logit of -inf (a masked class) stays
+    -inf, taking no probability through the cap. inplace_backward
     (mean and sum): the gradient is written over the logits in the
     forward (no extra memory; Liger's trick): the logits are OVERWRITTEN
-    and must not be used after the call (with softcap, the capped buffer
-    is, not the input); the backward runs once. return_lse /
-    return_z_loss: return (loss, lse per row, z-loss reduced as the loss),
-    lse and z not differentiable. num_items (reduction "sum"): the loss is
+    and must not be used after the call; the backward runs once.
+    return_lse / return_z_loss / return_argmax: return (loss, lse per row,
+    z-loss reduced as the loss, argmax per row) with those asked for, in
+    that order, none differentiable; argmax (int64, the target's shape) is
+    the lowest class of the largest c (a NaN the largest, as
+    torch.argmax), for token accuracy: written by the same kernel pass on
+    CUDA eager calls, torch.argmax of c otherwise. num_items (reduction "sum"): the loss is
     the sum divided by it (a number or a device tensor: transformers'
     num_items_in_batch under gradient accumulation), the division carried
     by the kernel's gradient, so the backward still moves nothing. Without
@@ -853,7 +925,7 @@ def cross_entropy(input, target, weight=None, ignore_index=-100, reduction="mean
                 inplace_backward)
     if num_items is not None and reduction != "sum":
         raise ValueError("tuned.cross_entropy: num_items divides a reduction 'sum'")
-    if inplace_backward and input.is_leaf and input.requires_grad and softcap is None:
+    if inplace_backward and input.is_leaf and input.requires_grad:
         raise ValueError("tuned.cross_entropy: inplace_backward would write the gradient over a "
                          "leaf tensor that requires grad (its own .grad would alias it): pass "
                          "the logits of a computation, or inplace_backward=False")
@@ -861,17 +933,21 @@ def cross_entropy(input, target, weight=None, ignore_index=-100, reduction="mean
     if x.dim() == 1:
         x, t = x.unsqueeze(0), t.unsqueeze(0)
     compiling = _compiling()
+    argmax = None
     if weight is not None:
         _check_weight(weight, x)
     if weight is not None and label_smoothing == 0.0 and z_loss == 0.0:
+        if return_argmax:
+            argmax = _argmax_torch(x.detach(), softcap)
         loss, lse, z = _class_weighted(x, t, weight, ignore_index, reduction, scale, softcap)
         if num_items is not None:
             loss = loss / num_items
     elif weight is not None:
         _dispatch.fall_back(_NAME, "weight", "class weights with label smoothing or z-loss "
                             "are not supported by tuned's kernels", quiet=compiling)
-        if softcap is not None:
-            x = softcap * torch.tanh(x / softcap)
+        x = _softcap_torch(x, softcap)
+        if return_argmax:
+            argmax = _argmax_torch(x.detach(), None)
         loss, lse, z = _weighted(x, t, weight, ignore_index, reduction, label_smoothing,
                                  z_loss, scale)
         if num_items is not None:
@@ -880,29 +956,34 @@ def cross_entropy(input, target, weight=None, ignore_index=-100, reduction="mean
         reason = _plan(x)
         if reason is not None:
             _dispatch.fall_back(_NAME, *reason, quiet=compiling)
+            if return_argmax:
+                argmax = _argmax_torch(x.detach(), softcap)
             loss, lse, z = _cross_entropy_torch(x, t, ignore_index, reduction, label_smoothing,
                                                 z_loss, scale, softcap)
             if num_items is not None:
                 loss, z = loss / num_items, z / num_items
         elif (x.dtype == torch.float16 and reduction != "none" and x.requires_grad and
               torch.is_grad_enabled()):
-            loss, lse, z = _fp16_split(x, t, ignore_index, reduction, label_smoothing, z_loss,
-                                       scale, softcap, num_items)
+            loss, lse, z, argmax = _fp16_split(x, t, ignore_index, reduction, label_smoothing,
+                                               z_loss, scale, softcap, num_items, return_argmax)
         else:
-            if softcap is not None:
-                x = softcap * torch.tanh(x / softcap)
-            loss, lse, z = _kernel_path(x, t, ignore_index, reduction, label_smoothing, z_loss,
-                                        scale, inplace_backward, num_items, return_z_loss)
+            r = _kernel_path(x, t, ignore_index, reduction, label_smoothing, z_loss, scale,
+                             inplace_backward, num_items, return_z_loss, softcap, return_argmax)
+            loss, lse, z = r[:3]
+            argmax = r[3] if return_argmax else None
     if input.dim() == 1:
         lse = lse.view(())
         if reduction == "none":
             loss = loss.view(())
             z = z.view(()) if z is not None else None
-    if not (return_lse or return_z_loss):
+        argmax = argmax.view(()) if argmax is not None else None
+    if not (return_lse or return_z_loss or return_argmax):
         return loss
     out = (loss,)
     if return_lse:
         out += (lse,)
     if return_z_loss:
         out += (z,)
+    if return_argmax:
+        out += (argmax,)
     return out
