@@ -49,6 +49,9 @@
 #              train     bench/train_step.py
 #              overhead  bench/ce_overhead.py: the host's time a call
 #              linear    bench/linear_ce_bench.py: the 8B-scale loss block
+#              lce-tune  bench/lce_tune.sh: linear_cross_entropy's chunk tuned
+#              lce-profile  bench/lce_profile.py: its kernels by CUDA time
+#              features  bench/ce_features_gpu.py: softcap and argmax
 #            Each step's log goes to OUT; a step that would start with less
 #            than a minute of the call's 570 s left is skipped (named).
 #   router   build, then the router steps named in ROUTER_STEPS (default
@@ -320,6 +323,15 @@ cross-entropy)
         linear)
             timeout 300 python3 bench/linear_ce_bench.py >"$out/linear.log" 2>&1
             echo "linear: exit $?"
+            ;;
+        features)  # the in-kernel softcap and argmax, checked and timed (bench/ce_features_gpu.py)
+            timeout 240 python3 bench/ce_features_gpu.py --reps 20 >"$out/features.log" 2>&1
+            echo "features: exit $?"
+            tail -n 14 "$out/features.log"
+            ;;
+        lce-profile)  # the linear loss block's kernels by CUDA time (bench/lce_profile.py)
+            timeout 180 python3 bench/lce_profile.py >"$out/lce_profile.log" 2>&1
+            echo "lce-profile: exit $?"
             ;;
         lce-tune)  # the chunk of linear_cross_entropy tuned and stored (bench/lce_tune.sh)
             timeout 500 bench/lce_tune.sh "$db" "$out" 2>&1 | tee "$out/lce_tune.log"

@@ -5,13 +5,14 @@
 # memory budget allows) for the 8B-scale key (8192 tokens, hidden 4096,
 # vocabulary 128256) and the 1B training step's (4096 tokens, hidden 2048),
 # bf16, at the Python call's default budget (256 MiB of chunk logits) and
-# at 4 GiB, into the store DB; then prints the stored winners. Run from
+# at 4 GiB (and the 8B key at 64 MiB, Liger's chunk's memory there), into the store DB; then prints the stored winners. Run from
 # the repository root after a build (bench/gpu-session.sh cross-entropy,
 # step lce-tune). LCE_TUNE_TIME: seconds a tune (default 40).
 set -u
 db=${1:?DB}
 out=${2:?OUT}
 for spec in 8192x128256:hidden=4096 8192x128256:hidden=4096,budget=4096 \
+        8192x128256:hidden=4096,budget=64 \
         4096x128256:hidden=2048 4096x128256:hidden=2048,budget=4096; do
     timeout 120 build/tuned tune --kernel linear_cross_entropy --shape "$spec" --dtype bf16 \
         --exhaustive --time "${LCE_TUNE_TIME:-40}" --db "$db" --json \

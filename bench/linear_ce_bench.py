@@ -10,6 +10,7 @@ Shape: tokens x hidden @ (vocabulary x hidden).T, bf16 (default the
   tuned_linear   tuned.linear_cross_entropy as a user calls it: the chunk
                  the store holds for the key (the kind linear_cross_entropy,
                  tuned by `tuned tune`), else the size rule; printed
+  tuned_linear_64MiB  the same within a budget of 64 MiB of chunk logits
   tuned_linear_N the same with chunks of N rows given (several N: what
                  the tuner chooses among, measured here by hand)
   liger_flce     Liger's LigerFusedLinearCrossEntropyFunction
@@ -62,6 +63,10 @@ def main():
     print(f"tuned_linear: chunk {auto} rows from the store"
           if auto is not None else "tuned_linear: no stored chunk (the size rule)")
     methods["tuned_linear"] = lambda x, w: tuned.linear_cross_entropy(x, w, y)
+    # a budget of 64 MiB of chunk logits: Liger's chunk's memory at the 8B
+    # shape (256 rows), the chunk the store holds for that budget
+    methods["tuned_linear_64MiB"] = (
+        lambda x, w: tuned.linear_cross_entropy(x, w, y, max_chunk_bytes=64 << 20))
     for c in (int(s) for s in args.chunks.split(",")):
         methods[f"tuned_linear_{c}"] = (
             lambda x, w, c=c: tuned.linear_cross_entropy(x, w, y, chunk_rows=c))
