@@ -434,6 +434,30 @@ int main(void)
                 check_variant_opts(n, &c, &s, &o);
                 compiled++, per_kernel[kernel]++, clusters += c.cluster > 1;
             }
+    /* A softcap or argmax build relaxes the winner's bound of 4 blocks an
+     * SM to 2 (its registers spill under 4); smoothing and int32 labels
+     * keep it. */
+    {
+        static const struct {
+            unsigned flags;
+            const char *define;
+        } bounds[] = {{0, "#define T_MIN_BLOCKS 4\n"},
+                      {TUNED__CE_FLAG_LABEL32 | TUNED__CE_FLAG_SMOOTH, "#define T_MIN_BLOCKS 4\n"},
+                      {TUNED__CE_FLAG_SOFTCAP, "#define T_MIN_BLOCKS 2\n"},
+                      {TUNED__CE_FLAG_ARGMAX | TUNED__CE_FLAG_LABEL32, "#define T_MIN_BLOCKS 2\n"}};
+        tuned__config c;
+        tuned__shape s = {TUNED_BF16, 8192, 128256, TUNED_KERNEL_CROSS_ENTROPY, 0};
+        EXPECT(tuned__config_parse("w8.r1.c8.m4.v8.ld=def.st=def.reg=pk.red=fused", &c, &e) == 0,
+               "%s", e.msg);
+        for (size_t i = 0; i < sizeof bounds / sizeof bounds[0]; i++) {
+            tuned__codegen_opts o = {.flags = bounds[i].flags};
+            char *src = NULL;
+            EXPECT(tuned__source_kernel(&c, &s, &o, &src, &e) == 0 &&
+                       strstr(src, bounds[i].define) != NULL,
+                   "flags 0x%x: want %s", bounds[i].flags, bounds[i].define);
+            free(src);
+        }
+    }
     static const char *const ex_configs[] = {"w32.r1.c2.m1.v8.ld=def.st=def.reg=ex.red=fused",
                                              "w8.r1.c8.m4.v8.ld=cs.st=def.reg=ex",
                                              "w4.r1.c1.m1.v2.ld=def.st=cs.reg=ex"};

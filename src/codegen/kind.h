@@ -203,6 +203,11 @@ typedef struct tuned__kind_spec {
     /* The tensor (its index + 1; 0: none) whose elements flag[i] makes
      * 4-byte integers (labels given as int32). */
     uint8_t flag_int32[TUNED__KIND_MAX_FLAGS];
+    /* The most blocks an SM a build with flag[i] is bound to (its
+     * T_MIN_BLOCKS; 0: the config's): a flag whose registers would spill
+     * under the bound of a winner tuned without it (the tune measures no
+     * flag) relaxes that bound instead. */
+    uint8_t flag_min_blocks[TUNED__KIND_MAX_FLAGS];
 
     /* The config space: what the kind's kernel has (tuned__config_check). */
     uint8_t rows_held; /* row tensors a register-row thread holds */

@@ -182,6 +182,14 @@ int tuned__source_kernel(const tuned__config *c, const tuned__shape *s,
          * needs no other code. */
         return staged_source(c, s, name, out, e);
     }
+    /* A compiled-in option whose registers the tuned bound would spill
+     * (ptxas: cross-entropy's softcap 630 bytes, argmax 352, at w8.c8.m4
+     * bf16 x 128256; none at m2) relaxes it (the spec's flag_min_blocks). */
+    unsigned minb = c->minb;
+    for (unsigned i = 0; i < TUNED__KIND_MAX_FLAGS; i++)
+        if (opts != NULL && (opts->flags & (1u << i)) && k->flag_min_blocks[i] != 0 &&
+            minb > k->flag_min_blocks[i])
+            minb = k->flag_min_blocks[i];
     bool head_free = tuned__source_head_free(c, s, opts);
     uint64_t iters = tuned__config_iters(c, s, head_free);
     char plant[32];
@@ -208,7 +216,7 @@ int tuned__source_kernel(const tuned__config *c, const tuned__shape *s,
              "#define T_LOG %d\n#define T_BWD %d\n#define T_HEAD_ALIGN %u\n%s",
              k->name, name, tuned_dtype_name(s->dtype),
              (unsigned long long)s->cols, (int)s->dtype, c->warps, c->rows, c->cluster,
-             extra_defines, c->minb, c->vec, (unsigned long long)iters,
+             extra_defines, minb, c->vec, (unsigned long long)iters,
              (unsigned long long)s->cols, head_free, c->ld, c->st, c->reg != TUNED__REG_F32,
              c->reg == TUNED__REG_EX, c->red == TUNED__RED_FUSED, k->define_log,
              k->define_bwd, tuned__config_head_align(c, s), plant);
