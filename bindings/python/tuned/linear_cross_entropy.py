@@ -210,17 +210,34 @@ class _LinearCrossEntropyFn(torch.autograd.Function):
         # The forward's gradients assumed an upstream gradient of 1: times
         # the real one, an fp32 scalar (the products formed in fp32).
         f = dloss.to(torch.float32).reshape(())
-        # One multi-tensor pass: mul_ by a device scalar runs torch's
-        # unvectorised broadcast kernel, 2.4 ms over an 8B model's d weight
-        # (1 GB) on the H200, where a pass at bandwidth takes 0.5.
-        scaled = [t for t in (grad_h, grad_w) if t is not None]
-        if scaled:
-            torch._foreach_mul_(scaled, f)
+        _scale_by(f, [t for t in (grad_h, grad_w) if t is not None])
         if grad_w is not None:
             grad_w = grad_w.to(ctx.w_dtype)
         if grad_b is not None:
             grad_b = grad_b.mul_(f).to(ctx.b_dtype)
         return (grad_h, grad_w, grad_b) + (None,) * 10
+
+
+def _scale_by(f, tensors):
+    """tensors *= f (a 0-dim fp32 tensor on their device), in place, with
+    no host synchronisation. On CUDA through the multi-tensor kernel that
+    unscales a GradScaler's gradients (it also counts non-finite values,
+    into a flag no one reads): mul_ and _foreach_mul_ by a device scalar
+    both ran torch's unvectorised broadcast kernel, 2.1 to 2.4 ms over an
+    8B model's d weight (1 GB) on the H200 (bench/lce_profile.py), where a
+    pass at bandwidth takes 0.5."""
+    if not tensors:
+        return
+    unscale = getattr(torch, "_amp_foreach_non_finite_check_and_unscale_", None)
+    if tensors[0].is_cuda and unscale is not None:
+        try:
+            found = torch.zeros(1, dtype=torch.float32, device=f.device)
+            unscale(tensors, found, f.reshape(1))
+            return
+        except (RuntimeError, TypeError):  # a torch without it for these dtypes
+            pass
+    for t in tensors:
+        t.mul_(f)
 
 
 def _chunk_grads(g, h, weight, grad_h, grad_w, grad_b, c0, c1):
