@@ -332,6 +332,7 @@ cross-entropy)
         lce-profile)  # the linear loss block's kernels by CUDA time (bench/lce_profile.py)
             timeout 180 python3 bench/lce_profile.py >"$out/lce_profile.log" 2>&1
             echo "lce-profile: exit $?"
+            grep "^check" "$out/lce_profile.log"
             ;;
         lce-tune)  # the chunk of linear_cross_entropy tuned and stored (bench/lce_tune.sh)
             timeout 500 bench/lce_tune.sh "$db" "$out" 2>&1 | tee "$out/lce_tune.log"

@@ -37,6 +37,20 @@ def main():
         loss = tuned.linear_cross_entropy(x, w, y, chunk_rows=c)
         torch.autograd.grad(loss, (x, w))
 
+    # First, the gradients under an upstream gradient other than 1 (the
+    # backward's scaling) against torch's over fp32 logits, on 1024 tokens.
+    for c in (int(s) for s in args.chunks.split(",")):
+        xs = x0[:1024].detach().requires_grad_()
+        ws = w0.detach().requires_grad_()
+        gx, gw = torch.autograd.grad(2.5 * tuned.linear_cross_entropy(xs, ws, y[:1024],
+                                                                       chunk_rows=c), (xs, ws))
+        rx, rw = torch.autograd.grad(
+            2.5 * torch.nn.functional.cross_entropy((xs @ ws.t()).float(), y[:1024]), (xs, ws))
+        ex = ((gx.float() - rx.float()).abs().max() / rx.float().abs().max()).item()
+        ew = ((gw.float() - rw.float()).abs().max() / rw.float().abs().max()).item()
+        ok = ex < 2e-2 and ew < 2e-2
+        print(f"check chunk {c}: 2.5 x loss: d hidden max err {ex:.1e}, d weight {ew:.1e} "
+              f"(of the largest): {'ok' if ok else 'WRONG'}")
     for c in (int(s) for s in args.chunks.split(",")):
         for _ in range(3):
             block(c)

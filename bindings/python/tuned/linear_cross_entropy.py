@@ -53,6 +53,7 @@ import math
 
 import torch
 
+from . import _ce_direct
 from .cross_entropy import _DIRECT, _OPERATORS, _compiling, _dispatch_modes
 
 __all__ = ["linear_cross_entropy"]
@@ -193,6 +194,7 @@ class _LinearCrossEntropyFn(torch.autograd.Function):
             # the kernel wrote d loss / d logits over the logits
             _chunk_grads(part.grad(part.logits), h, weight, grad_h, grad_w, grad_b, c0, c1)
         ctx.w_dtype = weight.dtype
+        ctx.first_chunk, ctx.cols = min(chunk, rows), cols
         ctx.b_dtype = None if bias is None else bias.dtype
         ctx.save_for_backward(grad_h, grad_w, grad_b)
         return total * gs
@@ -210,7 +212,8 @@ class _LinearCrossEntropyFn(torch.autograd.Function):
         # The forward's gradients assumed an upstream gradient of 1: times
         # the real one, an fp32 scalar (the products formed in fp32).
         f = dloss.to(torch.float32).reshape(())
-        _scale_by(f, [t for t in (grad_h, grad_w) if t is not None])
+        _scale_by(f, [t for t in (grad_h, grad_w) if t is not None], ctx.first_chunk,
+                  ctx.cols)
         if grad_w is not None:
             grad_w = grad_w.to(ctx.w_dtype)
         if grad_b is not None:
@@ -218,26 +221,26 @@ class _LinearCrossEntropyFn(torch.autograd.Function):
         return (grad_h, grad_w, grad_b) + (None,) * 10
 
 
-def _scale_by(f, tensors):
+def _scale_by(f, tensors, chunk, cols):
     """tensors *= f (a 0-dim fp32 tensor on their device), in place, with
-    no host synchronisation. On CUDA through the multi-tensor kernel that
-    unscales a GradScaler's gradients (it also counts non-finite values,
-    into a flag no one reads): mul_ and _foreach_mul_ by a device scalar
-    both ran torch's unvectorised broadcast kernel, 2.1 to 2.4 ms over an
-    8B model's d weight (1 GB) on the H200 (bench/lce_profile.py), where a
-    pass at bandwidth takes 0.5."""
-    if not tensors:
-        return
-    unscale = getattr(torch, "_amp_foreach_non_finite_check_and_unscale_", None)
-    if tensors[0].is_cuda and unscale is not None:
-        try:
-            found = torch.zeros(1, dtype=torch.float32, device=f.device)
-            unscale(tensors, found, f.reshape(1))
-            return
-        except (RuntimeError, TypeError):  # a torch without it for these dtypes
-            pass
+    no host synchronisation. On CUDA in eager mode by the fused
+    cross-entropy's rescale kernel (tuned_cross_entropy_rescale, which
+    moves nothing when f is 1), over each tensor seen flat as blocks of
+    the chunk's logits (chunk x cols: the layout the forward's fused calls
+    ran on this handle), the rest by mul_: mul_ and _foreach_mul_ by a
+    device scalar run torch's unvectorised broadcast kernel, 2.1 to 2.4
+    ms over an 8B model's d weight (1 GB) on the H200
+    (bench/lce_profile.py), where a pass at bandwidth takes 0.5."""
+    per = chunk * cols
     for t in tensors:
-        t.mul_(f)
+        done = 0
+        if t.is_cuda and _ops(t) is _DIRECT and t.is_contiguous() and per > 0:
+            flat = t.view(-1)
+            while done + per <= flat.numel() and _ce_direct.rescale(
+                    flat[done:done + per].view(chunk, cols), f):
+                done += per
+        if done < t.numel():
+            t.view(-1)[done:].mul_(f)
 
 
 def _chunk_grads(g, h, weight, grad_h, grad_w, grad_b, c0, c1):
