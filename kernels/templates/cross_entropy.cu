@@ -327,6 +327,18 @@ __device__ __forceinline__ float ce_target_logit(const RowPtrs &p, const CeRow &
     return bits_to_float(bits);
 }
 
+/* The shift of a thread's exps: the row's maximum; under the fused
+ * reduction a thread's own, 0 where all its values are -inf (its exps are
+ * then 0, not NaN). */
+__device__ __forceinline__ float ce_exp_shift(float max)
+{
+#if T_FUSED
+    return max == NEG_INF ? 0.0f : max;
+#else
+    return max;
+#endif
+}
+
 /* exp-and-sum, the owner's part without the target: the row's sum is
  * reduced as S' = sum over j != y of exp(s (x_j - max)), which holds no
  * term near 1 when p_y is near 1, so that S' keeps its relative precision
@@ -340,11 +352,7 @@ __device__ __forceinline__ float ce_sum_without_target(const Held &h, const CeRo
 {
     if (!r.owner)
         return sum;
-#if T_FUSED
-    const float shift = max == NEG_INF ? 0.0f : max;
-#else
-    const float shift = max;
-#endif
+    const float shift = ce_exp_shift(max);
     float s = 0.0f;
 #pragma unroll
     for (int it = 0; it < T_ITERS; it++)
@@ -386,11 +394,7 @@ __device__ __forceinline__ CeSums ce_sums(const CeRow &r, float others, float x_
 __device__ __forceinline__ float ce_exp_and_sum_capped(const Held &h, float max, float ks,
                                                        const CeCap &cap)
 {
-#if T_FUSED
-    const float shift = max == NEG_INF ? 0.0f : max;
-#else
-    const float shift = max;
-#endif
+    const float shift = ce_exp_shift(max);
     float sum = 0.0f;
 #pragma unroll
     for (int it = 0; it < T_ITERS; it++)
