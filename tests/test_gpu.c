@@ -403,13 +403,26 @@ int main(int argc, char **argv)
     for (int dt = TUNED_FP16; dt <= TUNED_FP32; dt++) {
         if (only_kinds != NULL && !name_listed(only_kinds, tuned__kernel_name((uint8_t)kernel)))
             continue;
+        /* a composite runs its inner kind's kernel inside GEMMs: its check
+         * is test_lce_check's and its evaluation's own */
+        if (tuned__kind(kernel)->evaluate != TUNED__EVALUATE_KERNEL)
+            continue;
         /* softmax sampled most; the others share its stages */
         const int per_shape = kernel == TUNED_KERNEL_SOFTMAX ? 6 : 3;
+        bool example_done = false;
         for (size_t i = 0; i < sizeof cols_list / sizeof cols_list[0]; i++) {
             if (kernel != TUNED_KERNEL_SOFTMAX && i % 2 == 1 && cols_list[i] != 128256)
                 continue;
             tuned__shape s = {(tuned_dtype)dt, cols_list[i] > 200000 ? 2 : cols_list[i] > 30000 ? 24 : 67,
                               cols_list[i], (uint8_t)kernel, 0};
+            /* a kind with key parameters at their defaults, on its example
+             * columns where these are not its (a router's 2 to 2048) */
+            tuned__kind_example(tuned__kind(kernel), &s.cols, &s.params);
+            if (s.cols != cols_list[i]) {
+                if (example_done)
+                    continue; /* once, not for every column count it stands for */
+                example_done = true;
+            }
             tuned__space sp;
             rc = tuned__space_init(&sp, &s, g.gpu.cc_major * 10 + g.gpu.cc_minor, g.gpu.sm_count, &e);
             if (rc == TUNED_ENOSPACE) {
