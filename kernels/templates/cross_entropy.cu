@@ -63,7 +63,8 @@
  *   tuned_cross_entropy_rows   T_CE_KIND 0: fused loss + gradient;
  *                              T_CE_KIND 1: loss (and lse) only, grad unused
  *   tuned_cross_entropy_bwd    T_CE_KIND 2: gradient from the saved fp32 lse
- *                              (no reduction: one read, one write)
+ *                              (no reduction: one read, one write; p at
+ *                              most 1, ce_prob)
  *   tuned_cross_entropy_count  any kind: valid rows and gscale, one block
  *
  * Variants (codegen prepends the defines, then softmax_common.cu and
@@ -716,11 +717,17 @@ tuned_cross_entropy_rows(const unsigned char *logits, const CeLabel *labels, uns
 #endif
 
 #if T_CE_KIND == 2
-/* exp(s x - lse), the argument one fma: s x - lse rounded once. */
+/* p = exp(s x - lse), the argument one fma (s x - lse rounded once), and
+ * at most 1: p is a probability, and a saved fp32 lse can sit below one of
+ * its row's logits where the row is huge (an lse near 7e9 is rounded by up
+ * to 256, so s x - lse reached +256 and p overflowed to inf on the H200,
+ * the planted row of 1e10 logits in fp32). The argument is clamped at 0
+ * by a compare, not fminf, so that a NaN stays NaN. */
 __device__ __forceinline__ float ce_prob(float x, float lse, float scale)
 {
+    const float a = fmaf(x, scale, -lse);
     float e;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(fmaf(x, scale, -lse) * LOG2E));
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"((a > 0.0f ? 0.0f : a) * LOG2E));
     return e;
 }
 

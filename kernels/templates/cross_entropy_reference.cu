@@ -215,7 +215,10 @@ tuned_ce_check(const unsigned char *x, const CeRefLabel *labels, const unsigned 
                 } else if (bad_label) {
                     ref = nan;
                 } else {
-                    const double p = exp((scale * ce_c(xr, c, softcap) - shift_g) - log_g);
+                    /* at most 1, as the backward kernel takes it: a
+                     * saved fp32 lse may sit below a huge row's logit */
+                    const double d = (scale * ce_c(xr, c, softcap) - shift_g) - log_g;
+                    const double p = exp(lse_in != NULL && d > 0.0 ? 0.0 : d);
                     const double target = (c == label ? 1.0 - eps : 0.0) + eps / cols;
                     const double slope = ce_slope(xr, c, softcap);
                     ref = gs * (p * zf - target) * slope;

@@ -304,7 +304,8 @@ void tuned__check_ce_describe(tuned__check *c, uint64_t first, char *out, size_t
     if (li >= 0)
         (void)c->d->cuMemcpyDtoH(&loss_out, c->row_tensor[li] + r * 4, 4);
     double lse_g = saved ? (double)lse_in : lse;
-    double s = p->scale, prob = exp(s * cj - lse_g);
+    /* at most 1 from a saved lse, as the reference and the kernel take it */
+    double s = p->scale, d = s * cj - lse_g, prob = exp(saved && d > 0.0 ? 0.0 : d);
     double ref = label == CE_IGNORE_INDEX
                      ? 0.0
                      : s * (prob * (1.0 + 2.0 * p->z_loss * lse_g) - ((long long)j == label)) *
