@@ -212,7 +212,7 @@ router)
     t0=$SECONDS
     db=/tmp/tuned-router-db
     nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >"$out/device.txt" 2>&1
-    install_wheels >"$out/wheels.log" 2>&1 || echo "anchors: wheels not installed (wheels.log)"
+    install_wheels >"$out/wheels.log" 2>&1 || echo "anchors: not all installed (wheels.log says which)"
     tools/setup.sh --no-deps >/tmp/tuned-build.log 2>&1 || { tail -n 30 /tmp/tuned-build.log; exit 1; }
     echo "== build: $((SECONDS - t0)) s"
     export TUNED_DB="$db" TUNED_POLICY=never TUNED_LIBRARY="$root/build/libtuned.so.0" \
@@ -268,7 +268,7 @@ cross-entropy)
     steps="${CE_STEPS:-tune test sanitize bench train}"
     nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >"$out/device.txt" 2>&1
     if [[ " $steps " == *" bench "* || " $steps " == *" train "* || " $steps " == *" linear "* ]]; then
-        install_wheels >"$out/wheels.log" 2>&1 || echo "anchors: wheels not installed (wheels.log)"
+        install_wheels >"$out/wheels.log" 2>&1 || echo "anchors: not all installed (wheels.log says which)"
     fi
     tools/setup.sh --no-deps >/tmp/tuned-build.log 2>&1 || { tail -n 30 /tmp/tuned-build.log; exit 1; }
     echo "== build: $((SECONDS - t0)) s"
