@@ -148,6 +148,19 @@ static void stray_writes_are_caught(gpu_env *g)
 #endif
 }
 
+/* The space of s on g's GPU; false, the test failed and said why, where
+ * it has none. */
+static bool space_of(gpu_env *g, const tuned__shape *s, tuned__space *sp)
+{
+    tuned__err e = {0};
+    if (tuned__space_init(sp, s, g->gpu.cc_major * 10 + g->gpu.cc_minor, g->gpu.sm_count, &e) !=
+        0) {
+        EXPECT(0, "space: %s", e.msg);
+        return false;
+    }
+    return true;
+}
+
 /* A sample of the configs of each dtype's spaces of kernel over shapes
  * that take: eight drawn at random, the first three again from unaligned
  * base pointers. Returns the runs made. */
@@ -160,12 +173,8 @@ static size_t sample_is_correct(gpu_env *g, unsigned kernel, const uint64_t (*sh
         for (size_t i = 0; i < nshapes; i++) {
             tuned__shape s = {(tuned_dtype)dt, shapes[i][0], shapes[i][1], (uint8_t)kernel, 0};
             tuned__space sp;
-            tuned__err e = {0};
-            if (tuned__space_init(&sp, &s, g->gpu.cc_major * 10 + g->gpu.cc_minor,
-                                  g->gpu.sm_count, &e) != 0) {
-                EXPECT(0, "space: %s", e.msg);
+            if (!space_of(g, &s, &sp))
                 continue;
-            }
             tuned__config cfgs[8];
             size_t n = 0, taken = 0;
             for (size_t k = 0; k < sp.count; k++)
@@ -245,12 +254,8 @@ static size_t ce_options_are_correct(gpu_env *g)
             for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
                 tuned__shape s = {(tuned_dtype)dt, shapes[i][0], shapes[i][1], (uint8_t)kernel, 0};
                 tuned__space sp;
-                tuned__err e = {0};
-                if (tuned__space_init(&sp, &s, g->gpu.cc_major * 10 + g->gpu.cc_minor,
-                                      g->gpu.sm_count, &e) != 0) {
-                    EXPECT(0, "space: %s", e.msg);
+                if (!space_of(g, &s, &sp))
                     continue;
-                }
                 tuned__config cfgs[4];
                 tuned__rng rng = {91 + (uint64_t)dt * 10 + i + 100 * kernel};
                 for (size_t k = 0; k < 4; k++)
