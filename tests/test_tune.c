@@ -58,6 +58,8 @@ static double synthetic_us(const tuned__config *c)
 {
     if (c->family == TUNED__FAMILY_TMA)
         return 200.0 + c->stages;
+    if (c->family == TUNED__FAMILY_CHUNK) /* a composite's chunk: best at 1024 rows */
+        return 300.0 + fabs(log2((double)c->chunk) - 10.0);
     double dw = log2(c->warps) - 3, dr = log2(c->rows) - 1, dv = log2(c->vec) - 2;
     return 100.0 + 7 * dw * dw + 5 * dr * dr + 9 * dv * dv + 3 * log2(c->cluster) +
            2 * log2(c->minb) + (c->reg != TUNED__REG_F32 ? 1 : 0) +
