@@ -531,7 +531,7 @@ static bool chunk_check(const tuned__config *c, const tuned__shape *s, const tun
     if (c->chunk < 1 || c->chunk > TUNED__MAX_CHUNK)
         return tuned__config_refuse(why, n, "chunk of %u rows (1 to %u)", (unsigned)c->chunk,
                                     TUNED__MAX_CHUNK);
-    if (k != NULL && k->evaluate != TUNED__EVALUATE_CHUNKED_LINEAR_CE)
+    if (k != NULL && !tuned__kind_chunked(k))
         return tuned__config_refuse(why, n, "%s has kernel configs, not chunks", k->name);
     if (s != NULL && c->chunk > s->rows)
         return tuned__config_refuse(why, n, "a chunk of %u rows is more than the %llu rows",

@@ -525,9 +525,31 @@ bool tuned__kind_default_code(const tuned__kind_spec *k)
            tuned__kind_identity_hash(k) == tuned__kind_identity_hash(tuned__kind(TUNED__KIND_DEFAULT));
 }
 
+bool tuned__kind_chunked(const tuned__kind_spec *k)
+{
+    return k != NULL && k->evaluate == TUNED__EVALUATE_CHUNKED_LINEAR_CE;
+}
+
+uint32_t tuned__kind_chunk_rule(const tuned__kind_spec *k, uint64_t rows, uint64_t cols,
+                                uint32_t params, size_t esize)
+{
+    /* the key's budget of chunk logits, in MiB */
+    uint64_t budget = (uint64_t)tuned__params_value(k, params, "budget", 0) << 20;
+    uint64_t row_bytes = cols * esize;
+    uint64_t chunk =
+        row_bytes > 0 ? budget / row_bytes / TUNED__CHUNK_STEP * TUNED__CHUNK_STEP : 0;
+    if (chunk < TUNED__CHUNK_STEP)
+        chunk = TUNED__CHUNK_STEP;
+    if (chunk > rows)
+        chunk = rows;
+    if (chunk > TUNED__MAX_CHUNK)
+        chunk = TUNED__MAX_CHUNK / TUNED__CHUNK_STEP * TUNED__CHUNK_STEP;
+    return (uint32_t)(chunk > 0 ? chunk : 1);
+}
+
 const char *tuned__kind_floor_text(const tuned__kind_spec *k)
 {
-    if (k != NULL && k->evaluate == TUNED__EVALUATE_CHUNKED_LINEAR_CE)
+    if (tuned__kind_chunked(k))
         return "the GEMMs alone, at the budget's largest chunk";
     return "copy of one tensor (roofline)";
 }

@@ -295,6 +295,23 @@ double tuned__kind_bytes(const tuned__kind_spec *k, uint64_t rows, uint64_t cols
  * kind evaluated as a composite, whose reference time is its floor). */
 double tuned__kind_copies(const tuned__kind_spec *k, uint64_t rows, uint64_t cols, size_t esize);
 
+/* Whether k is tuned by its chunk of rows (evaluated in chunks: its
+ * configs are family chunk, "chunk1024"), not by a kernel config. */
+bool tuned__kind_chunked(const tuned__kind_spec *k);
+
+/* Chunks are whole multiples of this many rows (the rule's step, and the
+ * smallest chunk a tune tries): a GEMM of fewer rows wastes the tensor
+ * cores. */
+#define TUNED__CHUNK_STEP 64u
+
+/* The chunk of rows a call of chunked kind k takes without a record: the
+ * largest multiple of TUNED__CHUNK_STEP rows whose logits (rows x cols of
+ * esize bytes) fit its key parameter "budget" (MiB), at least one step,
+ * at most rows (the Python call's rule, bindings/python/tuned/
+ * linear_cross_entropy.py _chunk_rows, is the same). */
+uint32_t tuned__kind_chunk_rule(const tuned__kind_spec *k, uint64_t rows, uint64_t cols,
+                                uint32_t params, size_t esize);
+
 /* What the evaluator's reference time (copy_us in records) is a time of,
  * for messages: a copy of one tensor for a kernel, the GEMMs alone for a
  * chunked linear cross-entropy (whose floor it is, tuned__kind_copies 1). */

@@ -412,7 +412,7 @@ int tuned__evaluator_open(tuned__evaluator **out, const tuned__driver *d, const 
     }
     size_t need = (size_t)tuned__kind_bytes(kind, s->rows, tuned__wire_cols_of(s), esize) +
                   2 * (size_t)gpu->l2_bytes + 2 * TUNED__CHECK_GUARD_BYTES;
-    ev->chunked = kind->evaluate == TUNED__EVALUATE_CHUNKED_LINEAR_CE;
+    ev->chunked = tuned__kind_chunked(kind);
     if (ev->chunked) /* and the chunk buffer */
         need += (size_t)tuned__chunk_rule(s) * s->cols * esize;
     int rc = 0;

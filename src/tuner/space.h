@@ -68,9 +68,8 @@ size_t tuned__space_seeds(const tuned__space *sp, tuned__config *out, size_t cap
  * kernel config. */
 bool tuned__space_chunked(const tuned__space *sp);
 
-/* The chunk a caller without a record takes for s: the largest multiple
- * of 64 rows whose logits (rows x cols in the dtype) fit the key's
- * "budget" MiB, at least 64, at most s's rows. */
+/* The chunk a caller without a record takes for s (the registry's
+ * tuned__kind_chunk_rule on s's key). */
 uint32_t tuned__chunk_rule(const tuned__shape *s);
 
 /* The space's policy on a chunk config (tuned__config_check passed). */
