@@ -1088,37 +1088,42 @@ static int lookup_shape(tuned_handle *h, const char *fn, tuned__shape s, int dev
     return 0;
 }
 
-int tuned_lookup(tuned_handle *h, tuned_kernel kernel, int64_t rows, int64_t cols,
-                 tuned_dtype dtype, int device, tuned_choice *out)
+/* The checks of both lookups, then lookup_shape. params NULL: the kind's
+ * defaults, unchecked against the columns (tuned_lookup's, as before
+ * parameters existed); text: parsed and checked. */
+static int lookup_checked(tuned_handle *h, const char *fn, tuned_kernel kernel, int64_t rows,
+                          int64_t cols, const char *params, tuned_dtype dtype, int device,
+                          tuned_choice *out)
 {
-    int rc = tuned__api_shape_ok(h, "tuned_lookup", kernel, rows, cols, dtype, device);
+    int rc = tuned__api_shape_ok(h, fn, kernel, rows, cols, dtype, device);
     if (rc != 0)
         return rc;
     if (out == NULL)
-        return failf(h, TUNED_EINVAL, "tuned_lookup: out is NULL");
+        return failf(h, TUNED_EINVAL, "%s: out is NULL", fn);
+    const tuned__kind_spec *k = tuned__kind((unsigned)kernel);
     tuned__shape s = {.dtype = dtype, .rows = (uint64_t)rows, .cols = (uint64_t)cols,
-                      .kernel = (uint8_t)kernel,
-                      .params = tuned__params_default(tuned__kind((unsigned)kernel))};
-    return lookup_shape(h, "tuned_lookup", s, device, out);
+                      .kernel = (uint8_t)kernel, .params = tuned__params_default(k)};
+    if (params != NULL) {
+        tuned__err e = {0};
+        char why[192];
+        if (tuned__params_parse(k, params, &s.params, &e) != 0)
+            return failf(h, TUNED_EINVAL, "%s: %s", fn, e.msg);
+        if (!tuned__params_check(k, s.cols, s.params, why, sizeof why))
+            return failf(h, TUNED_EINVAL, "%s: %s", fn, why);
+    }
+    return lookup_shape(h, fn, s, device, out);
+}
+
+int tuned_lookup(tuned_handle *h, tuned_kernel kernel, int64_t rows, int64_t cols,
+                 tuned_dtype dtype, int device, tuned_choice *out)
+{
+    return lookup_checked(h, "tuned_lookup", kernel, rows, cols, NULL, dtype, device, out);
 }
 
 int tuned_lookup_params(tuned_handle *h, tuned_kernel kernel, int64_t rows, int64_t cols,
                         const char *params, tuned_dtype dtype, int device, tuned_choice *out)
 {
-    int rc = tuned__api_shape_ok(h, "tuned_lookup_params", kernel, rows, cols, dtype, device);
-    if (rc != 0)
-        return rc;
-    if (out == NULL)
-        return failf(h, TUNED_EINVAL, "tuned_lookup_params: out is NULL");
-    const tuned__kind_spec *k = tuned__kind((unsigned)kernel);
-    tuned__shape s = {.dtype = dtype, .rows = (uint64_t)rows, .cols = (uint64_t)cols,
-                      .kernel = (uint8_t)kernel};
-    tuned__err e = {0};
-    char why[192];
-    if (tuned__params_parse(k, params != NULL ? params : "", &s.params, &e) != 0)
-        return failf(h, TUNED_EINVAL, "tuned_lookup_params: %s", e.msg);
-    if (!tuned__params_check(k, s.cols, s.params, why, sizeof why))
-        return failf(h, TUNED_EINVAL, "tuned_lookup_params: %s", why);
-    return lookup_shape(h, "tuned_lookup_params", s, device, out);
+    return lookup_checked(h, "tuned_lookup_params", kernel, rows, cols,
+                          params != NULL ? params : "", dtype, device, out);
 }
 
