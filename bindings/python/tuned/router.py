@@ -358,6 +358,14 @@ def _options_of(k, score, num_groups, topk_group, renorm, scaling, ids_int32):
     return o
 
 
+def _succeeded(rc, lib, h, name, strict):
+    """Whether libtuned's call name returned 0; strict: its error raised
+    instead of False."""
+    if rc != 0 and strict:
+        _lib.check(lib, rc, h, name)
+    return rc == 0
+
+
 def _direct_forward(x, bias, k, score, num_groups, topk_group, renorm, scaling, ids_int32,
                     counts, strict=False):
     """(weights, ids, counts) of rows x (bias fp32, contiguous) by one
@@ -378,9 +386,7 @@ def _direct_forward(x, bias, k, score, num_groups, topk_group, renorm, scaling, 
     rc = f(h, x.data_ptr(), None if bias is None else bias.data_ptr(), w.data_ptr(),
            ids.data_ptr(), cnt.data_ptr() if counts else None, rows, e, x.stride(0), dt,
            ctypes.byref(o), stream)
-    if rc != 0:
-        if strict:
-            _lib.check(lib, rc, h, "tuned_router_topk")
+    if not _succeeded(rc, lib, h, "tuned_router_topk", strict):
         return None
     libtuned_calls += 1
     return w, ids, cnt
@@ -398,9 +404,7 @@ def _direct_backward(x, ids, dw, k, score, renorm, scaling, strict=False):
     o = _options_of(k, score, 1, 1, renorm, scaling, ids.dtype == torch.int32)
     rc = b(h, x.data_ptr(), ids.data_ptr(), dw.data_ptr(), dx.data_ptr(), rows, e, e, dt,
            ctypes.byref(o), stream)
-    if rc != 0:
-        if strict:
-            _lib.check(lib, rc, h, "tuned_router_topk_backward")
+    if not _succeeded(rc, lib, h, "tuned_router_topk_backward", strict):
         return None
     return dx
 
