@@ -96,10 +96,17 @@ def _tuned_chunk(h, w, max_chunk_bytes):
             or not _KEY_BUDGET_MIB[0] <= mib <= _KEY_BUDGET_MIB[1]
             or not 1 <= hidden <= _MAX_KEY_HIDDEN):
         return None
+    device = h.device.index if h.device.index is not None else -1
     try:
         hd = _handle._default or _handle.default_handle()
-        choice = hd.lookup(rows, cols, dtype=_DTYPES[h.dtype],
-                           device=h.device.index if h.device.index is not None else -1,
+        # an exact winner does not change: asked once per key and handle,
+        # not every step (a lookup without one may scan the store for the
+        # nearest, and asks again until a tune has stored the key's own)
+        key = (id(hd), rows, cols, hidden, mib, h.dtype, device)
+        chunk = _exact_chunks.get(key)
+        if chunk is not None:
+            return chunk
+        choice = hd.lookup(rows, cols, dtype=_DTYPES[h.dtype], device=device,
                            kernel="linear_cross_entropy",
                            params=f"hidden={hidden},budget={mib}")
     except (LibraryError, TunedError, ValueError, OSError):
@@ -107,7 +114,17 @@ def _tuned_chunk(h, w, max_chunk_bytes):
     config = choice.config
     if not config.startswith("chunk") or not config[5:].isdigit():
         return None
-    return max(1, min(int(config[5:]), rows))
+    chunk = max(1, min(int(config[5:]), rows))
+    if choice.source == "exact":
+        if len(_exact_chunks) > 256:
+            _exact_chunks.clear()
+        _exact_chunks[key] = chunk
+    return chunk
+
+
+# (handle, tokens, vocabulary, hidden, budget MiB, dtype, device) -> the
+# stored winner's chunk rows, for keys whose lookup answered exact
+_exact_chunks = {}
 
 
 class _Chunk:
