@@ -6,7 +6,8 @@
 # through tools/device-env.sh), runs the GPU tests named in GPU_TESTS, then
 # a cold tune of SHAPE (4096x32000) through a real daemon with the client's
 # progress lines on, and prints a short table last. Results go to $OUT
-# (the device tool's folder), else /tmp/daemon-gpu-check.
+# (the device tool's folder), else /tmp/daemon-gpu-check; testlog.txt there holds
+# every test's own output.
 #
 #   bench/daemon-gpu-check.sh
 set -uo pipefail
@@ -25,6 +26,7 @@ tools/setup.sh --no-deps >> "$out/setup.log" 2>&1 || { tail -20 "$out/setup.log"
 # shellcheck disable=SC2086
 meson test -C build $tests --print-errorlogs > "$out/gpu-tests.log" 2>&1
 tests_rc=$?
+cp build/meson-logs/testlog.txt "$out/testlog.txt" # every test's own output, passed ones too
 
 tmp="$(mktemp -d /tmp/tuned-daemon-check-XXXXXX)"
 build/tuned serve --socket "$tmp/s.sock" --db "$tmp/db" > "$out/serve.log" 2>&1 &
