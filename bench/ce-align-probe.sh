@@ -21,6 +21,9 @@
 #    loss kernel's best config at 50257, one launch each (the third; a
 #    kernel-name filter), sections SpeedOfLight, MemoryWorkloadAnalysis,
 #    WarpStateStats, LaunchStats, Occupancy and a few metrics; 150 s for all.
+#    NCU_SHAPES (columns, default "50257 50264"), NCU_KERNELS (default
+#    "loss softmax"; also fused, bwd) and NCU_CONFIG (default the loss
+#    kernel's best at 50257) choose what ncu profiles.
 # 3. The ncu summary, then the table (shape x kernel: us, ratio to floor).
 # Writes to $OUT: probe.log (every variant: ptxas registers and spills,
 # check, us, ratio), results.json, table.md, ncu-summary.txt,
@@ -37,7 +40,7 @@ PYTHONUNBUFFERED=1 timeout 200 python3 bench/ce_align_probe.py time "$out" "$sta
     tee -a "$out/probe.log"
 
 ncu_bin=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n 1)
-best=$(cat "$state/best-config" 2>/dev/null)
+best=${NCU_CONFIG:-$(cat "$state/best-config" 2>/dev/null)}
 summary=$out/ncu-summary.txt
 stalls='regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio'
 metrics=dram__bytes_read.sum,dram__bytes_write.sum,smsp__inst_executed.sum
@@ -58,8 +61,8 @@ if [[ -z "$ncu_bin" || -z "$best" ]]; then
 else
     echo "ncu ($ncu_bin) at $best" >"$summary"
     deadline=$((SECONDS + 150))
-    for shape in 50257 50264; do
-        for kernel in loss softmax; do
+    for shape in ${NCU_SHAPES:-50257 50264}; do
+        for kernel in ${NCU_KERNELS:-loss softmax}; do
             report=$state/ncu-$shape-$kernel.txt
             if ((deadline - SECONDS < 20)); then
                 echo "== 8192x$shape $kernel: skipped, the ncu part's 150 s spent" >>"$summary"
