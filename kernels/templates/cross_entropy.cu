@@ -20,11 +20,10 @@
  * loss and gradient are NaN and bit 0 of the error word is set.
  * The stages are softmax_rows_common.cu's (load_row, reduce_max,
  * exp_and_sum, reduce_row, row_out, store_row), plus:
- *   target  every thread of the row loads x_y (2 bytes) once its row's
- *           loads are issued and before it waits for them, so the two
- *           round trips overlap; before any store: the owner (the thread
- *           whose slot holds column y) is the only thread that stores that
- *           element, so grad may be the logits themselves (in place)
+ *   target  the thread whose slot holds column y (the owner) loads x_y
+ *           as the row arrives (2 bytes from the line its own loads bring),
+ *           before any store: the owner is the only thread that stores
+ *           that element, so grad may be the logits themselves (in place)
  *   mean    with T_CE_SMOOTH, each thread's sum of its x, reduced over the
  *           row after the (max, sum) round (its own mailbox round)
  *   store   the gradient, a vector at a time (ce_grad_words), in place of
@@ -651,18 +650,10 @@ tuned_cross_entropy_rows(const unsigned char *logits, const CeLabel *labels, uns
     const long long label = ce_label(labels, slot.row, active, prm);
     const float gscale = T_CE_KIND == 0 ? ce_gscale(prm, slot.row, active) : 1.0f;
     Held h;
-    RowWords scratch;
-    RowWords &words = words_of(h, scratch);
-    load_row_words(words, p.xr, p.head, true, slot.lane, cols, active);
-    /* target: x_y asked for while the row is in flight, before finish_row
-     * (on a row off a vector boundary it waits for the end vectors' loads
-     * to patch them; asked after it, x_y's own memory round trip came on
-     * top: loss only at 8192 x 50257 bf16 1.21x its floor, 1.02x with
-     * every label ignored, bench/results/2026-11-29-h200-ce-align/) */
+    load_row(h, p, slot.lane, cols, active);
+    ce_cap_row(h, cap);
     const CeRow r = ce_row(label, active, slot.lane, p.head, cols, prm);
     float x_y = ce_target_logit(p, r, active && !r.ignored && !r.bad);
-    finish_row(h, words, p.head, true, slot.lane, cols, active);
-    ce_cap_row(h, cap);
     if (T_CE_SOFTCAP)
         x_y = ce_cap(x_y, cap);
     /* the smoothing's sum before the exps replace x */
