@@ -26,8 +26,10 @@
  *           that element, so grad may be the logits themselves (in place)
  *   mean    with T_CE_SMOOTH, each thread's sum of its x, reduced over the
  *           row after the (max, sum) round (its own mailbox round)
- *   store   the gradient, a vector at a time (ce_grad_words), in place of
- *           forward_words; then the owner stores the label's element
+ *   store   the gradient, a vector at a time (ce_store_grad_row; the
+ *           backward's ce_grad_words), in place of forward_words, with the
+ *           softmax's one multiply an element; then the owner stores the
+ *           label's element
  *           again, with its target (ce_store_target)
  * The owner writes the row's loss, lse and z term (lane 0 where there is
  * no owner: an ignored or bad label).
@@ -486,16 +488,23 @@ __device__ __forceinline__ float ce_gscale(const CeParams &prm, long long row, b
     return prm.grad_per_row ? prm.grad_scale[row] : prm.grad_scale[0];
 }
 
-__device__ __forceinline__ CeGrad ce_grad(const CeRow &r, float gscale, float lse, int cols,
+/* lse is asked for (lse_of()) only with a z-loss, and eps / V only with
+ * T_CE_SMOOTH: a row's log and division are as many instructions as a
+ * dozen elements' gradients (a variant's fused kernel issued 45% more
+ * instructions than the softmax's on the H200: the store is issue-bound). */
+template <typename Lse>
+__device__ __forceinline__ CeGrad ce_grad(const CeRow &r, float gscale, Lse lse_of, int cols,
                                           const CeParams &prm)
 {
     CeGrad g;
     const float nan = __int_as_float(0x7fc00000);
     const float eps = T_CE_SMOOTH ? prm.smoothing : 0.0f;
     g.gs = r.bad || ce_missing(prm) != 0u ? nan : gscale * prm.scale;
-    g.zf = prm.z_loss != 0.0f ? fmaf(2.0f * prm.z_loss, lse, 1.0f) : 1.0f;
+    g.zf = 1.0f;
+    if (prm.z_loss != 0.0f)
+        g.zf = fmaf(2.0f * prm.z_loss, lse_of(), 1.0f);
     g.on = 1.0f - eps;
-    g.off = eps / (float)cols;
+    g.off = T_CE_SMOOTH ? eps / (float)cols : 0.0f;
     g.on_off = g.on + g.off;
     g.zero = r.ignored;
     return g;
@@ -514,6 +523,34 @@ __device__ __forceinline__ void ce_grad_words(u32 (&out)[NWORDS], const CeGrad &
     vector_words(out, [&](int k) {
         const float v = g.gs * fmaf(prob(k), g.zf, -g.off);
         return g.zero ? 0.0f : v;
+    });
+}
+
+/* store, fused: element j's gradient gs (p_j zf - off) as e_j (mul gs zf)
+ * - gs off, with p_j = e_j mul the softmax's (forward_value at out's
+ * factor mul gs zf): one multiply an element, as the softmax's store, where
+ * ce_grad_words takes three more instructions (fma, multiply, the ignored
+ * row's select); without T_CE_SMOOTH off is 0 and not added. An ignored
+ * row (the same for every thread of it) stores zeros instead. */
+__device__ __forceinline__ void ce_store_grad_row(const RowPtrs &p, int lane, int cols,
+                                                  bool active, const Held &h, const RowOut &o,
+                                                  const CeGrad &g)
+{
+    if (g.zero) {
+        store_row(p, lane, cols, active, [&](int, u32(&out)[NWORDS]) {
+            vector_words(out, [&](int) { return 0.0f; });
+        });
+        return;
+    }
+    RowOut og = o;
+    og.mul = o.mul * (g.gs * g.zf);
+    const float add = -g.gs * g.off;
+    (void)add;
+    store_row(p, lane, cols, active, [&](int it, u32(&out)[NWORDS]) {
+        vector_words(out, [&](int k) {
+            const float v = forward_value(h, it, k, og);
+            return T_CE_SMOOTH ? v + add : v;
+        });
     });
 }
 
@@ -690,7 +727,8 @@ tuned_cross_entropy_rows(const unsigned char *logits, const CeLabel *labels, uns
     ce_write_row(r, slot.row, row_max, c, x_y, sum_x / (float)cols, loss, lse, prm);
 
 #if T_CE_KIND == 0
-    const CeGrad g = ce_grad(r, gscale, ce_lse(row_max, c.all, prm.scale), cols, prm);
+    const CeGrad g =
+        ce_grad(r, gscale, [&] { return ce_lse(row_max, c.all, prm.scale); }, cols, prm);
 #if T_CE_SOFTCAP
     /* capped: exp(s (c - max)) / S again, chained through the cap */
     const float inv_sum = __frcp_rn(c.all);
@@ -704,10 +742,8 @@ tuned_cross_entropy_rows(const unsigned char *logits, const CeLabel *labels, uns
 #else
     /* exps of a thread's own shift (T_FUSED) take the row's through
      * row_out, whose sum is the whole S */
-    const RowOut o = row_out(max, row_max, c.all, prm.scale, ks);
-    store_row(p, slot.lane, cols, active, [&](int it, u32(&out)[NWORDS]) {
-        ce_grad_words(out, g, [&](int k) { return forward_value(h, it, k, o); });
-    });
+    ce_store_grad_row(p, slot.lane, cols, active, h, row_out(max, row_max, c.all, prm.scale, ks),
+                      g);
 #endif
     ce_store_target_sums(p, r, g, c, T_CE_SOFTCAP ? ce_cap_slope(x_y, cap) : 1.0f);
 #else
@@ -753,7 +789,7 @@ tuned_cross_entropy_bwd(const unsigned char *logits, const CeLabel *labels, cons
     load_row(h, p, slot.lane, cols, active);
     ce_cap_row(h, cap);
     const CeRow r = ce_row(label, active, slot.lane, p.head, cols, prm);
-    const CeGrad g = ce_grad(r, gscale, lse_r, cols, prm);
+    const CeGrad g = ce_grad(r, gscale, [&] { return lse_r; }, cols, prm);
     const unsigned missing = ce_missing(prm);
     if (prm.error != NULL && r.writer && (r.bad || missing != 0u))
         atomicOr(prm.error, (r.bad ? CE_ERR_LABEL : 0u) | missing);
