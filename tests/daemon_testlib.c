@@ -497,3 +497,15 @@ size_t real_gpus(int *arch)
     end_case(&d, &c);
     return n;
 }
+
+double case_start(void)
+{
+    case_failures = failures;
+    return now_s();
+}
+
+void case_report(const char *name, double start)
+{
+    printf("%s: %s (%.1f s)\n", failures == case_failures ? "ok" : "FAIL", name, now_s() - start);
+    fflush(stdout);
+}

@@ -96,6 +96,12 @@ void restart_case(daemon_t *d, client *c, const char *const *env, const char *co
 bool get_source_is(client *c, const char *req, const char *source);
 void end_case(daemon_t *d, client *c);
 
+/* Around a case of a program's list: case_start() counts its failures
+ * apart (case_failures) and returns its start; case_report() prints "ok:
+ * NAME (T s)" or "FAIL: ...". */
+double case_start(void);
+void case_report(const char *name, double start);
+
 /* The real GPUs a daemon finds (0: none), printed, and GPU 0's
  * architecture in *arch. */
 size_t real_gpus(int *arch);

@@ -746,12 +746,9 @@ int main(int argc, char **argv)
             {"TCP and CLI", test_tcp_and_cli},
         };
         for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-            int before = case_failures = failures;
-            double t = now_s();
+            double t = case_start();
             cases[i].fn();
-            printf("%s: %s (%.1f s)\n", failures == before ? "ok" : "FAIL", cases[i].name,
-                   now_s() - t);
-            fflush(stdout);
+            case_report(cases[i].name, t);
         }
         printf("%d failures\n", failures);
         rc = failures == 0 ? 0 : 1;

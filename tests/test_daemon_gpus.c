@@ -64,18 +64,29 @@ static long long worker_of(client *c, long long dev)
     return pid;
 }
 
+/* Tunes of rows x cols_a and rows x cols_b (the setup's long budget)
+ * submitted together: whether they came to run at once on different GPUs
+ * (a failure counted if not), their jobs in *a and *b. */
+static bool two_long_tunes(client *c, const setup *s, uint64_t rows, uint64_t cols_a,
+                           uint64_t cols_b, long long *a, long long *b)
+{
+    char extra[64];
+    snprintf(extra, sizeof extra, ",\"budget\":%u", s->long_budget);
+    *a = submit_tune(c, rows, cols_a, extra);
+    *b = submit_tune(c, rows, cols_b, extra);
+    bool both = both_running(c, *a, *b, (int)(s->wait_s * 100), 10);
+    EXPECT(both, "jobs %lld and %lld never ran at once on two GPUs", *a, *b);
+    return both;
+}
+
 static void case_two_shapes(const setup *s)
 {
     daemon_t d;
     client c;
     start_case(&d, &c, "two-shapes", s->env, NULL);
-    char extra[64];
-    snprintf(extra, sizeof extra, ",\"budget\":%u", s->long_budget);
-    long long a = submit_tune(&c, 2048, 8192, extra);
-    long long b = submit_tune(&c, 2048, 32000, extra);
-    bool both = both_running(&c, a, b, (int)(s->wait_s * 100), 10);
+    long long a, b;
+    bool both = two_long_tunes(&c, s, 2048, 8192, 32000, &a, &b);
     printf("two shapes: both jobs running at once on different GPUs: %s\n", both ? "yes" : "NO");
-    EXPECT(both, "jobs %lld and %lld never ran at once on two GPUs", a, b);
     EXPECT(job_done(&c, a, s->wait_s));
     EXPECT(job_done(&c, b, s->wait_s));
     end_case(&d, &c);
@@ -139,12 +150,8 @@ static void case_killed(const setup *s)
     daemon_t d;
     client c;
     start_case(&d, &c, "killed", s->env, NULL);
-    char extra[64];
-    snprintf(extra, sizeof extra, ",\"budget\":%u", s->long_budget);
-    long long a = submit_tune(&c, 4096, 8192, extra);
-    long long b = submit_tune(&c, 4096, 16384, extra);
-    EXPECT(both_running(&c, a, b, (int)(s->wait_s * 100), 10),
-           "jobs %lld and %lld never ran at once on two GPUs", a, b);
+    long long a, b;
+    two_long_tunes(&c, s, 4096, 8192, 16384, &a, &b);
     /* mid-tune: a has evaluated a variant and goes on */
     json_t *r = NULL;
     for (double end = now_s() + s->wait_s; now_s() < end; sleep_ms(20)) {
@@ -233,12 +240,9 @@ int main(int argc, char **argv)
         {"a worker killed on one GPU", case_killed},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        int before = case_failures = failures;
-        double t = now_s();
+        double t = case_start();
         cases[i].fn(s);
-        printf("%s: %s (%.1f s)\n", failures == before ? "ok" : "FAIL", cases[i].name,
-               now_s() - t);
-        fflush(stdout);
+        case_report(cases[i].name, t);
     }
     return expect_done("test_daemon_gpus", root);
 }
