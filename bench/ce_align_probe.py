@@ -4,7 +4,8 @@ comment first): why the cross-entropy forward kernels run 1.2x their floor
 at 8192x50257 bf16, where every row starts off a 16-byte boundary.
 
 Variants are cross_entropy_kernel.py's (its Config, its source assembly,
-its NVRTC options, its Gpu and Ce launchers, its inputs), at five cases:
+its NVRTC options, its Gpu and Ce launchers, its CeParams, its inputs and
+its launch of the float64 check), at five cases:
   50257                 the slow shape (row starts step by 2 bytes)
   50256, 50264          aligned neighbours (T_HEAD_FREE 1 code)
   50264/unaligned-code  aligned rows run by the code for unaligned rows
@@ -26,10 +27,9 @@ timed if it fails. Timing is cuda_timing.timed (median of CUDA-event times
 after warm-up, L2 flushed before each), in interleaved rounds; a variant's
 time is the median of its rounds.
 
-cross_entropy_kernel.py predates the softcap and the argmax: its CeParams
-mirror is 48 bytes and its tuned_ce_check launch passes 20 arguments,
-where the templates now take 64 bytes and 22 (softcap, argmax added); the
-probe makes both itself (CeParams below, Bench.check).
+The softcap and the argmax stay off (ck.params's softcap 0 and argmax
+NULL, and the check's): the variants are built without T_CE_SOFTCAP and
+T_CE_ARGMAX.
 
 Modes:
   compile                   no GPU: every source compiled for sm_90 with
@@ -188,18 +188,8 @@ def compile_only():
 
 # ---- GPU side ---------------------------------------------------------------------
 
-class CeParams(ctypes.Structure):
-    """cross_entropy.cu's struct CeParams as it is now: ck.CeParams's fields,
-    then argmax, softcap, reserved."""
-    _fields_ = ck.CeParams._fields_ + [("argmax", ctypes.c_void_p), ("softcap", ctypes.c_float),
-                                       ("reserved", ctypes.c_int)]
-
-
-assert ctypes.sizeof(CeParams) == 64 and ctypes.alignment(CeParams) == 8
-
-
 def params(gscale=None):
-    return CeParams(1.0, 0.0, 0.0, 0, IGNORE, ck.P(gscale).value, None, None, None, 0.0, 0)
+    return ck.params(1.0, 0.0, 0.0, IGNORE, gscale)
 
 
 class Bench:
@@ -222,8 +212,7 @@ class Bench:
         self.lse_ref = torch.empty(ROWS, device="cuda")
         self.gsc = torch.empty(1, device="cuda")
         ref = ck.reference_source(DTYPE)
-        self.ref = {n: gpu.function(ref, n) for n in ("tuned_ce_check", "tuned_check",
-                                                      "tuned_ce_gen_lse")}
+        self.ref = {n: gpu.function(ref, n) for n in ("tuned_check", "tuned_ce_gen_lse")}
         gpu.launch(self.ref["tuned_ce_gen_lse"], ROWS, 256,
                    [ck.P(x), ck.P(self.lse_ref), *self.shape(), ctypes.c_double(1.0),
                     ctypes.c_double(0.0)])
@@ -252,32 +241,33 @@ class Bench:
                 "bwd": lambda: ce.backward(x, self.labels, self.lse_ref, y, scaled)}[kernel]
 
     def check(self, kernel, run):
-        """(failures, first failing index) against the float64 reference."""
+        """(failures, first failing index) against the float64 reference:
+        reference.cu's tuned_check for the softmax, else
+        ck.ref_kernel_check (tuned_ce_check) at check.c's tolerances."""
         import torch
         P = ck.P
         self.y.fill_(float("nan"))
         self.loss.fill_(7.0)
         self.lse.fill_(7.0)
         run()
-        bad = torch.zeros(4, dtype=torch.int64, device="cuda")
-        first = torch.full((4,), -1, dtype=torch.int64, device="cuda")
-        tol = [ctypes.c_double(RTOL), ctypes.c_double(ATOL)]
         if kernel == "softmax":
-            args = [P(self.x), P(self.y), *self.shape(), *tol, P(bad), P(first), P(None),
-                    ctypes.c_double(1.0), ctypes.c_int(0)]
+            bad = torch.zeros(1, dtype=torch.int64, device="cuda")
+            first = torch.full((1,), -1, dtype=torch.int64, device="cuda")
+            args = [P(self.x), P(self.y), *self.shape(), ctypes.c_double(RTOL),
+                    ctypes.c_double(ATOL), P(bad), P(first), P(None), ctypes.c_double(1.0),
+                    ctypes.c_int(0)]
             self.gpu.launch(self.ref["tuned_check"], ROWS, 256, args)
+            torch.cuda.synchronize()
+            bad, first = bad.tolist(), first.tolist()
         else:
             fwd, grad = kernel != "bwd", kernel in ("fused", "bwd")
             labels = self.ignored if kernel == "loss-ignored" else self.labels
-            args = [P(self.x), P(labels), P(self.y if grad else None),
-                    P(self.loss if fwd else None), P(self.lse if fwd else None), *self.shape(),
-                    ctypes.c_double(1.0), ctypes.c_double(0.0), ctypes.c_double(0.0),
-                    ctypes.c_longlong(IGNORE), P(self.gsc if grad else None), ctypes.c_int(0),
-                    *tol, P(bad), P(first), P(None), P(None if fwd else self.lse_ref),
-                    ctypes.c_double(0.0), P(None)]
-            self.gpu.launch(self.ref["tuned_ce_check"], ROWS, 256, args)
-        torch.cuda.synchronize()
-        return int(bad.sum()), [i for i in first.tolist() if i >= 0][:1]
+            bad, first, _ = ck.ref_kernel_check(
+                self.gpu, self.x, labels, self.y if grad else None, self.loss if fwd else None,
+                self.lse if fwd else None, DTYPE, 1.0, 0.0, 0.0, IGNORE,
+                self.gsc if grad else None, 0, 0, lse_in=None if fwd else self.lse_ref,
+                rtol=RTOL, atol=ATOL)
+        return sum(bad), [i for i in first if i >= 0][:1]
 
 
 def time_all(out, state):

@@ -9,7 +9,12 @@ softmax_rows_common.cu and cross_entropy.cu) and compiled by NVRTC with
 src/codegen/nvrtc.c's options (--gpu-architecture=sm_XX --std=c++17; CuPy's
 own compile path appends -ftz=true and its own -arch, so NVRTC is called
 directly, through ctypes, and the cubin loaded with cupy.RawModule). The
-CeParams struct is mirrored with ctypes and its size asserted (48).
+CeParams struct is mirrored with ctypes, its size (64), alignment (8) and
+offsets asserted; argmax (NULL: not written) and softcap (0: off) are
+left at their defaults, so the variants here are built without
+T_CE_SOFTCAP and T_CE_ARGMAX. The launch of the float64 check
+(tuned_ce_check) passes the 22 arguments of its signature, its softcap 0
+and argmax NULL.
 
 Modes:
   --compile-only DIR   no GPU: compile every variant this script uses for
@@ -298,14 +303,22 @@ def compile_only(outdir):
 # ---- GPU side ----------------------------------------------------------------
 
 class CeParams(ctypes.Structure):
-    """cross_entropy.cu's struct CeParams, field for field."""
+    """cross_entropy.cu's struct CeParams, field for field (and
+    src/codegen/cross_entropy.h's tuned__ce_params)."""
     _fields_ = [("scale", ctypes.c_float), ("smoothing", ctypes.c_float),
                 ("z_loss", ctypes.c_float), ("grad_per_row", ctypes.c_int),
                 ("ignore_index", ctypes.c_longlong), ("grad_scale", ctypes.c_void_p),
-                ("z_out", ctypes.c_void_p), ("error", ctypes.c_void_p)]
+                ("z_out", ctypes.c_void_p), ("error", ctypes.c_void_p),
+                ("argmax", ctypes.c_void_p), ("softcap", ctypes.c_float),
+                ("reserved", ctypes.c_int)]
 
 
-assert ctypes.sizeof(CeParams) == 48 and ctypes.alignment(CeParams) == 8
+# the offsets of the template's layout comment, and its static_assert
+assert [(n, getattr(CeParams, n).offset) for n, _ in CeParams._fields_] == [
+    ("scale", 0), ("smoothing", 4), ("z_loss", 8), ("grad_per_row", 12), ("ignore_index", 16),
+    ("grad_scale", 24), ("z_out", 32), ("error", 40), ("argmax", 48), ("softcap", 56),
+    ("reserved", 60)]
+assert ctypes.sizeof(CeParams) == 64 and ctypes.alignment(CeParams) == 8
 
 
 class Gpu:
@@ -436,9 +449,14 @@ class Ce:
 
 
 def params(scale=1.0, eps=0.0, z=0.0, ignore=-100, gscale=None, per_row=0, z_out=None,
-           error=None):
-    return CeParams(scale, eps, z, per_row, ignore, P(gscale).value, P(z_out).value,
-                    P(error).value)
+           error=None, argmax=None, softcap=0.0):
+    """A CeParams; tensors (or None: NULL) for the pointers. By default
+    argmax None and softcap 0, neither asked for, as the variants here
+    (built without T_CE_ARGMAX and T_CE_SOFTCAP) need: a cap given to them
+    makes every row NaN and sets bit 2 of the error word."""
+    return CeParams(scale=scale, smoothing=eps, z_loss=z, grad_per_row=per_row,
+                    ignore_index=ignore, grad_scale=P(gscale).value, z_out=P(z_out).value,
+                    error=P(error).value, argmax=P(argmax).value, softcap=softcap, reserved=0)
 
 
 def torch_reference(x, labels, scale, eps, z, ignore, gs_row):
@@ -505,22 +523,32 @@ class Checker:
             print(f"  CHECK FAIL {what} {detail}")
 
 
+# cross_entropy_reference.cu's CE_CHECKS: its counts of bad gradient
+# elements, loss rows, lse rows and argmax rows
+CE_CHECKS = 4
+
+
 def ref_kernel_check(gpu, x, labels, grad, loss, lse, dtype, scale, eps, z, ignore, gscale,
-                     per_row, label32):
-    """tuned_ce_check on a variant's outputs: (bad[3], first[3], row_ref)."""
+                     per_row, label32, lse_in=None, softcap=0.0, argmax=None, rtol=None,
+                     atol=None):
+    """tuned_ce_check on a variant's outputs: (bad[4], first[4], row_ref),
+    bad and first as CE_CHECKS counts them. grad, loss, lse, argmax None:
+    not checked; lse_in: the backward's saved lse (the gradient's reference
+    formed from it); rtol, atol: the dtype's RTOL, ATOL unless given."""
     import torch
     src = reference_source(dtype, label32)
     fn = gpu.function(src, "tuned_ce_check")
-    bad = torch.zeros(3, dtype=torch.int64, device="cuda")
-    first = torch.full((3,), -1, dtype=torch.int64, device="cuda")
+    bad = torch.zeros(CE_CHECKS, dtype=torch.int64, device="cuda")
+    first = torch.full((CE_CHECKS,), -1, dtype=torch.int64, device="cuda")
     row_ref = torch.empty(2 * x.shape[0], dtype=torch.float64, device="cuda")
     gpu.launch(fn, min(x.shape[0], 4096), 256,
                [P(x), P(labels), P(grad), P(loss), P(lse), ctypes.c_longlong(x.shape[0]),
                 ctypes.c_int(x.shape[1]), ctypes.c_longlong(x.stride(0)),
                 ctypes.c_double(scale), ctypes.c_double(eps), ctypes.c_double(z),
                 ctypes.c_longlong(ignore), P(gscale), ctypes.c_int(per_row),
-                ctypes.c_double(RTOL[dtype]), ctypes.c_double(ATOL[dtype]), P(bad), P(first),
-                P(row_ref), P(None)])
+                ctypes.c_double(RTOL[dtype] if rtol is None else rtol),
+                ctypes.c_double(ATOL[dtype] if atol is None else atol), P(bad), P(first),
+                P(row_ref), P(lse_in), ctypes.c_double(softcap), P(argmax)])
     torch.cuda.synchronize()
     return bad.tolist(), first.tolist(), row_ref.view(-1, 2)
 
@@ -604,7 +632,7 @@ def correctness(gpu):
                 ck.ok(f"error word {t}", int(err) == 1, f"{int(err)}")
                 bad, first, row_ref = ref_kernel_check(gpu, x0, lab, grad, loss, lse, dtype,
                                                        scale, eps, z, ignore, gsc, 0, l32)
-                ck.ok(f"reference kernel {t}", bad == [0, 0, 0], f"bad {bad} first {first}")
+                ck.ok(f"reference kernel {t}", bad == [0] * CE_CHECKS, f"bad {bad} first {first}")
                 rr = same(row_ref[:, 0], ref["loss"], 1e-9 * (1 + ref["loss"].abs())) & \
                     same(row_ref[:, 1], ref["lse"], 1e-9 * (1 + ref["lse"].abs()))
                 ck.ok(f"reference kernel vs torch {t}", bool(rr.all()))
@@ -703,7 +731,7 @@ def timings(gpu, ck, deadline, log, shapes=None):
         ce.fused(xw, labels, xw, loss, lse, params(1.0, 0.0, 0.0, ignore, gsc))
         bad, first, _ = ref_kernel_check(gpu, x0, labels, xw, loss, lse, dtype, 1.0, 0.0, 0.0,
                                          ignore, gsc, 0, 0)
-        ck.ok(f"best {rows}x{cols} {dtype} {ce.cfg.name()} vs float64", bad == [0, 0, 0],
+        ck.ok(f"best {rows}x{cols} {dtype} {ce.cfg.name()} vs float64", bad == [0] * CE_CHECKS,
               f"bad {bad} first {first}")
         # the plain softmax at the same config, in place: what the family does
         # with the same bytes and no cross-entropy work
