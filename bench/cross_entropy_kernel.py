@@ -3,9 +3,11 @@
 kernels/templates/cross_entropy.cu, compiled, checked and timed outside the
 daemon.
 
-A variant's source is assembled exactly as src/codegen/source.c assembles
-the rows family's (a block of #defines, then softmax_common.cu,
-softmax_rows_common.cu and cross_entropy.cu) and compiled by NVRTC with
+A variant's source is assembled as src/codegen/source.c assembles the
+rows family's (a block of #defines, then softmax_common.cu,
+softmax_rows_common.cu and cross_entropy.cu; source.c also appends
+cross_entropy_aux.cu, the upstream gradient's rescale kernel, which this
+harness does not use) and compiled by NVRTC with
 src/codegen/nvrtc.c's options (--gpu-architecture=sm_XX --std=c++17; CuPy's
 own compile path appends -ftz=true and its own -arch, so NVRTC is called
 directly, through ctypes, and the cubin loaded with cupy.RawModule). The
