@@ -29,8 +29,7 @@
  *   store   the gradient, a vector at a time (ce_store_grad_row; the
  *           backward's ce_grad_words), in place of forward_words, with the
  *           softmax's one multiply an element; then the owner stores the
- *           label's element
- *           again, with its target (ce_store_target)
+ *           label's element again, with its target (ce_store_target)
  * The owner writes the row's loss, lse and z term (lane 0 where there is
  * no owner: an ignored or bad label).
  *
@@ -490,8 +489,9 @@ __device__ __forceinline__ float ce_gscale(const CeParams &prm, long long row, b
 
 /* lse is asked for (lse_of()) only with a z-loss, and eps / V only with
  * T_CE_SMOOTH: a row's log and division are as many instructions as a
- * dozen elements' gradients (a variant's fused kernel issued 45% more
- * instructions than the softmax's on the H200: the store is issue-bound). */
+ * dozen elements' gradients (the fused kernel at 8192 x 50256 issued 49%
+ * more instructions than the softmax at its config before: the store is
+ * issue-bound; docs/decisions.md). */
 template <typename Lse>
 __device__ __forceinline__ CeGrad ce_grad(const CeRow &r, float gscale, Lse lse_of, int cols,
                                           const CeParams &prm)
