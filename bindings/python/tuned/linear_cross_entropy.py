@@ -78,23 +78,18 @@ def _chunk_rows(rows, cols, esize, chunk_rows, max_chunk_bytes):
     return max(1, min(rows, max(64, fit // 64 * 64)))
 
 
-# The key's limits (src/codegen/kind.c, linear_cross_entropy's parameters).
-_MAX_KEY_HIDDEN = 32768
-_KEY_BUDGET_MIB = (16, 65535)
-
-
 def _tuned_chunk(h, w, max_chunk_bytes):
     """The chunk rows libtuned's store holds (or its lookup answers) for
-    this call's key, or None where no key applies or libtuned cannot say
-    (the caller then takes the rule)."""
+    this call's key, or None where no key applies (a budget that is not
+    whole MiB; a hidden size or budget outside the key's ranges, which
+    libtuned's lookup refuses, naming the rule) or libtuned cannot say:
+    the caller then takes the rule."""
     from . import handle as _handle
     from .errors import LibraryError, TunedError
     from .torch_ops import _DTYPES
     rows, hidden, cols = h.shape[0], h.shape[1], w.shape[0]
     mib, rest = divmod(int(max_chunk_bytes), 1 << 20)
-    if (not h.is_cuda or h.dtype not in _DTYPES or _compiling() or rest != 0
-            or not _KEY_BUDGET_MIB[0] <= mib <= _KEY_BUDGET_MIB[1]
-            or not 1 <= hidden <= _MAX_KEY_HIDDEN):
+    if not h.is_cuda or h.dtype not in _DTYPES or _compiling() or rest != 0:
         return None
     device = h.device.index if h.device.index is not None else -1
     try:
