@@ -11,7 +11,7 @@ harness does not use) and compiled by NVRTC with
 src/codegen/nvrtc.c's options (--gpu-architecture=sm_XX --std=c++17; CuPy's
 own compile path appends -ftz=true and its own -arch, so NVRTC is called
 directly, through ctypes, and the cubin loaded with cupy.RawModule). The
-CeParams struct is mirrored with ctypes, its size (64), alignment (8) and
+CeParams struct is mirrored with ctypes, its size (72), alignment (8) and
 offsets asserted; argmax (NULL: not written) and softcap (0: off) are
 left at their defaults, so the variants here are built without
 T_CE_SOFTCAP and T_CE_ARGMAX. The launch of the float64 check
@@ -312,15 +312,15 @@ class CeParams(ctypes.Structure):
                 ("ignore_index", ctypes.c_longlong), ("grad_scale", ctypes.c_void_p),
                 ("z_out", ctypes.c_void_p), ("error", ctypes.c_void_p),
                 ("argmax", ctypes.c_void_p), ("softcap", ctypes.c_float),
-                ("reserved", ctypes.c_int)]
+                ("classes", ctypes.c_int), ("class_offset", ctypes.c_longlong)]
 
 
 # the offsets of the template's layout comment, and its static_assert
 assert [(n, getattr(CeParams, n).offset) for n, _ in CeParams._fields_] == [
     ("scale", 0), ("smoothing", 4), ("z_loss", 8), ("grad_per_row", 12), ("ignore_index", 16),
     ("grad_scale", 24), ("z_out", 32), ("error", 40), ("argmax", 48), ("softcap", 56),
-    ("reserved", 60)]
-assert ctypes.sizeof(CeParams) == 64 and ctypes.alignment(CeParams) == 8
+    ("classes", 60), ("class_offset", 64)]
+assert ctypes.sizeof(CeParams) == 72 and ctypes.alignment(CeParams) == 8
 
 
 class Gpu:
@@ -458,7 +458,8 @@ def params(scale=1.0, eps=0.0, z=0.0, ignore=-100, gscale=None, per_row=0, z_out
     makes every row NaN and sets bit 2 of the error word."""
     return CeParams(scale=scale, smoothing=eps, z_loss=z, grad_per_row=per_row,
                     ignore_index=ignore, grad_scale=P(gscale).value, z_out=P(z_out).value,
-                    error=P(error).value, argmax=P(argmax).value, softcap=softcap, reserved=0)
+                    error=P(error).value, argmax=P(argmax).value, softcap=softcap, classes=0,
+                    class_offset=0)
 
 
 def torch_reference(x, labels, scale, eps, z, ignore, gs_row):

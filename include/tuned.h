@@ -467,6 +467,14 @@ typedef struct tuned_ce_options {
     float softcap;            /* > 0 and finite: the tanh cap (see above); 0: none */
     void *argmax;             /* device, rows elements of the labels' type, aligned
                                  to it: each row's argmax (see above); NULL: none */
+    /* Added 2026-11-29, the backward only (0 and 0 in a forward call): the
+     * logits are a slice, columns [class_offset, class_offset + cols), of
+     * rows of `classes` classes (a linear cross-entropy's block of the
+     * vocabulary). Labels index the whole rows: one outside [0, classes)
+     * is an error as above, one outside the slice has no target term in
+     * it (another slice holds it), and eps / V takes V = classes. */
+    int64_t class_offset;     /* >= 0; 0: the whole row */
+    int64_t classes;          /* class_offset + cols to 2^31 - 1; 0: cols */
 } tuned_ce_options;
 
 /* The defaults: scale 1, no smoothing, no z-loss, ignore_index -100,

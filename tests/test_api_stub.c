@@ -271,6 +271,31 @@ static void test_cross_entropy_args(void)
     expect_refused(h, tuned_cross_entropy_rescale(h, logits, rows, cols, cols, TUNED_BF16, NULL,
                                                   NULL),
                    "factor is NULL", "rescale without a factor");
+    /* a slice of the classes: the backward's alone, and inside the rows */
+    o.class_offset = 1000;
+    o.classes = 4000;
+    expect_refused(h, tuned_cross_entropy(h, logits, labels, logits, loss, lse, rows, cols, cols,
+                                          TUNED_BF16, &o, NULL),
+                   "the backward's", "a forward over a slice of the classes");
+    float *saved = (float *)0xc00000;
+    o.class_offset = 3500;
+    expect_refused(h, tuned_cross_entropy_backward(h, logits, labels, saved, logits, rows, cols,
+                                                   cols, TUNED_BF16, &o, NULL),
+                   "not a slice", "a slice past the rows' end");
+    o.class_offset = -1;
+    expect_refused(h, tuned_cross_entropy_backward(h, logits, labels, saved, logits, rows, cols,
+                                                   cols, TUNED_BF16, &o, NULL),
+                   "not a slice", "a negative class_offset");
+    o.class_offset = 8;
+    o.classes = 0;
+    expect_refused(h, tuned_cross_entropy_backward(h, logits, labels, saved, logits, rows, cols,
+                                                   cols, TUNED_BF16, &o, NULL),
+                   "not a slice", "an offset without the classes");
+    o.class_offset = 0;
+    o.classes = (int64_t)1 << 31;
+    expect_refused(h, tuned_cross_entropy_backward(h, logits, labels, saved, logits, rows, cols,
+                                                   cols, TUNED_BF16, &o, NULL),
+                   "not a slice", "2^31 classes");
     tuned_close(h);
 }
 

@@ -152,7 +152,17 @@ typedef long long CeLabel;
  *   offset 48  CeLabel     *argmax        per row (T_CE_ARGMAX, forward kernels);
  *                                         NULL: not written
  *   offset 56  float        softcap       cap > 0 (T_CE_SOFTCAP); 0: none
- *   offset 60  int          reserved      0 */
+ *   offset 60  int          classes       V, the classes of a whole row; 0: cols.
+ *                                         Above cols only in the backward, whose
+ *                                         rows are then a slice of the whole rows:
+ *   offset 64  long long    class_offset  the slice's first class (0: none).
+ *                                         Labels index the whole row (a label
+ *                                         outside [0, V) is bad); one outside
+ *                                         the slice is another slice's target,
+ *                                         so this one has no target term; the
+ *                                         smoothing's eps / V takes the whole V.
+ *                                         The linear cross-entropy's vocabulary
+ *                                         blocks take the backward this way. */
 struct CeParams {
     float scale;
     float smoothing;
@@ -164,9 +174,10 @@ struct CeParams {
     unsigned *error;
     CeLabel *argmax;
     float softcap;
-    int reserved;
+    int classes;
+    long long class_offset;
 };
-static_assert(sizeof(CeParams) == 64 && alignof(CeParams) == 8, "CeParams layout changed");
+static_assert(sizeof(CeParams) == 72 && alignof(CeParams) == 8, "CeParams layout changed");
 
 #define CE_ERR_LABEL 1u
 #define CE_ERR_SMOOTH 2u
@@ -266,6 +277,7 @@ __device__ __forceinline__ float ce_thread_max(const Held &h, const CeCap &cap)
  * range, and where the owner's slot of column y lies. */
 struct CeRow {
     long long label;
+    long long col;    /* the label's column in this row (its slice's); 0 without an owner */
     bool ignored, bad;
     bool owner;       /* this thread's slots hold column y: it loads x_y, stores g_y */
     bool writer;      /* this thread writes the row's loss, lse and z term */
@@ -291,9 +303,14 @@ __device__ __forceinline__ CeRow ce_row(long long label, bool active, int lane, 
     CeRow r;
     r.label = label;
     r.ignored = r.label == prm.ignore_index;
-    r.bad = !r.ignored && (r.label < 0 || r.label >= cols);
-    const bool valid = active && !r.ignored && !r.bad;
-    const long long q = valid ? r.label + head : 0;
+    const long long classes = prm.classes > 0 ? prm.classes : cols;
+    r.bad = !r.ignored && (r.label < 0 || r.label >= classes);
+    /* a label in another slice of the row (the backward's class slices):
+     * no owner, no target term here */
+    const long long col = r.label - prm.class_offset;
+    const bool valid = active && !r.ignored && !r.bad && col >= 0 && col < cols;
+    r.col = valid ? col : 0;
+    const long long q = r.col + head;
     const long long v = q / T_VEC;
     r.own_k = (int)(q % T_VEC);
     r.own_it = (int)(v / ROW_THREADS);
@@ -315,7 +332,7 @@ __device__ __forceinline__ float ce_target_logit(const RowPtrs &p, const CeRow &
 {
     /* Predicated, not branched: a branch waits for the label here, the
      * load's result is waited for only after the reduction. */
-    const unsigned char *at = p.xr + (valid ? r.label : 0) * ESIZE;
+    const unsigned char *at = p.xr + (valid ? r.col : 0) * ESIZE;
     u32 bits = 0;
 #if ESIZE == 2
     u16 b16 = 0;
@@ -504,7 +521,7 @@ __device__ __forceinline__ CeGrad ce_grad(const CeRow &r, float gscale, Lse lse_
     if (prm.z_loss != 0.0f)
         g.zf = fmaf(2.0f * prm.z_loss, lse_of(), 1.0f);
     g.on = 1.0f - eps;
-    g.off = T_CE_SMOOTH ? eps / (float)cols : 0.0f;
+    g.off = T_CE_SMOOTH ? eps / (float)(prm.classes > 0 ? prm.classes : cols) : 0.0f;
     g.on_off = g.on + g.off;
     g.zero = r.ignored;
     return g;
@@ -569,7 +586,7 @@ __device__ __forceinline__ void ce_store_target(const RowPtrs &p, const CeRow &r
                                                 float p_y, float slope)
 {
     if (r.owner)
-        store_elem(p.yr + r.label * ESIZE,
+        store_elem(p.yr + r.col * ESIZE,
                    float_to_bits(g.gs * (fmaf(p_y, g.zf, -g.on_off) * slope)));
 }
 
@@ -586,7 +603,7 @@ __device__ __forceinline__ void ce_store_target_sums(const RowPtrs &p, const CeR
     const float pm1 = -c.others * inv;
     /* eps - eps / V = (1 - on) - off */
     const float v = pm1 + fmaf(p_y, g.zf - 1.0f, (1.0f - g.on) - g.off);
-    store_elem(p.yr + r.label * ESIZE, float_to_bits(g.gs * (T_CE_SOFTCAP ? v * slope : v)));
+    store_elem(p.yr + r.col * ESIZE, float_to_bits(g.gs * (T_CE_SOFTCAP ? v * slope : v)));
 }
 
 /* lse = s max + log sum; a row of only -inf has lse -inf (log 0, as

@@ -4,6 +4,8 @@
  * knows the upstream gradient. The call itself is the registry's, as for
  * every kind (api.c). */
 #include <float.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <math.h>
 #include <string.h>
 
@@ -18,6 +20,29 @@ void tuned_ce_options_init(tuned_ce_options *o)
     o->scale = 1.0f;
     o->ignore_index = -100;
     o->reduction = TUNED_REDUCTION_MEAN;
+}
+
+/* The class slice of a call over cols columns: a forward's must be the
+ * whole row; a backward's lies inside rows of o->classes classes. */
+static int ce_slice(const tuned_handle *h, const char *fn, const tuned_ce_options *o,
+                    int64_t cols, bool backward)
+{
+    if (o->class_offset == 0 && (o->classes == 0 || o->classes == cols))
+        return 0;
+    if (!backward)
+        return tuned__api_failf(h, TUNED_EINVAL,
+                                "%s: class_offset %lld and classes %lld: a slice of the classes "
+                                "is the backward's (tuned_cross_entropy_backward); pass 0 and 0",
+                                fn, (long long)o->class_offset, (long long)o->classes);
+    if (o->class_offset < 0 || o->classes < 1 || o->classes > INT32_MAX || cols < 1 ||
+        o->class_offset > o->classes - cols)
+        return tuned__api_failf(h, TUNED_EINVAL,
+                                "%s: columns [%lld, %lld + %lld) are not a slice of rows of "
+                                "classes %lld (class_offset >= 0, class_offset + cols <= "
+                                "classes <= %d)",
+                                fn, (long long)o->class_offset, (long long)o->class_offset,
+                                (long long)cols, (long long)o->classes, INT32_MAX);
+    return 0;
 }
 
 /* The options block for o, or an error said as fn's. */
@@ -66,6 +91,8 @@ static int ce_params(const tuned_handle *h, const char *fn, const tuned_ce_optio
     p->error = o->error;
     p->argmax = o->argmax;
     p->softcap = o->softcap;
+    p->classes = (int32_t)o->classes;
+    p->class_offset = o->class_offset;
     *flags = (o->label_smoothing != 0.0f ? TUNED__CE_FLAG_SMOOTH : 0u) |
              (o->labels_int32 ? TUNED__CE_FLAG_LABEL32 : 0u) |
              (o->softcap != 0.0f ? TUNED__CE_FLAG_SOFTCAP : 0u) |
@@ -150,7 +177,9 @@ static int ce_call(tuned_handle *h, const char *fn, tuned_kernel kernel, const v
     const tuned_ce_options *o = opt != NULL ? opt : &defaults;
     tuned__ce_params p;
     tuned__api_args a = {fn, tuned__kind((unsigned)kernel), {NULL}, &p, 0, 0};
-    int rc = ce_params(h, fn, o, &p, &a.flags);
+    int rc = ce_slice(h, fn, o, cols, kernel == TUNED_KERNEL_CROSS_ENTROPY_BWD);
+    if (rc == 0)
+        rc = ce_params(h, fn, o, &p, &a.flags);
     if (rc != 0)
         return rc;
     for (unsigned i = 0; i < a.kind->ntensors; i++)

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "src/codegen/cross_entropy.h"
 #include "src/codegen/source.h"
 #include "src/codegen/templates.h"
 #include "src/common/hash.h"
@@ -53,7 +54,7 @@
  * (the gradient needs fp32 exps). */
 #define CE_PARTS {"softmax_common", "softmax_rows_common", "cross_entropy", "cross_entropy_aux"}
 #define CE_COMMON                                                                           \
-    .params_size = 64, .scaled = false,                                                     \
+    .params_size = sizeof(tuned__ce_params), .scaled = false,                               \
     .helper = {"tuned_cross_entropy_count", "tuned_cross_entropy_rescale"},             \
     .flag = {"T_CE_SMOOTH", "T_CE_LABEL32", "T_CE_SOFTCAP", "T_CE_ARGMAX"},                \
     .flag_int32 = {0, 2}, .flag_min_blocks = {0, 0, 2, 2},                                 \

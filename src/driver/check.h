@@ -55,7 +55,7 @@ typedef struct tuned__check {
     float scale;                       /* forward kernels' (TUNED__CHECK_SCALE) */
     /* The options block every run of the variant takes (the kind's
      * params_size bytes): the scale, or the reference's options. */
-    _Alignas(8) unsigned char params[64];
+    _Alignas(8) unsigned char params[128];
     CUstream stream;                   /* the caller's */
     CUdeviceptr x_alloc, y_alloc;      /* y_alloc holds a guard before y
                                           (TUNED__CHECK_GUARD_BYTES and the

@@ -367,7 +367,7 @@ class LayoutTests(unittest.TestCase):
         if shutil.which(cc) is None:
             self.skipTest(f"no C compiler ({cc})")
         structs = {"tuned_options": _lib.Options, "tuned_choice": _lib.Choice,
-                   "tuned_progress": _lib.Progress}
+                   "tuned_progress": _lib.Progress, "tuned_ce_options": _lib.CeOptions}
         lines = []
         for cname, py in structs.items():
             lines.append(f'printf("{cname} size %zu\\n", sizeof(struct {cname}));')

@@ -7,6 +7,9 @@ path; on a CUDA GPU (when there is one, bf16) tuned's kernels.
             smoothing, z-loss, scale and softcap, chunks of 8 rows (and
             one chunk): the loss and the gradients to hidden, weight and
             bias within 1e-5 of float64, for a random upstream gradient
+  splits    vocab_splits 2 and 3 (the chunk's logits a vocabulary block
+            at a time): every reduction and option, labels on the blocks'
+            edges, as above; a label outside [0, V) gives a NaN loss
   shapes    (B, T, H) hidden, int32 labels, every row ignored (mean: NaN
             as torch, zero gradients), no rows
   options   num_items divides a sum; accumulate_fp32 gives the same
@@ -98,6 +101,39 @@ def math_cases(device, dtype, tol):
                         ok, err = close(t.grad, g, tol * 10)
                         expect(ok and t.grad.dtype == t.dtype,
                                f"{what}: d {name} error {err:.3g}")
+
+
+def split_cases(device, dtype, tol):
+    """vocab_splits: the chunk's logits in blocks of the vocabulary (300
+    columns: 2 blocks of 192 + 108, 3 of 128 + 128 + 44), labels on every
+    block's first and last column, every option; and a label outside
+    [0, V): a NaN loss."""
+    n, h, v = 37, 16, 300
+    extras = ({}, {"label_smoothing": 0.1}, {"z_loss": 1e-3}, {"scale": 0.7},
+              {"softcap": 3.0}, {"label_smoothing": 0.2, "z_loss": 1e-3, "softcap": 5.0})
+    seed = 100
+    for splits in (2, 3):
+        for red in ("mean", "sum", "none"):
+            for kw in extras:
+                seed += 1
+                hid, w, b, y = inputs(n, h, v, dtype, device, seed, bias=seed % 2 == 0)
+                y[1:9] = torch.tensor([0, 127, 128, 191, 192, 255, 256, 299])
+                up = (torch.randn(n, device=device, dtype=torch.float64) if red == "none"
+                      else torch.tensor(1.7, device=device, dtype=torch.float64))
+                loss = tuned.linear_cross_entropy(hid, w, y, bias=b, reduction=red,
+                                                  chunk_rows=8, vocab_splits=splits, **kw)
+                (loss.double() * up).sum().backward()
+                ref, grads = reference(hid, w, b, y, up, reduction=red, **kw)
+                what = f"{device} {dtype} vocab_splits={splits} {red} {kw} bias={b is not None}"
+                ok, err = close(loss, ref, tol)
+                expect(ok and loss.dtype == torch.float32, f"{what}: loss error {err:.3g}")
+                for name, t, g in zip(("hidden", "weight", "bias"), (hid, w, b), grads):
+                    ok, err = close(t.grad, g, tol * 10)
+                    expect(ok and t.grad.dtype == t.dtype, f"{what}: d {name} error {err:.3g}")
+    hid, w, _, y = inputs(n, h, v, dtype, device, 7)
+    y[3] = v
+    loss = tuned.linear_cross_entropy(hid, w, y, reduction="sum", chunk_rows=8, vocab_splits=2)
+    expect(math.isnan(loss.item()), f"{device} vocab_splits=2, a label of {v}: loss {loss.item()}")
 
 
 def shape_cases(device, dtype, tol):
@@ -253,6 +289,7 @@ def compile_case(device, dtype, tol):
 
 
 math_cases("cpu", torch.float32, 1e-5)
+split_cases("cpu", torch.float32, 1e-5)
 shape_cases("cpu", torch.float32, 1e-5)
 option_cases("cpu", torch.float32, 1e-5)
 autograd_cases()
@@ -262,6 +299,7 @@ error_cases()
 compile_case("cpu", torch.float32, 1e-5)
 if torch.cuda.is_available():
     math_cases("cuda", torch.float32, 1e-4)
+    split_cases("cuda", torch.float32, 1e-4)
     shape_cases("cuda", torch.float32, 1e-4)
     option_cases("cuda", torch.float32, 1e-4)
 verdicts.finish()

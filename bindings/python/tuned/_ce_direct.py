@@ -169,3 +169,26 @@ def backward(x, labels, lse, grad_output, scale, smoothing, z_loss, ignore_index
                                           grad.data_ptr(), rows, cols, x.stride(0), dt,
                                           ctypes.byref(o), stream)
     return grad if rc == 0 else None
+
+
+def backward_slice_(x, labels, lse, grad_scale, scale, smoothing, z_loss, ignore_index,
+                    class_offset, classes):
+    """tuned_cross_entropy_backward in place over x (R, cols), a slice of
+    rows of `classes` classes starting at class class_offset (a linear
+    cross-entropy's block of the vocabulary): labels index the whole rows,
+    lse is theirs (fp32, contiguous), and every row's upstream gradient is
+    grad_scale (one fp32 element: reduction "sum"'s). True when libtuned
+    wrote the gradient over x, False (nothing written) otherwise."""
+    st = _call_state(x)
+    if st is None or lse.dtype != torch.float32 or not lse.is_contiguous():
+        return False
+    if grad_scale.dtype != torch.float32 or grad_scale.numel() != 1:
+        return False
+    lib, h, dt, stream = st
+    rows, cols = x.shape
+    o = options(labels, scale, smoothing, z_loss, ignore_index, _lib.REDUCTION_SUM, x)
+    o.grad_output = grad_scale.data_ptr()
+    o.class_offset, o.classes = class_offset, classes
+    return lib.tuned_cross_entropy_backward(h, x.data_ptr(), labels.data_ptr(), lse.data_ptr(),
+                                            x.data_ptr(), rows, cols, x.stride(0), dt,
+                                            ctypes.byref(o), stream) == 0

@@ -163,6 +163,8 @@ class CeOptions(ctypes.Structure):
         ("labels_int32", ctypes.c_int),
         ("softcap", ctypes.c_float),
         ("argmax", ctypes.c_void_p),
+        ("class_offset", ctypes.c_int64),
+        ("classes", ctypes.c_int64),
     ]
 
 
@@ -171,7 +173,7 @@ REDUCTION_NONE, REDUCTION_SUM, REDUCTION_MEAN = 0, 1, 2
 CE_ERR_LABEL = 1
 
 assert ctypes.sizeof(Options) == 56, ctypes.sizeof(Options)
-assert ctypes.sizeof(CeOptions) == 80, ctypes.sizeof(CeOptions)
+assert ctypes.sizeof(CeOptions) == 96, ctypes.sizeof(CeOptions)
 assert ctypes.sizeof(Choice) == 520, ctypes.sizeof(Choice)
 assert ctypes.sizeof(Progress) == 104, ctypes.sizeof(Progress)
 

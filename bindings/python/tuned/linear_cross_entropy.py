@@ -23,8 +23,23 @@ implementations) take them:
              fused gradient, rounded to fp16 at 1/count in the forward,
              would lose the entries a loss scaler keeps.
 
+  blocks     (vocab_splits S > 1; mean and sum, CUDA in eager mode) a
+             chunk's logits are made a block of V / S columns at a time
+             into a buffer of chunk x V / S: every block once for its
+             log-sum-exp (the loss kernel, labels ignored), the last one
+             kept; the rows' losses from the lse, the target logit and
+             (with smoothing) the logits' sum; then each block's gradient
+             by the backward kernel in place over a class slice (labels
+             index the whole vocabulary), the kept block first, the
+             others made again. S - 1 of S logits GEMMs are paid twice;
+             the d weight GEMM then runs at chunk rows, where at Liger's
+             memory (256 rows of an 8B model's 128256 columns) it sums a
+             weight-sized d weight over K = 256 rows every chunk: half of
+             the block's time (docs/decisions.md).
+
 Memory beyond the inputs and the gradients: one chunk of logits (two with
-softcap), whose rows are chunk_rows (default: as many rows as fit
+softcap; a block of V / S columns with vocab_splits S), whose rows are
+chunk_rows (default: as many rows as fit
 max_chunk_bytes, 256 MiB, in multiples of 64; at least 64). d weight is
 accumulated in weight's dtype over the chunks (as Liger's fused linear
 cross-entropy does: each GEMM sums in fp32, the running sum is rounded
@@ -148,16 +163,36 @@ class _Chunk:
         return g if self.dcap is None else g.mul_(self.dcap)
 
 
-def _chunk_buffer(chunk, hidden, weight):
-    """The logits' buffer of one chunk, reused by every chunk of a call."""
+def _chunk_buffer(chunk, hidden, weight, splits=1):
+    """The logits' buffer of one chunk (of its widest vocabulary block),
+    reused by every chunk of a call."""
     rows = min(chunk, hidden.shape[0])
-    return torch.empty((rows, weight.shape[0]), dtype=hidden.dtype, device=hidden.device)
+    cols = _split_bounds(weight.shape[0], splits)[1]
+    return torch.empty((rows, cols), dtype=hidden.dtype, device=hidden.device)
+
+
+def _split_bounds(cols, splits):
+    """The first column of each of splits vocabulary blocks, and cols: the
+    blocks as even as multiples of 64 columns make them (rows of a block
+    then start 128-byte aligned); fewer blocks where cols is short."""
+    step = -(-cols // max(1, splits) // 64) * 64 if splits > 1 else cols
+    step = max(step, 64)
+    bounds = list(range(0, cols, step)) + [cols]
+    return bounds if len(bounds) > 1 else [0, cols]
+
+
+def _block(h, weight, bias, softcap, buf, v0, v1):
+    """Columns v0:v1 of the logits of rows h, in buf's first elements: a
+    _Chunk over a (rows, v1 - v0) view."""
+    rows, cols = h.shape[0], v1 - v0
+    view = buf.view(-1)[:rows * cols].view(rows, cols)
+    return _Chunk(h, weight[v0:v1], None if bias is None else bias[v0:v1], softcap, view)
 
 
 class _LinearCrossEntropyFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, hidden, weight, bias, labels, scale, smoothing, z_loss, ignore_index,
-                reduction, num_items, softcap, chunk, accumulate_fp32):
+                reduction, num_items, softcap, chunk, accumulate_fp32, splits):
         ops = _ops(hidden)
         rows = hidden.shape[0]
         cols = weight.shape[0]
@@ -167,6 +202,8 @@ class _LinearCrossEntropyFn(torch.autograd.Function):
         ctx.accumulate_fp32 = accumulate_fp32
         ctx.backward_done = False
         if reduction == "none":
+            # whole rows, as many as a block's buffer holds
+            chunk = ctx.chunk = max(1, chunk // splits)
             loss = torch.empty(rows, dtype=torch.float32, device=hidden.device)
             lse = torch.empty(rows, dtype=torch.float32, device=hidden.device)
             buf = _chunk_buffer(chunk, hidden, weight)
@@ -195,10 +232,21 @@ class _LinearCrossEntropyFn(torch.autograd.Function):
         grad_b = (torch.zeros(cols, dtype=torch.float32, device=hidden.device)
                   if bias is not None and need[2] else None)
         total = torch.zeros((), dtype=torch.float32, device=hidden.device)
-        buf = _chunk_buffer(chunk, hidden, weight)
+        buf = _chunk_buffer(chunk, hidden, weight, splits)
+        blocks = _split_bounds(cols, splits)
+        ignored = (torch.full((min(chunk, rows),), ignore_index, dtype=labels.dtype,
+                              device=labels.device) if len(blocks) > 2 else None)
         for c0 in range(0, rows, chunk):
             c1 = min(rows, c0 + chunk)
             h = hidden[c0:c1]
+            if len(blocks) > 2:
+                lo = _blocks_chunk(h, weight, bias, labels[c0:c1], gs, ctx.params, softcap,
+                                   blocks, buf, ignored[:c1 - c0], ops is _DIRECT)
+                total += lo.sum()
+                _blocks_grads(h, weight, bias, labels[c0:c1], gs, ctx.params, softcap, blocks,
+                              buf, lo, ops is _DIRECT, grad_h, grad_w, grad_b, c0, c1)
+                del lo
+                continue
             part = _Chunk(h, weight, bias, softcap, buf)
             lo, _ = ops.fused_inplace(part.logits, labels[c0:c1], gs, scale, smoothing, z_loss,
                                       ignore_index)
@@ -230,7 +278,7 @@ class _LinearCrossEntropyFn(torch.autograd.Function):
             grad_w = grad_w.to(ctx.w_dtype)
         if grad_b is not None:
             grad_b = grad_b.mul_(f).to(ctx.b_dtype)
-        return (grad_h, grad_w, grad_b) + (None,) * 10
+        return (grad_h, grad_w, grad_b) + (None,) * 11
 
 
 def _scale_by(f, tensors, chunk, cols):
@@ -253,6 +301,105 @@ def _scale_by(f, tensors, chunk, cols):
                 done += per
         if done < t.numel():
             t.view(-1)[done:].mul_(f)
+
+
+class _BlockLoss:
+    """A chunk's per-row losses (fp32, `values`), its rows' lse over the
+    whole vocabulary, and its last block's logits (a _Chunk, still held)."""
+
+    def __init__(self, values, lse, last):
+        self.values, self.lse, self.last = values, lse, last
+
+    def sum(self):
+        return self.values.sum()
+
+
+def _blocks_chunk(h, weight, bias, labels, gs, params, softcap, blocks, buf, ignored, direct):
+    """The losses of rows h over vocabulary blocks (bounds `blocks`), each
+    block's logits made into buf in turn (the last one left there): per
+    block its lse (the loss kernel with every label ignored; torch's
+    logsumexp where libtuned is not called), the target logit where the
+    label falls in it, and with smoothing the logits' sum; then per row
+    (1 - eps)(lse - s x_y) + eps (lse - s mean x) + z lse^2, 0 where
+    ignored, NaN for a label outside [0, V) (the gradient's kernel sets
+    the error word). lse - s x_y in fp32 is exact to a few ulp of lse: the
+    mean's terms, not a row's, are what the chunked call returns."""
+    scale, eps, z_loss, ignore_index = params
+    rows, vocab = h.shape[0], weight.shape[0]
+    f32 = dict(dtype=torch.float32, device=h.device)
+    lses = torch.empty((len(blocks) - 1, rows), **f32)
+    x_y = torch.zeros(rows, **f32)
+    sum_x = torch.zeros(rows, **f32) if eps != 0.0 else None
+    skip = labels == ignore_index
+    bad = ~skip & ((labels < 0) | (labels >= vocab))
+    for b, (v0, v1) in enumerate(zip(blocks[:-1], blocks[1:])):
+        part = _block(h, weight, bias, softcap, buf, v0, v1)
+        z = part.logits
+        lse = None
+        if direct:
+            got = _ce_direct.loss(z, ignored, scale, 0.0, 0.0, ignore_index)
+            lse = got[1] if got is not None else None
+        lses[b] = lse if lse is not None else torch.logsumexp(z.float() * scale, dim=1)
+        col = labels - v0
+        here = ~skip & ~bad & (col >= 0) & (col < v1 - v0)
+        picked = z.gather(1, col.clamp(0, v1 - v0 - 1).long().unsqueeze(1)).squeeze(1)
+        x_y += torch.where(here, picked.float(), 0.0)
+        if sum_x is not None:
+            sum_x += z.sum(1, dtype=torch.float32)
+    lse = torch.logsumexp(lses, dim=0)
+    loss = (1.0 - eps) * (lse - scale * x_y)
+    if sum_x is not None:
+        loss = loss + eps * (lse - scale * sum_x / vocab)
+    if z_loss != 0.0:
+        loss = loss + z_loss * lse * lse
+    loss = torch.where(skip, 0.0, torch.where(bad, float("nan"), loss))
+    return _BlockLoss(loss, lse, part)
+
+
+def _block_grad_(z, labels, lse, gs, params, v0, vocab, direct):
+    """d loss / d z over z, the logits of columns v0:v0 + cols of whole
+    rows of vocab, in place: the backward kernel over a class slice (the
+    label's term only in the block that holds it); torch's formula of the
+    same where libtuned is not called."""
+    scale, eps, z_loss, ignore_index = params
+    if direct and _ce_direct.backward_slice_(z, labels, lse, gs.reshape(1), scale, eps, z_loss,
+                                             ignore_index, v0, vocab):
+        return z
+    cols = z.shape[1]
+    skip = labels == ignore_index
+    bad = ~skip & ((labels < 0) | (labels >= vocab))
+    col = labels - v0
+    here = ~skip & ~bad & (col >= 0) & (col < cols)
+    g = torch.exp(z.float() * scale - lse.unsqueeze(1)) * (1.0 + 2.0 * z_loss * lse).unsqueeze(1)
+    g -= eps / vocab
+    g.scatter_add_(1, col.clamp(0, cols - 1).long().unsqueeze(1),
+                   torch.where(here, eps - 1.0, 0.0).unsqueeze(1))
+    g *= gs * scale
+    g = torch.where(skip.unsqueeze(1), 0.0, torch.where(bad.unsqueeze(1), float("nan"), g))
+    return z.copy_(g)
+
+
+def _blocks_grads(h, weight, bias, labels, gs, params, softcap, blocks, buf, done, direct,
+                  grad_h, grad_w, grad_b, c0, c1):
+    """The chunk's gradients, a vocabulary block at a time: the last
+    block's logits (done.last, _blocks_chunk's) first, then each other
+    block's made again; d hidden sums the blocks' products, d weight and d bias take
+    each block's rows."""
+    vocab = weight.shape[0]
+    last = len(blocks) - 2
+    for n, b in enumerate([last] + list(range(last))):
+        v0, v1 = blocks[b], blocks[b + 1]
+        part = done.last if n == 0 else _block(h, weight, bias, softcap, buf, v0, v1)
+        g = part.grad(_block_grad_(part.logits, labels, done.lse, gs, params, v0, vocab, direct))
+        if grad_h is not None:
+            if n == 0:
+                torch.mm(g, weight[v0:v1], out=grad_h[c0:c1])
+            else:
+                torch.addmm(grad_h[c0:c1], g, weight[v0:v1], out=grad_h[c0:c1])
+        if grad_w is not None:
+            _accumulate(grad_w[v0:v1], g, h, first=c0 == 0)
+        if grad_b is not None:
+            grad_b[v0:v1] += g.sum(0, dtype=torch.float32)
 
 
 def _chunk_grads(g, h, weight, grad_h, grad_w, grad_b, c0, c1):
@@ -311,11 +458,11 @@ def _backward_none(ctx, dloss):
         grad_w = grad_w.to(weight.dtype)
     if grad_b is not None:
         grad_b = grad_b.to(bias.dtype)
-    return (grad_h, grad_w, grad_b) + (None,) * 10
+    return (grad_h, grad_w, grad_b) + (None,) * 11
 
 
 def _check(hidden, weight, bias, labels, reduction, label_smoothing, z_loss, scale, softcap,
-           num_items, chunk_rows, max_chunk_bytes):
+           num_items, chunk_rows, max_chunk_bytes, vocab_splits):
     for name, t in (("hidden", hidden), ("weight", weight), ("labels", labels)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"tuned.linear_cross_entropy: {name} must be a tensor")
@@ -359,6 +506,10 @@ def _check(hidden, weight, bias, labels, reduction, label_smoothing, z_loss, sca
                          "and finite)")
     if chunk_rows is not None and int(chunk_rows) < 1:
         raise ValueError(f"tuned.linear_cross_entropy: chunk_rows {chunk_rows} (at least 1)")
+    if vocab_splits is not None and (isinstance(vocab_splits, bool) or
+                                     int(vocab_splits) != vocab_splits or vocab_splits < 1):
+        raise ValueError(f"tuned.linear_cross_entropy: vocab_splits {vocab_splits!r} (None, or "
+                         "a whole number of at least 1)")
     if not max_chunk_bytes > 0:
         raise ValueError(f"tuned.linear_cross_entropy: max_chunk_bytes {max_chunk_bytes} "
                          "(positive)")
@@ -367,7 +518,8 @@ def _check(hidden, weight, bias, labels, reduction, label_smoothing, z_loss, sca
 def linear_cross_entropy(hidden, weight, labels, bias=None, ignore_index=-100,
                          reduction="mean", label_smoothing=0.0, *, z_loss=0.0, scale=1.0,
                          softcap=None, num_items=None, chunk_rows=None,
-                         max_chunk_bytes=_DEFAULT_CHUNK_BYTES, accumulate_fp32=False):
+                         max_chunk_bytes=_DEFAULT_CHUNK_BYTES, accumulate_fp32=False,
+                         vocab_splits=None):
     """Cross-entropy of hidden @ weight.T (+ bias) against labels, as
     tuned.cross_entropy(hidden @ weight.T + bias, labels, ...) would give
     it, with the logits never held whole (the module says how).
@@ -378,9 +530,13 @@ def linear_cross_entropy(hidden, weight, labels, bias=None, ignore_index=-100,
     torch's formula). reduction "mean" (over the rows not ignored), "sum",
     or "none" (one loss a row, labels' shape); the loss is fp32.
     chunk_rows: rows of hidden a chunk (default: what fits max_chunk_bytes
-    of logits). accumulate_fp32: sum d weight over the chunks in fp32."""
+    of logits). accumulate_fp32: sum d weight over the chunks in fp32.
+    vocab_splits S: each chunk's logits made in S blocks of the vocabulary
+    (the module says how; mean and sum on CUDA in eager mode, elsewhere
+    chunks of whole rows in the same buffer), so that at a given
+    max_chunk_bytes a chunk holds S times the rows."""
     _check(hidden, weight, bias, labels, reduction, label_smoothing, z_loss, scale, softcap,
-           num_items, chunk_rows, max_chunk_bytes)
+           num_items, chunk_rows, max_chunk_bytes, vocab_splits)
     lead = tuple(hidden.shape[:-1])
     device_type = hidden.device.type
     autocast = (device_type in ("cuda", "cpu") and torch.is_autocast_enabled(device_type))
@@ -396,7 +552,8 @@ def linear_cross_entropy(hidden, weight, labels, bias=None, ignore_index=-100,
                                         label_smoothing, z_loss=z_loss, scale=scale,
                                         softcap=softcap, num_items=num_items,
                                         chunk_rows=chunk_rows, max_chunk_bytes=max_chunk_bytes,
-                                        accumulate_fp32=accumulate_fp32)
+                                        accumulate_fp32=accumulate_fp32,
+                                        vocab_splits=vocab_splits)
     h = hidden.reshape(-1, hidden.shape[-1])
     if not h.is_contiguous():
         h = h.contiguous()
@@ -416,10 +573,12 @@ def linear_cross_entropy(hidden, weight, labels, bias=None, ignore_index=-100,
         return zero
     need_grad = torch.is_grad_enabled() and any(
         t is not None and t.requires_grad for t in (h, w, bias))
-    chunk = None if chunk_rows is not None else _tuned_chunk(h, w, max_chunk_bytes)
+    splits = int(vocab_splits or 1)
+    chunk = (None if chunk_rows is not None or splits > 1
+             else _tuned_chunk(h, w, max_chunk_bytes))
     if chunk is None:
-        chunk = _chunk_rows(h.shape[0], w.shape[0], h.element_size(), chunk_rows,
-                            max_chunk_bytes)
+        block = _split_bounds(w.shape[0], splits)[1]
+        chunk = _chunk_rows(h.shape[0], block, h.element_size(), chunk_rows, max_chunk_bytes)
     # The rows' losses, reduced here: without a gradient (the loss kernel
     # alone, no gradient GEMMs), and for fp16 with one, so that the
     # backward forms the gradients with the upstream one (a loss scaler's
@@ -430,7 +589,7 @@ def linear_cross_entropy(hidden, weight, labels, bias=None, ignore_index=-100,
                                        float(z_loss), int(ignore_index),
                                        "none" if split else reduction, num_items,
                                        None if softcap is None else float(softcap), chunk,
-                                       bool(accumulate_fp32))
+                                       bool(accumulate_fp32), splits)
     if split:
         if reduction == "mean":
             return loss.sum() / (lab != ignore_index).sum()
