@@ -48,6 +48,7 @@
 #                        the staged wheels)
 #              train     bench/train_step.py
 #              overhead  bench/ce_overhead.py: the host's time a call
+#              lce-test  tests/python/test_linear_cross_entropy.py (CUDA too)
 #              linear    bench/linear_ce_bench.py: the 8B-scale loss block
 #              lce-tune  bench/lce_tune.sh: linear_cross_entropy's chunk tuned
 #              lce-profile  bench/lce_profile.py: its kernels by CUDA time
@@ -319,6 +320,11 @@ cross-entropy)
         train)
             timeout 240 python3 bench/train_step.py >"$out/train.log" 2>&1
             echo "train: exit $?"
+            ;;
+        lce-test)  # tests/python/test_linear_cross_entropy.py: its CUDA cases too
+            timeout 300 python3 tests/python/test_linear_cross_entropy.py build/libtuned.so.0 . \
+                >"$out/lce_test.log" 2>&1
+            echo "lce-test: exit $?: $(tail -n 1 "$out/lce_test.log")"
             ;;
         linear)
             timeout 300 python3 bench/linear_ce_bench.py >"$out/linear.log" 2>&1

@@ -11,6 +11,9 @@ Shape: tokens x hidden @ (vocabulary x hidden).T, bf16 (default the
                  the store holds for the key (the kind linear_cross_entropy,
                  tuned by `tuned tune`), else the size rule; printed
   tuned_linear_64MiB  the same within a budget of 64 MiB of chunk logits
+  tuned_linear_64MiB_vS  the same budget with vocab_splits S (--splits):
+                 each chunk's logits in S blocks of the vocabulary, so that
+                 a chunk holds S times the rows in the same memory
   tuned_linear_N the same with chunks of N rows given (several N: what
                  the tuner chooses among, measured here by hand)
   liger_flce     Liger's LigerFusedLinearCrossEntropyFunction
@@ -43,6 +46,7 @@ def main():
     ap.add_argument("--hidden", type=int, default=4096)
     ap.add_argument("--vocab", type=int, default=128256)
     ap.add_argument("--chunks", default="256,512,1024,4096")
+    ap.add_argument("--splits", default="2,4")
     ap.add_argument("--reps", type=int, default=10)
     args = ap.parse_args()
     n, h, v = args.tokens, args.hidden, args.vocab
@@ -67,6 +71,10 @@ def main():
     # shape (256 rows), the chunk the store holds for that budget
     methods["tuned_linear_64MiB"] = (
         lambda x, w: tuned.linear_cross_entropy(x, w, y, max_chunk_bytes=64 << 20))
+    for sp in (int(s) for s in args.splits.split(",") if s):
+        methods[f"tuned_linear_64MiB_v{sp}"] = (
+            lambda x, w, sp=sp: tuned.linear_cross_entropy(x, w, y, max_chunk_bytes=64 << 20,
+                                                           vocab_splits=sp))
     for c in (int(s) for s in args.chunks.split(",")):
         methods[f"tuned_linear_{c}"] = (
             lambda x, w, c=c: tuned.linear_cross_entropy(x, w, y, chunk_rows=c))
