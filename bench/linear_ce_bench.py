@@ -14,8 +14,7 @@ Shape: tokens x hidden @ (vocabulary x hidden).T, bf16 (default the
   tuned_linear_64MiB_vS  the same budget with vocab_splits S (--splits):
                  each chunk's logits in S blocks of the vocabulary, so that
                  a chunk holds S times the rows in the same memory
-  tuned_linear_N the same with chunks of N rows given (and _1stream: with
-                 d weight's GEMM in line, not on a second stream) (several N: what
+  tuned_linear_N the same with chunks of N rows given (several N: what
                  the tuner chooses among, measured here by hand)
   liger_flce     Liger's LigerFusedLinearCrossEntropyFunction
   cce            Apple's Cut Cross-Entropy (cut_cross_entropy)
@@ -79,9 +78,6 @@ def main():
     for c in (int(s) for s in args.chunks.split(",")):
         methods[f"tuned_linear_{c}"] = (
             lambda x, w, c=c: tuned.linear_cross_entropy(x, w, y, chunk_rows=c))
-        methods[f"tuned_linear_{c}_1stream"] = (
-            lambda x, w, c=c: tuned.linear_cross_entropy(x, w, y, chunk_rows=c,
-                                                         dw_stream=False))
     try:
         from liger_kernel.ops.fused_linear_cross_entropy import (
             LigerFusedLinearCrossEntropyFunction as Flce)

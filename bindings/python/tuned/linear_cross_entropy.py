@@ -192,7 +192,7 @@ def _block(h, weight, bias, softcap, buf, v0, v1):
 class _LinearCrossEntropyFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, hidden, weight, bias, labels, scale, smoothing, z_loss, ignore_index,
-                reduction, num_items, softcap, chunk, accumulate_fp32, splits, dw_stream):
+                reduction, num_items, softcap, chunk, accumulate_fp32, splits):
         ops = _ops(hidden)
         rows = hidden.shape[0]
         cols = weight.shape[0]
@@ -234,7 +234,6 @@ class _LinearCrossEntropyFn(torch.autograd.Function):
         total = torch.zeros((), dtype=torch.float32, device=hidden.device)
         buf = _chunk_buffer(chunk, hidden, weight, splits)
         blocks = _split_bounds(cols, splits)
-        dw = _DwStream(hidden, dw_stream and ops is _DIRECT and len(blocks) == 2)
         ignored = (torch.full((min(chunk, rows),), ignore_index, dtype=labels.dtype,
                               device=labels.device) if len(blocks) > 2 else None)
         for c0 in range(0, rows, chunk):
@@ -248,14 +247,12 @@ class _LinearCrossEntropyFn(torch.autograd.Function):
                               buf, lo, ops is _DIRECT, grad_h, grad_w, grad_b, c0, c1)
                 del lo
                 continue
-            dw.before_buffer()
             part = _Chunk(h, weight, bias, softcap, buf)
             lo, _ = ops.fused_inplace(part.logits, labels[c0:c1], gs, scale, smoothing, z_loss,
                                       ignore_index)
             total += lo.sum()
             # the kernel wrote d loss / d logits over the logits
-            _chunk_grads(part.grad(part.logits), h, weight, grad_h, grad_w, grad_b, c0, c1, dw)
-        dw.join()
+            _chunk_grads(part.grad(part.logits), h, weight, grad_h, grad_w, grad_b, c0, c1)
         ctx.w_dtype = weight.dtype
         ctx.first_chunk, ctx.cols = min(chunk, rows), cols
         ctx.b_dtype = None if bias is None else bias.dtype
@@ -281,7 +278,7 @@ class _LinearCrossEntropyFn(torch.autograd.Function):
             grad_w = grad_w.to(ctx.w_dtype)
         if grad_b is not None:
             grad_b = grad_b.mul_(f).to(ctx.b_dtype)
-        return (grad_h, grad_w, grad_b) + (None,) * 12
+        return (grad_h, grad_w, grad_b) + (None,) * 11
 
 
 def _scale_by(f, tensors, chunk, cols):
@@ -405,50 +402,14 @@ def _blocks_grads(h, weight, bias, labels, gs, params, softcap, blocks, buf, don
             grad_b[v0:v1] += g.sum(0, dtype=torch.float32)
 
 
-class _DwStream:
-    """d weight's GEMM of each chunk on a second stream, beside d hidden's
-    on the caller's (on=True), or in line (on=False). At a chunk of few
-    rows the d weight GEMM is bound by d weight's traffic (K = chunk rows:
-    the weight-sized sum read and written every chunk) and d hidden's by
-    arithmetic, so the two can share the GPU. The next chunk's logits
-    overwrite the buffer both read: before_buffer makes the caller's
-    stream wait for the last d weight GEMM, and join for all of them."""
-
-    def __init__(self, like, on):
-        self.side = torch.cuda.Stream(device=like.device) if on else None
-        self.done = None
-
-    def accumulate(self, grad_w, g, h, first):
-        if self.side is None:
-            _accumulate(grad_w, g, h, first)
-            return
-        self.side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(self.side):
-            _accumulate(grad_w, g, h, first)
-        self.done = self.side.record_event()
-
-    def before_buffer(self):
-        if self.done is not None:
-            torch.cuda.current_stream().wait_event(self.done)
-            self.done = None
-
-    def join(self):
-        self.before_buffer()
-
-
-_INLINE = _DwStream(None, False)
-
-
-def _chunk_grads(g, h, weight, grad_h, grad_w, grad_b, c0, c1, dw=_INLINE):
+def _chunk_grads(g, h, weight, grad_h, grad_w, grad_b, c0, c1):
     """A chunk's share of the gradients from g, d loss / d logits of rows
     c0:c1 (h their hidden states): its rows of d hidden, and its sums into
-    d weight and d bias (those that are wanted, i.e. not None); d weight's
-    GEMM through dw (first, so that a second stream starts it before d
-    hidden's)."""
-    if grad_w is not None:
-        dw.accumulate(grad_w, g, h, first=c0 == 0)
+    d weight and d bias (those that are wanted, i.e. not None)."""
     if grad_h is not None:
         torch.mm(g, weight, out=grad_h[c0:c1])
+    if grad_w is not None:
+        _accumulate(grad_w, g, h, first=c0 == 0)
     if grad_b is not None:
         grad_b += g.sum(0, dtype=torch.float32)
 
@@ -497,7 +458,7 @@ def _backward_none(ctx, dloss):
         grad_w = grad_w.to(weight.dtype)
     if grad_b is not None:
         grad_b = grad_b.to(bias.dtype)
-    return (grad_h, grad_w, grad_b) + (None,) * 12
+    return (grad_h, grad_w, grad_b) + (None,) * 11
 
 
 def _check(hidden, weight, bias, labels, reduction, label_smoothing, z_loss, scale, softcap,
@@ -558,7 +519,7 @@ def linear_cross_entropy(hidden, weight, labels, bias=None, ignore_index=-100,
                          reduction="mean", label_smoothing=0.0, *, z_loss=0.0, scale=1.0,
                          softcap=None, num_items=None, chunk_rows=None,
                          max_chunk_bytes=_DEFAULT_CHUNK_BYTES, accumulate_fp32=False,
-                         vocab_splits=None, dw_stream=True):
+                         vocab_splits=None):
     """Cross-entropy of hidden @ weight.T (+ bias) against labels, as
     tuned.cross_entropy(hidden @ weight.T + bias, labels, ...) would give
     it, with the logits never held whole (the module says how).
@@ -592,7 +553,7 @@ def linear_cross_entropy(hidden, weight, labels, bias=None, ignore_index=-100,
                                         softcap=softcap, num_items=num_items,
                                         chunk_rows=chunk_rows, max_chunk_bytes=max_chunk_bytes,
                                         accumulate_fp32=accumulate_fp32,
-                                        vocab_splits=vocab_splits, dw_stream=dw_stream)
+                                        vocab_splits=vocab_splits)
     h = hidden.reshape(-1, hidden.shape[-1])
     if not h.is_contiguous():
         h = h.contiguous()
@@ -628,7 +589,7 @@ def linear_cross_entropy(hidden, weight, labels, bias=None, ignore_index=-100,
                                        float(z_loss), int(ignore_index),
                                        "none" if split else reduction, num_items,
                                        None if softcap is None else float(softcap), chunk,
-                                       bool(accumulate_fp32), splits, bool(dw_stream))
+                                       bool(accumulate_fp32), splits)
     if split:
         if reduction == "mean":
             return loss.sum() / (lab != ignore_index).sum()
