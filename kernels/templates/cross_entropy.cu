@@ -19,7 +19,9 @@
  * [0, V) that is not ignore_index is never used as an index: the row's
  * loss and gradient are NaN and bit 0 of the error word is set.
  * The stages are softmax_rows_common.cu's (load_row, reduce_max,
- * exp_and_sum, reduce_row, row_out, store_row), plus:
+ * reduce_row, row_out, store_row), plus:
+ *   sum     the exps' sum without the target's term (ce_exp_and_sum: the
+ *           pass holding it summed twice, with and without it)
  *   target  the thread whose slot holds column y (the owner) loads x_y
  *           as the row arrives (2 bytes from the line its own loads bring),
  *           before any store: the owner is the only thread that stores
@@ -282,6 +284,7 @@ struct CeRow {
     bool owner;       /* this thread's slots hold column y: it loads x_y, stores g_y */
     bool writer;      /* this thread writes the row's loss, lse and z term */
     int own_it, own_k; /* the owner's vector pass and element */
+    int own_warp;      /* the warp of the row's threads that holds the owner */
 };
 
 /* The row's label, loaded before the row: its latency then hides under
@@ -314,6 +317,7 @@ __device__ __forceinline__ CeRow ce_row(long long label, bool active, int lane, 
     const long long v = q / T_VEC;
     r.own_k = (int)(q % T_VEC);
     r.own_it = (int)(v / ROW_THREADS);
+    r.own_warp = (int)(v % ROW_THREADS) / 32;
     r.owner = valid && lane == (int)(v % ROW_THREADS);
     r.writer = valid ? r.owner : (active && lane == 0);
     return r;
@@ -325,7 +329,7 @@ __device__ __forceinline__ CeRow ce_row(long long label, bool active, int lane, 
  * of the row's reduction, which every store waits for). Two bytes, one
  * sector a warp, from the line the owner's loads bring. Every thread
  * needs it: the row's sum is reduced without the target's term (see
- * ce_sum_without_target) and each thread adds it back. (Selected out of
+ * ce_exp_and_sum) and each thread adds it back. (Selected out of
  * the held registers instead, the compare an element cost 16 to 34 more
  * registers: ptxas hoists them.) */
 __device__ __forceinline__ float ce_target_logit(const RowPtrs &p, const CeRow &r, bool valid)
@@ -358,34 +362,56 @@ __device__ __forceinline__ float ce_exp_shift(float max)
 #endif
 }
 
-/* exp-and-sum, the owner's part without the target: the row's sum is
- * reduced as S' = sum over j != y of exp(s (x_j - max)), which holds no
- * term near 1 when p_y is near 1, so that S' keeps its relative precision
- * (summed with the target, a row's fp32 sum loses about 1e-7 per term
- * added to it, and -log p_y = log(1 + S' / e_y) of a p_y of 0.999 came
- * out 0.8% off on the H200). The owner sums its exps again, the target's
- * slot left out (its exps as kept, or computed again from packed
- * registers); every other thread's sum is its own already. */
-__device__ __forceinline__ float ce_sum_without_target(const Held &h, const CeRow &r, float sum,
-                                                       float max, float ks, const CeCap &cap)
+/* exp-and-sum without the target: the row's sum is reduced as S' = sum
+ * over j != y of exp(s (x_j - max)), which holds no term near 1 when p_y
+ * is near 1, so that S' keeps its relative precision (summed with the
+ * target, a row's fp32 sum loses about 1e-7 per term added to it, and
+ * -log p_y = log(1 + S' / e_y) of a p_y of 0.999 came out 0.8% off on the
+ * H200). Each pass's exps are summed apart; in the pass that holds the
+ * target (own_it, the same for all the row's threads) the warp that holds
+ * the owner (own_warp: the test is the same for the whole warp, so no
+ * warp diverges) sums that pass again without element own_k, and the
+ * owner takes that sum. (The owner used to sum its whole part a second
+ * time, T_ITERS x T_VEC exps again in one warp while the row's others
+ * waited at the reduction.) The values are kept as exps where the
+ * registers hold fp32 without a cap; packed or capped registers keep x
+ * (the store takes the exps again). */
+__device__ __forceinline__ float ce_exp_and_sum(Held &h, const CeRow &r, int lane, float max,
+                                                float ks, const CeCap &cap)
 {
-    if (!r.owner)
-        return sum;
     const float shift = ce_exp_shift(max);
-    float s = 0.0f;
+    const bool owner_warp = lane / 32 == r.own_warp;
+    float sum = 0.0f;
 #pragma unroll
-    for (int it = 0; it < T_ITERS; it++)
+    for (int it = 0; it < T_ITERS; it++) {
+        float pass = 0.0f;
 #pragma unroll
         for (int k = 0; k < T_VEC; k++) {
 #if T_REG_PACKED || T_CE_SOFTCAP
-            const float e = exp_shifted(ce_value(h, it, k, cap), shift, ks);
+            pass += exp_shifted(ce_value(h, it, k, cap), shift, ks);
 #else
             (void)cap;
-            const float e = h.v[it][k];
+            h.v[it][k] = exp_shifted(h.v[it][k], shift, ks);
+            pass += h.v[it][k];
 #endif
-            s += (it == r.own_it && k == r.own_k) ? 0.0f : e;
         }
-    return s;
+        if (owner_warp && it == r.own_it) {
+            float without = 0.0f;
+#pragma unroll
+            for (int k = 0; k < T_VEC; k++) {
+#if T_REG_PACKED || T_CE_SOFTCAP
+                const float e = exp_shifted(ce_value(h, it, k, cap), shift, ks);
+#else
+                const float e = h.v[it][k];
+#endif
+                without += k == r.own_k ? 0.0f : e;
+            }
+            if (r.owner)
+                pass = without;
+        }
+        sum += pass;
+    }
+    return sum;
 }
 
 /* The row's sum with the target's term added back, and that term, e_y =
@@ -405,22 +431,6 @@ __device__ __forceinline__ CeSums ce_sums(const CeRow &r, float others, float x_
     c.others = others;
     c.all = others + c.e_y;
     return c;
-}
-
-/* capped: the sum of exp(s (c - shift)) over the thread's values, the
- * values kept (the store chains the gradient through c); shift as
- * exp_and_sum's. */
-__device__ __forceinline__ float ce_exp_and_sum_capped(const Held &h, float max, float ks,
-                                                       const CeCap &cap)
-{
-    const float shift = ce_exp_shift(max);
-    float sum = 0.0f;
-#pragma unroll
-    for (int it = 0; it < T_ITERS; it++)
-#pragma unroll
-        for (int k = 0; k < T_VEC; k++)
-            sum += exp_shifted(ce_value(h, it, k, cap), shift, ks);
-    return sum;
 }
 
 /* mean: the thread's sum of its x (c) inside the row (the slots past its
@@ -718,12 +728,7 @@ tuned_cross_entropy_rows(const unsigned char *logits, const CeLabel *labels, uns
     float arg_key = T_CE_ARGMAX ? ce_thread_argkey(h, own, slot.lane, p.head, cols, active, cap)
                                 : 0.0f;
     const float max = reduce_max(own, partial_max, box_max);
-#if T_CE_SOFTCAP
-    float sum = ce_exp_and_sum_capped(h, max, ks, cap);
-#else
-    float sum = exp_and_sum(h, max, ks);
-#endif
-    sum = ce_sum_without_target(h, r, sum, max, ks, cap);
+    float sum = ce_exp_and_sum(h, r, slot.lane, max, ks, cap);
     float row_max = max;
     reduce_row(row_max, sum, partial_max, partial_sum, box_sum, box_pairs, ks);
 #if T_CE_SMOOTH
