@@ -20,8 +20,7 @@
  * loss and gradient are NaN and bit 0 of the error word is set.
  * The stages are softmax_rows_common.cu's (load_row, reduce_max,
  * reduce_row, row_out, store_row), plus:
- *   sum     the exps' sum without the target's term (ce_exp_and_sum: the
- *           pass holding it summed twice, with and without it)
+ *   sum     the exps' sum without the target's term (ce_exp_and_sum)
  *   target  the thread whose slot holds column y (the owner) loads x_y
  *           as the row arrives (2 bytes from the line its own loads bring),
  *           before any store: the owner is the only thread that stores
@@ -367,49 +366,79 @@ __device__ __forceinline__ float ce_exp_shift(float max)
  * is near 1, so that S' keeps its relative precision (summed with the
  * target, a row's fp32 sum loses about 1e-7 per term added to it, and
  * -log p_y = log(1 + S' / e_y) of a p_y of 0.999 came out 0.8% off on the
- * H200). Each pass's exps are summed apart; in the pass that holds the
- * target (own_it, the same for all the row's threads) the warp that holds
- * the owner (own_warp: the test is the same for the whole warp, so no
- * warp diverges) sums that pass again without element own_k, and the
- * owner takes that sum. (The owner used to sum its whole part a second
- * time, T_ITERS x T_VEC exps again in one warp while the row's others
- * waited at the reduction.) The values are kept as exps where the
- * registers hold fp32 without a cap; packed or capped registers keep x
- * (the store takes the exps again). */
+ * H200). Each pass's exps are summed apart, then the owner's sum leaves
+ * the target out, in one of two ways, each in the kernel where it
+ * measured faster (H200, 8192 x 50257, docs/decisions.md):
+ *   by pass  (the loss-only kernel) in the pass that holds the target
+ *            (own_it, the same for all the row's threads), the warp that
+ *            holds the owner (own_warp: no warp diverges) sums that pass
+ *            again without element own_k, and the owner takes that sum:
+ *            the loss kernel went from 1.19 to 1.02-1.03 of its floor
+ *   again    (the fused kernel) the owner sums its whole part again, the
+ *            target left out, one warp while the row's others wait at the
+ *            reduction: the per-pass test cost the fused kernel, whose
+ *            store is bound by issue, 0.015 of its floor, the rescan less
+ * The values are kept as exps where the registers hold fp32 without a
+ * cap; packed or capped registers keep x (the store takes the exps
+ * again). */
+#define CE_SUM_BY_PASS (T_CE_KIND == 1)
+
+/* exp(s (c_jk - shift)) of element k of pass it: as kept, or again. */
+__device__ __forceinline__ float ce_exp_again(const Held &h, int it, int k, float shift,
+                                              float ks, const CeCap &cap)
+{
+#if T_REG_PACKED || T_CE_SOFTCAP
+    return exp_shifted(ce_value(h, it, k, cap), shift, ks);
+#else
+    (void)shift, (void)ks, (void)cap;
+    return h.v[it][k];
+#endif
+}
+
 __device__ __forceinline__ float ce_exp_and_sum(Held &h, const CeRow &r, int lane, float max,
                                                 float ks, const CeCap &cap)
 {
     const float shift = ce_exp_shift(max);
-    const bool owner_warp = lane / 32 == r.own_warp;
+    const bool owner_warp = CE_SUM_BY_PASS && lane / 32 == r.own_warp;
     float sum = 0.0f;
 #pragma unroll
     for (int it = 0; it < T_ITERS; it++) {
+        /* the fused kernel's sum runs through the exps as the softmax's
+         * does (summed a pass at a time, its registers spilled) */
         float pass = 0.0f;
+        float &into = CE_SUM_BY_PASS ? pass : sum;
 #pragma unroll
         for (int k = 0; k < T_VEC; k++) {
 #if T_REG_PACKED || T_CE_SOFTCAP
-            pass += exp_shifted(ce_value(h, it, k, cap), shift, ks);
+            into += exp_shifted(ce_value(h, it, k, cap), shift, ks);
 #else
-            (void)cap;
             h.v[it][k] = exp_shifted(h.v[it][k], shift, ks);
-            pass += h.v[it][k];
+            into += h.v[it][k];
 #endif
         }
+        if (!CE_SUM_BY_PASS)
+            continue;
         if (owner_warp && it == r.own_it) {
             float without = 0.0f;
 #pragma unroll
             for (int k = 0; k < T_VEC; k++) {
-#if T_REG_PACKED || T_CE_SOFTCAP
-                const float e = exp_shifted(ce_value(h, it, k, cap), shift, ks);
-#else
-                const float e = h.v[it][k];
-#endif
+                const float e = ce_exp_again(h, it, k, shift, ks, cap);
                 without += k == r.own_k ? 0.0f : e;
             }
             if (r.owner)
                 pass = without;
         }
         sum += pass;
+    }
+    if (!CE_SUM_BY_PASS && r.owner) {
+        sum = 0.0f;
+#pragma unroll
+        for (int it = 0; it < T_ITERS; it++)
+#pragma unroll
+            for (int k = 0; k < T_VEC; k++) {
+                const float e = ce_exp_again(h, it, k, shift, ks, cap);
+                sum += it == r.own_it && k == r.own_k ? 0.0f : e;
+            }
     }
     return sum;
 }
