@@ -88,19 +88,26 @@ def math_cases(device, dtype, tol):
                 for chunk in (8, None):
                     seed += 1
                     hid, w, b, y = inputs(n, h, v, dtype, device, seed, bias)
-                    up = (torch.randn(n, device=device, dtype=torch.float64) if red == "none"
-                          else torch.tensor(1.7, device=device, dtype=torch.float64))
-                    loss = tuned.linear_cross_entropy(hid, w, y, bias=b, reduction=red,
-                                                      chunk_rows=chunk, **kw)
-                    (loss.double() * up).sum().backward()
-                    ref, grads = reference(hid, w, b, y, up, reduction=red, **kw)
-                    what = f"{device} {dtype} {red} {kw} bias={bias} chunk={chunk}"
-                    ok, err = close(loss, ref, tol)
-                    expect(ok and loss.dtype == torch.float32, f"{what}: loss error {err:.3g}")
-                    for name, t, g in zip(("hidden", "weight", "bias"), (hid, w, b), grads):
-                        ok, err = close(t.grad, g, tol * 10)
-                        expect(ok and t.grad.dtype == t.dtype,
-                               f"{what}: d {name} error {err:.3g}")
+                    check_against_reference(f"{device} {dtype} {red} {kw} bias={bias} "
+                                            f"chunk={chunk}", hid, w, b, y, red, tol,
+                                            dict(kw, chunk_rows=chunk))
+
+
+def check_against_reference(what, hid, w, b, y, red, tol, kw):
+    """One call of tuned.linear_cross_entropy (kw: its options) and its
+    backward for a random upstream gradient, against reference()."""
+    n, device = hid.shape[0], hid.device
+    up = (torch.randn(n, device=device, dtype=torch.float64) if red == "none"
+          else torch.tensor(1.7, device=device, dtype=torch.float64))
+    loss = tuned.linear_cross_entropy(hid, w, y, bias=b, reduction=red, **kw)
+    (loss.double() * up).sum().backward()
+    options = {k: x for k, x in kw.items() if k not in ("chunk_rows", "vocab_splits")}
+    ref, grads = reference(hid, w, b, y, up, reduction=red, **options)
+    ok, err = close(loss, ref, tol)
+    expect(ok and loss.dtype == torch.float32, f"{what}: loss error {err:.3g}")
+    for name, t, g in zip(("hidden", "weight", "bias"), (hid, w, b), grads):
+        ok, err = close(t.grad, g, tol * 10)
+        expect(ok and t.grad.dtype == t.dtype, f"{what}: d {name} error {err:.3g}")
 
 
 def split_cases(device, dtype, tol):
@@ -118,18 +125,9 @@ def split_cases(device, dtype, tol):
                 seed += 1
                 hid, w, b, y = inputs(n, h, v, dtype, device, seed, bias=seed % 2 == 0)
                 y[1:9] = torch.tensor([0, 127, 128, 191, 192, 255, 256, 299])
-                up = (torch.randn(n, device=device, dtype=torch.float64) if red == "none"
-                      else torch.tensor(1.7, device=device, dtype=torch.float64))
-                loss = tuned.linear_cross_entropy(hid, w, y, bias=b, reduction=red,
-                                                  chunk_rows=8, vocab_splits=splits, **kw)
-                (loss.double() * up).sum().backward()
-                ref, grads = reference(hid, w, b, y, up, reduction=red, **kw)
-                what = f"{device} {dtype} vocab_splits={splits} {red} {kw} bias={b is not None}"
-                ok, err = close(loss, ref, tol)
-                expect(ok and loss.dtype == torch.float32, f"{what}: loss error {err:.3g}")
-                for name, t, g in zip(("hidden", "weight", "bias"), (hid, w, b), grads):
-                    ok, err = close(t.grad, g, tol * 10)
-                    expect(ok and t.grad.dtype == t.dtype, f"{what}: d {name} error {err:.3g}")
+                check_against_reference(
+                    f"{device} {dtype} vocab_splits={splits} {red} {kw} bias={b is not None}",
+                    hid, w, b, y, red, tol, dict(kw, chunk_rows=8, vocab_splits=splits))
     hid, w, _, y = inputs(n, h, v, dtype, device, 7)
     y[3] = v
     loss = tuned.linear_cross_entropy(hid, w, y, reduction="sum", chunk_rows=8, vocab_splits=2)
