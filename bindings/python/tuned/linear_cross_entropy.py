@@ -383,8 +383,8 @@ def _blocks_grads(h, weight, bias, labels, gs, params, softcap, blocks, buf, don
                   grad_h, grad_w, grad_b, c0, c1):
     """The chunk's gradients, a vocabulary block at a time: the last
     block's logits (done.last, _blocks_chunk's) first, then each other
-    block's made again; d hidden sums the blocks' products, d weight and d bias take
-    each block's rows."""
+    block's made again; d hidden sums the blocks' products, d weight and
+    d bias take each block's rows."""
     vocab = weight.shape[0]
     last = len(blocks) - 2
     for n, b in enumerate([last] + list(range(last))):
