@@ -149,10 +149,15 @@ def loss(x, labels, scale, smoothing, z_loss, ignore_index, softcap=0.0, argmax=
     return (loss_rows, lse) if rc == 0 else None
 
 
-def backward(x, labels, lse, grad_output, scale, smoothing, z_loss, ignore_index, softcap=0.0):
+def backward(x, labels, lse, grad_output, scale, smoothing, z_loss, ignore_index, softcap=0.0,
+             out=None, class_offset=0, classes=0):
     """tuned_cross_entropy_backward over rows x (R, V) from the saved lse
-    (fp32, contiguous) and grad_output (one fp32 a row): the gradient, in
-    x's dtype and strides, or None."""
+    (fp32, contiguous) and grad_output (fp32: one a row, or one for every
+    row): the gradient, into out (x itself: in place; default a new tensor
+    of x's dtype and strides), or None. class_offset and classes: x is a
+    slice of rows of `classes` classes (tuned_ce_options'; a linear
+    cross-entropy's block of the vocabulary), labels and lse the whole
+    rows'."""
     st = _call_state(x)
     if st is None:
         return None
@@ -160,35 +165,17 @@ def backward(x, labels, lse, grad_output, scale, smoothing, z_loss, ignore_index
     rows, cols = x.shape
     if grad_output.dtype != torch.float32 or not grad_output.is_contiguous():
         grad_output = grad_output.to(torch.float32).contiguous()
-    if grad_output.numel() != rows or lse.dtype != torch.float32 or not lse.is_contiguous():
+    if grad_output.numel() not in (1, rows) or lse.dtype != torch.float32 or \
+            not lse.is_contiguous():
         return None
-    grad = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=x.device)
-    o = options(labels, scale, smoothing, z_loss, ignore_index, _lib.REDUCTION_NONE, x, softcap)
+    per_row = grad_output.numel() == rows
+    grad = out if out is not None else torch.empty_strided(x.shape, x.stride(), dtype=x.dtype,
+                                                           device=x.device)
+    o = options(labels, scale, smoothing, z_loss, ignore_index,
+                _lib.REDUCTION_NONE if per_row else _lib.REDUCTION_SUM, x, softcap)
     o.grad_output = grad_output.data_ptr()
+    o.class_offset, o.classes = class_offset, classes
     rc = lib.tuned_cross_entropy_backward(h, x.data_ptr(), labels.data_ptr(), lse.data_ptr(),
                                           grad.data_ptr(), rows, cols, x.stride(0), dt,
                                           ctypes.byref(o), stream)
     return grad if rc == 0 else None
-
-
-def backward_slice_(x, labels, lse, grad_scale, scale, smoothing, z_loss, ignore_index,
-                    class_offset, classes):
-    """tuned_cross_entropy_backward in place over x (R, cols), a slice of
-    rows of `classes` classes starting at class class_offset (a linear
-    cross-entropy's block of the vocabulary): labels index the whole rows,
-    lse is theirs (fp32, contiguous), and every row's upstream gradient is
-    grad_scale (one fp32 element: reduction "sum"'s). True when libtuned
-    wrote the gradient over x, False (nothing written) otherwise."""
-    st = _call_state(x)
-    if st is None or lse.dtype != torch.float32 or not lse.is_contiguous():
-        return False
-    if grad_scale.dtype != torch.float32 or grad_scale.numel() != 1:
-        return False
-    lib, h, dt, stream = st
-    rows, cols = x.shape
-    o = options(labels, scale, smoothing, z_loss, ignore_index, _lib.REDUCTION_SUM, x)
-    o.grad_output = grad_scale.data_ptr()
-    o.class_offset, o.classes = class_offset, classes
-    return lib.tuned_cross_entropy_backward(h, x.data_ptr(), labels.data_ptr(), lse.data_ptr(),
-                                            x.data_ptr(), rows, cols, x.stride(0), dt,
-                                            ctypes.byref(o), stream) == 0

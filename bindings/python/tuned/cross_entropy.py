@@ -92,14 +92,34 @@ def _softcap_torch(x, softcap):
     return torch.where(xc == -math.inf, xc, softcap * torch.tanh(xc / softcap))
 
 
-def _label_masks(labels, ignore_index, cols):
-    """(valid, bad, safe): rows not ignored, rows whose label is out of
-    range, and labels usable as indices (0 where ignored or bad)."""
+def _label_masks(labels, ignore_index, cols, class_offset=0, classes=None):
+    """(valid, bad, here, safe) of rows of cols columns, classes
+    [class_offset, class_offset + cols) of rows of `classes` (None: cols,
+    the whole row; the backward's slices, include/tuned.h): rows not
+    ignored, rows whose label is outside [0, classes), rows whose label is
+    one of these columns, and its column there (0 where it is not)."""
     labels = labels.long()
     valid = labels != ignore_index
-    bad = valid & ((labels < 0) | (labels >= cols))
-    safe = torch.where(valid & ~bad, labels, torch.zeros_like(labels))
-    return valid, bad, safe
+    bad = valid & ((labels < 0) | (labels >= (cols if classes is None else classes)))
+    col = labels - class_offset
+    here = valid & ~bad & (col >= 0) & (col < cols)
+    safe = torch.where(here, col, torch.zeros_like(col))
+    return valid, bad, here, safe
+
+
+def _loss_rows(lse, picked, mean, smoothing, z_loss, valid, bad):
+    """(loss, z) per row from its lse, its label's s x_y (picked) and, with
+    smoothing, the mean of its s x: (1 - eps)(lse - s x_y) + eps (lse -
+    mean) + z lse^2, 0 where ignored (z too), NaN for a bad label."""
+    loss = (1.0 - smoothing) * (lse - picked)
+    if smoothing != 0.0:
+        loss = loss + smoothing * (lse - mean)
+    zero = torch.zeros((), dtype=lse.dtype, device=lse.device)
+    z = z_loss * lse.square() if z_loss != 0.0 else torch.zeros_like(lse)
+    loss = torch.where(valid, loss + z, zero)
+    z = torch.where(valid, z, zero)
+    loss = torch.where(bad, torch.full((), math.nan, dtype=lse.dtype, device=lse.device), loss)
+    return loss, z
 
 
 def _rows_torch(x, labels, scale, smoothing, z_loss, ignore_index, softcap=0.0):
@@ -112,25 +132,22 @@ def _rows_torch(x, labels, scale, smoothing, z_loss, ignore_index, softcap=0.0):
     if scale != 1.0:
         xs = xs * scale
     lse = torch.logsumexp(xs, -1)
-    valid, bad, safe = _label_masks(labels, ignore_index, x.shape[-1])
+    valid, bad, _, safe = _label_masks(labels, ignore_index, x.shape[-1])
     picked = xs.gather(-1, safe.unsqueeze(-1)).squeeze(-1)
-    loss = (1.0 - smoothing) * (lse - picked)
-    if smoothing != 0.0:
-        loss = loss + smoothing * (lse - xs.mean(-1))
-    zero = torch.zeros((), dtype=ct, device=x.device)
-    z = z_loss * lse.square() if z_loss != 0.0 else torch.zeros_like(lse)
-    loss = torch.where(valid, loss + z, zero)
-    z = torch.where(valid, z, zero)
-    loss = torch.where(bad, torch.full((), math.nan, dtype=ct, device=x.device), loss)
+    mean = xs.mean(-1) if smoothing != 0.0 else None
+    loss, z = _loss_rows(lse, picked, mean, smoothing, z_loss, valid, bad)
     return loss, lse, z
 
 
-def _grad_torch(x, labels, lse, g, scale, smoothing, z_loss, ignore_index, softcap=0.0):
+def _grad_torch(x, labels, lse, g, scale, smoothing, z_loss, ignore_index, softcap=0.0,
+                class_offset=0, classes=None):
     """The kernels' gradient, g s (p (1 + 2 z lse) - (1 - eps) onehot - eps / V)
     (g one element, or one per row), times 1 - (c / softcap)^2 with a cap
-    (0 at -inf), in x's dtype and strides."""
+    (0 at -inf), in x's dtype and strides; x may be a slice of the classes
+    (class_offset, classes: _label_masks'), lse then the whole rows'."""
     ct = _compute_dtype(x)
     cols = x.shape[-1]
+    vocab = cols if classes is None else classes
     xs = _softcap_torch(x, softcap).to(ct)
     slope = None
     if softcap:
@@ -143,11 +160,13 @@ def _grad_torch(x, labels, lse, g, scale, smoothing, z_loss, ignore_index, softc
     d = torch.exp(xs - lse)
     if z_loss != 0.0:
         d = d * (1.0 + 2.0 * z_loss * lse)
-    valid, bad, safe = _label_masks(labels, ignore_index, cols)
+    valid, bad, here, safe = _label_masks(labels, ignore_index, cols, class_offset, classes)
+    target = torch.full((), smoothing - 1.0, dtype=ct, device=x.device)
     d = d.scatter_add(-1, safe.unsqueeze(-1),
-                      torch.full(safe.shape + (1,), smoothing - 1.0, dtype=ct, device=x.device))
+                      torch.where(here, target, torch.zeros((), dtype=ct, device=x.device))
+                      .unsqueeze(-1))
     if smoothing != 0.0:
-        d = d - smoothing / cols
+        d = d - smoothing / vocab
     g = g.to(ct)
     g = g.reshape(()) if g.numel() == 1 else g.reshape(labels.shape).unsqueeze(-1)
     d = d * (g * scale)

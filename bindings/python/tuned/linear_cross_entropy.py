@@ -69,7 +69,8 @@ import math
 import torch
 
 from . import _ce_direct
-from .cross_entropy import _DIRECT, _OPERATORS, _compiling, _dispatch_modes
+from .cross_entropy import (_DIRECT, _OPERATORS, _compiling, _dispatch_modes, _grad_torch,
+                            _label_masks, _loss_rows)
 
 __all__ = ["linear_cross_entropy"]
 
@@ -175,10 +176,11 @@ def _split_bounds(cols, splits):
     """The first column of each of splits vocabulary blocks, and cols: the
     blocks as even as multiples of 64 columns make them (rows of a block
     then start 128-byte aligned); fewer blocks where cols is short."""
-    step = -(-cols // max(1, splits) // 64) * 64 if splits > 1 else cols
-    step = max(step, 64)
-    bounds = list(range(0, cols, step)) + [cols]
-    return bounds if len(bounds) > 1 else [0, cols]
+    if splits <= 1 or cols <= 64:
+        return [0, cols]
+    per_block = -(-cols // splits)  # cols / splits, rounded up
+    step = -(-per_block // 64) * 64
+    return list(range(0, cols, step)) + [cols]
 
 
 def _block(h, weight, bias, softcap, buf, v0, v1):
@@ -240,12 +242,13 @@ class _LinearCrossEntropyFn(torch.autograd.Function):
             c1 = min(rows, c0 + chunk)
             h = hidden[c0:c1]
             if len(blocks) > 2:
-                lo = _blocks_chunk(h, weight, bias, labels[c0:c1], gs, ctx.params, softcap,
-                                   blocks, buf, ignored[:c1 - c0], ops is _DIRECT)
+                lo, lse, last = _blocks_chunk(h, weight, bias, labels[c0:c1], ctx.params,
+                                              softcap, blocks, buf, ignored[:c1 - c0],
+                                              ops is _DIRECT)
                 total += lo.sum()
                 _blocks_grads(h, weight, bias, labels[c0:c1], gs, ctx.params, softcap, blocks,
-                              buf, lo, ops is _DIRECT, grad_h, grad_w, grad_b, c0, c1)
-                del lo
+                              buf, lse, last, ops is _DIRECT, grad_h, grad_w, grad_b, c0, c1)
+                del last
                 continue
             part = _Chunk(h, weight, bias, softcap, buf)
             lo, _ = ops.fused_inplace(part.logits, labels[c0:c1], gs, scale, smoothing, z_loss,
@@ -303,57 +306,37 @@ def _scale_by(f, tensors, chunk, cols):
             t.view(-1)[done:].mul_(f)
 
 
-class _BlockLoss:
-    """A chunk's per-row losses (fp32, `values`), its rows' lse over the
-    whole vocabulary, and its last block's logits (a _Chunk, still held)."""
-
-    def __init__(self, values, lse, last):
-        self.values, self.lse, self.last = values, lse, last
-
-    def sum(self):
-        return self.values.sum()
-
-
-def _blocks_chunk(h, weight, bias, labels, gs, params, softcap, blocks, buf, ignored, direct):
-    """The losses of rows h over vocabulary blocks (bounds `blocks`), each
-    block's logits made into buf in turn (the last one left there): per
-    block its lse (the loss kernel with every label ignored; torch's
-    logsumexp where libtuned is not called), the target logit where the
-    label falls in it, and with smoothing the logits' sum; then per row
-    (1 - eps)(lse - s x_y) + eps (lse - s mean x) + z lse^2, 0 where
-    ignored, NaN for a label outside [0, V) (the gradient's kernel sets
-    the error word). lse - s x_y in fp32 is exact to a few ulp of lse: the
-    mean's terms, not a row's, are what the chunked call returns."""
+def _blocks_chunk(h, weight, bias, labels, params, softcap, blocks, buf, ignored, direct):
+    """(loss, lse, last) of rows h over vocabulary blocks (bounds
+    `blocks`), each block's logits made into buf in turn: per block its
+    lse (the loss kernel with every label ignored; torch's logsumexp where
+    libtuned is not called), the target logit where the label falls in
+    it, and with smoothing the logits' sum; then each row's loss from the
+    whole row's lse (cross_entropy's _loss_rows); last is the last block's
+    _Chunk, whose logits are still held. lse - s x_y in fp32 is exact to a
+    few ulp of lse: the mean's terms, not a row's, are what the chunked
+    call returns."""
     scale, eps, z_loss, ignore_index = params
     rows, vocab = h.shape[0], weight.shape[0]
     f32 = dict(dtype=torch.float32, device=h.device)
     lses = torch.empty((len(blocks) - 1, rows), **f32)
     x_y = torch.zeros(rows, **f32)
     sum_x = torch.zeros(rows, **f32) if eps != 0.0 else None
-    skip = labels == ignore_index
-    bad = ~skip & ((labels < 0) | (labels >= vocab))
     for b, (v0, v1) in enumerate(zip(blocks[:-1], blocks[1:])):
         part = _block(h, weight, bias, softcap, buf, v0, v1)
         z = part.logits
-        lse = None
-        if direct:
-            got = _ce_direct.loss(z, ignored, scale, 0.0, 0.0, ignore_index)
-            lse = got[1] if got is not None else None
-        lses[b] = lse if lse is not None else torch.logsumexp(z.float() * scale, dim=1)
-        col = labels - v0
-        here = ~skip & ~bad & (col >= 0) & (col < v1 - v0)
-        picked = z.gather(1, col.clamp(0, v1 - v0 - 1).long().unsqueeze(1)).squeeze(1)
+        got = _ce_direct.loss(z, ignored, scale, 0.0, 0.0, ignore_index) if direct else None
+        lses[b] = got[1] if got is not None else torch.logsumexp(z.float() * scale, dim=1)
+        _, _, here, safe = _label_masks(labels, ignore_index, v1 - v0, v0, vocab)
+        picked = z.gather(1, safe.unsqueeze(1)).squeeze(1)
         x_y += torch.where(here, picked.float(), 0.0)
         if sum_x is not None:
             sum_x += z.sum(1, dtype=torch.float32)
     lse = torch.logsumexp(lses, dim=0)
-    loss = (1.0 - eps) * (lse - scale * x_y)
-    if sum_x is not None:
-        loss = loss + eps * (lse - scale * sum_x / vocab)
-    if z_loss != 0.0:
-        loss = loss + z_loss * lse * lse
-    loss = torch.where(skip, 0.0, torch.where(bad, float("nan"), loss))
-    return _BlockLoss(loss, lse, part)
+    valid, bad, _, _ = _label_masks(labels, ignore_index, vocab)
+    mean = scale * sum_x / vocab if sum_x is not None else None
+    loss, _ = _loss_rows(lse, scale * x_y, mean, eps, z_loss, valid, bad)
+    return loss, lse, part
 
 
 def _block_grad_(z, labels, lse, gs, params, v0, vocab, direct):
@@ -362,35 +345,26 @@ def _block_grad_(z, labels, lse, gs, params, v0, vocab, direct):
     label's term only in the block that holds it); torch's formula of the
     same where libtuned is not called."""
     scale, eps, z_loss, ignore_index = params
-    if direct and _ce_direct.backward_slice_(z, labels, lse, gs.reshape(1), scale, eps, z_loss,
-                                             ignore_index, v0, vocab):
+    if direct and _ce_direct.backward(z, labels, lse, gs.reshape(1), scale, eps, z_loss,
+                                      ignore_index, out=z, class_offset=v0,
+                                      classes=vocab) is not None:
         return z
-    cols = z.shape[1]
-    skip = labels == ignore_index
-    bad = ~skip & ((labels < 0) | (labels >= vocab))
-    col = labels - v0
-    here = ~skip & ~bad & (col >= 0) & (col < cols)
-    g = torch.exp(z.float() * scale - lse.unsqueeze(1)) * (1.0 + 2.0 * z_loss * lse).unsqueeze(1)
-    g -= eps / vocab
-    g.scatter_add_(1, col.clamp(0, cols - 1).long().unsqueeze(1),
-                   torch.where(here, eps - 1.0, 0.0).unsqueeze(1))
-    g *= gs * scale
-    g = torch.where(skip.unsqueeze(1), 0.0, torch.where(bad.unsqueeze(1), float("nan"), g))
-    return z.copy_(g)
+    return z.copy_(_grad_torch(z, labels, lse, gs, scale, eps, z_loss, ignore_index,
+                               class_offset=v0, classes=vocab))
 
 
-def _blocks_grads(h, weight, bias, labels, gs, params, softcap, blocks, buf, done, direct,
+def _blocks_grads(h, weight, bias, labels, gs, params, softcap, blocks, buf, lse, last, direct,
                   grad_h, grad_w, grad_b, c0, c1):
     """The chunk's gradients, a vocabulary block at a time: the last
-    block's logits (done.last, _blocks_chunk's) first, then each other
+    block's logits (last, _blocks_chunk's) first, then each other
     block's made again; d hidden sums the blocks' products, d weight and
     d bias take each block's rows."""
     vocab = weight.shape[0]
-    last = len(blocks) - 2
-    for n, b in enumerate([last] + list(range(last))):
+    final = len(blocks) - 2
+    for n, b in enumerate([final] + list(range(final))):
         v0, v1 = blocks[b], blocks[b + 1]
-        part = done.last if n == 0 else _block(h, weight, bias, softcap, buf, v0, v1)
-        g = part.grad(_block_grad_(part.logits, labels, done.lse, gs, params, v0, vocab, direct))
+        part = last if n == 0 else _block(h, weight, bias, softcap, buf, v0, v1)
+        g = part.grad(_block_grad_(part.logits, labels, lse, gs, params, v0, vocab, direct))
         if grad_h is not None:
             if n == 0:
                 torch.mm(g, weight[v0:v1], out=grad_h[c0:c1])
