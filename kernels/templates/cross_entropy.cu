@@ -403,8 +403,8 @@ __device__ __forceinline__ float ce_exp_and_sum(Held &h, const CeRow &r, int lan
     float sum = 0.0f;
 #pragma unroll
     for (int it = 0; it < T_ITERS; it++) {
-        /* the fused kernel's sum runs through the exps as the softmax's
-         * does (summed a pass at a time, its registers spilled) */
+        /* the fused kernel keeps one running sum, as the softmax does:
+         * summed a pass at a time, it spilled registers */
         float pass = 0.0f;
         float &into = CE_SUM_BY_PASS ? pass : sum;
 #pragma unroll
