@@ -9,8 +9,7 @@
  * stray writes on either side of the output.
  * `test_gpu fault` (a process of its own: its context dies): a tune whose
  * variant kills the context records that variant in the history as
- * failed. `test_gpu stray`: the stray writes alone; `test_gpu router-rank`:
- * the routers' rank selection alone. Exits 77 (skipped) where no CUDA driver or GPU is found. */
+ * failed. `test_gpu stray`: the stray writes alone. Exits 77 (skipped) where no CUDA driver or GPU is found. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -270,49 +269,6 @@ static size_t ce_options_are_correct(gpu_env *g)
     return runs;
 }
 
-/* The routers' selection by bound and rank (sel=rank) on the keys whose
- * bounds differ: groups of lanes (k <= threads a row), parts of a lane's
- * keys (k above them), no bound (k near the experts), dropped groups
- * (whole parts without a key), and widths from 8 to 2048 experts; up to
- * three rank variants a key, drawn from the space, every dtype in turn. */
-static size_t router_ranks_are_correct(gpu_env *g)
-{
-    static const struct {
-        uint64_t cols;
-        const char *params;
-    } keys[] = {
-        {8, "k=2,renorm=1"}, {8, "k=8"}, {60, "k=4"}, {128, ""}, {128, "k=64,score=sigmoid"},
-        {160, "k=6,score=sqrt_softplus,renorm=1"},
-        {256, "k=8,score=sigmoid,groups=8,topk_group=4,renorm=1"},
-        {384, "k=8,score=sigmoid,renorm=1"}, {2048, "k=16"},
-    };
-    const tuned__kind_spec *router = tuned__kind(TUNED_KERNEL_ROUTER_TOPK);
-    size_t runs = 0;
-    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
-        tuned__err e = {0};
-        tuned__shape s = {(tuned_dtype)(TUNED_FP16 + (int)(i % 3)), 67, keys[i].cols,
-                          TUNED_KERNEL_ROUTER_TOPK, 0};
-        EXPECT_RC(tuned__params_parse(router, keys[i].params, &s.params, &e), 0, &e);
-        tuned__space sp;
-        if (!space_of(g, &s, &sp))
-            continue;
-        tuned__config cfgs[3];
-        size_t n = 0;
-        tuned__rng rng = {7 + i};
-        for (int draw = 0; draw < 400 && n < 3; draw++) {
-            tuned__space_random(&sp, &rng, &cfgs[n]);
-            n += cfgs[n].sel == TUNED__SEL_RANK;
-        }
-        EXPECT(n > 0, "no sel=rank variant of %llu experts %s", (unsigned long long)keys[i].cols,
-               keys[i].params);
-        tuned__eval_opts o = quick_opts();
-        expect_correct(g, &s, cfgs, n, &o);
-        runs += n;
-        tuned__space_free(&sp);
-    }
-    return runs;
-}
-
 /* ---- `test_gpu fault`: a variant that kills the context (its own
  * process: the context stays dead) ---- */
 
@@ -437,11 +393,6 @@ int main(int argc, char **argv)
     printf("GPU: %s\n", g.gpu.identity);
     if (argc > 1 && strcmp(argv[1], "fault") == 0)
         return context_killer_is_recorded(&g);
-    if (argc > 1 && strcmp(argv[1], "router-rank") == 0) {
-        size_t runs = router_ranks_are_correct(&g);
-        printf("router rank: %zu variant runs checked; %d failures\n", runs, failures);
-        return failures ? 1 : 0;
-    }
     if (argc > 1 && strcmp(argv[1], "stray") == 0) {
         stray_writes_are_caught(&g);
         printf("stray writes: %d failures\n", failures);
@@ -518,7 +469,6 @@ int main(int argc, char **argv)
     variants += replicas_are_correct(&g, TUNED_KERNEL_SOFTMAX);
     variants += replicas_are_correct(&g, TUNED_KERNEL_LOG_SOFTMAX);
     variants += ce_options_are_correct(&g);
-    variants += router_ranks_are_correct(&g);
     planted_bugs_are_caught(&g);
     stray_writes_are_caught(&g);
     tuned__nvrtc_unload(g.n);

@@ -271,8 +271,6 @@ static void test_compile(const tuned__nvrtc *n)
         "w4.r16.c1.m2.v4.ld=nc.st=def.reg=f32",    /* 8 threads a row */
         "w8.r8.c1.m1.v2.ld=cs.st=def.reg=f32",     /* a warp a row */
         "w4.r32.c1.m1.v4.ld=def.st=def.reg=f32.sel=sort", /* 4 threads a row, sorted lists */
-        "w2.r2.c1.m1.v2.ld=def.st=def.reg=f32.sel=rank",  /* a warp a row, bound and rank */
-        "w1.r8.c1.m1.v1.ld=def.st=def.reg=f32.sel=rank",  /* 4 threads a row, rank */
     };
     /* Each case in one dtype (they take turns), its configs that fit:
      * NVRTC takes a second or more a router variant, and CI has two cores. */
@@ -280,8 +278,7 @@ static void test_compile(const tuned__nvrtc *n)
         tuned_dtype dt = (tuned_dtype)(TUNED_FP16 + (int)(i % 3));
         unsigned fwd = 0, bwd = 0;
         for (size_t j = 0; j < sizeof configs / sizeof configs[0]; j++) {
-            /* the scan once (the first that fits), sorted lists once,
-             * each rank config that fits */
+            /* the scan once (the first that fits), sorted lists once */
             if (j < 3 && fwd > 0)
                 continue;
             bool made = compile(n, TUNED_KERNEL_ROUTER_TOPK, dt, cases[i].cols, cases[i].params,
@@ -326,28 +323,6 @@ static void test_compile(const tuned__nvrtc *n)
                           .kernel = TUNED_KERNEL_ROUTER_TOPK,
                           .params = tuned__params_default(router())};
         EXPECT(tuned__config_check(&c, &s, 90, 132, why, sizeof why), "router: %s", why);
-        /* rank: its text round trips; its shared memory is bounded (a
-         * warp a row of 2048 experts: 24 KiB a warp and 64 bytes a row's
-         * outputs, so one warp fits and two do not) */
-        EXPECT_RC(tuned__config_parse("w4.r4.c1.m1.v4.ld=def.st=def.reg=f32.sel=rank", &c, &e), 0,
-                  &e);
-        tuned__config_format(&c, text, sizeof text);
-        EXPECT(c.sel == TUNED__SEL_RANK &&
-                   strcmp(text, "w4.r4.c1.m1.v4.ld=def.st=def.reg=f32.sel=rank") == 0,
-               "sel=rank round trip: %s", text);
-        tuned__shape wide = s;
-        wide.cols = 2048;
-        EXPECT(!tuned__config_check(&c, &wide, 90, 132, why, sizeof why) &&
-                   strstr(why, "shared memory") != NULL,
-               "rank at 4 warps of 2048 experts: %s", why);
-        EXPECT_RC(tuned__config_parse("w2.r2.c1.m1.v4.ld=def.st=def.reg=f32.sel=rank", &c, &e), 0,
-                  &e);
-        EXPECT(!tuned__config_check(&c, &wide, 90, 132, why, sizeof why),
-               "rank at 2 warps of 2048 experts taken");
-        EXPECT_RC(tuned__config_parse("w1.r1.c1.m1.v4.ld=def.st=def.reg=f32.sel=rank", &c, &e), 0,
-                  &e);
-        EXPECT(tuned__config_check(&c, &wide, 90, 132, why, sizeof why),
-               "rank at 1 warp of 2048 experts: %s", why);
     }
     /* What a row in one warp has not: refused by the one rule. */
     static const char *const refused[] = {

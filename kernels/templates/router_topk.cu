@@ -6,9 +6,9 @@
  *
  * Idea: a row is E = T_COLS logits (2 to 2048), so a row fits in the
  * registers of part of a warp: TPR = T_WARPS*32/T_ROWS threads (1, 2, 4,
- * 8, 16 or 32) share it, every element is read once, and the selection
- * happens in registers and warp instructions (T_SEL 2: and the row's own
- * shared memory, under warp syncs), with no block barrier. Per row, x the logits, b the bias (fp32,
+ * 8, 16 or 32) share it, every element is read once, and all the
+ * selection happens in registers and warp instructions, with no shared
+ * memory and no block barrier. Per row, x the logits, b the bias (fp32,
  * E entries, or NULL), c the scaling:
  *   score   s_j = softmax_j(x) (T_SCORE 0), sigmoid(x_j) (1) or
  *           sqrt(softplus(x_j)) (2), in fp32
@@ -70,10 +70,6 @@
  *                       dropped by its owner, rescanned every round
  *              T_SEL 1  its min(k, held) best sorted once (insertion, in
  *                       registers), then its list's head; the owner pops it
- *            or, T_SEL 2, no rounds: a bound on the k-th largest key (the
- *            least of the maxima of k or more disjoint parts of the row),
- *            the keys above it written to the row's shared memory, each
- *            one's rank counted against all of them, ranks below k kept
  *            the i-th chosen lands in lane i % TPR, slot i / TPR
  *   weight   each lane its slots' scores (T_RENORM: exp(l - L) of the
  *            log-scores, summed over the row's lanes), times c
@@ -105,9 +101,7 @@
  *   T_COLS        E, 2 to 2048; the kernels' cols must equal it (a launch
  *                 with another does nothing)
  *   T_LD          0 ld.global, 1 ld.global.nc, 2 ld.global.cs
- *   T_SEL         0 rescans (absent: 0), 1 sorted lists, 2 bound and rank
- *                 (above; 2 keeps 12 bytes a slot of the block's rows and 8
- *                 an output in static shared memory, at most 48 KiB)
+ *   T_SEL         0 rescans (absent: 0), 1 sorted lists (above)
  *   T_TOPK        k, 1 to min(E, 64); with groups at most
  *                 T_TOPK_GROUP * E / T_GROUPS
  *   T_SCORE       0 softmax, 1 sigmoid, 2 sqrt(softplus)
@@ -227,8 +221,8 @@ static_assert(sizeof(tuned_router_options) == 4, "tuned_router_options is one fl
 #if RT_VBYTES > 16
 #error "router_topk.cu: a vector is at most 16 bytes (T_VEC * element size)"
 #endif
-#if T_SEL != 0 && T_SEL != 1 && T_SEL != 2
-#error "router_topk.cu: T_SEL is 0 (rescans), 1 (sorted lists) or 2 (bound and rank)"
+#if T_SEL != 0 && T_SEL != 1
+#error "router_topk.cu: T_SEL is 0 (rescans) or 1 (sorted lists)"
 #endif
 
 /* A thread's share of the row: RT_ITERS passes of T_VEC, RT_HELD elements. */
@@ -246,18 +240,6 @@ static_assert(sizeof(tuned_router_options) == 4, "tuned_router_options is one fl
 /* A thread's sorted candidates (T_SEL 1). */
 #define RT_LIST (T_TOPK < RT_HELD ? T_TOPK : RT_HELD)
 #define RT_GS (T_COLS / T_GROUPS)
-/* T_SEL 2: RT_BOUND_GROUPS, k rounded up to a power of two, disjoint
- * groups of the row whose maxima bound the k-th largest key from below;
- * a row's candidates in shared memory (every slot of the row at most:
- * 8 bytes of (key, column), 4 of logit) and its k chosen. */
-#define RT_BOUND_GROUPS                                                                      \
-    (T_TOPK <= 1 ? 1 : T_TOPK <= 2 ? 2 : T_TOPK <= 4 ? 4 : T_TOPK <= 8 ? 8 : T_TOPK <= 16 ? 16 \
-     : T_TOPK <= 32 ? 32 : 64)
-#define RT_CAP (RT_TPR * RT_HELD)
-#define RT_RANK_BYTES (T_ROWS * (RT_CAP * 12 + T_TOPK * 8))
-#if T_SEL == 2 && RT_RANK_BYTES > 49152
-#error "router_topk.cu: T_SEL 2 keeps a block's row slots in 48 KiB (12 bytes a slot, 8 an output)"
-#endif
 #define RT_SELW ((RT_HELD + 31) / 32)
 
 /* Element e of a thread (pass e / T_VEC, place e % T_VEC) is column
@@ -719,17 +701,6 @@ struct RouterChoice {
     float max_x;
 };
 
-/* A row's shared memory (T_SEL 2 only): its candidates as rank values
- * ((key, column), router_rank_value) and logits, its k chosen. */
-struct RouterRankRow {
-#if T_SEL == 2
-    unsigned long long cand[RT_CAP];
-    unsigned long long out[T_TOPK];
-    float cand_x[RT_CAP];
-    float out_x[T_TOPK];
-#endif
-};
-
 /* Round i's winner, known to every lane of the row: lane i % TPR keeps
  * its column and its logit. Without a bias the logit is the key's, kept
  * as the key's bits and turned back into the logit once, at the store
@@ -796,8 +767,7 @@ __device__ __forceinline__ float router_winner_x(int top, int win, float owner_x
  * the argmax, and its owner drops that key. */
 template <bool BIAS>
 __device__ __forceinline__ void router_select(RouterChoice &ch, int (&key)[RT_HELD],
-                                              const float (&x)[RT_HELD], int lane, unsigned mask,
-                                              RouterRankRow *)
+                                              const float (&x)[RT_HELD], int lane, unsigned mask)
 {
 #pragma unroll
     for (int i = 0; i < T_TOPK; i++) {
@@ -822,15 +792,14 @@ __device__ __forceinline__ void router_select(RouterChoice &ch, int (&key)[RT_HE
                 key[e] = RT_KEY_NONE;
     }
 }
-#elif T_SEL == 1
+#else
 /* select, T_SEL 1: each thread sorts its RT_LIST best keys once (insertion
  * in column order: an equal key stays behind, so ties keep the lower
  * column first); every round it offers its list's head, and the owner of
  * the winner pops it. */
 template <bool BIAS>
 __device__ __forceinline__ void router_select(RouterChoice &ch, int (&key)[RT_HELD],
-                                              const float (&x)[RT_HELD], int lane, unsigned mask,
-                                              RouterRankRow *)
+                                              const float (&x)[RT_HELD], int lane, unsigned mask)
 {
     int lk[RT_LIST], lo[RT_LIST];
     float lx[RT_LIST];
@@ -881,126 +850,6 @@ __device__ __forceinline__ void router_select(RouterChoice &ch, int (&key)[RT_HE
             lk[RT_LIST - 1] = RT_KEY_NONE;
         }
     }
-}
-#else
-/* select, T_SEL 2: no rounds. A bound t on the k-th largest key: the
- * smallest of the maxima of RT_BOUND_GROUPS (>= k) disjoint parts of the
- * row (lanes, or parts of each lane's keys), so at least k keys are >= t
- * and every chosen key is. The candidates, the keys >= t (never a slot
- * without a key), are written to the row's shared memory at places from
- * a prefix sum of their counts over the lanes; each candidate's rank is
- * the number of candidates before it in the choice's order ((key,
- * column) as one 64-bit value: the larger key first, then the lower
- * column), counted by one lane over all of them; ranks below k are the
- * outputs, written to their places, and each lane reads back its slots
- * (output i in lane i % TPR, slot i / TPR, as the rounds leave them). On
- * random rows of 128 experts, k 8, about 18 candidates; a row of equal
- * keys makes every key one (slower, never wrong). */
-__device__ __forceinline__ unsigned long long router_rank_value(int key, int col)
-{
-    return (unsigned long long)((unsigned)key ^ 0x80000000u) << 32 | (unsigned)~col;
-}
-
-/* The bound t, the same in every lane of the row. */
-__device__ __forceinline__ int router_rank_bound(const int (&key)[RT_HELD], unsigned mask)
-{
-#if RT_BOUND_GROUPS <= RT_TPR
-    /* groups of RT_TPR / RT_BOUND_GROUPS neighbouring lanes */
-    int m = RT_KEY_NONE;
-#pragma unroll
-    for (int e = 0; e < RT_HELD; e++)
-        m = max(m, key[e]);
-#pragma unroll
-    for (int o = 1; o < RT_TPR / RT_BOUND_GROUPS; o *= 2)
-        m = max(m, __shfl_xor_sync(mask, m, o));
-#pragma unroll
-    for (int o = RT_TPR / RT_BOUND_GROUPS; o < RT_TPR; o *= 2)
-        m = min(m, __shfl_xor_sync(mask, m, o));
-    return m;
-#elif RT_BOUND_GROUPS / RT_TPR <= RT_HELD
-    /* each lane's keys in RT_BOUND_GROUPS / RT_TPR parts (e mod parts) */
-    constexpr int parts = RT_BOUND_GROUPS / RT_TPR;
-    int t = 0x7FFFFFFF;
-#pragma unroll
-    for (int p = 0; p < parts; p++) {
-        int m = RT_KEY_NONE;
-#pragma unroll
-        for (int e = p; e < RT_HELD; e += parts)
-            m = max(m, key[e]);
-        t = min(t, m);
-    }
-#pragma unroll
-    for (int o = 1; o < RT_TPR; o *= 2)
-        t = min(t, __shfl_xor_sync(mask, t, o));
-    return t;
-#else
-    (void)key, (void)mask;
-    return RT_KEY_NONE;
-#endif
-}
-
-template <bool BIAS>
-__device__ __forceinline__ void router_select(RouterChoice &ch, int (&key)[RT_HELD],
-                                              const float (&x)[RT_HELD], int lane, unsigned mask,
-                                              RouterRankRow *rr)
-{
-    /* bound: t; candidates: the keys >= t, counted */
-    const int t = router_rank_bound(key, mask);
-    int mine = 0;
-#pragma unroll
-    for (int e = 0; e < RT_HELD; e++)
-        mine += (key[e] != RT_KEY_NONE && key[e] >= t) ? 1 : 0;
-    /* places: an inclusive prefix sum of the counts over the row's lanes */
-    int upto = mine;
-#pragma unroll
-    for (int o = 1; o < RT_TPR; o *= 2) {
-        const int y = __shfl_up_sync(mask, upto, o, RT_TPR);
-        if (lane >= o)
-            upto += y;
-    }
-    const int count = RT_TPR > 1 ? __shfl_sync(mask, upto, RT_TPR - 1, RT_TPR) : upto;
-    int at = upto - mine;
-#pragma unroll
-    for (int e = 0; e < RT_HELD; e++) {
-        if (key[e] != RT_KEY_NONE && key[e] >= t) {
-            rr->cand[at] = router_rank_value(key[e], lane * T_VEC + rt_off(e));
-            if (BIAS)
-                rr->cand_x[at] = x[e];
-            at++;
-        }
-    }
-    __syncwarp(mask);
-    /* rank: candidate i by lane i % TPR, against all */
-    for (int i = lane; i < count; i += RT_TPR) {
-        const unsigned long long v = rr->cand[i];
-        int rank = 0;
-#pragma unroll 4
-        for (int j = 0; j < count; j++)
-            rank += rr->cand[j] > v ? 1 : 0;
-        if (rank < T_TOPK) {
-            rr->out[rank] = v;
-            if (BIAS)
-                rr->out_x[rank] = rr->cand_x[i];
-        }
-    }
-    __syncwarp(mask);
-    /* each lane its slots, as router_keep leaves them */
-#pragma unroll
-    for (int s = 0; s < RT_SLOTS; s++) {
-        const int i = s * RT_TPR + lane;
-        if (i < T_TOPK) {
-            const unsigned long long v = rr->out[i];
-            const int k = (int)((unsigned)(v >> 32) ^ 0x80000000u);
-            ch.id[s] = (int)~(unsigned)v;
-            ch.x[s] = BIAS ? rr->out_x[i] : __int_as_float(k);
-            if (BIAS)
-                ch.max_x = fmaxf(ch.max_x, ch.x[s]);
-        }
-    }
-    if (BIAS)
-        ch.max_x = lanes_max(ch.max_x, mask);
-    else
-        ch.max_x = router_key_value((int)((unsigned)(rr->out[0] >> 32) ^ 0x80000000u));
 }
 #endif
 
@@ -1055,9 +904,8 @@ __device__ __forceinline__ void router_store(const RouterChoice &ch, const Route
 /* keys, groups, select, weight and store for one row held in x. */
 template <bool BIAS>
 __device__ __forceinline__ void router_route(const float (&x)[RT_HELD], const float *bias,
-                                             const RouterSlot &slot, RouterRankRow *rank_row,
-                                             float scaling, float *weights, IDX *ids,
-                                             int *counts)
+                                             const RouterSlot &slot, float scaling,
+                                             float *weights, IDX *ids, int *counts)
 {
     float b[RT_HELD];
     if (BIAS)
@@ -1075,7 +923,7 @@ __device__ __forceinline__ void router_route(const float (&x)[RT_HELD], const fl
         ch.x[s] = 0.0f;
     }
     ch.max_x = NEG_INF;
-    router_select<BIAS>(ch, key, x, slot.lane, slot.mask, rank_row);
+    router_select<BIAS>(ch, key, x, slot.lane, slot.mask);
     router_store<BIAS>(ch, st, slot.row, slot.lane, slot.mask, scaling, weights, ids, counts);
 }
 
@@ -1092,16 +940,10 @@ tuned_router_topk(const T *__restrict__ logits, const float *__restrict__ bias,
     const unsigned char *xr = (const unsigned char *)logits + slot.row * row_stride * ESIZE;
     float x[RT_HELD];
     router_load_row(x, xr, (u64)xr % RT_VBYTES == 0, slot.lane);
-#if T_SEL == 2
-    __shared__ RouterRankRow rank_rows[T_ROWS];
-    RouterRankRow *rank_row = &rank_rows[threadIdx.x / RT_TPR];
-#else
-    RouterRankRow *rank_row = NULL;
-#endif
     if (bias != NULL)
-        router_route<true>(x, bias, slot, rank_row, opt.scaling, weights, ids, counts);
+        router_route<true>(x, bias, slot, opt.scaling, weights, ids, counts);
     else
-        router_route<false>(x, bias, slot, rank_row, opt.scaling, weights, ids, counts);
+        router_route<false>(x, bias, slot, opt.scaling, weights, ids, counts);
 }
 
 /* ---- the backward ---- */

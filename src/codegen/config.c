@@ -16,7 +16,7 @@ static const char *const ld_names[TUNED__LD_COUNT] = {"def", "nc", "cs", "el"};
 static const char *const st_names[TUNED__ST_COUNT] = {"def", "cs"};
 static const char *const reg_names[TUNED__REG_COUNT] = {"f32", "pk", "ex"};
 static const char *const red_names[TUNED__RED_COUNT] = {"split", "fused"};
-static const char *const sel_names[TUNED__SEL_COUNT] = {"scan", "sort", "rank"};
+static const char *const sel_names[TUNED__SEL_COUNT] = {"scan", "sort"};
 
 const char *tuned__ld_name(unsigned ld)
 {
@@ -508,15 +508,6 @@ static bool rows_check_shape(const tuned__config *c, const tuned__shape *s, int 
             return tuned__config_refuse(why, n, "%s holds at most %u elements a thread (%llu here)",
                                         kind->name, (unsigned)kind->max_thread_elems,
                                         (unsigned long long)elems);
-        /* sel=rank keeps every slot of the block's rows (12 bytes: rank
-         * value and logit) and each row's k outputs (8) in static shared
-         * memory, at most 48 KiB (the template refuses more too) */
-        uint64_t k = tuned__params_value(kind, s->params, "k", 1);
-        uint64_t rank_bytes = (uint64_t)threads * elems * 12u + (uint64_t)c->rows * k * 8u;
-        if (c->sel == TUNED__SEL_RANK && rank_bytes > TUNED__RANK_MAX_BYTES)
-            return tuned__config_refuse(why, n, "sel=rank needs %llu bytes of shared memory a "
-                                        "block (at most %u)",
-                                        (unsigned long long)rank_bytes, TUNED__RANK_MAX_BYTES);
     }
     /* A backward kernel holds two rows, y and dy. */
     uint64_t held = kind->rows_held;

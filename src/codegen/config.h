@@ -69,13 +69,10 @@ enum {
  * them: k rounds of an argmax over the row's threads, each thread offering
  * its best element not yet taken, found by a scan of its elements every
  * round, or by the head of its own best elements sorted once (".sel=sort"
- * after the register mode; the scan is left out of the text); or with no
- * rounds, by a bound on the k-th largest and a rank for each element above
- * it, counted in shared memory (".sel=rank"). */
+ * after the register mode; the scan is left out of the text). */
 enum {
     TUNED__SEL_SCAN = 0,
     TUNED__SEL_SORT,
-    TUNED__SEL_RANK,
     TUNED__SEL_COUNT
 };
 
@@ -119,8 +116,6 @@ typedef struct tuned__config {
 /* Most bytes of a block's stash (static shared memory stops at 48 KiB,
  * and the mailboxes need some of it). */
 #define TUNED__STASH_MAX_BYTES 40960u
-/* The static shared memory of a block that selects by rank (sel=rank). */
-#define TUNED__RANK_MAX_BYTES 49152u
 /* Most stashed passes a config's text may name (the field is a byte). */
 #define TUNED__MAX_STASH 255
 /* Most clusters holding one row. */
