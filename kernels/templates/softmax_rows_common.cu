@@ -709,7 +709,7 @@ __device__ __forceinline__ void load_row_words(RowWords &w, const unsigned char 
             fill_vec(w[it]);
         }
 #else
-        if (active && vec_ok && VEC_IN_ROW(it, first, cols)) {
+        if (active && vec_ok && (PASS_WHOLE(it) || VEC_IN_ROW(it, first, cols))) {
             /* Whole, also where it holds the row's first or last element:
              * its aligned bytes share a 16-byte block with an element of
              * the tensor, so they lie in the caller's (16-byte aligned)
@@ -1041,7 +1041,13 @@ __device__ __forceinline__ void store_row(const RowPtrs &p, int lane, int cols, 
             continue;
         const bool whole = !(T_PLANT_BUG == 1 && first + T_VEC == T_COLS);
 #else
-        const bool whole = p.y_aligned && first >= 0 && first + T_VEC <= cols &&
+        /* A pass whole inside the row whatever its head (PASS_WHOLE, known
+         * when the source is made) is checked no further: the bounds
+         * compares and the branch they feed were most of what the rows
+         * that start off a vector boundary added to the fused
+         * cross-entropy's issue-bound store. */
+        const bool whole = p.y_aligned &&
+                           (PASS_WHOLE(it) || (first >= 0 && first + T_VEC <= cols)) &&
                            !(T_PLANT_BUG == 1 && first + T_VEC == cols);
 #endif
         if (whole) {
