@@ -28,7 +28,7 @@ def main():
         bad = collections.Counter()
         for line in open(path):
             f = line.rstrip("\n").split("\t")
-            if len(f) < 3:
+            if len(f) < 3 or f[0] == "config":  # the header
                 continue
             key = (sel_of(f[0]), tpr_of(f[0]))
             if f[1] != "ok":
