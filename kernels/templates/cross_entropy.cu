@@ -19,7 +19,8 @@
  * [0, V) that is not ignore_index is never used as an index: the row's
  * loss and gradient are NaN and bit 0 of the error word is set.
  * The stages are softmax_rows_common.cu's (load_row, reduce_max,
- * reduce_row, row_out, store_row), plus:
+ * reduce_row, row_out; its store_row as ce_store_row, reworked for rows
+ * off a vector boundary), plus:
  *   sum     the exps' sum without the target's term (ce_exp_and_sum)
  *   target  the thread whose slot holds column y (the owner) loads x_y
  *           as the row arrives (2 bytes from the line its own loads bring),
@@ -27,8 +28,8 @@
  *           that element, so grad may be the logits themselves (in place)
  *   mean    with T_CE_SMOOTH, each thread's sum of its x, reduced over the
  *           row after the (max, sum) round (its own mailbox round)
- *   store   the gradient, a vector at a time (ce_store_grad_row; the
- *           backward's ce_grad_words), in place of forward_words, with the
+ *   store   the gradient, a vector at a time (ce_store_row through
+ *           ce_store_grad_row; the backward's ce_grad_words), with the
  *           softmax's one multiply an element; then the owner stores the
  *           label's element again, with its target (ce_store_target)
  * The owner writes the row's loss, lse and z term (lane 0 where there is
@@ -566,6 +567,67 @@ __device__ __forceinline__ CeGrad ce_grad(const CeRow &r, float gscale, Lse lse_
     return g;
 }
 
+/* store: the rows family's store_row (softmax_rows_common.cu) as these
+ * kernels need it (no stash, replicas or planted bug), reworked for rows
+ * that start off a vector boundary, where the gradient's store is bound
+ * by issue (ncu at 8192x50257 bf16: 14% more instructions than at 50264,
+ * in the store's element path and its per-pass tests): a vector wholly
+ * outside the row is skipped before the element path; whether y lines up
+ * with x is tested once a row, each answer its own loop, so a pass whole
+ * inside the row whatever its head (PASS_WHOLE) stores with no test; and
+ * whole vectors are addressed from the row's vector boundary, as the loads
+ * address x, so the pass's offset is a constant in the store. Measured:
+ * the fused kernel at 8192x50257 from 1.061 to 1.015 of a copy
+ * (docs/decisions.md). The softmax kinds keep store_row: their stores
+ * measured within 1% of a copy on such rows, and their code is what their
+ * shipped records were tuned with. */
+template <bool Y_ALIGNED, typename Words>
+__device__ __forceinline__ void ce_store_passes(const RowPtrs &p, int lane, int cols, Words words)
+{
+    /* this lane's first whole vector, from the row's vector boundary */
+    unsigned char *const yl = p.yr - p.head * ESIZE + (long long)lane * VBYTES;
+#pragma unroll
+    for (int it = 0; it < T_ITERS; it++) {
+        const int first = (it * ROW_THREADS + lane) * T_VEC - p.head;
+#if T_HEAD_FREE
+        (void)cols;
+        if (!PASS_INSIDE(it) && first >= T_COLS)
+            continue;
+        const bool whole = true;
+#else
+        if (!PASS_WHOLE(it) && (first >= cols || first + T_VEC <= 0))
+            continue;
+        const bool whole = Y_ALIGNED && (PASS_WHOLE(it) || (first >= 0 && first + T_VEC <= cols));
+#endif
+        u32 out[NWORDS] = {};
+        words(it, out);
+        if (whole) {
+            store_vec(yl + (long long)it * ROW_THREADS * VBYTES, out);
+        } else {
+#pragma unroll
+            for (int k = 0; k < T_VEC; k++)
+                if (first + k >= 0 && first + k < cols)
+                    store_elem(p.yr + (long long)(first + k) * ESIZE, word_elem(out, k));
+        }
+    }
+}
+
+template <typename Words>
+__device__ __forceinline__ void ce_store_row(const RowPtrs &p, int lane, int cols, bool active,
+                                             Words words)
+{
+    if (!active)
+        return;
+#if T_HEAD_FREE
+    ce_store_passes<true>(p, lane, cols, words);
+#else
+    if (p.y_aligned)
+        ce_store_passes<true>(p, lane, cols, words);
+    else
+        ce_store_passes<false>(p, lane, cols, words);
+#endif
+}
+
 /* store: gradient vector it from p_j = prob(k), every element with the
  * target eps / V; the label's element is stored again after the row by
  * ce_store_target. (Measured with ptxas at w8.c8 bf16 128256: a compare
@@ -593,7 +655,7 @@ __device__ __forceinline__ void ce_store_grad_row(const RowPtrs &p, int lane, in
                                                   const CeGrad &g)
 {
     if (g.zero) {
-        store_row(p, lane, cols, active, [&](int, u32(&out)[NWORDS]) {
+        ce_store_row(p, lane, cols, active, [&](int, u32(&out)[NWORDS]) {
             vector_words(out, [&](int) { return 0.0f; });
         });
         return;
@@ -602,7 +664,7 @@ __device__ __forceinline__ void ce_store_grad_row(const RowPtrs &p, int lane, in
     og.mul = o.mul * (g.gs * g.zf);
     const float add = -g.gs * g.off;
     (void)add;
-    store_row(p, lane, cols, active, [&](int it, u32(&out)[NWORDS]) {
+    ce_store_row(p, lane, cols, active, [&](int it, u32(&out)[NWORDS]) {
         vector_words(out, [&](int k) {
             const float v = forward_value(h, it, k, og);
             return T_CE_SMOOTH ? v + add : v;
@@ -783,7 +845,7 @@ tuned_cross_entropy_rows(const unsigned char *logits, const CeLabel *labels, uns
 #if T_CE_SOFTCAP
     /* capped: exp(s (c - max)) / S again, chained through the cap */
     const float inv_sum = __frcp_rn(c.all);
-    store_row(p, slot.lane, cols, active, [&](int it, u32(&out)[NWORDS]) {
+    ce_store_row(p, slot.lane, cols, active, [&](int it, u32(&out)[NWORDS]) {
         vector_words(out, [&](int k) {
             const float cv = ce_value(h, it, k, cap);
             return ce_grad_capped(g, exp_shifted(cv, row_max, ks) * inv_sum,
@@ -848,7 +910,7 @@ tuned_cross_entropy_bwd(const unsigned char *logits, const CeLabel *labels, cons
     float x_y = ce_target_logit(p, r, r.owner);
 #if T_CE_SOFTCAP
     x_y = ce_cap(x_y, cap);
-    store_row(p, slot.lane, cols, active, [&](int it, u32(&out)[NWORDS]) {
+    ce_store_row(p, slot.lane, cols, active, [&](int it, u32(&out)[NWORDS]) {
         vector_words(out, [&](int k) {
             const float cv = ce_value(h, it, k, cap);
             return ce_grad_capped(g, ce_prob(cv, lse_r, prm.scale), ce_cap_slope(cv, cap));
@@ -856,7 +918,7 @@ tuned_cross_entropy_bwd(const unsigned char *logits, const CeLabel *labels, cons
     });
     ce_store_target(p, r, g, ce_prob(x_y, lse_r, prm.scale), ce_cap_slope(x_y, cap));
 #else
-    store_row(p, slot.lane, cols, active, [&](int it, u32(&out)[NWORDS]) {
+    ce_store_row(p, slot.lane, cols, active, [&](int it, u32(&out)[NWORDS]) {
         ce_grad_words(out, g, [&](int k) { return ce_prob(held_value(h, it, k), lse_r, prm.scale); });
     });
     ce_store_target(p, r, g, ce_prob(x_y, lse_r, prm.scale), 1.0f);

@@ -709,7 +709,7 @@ __device__ __forceinline__ void load_row_words(RowWords &w, const unsigned char 
             fill_vec(w[it]);
         }
 #else
-        if (active && vec_ok && (PASS_WHOLE(it) || VEC_IN_ROW(it, first, cols))) {
+        if (active && vec_ok && VEC_IN_ROW(it, first, cols)) {
             /* Whole, also where it holds the row's first or last element:
              * its aligned bytes share a 16-byte block with an element of
              * the tensor, so they lie in the caller's (16-byte aligned)
@@ -1024,42 +1024,29 @@ __device__ __forceinline__ void forward_words(const Held &h, int it, const RowOu
 /* store: the row's output, vector it's words as words(it, out) fills them,
  * a vector at a time where it lies whole inside the row and y lines up,
  * else element by element; with T_REPLICAS, this replica's passes only. */
-template <bool Y_ALIGNED, typename Words>
-__device__ __forceinline__ void store_row_passes(const RowPtrs &p, int lane, int cols,
-                                                 Words words)
+template <typename Words>
+__device__ __forceinline__ void store_row(const RowPtrs &p, int lane, int cols, bool active,
+                                          Words words)
 {
     const int replica = T_REPLICAS > 1 ? (int)(blockIdx.x / T_CLUSTER % T_REPLICAS) : 0;
 #pragma unroll
-    for (int it = 0; it < T_ITERS; it++) {
+    for (int it = 0; it < T_ITERS && active; it++) {
         if (T_REPLICAS > 1 && it % T_REPLICAS != replica)
             continue;
         const int first = (it * ROW_THREADS + lane) * T_VEC - p.head;
+        u32 out[NWORDS] = {};
+        words(it, out);
 #if T_HEAD_FREE
-        (void)cols;
         if (!PASS_INSIDE(it) && first >= T_COLS)
             continue;
         const bool whole = !(T_PLANT_BUG == 1 && first + T_VEC == T_COLS);
 #else
-        /* A vector wholly before or past the row stores nothing: skipped
-         * before the element path, whose compares ran for every lane of
-         * the last pass's warps past the row (ncu at 8192x50257: 8.6 M of
-         * the fused kernel's 37 M instructions more than at 50264). */
-        if (!PASS_WHOLE(it) && (first >= cols || first + T_VEC <= 0))
-            continue;
-        /* A pass whole inside the row whatever its head (PASS_WHOLE, known
-         * when the source is made) is checked no further. */
-        const bool whole = Y_ALIGNED &&
-                           (PASS_WHOLE(it) || (first >= 0 && first + T_VEC <= cols)) &&
+        const bool whole = p.y_aligned && first >= 0 && first + T_VEC <= cols &&
                            !(T_PLANT_BUG == 1 && first + T_VEC == cols);
 #endif
-        u32 out[NWORDS] = {};
-        words(it, out);
         if (whole) {
-            /* from the row's vector boundary, as the load addresses x: the
-             * pass's offset a constant ptxas folds into the store */
-            unsigned char *yv = p.yr - p.head * ESIZE;
-            store_vec(T_STASH > 0 ? stash_variant_addr(yv, it, lane)
-                                  : yv + (long long)(it * ROW_THREADS + lane) * VBYTES,
+            store_vec(T_STASH > 0 ? stash_variant_addr(p.yr - p.head * ESIZE, it, lane)
+                                  : p.yr + (long long)first * ESIZE,
                       out);
         } else {
 #pragma unroll
@@ -1070,27 +1057,6 @@ __device__ __forceinline__ void store_row_passes(const RowPtrs &p, int lane, int
             }
         }
     }
-}
-
-/* Rows that start off a vector boundary (no T_HEAD_FREE) test whether y
- * lines up with x once a row, not once a pass: each case its own loop, so
- * the passes whole inside the row store with no test at all (per pass,
- * the test and the branch around it were part of what these rows added to
- * the fused cross-entropy's issue-bound store). */
-template <typename Words>
-__device__ __forceinline__ void store_row(const RowPtrs &p, int lane, int cols, bool active,
-                                          Words words)
-{
-    if (!active)
-        return;
-#if T_HEAD_FREE
-    store_row_passes<true>(p, lane, cols, words);
-#else
-    if (p.y_aligned)
-        store_row_passes<true>(p, lane, cols, words);
-    else
-        store_row_passes<false>(p, lane, cols, words);
-#endif
 }
 
 /* Which row a thread works on, and its place among the row's threads (a
