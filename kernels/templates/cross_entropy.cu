@@ -577,12 +577,14 @@ __device__ __forceinline__ CeGrad ce_grad(const CeRow &r, float gscale, Lse lse_
  * inside the row whatever its head (PASS_WHOLE) stores with no test; and
  * whole vectors are addressed from the row's vector boundary, as the loads
  * address x, so the pass's offset is a constant in the store. Measured:
- * the fused kernel at 8192x50257 from 1.061 to 1.015 of a copy
- * (docs/decisions.md). The softmax kinds keep store_row: their stores
- * measured within 1% of a copy on such rows, and their code is what their
- * shipped records were tuned with. */
+ * the fused kernel at 8192x50257 from 1.061 to 1.045 of a copy (1.015
+ * with the shared load's bounds test skipped on whole passes too, which
+ * is not here: docs/decisions.md). The softmax kinds keep store_row:
+ * their stores measured within 1% of a copy on such rows, and their code
+ * is what their shipped records were tuned with. */
 template <bool Y_ALIGNED, typename Words>
-__device__ __forceinline__ void ce_store_passes(const RowPtrs &p, int lane, int cols, Words words)
+__device__ __forceinline__ void ce_store_passes(const RowPtrs &p, int lane, int cols,
+                                                Words words)
 {
     /* this lane's first whole vector, from the row's vector boundary */
     unsigned char *const yl = p.yr - p.head * ESIZE + (long long)lane * VBYTES;
