@@ -463,8 +463,8 @@ int main(int argc, char **argv)
         }
     }
     /* The families' own runs, each where its kind is asked for (all of
-     * them without GPU_CORRECTNESS_KINDS); the planted bugs and stray
-     * writes are the softmax templates'. */
+     * them without GPU_CORRECTNESS_KINDS); the planted bugs are the softmax
+     * and softmax_bwd templates', the stray writes softmax's. */
     static const unsigned row_kinds[] = {TUNED_KERNEL_SOFTMAX, TUNED_KERNEL_LOG_SOFTMAX};
     for (size_t i = 0; i < 2; i++) {
         if (only_kinds != NULL && !name_listed(only_kinds, tuned__kernel_name((uint8_t)row_kinds[i])))
@@ -476,7 +476,8 @@ int main(int argc, char **argv)
     if (only_kinds == NULL || name_listed(only_kinds, "cross_entropy") ||
         name_listed(only_kinds, "cross_entropy_loss") || name_listed(only_kinds, "cross_entropy_bwd"))
         variants += ce_options_are_correct(&g);
-    if (only_kinds == NULL || name_listed(only_kinds, "softmax")) {
+    if (only_kinds == NULL || name_listed(only_kinds, "softmax") ||
+        name_listed(only_kinds, "softmax_bwd")) {
         planted_bugs_are_caught(&g);
         stray_writes_are_caught(&g);
     }
