@@ -365,22 +365,19 @@ def _blocks_grads(h, weight, bias, labels, gs, params, softcap, blocks, buf, lse
         v0, v1 = blocks[b], blocks[b + 1]
         part = last if n == 0 else _block(h, weight, bias, softcap, buf, v0, v1)
         g = part.grad(_block_grad_(part.logits, labels, lse, gs, params, v0, vocab, direct))
-        if grad_h is not None:
-            if n == 0:
-                torch.mm(g, weight[v0:v1], out=grad_h[c0:c1])
-            else:
-                torch.addmm(grad_h[c0:c1], g, weight[v0:v1], out=grad_h[c0:c1])
-        if grad_w is not None:
-            _accumulate(grad_w[v0:v1], g, h, first=c0 == 0)
-        if grad_b is not None:
-            grad_b[v0:v1] += g.sum(0, dtype=torch.float32)
+        _chunk_grads(g, h, weight[v0:v1], grad_h,
+                     None if grad_w is None else grad_w[v0:v1],
+                     None if grad_b is None else grad_b[v0:v1], c0, c1, add_h=n > 0)
 
 
-def _chunk_grads(g, h, weight, grad_h, grad_w, grad_b, c0, c1):
+def _chunk_grads(g, h, weight, grad_h, grad_w, grad_b, c0, c1, add_h=False):
     """A chunk's share of the gradients from g, d loss / d logits of rows
-    c0:c1 (h their hidden states): its rows of d hidden, and its sums into
-    d weight and d bias (those that are wanted, i.e. not None)."""
-    if grad_h is not None:
+    c0:c1 (h their hidden states): its rows of d hidden (add_h: added to
+    what they hold, a vocabulary block's share), and its sums into d weight
+    and d bias (those that are wanted, i.e. not None)."""
+    if grad_h is not None and add_h:
+        torch.addmm(grad_h[c0:c1], g, weight, out=grad_h[c0:c1])
+    elif grad_h is not None:
         torch.mm(g, weight, out=grad_h[c0:c1])
     if grad_w is not None:
         _accumulate(grad_w, g, h, first=c0 == 0)
