@@ -297,6 +297,12 @@ __device__ __forceinline__ long long ce_label(const CeLabel *labels, long long r
     return active ? (long long)__ldg(labels + row) : prm.ignore_index;
 }
 
+/* V, the classes of the whole rows (CeParams.classes; 0: this call's cols). */
+__device__ __forceinline__ long long ce_classes(const CeParams &prm, int cols)
+{
+    return prm.classes > 0 ? prm.classes : cols;
+}
+
 /* target: the label's place among the row's slots (slot q = y + head is
  * element q % T_VEC of vector q / T_VEC, which is pass
  * (q / T_VEC) / ROW_THREADS of lane (q / T_VEC) % ROW_THREADS). */
@@ -306,7 +312,7 @@ __device__ __forceinline__ CeRow ce_row(long long label, bool active, int lane, 
     CeRow r;
     r.label = label;
     r.ignored = r.label == prm.ignore_index;
-    const long long classes = prm.classes > 0 ? prm.classes : cols;
+    const long long classes = ce_classes(prm, cols);
     r.bad = !r.ignored && (r.label < 0 || r.label >= classes);
     /* a label in another slice of the row (the backward's class slices):
      * no owner, no target term here */
@@ -561,7 +567,7 @@ __device__ __forceinline__ CeGrad ce_grad(const CeRow &r, float gscale, Lse lse_
     if (prm.z_loss != 0.0f)
         g.zf = fmaf(2.0f * prm.z_loss, lse_of(), 1.0f);
     g.on = 1.0f - eps;
-    g.off = T_CE_SMOOTH ? eps / (float)(prm.classes > 0 ? prm.classes : cols) : 0.0f;
+    g.off = T_CE_SMOOTH ? eps / (float)ce_classes(prm, cols) : 0.0f;
     g.on_off = g.on + g.off;
     g.zero = r.ignored;
     return g;
