@@ -18,9 +18,9 @@
  * label is ignore_index has loss 0 and gradient 0. A label outside
  * [0, V) that is not ignore_index is never used as an index: the row's
  * loss and gradient are NaN and bit 0 of the error word is set.
- * The stages are softmax_rows_common.cu's (load_row, reduce_max,
- * reduce_row, row_out; its store_row as ce_store_row, reworked for rows
- * off a vector boundary), plus:
+ * The stages are softmax_rows_common.cu's (reduce_max, reduce_row,
+ * row_out; its load_row and store_row as ce_load_row and ce_store_row,
+ * reworked for rows off a vector boundary), plus:
  *   sum     the exps' sum without the target's term (ce_exp_and_sum)
  *   target  the thread whose slot holds column y (the owner) loads x_y
  *           as the row arrives (2 bytes from the line its own loads bring),
@@ -573,6 +573,54 @@ __device__ __forceinline__ CeGrad ce_grad(const CeRow &r, float gscale, Lse lse_
     return g;
 }
 
+/* load: the rows family's load_row (softmax_rows_common.cu) as these
+ * kernels need it (no stash; one input, so its vectors line up with the
+ * slots), with a pass whole inside the row whatever its head (PASS_WHOLE,
+ * known when the source is made) loaded with no bounds test, as
+ * ce_store_passes stores it. Measured on rows that start off a vector
+ * boundary: the load's per-pass test was worth 0.03 of the fused kernel's
+ * floor at 8192x50257 bf16 (docs/decisions.md). The softmax kinds keep
+ * load_row_words, which their shipped records were tuned with; the passes
+ * that are not whole take its rules unchanged (a vector wholly outside the
+ * row filled at once for 16-bit types, element by element for fp32).
+ * Each vector is addressed from the row's vector boundary by its index,
+ * as load_row_words does: a lane pointer plus a constant a pass (the
+ * store's form) held one more 64-bit pointer through the row and made
+ * ptxas spill 16-28 bytes in the fused kernel at w8.c4.m4 (8192x50257). */
+__device__ __forceinline__ void ce_load_row(Held &h, const RowPtrs &p, int lane, int cols,
+                                            bool active)
+{
+#if T_HEAD_FREE
+    load_row(h, p, lane, cols, active);
+#else
+    RowWords scratch;
+    RowWords &w = words_of(h, scratch);
+    const unsigned char *const xv = p.xr - p.head * ESIZE; /* the row's vector boundary */
+#pragma unroll
+    for (int it = 0; it < T_ITERS; it++) {
+        const int first = (it * ROW_THREADS + lane) * T_VEC - p.head;
+        if (active && (PASS_WHOLE(it) || VEC_IN_ROW(it, first, cols))) {
+            /* whole, also at the row's ends: finish_row fills those */
+            load_vec(xv + (long long)(it * ROW_THREADS + lane) * VBYTES, w[it]);
+        } else if (FILL_OUTSIDE) {
+            fill_vec(w[it]);
+        } else {
+#pragma unroll
+            for (int k = 0; k < NWORDS; k++)
+                w[it][k] = 0;
+#pragma unroll
+            for (int k = 0; k < T_VEC; k++) {
+                const int c = first + k;
+                word_set(w[it], k, (active && c >= 0 && c < cols)
+                                       ? load_elem(p.xr + (long long)c * ESIZE)
+                                       : FILL_BITS);
+            }
+        }
+    }
+    finish_row(h, w, p.head, true, lane, cols, active);
+#endif
+}
+
 /* store: the rows family's store_row (softmax_rows_common.cu) as these
  * kernels need it (no stash, replicas or planted bug), reworked for rows
  * that start off a vector boundary, where the gradient's store is bound
@@ -813,7 +861,7 @@ tuned_cross_entropy_rows(const unsigned char *logits, const CeLabel *labels, uns
     const long long label = ce_label(labels, slot.row, active, prm);
     const float gscale = T_CE_KIND == 0 ? ce_gscale(prm, slot.row, active) : 1.0f;
     Held h;
-    load_row(h, p, slot.lane, cols, active);
+    ce_load_row(h, p, slot.lane, cols, active);
     ce_cap_row(h, cap);
     const CeRow r = ce_row(label, active, slot.lane, p.head, cols, prm);
     float x_y = ce_target_logit(p, r, active && !r.ignored && !r.bad);
@@ -907,7 +955,7 @@ tuned_cross_entropy_bwd(const unsigned char *logits, const CeLabel *labels, cons
     const float lse_r = active ? __ldg(lse + slot.row) : 0.0f;
     const float gscale = ce_gscale(prm, slot.row, active);
     Held h;
-    load_row(h, p, slot.lane, cols, active);
+    ce_load_row(h, p, slot.lane, cols, active);
     ce_cap_row(h, cap);
     const CeRow r = ce_row(label, active, slot.lane, p.head, cols, prm);
     const CeGrad g = ce_grad(r, gscale, [&] { return lse_r; }, cols, prm);
