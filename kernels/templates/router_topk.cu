@@ -58,7 +58,9 @@
  *            reduced over the row's lanes with xor shuffles
  *   keys     each element's v as a 32-bit integer whose signed order is
  *            the choice's order (NaN the largest, -0 as +0), slots past
- *            the row a key below every float's
+ *            the row a key below every float's; without a bias from the
+ *            logits alone, so the rounds run beside the stats' shuffles
+ *            (a softmax row of NaN scores gets ids 0 to k-1 at the store)
  *   groups   each thread's two largest keys of every group, combined over
  *            the lanes, the groups' scores, the kept groups; the keys of
  *            the others dropped
@@ -470,12 +472,26 @@ __device__ __forceinline__ RouterStats router_stats(const float (&x)[RT_HELD], u
     return st;
 }
 
+/* 1 / d correctly rounded for d in [1, 2]: rcp.rn's own fast path (one
+ * MUFU.RCP and a Newton step, the same instructions, so the same bits),
+ * without its test for operands near the exponent's ends and the branch
+ * to the slow path. That branch closed a BSSY/BSYNC region around every
+ * sigmoid: ptxas could not overlap one element's exp and reciprocal with
+ * the next's, and a bias's keys (E / TPR sigmoids a thread, 12 at E = 384
+ * in a warp) formed a serial chain of about 90 cycles each. */
+__device__ __forceinline__ float router_rcp_1to2(float d)
+{
+    float r;
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(d));
+    return fmaf(r, fmaf(-d, r, 1.0f), r);
+}
+
 /* sigmoid(x) and its derivative sigmoid(x) sigmoid(-x), from one exp of
  * -|x| (<= 1: no overflow, and both sides keep their relative precision). */
 __device__ __forceinline__ void router_sigmoid(float x, float &s, float &ds)
 {
     const float e = router_ex2(-fabsf(x) * LOG2E);
-    const float r = __frcp_rn(1.0f + e);
+    const float r = router_rcp_1to2(1.0f + e); /* 1 + e in [1, 2] */
     s = x >= 0.0f ? r : e * r;
     ds = e * r * r;
 }
@@ -581,8 +597,12 @@ __device__ __forceinline__ void router_load_bias(float (&b)[RT_HELD], const floa
         b[e] = router_in_row(e, lane) ? __ldg(bias + lane * T_VEC + rt_off(e)) : 0.0f;
 }
 
-/* keys: each element's selection key. No bias: its logit's (for a softmax
- * row of NaN scores, NaN); with one: s + b's (b from router_load_bias). */
+/* keys: each element's selection key. No bias: its logit's, formed from
+ * the loaded row alone, so that the selection's rounds need not wait for
+ * the softmax's stats (two chains of five shuffles): they run beside them,
+ * and a softmax row whose scores are all NaN takes its ids from
+ * router_store (0 to k-1, every NaN tied); with a bias: s + b's (b from
+ * router_load_bias). */
 template <bool BIAS>
 __device__ __forceinline__ void router_keys(int (&key)[RT_HELD], const float (&x)[RT_HELD],
                                             const float (&b)[RT_HELD], const RouterStats &st,
@@ -595,7 +615,7 @@ __device__ __forceinline__ void router_keys(int (&key)[RT_HELD], const float (&x
         } else if (BIAS) {
             key[e] = router_key(router_score(x[e], st) + b[e]);
         } else {
-            key[e] = (T_SCORE == 0 && st.nan_row) ? RT_KEY_NAN : router_key(x[e]);
+            key[e] = router_key(x[e]);
         }
     }
 }
@@ -889,14 +909,20 @@ __device__ __forceinline__ void router_store(const RouterChoice &ch, const Route
     (void)part, (void)mask;
 #endif
     const long long out = row * T_TOPK;
+    /* A softmax row of NaN scores without a bias: every v is NaN and tied,
+     * so the choice is the first k columns (router_keys ordered the logits
+     * without waiting for the stats; with groups, every group's score is
+     * NaN too and the first groups are kept, which hold the first k). */
+    const bool first_k = !BIAS && T_SCORE == 0 && st.nan_row;
 #pragma unroll
     for (int s = 0; s < RT_SLOTS; s++) {
         const int i = s * RT_TPR + lane;
         if (i < T_TOPK) {
+            const int id = first_k ? i : ch.id[s];
             weights[out + i] = w[s] * scaling;
-            ids[out + i] = (IDX)ch.id[s];
+            ids[out + i] = (IDX)id;
             if (counts != NULL)
-                atomicAdd(counts + ch.id[s], 1);
+                atomicAdd(counts + id, 1);
         }
     }
 }
