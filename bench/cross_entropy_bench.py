@@ -13,10 +13,14 @@ Liger's fused cross-entropy and QuACK's (each when it imports). The
 gradient is taken with torch.autograd.grad(loss, logits), as a model's
 logits (an intermediate) receive it: no AccumulateGrad copy into a leaf's
 .grad. Each time is the median of CUDA-event timings after warm-up with L2
-flushed between runs; each method's extra peak memory is what it allocates
-beyond the logits and labels (torch.cuda.max_memory_allocated), the
-gradient included unless it is written over the logits. Every method's
-loss is compared with a float64 reference first. A short table comes last.
+flushed between runs, taken twice: as called (the host's time to issue the
+work included, which sets the short rows' figures) and with the host ahead
+(cuda_timing.timed's host_ahead: the GPU's time for the work, as in a
+model's step, where the host runs ahead); each method's extra peak memory
+is what it allocates beyond the logits and labels
+(torch.cuda.max_memory_allocated), the gradient included unless it is
+written over the logits. Every method's
+loss is compared with a float64 reference first. Two short tables come last.
 
     python3 bench/cross_entropy_bench.py [--shapes 8192x128256:bf16,...] [--reps N]
 
@@ -73,6 +77,7 @@ def main():
         def copy():
             work.copy_(x0)
         res["copy"] = timed(copy, flush, args.reps)
+        res["copy_gpu"] = timed(copy, flush, args.reps, host_ahead=True)
 
         def method(name, fwd_bwd):
             # fwd_bwd(x) -> loss; x is a fresh leaf, its gradient taken
@@ -86,9 +91,11 @@ def main():
                 work.copy_(x0)
                 loss = run().item()
                 err = abs(loss - ref) / abs(ref)
-                res[name] = (timed(run, flush, args.reps), peak_extra(run) / 1e9, err)
+                res[name] = (timed(run, flush, args.reps), peak_extra(run) / 1e9, err,
+                             timed(run, flush, args.reps, host_ahead=True))
             except Exception as exc:  # noqa: BLE001 - reported in the table
-                res[name] = (float("nan"), float("nan"), f"{type(exc).__name__}: {exc}"[:60])
+                res[name] = (float("nan"), float("nan"), f"{type(exc).__name__}: {exc}"[:60],
+                             float("nan"))
 
         method("tuned", lambda x: tuned.cross_entropy(x, t))
         # in place needs logits that are not a leaf (a model's are an
@@ -109,7 +116,25 @@ def main():
         torch.cuda.empty_cache()
         print(res, flush=True)
     names = METHODS
-    print(f"\n{'shape':12} {'dt':4} {'copy_us':>8} " +
+    print("\nGPU time (host ahead: the work queued behind a spin kernel), us; fused/anch:"
+          " tuned's faster fused call over the fastest anchor (torch, compile, liger, quack);"
+          " split/q,c: the split call over the faster of QuACK and torch.compile:")
+    print(f"{'shape':12} {'dt':4} {'copy':>8} " + " ".join(f"{m[:11]:>11}" for m in names) +
+          f" {'fused/anch':>10} {'split/q,c':>9}")
+    nan = float("nan")
+    for r in rows_out:
+        gpu = {m: r[m][3] for m in names if m in r and r[m][3] == r[m][3]}
+        anchors = [v for m, v in gpu.items() if not m.startswith("tuned")]
+        fused = min((gpu[m] for m in ("tuned", "tuned_inplace") if m in gpu), default=nan)
+        split_vs = [gpu[m] for m in ("quack", "compile") if m in gpu]
+        fused_ratio = fused / min(anchors) if anchors else nan
+        split_ratio = gpu.get("tuned_split", nan) / min(split_vs) if split_vs else nan
+        print(f"{r['shape']:12} {r['dtype']:4} {r['copy_gpu']:8.1f} " +
+              " ".join(f"{gpu[m]:11.1f}" if m in gpu else f"{'-':>11}" for m in names) +
+              f" {fused_ratio:10.3f} {split_ratio:9.3f}")
+    print("\nAs called (host time included: the timing the issue's tables use), us and"
+          " extra peak GB:")
+    print(f"{'shape':12} {'dt':4} {'copy_us':>8} " +
           " ".join(f"{m[:8] + '_us':>11} {m[:6] + '_GB':>9}" for m in names) +
           "  (loss rel. err vs f64)")
     for r in rows_out:
