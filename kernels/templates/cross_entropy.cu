@@ -578,11 +578,12 @@ __device__ __forceinline__ CeGrad ce_grad(const CeRow &r, float gscale, Lse lse_
  * slots), with a pass whole inside the row whatever its head (PASS_WHOLE,
  * known when the source is made) loaded with no bounds test, as
  * ce_store_passes stores it. Measured on rows that start off a vector
- * boundary: the load's per-pass test was worth 0.03 of the fused kernel's
- * floor at 8192x50257 bf16 (docs/decisions.md). The softmax kinds keep
- * load_row_words, which their shipped records were tuned with; the passes
- * that are not whole take its rules unchanged (a vector wholly outside the
- * row filled at once for 16-bit types, element by element for fp32).
+ * boundary (H200, 8192x50257 bf16, the same call): the fused kernel from
+ * 1.046 to 1.036 of a copy, the loss and backward kernels unchanged
+ * (docs/decisions.md). The softmax kinds keep load_row_words, which their
+ * shipped records were tuned with; the passes that are not whole take its
+ * rules unchanged (a vector wholly outside the row filled at once for
+ * 16-bit types, element by element for fp32).
  * Each vector is addressed from the row's vector boundary by its index,
  * as load_row_words does: a lane pointer plus a constant a pass (the
  * store's form) held one more 64-bit pointer through the row and made
@@ -631,9 +632,8 @@ __device__ __forceinline__ void ce_load_row(Held &h, const RowPtrs &p, int lane,
  * inside the row whatever its head (PASS_WHOLE) stores with no test; and
  * whole vectors are addressed from the row's vector boundary, as the loads
  * address x, so the pass's offset is a constant in the store. Measured:
- * the fused kernel at 8192x50257 from 1.061 to 1.045 of a copy (1.015
- * with the shared load's bounds test skipped on whole passes too, which
- * is not here: docs/decisions.md). The softmax kinds keep store_row:
+ * the fused kernel at 8192x50257 from 1.061 to 1.045 of a copy, and with
+ * ce_load_row to 1.036 (docs/decisions.md). The softmax kinds keep store_row:
  * their stores measured within 1% of a copy on such rows, and their code
  * is what their shipped records were tuned with. */
 template <bool Y_ALIGNED, typename Words>
