@@ -436,22 +436,6 @@ __device__ __forceinline__ float router_ex2(float a)
     return r;
 }
 
-/* 1 / d correctly rounded for d in [1, 2]: rcp.rn's own fast path (one
- * MUFU.RCP and a Newton step, the same instructions, so the same bits),
- * without its test for operands near the exponent's ends and the branch
- * to the slow path. That branch closed a BSSY/BSYNC region around every
- * sigmoid: ptxas could not overlap one element's exp and reciprocal with
- * the next's, and a bias's keys (E / TPR sigmoids a thread, 12 at E = 384
- * in a warp) formed a serial chain of about 90 cycles each. For any d
- * whose reciprocal is a normal float (the renormalisation's sum, 1/2 to
- * 64) it is within an ulp; a NaN stays NaN. */
-__device__ __forceinline__ float router_rcp_1to2(float d)
-{
-    float r;
-    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(d));
-    return fmaf(r, fmaf(-d, r, 1.0f), r);
-}
-
 /* What the scores need of the row: the softmax's maximum and 1 / sum, and
  * whether its scores are all NaN (a NaN or +inf logit, or only -inf). */
 struct RouterStats {
@@ -462,21 +446,25 @@ struct RouterStats {
 /* stats: the row's maximum (NaN ignored, as fmaxf) and sum of
  * exp(x - max), reduced over its lanes; the slots past the row hold -inf
  * and add 0. Nothing for sigmoid and sqrt-softplus. */
-__device__ __forceinline__ RouterStats router_stats_at(const float (&x)[RT_HELD], float m,
-                                                     unsigned mask)
+__device__ __forceinline__ RouterStats router_stats(const float (&x)[RT_HELD], unsigned mask)
 {
     RouterStats st;
 #if T_SCORE == 0
+    float m = NEG_INF;
+#pragma unroll
+    for (int e = 0; e < RT_HELD; e++)
+        m = fmaxf(m, x[e]);
+    m = lanes_max(m, mask);
     float s = 0.0f;
 #pragma unroll
     for (int e = 0; e < RT_HELD; e++)
         s += exp_shifted(x[e], m, LOG2E);
     s = lanes_sum(s, mask);
     st.max = m;
-    st.inv_sum = router_rcp_1to2(s); /* s: 1 to E (the maximum's term is 1) or NaN */
+    st.inv_sum = __frcp_rn(s);
     st.nan_row = isnan(s);
 #else
-    (void)x, (void)m, (void)mask;
+    (void)x, (void)mask;
     st.max = 0.0f;
     st.inv_sum = 1.0f;
     st.nan_row = false;
@@ -484,27 +472,18 @@ __device__ __forceinline__ RouterStats router_stats_at(const float (&x)[RT_HELD]
     return st;
 }
 
-__device__ __forceinline__ RouterStats router_stats(const float (&x)[RT_HELD], unsigned mask)
+/* 1 / d correctly rounded for d in [1, 2]: rcp.rn's own fast path (one
+ * MUFU.RCP and a Newton step, the same instructions, so the same bits),
+ * without its test for operands near the exponent's ends and the branch
+ * to the slow path. That branch closed a BSSY/BSYNC region around every
+ * sigmoid: ptxas could not overlap one element's exp and reciprocal with
+ * the next's, and a bias's keys (E / TPR sigmoids a thread, 12 at E = 384
+ * in a warp) formed a serial chain of about 90 cycles each. */
+__device__ __forceinline__ float router_rcp_1to2(float d)
 {
-    float m = NEG_INF;
-#if T_SCORE == 0
-#pragma unroll
-    for (int e = 0; e < RT_HELD; e++)
-        m = fmaxf(m, x[e]);
-    m = lanes_max(m, mask);
-#endif
-    return router_stats_at(x, m, mask);
-}
-
-/* Whether the stats wait for the selection: a softmax without a bias or
- * groups, whose first round's key is the row's largest logit (where a NaN
- * leads, the key's NaN makes the sum NaN, as fmaxf's maximum and the NaN
- * element do), so its sum of exp needs no chain of max shuffles and runs
- * beside the later rounds. */
-template <bool BIAS>
-__device__ constexpr bool router_late_stats()
-{
-    return !BIAS && T_SCORE == 0 && T_GROUPS == 1;
+    float r;
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(d));
+    return fmaf(r, fmaf(-d, r, 1.0f), r);
 }
 
 /* sigmoid(x) and its derivative sigmoid(x) sigmoid(-x), from one exp of
@@ -544,37 +523,6 @@ __device__ __forceinline__ float router_log_score(float x)
     if (x < RT_SOFTPLUS_TAIL)
         return 0.5f * x;
     return 0.5f * logf(fmaxf(x, 0.0f) + log1pf(router_ex2(-fabsf(x) * LOG2E)));
-#endif
-}
-
-/* The renormalisation's terms: q_i = t(x_i) / sum_m t(x_m), t(x) = s(x)
- * e^-R, R from the largest chosen logit top (router_renorm_ref), so the
- * largest term is 1 (sigmoid: 1/2 to 1) and none overflows or underflows
- * where the scores do. Softmax and sqrt-softplus: t = exp(l - l(top)), l
- * the log-score. Sigmoid: s(x) = e^min(x, 0) / (1 + e^-|x|), so t =
- * e^(min(x, 0) - min(top, 0)) / (1 + e^-|x|): the same number as exp(l -
- * l(top)) with no log1pf (two in series after the last round) and every
- * denominator known as soon as its round's winner is. */
-__device__ __forceinline__ float router_renorm_ref(float top)
-{
-#if T_SCORE == 0
-    return top;
-#elif T_SCORE == 1
-    return fminf(top, 0.0f);
-#else
-    return router_log_score(top);
-#endif
-}
-
-__device__ __forceinline__ float router_renorm_term(float x, float ref)
-{
-#if T_SCORE == 0
-    return router_ex2((x - ref) * LOG2E);
-#elif T_SCORE == 1
-    return router_ex2((fminf(x, 0.0f) - ref) * LOG2E) *
-           router_rcp_1to2(1.0f + router_ex2(-fabsf(x) * LOG2E));
-#else
-    return router_ex2((router_log_score(x) - ref) * LOG2E);
 #endif
 }
 
@@ -765,22 +713,12 @@ __device__ __forceinline__ void router_keep_groups(int (&key)[RT_HELD], const Ro
 
 /* ---- select ---- */
 
-/* Renormalised weights over few lanes' worth of outputs (k <= 16): every
- * lane keeps every round's winner (each round's winner is known to every
- * lane) and sums all k terms itself, with no chain of shuffles after the
- * last round. */
-#define RT_ALL_CHOSEN (T_RENORM && RT_TPR > 1 && T_TOPK <= 16)
-
 /* What the selection leaves in a lane: its outputs' columns and logits,
- * and (for T_RENORM) the largest chosen logit and, where RT_ALL_CHOSEN,
- * every chosen logit. */
+ * and (for T_RENORM) the largest chosen logit. */
 struct RouterChoice {
     int id[RT_SLOTS];
     float x[RT_SLOTS];
     float max_x;
-#if RT_ALL_CHOSEN
-    float all[T_TOPK]; /* every round's winner, as ch.x holds a slot's */
-#endif
 };
 
 /* Round i's winner, known to every lane of the row: lane i % TPR keeps
@@ -797,81 +735,29 @@ __device__ __forceinline__ void router_keep(RouterChoice &ch, int i, int win, in
         ch.id[i / RT_TPR] = win;
         ch.x[i / RT_TPR] = BIAS ? xw : __int_as_float(top);
     }
-#if RT_ALL_CHOSEN
-    ch.all[i] = BIAS ? xw : __int_as_float(top);
-#endif
     if (BIAS)
         ch.max_x = fmaxf(ch.max_x, xw);
     else if (i == 0)
         ch.max_x = router_key_value(top);
 }
 
-/* The logit of a lane's slot s (router_keep), and of round i's winner. */
+/* The logit of a lane's slot s (router_keep). */
 template <bool BIAS>
 __device__ __forceinline__ float router_chosen_x(const RouterChoice &ch, int s)
 {
     return BIAS ? ch.x[s] : router_key_value(__float_as_int(ch.x[s]));
 }
 
-#if RT_ALL_CHOSEN
-template <bool BIAS>
-__device__ __forceinline__ float router_round_x(const RouterChoice &ch, int i)
-{
-    return BIAS ? ch.all[i] : router_key_value(__float_as_int(ch.all[i]));
-}
-#endif
-
-/* One round's winner: its column (known to every lane of the row),
- * whether this lane offered it (mine: the lane that pops it), and the
- * offering lane's index among the row's lanes (src). */
-struct RouterWin {
-    int col, src;
-    bool mine;
-};
-
-/* A warp's rounds come in two forms. FAST: the largest key (redux.sync),
- * then a ballot of its holders, the lowest holding lane the winner: one
- * vote and a mask where the exact form waits for a second redux.sync, the
- * column from the winner by a shuffle the next round does not wait for.
- * It is the exact winner when one lane holds the largest key (distinct
- * scores: always); where several do (ties, several NaNs), the lowest lane
- * may hold a higher column (a later pass's), so the round sets tied and
- * router_route runs the selection again in the exact form. In line (a
- * branch per round) ptxas predicated the second redux.sync, and every
- * round waited for it; out of line (a call), the rounds were blocks apart
- * and the softmax's stats no longer ran beside them. Exact (and part of a
- * warp): the largest key, then the lowest column holding it (a warp: a
- * second redux.sync; part of a warp: (key, column) pairs combined by xor
- * shuffles, exact in one pass). */
-#if RT_TPR == 32
-#define RT_FAST_ROUNDS 1
-#else
-#define RT_FAST_ROUNDS 0
-#endif
-
 /* The argmax of one round over the row's lanes, each offering its best
- * key k at column c: the largest key, ties to the lowest column. */
-template <bool FAST>
-__device__ __forceinline__ RouterWin router_argmax(int k, int c, unsigned mask, int lane, int &top,
-                                                   bool &tied)
+ * key k at column c: the largest key, ties to the lowest column. A warp:
+ * the largest key, then the lowest column holding it (two redux.sync);
+ * part of a warp: (key, column) pairs combined by xor shuffles. */
+__device__ __forceinline__ int router_argmax(int k, int c, unsigned mask, int &top)
 {
-    RouterWin w;
 #if RT_TPR == 32
     top = lanes_max_int(k, mask);
-    const bool holds = k == top;
-    if (FAST) {
-        const unsigned held = __ballot_sync(mask, holds);
-        w.mine = ((held & (0xFFFFFFFFu >> (31 - lane))) ^ (1u << lane)) == 0u;
-        w.src = __ffs(held) - 1;
-        w.col = __shfl_sync(mask, c, w.src);
-        tied |= (held & (held - 1u)) != 0u;
-    } else {
-        w.col = (int)lanes_min_u32(holds ? (unsigned)c : 0xFFFFFFFFu, mask);
-        w.mine = c == w.col;
-        w.src = (w.col / T_VEC) % RT_TPR;
-    }
+    return (int)lanes_min_u32(k == top ? (unsigned)c : 0xFFFFFFFFu, mask);
 #else
-    const int own = c;
 #pragma unroll
     for (int o = RT_TPR / 2; o > 0; o /= 2) {
         const int ok = __shfl_xor_sync(mask, k, o), oc = __shfl_xor_sync(mask, c, o);
@@ -880,39 +766,29 @@ __device__ __forceinline__ RouterWin router_argmax(int k, int c, unsigned mask, 
             c = oc;
         }
     }
-    (void)lane, (void)tied;
     top = k;
-    w.col = c;
-    w.mine = own == c;
-    w.src = (c / T_VEC) % RT_TPR;
+    return c;
 #endif
-    return w;
 }
 
 /* The winner's logit: without a bias its key's; with one its owner's,
  * by one shuffle (owner_x: the owner's logit of its offered key). */
 template <bool BIAS>
-__device__ __forceinline__ float router_winner_x(int top, const RouterWin &w, float owner_x,
-                                                 unsigned mask)
+__device__ __forceinline__ float router_winner_x(int top, int win, float owner_x, unsigned mask)
 {
     if (!BIAS)
         return router_key_value(top);
-    return __shfl_sync(mask, owner_x, w.src, RT_TPR);
+    return __shfl_sync(mask, owner_x, (win / T_VEC) % RT_TPR, RT_TPR);
 }
 
 #if T_SEL == 0
 /* select, T_SEL 0: every round each thread scans its keys for its best
  * (in column order, strict >: ties to the lower column), the row takes
  * the argmax, and its owner drops that key. */
-template <bool BIAS, bool FAST>
-__device__ __forceinline__ bool router_select(RouterChoice &ch, const int (&keys)[RT_HELD],
+template <bool BIAS>
+__device__ __forceinline__ void router_select(RouterChoice &ch, int (&key)[RT_HELD],
                                               const float (&x)[RT_HELD], int lane, unsigned mask)
 {
-    int key[RT_HELD]; /* a copy: the exact form may run again from keys */
-#pragma unroll
-    for (int e = 0; e < RT_HELD; e++)
-        key[e] = keys[e];
-    bool tied = false;
 #pragma unroll
     for (int i = 0; i < T_TOPK; i++) {
         int bk = RT_KEY_NONE, bo = 0;
@@ -927,25 +803,24 @@ __device__ __forceinline__ bool router_select(RouterChoice &ch, const int (&keys
             }
         }
         int top;
-        const RouterWin w = router_argmax<FAST>(bk, lane * T_VEC + bo, mask, lane, top, tied);
-        router_keep<BIAS>(ch, i, w.col, top, router_winner_x<BIAS>(top, w, bx, mask), lane);
+        const int win = router_argmax(bk, lane * T_VEC + bo, mask, top);
+        router_keep<BIAS>(ch, i, win, top, router_winner_x<BIAS>(top, win, bx, mask), lane);
+        const int rel = win - lane * T_VEC;
 #pragma unroll
         for (int e = 0; e < RT_HELD; e++)
-            if (w.mine && bo == rt_off(e))
+            if (rel == rt_off(e))
                 key[e] = RT_KEY_NONE;
     }
-    return tied;
 }
 #else
 /* select, T_SEL 1: each thread sorts its RT_LIST best keys once (insertion
  * in column order: an equal key stays behind, so ties keep the lower
  * column first); every round it offers its list's head, and the owner of
  * the winner pops it. */
-template <bool BIAS, bool FAST>
-__device__ __forceinline__ bool router_select(RouterChoice &ch, const int (&key)[RT_HELD],
+template <bool BIAS>
+__device__ __forceinline__ void router_select(RouterChoice &ch, int (&key)[RT_HELD],
                                               const float (&x)[RT_HELD], int lane, unsigned mask)
 {
-    bool tied = false;
     int lk[RT_LIST], lo[RT_LIST];
     float lx[RT_LIST];
 #pragma unroll
@@ -982,10 +857,9 @@ __device__ __forceinline__ bool router_select(RouterChoice &ch, const int (&key)
 #pragma unroll
     for (int i = 0; i < T_TOPK; i++) {
         int top;
-        const RouterWin w = router_argmax<FAST>(lk[0], lane * T_VEC + lo[0], mask, lane, top,
-                                                tied);
-        router_keep<BIAS>(ch, i, w.col, top, router_winner_x<BIAS>(top, w, lx[0], mask), lane);
-        if (i + 1 < T_TOPK && w.mine) {
+        const int win = router_argmax(lk[0], lane * T_VEC + lo[0], mask, top);
+        router_keep<BIAS>(ch, i, win, top, router_winner_x<BIAS>(top, win, lx[0], mask), lane);
+        if (i + 1 < T_TOPK && lane * T_VEC + lo[0] == win) {
 #pragma unroll
             for (int p = 0; p + 1 < RT_LIST; p++) {
                 lk[p] = lk[p + 1];
@@ -996,7 +870,6 @@ __device__ __forceinline__ bool router_select(RouterChoice &ch, const int (&key)
             lk[RT_LIST - 1] = RT_KEY_NONE;
         }
     }
-    return tied;
 }
 #endif
 
@@ -1014,43 +887,24 @@ __device__ __forceinline__ void router_store(const RouterChoice &ch, const Route
     float w[RT_SLOTS];
     float part = 0.0f;
 #if T_RENORM
-    const float ref = router_renorm_ref(ch.max_x);
+    const float top = router_log_score(ch.max_x);
 #endif
 #pragma unroll
     for (int s = 0; s < RT_SLOTS; s++) {
         const bool valid = s * RT_TPR + lane < T_TOPK;
 #if T_RENORM
-        w[s] = router_renorm_term(router_chosen_x<BIAS>(ch, s), ref);
+        w[s] = router_ex2((router_log_score(router_chosen_x<BIAS>(ch, s)) - top) * LOG2E);
 #else
         w[s] = router_score(router_chosen_x<BIAS>(ch, s), st);
 #endif
         part += valid ? w[s] : 0.0f;
     }
 #if T_RENORM
-#if RT_ALL_CHOSEN
-    /* every lane sums the k terms itself, pairwise (the same bits in every
-     * lane: the same instructions on the same numbers) */
-    float t[T_TOPK];
-#pragma unroll
-    for (int i = 0; i < T_TOPK; i++)
-        t[i] = router_renorm_term(router_round_x<BIAS>(ch, i), ref);
-#pragma unroll
-    for (int h = 1; h < T_TOPK; h *= 2)
-#pragma unroll
-        for (int i = 0; i + h < T_TOPK; i += 2 * h)
-            t[i] += t[i + h];
-    const float total = t[0];
-    (void)part, (void)mask;
-#else
     const float total = lanes_sum(part, mask);
-#endif
-    /* total is 1/2 to k (the largest term's at least 1/2) or NaN: the
-     * reciprocal's fast path and a multiply, within an ulp of w / total */
-    const float inv = router_rcp_1to2(total);
     const float nan = __int_as_float(0x7fc00000);
 #pragma unroll
     for (int s = 0; s < RT_SLOTS; s++)
-        w[s] = (T_SCORE == 0 && st.nan_row) ? nan : w[s] * inv;
+        w[s] = (T_SCORE == 0 && st.nan_row) ? nan : w[s] / total;
 #else
     (void)part, (void)mask;
 #endif
@@ -1073,16 +927,6 @@ __device__ __forceinline__ void router_store(const RouterChoice &ch, const Route
     }
 }
 
-__device__ __forceinline__ void router_choice_init(RouterChoice &ch)
-{
-#pragma unroll
-    for (int s = 0; s < RT_SLOTS; s++) {
-        ch.id[s] = 0;
-        ch.x[s] = 0.0f;
-    }
-    ch.max_x = NEG_INF;
-}
-
 /* keys, groups, select, weight and store for one row held in x. */
 template <bool BIAS>
 __device__ __forceinline__ void router_route(const float (&x)[RT_HELD], const float *bias,
@@ -1092,26 +936,20 @@ __device__ __forceinline__ void router_route(const float (&x)[RT_HELD], const fl
     float b[RT_HELD];
     if (BIAS)
         router_load_bias(b, bias, slot.lane);
-    RouterStats st = {0.0f, 1.0f, false};
-    if (!router_late_stats<BIAS>())
-        st = router_stats(x, slot.mask);
+    const RouterStats st = router_stats(x, slot.mask);
     int key[RT_HELD];
     router_keys<BIAS>(key, x, b, st, slot.lane);
 #if T_GROUPS > 1
     router_keep_groups<BIAS>(key, st, slot.lane, slot.mask);
 #endif
     RouterChoice ch;
-    router_choice_init(ch);
-    const bool tied = router_select<BIAS, RT_FAST_ROUNDS>(ch, key, x, slot.lane, slot.mask);
-    /* before the branch below, so that ptxas can place the sum among the
-     * rounds (the first round's key, ch.max_x, is the same either way) */
-    if (router_late_stats<BIAS>())
-        st = router_stats_at(x, ch.max_x, slot.mask);
-    if (tied) {
-        /* several lanes held a round's largest key: again, exact */
-        router_choice_init(ch);
-        router_select<BIAS, false>(ch, key, x, slot.lane, slot.mask);
+#pragma unroll
+    for (int s = 0; s < RT_SLOTS; s++) {
+        ch.id[s] = 0;
+        ch.x[s] = 0.0f;
     }
+    ch.max_x = NEG_INF;
+    router_select<BIAS>(ch, key, x, slot.lane, slot.mask);
     router_store<BIAS>(ch, st, slot.row, slot.lane, slot.mask, scaling, weights, ids, counts);
 }
 
