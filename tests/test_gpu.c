@@ -361,9 +361,12 @@ static int context_killer_is_recorded(gpu_env *g)
     return failures ? 1 : 0;
 }
 
-/* Whether name is one of the comma-separated names of list. */
-static bool name_listed(const char *list, const char *name)
+/* Whether kind name is asked for: list (GPU_CORRECTNESS_KINDS, comma-
+ * separated names) is NULL (every kind) or names it. */
+static bool kind_asked(const char *list, const char *name)
 {
+    if (list == NULL)
+        return true;
     size_t n = strlen(name);
     for (const char *p = list; *p != '\0';) {
         const char *end = strchr(p, ',');
@@ -406,7 +409,7 @@ int main(int argc, char **argv)
     const char *only_kinds = getenv("GPU_CORRECTNESS_KINDS");
     for (unsigned kernel = TUNED_KERNEL_SOFTMAX; kernel <= TUNED__KIND_COUNT; kernel++)
     for (int dt = TUNED_FP16; dt <= TUNED_FP32; dt++) {
-        if (only_kinds != NULL && !name_listed(only_kinds, tuned__kernel_name((uint8_t)kernel)))
+        if (!kind_asked(only_kinds, tuned__kernel_name((uint8_t)kernel)))
             continue;
         /* a composite runs its inner kind's kernel inside GEMMs: its check
          * is test_lce_check's and its evaluation's own */
@@ -466,18 +469,17 @@ int main(int argc, char **argv)
      * them without GPU_CORRECTNESS_KINDS); the planted bugs are the softmax
      * and softmax_bwd templates', the stray writes softmax's. */
     static const unsigned row_kinds[] = {TUNED_KERNEL_SOFTMAX, TUNED_KERNEL_LOG_SOFTMAX};
-    for (size_t i = 0; i < 2; i++) {
-        if (only_kinds != NULL && !name_listed(only_kinds, tuned__kernel_name((uint8_t)row_kinds[i])))
+    for (size_t i = 0; i < sizeof row_kinds / sizeof row_kinds[0]; i++) {
+        if (!kind_asked(only_kinds, tuned__kernel_name((uint8_t)row_kinds[i])))
             continue;
         variants += grid_splits_are_correct(&g, row_kinds[i]);
         variants += stashes_are_correct(&g, row_kinds[i]);
         variants += replicas_are_correct(&g, row_kinds[i]);
     }
-    if (only_kinds == NULL || name_listed(only_kinds, "cross_entropy") ||
-        name_listed(only_kinds, "cross_entropy_loss") || name_listed(only_kinds, "cross_entropy_bwd"))
+    if (kind_asked(only_kinds, "cross_entropy") || kind_asked(only_kinds, "cross_entropy_loss") ||
+        kind_asked(only_kinds, "cross_entropy_bwd"))
         variants += ce_options_are_correct(&g);
-    if (only_kinds == NULL || name_listed(only_kinds, "softmax") ||
-        name_listed(only_kinds, "softmax_bwd")) {
+    if (kind_asked(only_kinds, "softmax") || kind_asked(only_kinds, "softmax_bwd")) {
         planted_bugs_are_caught(&g);
         stray_writes_are_caught(&g);
     }
