@@ -312,15 +312,16 @@ class CeParams(ctypes.Structure):
                 ("ignore_index", ctypes.c_longlong), ("grad_scale", ctypes.c_void_p),
                 ("z_out", ctypes.c_void_p), ("error", ctypes.c_void_p),
                 ("argmax", ctypes.c_void_p), ("softcap", ctypes.c_float),
-                ("classes", ctypes.c_int), ("class_offset", ctypes.c_longlong)]
+                ("classes", ctypes.c_int), ("class_offset", ctypes.c_longlong),
+                ("lse_lo", ctypes.c_void_p)]
 
 
 # the offsets of the template's layout comment, and its static_assert
 assert [(n, getattr(CeParams, n).offset) for n, _ in CeParams._fields_] == [
     ("scale", 0), ("smoothing", 4), ("z_loss", 8), ("grad_per_row", 12), ("ignore_index", 16),
     ("grad_scale", 24), ("z_out", 32), ("error", 40), ("argmax", 48), ("softcap", 56),
-    ("classes", 60), ("class_offset", 64)]
-assert ctypes.sizeof(CeParams) == 72 and ctypes.alignment(CeParams) == 8
+    ("classes", 60), ("class_offset", 64), ("lse_lo", 72)]
+assert ctypes.sizeof(CeParams) == 80 and ctypes.alignment(CeParams) == 8
 
 
 class Gpu:

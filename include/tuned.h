@@ -475,6 +475,13 @@ typedef struct tuned_ce_options {
      * it (another slice holds it), and eps / V takes V = classes. */
     int64_t class_offset;     /* >= 0; 0: the whole row */
     int64_t classes;          /* class_offset + cols to 2^31 - 1; 0: cols */
+    /* Added 2026-11-30: the lse's low part, rows floats (NULL: none). A
+     * forward call writes lse_lo[r] = (the row's log-sum-exp) - lse[r],
+     * which the fp32 lse rounds away (2^-24 |lse|); a backward call given
+     * the same rows' lse_lo takes p_j = exp((s x_j - lse) - lse_lo), and
+     * so carries the rounding of log sum, as torch's fp32 log-softmax
+     * does, not that of lse (5x torch's fp32 gradient error without). */
+    float *lse_lo;
 } tuned_ce_options;
 
 /* The defaults: scale 1, no smoothing, no z-loss, ignore_index -100,

@@ -33,7 +33,18 @@
  *           softmax's one multiply an element; then the owner stores the
  *           label's element again, with its target (ce_store_target)
  * The owner writes the row's loss, lse and z term (lane 0 where there is
- * no owner: an ignored or bad label).
+ * no owner: an ignored or bad label), and, when asked (prm.lse_lo), the
+ * part of the lse its fp32 rounding drops.
+ *
+ * The backward's precision: p_j = exp(s x_j - lse) from an fp32 lse
+ * carries lse's rounding, 2^-24 |lse| absolute in the exponent (1e-6 at
+ * lse 16), where torch's fp32 log-softmax carries that of log sum
+ * (x_j - max is exact): 5.4x torch's gradient error on the H200. The
+ * forward can write lo = (s max + log sum) - lse exactly (ce_lse_lo: a
+ * two-sum, whose remaining error is log sum's own rounding, as torch's),
+ * and the backward then takes exp((s x - lse) - lo); for fp32 logits
+ * with expf (no ex2 of a product rounded at 2^-24 |arg|), where the
+ * gradient keeps the bits that the rounding to bf16 or fp16 drops.
  *
  * With T_CE_SOFTCAP every x above is c = cap tanh(x / cap) (Gemma 2's
  * logit cap), formed in fp32 from the x the thread holds, and the
@@ -67,7 +78,7 @@
  *                              T_CE_KIND 1: loss (and lse) only, grad unused
  *   tuned_cross_entropy_bwd    T_CE_KIND 2: gradient from the saved fp32 lse
  *                              (no reduction: one read, one write; p at
- *                              most 1, ce_prob)
+ *                              most 1, ce_prob; lse's low part when given)
  *   tuned_cross_entropy_count  any kind: valid rows and gscale, one block
  *
  * Variants (codegen prepends the defines, then softmax_common.cu and
@@ -135,7 +146,7 @@ typedef long long CeLabel;
 #endif
 
 /* The options, passed by value. Exact C layout (x86-64 and the device
- * agree; the host mirrors it and asserts its size, 64):
+ * agree; the host mirrors it and asserts its size, 80):
  *   offset  0  float        scale         s > 0
  *   offset  4  float        smoothing     eps in [0, 1]
  *   offset  8  float        z_loss        z >= 0 (lse_square_scale)
@@ -164,7 +175,11 @@ typedef long long CeLabel;
  *                                         so this one has no target term; the
  *                                         smoothing's eps / V takes the whole V.
  *                                         The linear cross-entropy's vocabulary
- *                                         blocks take the backward this way. */
+ *                                         blocks take the backward this way.
+ *   offset 72  float       *lse_lo        per row, lse's low part (ce_lse_lo):
+ *                                         the forward kernels write it, the
+ *                                         backward reads it; NULL: neither
+ *                                         (the backward takes lo = 0) */
 struct CeParams {
     float scale;
     float smoothing;
@@ -178,8 +193,9 @@ struct CeParams {
     float softcap;
     int classes;
     long long class_offset;
+    float *lse_lo;
 };
-static_assert(sizeof(CeParams) == 72 && alignof(CeParams) == 8, "CeParams layout changed");
+static_assert(sizeof(CeParams) == 80 && alignof(CeParams) == 8, "CeParams layout changed");
 
 #define CE_ERR_LABEL 1u
 #define CE_ERR_SMOOTH 2u
@@ -390,20 +406,37 @@ __device__ __forceinline__ float ce_exp_shift(float max)
  * again). */
 #define CE_SUM_BY_PASS (T_CE_KIND == 1)
 
+/* exp(s (x - shift)), the exps of the loss and the gradient: for 16-bit
+ * logits exp_shifted's ex2 of (x - shift) s log2 e, whose product is
+ * rounded at 2^-24 of itself (6e-7 relative in p at an exponent of -10),
+ * hidden by the gradient's rounding to the dtype; for fp32 logits expf of
+ * (x - shift) s (exact for s = 1 near the maximum), whose error is about
+ * an ulp of p, as torch's fp32 softmax. */
+__device__ __forceinline__ float ce_exp(float x, float shift, float ks, float scale)
+{
+#if T_DTYPE == 2
+    (void)ks;
+    return expf((x - shift) * scale);
+#else
+    (void)scale;
+    return exp_shifted(x, shift, ks);
+#endif
+}
+
 /* exp(s (c_jk - shift)) of element k of pass it: as kept, or again. */
 __device__ __forceinline__ float ce_exp_again(const Held &h, int it, int k, float shift,
-                                              float ks, const CeCap &cap)
+                                              float ks, float scale, const CeCap &cap)
 {
 #if T_REG_PACKED || T_CE_SOFTCAP
-    return exp_shifted(ce_value(h, it, k, cap), shift, ks);
+    return ce_exp(ce_value(h, it, k, cap), shift, ks, scale);
 #else
-    (void)shift, (void)ks, (void)cap;
+    (void)shift, (void)ks, (void)scale, (void)cap;
     return h.v[it][k];
 #endif
 }
 
 __device__ __forceinline__ float ce_exp_and_sum(Held &h, const CeRow &r, int lane, float max,
-                                                float ks, const CeCap &cap)
+                                                float ks, float scale, const CeCap &cap)
 {
     const float shift = ce_exp_shift(max);
     const bool owner_warp = CE_SUM_BY_PASS && lane / 32 == r.own_warp;
@@ -417,9 +450,9 @@ __device__ __forceinline__ float ce_exp_and_sum(Held &h, const CeRow &r, int lan
 #pragma unroll
         for (int k = 0; k < T_VEC; k++) {
 #if T_REG_PACKED || T_CE_SOFTCAP
-            into += exp_shifted(ce_value(h, it, k, cap), shift, ks);
+            into += ce_exp(ce_value(h, it, k, cap), shift, ks, scale);
 #else
-            h.v[it][k] = exp_shifted(h.v[it][k], shift, ks);
+            h.v[it][k] = ce_exp(h.v[it][k], shift, ks, scale);
             into += h.v[it][k];
 #endif
         }
@@ -429,7 +462,7 @@ __device__ __forceinline__ float ce_exp_and_sum(Held &h, const CeRow &r, int lan
             float without = 0.0f;
 #pragma unroll
             for (int k = 0; k < T_VEC; k++) {
-                const float e = ce_exp_again(h, it, k, shift, ks, cap);
+                const float e = ce_exp_again(h, it, k, shift, ks, scale, cap);
                 without += k == r.own_k ? 0.0f : e;
             }
             if (r.owner)
@@ -443,7 +476,7 @@ __device__ __forceinline__ float ce_exp_and_sum(Held &h, const CeRow &r, int lan
         for (int it = 0; it < T_ITERS; it++)
 #pragma unroll
             for (int k = 0; k < T_VEC; k++) {
-                const float e = ce_exp_again(h, it, k, shift, ks, cap);
+                const float e = ce_exp_again(h, it, k, shift, ks, scale, cap);
                 sum += it == r.own_it && k == r.own_k ? 0.0f : e;
             }
     }
@@ -459,11 +492,11 @@ struct CeSums {
 };
 
 __device__ __forceinline__ CeSums ce_sums(const CeRow &r, float others, float x_y, float row_max,
-                                          float ks, bool active)
+                                          float ks, float scale, bool active)
 {
     CeSums c;
     const bool counted = active && !r.ignored && !r.bad;
-    c.e_y = counted ? exp_shifted(x_y, row_max, ks) : 0.0f;
+    c.e_y = counted ? ce_exp(x_y, row_max, ks, scale) : 0.0f;
     c.others = others;
     c.all = others + c.e_y;
     return c;
@@ -770,6 +803,23 @@ __device__ __forceinline__ float ce_lse(float row_max, float sum, float scale)
     return row_max == NEG_INF ? NEG_INF : fmaf(scale, row_max, logf(sum));
 }
 
+/* lse's low part: lo = (s max + log_sum) - lse, exact but for log_sum's
+ * own rounding (the two-sum of s max, itself split in two, and log_sum;
+ * lse is ce_lse's fma, within half an ulp of that sum, so h - lse is
+ * exact). The products and sums are the _rn intrinsics so that no fma is
+ * contracted into them. 0 where lse is not finite. */
+__device__ __forceinline__ float ce_lse_lo(float row_max, float log_sum, float scale, float lse)
+{
+    if (!(fabsf(lse) <= 3.4e38f))
+        return 0.0f;
+    const float a = __fmul_rn(scale, row_max);
+    const float a_err = fmaf(scale, row_max, -a);
+    const float h = __fadd_rn(a, log_sum);
+    const float b = __fsub_rn(h, a);
+    const float h_err = __fadd_rn(__fsub_rn(a, __fsub_rn(h, b)), __fsub_rn(log_sum, b));
+    return __fadd_rn(__fsub_rn(h, lse), __fadd_rn(h_err, a_err));
+}
+
 /* The row's outputs, by the writer. nll and the smoothing term are taken
  * as s (max - x) + log sum, not lse - s x: both terms are >= 0, so no
  * cancellation of large logits (rows around 1e10); where p_y >= 1/2, nll
@@ -805,6 +855,8 @@ __device__ __forceinline__ void ce_write_row(const CeRow &r, long long row, floa
         loss[row] = l;
     if (lse_out != NULL)
         lse_out[row] = lse;
+    if (prm.lse_lo != NULL)
+        prm.lse_lo[row] = ce_lse_lo(row_max, log_sum, prm.scale, lse);
     if (prm.z_out != NULL)
         prm.z_out[row] = zterm;
     if (prm.error != NULL && (r.bad || missing != 0u))
@@ -875,7 +927,7 @@ tuned_cross_entropy_rows(const unsigned char *logits, const CeLabel *labels, uns
     float arg_key = T_CE_ARGMAX ? ce_thread_argkey(h, own, slot.lane, p.head, cols, active, cap)
                                 : 0.0f;
     const float max = reduce_max(own, partial_max, box_max);
-    float sum = ce_exp_and_sum(h, r, slot.lane, max, ks, cap);
+    float sum = ce_exp_and_sum(h, r, slot.lane, max, ks, prm.scale, cap);
     float row_max = max;
     reduce_row(row_max, sum, partial_max, partial_sum, box_sum, box_pairs, ks);
 #if T_CE_SMOOTH
@@ -892,7 +944,7 @@ tuned_cross_entropy_rows(const unsigned char *logits, const CeLabel *labels, uns
 #else
     (void)arg_key;
 #endif
-    const CeSums c = ce_sums(r, sum, x_y, row_max, ks, active);
+    const CeSums c = ce_sums(r, sum, x_y, row_max, ks, prm.scale, active);
     ce_write_row(r, slot.row, row_max, c, x_y, sum_x / (float)cols, loss, lse, prm);
 
 #if T_CE_KIND == 0
@@ -904,7 +956,7 @@ tuned_cross_entropy_rows(const unsigned char *logits, const CeLabel *labels, uns
     ce_store_row(p, slot.lane, cols, active, [&](int it, u32(&out)[NWORDS]) {
         vector_words(out, [&](int k) {
             const float cv = ce_value(h, it, k, cap);
-            return ce_grad_capped(g, exp_shifted(cv, row_max, ks) * inv_sum,
+            return ce_grad_capped(g, ce_exp(cv, row_max, ks, prm.scale) * inv_sum,
                                   ce_cap_slope(cv, cap));
         });
     });
@@ -922,18 +974,26 @@ tuned_cross_entropy_rows(const unsigned char *logits, const CeLabel *labels, uns
 #endif
 
 #if T_CE_KIND == 2
-/* p = exp(s x - lse), the argument one fma (s x - lse rounded once), and
- * at most 1: p is a probability, and a saved fp32 lse can sit below one of
- * its row's logits where the row is huge (an lse near 7e9 is rounded by up
- * to 256, so s x - lse reached +256 and p overflowed to inf on the H200,
- * the planted row of 1e10 logits in fp32). The argument is clamped at 0
- * by a compare, not fminf, so that a NaN stays NaN. */
-__device__ __forceinline__ float ce_prob(float x, float lse, float scale)
+/* p = exp((s x - lse) - lo), s x - lse one fma (rounded once), lo the
+ * lse's low part (0 when the forward wrote none), and at most 1: p is a
+ * probability, and a saved fp32 lse can sit below one of its row's logits
+ * where the row is huge (an lse near 7e9 is rounded by up to 256, so
+ * s x - lse reached +256 and p overflowed to inf on the H200, the planted
+ * row of 1e10 logits in fp32). The argument is clamped at 0 by a compare,
+ * not fminf, so that a NaN stays NaN. fp32 logits take expf (its error
+ * about an ulp of p), the others ex2 of the argument times log2 e (whose
+ * rounding, 2^-24 |arg| in p, the dtype's rounding hides). */
+__device__ __forceinline__ float ce_prob(float x, float lse, float lo, float scale)
 {
-    const float a = fmaf(x, scale, -lse);
+    float a = fmaf(x, scale, -lse) - lo;
+    a = a > 0.0f ? 0.0f : a;
+#if T_DTYPE == 2
+    return expf(a);
+#else
     float e;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"((a > 0.0f ? 0.0f : a) * LOG2E));
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(a * LOG2E));
     return e;
+#endif
 }
 
 /* The split backward: grad = gscale_r s (exp(s x - lse_r)(1 + 2 z lse_r)
@@ -953,6 +1013,7 @@ tuned_cross_entropy_bwd(const unsigned char *logits, const CeLabel *labels, cons
     const CeCap cap = ce_cap_of(prm);
     const long long label = ce_label(labels, slot.row, active, prm);
     const float lse_r = active ? __ldg(lse + slot.row) : 0.0f;
+    const float lo_r = active && prm.lse_lo != NULL ? __ldg(prm.lse_lo + slot.row) : 0.0f;
     const float gscale = ce_gscale(prm, slot.row, active);
     Held h;
     ce_load_row(h, p, slot.lane, cols, active);
@@ -969,15 +1030,17 @@ tuned_cross_entropy_bwd(const unsigned char *logits, const CeLabel *labels, cons
     ce_store_row(p, slot.lane, cols, active, [&](int it, u32(&out)[NWORDS]) {
         vector_words(out, [&](int k) {
             const float cv = ce_value(h, it, k, cap);
-            return ce_grad_capped(g, ce_prob(cv, lse_r, prm.scale), ce_cap_slope(cv, cap));
+            return ce_grad_capped(g, ce_prob(cv, lse_r, lo_r, prm.scale), ce_cap_slope(cv, cap));
         });
     });
-    ce_store_target(p, r, g, ce_prob(x_y, lse_r, prm.scale), ce_cap_slope(x_y, cap));
+    ce_store_target(p, r, g, ce_prob(x_y, lse_r, lo_r, prm.scale), ce_cap_slope(x_y, cap));
 #else
     ce_store_row(p, slot.lane, cols, active, [&](int it, u32(&out)[NWORDS]) {
-        ce_grad_words(out, g, [&](int k) { return ce_prob(held_value(h, it, k), lse_r, prm.scale); });
+        ce_grad_words(out, g, [&](int k) {
+            return ce_prob(held_value(h, it, k), lse_r, lo_r, prm.scale);
+        });
     });
-    ce_store_target(p, r, g, ce_prob(x_y, lse_r, prm.scale), 1.0f);
+    ce_store_target(p, r, g, ce_prob(x_y, lse_r, lo_r, prm.scale), 1.0f);
 #endif
 }
 #endif

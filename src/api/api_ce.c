@@ -73,9 +73,10 @@ static int ce_params(const tuned_handle *h, const char *fn, const tuned_ce_optio
                                 fn);
     if ((o->grad_output != NULL && (uintptr_t)o->grad_output % 4 != 0) ||
         (o->z_out != NULL && (uintptr_t)o->z_out % 4 != 0) ||
-        (o->error != NULL && (uintptr_t)o->error % 4 != 0))
-        return tuned__api_failf(h, TUNED_EINVAL, "%s: grad_output, z_out and error must be "
-                                                 "4-byte aligned", fn);
+        (o->error != NULL && (uintptr_t)o->error % 4 != 0) ||
+        (o->lse_lo != NULL && (uintptr_t)o->lse_lo % 4 != 0))
+        return tuned__api_failf(h, TUNED_EINVAL, "%s: grad_output, z_out, error and lse_lo must "
+                                                 "be 4-byte aligned", fn);
     if (o->argmax != NULL && (uintptr_t)o->argmax % (o->labels_int32 ? 4u : 8u) != 0)
         return tuned__api_failf(h, TUNED_EINVAL, "%s: argmax must be %d-byte aligned (%s)", fn,
                                 o->labels_int32 ? 4 : 8, o->labels_int32 ? "int32" : "int64");
@@ -93,6 +94,7 @@ static int ce_params(const tuned_handle *h, const char *fn, const tuned_ce_optio
     p->softcap = o->softcap;
     p->classes = (int32_t)o->classes;
     p->class_offset = o->class_offset;
+    p->lse_lo = o->lse_lo;
     *flags = (o->label_smoothing != 0.0f ? TUNED__CE_FLAG_SMOOTH : 0u) |
              (o->labels_int32 ? TUNED__CE_FLAG_LABEL32 : 0u) |
              (o->softcap != 0.0f ? TUNED__CE_FLAG_SOFTCAP : 0u) |
@@ -123,10 +125,10 @@ static int count_rows(tuned_handle *h, const char *fn, const tuned__api_entry *e
     return 0;
 }
 
-/* Whether the options' device buffers (the per-row z terms, the error
- * word, the workspace, the upstream gradient) lie clear of the call's
- * tensors: a kernel writes the first three, and an overlap would corrupt
- * the logits or the loss silently. Said as fn's error. */
+/* Whether the options' device buffers (the per-row z terms and lse low
+ * parts, the error word, the workspace, the upstream gradient) lie clear
+ * of the call's tensors: a kernel writes the first four, and an overlap
+ * would corrupt the logits or the loss silently. Said as fn's error. */
 static int aux_clear(const tuned_handle *h, const char *fn, const tuned__api_args *a,
                      const tuned_ce_options *o, int64_t rows, int64_t cols, int64_t stride,
                      tuned_dtype dtype)
@@ -140,6 +142,7 @@ static int aux_clear(const tuned_handle *h, const char *fn, const tuned__api_arg
         uint64_t bytes;
     } aux[] = {
         {"z_out", o->z_out, (uint64_t)rows * 4},
+        {"lse_lo", o->lse_lo, (uint64_t)rows * 4},
         {"argmax", o->argmax, (uint64_t)rows * (o->labels_int32 ? 4u : 8u)},
         {"error", o->error, 4},
         {"workspace", o->reduction == TUNED_REDUCTION_MEAN ? o->workspace : NULL,

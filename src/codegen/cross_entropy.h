@@ -23,16 +23,19 @@ typedef struct tuned__ce_params {
     float softcap;            /* cap > 0 (TUNED__CE_FLAG_SOFTCAP); 0: none */
     int32_t classes;          /* V of the whole rows; 0: cols (above: the backward's slice) */
     int64_t class_offset;     /* the backward's slice's first class; 0: none */
+    float *lse_lo;            /* device, per row, lse's low part: written by the forward,
+                                 read by the backward; NULL: neither */
 } tuned__ce_params;
 
-_Static_assert(sizeof(tuned__ce_params) == 72 && _Alignof(tuned__ce_params) == 8 &&
+_Static_assert(sizeof(tuned__ce_params) == 80 && _Alignof(tuned__ce_params) == 8 &&
                    offsetof(tuned__ce_params, ignore_index) == 16 &&
                    offsetof(tuned__ce_params, grad_scale) == 24 &&
                    offsetof(tuned__ce_params, error) == 40 &&
                    offsetof(tuned__ce_params, argmax) == 48 &&
                    offsetof(tuned__ce_params, softcap) == 56 &&
                    offsetof(tuned__ce_params, classes) == 60 &&
-                   offsetof(tuned__ce_params, class_offset) == 64,
+                   offsetof(tuned__ce_params, class_offset) == 64 &&
+                   offsetof(tuned__ce_params, lse_lo) == 72,
                "tuned__ce_params is cross_entropy.cu's CeParams");
 
 /* Bits of the error word. */

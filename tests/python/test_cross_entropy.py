@@ -123,9 +123,10 @@ class RegistrationTests(unittest.TestCase):
             "cross_entropy_fused_": f"tuned::cross_entropy_fused_(Tensor(a!) logits, Tensor "
                                     f"labels, Tensor grad_scale, {p}) -> (Tensor loss, Tensor lse)",
             "cross_entropy_loss": f"tuned::cross_entropy_loss(Tensor logits, Tensor labels, {p}) "
-                                  "-> (Tensor loss, Tensor lse)",
+                                  "-> (Tensor loss, Tensor lse, Tensor lse_lo)",
             "cross_entropy_backward": f"tuned::cross_entropy_backward(Tensor logits, Tensor "
-                                      f"labels, Tensor lse, Tensor grad_output, {p}) -> Tensor",
+                                      f"labels, Tensor lse, Tensor grad_output, {p}, "
+                                      "Tensor? lse_lo=None) -> Tensor",
             "cross_entropy_rescale_": "tuned::cross_entropy_rescale_(Tensor(a!) grad, Tensor "
                                       "factor) -> ()",
         }
@@ -360,6 +361,8 @@ class OperatorTests(unittest.TestCase):
                     (OPS.cross_entropy_backward.default,
                      (x, t, lse, torch.randn(t.shape, generator=g)) + params),
                     (OPS.cross_entropy_backward.default, (x, t, lse, torch.tensor(0.5)) + params),
+                    (OPS.cross_entropy_backward.default,
+                     (x, t, lse, torch.tensor(0.5)) + params + (0.0, torch.zeros_like(lse))),
                     (OPS.cross_entropy_rescale_.default, (x.clone(), torch.tensor([3.0]))),
                 ]
                 for op, args in runs:

@@ -128,11 +128,14 @@ def rescale(grad, factor):
                                            factor.data_ptr(), stream) == 0
 
 
-def loss(x, labels, scale, smoothing, z_loss, ignore_index, softcap=0.0, argmax=None):
+def loss(x, labels, scale, smoothing, z_loss, ignore_index, softcap=0.0, argmax=None,
+         lse_lo=False):
     """tuned_cross_entropy without a gradient over rows x (R, V): (loss,
-    lse), fp32 per row, or None. Two allocations, not views of one: the
-    loss is returned to the user, who may change it in place (autograd
-    refuses that on a view a Function returned), and the lse is saved."""
+    lse), fp32 per row, or None; with lse_lo (loss, lse, the lse's low
+    part), the last two for a backward. Allocations apart, not views of
+    one: the loss is returned to the user, who may change it in place
+    (autograd refuses that on a view a Function returned), and the others
+    are saved."""
     st = _call_state(x)
     if st is None:
         return None
@@ -140,24 +143,30 @@ def loss(x, labels, scale, smoothing, z_loss, ignore_index, softcap=0.0, argmax=
     rows, cols = x.shape
     loss_rows = torch.empty(rows, dtype=torch.float32, device=x.device)
     lse = torch.empty(rows, dtype=torch.float32, device=x.device)
+    lo = torch.empty(rows, dtype=torch.float32, device=x.device) if lse_lo else None
     o = options(labels, scale, smoothing, z_loss, ignore_index, _lib.REDUCTION_NONE, x, softcap)
     if argmax is not None:
         o.argmax = argmax.data_ptr()
+    if lo is not None:
+        o.lse_lo = lo.data_ptr()
     rc = lib.tuned_cross_entropy(h, x.data_ptr(), labels.data_ptr(), None, loss_rows.data_ptr(),
                                  lse.data_ptr(), rows, cols, x.stride(0), dt, ctypes.byref(o),
                                  stream)
-    return (loss_rows, lse) if rc == 0 else None
+    if rc != 0:
+        return None
+    return (loss_rows, lse) if lo is None else (loss_rows, lse, lo)
 
 
 def backward(x, labels, lse, grad_output, scale, smoothing, z_loss, ignore_index, softcap=0.0,
-             out=None, class_offset=0, classes=0):
+             out=None, class_offset=0, classes=0, lse_lo=None):
     """tuned_cross_entropy_backward over rows x (R, V) from the saved lse
     (fp32, contiguous) and grad_output (fp32: one a row, or one for every
     row): the gradient, into out (x itself: in place; default a new tensor
     of x's dtype and strides), or None. class_offset and classes: x is a
     slice of rows of `classes` classes (tuned_ce_options'; a linear
     cross-entropy's block of the vocabulary), labels and lse the whole
-    rows'."""
+    rows'. lse_lo: the forward's low parts of the lse (fp32, contiguous),
+    or None."""
     st = _call_state(x)
     if st is None:
         return None
@@ -168,6 +177,8 @@ def backward(x, labels, lse, grad_output, scale, smoothing, z_loss, ignore_index
     if grad_output.numel() not in (1, rows) or lse.dtype != torch.float32 or \
             not lse.is_contiguous():
         return None
+    if lse_lo is not None and (lse_lo.dtype != torch.float32 or not lse_lo.is_contiguous()):
+        return None
     per_row = grad_output.numel() == rows
     grad = out if out is not None else torch.empty_strided(x.shape, x.stride(), dtype=x.dtype,
                                                            device=x.device)
@@ -175,6 +186,8 @@ def backward(x, labels, lse, grad_output, scale, smoothing, z_loss, ignore_index
                 _lib.REDUCTION_NONE if per_row else _lib.REDUCTION_SUM, x, softcap)
     o.grad_output = grad_output.data_ptr()
     o.class_offset, o.classes = class_offset, classes
+    if lse_lo is not None:
+        o.lse_lo = lse_lo.data_ptr()
     rc = lib.tuned_cross_entropy_backward(h, x.data_ptr(), labels.data_ptr(), lse.data_ptr(),
                                           grad.data_ptr(), rows, cols, x.stride(0), dt,
                                           ctypes.byref(o), stream)

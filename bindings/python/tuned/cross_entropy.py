@@ -16,10 +16,10 @@ autograd Function, and the public function.
         -> (Tensor loss, Tensor lse)
     tuned::cross_entropy_loss(Tensor logits, Tensor labels, float scale,
         float smoothing, float z_loss, int ignore_index, float softcap)
-        -> (Tensor loss, Tensor lse)
+        -> (Tensor loss, Tensor lse, Tensor lse_lo)
     tuned::cross_entropy_backward(Tensor logits, Tensor labels, Tensor lse,
         Tensor grad_output, float scale, float smoothing, float z_loss,
-        int ignore_index, float softcap) -> Tensor
+        int ignore_index, float softcap, Tensor? lse_lo) -> Tensor
     tuned::cross_entropy_rescale_(Tensor(a!) grad, Tensor factor) -> ()
 
 The operators take rows of logits: (R, V) with one stride between rows, or
@@ -27,7 +27,11 @@ The operators take rows of logits: (R, V) with one stride between rows, or
 logits[:, :-1, :], one kernel call per batch element); the last dimension
 adjacent in memory; labels of the leading shape, int32 or int64,
 contiguous. loss and lse (fp32, the labels' shape) are per row; a row
-whose label is ignore_index has loss 0. grad has the logits' dtype and
+whose label is ignore_index has loss 0. The loss operator's lse_lo (fp32,
+per row) is the part of the lse its fp32 rounding drops (zeros where the
+torch formula ran); the backward given it takes exp((s x - lse) - lse_lo),
+which keeps fp32 gradients as precise as torch's (tuned.h,
+tuned_ce_options.lse_lo). grad has the logits' dtype and
 strides (the kernels write it at the logits' row stride); the fused
 operator's gradient is that of sum(loss) times grad_scale (one fp32
 element), the in-place variant writes it over the logits. The backward
@@ -140,11 +144,12 @@ def _rows_torch(x, labels, scale, smoothing, z_loss, ignore_index, softcap=0.0):
 
 
 def _grad_torch(x, labels, lse, g, scale, smoothing, z_loss, ignore_index, softcap=0.0,
-                class_offset=0, classes=None):
+                class_offset=0, classes=None, lse_lo=None):
     """The kernels' gradient, g s (p (1 + 2 z lse) - (1 - eps) onehot - eps / V)
     (g one element, or one per row), times 1 - (c / softcap)^2 with a cap
     (0 at -inf), in x's dtype and strides; x may be a slice of the classes
-    (class_offset, classes: _label_masks'), lse then the whole rows'."""
+    (class_offset, classes: _label_masks'), lse then the whole rows'; p
+    from (s x - lse) - lse_lo where lse_lo (the lse's low part) is given."""
     ct = _compute_dtype(x)
     cols = x.shape[-1]
     vocab = cols if classes is None else classes
@@ -157,7 +162,7 @@ def _grad_torch(x, labels, lse, g, scale, smoothing, z_loss, ignore_index, softc
     if scale != 1.0:
         xs = xs * scale
     lse = lse.to(ct).unsqueeze(-1)
-    d = torch.exp(xs - lse)
+    d = torch.exp(xs - lse if lse_lo is None else (xs - lse) - lse_lo.to(ct).unsqueeze(-1))
     if z_loss != 0.0:
         d = d * (1.0 + 2.0 * z_loss * lse)
     valid, bad, here, safe = _label_masks(labels, ignore_index, cols, class_offset, classes)
@@ -254,10 +259,11 @@ def _f32(t):
     return t.to(torch.float32).contiguous()
 
 
-def _launch(fn, lib, h, x, labels, rows_f32, row_out, extra, opts, per_row):
+def _launch(fn, lib, h, x, labels, rows_f32, row_out, extra, opts, per_row, lse_lo=None):
     """fn over x's blocks. rows_f32: fp32 tensors of one float per row
     (loss, lse; grad_output where per_row); row_out: a tensor of x's
-    strides (grad) or None. extra(ptrs) gives the call's argument list."""
+    strides (grad) or None. extra(ptrs) gives the call's argument list.
+    lse_lo: the options' per-row lse low parts (fp32), or None."""
     dev = x.get_device()
     stream = _raw_stream(dev) or None
     xs, ls = x.element_size(), labels.element_size()
@@ -270,6 +276,8 @@ def _launch(fn, lib, h, x, labels, rows_f32, row_out, extra, opts, per_row):
             opts.grad_output = per_row.data_ptr() + 4 * ro
         else:
             opts.grad_output = go
+        if lse_lo is not None:
+            opts.lse_lo = lse_lo.data_ptr() + 4 * ro
         args = extra(xp + xo * xs, lp + ro * ls, None if gp is None else gp + xo * xs,
                      [p + 4 * ro for p in fp])
         rc = fn(h, *args, rows, cols, rs, _DTYPES[x.dtype], ctypes.byref(opts), stream)
@@ -300,9 +308,9 @@ def _cuda_call(x, what, run, formula, inplace=False):
         return formula()
 
 
-def _row_outputs(logits, labels):
+def _row_outputs(logits, labels, n=2):
     f = dict(dtype=torch.float32, device=logits.device)
-    return torch.empty(labels.shape, **f), torch.empty(labels.shape, **f)
+    return tuple(torch.empty(labels.shape, **f) for _ in range(n))
 
 
 def _grad_like(logits):
@@ -362,41 +370,45 @@ def _fused(logits, labels, grad_scale, scale, smoothing, z_loss, ignore_index, s
 
 
 def _loss_any(logits, labels, scale, smoothing, z_loss, ignore_index, softcap=0.0):
+    """loss, lse and lse_lo (zeros: the formula's lse is fp32 whole)."""
     loss, lse, _ = _rows_torch(logits, labels, scale, smoothing, z_loss, ignore_index, softcap)
-    return _contiguous(loss.float()), _contiguous(lse.float())
+    lse = _contiguous(lse.float())
+    return _contiguous(loss.float()), lse, torch.zeros_like(lse)
 
 
 def _loss_cuda(logits, labels, scale, smoothing, z_loss, ignore_index, softcap=0.0):
-    """tuned_cross_entropy without a gradient: loss and lse, one read."""
-    loss, lse = _row_outputs(logits, labels)
+    """tuned_cross_entropy without a gradient: loss, lse and the lse's low
+    part, one read."""
+    loss, lse, lse_lo = _row_outputs(logits, labels, 3)
 
     def run(lib, h):
         o = _ce_direct.options(labels, scale, smoothing, z_loss, ignore_index,
                                _lib.REDUCTION_NONE, logits, softcap)
         _launch(lib.tuned_cross_entropy, lib, h, logits, labels, [loss, lse], None,
-                lambda x, lab, g, f: (x, lab, None, f[0], f[1]), o, None)
-        return loss, lse
+                lambda x, lab, g, f: (x, lab, None, f[0], f[1]), o, None, lse_lo)
+        return loss, lse, lse_lo
 
     def formula():
-        lo, ls = _loss_any(logits, labels, scale, smoothing, z_loss, ignore_index, softcap)
-        return loss.copy_(lo), lse.copy_(ls)
+        lo, ls, ll = _loss_any(logits, labels, scale, smoothing, z_loss, ignore_index, softcap)
+        return loss.copy_(lo), lse.copy_(ls), lse_lo.copy_(ll)
 
     return _cuda_call(logits, "tuned_cross_entropy", run, formula)
 
 
 def _backward_any(logits, labels, lse, grad_output, scale, smoothing, z_loss, ignore_index,
-                  softcap=0.0):
+                  softcap=0.0, lse_lo=None):
     return _grad_torch(logits, labels, lse, grad_output, scale, smoothing, z_loss, ignore_index,
-                       softcap)
+                       softcap, lse_lo=lse_lo)
 
 
 def _backward_cuda(logits, labels, lse, grad_output, scale, smoothing, z_loss, ignore_index,
-                   softcap=0.0):
+                   softcap=0.0, lse_lo=None):
     """tuned_cross_entropy_backward: grad_output one per row (reduction
-    none) or one for all (sum)."""
+    none) or one for all (sum); lse_lo the forward's low parts, or None."""
     grad = _grad_like(logits)
     go = _f32(grad_output)
     lse = _f32(lse)
+    lse_lo = _f32(lse_lo) if lse_lo is not None else None
     per_row = go.numel() != 1
 
     def run(lib, h):
@@ -405,12 +417,12 @@ def _backward_cuda(logits, labels, lse, grad_output, scale, smoothing, z_loss, i
                                softcap)
         o.grad_output = go.data_ptr()
         _launch(lib.tuned_cross_entropy_backward, lib, h, logits, labels, [lse], grad,
-                lambda x, lab, g, f: (x, lab, f[0], g), o, go if per_row else None)
+                lambda x, lab, g, f: (x, lab, f[0], g), o, go if per_row else None, lse_lo)
         return grad
 
     def formula():
         return grad.copy_(_backward_any(logits, labels, lse, go, scale, smoothing, z_loss,
-                                        ignore_index, softcap))
+                                        ignore_index, softcap, lse_lo))
 
     return _cuda_call(logits, "tuned_cross_entropy_backward", run, formula)
 
@@ -476,11 +488,11 @@ def _fused_inplace_fake(logits, labels, grad_scale, scale, smoothing, z_loss, ig
 
 
 def _loss_fake(logits, labels, scale, smoothing, z_loss, ignore_index, softcap=0.0):
-    return _row_outputs(logits, labels)
+    return _row_outputs(logits, labels, 3)
 
 
 def _backward_fake(logits, labels, lse, grad_output, scale, smoothing, z_loss, ignore_index,
-                   softcap=0.0):
+                   softcap=0.0, lse_lo=None):
     return _grad_like(logits)
 
 
@@ -496,12 +508,14 @@ def _save_rows(ctx, inputs, output):
     # softcap has a default: a call that leaves it out has none
     ctx.params = tuple(inputs[2 + ctx.extra:]) + (0.0,) * (7 + ctx.extra - len(inputs))
     ctx.mark_non_differentiable(*output[1:])
-    ctx.save_for_backward(logits, labels, output[1])
+    # the loss operator's third output is the lse's low part (the fused
+    # one's is its gradient)
+    ctx.save_for_backward(logits, labels, output[1], output[2] if ctx.extra == 0 else None)
 
 
 def _rows_grad(ctx, dloss, *unused):
-    logits, labels, lse = ctx.saved_tensors
-    grad = _BACKWARD(logits, labels, lse, dloss, *ctx.params)
+    logits, labels, lse, lse_lo = ctx.saved_tensors
+    grad = _BACKWARD(logits, labels, lse, dloss, *ctx.params, lse_lo=lse_lo)
     return (grad, None) + (None,) * (len(ctx.params) + ctx.extra)
 
 
@@ -533,7 +547,8 @@ def _define(name, schema, any_impl, cuda_impl, fake, mutates=(), grad=None, setu
 _PARAMS = "float scale, float smoothing, float z_loss, int ignore_index, float softcap=0."
 _BACKWARD = _define(
     "cross_entropy_backward",
-    f"(Tensor logits, Tensor labels, Tensor lse, Tensor grad_output, {_PARAMS}) -> Tensor",
+    f"(Tensor logits, Tensor labels, Tensor lse, Tensor grad_output, {_PARAMS}, "
+    "Tensor? lse_lo=None) -> Tensor",
     _backward_any, _backward_cuda, _backward_fake)
 _FUSED = _define(
     "cross_entropy_fused",
@@ -546,7 +561,7 @@ _FUSED_INPLACE = _define(
     _fused_inplace_any, _fused_inplace_cuda, _fused_inplace_fake, mutates=("logits",))
 _LOSS = _define(
     "cross_entropy_loss",
-    f"(Tensor logits, Tensor labels, {_PARAMS}) -> (Tensor loss, Tensor lse)",
+    f"(Tensor logits, Tensor labels, {_PARAMS}) -> (Tensor loss, Tensor lse, Tensor lse_lo)",
     _loss_any, _loss_cuda, _loss_fake, grad=_rows_grad, setup=_save_loss)
 _RESCALE = _define("cross_entropy_rescale_", "(Tensor(a!) grad, Tensor factor) -> ()",
                    _rescale_any, _rescale_cuda, _rescale_fake, mutates=("grad",))
@@ -616,16 +631,18 @@ class _CrossEntropyFn(torch.autograd.Function):
         if reduction == "none" or not need_grad:
             # no gradient wanted now (evaluation, no_grad): one read
             r = (_ce_direct.loss(x, labels, scale, smoothing, z_loss, ignore_index, softcap,
-                                 argmax)
+                                 argmax, lse_lo=reduction == "none")
                  if ops is _DIRECT and x.dim() == 2 else None)
             if r is not None:
                 ctx.direct = True
-                loss, lse = r
+                loss, lse = r[:2]
+                lse_lo = r[2] if len(r) > 2 else None
             else:
                 argmax = None
-                loss, lse = ops.loss(x, labels, scale, smoothing, z_loss, ignore_index, softcap)
+                loss, lse, lse_lo = ops.loss(x, labels, scale, smoothing, z_loss, ignore_index,
+                                             softcap)
             if reduction == "none":
-                ctx.save_for_backward(x, labels, lse)
+                ctx.save_for_backward(x, labels, lse, lse_lo)
         else:
             if want_argmax:
                 # the in-place gradient replaces the logits: their argmax first
@@ -672,11 +689,12 @@ class _CrossEntropyFn(torch.autograd.Function):
                                "reduce the loss yourself")
         ctx.backward_done = True
         if ctx.reduction == "none":
-            x, labels, lse = ctx.saved_tensors
-            grad = (_ce_direct.backward(x, labels, lse, dloss, *ctx.params)
+            x, labels, lse, lse_lo = ctx.saved_tensors
+            grad = (_ce_direct.backward(x, labels, lse, dloss, *ctx.params, lse_lo=lse_lo)
                     if ctx.direct else None)
             if grad is None:
-                grad = ctx.ops.backward(x, labels, lse, _f32(dloss), *ctx.params)
+                grad = ctx.ops.backward(x, labels, lse, _f32(dloss), *ctx.params,
+                                        lse_lo=lse_lo)
         else:
             # The forward's gradient assumed an upstream gradient of 1:
             # times the real one on the device (nothing moved when it is 1).

@@ -208,15 +208,17 @@ class _LinearCrossEntropyFn(torch.autograd.Function):
             chunk = ctx.chunk = max(1, chunk // splits)
             loss = torch.empty(rows, dtype=torch.float32, device=hidden.device)
             lse = torch.empty(rows, dtype=torch.float32, device=hidden.device)
+            lse_lo = torch.empty(rows, dtype=torch.float32, device=hidden.device)
             buf = _chunk_buffer(chunk, hidden, weight)
             for c0 in range(0, rows, chunk):
                 c1 = min(rows, c0 + chunk)
                 part = _Chunk(hidden[c0:c1], weight, bias, softcap, buf)
-                lo, ls = ops.loss(part.logits, labels[c0:c1], scale, smoothing, z_loss,
-                                  ignore_index)
+                lo, ls, ll = ops.loss(part.logits, labels[c0:c1], scale, smoothing, z_loss,
+                                      ignore_index)
                 loss[c0:c1] = lo
                 lse[c0:c1] = ls
-            ctx.save_for_backward(hidden, weight, bias, labels, lse)
+                lse_lo[c0:c1] = ll
+            ctx.save_for_backward(hidden, weight, bias, labels, lse, lse_lo)
             return loss
         need = ctx.needs_input_grad
         if reduction == "mean":
@@ -409,7 +411,7 @@ def _accumulate(grad_w, g, h, first=False):
 
 
 def _backward_none(ctx, dloss):
-    hidden, weight, bias, labels, lse = ctx.saved_tensors
+    hidden, weight, bias, labels, lse, lse_lo = ctx.saved_tensors
     need = ctx.needs_input_grad
     rows, chunk = hidden.shape[0], ctx.chunk
     dloss = dloss.to(torch.float32).contiguous()
@@ -423,7 +425,8 @@ def _backward_none(ctx, dloss):
         c1 = min(rows, c0 + chunk)
         h = hidden[c0:c1]
         part = _Chunk(h, weight, bias, ctx.softcap, buf)
-        g = ctx.ops.backward(part.logits, labels[c0:c1], lse[c0:c1], dloss[c0:c1], *ctx.params)
+        g = ctx.ops.backward(part.logits, labels[c0:c1], lse[c0:c1], dloss[c0:c1], *ctx.params,
+                             lse_lo=lse_lo[c0:c1])
         _chunk_grads(part.grad(g), h, weight, grad_h, grad_w, grad_b, c0, c1)
     if grad_w is not None:
         grad_w = grad_w.to(weight.dtype)
