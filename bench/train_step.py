@@ -4,8 +4,8 @@ vocabulary 128256, hidden 2048, 16 layers, tied embeddings; batch 2 x 2048
 tokens, bf16, sdpa), with each loss in turn, in one run: transformers' own,
 tuned's cross-entropy (tuned.integrations.transformers.apply, gradient in
 place), tuned's linear cross-entropy (apply(linear=True); then at Liger's
-chunk memory, chunks of 1024 and 512 rows made in 8 and 4 vocabulary
-blocks: apply(linear=True, chunk_rows=R, vocab_splits=S)), Cut
+chunk memory, the whole 4096 rows in 32 vocabulary blocks, 2048 rows in
+16 and 512 rows in 4: apply(linear=True, chunk_rows=R, vocab_splits=S)), Cut
 Cross-Entropy through the same hook (its linear_cross_entropy in place of
 tuned's), then Liger's cross-entropy and Liger's fused linear
 cross-entropy (last: Liger patches transformers' classes). Prints each
@@ -74,8 +74,9 @@ def main():
     rows.append(run("tuned linear", lambda m: tt.apply(m, linear=True), args))
     # at Liger's memory: a chunk's logits made a block of the vocabulary at
     # a time, each block as large as Liger's chunk (its rows x V: 128 rows
-    # here), so that d weight's GEMM sums over the chunk's many rows
-    for rows_, splits in ((1024, 8), (512, 4)):
+    # here), so that d weight's GEMM sums over the chunk's many rows (all
+    # of them at 4096/32: each block's d weight written once)
+    for rows_, splits in ((4096, 32), (2048, 16), (512, 4)):
         rows.append(run(f"tuned linear {rows_}/{splits}",
                         lambda m, r=rows_, s=splits: tt.apply(m, linear=True, chunk_rows=r,
                                                               vocab_splits=s), args))
