@@ -27,9 +27,13 @@ torch or CUDA; prints one line per section and `N passed, N failed`.
              tuned.cross_entropy (plain, in place, reduction none): loss
              and gradients as eager
   opcheck    torch.library.opcheck of every operator on CUDA tensors
+
+$CE_GPU_SECTIONS (a comma-separated list of the names above) runs those
+sections only, the others counted as skipped.
 """
 
 import math
+import os
 import sys
 
 from gpu_env import Checks, start  # noqa: E402 - exits 77 without torch or CUDA
@@ -442,10 +446,16 @@ def weights():
             check_grad(leaf.grad, xd.grad, own.grad, what, "split")
 
 
+skipped = 0
 for name, fn in (("paths", paths), ("accuracy", accuracy), ("extras", extras),
                  ("softcap and argmax", softcap_argmax), ("weights", weights),
                  ("in place", in_place), ("peaked", peaked), ("errors", errors),
                  ("graphs", graphs), ("compile", compiled), ("opcheck", opcheck)):
+    only = os.environ.get("CE_GPU_SECTIONS", "")
+    if only and name not in [n.strip() for n in only.split(",")]:
+        skipped += 1
+        continue
     checks.section(name, fn, warnings_as_errors=True)
-print(f"{checks.sections_passed} passed, {checks.sections_failed} failed")
+print(f"{checks.sections_passed} passed, {checks.sections_failed} failed"
+      + (f", {skipped} skipped" if skipped else ""))
 sys.exit(1 if checks.sections_failed else 0)
