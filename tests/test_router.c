@@ -271,6 +271,9 @@ static void test_compile(const tuned__nvrtc *n)
         "w4.r16.c1.m2.v4.ld=nc.st=def.reg=f32",    /* 8 threads a row */
         "w8.r8.c1.m1.v2.ld=cs.st=def.reg=f32",     /* a warp a row */
         "w4.r32.c1.m1.v4.ld=def.st=def.reg=f32.sel=sort", /* 4 threads a row, sorted lists */
+        "w1.r1.c1.m1.v4.ld=nc.st=def.reg=f32.sel=short",  /* a warp a row, short lists */
+        "w4.r16.c1.m1.v4.ld=nc.st=def.reg=f32.sel=net",   /* 8 threads a row, network lists */
+        "w1.r1.c1.m1.v4.ld=nc.st=def.reg=f32.sel=net",    /* a warp a row, network lists */
     };
     /* Each case in one dtype (they take turns), its configs that fit:
      * NVRTC takes a second or more a router variant, and CI has two cores. */
@@ -278,8 +281,12 @@ static void test_compile(const tuned__nvrtc *n)
         tuned_dtype dt = (tuned_dtype)(TUNED_FP16 + (int)(i % 3));
         unsigned fwd = 0, bwd = 0;
         for (size_t j = 0; j < sizeof configs / sizeof configs[0]; j++) {
-            /* the scan once (the first that fits), sorted lists once */
-            if (j < 3 && fwd > 0)
+            /* the scan once (the first that fits), sorted lists once, short
+             * lists where a thread holds several, network lists at 8
+             * threads a row where they fit, else a warp a row (NVRTC's
+             * time: the test's) */
+            if ((j < 3 && fwd > 0) || (j == 4 && cases[i].cols < 256) ||
+                (j == 6 && cases[i].cols <= 512))
                 continue;
             bool made = compile(n, TUNED_KERNEL_ROUTER_TOPK, dt, cases[i].cols, cases[i].params,
                                 configs[j]);
@@ -291,7 +298,7 @@ static void test_compile(const tuned__nvrtc *n)
         EXPECT(fwd > 0 && bwd > 0, "%llu experts %s %s: no config compiled",
                (unsigned long long)cases[i].cols, cases[i].params, tuned_dtype_name(dt));
     }
-    /* The selection method's text: the scan left out, sort named; no
+    /* The selection method's text: the scan left out, sort, short and net named; no
      * other kind takes it. */
     {
         tuned__config c;
@@ -303,6 +310,18 @@ static void test_compile(const tuned__nvrtc *n)
         EXPECT(c.sel == TUNED__SEL_SORT &&
                    strcmp(text, "w4.r32.c1.m1.v4.ld=def.st=def.reg=f32.sel=sort") == 0,
                "sel=sort round trip: %s", text);
+        EXPECT_RC(tuned__config_parse("w4.r32.c1.m1.v4.ld=def.st=def.reg=f32.sel=short", &c, &e),
+                  0, &e);
+        tuned__config_format(&c, text, sizeof text);
+        EXPECT(c.sel == TUNED__SEL_SHORT &&
+                   strcmp(text, "w4.r32.c1.m1.v4.ld=def.st=def.reg=f32.sel=short") == 0,
+               "sel=short round trip: %s", text);
+        EXPECT_RC(tuned__config_parse("w4.r16.c1.m1.v4.ld=def.st=def.reg=f32.sel=net", &c, &e), 0,
+                  &e);
+        tuned__config_format(&c, text, sizeof text);
+        EXPECT(c.sel == TUNED__SEL_NET &&
+                   strcmp(text, "w4.r16.c1.m1.v4.ld=def.st=def.reg=f32.sel=net") == 0,
+               "sel=net round trip: %s", text);
         EXPECT(tuned__config_parse("w4.r32.c1.m1.v4.ld=def.st=def.reg=f32.sel=scan", &c, &e) == 0 &&
                    tuned__config_parse_canonical("w4.r32.c1.m1.v4.ld=def.st=def.reg=f32.sel=scan",
                                                  TUNED_EINVAL, &c, &e) == TUNED_EINVAL,

@@ -55,7 +55,9 @@
  *            for the vector the row's end cuts) element by element; slots
  *            past the row hold -inf for the softmax and no key
  *   stats    softmax only: the row's maximum and sum of exp(x - max),
- *            reduced over the row's lanes with xor shuffles
+ *            reduced over the row's lanes with xor shuffles (without a
+ *            bias or groups the maximum is the first round's key, and the
+ *            sum runs beside the later rounds)
  *   keys     each element's v as a 32-bit integer whose signed order is
  *            the choice's order (NaN the largest, -0 as +0), slots past
  *            the row a key below every float's; without a bias from the
@@ -64,17 +66,32 @@
  *   groups   each thread's two largest keys of every group, combined over
  *            the lanes, the groups' scores, the kept groups; the keys of
  *            the others dropped
- *   select   k rounds of an argmax over the row's lanes (a warp: two
- *            redux.sync, the largest key, then the lowest index holding
+ *   select   k rounds of an argmax over the row's lanes (a warp: the
+ *            largest key by redux.sync, then a ballot of its holders, the
+ *            winner the one holder; where several lanes hold it the rounds
+ *            run again with a second redux.sync, the lowest index holding
  *            it; part of a warp: xor shuffles of (key, index) pairs), each
  *            thread offering its best key not yet taken:
  *              T_SEL 0  its best by a scan of its keys, the taken key
  *                       dropped by its owner, rescanned every round
  *              T_SEL 1  its min(k, held) best sorted once (insertion, in
  *                       registers), then its list's head; the owner pops it
+ *              T_SEL 2  as 1 with at most 4 sorted (a shorter insertion);
+ *                       where a list runs dry early, the rounds run again
+ *                       as T_SEL 1's
+ *              T_SEL 3  as 2, the 4 from a sorting network over exact
+ *                       64-bit (key, column) entries, and the rounds'
+ *                       first form (largest key, then a vote of its
+ *                       holders) at any TPR: the largest key by xor
+ *                       shuffles of the key alone, the vote's bits of the
+ *                       row's lanes; the whole warp stays to the end (a
+ *                       row past the last as an empty row) so that every
+ *                       mask is the warp's, and it reruns as one
  *            the i-th chosen lands in lane i % TPR, slot i / TPR
  *   weight   each lane its slots' scores (T_RENORM: exp(l - L) of the
- *            log-scores, summed over the row's lanes), times c
+ *            log-scores, sigmoid's without a log, summed over the row's
+ *            lanes, or, for k <= 16, by every lane over every round's
+ *            winner, their parts formed in the rounds), times c
  *   store    weights and ids, a lane per output (coalesced), counts
  * With a bias the selection needs the scores first and the winner's logit
  * comes from its owner by one shuffle; without one the keys are the
@@ -86,7 +103,22 @@
  * round costs about 0.55 us, issue-bound on its dozen integer
  * instructions and two redux.sync a row (one row per warp instruction;
  * TPR 8 and 16, several rows a warp, lose more to their shuffles and
- * their per-thread sorts and scans). With a bias and groups (16384 x 256
+ * their per-thread sorts and scans). Counted in SASS (sm_90, int64 ids,
+ * the path without a bias or a rerun; not yet timed): TPR 32 T_SEL 1
+ * issues 321 warp instructions a row (34 to load, about 22 a round, 35
+ * to store), a floor of 321 x 31 rows a scheduler / 1.98 GHz = 5.0 us at
+ * one instruction a cycle, whatever the rounds' latency; the per-row work
+ * of a warp instruction is the limit, not the selection's idea. T_SEL 3
+ * at TPR 8 (w4.r16, v4: 4 rows a warp, 16 held) issues 754 a warp, 189 a
+ * row: keys 5 an element (the NaN and -0 folded into a float compare and
+ * a min), the network about 240 a thread (32 exchanges, 12 selections),
+ * rounds about 20 a warp (three shuffles and maxima, a vote, the pops),
+ * no convergence tests; predicted 189 x 31 / 1.98 GHz = 3.0 us of issue,
+ * under which the 8.4 MB read (about 2.2 us) can hide, so about 3.5 to 4
+ * us if the warps overlap as the copy's do. Reruns: a row holding two
+ * equal largest keys, or a thread of TPR 8 holding 5 of the 8 (0.6% of
+ * random rows, 2.3% of warps). TPR 16 and TPR 32 T_SEL 3 issue 275 and
+ * 312 a row: more threads a row repeat the per-row work. With a bias and groups (16384 x 256
  * bf16, sigmoid, 8 groups keep 4, k 8) 31 us (TPR 8, T_SEL 1), the copy
  * 4.3 us: the per-thread sort of 32 held keys and the group scans are
  * what to make cheaper next.
@@ -103,7 +135,8 @@
  *   T_COLS        E, 2 to 2048; the kernels' cols must equal it (a launch
  *                 with another does nothing)
  *   T_LD          0 ld.global, 1 ld.global.nc, 2 ld.global.cs
- *   T_SEL         0 rescans (absent: 0), 1 sorted lists (above)
+ *   T_SEL         0 rescans (absent: 0), 1 sorted lists, 2 short sorted
+ *                 lists, 3 network lists with voted rounds (above)
  *   T_TOPK        k, 1 to min(E, 64); with groups at most
  *                 T_TOPK_GROUP * E / T_GROUPS
  *   T_SCORE       0 softmax, 1 sigmoid, 2 sqrt(softplus)
@@ -223,8 +256,8 @@ static_assert(sizeof(tuned_router_options) == 4, "tuned_router_options is one fl
 #if RT_VBYTES > 16
 #error "router_topk.cu: a vector is at most 16 bytes (T_VEC * element size)"
 #endif
-#if T_SEL != 0 && T_SEL != 1
-#error "router_topk.cu: T_SEL is 0 (rescans) or 1 (sorted lists)"
+#if T_SEL != 0 && T_SEL != 1 && T_SEL != 2 && T_SEL != 3
+#error "router_topk.cu: T_SEL is 0 (rescans), 1 (sorted lists), 2 (short sorted lists) or 3 (network lists)"
 #endif
 
 /* A thread's share of the row: RT_ITERS passes of T_VEC, RT_HELD elements. */
@@ -241,6 +274,11 @@ static_assert(sizeof(tuned_router_options) == 4, "tuned_router_options is one fl
 #define RT_SLOTS ((T_TOPK + RT_TPR - 1) / RT_TPR)
 /* A thread's sorted candidates (T_SEL 1). */
 #define RT_LIST (T_TOPK < RT_HELD ? T_TOPK : RT_HELD)
+/* T_SEL 2's short lists, and T_SEL 3's (the same length). */
+#define RT_SHORT (RT_LIST < 4 ? RT_LIST : 4)
+/* T_SEL 3's network works on chunks of RT_NET_P entries, the power of two
+ * at or above its list's length. */
+#define RT_NET_P (RT_SHORT > 2 ? 4 : RT_SHORT)
 #define RT_GS (T_COLS / T_GROUPS)
 #define RT_SELW ((RT_HELD + 31) / 32)
 
@@ -324,20 +362,29 @@ __device__ __forceinline__ u32 router_word_elem(const u32 (&w)[RT_NWORDS], int k
 
 /* Which row a thread works on, its lane among the row's TPR threads, and
  * the mask of those threads in its warp (every reduction names only
- * them, so a row past the last may return at once). */
+ * them, so a row past the last may return at once). The forward of T_SEL
+ * 3 keeps the whole warp instead (RT_WHOLE_WARP: a row past the last runs
+ * as an empty row and stores nothing), so that its masks are the full
+ * warp's, a constant: with a row's mask, known only at run time, ptxas
+ * wrapped every shuffle and vote in a test of the warp's convergence and a
+ * branch (MATCH, REDUX, VOTEU, BRA.DIV: about 70 instructions a warp at
+ * TPR 8, k 8, 8% of the whole). */
+#define RT_WHOLE_WARP (T_SEL == 3)
+
 struct RouterSlot {
     long long row;
     int lane;
     unsigned mask;
 };
 
-__device__ __forceinline__ RouterSlot router_slot()
+__device__ __forceinline__ RouterSlot router_slot(bool whole_warp)
 {
     RouterSlot s;
     s.lane = (int)(threadIdx.x % RT_TPR);
     s.row = (long long)blockIdx.x * T_ROWS + threadIdx.x / RT_TPR;
-    s.mask = RT_TPR == 32 ? 0xFFFFFFFFu
-                          : ((1u << (RT_TPR % 32)) - 1u) << (threadIdx.x % 32 / RT_TPR * RT_TPR);
+    s.mask = (RT_TPR == 32 || whole_warp)
+                 ? 0xFFFFFFFFu
+                 : ((1u << (RT_TPR % 32)) - 1u) << (threadIdx.x % 32 / RT_TPR * RT_TPR);
     return s;
 }
 
@@ -436,6 +483,22 @@ __device__ __forceinline__ float router_ex2(float a)
     return r;
 }
 
+/* 1 / d correctly rounded for d in [1, 2]: rcp.rn's own fast path (one
+ * MUFU.RCP and a Newton step, the same instructions, so the same bits),
+ * without its test for operands near the exponent's ends and the branch
+ * to the slow path. That branch closed a BSSY/BSYNC region around every
+ * sigmoid: ptxas could not overlap one element's exp and reciprocal with
+ * the next's, and a bias's keys (E / TPR sigmoids a thread, 12 at E = 384
+ * in a warp) formed a serial chain of about 90 cycles each. For any d
+ * whose reciprocal is a normal float (the renormalisation's sum, 1/2 to
+ * 64) it is within an ulp; a NaN stays NaN. */
+__device__ __forceinline__ float router_rcp_1to2(float d)
+{
+    float r;
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(d));
+    return fmaf(r, fmaf(-d, r, 1.0f), r);
+}
+
 /* What the scores need of the row: the softmax's maximum and 1 / sum, and
  * whether its scores are all NaN (a NaN or +inf logit, or only -inf). */
 struct RouterStats {
@@ -446,25 +509,21 @@ struct RouterStats {
 /* stats: the row's maximum (NaN ignored, as fmaxf) and sum of
  * exp(x - max), reduced over its lanes; the slots past the row hold -inf
  * and add 0. Nothing for sigmoid and sqrt-softplus. */
-__device__ __forceinline__ RouterStats router_stats(const float (&x)[RT_HELD], unsigned mask)
+__device__ __forceinline__ RouterStats router_stats_at(const float (&x)[RT_HELD], float m,
+                                                     unsigned mask)
 {
     RouterStats st;
 #if T_SCORE == 0
-    float m = NEG_INF;
-#pragma unroll
-    for (int e = 0; e < RT_HELD; e++)
-        m = fmaxf(m, x[e]);
-    m = lanes_max(m, mask);
     float s = 0.0f;
 #pragma unroll
     for (int e = 0; e < RT_HELD; e++)
         s += exp_shifted(x[e], m, LOG2E);
     s = lanes_sum(s, mask);
     st.max = m;
-    st.inv_sum = __frcp_rn(s);
+    st.inv_sum = router_rcp_1to2(s); /* s: 1 to E (the maximum's term is 1) or NaN */
     st.nan_row = isnan(s);
 #else
-    (void)x, (void)mask;
+    (void)x, (void)m, (void)mask;
     st.max = 0.0f;
     st.inv_sum = 1.0f;
     st.nan_row = false;
@@ -472,18 +531,27 @@ __device__ __forceinline__ RouterStats router_stats(const float (&x)[RT_HELD], u
     return st;
 }
 
-/* 1 / d correctly rounded for d in [1, 2]: rcp.rn's own fast path (one
- * MUFU.RCP and a Newton step, the same instructions, so the same bits),
- * without its test for operands near the exponent's ends and the branch
- * to the slow path. That branch closed a BSSY/BSYNC region around every
- * sigmoid: ptxas could not overlap one element's exp and reciprocal with
- * the next's, and a bias's keys (E / TPR sigmoids a thread, 12 at E = 384
- * in a warp) formed a serial chain of about 90 cycles each. */
-__device__ __forceinline__ float router_rcp_1to2(float d)
+__device__ __forceinline__ RouterStats router_stats(const float (&x)[RT_HELD], unsigned mask)
 {
-    float r;
-    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(d));
-    return fmaf(r, fmaf(-d, r, 1.0f), r);
+    float m = NEG_INF;
+#if T_SCORE == 0
+#pragma unroll
+    for (int e = 0; e < RT_HELD; e++)
+        m = fmaxf(m, x[e]);
+    m = lanes_max(m, mask);
+#endif
+    return router_stats_at(x, m, mask);
+}
+
+/* Whether the stats wait for the selection: a softmax without a bias or
+ * groups, whose first round's key is the row's largest logit (where a NaN
+ * leads, the key's NaN makes the sum NaN, as fmaxf's maximum and the NaN
+ * element do), so its sum of exp needs no chain of max shuffles and runs
+ * beside the later rounds. */
+template <bool BIAS>
+__device__ constexpr bool router_late_stats()
+{
+    return !BIAS && T_SCORE == 0 && T_GROUPS == 1;
 }
 
 /* sigmoid(x) and its derivative sigmoid(x) sigmoid(-x), from one exp of
@@ -524,6 +592,57 @@ __device__ __forceinline__ float router_log_score(float x)
         return 0.5f * x;
     return 0.5f * logf(fmaxf(x, 0.0f) + log1pf(router_ex2(-fabsf(x) * LOG2E)));
 #endif
+}
+
+/* The renormalisation's terms: q_i = t(x_i) / sum_m t(x_m), t(x) = s(x)
+ * e^-R, R from the largest chosen logit top (router_renorm_ref), so the
+ * largest term is 1 (sigmoid: 1/2 to 1) and none overflows or underflows
+ * where the scores do. Softmax and sqrt-softplus: t = exp(l - l(top)), l
+ * the log-score. Sigmoid: s(x) = e^min(x, 0) / (1 + e^-|x|), so t =
+ * e^(min(x, 0) - min(top, 0)) / (1 + e^-|x|): the same number as exp(l -
+ * l(top)) with no log1pf (two in series after the last round) and every
+ * denominator known as soon as its round's winner is. */
+__device__ __forceinline__ float router_renorm_ref(float top)
+{
+#if T_SCORE == 0
+    return top;
+#elif T_SCORE == 1
+    return fminf(top, 0.0f);
+#else
+    return router_log_score(top);
+#endif
+}
+
+/* A term's two parts that need not wait for top: t = exp(lead - ref) tail. */
+__device__ __forceinline__ float router_renorm_lead(float x)
+{
+#if T_SCORE == 0
+    return x;
+#elif T_SCORE == 1
+    return fminf(x, 0.0f);
+#else
+    return router_log_score(x);
+#endif
+}
+
+__device__ __forceinline__ float router_renorm_tail(float x)
+{
+#if T_SCORE == 1
+    return router_rcp_1to2(1.0f + router_ex2(-fabsf(x) * LOG2E)); /* 1 + e in [1, 2] */
+#else
+    (void)x;
+    return 1.0f;
+#endif
+}
+
+__device__ __forceinline__ float router_renorm_from(float lead, float tail, float ref)
+{
+    return router_ex2((lead - ref) * LOG2E) * tail;
+}
+
+__device__ __forceinline__ float router_renorm_term(float x, float ref)
+{
+    return router_renorm_from(router_renorm_lead(x), router_renorm_tail(x), ref);
 }
 
 /* f'(x) / f(x), the renormalized backward's factor: 1 for softmax (its
@@ -567,17 +686,18 @@ __device__ __forceinline__ float router_score(float x, const RouterStats &st)
 /* v as an integer of the same order: a float's bits with a negative's
  * magnitude flipped (the map is its own inverse), every NaN the largest
  * key, -0 the key of +0 (they tie); RT_KEY_NONE, below every float's key
- * (-inf's is 0x807FFFFF), marks a slot that is not a candidate. */
+ * (-inf's is 0x807FFFFF), marks a slot that is not a candidate. Formed
+ * from the magnitude a: ~a where v < 0 (a float compare, false for -0 and
+ * for NaN), else min(a, RT_KEY_NAN), which gives every NaN the one key
+ * just above +inf's: five instructions, where testing the NaN and the -0
+ * apart took seven and a constant. */
 #define RT_KEY_NONE ((int)0x80000000)
-#define RT_KEY_NAN 0x7FFFFFFF
+#define RT_KEY_NAN 0x7F800001
 
 __device__ __forceinline__ int router_key(float v)
 {
-    const int b = __float_as_int(v);
-    if ((b & 0x7FFFFFFF) > 0x7F800000)
-        return RT_KEY_NAN;
-    const int k = b ^ ((b >> 31) & 0x7FFFFFFF);
-    return k == -1 ? 0 : k;
+    const int a = __float_as_int(v) & 0x7FFFFFFF;
+    return v < 0.0f ? ~a : min(a, RT_KEY_NAN);
 }
 
 __device__ __forceinline__ float router_key_value(int k)
@@ -713,12 +833,24 @@ __device__ __forceinline__ void router_keep_groups(int (&key)[RT_HELD], const Ro
 
 /* ---- select ---- */
 
+/* Renormalised weights over few lanes' worth of outputs (k <= 16): every
+ * lane keeps every round's winner's term parts (each round's winner is
+ * known to every lane; the parts formed in the rounds, which leave the
+ * issue idle while their redux.sync and votes are in flight) and sums all
+ * k terms itself, with no chain of shuffles after the last round. */
+#define RT_ALL_CHOSEN (T_RENORM && RT_TPR > 1 && T_TOPK <= 16)
+
 /* What the selection leaves in a lane: its outputs' columns and logits,
- * and (for T_RENORM) the largest chosen logit. */
+ * and (for T_RENORM) the largest chosen logit and, where RT_ALL_CHOSEN,
+ * every chosen logit. */
 struct RouterChoice {
     int id[RT_SLOTS];
     float x[RT_SLOTS];
     float max_x;
+#if RT_ALL_CHOSEN
+    float lead[T_TOPK], tail[T_TOPK]; /* every round's winner's term parts */
+    float slead[RT_SLOTS], stail[RT_SLOTS]; /* the lane's slots' */
+#endif
 };
 
 /* Round i's winner, known to every lane of the row: lane i % TPR keeps
@@ -735,6 +867,15 @@ __device__ __forceinline__ void router_keep(RouterChoice &ch, int i, int win, in
         ch.id[i / RT_TPR] = win;
         ch.x[i / RT_TPR] = BIAS ? xw : __int_as_float(top);
     }
+#if RT_ALL_CHOSEN
+    const float xv = BIAS ? xw : router_key_value(top);
+    ch.lead[i] = router_renorm_lead(xv);
+    ch.tail[i] = router_renorm_tail(xv);
+    if (lane == i % RT_TPR) {
+        ch.slead[i / RT_TPR] = ch.lead[i];
+        ch.stail[i / RT_TPR] = ch.tail[i];
+    }
+#endif
     if (BIAS)
         ch.max_x = fmaxf(ch.max_x, xw);
     else if (i == 0)
@@ -748,16 +889,67 @@ __device__ __forceinline__ float router_chosen_x(const RouterChoice &ch, int s)
     return BIAS ? ch.x[s] : router_key_value(__float_as_int(ch.x[s]));
 }
 
+
+/* One round's winner: its column (known to every lane of the row),
+ * whether this lane offered it (mine: the lane that pops it), and the
+ * offering lane's index among the row's lanes (src). */
+struct RouterWin {
+    int col, src;
+    bool mine;
+};
+
+/* A warp's rounds come in two forms. FAST: the largest key (redux.sync),
+ * then a ballot of its holders, the lowest holding lane the winner: one
+ * vote and a mask where the exact form waits for a second redux.sync, the
+ * column from the winner by a shuffle the next round does not wait for.
+ * It is the exact winner when one lane holds the largest key (distinct
+ * scores: always); where several do (ties, several NaNs), the lowest lane
+ * may hold a higher column (a later pass's), so the round sets redo and
+ * router_route runs the selection again in the exact form. In line (a
+ * branch per round) ptxas predicated the second redux.sync, and every
+ * round waited for it; out of line (a call), the rounds were blocks apart
+ * and the softmax's stats no longer ran beside them. Exact (and part of a
+ * warp): the largest key, then the lowest column holding it (a warp: a
+ * second redux.sync; part of a warp: (key, column) pairs combined by xor
+ * shuffles, exact in one pass). */
+#if RT_TPR == 32 || T_SEL == 3
+#define RT_FAST_ROUNDS 1
+#else
+#define RT_FAST_ROUNDS 0
+#endif
+
 /* The argmax of one round over the row's lanes, each offering its best
- * key k at column c: the largest key, ties to the lowest column. A warp:
- * the largest key, then the lowest column holding it (two redux.sync);
- * part of a warp: (key, column) pairs combined by xor shuffles. */
-__device__ __forceinline__ int router_argmax(int k, int c, unsigned mask, int &top)
+ * key k at column c: the largest key, ties to the lowest column. */
+template <bool FAST>
+__device__ __forceinline__ RouterWin router_argmax(int k, int c, unsigned mask, int lane, int &top,
+                                                   bool &redo)
 {
+    RouterWin w;
+    if (FAST) {
+        /* the holders' bits in warp lanes, the row's lanes only (the
+         * mask may be the whole warp's: RT_WHOLE_WARP); src a warp lane,
+         * which a shuffle of width TPR reads as the row's lane src % TPR */
+        top = lanes_max_int(k, mask);
+        const bool holds = k == top;
+        const int wl = (int)(threadIdx.x % 32);
+        const unsigned row_lanes =
+            RT_TPR == 32 ? 0xFFFFFFFFu : ((1u << (RT_TPR % 32)) - 1u) << (wl / RT_TPR * RT_TPR);
+        const unsigned held = __ballot_sync(mask, holds) & row_lanes;
+        w.mine = ((held & (0xFFFFFFFFu >> (31 - wl))) ^ (1u << wl)) == 0u;
+        w.src = __ffs(held) - 1;
+        w.col = __shfl_sync(mask, c, w.src, RT_TPR);
+        redo |= (held & (held - 1u)) != 0u;
+        (void)lane;
+        return w;
+    }
 #if RT_TPR == 32
     top = lanes_max_int(k, mask);
-    return (int)lanes_min_u32(k == top ? (unsigned)c : 0xFFFFFFFFu, mask);
+    const bool holds = k == top;
+    w.col = (int)lanes_min_u32(holds ? (unsigned)c : 0xFFFFFFFFu, mask);
+    w.mine = c == w.col;
+    w.src = (w.col / T_VEC) % RT_TPR;
 #else
+    const int own = c;
 #pragma unroll
     for (int o = RT_TPR / 2; o > 0; o /= 2) {
         const int ok = __shfl_xor_sync(mask, k, o), oc = __shfl_xor_sync(mask, c, o);
@@ -766,29 +958,39 @@ __device__ __forceinline__ int router_argmax(int k, int c, unsigned mask, int &t
             c = oc;
         }
     }
+    (void)lane, (void)redo;
     top = k;
-    return c;
+    w.col = c;
+    w.mine = own == c;
+    w.src = (c / T_VEC) % RT_TPR;
 #endif
+    return w;
 }
 
 /* The winner's logit: without a bias its key's; with one its owner's,
  * by one shuffle (owner_x: the owner's logit of its offered key). */
 template <bool BIAS>
-__device__ __forceinline__ float router_winner_x(int top, int win, float owner_x, unsigned mask)
+__device__ __forceinline__ float router_winner_x(int top, const RouterWin &w, float owner_x,
+                                                 unsigned mask)
 {
     if (!BIAS)
         return router_key_value(top);
-    return __shfl_sync(mask, owner_x, (win / T_VEC) % RT_TPR, RT_TPR);
+    return __shfl_sync(mask, owner_x, w.src, RT_TPR);
 }
 
 #if T_SEL == 0
 /* select, T_SEL 0: every round each thread scans its keys for its best
  * (in column order, strict >: ties to the lower column), the row takes
  * the argmax, and its owner drops that key. */
-template <bool BIAS>
-__device__ __forceinline__ void router_select(RouterChoice &ch, int (&key)[RT_HELD],
+template <bool BIAS, bool FAST, bool EXACT>
+__device__ __forceinline__ bool router_select(RouterChoice &ch, const int (&keys)[RT_HELD],
                                               const float (&x)[RT_HELD], int lane, unsigned mask)
 {
+    int key[RT_HELD]; /* a copy: the exact form may run again from keys */
+#pragma unroll
+    for (int e = 0; e < RT_HELD; e++)
+        key[e] = keys[e];
+    bool redo = false;
 #pragma unroll
     for (int i = 0; i < T_TOPK; i++) {
         int bk = RT_KEY_NONE, bo = 0;
@@ -803,34 +1005,167 @@ __device__ __forceinline__ void router_select(RouterChoice &ch, int (&key)[RT_HE
             }
         }
         int top;
-        const int win = router_argmax(bk, lane * T_VEC + bo, mask, top);
-        router_keep<BIAS>(ch, i, win, top, router_winner_x<BIAS>(top, win, bx, mask), lane);
-        const int rel = win - lane * T_VEC;
+        const RouterWin w = router_argmax<FAST>(bk, lane * T_VEC + bo, mask, lane, top, redo);
+        router_keep<BIAS>(ch, i, w.col, top, router_winner_x<BIAS>(top, w, bx, mask), lane);
 #pragma unroll
         for (int e = 0; e < RT_HELD; e++)
-            if (rel == rt_off(e))
+            if (w.mine && bo == rt_off(e))
                 key[e] = RT_KEY_NONE;
     }
+    return redo;
 }
 #else
-/* select, T_SEL 1: each thread sorts its RT_LIST best keys once (insertion
- * in column order: an equal key stays behind, so ties keep the lower
- * column first); every round it offers its list's head, and the owner of
- * the winner pops it. */
-template <bool BIAS>
-__device__ __forceinline__ void router_select(RouterChoice &ch, int (&key)[RT_HELD],
-                                              const float (&x)[RT_HELD], int lane, unsigned mask)
+/* T_SEL 3's lists by a sorting network rather than insertion. An entry
+ * is one 64-bit integer: the key above, below it RT_NET_LO less the
+ * element's column offset in the thread (rt_off, larger for the lower
+ * column), so that one signed 64-bit compare (two ISETP) orders entries as
+ * the choice does, ties to the lower column, with every bit of the key
+ * kept; the pad entry (key none, 0) is below every element's. The thread's
+ * elements go in chunks of RT_NET_P: each chunk sorted (RT_NET_P 4: five
+ * compare-exchanges), then merged into the running best RT_NET_P (the
+ * bitonic way: the larger of acc_i and chunk_{P-1-i}, a V-shaped sequence
+ * holding the best P, sorted by log2 P half-cleaners). At 16 held and a
+ * list of 4 that is 32 exchanges and 12 selections, about 240 instructions,
+ * where insertion took about 5 a step over 16 x 4 steps and its chain of
+ * moves; the column offsets never move, only the 64-bit entries (and, with
+ * a bias, the logits beside them). */
+#define RT_NET_LO 0xFFFFu
+#define RT_NET_PAD ((long long)0x8000000000000000ull)
+
+__device__ __forceinline__ long long rt_net_entry(int key, int e)
 {
-    int lk[RT_LIST], lo[RT_LIST];
-    float lx[RT_LIST];
+    return (long long)(((unsigned long long)(unsigned)key << 32) | (RT_NET_LO - (unsigned)rt_off(e)));
+}
+
+/* a before b: the larger entry first. One setp and its selects in PTX:
+ * written as C, ptxas saw a 64-bit max and min and compared twice (four
+ * ISETP where two do). */
+template <bool BIAS>
+__device__ __forceinline__ void rt_net_cas(long long &a, long long &b, float &xa, float &xb)
+{
+    long long hi, lo;
+    if (BIAS) {
+        float xh, xl;
+        asm("{.reg .pred q; setp.gt.s64 q, %5, %4; selp.b64 %0, %5, %4, q; "
+            "selp.b64 %1, %4, %5, q; selp.f32 %2, %7, %6, q; selp.f32 %3, %6, %7, q;}"
+            : "=l"(hi), "=l"(lo), "=f"(xh), "=f"(xl)
+            : "l"(a), "l"(b), "f"(xa), "f"(xb));
+        xa = xh;
+        xb = xl;
+    } else {
+        asm("{.reg .pred q; setp.gt.s64 q, %3, %2; selp.b64 %0, %3, %2, q; "
+            "selp.b64 %1, %2, %3, q;}"
+            : "=l"(hi), "=l"(lo)
+            : "l"(a), "l"(b));
+    }
+    a = hi;
+    b = lo;
+}
+
+template <bool BIAS>
+__device__ __forceinline__ void rt_net_sort(long long (&a)[RT_NET_P], float (&ax)[RT_NET_P])
+{
+    if (RT_NET_P == 2) {
+        rt_net_cas<BIAS>(a[0], a[RT_NET_P - 1], ax[0], ax[RT_NET_P - 1]);
+    } else if (RT_NET_P == 4) {
+        rt_net_cas<BIAS>(a[0], a[1 % RT_NET_P], ax[0], ax[1 % RT_NET_P]);
+        rt_net_cas<BIAS>(a[2 % RT_NET_P], a[3 % RT_NET_P], ax[2 % RT_NET_P], ax[3 % RT_NET_P]);
+        rt_net_cas<BIAS>(a[0], a[2 % RT_NET_P], ax[0], ax[2 % RT_NET_P]);
+        rt_net_cas<BIAS>(a[1 % RT_NET_P], a[3 % RT_NET_P], ax[1 % RT_NET_P], ax[3 % RT_NET_P]);
+        rt_net_cas<BIAS>(a[1 % RT_NET_P], a[2 % RT_NET_P], ax[1 % RT_NET_P], ax[2 % RT_NET_P]);
+    }
+}
+
+/* acc: the best RT_NET_P of acc and c, sorted (both come sorted) */
+template <bool BIAS>
+__device__ __forceinline__ void rt_net_merge(long long (&acc)[RT_NET_P], float (&ax)[RT_NET_P],
+                                             const long long (&c)[RT_NET_P],
+                                             const float (&cx)[RT_NET_P])
+{
 #pragma unroll
-    for (int p = 0; p < RT_LIST; p++) {
+    for (int i = 0; i < RT_NET_P; i++) {
+        const bool take = c[RT_NET_P - 1 - i] > acc[i];
+        acc[i] = take ? c[RT_NET_P - 1 - i] : acc[i];
+        if (BIAS)
+            ax[i] = take ? cx[RT_NET_P - 1 - i] : ax[i];
+    }
+#pragma unroll
+    for (int h = RT_NET_P / 2; h >= 1; h /= 2)
+#pragma unroll
+        for (int i = 0; i < RT_NET_P; i++)
+            if ((i & h) == 0)
+                rt_net_cas<BIAS>(acc[i], acc[i + h], ax[i], ax[i + h]);
+}
+
+/* The thread's LIST (<= RT_NET_P) best keys, their column offsets and
+ * (with a bias) logits, in the choice's order. */
+template <bool BIAS, int LIST>
+__device__ __forceinline__ void router_net_list(int (&lk)[LIST], int (&lo)[LIST], float (&lx)[LIST],
+                                                const int (&key)[RT_HELD],
+                                                const float (&x)[RT_HELD])
+{
+    long long acc[RT_NET_P];
+    float ax[RT_NET_P];
+#pragma unroll
+    for (int c0 = 0; c0 < RT_HELD; c0 += RT_NET_P) {
+        long long c[RT_NET_P];
+        float cx[RT_NET_P];
+#pragma unroll
+        for (int j = 0; j < RT_NET_P; j++) {
+            const int e = c0 + j;
+            c[j] = e < RT_HELD ? rt_net_entry(key[e < RT_HELD ? e : 0], e) : RT_NET_PAD;
+            cx[j] = (BIAS && e < RT_HELD) ? x[e < RT_HELD ? e : 0] : 0.0f;
+        }
+        rt_net_sort<BIAS>(c, cx);
+        if (c0 == 0) {
+#pragma unroll
+            for (int j = 0; j < RT_NET_P; j++) {
+                acc[j] = c[j];
+                ax[j] = cx[j];
+            }
+        } else {
+            rt_net_merge<BIAS>(acc, ax, c, cx);
+        }
+    }
+    /* (T_SEL 3's list is RT_SHORT, at most RT_NET_P; the exact form,
+     * which never calls this, instantiates it with longer lists) */
+#pragma unroll
+    for (int p = 0; p < (LIST < RT_NET_P ? LIST : RT_NET_P); p++) {
+        lk[p] = (int)(acc[p] >> 32);
+        lo[p] = (int)(RT_NET_LO - (unsigned)(unsigned long long)acc[p]);
+        lx[p] = ax[p];
+    }
+}
+
+/* select, T_SEL 1 and 2: each thread sorts its LIST best keys once
+ * (insertion in column order: an equal key stays behind, so ties keep the
+ * lower column first); every round it offers its list's head, and the
+ * owner of the winner pops it. T_SEL 1: LIST = RT_LIST, min(k, held), so
+ * no list runs dry while its thread holds a candidate. T_SEL 2: LIST =
+ * RT_SHORT (at most 4): about half the insertion's steps at 12 held and k
+ * 8 (the chain before the first round with a bias, which carries the
+ * logits too) and a third of each pop's moves; a thread that pops its
+ * list's last entry before the last round while it may hold more (its
+ * list was full) sets redo, and router_route runs the rounds again with
+ * RT_LIST (k winners over a row's lanes seldom take 4 from one thread). */
+template <bool BIAS, bool FAST, int LIST, bool NET>
+__device__ __forceinline__ bool router_select_sorted(RouterChoice &ch, const int (&key)[RT_HELD],
+                                                     const float (&x)[RT_HELD], int lane,
+                                                     unsigned mask)
+{
+    bool redo = false;
+    int lk[LIST], lo[LIST];
+    float lx[LIST];
+#pragma unroll
+    for (int p = 0; p < LIST; p++) {
         lk[p] = RT_KEY_NONE;
         lo[p] = 0;
         lx[p] = 0.0f;
     }
+    if (NET)
+        router_net_list<BIAS, LIST>(lk, lo, lx, key, x);
 #pragma unroll
-    for (int e = 0; e < RT_HELD; e++) {
+    for (int e = 0; e < (NET ? 0 : RT_HELD); e++) {
         int ck = key[e], co = rt_off(e);
         float cx = BIAS ? x[e] : 0.0f;
         /* before element e the list holds at most e keys; once the new
@@ -838,7 +1173,7 @@ __device__ __forceinline__ void router_select(RouterChoice &ch, int (&key)[RT_HE
          * before its equals further down: it has the lower column) */
         bool moved = false;
 #pragma unroll
-        for (int p = 0; p < RT_LIST && p <= e; p++) {
+        for (int p = 0; p < LIST && p <= e; p++) {
             if (moved || ck > lk[p]) {
                 moved = true;
                 const int tk = lk[p], to = lo[p];
@@ -854,22 +1189,40 @@ __device__ __forceinline__ void router_select(RouterChoice &ch, int (&key)[RT_HE
             }
         }
     }
+    /* whether this thread may hold a candidate its short list left out */
+    const bool more = LIST < RT_LIST && lk[LIST - 1] != RT_KEY_NONE;
 #pragma unroll
     for (int i = 0; i < T_TOPK; i++) {
         int top;
-        const int win = router_argmax(lk[0], lane * T_VEC + lo[0], mask, top);
-        router_keep<BIAS>(ch, i, win, top, router_winner_x<BIAS>(top, win, lx[0], mask), lane);
-        if (i + 1 < T_TOPK && lane * T_VEC + lo[0] == win) {
+        const RouterWin w = router_argmax<FAST>(lk[0], lane * T_VEC + lo[0], mask, lane, top,
+                                                redo);
+        router_keep<BIAS>(ch, i, w.col, top, router_winner_x<BIAS>(top, w, lx[0], mask), lane);
+        if (i + 1 < T_TOPK && w.mine) {
+            if (LIST < RT_LIST)
+                redo |= more && (LIST == 1 || lk[LIST > 1 ? 1 : 0] == RT_KEY_NONE);
 #pragma unroll
-            for (int p = 0; p + 1 < RT_LIST; p++) {
+            for (int p = 0; p + 1 < LIST; p++) {
                 lk[p] = lk[p + 1];
                 lo[p] = lo[p + 1];
                 if (BIAS)
                     lx[p] = lx[p + 1];
             }
-            lk[RT_LIST - 1] = RT_KEY_NONE;
+            lk[LIST - 1] = RT_KEY_NONE;
         }
     }
+    /* a dry list is its owner's alone: the rerun is the row's */
+    if (LIST < RT_LIST)
+        redo = __any_sync(mask, redo);
+    return redo;
+}
+
+/* EXACT: the rerun's form (T_SEL 2 and 3: the whole list, by insertion). */
+template <bool BIAS, bool FAST, bool EXACT>
+__device__ __forceinline__ bool router_select(RouterChoice &ch, const int (&key)[RT_HELD],
+                                              const float (&x)[RT_HELD], int lane, unsigned mask)
+{
+    return router_select_sorted<BIAS, FAST, (T_SEL >= 2 && !EXACT) ? RT_SHORT : RT_LIST,
+                                T_SEL == 3 && !EXACT>(ch, key, x, lane, mask);
 }
 #endif
 
@@ -881,30 +1234,51 @@ __device__ __forceinline__ void router_select(RouterChoice &ch, int (&key)[RT_HE
 template <bool BIAS>
 __device__ __forceinline__ void router_store(const RouterChoice &ch, const RouterStats &st,
                                              long long row, int lane, unsigned mask,
-                                             float scaling, float *weights, IDX *ids,
+                                             bool live, float scaling, float *weights, IDX *ids,
                                              int *counts)
 {
     float w[RT_SLOTS];
     float part = 0.0f;
 #if T_RENORM
-    const float top = router_log_score(ch.max_x);
+    const float ref = router_renorm_ref(ch.max_x);
 #endif
 #pragma unroll
     for (int s = 0; s < RT_SLOTS; s++) {
         const bool valid = s * RT_TPR + lane < T_TOPK;
-#if T_RENORM
-        w[s] = router_ex2((router_log_score(router_chosen_x<BIAS>(ch, s)) - top) * LOG2E);
+#if T_RENORM && RT_ALL_CHOSEN
+        w[s] = router_renorm_from(ch.slead[s], ch.stail[s], ref);
+#elif T_RENORM
+        w[s] = router_renorm_term(router_chosen_x<BIAS>(ch, s), ref);
 #else
         w[s] = router_score(router_chosen_x<BIAS>(ch, s), st);
 #endif
         part += valid ? w[s] : 0.0f;
     }
 #if T_RENORM
+#if RT_ALL_CHOSEN
+    /* every lane sums the k terms itself, pairwise (the same bits in every
+     * lane: the same instructions on the same numbers) */
+    float t[T_TOPK];
+#pragma unroll
+    for (int i = 0; i < T_TOPK; i++)
+        t[i] = router_renorm_from(ch.lead[i], ch.tail[i], ref);
+#pragma unroll
+    for (int h = 1; h < T_TOPK; h *= 2)
+#pragma unroll
+        for (int i = 0; i + h < T_TOPK; i += 2 * h)
+            t[i] += t[i + h];
+    const float total = t[0];
+    (void)part, (void)mask;
+#else
     const float total = lanes_sum(part, mask);
+#endif
+    /* total is 1/2 to k (the largest term's at least 1/2) or NaN: the
+     * reciprocal's fast path and a multiply, within an ulp of w / total */
+    const float inv = router_rcp_1to2(total);
     const float nan = __int_as_float(0x7fc00000);
 #pragma unroll
     for (int s = 0; s < RT_SLOTS; s++)
-        w[s] = (T_SCORE == 0 && st.nan_row) ? nan : w[s] / total;
+        w[s] = (T_SCORE == 0 && st.nan_row) ? nan : w[s] * inv;
 #else
     (void)part, (void)mask;
 #endif
@@ -917,7 +1291,7 @@ __device__ __forceinline__ void router_store(const RouterChoice &ch, const Route
 #pragma unroll
     for (int s = 0; s < RT_SLOTS; s++) {
         const int i = s * RT_TPR + lane;
-        if (i < T_TOPK) {
+        if (live && i < T_TOPK) {
             const int id = first_k ? i : ch.id[s];
             weights[out + i] = w[s] * scaling;
             ids[out + i] = (IDX)id;
@@ -927,30 +1301,57 @@ __device__ __forceinline__ void router_store(const RouterChoice &ch, const Route
     }
 }
 
-/* keys, groups, select, weight and store for one row held in x. */
-template <bool BIAS>
-__device__ __forceinline__ void router_route(const float (&x)[RT_HELD], const float *bias,
-                                             const RouterSlot &slot, float scaling,
-                                             float *weights, IDX *ids, int *counts)
+__device__ __forceinline__ void router_choice_init(RouterChoice &ch)
 {
-    float b[RT_HELD];
-    if (BIAS)
-        router_load_bias(b, bias, slot.lane);
-    const RouterStats st = router_stats(x, slot.mask);
-    int key[RT_HELD];
-    router_keys<BIAS>(key, x, b, st, slot.lane);
-#if T_GROUPS > 1
-    router_keep_groups<BIAS>(key, st, slot.lane, slot.mask);
-#endif
-    RouterChoice ch;
 #pragma unroll
     for (int s = 0; s < RT_SLOTS; s++) {
         ch.id[s] = 0;
         ch.x[s] = 0.0f;
     }
     ch.max_x = NEG_INF;
-    router_select<BIAS>(ch, key, x, slot.lane, slot.mask);
-    router_store<BIAS>(ch, st, slot.row, slot.lane, slot.mask, scaling, weights, ids, counts);
+#if RT_ALL_CHOSEN
+#pragma unroll
+    for (int s = 0; s < RT_SLOTS; s++)
+        ch.slead[s] = ch.stail[s] = 0.0f;
+#endif
+}
+
+/* keys, groups, select, weight and store for one row held in x. */
+template <bool BIAS>
+__device__ __forceinline__ void router_route(const float (&x)[RT_HELD], const float *bias,
+                                             const RouterSlot &slot, bool live, float scaling,
+                                             float *weights, IDX *ids, int *counts)
+{
+    float b[RT_HELD];
+    if (BIAS)
+        router_load_bias(b, bias, slot.lane);
+    RouterStats st = {0.0f, 1.0f, false};
+    if (!router_late_stats<BIAS>())
+        st = router_stats(x, slot.mask);
+    int key[RT_HELD];
+    router_keys<BIAS>(key, x, b, st, slot.lane);
+#if T_GROUPS > 1
+    router_keep_groups<BIAS>(key, st, slot.lane, slot.mask);
+#endif
+    RouterChoice ch;
+    router_choice_init(ch);
+    bool redo = router_select<BIAS, RT_FAST_ROUNDS, false>(ch, key, x, slot.lane, slot.mask);
+    /* the whole warp's masks: the whole warp reruns, or none of it (a row
+     * past the last, which stores nothing, asks for nothing) */
+    if (RT_WHOLE_WARP)
+        redo = __any_sync(0xFFFFFFFFu, redo && live);
+    /* before the branch below, so that ptxas can place the sum among the
+     * rounds (the first round's key, ch.max_x, is the same either way) */
+    if (router_late_stats<BIAS>())
+        st = router_stats_at(x, ch.max_x, slot.mask);
+    if (redo) {
+        /* several lanes held a round's largest key, or a short list ran
+         * dry: again, exact */
+        router_choice_init(ch);
+        router_select<BIAS, false, true>(ch, key, x, slot.lane, slot.mask);
+    }
+    router_store<BIAS>(ch, st, slot.row, slot.lane, slot.mask, live, scaling, weights, ids,
+                       counts);
 }
 
 /* The forward: one row per TPR threads, T_ROWS rows a block; the launch
@@ -960,16 +1361,23 @@ tuned_router_topk(const T *__restrict__ logits, const float *__restrict__ bias,
                   float *__restrict__ weights, IDX *__restrict__ ids, int *__restrict__ counts,
                   long long rows, int cols, long long row_stride, tuned_router_options opt)
 {
-    const RouterSlot slot = router_slot();
-    if (slot.row >= rows || cols != T_COLS)
+    const RouterSlot slot = router_slot(RT_WHOLE_WARP);
+    const bool live = slot.row < rows;
+    if ((!RT_WHOLE_WARP && !live) || cols != T_COLS)
         return;
-    const unsigned char *xr = (const unsigned char *)logits + slot.row * row_stride * ESIZE;
     float x[RT_HELD];
-    router_load_row(x, xr, (u64)xr % RT_VBYTES == 0, slot.lane);
+    if (live) {
+        const unsigned char *xr = (const unsigned char *)logits + slot.row * row_stride * ESIZE;
+        router_load_row(x, xr, (u64)xr % RT_VBYTES == 0, slot.lane);
+    } else {
+#pragma unroll
+        for (int e = 0; e < RT_HELD; e++)
+            x[e] = NEG_INF;
+    }
     if (bias != NULL)
-        router_route<true>(x, bias, slot, opt.scaling, weights, ids, counts);
+        router_route<true>(x, bias, slot, live, opt.scaling, weights, ids, counts);
     else
-        router_route<false>(x, bias, slot, opt.scaling, weights, ids, counts);
+        router_route<false>(x, bias, slot, live, opt.scaling, weights, ids, counts);
 }
 
 /* ---- the backward ---- */
@@ -1138,7 +1546,7 @@ tuned_router_topk_bwd(const T *__restrict__ logits, const IDX *__restrict__ ids,
                       const float *__restrict__ dweights, T *__restrict__ dlogits,
                       long long rows, int cols, long long row_stride, tuned_router_options opt)
 {
-    const RouterSlot slot = router_slot();
+    const RouterSlot slot = router_slot(false);
     if (slot.row >= rows || cols != T_COLS)
         return;
     const long long at = slot.row * row_stride * ESIZE;

@@ -16,7 +16,7 @@ static const char *const ld_names[TUNED__LD_COUNT] = {"def", "nc", "cs", "el"};
 static const char *const st_names[TUNED__ST_COUNT] = {"def", "cs"};
 static const char *const reg_names[TUNED__REG_COUNT] = {"f32", "pk", "ex"};
 static const char *const red_names[TUNED__RED_COUNT] = {"split", "fused"};
-static const char *const sel_names[TUNED__SEL_COUNT] = {"scan", "sort"};
+static const char *const sel_names[TUNED__SEL_COUNT] = {"scan", "sort", "short", "net"};
 
 const char *tuned__ld_name(unsigned ld)
 {

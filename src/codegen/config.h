@@ -69,10 +69,17 @@ enum {
  * them: k rounds of an argmax over the row's threads, each thread offering
  * its best element not yet taken, found by a scan of its elements every
  * round, or by the head of its own best elements sorted once (".sel=sort"
- * after the register mode; the scan is left out of the text). */
+ * after the register mode; the scan is left out of the text), or by the
+ * head of its best 4 sorted once (".sel=short": a shorter sort, the rounds
+ * run again with whole lists where a thread's short list runs dry), or by
+ * the head of its best 4 from a sorting network, the rounds a vote of the
+ * holders at any threads per row (".sel=net": several rows a warp, for many
+ * tokens). */
 enum {
     TUNED__SEL_SCAN = 0,
     TUNED__SEL_SORT,
+    TUNED__SEL_SHORT,
+    TUNED__SEL_NET,
     TUNED__SEL_COUNT
 };
 
