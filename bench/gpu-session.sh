@@ -46,8 +46,8 @@
 #                        memcheck (planted bad labels, tuned shapes)
 #              bench     bench/cross_entropy_bench.py (QuACK and Liger from
 #                        the staged wheels)
-#              train     bench/train_step.py (TRAIN_ARGS its options,
-#                        TRAIN_TIMEOUT seconds, 300)
+#              train     bench/train_step.py (TRAIN_ONLY: its --only, the
+#                        losses to run; TRAIN_TIMEOUT seconds, 300)
 #              overhead  bench/ce_overhead.py: the host's time a call
 #              lce-test  tests/python/test_linear_cross_entropy.py (CUDA too)
 #              linear    bench/linear_ce_bench.py: the 8B-scale loss block
@@ -320,8 +320,8 @@ cross-entropy)
             sed -n '/^GPU time/,$p' "$out/bench.log" | cut -c1-200
             ;;
         train)
-            timeout "${TRAIN_TIMEOUT:-300}" python3 bench/train_step.py ${TRAIN_ARGS:-} \
-                >"$out/train.log" 2>&1
+            timeout "${TRAIN_TIMEOUT:-300}" python3 bench/train_step.py \
+                ${TRAIN_ONLY:+--only "$TRAIN_ONLY"} >"$out/train.log" 2>&1
             echo "train: exit $?"
             ;;
         lce-test)  # tests/python/test_linear_cross_entropy.py: its CUDA cases too
