@@ -402,8 +402,8 @@ int main(void)
             }
     /* The cross-entropy kinds' compiled-in options: the softcap and the
      * argmax (with smoothing and int32 labels, and alone), in every dtype,
-     * on a cluster of packed registers, rows of one block (two-round and,
-     * but fp32, fused reductions) and rows in part of a warp, with a tail. */
+     * on a cluster of packed registers, fp32 rows of one block (two-round
+     * and fused reductions) and rows in part of a warp, with a tail. */
     static const char *const ce_configs[] = {"w8.r1.c8.m1.v8.ld=cs.st=def.reg=pk.red=fused",
                                              "w16.r1.c1.m1.v4.ld=def.st=cs.reg=f32.red=split",
                                              "w4.r8.c1.m2.v2.ld=cs.st=def.reg=f32.red=fused"};
@@ -421,10 +421,8 @@ int main(void)
                 EXPECT(tuned__config_parse(ce_configs[i], &c, &e) == 0, "%s", e.msg);
                 if (dt == TUNED_FP32 && c.reg == TUNED__REG_PK)
                     c.vec = 4, c.reg = TUNED__REG_F32, c.cluster = 16;
-                /* the backward reduces nothing; fp32 rows reduce in two rounds */
-                if (!tuned__kind(kernel)->pairs ||
-                    (dt == TUNED_FP32 && tuned__kind(kernel)->fp32_two_rounds))
-                    c.red = TUNED__RED_SPLIT;
+                if (!tuned__kind(kernel)->pairs)
+                    c.red = TUNED__RED_SPLIT; /* the backward reduces nothing */
                 tuned__codegen_opts o = {.unaligned = i == 1,
                                          .flags = ce_flags[(i + (size_t)dt) % 3]};
                 char *src = NULL;

@@ -462,11 +462,6 @@ static bool rows_check_shape(const tuned__config *c, const tuned__shape *s, int 
     const tuned__kind_spec *kind = tuned__shape_spec(s);
     if (!rows_check_kernel(c, kind, why, n))
         return false;
-    if (kind->fp32_two_rounds && s->dtype == TUNED_FP32 && c->red == TUNED__RED_FUSED)
-        return tuned__config_refuse(why, n,
-                                    "%s reduces fp32 rows in two rounds (red=split): one-round "
-                                    "pairs rescale partial sums with fp32's rounding of a product, "
-                                    "which fp32 gradients keep", kind->name);
     /* An L2 evict_last load gains a kernel that reads each element once
      * nothing and keeps the input in L2 afterwards, past an L2 flush too
      * (measured on the H200: 4-25% faster repeats), which skewed every

@@ -58,7 +58,7 @@
     .helper = {"tuned_cross_entropy_count", "tuned_cross_entropy_rescale"},             \
     .flag = {"T_CE_SMOOTH", "T_CE_LABEL32", "T_CE_SOFTCAP", "T_CE_ARGMAX"},                \
     .flag_int32 = {0, 2}, .flag_min_blocks = {0, 0, 2, 2},                                 \
-    .rows_held = 1, .keeps_exps = false, .fp32_two_rounds = true,                           \
+    .rows_held = 1, .keeps_exps = false,                                                    \
     .stash = false, .replicas = false, .line_head = true,                                   \
     .reference = TUNED__REF_CROSS_ENTROPY,                                                  \
     .reference_parts = {"softmax_common", "reference", "cross_entropy_reference"}

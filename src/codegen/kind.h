@@ -213,11 +213,6 @@ typedef struct tuned__kind_spec {
     uint8_t rows_held; /* row tensors a register-row thread holds */
     bool pairs;        /* reduces (max, sum): red=fused may pair them, and a
                           grid split must; false: one reduction, a sum */
-    /* fp32 rows reduce in two rounds (red=split): one-round pairs rescale
-     * partial sums by an ex2 of a product rounded at 2^-24 of itself, an
-     * error the gradients of fp32 logits keep (3x torch's in
-     * cross-entropy, on the H200) and 16-bit ones round away. */
-    bool fp32_two_rounds;
     bool keeps_exps;   /* its store writes exps: reg=ex may keep them */
     bool stash;        /* passes may be stashed in shared memory */
     bool replicas;     /* a few rows may be held by several clusters */

@@ -503,12 +503,9 @@ void tuned__space_random(const tuned__space *sp, tuned__rng *rng, tuned__config 
 /* The reduction a seed of a row over several blocks takes: one round of
  * pairs (a cluster exchanges once, not twice: measured, the clustered long
  * rows' winners are fused), except in the backward kernels, whose one
- * reduction is a plain sum, and for fp32 rows of a kind that reduces them
- * in two rounds. */
+ * reduction is a plain sum. */
 static uint8_t seed_red(const tuned__space *sp, unsigned blocks_per_row)
 {
-    if (tuned__shape_spec(&sp->shape)->fp32_two_rounds && sp->shape.dtype == TUNED_FP32)
-        return TUNED__RED_SPLIT;
     return blocks_per_row > 1 ? grid_red(sp) : TUNED__RED_SPLIT;
 }
 
