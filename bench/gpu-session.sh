@@ -46,8 +46,9 @@
 #                        memcheck (planted bad labels, tuned shapes)
 #              bench     bench/cross_entropy_bench.py (QuACK and Liger from
 #                        the staged wheels)
-#              train     bench/train_step.py (TRAIN_ONLY: its --only, the
-#                        losses to run; TRAIN_TIMEOUT seconds, 300)
+#              train     bench/train_step.py (TRAIN_ONLY, TRAIN_BLOCKS,
+#                        TRAIN_PEAK: its --only, --blocks and --peak;
+#                        TRAIN_TIMEOUT seconds, 300)
 #              overhead  bench/ce_overhead.py: the host's time a call
 #              lce-test  tests/python/test_linear_cross_entropy.py (CUDA too)
 #              linear    bench/linear_ce_bench.py: the 8B-scale loss block
@@ -321,7 +322,8 @@ cross-entropy)
             ;;
         train)
             timeout "${TRAIN_TIMEOUT:-300}" python3 bench/train_step.py \
-                ${TRAIN_ONLY:+--only "$TRAIN_ONLY"} >"$out/train.log" 2>&1
+                ${TRAIN_ONLY:+--only "$TRAIN_ONLY"} ${TRAIN_BLOCKS:+--blocks "$TRAIN_BLOCKS"} \
+                ${TRAIN_PEAK:+--peak "$TRAIN_PEAK"} >"$out/train.log" 2>&1
             echo "train: exit $?"
             ;;
         lce-test)  # tests/python/test_linear_cross_entropy.py: its CUDA cases too

@@ -4,16 +4,19 @@ vocabulary 128256, hidden 2048, 16 layers, tied embeddings; batch 2 x 2048
 tokens, bf16, sdpa), with each loss in turn, in one run: transformers' own,
 tuned's cross-entropy (tuned.integrations.transformers.apply, gradient in
 place), tuned's linear cross-entropy (apply(linear=True); then at Liger's
-chunk memory, the whole 4096 rows in 32 vocabulary blocks, 2048 rows in
-16 and 512 rows in 4: apply(linear=True, chunk_rows=R, vocab_splits=S)), Cut
+chunk memory, by default the whole 4096 rows in 32 vocabulary blocks, 2048
+rows in 16 and 512 rows in 4, --blocks R/S,... to choose: apply(linear=True,
+chunk_rows=R, vocab_splits=S)), Cut
 Cross-Entropy through the same hook (its linear_cross_entropy in place of
 tuned's), then Liger's cross-entropy and Liger's fused linear
 cross-entropy (last: Liger patches transformers' classes). Prints each
 step's median time over --steps after warm-up, and its peak memory; a
-short table last.
+short table last. --peak NAME then records one more step of that loss
+with the allocator's history and prints the allocations live at its peak
+(where a peak's memory goes).
 
     python3 bench/train_step.py [--layers 16] [--seq 2048] [--batch 2] [--steps 10]
-                                [--only NAME,NAME...]
+                                [--only NAME,NAME...] [--blocks R/S,...] [--peak NAME]
 
 Needs a CUDA GPU, torch, transformers, and for its column liger_kernel;
 tuned's package on PYTHONPATH with libtuned (TUNED_LIBRARY) and a store
@@ -40,6 +43,48 @@ def build(layers):
         return transformers.LlamaForCausalLM(cfg).to(dtype=torch.bfloat16)
 
 
+def peak_of(trace):
+    """(the most bytes live at once, {addr: alloc event} live then) over an
+    allocator trace's alloc and free events."""
+    live, total, best, at_peak = {}, 0, -1, {}
+    for ev in trace:
+        if ev["action"] == "alloc":
+            live[ev["addr"]] = ev
+            total += ev["size"]
+            if total > best:
+                best, at_peak = total, dict(live)
+        elif ev["action"] in ("free_requested", "free_completed") and ev["addr"] in live:
+            total -= live.pop(ev["addr"])["size"]
+    return best, at_peak
+
+
+def peak_live(m, ids, top=15):
+    """Runs one step of m with the caching allocator's history recorded and prints
+    the allocations live at the step's peak (of those the step made: what
+    was allocated before it, the weights, is not in the history), largest
+    first, each with its innermost frame in tuned's, transformers' or
+    Liger's code."""
+    torch.cuda.memory._record_memory_history(max_entries=500000)
+    m.zero_grad(set_to_none=True)
+    m(input_ids=ids, labels=ids).loss.backward()
+    torch.cuda.synchronize()
+    snap = torch.cuda.memory._snapshot()
+    torch.cuda.memory._record_memory_history(enabled=None)
+    best, at_peak = peak_of(snap["device_traces"][torch.cuda.current_device()])
+
+    def where(ev):
+        frames = ev.get("frames") or []
+        mine = [f for f in frames if any(k in f["filename"] for k in
+                                         ("tuned/", "transformers/", "liger_kernel/"))]
+        f = (mine or frames or [{"filename": "?", "line": 0, "name": "?"}])[0]
+        return f"{f['filename'].rsplit('/', 2)[-2:]}:{f['line']} {f['name']}"
+
+    print(f"  peak of the step's own allocations: {best / 2**20:.1f} MiB, "
+          f"{len(at_peak)} live; the largest:")
+    for ev in sorted(at_peak.values(), key=lambda e: -e["size"])[:top]:
+        print(f"    {ev['size'] / 2**20:9.1f} MiB  {where(ev)}")
+
+
 def run(name, patch, args):
     if args.only and not any(name == o.strip() for o in args.only.split(",")):
         return None
@@ -61,6 +106,9 @@ def run(name, patch, args):
         if i >= 3:
             times.append(a.elapsed_time(b))
     peak = torch.cuda.max_memory_allocated() / 2**30
+    if args.peak == name:
+        print(f"{name}: allocations live at the peak", flush=True)
+        peak_live(m, ids)
     loss = out.loss.item()
     del m, out
     torch.cuda.empty_cache()
@@ -78,6 +126,10 @@ def main():
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--only", default="",
                     help="comma-separated names of the losses to run (default: all)")
+    ap.add_argument("--blocks", default="4096/32,2048/16,512/4",
+                    help="tuned linear's vocabulary-block settings, ROWS/SPLITS,...")
+    ap.add_argument("--peak", default="",
+                    help="a loss's name: print the allocations live at its step's peak")
     args = ap.parse_args()
     import tuned.integrations.transformers as tt
     rows = [run("transformers", lambda m: None, args)]
@@ -87,7 +139,8 @@ def main():
     # a time, each block as large as Liger's chunk (its rows x V: 128 rows
     # here), so that d weight's GEMM sums over the chunk's many rows (all
     # of them at 4096/32: each block's d weight written once)
-    for rows_, splits in ((4096, 32), (2048, 16), (512, 4)):
+    for rows_, splits in (tuple(int(v) for v in b.split("/")) for b in args.blocks.split(",")
+                          if b):
         rows.append(run(f"tuned linear {rows_}/{splits}",
                         lambda m, r=rows_, s=splits: tt.apply(m, linear=True, chunk_rows=r,
                                                               vocab_splits=s), args))
