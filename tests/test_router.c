@@ -304,24 +304,18 @@ static void test_compile(const tuned__nvrtc *n)
         tuned__config c;
         tuned__err e = {0};
         char text[TUNED__CONFIG_TEXT];
-        EXPECT_RC(tuned__config_parse("w4.r32.c1.m1.v4.ld=def.st=def.reg=f32.sel=sort", &c, &e), 0,
-                  &e);
-        tuned__config_format(&c, text, sizeof text);
-        EXPECT(c.sel == TUNED__SEL_SORT &&
-                   strcmp(text, "w4.r32.c1.m1.v4.ld=def.st=def.reg=f32.sel=sort") == 0,
-               "sel=sort round trip: %s", text);
-        EXPECT_RC(tuned__config_parse("w4.r32.c1.m1.v4.ld=def.st=def.reg=f32.sel=short", &c, &e),
-                  0, &e);
-        tuned__config_format(&c, text, sizeof text);
-        EXPECT(c.sel == TUNED__SEL_SHORT &&
-                   strcmp(text, "w4.r32.c1.m1.v4.ld=def.st=def.reg=f32.sel=short") == 0,
-               "sel=short round trip: %s", text);
-        EXPECT_RC(tuned__config_parse("w4.r16.c1.m1.v4.ld=def.st=def.reg=f32.sel=net", &c, &e), 0,
-                  &e);
-        tuned__config_format(&c, text, sizeof text);
-        EXPECT(c.sel == TUNED__SEL_NET &&
-                   strcmp(text, "w4.r16.c1.m1.v4.ld=def.st=def.reg=f32.sel=net") == 0,
-               "sel=net round trip: %s", text);
+        static const struct {
+            const char *text;
+            unsigned sel;
+        } named[] = {{"w4.r32.c1.m1.v4.ld=def.st=def.reg=f32.sel=sort", TUNED__SEL_SORT},
+                     {"w4.r32.c1.m1.v4.ld=def.st=def.reg=f32.sel=short", TUNED__SEL_SHORT},
+                     {"w4.r16.c1.m1.v4.ld=def.st=def.reg=f32.sel=net", TUNED__SEL_NET}};
+        for (size_t i = 0; i < sizeof named / sizeof named[0]; i++) {
+            EXPECT_RC(tuned__config_parse(named[i].text, &c, &e), 0, &e);
+            tuned__config_format(&c, text, sizeof text);
+            EXPECT(c.sel == named[i].sel && strcmp(text, named[i].text) == 0,
+                   "%s round trip: %s", named[i].text, text);
+        }
         EXPECT(tuned__config_parse("w4.r32.c1.m1.v4.ld=def.st=def.reg=f32.sel=scan", &c, &e) == 0 &&
                    tuned__config_parse_canonical("w4.r32.c1.m1.v4.ld=def.st=def.reg=f32.sel=scan",
                                                  TUNED_EINVAL, &c, &e) == TUNED_EINVAL,

@@ -118,10 +118,17 @@
  * us if the warps overlap as the copy's do. Reruns: a row holding two
  * equal largest keys, or a thread of TPR 8 holding 5 of the 8 (0.6% of
  * random rows, 2.3% of warps). TPR 16 and TPR 32 T_SEL 3 issue 275 and
- * 312 a row: more threads a row repeat the per-row work. With a bias and groups (16384 x 256
- * bf16, sigmoid, 8 groups keep 4, k 8) 31 us (TPR 8, T_SEL 1), the copy
- * 4.3 us: the per-thread sort of 32 held keys and the group scans are
- * what to make cheaper next.
+ * 312 a row: more threads a row repeat the per-row work. Measured since
+ * (H200, a 6 s tune a key, every variant checked first): at 16384 x 128
+ * k 8 the search kept T_SEL 2 at TPR 32 (11.4 us in the tune, 10.5 in
+ * the router bench), so the 3.5 to 4 us of the model did not appear: the
+ * model counts issue slots only, not the registers (91 at TPR 8) nor the
+ * latency of a warp's chain; T_SEL 3 won E60k4, E160k6 and E384k8 at
+ * 4096 to 16384 tokens (6.3, 11.0, 23.8 us at 16384) and E384k8 at one
+ * token (4.6 us under graph replay, 5.3 before). With a bias and groups
+ * (16384 x 256 bf16, sigmoid, 8 groups keep 4, k 8) 31 us (TPR 8, T_SEL
+ * 1), the copy 4.3 us: the per-thread sort of 32 held keys and the group
+ * scans are what to make cheaper next.
  *
  * Variants (codegen prepends the defines, then softmax_common.cu, which
  * this file follows; it is compiled with no other part):
@@ -595,25 +602,14 @@ __device__ __forceinline__ float router_log_score(float x)
 }
 
 /* The renormalisation's terms: q_i = t(x_i) / sum_m t(x_m), t(x) = s(x)
- * e^-R, R from the largest chosen logit top (router_renorm_ref), so the
- * largest term is 1 (sigmoid: 1/2 to 1) and none overflows or underflows
- * where the scores do. Softmax and sqrt-softplus: t = exp(l - l(top)), l
- * the log-score. Sigmoid: s(x) = e^min(x, 0) / (1 + e^-|x|), so t =
+ * e^-R, R = lead(top) from the largest chosen logit top, so the largest
+ * term is 1 (sigmoid: 1/2 to 1) and none overflows or underflows where
+ * the scores do. Softmax and sqrt-softplus: t = exp(l - l(top)), l the
+ * log-score. Sigmoid: s(x) = e^min(x, 0) / (1 + e^-|x|), so t =
  * e^(min(x, 0) - min(top, 0)) / (1 + e^-|x|): the same number as exp(l -
  * l(top)) with no log1pf (two in series after the last round) and every
- * denominator known as soon as its round's winner is. */
-__device__ __forceinline__ float router_renorm_ref(float top)
-{
-#if T_SCORE == 0
-    return top;
-#elif T_SCORE == 1
-    return fminf(top, 0.0f);
-#else
-    return router_log_score(top);
-#endif
-}
-
-/* A term's two parts that need not wait for top: t = exp(lead - ref) tail. */
+ * denominator known as soon as its round's winner is. A term's two parts
+ * need not wait for top: t = exp(lead(x) - lead(top)) tail(x). */
 __device__ __forceinline__ float router_renorm_lead(float x)
 {
 #if T_SCORE == 0
@@ -1034,7 +1030,8 @@ __device__ __forceinline__ bool router_select(RouterChoice &ch, const int (&keys
 
 __device__ __forceinline__ long long rt_net_entry(int key, int e)
 {
-    return (long long)(((unsigned long long)(unsigned)key << 32) | (RT_NET_LO - (unsigned)rt_off(e)));
+    const unsigned long long hi = (unsigned long long)(unsigned)key << 32;
+    return (long long)(hi | (RT_NET_LO - (unsigned)rt_off(e)));
 }
 
 /* a before b: the larger entry first. One setp and its selects in PTX:
@@ -1240,7 +1237,7 @@ __device__ __forceinline__ void router_store(const RouterChoice &ch, const Route
     float w[RT_SLOTS];
     float part = 0.0f;
 #if T_RENORM
-    const float ref = router_renorm_ref(ch.max_x);
+    const float ref = router_renorm_lead(ch.max_x);
 #endif
 #pragma unroll
     for (int s = 0; s < RT_SLOTS; s++) {
