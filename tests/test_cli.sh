@@ -38,6 +38,9 @@ expect_bad 2 --shape 4096x32000 --kernel
 expect_bad 2 --shape 4096x32000 --budget 0
 expect_bad 2 --shape 4096x32000 --time -3
 expect_bad 2 --shape 4096x32000 --seed x
+expect_bad 2 --shape 4096x32000 --try w8.r1.bogus
+nine=(); for i in 1 2 3 4 5 6 7 8 9; do nine+=(--try w8.r1.c1.m1.v8.ld=def.st=def.reg=f32); done
+expect_bad 2 --shape 4096x32000 "${nine[@]}"
 expect_bad 2 --shape 4096x32000 --device -1
 expect_bad 2 --shape 4096x32000 --frobnicate
 expect_bad 2 --shape

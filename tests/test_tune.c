@@ -36,6 +36,7 @@ typedef struct synthetic {
     /* A race the search's one check misses: a config evaluated again (as
      * only the finalists' rounds do) computes a wrong result. */
     bool wrong_again;
+    bool record; /* every config evaluated kept in order in evaluated[] */
     tuned__config evaluated[1024];
     size_t nevaluated;
 } synthetic;
@@ -77,6 +78,8 @@ static int run(void *ctx, const tuned__config *cfgs, size_t n, tuned__eval_resul
         s->calls++;
         if (s->space != NULL && !tuned__space_valid(s->space, &cfgs[i], NULL, 0))
             s->outside++;
+        if (s->record && s->nevaluated < sizeof s->evaluated / sizeof s->evaluated[0])
+            s->evaluated[s->nevaluated++] = cfgs[i];
         if (s->wrong_again && evaluated_before(s, &cfgs[i])) {
             out[i].status = TUNED__EVAL_WRONG;
             snprintf(out[i].detail, sizeof out[i].detail, "3 elements wrong (planted race)");
@@ -419,6 +422,43 @@ int main(void)
             wrong += page[i].status == TUNED__HIST_WRONG;
         EXPECT(wrong >= 2, "the finalists' failures in the history: %zu of %zu entries wrong",
                wrong, n);
+    }
+
+    /* The configs to try first: measured in the first batch, before the
+     * search's own seeds, on a fresh key (no history, no warm seed of its
+     * own shape); one outside the space stops the tune before anything is
+     * measured, naming the config. */
+    {
+        static synthetic tried = {.record = true};
+        tuned__tune_backend tb = {.run = run, .ctx = &tried, .copy_us = 90.0};
+        tuned__tune_request tr = r;
+        tr.shape.cols = 6144;
+        tr.search.budget = 30;
+        const char *texts[] = {"w32.r1.c1.m1.v2.ld=cs.st=cs.reg=f32",
+                               "w1.r2.c1.m2.v8.ld=nc.st=def.reg=pk"};
+        for (size_t i = 0; i < 2; i++)
+            EXPECT(tuned__config_parse(texts[i], &tr.tries[i], &e) == 0, "%s", e.msg);
+        tr.ntries = 2;
+        tuned__tune_outcome to;
+        tuned__err te = {0};
+        EXPECT(tuned__tune_on(&tb, &g, &tr, NULL, NULL, &to, &te) == 0, "tries: %s", te.msg);
+        EXPECT(tried.nevaluated >= 2 && tuned__config_equal(&tried.evaluated[0], &tr.tries[0]) &&
+                   tuned__config_equal(&tried.evaluated[1], &tr.tries[1]),
+               "the configs to try were not measured first (%zu measured)", tried.nevaluated);
+        EXPECT(history_has(st, &g, &tr.shape, texts[0]) && history_has(st, &g, &tr.shape, texts[1]),
+               "the configs to try are not in the history");
+        size_t before = tried.calls;
+        tr.shape.cols = 5120;
+        EXPECT(tuned__config_parse("w8.r1.c1.m1.v8.ld=def.st=def.reg=f32.sel=sort", &tr.tries[0],
+                                   &e) == 0,
+               "%s", e.msg);
+        tr.ntries = 1;
+        te = (tuned__err){0};
+        EXPECT(tuned__tune_on(&tb, &g, &tr, NULL, NULL, &to, &te) == TUNED_EINVAL &&
+                   strstr(te.msg, "sel=sort") != NULL && strstr(te.msg, "to try first") != NULL &&
+                   tried.calls == before,
+               "a config outside the space tried: %s (%zu measured)", te.msg,
+               tried.calls - before);
     }
 
     /* A fatal error stops the tune; what was measured before it is kept. */

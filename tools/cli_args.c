@@ -22,7 +22,7 @@ enum {
     OPT_EXHAUSTIVE, OPT_TRACE, OPT_RETUNE, OPT_POPULATION, OPT_COPIES, OPT_MIN_GAIN, OPT_SOCKET,
     OPT_LISTEN, OPT_GROUP, OPT_LIMIT, OPT_JSON, OPT_FORCE, OPT_FIX, OPT_DRY_RUN, OPT_GPU, OPT_DAYS,
     OPT_EFFORT, OPT_PROGRESS, OPT_SKIP_STORE, OPT_REMOTE, OPT_REMOTE_CREDENTIALS, OPT_KERNEL,
-    OPT_RETUNE_COMPATIBLE, OPT_PRIORITY,
+    OPT_RETUNE_COMPATIBLE, OPT_PRIORITY, OPT_TRY,
     OPT_QUIET = 'q', OPT_HELP = 'h',
 };
 
@@ -78,6 +78,7 @@ static const cli_option options[] = {
     {"min-gain", true, OPT_MIN_GAIN, "F", T,
      "stop after two generations in a row gain less than F (default 0.002)"},
     {"exhaustive", false, OPT_EXHAUSTIVE, NULL, T, "evaluate every valid variant (within --budget and --time)"},
+    {"try", true, OPT_TRY, "CONFIG", T, "measure CONFIG (a config text, as tuned list prints) first: a variant the search might not draw; repeatable, up to 8"},
     {"retune", false, OPT_RETUNE, NULL, T,
      "tune again although a winner is stored (compiled variants are reused);\n"
      "without it a stored winner is printed (default: $TUNED_RETUNE)"},
@@ -491,6 +492,16 @@ int cli_parse(int argc, char **argv, cli_opts *o)
             break;
         case OPT_QUIET: o->quiet = true; break;
         case OPT_EXHAUSTIVE: o->request.search.exhaustive = true; break;
+        case OPT_TRY: {
+            tuned__err pe = {0};
+            if (o->request.ntries == TUNED__TUNE_MAX_TRIES)
+                return bad("--try %s: at most %d configs to try first", optarg,
+                           TUNED__TUNE_MAX_TRIES);
+            if (tuned__config_parse(optarg, &o->request.tries[o->request.ntries], &pe) != 0)
+                return bad("--try %s: %s", optarg, pe.msg);
+            o->request.ntries++;
+            break;
+        }
         case OPT_RETUNE: o->request.retune = true; break;
         case OPT_SKIP_STORE: o->skip_store = true; break;
         case OPT_POPULATION:

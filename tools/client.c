@@ -227,10 +227,10 @@ int cli_daemon_tune(const cli_opts *o)
     tuned__search_opts_default(&def);
     const tuned__search_opts *so = &o->request.search;
     if (so->exhaustive || o->trace != NULL || so->copies != def.copies ||
-        so->min_gain != def.min_gain) {
+        so->min_gain != def.min_gain || o->request.ntries > 0) {
         client_close(&c);
-        fprintf(stderr, "tuned: --exhaustive, --trace, --copies and --min-gain tune locally: a "
-                        "daemon runs, so pass --db to bypass it\n");
+        fprintf(stderr, "tuned: --exhaustive, --trace, --copies, --min-gain and --try tune "
+                        "locally: a daemon runs, so pass --db to bypass it\n");
         return CLI_USAGE;
     }
     if (so->seed > INT64_MAX) { /* the protocol's seeds are JSON integers */

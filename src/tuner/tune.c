@@ -482,6 +482,30 @@ int tuned__tune_on(const tuned__tune_backend *b, const tuned__gpu *gpu,
             out->warm_seeds = warm.n;
         }
     }
+    /* The caller's tries first, then the warm seeds. */
+    tuned__config seeds[TUNED__TUNE_MAX_TRIES + WARM_SEEDS];
+    size_t nseeds = 0;
+    for (size_t i = 0; i < r->ntries && i < TUNED__TUNE_MAX_TRIES; i++) {
+        char why[200] = "", text[TUNED__CONFIG_TEXT];
+        if (!tuned__space_valid(&sp, &r->tries[i], why, sizeof why)) {
+            tuned__config_format(&r->tries[i], text, sizeof text);
+            free(prior);
+            tuned__space_free(&sp);
+            return tuned__errf(e, TUNED_EINVAL,
+                               "%s %llux%llu %s: the config to try first, %s, is not in its "
+                               "space on this GPU: %s", tuned__kernel_name(r->shape.kernel),
+                               (unsigned long long)r->shape.rows,
+                               (unsigned long long)r->shape.cols,
+                               tuned_dtype_name(r->shape.dtype), text, why);
+        }
+        seeds[nseeds++] = r->tries[i];
+    }
+    if (nseeds > 0) {
+        for (size_t i = 0; i < so.nseeds; i++)
+            seeds[nseeds++] = so.seeds[i];
+        so.seeds = seeds;
+        so.nseeds = nseeds;
+    }
     if (progress != NULL) {
         tuned__tune_progress tp = {.gpu = &out->gpu, .copy_us = out->copy_us, .search = NULL};
         progress(ctx, &tp);

@@ -13,6 +13,9 @@
 #define TUNED__FINALIST_ROUNDS_DEFAULT 3
 #define TUNED__FINALIST_ROUNDS_MAX 8
 
+/* Most configs a request may ask to be measured first. */
+#define TUNED__TUNE_MAX_TRIES 8
+
 typedef struct tuned__tune_request {
     tuned__shape shape;
     int device;                 /* GPU ordinal */
@@ -29,6 +32,11 @@ typedef struct tuned__tune_request {
     /* Called with every evaluated variant (may be NULL): for traces. */
     void (*trace)(void *ctx, const tuned__config *c, const tuned__eval_result *r);
     void *trace_ctx;
+    /* Configs measured first, before the warm and heuristic seeds (the
+     * CLI's --try): a variant the search might not draw. Each must lie in
+     * the shape's space on this GPU (TUNED_EINVAL otherwise, naming why). */
+    tuned__config tries[TUNED__TUNE_MAX_TRIES];
+    size_t ntries;
 } tuned__tune_request;
 
 void tuned__tune_request_default(tuned__tune_request *r);
