@@ -356,10 +356,35 @@ static void test_compile(const tuned__nvrtc *n)
     }
 }
 
+/* sel=net at 8 threads a row in blocks of 256 or 512 threads (64
+ * registers, one wave of 16384 rows on 132 SMs), and at 128 (91): the
+ * configs to time first at 16384 x 128 k 8 (tune --try), in the kind's
+ * rules on sm_90. */
+static void test_net_configs(void)
+{
+    static const char *const texts[] = {"w8.r32.c1.m4.v4.ld=def.st=def.reg=f32.sel=net",
+                                        "w16.r64.c1.m2.v4.ld=def.st=def.reg=f32.sel=net",
+                                        "w4.r16.c1.m1.v4.ld=def.st=def.reg=f32.sel=net"};
+    tuned__err e = {0};
+    tuned__shape s = {.dtype = TUNED_FP32, .rows = 16384, .cols = 128,
+                      .kernel = TUNED_KERNEL_ROUTER_TOPK};
+    EXPECT_RC(tuned__params_parse(tuned__kind(TUNED_KERNEL_ROUTER_TOPK), "k=8", &s.params, &e), 0,
+              &e);
+    for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) {
+        tuned__config c;
+        char why[200] = "";
+        EXPECT_RC(tuned__config_parse(texts[i], &c, &e), 0, &e);
+        EXPECT(tuned__config_check(&c, &s, 90, 132, why, sizeof why) &&
+                   tuned__config_threads_per_row(&c) == 8,
+               "%s at 16384x128 k 8: %s", texts[i], why);
+    }
+}
+
 int main(void)
 {
     test_params();
     test_reference();
+    test_net_configs();
     tuned__err e = {0};
     tuned__nvrtc *n = NULL;
     if (tuned__nvrtc_load(&n, &e) != 0) {
