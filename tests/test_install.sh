@@ -103,7 +103,8 @@ value_of() { # a valid value for an option's argument name
     RxC) echo 4x4 ;; D) echo fp16 ;; E) echo quick ;; N) echo 1 ;; S) echo 1 ;; F) echo 0.1 ;;
     FILE) echo "$tmp/trace" ;; PATH) echo "$tmp/p" ;; MODE) echo json ;; NAME) echo x ;;
     A) echo 127.0.0.1:0 ;; G) echo root ;; N=V) echo clients=1 ;; URL) echo redis://127.0.0.1 ;;
-    C) echo env:X ;; KERNEL) echo softmax_bwd ;; PRIORITY) echo normal ;; *) echo "?" ;;
+    C) echo env:X ;; KERNEL) echo softmax_bwd ;; PRIORITY) echo normal ;;
+    CONFIG) echo w8.r1.c1.m1.v8.ld=def.st=def.reg=f32 ;; *) echo "?" ;;
     esac
 }
 "$tuned" --help >"$tmp/help.all" || fail "tuned --help"
