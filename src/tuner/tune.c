@@ -457,6 +457,24 @@ int tuned__tune_on(const tuned__tune_backend *b, const tuned__gpu *gpu,
     int rc = tuned__space_init(&sp, &r->shape, gpu->cc_major * 10 + gpu->cc_minor, gpu->sm_count, e);
     if (rc != 0)
         return rc;
+    /* The caller's tries are checked before the store is read: one outside
+     * the space ends the tune having measured and read nothing. */
+    tuned__config seeds[TUNED__TUNE_MAX_TRIES + WARM_SEEDS];
+    size_t nseeds = 0;
+    for (size_t i = 0; i < r->ntries && i < TUNED__TUNE_MAX_TRIES; i++) {
+        char why[200] = "", text[TUNED__CONFIG_TEXT];
+        if (!tuned__space_valid(&sp, &r->tries[i], why, sizeof why)) {
+            tuned__config_format(&r->tries[i], text, sizeof text);
+            tuned__space_free(&sp);
+            return tuned__errf(e, TUNED_EINVAL,
+                               "%s %llux%llu %s: the config to try first, %s, is not in its "
+                               "space on this GPU: %s", tuned__kernel_name(r->shape.kernel),
+                               (unsigned long long)r->shape.rows,
+                               (unsigned long long)r->shape.cols,
+                               tuned_dtype_name(r->shape.dtype), text, why);
+        }
+        seeds[nseeds++] = r->tries[i];
+    }
     tune_ctx t = {.backend = b, .request = r, .progress = progress, .user = ctx,
                   .gpu = &out->gpu, .copy_us = b->copy_us};
     tuned__tune_key(gpu, &r->shape, &t.key);
@@ -483,23 +501,6 @@ int tuned__tune_on(const tuned__tune_backend *b, const tuned__gpu *gpu,
         }
     }
     /* The caller's tries first, then the warm seeds. */
-    tuned__config seeds[TUNED__TUNE_MAX_TRIES + WARM_SEEDS];
-    size_t nseeds = 0;
-    for (size_t i = 0; i < r->ntries && i < TUNED__TUNE_MAX_TRIES; i++) {
-        char why[200] = "", text[TUNED__CONFIG_TEXT];
-        if (!tuned__space_valid(&sp, &r->tries[i], why, sizeof why)) {
-            tuned__config_format(&r->tries[i], text, sizeof text);
-            free(prior);
-            tuned__space_free(&sp);
-            return tuned__errf(e, TUNED_EINVAL,
-                               "%s %llux%llu %s: the config to try first, %s, is not in its "
-                               "space on this GPU: %s", tuned__kernel_name(r->shape.kernel),
-                               (unsigned long long)r->shape.rows,
-                               (unsigned long long)r->shape.cols,
-                               tuned_dtype_name(r->shape.dtype), text, why);
-        }
-        seeds[nseeds++] = r->tries[i];
-    }
     if (nseeds > 0) {
         for (size_t i = 0; i < so.nseeds; i++)
             seeds[nseeds++] = so.seeds[i];

@@ -131,9 +131,8 @@ def rescale(grad, factor):
 def loss(x, labels, scale, smoothing, z_loss, ignore_index, softcap=0.0, argmax=None,
          lse_lo=False):
     """tuned_cross_entropy without a gradient over rows x (R, V): (loss,
-    lse), fp32 per row, or None; with lse_lo (loss, lse, the lse's low
-    part), the last two for a backward. Allocations apart, not views of
-    one: the loss is returned to the user, who may change it in place
+    lse, the lse's low part), fp32 per row, the last None unless lse_lo
+    (a backward's); or None. Allocations apart, not views of one: the loss is returned to the user, who may change it in place
     (autograd refuses that on a view a Function returned), and the others
     are saved."""
     st = _call_state(x)
@@ -152,9 +151,7 @@ def loss(x, labels, scale, smoothing, z_loss, ignore_index, softcap=0.0, argmax=
     rc = lib.tuned_cross_entropy(h, x.data_ptr(), labels.data_ptr(), None, loss_rows.data_ptr(),
                                  lse.data_ptr(), rows, cols, x.stride(0), dt, ctypes.byref(o),
                                  stream)
-    if rc != 0:
-        return None
-    return (loss_rows, lse) if lo is None else (loss_rows, lse, lo)
+    return (loss_rows, lse, lo) if rc == 0 else None
 
 
 def backward(x, labels, lse, grad_output, scale, smoothing, z_loss, ignore_index, softcap=0.0,

@@ -635,8 +635,7 @@ class _CrossEntropyFn(torch.autograd.Function):
                  if ops is _DIRECT and x.dim() == 2 else None)
             if r is not None:
                 ctx.direct = True
-                loss, lse = r[:2]
-                lse_lo = r[2] if len(r) > 2 else None
+                loss, lse, lse_lo = r
             else:
                 argmax = None
                 loss, lse, lse_lo = ops.loss(x, labels, scale, smoothing, z_loss, ignore_index,
