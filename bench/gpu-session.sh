@@ -63,7 +63,13 @@
 #              tune   router_topk tuned (ROUTER_TUNE_TIME seconds, 5) for
 #                     bench/router_bench.py's routers at 64 and 16384
 #                     tokens (others take the nearest winner of their
-#                     key parameters), and router_topk_bwd at 16384
+#                     key parameters), and router_topk_bwd at 16384;
+#                     ROUTER_TUNE_KEYS and ROUTER_TUNE_ROWS choose the keys
+#                     and rows, ROUTER_TUNE_ARGS adds options to each forward
+#                     tune (--try CONFIG, --trace FILE), ROUTER_BWD=0 leaves
+#                     the backward out
+#              ncu    Nsight Compute on one launch of each of
+#                     ROUTER_NCU_CONFIGS at ROUTER_NCU_SHAPE (16384x128:k=8)
 #              test   tests/python/test_router.py on the GPU (transformers'
 #                     routers, rules, gradients, opcheck, compile, graphs)
 #              bench  bench/router_bench.py (ROUTER_BENCH_ARGS)
@@ -233,13 +239,14 @@ router)
                     (( SECONDS - t0 > 480 )) && continue
                     timeout 120 build/tuned tune --kernel router_topk \
                         --shape "${rows}x${spec}" --dtype "${ROUTER_DTYPE:-fp32}" \
-                        --time "${ROUTER_TUNE_TIME:-5}" --db "$db" --json \
+                        --time "${ROUTER_TUNE_TIME:-5}" --db "$db" --json ${ROUTER_TUNE_ARGS:-} \
                         >>"$out/tunes.jsonl" 2>>"$out/tunes.log" ||
                         echo "{\"kernel\": \"router_topk\", \"spec\": \"${rows}x$spec\", \"failed\": true}" \
                             >>"$out/tunes.jsonl"
                 done
             done
             for spec in 128:k=8 256:k=8,score=sigmoid,renorm=1; do
+                [[ "${ROUTER_BWD:-1}" == 0 ]] && continue
                 timeout 120 build/tuned tune --kernel router_topk_bwd --shape "16384x$spec" \
                     --dtype "${ROUTER_DTYPE:-fp32}" --time "${ROUTER_TUNE_TIME:-5}" --db "$db" \
                     --json >>"$out/tunes.jsonl" 2>>"$out/tunes.log" ||
@@ -248,6 +255,29 @@ router)
             done
             build/tuned list --db "$db" >"$out/list.txt" 2>&1
             grep -c '"failed"' "$out/tunes.jsonl" | sed 's/^/tunes failed: /'
+            ;;
+        ncu)
+            # One timed launch of each of ROUTER_NCU_CONFIGS at ROUTER_NCU_SHAPE
+            # under Nsight Compute (the tune checks the variant first; the
+            # launches skipped are its check and warm-up).
+            ncu_bin="$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n 1)"
+            for cfg in ${ROUTER_NCU_CONFIGS:-}; do
+                [[ -n "$ncu_bin" ]] || { echo "ncu: none on this machine"; break; }
+                report="$out/ncu-${cfg//[:=]/_}.txt"
+                timeout 120 "$ncu_bin" --cache-control all --clock-control none \
+                    -k regex:'^tuned_router_topk$' --launch-skip 6 --launch-count 1 \
+                    --section SpeedOfLight --section Occupancy --section LaunchStats \
+                    --section WarpStateStats --section ComputeWorkloadAnalysis --page details \
+                    --metrics smsp__inst_executed.sum,'regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio' \
+                    build/tuned tune --kernel router_topk --shape "${ROUTER_NCU_SHAPE:-16384x128:k=8}" \
+                    --dtype "${ROUTER_DTYPE:-fp32}" --skip-store --try "$cfg" --budget 1 --time 3 \
+                    >"$report" 2>&1
+                {
+                    echo "== $cfg"
+                    grep -E "^\s+(Duration|DRAM Throughput|Achieved Occupancy|Theoretical Occupancy|Registers Per Thread|Waves Per SM|Warp Cycles Per Issued Instruction|Issue Slots Busy|Executed Ipc Active|smsp__inst_executed.sum)\b" "$report"
+                    grep -E "smsp__average_warps_issue_stalled_" "$report" | sort -k3 -g -r | head -n 5
+                } | tee -a "$out/ncu.txt"
+            done
             ;;
         test)
             timeout 300 python3 tests/python/test_router.py build/libtuned.so.0 . \
