@@ -52,6 +52,7 @@
 #              overhead  bench/ce_overhead.py: the host's time a call
 #              lce-test  tests/python/test_linear_cross_entropy.py (CUDA too)
 #              linear    bench/linear_ce_bench.py: the 8B-scale loss block
+#                        (LINEAR_ARGS: its options)
 #              lce-tune  bench/lce_tune.sh: linear_cross_entropy's chunk tuned
 #              lce-profile  bench/lce_profile.py: its kernels by CUDA time
 #              features  bench/ce_features_gpu.py: softcap and argmax
@@ -362,7 +363,7 @@ cross-entropy)
             echo "lce-test: exit $?: $(tail -n 1 "$out/lce_test.log")"
             ;;
         linear)
-            timeout 300 python3 bench/linear_ce_bench.py >"$out/linear.log" 2>&1
+            timeout 300 python3 bench/linear_ce_bench.py ${LINEAR_ARGS:-} >"$out/linear.log" 2>&1
             echo "linear: exit $?"
             ;;
         features)  # the in-kernel softcap and argmax, checked and timed (bench/ce_features_gpu.py)

@@ -16,6 +16,8 @@ Shape: tokens x hidden @ (vocabulary x hidden).T, bf16 (default the
                  a chunk holds S times the rows in the same memory
   tuned_linear_N the same with chunks of N rows given (several N: what
                  the tuner chooses among, measured here by hand)
+  tuned_linear_R/S  chunks of R rows, each in S vocabulary blocks (--blocks
+                 R/S,...): R x V/S logits held, d weight summed over R rows
   liger_flce     Liger's LigerFusedLinearCrossEntropyFunction
   cce            Apple's Cut Cross-Entropy (cut_cross_entropy)
 Each: the median time (us) of CUDA events after warm-up with L2 flushed,
@@ -24,6 +26,7 @@ float64-accumulated reference (the logits in fp32 from the same bf16
 GEMM). A short table comes last.
 
     python3 bench/linear_ce_bench.py [--tokens 8192 --hidden 4096 --vocab 128256] [--reps 10]
+                                     [--chunks N,...] [--splits S,...] [--blocks R/S,...]
 
 Needs a CUDA GPU, torch, tuned on PYTHONPATH (TUNED_LIBRARY, and TUNED_DB
 with cross_entropy's record for the chunk shapes, else the default
@@ -47,6 +50,7 @@ def main():
     ap.add_argument("--vocab", type=int, default=128256)
     ap.add_argument("--chunks", default="256,512,1024,4096")
     ap.add_argument("--splits", default="2,4")
+    ap.add_argument("--blocks", default="")
     ap.add_argument("--reps", type=int, default=10)
     args = ap.parse_args()
     n, h, v = args.tokens, args.hidden, args.vocab
@@ -75,9 +79,13 @@ def main():
         methods[f"tuned_linear_64MiB_v{sp}"] = (
             lambda x, w, sp=sp: tuned.linear_cross_entropy(x, w, y, max_chunk_bytes=64 << 20,
                                                            vocab_splits=sp))
-    for c in (int(s) for s in args.chunks.split(",")):
+    for c in (int(s) for s in args.chunks.split(",") if s):
         methods[f"tuned_linear_{c}"] = (
             lambda x, w, c=c: tuned.linear_cross_entropy(x, w, y, chunk_rows=c))
+    for r, sp in (tuple(int(v) for v in b.split("/")) for b in args.blocks.split(",") if b):
+        methods[f"tuned_linear_{r}/{sp}"] = (
+            lambda x, w, r=r, sp=sp: tuned.linear_cross_entropy(x, w, y, chunk_rows=r,
+                                                                vocab_splits=sp))
     try:
         from liger_kernel.ops.fused_linear_cross_entropy import (
             LigerFusedLinearCrossEntropyFunction as Flce)
