@@ -11,12 +11,12 @@ Cross-Entropy through the same hook (its linear_cross_entropy in place of
 tuned's), then Liger's cross-entropy and Liger's fused linear
 cross-entropy (last: Liger patches transformers' classes). Prints each
 step's median time over --steps after warm-up, and its peak memory; a
-short table last. --peak NAME then records one more step of that loss
-with the allocator's history and prints the allocations live at its peak
+short table last. --peak NAME,... records the allocator's history over
+those losses' timed steps and prints the allocations live at their peak
 (where a peak's memory goes).
 
     python3 bench/train_step.py [--layers 16] [--seq 2048] [--batch 2] [--steps 10]
-                                [--only NAME,NAME...] [--blocks R/S,...] [--peak NAME]
+                                [--only NAME,NAME...] [--blocks R/S,...] [--peak NAME,...]
 
 Needs a CUDA GPU, torch, transformers, and for its column liger_kernel;
 tuned's package on PYTHONPATH with libtuned (TUNED_LIBRARY) and a store
@@ -58,19 +58,12 @@ def peak_of(trace):
     return best, at_peak
 
 
-def peak_live(m, ids, top=15):
-    """Runs one step of m with the caching allocator's history recorded and prints
-    the allocations live at the step's peak (of those the step made: what
-    was allocated before it, the weights, is not in the history), largest
-    first, each with its innermost frame in tuned's, transformers' or
-    Liger's code."""
-    torch.cuda.memory._record_memory_history(max_entries=500000)
-    m.zero_grad(set_to_none=True)
-    m(input_ids=ids, labels=ids).loss.backward()
-    torch.cuda.synchronize()
-    snap = torch.cuda.memory._snapshot()
-    torch.cuda.memory._record_memory_history(enabled=None)
-    best, at_peak = peak_of(snap["device_traces"][torch.cuda.current_device()])
+def peak_live(trace, top=15):
+    """Prints the allocations live at the peak of an allocator trace (the
+    steps' own: what was allocated before the history began, the weights,
+    is not in it), largest first, each with its innermost frame in tuned's,
+    transformers' or Liger's code."""
+    best, at_peak = peak_of(trace)
 
     def where(ev):
         frames = ev.get("frames") or []
@@ -79,7 +72,7 @@ def peak_live(m, ids, top=15):
         f = (mine or frames or [{"filename": "?", "line": 0, "name": "?"}])[0]
         return f"{f['filename'].rsplit('/', 2)[-2:]}:{f['line']} {f['name']}"
 
-    print(f"  peak of the step's own allocations: {best / 2**20:.1f} MiB, "
+    print(f"  peak of the steps' own allocations: {best / 2**20:.1f} MiB, "
           f"{len(at_peak)} live; the largest:")
     for ev in sorted(at_peak.values(), key=lambda e: -e["size"])[:top]:
         print(f"    {ev['size'] / 2**20:9.1f} MiB  {where(ev)}")
@@ -91,12 +84,18 @@ def run(name, patch, args):
     m = build(args.layers)
     patch(m)
     ids = torch.randint(0, 128256, (args.batch, args.seq), device="cuda")
+    traced = name in (p.strip() for p in args.peak.split(","))
     times = []
     for i in range(args.steps + 3):
         m.zero_grad(set_to_none=True)
         torch.cuda.synchronize()
         if i == 3:
             torch.cuda.reset_peak_memory_stats()
+            if traced:
+                # the timed steps' history, so that the peak found is the
+                # one max_memory_allocated reports (the timing then
+                # includes the recording's cost)
+                torch.cuda.memory._record_memory_history(max_entries=2000000)
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         a.record()
         out = m(input_ids=ids, labels=ids)
@@ -106,9 +105,13 @@ def run(name, patch, args):
         if i >= 3:
             times.append(a.elapsed_time(b))
     peak = torch.cuda.max_memory_allocated() / 2**30
-    if args.peak == name:
-        print(f"{name}: allocations live at the peak", flush=True)
-        peak_live(m, ids)
+    if traced:
+        snap = torch.cuda.memory._snapshot()
+        torch.cuda.memory._record_memory_history(enabled=None)
+        print(f"{name}: allocations live at the peak ({peak:.2f} GiB in all; "
+              f"the step's time includes the history's recording)", flush=True)
+        peak_live(snap["device_traces"][torch.cuda.current_device()])
+        del snap
     loss = out.loss.item()
     del m, out
     torch.cuda.empty_cache()
@@ -129,7 +132,8 @@ def main():
     ap.add_argument("--blocks", default="4096/32,2048/16,512/4",
                     help="tuned linear's vocabulary-block settings, ROWS/SPLITS,...")
     ap.add_argument("--peak", default="",
-                    help="a loss's name: print the allocations live at its step's peak")
+                    help="losses' names, NAME,...: print the allocations live at the peak of "
+                         "their timed steps")
     args = ap.parse_args()
     import tuned.integrations.transformers as tt
     rows = [run("transformers", lambda m: None, args)]
