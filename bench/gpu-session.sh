@@ -48,6 +48,7 @@
 #                        the staged wheels)
 #              train     bench/train_step.py (TRAIN_ONLY, TRAIN_BLOCKS,
 #                        TRAIN_PEAK: its --only, --blocks and --peak;
+#                        its log train$TRAIN_TAG.log;
 #                        TRAIN_TIMEOUT seconds, 300)
 #              overhead  bench/ce_overhead.py: the host's time a call
 #              lce-test  tests/python/test_linear_cross_entropy.py (CUDA too)
@@ -354,7 +355,7 @@ cross-entropy)
         train)
             timeout "${TRAIN_TIMEOUT:-300}" python3 bench/train_step.py \
                 ${TRAIN_ONLY:+--only "$TRAIN_ONLY"} ${TRAIN_BLOCKS:+--blocks "$TRAIN_BLOCKS"} \
-                ${TRAIN_PEAK:+--peak "$TRAIN_PEAK"} >"$out/train.log" 2>&1
+                ${TRAIN_PEAK:+--peak "$TRAIN_PEAK"} >"$out/train${TRAIN_TAG:-}.log" 2>&1
             echo "train: exit $?"
             ;;
         lce-test)  # tests/python/test_linear_cross_entropy.py: its CUDA cases too
@@ -390,7 +391,7 @@ cross-entropy)
     done
     [[ -f "$out/tunes.jsonl" ]] && python3 bench/ce_tunes_table.py "$out/tunes.jsonl"
     [[ -f "$out/bench.log" ]] && sed -n '/^shape /,$p' "$out/bench.log"
-    [[ -f "$out/train.log" ]] && sed -n '/^loss /,$p' "$out/train.log"
+    [[ -f "$out/train${TRAIN_TAG:-}.log" ]] && sed -n '/^loss /,$p' "$out/train${TRAIN_TAG:-}.log"
     [[ -f "$out/linear.log" ]] && sed -n '/^loss block /,$p' "$out/linear.log"
     ;;
 anchors)

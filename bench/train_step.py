@@ -24,6 +24,7 @@ tuned's package on PYTHONPATH with libtuned (TUNED_LIBRARY) and a store
 vocabulary, bf16), else the first steps run the default config."""
 
 import argparse
+import gc
 import statistics
 import sys
 
@@ -58,7 +59,7 @@ def peak_of(trace):
     return best, at_peak
 
 
-def peak_live(trace, top=15):
+def peak_live(trace, top=25):
     """Prints the allocations live at the peak of an allocator trace (the
     steps' own: what was allocated before the history began, the weights,
     is not in it), largest first, each with its innermost frame in tuned's,
@@ -73,9 +74,13 @@ def peak_live(trace, top=15):
         return f"{f['filename'].rsplit('/', 2)[-2:]}:{f['line']} {f['name']}"
 
     print(f"  peak of the steps' own allocations: {best / 2**20:.1f} MiB, "
-          f"{len(at_peak)} live; the largest:")
-    for ev in sorted(at_peak.values(), key=lambda e: -e["size"])[:top]:
-        print(f"    {ev['size'] / 2**20:9.1f} MiB  {where(ev)}")
+          f"{len(at_peak)} live; by the frame that made them, largest first:")
+    sites = {}
+    for ev in at_peak.values():
+        n, size = sites.get(where(ev), (0, 0))
+        sites[where(ev)] = (n + 1, size + ev["size"])
+    for site, (n, size) in sorted(sites.items(), key=lambda kv: -kv[1][1])[:top]:
+        print(f"    {size / 2**20:9.2f} MiB in {n:3}  {site}")
 
 
 def run(name, patch, args):
@@ -114,6 +119,9 @@ def run(name, patch, args):
         del snap
     loss = out.loss.item()
     del m, out
+    # a model a loss's patch left in a reference cycle is freed here, not
+    # counted in the next loss's peak
+    gc.collect()
     torch.cuda.empty_cache()
     # each loss's line as it ends: a call cut short keeps the ones done
     print(f"{name}: {statistics.median(times):.1f} ms, {peak:.2f} GiB, loss {loss:.4f}",

@@ -47,6 +47,7 @@ keywords."""
 
 import functools
 import types
+import weakref
 
 import torch
 
@@ -112,7 +113,11 @@ class _LinearHead:
     options."""
 
     def __init__(self, head, options):
-        self.head = head
+        # a weak reference: the head's own hook holds this state, and a
+        # strong one back would keep the head (an LM's largest weight and
+        # its gradient) in a reference cycle that outlives the model until
+        # the cyclic collector runs
+        self.head = weakref.ref(head)
         self.options = options
         self.hidden = None
         self.active = False
@@ -138,9 +143,10 @@ class _LinearHead:
             # not this forward's hidden states (evaluation): the logits' loss
             return causal_lm_loss(logits, labels, vocab_size, num_items_in_batch, ignore_index,
                                   shift_labels)
+        head = self.head()
         target = _shift(labels, ignore_index, shift_labels).to(hidden.device)
-        return linear_cross_entropy(hidden, self.head.weight, target,
-                                    bias=getattr(self.head, "bias", None),
+        return linear_cross_entropy(hidden, head.weight, target,
+                                    bias=getattr(head, "bias", None),
                                     ignore_index=ignore_index,
                                     **_reduction(num_items_in_batch, hidden.device),
                                     **self.options)
