@@ -115,7 +115,7 @@ def main():
     print(f"\nloss block {n} tokens x hidden {h} x vocabulary {v}, bf16, forward + backward")
     print(f"{'method':18} {'time_us':>10} {'extra_GB':>9}  loss rel. err")
     for name, t, gb, err in rows:
-        print(f"{name:18} {t:10.1f} {gb:9.2f}  {err}")
+        print(f"{name:18} {t:10.1f} {gb:9.3f}  {err}")
     return 0
 
 

@@ -190,7 +190,7 @@ def main():
         print(f"liger: not available ({exc})")
     print(f"\n{'loss':22} {'step ms':>8} {'peak GiB':>9} {'loss value':>11}")
     for name, ms, peak, loss in (r for r in rows if r is not None):
-        print(f"{name:22} {ms:8.1f} {peak:9.2f} {loss:11.4f}")
+        print(f"{name:22} {ms:8.1f} {peak:9.3f} {loss:11.4f}")
     return 0
 
 

@@ -320,22 +320,37 @@ def _blocks_chunk(h, weight, bias, labels, params, softcap, blocks, buf, ignored
     call returns."""
     scale, eps, z_loss, ignore_index = params
     rows, vocab = h.shape[0], weight.shape[0]
+    nblocks, step = len(blocks) - 1, blocks[1] - blocks[0]
     f32 = dict(dtype=torch.float32, device=h.device)
-    lses = torch.empty((len(blocks) - 1, rows), **f32)
-    x_y = torch.zeros(rows, **f32)
+    lses = torch.empty((nblocks, rows), **f32)
     sum_x = torch.zeros(rows, **f32) if eps != 0.0 else None
+    # Each row's label as (block, column in it), once a chunk: the blocks
+    # are step columns wide but the last (_split_bounds). A block's loop
+    # then costs the host four calls (the GEMM, the loss kernel, the lse's
+    # copy, a gather): with the label's masks made a block, the host's time
+    # passed the block's GEMM at 2048 rows x 8064 columns.
+    valid, bad, _, _ = _label_masks(labels, ignore_index, vocab)
+    ok = valid & ~bad
+    label = torch.where(ok, labels.long(), 0)
+    block_of = torch.div(label, step, rounding_mode="floor").clamp_(max=nblocks - 1)
+    column = (label - block_of * step).unsqueeze(1)
+    column_last = column.clamp(max=blocks[-1] - blocks[-2] - 1)
+    picks = None
     for b, (v0, v1) in enumerate(zip(blocks[:-1], blocks[1:])):
         part = _block(h, weight, bias, softcap, buf, v0, v1)
         z = part.logits
         got = _ce_direct.loss(z, ignored, scale, 0.0, 0.0, ignore_index) if direct else None
         lses[b] = got[1] if got is not None else torch.logsumexp(z.float() * scale, dim=1)
-        _, _, here, safe = _label_masks(labels, ignore_index, v1 - v0, v0, vocab)
-        picked = z.gather(1, safe.unsqueeze(1)).squeeze(1)
-        x_y += torch.where(here, picked.float(), 0.0)
+        if picks is None:
+            picks = torch.empty((nblocks, rows, 1), dtype=z.dtype, device=z.device)
+        # column 0..step-1 of every row: in bounds in any block (the last
+        # block's clamped); only the label's block's pick is kept
+        torch.gather(z, 1, column_last if b == nblocks - 1 else column, out=picks[b])
         if sum_x is not None:
             sum_x += z.sum(1, dtype=torch.float32)
     lse = torch.logsumexp(lses, dim=0)
-    valid, bad, _, _ = _label_masks(labels, ignore_index, vocab)
+    picked = picks.squeeze(2).gather(0, block_of.unsqueeze(0)).squeeze(0)
+    x_y = torch.where(ok, picked.float(), 0.0)
     mean = scale * sum_x / vocab if sum_x is not None else None
     loss, _ = _loss_rows(lse, scale * x_y, mean, eps, z_loss, valid, bad)
     return loss, lse, part

@@ -133,8 +133,11 @@ class _LinearHead:
     def head_pre_hook(self, module, args):
         if not self.active or not args:
             return None
-        self.hidden = args[0]
-        return (args[0][..., :0, :],) + tuple(args[1:])
+        self.hidden = h = args[0]
+        # no rows, in a tensor of its own: a view of h would be saved by the
+        # head's GEMM for a backward that never runs, keeping h's storage
+        # alive with the model's output into the next step's forward
+        return (h.new_empty(h.shape[:-2] + (0, h.shape[-1])),) + tuple(args[1:])
 
     def loss(self, logits, labels, vocab_size, num_items_in_batch=None, ignore_index=-100,
              shift_labels=None, **kwargs):
