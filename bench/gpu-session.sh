@@ -53,7 +53,7 @@
 #              overhead  bench/ce_overhead.py: the host's time a call
 #              lce-test  tests/python/test_linear_cross_entropy.py (CUDA too)
 #              linear    bench/linear_ce_bench.py: the 8B-scale loss block
-#                        (LINEAR_ARGS: its options)
+#                        (LINEAR_ARGS: its options; its log linear$LINEAR_TAG.log)
 #              lce-tune  bench/lce_tune.sh: linear_cross_entropy's chunk tuned
 #              lce-profile  bench/lce_profile.py: its kernels by CUDA time
 #              features  bench/ce_features_gpu.py: softcap and argmax
@@ -364,7 +364,7 @@ cross-entropy)
             echo "lce-test: exit $?: $(tail -n 1 "$out/lce_test.log")"
             ;;
         linear)
-            timeout 300 python3 bench/linear_ce_bench.py ${LINEAR_ARGS:-} >"$out/linear.log" 2>&1
+            timeout 300 python3 bench/linear_ce_bench.py ${LINEAR_ARGS:-} >"$out/linear${LINEAR_TAG:-}.log" 2>&1
             echo "linear: exit $?"
             ;;
         features)  # the in-kernel softcap and argmax, checked and timed (bench/ce_features_gpu.py)
@@ -392,7 +392,7 @@ cross-entropy)
     [[ -f "$out/tunes.jsonl" ]] && python3 bench/ce_tunes_table.py "$out/tunes.jsonl"
     [[ -f "$out/bench.log" ]] && sed -n '/^shape /,$p' "$out/bench.log"
     [[ -f "$out/train${TRAIN_TAG:-}.log" ]] && sed -n '/^loss /,$p' "$out/train${TRAIN_TAG:-}.log"
-    [[ -f "$out/linear.log" ]] && sed -n '/^loss block /,$p' "$out/linear.log"
+    [[ -f "$out/linear${LINEAR_TAG:-}.log" ]] && sed -n '/^loss block /,$p' "$out/linear${LINEAR_TAG:-}.log"
     ;;
 anchors)
     install_wheels >"$out/wheels.log" 2>&1 || { cat "$out/wheels.log"; exit 1; }

@@ -21,6 +21,8 @@ Shape: tokens x hidden @ (vocabulary x hidden).T, bf16 (default the
   liger_flce     Liger's LigerFusedLinearCrossEntropyFunction
   cce            Apple's Cut Cross-Entropy (cut_cross_entropy)
 Each: the median time (us) of CUDA events after warm-up with L2 flushed,
+the host's time to issue the same work (host_us: near the first, the
+method waits on Python and launches),
 the extra peak memory beyond the inputs (GB), and the loss against a
 float64-accumulated reference (the logits in fp32 from the same bf16
 GEMM). A short table comes last.
@@ -34,13 +36,29 @@ config); liger_kernel and cut_cross_entropy for their columns."""
 
 import argparse
 import importlib
+import statistics
 import sys
+import time
 
 import torch
 import torch.nn.functional as F
 
 import tuned
 from cuda_timing import peak_extra, timed
+
+
+def host_us(fn, reps=5):
+    """The host's time to issue fn's work (us, median), the GPU idle at
+    each start: where it nears the GPU's time, the method is bound by the
+    host (Python and launches), not by its kernels."""
+    times = []
+    for _ in range(reps):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1e6)
+    torch.cuda.synchronize()
+    return statistics.median(times)
 
 
 def main():
@@ -107,15 +125,17 @@ def main():
             return loss
         try:
             err = abs(run().item() - ref) / abs(ref)
-            rows.append((name, timed(run, flush, args.reps), peak_extra(run) / 1e9, f"{err:.1e}"))
+            rows.append((name, timed(run, flush, args.reps), host_us(run), peak_extra(run) / 1e9,
+                         f"{err:.1e}"))
         except Exception as exc:  # noqa: BLE001 - reported in the table
-            rows.append((name, float("nan"), float("nan"), f"{type(exc).__name__}: {exc}"[:70]))
+            rows.append((name, float("nan"), float("nan"), float("nan"),
+                         f"{type(exc).__name__}: {exc}"[:70]))
         print(rows[-1], flush=True)
         torch.cuda.empty_cache()
     print(f"\nloss block {n} tokens x hidden {h} x vocabulary {v}, bf16, forward + backward")
-    print(f"{'method':18} {'time_us':>10} {'extra_GB':>9}  loss rel. err")
-    for name, t, gb, err in rows:
-        print(f"{name:18} {t:10.1f} {gb:9.3f}  {err}")
+    print(f"{'method':18} {'time_us':>10} {'host_us':>10} {'extra_GB':>9}  loss rel. err")
+    for name, t, host, gb, err in rows:
+        print(f"{name:18} {t:10.1f} {host:10.1f} {gb:9.3f}  {err}")
     return 0
 
 
