@@ -9,14 +9,16 @@ rows in 16 and 512 rows in 4, --blocks R/S,... to choose: apply(linear=True,
 chunk_rows=R, vocab_splits=S)), Cut
 Cross-Entropy through the same hook (its linear_cross_entropy in place of
 tuned's), then Liger's cross-entropy and Liger's fused linear
-cross-entropy (last: Liger patches transformers' classes). Prints each
-step's median time over --steps after warm-up, and its peak memory; a
-short table last. --peak NAME,... records the allocator's history over
+cross-entropy (Liger patches transformers' classes; they are restored
+after each). Prints each step's median time over --steps after warm-up,
+and its peak memory; a short table last, with --rounds N each round's
+time (the losses run N times in turn, so that drift between them shows). --peak NAME,... records the allocator's history over
 those losses' timed steps and prints the allocations live at their peak
 (where a peak's memory goes).
 
     python3 bench/train_step.py [--layers 16] [--seq 2048] [--batch 2] [--steps 10]
                                 [--only NAME,NAME...] [--blocks R/S,...] [--peak NAME,...]
+                                [--rounds N]
 
 Needs a CUDA GPU, torch, transformers, and for its column liger_kernel;
 tuned's package on PYTHONPATH with libtuned (TUNED_LIBRARY) and a store
@@ -83,6 +85,13 @@ def peak_live(trace, top=25):
         print(f"    {size / 2**20:9.2f} MiB in {n:3}  {site}")
 
 
+# what apply_liger_kernel_to_llama(cross_entropy=..., fused_linear_cross_entropy=...)
+# replaces outside the model it is given
+LIGER_PATCHES = [(transformers.models.llama.modeling_llama.LlamaForCausalLM, "forward"),
+                 (transformers.models.llama.modeling_llama, "CrossEntropyLoss"),
+                 (torch.nn.functional, "cross_entropy")]
+
+
 def run(name, patch, args):
     if args.only and not any(name == o.strip() for o in args.only.split(",")):
         return None
@@ -142,20 +151,23 @@ def main():
     ap.add_argument("--peak", default="",
                     help="losses' names, NAME,...: print the allocations live at the peak of "
                          "their timed steps")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="run the losses this many times in turn (A B C A B C): the table "
+                         "gives each round's step time, so that drift shows")
     args = ap.parse_args()
     import tuned.integrations.transformers as tt
-    rows = [run("transformers", lambda m: None, args)]
-    rows.append(run("tuned cross-entropy", tt.apply, args))
-    rows.append(run("tuned linear", lambda m: tt.apply(m, linear=True), args))
+    losses = [("transformers", lambda m: None),
+              ("tuned cross-entropy", tt.apply),
+              ("tuned linear", lambda m: tt.apply(m, linear=True))]
     # at Liger's memory: a chunk's logits made a block of the vocabulary at
     # a time, each block as large as Liger's chunk (its rows x V: 128 rows
     # here), so that d weight's GEMM sums over the chunk's many rows (all
     # of them at 4096/32: each block's d weight written once)
     for rows_, splits in (tuple(int(v) for v in b.split("/")) for b in args.blocks.split(",")
                           if b):
-        rows.append(run(f"tuned linear {rows_}/{splits}",
-                        lambda m, r=rows_, s=splits: tt.apply(m, linear=True, chunk_rows=r,
-                                                              vocab_splits=s), args))
+        losses.append((f"tuned linear {rows_}/{splits}",
+                       lambda m, r=rows_, s=splits: tt.apply(m, linear=True, chunk_rows=r,
+                                                             vocab_splits=s)))
     try:
         from cut_cross_entropy import linear_cross_entropy as cce
 
@@ -164,12 +176,10 @@ def main():
             loss = cce(hidden, weight, target, ignore_index=ignore_index,
                        reduction="sum" if num_items is not None else reduction)
             return loss / num_items if num_items is not None else loss
-        own = tt.linear_cross_entropy
-        tt.linear_cross_entropy = cce_loss
-        try:
-            rows.append(run("cut cross-entropy", lambda m: tt.apply(m, linear=True), args))
-        finally:
-            tt.linear_cross_entropy = own
+
+        # tuned's linear path with Cut Cross-Entropy's function in its
+        # place (the integration looks the function up at each loss)
+        losses.append(("cut cross-entropy", lambda m: tt.apply(m, linear=True), cce_loss))
     except ImportError as exc:
         print(f"cut_cross_entropy: not available ({exc})")
     try:
@@ -179,18 +189,37 @@ def main():
             apply_liger_kernel_to_llama(rope=False, rms_norm=False, swiglu=False,
                                         cross_entropy=True, fused_linear_cross_entropy=False,
                                         model=m)
-        rows.append(run("liger cross-entropy", liger, args))
 
         def liger_flce(m):
             apply_liger_kernel_to_llama(rope=False, rms_norm=False, swiglu=False,
                                         cross_entropy=False, fused_linear_cross_entropy=True,
                                         model=m)
-        rows.append(run("liger fused linear", liger_flce, args))
+        losses += [("liger cross-entropy", liger), ("liger fused linear", liger_flce)]
     except ImportError as exc:
         print(f"liger: not available ({exc})")
-    print(f"\n{'loss':22} {'step ms':>8} {'peak GiB':>9} {'loss value':>11}")
-    for name, ms, peak, loss in (r for r in rows if r is not None):
-        print(f"{name:22} {ms:8.1f} {peak:9.3f} {loss:11.4f}")
+    results = {}
+    for _ in range(args.rounds):
+        for name, patch, *swap in losses:
+            own = tt.linear_cross_entropy
+            if swap:
+                tt.linear_cross_entropy = swap[0]
+            # Liger patches transformers' classes and torch's cross_entropy
+            # where transformers calls it: put them back for the next round
+            saved = [(o, a, getattr(o, a)) for o, a in LIGER_PATCHES if hasattr(o, a)]
+            try:
+                got = run(name, patch, args)
+            finally:
+                tt.linear_cross_entropy = own
+                for o, a, v in saved:
+                    setattr(o, a, v)
+            if got is not None:
+                results.setdefault(name, []).append(got[1:])
+    rounds = " ".join(f"{'round ' + str(i + 1):>8}" for i in range(args.rounds))
+    print(f"\n{'loss':22} {'step ms':>8} {rounds} {'peak GiB':>9} {'loss value':>11}")
+    for name, got in results.items():
+        ms = statistics.median(g[0] for g in got)
+        each = " ".join(f"{g[0]:8.1f}" for g in got)
+        print(f"{name:22} {ms:8.1f} {each} {max(g[1] for g in got):9.3f} {got[-1][2]:11.4f}")
     return 0
 
 
