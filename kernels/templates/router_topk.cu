@@ -9,8 +9,8 @@
  * 8, 16 or 32) share it, every element is read once, and all the
  * selection happens in registers and warp instructions, with no block
  * barrier (the vote form's winners reach their output lanes through 8
- * bytes of shared memory an output, ordered by a __syncwarp). Per row, x the logits, b the bias (fp32,
- * E entries, or NULL), c the scaling:
+ * bytes of shared memory an output, ordered by a __syncwarp). Per row, x
+ * the logits, b the bias (fp32, E entries, or NULL), c the scaling:
  *   score   s_j = softmax_j(x) (T_SCORE 0), sigmoid(x_j) (1) or
  *           sqrt(softplus(x_j)) (2), in fp32
  *   choose  v_j = s_j + b_j (no bias: v_j = s_j, ordered as x_j is: every
@@ -990,7 +990,7 @@ __device__ __forceinline__ RouterWin router_argmax(int k, int c, unsigned mask, 
         w.col = __shfl_sync(mask, c, w.src, RT_TPR);
         /* one pass a lane (RT_ITERS 1): lane order is column order, so
          * the lowest holding lane holds the lowest column, and ties need
-         * no rerun (its own list puts equal keys lower column first) */
+         * no rerun (a lane offers its equal keys lower column first) */
         if (RT_ITERS > 1)
             redo |= (held & (held - 1u)) != 0u;
         (void)lane;
