@@ -7,9 +7,10 @@
  * Idea: a row is E = T_COLS logits (2 to 2048), so a row fits in the
  * registers of part of a warp: TPR = T_WARPS*32/T_ROWS threads (1, 2, 4,
  * 8, 16 or 32) share it, every element is read once, and all the
- * selection happens in registers and warp instructions, with no shared
- * memory and no block barrier. Per row, x the logits, b the bias (fp32,
- * E entries, or NULL), c the scaling:
+ * selection happens in registers and warp instructions, with no block
+ * barrier (the vote form's winners reach their output lanes through 8
+ * bytes of shared memory an output, ordered by a __syncwarp). Per row, x
+ * the logits, b the bias (fp32, E entries, or NULL), c the scaling:
  *   score   s_j = softmax_j(x) (T_SCORE 0), sigmoid(x_j) (1) or
  *           sqrt(softplus(x_j)) (2), in fp32
  *   choose  v_j = s_j + b_j (no bias: v_j = s_j, ordered as x_j is: every
@@ -87,7 +88,9 @@
  *                       row's lanes; the whole warp stays to the end (a
  *                       row past the last as an empty row) so that every
  *                       mask is the warp's, and it reruns as one
- *            the i-th chosen lands in lane i % TPR, slot i / TPR
+ *            the i-th chosen lands in lane i % TPR, slot i / TPR (in
+ *            the vote form: its winner writes it to the row's entry i in
+ *            shared memory, read back after the rounds)
  *   weight   each lane its slots' scores (T_RENORM: exp(l - L) of the
  *            log-scores, sigmoid's without a log, summed over the row's
  *            lanes, or, for k <= 16, by every lane over every round's
@@ -117,7 +120,8 @@
  * under which the 8.4 MB read (about 2.2 us) can hide, so about 3.5 to 4
  * us if the warps overlap as the copy's do. Reruns: a row holding two
  * equal largest keys, or a thread of TPR 8 holding 5 of the 8 (0.6% of
- * random rows, 2.3% of warps). TPR 16 and TPR 32 T_SEL 3 issue 275 and
+ * random rows, 2.3% of warps; a tie reruns only with RT_ITERS > 1). TPR
+ * 16 and TPR 32 T_SEL 3 issue 275 and
  * 312 a row: more threads a row repeat the per-row work. Measured since
  * (H200, a 6 s tune a key, every variant checked first): at 16384 x 128
  * k 8 the search kept T_SEL 2 at TPR 32 (11.4 us in the tune, 10.5 in
@@ -129,6 +133,20 @@
  * (16384 x 256 bf16, sigmoid, 8 groups keep 4, k 8) 31 us (TPR 8, T_SEL
  * 1), the copy 4.3 us: the per-thread sort of 32 held keys and the group
  * scans are what to make cheaper next.
+ * Nsight Compute (16384 x 128 k 8, TPR 32 T_SEL 2, v4) then showed the
+ * ALU pipe (ISETP, LOP3, SEL, FLO, BREV: two cycles a warp instruction on
+ * Hopper) the busiest, 55% of the elapsed cycles, 73% of the SMs' active
+ * ones: 190 of the 308 instructions a row were ALU's (SASS, the path
+ * without a bias or a rerun), a floor of 31 rows x 380 cycles = 6.1 us.
+ * Two changes took it to 124 of 285 (T_SEL 3 v4: 119 of 292; v1: 190 of
+ * 308 to 138 of 315; TPR 8 T_SEL 3: 123 to 111 a row), registers 56 to
+ * 40 at v4: ties rerun only where a lane holds several passes (with one,
+ * lane order is column order and the lowest holder is the exact winner:
+ * the rerun's code went with it), and the vote form's winners go to
+ * their output lanes through shared memory (RT_STAGE) instead of a
+ * shuffle a round and a tree of selects. Predicted, not yet timed: issue
+ * (285 a row, 4.5 us) is the floor now, so about 8 us where ncu
+ * measured 10.
  *
  * Variants (codegen prepends the defines, then softmax_common.cu, which
  * this file follows; it is compiled with no other part):
@@ -836,6 +854,32 @@ __device__ __forceinline__ void router_keep_groups(int (&key)[RT_HELD], const Ro
  * k terms itself, with no chain of shuffles after the last round. */
 #define RT_ALL_CHOSEN (T_RENORM && RT_TPR > 1 && T_TOPK <= 16)
 
+/* Whether the rounds take the vote form (FAST; router_argmax says what
+ * the two forms are). */
+#if RT_TPR == 32 || T_SEL == 3
+#define RT_FAST_ROUNDS 1
+#else
+#define RT_FAST_ROUNDS 0
+#endif
+
+/* The vote form's winners reach their output lanes through shared memory
+ * (RT_STAGE): round i's winner, the one lane that knows it won, writes
+ * its column and logit into its row's entry i, and after the rounds each
+ * lane reads its slots' entries (router_unstage). Handed round by round
+ * in registers, every lane needed the winner's lane (BREV, FLO), a shuffle
+ * of the column, and the output lane a tree of compares and selects on its
+ * lane index to keep it: ALU-pipe instructions, the pipe that bounds this
+ * kernel, about 35 of 170 a row at TPR 32, k 8. Entries: T_ROWS * k, 8
+ * bytes each, a few KiB at most (above 16 KiB a block, registers as
+ * before). The exact form (the reruns, and part of a warp) keeps its
+ * winners in registers: every lane knows the column there. */
+#define RT_STAGE (RT_FAST_ROUNDS && T_ROWS * T_TOPK * 8 <= 16384)
+
+struct __align__(8) RouterOut {
+    int col;
+    float x; /* as router_keep keeps it in ch.x */
+};
+
 /* What the selection leaves in a lane: its outputs' columns and logits,
  * and (for T_RENORM) the largest chosen logit and, where RT_ALL_CHOSEN,
  * every chosen logit. */
@@ -847,22 +891,34 @@ struct RouterChoice {
     float lead[T_TOPK], tail[T_TOPK]; /* every round's winner's term parts */
     float slead[RT_SLOTS], stail[RT_SLOTS]; /* the lane's slots' */
 #endif
+#if RT_STAGE
+    RouterOut *stage; /* the row's T_TOPK entries in shared memory */
+#endif
 };
 
 /* Round i's winner, known to every lane of the row: lane i % TPR keeps
- * its column and its logit. Without a bias the logit is the key's, kept
+ * its column and its logit; in the vote form with RT_STAGE (STAGED) the
+ * winning lane (mine, offering column own) writes them to the row's entry
+ * i instead, and win is unused. Without a bias the logit is the key's, kept
  * as the key's bits and turned back into the logit once, at the store
  * (router_chosen_x), not in every round; and the largest chosen logit is
  * round 0's, the keys coming out in descending order. With a bias v
  * orders the choice, not x: the owner's logit, and their running max. */
-template <bool BIAS>
-__device__ __forceinline__ void router_keep(RouterChoice &ch, int i, int win, int top, float xw,
-                                            int lane)
+template <bool BIAS, bool STAGED>
+__device__ __forceinline__ void router_keep(RouterChoice &ch, int i, int win, bool mine, int own,
+                                            int top, float xw, int lane)
 {
+#if RT_STAGE
+    if (STAGED) {
+        if (mine)
+            ch.stage[i] = RouterOut{own, BIAS ? xw : __int_as_float(top)};
+    } else
+#endif
     if (lane == i % RT_TPR) {
         ch.id[i / RT_TPR] = win;
         ch.x[i / RT_TPR] = BIAS ? xw : __int_as_float(top);
     }
+    (void)mine, (void)own;
 #if RT_ALL_CHOSEN
     const float xv = BIAS ? xw : router_key_value(top);
     ch.lead[i] = router_renorm_lead(xv);
@@ -897,9 +953,12 @@ struct RouterWin {
 /* A warp's rounds come in two forms. FAST: the largest key (redux.sync),
  * then a ballot of its holders, the lowest holding lane the winner: one
  * vote and a mask where the exact form waits for a second redux.sync, the
- * column from the winner by a shuffle the next round does not wait for.
+ * column from the winner by a shuffle the next round does not wait for
+ * (unused, and dropped by ptxas, where RT_STAGE hands the winners over).
  * It is the exact winner when one lane holds the largest key (distinct
- * scores: always); where several do (ties, several NaNs), the lowest lane
+ * scores: always), or when each lane holds one pass (RT_ITERS 1: the
+ * lanes' columns are in lane order); where several do and a lane holds
+ * several passes (ties, several NaNs), the lowest lane
  * may hold a higher column (a later pass's), so the round sets redo and
  * router_route runs the selection again in the exact form. In line (a
  * branch per round) ptxas predicated the second redux.sync, and every
@@ -908,11 +967,6 @@ struct RouterWin {
  * warp): the largest key, then the lowest column holding it (a warp: a
  * second redux.sync; part of a warp: (key, column) pairs combined by xor
  * shuffles, exact in one pass). */
-#if RT_TPR == 32 || T_SEL == 3
-#define RT_FAST_ROUNDS 1
-#else
-#define RT_FAST_ROUNDS 0
-#endif
 
 /* The argmax of one round over the row's lanes, each offering its best
  * key k at column c: the largest key, ties to the lowest column. */
@@ -934,7 +988,11 @@ __device__ __forceinline__ RouterWin router_argmax(int k, int c, unsigned mask, 
         w.mine = ((held & (0xFFFFFFFFu >> (31 - wl))) ^ (1u << wl)) == 0u;
         w.src = __ffs(held) - 1;
         w.col = __shfl_sync(mask, c, w.src, RT_TPR);
-        redo |= (held & (held - 1u)) != 0u;
+        /* one pass a lane (RT_ITERS 1): lane order is column order, so
+         * the lowest holding lane holds the lowest column, and ties need
+         * no rerun (a lane offers its equal keys lower column first) */
+        if (RT_ITERS > 1)
+            redo |= (held & (held - 1u)) != 0u;
         (void)lane;
         return w;
     }
@@ -1001,8 +1059,10 @@ __device__ __forceinline__ bool router_select(RouterChoice &ch, const int (&keys
             }
         }
         int top;
-        const RouterWin w = router_argmax<FAST>(bk, lane * T_VEC + bo, mask, lane, top, redo);
-        router_keep<BIAS>(ch, i, w.col, top, router_winner_x<BIAS>(top, w, bx, mask), lane);
+        const int own = lane * T_VEC + bo;
+        const RouterWin w = router_argmax<FAST>(bk, own, mask, lane, top, redo);
+        router_keep<BIAS, FAST && RT_STAGE>(ch, i, w.col, w.mine, own, top,
+                                            router_winner_x<BIAS>(top, w, bx, mask), lane);
 #pragma unroll
         for (int e = 0; e < RT_HELD; e++)
             if (w.mine && bo == rt_off(e))
@@ -1191,9 +1251,10 @@ __device__ __forceinline__ bool router_select_sorted(RouterChoice &ch, const int
 #pragma unroll
     for (int i = 0; i < T_TOPK; i++) {
         int top;
-        const RouterWin w = router_argmax<FAST>(lk[0], lane * T_VEC + lo[0], mask, lane, top,
-                                                redo);
-        router_keep<BIAS>(ch, i, w.col, top, router_winner_x<BIAS>(top, w, lx[0], mask), lane);
+        const int own = lane * T_VEC + lo[0];
+        const RouterWin w = router_argmax<FAST>(lk[0], own, mask, lane, top, redo);
+        router_keep<BIAS, FAST && RT_STAGE>(ch, i, w.col, w.mine, own, top,
+                                            router_winner_x<BIAS>(top, w, lx[0], mask), lane);
         if (i + 1 < T_TOPK && w.mine) {
             if (LIST < RT_LIST)
                 redo |= more && (LIST == 1 || lk[LIST > 1 ? 1 : 0] == RT_KEY_NONE);
@@ -1313,11 +1374,34 @@ __device__ __forceinline__ void router_choice_init(RouterChoice &ch)
 #endif
 }
 
-/* keys, groups, select, weight and store for one row held in x. */
+/* The vote form's winners from the row's entries (RT_STAGE): each lane
+ * its slots', once every lane of the row has written (the mask's
+ * __syncwarp orders the writes before the reads). */
+__device__ __forceinline__ void router_unstage(RouterChoice &ch, unsigned mask, int lane)
+{
+#if RT_STAGE
+    __syncwarp(mask);
+#pragma unroll
+    for (int s = 0; s < RT_SLOTS; s++) {
+        const int i = s * RT_TPR + lane;
+        if (i < T_TOPK) {
+            const RouterOut o = ch.stage[i];
+            ch.id[s] = o.col;
+            ch.x[s] = o.x;
+        }
+    }
+#else
+    (void)ch, (void)mask, (void)lane;
+#endif
+}
+
+/* keys, groups, select, weight and store for one row held in x
+ * (stage: the row's entries, RT_STAGE). */
 template <bool BIAS>
 __device__ __forceinline__ void router_route(const float (&x)[RT_HELD], const float *bias,
                                              const RouterSlot &slot, bool live, float scaling,
-                                             float *weights, IDX *ids, int *counts)
+                                             float *weights, IDX *ids, int *counts,
+                                             RouterOut *stage)
 {
     float b[RT_HELD];
     if (BIAS)
@@ -1332,7 +1416,15 @@ __device__ __forceinline__ void router_route(const float (&x)[RT_HELD], const fl
 #endif
     RouterChoice ch;
     router_choice_init(ch);
+#if RT_STAGE
+    ch.stage = stage;
+#else
+    (void)stage;
+#endif
     bool redo = router_select<BIAS, RT_FAST_ROUNDS, false>(ch, key, x, slot.lane, slot.mask);
+    /* before the rerun's branch: every lane of the row reaches it (redo
+     * is the row's) and the rerun keeps its winners in registers */
+    router_unstage(ch, slot.mask, slot.lane);
     /* the whole warp's masks: the whole warp reruns, or none of it (a row
      * past the last, which stores nothing, asks for nothing) */
     if (RT_WHOLE_WARP)
@@ -1360,6 +1452,12 @@ tuned_router_topk(const T *__restrict__ logits, const float *__restrict__ bias,
 {
     const RouterSlot slot = router_slot(RT_WHOLE_WARP);
     const bool live = slot.row < rows;
+#if RT_STAGE
+    __shared__ RouterOut stage_all[T_ROWS * T_TOPK];
+    RouterOut *const stage = stage_all + threadIdx.x / RT_TPR * T_TOPK;
+#else
+    RouterOut *const stage = NULL;
+#endif
     if ((!RT_WHOLE_WARP && !live) || cols != T_COLS)
         return;
     float x[RT_HELD];
@@ -1372,9 +1470,9 @@ tuned_router_topk(const T *__restrict__ logits, const float *__restrict__ bias,
             x[e] = NEG_INF;
     }
     if (bias != NULL)
-        router_route<true>(x, bias, slot, live, opt.scaling, weights, ids, counts);
+        router_route<true>(x, bias, slot, live, opt.scaling, weights, ids, counts, stage);
     else
-        router_route<false>(x, bias, slot, live, opt.scaling, weights, ids, counts);
+        router_route<false>(x, bias, slot, live, opt.scaling, weights, ids, counts, stage);
 }
 
 /* ---- the backward ---- */
