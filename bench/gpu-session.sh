@@ -47,7 +47,8 @@
 #              bench     bench/cross_entropy_bench.py (QuACK and Liger from
 #                        the staged wheels)
 #              train     bench/train_step.py (TRAIN_ONLY, TRAIN_BLOCKS,
-#                        TRAIN_PEAK: its --only, --blocks and --peak;
+#                        TRAIN_PEAK, TRAIN_ROUNDS: its --only, --blocks,
+#                        --peak and --rounds;
 #                        its log train$TRAIN_TAG.log;
 #                        TRAIN_TIMEOUT seconds, 300)
 #              overhead  bench/ce_overhead.py: the host's time a call
@@ -355,7 +356,7 @@ cross-entropy)
         train)
             timeout "${TRAIN_TIMEOUT:-300}" python3 bench/train_step.py \
                 ${TRAIN_ONLY:+--only "$TRAIN_ONLY"} ${TRAIN_BLOCKS:+--blocks "$TRAIN_BLOCKS"} \
-                ${TRAIN_PEAK:+--peak "$TRAIN_PEAK"} >"$out/train${TRAIN_TAG:-}.log" 2>&1
+                ${TRAIN_PEAK:+--peak "$TRAIN_PEAK"} ${TRAIN_ROUNDS:+--rounds "$TRAIN_ROUNDS"} >"$out/train${TRAIN_TAG:-}.log" 2>&1
             echo "train: exit $?"
             ;;
         lce-test)  # tests/python/test_linear_cross_entropy.py: its CUDA cases too
