@@ -144,9 +144,13 @@
  * lane order is column order and the lowest holder is the exact winner:
  * the rerun's code went with it), and the vote form's winners go to
  * their output lanes through shared memory (RT_STAGE) instead of a
- * shuffle a round and a tree of selects. Predicted, not yet timed: issue
- * (285 a row, 4.5 us) is the floor now, so about 8 us where ncu
- * measured 10.
+ * shuffle a round and a tree of selects. Predicted: issue (285 a row,
+ * 4.5 us) is the floor now, so about 8 us where ncu measured 10.
+ * Measured (a 15 s tune, each variant checked first): 10.1 us in the tune
+ * (11.3 before), 9.4 us eager and 9.7 under graph replay in the router
+ * bench (10.5 and 10.6 before; the copy of the bytes 6.8), the winner
+ * w16.r16 v4 T_SEL 2 (one row a warp); 65536 x 128 31.6 to 26.9 us. Rows
+ * of 512 tokens or fewer moved within the runs' noise (0.2-0.4 us).
  *
  * Variants (codegen prepends the defines, then softmax_common.cu, which
  * this file follows; it is compiled with no other part):
