@@ -12,9 +12,10 @@ tuned's), then Liger's cross-entropy and Liger's fused linear
 cross-entropy (Liger patches transformers' classes; they are restored
 after each). Prints each step's median time over --steps after warm-up,
 and its peak memory; a short table last, with --rounds N each round's
-time (the losses run N times in turn, so that drift between them shows). --peak NAME,... records the allocator's history over
-those losses' timed steps and prints the allocations live at their peak
-(where a peak's memory goes).
+time (the losses run N times in turn, so that drift between them
+shows). --peak NAME,... records the allocator's history over those
+losses' timed steps and prints the allocations live at their peak (where
+a peak's memory goes).
 
     python3 bench/train_step.py [--layers 16] [--seq 2048] [--batch 2] [--steps 10]
                                 [--only NAME,NAME...] [--blocks R/S,...] [--peak NAME,...]
