@@ -72,7 +72,8 @@
 #                     tune (--try CONFIG, --trace FILE), ROUTER_BWD=0 leaves
 #                     the backward out
 #              ncu    Nsight Compute on one launch of each of
-#                     ROUTER_NCU_CONFIGS at ROUTER_NCU_SHAPE (16384x128:k=8)
+#                     ROUTER_NCU_CONFIGS at ROUTER_NCU_SHAPE (16384x128:k=8),
+#                     by bench/ncu-configs.sh
 #              test   tests/python/test_router.py on the GPU (transformers'
 #                     routers, rules, gradients, opcheck, compile, graphs)
 #              bench  bench/router_bench.py (ROUTER_BENCH_ARGS)
@@ -260,27 +261,10 @@ router)
             grep -c '"failed"' "$out/tunes.jsonl" | sed 's/^/tunes failed: /'
             ;;
         ncu)
-            # One timed launch of each of ROUTER_NCU_CONFIGS at ROUTER_NCU_SHAPE
-            # under Nsight Compute (the tune checks the variant first; the
-            # launches skipped are its check and warm-up).
-            ncu_bin="$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n 1)"
-            for cfg in ${ROUTER_NCU_CONFIGS:-}; do
-                [[ -n "$ncu_bin" ]] || { echo "ncu: none on this machine"; break; }
-                report="$out/ncu-${cfg//[:=]/_}.txt"
-                timeout 120 "$ncu_bin" --cache-control all --clock-control none \
-                    -k regex:'^tuned_router_topk$' --launch-skip 6 --launch-count 1 \
-                    --section SpeedOfLight --section Occupancy --section LaunchStats \
-                    --section WarpStateStats --section ComputeWorkloadAnalysis --page details \
-                    --metrics smsp__inst_executed.sum,'regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio' \
-                    build/tuned tune --kernel router_topk --shape "${ROUTER_NCU_SHAPE:-16384x128:k=8}" \
-                    --dtype "${ROUTER_DTYPE:-fp32}" --skip-store --try "$cfg" --budget 1 --time 3 \
-                    >"$report" 2>&1
-                {
-                    echo "== $cfg"
-                    grep -E "^\s+(Duration|DRAM Throughput|Achieved Occupancy|Theoretical Occupancy|Registers Per Thread|Waves Per SM|Warp Cycles Per Issued Instruction|Issue Slots Busy|Executed Ipc Active|smsp__inst_executed.sum)\b" "$report"
-                    grep -E "smsp__average_warps_issue_stalled_" "$report" | sort -k3 -g -r | head -n 5
-                } | tee -a "$out/ncu.txt"
-            done
+            # one launch of each of ROUTER_NCU_CONFIGS under Nsight Compute
+            [[ -n "${ROUTER_NCU_CONFIGS:-}" ]] &&
+                bash bench/ncu-configs.sh "$out" "router_topk:${ROUTER_NCU_SHAPE:-16384x128:k=8}" \
+                    "${ROUTER_DTYPE:-fp32}" $ROUTER_NCU_CONFIGS
             ;;
         test)
             timeout 300 python3 tests/python/test_router.py build/libtuned.so.0 . \

@@ -89,7 +89,6 @@ def peak_live(trace, top=25):
 # what apply_liger_kernel_to_llama(cross_entropy=..., fused_linear_cross_entropy=...)
 # replaces outside the model it is given
 LIGER_PATCHES = [(transformers.models.llama.modeling_llama.LlamaForCausalLM, "forward"),
-                 (transformers.models.llama.modeling_llama, "CrossEntropyLoss"),
                  (torch.nn.functional, "cross_entropy")]
 
 
@@ -206,7 +205,7 @@ def main():
                 tt.linear_cross_entropy = swap[0]
             # Liger patches transformers' classes and torch's cross_entropy
             # where transformers calls it: put them back for the next round
-            saved = [(o, a, getattr(o, a)) for o, a in LIGER_PATCHES if hasattr(o, a)]
+            saved = [(o, a, getattr(o, a)) for o, a in LIGER_PATCHES]
             try:
                 got = run(name, patch, args)
             finally:

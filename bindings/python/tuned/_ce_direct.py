@@ -132,9 +132,10 @@ def loss(x, labels, scale, smoothing, z_loss, ignore_index, softcap=0.0, argmax=
          lse_lo=False):
     """tuned_cross_entropy without a gradient over rows x (R, V): (loss,
     lse, the lse's low part), fp32 per row, the last None unless lse_lo
-    (a backward's); or None. Allocations apart, not views of one: the loss is returned to the user, who may change it in place
-    (autograd refuses that on a view a Function returned), and the others
-    are saved."""
+    (a backward's); or None. Allocations apart, not views of one: the
+    loss is returned to the user, who may change it in place (autograd
+    refuses that on a view a Function returned), and the others are
+    saved."""
     st = _call_state(x)
     if st is None:
         return None

@@ -336,14 +336,13 @@ def _blocks_chunk(h, weight, bias, labels, params, softcap, blocks, buf, ignored
     block_of = torch.div(label, step, rounding_mode="floor").clamp_(max=nblocks - 1)
     column = (label - block_of * step).unsqueeze(1)
     column_last = column.clamp(max=blocks[-1] - blocks[-2] - 1)
-    picks = None
+    # the blocks' logits are buf's dtype (a softcap's too)
+    picks = torch.empty((nblocks, rows, 1), dtype=buf.dtype, device=buf.device)
     for b, (v0, v1) in enumerate(zip(blocks[:-1], blocks[1:])):
         part = _block(h, weight, bias, softcap, buf, v0, v1)
         z = part.logits
         got = _ce_direct.loss(z, ignored, scale, 0.0, 0.0, ignore_index) if direct else None
         lses[b] = got[1] if got is not None else torch.logsumexp(z.float() * scale, dim=1)
-        if picks is None:
-            picks = torch.empty((nblocks, rows, 1), dtype=z.dtype, device=z.device)
         # column 0..step-1 of every row: in bounds in any block (the last
         # block's clamped); only the label's block's pick is kept
         torch.gather(z, 1, column_last if b == nblocks - 1 else column, out=picks[b])
