@@ -3,7 +3,9 @@
 # get` in a second process prints; `tuned verify --fix` of a record stored
 # too fast, with a copy time over the kernel's real time (as from another
 # machine), stores it as measured now, with the copy timed now, and the
-# result exports and imports cleanly. Exit 77 (skipped) without a driver.
+# result exports and imports cleanly; every linear_cross_entropy config of
+# a small key, in whole rows and in vocabulary blocks, passes its float64
+# check in every dtype. Exit 77 (skipped) without a driver.
 set -u
 tuned="$1"
 if ! "$tuned" devices >/dev/null 2>&1; then
@@ -57,3 +59,24 @@ if not ok:
 PY
 "$tuned" import "$tmp/fixed.jsonl" --db "$tmp/db2" 2>"$tmp/import2.err" || { echo "FAIL: the fixed record does not import"; cat "$tmp/import2.err"; exit 1; }
 echo "ok: verify --fix stored the time and copy measured now; the record imports"
+
+# The linear cross-entropy's whole space at a small key whose 16 MiB budget
+# holds 1024 bf16 rows whole (512 fp32): every chunk config, in whole rows
+# and in vocabulary blocks (chunk2048.v2, chunk4096.v4 ...), checked
+# against float64 on the small instance, in every dtype; none may be wrong.
+for dt in fp32 bf16 fp16; do
+    "$tuned" tune --kernel linear_cross_entropy --shape 4096x8000:hidden=256,budget=16 \
+        --dtype "$dt" --exhaustive --skip-store --time 60 -q --trace "$tmp/lce.$dt.tsv" \
+        >"$tmp/lce.$dt.out" 2>&1 || { echo "FAIL: linear_cross_entropy $dt"; cat "$tmp/lce.$dt.out"; exit 1; }
+    python3 - "$tmp/lce.$dt.tsv" "$dt" <<'PY' || exit 1
+import sys
+rows = [line.split("\t") for line in open(sys.argv[1]).read().splitlines()[1:]]
+bad = [r for r in rows if r[1] != "ok"]
+blocks = [r[0] for r in rows if ".v" in r[0]]
+whole = [r[0] for r in rows if ".v" not in r[0]]
+if bad or len(blocks) < 2 or not whole:
+    sys.exit(f"FAIL: linear_cross_entropy {sys.argv[2]}: {len(rows)} configs, "
+             f"{len(blocks)} in blocks, not ok: {bad}")
+print(f"ok: linear_cross_entropy {sys.argv[2]}: {len(whole)} whole, blocks {blocks}, all ok")
+PY
+done

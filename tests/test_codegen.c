@@ -480,6 +480,27 @@ int main(void)
         compiled++;
         staged++;
     }
+    /* A composite's kernels for vocabulary blocks, for every dtype: both
+     * entry points in the PTX. */
+    for (int dt = TUNED_FP16; dt <= TUNED_FP32; dt++) {
+        const tuned__kind_spec *lce = tuned__kind(TUNED_KERNEL_LINEAR_CROSS_ENTROPY);
+        char *src = NULL;
+        tuned__blob ptx = {0};
+        EXPECT(tuned__source_blocks(lce, (tuned_dtype)dt, &src, &e) == 0, "blocks: %s", e.msg);
+        EXPECT(src == NULL ||
+                   tuned__nvrtc_compile(n, src, "linear_ce_blocks", 90, TUNED__NVRTC_PTX, &ptx,
+                                        &e) == 0,
+               "blocks %s: %s", tuned_dtype_name((tuned_dtype)dt), e.msg);
+        EXPECT(ptx.data != NULL && strstr((const char *)ptx.data, ".entry tuned_lce_pick") &&
+                   strstr((const char *)ptx.data, ".entry tuned_lce_combine"),
+               "blocks %s: an entry point is missing", tuned_dtype_name((tuned_dtype)dt));
+        tuned__blob_free(&ptx);
+        free(src);
+        compiled++;
+    }
+    EXPECT(tuned__source_blocks(tuned__kind(TUNED_KERNEL_SOFTMAX), TUNED_FP32, &(char *){NULL},
+                                &e) == TUNED_EINVAL,
+           "softmax has no kernels for vocabulary blocks");
     for (int dt = TUNED_FP16; dt <= TUNED_FP32; dt++) {
         char *src = NULL;
         tuned__blob cubin;

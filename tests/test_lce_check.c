@@ -188,8 +188,18 @@ static void test_config(void)
     EXPECT(strcmp(text, "chunk1024") == 0, "and prints back: %s", text);
     EXPECT(tuned__config_parse_canonical("chunk01024", TUNED_ESTORE, &c, NULL) == TUNED_ESTORE,
            "a leading zero is not canonical");
-    static const char *const bad[] = {"chunk", "chunk0", "chunk-1", "chunk12x", "chunk64.v8",
-                                      "chunk99999999"};
+    EXPECT(tuned__config_parse("chunk2048.v17", &c, NULL) == 0 && c.chunk == 2048 &&
+               c.splits == 17,
+           "chunk2048.v17 parses");
+    tuned__config_format(&c, text, sizeof text);
+    EXPECT(strcmp(text, "chunk2048.v17") == 0, "and prints back: %s", text);
+    EXPECT(tuned__config_parse_canonical("chunk2048.v017", TUNED_ESTORE, &c, NULL) ==
+               TUNED_ESTORE,
+           "a leading zero in the blocks is not canonical");
+    static const char *const bad[] = {"chunk",        "chunk0",      "chunk-1",
+                                      "chunk12x",     "chunk64.v1",  "chunk64.v65",
+                                      "chunk64.v",    "chunk64.v8.v2", "chunk64.x8",
+                                      "chunk64.v0",   "chunk99999999"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         EXPECT(tuned__config_parse(bad[i], &c, NULL) == TUNED_EINVAL, "%s refused", bad[i]);
     tuned__shape s = {.dtype = TUNED_BF16, .rows = 4096, .cols = 32000,

@@ -832,9 +832,11 @@ static void fingerprints(void)
 }
 
 /* A kind tuned by its chunk: the budget's rule and the powers of two
- * below it, nothing else; neighbours and seeds inside; the key's budget
- * bounds every chunk (8192 x 128256 bf16: 256 MiB holds 1046 rows, so
- * 1024; 4096 MiB all 8192). */
+ * below it in whole rows, and above it the powers of two (and the rows)
+ * each in the fewest vocabulary blocks that fit; neighbours and seeds
+ * inside; the key's budget bounds every chunk (8192 x 128256 bf16: 256 MiB
+ * holds 1046 rows, so 1024 whole; 2048 in 2 blocks, 4096 in 4, 8192 in 8;
+ * 4096 MiB all 8192). */
 static void chunk_spaces(void)
 {
     const tuned__kind_spec *k = tuned__kind(TUNED_KERNEL_LINEAR_CROSS_ENTROPY);
@@ -843,13 +845,17 @@ static void chunk_spaces(void)
         const char *params;
         uint32_t rule;
         size_t count;
+        const char *member; /* a config the space holds */
     } cases[] = {
-        {8192, 128256, "", 1024, 5},              /* 64 .. 512, 1024 */
-        {8192, 128256, "budget=4096", 8192, 8},   /* 64 .. 4096, 8192 */
-        {4096, 128256, "hidden=2048", 1024, 5},
-        {300, 32000, "budget=16", 256, 3},         /* 16 MiB: 262 rows, 256 */
-        {40, 128256, "", 40, 1},                  /* fewer rows than a step */
-        {100000, 1000000, "budget=16", 64, 1},    /* the rule's floor: 64 rows */
+        {8192, 128256, "", 1024, 8, "chunk4096.v4"},  /* 64 .. 512, 1024; 2048 .. 8192 */
+        {8192, 128256, "budget=4096", 8192, 8, "chunk8192"}, /* 64 .. 4096, 8192 */
+        {4096, 128256, "hidden=2048", 1024, 7, "chunk2048.v2"},
+        {300, 32000, "budget=16", 256, 4, "chunk300.v2"}, /* 16 MiB: 262 rows, 256 */
+        {40, 128256, "", 40, 1, "chunk40"},              /* fewer rows than a step */
+        /* the rule's floor: 64 rows; 128 in 16 blocks .. 512 in 62 */
+        {100000, 1000000, "budget=16", 64, 4, "chunk512.v62"},
+        /* Liger's memory (128 rows whole): 2048 rows in 17 blocks of 7552 */
+        {4096, 128256, "budget=30", 64, 7, "chunk2048.v17"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         tuned__shape s = {TUNED_BF16, cases[i].rows, cases[i].cols,
@@ -863,19 +869,31 @@ static void chunk_spaces(void)
         EXPECT_OK(tuned__space_init(&sp, &s, 90, 132, &e), &e);
         EXPECT(sp.count == cases[i].count, "%s: %zu chunks, want %zu", cases[i].params,
                sp.count, cases[i].count);
+        tuned__config member;
+        EXPECT_OK(tuned__config_parse(cases[i].member, &member, &e), &e);
+        bool found = false;
+        const uint64_t budget = (uint64_t)tuned__params_value(k, s.params, "budget", 0) << 20;
         for (size_t j = 0; j < sp.count; j++) {
             const tuned__config *c = &sp.valid[j];
-            const uint64_t budget = (uint64_t)tuned__params_value(k, s.params, "budget", 0) << 20;
-            const bool fits = (uint64_t)c->chunk * s.cols * 2 <= budget;
-            EXPECT(c->family == TUNED__FAMILY_CHUNK && c->chunk <= cases[i].rule &&
-                       (fits || c->chunk == cases[i].rule),
-                   "chunk%u within the budget", c->chunk);
+            char text[TUNED__CONFIG_TEXT];
+            tuned__config_format(c, text, sizeof text);
+            found |= tuned__config_equal(c, &member);
+            const uint64_t rows = c->chunk < s.rows ? c->chunk : s.rows;
+            const uint64_t cols = tuned__kind_block_cols(s.cols, c->splits);
+            const bool fits = rows * cols * 2 <= budget;
+            EXPECT(c->family == TUNED__FAMILY_CHUNK &&
+                       (c->splits == 0 ? c->chunk <= cases[i].rule &&
+                                             (fits || c->chunk == cases[i].rule)
+                                       : c->chunk > cases[i].rule && fits && cols < s.cols),
+                   "%s within the budget", text);
             tuned__config nb[8];
             size_t n = tuned__space_neighbors(&sp, c, nb, 8);
             for (size_t m = 0; m < n; m++)
-                EXPECT(tuned__space_valid(&sp, &nb[m], NULL, 0) && nb[m].chunk != c->chunk,
-                       "neighbour chunk%u of chunk%u", nb[m].chunk, c->chunk);
+                EXPECT(tuned__space_valid(&sp, &nb[m], NULL, 0) &&
+                           !tuned__config_equal(&nb[m], c),
+                       "neighbour chunk%u.v%u of %s", nb[m].chunk, nb[m].splits, text);
         }
+        EXPECT(found, "%s: %s in the space", cases[i].params, cases[i].member);
         tuned__config d;
         EXPECT(tuned__space_default(&sp, &d, &e) == 0 && d.chunk == cases[i].rule,
                "the default is the rule's chunk");
@@ -886,6 +904,14 @@ static void chunk_spaces(void)
         char why[160];
         EXPECT(!tuned__space_valid(&sp, &rows, why, sizeof why), "a kernel config refused");
         EXPECT(!tuned__space_valid(&sp, &big, why, sizeof why), "chunk%u refused", big.chunk);
+        /* in blocks, one block fewer than the fewest that fit is refused */
+        if (member.splits > 2) {
+            tuned__config fewer = member;
+            fewer.splits--;
+            EXPECT(!tuned__space_valid(&sp, &fewer, why, sizeof why) &&
+                       strstr(why, "exceeds the budget") != NULL,
+                   "%s in one block fewer refused: %s", cases[i].member, why);
+        }
         tuned__space_free(&sp);
     }
 }

@@ -41,7 +41,10 @@ const char *tuned__red_name(unsigned red)
 void tuned__config_format(const tuned__config *c, char *buf, size_t n)
 {
     if (c->family == TUNED__FAMILY_CHUNK) {
-        snprintf(buf, n, "chunk%u", (unsigned)c->chunk);
+        if (c->splits > 0)
+            snprintf(buf, n, "chunk%u.v%u", (unsigned)c->chunk, (unsigned)c->splits);
+        else
+            snprintf(buf, n, "chunk%u", (unsigned)c->chunk);
         return;
     }
     if (c->family == TUNED__FAMILY_TMA) {
@@ -180,12 +183,17 @@ int tuned__config_parse(const char *text, tuned__config *out, tuned__err *e)
     if (strncmp(copy, "tma.", 4) == 0)
         return parse_tma(text, copy + 4, out, e);
     if (strncmp(copy, "chunk", 5) == 0) {
-        /* "chunk1024": one number, nothing after it */
-        unsigned rows;
+        /* "chunk1024", or "chunk2048.v17": rows, then vocabulary blocks */
+        unsigned rows, splits = 0;
+        char *blocks = strchr(copy, '.');
+        if (blocks != NULL)
+            *blocks++ = '\0';
         int rc = parse_number(copy, "chunk", TUNED__MAX_CHUNK, true, &rows, text, e);
+        if (rc == 0 && blocks != NULL)
+            rc = parse_number(blocks, "v", TUNED__MAX_SPLITS, true, &splits, text, e);
         if (rc != 0)
             return rc;
-        tuned__config c = {.family = TUNED__FAMILY_CHUNK, .chunk = rows};
+        tuned__config c = {.family = TUNED__FAMILY_CHUNK, .chunk = rows, .splits = (uint8_t)splits};
         return parsed(text, &c, out, e);
     }
     char *fields[12];
@@ -270,7 +278,7 @@ bool tuned__config_equal(const tuned__config *a, const tuned__config *b)
            a->cluster == b->cluster && a->minb == b->minb && a->vec == b->vec && a->ld == b->ld && a->st == b->st &&
            a->reg == b->reg && a->red == b->red && a->stages == b->stages && a->grid == b->grid &&
            a->stash == b->stash && a->replicas == b->replicas && a->sel == b->sel &&
-           a->chunk == b->chunk;
+           a->chunk == b->chunk && a->splits == b->splits;
 }
 
 /* Elements one pass of all of a row's threads covers. */
@@ -521,16 +529,21 @@ static bool rows_check_shape(const tuned__config *c, const tuned__shape *s, int 
 }
 
 /* A chunk: rows a chunk, 1 up to the shape's rows, of a kind evaluated in
- * chunks; nothing else set (so that one chunk has one text). */
+ * chunks, and its vocabulary blocks (none, or 2 or more: one block is
+ * the whole row, written without ".v1" so that one chunk has one text);
+ * nothing else set. */
 static bool chunk_check(const tuned__config *c, const tuned__shape *s, const tuned__kind_spec *k,
                         char *why, size_t n)
 {
-    tuned__config bare = {.family = TUNED__FAMILY_CHUNK, .chunk = c->chunk};
+    tuned__config bare = {.family = TUNED__FAMILY_CHUNK, .chunk = c->chunk, .splits = c->splits};
     if (!tuned__config_equal(c, &bare))
         return tuned__config_refuse(why, n, "a chunk config has no kernel fields");
     if (c->chunk < 1 || c->chunk > TUNED__MAX_CHUNK)
         return tuned__config_refuse(why, n, "chunk of %u rows (1 to %u)", (unsigned)c->chunk,
                                     TUNED__MAX_CHUNK);
+    if (c->splits == 1 || c->splits > TUNED__MAX_SPLITS)
+        return tuned__config_refuse(why, n, "%u vocabulary blocks (2 to %u; whole rows: no .v)",
+                                    (unsigned)c->splits, TUNED__MAX_SPLITS);
     if (k != NULL && !tuned__kind_chunked(k))
         return tuned__config_refuse(why, n, "%s has kernel configs, not chunks", k->name);
     if (s != NULL && c->chunk > s->rows)

@@ -29,8 +29,9 @@ enum {
     TUNED__FAMILY_ROWS = 0, /* softmax_rows.cu: rows held in registers */
     TUNED__FAMILY_TMA = 1,  /* softmax_staged.cu: rows streamed through shared memory */
     /* no kernel of its own: the rows of a chunk of a composite evaluation
-     * (kind.h: TUNED__EVALUATE_CHUNKED_LINEAR_CE), "chunk1024"; every
-     * other field 0 */
+     * (kind.h: TUNED__EVALUATE_CHUNKED_LINEAR_CE), "chunk1024", and the
+     * vocabulary blocks each chunk's logits are made in, "chunk2048.v17";
+     * every other field 0 */
     TUNED__FAMILY_CHUNK = 2,
 };
 
@@ -118,6 +119,8 @@ typedef struct tuned__config {
                          2, 4, 8; 0: one cluster a row. tma: 0 */
     uint8_t sel;      /* TUNED__SEL_*: kinds that choose the top k; else 0 */
     uint32_t chunk;   /* family chunk: rows a chunk, 1 .. TUNED__MAX_CHUNK; else 0 */
+    uint8_t splits;   /* family chunk: vocabulary blocks a chunk's logits are made in,
+                         2 .. TUNED__MAX_SPLITS ("chunk2048.v17"); 0: whole rows */
 } tuned__config;
 
 /* Most bytes of a block's stash (static shared memory stops at 48 KiB,

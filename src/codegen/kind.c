@@ -234,6 +234,9 @@ static const tuned__kind_spec specs[] = {
         .example_cols = 32000,
         .evaluate = TUNED__EVALUATE_CHUNKED_LINEAR_CE,
         .inner = TUNED_KERNEL_CROSS_ENTROPY,
+        .block_lse = TUNED_KERNEL_CROSS_ENTROPY_LOSS,
+        .block_grad = TUNED_KERNEL_CROSS_ENTROPY_BWD,
+        .block_parts = {"softmax_common", "linear_ce_blocks"},
     },
 };
 
@@ -485,10 +488,18 @@ uint64_t tuned__kind_code_hash(const tuned__kind_spec *k)
     /* A composite evaluation runs its inner kind's kernel: a change there
      * moves its results too. (Kinds without one hash as before.) */
     if (k->evaluate != TUNED__EVALUATE_KERNEL) {
-        const tuned__kind_spec *inner = tuned__kind(k->inner);
-        uint64_t ih = inner != NULL ? tuned__kind_code_hash(inner) : 0;
+        const unsigned ran[3] = {k->inner, k->block_lse, k->block_grad};
+        for (unsigned i = 0; i < 3; i++) {
+            const tuned__kind_spec *inner = tuned__kind(ran[i]);
+            uint64_t ih = inner != NULL ? tuned__kind_code_hash(inner) : 0;
+            h = tuned__fnv1a64(&ih, sizeof ih, h);
+        }
+        for (unsigned j = 0; j < TUNED__KIND_MAX_PARTS && k->block_parts[j] != NULL; j++) {
+            const tuned__template *t = tuned__template_find(k->block_parts[j]);
+            h = t != NULL ? tuned__fnv1a64(t->text, t->size, h)
+                          : tuned__fnv1a64(k->block_parts[j], strlen(k->block_parts[j]), h);
+        }
         unsigned how[2] = {k->evaluate, TUNED__COMPOSITE_VERSION};
-        h = tuned__fnv1a64(&ih, sizeof ih, h);
         h = tuned__fnv1a64(how, sizeof how, h);
     }
     unsigned version = TUNED__CODEGEN_VERSION;
@@ -546,6 +557,38 @@ uint32_t tuned__kind_chunk_rule(const tuned__kind_spec *k, uint64_t rows, uint64
     if (chunk > TUNED__MAX_CHUNK)
         chunk = TUNED__MAX_CHUNK / TUNED__CHUNK_STEP * TUNED__CHUNK_STEP;
     return (uint32_t)(chunk > 0 ? chunk : 1);
+}
+
+uint64_t tuned__kind_block_cols(uint64_t cols, unsigned splits)
+{
+    if (splits <= 1 || cols <= 64)
+        return cols;
+    uint64_t per_block = (cols + splits - 1) / splits;
+    uint64_t step = (per_block + 63) / 64 * 64;
+    return step < cols ? step : cols;
+}
+
+int tuned__kind_chunk_splits(const tuned__kind_spec *k, uint32_t chunk, uint64_t cols,
+                             uint32_t params, size_t esize)
+{
+    uint64_t budget = (uint64_t)tuned__params_value(k, params, "budget", 0) << 20;
+    if (chunk > 0 && (uint64_t)chunk * cols * esize <= budget)
+        return 0;
+    for (unsigned s = 2; chunk > 0 && s <= TUNED__MAX_SPLITS; s++)
+        if ((uint64_t)chunk * tuned__kind_block_cols(cols, s) * esize <= budget)
+            return (int)s;
+    return -1;
+}
+
+uint64_t tuned__kind_chunk_elems(const tuned__kind_spec *k, uint64_t rows, uint64_t cols,
+                                 uint32_t params, size_t esize)
+{
+    uint64_t whole = (uint64_t)tuned__kind_chunk_rule(k, rows, cols, params, esize) * cols;
+    uint64_t budget = esize > 0 ? ((uint64_t)tuned__params_value(k, params, "budget", 0) << 20) /
+                                      esize
+                                : 0;
+    uint64_t most = whole > budget ? whole : budget;
+    return most < rows * cols ? most : rows * cols;
 }
 
 const char *tuned__kind_floor_text(const tuned__kind_spec *k)

@@ -108,7 +108,9 @@ enum {
      * layer's output, logits = hidden @ weight^T (rows x "hidden" times
      * cols x "hidden"), computed a chunk of rows at a time: cuBLAS GEMMs
      * around the fused kernel of the spec's `inner` kind in place on each
-     * chunk's logits, then the two gradient GEMMs (src/driver/lce.c). The
+     * chunk's logits, then the two gradient GEMMs (src/driver/lce.c); or
+     * each chunk's logits made a vocabulary block at a time, around the
+     * spec's block_lse and block_grad kinds (lce.h says how). The
      * chunk's logits stay within the key parameter "budget" (MiB); the
      * check is a small instance against a host float64 computation; the
      * floor is the GEMMs alone (lce.h) */
@@ -118,7 +120,7 @@ enum {
 /* The version of the composite evaluations' code (src/driver/lce.c: the
  * GEMMs' order and types around the inner kernel): part of such a kind's
  * code hash, so raising it demotes their records. */
-#define TUNED__COMPOSITE_VERSION 1
+#define TUNED__COMPOSITE_VERSION 2
 
 #define TUNED__KIND_MAX_TENSORS 6
 #define TUNED__KIND_MAX_PARTS 6
@@ -255,6 +257,12 @@ typedef struct tuned__kind_spec {
      * runs inside (TUNED_KERNEL_*; 0: none). */
     uint8_t evaluate;
     uint8_t inner;
+    /* A composite made in vocabulary blocks ("chunk2048.v17"): the kinds
+     * whose kernels give a block's log-sum-exp and its gradient over a
+     * class slice, and the templates of its own small kernels (the
+     * target logit's pick and the blocks' combination). */
+    uint8_t block_lse, block_grad;
+    const char *block_parts[TUNED__KIND_MAX_PARTS];
 } tuned__kind_spec;
 
 /* The spec of kind id, or NULL for an unknown id. */
@@ -303,6 +311,29 @@ bool tuned__kind_chunked(const tuned__kind_spec *k);
  * smallest chunk a tune tries): a GEMM of fewer rows wastes the tensor
  * cores. */
 #define TUNED__CHUNK_STEP 64u
+
+/* Most vocabulary blocks a chunk config may name ("chunk4096.v64"). */
+#define TUNED__MAX_SPLITS 64u
+
+/* The width of every vocabulary block but the last when cols columns are
+ * made in splits blocks: cols / splits rounded up to a multiple of 64
+ * columns (a block's rows then start 128-byte aligned), so that there may
+ * be fewer blocks than splits; cols itself for splits <= 1 or cols <= 64
+ * (bindings/python/tuned/linear_cross_entropy.py _split_bounds is the
+ * same). */
+uint64_t tuned__kind_block_cols(uint64_t cols, unsigned splits);
+
+/* The fewest vocabulary blocks (0: whole rows, else 2 .. TUNED__MAX_SPLITS)
+ * in which chunk rows of cols columns of esize bytes fit the "budget" of
+ * chunked kind k's key, or -1 where none does. */
+int tuned__kind_chunk_splits(const tuned__kind_spec *k, uint32_t chunk, uint64_t cols,
+                             uint32_t params, size_t esize);
+
+/* Elements of the logits buffer that every chunk config of chunked kind
+ * k's space at this key needs: the rule's whole rows or the budget,
+ * whichever is more. */
+uint64_t tuned__kind_chunk_elems(const tuned__kind_spec *k, uint64_t rows, uint64_t cols,
+                                 uint32_t params, size_t esize);
 
 /* The chunk of rows a call of chunked kind k takes without a record: the
  * largest multiple of TUNED__CHUNK_STEP rows whose logits (rows x cols of

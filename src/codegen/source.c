@@ -246,3 +246,17 @@ int tuned__source_reference(const tuned__kind_spec *k, tuned_dtype dtype, char *
      * reference.cu's own conversion. */
     return join_source(defines, k->reference_parts, TUNED__KIND_MAX_PARTS, out, e);
 }
+
+int tuned__source_blocks(const tuned__kind_spec *k, tuned_dtype dtype, char **out,
+                         tuned__err *e)
+{
+    if (k == NULL || k->block_parts[0] == NULL)
+        return tuned__errf(e, TUNED_EINVAL, "codegen: %s has no kernels for vocabulary blocks",
+                           k != NULL ? k->name : "an unknown kind");
+    if (tuned_dtype_size(dtype) == 0)
+        return tuned__errf(e, TUNED_EINVAL, "codegen: blocks: unknown dtype %d", (int)dtype);
+    char defines[128];
+    snprintf(defines, sizeof defines, "// tuned %s's block kernels for %s\n#define T_DTYPE %d\n",
+             k->name, tuned_dtype_name(dtype), (int)dtype);
+    return join_source(defines, k->block_parts, TUNED__KIND_MAX_PARTS, out, e);
+}

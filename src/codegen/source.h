@@ -55,4 +55,9 @@ int tuned__source_kernel(const tuned__config *c, const tuned__shape *s,
 int tuned__source_reference(const tuned__kind_spec *k, tuned_dtype dtype, char **out,
                             tuned__err *e);
 
+/* The source of a composite kind k's own kernels for vocabulary blocks
+ * (its block_parts) for dtype; *out is malloc'd. */
+int tuned__source_blocks(const tuned__kind_spec *k, tuned_dtype dtype, char **out,
+                         tuned__err *e);
+
 #endif

@@ -2,15 +2,26 @@
  * TUNED__EVALUATE_CHUNKED_LINEAR_CE): one mean loss block, forward and
  * backward, over tokens x vocab logits made a chunk of rows at a time.
  *
- * Per chunk of rows [c0, c1): logits = h[c0:c1] @ W^T (cublasGemmEx into
- * one chunk buffer), the inner kind's fused kernel in place on it (the
- * rows' losses, and over the logits their gradient at 1/count), then
- * dh[c0:c1] = dlogits @ W and dW += dlogits^T @ h[c0:c1] (summed in the
- * dtype, as bindings/python/tuned/linear_cross_entropy.py does with
- * torch's addmm); dW is zeroed first, as the Python call allocates it.
- * The inner kernel's config per chunk rows comes from the caller (the
- * tuner: the store's winner for (inner kind, dtype, chunk x vocab) on this
- * GPU, else its space's default); this file compiles it with NVRTC.
+ * Per chunk of rows [c0, c1), whole rows ("chunk1024"): logits = h[c0:c1]
+ * @ W^T (cublasGemmEx into one chunk buffer), the composite's inner kind's
+ * fused kernel in place on it (the rows' losses, and over the logits their
+ * gradient at 1/count), then dh[c0:c1] = dlogits @ W and dW += dlogits^T
+ * @ h[c0:c1] (summed in the dtype, as bindings/python/tuned/
+ * linear_cross_entropy.py does with torch's addmm); dW is zeroed first,
+ * as the Python call allocates it.
+ *
+ * In vocabulary blocks ("chunk2048.v17": tuned__kind_block_cols wide, the
+ * last narrower), as the Python call's blocks do: per block its logits
+ * into the buffer, the block_lse kind's kernel (labels all ignored) for
+ * its lse, and linear_ce_blocks.cu's pick of the target logit; then the
+ * rows' lse and loss (linear_ce_blocks.cu's combine); then per block, the
+ * last (still in the buffer) first and the others made again, the
+ * block_grad kind's kernel in place over the block as a class slice, dh
+ * += dlogits_b @ W_b and dW_b += dlogits_b^T @ h[c0:c1].
+ *
+ * The kernels' configs per shape come from the caller (the tuner: the
+ * store's winner for (kind, dtype, rows x cols) on this GPU, else its
+ * space's default); this file compiles them with NVRTC.
  *
  * The inputs of a timed instance are tiles of exact small values (their
  * values do not move a GEMM's time); a checked instance's are drawn by
@@ -28,12 +39,13 @@
 #include "src/driver/launch.h"
 #include "src/driver/lce_reference.h"
 
-/* Chooses the inner kind's config for one chunk's shape (rows x vocab of
- * the inner kind): 0, or an error. */
+/* Chooses the config of a kernel of the composite for one shape (a
+ * kind it runs, rows x cols): 0, or an error. */
 typedef int (*tuned__lce_pick_fn)(void *ctx, const tuned__shape *inner, tuned__config *out,
                                   tuned__err *e);
 
-#define TUNED__LCE_MAX_MODULES 40
+/* Kernels met so far, one module each (a cache: emptied when full). */
+#define TUNED__LCE_MAX_MODULES 48
 
 typedef struct tuned__lce {
     const tuned__driver *d;
@@ -44,15 +56,21 @@ typedef struct tuned__lce {
     tuned_dtype dtype;
     size_t esize;
     uint64_t tokens, hidden, vocab;
-    uint32_t max_chunk;     /* rows the chunk buffer holds */
-    const tuned__kind_spec *inner;
+    uint64_t max_logits;    /* elements the logits buffer holds */
+    const tuned__kind_spec *kind; /* the composite: its inner and block kinds */
     tuned__lce_pick_fn pick;
     void *pick_ctx;
     CUstream stream;
     CUdeviceptr h, w, labels, dh, dw, logits, loss, lse, gscale, error;
-    /* the inner kernel, one module per chunk rows met so far */
+    /* the blocks' lse (TUNED__MAX_SPLITS x tokens), target logits, and
+     * labels all ignore_index (tokens) */
+    CUdeviceptr block_lse, target, ignored;
+    CUmodule blocks_module; /* linear_ce_blocks.cu */
+    CUfunction pick_fn, combine_fn;
     struct {
+        uint8_t kernel;
         uint32_t rows;
+        uint64_t cols;
         CUmodule module;
         CUfunction fn;
         tuned__config config;
@@ -60,25 +78,27 @@ typedef struct tuned__lce {
     unsigned nmod;
 } tuned__lce;
 
-/* Allocates tokens x vocab (hidden) buffers with a chunk buffer of
- * max_chunk rows, in the current context, for GEMMs on blas's handle
- * (made here, on stream). With ref non-NULL its inputs are uploaded, else
- * tiles of exact values. Cleans up on failure; close with tuned__lce_close. */
+/* Allocates tokens x vocab (hidden) buffers for composite kind `kind` with
+ * a logits buffer of max_logits elements, in the current context, for
+ * GEMMs on blas's handle (made here, on stream), and compiles its block
+ * kernels. With ref non-NULL its inputs are uploaded, else tiles of exact
+ * values. Cleans up on failure; close with tuned__lce_close. */
 int tuned__lce_open(tuned__lce *l, const tuned__driver *d, const tuned__nvrtc *n,
-                    const tuned__cublas *blas, int arch, int sms, const tuned__kind_spec *inner,
+                    const tuned__cublas *blas, int arch, int sms, const tuned__kind_spec *kind,
                     tuned_dtype dtype, uint64_t tokens, uint64_t hidden, uint64_t vocab,
-                    uint32_t max_chunk, const tuned__lce_ref *ref, tuned__lce_pick_fn pick,
+                    uint64_t max_logits, const tuned__lce_ref *ref, tuned__lce_pick_fn pick,
                     void *pick_ctx, CUstream stream, tuned__err *e);
 void tuned__lce_close(tuned__lce *l);
 
-/* Enqueues the whole loss block at chunk rows a chunk (at most
- * max_chunk); gemms_only leaves the inner kernel out (the floor). */
-int tuned__lce_enqueue(tuned__lce *l, uint32_t chunk, bool gemms_only, tuned__err *e);
+/* Enqueues the whole loss block at chunk config c (family chunk: its rows
+ * times its block's columns at most max_logits); gemms_only leaves the
+ * kernels out (the floor). */
+int tuned__lce_enqueue(tuned__lce *l, const tuned__config *c, bool gemms_only, tuned__err *e);
 
-/* Runs the block at chunk rows over an instance opened with ref (outputs
+/* Runs the block at config c over an instance opened with ref (outputs
  * poisoned first, so that a row or element left unwritten fails) and
  * compares with ref: *wrong and detail say whether and where. */
-int tuned__lce_check(tuned__lce *l, const tuned__lce_ref *ref, uint32_t chunk, bool *wrong,
-                     char *detail, size_t n, tuned__err *e);
+int tuned__lce_check(tuned__lce *l, const tuned__lce_ref *ref, const tuned__config *c,
+                     bool *wrong, char *detail, size_t n, tuned__err *e);
 
 #endif

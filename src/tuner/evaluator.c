@@ -299,13 +299,13 @@ static int pick_inner(void *ctx, const tuned__shape *s, tuned__config *out, tune
 static int enqueue_floor(tuned__evaluator *ev, void *arg, tuned__err *e)
 {
     (void)arg;
-    return tuned__lce_enqueue(&ev->lce, ev->lce.max_chunk, true, e);
+    tuned__config rule = {.family = TUNED__FAMILY_CHUNK, .chunk = tuned__chunk_rule(&ev->shape)};
+    return tuned__lce_enqueue(&ev->lce, &rule, true, e);
 }
 
 static int enqueue_chunked(tuned__evaluator *ev, void *arg, tuned__err *e)
 {
-    const tuned__config *c = arg;
-    return tuned__lce_enqueue(&ev->lce, c->chunk, false, e);
+    return tuned__lce_enqueue(&ev->lce, arg, false, e);
 }
 
 /* The inner kind's reference module: the timing helpers (reference.cu). */
@@ -337,6 +337,8 @@ static int open_chunked(tuned__evaluator *ev, const tuned__kind_spec *kind, tune
     const tuned__kind_spec *inner = tuned__kind(kind->inner);
     int arch = ev->gpu.cc_major * 10 + ev->gpu.cc_minor;
     unsigned hidden = tuned__params_value(kind, s->params, "hidden", 0);
+    uint64_t buffer = tuned__kind_chunk_elems(kind, s->rows, s->cols, s->params,
+                                              tuned_dtype_size(s->dtype));
     if (inner == NULL || hidden == 0)
         return tuned__errf(e, TUNED_EINVAL, "evaluator: %s names no inner kind or hidden size",
                            kind->name);
@@ -345,11 +347,12 @@ static int open_chunked(tuned__evaluator *ev, const tuned__kind_spec *kind, tune
         (rc = tuned__lce_ref_make(&ev->ref, SMALL_TOKENS, SMALL_HIDDEN, SMALL_VOCAB, s->dtype,
                                   0x5eed1ceull, e)) != 0 ||
         (rc = tuned__lce_open(&ev->small, ev->d, ev->nvrtc, &ev->blas, arch, ev->gpu.sm_count,
-                              inner, s->dtype, SMALL_TOKENS, SMALL_HIDDEN, SMALL_VOCAB,
-                              SMALL_MAX_CHUNK, &ev->ref, pick_inner, ev, ev->stream, e)) != 0 ||
+                              kind, s->dtype, SMALL_TOKENS, SMALL_HIDDEN, SMALL_VOCAB,
+                              (uint64_t)SMALL_MAX_CHUNK * SMALL_VOCAB, &ev->ref, pick_inner, ev,
+                              ev->stream, e)) != 0 ||
         (rc = tuned__lce_open(&ev->lce, ev->d, ev->nvrtc, &ev->blas, arch, ev->gpu.sm_count,
-                              inner, s->dtype, s->rows, hidden, s->cols, tuned__chunk_rule(s),
-                              NULL, pick_inner, ev, ev->stream, e)) != 0 ||
+                              kind, s->dtype, s->rows, hidden, s->cols, buffer, NULL, pick_inner,
+                              ev, ev->stream, e)) != 0 ||
         (rc = open_timing_module(ev, inner, arch, e)) != 0)
         return rc;
     return open_timing(ev, ev->timing_module, e);
@@ -359,9 +362,10 @@ static int open_chunked(tuned__evaluator *ev, const tuned__kind_spec *kind, tune
 static int evaluate_chunk(tuned__evaluator *ev, const tuned__config *c, tuned__eval_result *res,
                           tuned__err *e)
 {
-    uint32_t small = c->chunk < SMALL_MAX_CHUNK ? c->chunk : SMALL_MAX_CHUNK;
+    tuned__config small = *c;
+    small.chunk = c->chunk < SMALL_MAX_CHUNK ? c->chunk : SMALL_MAX_CHUNK;
     bool wrong = false;
-    int rc = tuned__lce_check(&ev->small, &ev->ref, small, &wrong, res->detail,
+    int rc = tuned__lce_check(&ev->small, &ev->ref, &small, &wrong, res->detail,
                               sizeof res->detail, e);
     if (rc != 0)
         return rc;
@@ -413,8 +417,8 @@ int tuned__evaluator_open(tuned__evaluator **out, const tuned__driver *d, const 
     size_t need = (size_t)tuned__kind_bytes(kind, s->rows, tuned__wire_cols_of(s), esize) +
                   2 * (size_t)gpu->l2_bytes + 2 * TUNED__CHECK_GUARD_BYTES;
     ev->chunked = tuned__kind_chunked(kind);
-    if (ev->chunked) /* and the chunk buffer */
-        need += (size_t)tuned__chunk_rule(s) * s->cols * esize;
+    if (ev->chunked) /* and the logits buffer */
+        need += (size_t)tuned__kind_chunk_elems(kind, s->rows, s->cols, s->params, esize) * esize;
     int rc = 0;
     if (need > gpu->total_mem - gpu->total_mem / 8) {
         rc = tuned__errf(e, TUNED_EINVAL,

@@ -72,11 +72,17 @@ bool tuned__space_chunked(const tuned__space *sp);
  * tuned__kind_chunk_rule on s's key). */
 uint32_t tuned__chunk_rule(const tuned__shape *s);
 
+/* The config of chunk rows in sp: whole rows up to the rule's chunk,
+ * above it the fewest vocabulary blocks within the budget; false where
+ * none fits. */
+bool tuned__space_chunk_at(const tuned__space *sp, uint32_t chunk, tuned__config *out);
+
 /* The space's policy on a chunk config (tuned__config_check passed). */
 bool tuned__space_chunk_policy(const tuned__space *sp, const tuned__config *c, char *why,
                                size_t n);
 
-/* The space's chunks, smallest first, the rule's last: at most cap into
+/* The space's chunks: in whole rows smallest first, the rule's last,
+ * then in vocabulary blocks by rows: at most cap into
  * out, their number returned (always at least 1). */
 size_t tuned__space_chunk_list(const tuned__space *sp, tuned__config *out, size_t cap);
 

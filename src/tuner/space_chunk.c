@@ -1,12 +1,17 @@
 /* space_chunk.c: the space of a kind tuned by its chunk of rows (the
- * registry's tuned__kind_chunked): which chunk sizes a tune measures.
+ * registry's tuned__kind_chunked): which chunk configs a tune measures.
  *
  * The registry's rule (tuned__kind_chunk_rule) gives the chunk a caller
- * without a record takes: the largest that fits the key's memory budget.
- * The space is that chunk and every power of two times the rule's step
- * below it, so that a tune never stores a chunk slower than the rule's (it
- * measures it) and a budget bounds every chunk it tries. A dozen configs
- * at most: the search sees them all. */
+ * without a record takes: the largest that fits the key's memory budget,
+ * in whole rows. The space is that chunk and every power of two times the
+ * rule's step below it, in whole rows; and above it, up to the key's rows,
+ * each such chunk (and the rows themselves) with its logits made in the
+ * fewest vocabulary blocks that keep a block within the budget
+ * ("chunk2048.v17": a chunk's d weight GEMM then sums over more rows, for
+ * a second logits GEMM of all blocks but one). So a tune never stores a
+ * chunk slower than the rule's (it measures it), and the budget bounds
+ * every config it tries. Two dozen configs at most: the search sees them
+ * all. */
 #include "src/tuner/space.h"
 
 #include "tuned.h"
@@ -22,26 +27,68 @@ uint32_t tuned__chunk_rule(const tuned__shape *s)
                                   tuned_dtype_size(s->dtype));
 }
 
+bool tuned__space_chunk_at(const tuned__space *sp, uint32_t chunk, tuned__config *out)
+{
+    const tuned__shape *s = &sp->shape;
+    uint32_t rule = tuned__chunk_rule(s);
+    uint32_t rows = chunk < s->rows ? chunk : (uint32_t)s->rows;
+    int splits = chunk <= rule ? 0
+                               : tuned__kind_chunk_splits(tuned__shape_spec(s), rows, s->cols,
+                                                          s->params, tuned_dtype_size(s->dtype));
+    if (chunk < 1 || splits < 0)
+        return false;
+    *out = (tuned__config){.family = TUNED__FAMILY_CHUNK, .chunk = chunk, .splits = (uint8_t)splits};
+    return true;
+}
+
+/* Whether chunk is the rule's step times a power of two. */
+static bool stepped(uint32_t chunk)
+{
+    unsigned v = chunk / TUNED__CHUNK_STEP;
+    return chunk % TUNED__CHUNK_STEP == 0 && v > 0 && (v & (v - 1)) == 0;
+}
+
 bool tuned__space_chunk_policy(const tuned__space *sp, const tuned__config *c, char *why,
                                size_t n)
 {
-    uint32_t rule = tuned__chunk_rule(&sp->shape);
-    if (c->chunk == rule)
+    const tuned__shape *s = &sp->shape;
+    uint32_t rule = tuned__chunk_rule(s);
+    if (c->splits == 0) {
+        if (c->chunk == rule)
+            return true;
+        if (c->chunk > rule)
+            return tuned__config_refuse(why, n, "a chunk of %u rows exceeds the budget's %u in "
+                                        "whole rows (make its logits in vocabulary blocks: "
+                                        "chunk%u.vS)", (unsigned)c->chunk, (unsigned)rule,
+                                        (unsigned)c->chunk);
+        if (!stepped(c->chunk))
+            return tuned__config_refuse(why, n, "the space's chunks are %u rows times a power of "
+                                        "two, or the budget's own (%u)",
+                                        TUNED__CHUNK_STEP, (unsigned)rule);
         return true;
-    if (c->chunk > rule)
-        return tuned__config_refuse(why, n, "a chunk of %u rows exceeds the budget's %u",
-                                    (unsigned)c->chunk, (unsigned)rule);
-    unsigned v = c->chunk / TUNED__CHUNK_STEP;
-    if (c->chunk % TUNED__CHUNK_STEP != 0 || (v & (v - 1)) != 0)
-        return tuned__config_refuse(why, n, "the space's chunks are %u rows times a power of "
-                                    "two, or the budget's own (%u)",
-                                    TUNED__CHUNK_STEP, (unsigned)rule);
+    }
+    if (!stepped(c->chunk) && c->chunk != s->rows)
+        return tuned__config_refuse(why, n, "the space's chunks in blocks are %u rows times a "
+                                    "power of two, or the key's %llu rows",
+                                    TUNED__CHUNK_STEP, (unsigned long long)s->rows);
+    uint64_t cols = tuned__kind_block_cols(s->cols, c->splits);
+    if (cols >= s->cols)
+        return tuned__config_refuse(why, n, "%llu columns make one block of %u: whole rows are "
+                                    "chunk%u", (unsigned long long)s->cols, (unsigned)c->splits,
+                                    (unsigned)c->chunk);
+    int fewest = tuned__kind_chunk_splits(tuned__shape_spec(s), c->chunk, s->cols, s->params,
+                                          tuned_dtype_size(s->dtype));
+    if (fewest < 0 || c->splits < fewest)
+        return tuned__config_refuse(why, n, "a chunk of %u rows in %u blocks of %llu columns "
+                                    "exceeds the budget", (unsigned)c->chunk,
+                                    (unsigned)c->splits, (unsigned long long)cols);
     return true;
 }
 
 size_t tuned__space_chunk_list(const tuned__space *sp, tuned__config *out, size_t cap)
 {
-    uint32_t rule = tuned__chunk_rule(&sp->shape);
+    const tuned__shape *s = &sp->shape;
+    uint32_t rule = tuned__chunk_rule(s);
     size_t n = 0;
     for (uint32_t c = TUNED__CHUNK_STEP; c < rule; c *= 2) {
         if (n < cap)
@@ -50,5 +97,25 @@ size_t tuned__space_chunk_list(const tuned__space *sp, tuned__config *out, size_
     }
     if (n < cap)
         out[n] = (tuned__config){.family = TUNED__FAMILY_CHUNK, .chunk = rule};
-    return n + 1;
+    n++;
+    /* above the rule, in vocabulary blocks: stepped chunks, then the rows */
+    uint32_t last = s->rows < TUNED__MAX_CHUNK ? (uint32_t)s->rows : TUNED__MAX_CHUNK;
+    for (uint64_t c = TUNED__CHUNK_STEP; c <= last; c *= 2) {
+        uint32_t chunk = (uint32_t)c;
+        bool final = c * 2 > last;
+        tuned__config at;
+        if (chunk > rule && tuned__space_chunk_at(sp, chunk, &at) &&
+            tuned__space_chunk_policy(sp, &at, NULL, 0)) {
+            if (n < cap)
+                out[n] = at;
+            n++;
+        }
+        if (final && last != chunk && last > rule && tuned__space_chunk_at(sp, last, &at) &&
+            tuned__space_chunk_policy(sp, &at, NULL, 0)) {
+            if (n < cap)
+                out[n] = at;
+            n++;
+        }
+    }
+    return n;
 }

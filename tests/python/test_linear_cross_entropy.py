@@ -238,6 +238,19 @@ def chunk_rule():
     expect(_chunk_rows(100, 128256, 2, None, 1 << 20) == 64, "at least 64 rows a chunk")
     expect(_chunk_rows(30, 1000, 4, None, 256 << 20) == 30, "no more rows than there are")
     expect(_chunk_rows(4096, 1000, 4, 100, 256 << 20) == 100, "chunk_rows is taken")
+    # a stored winner's text, and the blocks it names: the widths are the
+    # registry's (tuned__kind_block_cols; tests/test_space.c holds the same)
+    from tuned.linear_cross_entropy import _parse_chunk, _split_bounds
+    for text, want in (("chunk1024", (1024, 1)), ("chunk2048.v17", (2048, 17)),
+                       ("chunk64.v1", None), ("chunk64.v", None), ("chunk0", None),
+                       ("chunkx", None), ("w8.r1", None), ("chunk64.x8", None)):
+        expect(_parse_chunk(text) == want, f"{text}: {_parse_chunk(text)}, want {want}")
+    for cols, splits, width in ((128256, 17, 7552), (128256, 2, 64128), (1000000, 62, 16192),
+                                (32000, 2, 16000), (1003, 17, 64), (60, 4, 60)):
+        got = _split_bounds(cols, splits)
+        expect(got[1] == width and got[-1] == cols and all(
+            b - a == width for a, b in zip(got[:-2], got[1:-1])),
+               f"{cols} columns in {splits} blocks: {got[:3]}..., want {width} wide")
 
 
 def error_cases():

@@ -46,12 +46,14 @@ cross-entropy does: each GEMM sums in fp32, the running sum is rounded
 once a chunk), unless accumulate_fp32 (an fp32 buffer of weight's size,
 and a weight-sized product a chunk).
 
-The chunk size, when chunk_rows is not given on CUDA, is the stored
-winner of the kind linear_cross_entropy for (tokens, vocabulary, hidden,
-the budget max_chunk_bytes in MiB, dtype, GPU): the tuner measures the
-whole loss block (GEMMs and kernels, forward and backward) at each chunk
-the budget allows, and stores the fastest as it stores any winner (the
-daemon and the fleet share it). libtuned's lookup asks for that tune
+The chunk size and its vocabulary blocks, when neither chunk_rows nor
+vocab_splits is given on CUDA, are the stored winner of the kind
+linear_cross_entropy for (tokens, vocabulary, hidden, the budget
+max_chunk_bytes in MiB, dtype, GPU): the tuner measures the whole loss
+block (GEMMs and kernels, forward and backward) at each chunk the budget
+allows, in whole rows up to the budget's and in the fewest vocabulary
+blocks that fit it above ("chunk2048.v17"), and stores the fastest as it
+stores any winner (the daemon and the fleet share it). libtuned's lookup asks for that tune
 under its policies (the daemon, a child tuned process) when no record
 exists, and answers meanwhile with the rule above, which is also what
 every other case takes (CPU, no libtuned, a budget or hidden size the
@@ -94,12 +96,27 @@ def _chunk_rows(rows, cols, esize, chunk_rows, max_chunk_bytes):
     return max(1, min(rows, max(64, fit // 64 * 64)))
 
 
+def _parse_chunk(config):
+    """(rows, vocabulary blocks) of a chunk config's text, "chunk1024" (1
+    block: whole rows) or "chunk2048.v17", or None for any other text."""
+    if not config.startswith("chunk"):
+        return None
+    rows, dot, blocks = config[5:].partition(".")
+    if not rows.isdigit() or int(rows) < 1:
+        return None
+    if not dot:
+        return int(rows), 1
+    if not blocks.startswith("v") or not blocks[1:].isdigit() or int(blocks[1:]) < 2:
+        return None
+    return int(rows), int(blocks[1:])
+
+
 def _tuned_chunk(h, w, max_chunk_bytes):
-    """The chunk rows libtuned's store holds (or its lookup answers) for
-    this call's key, or None where no key applies (a budget that is not
-    whole MiB; a hidden size or budget outside the key's ranges, which
-    libtuned's lookup refuses, naming the rule) or libtuned cannot say:
-    the caller then takes the rule."""
+    """(chunk rows, vocabulary blocks) that libtuned's store holds (or its
+    lookup answers) for this call's key, or None where no key applies (a
+    budget that is not whole MiB; a hidden size or budget outside the
+    key's ranges, which libtuned's lookup refuses, naming the rule) or
+    libtuned cannot say: the caller then takes the rule."""
     from . import handle as _handle
     from .errors import LibraryError, TunedError
     from .torch_ops import _DTYPES
@@ -122,10 +139,10 @@ def _tuned_chunk(h, w, max_chunk_bytes):
                            params=f"hidden={hidden},budget={mib}")
     except (LibraryError, TunedError, ValueError, OSError):
         return None
-    config = choice.config
-    if not config.startswith("chunk") or not config[5:].isdigit():
+    parsed = _parse_chunk(choice.config)
+    if parsed is None:
         return None
-    chunk = max(1, min(int(config[5:]), rows))
+    chunk = (max(1, min(parsed[0], rows)), parsed[1])
     if choice.source == "exact":
         if len(_exact_chunks) > 256:
             _exact_chunks.clear()
@@ -134,7 +151,8 @@ def _tuned_chunk(h, w, max_chunk_bytes):
 
 
 # (handle, tokens, vocabulary, hidden, budget MiB, dtype, device) -> the
-# stored winner's chunk rows, for keys whose lookup answered exact
+# stored winner's (chunk rows, vocabulary blocks), for keys whose lookup
+# answered exact
 _exact_chunks = {}
 
 
@@ -518,12 +536,14 @@ def linear_cross_entropy(hidden, weight, labels, bias=None, ignore_index=-100,
     dtype (fp16, bf16 or fp32 on CUDA; any floating dtype elsewhere, by
     torch's formula). reduction "mean" (over the rows not ignored), "sum",
     or "none" (one loss a row, labels' shape); the loss is fp32.
-    chunk_rows: rows of hidden a chunk (default: what fits max_chunk_bytes
-    of logits). accumulate_fp32: sum d weight over the chunks in fp32.
-    vocab_splits S: each chunk's logits made in S blocks of the vocabulary
-    (the module says how; mean and sum; "none" takes chunks of whole rows
-    in the same buffer), so that at a given max_chunk_bytes a chunk holds
-    S times the rows."""
+    chunk_rows: rows of hidden a chunk. vocab_splits S: each chunk's
+    logits made in S blocks of the vocabulary (the module says how; mean
+    and sum; "none" takes chunks of whole rows in the same buffer), so
+    that at a given max_chunk_bytes a chunk holds S times the rows. With
+    neither given, on CUDA the store's winner within max_chunk_bytes of
+    logits (rows and blocks), else what fits it in whole rows; with
+    vocab_splits alone, the rows that fit it in S blocks.
+    accumulate_fp32: sum d weight over the chunks in fp32."""
     _check(hidden, weight, bias, labels, reduction, label_smoothing, z_loss, scale, softcap,
            num_items, chunk_rows, max_chunk_bytes, vocab_splits)
     lead = tuple(hidden.shape[:-1])
@@ -563,9 +583,11 @@ def linear_cross_entropy(hidden, weight, labels, bias=None, ignore_index=-100,
     need_grad = torch.is_grad_enabled() and any(
         t is not None and t.requires_grad for t in (h, w, bias))
     splits = int(vocab_splits or 1)
-    chunk = (None if chunk_rows is not None or splits > 1
+    tuned = (None if chunk_rows is not None or vocab_splits is not None
              else _tuned_chunk(h, w, max_chunk_bytes))
-    if chunk is None:
+    if tuned is not None:
+        chunk, splits = tuned
+    else:
         block = _split_bounds(w.shape[0], splits)[1]
         chunk = _chunk_rows(h.shape[0], block, h.element_size(), chunk_rows, max_chunk_bytes)
     # The rows' losses, reduced here: without a gradient (the loss kernel
