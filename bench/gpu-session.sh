@@ -47,11 +47,13 @@
 #              bench     bench/cross_entropy_bench.py (QuACK and Liger from
 #                        the staged wheels)
 #              train     bench/train_step.py (TRAIN_ONLY, TRAIN_BLOCKS,
-#                        TRAIN_PEAK, TRAIN_ROUNDS: its --only, --blocks,
-#                        --peak and --rounds;
+#                        TRAIN_PEAK, TRAIN_ROUNDS, TRAIN_BUDGETS: its --only,
+#                        --blocks, --peak, --rounds and --budgets;
 #                        its log train$TRAIN_TAG.log;
 #                        TRAIN_TIMEOUT seconds, 300)
 #              overhead  bench/ce_overhead.py: the host's time a call
+#              cli-gpu   tests/test_cli_gpu.sh (every linear_cross_entropy
+#                        config, in vocabulary blocks too, checked per dtype)
 #              lce-test  tests/python/test_linear_cross_entropy.py (CUDA too)
 #              linear    bench/linear_ce_bench.py: the 8B-scale loss block
 #                        (LINEAR_ARGS: its options; its log linear$LINEAR_TAG.log)
@@ -340,8 +342,13 @@ cross-entropy)
         train)
             timeout "${TRAIN_TIMEOUT:-300}" python3 bench/train_step.py \
                 ${TRAIN_ONLY:+--only "$TRAIN_ONLY"} ${TRAIN_BLOCKS:+--blocks "$TRAIN_BLOCKS"} \
-                ${TRAIN_PEAK:+--peak "$TRAIN_PEAK"} ${TRAIN_ROUNDS:+--rounds "$TRAIN_ROUNDS"} >"$out/train${TRAIN_TAG:-}.log" 2>&1
+                ${TRAIN_PEAK:+--peak "$TRAIN_PEAK"} ${TRAIN_ROUNDS:+--rounds "$TRAIN_ROUNDS"} \
+                ${TRAIN_BUDGETS:+--budgets "$TRAIN_BUDGETS"} >"$out/train${TRAIN_TAG:-}.log" 2>&1
             echo "train: exit $?"
+            ;;
+        cli-gpu)  # tests/test_cli_gpu.sh: a tune read back, verify --fix, every linear_cross_entropy config checked
+            timeout 300 bash tests/test_cli_gpu.sh build/tuned >"$out/cli_gpu.log" 2>&1
+            echo "cli-gpu: exit $?"; grep -E '^(ok|FAIL)' "$out/cli_gpu.log"
             ;;
         lce-test)  # tests/python/test_linear_cross_entropy.py: its CUDA cases too
             timeout 300 python3 tests/python/test_linear_cross_entropy.py build/libtuned.so.0 . \

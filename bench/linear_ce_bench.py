@@ -10,8 +10,10 @@ Shape: tokens x hidden @ (vocabulary x hidden).T, bf16 (default the
   tuned_linear   tuned.linear_cross_entropy as a user calls it: the chunk
                  the store holds for the key (the kind linear_cross_entropy,
                  tuned by `tuned tune`), else the size rule; printed
-  tuned_linear_64MiB  the same within a budget of 64 MiB of chunk logits
-  tuned_linear_64MiB_vS  the same budget with vocab_splits S (--splits):
+  tuned_linear_BMiB  the same within a budget of B MiB of chunk logits
+                 (--budgets B,...; 64): the store's winner for that key,
+                 whole rows or vocabulary blocks ("chunk1024.v5"); printed
+  tuned_linear_64MiB_vS  a budget of 64 MiB with vocab_splits S (--splits):
                  each chunk's logits in S blocks of the vocabulary, so that
                  a chunk holds S times the rows in the same memory
   tuned_linear_N the same with chunks of N rows given (several N: what
@@ -29,6 +31,7 @@ GEMM). A short table comes last.
 
     python3 bench/linear_ce_bench.py [--tokens 8192 --hidden 4096 --vocab 128256] [--reps 10]
                                      [--chunks N,...] [--splits S,...] [--blocks R/S,...]
+                                     [--budgets MiB,...]
 
 Needs a CUDA GPU, torch, tuned on PYTHONPATH (TUNED_LIBRARY, and TUNED_DB
 with cross_entropy's record for the chunk shapes, else the default
@@ -69,6 +72,7 @@ def main():
     ap.add_argument("--chunks", default="256,512,1024,4096")
     ap.add_argument("--splits", default="2,4")
     ap.add_argument("--blocks", default="")
+    ap.add_argument("--budgets", default="64")
     ap.add_argument("--reps", type=int, default=10)
     args = ap.parse_args()
     n, h, v = args.tokens, args.hidden, args.vocab
@@ -86,13 +90,17 @@ def main():
     }
     lce_module = importlib.import_module("tuned.linear_cross_entropy")  # the module, not its function
     auto = lce_module._tuned_chunk(x0, w0, 256 << 20)
-    print(f"tuned_linear: chunk {auto} rows from the store"
+    print(f"tuned_linear: (rows, blocks) {auto} from the store"
           if auto is not None else "tuned_linear: no stored chunk (the size rule)")
     methods["tuned_linear"] = lambda x, w: tuned.linear_cross_entropy(x, w, y)
-    # a budget of 64 MiB of chunk logits: Liger's chunk's memory at the 8B
-    # shape (256 rows), the chunk the store holds for that budget
-    methods["tuned_linear_64MiB"] = (
-        lambda x, w: tuned.linear_cross_entropy(x, w, y, max_chunk_bytes=64 << 20))
+    # budgets of chunk logits (64 MiB: about Liger's chunk's memory at the
+    # 8B shape, 256 rows), at the chunk the store holds for each
+    for mib in (int(b) for b in args.budgets.split(",") if b):
+        got = lce_module._tuned_chunk(x0, w0, mib << 20)
+        print(f"tuned_linear_{mib}MiB: (rows, blocks) {got} from the store"
+              if got is not None else f"tuned_linear_{mib}MiB: no stored chunk (the size rule)")
+        methods[f"tuned_linear_{mib}MiB"] = (
+            lambda x, w, mib=mib: tuned.linear_cross_entropy(x, w, y, max_chunk_bytes=mib << 20))
     for sp in (int(s) for s in args.splits.split(",") if s):
         methods[f"tuned_linear_64MiB_v{sp}"] = (
             lambda x, w, sp=sp: tuned.linear_cross_entropy(x, w, y, max_chunk_bytes=64 << 20,

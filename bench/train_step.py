@@ -6,7 +6,9 @@ tuned's cross-entropy (tuned.integrations.transformers.apply, gradient in
 place), tuned's linear cross-entropy (apply(linear=True); then at Liger's
 chunk memory, by default the whole 4096 rows in 32 vocabulary blocks, 2048
 rows in 16 and 512 rows in 4, --blocks R/S,... to choose: apply(linear=True,
-chunk_rows=R, vocab_splits=S)), Cut
+chunk_rows=R, vocab_splits=S); --budgets MiB,... each the store's winner
+within that budget of chunk logits: apply(linear=True,
+max_chunk_bytes=MiB << 20)), Cut
 Cross-Entropy through the same hook (its linear_cross_entropy in place of
 tuned's), then Liger's cross-entropy and Liger's fused linear
 cross-entropy (Liger patches transformers' classes; they are restored
@@ -19,7 +21,7 @@ a peak's memory goes).
 
     python3 bench/train_step.py [--layers 16] [--seq 2048] [--batch 2] [--steps 10]
                                 [--only NAME,NAME...] [--blocks R/S,...] [--peak NAME,...]
-                                [--rounds N]
+                                [--rounds N] [--budgets MiB,...]
 
 Needs a CUDA GPU, torch, transformers, and for its column liger_kernel;
 tuned's package on PYTHONPATH with libtuned (TUNED_LIBRARY) and a store
@@ -151,6 +153,9 @@ def main():
     ap.add_argument("--peak", default="",
                     help="losses' names, NAME,...: print the allocations live at the peak of "
                          "their timed steps")
+    ap.add_argument("--budgets", default="",
+                    help="tuned linear within each budget (MiB of chunk logits) at the store's "
+                         "winner for it")
     ap.add_argument("--rounds", type=int, default=1,
                     help="run the losses this many times in turn (A B C A B C): the table "
                          "gives each round's step time, so that drift shows")
@@ -168,6 +173,9 @@ def main():
         losses.append((f"tuned linear {rows_}/{splits}",
                        lambda m, r=rows_, s=splits: tt.apply(m, linear=True, chunk_rows=r,
                                                              vocab_splits=s)))
+    for mib in (int(b) for b in args.budgets.split(",") if b):
+        losses.append((f"tuned linear {mib} MiB",
+                       lambda m, mib=mib: tt.apply(m, linear=True, max_chunk_bytes=mib << 20)))
     try:
         from cut_cross_entropy import linear_cross_entropy as cce
 
