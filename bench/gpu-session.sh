@@ -36,8 +36,9 @@
 #            the cross-entropy steps named in CE_STEPS (default all, in
 #            order; a later call on the same machine goes on with the
 #            store the first one tuned, /tmp/tuned-ce-db):
-#              import    the records of CE_RECORDS (bench/ce_records.py made
-#                        it from an earlier tune step) into the store
+#              import    the records of CE_RECORDS (files, space-separated:
+#                        bench/ce_records.py's from an earlier tune step, or
+#                        lce-tune's lce-records.jsonl) into the store
 #              tune      build, then cross_entropy (fused), _loss and _bwd
 #                        (split) tuned cold on the benchmark's rows and the
 #                        training step's (CE_TUNE_TIME seconds each, 6)
@@ -305,7 +306,9 @@ cross-entropy)
         case "$step" in
         import)
             # records a tune step made before (bench/ce_records.py), instead of tuning
-            build/tuned import "${CE_RECORDS:?CE_RECORDS: the export file}" --db "$db" 2>&1 | tail -n 1
+            for records in ${CE_RECORDS:?CE_RECORDS: the export files}; do
+                build/tuned import "$records" --db "$db" 2>&1 | tail -n 1
+            done
             ;;
         tune)
             : >>"$out/tunes.jsonl"

@@ -26,3 +26,5 @@ for spec in ${LCE_TUNE_SPECS:-8192x128256:hidden=4096 8192x128256:hidden=4096,bu
 done
 echo "stored winners (config chunkN: rows a chunk; chunkN.vS: in S vocabulary blocks):"
 build/tuned list --db "$db" 2>&1 | grep linear_cross_entropy
+# the store's records, for a later call's import step (CE_RECORDS)
+build/tuned export --db "$db" >"$out/lce-records.jsonl" 2>>"$out/lce_tunes.log"

@@ -594,6 +594,6 @@ uint64_t tuned__kind_chunk_elems(const tuned__kind_spec *k, uint64_t rows, uint6
 const char *tuned__kind_floor_text(const tuned__kind_spec *k)
 {
     if (tuned__kind_chunked(k))
-        return "the GEMMs alone, at the budget's largest chunk";
+        return "the GEMMs alone, at the space's largest chunk";
     return "copy of one tensor (roofline)";
 }

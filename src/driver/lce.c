@@ -329,12 +329,11 @@ static int chunk_in_blocks(tuned__lce *l, uint32_t chunk, uint64_t c0, uint32_t 
     int nblocks = (int)((l->vocab + step - 1) / step), irows = (int)rows;
     tuned__ce_params p = ce_params(l);
     int rc;
-    for (int b = 0; b < nblocks; b++) {
+    /* the floor makes each block's logits once: its gradient loop's GEMMs */
+    for (int b = 0; b < nblocks && !gemms_only; b++) {
         uint64_t v0 = (uint64_t)b * step, v1 = v0 + step < l->vocab ? v0 + step : l->vocab;
         if ((rc = logits_gemm(l, hc, rows, v0, v1, e)) != 0)
             return rc;
-        if (gemms_only)
-            continue;
         /* the loss kind's tensors: logits, labels, grad (unused), loss, lse */
         CUdeviceptr t[TUNED__KIND_MAX_TENSORS] = {l->logits, l->ignored, 0, 0,
                                                   l->block_lse + (uint64_t)b * rows * 4};
@@ -358,7 +357,7 @@ static int chunk_in_blocks(tuned__lce *l, uint32_t chunk, uint64_t c0, uint32_t 
     for (int n = 0; n < nblocks; n++) {
         int b = n == 0 ? nblocks - 1 : n - 1;
         uint64_t v0 = (uint64_t)b * step, v1 = v0 + step < l->vocab ? v0 + step : l->vocab;
-        if (n > 0 && (rc = logits_gemm(l, hc, rows, v0, v1, e)) != 0)
+        if ((n > 0 || gemms_only) && (rc = logits_gemm(l, hc, rows, v0, v1, e)) != 0)
             return rc;
         if (!gemms_only) {
             tuned__ce_params slice = p;

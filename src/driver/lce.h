@@ -92,7 +92,8 @@ void tuned__lce_close(tuned__lce *l);
 
 /* Enqueues the whole loss block at chunk config c (family chunk: its rows
  * times its block's columns at most max_logits); gemms_only leaves the
- * kernels out (the floor). */
+ * kernels out and makes each block's logits once (the floor: the three
+ * GEMMs' work, which no chunk config removes). */
 int tuned__lce_enqueue(tuned__lce *l, const tuned__config *c, bool gemms_only, tuned__err *e);
 
 /* Runs the block at config c over an instance opened with ref (outputs

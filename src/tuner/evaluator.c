@@ -17,8 +17,9 @@
  * first on a small instance against the host's float64 results (a few
  * hundred rows, the last chunk partial), then the whole loss block at the
  * key's size is timed as a kernel would be (L2 flushed, events). Its floor
- * (the "copy" of other kinds) is the same block's GEMMs alone at the
- * budget's largest chunk: the cost that no chunk size removes. */
+ * (the "copy" of other kinds) is the same block's GEMMs alone, each
+ * block's logits made once, at the space's largest chunk: the cost that no
+ * chunk config removes. */
 #include "src/tuner/evaluator.h"
 
 #include "src/tuner/compile.h"
@@ -296,11 +297,21 @@ static int pick_inner(void *ctx, const tuned__shape *s, tuned__config *out, tune
     return tuned__space_default(&sp, out, e);
 }
 
+/* The floor: the GEMMs alone, each block's logits made once, at the
+ * space's largest chunk (the key's rows, in the fewest vocabulary blocks
+ * that fit the budget; the rule's whole rows where none does). */
 static int enqueue_floor(tuned__evaluator *ev, void *arg, tuned__err *e)
 {
     (void)arg;
-    tuned__config rule = {.family = TUNED__FAMILY_CHUNK, .chunk = tuned__chunk_rule(&ev->shape)};
-    return tuned__lce_enqueue(&ev->lce, &rule, true, e);
+    const tuned__shape *s = &ev->shape;
+    tuned__config widest = {.family = TUNED__FAMILY_CHUNK, .chunk = tuned__chunk_rule(s)};
+    uint32_t rows = s->rows < TUNED__MAX_CHUNK ? (uint32_t)s->rows : TUNED__MAX_CHUNK;
+    int splits = tuned__kind_chunk_splits(tuned__shape_spec(s), rows, s->cols, s->params,
+                                          tuned_dtype_size(s->dtype));
+    if (splits >= 0)
+        widest = (tuned__config){.family = TUNED__FAMILY_CHUNK, .chunk = rows,
+                                .splits = (uint8_t)splits};
+    return tuned__lce_enqueue(&ev->lce, &widest, true, e);
 }
 
 static int enqueue_chunked(tuned__evaluator *ev, void *arg, tuned__err *e)
