@@ -388,6 +388,7 @@ cross-entropy)
     [[ -f "$out/bench.log" ]] && sed -n '/^shape /,$p' "$out/bench.log"
     [[ -f "$out/train${TRAIN_TAG:-}.log" ]] && sed -n '/^loss /,$p' "$out/train${TRAIN_TAG:-}.log"
     [[ -f "$out/linear${LINEAR_TAG:-}.log" ]] && sed -n '/^loss block /,$p' "$out/linear${LINEAR_TAG:-}.log"
+    true  # a log that is absent is no failure of the call
     ;;
 anchors)
     install_wheels >"$out/wheels.log" 2>&1 || { cat "$out/wheels.log"; exit 1; }
