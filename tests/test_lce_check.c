@@ -164,7 +164,7 @@ static void test_runs(tuned_dtype dtype)
     for (int bug = BUG_NONE; bug <= BUG_DH_T; bug++) {
         char detail[256];
         run_chunked(&r, chunk, bug, loss, dh, dw);
-        uint64_t bad = tuned__lce_ref_compare(&r, loss, dh, dw, chunk, detail, sizeof detail);
+        uint64_t bad = tuned__lce_ref_compare(&r, loss, dh, dw, chunk, 1, detail, sizeof detail);
         if (bug == BUG_NONE)
             EXPECT(bad == 0, "%s: a right run passes: %s", tuned_dtype_name(dtype), detail);
         else

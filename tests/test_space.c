@@ -904,14 +904,23 @@ static void chunk_spaces(void)
         char why[160];
         EXPECT(!tuned__space_valid(&sp, &rows, why, sizeof why), "a kernel config refused");
         EXPECT(!tuned__space_valid(&sp, &big, why, sizeof why), "chunk%u refused", big.chunk);
-        /* in blocks, one block fewer than the fewest that fit is refused */
+        /* in blocks, one block fewer than the fewest that fit is refused,
+         * and one more (only more GEMMs); whole rows in blocks too */
         if (member.splits > 2) {
-            tuned__config fewer = member;
+            tuned__config fewer = member, more = member;
             fewer.splits--;
+            more.splits++;
             EXPECT(!tuned__space_valid(&sp, &fewer, why, sizeof why) &&
                        strstr(why, "exceeds the budget") != NULL,
                    "%s in one block fewer refused: %s", cases[i].member, why);
+            EXPECT(!tuned__space_valid(&sp, &more, why, sizeof why) &&
+                       strstr(why, "fits the budget in") != NULL,
+                   "%s in one block more refused: %s", cases[i].member, why);
         }
+        tuned__config rule_in_blocks = {.family = TUNED__FAMILY_CHUNK, .chunk = cases[i].rule,
+                                        .splits = 2};
+        EXPECT(!tuned__space_valid(&sp, &rule_in_blocks, why, sizeof why),
+               "the rule's chunk in blocks refused");
         tuned__space_free(&sp);
     }
 }

@@ -12,7 +12,8 @@
  * over each block as a slice of the classes.
  *
  * Both kernels take a thread a row and launch 256 threads a block, rows
- * / 256 blocks rounded up: a chunk has at most a few thousand rows.
+ * / 256 blocks rounded up (a chunk's rows; the blocks' loop per row is
+ * at most 64 long).
  *
  * Variants (codegen prepends the defines, softmax_common.cu for ESIZE and
  * bits_to_float):

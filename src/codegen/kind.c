@@ -485,8 +485,9 @@ uint64_t tuned__kind_code_hash(const tuned__kind_spec *k)
         h = tuned__fnv1a64(k->flag[i], strlen(k->flag[i]), h);
     for (unsigned i = 0; i < 2 && k->helper[i] != NULL; i++)
         h = tuned__fnv1a64(k->helper[i], strlen(k->helper[i]), h);
-    /* A composite evaluation runs its inner kind's kernel: a change there
-     * moves its results too. (Kinds without one hash as before.) */
+    /* A composite evaluation runs its inner and block kinds' kernels and
+     * its block templates: a change there moves its results too. (Kinds
+     * without one hash as before.) */
     if (k->evaluate != TUNED__EVALUATE_KERNEL) {
         const unsigned ran[3] = {k->inner, k->block_lse, k->block_grad};
         for (unsigned i = 0; i < 3; i++) {
@@ -594,6 +595,6 @@ uint64_t tuned__kind_chunk_elems(const tuned__kind_spec *k, uint64_t rows, uint6
 const char *tuned__kind_floor_text(const tuned__kind_spec *k)
 {
     if (tuned__kind_chunked(k))
-        return "the GEMMs alone, at the space's largest chunk";
+        return "the GEMMs alone, each block's logits once, at the key's rows";
     return "copy of one tensor (roofline)";
 }

@@ -149,14 +149,13 @@ int tuned__lce_open(tuned__lce *l, const tuned__driver *d, const tuned__nvrtc *n
         (rc = alloc(l, &l->lse, tokens * 4, "lse", e)) ||
         (rc = alloc(l, &l->gscale, 4, "1 / count", e)) ||
         (rc = alloc(l, &l->error, 4, "the error word", e)) ||
-        (rc = alloc(l, &l->block_lse, TUNED__MAX_SPLITS * tokens * 4, "the blocks' lse", e)) ||
         (rc = alloc(l, &l->target, tokens * 4, "the target logits", e)) ||
         (rc = alloc(l, &l->ignored, tokens * 8, "the ignored labels", e)) ||
         (rc = upload_values(l, l->h, ref != NULL ? ref->h : NULL, tokens * hidden, 1, e)) ||
         (rc = upload_values(l, l->w, ref != NULL ? ref->w : NULL, vocab * hidden, 2, e)) ||
         (rc = upload_labels(l, ref, e)) || (rc = upload_ignored(l, e)) ||
         (rc = tuned__cuda_check(d, d->cuMemsetD8(l->error, 0, 4), e, "lce: zeroing the error word")) ||
-        (rc = open_blocks_module(l, e))) {
+        (kind->block_parts[0] != NULL && (rc = open_blocks_module(l, e)) != 0)) {
         tuned__lce_close(l);
         return rc;
     }
@@ -329,6 +328,18 @@ static int chunk_in_blocks(tuned__lce *l, uint32_t chunk, uint64_t c0, uint32_t 
     int nblocks = (int)((l->vocab + step - 1) / step), irows = (int)rows;
     tuned__ce_params p = ce_params(l);
     int rc;
+    /* the blocks' lse: grown to the largest chunk met (work queued on the
+     * old buffer finishes first) */
+    uint64_t lse_bytes = (uint64_t)nblocks * rows * 4;
+    if (!gemms_only && lse_bytes > l->block_lse_bytes) {
+        CU(l->d->cuStreamSynchronize(l->stream), "lce: waiting to grow the blocks' lse");
+        if (l->block_lse != 0)
+            l->d->cuMemFree(l->block_lse);
+        l->block_lse = 0, l->block_lse_bytes = 0;
+        if ((rc = alloc(l, &l->block_lse, lse_bytes, "the blocks' lse", e)) != 0)
+            return rc;
+        l->block_lse_bytes = lse_bytes;
+    }
     /* the floor makes each block's logits once: its gradient loop's GEMMs */
     for (int b = 0; b < nblocks && !gemms_only; b++) {
         uint64_t v0 = (uint64_t)b * step, v1 = v0 + step < l->vocab ? v0 + step : l->vocab;
@@ -407,7 +418,7 @@ int tuned__lce_enqueue(tuned__lce *l, const tuned__config *c, bool gemms_only, t
         return tuned__errf(e, TUNED_EINVAL, "lce: a chunk of %u rows in %u blocks (buffer: %llu "
                            "logits)", (unsigned)chunk, (unsigned)c->splits,
                            (unsigned long long)l->max_logits);
-    if (blocks && l->kind->block_lse == 0)
+    if (blocks && (l->kind->block_lse == 0 || l->blocks_module == NULL))
         return tuned__errf(e, TUNED_EINVAL, "lce: %s is not made in vocabulary blocks",
                            l->kind->name);
     /* d weight starts at zero, as the call allocates it */
@@ -459,7 +470,9 @@ int tuned__lce_check(tuned__lce *l, const tuned__lce_ref *ref, const tuned__conf
             snprintf(detail, n, "the %s kernels raised error bits 0x%x", l->kind->name,
                      (unsigned)err);
         } else {
-            uint64_t bad = tuned__lce_ref_compare(ref, loss, dh, dw, chunk, detail, n);
+            uint64_t step = tuned__kind_block_cols(l->vocab, c->splits);
+            uint64_t bad = tuned__lce_ref_compare(ref, loss, dh, dw, chunk,
+                                                  (l->vocab + step - 1) / step, detail, n);
             if (bad > 0) {
                 *wrong = true;
                 size_t at = strlen(detail);

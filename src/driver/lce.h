@@ -62,10 +62,11 @@ typedef struct tuned__lce {
     void *pick_ctx;
     CUstream stream;
     CUdeviceptr h, w, labels, dh, dw, logits, loss, lse, gscale, error;
-    /* the blocks' lse (TUNED__MAX_SPLITS x tokens), target logits, and
-     * labels all ignore_index (tokens) */
+    /* the blocks' lse (blocks x chunk rows, grown to the largest chunk
+     * met), target logits, and labels all ignore_index (tokens each) */
     CUdeviceptr block_lse, target, ignored;
-    CUmodule blocks_module; /* linear_ce_blocks.cu */
+    uint64_t block_lse_bytes;
+    CUmodule blocks_module; /* linear_ce_blocks.cu (NULL: the kind has no blocks) */
     CUfunction pick_fn, combine_fn;
     struct {
         uint8_t kernel;

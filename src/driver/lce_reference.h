@@ -43,9 +43,11 @@ void tuned__lce_ref_free(tuned__lce_ref *r);
 void tuned__lce_encode(double v, tuned_dtype dtype, void *out);
 
 /* Compares a result with r: loss (fp32 per row), dh and dw (in the
- * dtype, dense) of a run over chunks of `chunk` rows. Returns the number
- * of values outside their bound and says the first in detail (n bytes). */
+ * dtype, dense) of a run over chunks of `chunk` rows, each in `blocks`
+ * vocabulary blocks (1: whole rows). Returns the number of values outside
+ * their bound and says the first in detail (n bytes). */
 uint64_t tuned__lce_ref_compare(const tuned__lce_ref *r, const float *loss, const void *dh,
-                                const void *dw, uint64_t chunk, char *detail, size_t n);
+                                const void *dw, uint64_t chunk, uint64_t blocks, char *detail,
+                                size_t n);
 
 #endif

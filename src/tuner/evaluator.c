@@ -18,8 +18,8 @@
  * hundred rows, the last chunk partial), then the whole loss block at the
  * key's size is timed as a kernel would be (L2 flushed, events). Its floor
  * (the "copy" of other kinds) is the same block's GEMMs alone, each
- * block's logits made once, at the space's largest chunk: the cost that no
- * chunk config removes. */
+ * block's logits made once, over the key's rows in one chunk: the cost
+ * that no chunk config removes. */
 #include "src/tuner/evaluator.h"
 
 #include "src/tuner/compile.h"
@@ -297,9 +297,10 @@ static int pick_inner(void *ctx, const tuned__shape *s, tuned__config *out, tune
     return tuned__space_default(&sp, out, e);
 }
 
-/* The floor: the GEMMs alone, each block's logits made once, at the
- * space's largest chunk (the key's rows, in the fewest vocabulary blocks
- * that fit the budget; the rule's whole rows where none does). */
+/* The floor: the GEMMs alone, each block's logits made once, over the
+ * key's rows in one chunk in the fewest vocabulary blocks that fit the
+ * budget (the rule's whole rows where none does): not a config of the
+ * space, the work every config does at least. */
 static int enqueue_floor(tuned__evaluator *ev, void *arg, tuned__err *e)
 {
     (void)arg;

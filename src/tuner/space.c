@@ -428,7 +428,7 @@ static size_t tma_neighbors(const tuned__space *sp, const tuned__config *c, tune
 }
 
 /* A chunk: twice and half its rows (each in the fewest blocks that fit),
- * one vocabulary block more, and the budget's own chunk. */
+ * and the budget's own chunk. */
 static size_t chunk_neighbors(const tuned__space *sp, const tuned__config *c, tuned__config *out,
                               size_t cap)
 {
@@ -437,10 +437,6 @@ static size_t chunk_neighbors(const tuned__space *sp, const tuned__config *c, tu
     if (tuned__space_chunk_at(sp, c->chunk * 2, &m))
         add_move(sp, &m, out, cap, &n);
     if (tuned__space_chunk_at(sp, c->chunk / 2, &m))
-        add_move(sp, &m, out, cap, &n);
-    m = *c;
-    m.splits = (uint8_t)(c->splits + 1);
-    if (c->splits > 0)
         add_move(sp, &m, out, cap, &n);
     m = (tuned__config){.family = TUNED__FAMILY_CHUNK, .chunk = tuned__chunk_rule(&sp->shape)};
     if (!tuned__config_equal(&m, c))

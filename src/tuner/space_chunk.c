@@ -8,10 +8,11 @@
  * each such chunk (and the rows themselves) with its logits made in the
  * fewest vocabulary blocks that keep a block within the budget
  * ("chunk2048.v17": a chunk's d weight GEMM then sums over more rows, for
- * a second logits GEMM of all blocks but one). So a tune never stores a
- * chunk slower than the rule's (it measures it), and the budget bounds
- * every config it tries. Two dozen configs at most: the search sees them
- * all. */
+ * a second logits GEMM of all blocks but one; more blocks than the fewest
+ * would only add GEMMs, so they are not in the space). So a tune never
+ * stores a chunk slower than the rule's (it measures it), and the budget
+ * bounds every config it tries. Two dozen configs at most: the search
+ * sees them all. */
 #include "src/tuner/space.h"
 
 #include "tuned.h"
@@ -67,21 +68,27 @@ bool tuned__space_chunk_policy(const tuned__space *sp, const tuned__config *c, c
                                         TUNED__CHUNK_STEP, (unsigned)rule);
         return true;
     }
+    if (c->chunk <= rule)
+        return tuned__config_refuse(why, n, "a chunk of %u rows fits the budget in whole rows "
+                                    "(chunk%u)", (unsigned)c->chunk, (unsigned)c->chunk);
     if (!stepped(c->chunk) && c->chunk != s->rows)
         return tuned__config_refuse(why, n, "the space's chunks in blocks are %u rows times a "
                                     "power of two, or the key's %llu rows",
                                     TUNED__CHUNK_STEP, (unsigned long long)s->rows);
-    uint64_t cols = tuned__kind_block_cols(s->cols, c->splits);
-    if (cols >= s->cols)
-        return tuned__config_refuse(why, n, "%llu columns make one block of %u: whole rows are "
-                                    "chunk%u", (unsigned long long)s->cols, (unsigned)c->splits,
-                                    (unsigned)c->chunk);
-    int fewest = tuned__kind_chunk_splits(tuned__shape_spec(s), c->chunk, s->cols, s->params,
+    uint32_t rows = c->chunk < s->rows ? c->chunk : (uint32_t)s->rows;
+    int fewest = tuned__kind_chunk_splits(tuned__shape_spec(s), rows, s->cols, s->params,
                                           tuned_dtype_size(s->dtype));
     if (fewest < 0 || c->splits < fewest)
         return tuned__config_refuse(why, n, "a chunk of %u rows in %u blocks of %llu columns "
-                                    "exceeds the budget", (unsigned)c->chunk,
-                                    (unsigned)c->splits, (unsigned long long)cols);
+                                    "exceeds the budget", (unsigned)c->chunk, (unsigned)c->splits,
+                                    (unsigned long long)tuned__kind_block_cols(s->cols,
+                                                                               c->splits));
+    /* more blocks than the fewest only make more logits GEMMs (and
+     * several counts name one width): one config a chunk */
+    if (c->splits > fewest)
+        return tuned__config_refuse(why, n, "a chunk of %u rows fits the budget in %d blocks "
+                                    "(chunk%u.v%d)", (unsigned)c->chunk, fewest,
+                                    (unsigned)c->chunk, fewest);
     return true;
 }
 

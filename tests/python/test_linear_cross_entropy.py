@@ -243,7 +243,8 @@ def chunk_rule():
     from tuned.linear_cross_entropy import _parse_chunk, _split_bounds
     for text, want in (("chunk1024", (1024, 1)), ("chunk2048.v17", (2048, 17)),
                        ("chunk64.v1", None), ("chunk64.v", None), ("chunk0", None),
-                       ("chunkx", None), ("w8.r1", None), ("chunk64.x8", None)):
+                       ("chunkx", None), ("w8.r1", None), ("chunk64.x8", None),
+                       ("chunk\u00b2", None), ("chunk64.v\u00b2", None)):
         expect(_parse_chunk(text) == want, f"{text}: {_parse_chunk(text)}, want {want}")
     for cols, splits, width in ((128256, 17, 7552), (128256, 2, 64128), (1000000, 62, 16192),
                                 (32000, 2, 16000), (1003, 17, 64), (60, 4, 60)):

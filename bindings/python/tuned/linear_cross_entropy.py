@@ -102,11 +102,12 @@ def _parse_chunk(config):
     if not config.startswith("chunk"):
         return None
     rows, dot, blocks = config[5:].partition(".")
-    if not rows.isdigit() or int(rows) < 1:
+    if not (rows.isascii() and rows.isdigit()) or int(rows) < 1:
         return None
     if not dot:
         return int(rows), 1
-    if not blocks.startswith("v") or not blocks[1:].isdigit() or int(blocks[1:]) < 2:
+    count = blocks[1:]
+    if not blocks.startswith("v") or not (count.isascii() and count.isdigit()) or int(count) < 2:
         return None
     return int(rows), int(blocks[1:])
 
