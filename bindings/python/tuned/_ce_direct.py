@@ -170,6 +170,11 @@ def backward(x, labels, lse, grad_output, scale, smoothing, z_loss, ignore_index
         return None
     lib, h, dt, stream = st
     rows, cols = x.shape
+    if grad_output.dim() == 1 and grad_output.numel() == rows and rows > 1 and \
+            grad_output.stride(0) == 0:
+        # one value for every row (the expanded gradient of a sum): that
+        # value, not a rows-long copy (a kernel and an allocation)
+        grad_output = grad_output[:1]
     if grad_output.dtype != torch.float32 or not grad_output.is_contiguous():
         grad_output = grad_output.to(torch.float32).contiguous()
     if grad_output.numel() not in (1, rows) or lse.dtype != torch.float32 or \
