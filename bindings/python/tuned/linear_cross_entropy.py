@@ -53,11 +53,11 @@ max_chunk_bytes in MiB, dtype, GPU): the tuner measures the whole loss
 block (GEMMs and kernels, forward and backward) at each chunk the budget
 allows, in whole rows up to the budget's and in the fewest vocabulary
 blocks that fit it above ("chunk2048.v17"), and stores the fastest as it
-stores any winner (the daemon and the fleet share it). libtuned's lookup asks for that tune
-under its policies (the daemon, a child tuned process) when no record
-exists, and answers meanwhile with the rule above, which is also what
-every other case takes (CPU, no libtuned, a budget or hidden size the
-key cannot name).
+stores any winner (the daemon and the fleet share it). libtuned's lookup
+asks for that tune under its policies (the daemon, a child tuned process)
+when no record exists, and answers meanwhile with the rule above, which
+is also what every other case takes (CPU, no libtuned, a budget or
+hidden size the key cannot name).
 
 Options are tuned.cross_entropy's: ignore_index, label_smoothing, z_loss,
 scale, softcap (Gemma 2's tanh cap, applied to each chunk's logits by
