@@ -12,7 +12,11 @@ lse), the distribution of the ratio of tuned's largest error to torch's
 (median, 90th percentile, largest) and the ratio of the root-mean-square
 errors over all cases (every element's error, not only the largest).
 
-    python3 bench/ce_grad_accuracy.py [--cases 40] [--dtypes fp32,bf16]
+    python3 bench/ce_grad_accuracy.py [--cases 40] [--dtypes fp32,bf16] [--worst N]
+
+--worst N also prints the N cases of the largest ratio: shape, seed, and
+where tuned's largest error sits (row, column, the label's column or
+not, the float64 gradient there, both errors there).
 
 Needs a CUDA GPU, torch, tuned on PYTHONPATH (TUNED_LIBRARY; a store in
 TUNED_DB, else each shape runs its default config)."""
@@ -55,6 +59,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--cases", type=int, default=40)
     ap.add_argument("--dtypes", default="fp32,bf16")
+    ap.add_argument("--worst", type=int, default=0)
     args = ap.parse_args()
     print(f"device: {torch.cuda.get_device_name()}; {args.cases} random cases per shape; "
           f"shapes {SHAPES}")
@@ -63,14 +68,20 @@ def main():
     for name in args.dtypes.split(","):
         dtype = DTYPES[name]
         for path, red in (("fused", "mean"), ("split", "none")):
-            ratios, sq_ours, sq_torch = [], 0.0, 0.0
+            ratios, sq_ours, sq_torch, where = [], 0.0, 0.0, []
             for rows, cols in SHAPES:
                 for seed in range(args.cases):
                     x, t, w = case(rows, cols, dtype, seed)
                     ours, theirs, ref = grads(x, t, None if red == "mean" else w, red)
                     e_ours, e_torch = (ours - ref).abs(), (theirs - ref).abs()
                     if e_torch.max().item() > 0:
-                        ratios.append(e_ours.max().item() / e_torch.max().item())
+                        ratio = e_ours.max().item() / e_torch.max().item()
+                        ratios.append(ratio)
+                        at = int(e_ours.argmax())
+                        r, c = divmod(at, cols)
+                        where.append((ratio, rows, cols, seed, r, c, int(t[r]) == c,
+                                      ref[r, c].item(), e_ours[r, c].item(),
+                                      e_torch[r, c].item(), e_torch.max().item()))
                     sq_ours += e_ours.square().sum().item()
                     sq_torch += e_torch.square().sum().item()
             ratios.sort()
@@ -78,6 +89,9 @@ def main():
             rms = (sq_ours / sq_torch) ** 0.5 if sq_torch > 0 else float("nan")
             print(f"{name:5} {path:6} {statistics.median(ratios):22.3f} {p90:6.3f} "
                   f"{ratios[-1]:8.3f} {rms:10.3f}")
+            for w_ in sorted(where, reverse=True)[:args.worst]:
+                print("   ratio %.2f %dx%d seed %d: at (%d, %d) label %s, grad %.4g, "
+                      "ours %.3g, torch's there %.3g, torch's largest %.3g" % w_)
 
 
 if __name__ == "__main__":
