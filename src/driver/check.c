@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "src/codegen/source.h"
+#include "src/driver/module.h"
 #include "tuned.h"
 
 #define REFERENCE_ROWS_CHECKED 8
@@ -124,16 +125,11 @@ static int open_module(tuned__check *c, const tuned__nvrtc *n, int arch, tuned__
     int rc = tuned__source_reference(c->kind, c->shape.dtype, &src, e);
     if (rc != 0)
         return rc;
-    tuned__blob cubin;
-    rc = tuned__nvrtc_compile(n, src, "reference", arch, TUNED__NVRTC_CUBIN, &cubin, e);
+    rc = tuned__module_from_source(c->d, n, src, "reference", arch, "the reference kernels",
+                                   &c->module, e);
     free(src);
     if (rc != 0)
         return rc;
-    CUresult r = c->d->cuModuleLoadData(&c->module, cubin.data);
-    tuned__blob_free(&cubin);
-    if (r != CUDA_SUCCESS)
-        c->module = NULL;
-    CU(r, "loading the reference kernels");
     CU(c->d->cuModuleGetFunction(&c->gen, c->module, "tuned_gen_input"), "finding tuned_gen_input");
     CU(c->d->cuModuleGetFunction(&c->check, c->module, "tuned_check"), "finding tuned_check");
     CU(c->d->cuModuleGetFunction(&c->gen_grad, c->module, "tuned_gen_grad"),

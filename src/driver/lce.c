@@ -7,6 +7,7 @@
 
 #include "src/codegen/cross_entropy.h"
 #include "src/codegen/source.h"
+#include "src/driver/module.h"
 #include "src/common/rng.h"
 
 #define CU(call, what) TUNED__CU_RETURN(l->d, call, what)
@@ -49,8 +50,8 @@ static int upload_values(tuned__lce *l, CUdeviceptr dst, const double *vals, uin
     return rc;
 }
 
-/* Labels (every seventh row ignored, as in the reference) and the mean's
- * 1 / count. */
+/* Labels (every seventh row ignored, as in the reference), the mean's
+ * 1 / count, and the blocks' labels that ignore every row. */
 static int upload_labels(tuned__lce *l, const tuned__lce_ref *ref, tuned__err *e)
 {
     int64_t *lab = malloc(l->tokens * sizeof *lab);
@@ -70,6 +71,13 @@ static int upload_labels(tuned__lce *l, const tuned__lce_ref *ref, tuned__err *e
     if (rc == 0)
         rc = tuned__cuda_check(l->d, l->d->cuMemcpyHtoD(l->gscale, &gscale, sizeof gscale), e,
                                "lce: uploading 1 / count");
+    /* and the labels the blocks' lse kernel takes: every row ignored */
+    for (uint64_t t = 0; t < l->tokens; t++)
+        lab[t] = TUNED__LCE_IGNORE_INDEX;
+    if (rc == 0)
+        rc = tuned__cuda_check(l->d,
+                               l->d->cuMemcpyHtoD(l->ignored, lab, l->tokens * sizeof *lab), e,
+                               "lce: uploading the ignored labels");
     free(lab);
     return rc;
 }
@@ -82,36 +90,16 @@ static int open_blocks_module(tuned__lce *l, tuned__err *e)
     int rc = tuned__source_blocks(l->kind, l->dtype, &src, e);
     if (rc != 0)
         return rc;
-    tuned__blob cubin;
-    rc = tuned__nvrtc_compile(l->nvrtc, src, "linear_ce_blocks", l->arch, TUNED__NVRTC_CUBIN,
-                              &cubin, e);
+    rc = tuned__module_from_source(l->d, l->nvrtc, src, "linear_ce_blocks", l->arch,
+                                   "lce: the block kernels", &l->blocks_module, e);
     free(src);
     if (rc != 0)
-        return tuned__err_prefix(e, rc, "lce: compiling the block kernels: ");
-    CUresult r = l->d->cuModuleLoadData(&l->blocks_module, cubin.data);
-    tuned__blob_free(&cubin);
-    if (r != CUDA_SUCCESS)
-        l->blocks_module = NULL;
-    CU(r, "lce: loading the block kernels");
+        return rc;
     CU(l->d->cuModuleGetFunction(&l->pick_fn, l->blocks_module, "tuned_lce_pick"),
        "lce: finding tuned_lce_pick");
     CU(l->d->cuModuleGetFunction(&l->combine_fn, l->blocks_module, "tuned_lce_combine"),
        "lce: finding tuned_lce_combine");
     return 0;
-}
-
-/* The ignored labels the blocks' lse kernel takes: ignore_index a row. */
-static int upload_ignored(tuned__lce *l, tuned__err *e)
-{
-    int64_t *lab = malloc(l->tokens * sizeof *lab);
-    if (lab == NULL)
-        return tuned__errf(e, TUNED_ENOMEM, "lce: out of memory for the ignored labels");
-    for (uint64_t t = 0; t < l->tokens; t++)
-        lab[t] = TUNED__LCE_IGNORE_INDEX;
-    int rc = tuned__cuda_check(l->d, l->d->cuMemcpyHtoD(l->ignored, lab, l->tokens * sizeof *lab),
-                               e, "lce: uploading the ignored labels");
-    free(lab);
-    return rc;
 }
 
 int tuned__lce_open(tuned__lce *l, const tuned__driver *d, const tuned__nvrtc *n,
@@ -153,7 +141,7 @@ int tuned__lce_open(tuned__lce *l, const tuned__driver *d, const tuned__nvrtc *n
         (rc = alloc(l, &l->ignored, tokens * 8, "the ignored labels", e)) ||
         (rc = upload_values(l, l->h, ref != NULL ? ref->h : NULL, tokens * hidden, 1, e)) ||
         (rc = upload_values(l, l->w, ref != NULL ? ref->w : NULL, vocab * hidden, 2, e)) ||
-        (rc = upload_labels(l, ref, e)) || (rc = upload_ignored(l, e)) ||
+        (rc = upload_labels(l, ref, e)) ||
         (rc = tuned__cuda_check(d, d->cuMemsetD8(l->error, 0, 4), e, "lce: zeroing the error word")) ||
         (kind->block_parts[0] != NULL && (rc = open_blocks_module(l, e)) != 0)) {
         tuned__lce_close(l);
@@ -221,17 +209,15 @@ static int kernel_for(tuned__lce *l, uint8_t kernel, uint32_t rows, uint64_t col
     if ((rc = tuned__source_kernel(&c, &s, &opts, &src, e)) != 0)
         return tuned__err_prefix(e, rc, "lce: the %s kernel for %ux%llu: ", k->name, rows,
                                  (unsigned long long)cols);
-    tuned__blob cubin;
-    rc = tuned__nvrtc_compile(l->nvrtc, src, name, l->arch, TUNED__NVRTC_CUBIN, &cubin, e);
+    char what[TUNED__CONFIG_TEXT + 64];
+    snprintf(what, sizeof what, "lce: the %s kernel %s", k->name, name);
+    CUmodule m = NULL;
+    rc = tuned__module_from_source(l->d, l->nvrtc, src, name, l->arch, what, &m, e);
     free(src);
     if (rc != 0)
-        return tuned__err_prefix(e, rc, "lce: compiling the %s kernel %s: ", k->name, name);
-    CUmodule m = NULL;
-    CUresult r = l->d->cuModuleLoadData(&m, cubin.data);
-    tuned__blob_free(&cubin);
-    CU(r, "lce: loading a kernel");
+        return rc;
     CUfunction fn = NULL;
-    r = l->d->cuModuleGetFunction(&fn, m, tuned__source_entry(&c, &s));
+    CUresult r = l->d->cuModuleGetFunction(&fn, m, tuned__source_entry(&c, &s));
     if (r != CUDA_SUCCESS) {
         l->d->cuModuleUnload(m);
         CU(r, "lce: finding a kernel's entry point");
@@ -317,66 +303,84 @@ static int run_block_kernel(tuned__lce *l, CUfunction fn, uint32_t rows, void **
     return 0;
 }
 
-/* One chunk of rows rows at c0 in vocabulary blocks of step columns: the
- * lse pass, the rows' losses, then each block's gradients. */
-static int chunk_in_blocks(tuned__lce *l, uint32_t chunk, uint64_t c0, uint32_t rows,
-                           uint64_t step, bool gemms_only, tuned__err *e)
+/* The end of the vocabulary block of step columns that starts at v0. */
+static uint64_t block_end(const tuned__lce *l, uint64_t v0, uint64_t step)
 {
-    size_t es = l->esize;
-    CUdeviceptr hc = l->h + c0 * l->hidden * es, dhc = l->dh + c0 * l->hidden * es;
-    CUdeviceptr labels = l->labels + c0 * 8;
-    int nblocks = (int)((l->vocab + step - 1) / step), irows = (int)rows;
+    return v0 + step < l->vocab ? v0 + step : l->vocab;
+}
+
+/* The blocks' lse buffer, at least bytes (grown to the largest chunk met;
+ * work queued on the old buffer finishes first). */
+static int grow_block_lse(tuned__lce *l, uint64_t bytes, tuned__err *e)
+{
+    if (bytes <= l->block_lse_bytes)
+        return 0;
+    CU(l->d->cuStreamSynchronize(l->stream), "lce: waiting to grow the blocks' lse");
+    if (l->block_lse != 0)
+        l->d->cuMemFree(l->block_lse);
+    l->block_lse = 0, l->block_lse_bytes = 0;
+    int rc = alloc(l, &l->block_lse, bytes, "the blocks' lse", e);
+    if (rc == 0)
+        l->block_lse_bytes = bytes;
+    return rc;
+}
+
+/* The lse pass of a chunk of rows rows at c0 in nblocks blocks of step
+ * columns: per block its logits, its lse (the block_lse kind, every label
+ * ignored) and the target logits it holds; then the rows' lse and loss.
+ * The last block's logits stay in the buffer. */
+static int blocks_lse_pass(tuned__lce *l, uint32_t chunk, uint64_t c0, uint32_t rows,
+                           uint64_t step, int nblocks, tuned__err *e)
+{
+    CUdeviceptr hc = l->h + c0 * l->hidden * l->esize, labels = l->labels + c0 * 8;
+    int irows = (int)rows;
     tuned__ce_params p = ce_params(l);
-    int rc;
-    /* the blocks' lse: grown to the largest chunk met (work queued on the
-     * old buffer finishes first) */
-    uint64_t lse_bytes = (uint64_t)nblocks * rows * 4;
-    if (!gemms_only && lse_bytes > l->block_lse_bytes) {
-        CU(l->d->cuStreamSynchronize(l->stream), "lce: waiting to grow the blocks' lse");
-        if (l->block_lse != 0)
-            l->d->cuMemFree(l->block_lse);
-        l->block_lse = 0, l->block_lse_bytes = 0;
-        if ((rc = alloc(l, &l->block_lse, lse_bytes, "the blocks' lse", e)) != 0)
-            return rc;
-        l->block_lse_bytes = lse_bytes;
-    }
-    /* the floor makes each block's logits once: its gradient loop's GEMMs */
-    for (int b = 0; b < nblocks && !gemms_only; b++) {
-        uint64_t v0 = (uint64_t)b * step, v1 = v0 + step < l->vocab ? v0 + step : l->vocab;
-        if ((rc = logits_gemm(l, hc, rows, v0, v1, e)) != 0)
-            return rc;
+    int rc = grow_block_lse(l, (uint64_t)nblocks * rows * 4, e);
+    for (int b = 0; rc == 0 && b < nblocks; b++) {
+        uint64_t v0 = (uint64_t)b * step, v1 = block_end(l, v0, step);
         /* the loss kind's tensors: logits, labels, grad (unused), loss, lse */
         CUdeviceptr t[TUNED__KIND_MAX_TENSORS] = {l->logits, l->ignored, 0, 0,
                                                   l->block_lse + (uint64_t)b * rows * 4};
         int cols = (int)(v1 - v0);
         long long first = (long long)v0;
         void *args[] = {&l->logits, &irows, &cols, &labels, &first, &l->target};
-        if ((rc = run_kernel(l, l->kind->block_lse, chunk, rows, v1 - v0, t, &p, e)) != 0 ||
-            (rc = run_block_kernel(l, l->pick_fn, rows, args, "lce: launching the pick", e)) != 0)
-            return rc;
+        if ((rc = logits_gemm(l, hc, rows, v0, v1, e)) == 0 &&
+            (rc = run_kernel(l, l->kind->block_lse, chunk, rows, v1 - v0, t, &p, e)) == 0)
+            rc = run_block_kernel(l, l->pick_fn, rows, args, "lce: launching the pick", e);
     }
-    if (!gemms_only) {
-        long long ignore = TUNED__LCE_IGNORE_INDEX;
-        CUdeviceptr lse = l->lse + c0 * 4, loss = l->loss + c0 * 4;
-        void *args[] = {&l->block_lse, &nblocks, &irows, &labels, &ignore,
-                        &l->target,    &lse,     &loss};
-        if ((rc = run_block_kernel(l, l->combine_fn, rows, args, "lce: launching the combine",
-                                   e)) != 0)
-            return rc;
-    }
-    /* the last block's logits are still in the buffer: it goes first */
+    if (rc != 0)
+        return rc;
+    long long ignore = TUNED__LCE_IGNORE_INDEX;
+    CUdeviceptr lse = l->lse + c0 * 4, loss = l->loss + c0 * 4;
+    void *args[] = {&l->block_lse, &nblocks, &irows, &labels, &ignore, &l->target, &lse, &loss};
+    return run_block_kernel(l, l->combine_fn, rows, args, "lce: launching the combine", e);
+}
+
+/* One chunk of rows rows at c0 in vocabulary blocks of step columns: the
+ * lse pass, then each block's gradients, the last block (still in the
+ * buffer) first. The floor (gemms_only) makes each block's logits once:
+ * the gradient loop's GEMMs alone. */
+static int chunk_in_blocks(tuned__lce *l, uint32_t chunk, uint64_t c0, uint32_t rows,
+                           uint64_t step, bool gemms_only, tuned__err *e)
+{
+    size_t es = l->esize;
+    CUdeviceptr hc = l->h + c0 * l->hidden * es, dhc = l->dh + c0 * l->hidden * es;
+    int nblocks = (int)((l->vocab + step - 1) / step);
+    int rc;
+    if (!gemms_only && (rc = blocks_lse_pass(l, chunk, c0, rows, step, nblocks, e)) != 0)
+        return rc;
+    tuned__ce_params slice = ce_params(l);
+    slice.classes = (int32_t)l->vocab;
     for (int n = 0; n < nblocks; n++) {
         int b = n == 0 ? nblocks - 1 : n - 1;
-        uint64_t v0 = (uint64_t)b * step, v1 = v0 + step < l->vocab ? v0 + step : l->vocab;
+        uint64_t v0 = (uint64_t)b * step, v1 = block_end(l, v0, step);
         if ((n > 0 || gemms_only) && (rc = logits_gemm(l, hc, rows, v0, v1, e)) != 0)
             return rc;
         if (!gemms_only) {
-            tuned__ce_params slice = p;
-            slice.classes = (int32_t)l->vocab;
             slice.class_offset = (int64_t)v0;
             /* the backward kind's tensors: logits, labels, lse, grad (in place) */
-            CUdeviceptr t[TUNED__KIND_MAX_TENSORS] = {l->logits, labels, l->lse + c0 * 4,
-                                                      l->logits};
+            CUdeviceptr t[TUNED__KIND_MAX_TENSORS] = {l->logits, l->labels + c0 * 8,
+                                                      l->lse + c0 * 4, l->logits};
             if ((rc = run_kernel(l, l->kind->block_grad, chunk, rows, v1 - v0, t, &slice, e)) !=
                 0)
                 return rc;

@@ -26,6 +26,7 @@
 #include "src/driver/check.h"
 #include "src/driver/launch.h"
 #include "src/driver/lce.h"
+#include "src/driver/module.h"
 #include "src/tuner/space.h"
 #include "cache/key.h"
 
@@ -305,13 +306,10 @@ static int enqueue_floor(tuned__evaluator *ev, void *arg, tuned__err *e)
 {
     (void)arg;
     const tuned__shape *s = &ev->shape;
-    tuned__config widest = {.family = TUNED__FAMILY_CHUNK, .chunk = tuned__chunk_rule(s)};
     uint32_t rows = s->rows < TUNED__MAX_CHUNK ? (uint32_t)s->rows : TUNED__MAX_CHUNK;
-    int splits = tuned__kind_chunk_splits(tuned__shape_spec(s), rows, s->cols, s->params,
-                                          tuned_dtype_size(s->dtype));
-    if (splits >= 0)
-        widest = (tuned__config){.family = TUNED__FAMILY_CHUNK, .chunk = rows,
-                                .splits = (uint8_t)splits};
+    tuned__config widest;
+    if (!tuned__chunk_at(s, rows, &widest))
+        widest = (tuned__config){.family = TUNED__FAMILY_CHUNK, .chunk = tuned__chunk_rule(s)};
     return tuned__lce_enqueue(&ev->lce, &widest, true, e);
 }
 
@@ -328,17 +326,10 @@ static int open_timing_module(tuned__evaluator *ev, const tuned__kind_spec *inne
     int rc = tuned__source_reference(inner, ev->shape.dtype, &src, e);
     if (rc != 0)
         return rc;
-    tuned__blob cubin;
-    rc = tuned__nvrtc_compile(ev->nvrtc, src, "reference", arch, TUNED__NVRTC_CUBIN, &cubin, e);
+    rc = tuned__module_from_source(ev->d, ev->nvrtc, src, "reference", arch,
+                                   "the timing helpers", &ev->timing_module, e);
     free(src);
-    if (rc != 0)
-        return rc;
-    CUresult r = ev->d->cuModuleLoadData(&ev->timing_module, cubin.data);
-    tuned__blob_free(&cubin);
-    if (r != CUDA_SUCCESS)
-        ev->timing_module = NULL;
-    CU(r, "loading the timing helpers");
-    return 0;
+    return rc;
 }
 
 /* cuBLAS, the small instance and its float64 results, the block at the

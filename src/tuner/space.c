@@ -434,9 +434,9 @@ static size_t chunk_neighbors(const tuned__space *sp, const tuned__config *c, tu
 {
     size_t n = 0;
     tuned__config m;
-    if (tuned__space_chunk_at(sp, c->chunk * 2, &m))
+    if (tuned__chunk_at(&sp->shape, c->chunk * 2, &m))
         add_move(sp, &m, out, cap, &n);
-    if (tuned__space_chunk_at(sp, c->chunk / 2, &m))
+    if (tuned__chunk_at(&sp->shape, c->chunk / 2, &m))
         add_move(sp, &m, out, cap, &n);
     m = (tuned__config){.family = TUNED__FAMILY_CHUNK, .chunk = tuned__chunk_rule(&sp->shape)};
     if (!tuned__config_equal(&m, c))

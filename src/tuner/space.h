@@ -72,10 +72,10 @@ bool tuned__space_chunked(const tuned__space *sp);
  * tuned__kind_chunk_rule on s's key). */
 uint32_t tuned__chunk_rule(const tuned__shape *s);
 
-/* The config of chunk rows in sp: whole rows up to the rule's chunk,
+/* The config of chunk rows at s's key: whole rows up to the rule's chunk,
  * above it the fewest vocabulary blocks within the budget; false where
  * none fits. */
-bool tuned__space_chunk_at(const tuned__space *sp, uint32_t chunk, tuned__config *out);
+bool tuned__chunk_at(const tuned__shape *s, uint32_t chunk, tuned__config *out);
 
 /* The space's policy on a chunk config (tuned__config_check passed). */
 bool tuned__space_chunk_policy(const tuned__space *sp, const tuned__config *c, char *why,

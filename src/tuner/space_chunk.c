@@ -28,9 +28,8 @@ uint32_t tuned__chunk_rule(const tuned__shape *s)
                                   tuned_dtype_size(s->dtype));
 }
 
-bool tuned__space_chunk_at(const tuned__space *sp, uint32_t chunk, tuned__config *out)
+bool tuned__chunk_at(const tuned__shape *s, uint32_t chunk, tuned__config *out)
 {
-    const tuned__shape *s = &sp->shape;
     uint32_t rule = tuned__chunk_rule(s);
     uint32_t rows = chunk < s->rows ? chunk : (uint32_t)s->rows;
     int splits = chunk <= rule ? 0
@@ -92,6 +91,20 @@ bool tuned__space_chunk_policy(const tuned__space *sp, const tuned__config *c, c
     return true;
 }
 
+/* Appends the config of chunk rows in vocabulary blocks, where the
+ * budget's whole rows do not hold it and some blocks do. */
+static void add_in_blocks(const tuned__space *sp, uint32_t chunk, uint32_t rule,
+                          tuned__config *out, size_t cap, size_t *n)
+{
+    tuned__config at;
+    if (chunk <= rule || !tuned__chunk_at(&sp->shape, chunk, &at) ||
+        !tuned__space_chunk_policy(sp, &at, NULL, 0))
+        return;
+    if (*n < cap)
+        out[*n] = at;
+    (*n)++;
+}
+
 size_t tuned__space_chunk_list(const tuned__space *sp, tuned__config *out, size_t cap)
 {
     const tuned__shape *s = &sp->shape;
@@ -107,22 +120,8 @@ size_t tuned__space_chunk_list(const tuned__space *sp, tuned__config *out, size_
     n++;
     /* above the rule, in vocabulary blocks: stepped chunks, then the rows */
     uint32_t last = s->rows < TUNED__MAX_CHUNK ? (uint32_t)s->rows : TUNED__MAX_CHUNK;
-    for (uint64_t c = TUNED__CHUNK_STEP; c <= last; c *= 2) {
-        uint32_t chunk = (uint32_t)c;
-        bool final = c * 2 > last;
-        tuned__config at;
-        if (chunk > rule && tuned__space_chunk_at(sp, chunk, &at) &&
-            tuned__space_chunk_policy(sp, &at, NULL, 0)) {
-            if (n < cap)
-                out[n] = at;
-            n++;
-        }
-        if (final && last != chunk && last > rule && tuned__space_chunk_at(sp, last, &at) &&
-            tuned__space_chunk_policy(sp, &at, NULL, 0)) {
-            if (n < cap)
-                out[n] = at;
-            n++;
-        }
-    }
+    for (uint64_t c = TUNED__CHUNK_STEP; c < last; c *= 2)
+        add_in_blocks(sp, (uint32_t)c, rule, out, cap, &n);
+    add_in_blocks(sp, last, rule, out, cap, &n);
     return n;
 }

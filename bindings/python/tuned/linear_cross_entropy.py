@@ -109,7 +109,7 @@ def _parse_chunk(config):
     count = blocks[1:]
     if not blocks.startswith("v") or not (count.isascii() and count.isdigit()) or int(count) < 2:
         return None
-    return int(rows), int(blocks[1:])
+    return int(rows), int(count)
 
 
 def _tuned_chunk(h, w, max_chunk_bytes):
