@@ -482,6 +482,14 @@ typedef struct tuned_ce_options {
      * so carries the rounding of log sum, as torch's fp32 log-softmax
      * does, not that of lse (5x torch's fp32 gradient error without). */
     float *lse_lo;
+    /* Added 2026-11-30, the forward only, reduction sum or mean: one
+     * device float (NULL: none) that the call writes with the reduced
+     * loss, the rows' losses summed (in fp64, in a fixed order: the same
+     * bits every call) and times the gradient's scale, g: sum,
+     * grad_output[0] (NULL: 1); mean, that over the count of rows not
+     * ignored (none: NaN, as torch's 0 / 0). So a caller needs no
+     * reduction of its own after the call; a kernel launch more. */
+    float *total;
 } tuned_ce_options;
 
 /* The defaults: scale 1, no smoothing, no z-loss, ignore_index -100,
@@ -496,15 +504,15 @@ TUNED_EXTERN void tuned_ce_options_init(tuned_ce_options *o);
  * tuned_softmax, and
  * TUNED_EINVAL for bad options (a scale not positive, eps outside [0, 1],
  * z < 0, a softcap negative or not finite, mean without a workspace,
- * misaligned or overlapping tensors). */
+ * total with reduction none, misaligned or overlapping tensors). */
 TUNED_EXTERN int tuned_cross_entropy(tuned_handle *h, const void *logits, const void *labels,
                                      void *grad, float *loss, float *lse, int64_t rows,
                                      int64_t cols, int64_t row_stride, tuned_dtype dtype,
                                      const tuned_ce_options *o, void *stream);
 
 /* The gradient alone from the logits and the lse a forward saved: one read
- * and one write. Arguments as tuned_cross_entropy (o->argmax must be
- * NULL: TUNED_EINVAL). */
+ * and one write. Arguments as tuned_cross_entropy (o->argmax and o->total
+ * must be NULL: TUNED_EINVAL). */
 TUNED_EXTERN int tuned_cross_entropy_backward(tuned_handle *h, const void *logits,
                                               const void *labels, const float *lse, void *grad,
                                               int64_t rows, int64_t cols, int64_t row_stride,

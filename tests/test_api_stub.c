@@ -296,6 +296,26 @@ static void test_cross_entropy_args(void)
     expect_refused(h, tuned_cross_entropy_backward(h, logits, labels, saved, logits, rows, cols,
                                                    cols, TUNED_BF16, &o, NULL),
                    "not a slice", "2^31 classes");
+    o.classes = 0;
+    /* the reduced loss: a forward's, of sum or mean, aligned, clear of the rest */
+    float *total = (float *)0xd00000;
+    o.total = total;
+    expect_refused(h, tuned_cross_entropy_backward(h, logits, labels, saved, logits, rows, cols,
+                                                   cols, TUNED_BF16, &o, NULL),
+                   "total is the forward's", "a backward with a total");
+    o.reduction = TUNED_REDUCTION_NONE;
+    expect_refused(h, tuned_cross_entropy(h, logits, labels, NULL, loss, lse, rows, cols, cols,
+                                          TUNED_BF16, &o, NULL),
+                   "reduction none has none", "a total with reduction none");
+    o.reduction = TUNED_REDUCTION_SUM;
+    o.total = (float *)(labels + 2);
+    expect_refused(h, tuned_cross_entropy(h, logits, labels, NULL, loss, lse, rows, cols, cols,
+                                          TUNED_BF16, &o, NULL),
+                   "4-byte aligned", "a misaligned total");
+    o.total = loss + 3;
+    expect_refused(h, tuned_cross_entropy(h, logits, labels, NULL, loss, lse, rows, cols, cols,
+                                          TUNED_BF16, &o, NULL),
+                   "overlap", "a total inside the loss");
     tuned_close(h);
 }
 

@@ -170,7 +170,7 @@ static void check_kind_entry(const tuned__config *c, const tuned__shape *s, cons
     EXPECT(strstr(ptx, entry_text) != NULL && strstr(ptx, last_param) != NULL &&
                strstr(ptx, past_param) == NULL,
            "%s %s: %s does not take %d parameters", k->name, name, entry, params);
-    for (unsigned i = 0; i < 2 && k->helper[i] != NULL; i++) {
+    for (unsigned i = 0; i < TUNED__KIND_MAX_HELPERS && k->helper[i] != NULL; i++) {
         snprintf(entry_text, sizeof entry_text, ".entry %s(", k->helper[i]);
         EXPECT(strstr(ptx, entry_text) != NULL, "%s %s: no helper %s", k->name, name,
                k->helper[i]);

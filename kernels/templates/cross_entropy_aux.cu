@@ -1,6 +1,7 @@
-/* cross_entropy_aux.cu: the cross-entropy kinds' helper kernel that is not
- * the loss itself: rescaling a gradient computed for an upstream gradient
- * of 1 once the real one is known.
+/* cross_entropy_aux.cu: the cross-entropy kinds' helper kernels that are
+ * not the loss itself: rescaling a gradient computed for an upstream
+ * gradient of 1 once the real one is known, and the reduced loss of a
+ * "sum" or "mean" call.
  *
  * Idea: the fused kind writes d loss / d x during the forward, when the
  * gradient flowing into the loss is not known yet; nearly always it is 1
@@ -17,8 +18,18 @@
  * the conversions):
  *   1. T_DTYPE  0 fp16, 1 bf16, 2 fp32
  *
+ * The reduced loss (tuned_cross_entropy_total, when a call asks for it):
+ * the rows' losses summed and times the gradient's scale, in the library
+ * call, so that a framework's call returns its loss without launching a
+ * reduction of its own; at the shapes whose kernels are short, each
+ * framework operation costs the host more than a kernel launch
+ * (docs/decisions.md). One block: a thread sums its rows in a fixed order
+ * in fp64, the warps' sums are added in a fixed order, so every call
+ * gives the same bits; a NaN row makes the total NaN, as a sum would.
+ *
  * Checked against: the Python package's tests, which compare the gradient
- * after an upstream gradient other than 1 with F.cross_entropy's. */
+ * after an upstream gradient other than 1, and the reduced loss, with
+ * F.cross_entropy's. */
 
 extern "C" __global__ void __launch_bounds__(256)
 tuned_cross_entropy_rescale(unsigned char *grad, long long rows, int cols, long long row_stride,
@@ -38,5 +49,33 @@ tuned_cross_entropy_rescale(unsigned char *grad, long long rows, int cols, long 
             *(float *)p = *(const float *)p * f;
 #endif
         }
+    }
+}
+
+/* total[0] = (sum over rows of loss[r]) * scale[0] (scale NULL: 1): the
+ * gradient's scale, so the reduced loss and the gradient agree (mean: the
+ * upstream gradient over the count of valid rows, which
+ * tuned_cross_entropy_count wrote before the loss kernel; none valid: inf,
+ * and 0 * inf is NaN, as torch's 0 / 0). One block of CE_TOTAL_THREADS
+ * after the loss kernel, on the same stream. */
+#define CE_TOTAL_THREADS 1024
+extern "C" __global__ void __launch_bounds__(CE_TOTAL_THREADS)
+tuned_cross_entropy_total(const float *loss, long long rows, const float *scale, float *total)
+{
+    __shared__ double warp_sums[CE_TOTAL_THREADS / 32];
+    double sum = 0.0;
+    for (long long i = threadIdx.x; i < rows; i += CE_TOTAL_THREADS)
+        sum += (double)loss[i];
+#pragma unroll
+    for (int offset = 16; offset > 0; offset /= 2)
+        sum += __shfl_xor_sync(0xFFFFFFFFu, sum, offset);
+    if (threadIdx.x % 32 == 0)
+        warp_sums[threadIdx.x / 32] = sum;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        double all = 0.0;
+        for (int w = 0; w < CE_TOTAL_THREADS / 32; w++)
+            all += warp_sums[w];
+        total[0] = (float)all * (scale != NULL ? scale[0] : 1.0f);
     }
 }

@@ -366,7 +366,7 @@ static int module_get(tuned_handle *h, CUcontext ctx, const tuned__config *c,
                                            e, "finding the kernel")) != 0)
         h->d->cuModuleUnload(m->module);
     const tuned__kind_spec *kind = tuned__shape_spec(s);
-    for (unsigned i = 0; rc == 0 && i < 2 && kind->helper[i] != NULL; i++)
+    for (unsigned i = 0; rc == 0 && i < TUNED__KIND_MAX_HELPERS && kind->helper[i] != NULL; i++)
         if ((rc = tuned__cuda_check(h->d,
                                     h->d->cuModuleGetFunction(&m->helper[i], m->module,
                                                               kind->helper[i]),

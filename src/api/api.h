@@ -72,7 +72,8 @@ typedef struct tuned__api_entry {
      * allocated in the key's context and freed at close. */
     tuned__launch launch;
     tuned__workspace *work;
-    CUfunction helper[2];     /* the module's helper kernels (the kind's spec) */
+    /* The module's helper kernels (the kind's spec). */
+    CUfunction helper[TUNED__KIND_MAX_HELPERS];
     /* CLOCK_MONOTONIC_COARSE nanoseconds after which a call takes the slow
      * path to look again (a better record may have been stored);
      * INT64_MAX: never (an exact record). Set to 0 to force a recheck. */

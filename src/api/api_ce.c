@@ -74,9 +74,13 @@ static int ce_params(const tuned_handle *h, const char *fn, const tuned_ce_optio
     if ((o->grad_output != NULL && (uintptr_t)o->grad_output % 4 != 0) ||
         (o->z_out != NULL && (uintptr_t)o->z_out % 4 != 0) ||
         (o->error != NULL && (uintptr_t)o->error % 4 != 0) ||
-        (o->lse_lo != NULL && (uintptr_t)o->lse_lo % 4 != 0))
-        return tuned__api_failf(h, TUNED_EINVAL, "%s: grad_output, z_out, error and lse_lo must "
-                                                 "be 4-byte aligned", fn);
+        (o->lse_lo != NULL && (uintptr_t)o->lse_lo % 4 != 0) ||
+        (o->total != NULL && (uintptr_t)o->total % 4 != 0))
+        return tuned__api_failf(h, TUNED_EINVAL, "%s: grad_output, z_out, error, lse_lo and "
+                                                 "total must be 4-byte aligned", fn);
+    if (o->total != NULL && o->reduction == TUNED_REDUCTION_NONE)
+        return tuned__api_failf(h, TUNED_EINVAL, "%s: total is the reduced loss of reduction "
+                                                 "sum or mean; reduction none has none", fn);
     if (o->argmax != NULL && (uintptr_t)o->argmax % (o->labels_int32 ? 4u : 8u) != 0)
         return tuned__api_failf(h, TUNED_EINVAL, "%s: argmax must be %d-byte aligned (%s)", fn,
                                 o->labels_int32 ? 4 : 8, o->labels_int32 ? "int32" : "int64");
@@ -125,8 +129,33 @@ static int count_rows(tuned_handle *h, const char *fn, const tuned__api_entry *e
     return 0;
 }
 
+/* The reduced loss into o->total: the helper kernel launched after the
+ * loss kernel, on the same stream, over the rows' losses the call wrote,
+ * times the gradient's scale (mean: the count's, in the workspace). */
+static int sum_rows(tuned_handle *h, const char *fn, const tuned__api_entry *e,
+                    const float *loss, int64_t rows, const tuned_ce_options *o, void *stream)
+{
+    CUdeviceptr in = (CUdeviceptr)(uintptr_t)loss, out = (CUdeviceptr)(uintptr_t)o->total;
+    CUdeviceptr scale = (CUdeviceptr)(uintptr_t)(o->reduction == TUNED_REDUCTION_MEAN
+                                                      ? o->workspace
+                                                      : (const void *)o->grad_output);
+    long long n = rows;
+    void *args[] = {&in, &n, &scale, &out};
+    CUresult r = h->d->cuLaunchKernel(e->helper[2], 1, 1, 1, 1024, 1, 1, 0, (CUstream)stream,
+                                      args, NULL);
+    if (r != CUDA_SUCCESS) {
+        tuned__err err = {0};
+        char what[128];
+        snprintf(what, sizeof what, "%s: launching the sum of the rows' losses", fn);
+        tuned__cuda_check(h->d, r, &err, what);
+        return tuned__api_fail(h, &err);
+    }
+    return 0;
+}
+
 /* Whether the options' device buffers (the per-row z terms and lse low
- * parts, the error word, the workspace, the upstream gradient) lie clear
+ * parts, the reduced loss, the error word, the workspace, the upstream
+ * gradient) lie clear
  * of the call's tensors: a kernel writes the first four, and an overlap
  * would corrupt the logits or the loss silently. Said as fn's error. */
 static int aux_clear(const tuned_handle *h, const char *fn, const tuned__api_args *a,
@@ -143,6 +172,7 @@ static int aux_clear(const tuned_handle *h, const char *fn, const tuned__api_arg
     } aux[] = {
         {"z_out", o->z_out, (uint64_t)rows * 4},
         {"lse_lo", o->lse_lo, (uint64_t)rows * 4},
+        {"total", o->total, 4},
         {"argmax", o->argmax, (uint64_t)rows * (o->labels_int32 ? 4u : 8u)},
         {"error", o->error, 4},
         {"workspace", o->reduction == TUNED_REDUCTION_MEAN ? o->workspace : NULL,
@@ -195,7 +225,12 @@ static int ce_call(tuned_handle *h, const char *fn, tuned_kernel kernel, const v
     if (o->reduction == TUNED_REDUCTION_MEAN &&
         (rc = count_rows(h, fn, e, labels, rows, o, stream)) != 0)
         return rc;
-    return tuned__api_launch(h, &a, e, rows, cols, row_stride, dtype, 1.0f, stream);
+    if ((rc = tuned__api_launch(h, &a, e, rows, cols, row_stride, dtype, 1.0f, stream)) != 0)
+        return rc;
+    /* A forward's losses are its fourth tensor (tuned_cross_entropy). */
+    if (o->total != NULL)
+        rc = sum_rows(h, fn, e, (const float *)ptrs[3], rows, o, stream);
+    return rc;
 }
 
 int tuned_cross_entropy(tuned_handle *h, const void *logits, const void *labels, void *grad,
@@ -214,10 +249,11 @@ int tuned_cross_entropy_backward(tuned_handle *h, const void *logits, const void
                                  const tuned_ce_options *o, void *stream)
 {
     const void *ptrs[] = {logits, labels, lse, grad};
-    if (o != NULL && o->argmax != NULL)
+    if (o != NULL && (o->argmax != NULL || o->total != NULL))
         return tuned__api_failf(h, TUNED_EINVAL,
-                                "tuned_cross_entropy_backward: argmax is the forward's "
-                                "(tuned_cross_entropy); pass NULL");
+                                "tuned_cross_entropy_backward: %s is the forward's "
+                                "(tuned_cross_entropy); pass NULL",
+                                o->argmax != NULL ? "argmax" : "total");
     return ce_call(h, "tuned_cross_entropy_backward", TUNED_KERNEL_CROSS_ENTROPY_BWD, ptrs, labels,
                    rows, cols, row_stride, dtype, o, stream);
 }

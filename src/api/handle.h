@@ -21,7 +21,8 @@ typedef struct module_rec {
     uint64_t hash;     /* the cubin's compile-cache key */
     CUmodule module;
     CUfunction fn;
-    CUfunction helper[2]; /* the kind's helper kernels (NULL: none) */
+    /* The kind's helper kernels (NULL: none). */
+    CUfunction helper[TUNED__KIND_MAX_HELPERS];
     struct module_rec *next;
 } module_rec;
 

@@ -55,7 +55,8 @@
 #define CE_PARTS {"softmax_common", "softmax_rows_common", "cross_entropy", "cross_entropy_aux"}
 #define CE_COMMON                                                                           \
     .params_size = sizeof(tuned__ce_params), .scaled = false,                               \
-    .helper = {"tuned_cross_entropy_count", "tuned_cross_entropy_rescale"},             \
+    .helper = {"tuned_cross_entropy_count", "tuned_cross_entropy_rescale",               \
+               "tuned_cross_entropy_total"},                                             \
     .flag = {"T_CE_SMOOTH", "T_CE_LABEL32", "T_CE_SOFTCAP", "T_CE_ARGMAX"},                \
     .flag_int32 = {0, 2}, .flag_min_blocks = {0, 0, 2, 2},                                 \
     .rows_held = 1, .keeps_exps = false,                                                    \
@@ -483,7 +484,7 @@ uint64_t tuned__kind_code_hash(const tuned__kind_spec *k)
         h = tuned__fnv1a64(k->defines, strlen(k->defines), h);
     for (unsigned i = 0; i < TUNED__KIND_MAX_FLAGS && k->flag[i] != NULL; i++)
         h = tuned__fnv1a64(k->flag[i], strlen(k->flag[i]), h);
-    for (unsigned i = 0; i < 2 && k->helper[i] != NULL; i++)
+    for (unsigned i = 0; i < TUNED__KIND_MAX_HELPERS && k->helper[i] != NULL; i++)
         h = tuned__fnv1a64(k->helper[i], strlen(k->helper[i]), h);
     /* A composite evaluation runs its inner and block kinds' kernels and
      * its block templates: a change there moves its results too. (Kinds

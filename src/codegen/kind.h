@@ -127,6 +127,8 @@ enum {
 #define TUNED__KIND_MAX_PARAMS 6
 /* Compiled-in options a kind may have (codegen's flags: bits 0 .. 3). */
 #define TUNED__KIND_MAX_FLAGS 4
+/* Helper kernels of a kind's module (the cross-entropy kinds' three). */
+#define TUNED__KIND_MAX_HELPERS 3
 #define TUNED__PARAM_MAX_VALUES 4
 
 /* A key parameter: a small integer beyond (rows, cols) that the kind's
@@ -190,7 +192,7 @@ typedef struct tuned__kind_spec {
     /* Helper kernels of the same module that a call may launch around the
      * kind's own (NULL: none); their roles are said where they are used
      * (the kind's entry point in the API). */
-    const char *helper[2];
+    const char *helper[TUNED__KIND_MAX_HELPERS];
 
     /* Codegen: the defines that select the kind in the shared templates,
      * and its paths. */

@@ -166,6 +166,7 @@ class CeOptions(ctypes.Structure):
         ("class_offset", ctypes.c_int64),
         ("classes", ctypes.c_int64),
         ("lse_lo", ctypes.c_void_p),
+        ("total", ctypes.c_void_p),
     ]
 
 
@@ -174,7 +175,7 @@ REDUCTION_NONE, REDUCTION_SUM, REDUCTION_MEAN = 0, 1, 2
 CE_ERR_LABEL = 1
 
 assert ctypes.sizeof(Options) == 56, ctypes.sizeof(Options)
-assert ctypes.sizeof(CeOptions) == 104, ctypes.sizeof(CeOptions)
+assert ctypes.sizeof(CeOptions) == 112, ctypes.sizeof(CeOptions)
 assert ctypes.sizeof(Choice) == 520, ctypes.sizeof(Choice)
 assert ctypes.sizeof(Progress) == 104, ctypes.sizeof(Progress)
 
