@@ -3,9 +3,9 @@
 At a shape whose kernels take little GPU time (4096x32000 bf16), the
 host's time to issue one forward + backward (torch.autograd.grad of the
 mean loss) decides the call's time. Prints the host microseconds an
-iteration for tuned (fused, in place, split), torch and Liger (issued
-back to back, no synchronisation: the GPU work is shorter than the
-host's), then cProfile's top functions (by own time) over the fused
+iteration for tuned (fused, in place, split, none), torch, Liger and
+QuACK (issued back to back, no synchronisation: the GPU work is shorter
+than the host's), then cProfile's top functions (by own time) over the fused
 and the split (the benchmark's call) iterations.
 
     python3 bench/ce_overhead.py [--iters 300] [--shapes 4096x32000,512x128256]
@@ -91,10 +91,12 @@ def one_shape(rows, cols, args, profile):
         "tuned": step(lambda x: tuned.cross_entropy(x, t)),
         "tuned_inplace": step(lambda x: tuned.cross_entropy(x.view(x.shape), t,
                                                             inplace_backward=True)),
-        "tuned_split": step(lambda x: tuned.cross_entropy(x, t, reduction="none").mean()),
-        # the benchmark's split call: the sum over a count on the device
-        "tuned_split_bench": step(lambda x: tuned.cross_entropy(x, t, reduction="none").sum()
-                                  / n_valid),
+        # the benchmark's split call (as QuACK's: mean)
+        "tuned_split": step(lambda x: tuned.cross_entropy(x, t, split=True)),
+        # reduction none and the caller's own mean: the sum over a count on
+        # the device (the benchmark's tuned_none)
+        "tuned_none": step(lambda x: tuned.cross_entropy(x, t, reduction="none").sum()
+                           / n_valid),
         "torch": step(lambda x: F.cross_entropy(x, t)),
     }
     try:
@@ -102,6 +104,11 @@ def one_shape(rows, cols, args, profile):
         methods["liger"] = step(lambda x: LigerCrossEntropyFunction.apply(x, t, None)[0])
     except Exception as exc:  # noqa: BLE001
         print(f"liger: not available ({exc})")
+    try:
+        from quack.cross_entropy import cross_entropy as quack_ce
+        methods["quack"] = step(lambda x: quack_ce(x, t))
+    except Exception as exc:  # noqa: BLE001
+        print(f"quack: not available ({type(exc).__name__}: {exc})")
     for name, fn in methods.items():
         print(f"{name:14} host {host_us(fn, args.iters):8.1f} us an iteration", flush=True)
     fwd = host_us(lambda: tuned.cross_entropy(x0.detach().requires_grad_(), t), args.iters)
@@ -109,7 +116,7 @@ def one_shape(rows, cols, args, profile):
     print(f"{'C call':14} host {c_call_us(x0, t, args.iters):8.1f} us an iteration", flush=True)
     if not profile:
         return
-    for name in ("tuned", "tuned_split_bench"):
+    for name in ("tuned", "tuned_split"):
         print(f"== cProfile of {name}")
         prof = cProfile.Profile()
         fn = methods[name]

@@ -4,10 +4,11 @@ backward, as a user calls it, against the anchors in the same run.
 For each shape: the device-to-device copy of the logits (the fused kind's
 floor: one read of the logits and one write of the gradient), tuned's
 cross-entropy fused (tuned.cross_entropy, mean: the gradient written in the
-forward, into a new buffer and in place) and split (reduction none, then
-the mean in torch: the loss kernel reads once and saves the lse, the
-backward kernel reads once and writes once, PyTorch's semantics for any
-upstream gradient), torch's F.cross_entropy, torch.compile of it (one
+forward, into a new buffer and in place), split (split=True, mean: the loss
+kernel reads once and saves the lse, the backward kernel reads once and
+writes once, PyTorch's semantics for any upstream gradient; the same call
+as QuACK's) and none (reduction none, then the mean in torch: split with
+the caller's own reduction), torch's F.cross_entropy, torch.compile of it (one
 compiled function for every shape: it recompiles once with dynamic shapes),
 Liger's fused cross-entropy and QuACK's (each when it imports). The
 gradient is taken with torch.autograd.grad(loss, logits), as a model's
@@ -39,7 +40,8 @@ from cuda_timing import peak_extra, timed
 DT = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 ROWS = ["4096x32000:bf16", "8192x50257:bf16", "8192x128256:bf16", "16384x151936:bf16",
         "4096x262144:bf16", "512x128256:bf16", "8192x128256:fp32"]
-METHODS = ["tuned", "tuned_inplace", "tuned_split", "torch", "compile", "liger", "quack"]
+METHODS = ["tuned", "tuned_inplace", "tuned_split", "tuned_none", "torch", "compile", "liger",
+           "quack"]
 
 
 def main():
@@ -102,8 +104,9 @@ def main():
         # intermediate): a view stands for them
         method("tuned_inplace", lambda x: tuned.cross_entropy(x.view(x.shape), t,
                                                               inplace_backward=True))
+        method("tuned_split", lambda x: tuned.cross_entropy(x, t, split=True))
         n_valid = (t != -100).sum()
-        method("tuned_split", lambda x: tuned.cross_entropy(x, t, reduction="none").sum() / n_valid)
+        method("tuned_none", lambda x: tuned.cross_entropy(x, t, reduction="none").sum() / n_valid)
         method("torch", lambda x: F.cross_entropy(x, t))
         if n < args.compile_shapes:
             method("compile", lambda x: cf(x, t))
@@ -133,15 +136,19 @@ def main():
               " ".join(f"{gpu[m]:11.1f}" if m in gpu else f"{'-':>11}" for m in names) +
               f" {fused_ratio:10.3f} {split_ratio:9.3f}")
     print("\nAs called (host time included: the timing the issue's tables use), us and"
-          " extra peak GB:")
+          " extra peak GB; split/q,c as above, as called:")
     print(f"{'shape':12} {'dt':4} {'copy_us':>8} " +
           " ".join(f"{m[:8] + '_us':>11} {m[:6] + '_GB':>9}" for m in names) +
-          "  (loss rel. err vs f64)")
+          f" {'split/q,c':>9}  (loss rel. err vs f64)")
     for r in rows_out:
         cells = []
         for m in names:
             v = r.get(m)
             cells.append(f"{'-':>11} {'-':>9}" if v is None else f"{v[0]:11.1f} {v[1]:9.2f}")
+        called = {m: r[m][0] for m in names if m in r and r[m][0] == r[m][0]}
+        split_vs = [called[m] for m in ("quack", "compile") if m in called]
+        cells.append(f"{called.get('tuned_split', nan) / min(split_vs):9.3f}" if split_vs
+                     else f"{'-':>9}")
         errs = " ".join(f"{m}={r[m][2]:.1e}" if isinstance(r.get(m, (0, 0, ''))[2], float) else
                         f"{m}={r.get(m, (0, 0, '-'))[2]}" for m in names if m in r)
         print(f"{r['shape']:12} {r['dtype']:4} {r['copy']:8.1f} " + " ".join(cells) + "  " + errs)

@@ -471,7 +471,8 @@ class ArgumentTests(unittest.TestCase):
         bad = [dict(reduction="avg"), dict(reduction=None), dict(label_smoothing=-0.1),
                dict(label_smoothing=1.5), dict(label_smoothing=math.nan), dict(z_loss=-1.0),
                dict(scale=0.0), dict(scale=math.inf), dict(softcap=0.0),
-               dict(reduction="none", inplace_backward=True)]
+               dict(reduction="none", inplace_backward=True),
+               dict(split=True, inplace_backward=True)]
         for kw in bad:
             with self.assertRaises(ValueError, msg=str(kw)):
                 tuned.cross_entropy(x, t, **kw)
@@ -511,6 +512,26 @@ class ArgumentTests(unittest.TestCase):
         with torch.no_grad():
             CE._kernel_path(h, torch.randint(0, 10, (4,)), -100, "mean", 0.0, 0.0, 1.0, True)
         self.assertTrue(torch.equal(h.detach(), before))
+
+    def test_split_mean_and_sum(self):
+        # split=True through the operators: the loss operator, then the
+        # backward operator with the upstream gradient times the reduction's
+        # scale; the backward may run again (retain_graph)
+        for red, items in (("mean", None), ("sum", None), ("sum", 11)):
+            x, t = make((6,), 70, torch.float64, ignore=3)
+            leaf = x.detach().clone().requires_grad_()
+            loss = CE._kernel_path(leaf * 1.0, t, 3, red, 0.0, 0.0, 1.0, False, items,
+                                   split=True)[0]
+            xd = x.detach().clone().requires_grad_()
+            want = F.cross_entropy(xd, t, ignore_index=3, reduction=red) / (items or 1)
+            tol = dict(rtol=1e-5, atol=1e-6)
+            torch.testing.assert_close(loss.double(), want.detach(), **tol)
+            loss.backward(torch.tensor(3.0, dtype=loss.dtype), retain_graph=True)
+            (3 * want).backward()
+            torch.testing.assert_close(leaf.grad, xd.grad, msg=f"{red} / {items}", **tol)
+            loss.backward(torch.tensor(3.0, dtype=loss.dtype))
+            torch.testing.assert_close(leaf.grad, 2 * xd.grad, msg=f"{red} / {items}: twice",
+                                       **tol)
 
     def test_fallback_warns_once(self):
         x, t = torch.randn(4, 10), torch.randint(0, 10, (4,))

@@ -6,7 +6,8 @@ torch or CUDA; prints one line per section and `N passed, N failed`.
              falls back to torch (a fallback warning is an error)
   accuracy   bf16 / fp16 / fp32 logits of 64x1000, 256x32000, 8x128256 and
              a shifted 3-d view logits[:, :-1, :] (one call per batch
-             element): mean / sum / none, the loss within 1e-5 relative of
+             element): mean / sum / none, and mean and sum split (run twice:
+             retain_graph), the loss within 1e-5 relative of
              F.cross_entropy in float64, lse too; the gradient (a random
              upstream for none) no worse than twice torch's own in the
              same dtype, both against float64
@@ -144,28 +145,34 @@ def accuracy():
             x, t = full[:, :-1, :], t[:, 1:]
         else:
             x, t = logits(shape, cols, dtype, seed=n)
-        for red in ("mean", "sum", "none"):
-            what = f"{tuple(x.shape)} {dtype} {red}"
+        for red, split in (("mean", False), ("sum", False), ("none", False), ("mean", True),
+                           ("sum", True)):
+            what = f"{tuple(x.shape)} {dtype} {red}{' split' if split else ''}"
             w = torch.randn(t.shape, device=DEV) if red == "none" else None
             if shape == "shifted":
                 leaf = full.detach().clone().requires_grad_()
                 xi = leaf[:, :-1, :]  # not copied: one kernel call per batch element
             else:
                 leaf = xi = x.detach().clone().requires_grad_()
-            loss, lse = tuned.cross_entropy(xi, t, reduction=red, return_lse=True)
+            loss, lse = tuned.cross_entropy(xi, t, reduction=red, return_lse=True, split=split)
             ref, gref = ref_f64(x, t, reduction=red, w=w)
             lref = torch.logsumexp(x.double(), -1)
             check_loss(loss, ref, lref, what)
             expect(bool(((lse.double() - lref).abs() <= 1e-5 * lref.abs() + 1e-6).all()),
                    f"{what}: lse")
-            (loss if w is None else loss * w).sum().backward()
+            (loss if w is None else loss * w).sum().backward(retain_graph=split)
             g = leaf.grad[:, :-1, :] if shape == "shifted" else leaf.grad
             check_grad(g, gref, torch_own(x, t, reduction=red, w=w), what,
-                       "split" if red == "none" else "fused")
+                       "split" if red == "none" or split else "fused")
+            if split:
+                # the split backward runs again from the saved lse: the same bits
+                once = leaf.grad.clone()
+                loss.backward()
+                expect(torch.equal(leaf.grad, 2 * once), f"{what}: a second backward")
             if shape == "shifted":
                 expect(bool((leaf.grad[:, -1, :] == 0).all()), f"{what}: the cut row's gradient")
         n += 1
-    print(f"  {n} shapes x dtypes, 3 reductions each")
+    print(f"  {n} shapes x dtypes, 3 reductions each, mean and sum split too")
     for (dtype, path), (ratio, what) in sorted(grad_error_ratio.items(), key=str):
         print(f"  {dtype} {path}: gradient error at most {ratio:.2f}x torch's ({what})")
 

@@ -1,9 +1,10 @@
 """tuned._ce_direct: the eager fast path of tuned.cross_entropy for plain
 CUDA tensors: the fused loss + gradient (reduction mean or sum) as one
-libtuned call over one allocation, and the backward's rescale as another,
-with no operator dispatch and three torch operations besides; and the
-split path (reduction none): the loss kernel as one call over one
-allocation, the backward kernel as one call.
+libtuned call, which also writes the reduced loss, and the backward's
+rescale as another, with no operator dispatch and no torch operation
+besides the outputs' allocations; and the split path (reduction none, or
+mean and sum with split=True): the loss kernel as one call (the reduced
+loss in it for mean and sum), the backward kernel as one call.
 
 Why: at the shapes where the kernel is short (130 us at 4096 x 32000 bf16
 on the H200), the host's work is the call's time, and before the kernel
@@ -85,11 +86,12 @@ def fused(x, labels, scale, smoothing, z_loss, ignore_index, mean, grad_scale, i
         return None
     lib, h, dt, stream = st
     rows, cols = x.shape
-    # loss rows | workspace (4 floats) in one allocation; the lse apart (it
-    # is returned, and a view returned by a Function may not be changed in
-    # place)
+    # loss rows | workspace (4 floats) in one allocation; the lse and the
+    # reduced loss apart (they are returned, and a view returned by a
+    # Function may not be changed in place)
     buf = torch.empty(rows + 4, dtype=torch.float32, device=x.device)
     lse = torch.empty(rows, dtype=torch.float32, device=x.device)
+    total = torch.empty((), dtype=torch.float32, device=x.device)
     grad = x if inplace else torch.empty_strided(x.shape, x.stride(), dtype=x.dtype,
                                                  device=x.device)
     o = options(labels, scale, smoothing, z_loss, ignore_index,
@@ -101,17 +103,11 @@ def fused(x, labels, scale, smoothing, z_loss, ignore_index, mean, grad_scale, i
         o.workspace = bp + 4 * rows
     elif grad_scale is not None:
         o.grad_output = grad_scale.data_ptr()
+    o.total = total.data_ptr()
     rc = lib.tuned_cross_entropy(h, x.data_ptr(), labels.data_ptr(), grad.data_ptr(), bp,
                                  lse.data_ptr(), rows, cols, x.stride(0), dt, ctypes.byref(o),
                                  stream)
-    if rc != 0:
-        return None
-    total = buf[:rows].sum()
-    if mean:
-        total = total * buf[rows]
-    elif grad_scale is not None:
-        total = total * grad_scale
-    return total, lse, grad
+    return (total, lse, grad) if rc == 0 else None
 
 
 def rescale(grad, factor):
@@ -129,22 +125,35 @@ def rescale(grad, factor):
 
 
 def loss(x, labels, scale, smoothing, z_loss, ignore_index, softcap=0.0, argmax=None,
-         lse_lo=False):
+         lse_lo=False, reduction=_lib.REDUCTION_NONE, grad_scale=None):
     """tuned_cross_entropy without a gradient over rows x (R, V): (loss,
-    lse, the lse's low part), fp32 per row, the last None unless lse_lo
-    (a backward's); or None. Allocations apart, not views of one: the
-    loss is returned to the user, who may change it in place (autograd
-    refuses that on a view a Function returned), and the others are
-    saved."""
+    lse, the lse's low part, work), or None. loss: fp32 per row with
+    reduction none, else the reduced loss (one element: the sum, times
+    grad_scale when not None (sum), or the mean); the lse's low part None
+    unless lse_lo (a backward's); work: with reduction mean, the buffer
+    whose last 4 floats are the count's workspace (a split backward's,
+    mean_work), else None. Allocations apart, not views of one: the loss
+    is returned to the user, who may change it in place (autograd refuses
+    that on a view a Function returned), and the others are saved."""
     st = _call_state(x)
     if st is None:
         return None
     lib, h, dt, stream = st
     rows, cols = x.shape
-    loss_rows = torch.empty(rows, dtype=torch.float32, device=x.device)
+    mean = reduction == _lib.REDUCTION_MEAN
+    # per row (none), or the rows' losses | the mean's workspace (scratch)
+    loss_rows = torch.empty(rows + 4 * mean, dtype=torch.float32, device=x.device)
     lse = torch.empty(rows, dtype=torch.float32, device=x.device)
     lo = torch.empty(rows, dtype=torch.float32, device=x.device) if lse_lo else None
-    o = options(labels, scale, smoothing, z_loss, ignore_index, _lib.REDUCTION_NONE, x, softcap)
+    o = options(labels, scale, smoothing, z_loss, ignore_index, reduction, x, softcap)
+    total = None
+    if reduction != _lib.REDUCTION_NONE:
+        total = torch.empty((), dtype=torch.float32, device=x.device)
+        o.total = total.data_ptr()
+    if mean:
+        o.workspace = loss_rows.data_ptr() + 4 * rows
+    elif grad_scale is not None:
+        o.grad_output = grad_scale.data_ptr()
     if argmax is not None:
         o.argmax = argmax.data_ptr()
     if lo is not None:
@@ -152,11 +161,15 @@ def loss(x, labels, scale, smoothing, z_loss, ignore_index, softcap=0.0, argmax=
     rc = lib.tuned_cross_entropy(h, x.data_ptr(), labels.data_ptr(), None, loss_rows.data_ptr(),
                                  lse.data_ptr(), rows, cols, x.stride(0), dt, ctypes.byref(o),
                                  stream)
-    return (loss_rows, lse, lo) if rc == 0 else None
+    if rc != 0:
+        return None
+    if total is None:
+        return loss_rows, lse, lo, None
+    return total, lse, lo, loss_rows if mean else None
 
 
 def backward(x, labels, lse, grad_output, scale, smoothing, z_loss, ignore_index, softcap=0.0,
-             out=None, class_offset=0, classes=0, lse_lo=None):
+             out=None, class_offset=0, classes=0, lse_lo=None, mean_work=None):
     """tuned_cross_entropy_backward over rows x (R, V) from the saved lse
     (fp32, contiguous) and grad_output (fp32: one a row, or one for every
     row): the gradient, into out (x itself: in place; default a new tensor
@@ -164,12 +177,16 @@ def backward(x, labels, lse, grad_output, scale, smoothing, z_loss, ignore_index
     slice of rows of `classes` classes (tuned_ce_options'; a linear
     cross-entropy's block of the vocabulary), labels and lse the whole
     rows'. lse_lo: the forward's low parts of the lse (fp32, contiguous),
-    or None."""
+    or None. mean_work: the gradient of a mean (grad_output one value,
+    over the count of rows not ignored, which libtuned counts into this
+    buffer's last 4 floats: loss's work), or None."""
     st = _call_state(x)
     if st is None:
         return None
     lib, h, dt, stream = st
     rows, cols = x.shape
+    if mean_work is not None and grad_output.numel() != 1:
+        return None
     if grad_output.dim() == 1 and grad_output.numel() == rows and rows > 1 and \
             grad_output.stride(0) == 0:
         # one value for every row (the expanded gradient of a sum): that
@@ -182,12 +199,15 @@ def backward(x, labels, lse, grad_output, scale, smoothing, z_loss, ignore_index
         return None
     if lse_lo is not None and (lse_lo.dtype != torch.float32 or not lse_lo.is_contiguous()):
         return None
-    per_row = grad_output.numel() == rows
+    per_row = grad_output.numel() == rows and mean_work is None
     grad = out if out is not None else torch.empty_strided(x.shape, x.stride(), dtype=x.dtype,
                                                            device=x.device)
-    o = options(labels, scale, smoothing, z_loss, ignore_index,
-                _lib.REDUCTION_NONE if per_row else _lib.REDUCTION_SUM, x, softcap)
+    red = (_lib.REDUCTION_MEAN if mean_work is not None
+           else _lib.REDUCTION_NONE if per_row else _lib.REDUCTION_SUM)
+    o = options(labels, scale, smoothing, z_loss, ignore_index, red, x, softcap)
     o.grad_output = grad_output.data_ptr()
+    if mean_work is not None:
+        o.workspace = mean_work.data_ptr() + 4 * (mean_work.numel() - 4)
     o.class_offset, o.classes = class_offset, classes
     if lse_lo is not None:
         o.lse_lo = lse_lo.data_ptr()

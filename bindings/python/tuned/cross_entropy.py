@@ -583,21 +583,25 @@ class _Ops:
 
 class _CrossEntropyFn(torch.autograd.Function):
     """The kernel path's autograd: mean and sum run the fused operator and
-    rescale its gradient in the backward; none runs the loss operator and
-    the backward operator from the saved lse. Returns (loss, lse, z,
-    argmax); lse, z and argmax are not differentiable (the loss includes
-    the z term); z is None unless want_z; argmax (int64) only with
-    want_argmax: the kernel's on the direct path, else torch.argmax of
-    the capped logits (one more read)."""
+    rescale its gradient in the backward; none, and mean and sum with
+    split, run the loss operator and the backward operator from the saved
+    lse. Returns (loss, lse, z, argmax); lse, z and argmax are not
+    differentiable (the loss includes the z term); z is None unless
+    want_z; argmax (int64) only with want_argmax: the kernel's on the
+    direct path, else torch.argmax of the capped logits (one more read)."""
 
     @staticmethod
     def forward(ctx, x, labels, scale, smoothing, z_loss, ignore_index, reduction, inplace,
-                divisor, need_grad, ops, want_z, softcap=0.0, want_argmax=False):
+                divisor, need_grad, ops, want_z, softcap=0.0, want_argmax=False, split=False):
         ctx.reduction = reduction
         ctx.params = (scale, smoothing, z_loss, ignore_index, softcap)
         ctx.backward_done = False
         ctx.ops = ops
         ctx.direct = False
+        # the backward reads the logits again from the saved lse (split):
+        # reduction none, or mean and sum asked so
+        ctx.split = need_grad and (split or reduction == "none")
+        ctx.mean_work = False
         # a sum over a count the caller gives (accumulated batches): carried
         # by the kernel's gradient, so that the upstream gradient stays 1 and
         # the backward moves nothing
@@ -606,7 +610,7 @@ class _CrossEntropyFn(torch.autograd.Function):
                      if reduction == "sum" and divisor is not None else None)
         argmax = (torch.empty(labels.shape, dtype=labels.dtype, device=x.device)
                   if want_argmax and ops is _DIRECT and x.dim() == 2 else None)
-        if (ops is _DIRECT and need_grad and reduction != "none" and not want_z
+        if (ops is _DIRECT and need_grad and not ctx.split and not want_z
                 and x.dim() == 2):
             r = _ce_direct.fused(x, labels, scale, smoothing, z_loss, ignore_index,
                                  reduction == "mean", per_count, inplace, softcap, argmax)
@@ -614,6 +618,30 @@ class _CrossEntropyFn(torch.autograd.Function):
                 loss, lse, grad = r
                 ctx.direct = True
                 ctx.save_for_backward(grad)
+                ctx.mark_non_differentiable(lse)
+                if argmax is None:
+                    return loss, lse, None
+                argmax = argmax.long()
+                ctx.mark_non_differentiable(argmax)
+                return loss, lse, None, argmax
+        if (ops is _DIRECT and reduction != "none" and (ctx.split or not need_grad)
+                and not want_z and x.dim() == 2):
+            # the loss kernel with the reduction in libtuned's call: a split
+            # mean or sum, or no gradient wanted now (evaluation, no_grad)
+            mean = reduction == "mean"
+            r = _ce_direct.loss(x, labels, scale, smoothing, z_loss, ignore_index, softcap,
+                                argmax, lse_lo=ctx.split,
+                                reduction=_lib.REDUCTION_MEAN if mean else _lib.REDUCTION_SUM,
+                                grad_scale=per_count)
+            if r is not None:
+                loss, lse, lse_lo, work = r
+                ctx.direct = True
+                if ctx.split:
+                    # the mean's count is made again in the backward's call
+                    # (its workspace, work's last floats); a sum's divisor
+                    # is one factor of the upstream gradient
+                    ctx.mean_work = mean
+                    ctx.save_for_backward(x, labels, lse, lse_lo, work if mean else per_count)
                 ctx.mark_non_differentiable(lse)
                 if argmax is None:
                     return loss, lse, None
@@ -628,20 +656,22 @@ class _CrossEntropyFn(torch.autograd.Function):
         elif reduction == "sum":
             gs = (per_count if per_count is not None
                   else torch.ones((), dtype=torch.float32, device=x.device))
-        if reduction == "none" or not need_grad:
-            # no gradient wanted now (evaluation, no_grad): one read
+        if ctx.split or not need_grad:
+            # the loss kernel, one read: a split backward's forward, or no
+            # gradient wanted now (evaluation, no_grad)
             r = (_ce_direct.loss(x, labels, scale, smoothing, z_loss, ignore_index, softcap,
-                                 argmax, lse_lo=reduction == "none")
+                                 argmax, lse_lo=ctx.split)
                  if ops is _DIRECT and x.dim() == 2 else None)
             if r is not None:
                 ctx.direct = True
-                loss, lse, lse_lo = r
+                loss, lse, lse_lo = r[:3]
             else:
                 argmax = None
                 loss, lse, lse_lo = ops.loss(x, labels, scale, smoothing, z_loss, ignore_index,
                                              softcap)
-            if reduction == "none":
-                ctx.save_for_backward(x, labels, lse, lse_lo)
+            if ctx.split:
+                # mean and sum: the upstream gradient times gs, per call
+                ctx.save_for_backward(x, labels, lse, lse_lo, gs)
         else:
             if want_argmax:
                 # the in-place gradient replaces the logits: their argmax first
@@ -681,19 +711,30 @@ class _CrossEntropyFn(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dloss, dlse, dz, *dargmax):
-        if ctx.backward_done and ctx.reduction != "none":
+        if ctx.backward_done and not ctx.split:
             raise RuntimeError("tuned.cross_entropy: the backward of reduction 'mean' or 'sum' "
                                "runs once (its gradient, computed in the forward, is rescaled "
-                               "in place); for a second backward use reduction='none' and "
-                               "reduce the loss yourself")
+                               "in place); for a second backward pass split=True")
         ctx.backward_done = True
-        if ctx.reduction == "none":
-            x, labels, lse, lse_lo = ctx.saved_tensors
-            grad = (_ce_direct.backward(x, labels, lse, dloss, *ctx.params, lse_lo=lse_lo)
+        if ctx.split:
+            x, labels, lse, lse_lo, factor = ctx.saved_tensors
+            work = factor if ctx.mean_work else None
+            if ctx.mean_work:
+                factor = None
+            go = dloss if factor is None else _f32(dloss) * factor
+            grad = (_ce_direct.backward(x, labels, lse, go, *ctx.params, lse_lo=lse_lo,
+                                        mean_work=work)
                     if ctx.direct else None)
             if grad is None:
-                grad = ctx.ops.backward(x, labels, lse, _f32(dloss), *ctx.params,
-                                        lse_lo=lse_lo)
+                if work is not None:
+                    # the mean's count made again, in torch
+                    ignore_index = ctx.params[3]
+                    go = _f32(dloss) * (labels != ignore_index).sum().to(
+                        torch.float32).reciprocal()
+                go = _f32(go)
+                if ctx.reduction != "none":
+                    go = go.reshape(1)
+                grad = ctx.ops.backward(x, labels, lse, go, *ctx.params, lse_lo=lse_lo)
         else:
             # The forward's gradient assumed an upstream gradient of 1:
             # times the real one on the device (nothing moved when it is 1).
@@ -701,7 +742,7 @@ class _CrossEntropyFn(torch.autograd.Function):
             (grad,) = ctx.saved_tensors
             if not (ctx.direct and _ce_direct.rescale(grad, dloss)):
                 ctx.ops.rescale(grad, _f32(dloss).reshape(1))
-        return (grad,) + (None,) * 13
+        return (grad,) + (None,) * 14
 
 
 _OPERATORS = _Ops(_FUSED, _FUSED_INPLACE, _LOSS, _BACKWARD, _RESCALE)
@@ -711,7 +752,7 @@ _DIRECT = _Ops(_fused_cuda, _fused_inplace_cuda, _loss_cuda, _backward_cuda, _re
 # ------------------------------------------------------------ the call --
 
 def _check_args(input, target, reduction, label_smoothing, z_loss, scale, softcap,
-                inplace_backward):
+                inplace_backward, split=False):
     if not isinstance(input, torch.Tensor) or not isinstance(target, torch.Tensor):
         raise TypeError("tuned.cross_entropy: input and target must be tensors")
     if reduction not in _REDUCTIONS:
@@ -726,6 +767,9 @@ def _check_args(input, target, reduction, label_smoothing, z_loss, scale, softca
     if softcap is not None and not (softcap > 0.0 and math.isfinite(softcap)):
         raise ValueError(f"tuned.cross_entropy: softcap {softcap} "
                          "(None, or positive and finite)")
+    if inplace_backward and split:
+        raise ValueError("tuned.cross_entropy: inplace_backward writes the fused kernel's "
+                         "gradient over the logits; split=True has none to write")
     if inplace_backward and reduction == "none":
         raise ValueError("tuned.cross_entropy: inplace_backward needs reduction 'mean' or "
                          "'sum' (the gradient is written in the forward)")
@@ -796,11 +840,12 @@ def _labels(target, shape):
 
 def _kernel_path(x, target, ignore_index, reduction, label_smoothing, z_loss, scale,
                  inplace_backward, num_items=None, want_z=True, softcap=None,
-                 want_argmax=False):
+                 want_argmax=False, split=False):
     """(loss, lse, z) by the kernels, and argmax after them with
     want_argmax: through the operators, or for plain CUDA tensors in eager
     mode their implementations directly (_Ops); any device (the CPU's run
-    the torch formula). z is None unless want_z."""
+    the torch formula). z is None unless want_z. split: mean and sum by
+    the loss kernel, then the backward kernel (reduction none always)."""
     lead = tuple(x.shape[:-1])
     x2 = _rows(x)
     labels = _labels(target, x2.shape[:-1])
@@ -811,7 +856,7 @@ def _kernel_path(x, target, ignore_index, reduction, label_smoothing, z_loss, sc
                               int(ignore_index), reduction,
                               bool(inplace_backward) and need_grad, num_items, need_grad,
                               _DIRECT if direct else _OPERATORS, want_z,
-                              float(softcap or 0.0), bool(want_argmax))
+                              float(softcap or 0.0), bool(want_argmax), bool(split))
     loss, lse, z = r[:3]
     argmax = r[3] if want_argmax else None
     if reduction == "none":
@@ -861,30 +906,6 @@ def _class_weighted(x, target, weight, ignore_index, reduction, scale, softcap):
     return loss, lse, torch.zeros_like(lse if reduction == "none" else loss).detach()
 
 
-def _fp16_split(x, target, ignore_index, reduction, label_smoothing, z_loss, scale, softcap,
-                num_items, want_argmax=False):
-    """fp16 logits, mean or sum with a gradient: the split path's rows, then
-    the reduction in torch. The fused kernel would round the gradient to
-    fp16 in the forward at the scale 1/count, where entries p / count
-    under fp16's smallest (6e-8) vanish, before a loss scaler's factor
-    reaches them; the backward kernel forms the gradient with the upstream
-    one (the scaler's factor included), as torch does. One more read of the
-    logits than the fused kernel; inplace_backward does not apply. Returns
-    (loss, lse, z, argmax), argmax None unless want_argmax."""
-    r = cross_entropy(x, target, ignore_index=ignore_index, reduction="none",
-                      label_smoothing=label_smoothing, z_loss=z_loss, scale=scale,
-                      softcap=softcap, return_lse=True, return_z_loss=True,
-                      return_argmax=want_argmax)
-    per, lse, z = r[:3]
-    argmax = r[3] if want_argmax else None
-    if reduction == "mean":
-        n = (target != ignore_index).sum()
-        return per.sum() / n, lse, z.sum() / n, argmax
-    if num_items is not None:
-        return per.sum() / num_items, lse, z.sum() / num_items, argmax
-    return per.sum(), lse, z.sum(), argmax
-
-
 def _weighted(x, target, weight, ignore_index, reduction, label_smoothing, z_loss, scale):
     """Class weights: F.cross_entropy on x * scale (no z-loss)."""
     if z_loss != 0.0:
@@ -903,7 +924,7 @@ def _weighted(x, target, weight, ignore_index, reduction, label_smoothing, z_los
 def cross_entropy(input, target, weight=None, ignore_index=-100, reduction="mean",
                   label_smoothing=0.0, *, z_loss=0.0, scale=1.0, softcap=None,
                   inplace_backward=False, return_lse=False, return_z_loss=False,
-                  num_items=None, return_argmax=False):
+                  num_items=None, return_argmax=False, split=False):
     """Cross-entropy of logits input (..., C) against class indices target
     (...), as torch.nn.functional.cross_entropy where they overlap, with
     the classes in the LAST dimension (the vocabulary of an LM's logits
@@ -940,11 +961,16 @@ def cross_entropy(input, target, weight=None, ignore_index=-100, reduction="mean
     one), mean and sum run the loss kernel alone: one read, nothing
     written over the logits.
 
-    fp16 logits, mean or sum with a gradient: the split path (the loss
-    kernel, then the backward kernel with the upstream gradient), not the
-    fused kernel, which would round the gradient to fp16 at the scale
-    1/count before a loss scaler's factor reaches it (entries under fp16's
-    smallest vanish); inplace_backward does not apply there.
+    split (mean and sum; none is always split): PyTorch's way instead of
+    the fused kernel: the forward reads the logits once and saves the
+    fp32 lse, the backward reads them again and writes the gradient with
+    the upstream gradient. One more read of the logits; in exchange no
+    logits-sized gradient is held from the forward to the backward, and
+    the backward may run more than once (retain_graph).
+    inplace_backward does not apply. fp16 logits, mean or sum with a
+    gradient, always run split: the fused kernel would round the gradient
+    to fp16 at the scale 1/count before a loss scaler's factor reaches it
+    (entries under fp16's smallest vanish).
 
     CUDA fp16/bf16/fp32 logits run libtuned's kernels (the module says
     how), with no host synchronisation: a label out of range gives its
@@ -958,7 +984,7 @@ def cross_entropy(input, target, weight=None, ignore_index=-100, reduction="mean
     strict mode.
     """
     _check_args(input, target, reduction, label_smoothing, z_loss, scale, softcap,
-                inplace_backward)
+                inplace_backward, split)
     if num_items is not None and reduction != "sum":
         raise ValueError("tuned.cross_entropy: num_items divides a reduction 'sum'")
     if inplace_backward and input.is_leaf and input.requires_grad:
@@ -998,13 +1024,11 @@ def cross_entropy(input, target, weight=None, ignore_index=-100, reduction="mean
                                                 z_loss, scale, softcap)
             if num_items is not None:
                 loss, z = loss / num_items, z / num_items
-        elif (x.dtype == torch.float16 and reduction != "none" and x.requires_grad and
-              torch.is_grad_enabled()):
-            loss, lse, z, argmax = _fp16_split(x, t, ignore_index, reduction, label_smoothing,
-                                               z_loss, scale, softcap, num_items, return_argmax)
         else:
+            # fp16 logits with a gradient run split (the docstring says why)
             r = _kernel_path(x, t, ignore_index, reduction, label_smoothing, z_loss, scale,
-                             inplace_backward, num_items, return_z_loss, softcap, return_argmax)
+                             inplace_backward, num_items, return_z_loss, softcap, return_argmax,
+                             split or x.dtype == torch.float16)
             loss, lse, z = r[:3]
             argmax = r[3] if return_argmax else None
     if input.dim() == 1:
