@@ -13,9 +13,9 @@
 #            imported into a fresh store, served exact, verified. A short
 #            table last.
 #   anchors  the anchors' Python packages from the wheels carried in
-#            .whlA/, .whlB/, ... (QuACK's 91 MB wheel comes in parts,
-#            cu12.part.N, one a call, kept in /tmp between calls while the
-#            machine stays up, joined and checked against cu12.sha256),
+#            .whlA/, .whlB/, ... (QuACK's toolchain wheel comes in parts,
+#            NAME.part.N, one a call, kept in /tmp between calls while the
+#            machine stays up, joined and checked against parts.sha256),
 #            then bench/api-bench.sh: tuned.softmax against the
 #            copy, torch, torch.compile, Triton, QuACK and Liger on the
 #            mission, anchor and decode shapes. It stops itself before the
@@ -103,18 +103,21 @@ stage_wheels() {
 install_wheels() {
     local noquack=
     stage_wheels >/dev/null
-    local cu12=nvidia_cutlass_dsl_libs_cu12-4.8.1-cp312-cp312-manylinux_2_28_x86_64.whl
-    if [[ ! -f "$wheels/$cu12" ]]; then
-        # The parts in order (cu12.part.0, .1, ...), then the whole checked.
+    # QuACK's toolchain wheel, too large for one call, comes in parts
+    # (NAME.part.0, .1, ...: one a call), joined here and checked against
+    # parts.sha256, which names the whole wheel.
+    local whole
+    whole=$(awk 'NR == 1 {print $2}' "$wheels/parts.sha256" 2>/dev/null)
+    if [[ -n "$whole" && ! -f "$wheels/$whole" ]]; then
         local parts=()
-        mapfile -t parts < <(ls "$wheels"/cu12.part.* 2>/dev/null | sort -V)
-        if ((${#parts[@]} > 0)) && cat "${parts[@]}" >"$wheels/$cu12.joined" &&
-            (cd "$wheels" && [[ -f cu12.sha256 ]] &&
-                sed "s/ $cu12\$/ $cu12.joined/" cu12.sha256 | sha256sum -c --quiet >/dev/null 2>&1); then
-            mv "$wheels/$cu12.joined" "$wheels/$cu12"
+        mapfile -t parts < <(ls "$wheels"/*.part.* 2>/dev/null | sort -V)
+        if ((${#parts[@]} > 0)) && cat "${parts[@]}" >"$wheels/$whole.joined" &&
+            (cd "$wheels" && sed "s/ $whole\$/ $whole.joined/" parts.sha256 |
+                sha256sum -c --quiet >/dev/null 2>&1); then
+            mv "$wheels/$whole.joined" "$wheels/$whole"
         else
-            rm -f "$wheels/$cu12.joined"
-            echo "anchors: QuACK's cu12 wheel is not complete in $wheels (parts: ${parts[*]##*/});" \
+            rm -f "$wheels/$whole.joined"
+            echo "anchors: $whole is not complete in $wheels (parts: ${parts[*]##*/});" \
                 "the other anchors without QuACK (stage every .whlX/ folder for it)"
             noquack=1
         fi
@@ -130,8 +133,10 @@ install_wheels() {
         case "${w##*/}" in quack* | nvidia_cutlass*) [[ -n "$noquack" ]] && continue ;; esac
         python3 -m zipfile -e "$w" /tmp/site || return 1
     done
-    # The wheel's .pth file is not read from a --target directory.
-    export PYTHONPATH="/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages${PYTHONPATH:+:$PYTHONPATH}"
+    # The wheel's .pth file is not read from a --target directory: its
+    # packages' folder by hand (python_packages up to 4.3, dsl_packages after).
+    local dsl=/tmp/site/nvidia_cutlass_dsl
+    export PYTHONPATH="/tmp/site:$dsl/python_packages:$dsl/dsl_packages${PYTHONPATH:+:$PYTHONPATH}"
     python3 -c 'import quack, liger_kernel; print("anchors: quack", quack.__version__)' 2>&1 | tail -1
     [[ -z "${noquack:-}" ]]
 }
