@@ -105,8 +105,11 @@ def one_shape(rows, cols, args, profile):
     except Exception as exc:  # noqa: BLE001
         print(f"liger: not available ({exc})")
     try:
+        import quack
+        from cross_entropy_bench import quack_call
         from quack.cross_entropy import cross_entropy as quack_ce
-        methods["quack"] = step(lambda x: quack_ce(x, t))
+        own = tuple(int(v) for v in quack.__version__.split(".")[:2]) >= (0, 3)
+        methods["quack"] = step(lambda x: quack_call(quack_ce, x, t, own))
     except Exception as exc:  # noqa: BLE001
         print(f"quack: not available ({type(exc).__name__}: {exc})")
     for name, fn in methods.items():

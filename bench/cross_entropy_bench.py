@@ -44,6 +44,20 @@ METHODS = ["tuned", "tuned_inplace", "tuned_split", "tuned_none", "torch", "comp
            "quack"]
 
 
+def quack_call(quack_ce, x, t, own_mean):
+    """QuACK's mean. Its own (reduction "mean": the rows' sum over the
+    count) hands its backward the sum's expanded upstream gradient, whose
+    zero stride quack-kernels 0.2.4 refuses (0.6.5 took it; this package
+    index's nvidia-cutlass-dsl 4.6-4.8 wheels hold no cutlass Python
+    package, so 0.2.4 on 4.3.5 is the QuACK that runs here): without
+    own_mean, the rows' losses times the count's inverse, then summed, one
+    torch operation more than its own mean."""
+    if own_mean:
+        return quack_ce(x, t)
+    rows = quack_ce(x, t, reduction="none")
+    return (rows * (t != -100).sum().float().reciprocal()).sum()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--shapes", default=",".join(ROWS))
@@ -57,7 +71,12 @@ def main():
         print(f"liger: not available ({type(exc).__name__}: {exc})")
         LigerCrossEntropyFunction = None
     try:
+        import quack
         from quack.cross_entropy import cross_entropy as quack_ce
+        version = tuple(int(v) for v in quack.__version__.split(".")[:2])
+        quack_own_mean = version >= (0, 3)
+        print(f"quack {quack.__version__}: "
+              f"{'its own mean' if quack_own_mean else 'reduction none, times 1/count, summed'}")
     except Exception as exc:  # noqa: BLE001
         print(f"quack: not available ({type(exc).__name__}: {exc})")
         quack_ce = None
@@ -113,7 +132,7 @@ def main():
         if LigerCrossEntropyFunction is not None:
             method("liger", lambda x: LigerCrossEntropyFunction.apply(x, t, None)[0])
         if quack_ce is not None:
-            method("quack", lambda x: quack_ce(x, t))
+            method("quack", lambda x: quack_call(quack_ce, x, t, quack_own_mean))
         rows_out.append(res)
         del x0, work
         torch.cuda.empty_cache()
