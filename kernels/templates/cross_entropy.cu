@@ -1069,31 +1069,42 @@ tuned_cross_entropy_bwd(const unsigned char *logits, const CeLabel *labels, cons
 }
 #endif
 
-/* The valid (non-ignored) rows, counted by one block of CE_COUNT_THREADS
+/* The sum of every thread's v over one block of CE_BLOCK_THREADS, in a
+ * fixed order (a butterfly in each warp, then the warps' sums in turn), so
+ * that every call gives the same bits: in thread 0 only. */
+#define CE_BLOCK_THREADS 1024
+template <typename T>
+__device__ T ce_block_sum(T v)
+{
+    __shared__ T warp_sums[CE_BLOCK_THREADS / 32];
+#pragma unroll
+    for (int offset = 16; offset > 0; offset /= 2)
+        v += __shfl_xor_sync(0xFFFFFFFFu, v, offset);
+    if (threadIdx.x % 32 == 0)
+        warp_sums[threadIdx.x / 32] = v;
+    __syncthreads();
+    T all = 0;
+    if (threadIdx.x == 0)
+        for (int w = 0; w < CE_BLOCK_THREADS / 32; w++)
+            all += warp_sums[w];
+    return all;
+}
+
+/* The valid (non-ignored) rows, counted by one block of CE_BLOCK_THREADS
  * before the loss kernels on the same stream, and gscale = upstream /
  * count (upstream NULL means 1) for reduction "mean": the loss kernels
  * read it from device memory, so nothing waits on the host. valid may be
  * NULL. With no valid row gscale is inf or NaN, which only ignored rows
  * (exact zeros) would see. */
-#define CE_COUNT_THREADS 1024
-extern "C" __global__ void __launch_bounds__(CE_COUNT_THREADS)
+extern "C" __global__ void __launch_bounds__(CE_BLOCK_THREADS)
 tuned_cross_entropy_count(const CeLabel *labels, long long rows, long long ignore_index,
                           const float *upstream, float *grad_scale, long long *valid)
 {
-    __shared__ long long warp_counts[CE_COUNT_THREADS / 32];
     long long n = 0;
-    for (long long i = threadIdx.x; i < rows; i += CE_COUNT_THREADS)
+    for (long long i = threadIdx.x; i < rows; i += CE_BLOCK_THREADS)
         n += (long long)labels[i] != ignore_index;
-#pragma unroll
-    for (int offset = 16; offset > 0; offset /= 2)
-        n += __shfl_xor_sync(0xFFFFFFFFu, n, offset);
-    if (threadIdx.x % 32 == 0)
-        warp_counts[threadIdx.x / 32] = n;
-    __syncthreads();
+    const long long total = ce_block_sum(n);
     if (threadIdx.x == 0) {
-        long long total = 0;
-        for (int w = 0; w < CE_COUNT_THREADS / 32; w++)
-            total += warp_counts[w];
         if (grad_scale != NULL)
             grad_scale[0] = (upstream != NULL ? upstream[0] : 1.0f) / (float)total;
         if (valid != NULL)

@@ -56,26 +56,15 @@ tuned_cross_entropy_rescale(unsigned char *grad, long long rows, int cols, long 
  * gradient's scale, so the reduced loss and the gradient agree (mean: the
  * upstream gradient over the count of valid rows, which
  * tuned_cross_entropy_count wrote before the loss kernel; none valid: inf,
- * and 0 * inf is NaN, as torch's 0 / 0). One block of CE_TOTAL_THREADS
+ * and 0 * inf is NaN, as torch's 0 / 0). One block of CE_BLOCK_THREADS
  * after the loss kernel, on the same stream. */
-#define CE_TOTAL_THREADS 1024
-extern "C" __global__ void __launch_bounds__(CE_TOTAL_THREADS)
+extern "C" __global__ void __launch_bounds__(CE_BLOCK_THREADS)
 tuned_cross_entropy_total(const float *loss, long long rows, const float *scale, float *total)
 {
-    __shared__ double warp_sums[CE_TOTAL_THREADS / 32];
     double sum = 0.0;
-    for (long long i = threadIdx.x; i < rows; i += CE_TOTAL_THREADS)
+    for (long long i = threadIdx.x; i < rows; i += CE_BLOCK_THREADS)
         sum += (double)loss[i];
-#pragma unroll
-    for (int offset = 16; offset > 0; offset /= 2)
-        sum += __shfl_xor_sync(0xFFFFFFFFu, sum, offset);
-    if (threadIdx.x % 32 == 0)
-        warp_sums[threadIdx.x / 32] = sum;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        double all = 0.0;
-        for (int w = 0; w < CE_TOTAL_THREADS / 32; w++)
-            all += warp_sums[w];
+    const double all = ce_block_sum(sum);
+    if (threadIdx.x == 0)
         total[0] = (float)all * (scale != NULL ? scale[0] : 1.0f);
-    }
 }

@@ -106,6 +106,23 @@ static int ce_params(const tuned_handle *h, const char *fn, const tuned_ce_optio
     return 0;
 }
 
+/* A helper kernel of the entry's module (the kind's spec names them), grid
+ * blocks of block threads on the call's stream, or the launch's error said
+ * as fn's. */
+static int launch_helper(tuned_handle *h, const char *fn, CUfunction f, unsigned grid,
+                         unsigned block, void **args, void *stream, const char *what)
+{
+    CUresult r = h->d->cuLaunchKernel(f, grid, 1, 1, block, 1, 1, 0, (CUstream)stream, args,
+                                      NULL);
+    if (r == CUDA_SUCCESS)
+        return 0;
+    tuned__err err = {0};
+    char context[160];
+    snprintf(context, sizeof context, "%s: launching %s", fn, what);
+    tuned__cuda_check(h->d, r, &err, context);
+    return tuned__api_fail(h, &err);
+}
+
 /* A "mean" call's count of the rows not ignored, and its gradient scale,
  * into the workspace: the helper kernel launched before the loss kernel,
  * on the same stream. */
@@ -117,16 +134,7 @@ static int count_rows(tuned_handle *h, const char *fn, const tuned__api_entry *e
     CUdeviceptr upstream = (CUdeviceptr)(uintptr_t)o->grad_output;
     CUdeviceptr scale = (CUdeviceptr)(uintptr_t)o->workspace, valid = 0;
     void *args[] = {&lab, &n, &ignore, &upstream, &scale, &valid};
-    CUresult r = h->d->cuLaunchKernel(e->helper[0], 1, 1, 1, 1024, 1, 1, 0, (CUstream)stream,
-                                      args, NULL);
-    if (r != CUDA_SUCCESS) {
-        tuned__err err = {0};
-        char what[128];
-        snprintf(what, sizeof what, "%s: launching the count of valid rows", fn);
-        tuned__cuda_check(h->d, r, &err, what);
-        return tuned__api_fail(h, &err);
-    }
-    return 0;
+    return launch_helper(h, fn, e->helper[0], 1, 1024, args, stream, "the count of valid rows");
 }
 
 /* The reduced loss into o->total: the helper kernel launched after the
@@ -141,23 +149,15 @@ static int sum_rows(tuned_handle *h, const char *fn, const tuned__api_entry *e,
                                                       : (const void *)o->grad_output);
     long long n = rows;
     void *args[] = {&in, &n, &scale, &out};
-    CUresult r = h->d->cuLaunchKernel(e->helper[2], 1, 1, 1, 1024, 1, 1, 0, (CUstream)stream,
-                                      args, NULL);
-    if (r != CUDA_SUCCESS) {
-        tuned__err err = {0};
-        char what[128];
-        snprintf(what, sizeof what, "%s: launching the sum of the rows' losses", fn);
-        tuned__cuda_check(h->d, r, &err, what);
-        return tuned__api_fail(h, &err);
-    }
-    return 0;
+    return launch_helper(h, fn, e->helper[2], 1, 1024, args, stream,
+                         "the sum of the rows' losses");
 }
 
 /* Whether the options' device buffers (the per-row z terms and lse low
  * parts, the reduced loss, the error word, the workspace, the upstream
- * gradient) lie clear
- * of the call's tensors: a kernel writes the first four, and an overlap
- * would corrupt the logits or the loss silently. Said as fn's error. */
+ * gradient) lie clear of the call's tensors: a kernel writes all but the
+ * last, and an overlap would corrupt the logits or the loss silently. Said
+ * as fn's error. */
 static int aux_clear(const tuned_handle *h, const char *fn, const tuned__api_args *a,
                      const tuned_ce_options *o, int64_t rows, int64_t cols, int64_t stride,
                      tuned_dtype dtype)
@@ -282,12 +282,5 @@ int tuned_cross_entropy_rescale(tuned_handle *h, void *grad, int64_t rows, int64
     void *args[] = {&g, &n, &c, &stride, &f};
     /* A few blocks an SM, each walking rows (cross_entropy_aux.cu). */
     unsigned grid = rows < 2048 ? (unsigned)rows : 2048u;
-    CUresult r = h->d->cuLaunchKernel(e->helper[1], grid, 1, 1, 256, 1, 1, 0, (CUstream)stream,
-                                      args, NULL);
-    if (r != CUDA_SUCCESS) {
-        tuned__err err = {0};
-        tuned__cuda_check(h->d, r, &err, "tuned_cross_entropy_rescale: launching the rescale");
-        return tuned__api_fail(h, &err);
-    }
-    return 0;
+    return launch_helper(h, fn, e->helper[1], grid, 256, args, stream, "the rescale");
 }

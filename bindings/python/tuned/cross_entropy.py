@@ -581,6 +581,17 @@ class _Ops:
         self.backward, self.rescale = backward, rescale
 
 
+def _direct_outputs(ctx, loss, lse, argmax):
+    """A direct call's (loss, lse, z: None[, argmax as int64]), the last
+    two not differentiable."""
+    ctx.mark_non_differentiable(lse)
+    if argmax is None:
+        return loss, lse, None
+    argmax = argmax.long()
+    ctx.mark_non_differentiable(argmax)
+    return loss, lse, None, argmax
+
+
 class _CrossEntropyFn(torch.autograd.Function):
     """The kernel path's autograd: mean and sum run the fused operator and
     rescale its gradient in the backward; none, and mean and sum with
@@ -618,12 +629,7 @@ class _CrossEntropyFn(torch.autograd.Function):
                 loss, lse, grad = r
                 ctx.direct = True
                 ctx.save_for_backward(grad)
-                ctx.mark_non_differentiable(lse)
-                if argmax is None:
-                    return loss, lse, None
-                argmax = argmax.long()
-                ctx.mark_non_differentiable(argmax)
-                return loss, lse, None, argmax
+                return _direct_outputs(ctx, loss, lse, argmax)
         if (ops is _DIRECT and reduction != "none" and (ctx.split or not need_grad)
                 and not want_z and x.dim() == 2):
             # the loss kernel with the reduction in libtuned's call: a split
@@ -642,12 +648,7 @@ class _CrossEntropyFn(torch.autograd.Function):
                     # is one factor of the upstream gradient
                     ctx.mean_work = mean
                     ctx.save_for_backward(x, labels, lse, lse_lo, work if mean else per_count)
-                ctx.mark_non_differentiable(lse)
-                if argmax is None:
-                    return loss, lse, None
-                argmax = argmax.long()
-                ctx.mark_non_differentiable(argmax)
-                return loss, lse, None, argmax
+                return _direct_outputs(ctx, loss, lse, argmax)
         gs = None
         if reduction == "mean":
             # 1/n_valid on the device: no host sync (n_valid 0: inf, and
