@@ -420,18 +420,22 @@ class CompileTests(unittest.TestCase):
     def test_inductor_operators_cpu(self):
         x, t = make((3, 5), 48, torch.float32, seed=12)
 
-        def f(x, t, red, inplace):
-            return CE._kernel_path(x * 1.0, t, -100, red, 0.1, 1e-3, 0.8, inplace)[0]
+        def f(x, t, red, inplace, split):
+            return CE._kernel_path(x * 1.0, t, -100, red, 0.1, 1e-3, 0.8, inplace,
+                                   split=split)[0]
 
-        for red, inplace in (("mean", False), ("mean", True), ("sum", False), ("none", False)):
+        for red, inplace, split in (("mean", False, False), ("mean", True, False),
+                                    ("sum", False, False), ("none", False, False),
+                                    ("mean", False, True), ("sum", False, True)):
             compiled = torch.compile(f, fullgraph=True)
             xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
-            la, lb = compiled(xa, t, red, inplace), f(xb, t, red, inplace)
+            la, lb = compiled(xa, t, red, inplace, split), f(xb, t, red, inplace, split)
             torch.testing.assert_close(la, lb)
             w = torch.randn(lb.shape)
             (la * w).sum().backward()
             (lb * w).sum().backward()
-            torch.testing.assert_close(xa.grad, xb.grad, msg=f"{red} inplace={inplace}")
+            torch.testing.assert_close(xa.grad, xb.grad,
+                                       msg=f"{red} inplace={inplace} split={split}")
 
     def test_fullgraph_meta_has_operators(self):
         for red, want in (("mean", "tuned.cross_entropy_fused.default"),
