@@ -316,6 +316,13 @@ static void test_cross_entropy_args(void)
     expect_refused(h, tuned_cross_entropy(h, logits, labels, NULL, loss, lse, rows, cols, cols,
                                           TUNED_BF16, &o, NULL),
                    "overlap", "a total inside the loss");
+    /* the buffers the kernels write lie clear of each other too */
+    o.total = total;
+    o.error = (uint32_t *)total;
+    expect_refused(h, tuned_cross_entropy(h, logits, labels, NULL, loss, lse, rows, cols, cols,
+                                          TUNED_BF16, &o, NULL),
+                   "overlap", "a total over the error word");
+    o.error = NULL;
     tuned_close(h);
 }
 

@@ -1069,7 +1069,8 @@ tuned_cross_entropy_bwd(const unsigned char *logits, const CeLabel *labels, cons
 }
 #endif
 
-/* The sum of every thread's v over one block of CE_BLOCK_THREADS, in a
+/* The sum of every thread's v over one block of CE_BLOCK_THREADS (the
+ * launch's block, api_ce.c's CE_HELPER_BLOCK: every warp's sum is read), in a
  * fixed order (a butterfly in each warp, then the warps' sums in turn), so
  * that every call gives the same bits: in thread 0 only. */
 #define CE_BLOCK_THREADS 1024
@@ -1095,7 +1096,7 @@ __device__ T ce_block_sum(T v)
  * count (upstream NULL means 1) for reduction "mean": the loss kernels
  * read it from device memory, so nothing waits on the host. valid may be
  * NULL. With no valid row gscale is inf or NaN, which only ignored rows
- * (exact zeros) would see. */
+ * (exact zeros) and the reduced loss (0 * inf: NaN, as torch's mean) see. */
 extern "C" __global__ void __launch_bounds__(CE_BLOCK_THREADS)
 tuned_cross_entropy_count(const CeLabel *labels, long long rows, long long ignore_index,
                           const float *upstream, float *grad_scale, long long *valid)

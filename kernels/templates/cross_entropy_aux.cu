@@ -66,5 +66,5 @@ tuned_cross_entropy_total(const float *loss, long long rows, const float *scale,
         sum += (double)loss[i];
     const double all = ce_block_sum(sum);
     if (threadIdx.x == 0)
-        total[0] = (float)all * (scale != NULL ? scale[0] : 1.0f);
+        total[0] = (float)(all * (double)(scale != NULL ? scale[0] : 1.0f));
 }

@@ -1,8 +1,9 @@
 /* api_ce.c: the cross-entropy kinds' entry points (tuned.h): the options
  * turned into the kernels' options block, the valid-row count launched
- * before a "mean" call, and the rescale of a fused gradient once autograd
- * knows the upstream gradient. The call itself is the registry's, as for
- * every kind (api.c). */
+ * before a "mean" call, the reduced loss launched after a call that asks
+ * for it, and the rescale of a fused gradient once autograd knows the
+ * upstream gradient. The call itself is the registry's, as for every kind
+ * (api.c). */
 #include <float.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -106,6 +107,10 @@ static int ce_params(const tuned_handle *h, const char *fn, const tuned_ce_optio
     return 0;
 }
 
+/* The count's and the reduced loss's block: CE_BLOCK_THREADS in
+ * cross_entropy.cu, whose block sum reads every warp's. */
+#define CE_HELPER_BLOCK 1024
+
 /* A helper kernel of the entry's module (the kind's spec names them), grid
  * blocks of block threads on the call's stream, or the launch's error said
  * as fn's. */
@@ -134,7 +139,7 @@ static int count_rows(tuned_handle *h, const char *fn, const tuned__api_entry *e
     CUdeviceptr upstream = (CUdeviceptr)(uintptr_t)o->grad_output;
     CUdeviceptr scale = (CUdeviceptr)(uintptr_t)o->workspace, valid = 0;
     void *args[] = {&lab, &n, &ignore, &upstream, &scale, &valid};
-    return launch_helper(h, fn, e->helper[0], 1, 1024, args, stream, "the count of valid rows");
+    return launch_helper(h, fn, e->helper[0], 1, CE_HELPER_BLOCK, args, stream, "the count of valid rows");
 }
 
 /* The reduced loss into o->total: the helper kernel launched after the
@@ -149,7 +154,7 @@ static int sum_rows(tuned_handle *h, const char *fn, const tuned__api_entry *e,
                                                       : (const void *)o->grad_output);
     long long n = rows;
     void *args[] = {&in, &n, &scale, &out};
-    return launch_helper(h, fn, e->helper[2], 1, 1024, args, stream,
+    return launch_helper(h, fn, e->helper[2], 1, CE_HELPER_BLOCK, args, stream,
                          "the sum of the rows' losses");
 }
 
@@ -194,11 +199,20 @@ static int aux_clear(const tuned_handle *h, const char *fn, const tuned__api_arg
                 return tuned__api_failf(h, TUNED_EINVAL, "%s: %s (%p) and %s (%p) overlap", fn,
                                         aux[i].name, aux[i].p, a->kind->tensor[t].name, a->ptr[t]);
         }
+        /* the buffers a kernel writes (all but grad_output, the last) must
+         * also lie clear of each other */
+        for (size_t j = i + 1; j + 1 < sizeof aux / sizeof aux[0]; j++) {
+            uintptr_t q = (uintptr_t)aux[j].p;
+            if (q != 0 && p < q + aux[j].bytes && q < p + aux[i].bytes)
+                return tuned__api_failf(h, TUNED_EINVAL, "%s: %s (%p) and %s (%p) overlap", fn,
+                                        aux[i].name, aux[i].p, aux[j].name, aux[j].p);
+        }
     }
     return 0;
 }
 
-/* One cross-entropy call of kind kernel: options, entry, count, launch. */
+/* One cross-entropy call of kind kernel: options, entry, count, launch,
+ * reduced loss. */
 static int ce_call(tuned_handle *h, const char *fn, tuned_kernel kernel, const void *const *ptrs,
                    const void *labels, int64_t rows, int64_t cols, int64_t row_stride,
                    tuned_dtype dtype, const tuned_ce_options *opt, void *stream)

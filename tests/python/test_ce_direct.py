@@ -41,6 +41,8 @@ class StandIn:
     def tuned_cross_entropy(self, h, xp, lp, gp, lossp, lsep, rows, cols, stride, dt, opts,
                             stream):
         o = opts._obj
+        if o.total and o.reduction == _lib.REDUCTION_NONE:
+            return _lib.EINVAL
         x = read(xp, rows * stride, torch.float32).view(rows, stride)[:, :cols].double()
         lab = read(lp, rows, torch.int32 if o.labels_int32 else torch.int64).long()
         valid = lab != o.ignore_index
@@ -52,8 +54,6 @@ class StandIn:
         write(lsep, lse.float())
         gs = self.grad_scale(o, valid)
         if o.total:
-            if o.reduction == _lib.REDUCTION_NONE:
-                return _lib.EINVAL
             write(o.total, torch.tensor([rows_loss.sum().item() * gs], dtype=torch.float32))
         if gp:
             oh = F.one_hot(torch.where(valid, lab, 0), cols).double()
@@ -69,9 +69,9 @@ class StandIn:
         up = read(o.grad_output, 1, torch.float32).item() if o.grad_output else 1.0
         if o.reduction != _lib.REDUCTION_MEAN:
             return up
-        gs = up / valid.sum().item()
-        write(o.workspace, torch.tensor([gs], dtype=torch.float32))
-        return gs
+        gs = torch.tensor([up], dtype=torch.float32) / valid.sum()  # none valid: inf
+        write(o.workspace, gs)
+        return gs.item()
 
     def tuned_cross_entropy_rescale(self, h, gp, rows, cols, stride, dt, fp, stream):
         write(gp, read(gp, rows * stride, torch.float32) * read(fp, 1, torch.float32))

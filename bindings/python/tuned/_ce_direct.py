@@ -15,8 +15,9 @@ host; libtuned's own call 9 us).
 
 A call this path does not take (another layout than rows (R, V) with
 unit column stride, another device than the current one, a libtuned
-error) returns None before anything is written, and the caller takes the
-general path, which reports. The error word of each device (the label
+error) returns None, and the caller takes the general path, which
+reports; an in-place call that libtuned refuses raises instead (the
+logits may hold the gradient already). The error word of each device (the label
 errors' bits, tuned.cross_entropy_errors) lives here, shared with the
 general path."""
 
@@ -107,6 +108,10 @@ def fused(x, labels, scale, smoothing, z_loss, ignore_index, mean, grad_scale, i
     rc = lib.tuned_cross_entropy(h, x.data_ptr(), labels.data_ptr(), grad.data_ptr(), bp,
                                  lse.data_ptr(), rows, cols, x.stride(0), dt, ctypes.byref(o),
                                  stream)
+    if rc != 0 and inplace:
+        # the gradient may be written over x already (a launch after the
+        # loss kernel's failed): no fallback can read the logits again
+        _lib.check(lib, rc, h, "tuned_cross_entropy (in place)")
     return (total, lse, grad) if rc == 0 else None
 
 

@@ -47,8 +47,10 @@ tuned.cross_entropy(input, target, ...) (see its docstring) takes
 F.cross_entropy's arguments, the class dimension last. mean and sum run
 the fused kernel: the forward writes the gradient of the loss, scaled by
 1/n_valid (computed on the device) or 1, and the backward only rescales
-it by the upstream gradient. none runs the loss kernel (one read) and the
-backward kernel from the saved lse. Every step runs on the device with no
+it by the upstream gradient. none, and mean and sum with split=True (fp16
+with a gradient always), run the loss kernel (one read) and the backward
+kernel from the saved lse. libtuned's call writes the reduced loss of a
+mean or sum. Every step runs on the device with no
 host synchronisation, so a call can be captured in a CUDA graph (after one
 call of the shape outside the capture, which compiles the kernel and
 makes the error word), and compiled with torch.compile(fullgraph=True).
