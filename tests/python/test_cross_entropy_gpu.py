@@ -22,8 +22,9 @@ torch or CUDA; prints one line per section and `N passed, N failed`.
   errors     a planted out-of-range label: NaN loss for its row only, the
              others right, bit 1 in cross_entropy_errors() after a sync;
              all rows ignored: NaN mean and zero gradient, as torch
-  graphs     forward and backward captured in a torch.cuda.CUDAGraph,
-             replayed on new logits and labels: the eager loss and gradient
+  graphs     forward and backward captured in a torch.cuda.CUDAGraph (mean,
+             none, mean split), replayed on new logits and labels: the
+             eager loss and gradient
   compile    torch.compile(fullgraph=True) of a linear head and
              tuned.cross_entropy (plain, in place, reduction none): loss
              and gradients as eager
@@ -340,14 +341,14 @@ def errors():
 
 
 def graphs():
-    for red in ("mean", "none"):
+    for red, split in (("mean", False), ("none", False), ("mean", True)):
         x, t = logits((128,), 32000, torch.bfloat16, seed=70)
         w = torch.randn(128, device=DEV)
         xs = x.clone().requires_grad_()
         ts = t.clone()
 
         def step():
-            loss = tuned.cross_entropy(xs, ts, reduction=red, label_smoothing=0.1)
+            loss = tuned.cross_entropy(xs, ts, reduction=red, label_smoothing=0.1, split=split)
             if red == "none":
                 loss = (loss * w).sum()
             return loss.detach(), torch.autograd.grad(loss, xs)[0]
@@ -369,8 +370,9 @@ def graphs():
             g.replay()
             torch.cuda.synchronize()
             loss_e, grad_e = step()
-            expect(torch.equal(loss_s, loss_e), f"graph {red}: loss {loss_s} eager {loss_e}")
-            expect(torch.equal(grad_s, grad_e), f"graph {red}: gradient as eager")
+            what = f"graph {red}{' split' if split else ''}"
+            expect(torch.equal(loss_s, loss_e), f"{what}: loss {loss_s} eager {loss_e}")
+            expect(torch.equal(grad_s, grad_e), f"{what}: gradient as eager")
 
 
 def compiled():
