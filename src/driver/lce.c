@@ -303,6 +303,12 @@ static int run_block_kernel(tuned__lce *l, CUfunction fn, uint32_t rows, void **
     return 0;
 }
 
+/* The vocabulary blocks of step columns, the last narrower. */
+static int block_count(const tuned__lce *l, uint64_t step)
+{
+    return (int)((l->vocab + step - 1) / step);
+}
+
 /* The end of the vocabulary block of step columns that starts at v0. */
 static uint64_t block_end(const tuned__lce *l, uint64_t v0, uint64_t step)
 {
@@ -365,7 +371,7 @@ static int chunk_in_blocks(tuned__lce *l, uint32_t chunk, uint64_t c0, uint32_t 
 {
     size_t es = l->esize;
     CUdeviceptr hc = l->h + c0 * l->hidden * es, dhc = l->dh + c0 * l->hidden * es;
-    int nblocks = (int)((l->vocab + step - 1) / step);
+    int nblocks = block_count(l, step);
     int rc;
     if (!gemms_only && (rc = blocks_lse_pass(l, chunk, c0, rows, step, nblocks, e)) != 0)
         return rc;
@@ -476,7 +482,7 @@ int tuned__lce_check(tuned__lce *l, const tuned__lce_ref *ref, const tuned__conf
         } else {
             uint64_t step = tuned__kind_block_cols(l->vocab, c->splits);
             uint64_t bad = tuned__lce_ref_compare(ref, loss, dh, dw, chunk,
-                                                  (l->vocab + step - 1) / step, detail, n);
+                                                  (uint64_t)block_count(l, step), detail, n);
             if (bad > 0) {
                 *wrong = true;
                 size_t at = strlen(detail);

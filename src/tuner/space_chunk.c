@@ -74,20 +74,19 @@ bool tuned__space_chunk_policy(const tuned__space *sp, const tuned__config *c, c
         return tuned__config_refuse(why, n, "the space's chunks in blocks are %u rows times a "
                                     "power of two, or the key's %llu rows",
                                     TUNED__CHUNK_STEP, (unsigned long long)s->rows);
-    uint32_t rows = c->chunk < s->rows ? c->chunk : (uint32_t)s->rows;
-    int fewest = tuned__kind_chunk_splits(tuned__shape_spec(s), rows, s->cols, s->params,
-                                          tuned_dtype_size(s->dtype));
-    if (fewest < 0 || c->splits < fewest)
+    tuned__config fewest;
+    if (!tuned__chunk_at(s, c->chunk, &fewest) || c->splits < fewest.splits)
         return tuned__config_refuse(why, n, "a chunk of %u rows in %u blocks of %llu columns "
                                     "exceeds the budget", (unsigned)c->chunk, (unsigned)c->splits,
                                     (unsigned long long)tuned__kind_block_cols(s->cols,
                                                                                c->splits));
     /* more blocks than the fewest only make more logits GEMMs (and
      * several counts name one width): one config a chunk */
-    if (c->splits > fewest)
-        return tuned__config_refuse(why, n, "a chunk of %u rows fits the budget in %d blocks "
-                                    "(chunk%u.v%d)", (unsigned)c->chunk, fewest,
-                                    (unsigned)c->chunk, fewest);
+    if (c->splits > fewest.splits)
+        return tuned__config_refuse(why, n, "a chunk of %u rows fits the budget in %u blocks "
+                                    "(chunk%u.v%u)", (unsigned)c->chunk,
+                                    (unsigned)fewest.splits, (unsigned)c->chunk,
+                                    (unsigned)fewest.splits);
     return true;
 }
 

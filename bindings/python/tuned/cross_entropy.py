@@ -614,7 +614,6 @@ class _CrossEntropyFn(torch.autograd.Function):
         # the backward reads the logits again from the saved lse (split):
         # reduction none, or mean and sum asked so
         ctx.split = need_grad and (split or reduction == "none")
-        ctx.mean_work = False
         # a sum over a count the caller gives (accumulated batches): carried
         # by the kernel's gradient, so that the upstream gradient stays 1 and
         # the backward moves nothing
@@ -646,10 +645,9 @@ class _CrossEntropyFn(torch.autograd.Function):
                 ctx.direct = True
                 if ctx.split:
                     # the mean's count is made again in the backward's call
-                    # (its workspace, work's last floats); a sum's divisor
+                    # (its workspace: work's last floats); a sum's divisor
                     # is one factor of the upstream gradient
-                    ctx.mean_work = mean
-                    ctx.save_for_backward(x, labels, lse, lse_lo, work if mean else per_count)
+                    ctx.save_for_backward(x, labels, lse, lse_lo, work, per_count)
                 return _direct_outputs(ctx, loss, lse, argmax)
         gs = None
         if reduction == "mean":
@@ -674,7 +672,7 @@ class _CrossEntropyFn(torch.autograd.Function):
                                              softcap)
             if ctx.split:
                 # mean and sum: the upstream gradient times gs, per call
-                ctx.save_for_backward(x, labels, lse, lse_lo, gs)
+                ctx.save_for_backward(x, labels, lse, lse_lo, None, gs)
         else:
             if want_argmax:
                 # the in-place gradient replaces the logits: their argmax first
@@ -720,10 +718,9 @@ class _CrossEntropyFn(torch.autograd.Function):
                                "in place); for a second backward pass split=True")
         ctx.backward_done = True
         if ctx.split:
-            x, labels, lse, lse_lo, factor = ctx.saved_tensors
-            work = factor if ctx.mean_work else None
-            if ctx.mean_work:
-                factor = None
+            # work: a direct mean's buffer (its count made again there);
+            # factor: the reduction's scale of the upstream gradient
+            x, labels, lse, lse_lo, work, factor = ctx.saved_tensors
             go = dloss if factor is None else _f32(dloss) * factor
             grad = (_ce_direct.backward(x, labels, lse, go, *ctx.params, lse_lo=lse_lo,
                                         mean_work=work)
