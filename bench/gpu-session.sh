@@ -74,6 +74,8 @@
 #                     and rows, ROUTER_TUNE_ARGS adds options to each forward
 #                     tune (--try CONFIG, --trace FILE), ROUTER_BWD=0 leaves
 #                     the backward out
+#              check  test_gpu over the router kinds (every sampled
+#                     variant, rows over a block too, against float64)
 #              ncu    Nsight Compute on one launch of each of
 #                     ROUTER_NCU_CONFIGS at ROUTER_NCU_SHAPE (16384x128:k=8),
 #                     by bench/ncu-configs.sh
@@ -267,6 +269,13 @@ router)
             done
             build/tuned list --db "$db" >"$out/list.txt" 2>&1
             grep -c '"failed"' "$out/tunes.jsonl" | sed 's/^/tunes failed: /'
+            ;;
+        check)
+            # every sampled router variant (rows over a block included)
+            # against float64: test_gpu's gpu-correctness over the router kinds
+            GPU_CORRECTNESS_KINDS=router_topk,router_topk_bwd timeout 400 build/tests/test_gpu \
+                >"$out/gpu-correctness.log" 2>&1
+            echo "check: exit $?: $(tail -n 1 "$out/gpu-correctness.log")"
             ;;
         ncu)
             # one launch of each of ROUTER_NCU_CONFIGS under Nsight Compute
