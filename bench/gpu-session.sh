@@ -73,7 +73,8 @@
 #                     ROUTER_TUNE_KEYS and ROUTER_TUNE_ROWS choose the keys
 #                     and rows, ROUTER_TUNE_ARGS adds options to each forward
 #                     tune (--try CONFIG, --trace FILE), ROUTER_BWD=0 leaves
-#                     the backward out
+#                     the backward out, ROUTER_TRACE=1 writes each forward
+#                     tune's variants to OUT/trace-KEY.tsv
 #              check  test_gpu over the router kinds (every sampled
 #                     variant, rows over a block too, against float64)
 #              ncu    Nsight Compute on one launch of each of
@@ -247,13 +248,18 @@ router)
         tune)
             : >>"$out/tunes.jsonl"
             for spec in ${ROUTER_TUNE_KEYS:-8:k=2,renorm=1 60:k=4 128: 160:k=6 \
-                    256:k=8,score=sigmoid,groups=8,topk_group=4,renorm=1 \
-                    384:k=8,score=sigmoid,renorm=1}; do
+                    256:k=8,score=sigmoid,groups=8,topk_group=4,renorm=1,bias=1 \
+                    384:k=8,score=sigmoid,renorm=1,bias=1}; do
                 for rows in ${ROUTER_TUNE_ROWS:-16384 64}; do
                     (( SECONDS - t0 > 480 )) && continue
+                    # ROUTER_TRACE=1: every variant's times, a file a key
+                    trace=()
+                    [[ "${ROUTER_TRACE:-0}" == 1 ]] &&
+                        trace=(--trace "$out/trace-${rows}x${spec//[:,=]/_}.tsv")
                     timeout 120 build/tuned tune --kernel router_topk \
                         --shape "${rows}x${spec}" --dtype "${ROUTER_DTYPE:-fp32}" \
                         --time "${ROUTER_TUNE_TIME:-5}" --db "$db" --json ${ROUTER_TUNE_ARGS:-} \
+                        "${trace[@]}" \
                         >>"$out/tunes.jsonl" 2>>"$out/tunes.log" ||
                         echo "{\"kernel\": \"router_topk\", \"spec\": \"${rows}x$spec\", \"failed\": true}" \
                             >>"$out/tunes.jsonl"

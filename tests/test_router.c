@@ -69,6 +69,31 @@ static void test_params(void)
                "'%s' on %llu experts: '%s'", refused[i].text,
                (unsigned long long)refused[i].cols, why);
     }
+    /* The forward's bias: a parameter of its key, set from the call's
+     * pointer; the timing passes the bias tensor where it is 1. */
+    {
+        const tuned__kind_spec *bwd = tuned__kind(TUNED_KERNEL_ROUTER_TOPK_BWD);
+        EXPECT_RC(tuned__params_parse(k, "score=sigmoid,bias=1", &w, &e), 0, &e);
+        tuned__params_format(k, w, text, sizeof text);
+        EXPECT(strcmp(text, "score=sigmoid,bias=1") == 0, "'%s'", text);
+        int bi = -1;
+        for (unsigned i = 0; i < k->ntensors; i++)
+            if (strcmp(k->tensor[i].name, "bias") == 0)
+                bi = (int)i;
+        EXPECT(bi >= 0 && tuned__tensor_timed(k, (unsigned)bi, w) &&
+                   !tuned__tensor_timed(k, (unsigned)bi, tuned__params_default(k)) &&
+                   !tuned__tensor_timed(k, 4, w) && tuned__tensor_timed(k, 0, w),
+               "the timed tensors of bias=1");
+        const float one = 1.0f;
+        const void *with[] = {&one, &one, &one, &one, NULL};
+        const void *without[] = {&one, NULL, &one, &one, &one};
+        uint32_t d = tuned__params_default(k);
+        EXPECT(tuned__params_value(k, tuned__params_present(k, d, with), "bias", 9) == 1 &&
+                   tuned__params_value(k, tuned__params_present(k, w, without), "bias", 9) == 0,
+               "bias from the pointer");
+        EXPECT(tuned__params_parse(bwd, "bias=1", &w, &e) == TUNED_EINVAL,
+               "the backward's key took a bias");
+    }
     /* a kind without parameters takes none */
     const tuned__kind_spec *sm = tuned__kind(TUNED_KERNEL_SOFTMAX);
     EXPECT(tuned__params_default(sm) == 0 && tuned__params_check(sm, 4096, 0, NULL, 0) &&

@@ -157,15 +157,18 @@
  *   T_DTYPE       0 fp16, 1 bf16, 2 fp32 (math in fp32)
  *   T_WARPS       warps per block, 1 to 32
  *   T_ROWS        rows per block; TPR = T_WARPS*32/T_ROWS in 1, 2, 4, 8,
- *                 16, 32; a thread holds at most 64 elements (T_COLS / TPR
- *                 in whole vectors: E = 2048 needs TPR 32, E = 256 TPR >= 4)
+ *                 16, 32 (T_SEL 4: T_ROWS 1, TPR the block's 64 to 1024);
+ *                 a thread holds at most 64 elements (T_COLS / TPR in
+ *                 whole vectors: E = 2048 needs TPR 32, E = 256 TPR >= 4)
  *   T_MIN_BLOCKS  __launch_bounds__' minimum blocks per SM
  *   T_VEC         elements per vector load: 1, 2, 4, 8; at most 16 bytes
  *   T_COLS        E, 2 to 2048; the kernels' cols must equal it (a launch
  *                 with another does nothing)
  *   T_LD          0 ld.global, 1 ld.global.nc, 2 ld.global.cs
  *   T_SEL         0 rescans (absent: 0), 1 sorted lists, 2 short sorted
- *                 lists, 3 network lists with voted rounds (above)
+ *                 lists, 3 network lists with voted rounds (above), 4 a
+ *                 row over the block (below; the forward alone: the
+ *                 backward is left out of such a build)
  *   T_TOPK        k, 1 to min(E, 64); with groups at most
  *                 T_TOPK_GROUP * E / T_GROUPS
  *   T_SCORE       0 softmax, 1 sigmoid, 2 sqrt(softplus)
@@ -176,7 +179,8 @@
  *                 kind's flag) is 1, else 1
  *   T_ST          softmax_common.cu's store hint, for dlogits (absent: 0)
  * The other rows-family defines codegen may emit are ignored (T_ITERS,
- * T_HEAD_FREE, T_HEAD_ALIGN, T_BWD: both kernels are always here) or
+ * T_HEAD_FREE, T_HEAD_ALIGN, T_BWD: both kernels are here but for T_SEL
+ * 4; T_KEY_BIAS, the key's bias: a launch passes the bias or NULL) or
  * refused when they ask for what this kernel has not (T_CLUSTER > 1,
  * T_GRID > 1, T_REG_PACKED, T_EXP16, T_FUSED, T_LOG, T_STASH, T_REPLICAS,
  * T_PLANT_BUG).
@@ -1474,9 +1478,9 @@ __device__ __forceinline__ void router_route(const float (&x)[RT_HELD], const fl
  *   rank     warp 0 counts, for each gathered entry, the gathered entries
  *            above it: a rank below k is an output, written to its slot
  *   weight   warp 0, a lane an output, as router_store's
- * Four or five barriers and no rounds. A row of equal keys gathers many
- * entries (all up to B's column) and its ranking is quadratic in them:
- * right, but slow, as such a row would be in any row-local selection. */
+ * Four or five barriers and no rounds. A row of equal keys (padding, a
+ * masked row) gathers every entry up to B's column: past 64 gathered, the
+ * rank stage takes k rounds over them instead (rb_rank). */
 
 #if T_SEL == 4
 #define RB_NT (T_WARPS * 32)
@@ -1677,17 +1681,45 @@ __device__ __forceinline__ long long rb_bound(const RouterBlockShared &sh)
     return bound;
 }
 
-/* Warp 0: each gathered entry's rank among them; the first k land in
- * sh.out by rank. */
+/* Warp 0: the first k gathered entries by rank into sh.out. Up to 64
+ * gathered (a random row: about k to 2k): each entry ranked against all,
+ * two a lane at most. More (a row of equal keys gathers every column up
+ * to the bound's): k rounds of the warp's largest entry, each lane
+ * offering the best of its share (entries lane, lane + 32, ...) not yet
+ * taken, which only the round's winner scans again. */
+#define RB_RANKED 64
+
 __device__ __forceinline__ void rb_rank(RouterBlockShared &sh, int count)
 {
-    for (int i = (int)threadIdx.x; i < count; i += 32) {
-        const long long mine = sh.cand[i];
-        int rank = 0;
-        for (int j = 0; j < count; j++)
-            rank += sh.cand[j] > mine;
-        if (rank < T_TOPK)
-            sh.out[rank] = RouterOut{rb_col(mine), sh.cand_x[i]};
+    const int lane = (int)threadIdx.x;
+    if (count <= RB_RANKED) {
+#pragma unroll
+        for (int i = lane; i < RB_RANKED; i += 32) {
+            const long long mine = i < count ? sh.cand[i] : RB_NONE;
+            int rank = 0;
+            for (int j = 0; j < count; j++)
+                rank += sh.cand[j] > mine;
+            if (i < count && rank < T_TOPK)
+                sh.out[rank] = RouterOut{rb_col(mine), sh.cand_x[i]};
+        }
+        __syncwarp();
+        return;
+    }
+    long long best = RB_NONE;
+    int at = 0;
+    for (int i = lane; i < count; i += 32)
+        if (sh.cand[i] > best)
+            best = sh.cand[i], at = i;
+    for (int r = 0; r < T_TOPK; r++) {
+        const long long top = rb_warp_max(best);
+        if (best == top) { /* one lane: the entries are distinct, and real */
+            sh.out[r] = RouterOut{rb_col(top), sh.cand_x[at]};
+            sh.cand[at] = RB_NONE;
+            best = RB_NONE;
+            for (int i = lane; i < count; i += 32)
+                if (sh.cand[i] > best)
+                    best = sh.cand[i], at = i;
+        }
     }
     __syncwarp();
 }

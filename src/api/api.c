@@ -787,8 +787,10 @@ int tuned__api_resolve(tuned_handle *h, const call_args *a, int64_t rows, int64_
     /* The context, when none is current, is the first input's. */
     const unsigned in = tuned__kind_first_in(a->kind);
     uintptr_t xa = (uintptr_t)a->ptr[in];
+    /* the key says which optional tensors the call passes (a router's bias) */
+    const uint32_t key_params = tuned__params_present(a->kind, a->key_params, a->ptr);
     tuned__api_key k = {.ctx = ctx, .rows = (uint64_t)rows,
-                        .cols = tuned__wire_cols((uint64_t)cols, a->key_params),
+                        .cols = tuned__wire_cols((uint64_t)cols, key_params),
                         .stride = (uint64_t)stride, .dtype = (uint32_t)dtype,
                         .kernel = (uint16_t)a->kind->id, .flags = (uint8_t)a->flags,
                         .aligned = (bits & 15) == 0 &&

@@ -73,19 +73,26 @@
  * model asks for. Its float64 reference runs on the host (the check
  * draws the logits with reference.cu's generator). */
 static bool router_rule(uint64_t cols, uint32_t params, char *why, size_t n);
+/* The forward's key has one parameter more than the backward's: whether
+ * the calls pass a bias (set by the API from the pointer; a tune of the key
+ * times the kernel with one where it is 1: the bias moves the scores
+ * before the choice). */
+#define ROUTER_PARAM_LIST                                                                    \
+    {"k", "T_TOPK", 0, 7, 1, 64, 8, {NULL}},                                                \
+        {"score", "T_SCORE", 7, 2, 0, 2, 0, {"softmax", "sigmoid", "sqrt_softplus"}},       \
+        {"groups", "T_GROUPS", 9, 6, 1, 32, 1, {NULL}},                                     \
+        {"topk_group", "T_TOPK_GROUP", 15, 6, 1, 32, 1, {NULL}},                            \
+        {"renorm", "T_RENORM", 21, 1, 0, 1, 0, {NULL}}
 #define ROUTER_PARAMS                                                                        \
-    .nparams = 5,                                                                           \
-    .param = {{"k", "T_TOPK", 0, 7, 1, 64, 8, {NULL}},                                      \
-              {"score", "T_SCORE", 7, 2, 0, 2, 0, {"softmax", "sigmoid", "sqrt_softplus"}}, \
-              {"groups", "T_GROUPS", 9, 6, 1, 32, 1, {NULL}},                               \
-              {"topk_group", "T_TOPK_GROUP", 15, 6, 1, 32, 1, {NULL}},                      \
-              {"renorm", "T_RENORM", 21, 1, 0, 1, 0, {NULL}}},                              \
+    .nparams = 6, .param = {ROUTER_PARAM_LIST, {"bias", "T_KEY_BIAS", 22, 1, 0, 1, 0, {NULL}}}, \
     .params_rule = router_rule, .example_cols = 128
+#define ROUTER_BWD_PARAMS                                                                    \
+    .nparams = 5, .param = {ROUTER_PARAM_LIST}, .params_rule = router_rule, .example_cols = 128
 #define ROUTER_COMMON                                                                        \
     .params_size = 4, .scaled = true, .flag = {"T_IDS32"}, .rows_held = 1, .pairs = false,  \
     .keeps_exps = false, .stash = false, .replicas = false, .line_head = false,             \
     .max_row_threads = 32, .max_thread_elems = 64, .fixed_registers = true,                \
-    .reference_parts = {"softmax_common", "reference"}, ROUTER_PARAMS
+    .reference_parts = {"softmax_common", "reference"}
 #define ROUTER_PATH {"tuned_router_topk", {"softmax_common", "router_topk"}}
 #define ROUTER_BWD_PATH {"tuned_router_topk_bwd", {"softmax_common", "router_topk"}}
 
@@ -184,12 +191,12 @@ static const tuned__kind_spec specs[] = {
         .math = "ids, w = top k of score(x) (+ bias), w = s score_id (/ sum if renorm)",
         .ntensors = 5,
         .tensor = {LOGITS,
-                   {"bias", TUNED__TENSOR_IN, TUNED__ELEM_F32, TUNED__EXTENT_COLS, 0, 1},
+                   {"bias", TUNED__TENSOR_IN, TUNED__ELEM_F32, TUNED__EXTENT_COLS, 0, 1, "bias"},
                    {"weights", TUNED__TENSOR_OUT, TUNED__ELEM_F32, TUNED__EXTENT_ROWS_K, 0},
                    {"ids", TUNED__TENSOR_OUT, TUNED__ELEM_I64, TUNED__EXTENT_ROWS_K, 0},
                    {"counts", TUNED__TENSOR_OUT, TUNED__ELEM_I32, TUNED__EXTENT_COLS, 0, 1}},
         .flag_int32 = {4}, /* T_IDS32: ids int32 */
-        ROUTER_COMMON,
+        ROUTER_COMMON, ROUTER_PARAMS,
         .fixed_store_hint = true,
         .selects = true, /* the backward only scatters: it has no sel */
         .block_rows = true,
@@ -206,7 +213,7 @@ static const tuned__kind_spec specs[] = {
                    {"dweights", TUNED__TENSOR_IN, TUNED__ELEM_F32, TUNED__EXTENT_ROWS_K, 0},
                    {"dlogits", TUNED__TENSOR_OUT, TUNED__ELEM_DTYPE, TUNED__EXTENT_MATRIX, 0}},
         .flag_int32 = {2},
-        ROUTER_COMMON,
+        ROUTER_COMMON, ROUTER_BWD_PARAMS,
         .path = {[TUNED__PATH_ROWS] = ROUTER_BWD_PATH},
         .reference = TUNED__REF_ROUTER_BWD,
     },

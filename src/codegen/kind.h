@@ -59,8 +59,13 @@ typedef struct tuned__tensor_spec {
      * it writes it). Any other overlap is refused. */
     uint8_t in_place;
     /* A call may pass NULL for it (a router's bias, its counts): the
-     * check runs the kernel without and with it, and a timing without. */
+     * check runs the kernel without and with it, and a timing without,
+     * unless present_param says otherwise. */
     uint8_t optional;
+    /* An optional tensor's key parameter (its name; NULL: none) saying
+     * whether the calls pass it: the API sets it from the pointer, and a
+     * timing of the key passes the tensor where it is 1. */
+    const char *present_param;
 } tuned__tensor_spec;
 
 /* How a config's kernel is built: the template paths. Which one a config
@@ -397,6 +402,15 @@ unsigned tuned__params_value(const tuned__kind_spec *k, uint32_t word, const cha
 
 /* word with parameter i set to v (v within its field's bits). */
 uint32_t tuned__params_set(const tuned__kind_spec *k, uint32_t word, unsigned i, unsigned v);
+
+/* word with each optional tensor's present_param set from the call's
+ * pointers (ptrs[i] for tensor i): 1 where it passes the tensor. */
+uint32_t tuned__params_present(const tuned__kind_spec *k, uint32_t word, const void *const *ptrs);
+
+/* Whether a launch for a key of k with parameters word passes tensor i (a
+ * timing: every tensor the kind uses, an optional one where its
+ * present_param is 1). */
+bool tuned__tensor_timed(const tuned__kind_spec *k, unsigned i, uint32_t word);
 
 /* Whether word is a parameter word of k for cols columns: every field in
  * range, no bit outside the fields, and the kind's rule; why says why

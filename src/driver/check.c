@@ -412,11 +412,12 @@ static int plant_stray_write(tuned__check *c, unsigned char poison, tuned__err *
 void tuned__check_tensors(const tuned__check *c, CUdeviceptr *tensors)
 {
     /* The kind's row-tensor inputs take x, then x2; its row-tensor output
-     * takes y; per-row tensors their own buffers; unused ones NULL. */
+     * takes y; per-row tensors their own buffers; unused ones NULL, and
+     * optional ones unless the key says its calls pass them. */
     unsigned inputs = 0;
     for (unsigned i = 0; i < c->kind->ntensors; i++) {
         const tuned__tensor_spec *t = &c->kind->tensor[i];
-        if (t->role == TUNED__TENSOR_UNUSED || t->optional)
+        if (!tuned__tensor_timed(c->kind, i, c->shape.params))
             tensors[i] = 0;
         else if (t->extent != TUNED__EXTENT_MATRIX)
             tensors[i] = c->row_tensor[i];
