@@ -69,14 +69,15 @@
 #              tune   router_topk tuned (ROUTER_TUNE_TIME seconds, 5) for
 #                     bench/router_bench.py's routers at 64 and 16384
 #                     tokens (others take the nearest winner of their
-#                     key parameters), and router_topk_bwd at 16384;
+#                     key parameters; the biased routers' keys say
+#                     bias=1), and router_topk_bwd at 16384;
 #                     ROUTER_TUNE_KEYS and ROUTER_TUNE_ROWS choose the keys
 #                     and rows, ROUTER_TUNE_ARGS adds options to each forward
 #                     tune (--try CONFIG, --trace FILE), ROUTER_BWD=0 leaves
 #                     the backward out, ROUTER_TRACE=1 writes each forward
 #                     tune's variants to OUT/trace-KEY.tsv
 #              check  test_gpu over the router kinds (every sampled
-#                     variant, rows over a block too, against float64)
+#                     variant against float64)
 #              ncu    Nsight Compute on one launch of each of
 #                     ROUTER_NCU_CONFIGS at ROUTER_NCU_SHAPE (16384x128:k=8),
 #                     by bench/ncu-configs.sh
@@ -277,8 +278,8 @@ router)
             grep -c '"failed"' "$out/tunes.jsonl" | sed 's/^/tunes failed: /'
             ;;
         check)
-            # every sampled router variant (rows over a block included)
-            # against float64: test_gpu's gpu-correctness over the router kinds
+            # every sampled router variant against float64: test_gpu's
+            # gpu-correctness over the router kinds
             GPU_CORRECTNESS_KINDS=router_topk,router_topk_bwd timeout 400 build/tests/test_gpu \
                 >"$out/gpu-correctness.log" 2>&1
             echo "check: exit $?: $(tail -n 1 "$out/gpu-correctness.log")"

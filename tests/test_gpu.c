@@ -4,7 +4,6 @@
  * with -inf, NaN and +inf rows from the generator; the forward kernels at
  * a scale of 0.75), also from unaligned base pointers; rows split over the
  * grid and rows partly in shared memory too (softmax and log_softmax);
- * the router's rows over a whole block at its models' keys;
  * and the evaluator's gate catches
  * deliberately broken variants of the forward and backward templates, and
  * stray writes on either side of the output.
@@ -270,65 +269,6 @@ static size_t ce_options_are_correct(gpu_env *g)
     return runs;
 }
 
-/* The router's rows over a whole block (sel=block, which the sample of
- * the router's example key rarely draws): a few drawn configs of each key
- * (8 experts have none: a block would leave most threads idle),
- * in one dtype a key (all three for the grouped and the largest), the
- * first two again from unaligned base pointers. Returns the runs made. */
-static bool block_row(const tuned__config *c)
-{
-    return c->sel == TUNED__SEL_BLOCK;
-}
-
-static size_t router_blocks_are_correct(gpu_env *g)
-{
-    static const struct {
-        uint64_t cols;
-        const char *params;
-        bool all_dtypes;
-    } keys[] = {
-        {60, "k=4", false},
-        {128, "k=8", false},
-        {160, "k=6,score=sqrt_softplus,renorm=1", false},
-        {96, "k=8,groups=4,topk_group=2", false},
-        {256, "k=8,score=sigmoid,groups=8,topk_group=4,renorm=1", true},
-        {384, "k=8,score=sigmoid,renorm=1", true},
-        {2048, "k=64", false},
-        {2048, "k=16,score=sigmoid,groups=32,topk_group=2", false},
-    };
-    size_t runs = 0;
-    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
-        for (int dt = TUNED_FP16; dt <= TUNED_FP32; dt++) {
-            if (!keys[i].all_dtypes && dt != TUNED_FP16 + (int)(i % 3))
-                continue;
-            tuned__shape s = {(tuned_dtype)dt, 67, keys[i].cols, TUNED_KERNEL_ROUTER_TOPK, 0};
-            tuned__err e = {0};
-            EXPECT_RC(tuned__params_parse(tuned__kind(TUNED_KERNEL_ROUTER_TOPK), keys[i].params,
-                                          &s.params, &e),
-                      0, &e);
-            tuned__space sp;
-            if (!space_of(g, &s, &sp))
-                continue;
-            tuned__config cfgs[4];
-            size_t n = 0;
-            tuned__rng rng = {17 + (uint64_t)dt * 100 + i};
-            for (size_t tries = 0; n < 4 && tries < 100000; tries++) {
-                tuned__space_random(&sp, &rng, &cfgs[n]);
-                n += block_row(&cfgs[n]);
-            }
-            EXPECT(n == 4, "%zu sel=block configs of router_topk %llu %s", n,
-                   (unsigned long long)s.cols, keys[i].params);
-            tuned__eval_opts o = quick_opts();
-            expect_correct(g, &s, cfgs, n, &o);
-            o.x_offset = 3;
-            o.y_offset = 1;
-            expect_correct(g, &s, cfgs, n < 2 ? n : 2, &o);
-            runs += n + (n < 2 ? n : 2);
-            tuned__space_free(&sp);
-        }
-    return runs;
-}
-
 /* ---- `test_gpu fault`: a variant that kills the context (its own
  * process: the context stays dead) ---- */
 
@@ -539,8 +479,6 @@ int main(int argc, char **argv)
     if (kind_asked(only_kinds, "cross_entropy") || kind_asked(only_kinds, "cross_entropy_loss") ||
         kind_asked(only_kinds, "cross_entropy_bwd"))
         variants += ce_options_are_correct(&g);
-    if (kind_asked(only_kinds, "router_topk"))
-        variants += router_blocks_are_correct(&g);
     if (kind_asked(only_kinds, "softmax") || kind_asked(only_kinds, "softmax_bwd")) {
         planted_bugs_are_caught(&g);
         stray_writes_are_caught(&g);

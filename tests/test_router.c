@@ -299,7 +299,6 @@ static void test_compile(const tuned__nvrtc *n)
         "w1.r1.c1.m1.v4.ld=nc.st=def.reg=f32.sel=short",  /* a warp a row, short lists */
         "w4.r16.c1.m1.v4.ld=nc.st=def.reg=f32.sel=net",   /* 8 threads a row, network lists */
         "w1.r1.c1.m1.v4.ld=nc.st=def.reg=f32.sel=net",    /* a warp a row, network lists */
-        "w8.r1.c1.m1.v1.ld=def.st=def.reg=f32.sel=block", /* a row over 8 warps */
     };
     /* Each case in one dtype (they take turns), its configs that fit:
      * NVRTC takes a second or more a router variant, and CI has two cores. */
@@ -309,9 +308,8 @@ static void test_compile(const tuned__nvrtc *n)
         for (size_t j = 0; j < sizeof configs / sizeof configs[0]; j++) {
             /* the scan once (the first that fits), sorted lists once, short
              * lists where a thread holds several, network lists at 8
-             * threads a row where they fit, else a warp a row, a row over
-             * the block everywhere (NVRTC's time: the test's); the
-             * backward from the first that compiles (it has no sel=block) */
+             * threads a row where they fit, else a warp a row (NVRTC's
+             * time: the test's) */
             if ((j < 3 && fwd > 0) || (j == 4 && cases[i].cols < 256) ||
                 (j == 6 && cases[i].cols <= 512))
                 continue;
@@ -336,8 +334,7 @@ static void test_compile(const tuned__nvrtc *n)
             unsigned sel;
         } named[] = {{"w4.r32.c1.m1.v4.ld=def.st=def.reg=f32.sel=sort", TUNED__SEL_SORT},
                      {"w4.r32.c1.m1.v4.ld=def.st=def.reg=f32.sel=short", TUNED__SEL_SHORT},
-                     {"w4.r16.c1.m1.v4.ld=def.st=def.reg=f32.sel=net", TUNED__SEL_NET},
-                     {"w8.r1.c1.m1.v1.ld=def.st=def.reg=f32.sel=block", TUNED__SEL_BLOCK}};
+                     {"w4.r16.c1.m1.v4.ld=def.st=def.reg=f32.sel=net", TUNED__SEL_NET}};
         for (size_t i = 0; i < sizeof named / sizeof named[0]; i++) {
             EXPECT_RC(tuned__config_parse(named[i].text, &c, &e), 0, &e);
             tuned__config_format(&c, text, sizeof text);
@@ -372,8 +369,6 @@ static void test_compile(const tuned__nvrtc *n)
         "w1.r1.c1.m1.v4.ld=def.st=def.reg=pk",    /* packed registers */
         "w1.r1.c1.m1.v4.ld=def.st=cs.reg=f32",    /* a store hint, forward */
         "w1.r1.c1.m1.v4.ld=def.st=def.reg=f32.red=fused",
-        "w4.r2.c1.m1.v1.ld=def.st=def.reg=f32.sel=block", /* two rows over a block */
-        "w1.r1.c1.m1.v4.ld=def.st=def.reg=f32.sel=block", /* one warp: the rounds' own */
     };
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
         tuned__shape s = {.dtype = TUNED_FP16, .rows = 64, .cols = 128,
@@ -383,22 +378,6 @@ static void test_compile(const tuned__nvrtc *n)
         tuned__err e = {0};
         EXPECT_RC(tuned__config_parse(refused[i], &c, &e), 0, &e);
         EXPECT(!tuned__config_check(&c, &s, 90, 132, NULL, 0), "%s taken", refused[i]);
-    }
-    /* A row over the block is the forward's alone, and takes the 64
-     * threads a row a warp-row config may not. */
-    {
-        tuned__config c;
-        tuned__err e = {0};
-        char why[200] = "";
-        tuned__shape s = {.dtype = TUNED_FP32, .rows = 8, .cols = 384,
-                          .kernel = TUNED_KERNEL_ROUTER_TOPK_BWD,
-                          .params = tuned__params_default(router())};
-        EXPECT_RC(tuned__config_parse("w2.r1.c1.m1.v4.ld=def.st=def.reg=f32.sel=block", &c, &e), 0,
-                  &e);
-        EXPECT(!tuned__config_check(&c, &s, 90, 132, why, sizeof why) && strstr(why, "sel") != NULL,
-               "the backward took sel=block: %s", why);
-        s.kernel = TUNED_KERNEL_ROUTER_TOPK;
-        EXPECT(tuned__config_check(&c, &s, 90, 132, why, sizeof why), "sel=block refused: %s", why);
     }
 }
 

@@ -157,18 +157,15 @@
  *   T_DTYPE       0 fp16, 1 bf16, 2 fp32 (math in fp32)
  *   T_WARPS       warps per block, 1 to 32
  *   T_ROWS        rows per block; TPR = T_WARPS*32/T_ROWS in 1, 2, 4, 8,
- *                 16, 32 (T_SEL 4: T_ROWS 1, TPR the block's 64 to 1024);
- *                 a thread holds at most 64 elements (T_COLS / TPR in
- *                 whole vectors: E = 2048 needs TPR 32, E = 256 TPR >= 4)
+ *                 16, 32; a thread holds at most 64 elements (T_COLS / TPR
+ *                 in whole vectors: E = 2048 needs TPR 32, E = 256 TPR >= 4)
  *   T_MIN_BLOCKS  __launch_bounds__' minimum blocks per SM
  *   T_VEC         elements per vector load: 1, 2, 4, 8; at most 16 bytes
  *   T_COLS        E, 2 to 2048; the kernels' cols must equal it (a launch
  *                 with another does nothing)
  *   T_LD          0 ld.global, 1 ld.global.nc, 2 ld.global.cs
  *   T_SEL         0 rescans (absent: 0), 1 sorted lists, 2 short sorted
- *                 lists, 3 network lists with voted rounds (above), 4 a
- *                 row over the block (below; the forward alone: the
- *                 backward is left out of such a build)
+ *                 lists, 3 network lists with voted rounds (above)
  *   T_TOPK        k, 1 to min(E, 64); with groups at most
  *                 T_TOPK_GROUP * E / T_GROUPS
  *   T_SCORE       0 softmax, 1 sigmoid, 2 sqrt(softplus)
@@ -179,8 +176,8 @@
  *                 kind's flag) is 1, else 1
  *   T_ST          softmax_common.cu's store hint, for dlogits (absent: 0)
  * The other rows-family defines codegen may emit are ignored (T_ITERS,
- * T_HEAD_FREE, T_HEAD_ALIGN, T_BWD: both kernels are here but for T_SEL
- * 4; T_KEY_BIAS, the key's bias: a launch passes the bias or NULL) or
+ * T_HEAD_FREE, T_HEAD_ALIGN, T_BWD: both kernels are always here;
+ * T_KEY_BIAS, the key's bias: a launch passes the bias or NULL) or
  * refused when they ask for what this kernel has not (T_CLUSTER > 1,
  * T_GRID > 1, T_REG_PACKED, T_EXP16, T_FUSED, T_LOG, T_STASH, T_REPLICAS,
  * T_PLANT_BUG).
@@ -279,11 +276,7 @@ static_assert(sizeof(tuned_router_options) == 4, "tuned_router_options is one fl
 #endif
 
 #define RT_TPR (T_WARPS * 32 / T_ROWS)
-#if T_SEL == 4
-#if T_ROWS != 1 || T_WARPS < 2
-#error "router_topk.cu: T_SEL 4 holds one row over a block of 2 warps or more (T_ROWS 1)"
-#endif
-#elif RT_TPR != 1 && RT_TPR != 2 && RT_TPR != 4 && RT_TPR != 8 && RT_TPR != 16 && RT_TPR != 32
+#if RT_TPR != 1 && RT_TPR != 2 && RT_TPR != 4 && RT_TPR != 8 && RT_TPR != 16 && RT_TPR != 32
 #error "router_topk.cu: threads per row (T_WARPS*32/T_ROWS) is 1, 2, 4, 8, 16 or 32"
 #endif
 #if T_VEC != 1 && T_VEC != 2 && T_VEC != 4 && T_VEC != 8
@@ -293,8 +286,8 @@ static_assert(sizeof(tuned_router_options) == 4, "tuned_router_options is one fl
 #if RT_VBYTES > 16
 #error "router_topk.cu: a vector is at most 16 bytes (T_VEC * element size)"
 #endif
-#if T_SEL < 0 || T_SEL > 4
-#error "router_topk.cu: T_SEL is 0 (rescans), 1 (sorted lists), 2 (short sorted lists), 3 (network lists) or 4 (a row over the block)"
+#if T_SEL != 0 && T_SEL != 1 && T_SEL != 2 && T_SEL != 3
+#error "router_topk.cu: T_SEL is 0 (rescans), 1 (sorted lists), 2 (short sorted lists) or 3 (network lists)"
 #endif
 
 /* A thread's share of the row: RT_ITERS passes of T_VEC, RT_HELD elements. */
@@ -1455,469 +1448,13 @@ __device__ __forceinline__ void router_route(const float (&x)[RT_HELD], const fl
                        counts);
 }
 
-/* ---- a row over the whole block (T_SEL 4) ----
- *
- * For few tokens of many experts the rounds' chain is the kernel: k
- * dependent argmaxes over a warp, each a redux.sync and a vote, after
- * each lane has sorted its share of the row. Here one row takes a block
- * of NT = T_WARPS*32 threads (an element or a few each) and no element
- * waits for k rounds:
- *   entries  each element's key and column as one 64-bit integer, the key
- *            above and 0xFFFF - column below: entries are distinct, and
- *            their order is the choice's (ties to the lower column)
- *   known    entries known to be in the row's top, at least k of them:
- *            each warp's best RB_ROUNDS (no groups), or the two best of
- *            each kept group
- *   groups   (T_GROUPS > 1) the entries staged by column, a warp a group
- *            at a time forming its two best, the groups' scores, and the
- *            kept groups chosen by warp 0
- *   bound    B, the k-th largest known entry (warp 0): the row's k-th
- *            largest is at least B, so every chosen entry is >= B
- *   gather   every entry >= B (of a kept group) appended to shared memory:
- *            about k to 2k of them for random rows
- *   rank     warp 0 counts, for each gathered entry, the gathered entries
- *            above it: a rank below k is an output, written to its slot
- *   weight   warp 0, a lane an output, as router_store's
- * Four or five barriers and no rounds. A row of equal keys (padding, a
- * masked row) gathers every entry up to B's column: past 64 gathered, the
- * rank stage takes k rounds over them instead (rb_rank). */
-
-#if T_SEL == 4
-#define RB_NT (T_WARPS * 32)
-/* Each warp's best entries the bound is taken from (no groups). */
-#define RB_ROUNDS ((T_TOPK + T_WARPS - 1) / T_WARPS)
-#define RB_KNOWN (T_GROUPS > 1 ? 2 * T_GROUPS : T_WARPS * RB_ROUNDS)
-#define RB_NONE ((long long)0x8000000000000000ull)
-
-struct RouterBlockShared {
-    long long known[RB_KNOWN];
-    long long cand[T_COLS]; /* the gathered entries (with groups first the row's, by column) */
-    float cand_x[T_COLS];   /* their logits */
-    RouterOut out[T_TOPK];  /* the outputs by rank */
-    float wmax[T_WARPS], wsum[T_WARPS];
-    long long top, bound;
-    int count;
-    unsigned kept;
-#if T_GROUPS > 1
-    int gkey[T_GROUPS];
-#endif
-};
-
-__device__ __forceinline__ long long rb_entry(int key, int col)
-{
-    return key == RT_KEY_NONE ? RB_NONE
-                              : (long long)(((unsigned long long)(unsigned)key << 32) |
-                                            (unsigned)(0xFFFF - col));
-}
-
-__device__ __forceinline__ int rb_key(long long e)
-{
-    return (int)(e >> 32);
-}
-
-__device__ __forceinline__ int rb_col(long long e)
-{
-    return 0xFFFF - (int)(e & 0xFFFF);
-}
-
-/* The warp's largest entry: the largest key, then the largest low half
- * among its holders (two redux.sync). */
-__device__ __forceinline__ long long rb_warp_max(long long e)
-{
-    int top;
-    unsigned lo;
-    asm volatile("redux.sync.max.s32 %0, %1, 0xffffffff;" : "=r"(top) : "r"(rb_key(e)));
-    const unsigned mine = rb_key(e) == top ? (unsigned)e : 0u;
-    asm volatile("redux.sync.max.u32 %0, %1, 0xffffffff;" : "=r"(lo) : "r"(mine));
-    return (long long)(((unsigned long long)(unsigned)top << 32) | lo);
-}
-
-__device__ __forceinline__ float rb_warp_sum(float v)
-{
-#pragma unroll
-    for (int o = 16; o > 0; o /= 2)
-        v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
-    return v;
-}
-
-__device__ __forceinline__ float rb_warp_fmax(float v)
-{
-#pragma unroll
-    for (int o = 16; o > 0; o /= 2)
-        v = fmaxf(v, __shfl_xor_sync(0xFFFFFFFFu, v, o));
-    return v;
-}
-
-/* The column of a thread's element e. */
-__device__ __forceinline__ int rb_column(int e)
-{
-    return (int)threadIdx.x * T_VEC + rt_off(e);
-}
-
-/* The softmax's stats over the block from the row's maximum m (fmaxf's:
- * NaN ignored) as router_stats_at forms them: the sum of exp(x - m) over
- * every element, summed a warp at a time, then the warps' sums. */
-__device__ __forceinline__ RouterStats rb_stats_at(const float (&x)[RT_HELD], float m,
-                                                   RouterBlockShared &sh)
-{
-    RouterStats st = {0.0f, 1.0f, false};
-#if T_SCORE == 0
-    float s = 0.0f;
-#pragma unroll
-    for (int e = 0; e < RT_HELD; e++)
-        s += exp_shifted(x[e], m, LOG2E);
-    s = rb_warp_sum(s);
-    if (threadIdx.x % 32 == 0)
-        sh.wsum[threadIdx.x / 32] = s;
-    __syncthreads();
-    float total = 0.0f;
-#pragma unroll
-    for (int w = 0; w < T_WARPS; w++)
-        total += sh.wsum[w];
-    st.max = m;
-    st.inv_sum = router_rcp_1to2(total);
-    st.nan_row = isnan(total);
-#else
-    (void)x, (void)m, (void)sh;
-#endif
-    return st;
-}
-
-__device__ __forceinline__ RouterStats rb_stats(const float (&x)[RT_HELD], RouterBlockShared &sh)
-{
-    float m = NEG_INF;
-#pragma unroll
-    for (int e = 0; e < RT_HELD; e++)
-        m = fmaxf(m, x[e]);
-    m = rb_warp_fmax(m);
-    if (threadIdx.x % 32 == 0)
-        sh.wmax[threadIdx.x / 32] = m;
-    __syncthreads();
-    m = NEG_INF;
-#pragma unroll
-    for (int w = 0; w < T_WARPS; w++)
-        m = fmaxf(m, sh.wmax[w]);
-    return rb_stats_at(x, m, sh);
-}
-
-#if T_GROUPS > 1
-/* groups: the row's entries staged by column, each group's two best
- * entries formed by a warp (its known entries), its score v1 + v2 (v1
- * alone for one expert a group) as a key; after the barrier warp 0 keeps
- * the T_TOPK_GROUP best groups (NaN first, ties to the lower group). */
-template <bool BIAS>
-__device__ __forceinline__ void rb_groups(const long long (&ent)[RT_HELD], const RouterStats &st,
-                                          RouterBlockShared &sh)
-{
-#pragma unroll
-    for (int e = 0; e < RT_HELD; e++)
-        if (router_in_row(e, (int)threadIdx.x))
-            sh.cand[rb_column(e)] = ent[e];
-    __syncthreads();
-    const int warp = (int)threadIdx.x / 32, wl = (int)threadIdx.x % 32;
-    for (int g = warp; g < T_GROUPS; g += T_WARPS) {
-        long long a1 = RB_NONE, a2 = RB_NONE;
-        for (int c = g * RT_GS + wl; c < (g + 1) * RT_GS; c += 32) {
-            const long long v = sh.cand[c];
-            a2 = max(a2, min(a1, v));
-            a1 = max(a1, v);
-        }
-        const long long t1 = rb_warp_max(a1);
-        const long long t2 = rb_warp_max(a1 == t1 ? a2 : a1);
-        if (wl == 0) {
-            float score = router_key_v<BIAS>(rb_key(t1), st);
-            if (RT_GS > 1)
-                score += router_key_v<BIAS>(rb_key(t2), st);
-            sh.gkey[g] = router_key(score);
-            sh.known[2 * g] = t1;
-            sh.known[2 * g + 1] = RT_GS > 1 ? t2 : RB_NONE;
-        }
-    }
-}
-
-/* Warp 0: the kept groups' mask, and the known entries of the others
- * dropped. */
-__device__ __forceinline__ unsigned rb_keep_groups(RouterBlockShared &sh)
-{
-    const int g = (int)threadIdx.x;
-    bool kept = false;
-    if (g < T_GROUPS) {
-        const int gk = sh.gkey[g];
-        int rank = 0;
-#pragma unroll
-        for (int h = 0; h < T_GROUPS; h++) {
-            const int hk = sh.gkey[h];
-            rank += hk > gk || (hk == gk && h < g);
-        }
-        kept = rank < T_TOPK_GROUP;
-        if (!kept)
-            sh.known[2 * g] = sh.known[2 * g + 1] = RB_NONE;
-    }
-    const unsigned mask = __ballot_sync(0xFFFFFFFFu, kept);
-    __syncwarp();
-    return mask;
-}
-#endif
-
-/* Warp 0: the k-th largest of the known entries (their own ranks); RB_NONE
- * where fewer than k are entries of the row. */
-__device__ __forceinline__ long long rb_bound(const RouterBlockShared &sh)
-{
-    const int lane = (int)threadIdx.x;
-    long long bound = RB_NONE;
-#pragma unroll
-    for (int base = 0; base < RB_KNOWN; base += 32) {
-        const int i = base + lane;
-        const long long mine = i < RB_KNOWN ? sh.known[i] : RB_NONE;
-        int rank = 0;
-#pragma unroll
-        for (int j = 0; j < RB_KNOWN; j++)
-            rank += sh.known[j] > mine;
-        const unsigned hit =
-            __ballot_sync(0xFFFFFFFFu, i < RB_KNOWN && mine != RB_NONE && rank == T_TOPK - 1);
-        if (hit != 0u)
-            bound = __shfl_sync(0xFFFFFFFFu, mine, __ffs(hit) - 1);
-    }
-    return bound;
-}
-
-/* Warp 0: the first k gathered entries by rank into sh.out. Up to 64
- * gathered (a random row: about k to 2k): each entry ranked against all,
- * two a lane at most. More (a row of equal keys gathers every column up
- * to the bound's): k rounds of the warp's largest entry, each lane
- * offering the best of its share (entries lane, lane + 32, ...) not yet
- * taken, which only the round's winner scans again. */
-#define RB_RANKED 64
-
-__device__ __forceinline__ void rb_rank(RouterBlockShared &sh, int count)
-{
-    const int lane = (int)threadIdx.x;
-    if (count <= RB_RANKED) {
-#pragma unroll
-        for (int i = lane; i < RB_RANKED; i += 32) {
-            const long long mine = i < count ? sh.cand[i] : RB_NONE;
-            int rank = 0;
-            for (int j = 0; j < count; j++)
-                rank += sh.cand[j] > mine;
-            if (i < count && rank < T_TOPK)
-                sh.out[rank] = RouterOut{rb_col(mine), sh.cand_x[i]};
-        }
-        __syncwarp();
-        return;
-    }
-    long long best = RB_NONE;
-    int at = 0;
-    for (int i = lane; i < count; i += 32)
-        if (sh.cand[i] > best)
-            best = sh.cand[i], at = i;
-    for (int r = 0; r < T_TOPK; r++) {
-        const long long top = rb_warp_max(best);
-        if (best == top) { /* one lane: the entries are distinct, and real */
-            sh.out[r] = RouterOut{rb_col(top), sh.cand_x[at]};
-            sh.cand[at] = RB_NONE;
-            best = RB_NONE;
-            for (int i = lane; i < count; i += 32)
-                if (sh.cand[i] > best)
-                    best = sh.cand[i], at = i;
-        }
-    }
-    __syncwarp();
-}
-
-/* Warp 0: the weights (renormalized over the k: as router_store's terms,
- * the largest chosen logit the reference; without a bias it is the first
- * output's, whose key is the largest, NaN where a NaN leads) and the
- * outputs, lane i % 32 output i. */
-template <bool BIAS>
-__device__ __forceinline__ void rb_store(const RouterBlockShared &sh, const RouterStats &st,
-                                         long long row, float scaling, float *weights, IDX *ids,
-                                         int *counts)
-{
-    const int lane = (int)threadIdx.x;
-    constexpr int SLOTS = (T_TOPK + 31) / 32;
-    float w[SLOTS];
-    int id[SLOTS];
-#if T_RENORM
-    float xmax = NEG_INF;
-#endif
-#pragma unroll
-    for (int s = 0; s < SLOTS; s++) {
-        const int i = s * 32 + lane;
-        const RouterOut o = i < T_TOPK ? sh.out[i] : RouterOut{0, NEG_INF};
-        id[s] = o.col;
-        w[s] = o.x;
-#if T_RENORM
-        xmax = fmaxf(xmax, o.x);
-#endif
-    }
-#if T_RENORM
-    const float ref = router_renorm_lead(BIAS ? rb_warp_fmax(xmax) : sh.out[0].x);
-    float part = 0.0f;
-#pragma unroll
-    for (int s = 0; s < SLOTS; s++) {
-        w[s] = s * 32 + lane < T_TOPK ? router_renorm_term(w[s], ref) : 0.0f;
-        part += w[s];
-    }
-    /* 1/2 to k, or NaN: as router_store's */
-    const float inv = router_rcp_1to2(rb_warp_sum(part));
-    const float nan = __int_as_float(0x7fc00000);
-#pragma unroll
-    for (int s = 0; s < SLOTS; s++)
-        w[s] = (T_SCORE == 0 && st.nan_row) ? nan : w[s] * inv;
-#else
-#pragma unroll
-    for (int s = 0; s < SLOTS; s++)
-        w[s] = router_score(w[s], st);
-#endif
-    /* as router_store: a softmax row of NaN scores without a bias takes
-     * the first k columns */
-    const bool first_k = !BIAS && T_SCORE == 0 && st.nan_row;
-    const long long out = row * T_TOPK;
-#pragma unroll
-    for (int s = 0; s < SLOTS; s++) {
-        const int i = s * 32 + lane;
-        if (i < T_TOPK) {
-            const int col = first_k ? i : id[s];
-            weights[out + i] = w[s] * scaling;
-            ids[out + i] = (IDX)col;
-            if (counts != NULL)
-                atomicAdd(counts + col, 1);
-        }
-    }
-}
-
-/* keys, groups, known, bound, gather, rank, weight and store for the
- * block's row, held in x. Every thread reaches every barrier. */
-template <bool BIAS>
-__device__ __forceinline__ void router_block_route(const float (&x)[RT_HELD], const float *bias,
-                                                   long long row, float scaling, float *weights,
-                                                   IDX *ids, int *counts, RouterBlockShared &sh)
-{
-    const int tid = (int)threadIdx.x, warp = tid / 32, wl = tid % 32;
-    float b[RT_HELD];
-    if (BIAS)
-        router_load_bias(b, bias, tid);
-    RouterStats st = {0.0f, 1.0f, false};
-    if (!router_late_stats<BIAS>())
-        st = rb_stats(x, sh);
-    int key[RT_HELD];
-    router_keys<BIAS>(key, x, b, st, tid);
-    long long ent[RT_HELD];
-#pragma unroll
-    for (int e = 0; e < RT_HELD; e++)
-        ent[e] = rb_entry(key[e], rb_column(e));
-
-    /* known */
-#if T_GROUPS > 1
-    rb_groups<BIAS>(ent, st, sh);
-#else
-    {
-        long long left[RT_HELD];
-#pragma unroll
-        for (int e = 0; e < RT_HELD; e++)
-            left[e] = ent[e];
-#pragma unroll
-        for (int r = 0; r < RB_ROUNDS; r++) {
-            long long best = RB_NONE;
-#pragma unroll
-            for (int e = 0; e < RT_HELD; e++)
-                best = max(best, left[e]);
-            const long long top = rb_warp_max(best);
-            if (wl == 0)
-                sh.known[warp * RB_ROUNDS + r] = top;
-            if (RB_ROUNDS > 1)
-#pragma unroll
-                for (int e = 0; e < RT_HELD; e++)
-                    left[e] = left[e] == top ? RB_NONE : left[e];
-        }
-    }
-#endif
-    __syncthreads();
-
-    /* bound (warp 0) */
-    if (warp == 0) {
-        unsigned kept = 0xFFFFFFFFu;
-#if T_GROUPS > 1
-        kept = rb_keep_groups(sh);
-#endif
-        const long long bound = rb_bound(sh);
-        if (wl == 0) {
-            sh.bound = bound;
-            sh.kept = kept;
-            sh.count = 0;
-            /* without groups the row's largest entry is the largest known */
-            long long top = RB_NONE;
-            for (int i = 0; i < RB_KNOWN; i++)
-                top = max(top, sh.known[i]);
-            sh.top = top;
-        }
-    }
-    __syncthreads();
-
-    /* gather: every entry at or above the bound, of a kept group */
-    const long long bound = sh.bound;
-    const unsigned kept = sh.kept;
-#pragma unroll
-    for (int e = 0; e < RT_HELD; e++) {
-        const bool in_kept = T_GROUPS == 1 || ((kept >> (rb_column(e) / RT_GS % 32)) & 1u);
-        if (ent[e] != RB_NONE && ent[e] >= bound && in_kept) {
-            const int at = atomicAdd(&sh.count, 1);
-            sh.cand[at] = ent[e];
-            sh.cand_x[at] = x[e];
-        }
-    }
-    /* the softmax's stats without a bias or groups: from the row's
-     * largest logit (the largest key's), summed beside the gather */
-    if (router_late_stats<BIAS>()) {
-        float s = 0.0f;
-        const float m = router_key_value(rb_key(sh.top));
-#pragma unroll
-        for (int e = 0; e < RT_HELD; e++)
-            s += exp_shifted(x[e], m, LOG2E);
-        s = rb_warp_sum(s);
-        if (wl == 0)
-            sh.wsum[warp] = s;
-    }
-    __syncthreads();
-
-    /* rank, weight, store (warp 0) */
-    if (warp != 0)
-        return;
-    if (router_late_stats<BIAS>()) {
-        float total = 0.0f;
-#pragma unroll
-        for (int w = 0; w < T_WARPS; w++)
-            total += sh.wsum[w];
-        st.max = router_key_value(rb_key(sh.top));
-        st.inv_sum = router_rcp_1to2(total);
-        st.nan_row = isnan(total);
-    }
-    rb_rank(sh, sh.count);
-    rb_store<BIAS>(sh, st, row, scaling, weights, ids, counts);
-}
-#endif
-
-/* The forward: one row per TPR threads, T_ROWS rows a block (T_SEL 4: a
- * row a block); the launch has rows / T_ROWS blocks, rounded up. bias and
- * counts may be NULL. */
+/* The forward: one row per TPR threads, T_ROWS rows a block; the launch
+ * has rows / T_ROWS blocks, rounded up. bias and counts may be NULL. */
 extern "C" __global__ void __launch_bounds__(T_WARPS * 32, T_MIN_BLOCKS)
 tuned_router_topk(const T *__restrict__ logits, const float *__restrict__ bias,
                   float *__restrict__ weights, IDX *__restrict__ ids, int *__restrict__ counts,
                   long long rows, int cols, long long row_stride, tuned_router_options opt)
 {
-#if T_SEL == 4
-    __shared__ RouterBlockShared sh;
-    const long long row = blockIdx.x;
-    if (row >= rows || cols != T_COLS)
-        return; /* the whole block: no barrier is left waiting */
-    const unsigned char *xr = (const unsigned char *)logits + row * row_stride * ESIZE;
-    float x[RT_HELD];
-    router_load_row(x, xr, (u64)xr % RT_VBYTES == 0, (int)threadIdx.x);
-    if (bias != NULL)
-        router_block_route<true>(x, bias, row, opt.scaling, weights, ids, counts, sh);
-    else
-        router_block_route<false>(x, bias, row, opt.scaling, weights, ids, counts, sh);
-#else
     const RouterSlot slot = router_slot(RT_WHOLE_WARP);
     const bool live = slot.row < rows;
 #if RT_STAGE
@@ -1941,14 +1478,9 @@ tuned_router_topk(const T *__restrict__ logits, const float *__restrict__ bias,
         router_route<true>(x, bias, slot, live, opt.scaling, weights, ids, counts, stage);
     else
         router_route<false>(x, bias, slot, live, opt.scaling, weights, ids, counts, stage);
-#endif
 }
 
 /* ---- the backward ---- */
-
-/* The backward kind has no sel: a forward with T_SEL 4 (more than a warp
- * a row) is compiled without it. */
-#if T_SEL != 4
 
 /* scatter: the row's ids and gradients, output i loaded by lane i % TPR
  * (coalesced) and handed round the row's lanes; the owner of column id
@@ -2128,4 +1660,3 @@ tuned_router_topk_bwd(const T *__restrict__ logits, const IDX *__restrict__ ids,
     router_grad(x, g, sel, opt.scaling, slot.mask);
     router_store_row(dr, (u64)dr % RT_VBYTES == 0, x, slot.lane);
 }
-#endif

@@ -75,16 +75,12 @@ enum {
  * run again with whole lists where a thread's short list runs dry), or by
  * the head of its best 4 from a sorting network, the rounds a vote of the
  * holders at any threads per row (".sel=net": several rows a warp, for many
- * tokens); or, for a kind that lets a row take a whole block (one row a
- * block of 2 to 32 warps), no rounds at all: a bound on the k-th largest
- * from each warp's best, the elements above it ranked by one warp
- * (".sel=block": few tokens of many experts). */
+ * tokens). */
 enum {
     TUNED__SEL_SCAN = 0,
     TUNED__SEL_SORT,
     TUNED__SEL_SHORT,
     TUNED__SEL_NET,
-    TUNED__SEL_BLOCK,
     TUNED__SEL_COUNT
 };
 

@@ -68,8 +68,7 @@
 #define ROW_F32(name, role) {name, role, TUNED__ELEM_F32, TUNED__EXTENT_ROWS, 0}
 
 /* The MoE router kinds: one template (router_topk.cu) holding a row of
- * expert logits in part of a warp (the forward with sel=block: in a whole
- * block); its key parameters are the routing a
+ * expert logits in part of a warp; its key parameters are the routing a
  * model asks for. Its float64 reference runs on the host (the check
  * draws the logits with reference.cu's generator). */
 static bool router_rule(uint64_t cols, uint32_t params, char *why, size_t n);
@@ -199,7 +198,6 @@ static const tuned__kind_spec specs[] = {
         ROUTER_COMMON, ROUTER_PARAMS,
         .fixed_store_hint = true,
         .selects = true, /* the backward only scatters: it has no sel */
-        .block_rows = true,
         .path = {[TUNED__PATH_ROWS] = ROUTER_PATH},
         .reference = TUNED__REF_ROUTER,
     },

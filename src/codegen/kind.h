@@ -234,9 +234,7 @@ typedef struct tuned__kind_spec {
     uint16_t max_thread_elems;
     bool fixed_store_hint; /* writes too little for st=cs to matter: st=def only */
     bool fixed_registers;  /* holds its row as fp32 only: reg=f32 only */
-    bool selects;          /* chooses the top k of a row: sel=scan, sort, ... (T_SEL) */
-    bool block_rows;       /* with sel=block a row takes a whole block (one row a block,
-                              past max_row_threads) */
+    bool selects;          /* chooses the top k of a row: sel=scan or sort (T_SEL) */
 
     /* The float64 reference (TUNED__REF_*) and the templates of its module
      * (compiled with T_DTYPE and the call's flags). */
