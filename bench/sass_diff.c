@@ -15,7 +15,7 @@
  *   sass_diff OLD_TEMPLATE_DIR [PER_KIND [THREADS]]
  *
  * PER_KIND (default 4) caps the configs of each kind per space; THREADS
- * (default 2) compiles in parallel. SASS_DIFF_CONFIG="[KERNEL:]ROWSxCOLS
+ * (default 2) compiles in parallel. SASS_DIFF_CONFIG="[KERNEL:]ROWSxCOLS[:PARAMS]
  * DTYPE CONFIG" compares that one variant instead of the sample. Exits 1 when any kernel differs or a
  * compile fails. bench/sass-diff.sh fetches the old templates from git and
  * runs it. Not installed. */
@@ -345,15 +345,17 @@ static size_t sample(const tuned__space *sp, size_t per_kind, job *jobs, size_t 
     return n;
 }
 
-/* j from "[KERNEL:]ROWSxCOLS DTYPE CONFIG"; 0, or -1 with a message. */
+/* j from "[KERNEL:]ROWSxCOLS[:PARAMS] DTYPE CONFIG"; 0, or -1 with a
+ * message. */
 static int one_job(const char *text, job *j)
 {
-    char shape[64], dtype[16], config[TUNED__CONFIG_TEXT];
+    char shape[192], dtype[16], config[TUNED__CONFIG_TEXT];
     tuned__err e = {0};
     memset(j, 0, sizeof *j);
-    if (sscanf(text, "%63s %15s %127s", shape, dtype, config) != 3 ||
+    if (sscanf(text, "%191s %15s %63s", shape, dtype, config) != 3 ||
         probe_parse_shape(shape, &j->shape) != 0 || tuned_dtype_parse(dtype, &j->shape.dtype) != 0) {
-        fprintf(stderr, "sass_diff: SASS_DIFF_CONFIG '%s': want [KERNEL:]ROWSxCOLS DTYPE CONFIG\n",
+        fprintf(stderr,
+                "sass_diff: SASS_DIFF_CONFIG '%s': want [KERNEL:]ROWSxCOLS[:PARAMS] DTYPE CONFIG\n",
                 text);
         return -1;
     }
