@@ -4,7 +4,7 @@
  * with -inf, NaN and +inf rows from the generator; the forward kernels at
  * a scale of 0.75), also from unaligned base pointers; rows split over the
  * grid and rows partly in shared memory too (softmax and log_softmax);
- * and the evaluator's gate catches
+ * the router's grouped keys; and the evaluator's gate catches
  * deliberately broken variants of the forward and backward templates, and
  * stray writes on either side of the output.
  * `test_gpu fault` (a process of its own: its context dies): a tune whose
@@ -269,6 +269,49 @@ static size_t ce_options_are_correct(gpu_env *g)
     return runs;
 }
 
+/* The router's grouped keys (the example key has no groups): a few drawn
+ * configs of each, in one dtype a key, the first two again from unaligned
+ * base pointers; groups a power of two up to the row's threads take the
+ * halving combine, the others the butterfly a group. Returns the runs. */
+static size_t router_groups_are_correct(gpu_env *g)
+{
+    static const struct {
+        uint64_t cols;
+        const char *params;
+    } keys[] = {
+        {256, "k=8,score=sigmoid,groups=8,topk_group=4,renorm=1"}, /* DeepSeek-V3 */
+        {96, "k=8,groups=4,topk_group=2"},
+        {64, "k=4,score=sqrt_softplus,groups=8,topk_group=3,renorm=1"},
+        {160, "k=6,score=sigmoid,groups=8,topk_group=2"}, /* groups of 20 */
+        {2048, "k=16,score=sigmoid,groups=32,topk_group=2"},
+        {384, "k=8,groups=2,topk_group=1,renorm=1"},
+    };
+    size_t runs = 0;
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        tuned__shape s = {(tuned_dtype)(TUNED_FP16 + (int)(i % 3)), 67, keys[i].cols,
+                          TUNED_KERNEL_ROUTER_TOPK, 0};
+        tuned__err e = {0};
+        EXPECT_RC(tuned__params_parse(tuned__kind(TUNED_KERNEL_ROUTER_TOPK), keys[i].params,
+                                      &s.params, &e),
+                  0, &e);
+        tuned__space sp;
+        if (!space_of(g, &s, &sp))
+            continue;
+        tuned__config cfgs[6];
+        tuned__rng rng = {23 + i};
+        for (size_t k = 0; k < 6; k++)
+            tuned__space_random(&sp, &rng, &cfgs[k]);
+        tuned__eval_opts o = quick_opts();
+        expect_correct(g, &s, cfgs, 6, &o);
+        o.x_offset = 3;
+        o.y_offset = 1;
+        expect_correct(g, &s, cfgs, 2, &o);
+        runs += 8;
+        tuned__space_free(&sp);
+    }
+    return runs;
+}
+
 /* ---- `test_gpu fault`: a variant that kills the context (its own
  * process: the context stays dead) ---- */
 
@@ -479,6 +522,8 @@ int main(int argc, char **argv)
     if (kind_asked(only_kinds, "cross_entropy") || kind_asked(only_kinds, "cross_entropy_loss") ||
         kind_asked(only_kinds, "cross_entropy_bwd"))
         variants += ce_options_are_correct(&g);
+    if (kind_asked(only_kinds, "router_topk"))
+        variants += router_groups_are_correct(&g);
     if (kind_asked(only_kinds, "softmax") || kind_asked(only_kinds, "softmax_bwd")) {
         planted_bugs_are_caught(&g);
         stray_writes_are_caught(&g);

@@ -793,8 +793,79 @@ __device__ __forceinline__ void router_top2(int a1, int a2, unsigned mask, int &
 #endif
 }
 
+/* The groups' two best over the row's lanes by recursive halving, where
+ * the groups are a power of two and no more than the lanes of part of a
+ * warp (DeepSeek-V3's 8 at 8 or 16 threads a row; a whole warp keeps its
+ * three redux.sync a group, 168 instructions fewer there): at each xor step while a lane holds several
+ * groups it keeps half of them, merged with its partner's copy of that
+ * half (the partner keeps the other), so that after log2(G) steps lane l
+ * holds group l / (TPR / G) alone, over 2^steps lanes, and the remaining
+ * steps merge that one group over the rest. 2 (G - 1) + 2 log2(TPR / G)
+ * shuffles where a butterfly a group takes 2 G log2(TPR) (8 groups at 16
+ * threads: 16 against 64, and one score a lane instead of 8). Then each
+ * lane ranks its group among the others' (a shuffle from each group's
+ * first lane; ties to the lower group), and a ballot over the row's lanes
+ * says which groups are kept. */
+#define RT_GROUPS_HALVED \
+    (RT_TPR > 1 && RT_TPR < 32 && T_GROUPS <= RT_TPR && (T_GROUPS & (T_GROUPS - 1)) == 0)
+
+#if RT_GROUPS_HALVED
+template <bool BIAS>
+__device__ __forceinline__ void router_keep_groups_halved(int (&key)[RT_HELD],
+                                                          int (&a1)[T_GROUPS],
+                                                          int (&a2)[T_GROUPS],
+                                                          const RouterStats &st, int lane,
+                                                          unsigned mask)
+{
+    constexpr int STRIDE = RT_TPR / T_GROUPS; /* lanes a group ends up in */
+    /* halve: at offset o a lane holding n groups keeps the half picked by
+     * its bit o, merged with the partner's copy (the partner's index
+     * arithmetic is the same, so both halves line up) */
+#pragma unroll
+    for (int o = RT_TPR / 2, n = T_GROUPS; n > 1; o /= 2, n /= 2) {
+        const bool upper = (lane & o) != 0;
+#pragma unroll
+        for (int i = 0; i < n / 2; i++) {
+            /* send the half the partner keeps, take the half kept here */
+            const int s1 = upper ? a1[i] : a1[i + n / 2], s2 = upper ? a2[i] : a2[i + n / 2];
+            const int k1 = upper ? a1[i + n / 2] : a1[i], k2 = upper ? a2[i + n / 2] : a2[i];
+            const int b1 = __shfl_xor_sync(mask, s1, o), b2 = __shfl_xor_sync(mask, s2, o);
+            a2[i] = max(min(k1, b1), max(k2, b2));
+            a1[i] = max(k1, b1);
+        }
+    }
+    /* merge the one group over the lanes that share it */
+    int t1 = a1[0], t2 = a2[0];
+#pragma unroll
+    for (int o = STRIDE / 2; o > 0; o /= 2) {
+        const int b1 = __shfl_xor_sync(mask, t1, o), b2 = __shfl_xor_sync(mask, t2, o);
+        t2 = max(min(t1, b1), max(t2, b2));
+        t1 = max(t1, b1);
+    }
+    float score = router_key_v<BIAS>(t1, st);
+    if (RT_GS > 1)
+        score += router_key_v<BIAS>(t2, st);
+    const int mine = router_key(score), g = lane / STRIDE;
+    int rank = 0;
+#pragma unroll
+    for (int h = 0; h < T_GROUPS; h++) {
+        const int other = __shfl_sync(mask, mine, h * STRIDE, RT_TPR);
+        rank += other > mine || (other == mine && h < g);
+    }
+    /* the row's lanes' votes, lane h * STRIDE of the row standing for group h */
+    const int wl = (int)(threadIdx.x % 32), base = RT_TPR == 32 ? 0 : wl / RT_TPR * RT_TPR;
+    const unsigned votes = __ballot_sync(mask, rank < T_TOPK_GROUP) >> base;
+#pragma unroll
+    for (int e = 0; e < RT_HELD; e++) {
+        const int ge = (lane * T_VEC + rt_off(e)) / RT_GS;
+        if (ge >= T_GROUPS || !((votes >> (ge * STRIDE)) & 1u))
+            key[e] = RT_KEY_NONE;
+    }
+}
+#endif
+
 /* groups: each thread's two largest keys of each group, combined over the
- * row's lanes (router_top2); a group's score v1 + v2 (v1 alone for one expert
+ * row's lanes (router_top2, or halved as above); a group's score v1 + v2 (v1 alone for one expert
  * a group); the T_TOPK_GROUP best groups by score (NaN first, ties to the
  * lower group) kept, every other group's keys dropped. */
 template <bool BIAS>
@@ -817,6 +888,9 @@ __device__ __forceinline__ void router_keep_groups(int (&key)[RT_HELD], const Ro
             }
         }
     }
+#if RT_GROUPS_HALVED
+    router_keep_groups_halved<BIAS>(key, a1, a2, st, lane, mask);
+#else
     int gkey[T_GROUPS];
 #pragma unroll
     for (int g = 0; g < T_GROUPS; g++) {
@@ -847,6 +921,7 @@ __device__ __forceinline__ void router_keep_groups(int (&key)[RT_HELD], const Ro
         if (!(kept >> (ge % 32) & 1u))
             key[e] = RT_KEY_NONE;
     }
+#endif
 }
 #endif
 
