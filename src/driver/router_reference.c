@@ -123,7 +123,9 @@ double tuned__router_choose(const double *order, const double *v, unsigned cols,
         }
         long next = best_of(gscore, gtaken, 0, groups);
         if (next >= 0)
-            margin = isnan(last_kept) || isnan(gscore[next]) ? 0.0 : last_kept - gscore[next];
+            margin = isnan(last_kept) || isnan(gscore[next])
+                         ? 0.0
+                         : (last_kept - gscore[next]) / fmax(1.0, fabs(last_kept));
         for (unsigned j = 0; j < cols; j++)
             taken[j] = !keep[j / size];
     }

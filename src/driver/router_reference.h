@@ -53,10 +53,12 @@ void tuned__router_order(const double *x, const double *score, const double *bia
 
 /* The forward of one row: ids (k) in choice order (by order, among the
  * experts of the kept groups, scored by v), and each group's kept flag
- * into kept (groups; NULL when not wanted). Returns the margin of the group choice: the gap between the
- * last kept group's score and the best dropped one's (INFINITY without
- * groups), which a check compares with its rounding to know whether a
- * kernel may have kept another group. */
+ * into kept (groups; NULL when not wanted). Returns the margin of the
+ * group choice: the gap between the last kept group's score and the best
+ * dropped one's, relative to the kept one's magnitude (at least 1;
+ * INFINITY without groups), which a check compares with its rounding to
+ * know whether a kernel may have kept another group (sqrt-softplus scores
+ * of logits near 1e10 are near 1e5: fp32 rounds their sums by 0.01). */
 double tuned__router_choose(const double *order, const double *v, unsigned cols,
                             const tuned__router_rule *r, long long *ids, bool *kept);
 
