@@ -65,8 +65,11 @@
  *            logits alone, so the rounds run beside the stats' shuffles
  *            (a softmax row of NaN scores gets ids 0 to k-1 at the store)
  *   groups   each thread's two largest keys of every group, combined over
- *            the lanes, the groups' scores, the kept groups; the keys of
- *            the others dropped
+ *            the lanes (a power of two of groups within part of a warp:
+ *            by recursive halving, a lane ending with one group; 16384 x
+ *            256, 8 groups keep 4, k 8: 25.5 to 22.7 us on the H200), the
+ *            groups' scores, the kept groups; the keys of the others
+ *            dropped
  *   select   k rounds of an argmax over the row's lanes (a warp: the
  *            largest key by redux.sync, then a ballot of its holders, the
  *            winner the one holder; where several lanes hold it the rounds
