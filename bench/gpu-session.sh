@@ -260,7 +260,7 @@ router)
                     timeout 120 build/tuned tune --kernel router_topk \
                         --shape "${rows}x${spec}" --dtype "${ROUTER_DTYPE:-fp32}" \
                         --time "${ROUTER_TUNE_TIME:-5}" --db "$db" --json ${ROUTER_TUNE_ARGS:-} \
-                        "${trace[@]}" \
+                        ${trace[@]+"${trace[@]}"} \
                         >>"$out/tunes.jsonl" 2>>"$out/tunes.log" ||
                         echo "{\"kernel\": \"router_topk\", \"spec\": \"${rows}x$spec\", \"failed\": true}" \
                             >>"$out/tunes.jsonl"

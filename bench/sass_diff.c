@@ -349,10 +349,10 @@ static size_t sample(const tuned__space *sp, size_t per_kind, job *jobs, size_t 
  * message. */
 static int one_job(const char *text, job *j)
 {
-    char shape[192], dtype[16], config[TUNED__CONFIG_TEXT];
+    char shape[192], dtype[16], config[128]; /* longer than any config: a bad one is refused */
     tuned__err e = {0};
     memset(j, 0, sizeof *j);
-    if (sscanf(text, "%191s %15s %63s", shape, dtype, config) != 3 ||
+    if (sscanf(text, "%191s %15s %127s", shape, dtype, config) != 3 ||
         probe_parse_shape(shape, &j->shape) != 0 || tuned_dtype_parse(dtype, &j->shape.dtype) != 0) {
         fprintf(stderr,
                 "sass_diff: SASS_DIFF_CONFIG '%s': want [KERNEL:]ROWSxCOLS[:PARAMS] DTYPE CONFIG\n",

@@ -205,6 +205,19 @@ static void test_reference(void)
     choose(x5, NULL, 8, &r, ids, w);
     EXPECT(ids[0] == 0 && ids[1] == 6 && ids[2] == 2, "no groups: %lld %lld %lld", ids[0],
            ids[1], ids[2]);
+    /* the group choice's margin, relative to the kept score: group scores
+     * near 2e5 a hundredth apart are a rounding tie of fp32, an infinite
+     * one apart stays infinite */
+    {
+        double v[4] = {1e5, 1e5, 1e5, 0.99999995e5}, order[4];
+        memcpy(order, v, sizeof order);
+        r = rule(2, TUNED__ROUTER_SQRT_SOFTPLUS, 2, 1, false);
+        double margin = tuned__router_choose(order, v, 4, &r, ids, NULL);
+        EXPECT(margin > 0 && margin < 1e-7, "margin near 2e5: %g", margin);
+        v[0] = v[1] = order[0] = order[1] = INFINITY;
+        margin = tuned__router_choose(order, v, 4, &r, ids, NULL);
+        EXPECT(isinf(margin) && margin > 0, "an infinite margin: %g", margin);
+    }
 
     /* renormalised weights from the log scores: sigmoids that underflow
      * share the weight, not 0 / 0 */

@@ -122,10 +122,13 @@ double tuned__router_choose(const double *order, const double *v, unsigned cols,
             last_kept = gscore[b];
         }
         long next = best_of(gscore, gtaken, 0, groups);
-        if (next >= 0)
-            margin = isnan(last_kept) || isnan(gscore[next])
-                         ? 0.0
-                         : (last_kept - gscore[next]) / fmax(1.0, fabs(last_kept));
+        if (next >= 0) {
+            /* an infinite gap stays infinite (not inf / inf) */
+            double gap = last_kept - gscore[next];
+            margin = isnan(last_kept) || isnan(gscore[next]) ? 0.0
+                     : isinf(gap)                            ? gap
+                                                             : gap / fmax(1.0, fabs(last_kept));
+        }
         for (unsigned j = 0; j < cols; j++)
             taken[j] = !keep[j / size];
     }
