@@ -69,6 +69,11 @@ static void test_specs(void)
             in += k->tensor[t].role == TUNED__TENSOR_IN;
             out += k->tensor[t].role == TUNED__TENSOR_OUT;
             EXPECT(k->tensor[t].name != NULL, "%s: tensor %u has no name", k->name, t);
+            /* a present_param names a one-bit parameter of an optional tensor */
+            unsigned pp = k->tensor[t].present_param;
+            EXPECT(pp == 0 || (k->tensor[t].optional && pp <= k->nparams &&
+                               k->param[pp - 1].bits == 1 && k->param[pp - 1].max == 1),
+                   "%s: tensor %u's present_param %u", k->name, t, pp);
         }
         EXPECT(k->ntensors <= TUNED__KIND_MAX_TENSORS && in >= 1 && out >= 1,
                "%s: %u inputs, %u outputs", k->name, in, out);

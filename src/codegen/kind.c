@@ -82,6 +82,7 @@ static bool router_rule(uint64_t cols, uint32_t params, char *why, size_t n);
         {"groups", "T_GROUPS", 9, 6, 1, 32, 1, {NULL}},                                     \
         {"topk_group", "T_TOPK_GROUP", 15, 6, 1, 32, 1, {NULL}},                            \
         {"renorm", "T_RENORM", 21, 1, 0, 1, 0, {NULL}}
+#define ROUTER_BIAS_PARAM 5 /* the forward's sixth: the bias tensor's present_param - 1 */
 #define ROUTER_PARAMS                                                                        \
     .nparams = 6, .param = {ROUTER_PARAM_LIST, {"bias", "T_KEY_BIAS", 22, 1, 0, 1, 0, {NULL}}}, \
     .params_rule = router_rule, .example_cols = 128
@@ -190,7 +191,8 @@ static const tuned__kind_spec specs[] = {
         .math = "ids, w = top k of score(x) (+ bias), w = s score_id (/ sum if renorm)",
         .ntensors = 5,
         .tensor = {LOGITS,
-                   {"bias", TUNED__TENSOR_IN, TUNED__ELEM_F32, TUNED__EXTENT_COLS, 0, 1, "bias"},
+                   {"bias", TUNED__TENSOR_IN, TUNED__ELEM_F32, TUNED__EXTENT_COLS, 0, 1,
+                    ROUTER_BIAS_PARAM + 1},
                    {"weights", TUNED__TENSOR_OUT, TUNED__ELEM_F32, TUNED__EXTENT_ROWS_K, 0},
                    {"ids", TUNED__TENSOR_OUT, TUNED__ELEM_I64, TUNED__EXTENT_ROWS_K, 0},
                    {"counts", TUNED__TENSOR_OUT, TUNED__ELEM_I32, TUNED__EXTENT_COLS, 0, 1}},

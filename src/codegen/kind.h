@@ -62,10 +62,11 @@ typedef struct tuned__tensor_spec {
      * check runs the kernel without and with it, and a timing without,
      * unless present_param says otherwise. */
     uint8_t optional;
-    /* An optional tensor's key parameter (its name; NULL: none) saying
-     * whether the calls pass it: the API sets it from the pointer, and a
-     * timing of the key passes the tensor where it is 1. */
-    const char *present_param;
+    /* An optional tensor's key parameter (its index + 1; 0: none) saying
+     * whether the calls pass it: the API sets it from the pointer on every
+     * call (an index, not a name: no string compare there), and a timing
+     * of the key passes the tensor where it is 1. */
+    uint8_t present_param;
 } tuned__tensor_spec;
 
 /* How a config's kernel is built: the template paths. Which one a config

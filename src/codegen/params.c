@@ -34,12 +34,9 @@ uint32_t tuned__params_set(const tuned__kind_spec *k, uint32_t word, unsigned i,
 
 uint32_t tuned__params_present(const tuned__kind_spec *k, uint32_t word, const void *const *ptrs)
 {
-    for (unsigned i = 0; k != NULL && i < k->ntensors; i++) {
-        const char *name = k->tensor[i].present_param;
-        for (unsigned j = 0; name != NULL && j < k->nparams; j++)
-            if (strcmp(k->param[j].name, name) == 0)
-                word = tuned__params_set(k, word, j, ptrs[i] != NULL);
-    }
+    for (unsigned i = 0; k != NULL && i < k->ntensors; i++)
+        if (k->tensor[i].present_param != 0)
+            word = tuned__params_set(k, word, k->tensor[i].present_param - 1u, ptrs[i] != NULL);
     return word;
 }
 
@@ -49,7 +46,7 @@ bool tuned__tensor_timed(const tuned__kind_spec *k, unsigned i, uint32_t word)
     if (t->role == TUNED__TENSOR_UNUSED)
         return false;
     return !t->optional ||
-           (t->present_param != NULL && tuned__params_value(k, word, t->present_param, 0) == 1);
+           (t->present_param != 0 && tuned__params_get(k, word, t->present_param - 1u) == 1);
 }
 
 void tuned__kind_example(const tuned__kind_spec *k, uint64_t *cols, uint32_t *params)
