@@ -15,8 +15,9 @@
  *   sass_diff OLD_TEMPLATE_DIR [PER_KIND [THREADS]]
  *
  * PER_KIND (default 4) caps the configs of each kind per space; THREADS
- * (default 2) compiles in parallel. SASS_DIFF_CONFIG="[KERNEL:]ROWSxCOLS[:PARAMS]
- * DTYPE CONFIG" compares that one variant instead of the sample. Exits 1 when any kernel differs or a
+ * (default 2) compiles in parallel.
+ * SASS_DIFF_CONFIG="[KERNEL:]ROWSxCOLS[:PARAMS] DTYPE CONFIG" compares
+ * that one variant instead of the sample. Exits 1 when any kernel differs or a
  * compile fails. bench/sass-diff.sh fetches the old templates from git and
  * runs it. Not installed. */
 #include <pthread.h>
@@ -349,7 +350,8 @@ static size_t sample(const tuned__space *sp, size_t per_kind, job *jobs, size_t 
  * message. */
 static int one_job(const char *text, job *j)
 {
-    char shape[192], dtype[16], config[128]; /* longer than any config: a bad one is refused */
+    /* config: longer than any config, so a bad one is refused, not cut */
+    char shape[192], dtype[16], config[128];
     tuned__err e = {0};
     memset(j, 0, sizeof *j);
     if (sscanf(text, "%191s %15s %127s", shape, dtype, config) != 3 ||

@@ -799,9 +799,10 @@ __device__ __forceinline__ void router_top2(int a1, int a2, unsigned mask, int &
 /* The groups' two best over the row's lanes by recursive halving, where
  * the groups are a power of two and no more than the lanes of part of a
  * warp (DeepSeek-V3's 8 at 8 or 16 threads a row; a whole warp keeps its
- * three redux.sync a group, 168 instructions fewer there): at each xor step while a lane holds several
- * groups it keeps half of them, merged with its partner's copy of that
- * half (the partner keeps the other), so that after log2(G) steps lane l
+ * three redux.sync a group, 168 instructions fewer there): at each xor
+ * step while a lane holds several groups it keeps half of them, merged
+ * with its partner's copy of that half (the partner keeps the other), so
+ * that after log2(G) steps lane l
  * holds group l / (TPR / G) alone, over 2^steps lanes, and the remaining
  * steps merge that one group over the rest. 2 (G - 1) + 2 log2(TPR / G)
  * shuffles where a butterfly a group takes 2 G log2(TPR) (8 groups at 16
@@ -856,7 +857,7 @@ __device__ __forceinline__ void router_keep_groups_halved(int (&key)[RT_HELD],
         rank += other > mine || (other == mine && h < g);
     }
     /* the row's lanes' votes, lane h * STRIDE of the row standing for group h */
-    const int wl = (int)(threadIdx.x % 32), base = RT_TPR == 32 ? 0 : wl / RT_TPR * RT_TPR;
+    const int base = (int)(threadIdx.x % 32) / RT_TPR * RT_TPR; /* RT_TPR < 32 here */
     const unsigned votes = __ballot_sync(mask, rank < T_TOPK_GROUP) >> base;
 #pragma unroll
     for (int e = 0; e < RT_HELD; e++) {
@@ -868,9 +869,10 @@ __device__ __forceinline__ void router_keep_groups_halved(int (&key)[RT_HELD],
 #endif
 
 /* groups: each thread's two largest keys of each group, combined over the
- * row's lanes (router_top2, or halved as above); a group's score v1 + v2 (v1 alone for one expert
- * a group); the T_TOPK_GROUP best groups by score (NaN first, ties to the
- * lower group) kept, every other group's keys dropped. */
+ * row's lanes (router_top2, or halved as above); a group's score v1 + v2
+ * (v1 alone for one expert a group); the T_TOPK_GROUP best groups by score
+ * (NaN first, ties to the lower group) kept, every other group's keys
+ * dropped. */
 template <bool BIAS>
 __device__ __forceinline__ void router_keep_groups(int (&key)[RT_HELD], const RouterStats &st,
                                                    int lane, unsigned mask)
