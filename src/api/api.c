@@ -656,11 +656,6 @@ static tuned__api_entry *recheck(tuned_handle *h, const tuned__api_key *k, uint6
 
 typedef tuned__api_args call_args;
 
-static bool overlap(uintptr_t a, uint64_t a_span, uintptr_t b, uint64_t b_span)
-{
-    return a < b + b_span && b < a + a_span;
-}
-
 /* Whether the call passes tensor i: the kind uses it, and it is not an
  * optional one left NULL. */
 static bool used(const call_args *a, unsigned i)
@@ -688,7 +683,7 @@ static bool outputs_overlap(const call_args *a, uint64_t rows, uint64_t cols, ui
             if (k->tensor[i].in_place == j + 1 && a->ptr[i] == a->ptr[j])
                 continue;
             uint64_t span_j = tuned__kind_span(k, j, rows, cols, stride, esize, a->flags);
-            if (overlap((uintptr_t)a->ptr[i], span_i, (uintptr_t)a->ptr[j], span_j)) {
+            if (tuned__api_overlap((uintptr_t)a->ptr[i], span_i, (uintptr_t)a->ptr[j], span_j)) {
                 *out_i = i;
                 *other_i = j;
                 return true;

@@ -139,7 +139,8 @@ static int count_rows(tuned_handle *h, const char *fn, const tuned__api_entry *e
     CUdeviceptr upstream = (CUdeviceptr)(uintptr_t)o->grad_output;
     CUdeviceptr scale = (CUdeviceptr)(uintptr_t)o->workspace, valid = 0;
     void *args[] = {&lab, &n, &ignore, &upstream, &scale, &valid};
-    return launch_helper(h, fn, e->helper[0], 1, CE_HELPER_BLOCK, args, stream, "the count of valid rows");
+    return launch_helper(h, fn, e->helper[0], 1, CE_HELPER_BLOCK, args, stream,
+                         "the count of valid rows");
 }
 
 /* The reduced loss into o->total: the helper kernel launched after the
@@ -195,7 +196,7 @@ static int aux_clear(const tuned_handle *h, const char *fn, const tuned__api_arg
                 continue;
             uint64_t span = tuned__kind_span(a->kind, t, (uint64_t)rows, (uint64_t)cols,
                                              (uint64_t)stride, esize, a->flags);
-            if (p < q + span && q < p + aux[i].bytes)
+            if (tuned__api_overlap(p, aux[i].bytes, q, span))
                 return tuned__api_failf(h, TUNED_EINVAL, "%s: %s (%p) and %s (%p) overlap", fn,
                                         aux[i].name, aux[i].p, a->kind->tensor[t].name, a->ptr[t]);
         }
@@ -203,7 +204,7 @@ static int aux_clear(const tuned_handle *h, const char *fn, const tuned__api_arg
          * also lie clear of each other */
         for (size_t j = i + 1; j + 1 < sizeof aux / sizeof aux[0]; j++) {
             uintptr_t q = (uintptr_t)aux[j].p;
-            if (q != 0 && p < q + aux[j].bytes && q < p + aux[i].bytes)
+            if (q != 0 && tuned__api_overlap(p, aux[i].bytes, q, aux[j].bytes))
                 return tuned__api_failf(h, TUNED_EINVAL, "%s: %s (%p) and %s (%p) overlap", fn,
                                         aux[i].name, aux[i].p, aux[j].name, aux[j].p);
         }

@@ -86,6 +86,12 @@ struct tuned_handle {
 int tuned__api_fail(const tuned_handle *h, const tuned__err *e);
 int tuned__api_failf(const tuned_handle *h, int code, const char *fmt, ...) TUNED__PRINTF(3, 4);
 
+/* Whether the device spans [a, a + a_span) and [b, b + b_span) overlap. */
+static inline bool tuned__api_overlap(uintptr_t a, uint64_t a_span, uintptr_t b, uint64_t b_span)
+{
+    return a < b + b_span && b < a + a_span;
+}
+
 /* The GPU at ordinal (identified once; under h->mu). */
 int tuned__api_device_get(tuned_handle *h, int ordinal, const tuned__gpu **out, tuned__err *e);
 
