@@ -4,7 +4,7 @@
  * with -inf, NaN and +inf rows from the generator; the forward kernels at
  * a scale of 0.75), also from unaligned base pointers; rows split over the
  * grid and rows partly in shared memory too (softmax and log_softmax);
- * the router's grouped keys and its ranks; and the evaluator's gate catches
+ * the router's grouped keys; and the evaluator's gate catches
  * deliberately broken variants of the forward and backward templates, and
  * stray writes on either side of the output.
  * `test_gpu fault` (a process of its own: its context dies): a tune whose
@@ -312,63 +312,6 @@ static size_t router_groups_are_correct(gpu_env *g)
     return runs;
 }
 
-/* The router's ranks (sel=rank, a warp a row): drawn configs made a warp a
- * row and ranking, at keys with and without a bias, groups, k up to 32
- * and past it (where the kernel runs short lists), one dtype a key, the
- * first again from unaligned base pointers. The generator's planted rows
- * of equal keys gather more than the ranking holds: they take the exact
- * rounds. Returns the runs. */
-static size_t router_ranks_are_correct(gpu_env *g)
-{
-    static const struct {
-        uint64_t cols;
-        const char *params;
-    } keys[] = {
-        {48, "k=2,renorm=1"},
-        {60, "k=4"},
-        {128, "k=8"},
-        {160, "k=6,score=sqrt_softplus,renorm=1"},
-        {256, "k=8,score=sigmoid,groups=8,topk_group=4,renorm=1,bias=1"},
-        {384, "k=8,score=sigmoid,renorm=1,bias=1"},
-        {64, "k=32,score=sigmoid"},
-        {2048, "k=40,renorm=1"},
-    };
-    size_t runs = 0;
-    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
-        tuned__shape s = {(tuned_dtype)(TUNED_FP16 + (int)(i % 3)), 67, keys[i].cols,
-                          TUNED_KERNEL_ROUTER_TOPK, 0};
-        tuned__err e = {0};
-        EXPECT_RC(tuned__params_parse(tuned__kind(TUNED_KERNEL_ROUTER_TOPK), keys[i].params,
-                                      &s.params, &e),
-                  0, &e);
-        tuned__space sp;
-        if (!space_of(g, &s, &sp))
-            continue;
-        tuned__config cfgs[4];
-        size_t n = 0;
-        tuned__rng rng = {57 + i};
-        for (size_t tries = 0; tries < 200 && n < 4; tries++) {
-            tuned__config c;
-            tuned__space_random(&sp, &rng, &c);
-            c.rows = c.warps;
-            c.sel = TUNED__SEL_RANK;
-            char why[160];
-            if (tuned__space_valid(&sp, &c, why, sizeof why))
-                cfgs[n++] = c;
-        }
-        EXPECT(n == 4, "%llu experts %s: %zu ranking configs drawn",
-               (unsigned long long)keys[i].cols, keys[i].params, n);
-        tuned__eval_opts o = quick_opts();
-        expect_correct(g, &s, cfgs, n, &o);
-        o.x_offset = 3;
-        o.y_offset = 1;
-        expect_correct(g, &s, cfgs, n > 0 ? 1 : 0, &o);
-        runs += n + (n > 0);
-        tuned__space_free(&sp);
-    }
-    return runs;
-}
-
 /* ---- `test_gpu fault`: a variant that kills the context (its own
  * process: the context stays dead) ---- */
 
@@ -581,8 +524,6 @@ int main(int argc, char **argv)
         variants += ce_options_are_correct(&g);
     if (kind_asked(only_kinds, "router_topk"))
         variants += router_groups_are_correct(&g);
-    if (kind_asked(only_kinds, "router_topk"))
-        variants += router_ranks_are_correct(&g);
     if (kind_asked(only_kinds, "softmax") || kind_asked(only_kinds, "softmax_bwd")) {
         planted_bugs_are_caught(&g);
         stray_writes_are_caught(&g);

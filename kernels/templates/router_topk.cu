@@ -289,8 +289,8 @@ static_assert(sizeof(tuned_router_options) == 4, "tuned_router_options is one fl
 #if RT_VBYTES > 16
 #error "router_topk.cu: a vector is at most 16 bytes (T_VEC * element size)"
 #endif
-#if T_SEL < 0 || T_SEL > 4
-#error "router_topk.cu: T_SEL is 0 (rescans), 1, 2 or 3 (sorted, short or network lists), 4 (ranks)"
+#if T_SEL != 0 && T_SEL != 1 && T_SEL != 2 && T_SEL != 3
+#error "router_topk.cu: T_SEL is 0 (rescans), 1 (sorted lists), 2 (short sorted lists) or 3 (network lists)"
 #endif
 
 /* A thread's share of the row: RT_ITERS passes of T_VEC, RT_HELD elements. */
@@ -314,11 +314,6 @@ static_assert(sizeof(tuned_router_options) == 4, "tuned_router_options is one fl
 #define RT_NET_P (RT_SHORT > 2 ? 4 : RT_SHORT)
 #define RT_GS (T_COLS / T_GROUPS)
 #define RT_SELW ((RT_HELD + 31) / 32)
-/* T_SEL 4 ranks a row a whole warp holds, its k bound by the lanes' heads
- * (k at most 32); elsewhere it runs as T_SEL 2. It ranks at most
- * RT_RANK_CAP candidates (two a lane), else the row runs the exact rounds. */
-#define RT_RANK (T_SEL == 4 && RT_TPR == 32 && T_TOPK <= 32)
-#define RT_RANK_CAP 64
 
 /* Element e of a thread (pass e / T_VEC, place e % T_VEC) is column
  * lane*T_VEC + rt_off(e): the offset is known when the source is compiled. */
@@ -963,7 +958,7 @@ __device__ __forceinline__ void router_keep_groups(int (&key)[RT_HELD], const Ro
  * bytes each, a few KiB at most (above 16 KiB a block, registers as
  * before). The exact form (the reruns, and part of a warp) keeps its
  * winners in registers: every lane knows the column there. */
-#define RT_STAGE (RT_FAST_ROUNDS && !RT_RANK && T_ROWS * T_TOPK * 8 <= 16384)
+#define RT_STAGE (RT_FAST_ROUNDS && T_ROWS * T_TOPK * 8 <= 16384)
 
 struct __align__(8) RouterOut {
     int col;
@@ -973,15 +968,6 @@ struct __align__(8) RouterOut {
 /* What the selection leaves in a lane: its outputs' columns and logits,
  * and (for T_RENORM) the largest chosen logit and, where RT_ALL_CHOSEN,
  * every chosen logit. */
-/* A candidate of T_SEL 4's ranking: its exact entry (key above, 0xFFFF
- * less its column below: the larger entry the earlier choice) and its
- * logit. */
-struct __align__(16) RouterCand {
-    long long entry;
-    float x;
-    int pad;
-};
-
 struct RouterChoice {
     int id[RT_SLOTS];
     float x[RT_SLOTS];
@@ -992,9 +978,6 @@ struct RouterChoice {
 #endif
 #if RT_STAGE
     RouterOut *stage; /* the row's T_TOPK entries in shared memory */
-#endif
-#if RT_RANK
-    RouterCand *cand; /* the row's RT_RANK_CAP + T_TOPK in shared memory */
 #endif
 };
 
@@ -1376,108 +1359,11 @@ __device__ __forceinline__ bool router_select_sorted(RouterChoice &ch, const int
     return redo;
 }
 
-#if RT_RANK
-__device__ __forceinline__ int lanes_min_int(int v, unsigned mask)
-{
-    int r;
-    asm volatile("redux.sync.min.s32 %0, %1, %2;" : "=r"(r) : "r"(v), "r"(mask));
-    return r;
-}
-
-/* select, T_SEL 4: no rounds, for few rows, where a round's chain of a
- * redux.sync, a vote and a pop (about 60 ns each on the H200) is the
- * time and the row's warp has issue slots to spare.
- *   bound  each lane's largest key (its head); a lane counts the heads
- *          above its own (31 shuffles, no chain); the least head with
- *          fewer than k above is the k-th largest head, B, and the k heads
- *          at or above it are k elements: every one of the row's top k
- *          has a key at or above B
- *   gather every element at or above B (and not dropped) into the row's
- *          candidates in shared memory, placed by a ballot an element
- *          slot; past RT_RANK_CAP the row reruns the exact rounds (rows of
- *          many equal keys: all -inf, all one value)
- *   rank   each lane its candidates' ranks, the count of candidates with a
- *          larger exact entry (distinct: their columns are); the one
- *          ranked i is output i, written to the row's winners in shared
- *          memory, which every lane then reads in order (router_keep).
- * A random row gathers k to 2k candidates: about 350 warp instructions
- * and three shared-memory round trips, where k rounds are k chains. */
-template <bool BIAS>
-__device__ __forceinline__ bool router_select_rank(RouterChoice &ch, const int (&key)[RT_HELD],
-                                                   const float (&x)[RT_HELD], int lane,
-                                                   unsigned mask)
-{
-    int head = RT_KEY_NONE;
-#pragma unroll
-    for (int e = 0; e < RT_HELD; e++)
-        head = max(head, key[e]);
-    int above = 0;
-#pragma unroll
-    for (int o = 1; o < 32; o++)
-        above += __shfl_xor_sync(mask, head, o) > head;
-    /* dropped and absent elements (RT_KEY_NONE) are never candidates */
-    const int bound =
-        max(lanes_min_int(above < T_TOPK ? head : 0x7FFFFFFF, mask), RT_KEY_NONE + 1);
-    unsigned lower;
-    asm("mov.u32 %0, %%lanemask_lt;" : "=r"(lower));
-    RouterCand *const cand = ch.cand, *const won = ch.cand + RT_RANK_CAP;
-    int count = 0;
-#pragma unroll
-    for (int e = 0; e < RT_HELD; e++) {
-        const bool in = key[e] >= bound;
-        const unsigned voted = __ballot_sync(mask, in);
-        const int at = count + __popc(voted & lower);
-        if (in && at < RT_RANK_CAP) {
-            const unsigned col = (unsigned)(lane * T_VEC + rt_off(e));
-            cand[at] = RouterCand{(long long)(((unsigned long long)(unsigned)key[e] << 32) |
-                                              (RT_NET_LO - col)),
-                                  BIAS ? x[e] : 0.0f, 0};
-        }
-        count += __popc(voted);
-    }
-    if (count > RT_RANK_CAP) {
-        /* the rerun's: without a bias the stats take the row's maximum
-         * from here (router_route), as from the rounds' first winner */
-        if (!BIAS)
-            ch.max_x = router_key_value(lanes_max_int(head, mask));
-        return true;
-    }
-    __syncwarp(mask);
-    const RouterCand none = {RT_NET_PAD, 0.0f, 0};
-    const RouterCand c0 = lane < count ? cand[lane] : none;
-    const RouterCand c1 = lane + 32 < count ? cand[lane + 32] : none;
-    int r0 = 0, r1 = 0;
-#pragma unroll 4
-    for (int i = 0; i < count; i++) {
-        const long long ei = cand[i].entry;
-        r0 += ei > c0.entry;
-        r1 += ei > c1.entry;
-    }
-    if (lane < count && r0 < T_TOPK)
-        won[r0] = c0;
-    if (lane + 32 < count && r1 < T_TOPK)
-        won[r1] = c1;
-    __syncwarp(mask);
-#pragma unroll
-    for (int i = 0; i < T_TOPK; i++) {
-        const RouterCand w = won[i];
-        const int top = (int)(w.entry >> 32);
-        const int col = (int)(RT_NET_LO - (unsigned)(unsigned long long)w.entry);
-        router_keep<BIAS, false>(ch, i, col, false, 0, top, w.x, lane);
-    }
-    return false;
-}
-#endif
-
 /* EXACT: the rerun's form (T_SEL 2 and 3: the whole list, by insertion). */
 template <bool BIAS, bool FAST, bool EXACT>
 __device__ __forceinline__ bool router_select(RouterChoice &ch, const int (&key)[RT_HELD],
                                               const float (&x)[RT_HELD], int lane, unsigned mask)
 {
-#if RT_RANK
-    if (!EXACT)
-        return router_select_rank<BIAS>(ch, key, x, lane, mask);
-#endif
     return router_select_sorted<BIAS, FAST, (T_SEL >= 2 && !EXACT) ? RT_SHORT : RT_LIST,
                                 T_SEL == 3 && !EXACT>(ch, key, x, lane, mask);
 }
@@ -1600,7 +1486,7 @@ template <bool BIAS>
 __device__ __forceinline__ void router_route(const float (&x)[RT_HELD], const float *bias,
                                              const RouterSlot &slot, bool live, float scaling,
                                              float *weights, IDX *ids, int *counts,
-                                             RouterOut *stage, RouterCand *cand)
+                                             RouterOut *stage)
 {
     float b[RT_HELD];
     if (BIAS)
@@ -1619,11 +1505,6 @@ __device__ __forceinline__ void router_route(const float (&x)[RT_HELD], const fl
     ch.stage = stage;
 #else
     (void)stage;
-#endif
-#if RT_RANK
-    ch.cand = cand;
-#else
-    (void)cand;
 #endif
     bool redo = router_select<BIAS, RT_FAST_ROUNDS, false>(ch, key, x, slot.lane, slot.mask);
     /* before the rerun's branch: every lane of the row reaches it (redo
@@ -1662,12 +1543,6 @@ tuned_router_topk(const T *__restrict__ logits, const float *__restrict__ bias,
 #else
     RouterOut *const stage = NULL;
 #endif
-#if RT_RANK
-    __shared__ RouterCand cand_all[T_ROWS * (RT_RANK_CAP + T_TOPK)];
-    RouterCand *const cand = cand_all + threadIdx.x / 32 * (RT_RANK_CAP + T_TOPK);
-#else
-    RouterCand *const cand = NULL;
-#endif
     if ((!RT_WHOLE_WARP && !live) || cols != T_COLS)
         return;
     float x[RT_HELD];
@@ -1680,9 +1555,9 @@ tuned_router_topk(const T *__restrict__ logits, const float *__restrict__ bias,
             x[e] = NEG_INF;
     }
     if (bias != NULL)
-        router_route<true>(x, bias, slot, live, opt.scaling, weights, ids, counts, stage, cand);
+        router_route<true>(x, bias, slot, live, opt.scaling, weights, ids, counts, stage);
     else
-        router_route<false>(x, bias, slot, live, opt.scaling, weights, ids, counts, stage, cand);
+        router_route<false>(x, bias, slot, live, opt.scaling, weights, ids, counts, stage);
 }
 
 /* ---- the backward ---- */

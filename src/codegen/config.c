@@ -16,7 +16,7 @@ static const char *const ld_names[TUNED__LD_COUNT] = {"def", "nc", "cs", "el"};
 static const char *const st_names[TUNED__ST_COUNT] = {"def", "cs"};
 static const char *const reg_names[TUNED__REG_COUNT] = {"f32", "pk", "ex"};
 static const char *const red_names[TUNED__RED_COUNT] = {"split", "fused"};
-static const char *const sel_names[TUNED__SEL_COUNT] = {"scan", "sort", "short", "net", "rank"};
+static const char *const sel_names[TUNED__SEL_COUNT] = {"scan", "sort", "short", "net"};
 
 const char *tuned__ld_name(unsigned ld)
 {
@@ -419,9 +419,6 @@ static bool rows_check_kernel(const tuned__config *c, const tuned__kind_spec *k,
         return tuned__config_refuse(why, n, "%s chooses no top k: no sel=%s", k->name,
                                     sel_names[c->sel]);
     unsigned row_threads = tuned__config_threads_per_row(c) * tuned__config_blocks_per_row(c);
-    if (c->sel == TUNED__SEL_RANK && row_threads != 32)
-        return tuned__config_refuse(why, n, "sel=rank takes a warp a row (%u threads here)",
-                                    row_threads);
     if (k->max_row_threads > 0 && row_threads > k->max_row_threads)
         return tuned__config_refuse(why, n, "%s keeps a row in at most %u threads (%u here)",
                                     k->name, (unsigned)k->max_row_threads, row_threads);

@@ -75,15 +75,12 @@ enum {
  * run again with whole lists where a thread's short list runs dry), or by
  * the head of its best 4 from a sorting network, the rounds a vote of the
  * holders at any threads per row (".sel=net": several rows a warp, for many
- * tokens); or, a warp a row, no rounds: the elements at or above the k-th
- * largest of the lanes' heads ranked by counting (".sel=rank": few tokens,
- * where the rounds' chains are the time). */
+ * tokens). */
 enum {
     TUNED__SEL_SCAN = 0,
     TUNED__SEL_SORT,
     TUNED__SEL_SHORT,
     TUNED__SEL_NET,
-    TUNED__SEL_RANK,
     TUNED__SEL_COUNT
 };
 
