@@ -360,9 +360,12 @@ size_t tuned__kind_elem_size(const tuned__kind_spec *k, unsigned i, size_t esize
 size_t tuned__kind_elem_size_flags(const tuned__kind_spec *k, unsigned i, size_t esize,
                                    unsigned flags)
 {
-    for (unsigned f = 0; f < TUNED__KIND_MAX_FLAGS; f++)
+    for (unsigned f = 0; f < TUNED__KIND_MAX_FLAGS; f++) {
         if ((flags & (1u << f)) && k->flag_int32[f] == i + 1)
             return 4;
+        if ((flags & (1u << f)) && k->flag_bf16[f] == i + 1)
+            return 2;
+    }
     return elem_size(&k->tensor[i], esize);
 }
 
@@ -402,7 +405,10 @@ double tuned__kind_bytes(const tuned__kind_spec *k, uint64_t rows, uint64_t cols
     double bytes = 0;
     for (unsigned i = 0; i < k->ntensors; i++) {
         const tuned__tensor_spec *t = &k->tensor[i];
-        if (t->role == TUNED__TENSOR_UNUSED)
+        /* an optional tensor counts where a timing passes it (a router's
+         * bias where its key says calls pass one; never its counts or
+         * source rows) */
+        if (!tuned__tensor_timed(k, i, tuned__wire_params(cols)))
             continue;
         bytes += tensor_elems(k, t, rows, cols) * (double)elem_size(t, esize);
     }

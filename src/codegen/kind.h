@@ -101,6 +101,11 @@ enum {
     TUNED__REF_ROUTER_BWD,
 };
 
+/* The router kinds' compiled-in options (codegen's flags; kind.c's specs
+ * name them): int32 ids (both kinds), bf16 weights (the forward). */
+#define TUNED__ROUTER_FLAG_IDS32 1u         /* T_IDS32 */
+#define TUNED__ROUTER_FLAG_WEIGHTS_BF16 2u  /* T_WEIGHTS_BF16 */
+
 /* How a kind's variants are evaluated: what one of its configs is, and
  * what the evaluator runs, checks and times for it (src/tuner/evaluator.c
  * reads it; the space, src/tuner/space.c, enumerates the configs it
@@ -213,6 +218,9 @@ typedef struct tuned__kind_spec {
     /* The tensor (its index + 1; 0: none) whose elements flag[i] makes
      * 4-byte integers (labels given as int32). */
     uint8_t flag_int32[TUNED__KIND_MAX_FLAGS];
+    /* The tensor (its index + 1; 0: none) whose fp32 elements flag[i]
+     * makes bf16 (a router's weights). */
+    uint8_t flag_bf16[TUNED__KIND_MAX_FLAGS];
     /* The most blocks an SM a build with flag[i] is bound to (its
      * T_MIN_BLOCKS; 0: the config's): a flag whose registers would spill
      * under the bound of a winner tuned without it (the tune measures no
@@ -300,7 +308,8 @@ void tuned__kind_list(char *buf, size_t n);
  * tensors' extents read (rows x k).
  *
  * Bytes a call of kind k on rows x cols of a dtype of esize bytes must
- * move: every tensor read once and written once. Its floor is the time of
+ * move: every tensor read once and written once (an optional one where a
+ * timing of the key passes it: tuned__tensor_timed). Its floor is the time of
  * a device-to-device copy of half as many bytes each way. */
 double tuned__kind_bytes(const tuned__kind_spec *k, uint64_t rows, uint64_t cols, size_t esize);
 
