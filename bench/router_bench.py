@@ -18,6 +18,7 @@ call, so an eager call's host time shows where it exceeds the GPU's):
   quack     QuACK's topk(softmax=True) (power-of-two experts, renormalised
             softmax routers only)
   tuned     tuned.router_topk
+  opts      tuned.router_topk writing bf16 weights and the source rows too
   *_graph   the same call captured in a CUDA graph, one replay timed
 Then the backward of E128k8 and E256g8k8 at 16384 tokens against its floor
 (logits read, dlogits written) and torch's autograd of the formula.
@@ -74,10 +75,10 @@ def torch_router(x, r, bias):
     return w * r.get("scaling", 1.0), i
 
 
-def tuned_router(x, r, bias):
+def tuned_router(x, r, bias, **extra):
     return tuned.router_topk(x, r["k"], score=r["score"], bias=bias,
                              num_groups=r.get("groups", 1), topk_group=r.get("kept", 1),
-                             renorm=r["renorm"], scaling=r.get("scaling", 1.0))
+                             renorm=r["renorm"], scaling=r.get("scaling", 1.0), **extra)
 
 
 def graphed(fn):
@@ -133,7 +134,9 @@ def main():
                    "ids_match": same}
             fns = {"torch": lambda: torch_router(x, r, bias),
                    "compile": lambda: compiled(x, r, bias),
-                   "tuned": lambda: tuned_router(x, r, bias)}
+                   "tuned": lambda: tuned_router(x, r, bias),
+                   "opts": lambda: tuned_router(x, r, bias, weights_dtype=torch.bfloat16,
+                                                return_source_rows=True)}
             if (quack_topk is not None and r["score"] == "softmax" and r["renorm"]
                     and e & (e - 1) == 0):
                 fns["quack"] = lambda: quack_topk(x, r["k"], softmax=True)
@@ -198,13 +201,13 @@ def main():
         print(back[-1], flush=True)
 
     cols = ["floor", "torch", "compile", "quack", "tuned", "torch_graph", "compile_graph",
-            "quack_graph", "tuned_graph"]
+            "quack_graph", "tuned_graph", "opts", "opts_graph"]
     print(f"\nrouter forward, {args.dtype} logits, us (median, L2 flushed)")
     print(f"{'router':9} {'tokens':>6} " + " ".join(f"{c:>13}" for c in cols) + "  ids  best")
     for row in rows_out:
         vals = " ".join(f"{row[c]:13.1f}" if c in row else f"{'-':>13}" for c in cols)
-        anchors = [row[c] for c in cols if c in row and not c.startswith(("tuned", "floor"))
-                   and row[c] == row[c]]
+        anchors = [row[c] for c in cols if c in row and row[c] == row[c]
+                   and not c.startswith(("tuned", "floor", "opts"))]
         eager = [row[c] for c in ("torch", "compile", "quack") if c in row and row[c] == row[c]]
         graph = [row[c] for c in ("torch_graph", "compile_graph", "quack_graph")
                  if c in row and row[c] == row[c]]

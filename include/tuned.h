@@ -539,9 +539,13 @@ TUNED_EXTERN int tuned_cross_entropy_rescale(tuned_handle *h, void *grad, int64_
  * scored by the sum of its two best), in descending order with ties to the
  * lower index and NaN above everything (as torch.topk orders it); weights
  * = scaling * s of each chosen expert, divided by the chosen scores' sum
- * with renorm. Outputs: weights fp32 and ids (int64, or int32 with
- * ids_int32), rows x k, dense; counts (int32, one per expert, NULL for
- * none) gets one added per chosen expert (zero it first). Math in fp32;
+ * with renorm. Outputs: weights fp32 (bf16 with weights_bf16, rounded to
+ * nearest even) and ids (int64, or int32 with ids_int32), rows x k,
+ * dense; counts (int32, one per expert, NULL for none) gets one added per
+ * chosen expert (zero it first); source_rows (the options'; int32, rows x
+ * k, NULL for none) gets i * rows + r for output i of row r: the row of
+ * the k-major expanded token list that a MoE dispatch permutes (rows x k
+ * at most 2^31). Math in fp32;
  * x fp32, bf16 or fp16. A softmax row whose scores are NaN (a NaN or +inf
  * logit, or all -inf) chooses experts 0 .. k-1 with NaN weights.
  *
@@ -572,13 +576,19 @@ typedef struct tuned_router_options {
     int renorm;               /* nonzero: weights over the chosen scores' sum */
     float scaling;            /* the routed scaling factor (1: none) */
     int ids_int32;            /* nonzero: ids are int32 (default int64) */
+    /* Added 2026-11-30, at the end (a caller that sets them must have
+     * called tuned_router_options_init on this header's struct), the
+     * forward's (the backward ignores them: its dweights are fp32): */
+    int weights_bf16;         /* nonzero: weights are bf16 (default fp32) */
+    int32_t *source_rows;     /* device, rows x k int32 (see above); NULL: none */
 } tuned_router_options;
 
-/* k 8, softmax, no groups, no renorm, scaling 1, int64 ids. */
+/* k 8, softmax, no groups, no renorm, scaling 1, int64 ids, fp32
+ * weights, no source rows. */
 TUNED_EXTERN void tuned_router_options_init(tuned_router_options *o);
 
 TUNED_EXTERN int tuned_router_topk(tuned_handle *h, const void *logits, const float *bias,
-                                   float *weights, void *ids, int *counts, int64_t rows,
+                                   void *weights, void *ids, int *counts, int64_t rows,
                                    int64_t experts, int64_t row_stride, tuned_dtype dtype,
                                    const tuned_router_options *o, void *stream);
 
@@ -598,7 +608,8 @@ TUNED_EXTERN int tuned_prepare(tuned_handle *h, tuned_kernel kernel, const void 
 
 /* Any kind by its id: tensors holds one device pointer per tensor of the
  * kind, in the order of the kind's named entry point (softmax: x, y;
- * softmax_bwd: y, dy, dx; ...), scale its scalar where it has one (else
+ * softmax_bwd: y, dy, dx; ...; router_topk: logits, bias, weights, ids,
+ * counts, source_rows), scale its scalar where it has one (else
  * ignored). Errors as that entry point's, and TUNED_EINVAL for an unknown
  * kind (the message lists the kinds). tuned_softmax(h, x, y, ...) is
  * tuned_run(h, TUNED_KERNEL_SOFTMAX, (const void *[]){x, y}, ..., 1.0f, ...). */

@@ -342,7 +342,8 @@ static void test_router_args(void)
     tuned_router_options o;
     tuned_router_options_init(&o);
     EXPECT(o.k == 8 && o.score == TUNED_ROUTER_SOFTMAX && o.num_groups == 1 &&
-               o.topk_group == 1 && o.scaling == 1.0f && !o.ids_int32,
+               o.topk_group == 1 && o.scaling == 1.0f && !o.ids_int32 && !o.weights_bf16 &&
+               o.source_rows == NULL,
            "defaults");
     static const struct {
         int k, score, groups, kept;
@@ -388,9 +389,36 @@ static void test_router_args(void)
     expect_refused(h, tuned_router_topk(h, logits, NULL, weights, ids, counts, rows, 128, 128,
                                         TUNED_FP32, &o, NULL),
                    "overlap", "int64 ids and counts after 4 bytes an id");
+    /* bf16 weights take 2 bytes a weight: ids right after them are clear;
+     * fp32 weights would overlap them */
+    o.weights_bf16 = 1;
+    rc = tuned_router_topk(h, logits, NULL, weights, (char *)weights + rows * 8 * 2, NULL, rows,
+                           128, 128, TUNED_FP32, &o, NULL);
+    EXPECT(rc != TUNED_EINVAL || strstr(tuned_last_error(h), "overlap") == NULL,
+           "bf16 weights sized as fp32: %s", tuned_last_error(h));
+    o.weights_bf16 = 0;
+    expect_refused(h, tuned_router_topk(h, logits, NULL, weights, (char *)weights + rows * 8 * 2,
+                                        NULL, rows, 128, 128, TUNED_FP32, &o, NULL),
+                   "overlap", "fp32 weights and ids after 2 bytes a weight");
+    /* the source rows: an output like the others, int32, rows x k */
+    o.source_rows = (int32_t *)(weights + 4);
+    expect_refused(h, tuned_router_topk(h, logits, NULL, weights, ids, NULL, rows, 128, 128,
+                                        TUNED_FP32, &o, NULL),
+                   "overlap", "source rows inside the weights");
+    o.source_rows = (int32_t *)(ids + (1 << 20) + 2);
+    expect_refused(h, tuned_router_topk(h, logits, NULL, weights, ids, NULL, rows, 128, 128,
+                                        TUNED_FP32, &o, NULL),
+                   "source_rows", "unaligned source rows");
+    o.source_rows = (int32_t *)(ids + (1 << 20));
+    expect_refused(h, tuned_router_topk(h, logits, NULL, weights, ids, NULL, (1ll << 28) + 1, 128,
+                                        128, TUNED_FP32, &o, NULL),
+                   "past int32", "source rows of 2^28 + 1 rows x 8");
+    /* the backward ignores the forward's outputs' options */
+    o.weights_bf16 = 1;
     expect_refused(h, tuned_router_topk_backward(h, logits, ids, NULL, logits, rows, 128, 128,
                                                  TUNED_FP32, &o, NULL),
                    "dweights is NULL", "backward without dweights");
+    tuned_router_options_init(&o);
     expect_refused(NULL, tuned_router_topk(NULL, logits, NULL, weights, ids, NULL, rows, 128, 128,
                                            TUNED_FP32, &o, NULL),
                    "handle is NULL", "NULL handle");

@@ -4,7 +4,8 @@
  * with -inf, NaN and +inf rows from the generator; the forward kernels at
  * a scale of 0.75), also from unaligned base pointers; rows split over the
  * grid and rows partly in shared memory too (softmax and log_softmax);
- * the router's grouped keys; and the evaluator's gate catches
+ * the router's grouped keys and compiled-in options (int32 ids, bf16
+ * weights); and the evaluator's gate catches
  * deliberately broken variants of the forward and backward templates, and
  * stray writes on either side of the output.
  * `test_gpu fault` (a process of its own: its context dies): a tune whose
@@ -312,6 +313,49 @@ static size_t router_groups_are_correct(gpu_env *g)
     return runs;
 }
 
+/* The router's compiled-in options: int32 ids and bf16 weights (the
+ * forward), int32 ids (the backward), a few drawn configs of three keys,
+ * one dtype a key. Returns the runs. */
+static size_t router_options_are_correct(gpu_env *g)
+{
+    static const struct {
+        uint8_t kernel;
+        uint64_t cols;
+        const char *params;
+        unsigned flags;
+    } keys[] = {
+        {TUNED_KERNEL_ROUTER_TOPK, 128, "k=8",
+         TUNED__ROUTER_FLAG_IDS32 | TUNED__ROUTER_FLAG_WEIGHTS_BF16},
+        {TUNED_KERNEL_ROUTER_TOPK, 256, "k=8,score=sigmoid,groups=8,topk_group=4,renorm=1,bias=1",
+         TUNED__ROUTER_FLAG_WEIGHTS_BF16},
+        {TUNED_KERNEL_ROUTER_TOPK, 60, "k=4,renorm=1", TUNED__ROUTER_FLAG_IDS32},
+        {TUNED_KERNEL_ROUTER_TOPK_BWD, 160, "k=6,score=sigmoid,renorm=1",
+         TUNED__ROUTER_FLAG_IDS32},
+    };
+    size_t runs = 0;
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        tuned__shape s = {(tuned_dtype)(TUNED_FP16 + (int)(i % 3)), 67, keys[i].cols,
+                          keys[i].kernel, 0};
+        tuned__err e = {0};
+        EXPECT_RC(tuned__params_parse(tuned__kind(keys[i].kernel), keys[i].params, &s.params,
+                                      &e),
+                  0, &e);
+        tuned__space sp;
+        if (!space_of(g, &s, &sp))
+            continue;
+        tuned__config cfgs[3];
+        tuned__rng rng = {71 + i};
+        for (size_t k = 0; k < 3; k++)
+            tuned__space_random(&sp, &rng, &cfgs[k]);
+        tuned__eval_opts o = quick_opts();
+        o.codegen.flags = keys[i].flags;
+        expect_correct(g, &s, cfgs, 3, &o);
+        runs += 3;
+        tuned__space_free(&sp);
+    }
+    return runs;
+}
+
 /* ---- `test_gpu fault`: a variant that kills the context (its own
  * process: the context stays dead) ---- */
 
@@ -524,6 +568,8 @@ int main(int argc, char **argv)
         variants += ce_options_are_correct(&g);
     if (kind_asked(only_kinds, "router_topk"))
         variants += router_groups_are_correct(&g);
+    if (kind_asked(only_kinds, "router_topk"))
+        variants += router_options_are_correct(&g);
     if (kind_asked(only_kinds, "softmax") || kind_asked(only_kinds, "softmax_bwd")) {
         planted_bugs_are_caught(&g);
         stray_writes_are_caught(&g);

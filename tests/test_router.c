@@ -260,10 +260,11 @@ static void test_reference(void)
 
 /* ---- compile ---- */
 
-/* Compiles config for the kind on dt x cols under params; false when the
- * kind's rule refuses the config there (a row too long for its threads). */
-static bool compile(const tuned__nvrtc *n, unsigned kernel, tuned_dtype dt, uint64_t cols,
-                    const char *params, const char *config)
+/* Compiles config for the kind on dt x cols under params, with the
+ * compiled-in options flags; false when the kind's rule refuses the config
+ * there (a row too long for its threads). */
+static bool compile_flags(const tuned__nvrtc *n, unsigned kernel, tuned_dtype dt, uint64_t cols,
+                          const char *params, const char *config, unsigned flags)
 {
     tuned__shape s = {.dtype = dt, .rows = 4099, .cols = cols, .kernel = (uint8_t)kernel};
     tuned__err e = {0};
@@ -277,7 +278,8 @@ static bool compile(const tuned__nvrtc *n, unsigned kernel, tuned_dtype dt, uint
     }
     if (!tuned__config_check(&c, &s, 90, 132, NULL, 0))
         return false;
-    if (tuned__source_kernel(&c, &s, NULL, &src, &e) != 0 ||
+    const tuned__codegen_opts opts = {.flags = flags};
+    if (tuned__source_kernel(&c, &s, &opts, &src, &e) != 0 ||
         tuned__nvrtc_compile(n, src, config, 90, TUNED__NVRTC_PTX, &ptx, &e) != 0) {
         EXPECT(0, "%s %s x %llu %s %s: %s", tuned__kernel_name((uint8_t)kernel),
                tuned_dtype_name(dt), (unsigned long long)cols, params, config, e.msg);
@@ -288,9 +290,22 @@ static bool compile(const tuned__nvrtc *n, unsigned kernel, tuned_dtype dt, uint
                                                                : ".entry tuned_router_topk_bwd(")
                != NULL,
            "no entry point in the PTX");
+    /* bf16 weights: stores of two bytes (with fp32 logits the module,
+     * forward and backward, has none else) */
+    if (kernel == TUNED_KERNEL_ROUTER_TOPK && dt == TUNED_FP32)
+        EXPECT((strstr(ptx.data, "st.global.u16") != NULL ||
+                strstr(ptx.data, "st.global.b16") != NULL) ==
+                   ((flags & TUNED__ROUTER_FLAG_WEIGHTS_BF16) != 0),
+               "%s with options 0x%x: two-byte stores do not follow bf16 weights", config, flags);
     tuned__blob_free(&ptx);
     free(src);
     return true;
+}
+
+static bool compile(const tuned__nvrtc *n, unsigned kernel, tuned_dtype dt, uint64_t cols,
+                    const char *params, const char *config)
+{
+    return compile_flags(n, kernel, dt, cols, params, config, 0);
 }
 
 static void test_compile(const tuned__nvrtc *n)
@@ -336,6 +351,12 @@ static void test_compile(const tuned__nvrtc *n)
         EXPECT(fwd > 0 && bwd > 0, "%llu experts %s %s: no config compiled",
                (unsigned long long)cases[i].cols, cases[i].params, tuned_dtype_name(dt));
     }
+    /* The compiled-in options: int32 ids and bf16 weights, a forward with
+     * one, the other and both (the GPU test runs them against float64) */
+    for (unsigned flags = 1; flags <= 3; flags++)
+        EXPECT(compile_flags(n, TUNED_KERNEL_ROUTER_TOPK, TUNED_FP32, 160,
+                             "k=6,score=sigmoid,renorm=1", configs[2], flags),
+               "160 experts with options 0x%x: refused", flags);
     /* The selection method's text: the scan left out, sort, short and net named; no
      * other kind takes it. */
     {

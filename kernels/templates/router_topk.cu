@@ -31,9 +31,12 @@
  *           below -87); softmax: NaN where the row's softmax is NaN, as
  *           s_{id_i} / sum is; a +inf score (sqrt-softplus) makes the
  *           row's renormalized weights NaN
- *   outputs weights fp32 and ids (int32, T_IDS64: int64), rows x k, row r
- *           at r*k; counts (int32, E, caller-zeroed, or NULL): one
- *           atomicAdd per chosen expert
+ *   outputs weights fp32 (T_WEIGHTS_BF16: bf16, rounded to nearest even)
+ *           and ids (int32, T_IDS64: int64), rows x k, row r at r*k;
+ *           counts (int32, E, caller-zeroed, or NULL): one atomicAdd per
+ *           chosen expert; source rows (int32, rows x k, or NULL): output
+ *           i of row r is row i*rows + r of the k-major expanded token
+ *           list a MoE dispatch permutes
  * Backward (tuned_router_topk_bwd), from the logits, the chosen ids and
  * the weights' gradient g (g_i for the i-th chosen, 0 for the others),
  * the scores recomputed, every element of dlogits written once:
@@ -98,7 +101,8 @@
  *            log-scores, sigmoid's without a log, summed over the row's
  *            lanes, or, for k <= 16, by every lane over every round's
  *            winner, their parts formed in the rounds), times c
- *   store    weights and ids, a lane per output (coalesced), counts
+ *   store    weights and ids, a lane per output (coalesced), counts,
+ *            source rows
  * With a bias the selection needs the scores first and the winner's logit
  * comes from its owner by one shuffle; without one the keys are the
  * logits', and every lane reads the winner's logit back from its key.
@@ -177,6 +181,7 @@
  *   T_RENORM      0, 1: weights divided by the chosen scores' sum
  *   T_IDS64       0 int32 ids, 1 int64; absent: 0 where T_IDS32 (the
  *                 kind's flag) is 1, else 1
+ *   T_WEIGHTS_BF16 1: bf16 weights (the forward's flag; absent: 0, fp32)
  *   T_ST          softmax_common.cu's store hint, for dlogits (absent: 0)
  * The other rows-family defines codegen may emit are ignored (T_ITERS,
  * T_HEAD_FREE, T_HEAD_ALIGN, T_BWD: both kernels are always here;
@@ -205,7 +210,7 @@
 #endif
 
 /* The router's own defines and types (codegen sets them from the kind's
- * key parameters and its flag T_IDS32). */
+ * key parameters and its flags T_IDS32 and T_WEIGHTS_BF16). */
 #ifndef TUNED_ROUTER_DEFINES
 #define TUNED_ROUTER_DEFINES
 /* The ids' width from codegen: the kind's compiled-in option T_IDS32 (its
@@ -245,6 +250,12 @@
 #if T_IDS64 != 0 && T_IDS64 != 1
 #error "router: T_IDS64 is 0 (int32 ids) or 1 (int64)"
 #endif
+#ifndef T_WEIGHTS_BF16
+#define T_WEIGHTS_BF16 0
+#endif
+#if T_WEIGHTS_BF16 != 0 && T_WEIGHTS_BF16 != 1
+#error "router: T_WEIGHTS_BF16 is 0 (fp32 weights) or 1 (bf16)"
+#endif
 
 /* The logits' element: fp32, or the bits of an fp16 or bf16. */
 #if T_DTYPE == 2
@@ -257,6 +268,26 @@ typedef long long IDX;
 #else
 typedef int IDX;
 #endif
+/* The weights' element: fp32, or a bf16's bits. */
+#if T_WEIGHTS_BF16
+typedef unsigned short WT;
+#else
+typedef float WT;
+#endif
+
+/* A weight as stored: bf16 rounded to nearest even (a NaN stays a quiet
+ * NaN, an overflow is inf), or the float. */
+__device__ __forceinline__ WT router_weight_out(float w)
+{
+#if T_WEIGHTS_BF16
+    const unsigned b = __float_as_uint(w);
+    if ((b & 0x7FFFFFFFu) > 0x7F800000u)
+        return (WT)((b >> 16) | 0x40u);
+    return (WT)((b + 0x7FFFu + ((b >> 16) & 1u)) >> 16);
+#else
+    return w;
+#endif
+}
 
 /* The options, by value: exactly one float, so the host passes a float. */
 struct tuned_router_options {
@@ -1371,14 +1402,24 @@ __device__ __forceinline__ bool router_select(RouterChoice &ch, const int (&key)
 
 /* ---- weight and store ---- */
 
+/* The forward's outputs (the kernel's pointers; counts and source_rows may
+ * be NULL) and the launch's rows, which the source rows count in. */
+struct RouterOutputs {
+    WT *weights;
+    IDX *ids;
+    int *counts;
+    int *source_rows;
+    long long rows;
+};
+
 /* weight: each lane its slots' weights (scores, renormalized over the
- * row's lanes), times c; store: weights, ids and counts, output i by lane
- * i % TPR (a row's outputs are consecutive: one coalesced store a slot). */
+ * row's lanes), times c; store: weights, ids, counts and source rows,
+ * output i by lane i % TPR (a row's outputs are consecutive: one
+ * coalesced store a slot). */
 template <bool BIAS>
 __device__ __forceinline__ void router_store(const RouterChoice &ch, const RouterStats &st,
                                              long long row, int lane, unsigned mask,
-                                             bool live, float scaling, float *weights, IDX *ids,
-                                             int *counts)
+                                             bool live, float scaling, const RouterOutputs &o)
 {
     float w[RT_SLOTS];
     float part = 0.0f;
@@ -1436,10 +1477,12 @@ __device__ __forceinline__ void router_store(const RouterChoice &ch, const Route
         const int i = s * RT_TPR + lane;
         if (live && i < T_TOPK) {
             const int id = first_k ? i : ch.id[s];
-            weights[out + i] = w[s] * scaling;
-            ids[out + i] = (IDX)id;
-            if (counts != NULL)
-                atomicAdd(counts + id, 1);
+            o.weights[out + i] = router_weight_out(w[s] * scaling);
+            o.ids[out + i] = (IDX)id;
+            if (o.counts != NULL)
+                atomicAdd(o.counts + id, 1);
+            if (o.source_rows != NULL)
+                o.source_rows[out + i] = (int)(i * o.rows + row);
         }
     }
 }
@@ -1485,8 +1528,7 @@ __device__ __forceinline__ void router_unstage(RouterChoice &ch, unsigned mask, 
 template <bool BIAS>
 __device__ __forceinline__ void router_route(const float (&x)[RT_HELD], const float *bias,
                                              const RouterSlot &slot, bool live, float scaling,
-                                             float *weights, IDX *ids, int *counts,
-                                             RouterOut *stage)
+                                             const RouterOutputs &o, RouterOut *stage)
 {
     float b[RT_HELD];
     if (BIAS)
@@ -1524,16 +1566,17 @@ __device__ __forceinline__ void router_route(const float (&x)[RT_HELD], const fl
         router_choice_init(ch);
         router_select<BIAS, false, true>(ch, key, x, slot.lane, slot.mask);
     }
-    router_store<BIAS>(ch, st, slot.row, slot.lane, slot.mask, live, scaling, weights, ids,
-                       counts);
+    router_store<BIAS>(ch, st, slot.row, slot.lane, slot.mask, live, scaling, o);
 }
 
 /* The forward: one row per TPR threads, T_ROWS rows a block; the launch
- * has rows / T_ROWS blocks, rounded up. bias and counts may be NULL. */
+ * has rows / T_ROWS blocks, rounded up. bias, counts and source_rows may
+ * be NULL. */
 extern "C" __global__ void __launch_bounds__(T_WARPS * 32, T_MIN_BLOCKS)
 tuned_router_topk(const T *__restrict__ logits, const float *__restrict__ bias,
-                  float *__restrict__ weights, IDX *__restrict__ ids, int *__restrict__ counts,
-                  long long rows, int cols, long long row_stride, tuned_router_options opt)
+                  WT *__restrict__ weights, IDX *__restrict__ ids, int *__restrict__ counts,
+                  int *__restrict__ source_rows, long long rows, int cols, long long row_stride,
+                  tuned_router_options opt)
 {
     const RouterSlot slot = router_slot(RT_WHOLE_WARP);
     const bool live = slot.row < rows;
@@ -1554,10 +1597,11 @@ tuned_router_topk(const T *__restrict__ logits, const float *__restrict__ bias,
         for (int e = 0; e < RT_HELD; e++)
             x[e] = NEG_INF;
     }
+    const RouterOutputs o = {weights, ids, counts, source_rows, rows};
     if (bias != NULL)
-        router_route<true>(x, bias, slot, live, opt.scaling, weights, ids, counts, stage);
+        router_route<true>(x, bias, slot, live, opt.scaling, o, stage);
     else
-        router_route<false>(x, bias, slot, live, opt.scaling, weights, ids, counts, stage);
+        router_route<false>(x, bias, slot, live, opt.scaling, o, stage);
 }
 
 /* ---- the backward ---- */

@@ -1,9 +1,11 @@
 /* api_router.c: the router kinds' entry points (tuned.h): the options
  * checked and turned into the kind's key parameters (k, score, groups,
- * renorm: one compiled, tuned and stored kernel each) and its compiled-in
- * int32 ids. The call itself is the registry's, as for every kind
- * (api.c); the routed scaling factor is the call's scale. */
+ * renorm: one compiled, tuned and stored kernel each), its compiled-in
+ * int32 ids and bf16 weights, and its optional source rows. The call
+ * itself is the registry's, as for every kind (api.c); the routed scaling
+ * factor is the call's scale. */
 #include <float.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "src/api/handle.h"
@@ -67,7 +69,16 @@ static int router_call(tuned_handle *h, const char *fn, tuned_kernel kernel,
     int rc = router_params(h, fn, a.kind, o, experts, &a.key_params);
     if (rc != 0)
         return rc;
-    a.flags = o->ids_int32 ? 1u : 0u; /* the kind's flag 0: T_IDS32 */
+    /* the kinds' flag 0: T_IDS32; the forward's flag 1: T_WEIGHTS_BF16 (the
+     * backward's dweights are fp32 whatever the forward wrote) */
+    const bool forward = kernel == TUNED_KERNEL_ROUTER_TOPK;
+    a.flags = (o->ids_int32 ? TUNED__ROUTER_FLAG_IDS32 : 0u) |
+              (forward && o->weights_bf16 ? TUNED__ROUTER_FLAG_WEIGHTS_BF16 : 0u);
+    if (forward && o->source_rows != NULL && rows > 0 &&
+        (uint64_t)rows * (uint64_t)o->k > (1ull << 31))
+        return tuned__api_failf(h, TUNED_EINVAL,
+                                "%s: source_rows: %lld rows x k %d are past int32's rows", fn,
+                                (long long)rows, o->k);
     for (unsigned i = 0; i < a.kind->ntensors; i++)
         a.ptr[i] = ptrs[i];
     tuned__api_entry *e;
@@ -77,11 +88,12 @@ static int router_call(tuned_handle *h, const char *fn, tuned_kernel kernel,
     return tuned__api_launch(h, &a, e, rows, experts, row_stride, dtype, o->scaling, stream);
 }
 
-int tuned_router_topk(tuned_handle *h, const void *logits, const float *bias, float *weights,
+int tuned_router_topk(tuned_handle *h, const void *logits, const float *bias, void *weights,
                       void *ids, int *counts, int64_t rows, int64_t experts, int64_t row_stride,
                       tuned_dtype dtype, const tuned_router_options *o, void *stream)
 {
-    const void *ptrs[] = {logits, bias, weights, ids, counts};
+    const void *ptrs[] = {logits, bias, weights, ids, counts,
+                          o != NULL ? (const void *)o->source_rows : NULL};
     return router_call(h, "tuned_router_topk", TUNED_KERNEL_ROUTER_TOPK, ptrs, rows, experts,
                        row_stride, dtype, o, stream);
 }

@@ -89,7 +89,7 @@ static bool router_rule(uint64_t cols, uint32_t params, char *why, size_t n);
 #define ROUTER_BWD_PARAMS                                                                    \
     .nparams = 5, .param = {ROUTER_PARAM_LIST}, .params_rule = router_rule, .example_cols = 128
 #define ROUTER_COMMON                                                                        \
-    .params_size = 4, .scaled = true, .flag = {"T_IDS32"}, .rows_held = 1, .pairs = false,  \
+    .params_size = 4, .scaled = true, .rows_held = 1, .pairs = false,                       \
     .keeps_exps = false, .stash = false, .replicas = false, .line_head = false,             \
     .max_row_threads = 32, .max_thread_elems = 64, .fixed_registers = true,                \
     .reference_parts = {"softmax_common", "reference"}
@@ -189,14 +189,18 @@ static const tuned__kind_spec specs[] = {
         .id = TUNED_KERNEL_ROUTER_TOPK,
         .name = "router_topk",
         .math = "ids, w = top k of score(x) (+ bias), w = s score_id (/ sum if renorm)",
-        .ntensors = 5,
+        .ntensors = 6,
         .tensor = {LOGITS,
                    {"bias", TUNED__TENSOR_IN, TUNED__ELEM_F32, TUNED__EXTENT_COLS, 0, 1,
                     ROUTER_BIAS_PARAM + 1},
                    {"weights", TUNED__TENSOR_OUT, TUNED__ELEM_F32, TUNED__EXTENT_ROWS_K, 0},
                    {"ids", TUNED__TENSOR_OUT, TUNED__ELEM_I64, TUNED__EXTENT_ROWS_K, 0},
-                   {"counts", TUNED__TENSOR_OUT, TUNED__ELEM_I32, TUNED__EXTENT_COLS, 0, 1}},
+                   {"counts", TUNED__TENSOR_OUT, TUNED__ELEM_I32, TUNED__EXTENT_COLS, 0, 1},
+                   {"source_rows", TUNED__TENSOR_OUT, TUNED__ELEM_I32, TUNED__EXTENT_ROWS_K, 0,
+                    1}},
+        .flag = {"T_IDS32", "T_WEIGHTS_BF16"},
         .flag_int32 = {4}, /* T_IDS32: ids int32 */
+        .flag_bf16 = {0, 3}, /* T_WEIGHTS_BF16: weights bf16 */
         ROUTER_COMMON, ROUTER_PARAMS,
         .fixed_store_hint = true,
         .selects = true, /* the backward only scatters: it has no sel */
@@ -212,6 +216,7 @@ static const tuned__kind_spec specs[] = {
                    {"ids", TUNED__TENSOR_IN, TUNED__ELEM_I64, TUNED__EXTENT_ROWS_K, 0},
                    {"dweights", TUNED__TENSOR_IN, TUNED__ELEM_F32, TUNED__EXTENT_ROWS_K, 0},
                    {"dlogits", TUNED__TENSOR_OUT, TUNED__ELEM_DTYPE, TUNED__EXTENT_MATRIX, 0}},
+        .flag = {"T_IDS32"},
         .flag_int32 = {2},
         ROUTER_COMMON, ROUTER_BWD_PARAMS,
         .path = {[TUNED__PATH_ROWS] = ROUTER_BWD_PATH},

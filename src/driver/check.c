@@ -211,6 +211,8 @@ int tuned__check_flags(tuned__check *c, unsigned flags, tuned__err *e)
 {
     if (c->kind->reference == TUNED__REF_CROSS_ENTROPY)
         return tuned__check_ce_flags(c, flags, e);
+    if (c->kind->reference == TUNED__REF_ROUTER || c->kind->reference == TUNED__REF_ROUTER_BWD)
+        return tuned__check_router_flags(c, flags, e);
     if (flags != 0)
         return tuned__errf(e, TUNED_EINVAL, "check: %s: no compiled-in options to run (0x%x)",
                            c->kind->name, flags);

@@ -116,9 +116,11 @@ void tuned__check_ce_describe(tuned__check *c, uint64_t first, char *out, size_t
 /* The router's method (check_router.c): its per-row and per-column
  * buffers between guards and its host state; the drawn bias (and the
  * backward's ids and dweights); a run of both forward launches (without
- * and with bias and counts) or the backward's, compared with
+ * and with bias, counts and source rows) or the backward's, under the
+ * variant's int32 ids and bf16 weights, compared with
  * router_reference.c. */
 int tuned__check_router_open(tuned__check *c, tuned__err *e);
+int tuned__check_router_flags(tuned__check *c, unsigned flags, tuned__err *e);
 void tuned__check_router_close(tuned__check *c);
 int tuned__check_router_input(tuned__check *c, unsigned long long seed, tuned__err *e);
 int tuned__check_router_run(tuned__check *c, const tuned__launch *l, tuned__workspace *work,

@@ -5,16 +5,20 @@
  * value, near 1e10); the float64 reference is router_reference.c's, on the
  * host, from a copy of them.
  *
- * Forward: two launches, the first with no bias and no counts, the second
- * with a drawn bias (uniform in [-0.05, 0.05): enough to move choices of
- * scores in (0, 1)) and counts. Each chosen id must be the reference's, or
+ * Forward: two launches, the first with no bias, no counts and no source
+ * rows, the second with a drawn bias (uniform in [-0.05, 0.05): enough to
+ * move choices of scores in (0, 1)), counts and source rows. Each chosen id
+ * must be the reference's, or
  * tie with it: the same order value within fp32 rounding where a bias is
  * added to a score in fp32 (both NaN counting as a tie); ids distinct and
  * in range; where the groups' choice is itself within rounding of a tie,
  * only the weights of the kernel's own ids are held to the reference. The
  * weights of the kernel's ids are held to float64 (fp32 math: 2e-5
- * relative), the counts to the ids' histogram, and the guard bands around
- * weights, ids and counts must keep their poison.
+ * relative; bf16 weights within their rounding more), the counts to the
+ * ids' histogram, the source rows to i * rows + r, and the guard bands
+ * around every per-row output must keep their poison. The variant's
+ * compiled-in options (tuned__check_router_flags: int32 ids, bf16 weights)
+ * set the widths read.
  *
  * Backward: the ids are drawn distinct per row and dweights uniform in
  * [-1, 1); dlogits (the generic y, with its guards) must match the float64
@@ -34,8 +38,10 @@
 /* Order values closer than this (relative, at least absolute) may swap:
  * fp32 scores plus a bias, against float64. */
 #define ORDER_TOL 4e-6
-/* Weights: fp32 math against float64. */
+/* Weights: fp32 math against float64; bf16 weights round it by at most
+ * half their ulp more (2^-9 of a value, 2^-8 at the low end of a binade). */
 #define WEIGHT_RTOL 2e-5
+#define WEIGHT_BF16_RTOL (WEIGHT_RTOL + 0x1p-8)
 
 /* Host state of one router check. */
 typedef struct router_state {
@@ -61,16 +67,48 @@ static unsigned topk(const tuned__check *c)
     return tuned__params_value(c->kind, c->shape.params, "k", 1);
 }
 
+/* The bytes of the ids at int64, the room every check keeps for them. */
 static size_t ids_bytes(const tuned__check *c)
 {
     return c->shape.rows * topk(c) * 8;
 }
 
-/* The span of per-row tensor i (its poisoned guard excluded). */
+static bool ids32(const tuned__check *c)
+{
+    return (c->flags & TUNED__ROUTER_FLAG_IDS32) != 0;
+}
+
+static bool weights_bf16(const tuned__check *c)
+{
+    return (c->flags & TUNED__ROUTER_FLAG_WEIGHTS_BF16) != 0;
+}
+
+/* The room of per-row tensor i (its poisoned guard excluded): its span
+ * with int64 ids and fp32 weights. */
 static size_t span(const tuned__check *c, int i)
 {
     return (size_t)tuned__kind_span(c->kind, (unsigned)i, c->shape.rows,
                                     tuned__wire_cols_of(&c->shape), c->shape.cols, c->esize, 0);
+}
+
+/* What a variant writes of tensor i, under its compiled-in options. */
+static size_t used_span(const tuned__check *c, int i)
+{
+    return (size_t)tuned__kind_span(c->kind, (unsigned)i, c->shape.rows,
+                                    tuned__wire_cols_of(&c->shape), c->shape.cols, c->esize,
+                                    c->flags);
+}
+
+int tuned__check_router_flags(tuned__check *c, unsigned flags, tuned__err *e)
+{
+    unsigned allowed = TUNED__ROUTER_FLAG_IDS32;
+    if (c->kind->reference == TUNED__REF_ROUTER)
+        allowed |= TUNED__ROUTER_FLAG_WEIGHTS_BF16;
+    if ((flags & ~allowed) != 0)
+        return tuned__errf(e, TUNED_EINVAL, "check: %s: options 0x%x (it has 0x%x)",
+                           c->kind->name, flags, allowed);
+    c->flags = flags;
+    return 0;
 }
 
 int tuned__check_router_open(tuned__check *c, tuned__err *e)
@@ -178,9 +216,22 @@ int tuned__check_router_input(tuned__check *c, unsigned long long seed, tuned__e
         }
     }
     int ii = tensor(c, "ids"), di = tensor(c, "dweights");
-    CUresult cr = c->d->cuMemcpyHtoD(c->row_tensor[ii], st->ids, ids_bytes(c));
+    /* int32 ids (the variant's option): the drawn ids narrowed, in the
+     * room the int64 ones take */
+    int32_t *narrow = ids32(c) ? malloc(c->shape.rows * k * sizeof *narrow) : NULL;
+    if (ids32(c) && narrow == NULL) {
+        free(perm);
+        free(dw32);
+        return tuned__errf(e, TUNED_ENOMEM, "check: out of memory");
+    }
+    for (size_t i = 0; narrow != NULL && i < c->shape.rows * k; i++)
+        narrow[i] = (int32_t)st->ids[i];
+    CUresult cr = narrow != NULL
+                      ? c->d->cuMemcpyHtoD(c->row_tensor[ii], narrow, c->shape.rows * k * 4)
+                      : c->d->cuMemcpyHtoD(c->row_tensor[ii], st->ids, ids_bytes(c));
     if (cr == CUDA_SUCCESS)
         cr = c->d->cuMemcpyHtoD(c->row_tensor[di], dw32, c->shape.rows * k * 4);
+    free(narrow);
     free(perm);
     free(dw32);
     return tuned__cuda_check(c->d, cr, e, "uploading the backward's ids and dweights");
@@ -218,13 +269,18 @@ static int guards_hold(tuned__check *c, int i, unsigned char poison, bool *ok, t
         for (size_t b = 0; b < GUARD; b++)
             *ok &= g[b] == poison;
     }
-    /* the padding between the tensor's end and its rounded length too */
-    size_t pad = len - span(c, i);
+    /* the room past what the variant writes, to the rounded length, too
+     * (int32 ids and bf16 weights leave half their room) */
+    size_t used = used_span(c, i), pad = len - used;
     if (pad > 0) {
-        CU(c->d->cuMemcpyDtoH(g, c->row_tensor[i] + span(c, i), pad),
-           "reading a guard of the router's outputs");
-        for (size_t b = 0; b < pad; b++)
-            *ok &= g[b] == poison;
+        unsigned char *room = malloc(pad);
+        if (room == NULL)
+            return tuned__errf(e, TUNED_ENOMEM, "check: out of memory");
+        CUresult cr = c->d->cuMemcpyDtoH(room, c->row_tensor[i] + used, pad);
+        for (size_t b = 0; cr == CUDA_SUCCESS && b < pad; b++)
+            *ok &= room[b] == poison;
+        free(room);
+        CU(cr, "reading a guard of the router's outputs");
     }
     return 0;
 }
@@ -254,13 +310,23 @@ static int compare_forward(tuned__check *c, bool with_bias, char *bad, size_t n,
     }
     CUresult cr = c->d->cuStreamSynchronize(c->stream);
     if (cr == CUDA_SUCCESS)
-        cr = c->d->cuMemcpyDtoH(w, c->row_tensor[wi], rows * k * 4);
+        cr = c->d->cuMemcpyDtoH(w, c->row_tensor[wi], used_span(c, wi));
     if (cr == CUDA_SUCCESS)
-        cr = c->d->cuMemcpyDtoH(ids, c->row_tensor[ii], rows * k * 8);
+        cr = c->d->cuMemcpyDtoH(ids, c->row_tensor[ii], used_span(c, ii));
     if (cr != CUDA_SUCCESS) {
         free(w), free(ids), free(hist);
         return tuned__cuda_check(c->d, cr, e, "reading the router's outputs");
     }
+    /* narrow outputs widened in place, from the last */
+    for (size_t i = rows * k; i-- > 0;) {
+        if (weights_bf16(c)) {
+            uint32_t bits = (uint32_t)((const uint16_t *)w)[i] << 16;
+            memcpy(&w[i], &bits, sizeof bits);
+        }
+        if (ids32(c))
+            ids[i] = ((const int32_t *)ids)[i];
+    }
+    const double wtol = weights_bf16(c) ? WEIGHT_BF16_RTOL : WEIGHT_RTOL;
     tuned__router_rule rule = tuned__router_rule_of(c->shape.params, c->scale);
     double *x = st->row, *score = x + cols, *order = score + cols, *v = order + cols;
     long long ref[64];
@@ -299,7 +365,7 @@ static int compare_forward(tuned__check *c, bool with_bias, char *bad, size_t n,
             break;
         tuned__router_weights(x, score, got, &rule, want);
         for (unsigned i = 0; i < k; i++)
-            if (!near(w[r * k + i], want[i], WEIGHT_RTOL * fabs(want[i]) + 1e-30)) {
+            if (!near(w[r * k + i], want[i], wtol * fabs(want[i]) + 1e-30)) {
                 snprintf(bad, n, "row %llu: weight %u of expert %lld is %.9g, float64 %.9g",
                          (unsigned long long)r, i, got[i], (double)w[r * k + i], want[i]);
                 break;
@@ -314,8 +380,21 @@ static int compare_forward(tuned__check *c, bool with_bias, char *bad, size_t n,
                 break;
             }
     }
+    /* the source rows, read into the ids' room (the ids are checked) */
+    int si = tensor(c, "source_rows");
+    if (bad[0] == '\0' && with_bias && si >= 0 && cr == CUDA_SUCCESS) {
+        int32_t *src = (int32_t *)ids;
+        cr = c->d->cuMemcpyDtoH(src, c->row_tensor[si], rows * k * 4);
+        for (uint64_t at = 0; cr == CUDA_SUCCESS && at < rows * k; at++)
+            if ((int64_t)src[at] != (int64_t)(at % k) * (int64_t)rows + (int64_t)(at / k)) {
+                snprintf(bad, n, "row %llu: source row %u is %d, not %llu",
+                         (unsigned long long)(at / k), (unsigned)(at % k), src[at],
+                         (unsigned long long)((at % k) * rows + at / k));
+                break;
+            }
+    }
     free(w), free(ids), free(hist);
-    return tuned__cuda_check(c->d, cr, e, "reading the router's counts");
+    return tuned__cuda_check(c->d, cr, e, "reading the router's counts and source rows");
 }
 
 /* Compares the backward's dlogits (y) with the reference. */
@@ -376,10 +455,11 @@ int tuned__check_router_run(tuned__check *c, const tuned__launch *l, tuned__work
                                          (span(c, (int)i) + 255) / 256 * 256 + 2 * GUARD,
                                          c->stream),
                    "poisoning the router's outputs");
-        int bi = tensor(c, "bias"), ci = tensor(c, "counts");
+        int bi = tensor(c, "bias"), ci = tensor(c, "counts"), si = tensor(c, "source_rows");
         if (!backward) {
             tensors[bi] = pass == 1 ? c->row_tensor[bi] : 0;
             tensors[ci] = pass == 1 ? c->row_tensor[ci] : 0;
+            tensors[si] = pass == 1 ? c->row_tensor[si] : 0;
             if (pass == 1)
                 CU(c->d->cuMemsetD8Async(c->row_tensor[ci], 0, c->shape.cols * 4, c->stream),
                    "clearing the counts");
@@ -394,7 +474,7 @@ int tuned__check_router_run(tuned__check *c, const tuned__launch *l, tuned__work
         for (unsigned i = 0; i < c->kind->ntensors && bad[0] == '\0'; i++) {
             if (c->kind->tensor[i].role != TUNED__TENSOR_OUT ||
                 c->kind->tensor[i].extent == TUNED__EXTENT_MATRIX ||
-                (!backward && pass == 0 && (int)i == ci))
+                (!backward && pass == 0 && ((int)i == ci || (int)i == si)))
                 continue;
             bool ok;
             if ((rc = guards_hold(c, (int)i, poison, &ok, e)) != 0)

@@ -10,7 +10,8 @@ exits 1 on a failure.
                 compared as sets), Qwen3-MoE's (softmax, with and without
                 norm_topk_prob) and Mixtral's (softmax, renormalised)
   rules         ties to the lower index, NaN first, a NaN softmax row,
-                counts, int32 ids, 3-d logits, fp16 / bf16 logits against
+                counts, int32 ids, bf16 weights (the fp32 ones rounded),
+                source rows, 3-d logits, fp16 / bf16 logits against
                 their fp32 values; any expert count (60, 160, 384, 2048)
   gradients     d logits against autograd through transformers' formula
                 (Mixtral's, Qwen's, DeepSeek's) with the ids held
@@ -20,7 +21,8 @@ exits 1 on a failure.
   arguments     k, experts, groups, topk_group, scaling, score, bias shape
                 refused with ValueError
   direct        the eager path's calls of libtuned (pointers, strides, the
-                options struct, counts, int32 ids, its autograd Function)
+                options struct, counts, int32 ids, bf16 weights, source
+                rows, its autograd Function)
                 on the CPU, with the two entry points replaced by a torch
                 stand-in that reads and writes the memory it is given:
                 the same answers and gradients as the operators
@@ -145,6 +147,38 @@ class Rules(unittest.TestCase):
             ref = torch.topk(torch.softmax(x.float(), -1), 6)
             self.assertTrue(torch.equal(i.long(), ref.indices), dev)
 
+    def test_weights_bf16_source_rows(self):
+        g = torch.Generator().manual_seed(8)
+        for dev in DEVICES:
+            x = torch.randn(5, 23, 128, generator=g).to(dev)
+            w32, i32 = tuned.router_topk(x, 8, renorm=True, scaling=2.5)
+            w, i, c, src = tuned.router_topk(x, 8, renorm=True, scaling=2.5,
+                                             weights_dtype=torch.bfloat16, return_counts=True,
+                                             return_source_rows=True)
+            self.assertEqual(w.dtype, torch.bfloat16, dev)
+            self.assertTrue(torch.equal(i, i32), dev)
+            # the fp32 weights rounded: within half a bf16 ulp (one where
+            # the two fp32 weights round apart)
+            torch.testing.assert_close(w.float(), w32, rtol=2 ** -8, atol=0,
+                                       msg=lambda m: f"{dev}: {m}")
+            self.assertEqual(tuple(src.shape), (5, 23, 8), dev)
+            rows = torch.arange(5 * 23, device=dev).view(5, 23, 1)
+            want = torch.arange(8, device=dev).view(1, 1, 8) * (5 * 23) + rows
+            self.assertEqual(src.dtype, torch.int32, dev)
+            self.assertTrue(torch.equal(src.long(), want), dev)
+            # a dispatch's gather through them: token src % rows, choice src // rows
+            flat_ids = i.reshape(-1, 8)
+            tok, choice = src.reshape(-1) % (5 * 23), src.reshape(-1) // (5 * 23)
+            self.assertTrue(torch.equal(flat_ids[tok, choice], flat_ids.reshape(-1)), dev)
+            self.assertEqual(c.tolist(), torch.bincount(i.reshape(-1), minlength=128).tolist())
+            # the gradient reaches the logits through bf16 weights too
+            xg = x.clone().requires_grad_(True)
+            wg, _ = tuned.router_topk(xg, 8, renorm=True, weights_dtype=torch.bfloat16)
+            (dx,) = torch.autograd.grad(wg.float().sum(), xg)
+            self.assertTrue(bool(dx.isfinite().all()), dev)
+        with self.assertRaises(ValueError):
+            tuned.router_topk(torch.randn(4, 64), 4, weights_dtype=torch.float16)
+
     def test_dtypes_and_sizes(self):
         g = torch.Generator().manual_seed(4)
         for dev in DEVICES:
@@ -189,7 +223,9 @@ class Operators(unittest.TestCase):
             x = torch.randn(17, 32, device=dev, requires_grad=True)
             b = torch.randn(32, device=dev) * 0.01
             torch.library.opcheck(torch.ops.tuned.router_topk.default,
-                                  (x, b, 4, 1, 4, 2, True, 1.5, False, True))
+                                  (x, b, 4, 1, 4, 2, True, 1.5, False, True, False, False))
+            torch.library.opcheck(torch.ops.tuned.router_topk.default,
+                                  (x, None, 4, 0, 1, 1, True, 1.0, True, False, True, True))
             ids = torch.topk(x.detach(), 4).indices
             torch.library.opcheck(torch.ops.tuned.router_topk_backward.default,
                                   (x.detach(), ids, torch.randn(17, 4, device=dev), 4, 0, False,
@@ -238,10 +274,14 @@ class StandIn:
         bias = read(bp, e, torch.float32) if bp else None
         w, ids = tuned.router._router_torch(x, bias, o.k, o.score, o.num_groups, o.topk_group,
                                             bool(o.renorm), o.scaling)
-        write(wp, w)
+        write(wp, w.to(torch.bfloat16 if o.weights_bf16 else torch.float32))
         write(ip, ids.to(torch.int32 if o.ids_int32 else torch.int64))
         if cp:
             write(cp, torch.bincount(ids.reshape(-1), minlength=e).to(torch.int32))
+        if o.source_rows:
+            i = torch.arange(o.k, dtype=torch.int32)
+            write(o.source_rows, i.unsqueeze(0) * rows + torch.arange(rows, dtype=torch.int32)
+                  .unsqueeze(1))
         return 0
 
     def backward(self, h, xp, ip, dwp, dxp, rows, e, stride, dt, opts, stream):
@@ -285,7 +325,9 @@ class Direct(unittest.TestCase):
                  (torch.randn(2, 17, 256, generator=g), 8,
                   dict(score="sigmoid", bias=torch.rand(256, generator=g) * 0.1, num_groups=8,
                        topk_group=4, renorm=True, ids_dtype=torch.int32, return_counts=True)),
-                 (wide[:, :160], 6, dict(score="sqrt_softplus"))]  # rows 200 apart
+                 (wide[:, :160], 6, dict(score="sqrt_softplus")),  # rows 200 apart
+                 (torch.randn(3, 11, 60, generator=g), 4,
+                  dict(renorm=True, weights_dtype=torch.bfloat16, return_source_rows=True))]
         for x, k, kw in cases:
             d, o = self.both(x, k, **kw)
             for a, b in zip(d, o):
@@ -295,7 +337,8 @@ class Direct(unittest.TestCase):
 
     def test_gradients(self):
         g = torch.Generator().manual_seed(7)
-        for kw in (dict(renorm=True), dict(), dict(score="sigmoid", renorm=True, scaling=2.5)):
+        for kw in (dict(renorm=True), dict(), dict(score="sigmoid", renorm=True, scaling=2.5),
+                   dict(renorm=True, weights_dtype=torch.bfloat16)):
             x0 = torch.randn(40, 96, generator=g)
             up = torch.randn(40, 4, generator=g)
             x = x0.clone().requires_grad_(True)

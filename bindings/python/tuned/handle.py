@@ -155,6 +155,11 @@ class Handle:
         h = self._live()
         c = _lib.Choice()
         code = _lib.kernel_code(kernel)
+        if kernel not in ("softmax", "log_softmax", "softmax_bwd", "log_softmax_bwd"):
+            # libtuned reads one pointer per tensor of the kind: the others
+            # take more than these
+            raise ValueError(f"prepare: kernel {kernel!r} (the softmax kinds; call the others "
+                             "by their own functions)")
         ptrs = [x, y] if dy is None else [x, dy, y]
         tensors = (ctypes.c_void_p * len(ptrs))(*ptrs)
         rc = self._lib.tuned_prepare(h, code, tensors, rows, cols,

@@ -16,16 +16,20 @@ descending order, ties to the lower index, NaN above everything (as
 torch.topk orders it; a softmax row whose scores are NaN chooses experts
 0 .. k-1); weights = scaling * s of the chosen, divided by their sum with
 renorm (softmax with renorm: the softmax over the chosen logits, as
-Mixtral computes it). Returns (weights fp32, ids int64 or int32) of shape
-(..., k), and with return_counts the number of rows that chose each
-expert (int32, E).
+Mixtral computes it). Returns (weights fp32 or bf16, ids int64 or int32) of
+shape (..., k); with return_counts also the number of rows that chose each
+expert (int32, E); with return_source_rows also each output's row in the
+k-major expanded token list a MoE dispatch permutes (int32, (..., k):
+i * rows + r for output i of row r, rows the tokens in all), in that
+order.
 
 Operators (torch.library; fake implementations for torch.compile, CUDA
 graphs, opcheck):
 
     tuned::router_topk(Tensor logits, Tensor? bias, int k, int score,
         int num_groups, int topk_group, bool renorm, float scaling,
-        bool ids_int32, bool counts) -> (Tensor weights, Tensor ids, Tensor counts)
+        bool ids_int32, bool counts, bool weights_bf16, bool source_rows)
+        -> (Tensor weights, Tensor ids, Tensor counts, Tensor source_rows)
     tuned::router_topk_backward(Tensor logits, Tensor ids, Tensor dweights,
         int k, int score, bool renorm, float scaling) -> Tensor dlogits
 
@@ -69,6 +73,8 @@ class _Options(ctypes.Structure):
         ("renorm", ctypes.c_int),
         ("scaling", ctypes.c_float),
         ("ids_int32", ctypes.c_int),
+        ("weights_bf16", ctypes.c_int),
+        ("source_rows", ctypes.c_void_p),
     ]
 
 
@@ -93,8 +99,10 @@ def _bound(lib, name):
     return fn
 
 
-def _options(k, score, num_groups, topk_group, renorm, scaling, ids_int32):
-    return _Options(k, score, num_groups, topk_group, int(renorm), scaling, int(ids_int32))
+def _options(k, score, num_groups, topk_group, renorm, scaling, ids_int32, weights_bf16=False,
+             source_rows=None):
+    return _Options(k, score, num_groups, topk_group, int(renorm), scaling, int(ids_int32),
+                    int(weights_bf16), source_rows)
 
 
 def _check(logits, bias, k, score, num_groups, topk_group, scaling):
@@ -228,39 +236,48 @@ def _rows(logits):
     return x
 
 
+def _source_rows(rows, k, device):
+    """i * rows + r for output i of row r: (rows, k) int32."""
+    i = torch.arange(k, dtype=torch.int32, device=device)
+    r = torch.arange(rows, dtype=torch.int32, device=device)
+    return (i.unsqueeze(0) * rows + r.unsqueeze(1)).contiguous()
+
+
 def _forward_any(logits, bias, k, score, num_groups, topk_group, renorm, scaling, ids_int32,
-                 counts):
+                 counts, weights_bf16, source_rows):
     """tuned::router_topk by torch's formula (every device but CUDA)."""
     x = _rows(logits)
     w, ids = _router_torch(x, bias, k, score, num_groups, topk_group, renorm, scaling)
     cnt = (torch.bincount(ids.reshape(-1), minlength=x.shape[1]).to(torch.int32) if counts
            else torch.zeros(0, dtype=torch.int32, device=x.device))
-    return (w.contiguous(), ids.to(torch.int32 if ids_int32 else torch.int64).contiguous(),
-            cnt)
+    src = (_source_rows(x.shape[0], k, x.device) if source_rows
+           else torch.zeros(0, dtype=torch.int32, device=x.device))
+    return (w.to(torch.bfloat16 if weights_bf16 else torch.float32).contiguous(),
+            ids.to(torch.int32 if ids_int32 else torch.int64).contiguous(), cnt, src)
 
 
-def _forward_cuda(logits, bias, k, score, num_groups, topk_group, renorm, scaling, ids_int32,
-                  counts):
+def _forward_cuda(logits, bias, *args):
     """tuned::router_topk on CUDA: libtuned's kernel (its error raised), or
     torch's formula where no libtuned serves the device."""
     x = _rows(logits)
     if x.shape[0] > 0:
         b = None if bias is None else bias.float().contiguous()
-        out = _direct_forward(x, b, k, score, num_groups, topk_group, renorm, scaling, ids_int32,
-                              counts, strict=True)
+        out = _direct_forward(x, b, *args, strict=True)
         if out is not None:
-            return out
-    return _forward_any(logits, bias, k, score, num_groups, topk_group, renorm, scaling,
-                        ids_int32, counts)
+            w, ids, cnt, src = out
+            empty = torch.zeros(0, dtype=torch.int32, device=x.device)
+            return w, ids, empty if cnt is None else cnt, empty if src is None else src
+    return _forward_any(logits, bias, *args)
 
 
 def _forward_fake(logits, bias, k, score, num_groups, topk_group, renorm, scaling, ids_int32,
-                  counts):
+                  counts, weights_bf16, source_rows):
     rows = logits.numel() // logits.shape[-1]
     e = logits.shape[-1]
-    return (logits.new_empty((rows, k), dtype=torch.float32),
+    return (logits.new_empty((rows, k), dtype=torch.bfloat16 if weights_bf16 else torch.float32),
             logits.new_empty((rows, k), dtype=torch.int32 if ids_int32 else torch.int64),
-            logits.new_empty((e if counts else 0,), dtype=torch.int32))
+            logits.new_empty((e if counts else 0,), dtype=torch.int32),
+            logits.new_empty((rows, k) if source_rows else (0,), dtype=torch.int32))
 
 
 def _backward_rows(logits, ids, dweights, k):
@@ -293,17 +310,17 @@ def _backward_fake(logits, ids, dweights, k, score, renorm, scaling):
 
 
 def _setup(ctx, inputs, output):
-    logits, _bias, k, score, _groups, _kept, renorm, scaling, _i32, _counts = inputs
+    logits, _bias, k, score, _groups, _kept, renorm, scaling = inputs[:8]
     ctx.save_for_backward(logits, output[1])
     ctx.args = (k, score, renorm, scaling)
 
 
-def _backward(ctx, dweights, _dids, _dcounts):
+def _backward(ctx, dweights, _dids, _dcounts, _dsource):
     logits, ids = ctx.saved_tensors
     if dweights is None:
-        return (None,) * 10
+        return (None,) * 12
     dx = _router_backward_op(logits, ids, dweights, *ctx.args)
-    return (dx.reshape(logits.shape),) + (None,) * 9
+    return (dx.reshape(logits.shape),) + (None,) * 11
 
 
 _router_backward_op = _define(
@@ -314,8 +331,8 @@ _router_backward_op = _define(
 _router_op = _define(
     "router_topk",
     "(Tensor logits, Tensor? bias, int k, int score, int num_groups, int topk_group, "
-    "bool renorm, float scaling, bool ids_int32, bool counts) "
-    "-> (Tensor weights, Tensor ids, Tensor counts)",
+    "bool renorm, float scaling, bool ids_int32, bool counts, bool weights_bf16, "
+    "bool source_rows) -> (Tensor weights, Tensor ids, Tensor counts, Tensor source_rows)",
     _forward_any, _forward_cuda, _forward_fake, grad=_backward, setup=_setup)
 
 
@@ -347,9 +364,11 @@ def _state(x):
 _options_made = {}
 
 
-def _options_of(k, score, num_groups, topk_group, renorm, scaling, ids_int32):
-    """The options struct of a call, made once per combination."""
-    key = (k, score, num_groups, topk_group, renorm, scaling, ids_int32)
+def _options_of(k, score, num_groups, topk_group, renorm, scaling, ids_int32,
+                weights_bf16=False):
+    """The options struct of a call without source rows, made once per
+    combination."""
+    key = (k, score, num_groups, topk_group, renorm, scaling, ids_int32, weights_bf16)
     o = _options_made.get(key)
     if o is None:
         if len(_options_made) > 256:
@@ -367,29 +386,36 @@ def _succeeded(rc, lib, h, name, strict):
 
 
 def _direct_forward(x, bias, k, score, num_groups, topk_group, renorm, scaling, ids_int32,
-                    counts, strict=False):
-    """(weights, ids, counts) of rows x (bias fp32, contiguous) by one
-    libtuned call (counts None unless asked for), or None; strict:
-    libtuned's error raised, not None."""
+                    counts, weights_bf16=False, source_rows=False, strict=False):
+    """(weights, ids, counts, source_rows) of rows x (bias fp32, contiguous)
+    by one libtuned call (counts and source_rows None unless asked for),
+    or None; strict: libtuned's error raised, not None."""
     global libtuned_calls
     st = _state(x)
     if st is None:
         return None
     f, _, lib, h, dt, stream = st
     rows, e = x.shape
-    w = torch.empty(rows, k, dtype=torch.float32, device=x.device)
+    w = torch.empty(rows, k, dtype=torch.bfloat16 if weights_bf16 else torch.float32,
+                    device=x.device)
     ids = torch.empty(rows, k, dtype=torch.int32 if ids_int32 else torch.int64, device=x.device)
-    # no counts asked: none made (a tensor a call is a few us of host time,
-    # what a router of a few tokens takes on the GPU)
+    # no counts or source rows asked: none made (a tensor a call is a few
+    # us of host time, what a router of a few tokens takes on the GPU)
     cnt = torch.zeros(e, dtype=torch.int32, device=x.device) if counts else None
-    o = _options_of(k, score, num_groups, topk_group, renorm, scaling, ids_int32)
+    src = torch.empty(rows, k, dtype=torch.int32, device=x.device) if source_rows else None
+    if src is None:
+        o = _options_of(k, score, num_groups, topk_group, renorm, scaling, ids_int32,
+                        weights_bf16)
+    else:  # a pointer of this call's: options of its own
+        o = _options(k, score, num_groups, topk_group, renorm, scaling, ids_int32, weights_bf16,
+                     src.data_ptr())
     rc = f(h, x.data_ptr(), None if bias is None else bias.data_ptr(), w.data_ptr(),
            ids.data_ptr(), cnt.data_ptr() if counts else None, rows, e, x.stride(0), dt,
            ctypes.byref(o), stream)
     if not _succeeded(rc, lib, h, "tuned_router_topk", strict):
         return None
     libtuned_calls += 1
-    return w, ids, cnt
+    return w, ids, cnt, src
 
 
 def _direct_backward(x, ids, dw, k, score, renorm, scaling, strict=False):
@@ -415,46 +441,60 @@ class _DirectRouter(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, bias, k, score, num_groups, topk_group, renorm, scaling, ids_int32,
-                counts):
-        out = _direct_forward(x, bias, k, score, num_groups, topk_group, renorm, scaling,
-                              ids_int32, counts)
+                counts, weights_bf16, source_rows):
+        args = (k, score, num_groups, topk_group, renorm, scaling, ids_int32, counts,
+                weights_bf16, source_rows)
+        out = _direct_forward(x, bias, *args)
         if out is None:
-            out = _router_op(x, bias, k, score, num_groups, topk_group, renorm, scaling,
-                             ids_int32, counts)
-        w, ids, cnt = out
+            out = _router_op(x, bias, *args)
+        w, ids, cnt, src = out
         if cnt is None:
             cnt = torch.zeros(0, dtype=torch.int32, device=x.device)
+        if src is None:
+            src = torch.zeros(0, dtype=torch.int32, device=x.device)
         ctx.save_for_backward(x, ids)
         ctx.args = (k, score, renorm, scaling)
-        ctx.mark_non_differentiable(ids, cnt)
-        return w, ids, cnt
+        ctx.mark_non_differentiable(ids, cnt, src)
+        return w, ids, cnt, src
 
     @staticmethod
-    def backward(ctx, dw, _dids, _dcounts):
+    def backward(ctx, dw, _dids, _dcounts, _dsource):
         x, ids = ctx.saved_tensors
         dw = dw.float().contiguous()
         xc = x.contiguous()
         dx = _direct_backward(xc, ids, dw, *ctx.args)
         if dx is None:
             dx = _router_backward_op(xc, ids, dw, *ctx.args)
-        return (dx,) + (None,) * 9
+        return (dx,) + (None,) * 11
 
 
 def router_topk(logits, k, *, score="softmax", bias=None, num_groups=1, topk_group=1,
-                renorm=False, scaling=1.0, ids_dtype=None, return_counts=False):
-    """The MoE router's choice: (weights, ids) of shape (..., k), and with
-    return_counts the rows that chose each expert (the module says the
-    rules)."""
+                renorm=False, scaling=1.0, ids_dtype=None, weights_dtype=None,
+                return_counts=False, return_source_rows=False):
+    """The MoE router's choice: (weights, ids) of shape (..., k), then with
+    return_counts the rows that chose each expert and with
+    return_source_rows each output's row in the k-major expanded token
+    list (the module says the rules)."""
     if score not in SCORES:
         raise ValueError(f"tuned.router_topk: score {score!r} (one of {', '.join(SCORES)})")
     if ids_dtype is None:
         ids_dtype = torch.int64
     if ids_dtype not in (torch.int64, torch.int32):
         raise ValueError(f"tuned.router_topk: ids_dtype {ids_dtype} (torch.int64 or int32)")
+    if weights_dtype is None:
+        weights_dtype = torch.float32
+    if weights_dtype not in (torch.float32, torch.bfloat16):
+        raise ValueError(f"tuned.router_topk: weights_dtype {weights_dtype} (torch.float32 or "
+                         "bfloat16)")
     k, num_groups, topk_group = int(k), int(num_groups), int(topk_group)
     _check(logits, bias, k, SCORES[score], num_groups, topk_group, float(scaling))
+    rows = logits.numel() // logits.shape[-1]
+    if return_source_rows and rows * k > 2 ** 31:
+        raise ValueError(f"tuned.router_topk: source rows of {rows} rows x k {k} are past "
+                         "int32's rows")
     args = (k, SCORES[score], num_groups, topk_group, bool(renorm), float(scaling),
-            ids_dtype == torch.int32, bool(return_counts))
+            ids_dtype == torch.int32, bool(return_counts), weights_dtype == torch.bfloat16,
+            bool(return_source_rows))
     # a 2-D call (the usual: tokens x experts) takes no reshape, in or out
     flat = logits.dim() == 2
     x = logits if flat else logits.reshape(-1, logits.shape[-1])
@@ -469,8 +509,11 @@ def router_topk(logits, k, *, score="softmax", bias=None, num_groups=1, topk_gro
             out = _direct_forward(x, bias, *args)
     if out is None:
         out = _router_op(logits, bias, *args)
-    w, ids, counts = out
+    w, ids, counts, src = out
     if not flat:
         lead = tuple(logits.shape[:-1]) + (k,)
         w, ids = w.reshape(lead), ids.reshape(lead)
-    return (w, ids, counts) if return_counts else (w, ids)
+        if return_source_rows:
+            src = src.reshape(lead)
+    return ((w, ids) + ((counts,) if return_counts else ()) +
+            ((src,) if return_source_rows else ()))
