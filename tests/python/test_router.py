@@ -25,7 +25,8 @@ exits 1 on a failure.
                 rows, its autograd Function)
                 on the CPU, with the two entry points replaced by a torch
                 stand-in that reads and writes the memory it is given:
-                the same answers and gradients as the operators
+                the same answers and gradients as the operators, and the
+                operator's CUDA body's outputs, none aliasing another
 """
 
 import os
@@ -334,6 +335,23 @@ class Direct(unittest.TestCase):
                 self.assertEqual(a.shape, b.shape)
                 self.assertEqual(a.dtype, b.dtype)
                 torch.testing.assert_close(a, b)
+
+    def test_operator_body(self):
+        """The CUDA implementation of tuned::router_topk, run here on the
+        stand-in: the torch formula's outputs, none aliasing another."""
+        g = torch.Generator().manual_seed(9)
+        x = torch.randn(21, 96, generator=g)
+        for counts in (False, True):
+            for bf16, src in ((False, False), (True, True)):
+                args = (4, 0, 1, 1, True, 1.0, False, counts, bf16, src)
+                d = tuned.router._forward_cuda(x, None, *args)
+                o = tuned.router._forward_any(x, None, *args)
+                ptrs = [t.data_ptr() for t in d if t.numel() > 0]
+                self.assertEqual(len({id(t) for t in d}), 4, "an output returned twice")
+                self.assertEqual(len(set(ptrs)), len(ptrs), "outputs share memory")
+                for a, b in zip(d, o):
+                    self.assertEqual((a.shape, a.dtype), (b.shape, b.dtype))
+                    torch.testing.assert_close(a, b)
 
     def test_gradients(self):
         g = torch.Generator().manual_seed(7)

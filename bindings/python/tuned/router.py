@@ -265,8 +265,13 @@ def _forward_cuda(logits, bias, *args):
         out = _direct_forward(x, b, *args, strict=True)
         if out is not None:
             w, ids, cnt, src = out
-            empty = torch.zeros(0, dtype=torch.int32, device=x.device)
-            return w, ids, empty if cnt is None else cnt, empty if src is None else src
+            # outputs not asked for: empty, and each its own (no output of
+            # an operator may alias another)
+            if cnt is None:
+                cnt = torch.zeros(0, dtype=torch.int32, device=x.device)
+            if src is None:
+                src = torch.zeros(0, dtype=torch.int32, device=x.device)
+            return w, ids, cnt, src
     return _forward_any(logits, bias, *args)
 
 
