@@ -270,6 +270,17 @@ static size_t ce_options_are_correct(gpu_env *g)
     return runs;
 }
 
+/* A router key's shape (67 rows of dt, params parsed) and its space on
+ * this GPU; false where there is none. */
+static bool router_key_space(gpu_env *g, uint8_t kernel, tuned_dtype dt, uint64_t cols,
+                             const char *params, tuned__shape *s, tuned__space *sp)
+{
+    *s = (tuned__shape){dt, 67, cols, kernel, 0};
+    tuned__err e = {0};
+    EXPECT_RC(tuned__params_parse(tuned__kind(kernel), params, &s->params, &e), 0, &e);
+    return space_of(g, s, sp);
+}
+
 /* The router's grouped keys (the example key has no groups): a few drawn
  * configs of each, in one dtype a key, the first two again from unaligned
  * base pointers; groups a power of two up to the row's threads take the
@@ -289,14 +300,10 @@ static size_t router_groups_are_correct(gpu_env *g)
     };
     size_t runs = 0;
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
-        tuned__shape s = {(tuned_dtype)(TUNED_FP16 + (int)(i % 3)), 67, keys[i].cols,
-                          TUNED_KERNEL_ROUTER_TOPK, 0};
-        tuned__err e = {0};
-        EXPECT_RC(tuned__params_parse(tuned__kind(TUNED_KERNEL_ROUTER_TOPK), keys[i].params,
-                                      &s.params, &e),
-                  0, &e);
+        tuned__shape s;
         tuned__space sp;
-        if (!space_of(g, &s, &sp))
+        if (!router_key_space(g, TUNED_KERNEL_ROUTER_TOPK, (tuned_dtype)(TUNED_FP16 + (int)(i % 3)),
+                              keys[i].cols, keys[i].params, &s, &sp))
             continue;
         tuned__config cfgs[6];
         tuned__rng rng = {23 + i};
@@ -334,14 +341,10 @@ static size_t router_options_are_correct(gpu_env *g)
     };
     size_t runs = 0;
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
-        tuned__shape s = {(tuned_dtype)(TUNED_FP16 + (int)(i % 3)), 67, keys[i].cols,
-                          keys[i].kernel, 0};
-        tuned__err e = {0};
-        EXPECT_RC(tuned__params_parse(tuned__kind(keys[i].kernel), keys[i].params, &s.params,
-                                      &e),
-                  0, &e);
+        tuned__shape s;
         tuned__space sp;
-        if (!space_of(g, &s, &sp))
+        if (!router_key_space(g, keys[i].kernel, (tuned_dtype)(TUNED_FP16 + (int)(i % 3)),
+                              keys[i].cols, keys[i].params, &s, &sp))
             continue;
         tuned__config cfgs[3];
         tuned__rng rng = {71 + i};
