@@ -8,11 +8,11 @@
  * Forward: two launches, the first with no bias, no counts and no source
  * rows, the second with a drawn bias (uniform in [-0.05, 0.05): enough to
  * move choices of scores in (0, 1)), counts and source rows. Each chosen id
- * must be the reference's, or
- * tie with it: the same order value within fp32 rounding where a bias is
- * added to a score in fp32 (both NaN counting as a tie); ids distinct and
- * in range; where the groups' choice is itself within rounding of a tie,
- * only the weights of the kernel's own ids are held to the reference. The
+ * must be the reference's, or tie with it: the same order value within
+ * fp32 rounding where a bias is added to a score in fp32 (both NaN
+ * counting as a tie); ids distinct and in range; where the groups' choice
+ * is itself within rounding of a tie, only the weights of the kernel's own
+ * ids are held to the reference. The
  * weights of the kernel's ids are held to float64 (fp32 math: 2e-5
  * relative; bf16 weights within their rounding more), the counts to the
  * ids' histogram, the source rows to i * rows + r, and the guard bands
