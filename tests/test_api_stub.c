@@ -412,7 +412,14 @@ static void test_router_args(void)
     o.source_rows = (int32_t *)(ids + (1 << 20));
     expect_refused(h, tuned_router_topk(h, logits, NULL, weights, ids, NULL, (1ll << 28) + 1, 128,
                                         128, TUNED_FP32, &o, NULL),
-                   "past int32", "source rows of 2^28 + 1 rows x 8");
+                   "past 2^31", "source rows of 2^28 + 1 rows x 8");
+    /* the same through tuned_run, the kind's six tensors (its default k 8) */
+    {
+        const void *tensors[] = {logits, NULL, weights, ids, NULL, o.source_rows};
+        expect_refused(h, tuned_run(h, TUNED_KERNEL_ROUTER_TOPK, tensors, (1ll << 28) + 1, 128,
+                                    128, TUNED_FP32, 1.0f, NULL),
+                       "past 2^31", "tuned_run's source rows of 2^28 + 1 rows x 8");
+    }
     /* the backward ignores the forward's outputs' options */
     o.weights_bf16 = 1;
     expect_refused(h, tuned_router_topk_backward(h, logits, ids, NULL, logits, rows, 128, 128,

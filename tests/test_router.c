@@ -85,8 +85,8 @@ static void test_params(void)
                    !tuned__tensor_timed(k, 4, w) && tuned__tensor_timed(k, 0, w),
                "the timed tensors of bias=1");
         const float one = 1.0f;
-        const void *with[] = {&one, &one, &one, &one, NULL};
-        const void *without[] = {&one, NULL, &one, &one, &one};
+        const void *with[] = {&one, &one, &one, &one, NULL, NULL};
+        const void *without[] = {&one, NULL, &one, &one, &one, &one};
         uint32_t d = tuned__params_default(k);
         EXPECT(tuned__params_value(k, tuned__params_present(k, d, with), "bias", 9) == 1 &&
                    tuned__params_value(k, tuned__params_present(k, w, without), "bias", 9) == 0,

@@ -664,6 +664,23 @@ static bool used(const call_args *a, unsigned i)
            !(a->kind->tensor[i].optional && a->ptr[i] == NULL);
 }
 
+/* Whether rows x k passes a tensor of a whose int32 values index the rows
+ * x k expanded rows (a router's source rows): past 2^31 they would wrap.
+ * *which names the first such tensor. */
+static bool rows_k_past_int32(const call_args *a, int64_t rows, unsigned *which)
+{
+    for (unsigned i = 0; i < a->kind->ntensors; i++) {
+        if (!a->kind->tensor[i].indexes_rows_k || !used(a, i))
+            continue;
+        uint64_t k = tuned__params_value(a->kind, a->key_params, "k", 1);
+        if ((uint64_t)rows * k > (1ull << 31)) {
+            *which = i;
+            return true;
+        }
+    }
+    return false;
+}
+
 /* Whether an output tensor of a overlaps another tensor (inputs may share
  * memory with each other: y and dy may be one; an output may be exactly the
  * input its spec lets it replace). *out_i and *other_i name the first such
@@ -730,6 +747,11 @@ static int bad_call(const tuned_handle *h, const call_args *a, int64_t rows, int
             return failf(h, TUNED_EINVAL, "%s: %s (%p) is not %zu-byte aligned", fn,
                          a->kind->tensor[i].name, a->ptr[i], es);
     }
+    unsigned idx = 0;
+    if (rows_k_past_int32(a, rows, &idx))
+        return failf(h, TUNED_EINVAL, "%s: %s: %lld rows x k %u are past 2^31 (its int32 values "
+                     "index them)", fn, a->kind->tensor[idx].name, (long long)rows,
+                     tuned__params_value(a->kind, a->key_params, "k", 1));
     unsigned o = 0, other = 0;
     outputs_overlap(a, (uint64_t)rows, (uint64_t)cols, (uint64_t)stride, esize, &o, &other);
     return failf(h, TUNED_EINVAL, "%s: %s (%p) and %s (%p) overlap%s", fn,
@@ -758,7 +780,8 @@ static inline bool call_ok(const tuned_handle *h, const call_args *a, int64_t ro
             return false;
     }
     unsigned o, other;
-    if (outputs_overlap(a, (uint64_t)rows, (uint64_t)cols, (uint64_t)stride, es, &o, &other))
+    if (rows_k_past_int32(a, rows, &o) ||
+        outputs_overlap(a, (uint64_t)rows, (uint64_t)cols, (uint64_t)stride, es, &o, &other))
         return false;
     *esize = es;
     return true;

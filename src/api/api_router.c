@@ -74,11 +74,6 @@ static int router_call(tuned_handle *h, const char *fn, tuned_kernel kernel,
     const bool forward = kernel == TUNED_KERNEL_ROUTER_TOPK;
     a.flags = (o->ids_int32 ? TUNED__ROUTER_FLAG_IDS32 : 0u) |
               (forward && o->weights_bf16 ? TUNED__ROUTER_FLAG_WEIGHTS_BF16 : 0u);
-    if (forward && o->source_rows != NULL && rows > 0 &&
-        (uint64_t)rows * (uint64_t)o->k > (1ull << 31))
-        return tuned__api_failf(h, TUNED_EINVAL,
-                                "%s: source_rows: %lld rows x k %d are past int32's rows", fn,
-                                (long long)rows, o->k);
     for (unsigned i = 0; i < a.kind->ntensors; i++)
         a.ptr[i] = ptrs[i];
     tuned__api_entry *e;

@@ -197,7 +197,7 @@ static const tuned__kind_spec specs[] = {
                    {"ids", TUNED__TENSOR_OUT, TUNED__ELEM_I64, TUNED__EXTENT_ROWS_K, 0},
                    {"counts", TUNED__TENSOR_OUT, TUNED__ELEM_I32, TUNED__EXTENT_COLS, 0, 1},
                    {"source_rows", TUNED__TENSOR_OUT, TUNED__ELEM_I32, TUNED__EXTENT_ROWS_K, 0,
-                    1}},
+                    1, 0, 1}},
         .flag = {"T_IDS32", "T_WEIGHTS_BF16"},
         .flag_int32 = {4}, /* T_IDS32: ids int32 */
         .flag_bf16 = {0, 3}, /* T_WEIGHTS_BF16: weights bf16 */

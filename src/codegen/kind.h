@@ -67,6 +67,10 @@ typedef struct tuned__tensor_spec {
      * call (an index, not a name: no string compare there), and a timing
      * of the key passes the tensor where it is 1. */
     uint8_t present_param;
+    /* An int32 tensor whose values index the rows x k expanded rows (a
+     * router's source rows, i * rows + r): a call that passes it needs
+     * rows x k within 2^31 (the API refuses more). */
+    uint8_t indexes_rows_k;
 } tuned__tensor_spec;
 
 /* How a config's kernel is built: the template paths. Which one a config
