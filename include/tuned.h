@@ -561,7 +561,8 @@ TUNED_EXTERN int tuned_cross_entropy_rescale(tuned_handle *h, void *grad, int64_
  * min(experts, 64), experts outside 2 .. 2048, groups that do not divide
  * the experts (at most 32), topk_group outside 1 .. num_groups, k more
  * than the kept groups hold, scaling not positive and finite, overlapping
- * outputs; else as tuned_softmax. */
+ * or misaligned outputs (source_rows included), source_rows with rows x k
+ * past 2^31; else as tuned_softmax. */
 typedef enum tuned_router_score {
     TUNED_ROUTER_SOFTMAX = 0,
     TUNED_ROUTER_SIGMOID = 1,
@@ -576,9 +577,11 @@ typedef struct tuned_router_options {
     int renorm;               /* nonzero: weights over the chosen scores' sum */
     float scaling;            /* the routed scaling factor (1: none) */
     int ids_int32;            /* nonzero: ids are int32 (default int64) */
-    /* Added 2026-11-30, at the end (a caller that sets them must have
-     * called tuned_router_options_init on this header's struct), the
-     * forward's (the backward ignores them: its dweights are fp32): */
+    /* Added 2026-11-30, at the end, the forward's (the backward ignores
+     * them: its dweights are fp32). The library reads them on every call:
+     * a program built against an older tuned.h must be rebuilt, and one
+     * that sets them must have called tuned_router_options_init on this
+     * header's struct. */
     int weights_bf16;         /* nonzero: weights are bf16 (default fp32) */
     int32_t *source_rows;     /* device, rows x k int32 (see above); NULL: none */
 } tuned_router_options;
@@ -609,9 +612,10 @@ TUNED_EXTERN int tuned_prepare(tuned_handle *h, tuned_kernel kernel, const void 
 /* Any kind by its id: tensors holds one device pointer per tensor of the
  * kind, in the order of the kind's named entry point (softmax: x, y;
  * softmax_bwd: y, dy, dx; ...; router_topk: logits, bias, weights, ids,
- * counts, source_rows), scale its scalar where it has one (else
- * ignored). Errors as that entry point's, and TUNED_EINVAL for an unknown
- * kind (the message lists the kinds). tuned_softmax(h, x, y, ...) is
+ * counts, source_rows: six since 2026-11-30, at its default key), scale
+ * its scalar where it has one (else ignored). Errors as that entry
+ * point's, and TUNED_EINVAL for an unknown kind (the message lists the
+ * kinds). tuned_softmax(h, x, y, ...) is
  * tuned_run(h, TUNED_KERNEL_SOFTMAX, (const void *[]){x, y}, ..., 1.0f, ...). */
 TUNED_EXTERN int tuned_run(tuned_handle *h, tuned_kernel kernel, const void *const *tensors,
                            int64_t rows, int64_t cols, int64_t row_stride, tuned_dtype dtype,

@@ -29,6 +29,7 @@ exits 1 on a failure.
                 operator's CUDA body's outputs, none aliasing another
 """
 
+import ctypes
 import os
 import sys
 import unittest
@@ -264,8 +265,14 @@ class StandIn:
     """libtuned's two router entry points in torch (fp32 logits), on the
     memory at the pointers they are given; counts its calls."""
 
-    def __init__(self):
+    def __init__(self, options_bytes=None):
         self.calls = 0
+        # what its tuned_router_options_init clears: the whole struct, or
+        # an older library's first bytes
+        self.options_bytes = options_bytes
+
+    def tuned_router_options_init(self, buf):
+        ctypes.memset(buf, 0, self.options_bytes or ctypes.sizeof(buf))
 
     def forward(self, h, xp, bp, wp, ip, cp, rows, e, stride, dt, opts, stream):
         self.calls += 1
@@ -302,7 +309,7 @@ class Direct(unittest.TestCase):
         self.saved = (R._direct_ok, R._state)
         self.lib = StandIn()
         R._direct_ok = lambda x: True
-        R._state = lambda x: (self.lib.forward, self.lib.backward, None, None, 2, None)
+        R._state = lambda x: (self.lib.forward, self.lib.backward, self.lib, None, 2, None)
 
     def tearDown(self):
         tuned.router._direct_ok, tuned.router._state = self.saved
@@ -335,6 +342,20 @@ class Direct(unittest.TestCase):
                 self.assertEqual(a.shape, b.shape)
                 self.assertEqual(a.dtype, b.dtype)
                 torch.testing.assert_close(a, b)
+
+    def test_older_library(self):
+        """A libtuned from before bf16 weights and source rows (its options
+        28 bytes): calls asking for them take torch's formula, the others
+        still go direct."""
+        self.lib = StandIn(options_bytes=28)
+        x = torch.randn(9, 64, generator=torch.Generator().manual_seed(10))
+        before = self.lib.calls
+        w, i, src = tuned.router_topk(x, 4, weights_dtype=torch.bfloat16, return_source_rows=True)
+        self.assertEqual(self.lib.calls, before, "an older library asked for bf16 weights")
+        self.assertEqual((w.dtype, src.dtype), (torch.bfloat16, torch.int32))
+        d, o = self.both(x, 4)
+        for a, b in zip(d, o):
+            torch.testing.assert_close(a, b)
 
     def test_operator_body(self):
         """The CUDA implementation of tuned::router_topk, run here on the

@@ -247,6 +247,9 @@ def _forward_any(logits, bias, k, score, num_groups, topk_group, renorm, scaling
                  counts, weights_bf16, source_rows):
     """tuned::router_topk by torch's formula (every device but CUDA)."""
     x = _rows(logits)
+    if source_rows and x.shape[0] * k > 2 ** 31:
+        raise ValueError(f"tuned.router_topk: source rows of {x.shape[0]} rows x k {k} are past "
+                         "int32's rows")
     w, ids = _router_torch(x, bias, k, score, num_groups, topk_group, renorm, scaling)
     cnt = (torch.bincount(ids.reshape(-1), minlength=x.shape[1]).to(torch.int32) if counts
            else torch.zeros(0, dtype=torch.int32, device=x.device))
@@ -382,6 +385,26 @@ def _options_of(k, score, num_groups, topk_group, renorm, scaling, ids_int32,
     return o
 
 
+def _reads_options(lib):
+    """Whether lib reads this module's whole struct tuned_router_options
+    (weights_bf16 and source_rows came on 2026-11-30): its init clears the
+    struct it is given, where an older one clears its own 28 bytes only.
+    An older library given bf16 weights or source rows would write fp32
+    weights into half the room and leave the source rows unwritten."""
+    read = getattr(lib, "_tuned_router_options_read", None)
+    if read is None:
+        init = getattr(lib, "tuned_router_options_init", None)
+        size = ctypes.sizeof(_Options)
+        buf = ctypes.create_string_buffer(b"\xff" * size, size)
+        if init is not None:
+            if getattr(init, "argtypes", 0) is None:  # a ctypes function not yet typed
+                init.restype, init.argtypes = None, [ctypes.c_void_p]
+            init(buf)
+        read = init is not None and not any(buf.raw[_Options.weights_bf16.offset:])
+        lib._tuned_router_options_read = read
+    return read
+
+
 def _succeeded(rc, lib, h, name, strict):
     """Whether libtuned's call name returned 0; strict: its error raised
     instead of False."""
@@ -400,6 +423,8 @@ def _direct_forward(x, bias, k, score, num_groups, topk_group, renorm, scaling, 
     if st is None:
         return None
     f, _, lib, h, dt, stream = st
+    if (weights_bf16 or source_rows) and not _reads_options(lib):
+        return None  # an older libtuned: torch's formula
     rows, e = x.shape
     w = torch.empty(rows, k, dtype=torch.bfloat16 if weights_bf16 else torch.float32,
                     device=x.device)
