@@ -664,21 +664,13 @@ static bool used(const call_args *a, unsigned i)
            !(a->kind->tensor[i].optional && a->ptr[i] == NULL);
 }
 
-/* Whether rows x k passes a tensor of a whose int32 values index the rows
- * x k expanded rows (a router's source rows): past 2^31 they would wrap.
- * *which names the first such tensor. */
-static bool rows_k_past_int32(const call_args *a, int64_t rows, unsigned *which)
+/* Whether the call's tensor i holds int32 values indexing the rows x k
+ * expanded rows (a router's source rows) that rows x k past 2^31 would
+ * wrap; only such a tensor reads k. */
+static bool indexes_past_int32(const call_args *a, unsigned i, int64_t rows)
 {
-    for (unsigned i = 0; i < a->kind->ntensors; i++) {
-        if (!a->kind->tensor[i].indexes_rows_k || !used(a, i))
-            continue;
-        uint64_t k = tuned__params_value(a->kind, a->key_params, "k", 1);
-        if ((uint64_t)rows * k > (1ull << 31)) {
-            *which = i;
-            return true;
-        }
-    }
-    return false;
+    return a->kind->tensor[i].indexes_rows_k &&
+           (uint64_t)rows * tuned__params_value(a->kind, a->key_params, "k", 1) > (1ull << 31);
 }
 
 /* Whether an output tensor of a overlaps another tensor (inputs may share
@@ -746,12 +738,11 @@ static int bad_call(const tuned_handle *h, const call_args *a, int64_t rows, int
         if (used(a, i) && (uintptr_t)a->ptr[i] % es != 0)
             return failf(h, TUNED_EINVAL, "%s: %s (%p) is not %zu-byte aligned", fn,
                          a->kind->tensor[i].name, a->ptr[i], es);
+        if (used(a, i) && indexes_past_int32(a, i, rows))
+            return failf(h, TUNED_EINVAL, "%s: %s: %lld rows x k %u are past 2^31 (its int32 "
+                         "values index them)", fn, a->kind->tensor[i].name, (long long)rows,
+                         tuned__params_value(a->kind, a->key_params, "k", 1));
     }
-    unsigned idx = 0;
-    if (rows_k_past_int32(a, rows, &idx))
-        return failf(h, TUNED_EINVAL, "%s: %s: %lld rows x k %u are past 2^31 (its int32 values "
-                     "index them)", fn, a->kind->tensor[idx].name, (long long)rows,
-                     tuned__params_value(a->kind, a->key_params, "k", 1));
     unsigned o = 0, other = 0;
     outputs_overlap(a, (uint64_t)rows, (uint64_t)cols, (uint64_t)stride, esize, &o, &other);
     return failf(h, TUNED_EINVAL, "%s: %s (%p) and %s (%p) overlap%s", fn,
@@ -776,12 +767,12 @@ static inline bool call_ok(const tuned_handle *h, const call_args *a, int64_t ro
         if (!used(a, i))
             continue;
         if (a->ptr[i] == NULL ||
-            ((uintptr_t)a->ptr[i] & (tuned__kind_elem_size_flags(a->kind, i, es, a->flags) - 1)) != 0)
+            ((uintptr_t)a->ptr[i] & (tuned__kind_elem_size_flags(a->kind, i, es, a->flags) - 1)) != 0 ||
+            indexes_past_int32(a, i, rows))
             return false;
     }
     unsigned o, other;
-    if (rows_k_past_int32(a, rows, &o) ||
-        outputs_overlap(a, (uint64_t)rows, (uint64_t)cols, (uint64_t)stride, es, &o, &other))
+    if (outputs_overlap(a, (uint64_t)rows, (uint64_t)cols, (uint64_t)stride, es, &o, &other))
         return false;
     *esize = es;
     return true;
