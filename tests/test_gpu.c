@@ -270,15 +270,23 @@ static size_t ce_options_are_correct(gpu_env *g)
     return runs;
 }
 
-/* A router key's shape (67 rows of dt, params parsed) and its space on
- * this GPU; false where there is none. */
-static bool router_key_space(gpu_env *g, uint8_t kernel, tuned_dtype dt, uint64_t cols,
-                             const char *params, tuned__shape *s, tuned__space *sp)
+/* A router key's shape (67 rows of dt, params parsed) and n configs drawn
+ * from its space on this GPU with seed; false where it has none. */
+static bool router_key_drawn(gpu_env *g, uint8_t kernel, tuned_dtype dt, uint64_t cols,
+                             const char *params, uint64_t seed, tuned__shape *s,
+                             tuned__config *cfgs, size_t n)
 {
     *s = (tuned__shape){dt, 67, cols, kernel, 0};
     tuned__err e = {0};
     EXPECT_RC(tuned__params_parse(tuned__kind(kernel), params, &s->params, &e), 0, &e);
-    return space_of(g, s, sp);
+    tuned__space sp;
+    if (!space_of(g, s, &sp))
+        return false;
+    tuned__rng rng = {seed};
+    for (size_t k = 0; k < n; k++)
+        tuned__space_random(&sp, &rng, &cfgs[k]);
+    tuned__space_free(&sp);
+    return true;
 }
 
 /* The router's grouped keys (the example key has no groups): a few drawn
@@ -301,21 +309,16 @@ static size_t router_groups_are_correct(gpu_env *g)
     size_t runs = 0;
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
         tuned__shape s;
-        tuned__space sp;
-        if (!router_key_space(g, TUNED_KERNEL_ROUTER_TOPK, (tuned_dtype)(TUNED_FP16 + (int)(i % 3)),
-                              keys[i].cols, keys[i].params, &s, &sp))
-            continue;
         tuned__config cfgs[6];
-        tuned__rng rng = {23 + i};
-        for (size_t k = 0; k < 6; k++)
-            tuned__space_random(&sp, &rng, &cfgs[k]);
+        if (!router_key_drawn(g, TUNED_KERNEL_ROUTER_TOPK, (tuned_dtype)(TUNED_FP16 + (int)(i % 3)),
+                              keys[i].cols, keys[i].params, 23 + i, &s, cfgs, 6))
+            continue;
         tuned__eval_opts o = quick_opts();
         expect_correct(g, &s, cfgs, 6, &o);
         o.x_offset = 3;
         o.y_offset = 1;
         expect_correct(g, &s, cfgs, 2, &o);
         runs += 8;
-        tuned__space_free(&sp);
     }
     return runs;
 }
@@ -342,19 +345,14 @@ static size_t router_options_are_correct(gpu_env *g)
     size_t runs = 0;
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
         tuned__shape s;
-        tuned__space sp;
-        if (!router_key_space(g, keys[i].kernel, (tuned_dtype)(TUNED_FP16 + (int)(i % 3)),
-                              keys[i].cols, keys[i].params, &s, &sp))
-            continue;
         tuned__config cfgs[3];
-        tuned__rng rng = {71 + i};
-        for (size_t k = 0; k < 3; k++)
-            tuned__space_random(&sp, &rng, &cfgs[k]);
+        if (!router_key_drawn(g, keys[i].kernel, (tuned_dtype)(TUNED_FP16 + (int)(i % 3)),
+                              keys[i].cols, keys[i].params, 71 + i, &s, cfgs, 3))
+            continue;
         tuned__eval_opts o = quick_opts();
         o.codegen.flags = keys[i].flags;
         expect_correct(g, &s, cfgs, 3, &o);
         runs += 3;
-        tuned__space_free(&sp);
     }
     return runs;
 }
