@@ -236,6 +236,23 @@ def _rows(logits):
     return x
 
 
+def _source_rows_fit(rows, k):
+    """ValueError where source rows of rows x k would pass int32."""
+    if rows * k > 2 ** 31:
+        raise ValueError(f"tuned.router_topk: source rows of {rows} rows x k {k} are past "
+                         "int32's rows")
+
+
+def _asked(cnt, src, device):
+    """counts and source rows with each output not asked for (None) an
+    empty tensor of its own (no output of an operator may alias another)."""
+    if cnt is None:
+        cnt = torch.zeros(0, dtype=torch.int32, device=device)
+    if src is None:
+        src = torch.zeros(0, dtype=torch.int32, device=device)
+    return cnt, src
+
+
 def _source_rows(rows, k, device):
     """i * rows + r for output i of row r: (rows, k) int32."""
     i = torch.arange(k, dtype=torch.int32, device=device)
@@ -247,9 +264,8 @@ def _forward_any(logits, bias, k, score, num_groups, topk_group, renorm, scaling
                  counts, weights_bf16, source_rows):
     """tuned::router_topk by torch's formula (every device but CUDA)."""
     x = _rows(logits)
-    if source_rows and x.shape[0] * k > 2 ** 31:
-        raise ValueError(f"tuned.router_topk: source rows of {x.shape[0]} rows x k {k} are past "
-                         "int32's rows")
+    if source_rows:
+        _source_rows_fit(x.shape[0], k)
     w, ids = _router_torch(x, bias, k, score, num_groups, topk_group, renorm, scaling)
     cnt = (torch.bincount(ids.reshape(-1), minlength=x.shape[1]).to(torch.int32) if counts
            else torch.zeros(0, dtype=torch.int32, device=x.device))
@@ -268,13 +284,7 @@ def _forward_cuda(logits, bias, *args):
         out = _direct_forward(x, b, *args, strict=True)
         if out is not None:
             w, ids, cnt, src = out
-            # outputs not asked for: empty, and each its own (no output of
-            # an operator may alias another)
-            if cnt is None:
-                cnt = torch.zeros(0, dtype=torch.int32, device=x.device)
-            if src is None:
-                src = torch.zeros(0, dtype=torch.int32, device=x.device)
-            return w, ids, cnt, src
+            return (w, ids) + _asked(cnt, src, x.device)
     return _forward_any(logits, bias, *args)
 
 
@@ -477,11 +487,8 @@ class _DirectRouter(torch.autograd.Function):
         out = _direct_forward(x, bias, *args)
         if out is None:
             out = _router_op(x, bias, *args)
-        w, ids, cnt, src = out
-        if cnt is None:
-            cnt = torch.zeros(0, dtype=torch.int32, device=x.device)
-        if src is None:
-            src = torch.zeros(0, dtype=torch.int32, device=x.device)
+        w, ids = out[:2]
+        cnt, src = _asked(out[2], out[3], x.device)
         ctx.save_for_backward(x, ids)
         ctx.args = (k, score, renorm, scaling)
         ctx.mark_non_differentiable(ids, cnt, src)
@@ -518,10 +525,8 @@ def router_topk(logits, k, *, score="softmax", bias=None, num_groups=1, topk_gro
                          "bfloat16)")
     k, num_groups, topk_group = int(k), int(num_groups), int(topk_group)
     _check(logits, bias, k, SCORES[score], num_groups, topk_group, float(scaling))
-    rows = logits.numel() // logits.shape[-1]
-    if return_source_rows and rows * k > 2 ** 31:
-        raise ValueError(f"tuned.router_topk: source rows of {rows} rows x k {k} are past "
-                         "int32's rows")
+    if return_source_rows:
+        _source_rows_fit(logits.numel() // logits.shape[-1], k)
     args = (k, SCORES[score], num_groups, topk_group, bool(renorm), float(scaling),
             ids_dtype == torch.int32, bool(return_counts), weights_dtype == torch.bfloat16,
             bool(return_source_rows))
