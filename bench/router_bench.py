@@ -20,6 +20,10 @@ call, so an eager call's host time shows where it exceeds the GPU's):
   tuned     tuned.router_topk
   opts      tuned.router_topk writing bf16 weights and the source rows too
   *_graph   the same call captured in a CUDA graph, one replay timed
+            (floor_graph: the copy's, the graph columns' floor)
+  host      an eager call's host time, 100 calls back to back (tuned's, and
+            in brackets torch's formula's): what a decode step pays where
+            the GPU's time is less
 Then the backward of E128k8 and E256g8k8 at 16384 tokens against its floor
 (logits read, dlogits written) and torch's autograd of the formula.
 
@@ -96,10 +100,26 @@ def graphed(fn):
 
 
 def floor_us(nbytes, flush, reps):
+    """(eager, graph replay): a device copy of nbytes (half read, half
+    written), timed as a call is; the graph's is the floor of the graph
+    columns (a replay carries its own launch cost)."""
     half = max(1, nbytes // 2)
     a = torch.empty(half, dtype=torch.uint8, device="cuda")
     b = torch.empty_like(a)
-    return timed(lambda: b.copy_(a), flush, reps)
+    copy = lambda: b.copy_(a)  # noqa: E731
+    return timed(copy, flush, reps), timed(graphed(copy), flush, reps)
+
+
+def host_us(fn, calls=100):
+    """An eager call's host time: calls back to back, the GPU never waited
+    on (a decode step's router pays this where the GPU's time is less)."""
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    t = (time.perf_counter() - t0) * 1e6 / calls
+    torch.cuda.synchronize()
+    return t
 
 
 def main():
@@ -130,7 +150,8 @@ def main():
             rw, ri = torch_router(x, r, bias)
             same = torch.equal(ti.sort(-1).values, ri.sort(-1).values)
             nbytes = t * e * x.element_size() + t * r["k"] * 12
-            row = {"router": name, "tokens": t, "floor": floor_us(nbytes, flush, args.reps),
+            floor, floor_graph = floor_us(nbytes, flush, args.reps)
+            row = {"router": name, "tokens": t, "floor": floor, "floor_graph": floor_graph,
                    "ids_match": same}
             fns = {"torch": lambda: torch_router(x, r, bias),
                    "compile": lambda: compiled(x, r, bias),
@@ -154,12 +175,8 @@ def main():
             ch = tuned.last_choice()
             row["choice"] = (f"{ch.config} ({ch.source})" if ch is not None
                              and tuned_router_module.libtuned_calls > before else "torch formula")
-            torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            for _ in range(100):
-                tuned_router(x, r, bias)
-            row["host_us"] = (time.perf_counter() - t0) * 1e4
-            torch.cuda.synchronize()
+            row["host_us"] = host_us(lambda: tuned_router(x, r, bias))
+            row["torch_host_us"] = host_us(lambda: torch_router(x, r, bias))
             rows_out.append(row)
             print(row, flush=True)
     # the backward at 16384 tokens
@@ -192,7 +209,7 @@ def main():
         err = ((dt_.float() - dr_.float()).abs().max() /
                dr_.float().abs().max().clamp_min(1e-30)).item()
         nbytes = 2 * 16384 * e * x.element_size() + 16384 * r["k"] * 12
-        back.append({"router": name, "floor": floor_us(nbytes, flush, args.reps),
+        back.append({"router": name, "floor": floor_us(nbytes, flush, args.reps)[0],
                      "tuned": timed(tuned_bwd, flush, args.reps),
                      "torch": timed(torch_bwd, flush, args.reps),
                      "tuned_gpu": timed(tuned_bwd, flush, args.reps, host_ahead=True),
@@ -200,8 +217,8 @@ def main():
                      "rel_err": err})
         print(back[-1], flush=True)
 
-    cols = ["floor", "torch", "compile", "quack", "tuned", "torch_graph", "compile_graph",
-            "quack_graph", "tuned_graph", "opts", "opts_graph"]
+    cols = ["floor", "torch", "compile", "quack", "tuned", "floor_graph", "torch_graph",
+            "compile_graph", "quack_graph", "tuned_graph", "opts", "opts_graph"]
     print(f"\nrouter forward, {args.dtype} logits, us (median, L2 flushed)")
     print(f"{'router':9} {'tokens':>6} " + " ".join(f"{c:>13}" for c in cols) + "  ids  best")
     for row in rows_out:
@@ -214,7 +231,8 @@ def main():
         best = ("eager " + ("win" if row["tuned"] < min(eager) else "LOSE") + ", graph " +
                 ("win" if row["tuned_graph"] < min(graph) else "LOSE")) if anchors else ""
         print(f"{row['router']:9} {row['tokens']:>6} {vals}  {'ok' if row['ids_match'] else 'DIFF'}"
-              f"  {best}  host {row['host_us']:.1f} us  {row['choice']}")
+              f"  {best}  host {row['host_us']:.1f} us (torch {row['torch_host_us']:.1f})"
+              f"  {row['choice']}")
     print("\nrouter backward at 16384 tokens through autograd, us: as called, and the"
           " GPU's time with the host ahead (cuda_timing.timed's host_ahead)")
     for b in back:
