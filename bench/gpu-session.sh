@@ -84,6 +84,9 @@
 #              test   tests/python/test_router.py on the GPU (transformers'
 #                     routers, rules, gradients, opcheck, compile, graphs)
 #              bench  bench/router_bench.py (ROUTER_BENCH_ARGS)
+#              ab     bench/router-ab.sh: tuned's columns of this tree
+#                     against a copy built with ROUTER_AB_OLD's
+#                     router_topk.cu, A B B A ... (AB_BENCH_ARGS, AB_ROUNDS)
 #   stage    only keep the wheels carried in this call (a .whlX/ folder)
 #            in /tmp, for a later `anchors` or `train` call.
 set -uo pipefail
@@ -298,6 +301,13 @@ router)
         bench)
             timeout 300 python3 bench/router_bench.py ${ROUTER_BENCH_ARGS:-} >"$out/bench.log" 2>&1
             echo "bench: exit $?"
+            ;;
+        ab)
+            # this tree's router kernels against ROUTER_AB_OLD's template
+            bash bench/router-ab.sh "${ROUTER_AB_OLD:?a folder holding the old router_topk.cu}" \
+                "$out" >"$out/ab.txt" 2>&1
+            echo "ab: exit $?"
+            sed -n '/^router A\/B/,$p' "$out/ab.txt"
             ;;
         esac
         echo "== $step: $((SECONDS - s0)) s"

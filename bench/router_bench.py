@@ -128,6 +128,8 @@ def main():
     ap.add_argument("--routers", default=",".join(ROUTERS))
     ap.add_argument("--dtype", default="fp32")
     ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--tuned-only", action="store_true",
+                    help="time tuned's columns alone (an A/B of two libraries), no anchors")
     args = ap.parse_args()
     dt = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[args.dtype]
     flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
@@ -158,7 +160,9 @@ def main():
                    "tuned": lambda: tuned_router(x, r, bias),
                    "opts": lambda: tuned_router(x, r, bias, weights_dtype=torch.bfloat16,
                                                 return_source_rows=True)}
-            if (quack_topk is not None and r["score"] == "softmax" and r["renorm"]
+            if args.tuned_only:
+                del fns["torch"], fns["compile"]
+            if (not args.tuned_only and quack_topk is not None and r["score"] == "softmax" and r["renorm"]
                     and e & (e - 1) == 0):
                 fns["quack"] = lambda: quack_topk(x, r["k"], softmax=True)
             for m, fn in fns.items():
@@ -176,12 +180,13 @@ def main():
             row["choice"] = (f"{ch.config} ({ch.source})" if ch is not None
                              and tuned_router_module.libtuned_calls > before else "torch formula")
             row["host_us"] = host_us(lambda: tuned_router(x, r, bias))
-            row["torch_host_us"] = host_us(lambda: torch_router(x, r, bias))
+            if not args.tuned_only:
+                row["torch_host_us"] = host_us(lambda: torch_router(x, r, bias))
             rows_out.append(row)
             print(row, flush=True)
     # the backward at 16384 tokens
     back = []
-    for name in ("E128k8", "E256g8k8"):
+    for name in () if args.tuned_only else ("E128k8", "E256g8k8"):
         r = ROUTERS[name]
         e = r["e"]
         bias = (torch.rand(e, device="cuda", generator=g) * 0.1 - 0.05) if r.get("bias") else None
@@ -231,7 +236,7 @@ def main():
         best = ("eager " + ("win" if row["tuned"] < min(eager) else "LOSE") + ", graph " +
                 ("win" if row["tuned_graph"] < min(graph) else "LOSE")) if anchors else ""
         print(f"{row['router']:9} {row['tokens']:>6} {vals}  {'ok' if row['ids_match'] else 'DIFF'}"
-              f"  {best}  host {row['host_us']:.1f} us (torch {row['torch_host_us']:.1f})"
+              f"  {best}  host {row['host_us']:.1f} us (torch {row.get('torch_host_us', 0.0):.1f})"
               f"  {row['choice']}")
     print("\nrouter backward at 16384 tokens through autograd, us: as called, and the"
           " GPU's time with the host ahead (cuda_timing.timed's host_ahead)")

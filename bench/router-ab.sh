@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# bench/router-ab.sh OLD_TEMPLATES OUT: the router's kernels of this tree
+# (B) against those of OLD_TEMPLATES (A, a folder holding router_topk.cu
+# as an older commit had it), in one run on one GPU: a copy of the tree is
+# built with the old template, then bench/router_bench.py --tuned-only
+# runs on each library in turn, A B B A A B ..., with the same store
+# (TUNED_DB: a config's text names the same variant in both; each library
+# compiles its own source). The last lines: a table of each row's tuned time under
+# graph replay, A's and B's medians over their runs.
+#
+# Environment: AB_BENCH_ARGS (router_bench's --tokens, --routers, --reps),
+# AB_ROUNDS (4). Needs what bench/gpu-session.sh's router phase set up
+# (the build, TUNED_DB, PYTHONPATH).
+set -uo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+old="${1:?usage: bench/router-ab.sh OLD_TEMPLATES OUT}"
+out="${2:?usage: bench/router-ab.sh OLD_TEMPLATES OUT}"
+copy=/tmp/tuned-ab-tree
+rm -rf "$copy" && mkdir -p "$copy" || exit 1
+tar -C "$root" --exclude=./build --exclude='./.whl*' --exclude=./.debs -cf - . | tar -C "$copy" -xf - ||
+    exit 1
+cp "$old/router_topk.cu" "$copy/kernels/templates/router_topk.cu" || exit 1
+(cd "$copy" && tools/setup.sh --no-deps) >"$out/ab-build.log" 2>&1 || {
+    tail -n 20 "$out/ab-build.log"
+    exit 1
+}
+for round in $(seq "${AB_ROUNDS:-4}"); do
+    # A B, then B A: a drift of the machine over the run (the first runs
+    # after a build are the slowest) falls on both sides alike
+    order="A B"
+    (( round % 2 == 0 )) && order="B A"
+    for side in $order; do
+        lib="$root/build/libtuned.so.0"
+        [[ $side == A ]] && lib="$copy/build/libtuned.so.0"
+        TUNED_LIBRARY="$lib" timeout 240 python3 "$root/bench/router_bench.py" --tuned-only \
+            ${AB_BENCH_ARGS:-} >"$out/ab-$side$round.log" 2>&1 || echo "ab: $side$round failed"
+    done
+done
+python3 - "$out" <<'PY'
+import ast, glob, statistics, sys
+out = sys.argv[1]
+rows = {}
+for side in "AB":
+    for f in sorted(glob.glob(f"{out}/ab-{side}[0-9]*.log")):
+        for line in open(f):
+            if line.startswith("{'router'"):
+                r = ast.literal_eval(line)
+                k = (r["router"], r["tokens"])
+                rows.setdefault(k, {"A": [], "B": [], "Ae": [], "Be": [], "floor": []})
+                rows[k][side].append(r["tuned_graph"])
+                rows[k][side + "e"].append(r["tuned"])
+                rows[k]["floor"].append(r["floor_graph"])
+print("router A/B (A: the old template, B: this tree), tuned, us, medians over rounds")
+print(f"{'router':9} {'tokens':>6} {'floor_graph':>11} {'A graph':>8} {'B graph':>8} "
+      f"{'B-A':>6} {'A eager':>8} {'B eager':>8}")
+for (name, t), v in rows.items():
+    m = {c: statistics.median(v[c]) if v[c] else float("nan") for c in v}
+    print(f"{name:9} {t:>6} {m['floor']:11.2f} {m['A']:8.2f} {m['B']:8.2f} {m['B'] - m['A']:6.2f} "
+          f"{m['Ae']:8.2f} {m['Be']:8.2f}")
+PY
