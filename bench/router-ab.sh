@@ -3,10 +3,13 @@
 # (B) against those of OLD_TEMPLATES (A, a folder holding router_topk.cu
 # as an older commit had it), in one run on one GPU: a copy of the tree is
 # built with the old template, then bench/router_bench.py --tuned-only
-# runs on each library in turn, A B B A A B ..., with the same store
-# (TUNED_DB: a config's text names the same variant in both; each library
-# compiles its own source). The last lines: a table of each row's tuned time under
-# graph replay, A's and B's medians over their runs.
+# runs on each library in turn, A B B A A B .... A record is found only
+# by the code that made it (the template's hash is in the key), so each
+# router_topk winner in OUT/tunes.jsonl (the tune step's, made by B) is
+# first measured by A alone (tuned tune --try CONFIG --budget 1) into the
+# same store (TUNED_DB): both sides then run the same configs, each
+# compiled from its own source. The last lines: a table of each row's
+# tuned time under graph replay, A's and B's medians over their runs.
 #
 # Environment: AB_BENCH_ARGS (router_bench's --tokens, --routers, --reps),
 # AB_ROUNDS (4). Needs what bench/gpu-session.sh's router phase set up
@@ -24,6 +27,29 @@ cp "$old/router_topk.cu" "$copy/kernels/templates/router_topk.cu" || exit 1
     tail -n 20 "$out/ab-build.log"
     exit 1
 }
+# B's winners measured by A into A's own records (a key's text prints
+# default parameters as a number: "1x128:" asks for the same key)
+python3 - "$out/tunes.jsonl" <<'PY' >"$out/ab-seeds.txt" || exit 1
+import json, sys
+text = open(sys.argv[1]).read()
+dec, i = json.JSONDecoder(), 0
+while i < len(text):
+    if text[i].isspace():
+        i += 1
+        continue
+    obj, i = dec.raw_decode(text, i)
+    rec = obj.get("record") or {}
+    if rec.get("kernel") != "router_topk":
+        continue
+    spec = rec["key"].split("/")[2]
+    rows, rest = spec.split(":", 1)
+    print(f"{rows}:{'' if rest.startswith('0x') else rest} {rec['dtype']} {rec['config']}")
+PY
+while read -r spec dtype config; do
+    "$copy/build/tuned" tune --kernel router_topk --shape "$spec" --dtype "$dtype" \
+        --try "$config" --budget 1 --population 1 --retune --db "$TUNED_DB" --progress none \
+        >>"$out/ab-seed.log" 2>&1 || echo "ab: A could not measure $spec $config"
+done <"$out/ab-seeds.txt"
 for round in $(seq "${AB_ROUNDS:-4}"); do
     # A B, then B A: a drift of the machine over the run (the first runs
     # after a build are the slowest) falls on both sides alike
