@@ -435,14 +435,6 @@ __device__ __forceinline__ u32 router_word_elem(const u32 (&w)[RT_NWORDS], int k
  * TPR 8, k 8, 8% of the whole). */
 #define RT_WHOLE_WARP (T_SEL == 3)
 
-/* Whether the calls of this kernel pass a bias: the key's bias parameter
- * (T_KEY_BIAS, set by the API from the pointer), where codegen gives it. */
-#if defined(T_KEY_BIAS)
-#define RT_EXPECT_BIAS (T_KEY_BIAS != 0)
-#else
-#define RT_EXPECT_BIAS 0
-#endif
-
 struct RouterSlot {
     long long row;
     int lane;
@@ -1568,39 +1560,6 @@ __device__ __forceinline__ void router_route(const float (&x)[RT_HELD], const fl
                        counts);
 }
 
-/* The row of slot into x (fp32), -inf where the slot's row is past the
- * last (live false). */
-__device__ __forceinline__ void router_load_slot(float (&x)[RT_HELD], const T *logits,
-                                                 long long row_stride, const RouterSlot &slot,
-                                                 bool live)
-{
-    if (live) {
-        const unsigned char *xr = (const unsigned char *)logits + slot.row * row_stride * ESIZE;
-        router_load_row(x, xr, (u64)xr % RT_VBYTES == 0, slot.lane);
-    } else {
-#pragma unroll
-        for (int e = 0; e < RT_HELD; e++)
-            x[e] = NEG_INF;
-    }
-}
-
-/* The path a key does not expect (a bias where its calls pass none, or
- * none where they pass one: the API sets the key's bias from the pointer,
- * so no call of the library takes it), out of line, the row loaded again
- * (the row in registers would go to local memory on the way to a call):
- * the expected path then runs straight from the kernel's top, with no
- * jump over the other's code. */
-template <bool BIAS>
-__device__ __noinline__ void router_route_other(const T *logits, long long row_stride,
-                                                const float *bias, RouterSlot slot, bool live,
-                                                float scaling, WT *weights, IDX *ids,
-                                                int *counts, RouterOut *stage)
-{
-    float x[RT_HELD];
-    router_load_slot(x, logits, row_stride, slot, live);
-    router_route<BIAS>(x, bias, slot, live, scaling, weights, ids, counts, stage);
-}
-
 /* The forward: one row per TPR threads, T_ROWS rows a block; the launch
  * has rows / T_ROWS blocks, rounded up. bias, counts and source_rows may
  * be NULL. */
@@ -1621,7 +1580,14 @@ tuned_router_topk(const T *__restrict__ logits, const float *__restrict__ bias,
     if ((!RT_WHOLE_WARP && !live) || cols != T_COLS)
         return;
     float x[RT_HELD];
-    router_load_slot(x, logits, row_stride, slot, live);
+    if (live) {
+        const unsigned char *xr = (const unsigned char *)logits + slot.row * row_stride * ESIZE;
+        router_load_row(x, xr, (u64)xr % RT_VBYTES == 0, slot.lane);
+    } else {
+#pragma unroll
+        for (int e = 0; e < RT_HELD; e++)
+            x[e] = NEG_INF;
+    }
     /* The source rows need no choice: written first, while the loads are in
      * flight. Written beside the weights at the store, they kept the
      * pointer and rows live through the rounds, and ptxas turned the
@@ -1630,12 +1596,10 @@ tuned_router_topk(const T *__restrict__ logits, const float *__restrict__ bias,
     if (source_rows != NULL && live)
         for (int i = slot.lane; i < T_TOPK; i += RT_TPR)
             source_rows[slot.row * T_TOPK + i] = (int)(i * rows + slot.row);
-    if ((bias != NULL) == RT_EXPECT_BIAS)
-        router_route<RT_EXPECT_BIAS>(x, bias, slot, live, opt.scaling, weights, ids, counts,
-                                     stage);
+    if (bias != NULL)
+        router_route<true>(x, bias, slot, live, opt.scaling, weights, ids, counts, stage);
     else
-        router_route_other<!RT_EXPECT_BIAS>(logits, row_stride, bias, slot, live, opt.scaling,
-                                            weights, ids, counts, stage);
+        router_route<false>(x, bias, slot, live, opt.scaling, weights, ids, counts, stage);
 }
 
 /* ---- the backward ---- */
