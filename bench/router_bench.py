@@ -99,15 +99,14 @@ def graphed(fn):
     return g.replay
 
 
-def floor_us(nbytes, flush, reps):
-    """(eager, graph replay): a device copy of nbytes (half read, half
-    written), timed as a call is; the graph's is the floor of the graph
-    columns (a replay carries its own launch cost)."""
+def copy_of(nbytes):
+    """A device copy of nbytes (half read, half written): the floor, timed
+    as a call is (and replayed from a graph, the graph columns' floor: a
+    replay carries its own launch cost)."""
     half = max(1, nbytes // 2)
     a = torch.empty(half, dtype=torch.uint8, device="cuda")
     b = torch.empty_like(a)
-    copy = lambda: b.copy_(a)  # noqa: E731
-    return timed(copy, flush, reps), timed(graphed(copy), flush, reps)
+    return lambda: b.copy_(a)
 
 
 def host_us(fn, calls=100):
@@ -152,18 +151,16 @@ def main():
             rw, ri = torch_router(x, r, bias)
             same = torch.equal(ti.sort(-1).values, ri.sort(-1).values)
             nbytes = t * e * x.element_size() + t * r["k"] * 12
-            floor, floor_graph = floor_us(nbytes, flush, args.reps)
-            row = {"router": name, "tokens": t, "floor": floor, "floor_graph": floor_graph,
-                   "ids_match": same}
-            fns = {"torch": lambda: torch_router(x, r, bias),
-                   "compile": lambda: compiled(x, r, bias),
-                   "tuned": lambda: tuned_router(x, r, bias),
-                   "opts": lambda: tuned_router(x, r, bias, weights_dtype=torch.bfloat16,
-                                                return_source_rows=True)}
-            if args.tuned_only:
-                del fns["torch"], fns["compile"]
-            if (not args.tuned_only and quack_topk is not None and r["score"] == "softmax" and r["renorm"]
-                    and e & (e - 1) == 0):
+            copy = copy_of(nbytes)
+            row = {"router": name, "tokens": t, "floor": timed(copy, flush, args.reps),
+                   "floor_graph": timed(graphed(copy), flush, args.reps), "ids_match": same}
+            fns = {} if args.tuned_only else {"torch": lambda: torch_router(x, r, bias),
+                                              "compile": lambda: compiled(x, r, bias)}
+            fns["tuned"] = lambda: tuned_router(x, r, bias)
+            fns["opts"] = lambda: tuned_router(x, r, bias, weights_dtype=torch.bfloat16,
+                                               return_source_rows=True)
+            if (not args.tuned_only and quack_topk is not None and r["score"] == "softmax"
+                    and r["renorm"] and e & (e - 1) == 0):
                 fns["quack"] = lambda: quack_topk(x, r["k"], softmax=True)
             for m, fn in fns.items():
                 try:
@@ -214,7 +211,7 @@ def main():
         err = ((dt_.float() - dr_.float()).abs().max() /
                dr_.float().abs().max().clamp_min(1e-30)).item()
         nbytes = 2 * 16384 * e * x.element_size() + 16384 * r["k"] * 12
-        back.append({"router": name, "floor": floor_us(nbytes, flush, args.reps)[0],
+        back.append({"router": name, "floor": timed(copy_of(nbytes), flush, args.reps),
                      "tuned": timed(tuned_bwd, flush, args.reps),
                      "torch": timed(torch_bwd, flush, args.reps),
                      "tuned_gpu": timed(tuned_bwd, flush, args.reps, host_ahead=True),
@@ -235,9 +232,9 @@ def main():
                  if c in row and row[c] == row[c]]
         best = ("eager " + ("win" if row["tuned"] < min(eager) else "LOSE") + ", graph " +
                 ("win" if row["tuned_graph"] < min(graph) else "LOSE")) if anchors else ""
+        torch_host = (f" (torch {row['torch_host_us']:.1f})" if "torch_host_us" in row else "")
         print(f"{row['router']:9} {row['tokens']:>6} {vals}  {'ok' if row['ids_match'] else 'DIFF'}"
-              f"  {best}  host {row['host_us']:.1f} us (torch {row.get('torch_host_us', 0.0):.1f})"
-              f"  {row['choice']}")
+              f"  {best}  host {row['host_us']:.1f} us{torch_host}  {row['choice']}")
     print("\nrouter backward at 16384 tokens through autograd, us: as called, and the"
           " GPU's time with the host ahead (cuda_timing.timed's host_ahead)")
     for b in back:

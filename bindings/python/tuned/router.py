@@ -268,11 +268,11 @@ def _forward_any(logits, bias, k, score, num_groups, topk_group, renorm, scaling
         _source_rows_fit(x.shape[0], k)
     w, ids = _router_torch(x, bias, k, score, num_groups, topk_group, renorm, scaling)
     cnt = (torch.bincount(ids.reshape(-1), minlength=x.shape[1]).to(torch.int32) if counts
-           else torch.zeros(0, dtype=torch.int32, device=x.device))
-    src = (_source_rows(x.shape[0], k, x.device) if source_rows
-           else torch.zeros(0, dtype=torch.int32, device=x.device))
-    return (w.to(torch.bfloat16 if weights_bf16 else torch.float32).contiguous(),
-            ids.to(torch.int32 if ids_int32 else torch.int64).contiguous(), cnt, src)
+           else None)
+    src = _source_rows(x.shape[0], k, x.device) if source_rows else None
+    return ((w.to(torch.bfloat16 if weights_bf16 else torch.float32).contiguous(),
+             ids.to(torch.int32 if ids_int32 else torch.int64).contiguous()) +
+            _asked(cnt, src, x.device))
 
 
 def _forward_cuda(logits, bias, *args):
