@@ -61,7 +61,9 @@
  *   stats    softmax only: the row's maximum and sum of exp(x - max),
  *            reduced over the row's lanes with xor shuffles (without a
  *            bias or groups the maximum is the first round's key, and the
- *            sum runs beside the later rounds)
+ *            sum runs beside the later rounds; renormalised, no sum: the
+ *            row's softmax is NaN exactly where that key's logit is not
+ *            finite, all the weights need of it)
  *   keys     each element's v as a 32-bit integer whose signed order is
  *            the choice's order (NaN the largest, -0 as +0), slots past
  *            the row a key below every float's; without a bias from the
@@ -616,6 +618,23 @@ template <bool BIAS>
 __device__ constexpr bool router_late_stats()
 {
     return !BIAS && T_SCORE == 0 && T_GROUPS == 1;
+}
+
+/* The late stats from the first round's key's logit m, the row's largest
+ * (NaN counted largest). Renormalised, the weights need only whether the
+ * row's softmax is NaN, and it is exactly where m is not finite (a NaN, a
+ * +inf, or every logit -inf; a finite m makes the sum of exp(x - m) at
+ * least 1 and finite): the sum of exps is not formed. */
+__device__ __forceinline__ RouterStats router_late_stats_of(const float (&x)[RT_HELD], float m,
+                                                          unsigned mask)
+{
+#if T_RENORM && T_SCORE == 0
+    (void)x, (void)mask;
+    RouterStats st = {m, 1.0f, !isfinite(m)};
+    return st;
+#else
+    return router_stats_at(x, m, mask);
+#endif
 }
 
 /* sigmoid(x) and its derivative sigmoid(x) sigmoid(-x), from one exp of
@@ -1549,7 +1568,7 @@ __device__ __forceinline__ void router_route(const float (&x)[RT_HELD], const fl
     /* before the branch below, so that ptxas can place the sum among the
      * rounds (the first round's key, ch.max_x, is the same either way) */
     if (router_late_stats<BIAS>())
-        st = router_stats_at(x, ch.max_x, slot.mask);
+        st = router_late_stats_of(x, ch.max_x, slot.mask);
     if (redo) {
         /* several lanes held a round's largest key, or a short list ran
          * dry: again, exact */
