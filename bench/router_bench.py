@@ -85,6 +85,13 @@ def tuned_router(x, r, bias, **extra):
                              renorm=r["renorm"], scaling=r.get("scaling", 1.0), **extra)
 
 
+def verdict(ours, anchors):
+    """tuned against the best anchor: a strict win, a tie (the same event
+    time, whose steps are 32 ns at these sizes) or a loss."""
+    best = min(anchors)
+    return "win" if ours < best else "tie" if ours == best else "LOSE"
+
+
 def graphed(fn):
     """fn captured in a CUDA graph: its replay."""
     s = torch.cuda.Stream()
@@ -230,8 +237,8 @@ def main():
         eager = [row[c] for c in ("torch", "compile", "quack") if c in row and row[c] == row[c]]
         graph = [row[c] for c in ("torch_graph", "compile_graph", "quack_graph")
                  if c in row and row[c] == row[c]]
-        best = ("eager " + ("win" if row["tuned"] < min(eager) else "LOSE") + ", graph " +
-                ("win" if row["tuned_graph"] < min(graph) else "LOSE")) if anchors else ""
+        best = (f"eager {verdict(row['tuned'], eager)}, graph {verdict(row['tuned_graph'], graph)}"
+                if anchors else "")
         torch_host = (f" (torch {row['torch_host_us']:.1f})" if "torch_host_us" in row else "")
         print(f"{row['router']:9} {row['tokens']:>6} {vals}  {'ok' if row['ids_match'] else 'DIFF'}"
               f"  {best}  host {row['host_us']:.1f} us{torch_host}  {row['choice']}")
