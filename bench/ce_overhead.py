@@ -16,24 +16,12 @@ import argparse
 import cProfile
 import pstats
 import sys
-import time
 
 import torch
 import torch.nn.functional as F
 
 import tuned
-
-
-def host_us(fn, iters):
-    for _ in range(20):
-        fn()
-    torch.cuda.synchronize()
-    t = time.perf_counter()
-    for _ in range(iters):
-        fn()
-    host = (time.perf_counter() - t) / iters * 1e6
-    torch.cuda.synchronize()
-    return host
+from cuda_timing import host_us
 
 
 def main():
@@ -73,7 +61,7 @@ def c_call_us(x, t, iters):
         rc = lib.tuned_cross_entropy(*args)
         if rc != 0:
             raise RuntimeError(f"tuned_cross_entropy: {rc}")
-    return host_us(call, iters)
+    return host_us(call, iters, warm=20)
 
 
 def one_shape(rows, cols, args, profile):
@@ -113,8 +101,9 @@ def one_shape(rows, cols, args, profile):
     except Exception as exc:  # noqa: BLE001
         print(f"quack: not available ({type(exc).__name__}: {exc})")
     for name, fn in methods.items():
-        print(f"{name:14} host {host_us(fn, args.iters):8.1f} us an iteration", flush=True)
-    fwd = host_us(lambda: tuned.cross_entropy(x0.detach().requires_grad_(), t), args.iters)
+        print(f"{name:14} host {host_us(fn, args.iters, warm=20):8.1f} us an iteration", flush=True)
+    fwd = host_us(lambda: tuned.cross_entropy(x0.detach().requires_grad_(), t), args.iters,
+                  warm=20)
     print(f"{'tuned forward':14} host {fwd:8.1f} us an iteration")
     print(f"{'C call':14} host {c_call_us(x0, t, args.iters):8.1f} us an iteration", flush=True)
     if not profile:

@@ -9,9 +9,11 @@ GPU's for that work, as in a model's step where the host runs ahead of
 the GPU, not the host's time to issue it (which, for work of under
 about 200 us through Python, is what the plain timing measures). peak_extra(fn): the bytes fn allocates at
 its peak beyond what was allocated before it (torch's caching allocator's
-count)."""
+count). host_us(fn, calls, warm): an eager call's host time, calls back to
+back with the GPU never waited on."""
 
 import statistics
+import time
 
 import torch
 
@@ -46,3 +48,18 @@ def peak_extra(fn):
     fn()
     torch.cuda.synchronize()
     return torch.cuda.max_memory_allocated() - base
+
+
+def host_us(fn, calls, warm=0):
+    """The host's microseconds a call of fn: warm calls, then calls back to
+    back, the GPU never waited on (where the GPU's time is less, as at a
+    decode step, this is what a call costs)."""
+    for _ in range(warm):
+        fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    t = (time.perf_counter() - t0) * 1e6 / calls
+    torch.cuda.synchronize()
+    return t

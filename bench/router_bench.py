@@ -33,13 +33,12 @@ the tuned winners); QuACK for its column."""
 
 import argparse
 import sys
-import time
 
 import torch
 
 import tuned
 import tuned.router as tuned_router_module
-from cuda_timing import timed
+from cuda_timing import host_us, timed
 
 ROUTERS = {
     "E8k2": dict(e=8, k=2, score="softmax", renorm=True),
@@ -116,18 +115,6 @@ def copy_of(nbytes):
     return lambda: b.copy_(a)
 
 
-def host_us(fn, calls=100):
-    """An eager call's host time: calls back to back, the GPU never waited
-    on (a decode step's router pays this where the GPU's time is less)."""
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    t = (time.perf_counter() - t0) * 1e6 / calls
-    torch.cuda.synchronize()
-    return t
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--tokens", default="1,8,64,512,4096,16384,65536")
@@ -183,9 +170,9 @@ def main():
             ch = tuned.last_choice()
             row["choice"] = (f"{ch.config} ({ch.source})" if ch is not None
                              and tuned_router_module.libtuned_calls > before else "torch formula")
-            row["host_us"] = host_us(lambda: tuned_router(x, r, bias))
+            row["host_us"] = host_us(lambda: tuned_router(x, r, bias), 100)
             if not args.tuned_only:
-                row["torch_host_us"] = host_us(lambda: torch_router(x, r, bias))
+                row["torch_host_us"] = host_us(lambda: torch_router(x, r, bias), 100)
             rows_out.append(row)
             print(row, flush=True)
     # the backward at 16384 tokens
