@@ -23,6 +23,7 @@
 #include "src/codegen/nvrtc.h"
 #include "src/codegen/source.h"
 #include "src/driver/router_reference.h"
+#include "src/tuner/space.h"
 
 static const tuned__kind_spec *router(void)
 {
@@ -351,6 +352,20 @@ static void test_compile(const tuned__nvrtc *n)
         EXPECT(fwd > 0 && bwd > 0, "%llu experts %s %s: no config compiled",
                (unsigned long long)cases[i].cols, cases[i].params, tuned_dtype_name(dt));
     }
+    /* The renormalised terms in the lanes: a warp a row (the winners
+     * staged, a biased row's largest logit after the rounds) and 8
+     * threads a row, biased and not. */
+    static const char *const lanes[] = {
+        "w1.r1.c1.m1.v4.ld=nc.st=def.reg=f32.sel=short.terms=lanes",
+        "w4.r16.c1.m1.v4.ld=nc.st=def.reg=f32.sel=net.terms=lanes",
+    };
+    for (size_t j = 0; j < sizeof lanes / sizeof lanes[0]; j++) {
+        EXPECT(compile(n, TUNED_KERNEL_ROUTER_TOPK, TUNED_FP32, 384,
+                       "k=8,score=sigmoid,renorm=1,bias=1", lanes[j]),
+               "384 experts, bias, %s: not compiled", lanes[j]);
+        EXPECT(compile(n, TUNED_KERNEL_ROUTER_TOPK, TUNED_BF16, 64, "k=6,renorm=1", lanes[j]),
+               "64 experts, %s: not compiled", lanes[j]);
+    }
     /* The compiled-in options: int32 ids and bf16 weights, a forward with
      * one, the other and both (the GPU test runs them against float64) */
     for (unsigned flags = 1; flags <= 3; flags++)
@@ -439,11 +454,92 @@ static void test_net_configs(void)
     }
 }
 
+/* terms=lanes: its text, where the one rule takes it (a renormalising
+ * key, several threads a row, the router), and the space and the
+ * search's steps holding it exactly there. */
+static void test_terms_configs(void)
+{
+    static const char *const lanes = "w1.r1.c1.m1.v4.ld=nc.st=def.reg=f32.sel=short.terms=lanes";
+    tuned__err e = {0};
+    tuned__config c;
+    char text[TUNED__CONFIG_TEXT], why[200] = "";
+    EXPECT_RC(tuned__config_parse(lanes, &c, &e), 0, &e);
+    tuned__config_format(&c, text, sizeof text);
+    EXPECT(c.terms == TUNED__TERMS_LANES && c.sel == TUNED__SEL_SHORT && strcmp(text, lanes) == 0,
+           "%s round trip: %s", lanes, text);
+    EXPECT(tuned__config_parse("w1.r1.c1.m1.v4.ld=nc.st=def.reg=f32.terms=rounds", &c, &e) == 0 &&
+               c.terms == TUNED__TERMS_ROUNDS &&
+               tuned__config_parse_canonical("w1.r1.c1.m1.v4.ld=nc.st=def.reg=f32.terms=rounds",
+                                             TUNED_EINVAL, &c, &e) == TUNED_EINVAL,
+           "terms=rounds is not canonical");
+    EXPECT(tuned__config_parse("w1.r1.c1.m1.v4.ld=nc.st=def.reg=f32.terms=heap", &c, &e) ==
+               TUNED_EINVAL,
+           "terms=heap taken");
+    /* after sel=, before red=: the text's one order */
+    EXPECT(tuned__config_parse("w1.r1.c1.m1.v4.ld=nc.st=def.reg=f32.terms=lanes.sel=short", &c,
+                               &e) == TUNED_EINVAL,
+           "terms= before sel= taken");
+
+    const tuned__kind_spec *k = router();
+    tuned__shape renorm = {.dtype = TUNED_FP32, .rows = 16384, .cols = 384,
+                           .kernel = TUNED_KERNEL_ROUTER_TOPK};
+    tuned__shape plain = renorm;
+    EXPECT_RC(tuned__params_parse(k, "k=8,score=sigmoid,renorm=1,bias=1", &renorm.params, &e), 0,
+              &e);
+    EXPECT_RC(tuned__params_parse(k, "k=8,score=sigmoid,bias=1", &plain.params, &e), 0, &e);
+    EXPECT_RC(tuned__config_parse(lanes, &c, &e), 0, &e);
+    EXPECT(tuned__config_check(&c, &renorm, 90, 132, why, sizeof why), "renorm key: %s", why);
+    EXPECT(!tuned__config_check(&c, &plain, 90, 132, why, sizeof why) &&
+               strstr(why, "renorm") != NULL,
+           "a key without renorm took terms=lanes: %s", why);
+    tuned__config one = c;
+    one.warps = 1, one.rows = 32, one.sel = TUNED__SEL_SCAN; /* one thread a row */
+    EXPECT(!tuned__config_check(&one, &renorm, 90, 132, why, sizeof why) &&
+               strstr(why, "one thread") != NULL,
+           "one thread a row took terms=lanes: %s", why);
+    tuned__shape sm = {.dtype = TUNED_FP32, .rows = 64, .cols = 4096,
+                       .kernel = TUNED_KERNEL_SOFTMAX};
+    tuned__config smc = c;
+    smc.sel = TUNED__SEL_SCAN;
+    EXPECT(!tuned__config_check(&smc, &sm, 90, 132, why, sizeof why) &&
+               strstr(why, "terms=lanes") != NULL,
+           "softmax took terms=lanes: %s", why);
+
+    /* the space: both places for the renormalising key, one for the other */
+    tuned__space sp;
+    size_t with = 0, without = 0;
+    int rc = tuned__space_init(&sp, &renorm, 90, 132, &e);
+    EXPECT_RC(rc, 0, &e);
+    if (rc == 0) {
+        for (size_t i = 0; i < sp.count; i++)
+            with += sp.valid[i].terms == TUNED__TERMS_LANES;
+        tuned__config nbrs[128];
+        size_t nn = tuned__space_neighbors(&sp, &c, nbrs, 128);
+        bool back = false;
+        for (size_t i = 0; i < nn; i++)
+            back |= nbrs[i].terms == TUNED__TERMS_ROUNDS && nbrs[i].sel == c.sel &&
+                    nbrs[i].warps == c.warps && nbrs[i].rows == c.rows && nbrs[i].vec == c.vec;
+        EXPECT(back, "no step from terms=lanes to the rounds' terms");
+        EXPECT(with > 0 && with < sp.count, "renorm key: %zu of %zu configs terms=lanes", with,
+               sp.count);
+        tuned__space_free(&sp);
+    }
+    rc = tuned__space_init(&sp, &plain, 90, 132, &e);
+    EXPECT_RC(rc, 0, &e);
+    if (rc == 0) {
+        for (size_t i = 0; i < sp.count; i++)
+            without += sp.valid[i].terms != TUNED__TERMS_ROUNDS;
+        EXPECT(without == 0, "a key without renorm: %zu configs terms=lanes", without);
+        tuned__space_free(&sp);
+    }
+}
+
 int main(void)
 {
     test_params();
     test_reference();
     test_net_configs();
+    test_terms_configs();
     tuned__err e = {0};
     tuned__nvrtc *n = NULL;
     if (tuned__nvrtc_load(&n, &e) != 0) {

@@ -101,8 +101,9 @@
  *            shared memory, read back after the rounds)
  *   weight   each lane its slots' scores (T_RENORM: exp(l - L) of the
  *            log-scores, sigmoid's without a log, summed over the row's
- *            lanes, or, for k <= 16, by every lane over every round's
- *            winner, their parts formed in the rounds), times c
+ *            lanes, or, for k <= 16 and not T_TERMS_LANES, by every lane
+ *            over every round's winner, their parts formed in the rounds),
+ *            times c
  *   store    weights and ids, a lane per output (coalesced), counts (the
  *            source rows, which need no choice, first, after the load)
  * With a bias the selection needs the scores first and the winner's logit
@@ -209,6 +210,10 @@
  * space has no sel): the forward, compiled beside it, then scans. */
 #ifndef T_SEL
 #define T_SEL 0
+#endif
+/* Nor a place for renormalised terms (the config's terms=lanes). */
+#ifndef T_TERMS_LANES
+#define T_TERMS_LANES 0
 #endif
 
 /* The router's own defines and types (codegen sets them from the kind's
@@ -986,8 +991,13 @@ __device__ __forceinline__ void router_keep_groups(int (&key)[RT_HELD], const Ro
  * lane keeps every round's winner's term parts (each round's winner is
  * known to every lane; the parts formed in the rounds, which leave the
  * issue idle while their redux.sync and votes are in flight) and sums all
- * k terms itself, with no chain of shuffles after the last round. */
-#define RT_ALL_CHOSEN (T_RENORM && RT_TPR > 1 && T_TOPK <= 16)
+ * k terms itself, with no chain of shuffles after the last round. That is
+ * k terms a lane where one would do: with many rows, where the issue is
+ * busy, T_TERMS_LANES (terms=lanes) forms each output's term in its own
+ * lane after the rounds, summed over the row's lanes (H200, 16384 x 384
+ * sigmoid, bias, k 8, TPR 32, the same config: 23.3 to 21.3 us; 0.05 to
+ * 0.18 us slower at 1 to 512 tokens, which the tuner sees). */
+#define RT_ALL_CHOSEN (T_RENORM && RT_TPR > 1 && T_TOPK <= 16 && !T_TERMS_LANES)
 
 /* Whether the rounds take the vote form (FAST; router_argmax says what
  * the two forms are). */
@@ -1009,6 +1019,11 @@ __device__ __forceinline__ void router_keep_groups(int (&key)[RT_HELD], const Ro
  * before). The exact form (the reruns, and part of a warp) keeps its
  * winners in registers: every lane knows the column there. */
 #define RT_STAGE (RT_FAST_ROUNDS && T_ROWS * T_TOPK * 8 <= 16384)
+
+/* With terms in the lanes and the winners staged, a biased row's largest
+ * chosen logit (the terms' reference) is taken after the rounds, over the
+ * row's slots, so that no round hands its winner's logit to every lane. */
+#define RT_LATE_MAX (T_TERMS_LANES && RT_STAGE && T_RENORM)
 
 struct __align__(8) RouterOut {
     int col;
@@ -1063,7 +1078,7 @@ __device__ __forceinline__ void router_keep(RouterChoice &ch, int i, int win, bo
         ch.stail[i / RT_TPR] = ch.tail[i];
     }
 #endif
-    if (BIAS)
+    if (BIAS && !(RT_LATE_MAX && STAGED))
         ch.max_x = fmaxf(ch.max_x, xw);
     else if (i == 0)
         ch.max_x = router_key_value(top);
@@ -1561,6 +1576,16 @@ __device__ __forceinline__ void router_route(const float (&x)[RT_HELD], const fl
     /* before the rerun's branch: every lane of the row reaches it (redo
      * is the row's) and the rerun keeps its winners in registers */
     router_unstage(ch, slot.mask, slot.lane);
+#if RT_LATE_MAX
+    if (BIAS) {
+        float m = NEG_INF;
+#pragma unroll
+        for (int s = 0; s < RT_SLOTS; s++)
+            if (s * RT_TPR + slot.lane < T_TOPK)
+                m = fmaxf(m, ch.x[s]);
+        ch.max_x = lanes_max(m, slot.mask);
+    }
+#endif
     /* the whole warp's masks: the whole warp reruns, or none of it (a row
      * past the last, which stores nothing, asks for nothing) */
     if (RT_WHOLE_WARP)

@@ -17,6 +17,7 @@ static const char *const st_names[TUNED__ST_COUNT] = {"def", "cs"};
 static const char *const reg_names[TUNED__REG_COUNT] = {"f32", "pk", "ex"};
 static const char *const red_names[TUNED__RED_COUNT] = {"split", "fused"};
 static const char *const sel_names[TUNED__SEL_COUNT] = {"scan", "sort", "short", "net"};
+static const char *const terms_names[TUNED__TERMS_COUNT] = {"rounds", "lanes"};
 
 const char *tuned__ld_name(unsigned ld)
 {
@@ -62,9 +63,13 @@ void tuned__config_format(const tuned__config *c, char *buf, size_t n)
     if (c->replicas > 1)
         snprintf(last + strlen(last), sizeof last - strlen(last), ".rep%u", c->replicas);
     /* likewise the scan, the selection method before the field */
-    char sel[16] = "";
+    char sel[32] = "";
     if (c->sel != TUNED__SEL_SCAN)
         snprintf(sel, sizeof sel, ".sel=%s", c->sel < TUNED__SEL_COUNT ? sel_names[c->sel] : "?");
+    /* and the terms formed in the rounds, which came first */
+    if (c->terms != TUNED__TERMS_ROUNDS)
+        snprintf(sel + strlen(sel), sizeof sel - strlen(sel), ".terms=%s",
+                 c->terms < TUNED__TERMS_COUNT ? terms_names[c->terms] : "?");
     snprintf(buf, n, "w%u.r%u.c%u.m%u.v%u.ld=%s.st=%s.reg=%s%s%s%s%s", c->warps, c->rows,
              c->cluster, c->minb, c->vec, tuned__ld_name(c->ld), tuned__st_name(c->st),
              tuned__reg_name(c->reg), sel, c->red != TUNED__RED_SPLIT ? ".red=" : "",
@@ -218,12 +223,17 @@ int tuned__config_parse(const char *text, tuned__config *out, tuned__err *e)
         (rc = parse_named_field(fields[6], "st=", st_names, TUNED__ST_COUNT, &c.st, text, e)) != 0 ||
         (rc = parse_named_field(fields[7], "reg=", reg_names, TUNED__REG_COUNT, &c.reg, text, e)) != 0)
         return rc;
-    /* Then .sel=..., which the scan leaves out, then .red=..., which the
-     * two-round reduction leaves out, then .gN or .stashN, then .repN. */
+    /* Then .sel=..., which the scan leaves out, then .terms=..., which the
+     * rounds' terms leave out, then .red=..., which the two-round reduction
+     * leaves out, then .gN or .stashN, then .repN. */
     size_t next = 8;
     if (next < nf && strncmp(fields[next], "sel=", 4) == 0 &&
         (rc = parse_named_field(fields[next++], "sel=", sel_names, TUNED__SEL_COUNT, &c.sel, text,
                                 e)) != 0)
+        return rc;
+    if (next < nf && strncmp(fields[next], "terms=", 6) == 0 &&
+        (rc = parse_named_field(fields[next++], "terms=", terms_names, TUNED__TERMS_COUNT,
+                                &c.terms, text, e)) != 0)
         return rc;
     if (next < nf && strncmp(fields[next], "red=", 4) == 0 &&
         (rc = parse_named_field(fields[next++], "red=", red_names, TUNED__RED_COUNT, &c.red, text,
@@ -278,6 +288,7 @@ bool tuned__config_equal(const tuned__config *a, const tuned__config *b)
            a->cluster == b->cluster && a->minb == b->minb && a->vec == b->vec && a->ld == b->ld && a->st == b->st &&
            a->reg == b->reg && a->red == b->red && a->stages == b->stages && a->grid == b->grid &&
            a->stash == b->stash && a->replicas == b->replicas && a->sel == b->sel &&
+           a->terms == b->terms &&
            a->chunk == b->chunk && a->splits == b->splits;
 }
 
@@ -339,9 +350,9 @@ bool tuned__config_refuse(char *why, size_t n, const char *fmt, ...)
 static bool tma_check(const tuned__config *c, const tuned__shape *s, int arch, char *why, size_t n)
 {
     if (c->rows != 1 || c->minb != 1 || c->vec != 0 || c->ld != 0 || c->reg != 0 || c->red != 0 ||
-        c->grid != 0 || c->stash != 0 || c->replicas != 0 || c->sel != 0)
-        return tuned__config_refuse(
-            why, n, "tma variants fix rows, minb, vec, ld, reg, red, grid, stash and replicas");
+        c->grid != 0 || c->stash != 0 || c->replicas != 0 || c->sel != 0 || c->terms != 0)
+        return tuned__config_refuse(why, n, "tma variants fix rows, minb, vec, ld, reg, red, "
+                                            "grid, stash, replicas, sel and terms");
     if (!pow2_in(c->warps, 1, 32) || !pow2_in(c->cluster, 1, 16) || c->stages < 1 ||
         c->stages > 4 || c->st >= TUNED__ST_COUNT)
         return tuned__config_refuse(why, n,
@@ -394,7 +405,8 @@ static bool rows_check_fields(const tuned__config *c, int arch, char *why, size_
     if (c->replicas > 1 && (c->cluster < 2 || c->grid > 1))
         return tuned__config_refuse(why, n, "replicas hold a row cut over a cluster, no grid split");
     if (c->ld >= TUNED__LD_COUNT || c->st >= TUNED__ST_COUNT || c->reg >= TUNED__REG_COUNT ||
-        c->red >= TUNED__RED_COUNT || c->sel >= TUNED__SEL_COUNT)
+        c->red >= TUNED__RED_COUNT || c->sel >= TUNED__SEL_COUNT ||
+        c->terms >= TUNED__TERMS_COUNT)
         return tuned__config_refuse(why, n, "unknown cache hint, register mode or reduction");
     return true;
 }
@@ -436,6 +448,26 @@ static bool rows_check_kernel(const tuned__config *c, const tuned__kind_spec *k,
     return true;
 }
 
+/* terms=lanes: a kind that renormalises (its terms_param), a key that
+ * does, and several threads a row (one thread sums its own terms: the
+ * same kernel either way). */
+static bool rows_check_terms(const tuned__config *c, const tuned__kind_spec *k,
+                             const tuned__shape *s, char *why, size_t n)
+{
+    if (c->terms == TUNED__TERMS_ROUNDS)
+        return true;
+    if (k->terms_param == 0)
+        return tuned__config_refuse(why, n, "%s renormalises no weights: no terms=%s", k->name,
+                                    terms_names[c->terms]);
+    if (tuned__params_get(k, s->params, k->terms_param - 1u) == 0)
+        return tuned__config_refuse(why, n, "a key without %s has no terms: no terms=%s",
+                                    k->param[k->terms_param - 1].name, terms_names[c->terms]);
+    if (tuned__config_threads_per_row(c) * tuned__config_blocks_per_row(c) < 2)
+        return tuned__config_refuse(why, n, "one thread a row sums its own terms: no terms=%s",
+                                    terms_names[c->terms]);
+    return true;
+}
+
 /* A stash (passes 1 .. stash of each thread in shared memory) as
  * softmax_rows_common.cu's T_STASH takes it: a forward kernel, vectors
  * that cp.async copies (4 bytes or more), every stashed pass whole inside
@@ -468,7 +500,7 @@ static bool rows_check_shape(const tuned__config *c, const tuned__shape *s, int 
 {
     size_t esize = tuned_dtype_size(s->dtype);
     const tuned__kind_spec *kind = tuned__shape_spec(s);
-    if (!rows_check_kernel(c, kind, why, n))
+    if (!rows_check_kernel(c, kind, why, n) || !rows_check_terms(c, kind, s, why, n))
         return false;
     /* An L2 evict_last load gains a kernel that reads each element once
      * nothing and keeps the input in L2 afterwards, past an L2 flush too

@@ -84,6 +84,19 @@ enum {
     TUNED__SEL_COUNT
 };
 
+/* Where a kind whose rows may renormalise their chosen weights (its spec's
+ * `terms_param`) forms the weights' terms and their sum, with several
+ * threads a row: every thread every round's winner's term, in the rounds,
+ * and the sum in each thread (the default, left out of the text: the
+ * shortest chain after the last round, for few rows), or each output's
+ * thread its own term after the rounds, summed over the row's threads
+ * (".terms=lanes": fewer instructions a row, for many rows). */
+enum {
+    TUNED__TERMS_ROUNDS = 0,
+    TUNED__TERMS_LANES,
+    TUNED__TERMS_COUNT
+};
+
 /* How the row's (max, sum) is reduced across the threads (and blocks) of a
  * row: two rounds (the maximum, then the sum of exp(x - max)), or one round
  * of (max, sum) pairs, each thread summing exp(x - its own max) and the
@@ -118,6 +131,7 @@ typedef struct tuned__config {
                          with it % replicas == r (a few rows' stores spread over more SMs):
                          2, 4, 8; 0: one cluster a row. tma: 0 */
     uint8_t sel;      /* TUNED__SEL_*: kinds that choose the top k; else 0 */
+    uint8_t terms;    /* TUNED__TERMS_*: renormalised rows of a kind that has them; else 0 */
     uint32_t chunk;   /* family chunk: rows a chunk, 1 .. TUNED__MAX_CHUNK; else 0 */
     uint8_t splits;   /* family chunk: vocabulary blocks a chunk's logits are made in,
                          2 .. TUNED__MAX_SPLITS ("chunk2048.v17"); 0: whole rows */

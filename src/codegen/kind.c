@@ -83,6 +83,7 @@ static bool router_rule(uint64_t cols, uint32_t params, char *why, size_t n);
         {"topk_group", "T_TOPK_GROUP", 15, 6, 1, 32, 1, {NULL}},                            \
         {"renorm", "T_RENORM", 21, 1, 0, 1, 0, {NULL}}
 #define ROUTER_BIAS_PARAM 5 /* the forward's sixth: the bias tensor's present_param - 1 */
+#define ROUTER_RENORM_PARAM 4 /* renorm: the forward's terms_param - 1 */
 #define ROUTER_PARAMS                                                                        \
     .nparams = 6, .param = {ROUTER_PARAM_LIST, {"bias", "T_KEY_BIAS", 22, 1, 0, 1, 0, {NULL}}}, \
     .params_rule = router_rule, .example_cols = 128
@@ -204,6 +205,7 @@ static const tuned__kind_spec specs[] = {
         ROUTER_COMMON, ROUTER_PARAMS,
         .fixed_store_hint = true,
         .selects = true, /* the backward only scatters: it has no sel */
+        .terms_param = ROUTER_RENORM_PARAM + 1,
         .path = {[TUNED__PATH_ROWS] = ROUTER_PATH},
         .reference = TUNED__REF_ROUTER,
     },

@@ -248,6 +248,10 @@ typedef struct tuned__kind_spec {
     bool fixed_store_hint; /* writes too little for st=cs to matter: st=def only */
     bool fixed_registers;  /* holds its row as fp32 only: reg=f32 only */
     bool selects;          /* chooses the top k of a row: sel=scan or sort (T_SEL) */
+    /* The key parameter (its index + 1; 0: none) that renormalises a row's
+     * chosen weights: where a key sets it, a config with several threads a
+     * row may place the terms (terms=lanes, T_TERMS_LANES). */
+    uint8_t terms_param;
 
     /* The float64 reference (TUNED__REF_*) and the templates of its module
      * (compiled with T_DTYPE and the call's flags). */

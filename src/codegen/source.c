@@ -223,6 +223,9 @@ int tuned__source_kernel(const tuned__config *c, const tuned__shape *s,
     if (k->selects)
         snprintf(defines + strlen(defines), sizeof defines - strlen(defines),
                  "#define T_SEL %u\n", c->sel);
+    if (k->terms_param != 0)
+        snprintf(defines + strlen(defines), sizeof defines - strlen(defines),
+                 "#define T_TERMS_LANES %d\n", c->terms == TUNED__TERMS_LANES);
     if ((rc = kind_defines(k, opts, defines, sizeof defines, e)) != 0 ||
         (rc = tuned__params_defines(k, s->params, defines, sizeof defines, e)) != 0)
         return rc;

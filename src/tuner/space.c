@@ -150,28 +150,35 @@ static bool offer(const tuned__space *sp, const tuned__config *c, visit_fn visit
 
 /* Offers c with every vector width, load and store hint and register mode,
  * and every reduction when all_reds (else c's own), then every selection
- * method of a kind that selects, in that order; with stashed, each with
+ * method of a kind that selects, then each place of the renormalised
+ * terms of a kind that has them, in that order; with stashed, each with
  * half its passes in a stash. */
 static bool offer_per_vector(const tuned__space *sp, tuned__config c, bool all_reds, bool stashed,
                              visit_fn visit, void *ctx)
 {
     unsigned red_first = all_reds ? 0 : c.red, red_last = all_reds ? TUNED__RED_COUNT - 1 : c.red;
-    /* a kind without a selection has the scan alone: its order is as before */
-    unsigned sels = tuned__shape_spec(&sp->shape)->selects ? TUNED__SEL_COUNT : 1;
+    /* a kind without a selection has the scan alone, and one without
+     * renormalised terms their one place: its order is as before (the
+     * check refuses terms=lanes where the key does not renormalise) */
+    const tuned__kind_spec *k = tuned__shape_spec(&sp->shape);
+    unsigned sels = k->selects ? TUNED__SEL_COUNT : 1;
+    unsigned terms_count = k->terms_param != 0 ? TUNED__TERMS_COUNT : 1;
     for (unsigned v = 1; v <= 8; v *= 2)
         for (unsigned ld = 0; ld < TUNED__LD_COUNT; ld++)
             for (unsigned st = 0; st < TUNED__ST_COUNT; st++)
                 for (unsigned reg = 0; reg < TUNED__REG_COUNT; reg++)
                     for (unsigned red = red_first; red <= red_last; red++)
-                        for (unsigned sel = 0; sel < sels; sel++) {
-                            c.vec = (uint8_t)v, c.ld = (uint8_t)ld, c.st = (uint8_t)st;
-                            c.reg = (uint8_t)reg, c.red = (uint8_t)red, c.sel = (uint8_t)sel;
-                            c.stash = (uint8_t)(stashed ? stash_half(sp, &c) : 0);
-                            if (stashed && c.stash == 0)
-                                continue;
-                            if (!offer(sp, &c, visit, ctx))
-                                return false;
-                        }
+                        for (unsigned sel = 0; sel < sels; sel++)
+                            for (unsigned terms = 0; terms < terms_count; terms++) {
+                                c.vec = (uint8_t)v, c.ld = (uint8_t)ld, c.st = (uint8_t)st;
+                                c.reg = (uint8_t)reg, c.red = (uint8_t)red;
+                                c.sel = (uint8_t)sel, c.terms = (uint8_t)terms;
+                                c.stash = (uint8_t)(stashed ? stash_half(sp, &c) : 0);
+                                if (stashed && c.stash == 0)
+                                    continue;
+                                if (!offer(sp, &c, visit, ctx))
+                                    return false;
+                            }
     return true;
 }
 
@@ -485,6 +492,9 @@ size_t tuned__space_neighbors(const tuned__space *sp, const tuned__config *c, tu
     for (unsigned v = 0; v < TUNED__SEL_COUNT; v++)
         if (v != c->sel)
             m = *c, m.sel = (uint8_t)v, add_move(sp, &m, out, cap, &n);
+    for (unsigned v = 0; v < TUNED__TERMS_COUNT; v++)
+        if (v != c->terms)
+            m = *c, m.terms = (uint8_t)v, add_move(sp, &m, out, cap, &n);
     /* Half the passes into a stash, or the stash back into registers. */
     m = *c, m.stash = (uint8_t)(c->stash > 0 ? 0 : stash_half(sp, c));
     if (m.stash != c->stash)
