@@ -323,6 +323,47 @@ static size_t router_groups_are_correct(gpu_env *g)
     return runs;
 }
 
+/* terms=lanes (a renormalising key's terms formed in their output lanes):
+ * configs drawn from each key's space with the terms moved there, every
+ * one that takes them (several threads a row), in one dtype a key; the
+ * first key's biased rows take their largest logit after the staged
+ * rounds, the last's k of 24 the rounds' sum beside it. Returns the runs. */
+static size_t router_terms_are_correct(gpu_env *g)
+{
+    static const struct {
+        uint64_t cols;
+        const char *params;
+    } keys[] = {
+        {384, "k=8,score=sigmoid,renorm=1,bias=1"}, /* Kimi K2 */
+        {256, "k=8,score=sigmoid,groups=8,topk_group=4,renorm=1,bias=1"}, /* DeepSeek-V3 */
+        {60, "k=4,renorm=1"},
+        {160, "k=6,score=sqrt_softplus,renorm=1"},
+        {128, "k=24,renorm=1,bias=1"},
+    };
+    size_t runs = 0;
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        tuned__shape s;
+        tuned__config drawn[8], cfgs[8];
+        if (!router_key_drawn(g, TUNED_KERNEL_ROUTER_TOPK, (tuned_dtype)(TUNED_FP16 + (int)(i % 3)),
+                              keys[i].cols, keys[i].params, 97 + i, &s, drawn, 8))
+            continue;
+        size_t n = 0;
+        for (size_t k = 0; k < 8; k++) {
+            tuned__config c = drawn[k];
+            c.terms = TUNED__TERMS_LANES;
+            if (tuned__config_check(&c, &s, g->gpu.cc_major * 10 + g->gpu.cc_minor,
+                                    g->gpu.sm_count, NULL, 0))
+                cfgs[n++] = c;
+        }
+        EXPECT(n > 0, "%llu experts %s: no drawn config takes terms=lanes",
+               (unsigned long long)keys[i].cols, keys[i].params);
+        tuned__eval_opts o = quick_opts();
+        expect_correct(g, &s, cfgs, n, &o);
+        runs += n;
+    }
+    return runs;
+}
+
 /* The router's compiled-in options: int32 ids and bf16 weights (the
  * forward), int32 ids (the backward), a few drawn configs of three keys,
  * one dtype a key. Returns the runs. */
@@ -571,6 +612,8 @@ int main(int argc, char **argv)
         variants += router_groups_are_correct(&g);
     if (kind_asked(only_kinds, "router_topk"))
         variants += router_options_are_correct(&g);
+    if (kind_asked(only_kinds, "router_topk"))
+        variants += router_terms_are_correct(&g);
     if (kind_asked(only_kinds, "softmax") || kind_asked(only_kinds, "softmax_bwd")) {
         planted_bugs_are_caught(&g);
         stray_writes_are_caught(&g);
