@@ -75,6 +75,9 @@ static void test_specs(void)
                                k->param[pp - 1].bits == 1 && k->param[pp - 1].max == 1),
                    "%s: tensor %u's present_param %u", k->name, t, pp);
         }
+        /* a terms_param names a parameter of a kind that chooses a top k */
+        EXPECT(k->terms_param == 0 || (k->selects && k->terms_param <= k->nparams),
+               "%s: terms_param %u", k->name, (unsigned)k->terms_param);
         EXPECT(k->ntensors <= TUNED__KIND_MAX_TENSORS && in >= 1 && out >= 1,
                "%s: %u inputs, %u outputs", k->name, in, out);
         EXPECT(k->tensor[tuned__kind_first_in(k)].role == TUNED__TENSOR_IN &&

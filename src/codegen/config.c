@@ -407,7 +407,8 @@ static bool rows_check_fields(const tuned__config *c, int arch, char *why, size_
     if (c->ld >= TUNED__LD_COUNT || c->st >= TUNED__ST_COUNT || c->reg >= TUNED__REG_COUNT ||
         c->red >= TUNED__RED_COUNT || c->sel >= TUNED__SEL_COUNT ||
         c->terms >= TUNED__TERMS_COUNT)
-        return tuned__config_refuse(why, n, "unknown cache hint, register mode or reduction");
+        return tuned__config_refuse(why, n, "unknown cache hint, register mode, reduction, "
+                                            "selection or terms");
     return true;
 }
 
