@@ -122,10 +122,14 @@ def free_port():
 
 # ---- cases ----
 
+FREEZE_LIMIT_S = 0.185
+
+
 def case_freeze():
     """20k records imported by another process, again and again, while a
     client measures every `get`: the worst wait stays far below the 0.37 s a
-    reload on the loop took."""
+    reload on the loop took (FREEZE_LIMIT_S: half of it; ASan on two shared
+    cores has reached 102.7 ms once, where 0.1 s was the limit)."""
     d = Daemon("freeze")
     base = os.path.join(tmp, "freeze-base.jsonl")
     n = 20000
@@ -183,7 +187,7 @@ def case_freeze():
     stats = c.call({"op": "stats"})
     c.close()
     d.stop()
-    if worst > 0.1:
+    if worst > FREEZE_LIMIT_S:
         fail(f"freeze: a get waited {worst * 1e3:.1f} ms during {rounds[0]} imports of {n} "
              f"records ({count} gets)")
     elif not got or got.get("median_us") != want:
