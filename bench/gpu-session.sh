@@ -66,7 +66,11 @@
 #   router   build, then the router steps named in ROUTER_STEPS (default
 #            "tune test bench"; the store /tmp/tuned-router-db is kept
 #            while the machine stays up):
-#              tune   router_topk tuned (ROUTER_TUNE_TIME seconds, 5) for
+#              tune   router_topk tuned (ROUTER_TUNE_TIME seconds, 5;
+#                     ROUTER_TUNE_TIME_LARGE, if set, at 4096 rows or
+#                     more, where one generation of 40 variants takes
+#                     about 20 s and a shorter tune takes no step of the
+#                     pattern search) for
 #                     bench/router_bench.py's routers at 64 and 16384
 #                     tokens (others take the nearest winner of their
 #                     key parameters; the biased routers' keys say
@@ -260,9 +264,11 @@ router)
                     trace=()
                     [[ "${ROUTER_TRACE:-0}" == 1 ]] &&
                         trace=(--trace "$out/trace-${rows}x${spec//[:,=]/_}.tsv")
+                    time_s=${ROUTER_TUNE_TIME:-5}
+                    (( rows >= 4096 )) && time_s=${ROUTER_TUNE_TIME_LARGE:-$time_s}
                     timeout 120 build/tuned tune --kernel router_topk \
                         --shape "${rows}x${spec}" --dtype "${ROUTER_DTYPE:-fp32}" \
-                        --time "${ROUTER_TUNE_TIME:-5}" --db "$db" --json ${ROUTER_TUNE_ARGS:-} \
+                        --time "$time_s" --db "$db" --json ${ROUTER_TUNE_ARGS:-} \
                         ${trace[@]+"${trace[@]}"} \
                         >>"$out/tunes.jsonl" 2>>"$out/tunes.log" ||
                         echo "{\"kernel\": \"router_topk\", \"spec\": \"${rows}x$spec\", \"failed\": true}" \
