@@ -149,13 +149,19 @@ static void stray_writes_are_caught(gpu_env *g)
 #endif
 }
 
+/* g's GPU's compute capability as the space and the config rule take it
+ * (10 * major + minor). */
+static int arch_of(const gpu_env *g)
+{
+    return g->gpu.cc_major * 10 + g->gpu.cc_minor;
+}
+
 /* The space of s on g's GPU; false, the test failed and said why, where
  * it has none. */
 static bool space_of(gpu_env *g, const tuned__shape *s, tuned__space *sp)
 {
     tuned__err e = {0};
-    if (tuned__space_init(sp, s, g->gpu.cc_major * 10 + g->gpu.cc_minor, g->gpu.sm_count, &e) !=
-        0) {
+    if (tuned__space_init(sp, s, arch_of(g), g->gpu.sm_count, &e) != 0) {
         EXPECT(0, "space: %s", e.msg);
         return false;
     }
@@ -351,8 +357,7 @@ static size_t router_terms_are_correct(gpu_env *g)
         for (size_t k = 0; k < 8; k++) {
             tuned__config c = drawn[k];
             c.terms = TUNED__TERMS_LANES;
-            if (tuned__config_check(&c, &s, g->gpu.cc_major * 10 + g->gpu.cc_minor,
-                                    g->gpu.sm_count, NULL, 0))
+            if (tuned__config_check(&c, &s, arch_of(g), g->gpu.sm_count, NULL, 0))
                 cfgs[n++] = c;
         }
         EXPECT(n > 0, "%llu experts %s: no drawn config takes terms=lanes",
@@ -561,7 +566,7 @@ int main(int argc, char **argv)
                 example_done = true;
             }
             tuned__space sp;
-            rc = tuned__space_init(&sp, &s, g.gpu.cc_major * 10 + g.gpu.cc_minor, g.gpu.sm_count, &e);
+            rc = tuned__space_init(&sp, &s, arch_of(&g), g.gpu.sm_count, &e);
             if (rc == TUNED_ENOSPACE) {
                 printf("no variant of %s for %s x %llu: %s\n", tuned__kernel_name((uint8_t)kernel),
                        tuned_dtype_name(s.dtype), (unsigned long long)s.cols, e.msg);

@@ -62,17 +62,18 @@ void tuned__config_format(const tuned__config *c, char *buf, size_t n)
         snprintf(last, sizeof last, ".stash%u", c->stash);
     if (c->replicas > 1)
         snprintf(last + strlen(last), sizeof last - strlen(last), ".rep%u", c->replicas);
-    /* likewise the scan, the selection method before the field */
-    char sel[32] = "";
+    /* likewise the scan, the selection method before the field, and the
+     * terms formed in the rounds, which came before theirs */
+    char choice[32] = "";
     if (c->sel != TUNED__SEL_SCAN)
-        snprintf(sel, sizeof sel, ".sel=%s", c->sel < TUNED__SEL_COUNT ? sel_names[c->sel] : "?");
-    /* and the terms formed in the rounds, which came first */
+        snprintf(choice, sizeof choice, ".sel=%s",
+                 c->sel < TUNED__SEL_COUNT ? sel_names[c->sel] : "?");
     if (c->terms != TUNED__TERMS_ROUNDS)
-        snprintf(sel + strlen(sel), sizeof sel - strlen(sel), ".terms=%s",
+        snprintf(choice + strlen(choice), sizeof choice - strlen(choice), ".terms=%s",
                  c->terms < TUNED__TERMS_COUNT ? terms_names[c->terms] : "?");
     snprintf(buf, n, "w%u.r%u.c%u.m%u.v%u.ld=%s.st=%s.reg=%s%s%s%s%s", c->warps, c->rows,
              c->cluster, c->minb, c->vec, tuned__ld_name(c->ld), tuned__st_name(c->st),
-             tuned__reg_name(c->reg), sel, c->red != TUNED__RED_SPLIT ? ".red=" : "",
+             tuned__reg_name(c->reg), choice, c->red != TUNED__RED_SPLIT ? ".red=" : "",
              c->red != TUNED__RED_SPLIT ? tuned__red_name(c->red) : "", last);
 }
 
