@@ -84,7 +84,10 @@
 #                     variant against float64)
 #              ncu    Nsight Compute on one launch of each of
 #                     ROUTER_NCU_CONFIGS at ROUTER_NCU_SHAPE (16384x128:k=8),
-#                     by bench/ncu-configs.sh
+#                     and of each "SHAPE CONFIG" of ROUTER_NCU_RUNS (';'
+#                     apart), by bench/ncu-configs.sh (NCU_SOURCE=1: the
+#                     warp stalls instruction by instruction too); the
+#                     reports in OUT/ncu.tgz, the summary ncu-configs.txt
 #              test   tests/python/test_router.py on the GPU (transformers'
 #                     routers, rules, gradients, opcheck, compile, graphs)
 #              bench  bench/router_bench.py (ROUTER_BENCH_ARGS)
@@ -294,10 +297,22 @@ router)
             echo "check: exit $?: $(tail -n 1 "$out/gpu-correctness.log")"
             ;;
         ncu)
-            # one launch of each of ROUTER_NCU_CONFIGS under Nsight Compute
+            # one launch of each of ROUTER_NCU_CONFIGS under Nsight Compute,
+            # or of each "SHAPE CONFIG" pair of ROUTER_NCU_RUNS (';' apart);
+            # the reports packed into ncu.tgz (a call returns few files)
+            mkdir -p "$out/ncu"
             [[ -n "${ROUTER_NCU_CONFIGS:-}" ]] &&
-                bash bench/ncu-configs.sh "$out" "router_topk:${ROUTER_NCU_SHAPE:-16384x128:k=8}" \
+                bash bench/ncu-configs.sh "$out/ncu" "router_topk:${ROUTER_NCU_SHAPE:-16384x128:k=8}" \
                     "${ROUTER_DTYPE:-fp32}" $ROUTER_NCU_CONFIGS
+            IFS=';' read -ra ncu_runs <<<"${ROUTER_NCU_RUNS:-}"
+            for run in ${ncu_runs[@]+"${ncu_runs[@]}"}; do
+                read -r ncu_shape ncu_config <<<"$run"
+                [[ -n "$ncu_config" ]] &&
+                    bash bench/ncu-configs.sh "$out/ncu" "router_topk:$ncu_shape" \
+                        "${ROUTER_DTYPE:-fp32}" "$ncu_config"
+            done
+            mv "$out/ncu/ncu-configs.txt" "$out/" 2>/dev/null
+            tar czf "$out/ncu.tgz" -C "$out" ncu && rm -rf "$out/ncu"
             ;;
         test)
             timeout 300 python3 tests/python/test_router.py build/libtuned.so.0 . \

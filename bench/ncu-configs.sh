@@ -11,6 +11,10 @@
 # clusters resident at once, issue slots busy, warp instructions executed,
 # the six largest warp stall reasons (warps stalled per issued
 # instruction).
+# NCU_SOURCE=1 also samples warp stalls instruction by instruction (a second
+# launch under ncu's SourceCounters at its shortest sampling interval), the
+# source page exported as OUT/sass-SHAPE-DTYPE-CONFIG.csv and summarised by
+# bench/sass_stalls.py: where a warp's time goes along its path.
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root" || exit 1
@@ -53,4 +57,15 @@ for config in "$@"; do
         grep -E "smsp__average_warps_issue_stalled_" "$report" | sort -k3 -g -r | head -n 6
         grep -E "round 1" "$report" | head -n 1
     } | tee -a "$out/ncu-configs.txt"
+    if [[ "${NCU_SOURCE:-0}" == 1 ]]; then
+        rep=$(mktemp -d /tmp/ncu-source.XXXXXX)
+        "$ncu_bin" --cache-control all --clock-control none -k "${match[@]}" --launch-count 1 \
+            --section SourceCounters --section WarpStateStats --sampling-interval 0 \
+            -o "$rep/one" "${launch[@]}" >>"$report" 2>&1
+        csv="${report%.txt}.csv"
+        csv="${csv/\/ncu-/\/sass-}"
+        "$ncu_bin" -i "$rep/one.ncu-rep" --page source --print-source sass --csv >"$csv" 2>>"$report"
+        python3 bench/sass_stalls.py "$csv" | tee -a "$out/ncu-configs.txt"
+        rm -rf "$rep"
+    fi
 done
