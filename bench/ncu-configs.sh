@@ -60,7 +60,7 @@ for config in "$@"; do
     if [[ "${NCU_SOURCE:-0}" == 1 ]]; then
         rep=$(mktemp -d /tmp/ncu-source.XXXXXX)
         "$ncu_bin" --cache-control all --clock-control none -k "${match[@]}" --launch-count 1 \
-            --section SourceCounters --section WarpStateStats --sampling-interval 0 \
+            --section SourceCounters --section WarpStateStats --warp-sampling-interval 0 \
             -o "$rep/one" "${launch[@]}" >>"$report" 2>&1
         csv="${report%.txt}.csv"
         csv="${csv/\/ncu-/\/sass-}"
