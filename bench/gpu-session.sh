@@ -335,6 +335,12 @@ router)
     done
     [[ -f "$out/list.txt" ]] && cat "$out/list.txt" | head -40
     [[ -f "$out/bench.log" ]] && sed -n '/^router forward/,$p' "$out/bench.log"
+    # a call returns at most eight files: past seven, all but the summary
+    # files go into router-logs.tgz
+    if (( $(find "$out" -maxdepth 1 -type f | wc -l) > 7 )); then
+        (cd "$out" && find . -maxdepth 1 -type f ! -name device.txt ! -name ab.txt \
+            ! -name list.txt ! -name '*.tgz' -printf '%P\n' | tar czf router-logs.tgz -T - --remove-files)
+    fi
     ;;
 cross-entropy)
     device_env

@@ -305,11 +305,11 @@ static size_t router_groups_are_correct(gpu_env *g)
         uint64_t cols;
         const char *params;
     } keys[] = {
-        {256, "k=8,score=sigmoid,groups=8,topk_group=4,renorm=1"}, /* DeepSeek-V3 */
+        {256, "k=8,score=sigmoid,groups=8,topk_group=4,renorm=1,bias=1"}, /* DeepSeek-V3 */
         {96, "k=8,groups=4,topk_group=2"},
         {64, "k=4,score=sqrt_softplus,groups=8,topk_group=3,renorm=1"},
-        {160, "k=6,score=sigmoid,groups=8,topk_group=2"}, /* groups of 20 */
-        {2048, "k=16,score=sigmoid,groups=32,topk_group=2"},
+        {160, "k=6,score=sigmoid,groups=8,topk_group=2,bias=1"}, /* groups of 20 */
+        {2048, "k=16,score=sigmoid,groups=32,topk_group=2,bias=1"},
         {384, "k=8,groups=2,topk_group=1,renorm=1"},
     };
     size_t runs = 0;
@@ -560,6 +560,13 @@ int main(int argc, char **argv)
             /* a kind with key parameters at their defaults, on its example
              * columns where these are not its (a router's 2 to 2048) */
             tuned__kind_example(tuned__kind(kernel), &s.cols, &s.params);
+            /* an optional tensor the key names (a router's bias) in every
+             * other dtype: its kernels compile in the key's path alone */
+            for (unsigned t = 0; t < tuned__kind(kernel)->ntensors; t++)
+                if (tuned__kind(kernel)->tensor[t].present_param != 0)
+                    s.params = tuned__params_set(tuned__kind(kernel), s.params,
+                                                 tuned__kind(kernel)->tensor[t].present_param - 1u,
+                                                 dt % 2 == 0);
             if (s.cols != cols_list[i]) {
                 if (example_done)
                     continue; /* once, not for every column count it stands for */

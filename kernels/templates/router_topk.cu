@@ -186,9 +186,11 @@
  *                 kind's flag) is 1, else 1
  *   T_WEIGHTS_BF16 1: bf16 weights (the forward's flag; absent: 0, fp32)
  *   T_ST          softmax_common.cu's store hint, for dlogits (absent: 0)
+ *   T_KEY_BIAS    the forward key's bias: 1 calls pass one, 0 they pass
+ *                 NULL; only that path is compiled (absent, as in the
+ *                 backward's module: both, chosen by the pointer)
  * The other rows-family defines codegen may emit are ignored (T_ITERS,
- * T_HEAD_FREE, T_HEAD_ALIGN, T_BWD: both kernels are always here;
- * T_KEY_BIAS, the key's bias: a launch passes the bias or NULL) or
+ * T_HEAD_FREE, T_HEAD_ALIGN, T_BWD: both kernels are always here) or
  * refused when they ask for what this kernel has not (T_CLUSTER > 1,
  * T_GRID > 1, T_REG_PACKED, T_EXP16, T_FUSED, T_LOG, T_STASH, T_REPLICAS,
  * T_PLANT_BUG).
@@ -1640,10 +1642,19 @@ tuned_router_topk(const T *__restrict__ logits, const float *__restrict__ bias,
     if (source_rows != NULL && live)
         for (int i = slot.lane; i < T_TOPK; i += RT_TPR)
             source_rows[slot.row * T_TOPK + i] = (int)(i * rows + slot.row);
+#ifdef T_KEY_BIAS
+    /* Only the key's path: its calls pass the bias exactly where it says
+     * bias=1 (the launch refuses any other), and the path it does not take
+     * would sit in the code between the load and the selection. After an
+     * L2 flush the code comes from memory too, and a jump over that path
+     * is one more trip for a lone warp's instruction fetch. */
+    router_route<T_KEY_BIAS != 0>(x, bias, slot, live, opt.scaling, weights, ids, counts, stage);
+#else
     if (bias != NULL)
         router_route<true>(x, bias, slot, live, opt.scaling, weights, ids, counts, stage);
     else
         router_route<false>(x, bias, slot, live, opt.scaling, weights, ids, counts, stage);
+#endif
 }
 
 /* ---- the backward ---- */

@@ -5,9 +5,11 @@
  * value, near 1e10); the float64 reference is router_reference.c's, on the
  * host, from a copy of them.
  *
- * Forward: two launches, the first with no bias, no counts and no source
- * rows, the second with a drawn bias (uniform in [-0.05, 0.05): enough to
- * move choices of scores in (0, 1)), counts and source rows. Each chosen id
+ * Forward: two launches, the first with no counts and no source rows, the
+ * second with counts and source rows; both pass the drawn bias (uniform in
+ * [-0.05, 0.05): enough to move choices of scores in (0, 1)) where the key
+ * says bias=1, as its calls do (the kernel compiles in that path alone,
+ * and the launch refuses a bias the key does not name). Each chosen id
  * must be the reference's, or tie with it: the same order value within
  * fp32 rounding where a bias is added to a score in fp32 (both NaN
  * counting as a tie); ids distinct and in range; where the groups' choice
@@ -292,9 +294,11 @@ static bool near(double a, double b, double tol)
     return fabs(a - b) <= tol;
 }
 
-/* Compares one forward launch's outputs with the reference; *bad gets a
- * description of the first wrong row (empty: right). */
-static int compare_forward(tuned__check *c, bool with_bias, char *bad, size_t n, tuned__err *e)
+/* Compares one forward launch's outputs with the reference (with_counts:
+ * its counts and source rows too); *bad gets a description of the first
+ * wrong row (empty: right). */
+static int compare_forward(tuned__check *c, bool with_bias, bool with_counts, char *bad, size_t n,
+                           tuned__err *e)
 {
     router_state *st = c->method;
     unsigned k = topk(c);
@@ -371,7 +375,7 @@ static int compare_forward(tuned__check *c, bool with_bias, char *bad, size_t n,
                 break;
             }
     }
-    if (bad[0] == '\0' && with_bias && ci >= 0) {
+    if (bad[0] == '\0' && with_counts && ci >= 0) {
         int *counts = st->out;
         cr = c->d->cuMemcpyDtoH(counts, c->row_tensor[ci], cols * 4);
         for (size_t j = 0; cr == CUDA_SUCCESS && j < cols; j++)
@@ -382,7 +386,7 @@ static int compare_forward(tuned__check *c, bool with_bias, char *bad, size_t n,
     }
     /* the source rows, read into the ids' room (the ids are checked) */
     int si = tensor(c, "source_rows");
-    if (bad[0] == '\0' && with_bias && si >= 0 && cr == CUDA_SUCCESS) {
+    if (bad[0] == '\0' && with_counts && si >= 0 && cr == CUDA_SUCCESS) {
         int32_t *src = (int32_t *)ids;
         cr = c->d->cuMemcpyDtoH(src, c->row_tensor[si], rows * k * 4);
         for (uint64_t at = 0; cr == CUDA_SUCCESS && at < rows * k; at++)
@@ -443,6 +447,8 @@ int tuned__check_router_run(tuned__check *c, const tuned__launch *l, tuned__work
     if (rc != 0)
         return rc;
     bool backward = c->kind->reference == TUNED__REF_ROUTER_BWD;
+    int bi = tensor(c, "bias"), ci = tensor(c, "counts"), si = tensor(c, "source_rows");
+    const bool biased = !backward && tuned__tensor_timed(c->kind, (unsigned)bi, c->shape.params);
     for (int pass = 0; pass < (backward ? 1 : 2) && bad[0] == '\0'; pass++) {
         CU(c->d->cuMemsetD8Async(c->y_alloc, poison, c->y_alloc_bytes, c->stream),
            "poisoning the output");
@@ -455,9 +461,7 @@ int tuned__check_router_run(tuned__check *c, const tuned__launch *l, tuned__work
                                          (span(c, (int)i) + 255) / 256 * 256 + 2 * GUARD,
                                          c->stream),
                    "poisoning the router's outputs");
-        int bi = tensor(c, "bias"), ci = tensor(c, "counts"), si = tensor(c, "source_rows");
         if (!backward) {
-            tensors[bi] = pass == 1 ? c->row_tensor[bi] : 0;
             tensors[ci] = pass == 1 ? c->row_tensor[ci] : 0;
             tensors[si] = pass == 1 ? c->row_tensor[si] : 0;
             if (pass == 1)
@@ -468,7 +472,7 @@ int tuned__check_router_run(tuned__check *c, const tuned__launch *l, tuned__work
                              (int)c->shape.cols, (long long)c->shape.cols, c->params, c->stream),
            "launching the variant");
         rc = backward ? compare_backward(c, bad, sizeof bad, e)
-                      : compare_forward(c, pass == 1, bad, sizeof bad, e);
+                      : compare_forward(c, biased, pass == 1, bad, sizeof bad, e);
         if (rc != 0)
             return rc;
         for (unsigned i = 0; i < c->kind->ntensors && bad[0] == '\0'; i++) {
@@ -483,8 +487,9 @@ int tuned__check_router_run(tuned__check *c, const tuned__launch *l, tuned__work
                 snprintf(bad, sizeof bad, "a stray write beside %s", c->kind->tensor[i].name);
         }
         if (bad[0] != '\0' && !backward)
-            snprintf(bad + strlen(bad), sizeof bad - strlen(bad), " (%s)",
-                     pass == 1 ? "with a bias and counts" : "no bias");
+            snprintf(bad + strlen(bad), sizeof bad - strlen(bad), " (%s%s)",
+                     biased ? "a bias, " : "no bias, ",
+                     pass == 1 ? "with counts and source rows" : "no counts");
     }
     if (bad[0] != '\0') {
         *wrong = true;

@@ -9,7 +9,7 @@ int tuned__launch_prepare(const tuned__driver *d, CUfunction fn, const tuned__co
 {
     tuned__launch l = {.fn = fn, .block = c->warps * 32u,
                        .smem = (unsigned)tuned__source_dynamic_smem(c, s),
-                       .kind = tuned__shape_spec(s)};
+                       .kind = tuned__shape_spec(s), .key_params = s->params};
     if (l.kind == NULL)
         return tuned__errf(e, TUNED_EINVAL, "unknown kernel %u", tuned__shape_kernel(s));
     uint64_t blocks = (s->rows + c->rows - 1) / c->rows * tuned__config_launch_blocks_per_row(c);
@@ -113,6 +113,10 @@ CUresult tuned__launch_run(const tuned__driver *d, const tuned__launch *l, tuned
     void *args[TUNED__KIND_MAX_TENSORS + 6];
     unsigned n = 0;
     for (unsigned i = 0; i < l->kind->ntensors; i++) {
+        const unsigned present = l->kind->tensor[i].present_param;
+        if (present != 0 &&
+            (tensors[i] != 0) != (tuned__params_get(l->kind, l->key_params, present - 1u) == 1))
+            return CUDA_ERROR_INVALID_VALUE;
         ptrs[i] = tensors[i];
         args[n++] = &ptrs[i];
     }

@@ -29,6 +29,10 @@ typedef struct tuned__launch {
      * row_stride), its scalars, then for a grid split (workspace, launch
      * number) (src/codegen/kind.h). */
     const tuned__kind_spec *kind;
+    /* The key's parameters: an optional tensor whose presence the key
+     * names (present_param, a router's bias) must come exactly where the
+     * key says, for the kernel compiles in that path alone. */
+    uint32_t key_params;
 } tuned__launch;
 
 /* Device memory for the (max, sum) pairs of grid-split launches and the
@@ -64,7 +68,8 @@ void tuned__workspace_free(const tuned__driver *d, tuned__workspace *w);
  * options block (the kind's params_size bytes: a forward softmax's float
  * scale; ignored when the kind has none). work must hold l->work_bytes
  * when l needs one. Returns the driver's result, for the caller to report
- * in its words. */
+ * in its words: CUDA_ERROR_INVALID_VALUE, launching nothing, where an
+ * optional tensor's presence is not what l's key says. */
 CUresult tuned__launch_run(const tuned__driver *d, const tuned__launch *l, tuned__workspace *work,
                            const CUdeviceptr *tensors, long long rows, int cols,
                            long long row_stride, const void *params, CUstream stream);
