@@ -1048,6 +1048,23 @@ struct RouterChoice {
 #endif
 };
 
+#if RT_STAGE
+/* The winner's entry, stored by its lane alone: a predicated store in
+ * PTX. Written as C (if (mine) ...), ptxas predicated the rounds of some
+ * kernels and branched round each store in others, which a change
+ * elsewhere in the kernel can flip (16384 x 128, k 8, TPR 32 short lists:
+ * 9.5 to 10.8 us on the H200, once the bias path left the code). */
+__device__ __forceinline__ void router_stage_put(RouterOut *at, bool mine, int col, float x)
+{
+    const unsigned addr = (unsigned)__cvta_generic_to_shared(at);
+    asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.u32 p, %0, 0;\n\t"
+                 "@p st.shared.v2.b32 [%1], {%2, %3};\n\t}"
+                 :
+                 : "r"((unsigned)mine), "r"(addr), "r"(col), "r"(__float_as_int(x))
+                 : "memory");
+}
+#endif
+
 /* Round i's winner, known to every lane of the row: lane i % TPR keeps
  * its column and its logit; in the vote form with RT_STAGE (STAGED) the
  * winning lane (mine, offering column own) writes them to the row's entry
@@ -1061,10 +1078,9 @@ __device__ __forceinline__ void router_keep(RouterChoice &ch, int i, int win, bo
                                             int top, float xw, int lane)
 {
 #if RT_STAGE
-    if (STAGED) {
-        if (mine)
-            ch.stage[i] = RouterOut{own, BIAS ? xw : __int_as_float(top)};
-    } else
+    if (STAGED)
+        router_stage_put(&ch.stage[i], mine, own, BIAS ? xw : __int_as_float(top));
+    else
 #endif
     if (lane == i % RT_TPR) {
         ch.id[i / RT_TPR] = win;
