@@ -22,6 +22,7 @@
 #include "src/codegen/config.h"
 #include "src/codegen/nvrtc.h"
 #include "src/codegen/source.h"
+#include "src/driver/launch.h"
 #include "src/driver/router_reference.h"
 #include "src/tuner/space.h"
 
@@ -534,9 +535,43 @@ static void test_terms_configs(void)
     }
 }
 
+/* The forward compiles in only its key's bias path, so a launch whose bias
+ * is not where its key says is refused before the driver sees it (the
+ * driver is never called here: none is loaded). */
+static void test_launch_refuses_bias(void)
+{
+    const tuned__kind_spec *k = router();
+    int bias = -1;
+    for (unsigned i = 0; i < k->ntensors; i++)
+        if (strcmp(k->tensor[i].name, "bias") == 0)
+            bias = (int)i;
+    EXPECT(bias >= 0 && k->tensor[bias].present_param != 0,
+           "the router's bias names its key's parameter");
+    if (bias < 0)
+        return;
+    static const struct {
+        const char *params;
+        CUdeviceptr given;
+    } cases[] = {{"k=8", 0x1000}, {"k=8,bias=1", 0}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        tuned__err e = {0};
+        uint32_t w = 0;
+        EXPECT_RC(tuned__params_parse(k, cases[c].params, &w, &e), 0, &e);
+        tuned__launch l = {.grid = 1, .block = 32, .kind = k, .key_params = w};
+        CUdeviceptr tensors[TUNED__KIND_MAX_TENSORS] = {0x2000, 0, 0x3000, 0x4000};
+        tensors[bias] = cases[c].given;
+        float opts[4] = {1.0f, 0, 0, 0};
+        EXPECT(tuned__launch_run(NULL, &l, NULL, tensors, 1, 128, 128, opts, NULL) ==
+                   CUDA_ERROR_INVALID_VALUE,
+               "key %s, bias %s: the launch went on", cases[c].params,
+               cases[c].given != 0 ? "given" : "none");
+    }
+}
+
 int main(void)
 {
     test_params();
+    test_launch_refuses_bias();
     test_reference();
     test_net_configs();
     test_terms_configs();
