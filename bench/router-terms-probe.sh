@@ -12,8 +12,8 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root" || exit 1
 out="${OUT:-/tmp/probe}"
 mkdir -p "$out"
-source tools/device-env.sh >/dev/null 2>&1 || exit 1
-tools/setup.sh --no-deps >/tmp/tuned-build.log 2>&1 || { tail -n 30 /tmp/tuned-build.log; exit 1; }
+# shellcheck source=bench/probe-env.sh
+source bench/probe-env.sh
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >"$out/device.txt" 2>&1
 ds="k=8,score=sigmoid,groups=8,topk_group=4,renorm=1,bias=1"
 kimi="k=8,score=sigmoid,renorm=1,bias=1"

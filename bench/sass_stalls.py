@@ -14,8 +14,9 @@ then the 20 instructions with the most. Columns are found by name: "Warp
 Stall Sampling (All Samples)" and "Instructions Executed"."""
 import collections
 import csv
-import re
 import sys
+
+from sass_hotspots import opcode
 
 
 def column(head, *names):
@@ -49,11 +50,6 @@ def load(path):
 
     return [(r[addr], r[src].strip(), num(r, samples), num(r, executed))
             for r in rows[1:] if len(r) > max(src, addr, samples)]
-
-
-def opcode(sass):
-    s = re.sub(r"^@!?U?P[T0-9]+\s+", "", sass)
-    return s.split()[0] if s else "?"
 
 
 def main():
