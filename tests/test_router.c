@@ -260,6 +260,22 @@ static void test_reference(void)
         }
 }
 
+/* A named config field's text (sel=, terms=): base with its default
+ * value parses but is not canonical (the text leaves the default out),
+ * and an unknown value is refused. */
+static void expect_field_text(const char *base, const char *field, const char *dflt)
+{
+    tuned__config c;
+    tuned__err e = {0};
+    char text[TUNED__CONFIG_TEXT];
+    snprintf(text, sizeof text, "%s.%s=%s", base, field, dflt);
+    EXPECT(tuned__config_parse(text, &c, &e) == 0 &&
+               tuned__config_parse_canonical(text, TUNED_EINVAL, &c, &e) == TUNED_EINVAL,
+           "%s=%s is not canonical", field, dflt);
+    snprintf(text, sizeof text, "%s.%s=heap", base, field);
+    EXPECT(tuned__config_parse(text, &c, &e) == TUNED_EINVAL, "%s=heap taken", field);
+}
+
 /* ---- compile ---- */
 
 /* Compiles config for the kind on dt x cols under params, with the
@@ -391,13 +407,7 @@ static void test_compile(const tuned__nvrtc *n)
             EXPECT(c.sel == named[i].sel && strcmp(text, named[i].text) == 0,
                    "%s round trip: %s", named[i].text, text);
         }
-        EXPECT(tuned__config_parse("w4.r32.c1.m1.v4.ld=def.st=def.reg=f32.sel=scan", &c, &e) == 0 &&
-                   tuned__config_parse_canonical("w4.r32.c1.m1.v4.ld=def.st=def.reg=f32.sel=scan",
-                                                 TUNED_EINVAL, &c, &e) == TUNED_EINVAL,
-               "sel=scan is not canonical");
-        EXPECT(tuned__config_parse("w4.r32.c1.m1.v4.ld=def.st=def.reg=f32.sel=heap", &c, &e) ==
-                   TUNED_EINVAL,
-               "sel=heap taken");
+        expect_field_text("w4.r32.c1.m1.v4.ld=def.st=def.reg=f32", "sel", "scan");
         EXPECT_RC(tuned__config_parse("w4.r32.c1.m1.v4.ld=def.st=def.reg=f32.sel=sort", &c, &e), 0,
                   &e);
         tuned__shape sm = {.dtype = TUNED_FP16, .rows = 64, .cols = 4096,
@@ -469,13 +479,9 @@ static void test_terms_configs(void)
     EXPECT(c.terms == TUNED__TERMS_LANES && c.sel == TUNED__SEL_SHORT && strcmp(text, lanes) == 0,
            "%s round trip: %s", lanes, text);
     EXPECT(tuned__config_parse("w1.r1.c1.m1.v4.ld=nc.st=def.reg=f32.terms=rounds", &c, &e) == 0 &&
-               c.terms == TUNED__TERMS_ROUNDS &&
-               tuned__config_parse_canonical("w1.r1.c1.m1.v4.ld=nc.st=def.reg=f32.terms=rounds",
-                                             TUNED_EINVAL, &c, &e) == TUNED_EINVAL,
-           "terms=rounds is not canonical");
-    EXPECT(tuned__config_parse("w1.r1.c1.m1.v4.ld=nc.st=def.reg=f32.terms=heap", &c, &e) ==
-               TUNED_EINVAL,
-           "terms=heap taken");
+               c.terms == TUNED__TERMS_ROUNDS,
+           "terms=rounds is not the rounds' terms");
+    expect_field_text("w1.r1.c1.m1.v4.ld=nc.st=def.reg=f32", "terms", "rounds");
     /* after sel=, before red=: the text's one order */
     EXPECT(tuned__config_parse("w1.r1.c1.m1.v4.ld=nc.st=def.reg=f32.terms=lanes.sel=short", &c,
                                &e) == TUNED_EINVAL,
