@@ -180,6 +180,54 @@ static double uniform(uint64_t *s)
     return (double)(next(s) >> 11) * 0x1.0p-53;
 }
 
+/* The bits of v in dtype, for the values plant_row writes: 0, multiples
+ * of 1/8 down to -7.875 and -16, which every dtype holds exactly (fp16's
+ * from the float's exponent and top mantissa bits, bf16's the float's
+ * top half). */
+static void exact_bits(float v, tuned_dtype dtype, unsigned char *out)
+{
+    uint32_t f;
+    memcpy(&f, &v, 4);
+    if (dtype == TUNED_FP32) {
+        memcpy(out, &f, 4);
+        return;
+    }
+    uint16_t h = (uint16_t)(f >> 16);
+    if (dtype == TUNED_FP16)
+        h = v == 0.0f ? 0
+                      : (uint16_t)(((f >> 16) & 0x8000u) | ((((f >> 23) & 0xFFu) - 112u) << 10) |
+                                   ((f >> 13) & 0x3FFu));
+    memcpy(out, &h, 2);
+}
+
+/* Rows whose k largest logits sit where a variant's threads hold them
+ * together, so that its short lists run dry and its rounds rerun exactly:
+ * row 0 descends from column 0 (the first columns are one thread's
+ * vector), row 1 descends over columns 0, 32, 64, ..., then 1, 33, ...
+ * (one thread's passes where a pass is 32 columns). The 64 largest are
+ * distinct (0 down to -7.875), the rest -16. Random rows seldom do this:
+ * a warp's 8 winners of 384 take 4 from one thread in about 1 row of
+ * 1000. */
+static int plant_rows(tuned__check *c, tuned__err *e)
+{
+    size_t cols = c->shape.cols, bytes = cols * c->esize;
+    unsigned char *row = malloc(2 * bytes);
+    if (row == NULL)
+        return tuned__errf(e, TUNED_ENOMEM, "check: out of memory");
+    for (size_t j = 0; j < cols; j++) {
+        size_t strided = (j % 32) * ((cols + 31) / 32) + j / 32;
+        size_t rank[2] = {j, strided};
+        for (int r = 0; r < 2; r++)
+            exact_bits(rank[r] < 64 ? -0.125f * (float)rank[r] : -16.0f, c->shape.dtype,
+                       row + r * bytes + j * c->esize);
+    }
+    CUresult cr = c->d->cuStreamSynchronize(c->stream);
+    if (cr == CUDA_SUCCESS)
+        cr = c->d->cuMemcpyHtoD(c->x, row, 2 * bytes);
+    free(row);
+    return tuned__cuda_check(c->d, cr, e, "planting the router's clustered rows");
+}
+
 int tuned__check_router_input(tuned__check *c, unsigned long long seed, tuned__err *e)
 {
     router_state *st = c->method;
@@ -195,7 +243,7 @@ int tuned__check_router_input(tuned__check *c, unsigned long long seed, tuned__e
     if (b >= 0)
         CU(c->d->cuMemcpyHtoD(c->row_tensor[b], bias32, cols * 4), "uploading the bias");
     if (c->kind->reference != TUNED__REF_ROUTER_BWD)
-        return 0;
+        return c->shape.rows >= 2 ? plant_rows(c, e) : 0;
     /* distinct ids a row (a partial shuffle) and their weights' gradient */
     unsigned k = topk(c);
     unsigned *perm = malloc(cols * sizeof *perm);
