@@ -85,7 +85,8 @@
  *                       dropped by its owner, rescanned every round
  *              T_SEL 1  its min(k, held) best sorted once (insertion, in
  *                       registers), then its list's head; the owner pops it
- *              T_SEL 2  as 1 with at most 4 sorted (a shorter insertion);
+ *              T_SEL 2  as 1 with at most 4 sorted (3 at a warp a row: a
+ *                       shorter insertion);
  *                       where a list runs dry early, the rounds run again
  *                       as T_SEL 1's
  *              T_SEL 3  as 2, the 4 from a sorting network over exact
@@ -347,8 +348,13 @@ static_assert(sizeof(tuned_router_options) == 4, "tuned_router_options is one fl
 #define RT_SLOTS ((T_TOPK + RT_TPR - 1) / RT_TPR)
 /* A thread's sorted candidates (T_SEL 1). */
 #define RT_LIST (T_TOPK < RT_HELD ? T_TOPK : RT_HELD)
-/* T_SEL 2's short lists, and T_SEL 3's (the same length). */
-#define RT_SHORT (RT_LIST < 4 ? RT_LIST : 4)
+/* T_SEL 2's short lists, and T_SEL 3's (the same length): a whole list
+ * up to 4, else 4; T_SEL 2 keeps 3 at a warp a row, where a thread holds
+ * few of a row's candidates: 4 of k 8 of 384 in one thread of 32 is a row
+ * in 800 that reruns (5: one in 30000), for a tenth of the path of 16384
+ * x 384 biased (892 to 800 instructions; at 8 threads a row 3 would rerun
+ * 7% of rows). The network's chunks of 4 measured slower cut to 3. */
+#define RT_SHORT (RT_LIST <= 4 ? RT_LIST : RT_TPR == 32 && T_SEL == 2 ? 3 : 4)
 /* T_SEL 3's network works on chunks of RT_NET_P entries, the power of two
  * at or above its list's length. */
 #define RT_NET_P (RT_SHORT > 2 ? 4 : RT_SHORT)
