@@ -71,8 +71,9 @@ enum {
  * its best element not yet taken, found by a scan of its elements every
  * round, or by the head of its own best elements sorted once (".sel=sort"
  * after the register mode; the scan is left out of the text), or by the
- * head of its best 4 sorted once (".sel=short": a shorter sort, the rounds
- * run again with whole lists where a thread's short list runs dry), or by
+ * head of its best 4 sorted once, 3 at a warp a row (".sel=short": a
+ * shorter sort, the rounds run again with whole lists where a thread's
+ * short list runs dry), or by
  * the head of its best 4 from a sorting network, the rounds a vote of the
  * holders at any threads per row (".sel=net": several rows a warp, for many
  * tokens). */
