@@ -206,8 +206,8 @@ static void exact_bits(float v, tuned_dtype dtype, unsigned char *out)
  * vector), row 1 descends over columns 0, 32, 64, ..., then 1, 33, ...
  * (one thread's passes where a pass is 32 columns). The 64 largest are
  * distinct (0 down to -7.875), the rest -16. Random rows seldom do this:
- * a warp's 8 winners of 384 take 4 from one thread in about 1 row of
- * 1000. */
+ * a warp's 8 winners of 384 take 4 from one thread in about 1 row in
+ * 800. */
 static int plant_rows(tuned__check *c, tuned__err *e)
 {
     size_t cols = c->shape.cols, bytes = cols * c->esize;
