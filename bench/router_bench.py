@@ -12,7 +12,10 @@ Rows: tokens 1, 8, 64, 512, 4096, 16384, 65536 for each router:
 Columns (median us with L2 flushed, after warm-up; CUDA events around one
 call, so an eager call's host time shows where it exceeds the GPU's):
   floor     a device copy of the bytes the kind moves (logits read, weights
-            and ids written), timed here
+            and ids written), timed here: torch's copy_ of bytes, a
+            cudaMemcpyAsync, which no kernel's launch is part of
+  kfloor    the same bytes moved by a kernel (torch.neg over fp32 words):
+            what any kernel's launch and trip to memory cost here
   torch     transformers' formula in eager torch (softmax/sigmoid, topk, ...)
   compile   torch.compile of that formula
   quack     QuACK's topk(softmax=True) (power-of-two experts, renormalised
@@ -20,7 +23,8 @@ call, so an eager call's host time shows where it exceeds the GPU's):
   tuned     tuned.router_topk
   opts      tuned.router_topk writing bf16 weights and the source rows too
   *_graph   the same call captured in a CUDA graph, one replay timed
-            (floor_graph: the copy's, the graph columns' floor)
+            (floor_graph: the copy's, the graph columns' floor;
+            kfloor_graph: the kernel's)
   host      an eager call's host time, 100 calls back to back (tuned's, and
             in brackets torch's formula's): what a decode step pays where
             the GPU's time is less
@@ -115,6 +119,16 @@ def copy_of(nbytes):
     return lambda: b.copy_(a)
 
 
+def kernel_copy_of(nbytes):
+    """The same bytes moved by one elementwise kernel (fp32 words negated):
+    a kernel's launch, code and parameters as well as the memory trip,
+    which copy_of's memcpy is spared."""
+    words = max(1, nbytes // 8)
+    a = torch.zeros(words, dtype=torch.float32, device="cuda")
+    b = torch.empty_like(a)
+    return lambda: torch.neg(a, out=b)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--tokens", default="1,8,64,512,4096,16384,65536")
@@ -146,8 +160,11 @@ def main():
             same = torch.equal(ti.sort(-1).values, ri.sort(-1).values)
             nbytes = t * e * x.element_size() + t * r["k"] * 12
             copy = copy_of(nbytes)
+            kcopy = kernel_copy_of(nbytes)
             row = {"router": name, "tokens": t, "floor": timed(copy, flush, args.reps),
-                   "floor_graph": timed(graphed(copy), flush, args.reps), "ids_match": same}
+                   "floor_graph": timed(graphed(copy), flush, args.reps),
+                   "kfloor": timed(kcopy, flush, args.reps),
+                   "kfloor_graph": timed(graphed(kcopy), flush, args.reps), "ids_match": same}
             fns = {} if args.tuned_only else {"torch": lambda: torch_router(x, r, bias),
                                               "compile": lambda: compiled(x, r, bias)}
             fns["tuned"] = lambda: tuned_router(x, r, bias)
@@ -213,14 +230,15 @@ def main():
                      "rel_err": err})
         print(back[-1], flush=True)
 
-    cols = ["floor", "torch", "compile", "quack", "tuned", "floor_graph", "torch_graph",
-            "compile_graph", "quack_graph", "tuned_graph", "opts", "opts_graph"]
+    cols = ["floor", "kfloor", "torch", "compile", "quack", "tuned", "floor_graph",
+            "kfloor_graph", "torch_graph", "compile_graph", "quack_graph", "tuned_graph", "opts",
+            "opts_graph"]
     print(f"\nrouter forward, {args.dtype} logits, us (median, L2 flushed)")
     print(f"{'router':9} {'tokens':>6} " + " ".join(f"{c:>13}" for c in cols) + "  ids  best")
     for row in rows_out:
         vals = " ".join(f"{row[c]:13.1f}" if c in row else f"{'-':>13}" for c in cols)
         anchors = [row[c] for c in cols if c in row and row[c] == row[c]
-                   and not c.startswith(("tuned", "floor", "opts"))]
+                   and not c.startswith(("tuned", "floor", "kfloor", "opts"))]
         eager = [row[c] for c in ("torch", "compile", "quack") if c in row and row[c] == row[c]]
         graph = [row[c] for c in ("torch_graph", "compile_graph", "quack_graph")
                  if c in row and row[c] == row[c]]
