@@ -10,7 +10,8 @@ the GPU, not the host's time to issue it (which, for work of under
 about 200 us through Python, is what the plain timing measures). peak_extra(fn): the bytes fn allocates at
 its peak beyond what was allocated before it (torch's caching allocator's
 count). host_us(fn, calls, warm): an eager call's host time, calls back to
-back with the GPU never waited on."""
+back with the GPU never waited on. timed_interleaved(fns, flush, reps):
+timed for several methods, their reps interleaved in a turning order."""
 
 import statistics
 import time
@@ -39,6 +40,32 @@ def timed(fn, flush, reps, warm=3, host_ahead=False):
         end.synchronize()
         times.append(start.elapsed_time(end) * 1000.0)
     return statistics.median(times)
+
+
+def timed_interleaved(fns, flush, reps, warm=3):
+    """timed's rule for several methods of one row at once ({name: fn}):
+    each rep times every method once, the L2 flushed before each, in an
+    order that turns by one each rep, so that a drift of the GPU over the
+    run (its clocks after idle, its power) falls on every method alike, not
+    on whichever came first. {name: median us}."""
+    names = list(fns)
+    for fn in fns.values():
+        for _ in range(warm):
+            fn()
+    torch.cuda.synchronize()
+    times = {n: [] for n in names}
+    for rep in range(reps):
+        for j in range(len(names)):
+            n = names[(rep + j) % len(names)]
+            flush.zero_()
+            start = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
+            start.record()
+            fns[n]()
+            end.record()
+            end.synchronize()
+            times[n].append(start.elapsed_time(end) * 1000.0)
+    return {n: statistics.median(t) for n, t in times.items()}
 
 
 def peak_extra(fn):

@@ -10,7 +10,8 @@ Rows: tokens 1, 8, 64, 512, 4096, 16384, 65536 for each router:
             renormalised, scaling 2.5 (DeepSeek-V3)
   E384k8    384 experts, sigmoid + bias top-8 renormalised (Kimi K2)
 Columns (median us with L2 flushed, after warm-up; CUDA events around one
-call, so an eager call's host time shows where it exceeds the GPU's):
+call, so an eager call's host time shows where it exceeds the GPU's; a
+row's methods timed in turn, rep by rep, in a turning order):
   floor     a device copy of the bytes the kind moves (logits read, weights
             and ids written), timed here: torch's copy_ of bytes, a
             cudaMemcpyAsync, which no kernel's launch is part of
@@ -42,7 +43,7 @@ import torch
 
 import tuned
 import tuned.router as tuned_router_module
-from cuda_timing import host_us, timed
+from cuda_timing import host_us, timed, timed_interleaved
 
 ROUTERS = {
     "E8k2": dict(e=8, k=2, score="softmax", renorm=True),
@@ -161,10 +162,7 @@ def main():
             nbytes = t * e * x.element_size() + t * r["k"] * 12
             copy = copy_of(nbytes)
             kcopy = kernel_copy_of(nbytes)
-            row = {"router": name, "tokens": t, "floor": timed(copy, flush, args.reps),
-                   "floor_graph": timed(graphed(copy), flush, args.reps),
-                   "kfloor": timed(kcopy, flush, args.reps),
-                   "kfloor_graph": timed(graphed(kcopy), flush, args.reps), "ids_match": same}
+            row = {"router": name, "tokens": t, "ids_match": same}
             fns = {} if args.tuned_only else {"torch": lambda: torch_router(x, r, bias),
                                               "compile": lambda: compiled(x, r, bias)}
             fns["tuned"] = lambda: tuned_router(x, r, bias)
@@ -173,14 +171,28 @@ def main():
             if (not args.tuned_only and quack_topk is not None and r["score"] == "softmax"
                     and r["renorm"] and e & (e - 1) == 0):
                 fns["quack"] = lambda: quack_topk(x, r["k"], softmax=True)
+            # every method of the row, eager and replayed, timed in turn
+            # (cuda_timing.timed_interleaved); one that fails to run, or to
+            # be captured, is a column of nan
+            runs = {"floor": copy, "floor_graph": graphed(copy), "kfloor": kcopy,
+                    "kfloor_graph": graphed(kcopy)}
             for m, fn in fns.items():
                 try:
-                    row[m] = timed(fn, flush, args.reps)
-                    row[m + "_graph"] = timed(graphed(fn), flush, args.reps)
+                    fn()
+                    runs[m] = fn
                 except Exception as exc:  # noqa: BLE001 - a failed column is shown as such
-                    row[m] = row.get(m, float("nan"))
-                    row[m + "_graph"] = float("nan")
+                    row[m] = row[m + "_graph"] = float("nan")
                     print(f"{name} {t} {m}: {type(exc).__name__}: {exc}"[:300], file=sys.stderr)
+                    continue
+                try:
+                    replay = graphed(fn)
+                    replay()
+                    runs[m + "_graph"] = replay
+                except Exception as exc:  # noqa: BLE001
+                    row[m + "_graph"] = float("nan")
+                    print(f"{name} {t} {m}_graph: {type(exc).__name__}: {exc}"[:300],
+                          file=sys.stderr)
+            row.update(timed_interleaved(runs, flush, args.reps))
             # what the tuned call ran (libtuned's choice), and its host time
             before = tuned_router_module.libtuned_calls
             tuned_router(x, r, bias)
