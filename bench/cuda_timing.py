@@ -11,10 +11,8 @@ about 200 us through Python, is what the plain timing measures). peak_extra(fn):
 its peak beyond what was allocated before it (torch's caching allocator's
 count). host_us(fn, calls, warm): an eager call's host time, calls back to
 back with the GPU never waited on. timed_interleaved(fns, flush, reps):
-timed for several methods, their reps interleaved in a turning order. The
-garbage collector is off while a timing runs, as timeit has it."""
+timed for several methods, their reps interleaved in a turning order."""
 
-import gc
 import statistics
 import time
 
@@ -30,23 +28,17 @@ def timed(fn, flush, reps, warm=3, host_ahead=False):
         fn()
     torch.cuda.synchronize()
     times = []
-    collecting = gc.isenabled()
-    gc.disable()  # no collector pause inside a timing (as timeit)
-    try:
-        for _ in range(reps):
-            flush.zero_()
-            if host_ahead:
-                torch.cuda._sleep(HOST_AHEAD_CYCLES)
-            start = torch.cuda.Event(enable_timing=True)
-            end = torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end) * 1000.0)
-    finally:
-        if collecting:
-            gc.enable()
+    for _ in range(reps):
+        flush.zero_()
+        if host_ahead:
+            torch.cuda._sleep(HOST_AHEAD_CYCLES)
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1000.0)
     return statistics.median(times)
 
 
@@ -62,23 +54,17 @@ def timed_interleaved(fns, flush, reps, warm=3):
             fn()
     torch.cuda.synchronize()
     times = {n: [] for n in names}
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
-        for rep in range(reps):
-            for j in range(len(names)):
-                n = names[(rep + j) % len(names)]
-                flush.zero_()
-                start = torch.cuda.Event(enable_timing=True)
-                end = torch.cuda.Event(enable_timing=True)
-                start.record()
-                fns[n]()
-                end.record()
-                end.synchronize()
-                times[n].append(start.elapsed_time(end) * 1000.0)
-    finally:
-        if collecting:
-            gc.enable()
+    for rep in range(reps):
+        for j in range(len(names)):
+            n = names[(rep + j) % len(names)]
+            flush.zero_()
+            start = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
+            start.record()
+            fns[n]()
+            end.record()
+            end.synchronize()
+            times[n].append(start.elapsed_time(end) * 1000.0)
     return {n: statistics.median(t) for n, t in times.items()}
 
 
