@@ -180,7 +180,7 @@ static double uniform(uint64_t *s)
     return (double)(next(s) >> 11) * 0x1.0p-53;
 }
 
-/* The bits of v in dtype, for the values plant_row writes: 0, multiples
+/* The bits of v in dtype, for the values plant_rows writes: 0, multiples
  * of 1/8 down to -7.875 and -16, which every dtype holds exactly (fp16's
  * from the float's exponent and top mantissa bits, bf16's the float's
  * top half). */
