@@ -19,6 +19,7 @@
 
 #include "expect.h"
 #include "src/codegen/config.h"
+#include "src/driver/check.h"
 #include "src/driver/lce_reference.h"
 
 /* v rounded to the dtype (nearest even), as the GPU stores it. */
@@ -143,9 +144,9 @@ static void test_reference(void)
         EXPECT(r.h[i] * 64 == round(r.h[i] * 64) && fabs(r.h[i]) <= 1, "inputs k/64 in [-1, 1]");
     tuned__lce_ref_free(&r);
     unsigned char b[4];
-    tuned__lce_encode(-0.75, TUNED_FP16, b);
+    tuned__check_double_to_bits(-0.75, TUNED_FP16, b);
     EXPECT(b[0] == 0x00 && b[1] == 0xba, "fp16 -0.75 is 0xba00: %02x%02x", b[1], b[0]);
-    tuned__lce_encode(1.0 / 64, TUNED_BF16, b);
+    tuned__check_double_to_bits(1.0 / 64, TUNED_BF16, b);
     EXPECT(b[0] == 0x80 && b[1] == 0x3c, "bf16 1/64 is 0x3c80: %02x%02x", b[1], b[0]);
 }
 

@@ -53,6 +53,29 @@ double tuned__check_bits_to_double(const unsigned char *p, tuned_dtype dtype)
     return NAN;
 }
 
+void tuned__check_double_to_bits(double v, tuned_dtype dtype, unsigned char *out)
+{
+    float f = (float)v;
+    uint32_t bits;
+    memcpy(&bits, &f, 4);
+    if (dtype == TUNED_FP32) {
+        memcpy(out, &f, 4);
+    } else if (dtype == TUNED_BF16) {
+        uint16_t b = (uint16_t)(bits >> 16); /* exact: the value needs 8 bits at most */
+        memcpy(out, &b, 2);
+    } else {
+        uint16_t b = (uint16_t)((bits >> 16) & 0x8000u);
+        double a = fabs(v);
+        if (a > 0) {
+            int ex;
+            double m = frexp(a, &ex); /* a = m 2^ex, m in [0.5, 1) */
+            b |= (uint16_t)((ex - 1 + 15) << 10);
+            b |= (uint16_t)lround((m * 2 - 1) * 1024);
+        }
+        memcpy(out, &b, 2);
+    }
+}
+
 /* Max (ignoring NaN, as fmax) of scale x and sum of exp(scale x - max) of
  * one row. */
 static void cpu_row_stats(const unsigned char *row, uint64_t cols, tuned_dtype dtype, size_t esize,

@@ -98,6 +98,10 @@ typedef struct tuned__check {
 /* ---- inside the driver: the cross-entropy method (check_ce.c) and what
  * it shares with check.c ---- */
 double tuned__check_bits_to_double(const unsigned char *p, tuned_dtype dtype);
+/* Its inverse for values the dtype holds exactly (zero, or normal with
+ * few significant bits: an LCE instance's multiples of 1/64, the router
+ * check's planted rows), which the host writes as inputs. */
+void tuned__check_double_to_bits(double v, tuned_dtype dtype, unsigned char *out);
 bool tuned__check_stats_agree(double cpu, double gpu);
 int tuned__check_ce_open(tuned__check *c, tuned__err *e);
 int tuned__check_ce_flags(tuned__check *c, unsigned flags, tuned__err *e);

@@ -180,32 +180,13 @@ static double uniform(uint64_t *s)
     return (double)(next(s) >> 11) * 0x1.0p-53;
 }
 
-/* The bits of v in dtype, for the values plant_rows writes: 0, multiples
- * of 1/8 down to -7.875 and -16, which every dtype holds exactly (fp16's
- * from the float's exponent and top mantissa bits, bf16's the float's
- * top half). */
-static void exact_bits(float v, tuned_dtype dtype, unsigned char *out)
-{
-    uint32_t f;
-    memcpy(&f, &v, 4);
-    if (dtype == TUNED_FP32) {
-        memcpy(out, &f, 4);
-        return;
-    }
-    uint16_t h = (uint16_t)(f >> 16);
-    if (dtype == TUNED_FP16)
-        h = v == 0.0f ? 0
-                      : (uint16_t)(((f >> 16) & 0x8000u) | ((((f >> 23) & 0xFFu) - 112u) << 10) |
-                                   ((f >> 13) & 0x3FFu));
-    memcpy(out, &h, 2);
-}
-
 /* Rows whose k largest logits sit where a variant's threads hold them
  * together, so that its short lists run dry and its rounds rerun exactly:
  * row 0 descends from column 0 (the first columns are one thread's
  * vector), row 1 descends over columns 0, 32, 64, ..., then 1, 33, ...
  * (one thread's passes where a pass is 32 columns). The 64 largest are
- * distinct (0 down to -7.875), the rest -16. Random rows seldom do this:
+ * distinct (0 down to -7.875), the rest -16: every dtype holds them
+ * exactly. Random rows seldom do this:
  * a warp's 8 winners of 384 take 4 from one thread in about 1 row in
  * 800. */
 static int plant_rows(tuned__check *c, tuned__err *e)
@@ -218,8 +199,8 @@ static int plant_rows(tuned__check *c, tuned__err *e)
         size_t strided = (j % 32) * ((cols + 31) / 32) + j / 32;
         size_t rank[2] = {j, strided};
         for (int r = 0; r < 2; r++)
-            exact_bits(rank[r] < 64 ? -0.125f * (float)rank[r] : -16.0f, c->shape.dtype,
-                       row + r * bytes + j * c->esize);
+            tuned__check_double_to_bits(rank[r] < 64 ? -0.125 * (double)rank[r] : -16.0,
+                                        c->shape.dtype, row + r * bytes + j * c->esize);
     }
     CUresult cr = c->d->cuStreamSynchronize(c->stream);
     if (cr == CUDA_SUCCESS)

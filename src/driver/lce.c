@@ -7,6 +7,7 @@
 
 #include "src/codegen/cross_entropy.h"
 #include "src/codegen/source.h"
+#include "src/driver/check.h"
 #include "src/driver/module.h"
 #include "src/common/rng.h"
 
@@ -38,7 +39,7 @@ static int upload_values(tuned__lce *l, CUdeviceptr dst, const double *vals, uin
     tuned__rng rng = {.state = seed};
     for (size_t i = 0; i < tile; i++) {
         double v = vals != NULL ? vals[i] : ((double)tuned__rng_below(&rng, 129) - 64.0) / 64.0;
-        tuned__lce_encode(v, l->dtype, host + i * l->esize);
+        tuned__check_double_to_bits(v, l->dtype, host + i * l->esize);
     }
     int rc = 0;
     for (uint64_t at = 0; at < count && rc == 0; at += tile) {

@@ -17,29 +17,6 @@ static double dtype_eps(tuned_dtype dtype)
     return dtype == TUNED_BF16 ? 0x1p-8 : dtype == TUNED_FP16 ? 0x1p-11 : 0x1p-20;
 }
 
-void tuned__lce_encode(double v, tuned_dtype dtype, void *out)
-{
-    float f = (float)v;
-    uint32_t bits;
-    memcpy(&bits, &f, 4);
-    if (dtype == TUNED_FP32) {
-        memcpy(out, &f, 4);
-    } else if (dtype == TUNED_BF16) {
-        uint16_t b = (uint16_t)(bits >> 16); /* exact: the values need 7 bits */
-        memcpy(out, &b, 2);
-    } else {
-        uint16_t b = (uint16_t)((bits >> 16) & 0x8000u);
-        double a = fabs(v);
-        if (a > 0) {
-            int ex;
-            double m = frexp(a, &ex); /* a = m 2^ex, m in [0.5, 1) */
-            b |= (uint16_t)((ex - 1 + 15) << 10);
-            b |= (uint16_t)lround((m * 2 - 1) * 1024);
-        }
-        memcpy(out, &b, 2);
-    }
-}
-
 void tuned__lce_ref_free(tuned__lce_ref *r)
 {
     free(r->h);
