@@ -23,23 +23,25 @@ import torch
 HOST_AHEAD_CYCLES = 4_000_000
 
 
+def time_once(fn, flush, host_ahead=False):
+    """One timing of fn (us): the L2 flushed, then CUDA events around it."""
+    flush.zero_()
+    if host_ahead:
+        torch.cuda._sleep(HOST_AHEAD_CYCLES)
+    start = torch.cuda.Event(enable_timing=True)
+    end = torch.cuda.Event(enable_timing=True)
+    start.record()
+    fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) * 1000.0
+
+
 def timed(fn, flush, reps, warm=3, host_ahead=False):
     for _ in range(warm):
         fn()
     torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        flush.zero_()
-        if host_ahead:
-            torch.cuda._sleep(HOST_AHEAD_CYCLES)
-        start = torch.cuda.Event(enable_timing=True)
-        end = torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1000.0)
-    return statistics.median(times)
+    return statistics.median(time_once(fn, flush, host_ahead) for _ in range(reps))
 
 
 def timed_interleaved(fns, flush, reps, warm=3):
@@ -57,14 +59,7 @@ def timed_interleaved(fns, flush, reps, warm=3):
     for rep in range(reps):
         for j in range(len(names)):
             n = names[(rep + j) % len(names)]
-            flush.zero_()
-            start = torch.cuda.Event(enable_timing=True)
-            end = torch.cuda.Event(enable_timing=True)
-            start.record()
-            fns[n]()
-            end.record()
-            end.synchronize()
-            times[n].append(start.elapsed_time(end) * 1000.0)
+            times[n].append(time_once(fns[n], flush))
     return {n: statistics.median(t) for n, t in times.items()}
 
 
