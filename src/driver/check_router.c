@@ -185,7 +185,7 @@ static double uniform(uint64_t *s)
  * row 0 descends from column 0 (the first columns are one thread's
  * vector), row 1 descends over columns 0, 32, 64, ..., then 1, 33, ...
  * (one thread's passes where a pass is 32 columns). The 64 largest are
- * distinct (0 down to -7.875), the rest -16: every dtype holds them
+ * distinct (+0 down to -7.875), the rest -16: every dtype holds them
  * exactly. Random rows seldom do this:
  * a warp's 8 winners of 384 take 4 from one thread in about 1 row in
  * 800. */
@@ -199,7 +199,7 @@ static int plant_rows(tuned__check *c, tuned__err *e)
         size_t strided = (j % 32) * ((cols + 31) / 32) + j / 32;
         size_t rank[2] = {j, strided};
         for (int r = 0; r < 2; r++)
-            tuned__check_double_to_bits(rank[r] < 64 ? -0.125 * (double)rank[r] : -16.0,
+            tuned__check_double_to_bits(rank[r] < 64 ? 0.0 - 0.125 * (double)rank[r] : -16.0,
                                         c->shape.dtype, row + r * bytes + j * c->esize);
     }
     CUresult cr = c->d->cuStreamSynchronize(c->stream);
