@@ -77,7 +77,9 @@
 #                     bias=1), and router_topk_bwd at 16384;
 #                     ROUTER_TUNE_KEYS and ROUTER_TUNE_ROWS choose the keys
 #                     and rows, ROUTER_TUNE_ARGS adds options to each forward
-#                     tune (--try CONFIG, --trace FILE), ROUTER_BWD=0 leaves
+#                     tune (--try CONFIG, --trace FILE), ROUTER_TUNE_TRIES
+#                     "SPEC CONFIG; ..." a --try for one key (SPEC as in
+#                     ROUTER_TUNE_KEYS) alone, ROUTER_BWD=0 leaves
 #                     the backward out, ROUTER_TRACE=1 writes each forward
 #                     tune's variants to OUT/trace-KEY.tsv
 #              check  test_gpu over the router kinds (every sampled
@@ -269,10 +271,18 @@ router)
                         trace=(--trace "$out/trace-${rows}x${spec//[:,=]/_}.tsv")
                     time_s=${ROUTER_TUNE_TIME:-5}
                     (( rows >= 4096 )) && time_s=${ROUTER_TUNE_TIME_LARGE:-$time_s}
+                    # ROUTER_TUNE_TRIES: "SPEC CONFIG" entries (';' apart),
+                    # each CONFIG tried first where SPEC is this key's
+                    tries=()
+                    IFS=';' read -ra entries <<<"${ROUTER_TUNE_TRIES:-}"
+                    for entry in ${entries[@]+"${entries[@]}"}; do
+                        read -r try_spec try_config <<<"$entry"
+                        [[ "$try_spec" == "$spec" ]] && tries+=(--try "$try_config")
+                    done
                     timeout 120 build/tuned tune --kernel router_topk \
                         --shape "${rows}x${spec}" --dtype "${ROUTER_DTYPE:-fp32}" \
                         --time "$time_s" --db "$db" --json ${ROUTER_TUNE_ARGS:-} \
-                        ${trace[@]+"${trace[@]}"} \
+                        ${tries[@]+"${tries[@]}"} ${trace[@]+"${trace[@]}"} \
                         >>"$out/tunes.jsonl" 2>>"$out/tunes.log" ||
                         echo "{\"kernel\": \"router_topk\", \"spec\": \"${rows}x$spec\", \"failed\": true}" \
                             >>"$out/tunes.jsonl"
