@@ -4,8 +4,8 @@
  * with -inf, NaN and +inf rows from the generator; the forward kernels at
  * a scale of 0.75), also from unaligned base pointers; rows split over the
  * grid and rows partly in shared memory too (softmax and log_softmax);
- * the router's grouped keys and compiled-in options (int32 ids, bf16
- * weights); and the evaluator's gate catches
+ * the router's grouped keys, compiled-in options (int32 ids, bf16
+ * weights) and renormalised backwards; and the evaluator's gate catches
  * deliberately broken variants of the forward and backward templates, and
  * stray writes on either side of the output.
  * `test_gpu fault` (a process of its own: its context dies): a tune whose
@@ -403,6 +403,39 @@ static size_t router_options_are_correct(gpu_env *g)
     return runs;
 }
 
+/* The backward's renormalised keys (Mixtral's and Qwen3-MoE's softmax,
+ * sigmoid, sqrt-softplus) and one without renorm, a few drawn configs a
+ * key, one dtype a key: with 67 rows the generator's NaN, +inf and -inf
+ * rows are in, with ids drawn at random (a row's softmax NaN while its
+ * given ids miss the non-finite logit). Returns the runs. */
+static size_t router_backwards_are_correct(gpu_env *g)
+{
+    static const struct {
+        uint64_t cols;
+        const char *params;
+    } keys[] = {
+        {8, "k=2,renorm=1"}, /* Mixtral */
+        {128, "k=8,renorm=1"}, /* Qwen3-MoE */
+        {128, "k=8,renorm=1"},
+        {64, "k=4,score=sqrt_softplus,renorm=1"},
+        {384, "k=8,score=sigmoid,renorm=1"},
+        {60, "k=4"},
+    };
+    size_t runs = 0;
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        tuned__shape s;
+        tuned__config cfgs[3];
+        if (!router_key_drawn(g, TUNED_KERNEL_ROUTER_TOPK_BWD,
+                              (tuned_dtype)(TUNED_FP16 + (int)(i % 3)), keys[i].cols,
+                              keys[i].params, 131 + i, &s, cfgs, 3))
+            continue;
+        tuned__eval_opts o = quick_opts();
+        expect_correct(g, &s, cfgs, 3, &o);
+        runs += 3;
+    }
+    return runs;
+}
+
 /* ---- `test_gpu fault`: a variant that kills the context (its own
  * process: the context stays dead) ---- */
 
@@ -626,6 +659,8 @@ int main(int argc, char **argv)
         variants += router_options_are_correct(&g);
     if (kind_asked(only_kinds, "router_topk"))
         variants += router_terms_are_correct(&g);
+    if (kind_asked(only_kinds, "router_topk_bwd"))
+        variants += router_backwards_are_correct(&g);
     if (kind_asked(only_kinds, "softmax") || kind_asked(only_kinds, "softmax_bwd")) {
         planted_bugs_are_caught(&g);
         stray_writes_are_caught(&g);

@@ -228,6 +228,23 @@ static void test_reference(void)
     choose(x6, NULL, 3, &r, ids, w);
     EXPECT(ids[0] == 0 && ids[1] == 1 && w[0] == 0.375 && w[1] == 0.375,
            "underflowing sigmoids: %lld %lld %g %g", ids[0], ids[1], w[0], w[1]);
+    /* a renormalised softmax row with a +inf outside the given ids: its
+     * softmax (and so its forward's weights) is NaN, and so is the
+     * gradient at the chosen; the others stay 0 */
+    {
+        double x7[] = {0.5, INFINITY, -1.0, 2.0}, dw7[] = {0.25, -0.5}, dx7[4], work7[4];
+        long long ids7[] = {3, 0};
+        r = rule(2, TUNED__ROUTER_SOFTMAX, 1, 1, true);
+        tuned__router_backward(x7, ids7, dw7, 4, &r, work7, dx7, NULL);
+        EXPECT(isnan(dx7[3]) && isnan(dx7[0]) && dx7[1] == 0 && dx7[2] == 0,
+               "a +inf row's renormalised gradient: %g %g %g %g", dx7[0], dx7[1], dx7[2],
+               dx7[3]);
+        x7[1] = 1.0;
+        tuned__router_backward(x7, ids7, dw7, 4, &r, work7, dx7, NULL);
+        EXPECT(isfinite(dx7[3]) && isfinite(dx7[0]) && dx7[1] == 0 && dx7[2] == 0,
+               "a finite row's renormalised gradient: %g %g %g %g", dx7[0], dx7[1], dx7[2],
+               dx7[3]);
+    }
     /* the backward against central differences of the forward */
     for (unsigned score = 0; score < 3; score++)
         for (int renorm = 0; renorm < 2; renorm++) {

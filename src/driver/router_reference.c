@@ -233,7 +233,16 @@ void tuned__router_backward(const double *x, const long long *ids, const double 
         return;
     }
     if (r->score == TUNED__ROUTER_SOFTMAX) {
-        /* the softmax over the chosen logits q: dx_{id_i} = c q_i (g_i - sum_m g_m q_m) */
+        /* the softmax over the chosen logits q: dx_{id_i} = c q_i (g_i - sum_m g_m q_m);
+         * NaN for the chosen where the row's softmax is NaN (a NaN, a +inf
+         * or every logit -inf, whichever ids are given), as the forward's
+         * weights are there */
+        tuned__router_scores(x, cols, TUNED__ROUTER_SOFTMAX, score);
+        if (isnan(score[0])) {
+            for (unsigned i = 0; i < r->k; i++)
+                dx[ids[i]] = NAN;
+            return;
+        }
         double m = -INFINITY, sum = 0, s = 0, sa = 0;
         for (unsigned i = 0; i < r->k; i++)
             m = x[ids[i]] > m || isnan(x[ids[i]]) ? x[ids[i]] : m;

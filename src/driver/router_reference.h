@@ -71,7 +71,10 @@ void tuned__router_weights(const double *x, const double *score, const long long
 /* The backward of one row: dx (cols) from x, the chosen ids (k, each in
  * [0, cols)) and dweights (k); mag (cols, may be NULL) gets each
  * element's magnitude, the sum of the absolute terms dx is formed from,
- * which bounds its rounding. score: cols doubles of room. */
+ * which bounds its rounding. score: cols doubles of room. A renormalised
+ * softmax row whose softmax is NaN (a NaN, a +inf, every logit -inf) gets
+ * NaN at the chosen, whichever ids are given: its forward's weights are
+ * NaN. */
 void tuned__router_backward(const double *x, const long long *ids, const double *dweights,
                             unsigned cols, const tuned__router_rule *r, double *score,
                             double *dx, double *mag);
