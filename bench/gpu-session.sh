@@ -93,6 +93,11 @@
 #              test   tests/python/test_router.py on the GPU (transformers'
 #                     routers, rules, gradients, opcheck, compile, graphs)
 #              bench  bench/router_bench.py (ROUTER_BENCH_ARGS)
+#              moe    bench/moe_step.py (MOE_ARGS): a Qwen3-30B-A3B-shaped
+#                     and a DeepSeek-V3-routed model's decode and training
+#                     steps with transformers' routers and tuned's, the
+#                     router keys those steps meet tuned first (MOE_TUNE_TIME
+#                     seconds each, 3)
 #              ab     bench/router-ab.sh: tuned's columns of this tree
 #                     against a copy built with ROUTER_AB_OLD's
 #                     router_topk.cu, A B B A ... (AB_BENCH_ARGS, AB_ROUNDS)
@@ -332,6 +337,28 @@ router)
         bench)
             timeout 300 python3 bench/router_bench.py ${ROUTER_BENCH_ARGS:-} >"$out/bench.log" 2>&1
             echo "bench: exit $?"
+            ;;
+        moe)
+            # a MoE model's steps with transformers' routers and tuned's:
+            # the keys its routers meet tuned first (decode rows 1 and 64,
+            # training rows 4096), forward and backward
+            for rows in 1 64 4096; do
+                for key in "bf16 ${rows}x128:k=8,renorm=1" \
+                    "fp32 ${rows}x256:k=8,score=sigmoid,groups=8,topk_group=4,renorm=1,bias=1"; do
+                    timeout 120 build/tuned tune --kernel router_topk --dtype "${key%% *}" \
+                        --shape "${key#* }" --time "${MOE_TUNE_TIME:-3}" --db "$db" --json \
+                        >>"$out/moe-tunes.jsonl" 2>>"$out/moe-tunes.log" || echo "moe: tune $key failed"
+                done
+            done
+            for key in "bf16 4096x128:k=8,renorm=1" "fp32 4096x256:k=8,score=sigmoid,renorm=1"; do
+                timeout 120 build/tuned tune --kernel router_topk_bwd --dtype "${key%% *}" \
+                    --shape "${key#* }" --time "${MOE_TUNE_TIME:-3}" --db "$db" --json \
+                    >>"$out/moe-tunes.jsonl" 2>>"$out/moe-tunes.log" || echo "moe: tune $key failed"
+            done
+            timeout $((570 - (SECONDS - t0))) python3 bench/moe_step.py ${MOE_ARGS:-} \
+                >"$out/moe.log" 2>&1
+            echo "moe: exit $?"
+            sed -n '/^model /,$p' "$out/moe.log"
             ;;
         ab)
             # this tree's router kernels against ROUTER_AB_OLD's template
