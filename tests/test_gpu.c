@@ -295,16 +295,45 @@ static bool router_key_drawn(gpu_env *g, uint8_t kernel, tuned_dtype dt, uint64_
     return true;
 }
 
-/* The router's grouped keys (the example key has no groups): a few drawn
- * configs of each, in one dtype a key, the first two again from unaligned
- * base pointers; groups a power of two up to the row's threads take the
- * halving combine, the others the butterfly a group. Returns the runs. */
+/* A router key: experts and key parameters' text. */
+typedef struct router_key {
+    uint64_t cols;
+    const char *params;
+} router_key;
+
+/* n configs drawn from each key's space (seed + the key's index), in one
+ * dtype a key (fp16, bf16, fp32 in turn), checked; with unaligned the
+ * first two again from unaligned base pointers. Returns the runs. */
+static size_t router_keys_are_correct(gpu_env *g, uint8_t kernel, const router_key *keys,
+                                      size_t nkeys, uint64_t seed, size_t n, bool unaligned)
+{
+    size_t runs = 0;
+    for (size_t i = 0; i < nkeys; i++) {
+        tuned__shape s;
+        tuned__config cfgs[8];
+        if (n > 8 || !router_key_drawn(g, kernel, (tuned_dtype)(TUNED_FP16 + (int)(i % 3)),
+                                       keys[i].cols, keys[i].params, seed + i, &s, cfgs, n))
+            continue;
+        tuned__eval_opts o = quick_opts();
+        expect_correct(g, &s, cfgs, n, &o);
+        runs += n;
+        if (unaligned) {
+            o.x_offset = 3;
+            o.y_offset = 1;
+            expect_correct(g, &s, cfgs, 2, &o);
+            runs += 2;
+        }
+    }
+    return runs;
+}
+
+/* The router's grouped keys (the example key has no groups), 6 drawn
+ * configs of each, the first two again from unaligned base pointers;
+ * groups a power of two up to the row's threads take the halving
+ * combine, the others the butterfly a group. Returns the runs. */
 static size_t router_groups_are_correct(gpu_env *g)
 {
-    static const struct {
-        uint64_t cols;
-        const char *params;
-    } keys[] = {
+    static const router_key keys[] = {
         {256, "k=8,score=sigmoid,groups=8,topk_group=4,renorm=1,bias=1"}, /* DeepSeek-V3 */
         {96, "k=8,groups=4,topk_group=2"},
         {64, "k=4,score=sqrt_softplus,groups=8,topk_group=3,renorm=1"},
@@ -312,21 +341,8 @@ static size_t router_groups_are_correct(gpu_env *g)
         {2048, "k=16,score=sigmoid,groups=32,topk_group=2,bias=1"},
         {384, "k=8,groups=2,topk_group=1,renorm=1"},
     };
-    size_t runs = 0;
-    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
-        tuned__shape s;
-        tuned__config cfgs[6];
-        if (!router_key_drawn(g, TUNED_KERNEL_ROUTER_TOPK, (tuned_dtype)(TUNED_FP16 + (int)(i % 3)),
-                              keys[i].cols, keys[i].params, 23 + i, &s, cfgs, 6))
-            continue;
-        tuned__eval_opts o = quick_opts();
-        expect_correct(g, &s, cfgs, 6, &o);
-        o.x_offset = 3;
-        o.y_offset = 1;
-        expect_correct(g, &s, cfgs, 2, &o);
-        runs += 8;
-    }
-    return runs;
+    return router_keys_are_correct(g, TUNED_KERNEL_ROUTER_TOPK, keys,
+                                   sizeof keys / sizeof keys[0], 23, 6, true);
 }
 
 /* terms=lanes (a renormalising key's terms formed in their output lanes):
@@ -336,10 +352,7 @@ static size_t router_groups_are_correct(gpu_env *g)
  * rounds, the last's k of 24 the rounds' sum beside it. Returns the runs. */
 static size_t router_terms_are_correct(gpu_env *g)
 {
-    static const struct {
-        uint64_t cols;
-        const char *params;
-    } keys[] = {
+    static const router_key keys[] = {
         {384, "k=8,score=sigmoid,renorm=1,bias=1"}, /* Kimi K2 */
         {256, "k=8,score=sigmoid,groups=8,topk_group=4,renorm=1,bias=1"}, /* DeepSeek-V3 */
         {60, "k=4,renorm=1"},
@@ -404,16 +417,13 @@ static size_t router_options_are_correct(gpu_env *g)
 }
 
 /* The backward's renormalised keys (Mixtral's and Qwen3-MoE's softmax,
- * sigmoid, sqrt-softplus) and one without renorm, a few drawn configs a
- * key, one dtype a key: with 67 rows the generator's NaN, +inf and -inf
- * rows are in, with ids drawn at random (a row's softmax NaN while its
- * given ids miss the non-finite logit). Returns the runs. */
+ * sigmoid, sqrt-softplus) and one without renorm, 3 drawn configs a key:
+ * with 67 rows the generator's NaN, +inf and -inf rows are in, with ids
+ * drawn at random (a row's softmax NaN while its given ids miss the
+ * non-finite logit). Returns the runs. */
 static size_t router_backwards_are_correct(gpu_env *g)
 {
-    static const struct {
-        uint64_t cols;
-        const char *params;
-    } keys[] = {
+    static const router_key keys[] = {
         {8, "k=2,renorm=1"}, /* Mixtral */
         {128, "k=8,renorm=1"}, /* Qwen3-MoE */
         {128, "k=8,renorm=1"},
@@ -421,19 +431,8 @@ static size_t router_backwards_are_correct(gpu_env *g)
         {384, "k=8,score=sigmoid,renorm=1"},
         {60, "k=4"},
     };
-    size_t runs = 0;
-    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
-        tuned__shape s;
-        tuned__config cfgs[3];
-        if (!router_key_drawn(g, TUNED_KERNEL_ROUTER_TOPK_BWD,
-                              (tuned_dtype)(TUNED_FP16 + (int)(i % 3)), keys[i].cols,
-                              keys[i].params, 131 + i, &s, cfgs, 3))
-            continue;
-        tuned__eval_opts o = quick_opts();
-        expect_correct(g, &s, cfgs, 3, &o);
-        runs += 3;
-    }
-    return runs;
+    return router_keys_are_correct(g, TUNED_KERNEL_ROUTER_TOPK_BWD, keys,
+                                   sizeof keys / sizeof keys[0], 131, 3, false);
 }
 
 /* ---- `test_gpu fault`: a variant that kills the context (its own
