@@ -26,7 +26,8 @@ after two warm ones; a table last: each router's median step, the
 difference a step and a layer, and how far the outputs differ (the
 decode's last logits, and in one more decode step every router call run
 both ways: the rows whose experts differ, with the float64 gap of what
-they swapped; the training step's loss).
+they swapped, and the weights' largest difference where none did; the
+training step's loss), then each round's medians, where drift shows.
 
     python3 bench/moe_step.py [--models qwen3,deepseek] [--decode-batch 1,64]
                               [--train-batch 4] [--seq 1024] [--train-layers 8]
