@@ -27,11 +27,13 @@ difference a step and a layer, and how far the outputs differ (the
 decode's last logits, and in one more decode step every router call run
 both ways: the rows whose experts differ, with the float64 gap of what
 they swapped, and the weights' largest difference where none did; the
-training step's loss), then each round's medians, where drift shows.
+logits again with transformers' routers, and with tuned's ids carrying
+transformers' weights, which says whether a difference is the weights';
+the training step's loss), then each round's medians, where drift shows.
 
     python3 bench/moe_step.py [--models qwen3,deepseek] [--decode-batch 1,64]
                               [--train-batch 4] [--seq 1024] [--train-layers 8]
-                              [--steps 10] [--rounds 4] [--tiny]
+                              [--steps 10] [--rounds 4] [--phases decode,train] [--tiny]
 
 --tiny: a few small layers on the CPU (where tuned.router_topk is torch's
 formula), to check the script, not to time. Needs torch and transformers;
@@ -125,7 +127,7 @@ def use_tuned(model, on):
             module.__dict__.pop("forward", None)
 
 
-def audit(model, step):
+def audit(model, step, own_weights=False):
     """One step with tuned's routers, each router call also run through
     transformers' own forward on the same hidden states: how many rows
     chose another set of experts, and for those the largest float64 gap
@@ -133,7 +135,9 @@ def audit(model, step):
     kept groups differ, else the two experts' order values (score + bias).
     A gap at fp32 rounding (about 1e-7) is a near-tie either may take. And
     the largest relative difference of the weights where the experts are
-    the same."""
+    the same. With own_weights the routers pass on tuned's ids (in tuned's
+    order) with transformers' weights for them. Returns (that summary, the
+    step's output)."""
     rows, differ, worst, wdiff = 0, 0, 0.0, 0.0
 
     def make(module):
@@ -167,18 +171,25 @@ def audit(model, step):
                 else:
                     a, b = v[list(t - o)].min(), v[list(o - t)].max()
                 worst = max(worst, (a - b).abs().item() / max(a.abs().item(), b.abs().item()))
-            return got
+            if not own_weights:
+                return got
+            # transformers' weights, each with its expert, in tuned's order
+            # of the ids (rows that chose other experts keep tuned's)
+            mixed = got[1].clone()
+            placed = torch.empty_like(mixed).scatter_(-1, pt, own[1].gather(-1, po).to(mixed.dtype))
+            mixed[~changed] = placed[~changed]
+            return got[0], mixed, got[2]
         return forward
 
     for module in routers(model):
         module.forward = make(module)
     try:
-        step()
+        out = step()
     finally:
         use_tuned(model, False)
     return (f"ids differ in {differ} of {rows} rows"
             + (f" (largest gap {worst:.2g})" if differ else "")
-            + f", weights within {wdiff:.2g} relative")
+            + f", weights within {wdiff:.2g} relative"), out
 
 
 def timed_steps(step, steps, sync):
@@ -220,6 +231,7 @@ def main():
     ap.add_argument("--train-layers", type=int, default=8)
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--phases", default="decode,train")
     ap.add_argument("--tiny", action="store_true")
     args = ap.parse_args()
     args.device = "cpu" if args.tiny else "cuda"
@@ -241,18 +253,31 @@ def main():
         vocab = model.config.vocab_size
         gen = torch.Generator(device=args.device).manual_seed(1)
         model.eval()
-        for batch in (int(b) for b in args.decode_batch.split(",") if b):
+        batches = args.decode_batch.split(",") if "decode" in args.phases else []
+        for batch in (int(b) for b in batches if b):
             ids = torch.randint(0, vocab, (batch, 1), device=args.device, generator=gen)
 
             def decode(ids=ids):
                 with torch.inference_mode():
                     return model(input_ids=ids, use_cache=False).logits.float()
             times, out = compare(model, decode, args, sync)
-            diff = (out["tuned"] - out["torch"]).abs().max().item()
+            summary, _ = audit(model, decode)
+            # where the logits differ: transformers' routers run again, and
+            # tuned's ids with transformers' weights
+            _, mixed = audit(model, decode, own_weights=True)
+            again = decode()
+
+            def gap(a):
+                return (a - out["torch"]).abs().max().item()
             rows.append((name, f"decode {batch}x1", layers, times,
-                         f"logits max |diff| {diff:.3g}, {audit(model, decode)}"))
+                         f"logits max |diff| {gap(out['tuned']):.3g} (transformers' again "
+                         f"{gap(again):.3g}, tuned's ids with transformers' weights "
+                         f"{gap(mixed):.3g}), {summary}"))
             print(f"{name} decode {batch}: torch {statistics.median(times['torch']):.2f} ms, "
                   f"tuned {statistics.median(times['tuned']):.2f} ms", flush=True)
+        if "train" not in args.phases:
+            del model
+            continue
         # training on the first layers only: every parameter's gradient
         # of 48 layers would not fit beside the weights and activations
         keep = min(args.train_layers, layers)
