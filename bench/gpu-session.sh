@@ -342,17 +342,16 @@ router)
             # a MoE model's steps with transformers' routers and tuned's:
             # the keys its routers meet tuned first (decode rows 1 and 64,
             # training rows 4096), forward and backward
+            keys=("router_topk_bwd bf16 4096x128:k=8,renorm=1"
+                "router_topk_bwd fp32 4096x256:k=8,score=sigmoid,renorm=1")
             for rows in 1 64 4096; do
-                for key in "bf16 ${rows}x128:k=8,renorm=1" \
-                    "fp32 ${rows}x256:k=8,score=sigmoid,groups=8,topk_group=4,renorm=1,bias=1"; do
-                    timeout 120 build/tuned tune --kernel router_topk --dtype "${key%% *}" \
-                        --shape "${key#* }" --time "${MOE_TUNE_TIME:-3}" --db "$db" --json \
-                        >>"$out/moe-tunes.jsonl" 2>>"$out/moe-tunes.log" || echo "moe: tune $key failed"
-                done
+                keys+=("router_topk bf16 ${rows}x128:k=8,renorm=1"
+                    "router_topk fp32 ${rows}x256:k=8,score=sigmoid,groups=8,topk_group=4,renorm=1,bias=1")
             done
-            for key in "bf16 4096x128:k=8,renorm=1" "fp32 4096x256:k=8,score=sigmoid,renorm=1"; do
-                timeout 120 build/tuned tune --kernel router_topk_bwd --dtype "${key%% *}" \
-                    --shape "${key#* }" --time "${MOE_TUNE_TIME:-3}" --db "$db" --json \
+            for key in "${keys[@]}"; do
+                read -r kernel dtype shape <<<"$key"
+                timeout 120 build/tuned tune --kernel "$kernel" --dtype "$dtype" --shape "$shape" \
+                    --time "${MOE_TUNE_TIME:-3}" --db "$db" --json \
                     >>"$out/moe-tunes.jsonl" 2>>"$out/moe-tunes.log" || echo "moe: tune $key failed"
             done
             timeout $((570 - (SECONDS - t0))) python3 bench/moe_step.py ${MOE_ARGS:-} \

@@ -127,12 +127,28 @@ def use_tuned(model, on):
             module.__dict__.pop("forward", None)
 
 
+def swap_gap(module, logits, t, o):
+    """The float64 gap (relative) between what two choices t and o (sets
+    of expert ids) of one row swapped: the groups' scores where their kept
+    groups differ, else the experts' order values (score + bias)."""
+    x = logits.double()
+    bias = getattr(module, "e_score_correction_bias", None)
+    v = x.sigmoid() + bias.double() if bias is not None else x
+    groups = getattr(module, "num_group", 1)
+    size = v.numel() // groups
+    gscore = v.view(groups, size).topk(min(2, size), -1).values.sum(-1)
+    gt, go = {j // size for j in t}, {j // size for j in o}
+    if gt != go:
+        a, b = gscore[list(gt - go)].min(), gscore[list(go - gt)].max()
+    else:
+        a, b = v[list(t - o)].min(), v[list(o - t)].max()
+    return (a - b).abs().item() / max(a.abs().item(), b.abs().item())
+
+
 def audit(model, step, own_weights=False):
     """One step with tuned's routers, each router call also run through
     transformers' own forward on the same hidden states: how many rows
-    chose another set of experts, and for those the largest float64 gap
-    between what was swapped (relative): the two groups' scores where the
-    kept groups differ, else the two experts' order values (score + bias).
+    chose another set of experts, and for those the largest swap_gap.
     A gap at fp32 rounding (about 1e-7) is a near-tie either may take. And
     the largest relative difference of the weights where the experts are
     the same. With own_weights the routers pass on tuned's ids (in tuned's
@@ -158,19 +174,8 @@ def audit(model, step, own_weights=False):
                 wdiff = max(wdiff, ((wt - wo).abs() / wo.abs().clamp_min(1e-30)).max().item())
             for r in changed.nonzero().flatten().tolist():
                 differ += 1
-                x = got[0][r].double()
-                bias = getattr(module, "e_score_correction_bias", None)
-                v = x.sigmoid() + bias.double() if bias is not None else x
-                t, o = set(ids_t[r].tolist()), set(ids_o[r].tolist())
-                groups = getattr(module, "num_group", 1)
-                size = v.numel() // groups
-                gscore = v.view(groups, size).topk(min(2, size), -1).values.sum(-1)
-                gt, go = {j // size for j in t}, {j // size for j in o}
-                if gt != go:
-                    a, b = gscore[list(gt - go)].min(), gscore[list(go - gt)].max()
-                else:
-                    a, b = v[list(t - o)].min(), v[list(o - t)].max()
-                worst = max(worst, (a - b).abs().item() / max(a.abs().item(), b.abs().item()))
+                worst = max(worst, swap_gap(module, got[0][r], set(ids_t[r].tolist()),
+                                            set(ids_o[r].tolist())))
             if not own_weights:
                 return got
             # transformers' weights, each with its expert, in tuned's order

@@ -39,7 +39,6 @@ int tuned__lce_ref_make(tuned__lce_ref *r, uint64_t tokens, uint64_t hidden, uin
                         tuned_dtype dtype, uint64_t seed, tuned__err *e);
 void tuned__lce_ref_free(tuned__lce_ref *r);
 
-
 /* Compares a result with r: loss (fp32 per row), dh and dw (in the
  * dtype, dense) of a run over chunks of `chunk` rows, each in `blocks`
  * vocabulary blocks (1: whole rows). Returns the number of values outside
