@@ -11,7 +11,15 @@ about 200 us through Python, is what the plain timing measures). peak_extra(fn):
 its peak beyond what was allocated before it (torch's caching allocator's
 count). host_us(fn, calls, warm): an eager call's host time, calls back to
 back with the GPU never waited on. timed_interleaved(fns, flush, reps):
-timed for several methods, their reps interleaved in a turning order."""
+timed for several methods, their reps interleaved in a turning order.
+
+A flush is the zeroed buffer, or a callable that flushes. clean_flush(buf,
+other) zeroes buf and then reads other (each larger than the L2): the
+zeroing leaves the L2 full of dirty lines, which the next kernel's misses
+write back to memory while it runs, so a kernel timed after it pays for
+the flush's writes too; after the read the lines are clean and the kernel
+pays for its own bytes only (as Nsight Compute's cache control, which
+writes the L2 back before a kernel, does)."""
 
 import statistics
 import time
@@ -23,9 +31,26 @@ import torch
 HOST_AHEAD_CYCLES = 4_000_000
 
 
+def flush_l2(flush):
+    if callable(flush):
+        flush()
+    else:
+        flush.zero_()
+
+
+def clean_flush(buf, other):
+    """A flush that leaves no dirty line in the L2 (see the opening)."""
+    words = other.view(torch.int32)
+
+    def run():
+        buf.zero_()
+        torch.amax(words)
+    return run
+
+
 def time_once(fn, flush, host_ahead=False):
     """One timing of fn (us): the L2 flushed, then CUDA events around it."""
-    flush.zero_()
+    flush_l2(flush)
     if host_ahead:
         torch.cuda._sleep(HOST_AHEAD_CYCLES)
     start = torch.cuda.Event(enable_timing=True)
@@ -44,12 +69,14 @@ def timed(fn, flush, reps, warm=3, host_ahead=False):
     return statistics.median(time_once(fn, flush, host_ahead) for _ in range(reps))
 
 
-def timed_interleaved(fns, flush, reps, warm=3):
+def timed_interleaved(fns, flush, reps, warm=3, flushes=None):
     """timed's rule for several methods of one row at once ({name: fn}):
     each rep times every method once, the L2 flushed before each, in an
     order that turns by one each rep, so that a drift of the GPU over the
     run (its clocks after idle, its power) falls on every method alike, not
-    on whichever came first. {name: median us}."""
+    on whichever came first. flushes: {name: flush} for the names timed
+    after another flush than flush. {name: median us}."""
+    flushes = flushes or {}
     names = list(fns)
     for fn in fns.values():
         for _ in range(warm):
@@ -59,7 +86,7 @@ def timed_interleaved(fns, flush, reps, warm=3):
     for rep in range(reps):
         for j in range(len(names)):
             n = names[(rep + j) % len(names)]
-            times[n].append(time_once(fns[n], flush))
+            times[n].append(time_once(fns[n], flushes.get(n, flush)))
     return {n: statistics.median(t) for n, t in times.items()}
 
 

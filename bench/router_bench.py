@@ -32,7 +32,15 @@ row's methods timed in turn, rep by rep, in a turning order):
 Then the backward of E128k8 and E256g8k8 at 16384 tokens against its floor
 (logits read, dlogits written) and torch's autograd of the formula.
 
+The flush zeroes a buffer larger than the L2 (--flush memset, the
+default), which leaves the L2 full of dirty lines: a timed call's misses
+write those back while it runs. --flush both also times every column after
+cuda_timing.clean_flush (the zeroing, then a read of another such buffer,
+so no line is dirty; Nsight Compute's cache control is of that kind), the
+two interleaved rep by rep, and prints a second table of the clean times.
+
     python3 bench/router_bench.py [--tokens 1,8,...] [--routers E128k8,...] [--reps 30]
+                                  [--flush memset|both]
 Needs a CUDA GPU, torch, tuned on PYTHONPATH (TUNED_LIBRARY, TUNED_DB with
 the tuned winners); QuACK for its column."""
 
@@ -43,7 +51,7 @@ import torch
 
 import tuned
 import tuned.router as tuned_router_module
-from cuda_timing import host_us, timed, timed_interleaved
+from cuda_timing import clean_flush, host_us, timed, timed_interleaved
 
 ROUTERS = {
     "E8k2": dict(e=8, k=2, score="softmax", renorm=True),
@@ -136,11 +144,15 @@ def main():
     ap.add_argument("--routers", default=",".join(ROUTERS))
     ap.add_argument("--dtype", default="fp32")
     ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--flush", choices=("memset", "both"), default="memset",
+                    help="both: every column timed after a clean flush too (second table)")
     ap.add_argument("--tuned-only", action="store_true",
                     help="time tuned's columns alone (an A/B of two libraries), no anchors")
     args = ap.parse_args()
     dt = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[args.dtype]
     flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+    clean = (clean_flush(flush, torch.empty(256 << 20, dtype=torch.uint8, device="cuda"))
+             if args.flush == "both" else None)
     try:
         from quack.topk import topk as quack_topk
     except Exception as exc:  # noqa: BLE001 - the column is left out, said once
@@ -192,7 +204,12 @@ def main():
                     row[m + "_graph"] = float("nan")
                     print(f"{name} {t} {m}_graph: {type(exc).__name__}: {exc}"[:300],
                           file=sys.stderr)
-            row.update(timed_interleaved(runs, flush, args.reps))
+            flushes = {}
+            if clean is not None:
+                for m in list(runs):
+                    runs[m + "@clean"] = runs[m]
+                    flushes[m + "@clean"] = clean
+            row.update(timed_interleaved(runs, flush, args.reps, flushes=flushes))
             # what the tuned call ran (libtuned's choice), and its host time
             before = tuned_router_module.libtuned_calls
             tuned_router(x, r, bias)
@@ -259,6 +276,19 @@ def main():
         torch_host = (f" (torch {row['torch_host_us']:.1f})" if "torch_host_us" in row else "")
         print(f"{row['router']:9} {row['tokens']:>6} {vals}  {'ok' if row['ids_match'] else 'DIFF'}"
               f"  {best}  host {row['host_us']:.1f} us{torch_host}  {row['choice']}")
+    if clean is not None:
+        ccols = ["floor", "kfloor", "torch", "quack", "tuned", "floor_graph", "kfloor_graph",
+                 "torch_graph", "quack_graph", "tuned_graph"]
+        print(f"\nrouter forward after a clean flush (no dirty line in the L2), {args.dtype}"
+              " logits, us (median), the same reps as above, interleaved with them")
+        print(f"{'router':9} {'tokens':>6} " + " ".join(f"{c:>13}" for c in ccols)
+              + "   tuned/floor  tuned_graph/floor_graph")
+        for row in rows_out:
+            vals = " ".join(f"{row[c + '@clean']:13.1f}" if c + "@clean" in row
+                            else f"{'-':>13}" for c in ccols)
+            print(f"{row['router']:9} {row['tokens']:>6} {vals}"
+                  f"   {row['tuned@clean'] / row['floor@clean']:10.2f}x"
+                  f"  {row['tuned_graph@clean'] / row['floor_graph@clean']:10.2f}x")
     print("\nrouter backward at 16384 tokens through autograd, us: as called, and the"
           " GPU's time with the host ahead (cuda_timing.timed's host_ahead)")
     for b in back:
