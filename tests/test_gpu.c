@@ -382,6 +382,53 @@ static size_t router_terms_are_correct(gpu_env *g)
     return runs;
 }
 
+/* sel=merge (each thread's best k merged between the row's lanes, key and
+ * column in one word): configs drawn from each key's space moved to it,
+ * the first 4 that take it, in every dtype (fp32's dropped key bits can
+ * misorder a row, which must rerun exactly: check_router.c plants a row
+ * of one-ulp steps; fp16's and bf16's cannot), the first two again from
+ * unaligned base pointers. Returns the runs. */
+static size_t router_merges_are_correct(gpu_env *g)
+{
+    static const router_key keys[] = {
+        {8, "k=2,renorm=1"}, /* Mixtral */
+        {60, "k=4"},
+        {128, "k=8"}, /* Qwen3-MoE */
+        {160, "k=6,score=sqrt_softplus,renorm=1"},
+        {256, "k=8,score=sigmoid,groups=8,topk_group=4,renorm=1,bias=1"}, /* DeepSeek-V3 */
+        {384, "k=8,score=sigmoid,renorm=1,bias=1"}, /* Kimi K2 */
+        {100, "k=1,score=sigmoid"},
+        {2048, "k=3,renorm=1"},
+    };
+    size_t runs = 0;
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+        for (int dt = TUNED_FP16; dt <= TUNED_FP32; dt++) {
+            tuned__shape s;
+            tuned__config drawn[16], cfgs[4];
+            if (!router_key_drawn(g, TUNED_KERNEL_ROUTER_TOPK, (tuned_dtype)dt, keys[i].cols,
+                                  keys[i].params, 131 + i, &s, drawn, 16))
+                continue;
+            size_t n = 0;
+            for (size_t k = 0; k < 16 && n < 4; k++) {
+                tuned__config c = drawn[k];
+                c.sel = TUNED__SEL_MERGE;
+                if (tuned__config_check(&c, &s, arch_of(g), g->gpu.sm_count, NULL, 0))
+                    cfgs[n++] = c;
+            }
+            EXPECT(n > 0, "%llu experts %s %s: no drawn config takes sel=merge",
+                   (unsigned long long)keys[i].cols, keys[i].params,
+                   tuned_dtype_name((tuned_dtype)dt));
+            tuned__eval_opts o = quick_opts();
+            expect_correct(g, &s, cfgs, n, &o);
+            runs += n;
+            o.x_offset = 3;
+            o.y_offset = 1;
+            expect_correct(g, &s, cfgs, n < 2 ? n : 2, &o);
+            runs += n < 2 ? n : 2;
+        }
+    return runs;
+}
+
 /* The router's compiled-in options: int32 ids and bf16 weights (the
  * forward), int32 ids (the backward), a few drawn configs of three keys,
  * one dtype a key. Returns the runs. */
@@ -658,6 +705,8 @@ int main(int argc, char **argv)
         variants += router_options_are_correct(&g);
     if (kind_asked(only_kinds, "router_topk"))
         variants += router_terms_are_correct(&g);
+    if (kind_asked(only_kinds, "router_topk"))
+        variants += router_merges_are_correct(&g);
     if (kind_asked(only_kinds, "router_topk_bwd"))
         variants += router_backwards_are_correct(&g);
     if (kind_asked(only_kinds, "softmax") || kind_asked(only_kinds, "softmax_bwd")) {

@@ -362,6 +362,8 @@ static void test_compile(const tuned__nvrtc *n)
         "w1.r1.c1.m1.v4.ld=nc.st=def.reg=f32.sel=short",  /* a warp a row, short lists */
         "w4.r16.c1.m1.v4.ld=nc.st=def.reg=f32.sel=net",   /* 8 threads a row, network lists */
         "w1.r1.c1.m1.v4.ld=nc.st=def.reg=f32.sel=net",    /* a warp a row, network lists */
+        "w4.r16.c1.m1.v4.ld=def.st=def.reg=f32.sel=merge", /* 8 threads a row, merged lists */
+        "w2.r16.c1.m1.v2.ld=cs.st=def.reg=f32.sel=merge",  /* 4 threads a row, merged lists */
     };
     /* Each case in one dtype (they take turns), its configs that fit:
      * NVRTC takes a second or more a router variant, and CI has two cores. */
@@ -371,10 +373,11 @@ static void test_compile(const tuned__nvrtc *n)
         for (size_t j = 0; j < sizeof configs / sizeof configs[0]; j++) {
             /* the scan once (the first that fits), sorted lists once, short
              * lists where a thread holds several, network lists at 8
-             * threads a row where they fit, else a warp a row (NVRTC's
-             * time: the test's) */
+             * threads a row where they fit, else a warp a row, merged
+             * lists at 8 threads a row, and at 4 where 8 do not fit
+             * (NVRTC's time: the test's) */
             if ((j < 3 && fwd > 0) || (j == 4 && cases[i].cols < 256) ||
-                (j == 6 && cases[i].cols <= 512))
+                (j == 6 && cases[i].cols <= 512) || (j == 8 && cases[i].cols > 64))
                 continue;
             bool made = compile(n, TUNED_KERNEL_ROUTER_TOPK, dt, cases[i].cols, cases[i].params,
                                 configs[j]);
@@ -406,8 +409,8 @@ static void test_compile(const tuned__nvrtc *n)
         EXPECT(compile_flags(n, TUNED_KERNEL_ROUTER_TOPK, TUNED_FP32, 160,
                              "k=6,score=sigmoid,renorm=1", configs[2], flags),
                "160 experts with options 0x%x: refused", flags);
-    /* The selection method's text: the scan left out, sort, short and net named; no
-     * other kind takes it. */
+    /* The selection method's text: the scan left out, sort, short, net and merge
+     * named; no other kind takes it. */
     {
         tuned__config c;
         tuned__err e = {0};
@@ -417,7 +420,8 @@ static void test_compile(const tuned__nvrtc *n)
             unsigned sel;
         } named[] = {{"w4.r32.c1.m1.v4.ld=def.st=def.reg=f32.sel=sort", TUNED__SEL_SORT},
                      {"w4.r32.c1.m1.v4.ld=def.st=def.reg=f32.sel=short", TUNED__SEL_SHORT},
-                     {"w4.r16.c1.m1.v4.ld=def.st=def.reg=f32.sel=net", TUNED__SEL_NET}};
+                     {"w4.r16.c1.m1.v4.ld=def.st=def.reg=f32.sel=net", TUNED__SEL_NET},
+                     {"w4.r16.c1.m1.v4.ld=def.st=def.reg=f32.sel=merge", TUNED__SEL_MERGE}};
         for (size_t i = 0; i < sizeof named / sizeof named[0]; i++) {
             EXPECT_RC(tuned__config_parse(named[i].text, &c, &e), 0, &e);
             tuned__config_format(&c, text, sizeof text);
@@ -438,6 +442,14 @@ static void test_compile(const tuned__nvrtc *n)
                           .kernel = TUNED_KERNEL_ROUTER_TOPK,
                           .params = tuned__params_default(router())};
         EXPECT(tuned__config_check(&c, &s, 90, 132, why, sizeof why), "router: %s", why);
+        /* merged lists keep k entries a thread: k 8 taken, k 16 refused */
+        EXPECT_RC(tuned__config_parse("w4.r16.c1.m1.v4.ld=def.st=def.reg=f32.sel=merge", &c, &e),
+                  0, &e);
+        EXPECT(tuned__config_check(&c, &s, 90, 132, why, sizeof why), "merge at k 8: %s", why);
+        EXPECT_RC(tuned__params_parse(router(), "k=16", &s.params, &e), 0, &e);
+        EXPECT(!tuned__config_check(&c, &s, 90, 132, why, sizeof why) &&
+                   strstr(why, "sel=merge") != NULL,
+               "merge at k 16 taken: %s", why);
     }
     /* What a row in one warp has not: refused by the one rule. */
     static const char *const refused[] = {

@@ -97,6 +97,12 @@
  *                       row's lanes; the whole warp stays to the end (a
  *                       row past the last as an empty row) so that every
  *                       mask is the warp's, and it reruns as one
+ *              T_SEL 4  no rounds (k <= 8): each thread's best k as
+ *                       32-bit entries (key and column in a word) from a
+ *                       bitonic network, merged between the row's lanes
+ *                       by log2(TPR) exchanges; a row whose dropped key
+ *                       bits could change the choice reruns as T_SEL 1
+ *                       (router_select_merge); the whole warp as T_SEL 3
  *            the i-th chosen lands in lane i % TPR, slot i / TPR (in
  *            the vote form: its winner writes it to the row's entry i in
  *            shared memory, read back after the rounds)
@@ -176,7 +182,8 @@
  *                 with another does nothing)
  *   T_LD          0 ld.global, 1 ld.global.nc, 2 ld.global.cs
  *   T_SEL         0 rescans (absent: 0), 1 sorted lists, 2 short sorted
- *                 lists, 3 network lists with voted rounds (above)
+ *                 lists, 3 network lists with voted rounds, 4 merged
+ *                 lists (k <= 8) (above)
  *   T_TOPK        k, 1 to min(E, 64); with groups at most
  *                 T_TOPK_GROUP * E / T_GROUPS
  *   T_SCORE       0 softmax, 1 sigmoid, 2 sqrt(softplus)
@@ -330,8 +337,11 @@ static_assert(sizeof(tuned_router_options) == 4, "tuned_router_options is one fl
 #if RT_VBYTES > 16
 #error "router_topk.cu: a vector is at most 16 bytes (T_VEC * element size)"
 #endif
-#if T_SEL != 0 && T_SEL != 1 && T_SEL != 2 && T_SEL != 3
-#error "router_topk.cu: T_SEL is 0 (rescans), 1 (sorted lists), 2 (short sorted lists) or 3 (network lists)"
+#if T_SEL != 0 && T_SEL != 1 && T_SEL != 2 && T_SEL != 3 && T_SEL != 4
+#error "router_topk.cu: T_SEL is 0 (rescans), 1 (sorted lists), 2 (short sorted lists), 3 (network lists) or 4 (merged lists)"
+#endif
+#if T_SEL == 4 && T_TOPK > 8
+#error "router_topk.cu: T_SEL 4 keeps k entries a thread: k at most 8"
 #endif
 
 /* A thread's share of the row: RT_ITERS passes of T_VEC, RT_HELD elements. */
@@ -448,7 +458,7 @@ __device__ __forceinline__ u32 router_word_elem(const u32 (&w)[RT_NWORDS], int k
  * wrapped every shuffle and vote in a test of the warp's convergence and a
  * branch (MATCH, REDUX, VOTEU, BRA.DIV: about 70 instructions a warp at
  * TPR 8, k 8, 8% of the whole). */
-#define RT_WHOLE_WARP (T_SEL == 3)
+#define RT_WHOLE_WARP (T_SEL == 3 || T_SEL == 4)
 
 struct RouterSlot {
     long long row;
@@ -1005,11 +1015,11 @@ __device__ __forceinline__ void router_keep_groups(int (&key)[RT_HELD], const Ro
  * lane after the rounds, summed over the row's lanes (H200, 16384 x 384
  * sigmoid, bias, k 8, TPR 32, the same config: 23.3 to 21.3 us; 0.05 to
  * 0.18 us slower at 1 to 512 tokens, which the tuner sees). */
-#define RT_ALL_CHOSEN (T_RENORM && RT_TPR > 1 && T_TOPK <= 16 && !T_TERMS_LANES)
+#define RT_ALL_CHOSEN (T_RENORM && RT_TPR > 1 && T_TOPK <= 16 && !T_TERMS_LANES && T_SEL != 4)
 
 /* Whether the rounds take the vote form (FAST; router_argmax says what
- * the two forms are). */
-#if RT_TPR == 32 || T_SEL == 3
+ * the two forms are). T_SEL 4 has no rounds but its reruns' exact ones. */
+#if (RT_TPR == 32 && T_SEL != 4) || T_SEL == 3
 #define RT_FAST_ROUNDS 1
 #else
 #define RT_FAST_ROUNDS 0
@@ -1051,6 +1061,9 @@ struct RouterChoice {
 #endif
 #if RT_STAGE
     RouterOut *stage; /* the row's T_TOPK entries in shared memory */
+#endif
+#if T_SEL == 4
+    const unsigned char *row; /* the row's logits (NULL past the last row) */
 #endif
 };
 
@@ -1448,12 +1461,176 @@ __device__ __forceinline__ bool router_select_sorted(RouterChoice &ch, const int
     return redo;
 }
 
-/* EXACT: the rerun's form (T_SEL 2 and 3: the whole list, by insertion). */
+#if T_SEL == 4
+/* select, T_SEL 4: merged lists, no rounds. An entry is an element's key
+ * and column in 32 bits: the key with its low RT_CBITS bits replaced by
+ * RT_CMASK less the column (a larger entry for the lower column), so that
+ * a signed max and min order entries as the choice does, ties to the
+ * lower column. Each thread keeps its best RT_ML entries (RT_ML the power
+ * of two at or above k): chunks of RT_ML sorted by a bitonic network and
+ * merged into the running list (the larger of a_i and c_{L-1-i}, a
+ * bitonic sequence holding the best L, sorted by log2 L half-cleaners).
+ * Then log2(TPR) times the lanes o apart swap their lists (RT_ML
+ * shuffles) and each keeps the best RT_ML of both the same way: every
+ * lane of the row ends with the row's best RT_ML in order, and lane i %
+ * TPR keeps output i. Where TPR 32 rounds cost a dependent redux.sync,
+ * vote and pop each (about 130 cycles, k of them), this is a few
+ * independent compare networks and log2(TPR) shuffle exchanges.
+ *
+ * The entry drops the key's low RT_CBITS bits, so two elements whose keys
+ * differ only there compare by column. Where that can change the choice
+ * or its order (two of the best k share their high bits, or an element
+ * not chosen shares the k-th's) the row sets redo and runs the exact
+ * rounds. fp32 of an fp16 or bf16 logit has 13 or 16 low zero bits (a
+ * negative one's key 13 or 16 ones), more than RT_CBITS (at most 11), so
+ * without a bias only a NaN (whose key sits just above +inf's) beside a
+ * +inf can tie there: such a row (its best entry at +inf's high bits)
+ * reruns. The chosen logits are read again from the row (just read: in
+ * the caches), as the entries no longer hold them whole. */
+__device__ constexpr int rt_bits(int n)
+{
+    return n <= 1 ? 0 : 1 + rt_bits((n + 1) / 2);
+}
+#define RT_CBITS rt_bits(T_COLS)
+#define RT_CMASK ((1 << RT_CBITS) - 1)
+#define RT_ML (T_TOPK <= 1 ? 1 : T_TOPK <= 2 ? 2 : T_TOPK <= 4 ? 4 : 8)
+#define RT_ENTRY_PAD ((int)0x80000000)
+
+/* Element e's entry (a slot past the row: the pad, below every entry). */
+__device__ __forceinline__ int rt_entry(const int (&key)[RT_HELD], int e, int lane)
+{
+    if (e >= RT_HELD || !router_in_row(e, lane))
+        return RT_ENTRY_PAD;
+    return (key[e < RT_HELD ? e : 0] & ~RT_CMASK) | (RT_CMASK - (lane * T_VEC + rt_off(e)));
+}
+
+__device__ __forceinline__ void rt_entry_cas(int &a, int &b)
+{
+    const int hi = max(a, b), lo = min(a, b);
+    a = hi;
+    b = lo;
+}
+
+/* a sorted, largest first, by a bitonic network */
+__device__ __forceinline__ void rt_entries_sort(int (&a)[RT_ML])
+{
+#pragma unroll
+    for (int size = 2; size <= RT_ML; size *= 2)
+#pragma unroll
+        for (int stride = size / 2; stride > 0; stride /= 2)
+#pragma unroll
+            for (int i = 0; i < RT_ML; i++) {
+                const int j = i ^ stride;
+                if (j > i) {
+                    if ((i & size) == 0 || size == RT_ML)
+                        rt_entry_cas(a[i], a[j]);
+                    else
+                        rt_entry_cas(a[j], a[i]);
+                }
+            }
+}
+
+/* a: the best RT_ML of a and b, sorted (both come sorted) */
+__device__ __forceinline__ void rt_entries_merge(int (&a)[RT_ML], const int (&b)[RT_ML])
+{
+#pragma unroll
+    for (int i = 0; i < RT_ML; i++)
+        a[i] = max(a[i], b[RT_ML - 1 - i]);
+#pragma unroll
+    for (int h = RT_ML / 2; h >= 1; h /= 2)
+#pragma unroll
+        for (int i = 0; i < RT_ML; i++)
+            if ((i & h) == 0)
+                rt_entry_cas(a[i], a[i + h]);
+}
+
+template <bool BIAS>
+__device__ __forceinline__ bool router_select_merge(RouterChoice &ch, const int (&key)[RT_HELD],
+                                                    int lane, unsigned mask)
+{
+    /* the thread's best RT_ML entries */
+    int best[RT_ML];
+#pragma unroll
+    for (int c0 = 0; c0 < RT_HELD; c0 += RT_ML) {
+        int c[RT_ML];
+#pragma unroll
+        for (int j = 0; j < RT_ML; j++)
+            c[j] = rt_entry(key, c0 + j, lane);
+        rt_entries_sort(c);
+        if (c0 == 0) {
+#pragma unroll
+            for (int j = 0; j < RT_ML; j++)
+                best[j] = c[j];
+        } else {
+            rt_entries_merge(best, c);
+        }
+    }
+    /* the row's, exchanged between lanes o apart */
+#pragma unroll
+    for (int o = RT_TPR / 2; o > 0; o /= 2) {
+        int other[RT_ML];
+#pragma unroll
+        for (int j = 0; j < RT_ML; j++)
+            other[j] = __shfl_xor_sync(mask, best[j], o);
+        rt_entries_merge(best, other);
+    }
+    /* whether the dropped bits could have ordered the choice otherwise */
+    bool redo;
+    if (ESIZE == 2 && !BIAS) {
+        redo = (best[0] & ~RT_CMASK) == (0x7F800000 & ~RT_CMASK);
+    } else {
+        redo = false;
+#pragma unroll
+        for (int i = 0; i + 1 < T_TOPK; i++)
+            redo |= ((best[i] ^ best[i + 1]) & ~RT_CMASK) == 0;
+        const int kth = best[T_TOPK - 1], low = kth & ~RT_CMASK;
+#pragma unroll
+        for (int e = 0; e < RT_HELD; e++) {
+            const int en = rt_entry(key, e, lane);
+            redo |= en >= low && en < kth;
+        }
+    }
+    /* each lane its outputs: the column, and the logit read again */
+    float first = 0.0f, m = NEG_INF;
+#pragma unroll
+    for (int s = 0; s < RT_SLOTS; s++) {
+        const int i = s * RT_TPR + lane;
+        int en = best[0];
+#pragma unroll
+        for (int j = 1; j < RT_ML; j++)
+            if (i == j)
+                en = best[j];
+        const int col = RT_CMASK - (en & RT_CMASK);
+        float xv = 0.0f;
+        if (ch.row != NULL && i < T_TOPK)
+            xv = bits_to_float(router_load_elem(ch.row + (long long)col * ESIZE));
+        ch.id[s] = col;
+        ch.x[s] = BIAS ? xv : __int_as_float(router_key(xv));
+        if (s == 0)
+            first = xv;
+        if (i < T_TOPK)
+            m = fmaxf(m, xv);
+    }
+    /* the largest chosen logit: without a bias the row's largest, output
+     * 0's (lane 0, slot 0; a NaN stays NaN); with one the maximum over the
+     * chosen, as the rounds' running fmaxf takes it */
+    ch.max_x = BIAS ? lanes_max(m, mask) : __shfl_sync(mask, first, 0, RT_TPR);
+    return redo;
+}
+#endif
+
+/* EXACT: the rerun's form (T_SEL 2 and 3: the whole list, by insertion;
+ * T_SEL 4's rerun too). */
 template <bool BIAS, bool FAST, bool EXACT>
 __device__ __forceinline__ bool router_select(RouterChoice &ch, const int (&key)[RT_HELD],
                                               const float (&x)[RT_HELD], int lane, unsigned mask)
 {
-    return router_select_sorted<BIAS, FAST, (T_SEL >= 2 && !EXACT) ? RT_SHORT : RT_LIST,
+#if T_SEL == 4
+    if (!EXACT)
+        return router_select_merge<BIAS>(ch, key, lane, mask);
+#endif
+    return router_select_sorted<BIAS, FAST,
+                                ((T_SEL == 2 || T_SEL == 3) && !EXACT) ? RT_SHORT : RT_LIST,
                                 T_SEL == 3 && !EXACT>(ch, key, x, lane, mask);
 }
 #endif
@@ -1570,13 +1747,13 @@ __device__ __forceinline__ void router_unstage(RouterChoice &ch, unsigned mask, 
 #endif
 }
 
-/* keys, groups, select, weight and store for one row held in x
- * (stage: the row's entries, RT_STAGE). */
+/* keys, groups, select, weight and store for one row held in x, read
+ * from xr (NULL past the last row; stage: the row's entries, RT_STAGE). */
 template <bool BIAS>
-__device__ __forceinline__ void router_route(const float (&x)[RT_HELD], const float *bias,
-                                             const RouterSlot &slot, bool live, float scaling,
-                                             WT *weights, IDX *ids, int *counts,
-                                             RouterOut *stage)
+__device__ __forceinline__ void router_route(const float (&x)[RT_HELD], const unsigned char *xr,
+                                             const float *bias, const RouterSlot &slot,
+                                             bool live, float scaling, WT *weights, IDX *ids,
+                                             int *counts, RouterOut *stage)
 {
     float b[RT_HELD];
     if (BIAS)
@@ -1595,6 +1772,11 @@ __device__ __forceinline__ void router_route(const float (&x)[RT_HELD], const fl
     ch.stage = stage;
 #else
     (void)stage;
+#endif
+#if T_SEL == 4
+    ch.row = xr;
+#else
+    (void)xr;
 #endif
     bool redo = router_select<BIAS, RT_FAST_ROUNDS, false>(ch, key, x, slot.lane, slot.mask);
     /* before the rerun's branch: every lane of the row reaches it (redo
@@ -1655,8 +1837,9 @@ tuned_router_topk(const T *__restrict__ logits, const float *__restrict__ bias,
     if ((!RT_WHOLE_WARP && !live) || cols != T_COLS)
         return;
     float x[RT_HELD];
+    const unsigned char *const xr =
+        live ? (const unsigned char *)logits + slot.row * row_stride * ESIZE : NULL;
     if (live) {
-        const unsigned char *xr = (const unsigned char *)logits + slot.row * row_stride * ESIZE;
         router_load_row(x, xr, (u64)xr % RT_VBYTES == 0, slot.lane);
     } else {
 #pragma unroll
@@ -1676,12 +1859,13 @@ tuned_router_topk(const T *__restrict__ logits, const float *__restrict__ bias,
      * bias=1 (the launch refuses any other), so the other path would be
      * dead code, about half the kernel's. For size, not speed: jumping
      * over it measured no cost at 1 to 512 tokens on the H200. */
-    router_route<T_KEY_BIAS != 0>(x, bias, slot, live, opt.scaling, weights, ids, counts, stage);
+    router_route<T_KEY_BIAS != 0>(x, xr, bias, slot, live, opt.scaling, weights, ids, counts,
+                                  stage);
 #else
     if (bias != NULL)
-        router_route<true>(x, bias, slot, live, opt.scaling, weights, ids, counts, stage);
+        router_route<true>(x, xr, bias, slot, live, opt.scaling, weights, ids, counts, stage);
     else
-        router_route<false>(x, bias, slot, live, opt.scaling, weights, ids, counts, stage);
+        router_route<false>(x, xr, bias, slot, live, opt.scaling, weights, ids, counts, stage);
 #endif
 }
 

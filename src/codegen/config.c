@@ -16,7 +16,8 @@ static const char *const ld_names[TUNED__LD_COUNT] = {"def", "nc", "cs", "el"};
 static const char *const st_names[TUNED__ST_COUNT] = {"def", "cs"};
 static const char *const reg_names[TUNED__REG_COUNT] = {"f32", "pk", "ex"};
 static const char *const red_names[TUNED__RED_COUNT] = {"split", "fused"};
-static const char *const sel_names[TUNED__SEL_COUNT] = {"scan", "sort", "short", "net"};
+static const char *const sel_names[TUNED__SEL_COUNT] = {"scan", "sort", "short", "net",
+                                                         "merge"};
 static const char *const terms_names[TUNED__TERMS_COUNT] = {"rounds", "lanes"};
 
 const char *tuned__ld_name(unsigned ld)
@@ -470,6 +471,19 @@ static bool rows_check_terms(const tuned__config *c, const tuned__kind_spec *k,
     return true;
 }
 
+/* sel=merge keeps k entries a thread (its kind's key parameter "k"). */
+static bool rows_check_sel(const tuned__config *c, const tuned__kind_spec *k,
+                           const tuned__shape *s, char *why, size_t n)
+{
+    if (c->sel != TUNED__SEL_MERGE)
+        return true;
+    unsigned topk = tuned__params_value(k, s->params, "k", 0);
+    if (topk > TUNED__SEL_MERGE_MAX_K)
+        return tuned__config_refuse(why, n, "sel=merge keeps k entries a thread: k %u is over %u",
+                                    topk, TUNED__SEL_MERGE_MAX_K);
+    return true;
+}
+
 /* A stash (passes 1 .. stash of each thread in shared memory) as
  * softmax_rows_common.cu's T_STASH takes it: a forward kernel, vectors
  * that cp.async copies (4 bytes or more), every stashed pass whole inside
@@ -502,7 +516,8 @@ static bool rows_check_shape(const tuned__config *c, const tuned__shape *s, int 
 {
     size_t esize = tuned_dtype_size(s->dtype);
     const tuned__kind_spec *kind = tuned__shape_spec(s);
-    if (!rows_check_kernel(c, kind, why, n) || !rows_check_terms(c, kind, s, why, n))
+    if (!rows_check_kernel(c, kind, why, n) || !rows_check_terms(c, kind, s, why, n) ||
+        !rows_check_sel(c, kind, s, why, n))
         return false;
     /* An L2 evict_last load gains a kernel that reads each element once
      * nothing and keeps the input in L2 afterwards, past an L2 flush too

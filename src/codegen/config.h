@@ -76,14 +76,18 @@ enum {
  * short list runs dry), or by
  * the head of its best 4 from a sorting network, the rounds a vote of the
  * holders at any threads per row (".sel=net": several rows a warp, for many
- * tokens). */
+ * tokens); or with no rounds, each thread's best k (a power of two up to 8)
+ * sorted by a network and merged between the row's threads, key and column
+ * in one word (".sel=merge": k at most TUNED__SEL_MERGE_MAX_K). */
 enum {
     TUNED__SEL_SCAN = 0,
     TUNED__SEL_SORT,
     TUNED__SEL_SHORT,
     TUNED__SEL_NET,
+    TUNED__SEL_MERGE,
     TUNED__SEL_COUNT
 };
+#define TUNED__SEL_MERGE_MAX_K 8
 
 /* Where a kind whose rows may renormalise their chosen weights (its spec's
  * `terms_param`) forms the weights' terms and their sum, with several

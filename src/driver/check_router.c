@@ -188,11 +188,20 @@ static double uniform(uint64_t *s)
  * distinct (+0 down to -7.875), the rest -16: every dtype holds them
  * exactly. Random rows seldom do this:
  * a warp's 8 winners of 384 take 4 from one thread in about 1 row in
- * 800. */
+ * 800. And, where the generator plants nothing there (rows 3 to 7, or 9
+ * or more), row 2: columns 0 to 63 rising by one ulp of the dtype from 1
+ * (the rest -16), so that the best k are the highest of those columns
+ * and differ only in their lowest bits, which sel=merge's entries drop
+ * (it must see that and rerun exactly). */
 static int plant_rows(tuned__check *c, tuned__err *e)
 {
     size_t cols = c->shape.cols, bytes = cols * c->esize;
-    unsigned char *row = malloc(2 * bytes);
+    uint64_t rows = c->shape.rows;
+    unsigned planted = (rows >= 3 && rows != 8) ? 3 : 2;
+    double ulp = c->shape.dtype == TUNED_FP32   ? 0x1.0p-23
+                 : c->shape.dtype == TUNED_BF16 ? 0x1.0p-7
+                                                : 0x1.0p-10;
+    unsigned char *row = malloc(3 * bytes);
     if (row == NULL)
         return tuned__errf(e, TUNED_ENOMEM, "check: out of memory");
     for (size_t j = 0; j < cols; j++) {
@@ -201,10 +210,12 @@ static int plant_rows(tuned__check *c, tuned__err *e)
         for (int r = 0; r < 2; r++)
             tuned__check_double_to_bits(rank[r] < 64 ? 0.0 - 0.125 * (double)rank[r] : -16.0,
                                         c->shape.dtype, row + r * bytes + j * c->esize);
+        tuned__check_double_to_bits(j < 64 ? 1.0 + ulp * (double)j : -16.0, c->shape.dtype,
+                                    row + 2 * bytes + j * c->esize);
     }
     CUresult cr = c->d->cuStreamSynchronize(c->stream);
     if (cr == CUDA_SUCCESS)
-        cr = c->d->cuMemcpyHtoD(c->x, row, 2 * bytes);
+        cr = c->d->cuMemcpyHtoD(c->x, row, planted * bytes);
     free(row);
     return tuned__cuda_check(c->d, cr, e, "planting the router's clustered rows");
 }
