@@ -636,11 +636,14 @@ __device__ __forceinline__ RouterStats router_stats(const float (&x)[RT_HELD], u
  * groups, whose first round's key is the row's largest logit (where a NaN
  * leads, the key's NaN makes the sum NaN, as fmaxf's maximum and the NaN
  * element do), so its sum of exp needs no chain of max shuffles and runs
- * beside the later rounds. */
+ * beside the later rounds. T_SEL 4 has no rounds to run them beside, and
+ * its merged lists' first entry is the row's largest only where the row
+ * does not rerun: its stats come first, and the row's logits are then no
+ * longer held through the merge. */
 template <bool BIAS>
 __device__ constexpr bool router_late_stats()
 {
-    return !BIAS && T_SCORE == 0 && T_GROUPS == 1;
+    return !BIAS && T_SCORE == 0 && T_GROUPS == 1 && T_SEL != 4;
 }
 
 /* The late stats from the first round's key's logit m, the row's largest
