@@ -808,11 +808,21 @@ __device__ __forceinline__ float router_key_value(int k)
  * before any math: loaded where each key is formed, every load waited
  * for the score before it (12 DRAM round trips in a row at E = 384 when
  * the cache is cold, a few microseconds for a decode step's router). */
+template <bool VOLATILE = false>
 __device__ __forceinline__ void router_load_bias(float (&b)[RT_HELD], const float *bias, int lane)
 {
 #pragma unroll
-    for (int e = 0; e < RT_HELD; e++)
-        b[e] = router_in_row(e, lane) ? __ldg(bias + lane * T_VEC + rt_off(e)) : 0.0f;
+    for (int e = 0; e < RT_HELD; e++) {
+        const float *p = bias + lane * T_VEC + rt_off(e);
+        float v = 0.0f;
+        if (router_in_row(e, lane)) {
+            if (VOLATILE)
+                asm volatile("ld.global.nc.f32 %0, [%1];" : "=f"(v) : "l"(p));
+            else
+                v = __ldg(p);
+        }
+        b[e] = v;
+    }
 }
 
 /* keys: each element's selection key. No bias: its logit's, formed from
@@ -1222,13 +1232,15 @@ __device__ __forceinline__ float router_winner_x(int top, const RouterWin &w, fl
     return __shfl_sync(mask, owner_x, w.src, RT_TPR);
 }
 
-#if T_SEL == 0
 /* select, T_SEL 0: every round each thread scans its keys for its best
  * (in column order, strict >: ties to the lower column), the row takes
- * the argmax, and its owner drops that key. */
-template <bool BIAS, bool FAST, bool EXACT>
-__device__ __forceinline__ bool router_select(RouterChoice &ch, const int (&keys)[RT_HELD],
-                                              const float (&x)[RT_HELD], int lane, unsigned mask)
+ * the argmax, and its owner drops that key. Also T_SEL 4's rerun: it
+ * holds no list, so it adds few registers to the merge's kernel (a rerun
+ * by sorted lists took 48 to 89 at 16384 x 128, k 8, 8 threads a row). */
+template <bool BIAS, bool FAST>
+__device__ __forceinline__ bool router_select_scan(RouterChoice &ch, const int (&keys)[RT_HELD],
+                                                   const float (&x)[RT_HELD], int lane,
+                                                   unsigned mask)
 {
     int key[RT_HELD]; /* a copy: the exact form may run again from keys */
 #pragma unroll
@@ -1259,6 +1271,14 @@ __device__ __forceinline__ bool router_select(RouterChoice &ch, const int (&keys
                 key[e] = RT_KEY_NONE;
     }
     return redo;
+}
+
+#if T_SEL == 0
+template <bool BIAS, bool FAST, bool EXACT>
+__device__ __forceinline__ bool router_select(RouterChoice &ch, const int (&key)[RT_HELD],
+                                              const float (&x)[RT_HELD], int lane, unsigned mask)
+{
+    return router_select_scan<BIAS, FAST>(ch, key, x, lane, mask);
 }
 #else
 /* T_SEL 3's lists by a sorting network rather than insertion. An entry
@@ -1469,8 +1489,8 @@ __device__ __forceinline__ bool router_select_sorted(RouterChoice &ch, const int
  * and column in 32 bits: the key with its low RT_CBITS bits replaced by
  * RT_CMASK less the column (a larger entry for the lower column), so that
  * a signed max and min order entries as the choice does, ties to the
- * lower column. Each thread keeps its best RT_ML entries (RT_ML the power
- * of two at or above k): chunks of RT_ML sorted by a bitonic network and
+ * lower column. Each thread keeps its best RT_ML entries (RT_ML, below,
+ * at least k): chunks of RT_ML sorted by a bitonic network and
  * merged into the running list (the larger of a_i and c_{L-1-i}, a
  * bitonic sequence holding the best L, sorted by log2 L half-cleaners).
  * Then log2(TPR) times the lanes o apart swap their lists (RT_ML
@@ -1484,19 +1504,25 @@ __device__ __forceinline__ bool router_select_sorted(RouterChoice &ch, const int
  * differ only there compare by column. Where that can change the choice
  * or its order (two of the best k share their high bits, or an element
  * not chosen shares the k-th's) the row sets redo and runs the exact
- * rounds. fp32 of an fp16 or bf16 logit has 13 or 16 low zero bits (a
- * negative one's key 13 or 16 ones), more than RT_CBITS (at most 11), so
- * without a bias only a NaN (whose key sits just above +inf's) beside a
- * +inf can tie there: such a row (its best entry at +inf's high bits)
- * reruns. The chosen logits are read again from the row (just read: in
- * the caches), as the entries no longer hold them whole. */
+ * rounds (by the scan, which holds no lists: rare, and few registers; the
+ * row and bias read again). fp32 of an fp16 or bf16 logit has 13 or 16
+ * low zero bits (a negative one's key 13 or 16 ones), more than RT_CBITS
+ * (at most 11), so without a bias only a NaN (whose key sits just above
+ * +inf's) beside a +inf can tie there: such a row (its best entry at
+ * +inf's high bits) reruns. The chosen logits are read again from the row
+ * (just read: in the caches), as the entries no longer hold them whole.
+ * The softmax's stats come before the merge (router_late_stats). */
 __device__ constexpr int rt_bits(int n)
 {
     return n <= 1 ? 0 : 1 + rt_bits((n + 1) / 2);
 }
 #define RT_CBITS rt_bits(T_COLS)
 #define RT_CMASK ((1 << RT_CBITS) - 1)
-#define RT_ML (T_TOPK <= 1 ? 1 : T_TOPK <= 2 ? 2 : T_TOPK <= 4 ? 4 : 8)
+/* A thread's list: the power of two at or above k, and above it for k 1
+ * and 2 (the check below reruns a row where one thread's whole list was
+ * chosen: for k 4 and 8 a thread holding every winner, seldom; for k 1 or
+ * 2 a list of k would rerun a row in TPR). */
+#define RT_ML (T_TOPK <= 1 ? 2 : T_TOPK <= 2 ? 4 : T_TOPK <= 4 ? 4 : 8)
 #define RT_ENTRY_PAD ((int)0x80000000)
 
 /* Element e's entry (a slot past the row: the pad, below every entry). */
@@ -1568,6 +1594,11 @@ __device__ __forceinline__ bool router_select_merge(RouterChoice &ch, const int 
             rt_entries_merge(best, c);
         }
     }
+    /* the thread's own, for the check */
+    int mine[RT_ML];
+#pragma unroll
+    for (int j = 0; j < RT_ML; j++)
+        mine[j] = best[j];
     /* the row's, exchanged between lanes o apart */
 #pragma unroll
     for (int o = RT_TPR / 2; o > 0; o /= 2) {
@@ -1586,12 +1617,14 @@ __device__ __forceinline__ bool router_select_merge(RouterChoice &ch, const int 
 #pragma unroll
         for (int i = 0; i + 1 < T_TOPK; i++)
             redo |= ((best[i] ^ best[i + 1]) & ~RT_CMASK) == 0;
+        /* an element not chosen with the k-th's high bits: where a thread
+         * holds one, it or one above it that is not chosen either is in
+         * the thread's own list, unless that list was chosen whole */
         const int kth = best[T_TOPK - 1], low = kth & ~RT_CMASK;
 #pragma unroll
-        for (int e = 0; e < RT_HELD; e++) {
-            const int en = rt_entry(key, e, lane);
-            redo |= en >= low && en < kth;
-        }
+        for (int j = 0; j < RT_ML; j++)
+            redo |= mine[j] >= low && mine[j] < kth;
+        redo |= mine[RT_ML - 1] >= kth;
     }
     /* each lane its outputs: the column, and the logit read again */
     float first = 0.0f, m = NEG_INF;
@@ -1623,7 +1656,7 @@ __device__ __forceinline__ bool router_select_merge(RouterChoice &ch, const int 
 #endif
 
 /* EXACT: the rerun's form (T_SEL 2 and 3: the whole list, by insertion;
- * T_SEL 4's rerun too). */
+ * T_SEL 4: the scan). */
 template <bool BIAS, bool FAST, bool EXACT>
 __device__ __forceinline__ bool router_select(RouterChoice &ch, const int (&key)[RT_HELD],
                                               const float (&x)[RT_HELD], int lane, unsigned mask)
@@ -1631,6 +1664,7 @@ __device__ __forceinline__ bool router_select(RouterChoice &ch, const int (&key)
 #if T_SEL == 4
     if (!EXACT)
         return router_select_merge<BIAS>(ch, key, lane, mask);
+    return router_select_scan<BIAS, false>(ch, key, x, lane, mask);
 #endif
     return router_select_sorted<BIAS, FAST,
                                 ((T_SEL == 2 || T_SEL == 3) && !EXACT) ? RT_SHORT : RT_LIST,
@@ -1815,7 +1849,31 @@ __device__ __forceinline__ void router_route(const float (&x)[RT_HELD], const un
     /* several lanes held a round's largest key, or a short list ran dry:
      * again, exact */
     router_choice_init(ch);
+#if T_SEL == 4
+    /* The merge's rerun reads its row and bias again and forms the keys
+     * again, so that neither the row nor its keys hold registers through
+     * the merge (volatile loads, which the compiler cannot replace by the
+     * first ones: kept, they took 48 to 78 registers at 16384 x 128, k 8, 8
+     * threads a row). */
+    float x2[RT_HELD];
+    int key2[RT_HELD];
+    if (live) {
+        router_load_row(x2, xr, (u64)xr % RT_VBYTES == 0, slot.lane);
+    } else {
+#pragma unroll
+        for (int e = 0; e < RT_HELD; e++)
+            x2[e] = NEG_INF;
+    }
+    if (BIAS)
+        router_load_bias<true>(b, bias, slot.lane);
+    router_keys<BIAS>(key2, x2, b, st, slot.lane);
+#if T_GROUPS > 1
+    router_keep_groups<BIAS>(key2, st, slot.lane, slot.mask);
+#endif
+    router_select<BIAS, false, true>(ch, key2, x2, slot.lane, slot.mask);
+#else
     router_select<BIAS, false, true>(ch, key, x, slot.lane, slot.mask);
+#endif
     router_store<BIAS>(ch, st, slot.row, slot.lane, slot.mask, live, scaling, weights, ids,
                        counts);
 }
