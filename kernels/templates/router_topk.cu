@@ -557,6 +557,20 @@ __device__ __forceinline__ void router_load_row(float (&x)[RT_HELD], const unsig
     }
 }
 
+/* The row at xr into x where live, else a row of -inf (past the last
+ * row: the whole warp's forms run it as an empty row). */
+__device__ __forceinline__ void router_read_row(float (&x)[RT_HELD], const unsigned char *xr,
+                                                bool live, int lane)
+{
+    if (live) {
+        router_load_row(x, xr, (u64)xr % RT_VBYTES == 0, lane);
+    } else {
+#pragma unroll
+        for (int e = 0; e < RT_HELD; e++)
+            x[e] = NEG_INF;
+    }
+}
+
 /* Whether element e of lane is a column of the row. */
 __device__ __forceinline__ bool router_in_row(int e, int lane)
 {
@@ -1857,13 +1871,7 @@ __device__ __forceinline__ void router_route(const float (&x)[RT_HELD], const un
      * threads a row). */
     float x2[RT_HELD];
     int key2[RT_HELD];
-    if (live) {
-        router_load_row(x2, xr, (u64)xr % RT_VBYTES == 0, slot.lane);
-    } else {
-#pragma unroll
-        for (int e = 0; e < RT_HELD; e++)
-            x2[e] = NEG_INF;
-    }
+    router_read_row(x2, xr, live, slot.lane);
     if (BIAS)
         router_load_bias<true>(b, bias, slot.lane);
     router_keys<BIAS>(key2, x2, b, st, slot.lane);
@@ -1900,13 +1908,7 @@ tuned_router_topk(const T *__restrict__ logits, const float *__restrict__ bias,
     float x[RT_HELD];
     const unsigned char *const xr =
         live ? (const unsigned char *)logits + slot.row * row_stride * ESIZE : NULL;
-    if (live) {
-        router_load_row(x, xr, (u64)xr % RT_VBYTES == 0, slot.lane);
-    } else {
-#pragma unroll
-        for (int e = 0; e < RT_HELD; e++)
-            x[e] = NEG_INF;
-    }
+    router_read_row(x, xr, live, slot.lane);
     /* The source rows need no choice: written first, while the loads are in
      * flight. Written beside the weights at the store, they kept the
      * pointer and rows live through the rounds, and ptxas turned the
