@@ -327,6 +327,32 @@ static size_t router_keys_are_correct(gpu_env *g, uint8_t kernel, const router_k
     return runs;
 }
 
+/* The drawn configs (n) with one field moved by move, those the shape
+ * takes on this GPU, at most max, into out; returns how many. */
+static size_t router_moved(gpu_env *g, const tuned__shape *s, const tuned__config *drawn,
+                           size_t n, void (*move)(tuned__config *), tuned__config *out,
+                           size_t max)
+{
+    size_t taken = 0;
+    for (size_t k = 0; k < n && taken < max; k++) {
+        tuned__config c = drawn[k];
+        move(&c);
+        if (tuned__config_check(&c, s, arch_of(g), g->gpu.sm_count, NULL, 0))
+            out[taken++] = c;
+    }
+    return taken;
+}
+
+static void to_terms_lanes(tuned__config *c)
+{
+    c->terms = TUNED__TERMS_LANES;
+}
+
+static void to_merge(tuned__config *c)
+{
+    c->sel = TUNED__SEL_MERGE;
+}
+
 /* The router's grouped keys (the example key has no groups), 6 drawn
  * configs of each, the first two again from unaligned base pointers;
  * groups a power of two up to the row's threads take the halving
@@ -366,13 +392,7 @@ static size_t router_terms_are_correct(gpu_env *g)
         if (!router_key_drawn(g, TUNED_KERNEL_ROUTER_TOPK, (tuned_dtype)(TUNED_FP16 + (int)(i % 3)),
                               keys[i].cols, keys[i].params, 97 + i, &s, drawn, 8))
             continue;
-        size_t n = 0;
-        for (size_t k = 0; k < 8; k++) {
-            tuned__config c = drawn[k];
-            c.terms = TUNED__TERMS_LANES;
-            if (tuned__config_check(&c, &s, arch_of(g), g->gpu.sm_count, NULL, 0))
-                cfgs[n++] = c;
-        }
+        size_t n = router_moved(g, &s, drawn, 8, to_terms_lanes, cfgs, 8);
         EXPECT(n > 0, "%llu experts %s: no drawn config takes terms=lanes",
                (unsigned long long)keys[i].cols, keys[i].params);
         tuned__eval_opts o = quick_opts();
@@ -408,13 +428,7 @@ static size_t router_merges_are_correct(gpu_env *g)
             if (!router_key_drawn(g, TUNED_KERNEL_ROUTER_TOPK, (tuned_dtype)dt, keys[i].cols,
                                   keys[i].params, 131 + i, &s, drawn, 16))
                 continue;
-            size_t n = 0;
-            for (size_t k = 0; k < 16 && n < 4; k++) {
-                tuned__config c = drawn[k];
-                c.sel = TUNED__SEL_MERGE;
-                if (tuned__config_check(&c, &s, arch_of(g), g->gpu.sm_count, NULL, 0))
-                    cfgs[n++] = c;
-            }
+            size_t n = router_moved(g, &s, drawn, 16, to_merge, cfgs, 4);
             EXPECT(n > 0, "%llu experts %s %s: no drawn config takes sel=merge",
                    (unsigned long long)keys[i].cols, keys[i].params,
                    tuned_dtype_name((tuned_dtype)dt));

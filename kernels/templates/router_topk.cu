@@ -1565,7 +1565,7 @@ __device__ __forceinline__ void rt_entries_sort(int (&a)[RT_ML])
             for (int i = 0; i < RT_ML; i++) {
                 const int j = i ^ stride;
                 if (j > i) {
-                    if ((i & size) == 0 || size == RT_ML)
+                    if ((i & size) == 0) /* descending (every pair at size RT_ML) */
                         rt_entry_cas(a[i], a[j]);
                     else
                         rt_entry_cas(a[j], a[i]);
