@@ -98,10 +98,12 @@
  *                       row past the last as an empty row) so that every
  *                       mask is the warp's, and it reruns as one
  *              T_SEL 4  no rounds (k <= 8): each thread's best k as
- *                       32-bit entries (key and column in a word) from a
- *                       bitonic network, merged between the row's lanes
- *                       by log2(TPR) exchanges; a row whose dropped key
- *                       bits could change the choice reruns as T_SEL 1
+ *                       32-bit entries (key, or with a bias its
+ *                       distance below the row's largest, and column in
+ *                       a word) from a bitonic network, merged between
+ *                       the row's lanes by log2(TPR) exchanges; a row
+ *                       whose dropped key bits (or clamped distances)
+ *                       could change the choice reruns as T_SEL 0
  *                       (router_select_merge); the whole warp as T_SEL 3
  *            the i-th chosen lands in lane i % TPR, slot i / TPR (in
  *            the vote form: its winner writes it to the row's entry i in
@@ -1514,7 +1516,8 @@ __device__ __forceinline__ bool router_select_sorted(RouterChoice &ch, const int
  * vote and pop each (about 130 cycles, k of them), this is a few
  * independent compare networks and log2(TPR) shuffle exchanges.
  *
- * The entry drops the key's low RT_CBITS bits, so two elements whose keys
+ * Without a bias the entry drops the key's low RT_CBITS bits (with one
+ * it holds a distance, exact: rt_entry), so two elements whose keys
  * differ only there compare by column. Where that can change the choice
  * or its order (two of the best k share their high bits, or an element
  * not chosen shares the k-th's) the row sets redo and runs the exact
@@ -1539,12 +1542,37 @@ __device__ constexpr int rt_bits(int n)
 #define RT_ML (T_TOPK <= 1 ? 2 : T_TOPK <= 2 ? 4 : T_TOPK <= 4 ? 4 : 8)
 #define RT_ENTRY_PAD ((int)0x80000000)
 
-/* Element e's entry (a slot past the row: the pad, below every entry). */
-__device__ __forceinline__ int rt_entry(const int (&key)[RT_HELD], int e, int lane)
+/* With a bias an entry holds the key's distance below the row's largest
+ * key instead of its high bits: exact where the choice is crowded. v = s
+ * + b of a sigmoid router sits in (-0.05, 1.05), where a dropped 8 or 9
+ * bits (E 256, 384) put two of the best 8 in one bin on about 15% of
+ * rows, and every such row ran the rounds again (16384 x 384 k 8: 30.8
+ * us, the rounds alone 19.9). The distance d (top less the key, at most
+ * RT_DIST_MAX: 24 bits at E 256, two binades of fp32 near the top) goes
+ * in as RT_DIST_MAX - d; keys RT_DIST_MAX or more below the top share the
+ * entry's high part 0 and compare by column, so a row whose k-th entry
+ * lies there reruns. */
+#define RT_DIST_MAX ((1 << (31 - RT_CBITS)) - 1)
+
+/* Element e's entry (a slot past the row: the pad, below every entry);
+ * floor: the biased form's lowest exact key (rt_dist_floor), unused
+ * without a bias. */
+template <bool BIAS>
+__device__ __forceinline__ int rt_entry(const int (&key)[RT_HELD], int e, int lane, int floor)
 {
     if (e >= RT_HELD || !router_in_row(e, lane))
         return RT_ENTRY_PAD;
-    return (key[e < RT_HELD ? e : 0] & ~RT_CMASK) | (RT_CMASK - (lane * T_VEC + rt_off(e)));
+    const int k = key[e < RT_HELD ? e : 0], low = RT_CMASK - (lane * T_VEC + rt_off(e));
+    if (BIAS)
+        return ((max(k, floor) - floor) << RT_CBITS) | low;
+    return (k & ~RT_CMASK) | low;
+}
+
+/* The key RT_DIST_MAX below the row's largest (top): the entries' zero,
+ * clamped at the lowest key. */
+__device__ __forceinline__ int rt_dist_floor(int top)
+{
+    return top < RT_KEY_NONE + RT_DIST_MAX ? RT_KEY_NONE : top - RT_DIST_MAX;
 }
 
 __device__ __forceinline__ void rt_entry_cas(int &a, int &b)
@@ -1591,6 +1619,15 @@ template <bool BIAS>
 __device__ __forceinline__ bool router_select_merge(RouterChoice &ch, const int (&key)[RT_HELD],
                                                     int lane, unsigned mask)
 {
+    /* with a bias, the row's largest key, the distances' origin */
+    int floor = 0;
+    if (BIAS) {
+        int top = RT_KEY_NONE;
+#pragma unroll
+        for (int e = 0; e < RT_HELD; e++)
+            top = max(top, key[e]);
+        floor = rt_dist_floor(lanes_max_int(top, mask));
+    }
     /* the thread's best RT_ML entries */
     int best[RT_ML];
 #pragma unroll
@@ -1598,7 +1635,7 @@ __device__ __forceinline__ bool router_select_merge(RouterChoice &ch, const int 
         int c[RT_ML];
 #pragma unroll
         for (int j = 0; j < RT_ML; j++)
-            c[j] = rt_entry(key, c0 + j, lane);
+            c[j] = rt_entry<BIAS>(key, c0 + j, lane, floor);
         rt_entries_sort(c);
         if (c0 == 0) {
 #pragma unroll
@@ -1624,7 +1661,10 @@ __device__ __forceinline__ bool router_select_merge(RouterChoice &ch, const int 
     }
     /* whether the dropped bits could have ordered the choice otherwise */
     bool redo;
-    if (ESIZE == 2 && !BIAS) {
+    if (BIAS) {
+        /* the k-th among the keys too far below the top (or a pad) */
+        redo = best[T_TOPK - 1] <= RT_CMASK;
+    } else if (ESIZE == 2) {
         redo = (best[0] & ~RT_CMASK) == (0x7F800000 & ~RT_CMASK);
     } else {
         redo = false;

@@ -192,16 +192,23 @@ static double uniform(uint64_t *s)
  * or more), row 2: columns 0 to 63 rising by one ulp of the dtype from 1
  * (the rest -16), so that the best k are the highest of those columns
  * and differ only in their lowest bits, which sel=merge's entries drop
- * (it must see that and rerun exactly). */
+ * (it must see that and rerun exactly). And, where the generator plants
+ * nothing at row 3 either (4 to 7 rows, or 12 or more), row 3: +8 at
+ * columns 0, 5 and 10, the rest -16, so that a biased router's k-th
+ * choice (k above 3) is v = s + b of a score near 0, far below the top
+ * three's, or below zero: sel=merge's biased entries hold distances from
+ * the top clamped there, and must rerun; without a bias the rest tie. */
 static int plant_rows(tuned__check *c, tuned__err *e)
 {
     size_t cols = c->shape.cols, bytes = cols * c->esize;
     uint64_t rows = c->shape.rows;
     unsigned planted = (rows >= 3 && rows != 8) ? 3 : 2;
+    if (planted == 3 && rows >= 4 && (rows < 9 || rows > 11))
+        planted = 4;
     double ulp = c->shape.dtype == TUNED_FP32   ? 0x1.0p-23
                  : c->shape.dtype == TUNED_BF16 ? 0x1.0p-7
                                                 : 0x1.0p-10;
-    unsigned char *row = malloc(3 * bytes);
+    unsigned char *row = malloc(4 * bytes);
     if (row == NULL)
         return tuned__errf(e, TUNED_ENOMEM, "check: out of memory");
     for (size_t j = 0; j < cols; j++) {
@@ -212,6 +219,8 @@ static int plant_rows(tuned__check *c, tuned__err *e)
                                         c->shape.dtype, row + r * bytes + j * c->esize);
         tuned__check_double_to_bits(j < 64 ? 1.0 + ulp * (double)j : -16.0, c->shape.dtype,
                                     row + 2 * bytes + j * c->esize);
+        tuned__check_double_to_bits(j % 5 == 0 && j <= 10 ? 8.0 : -16.0, c->shape.dtype,
+                                    row + 3 * bytes + j * c->esize);
     }
     CUresult cr = c->d->cuStreamSynchronize(c->stream);
     if (cr == CUDA_SUCCESS)
