@@ -1554,17 +1554,35 @@ __device__ constexpr int rt_bits(int n)
  * lies there reruns. */
 #define RT_DIST_MAX ((1 << (31 - RT_CBITS)) - 1)
 
+/* The softmax without a bias or groups forms its entries from the logit
+ * alone: its bits with the magnitude flipped where negative (two integer
+ * instructions) after x + 0, which turns -0 into +0 (an add, on the FMA
+ * pipe), where router_key takes five on the ALU pipe, the merge's busiest
+ * (16384 x 128, k 8: 422 of a warp's 634 instructions). A NaN anywhere
+ * in such a row makes every score NaN, and router_store then writes the
+ * first k columns, whatever the order of NaN's bits here. */
+template <bool BIAS>
+__device__ constexpr bool rt_raw_entries()
+{
+    return !BIAS && T_SCORE == 0 && T_GROUPS == 1;
+}
+
 /* Element e's entry (a slot past the row: the pad, below every entry);
  * floor: the biased form's lowest exact key (rt_dist_floor), unused
  * without a bias. */
 template <bool BIAS>
-__device__ __forceinline__ int rt_entry(const int (&key)[RT_HELD], int e, int lane, int floor)
+__device__ __forceinline__ int rt_entry(const int (&key)[RT_HELD], const float (&x)[RT_HELD], int e,
+                                        int lane, int floor)
 {
     if (e >= RT_HELD || !router_in_row(e, lane))
         return RT_ENTRY_PAD;
     const int k = key[e < RT_HELD ? e : 0], low = RT_CMASK - (lane * T_VEC + rt_off(e));
     if (BIAS)
         return ((max(k, floor) - floor) << RT_CBITS) | low;
+    if (rt_raw_entries<BIAS>()) {
+        const int b = __float_as_int(x[e < RT_HELD ? e : 0] + 0.0f);
+        return ((b ^ ((b >> 31) & 0x7FFFFFFF)) & ~RT_CMASK) | low;
+    }
     return (k & ~RT_CMASK) | low;
 }
 
@@ -1617,7 +1635,8 @@ __device__ __forceinline__ void rt_entries_merge(int (&a)[RT_ML], const int (&b)
 
 template <bool BIAS>
 __device__ __forceinline__ bool router_select_merge(RouterChoice &ch, const int (&key)[RT_HELD],
-                                                    int lane, unsigned mask)
+                                                    const float (&x)[RT_HELD], int lane,
+                                                    unsigned mask)
 {
     /* with a bias, the row's largest key, the distances' origin */
     int floor = 0;
@@ -1635,7 +1654,7 @@ __device__ __forceinline__ bool router_select_merge(RouterChoice &ch, const int 
         int c[RT_ML];
 #pragma unroll
         for (int j = 0; j < RT_ML; j++)
-            c[j] = rt_entry<BIAS>(key, c0 + j, lane, floor);
+            c[j] = rt_entry<BIAS>(key, x, c0 + j, lane, floor);
         rt_entries_sort(c);
         if (c0 == 0) {
 #pragma unroll
@@ -1717,7 +1736,7 @@ __device__ __forceinline__ bool router_select(RouterChoice &ch, const int (&key)
 {
 #if T_SEL == 4
     if (!EXACT)
-        return router_select_merge<BIAS>(ch, key, lane, mask);
+        return router_select_merge<BIAS>(ch, key, x, lane, mask);
     return router_select_scan<BIAS, false>(ch, key, x, lane, mask);
 #endif
     return router_select_sorted<BIAS, FAST,

@@ -194,8 +194,9 @@ static double uniform(uint64_t *s)
  * and differ only in their lowest bits, which sel=merge's entries drop
  * (it must see that and rerun exactly). And, where the generator plants
  * nothing at row 3 either (4 to 7 rows, or 12 or more), row 3: +8 at
- * columns 0, 5 and 10, the rest -16, so that a biased router's k-th
- * choice (k above 3) is v = s + b of a score near 0, far below the top
+ * columns 0, 5 and 10, -0 at column 1 and +0 at column 2 (which tie:
+ * column 1 comes first), the rest -16, so that a biased router's k-th
+ * choice (k above 5) is v = s + b of a score near 0, far below the top
  * three's, or below zero: sel=merge's biased entries hold distances from
  * the top clamped there, and must rerun; without a bias the rest tie. */
 static int plant_rows(tuned__check *c, tuned__err *e)
@@ -219,8 +220,8 @@ static int plant_rows(tuned__check *c, tuned__err *e)
                                         c->shape.dtype, row + r * bytes + j * c->esize);
         tuned__check_double_to_bits(j < 64 ? 1.0 + ulp * (double)j : -16.0, c->shape.dtype,
                                     row + 2 * bytes + j * c->esize);
-        tuned__check_double_to_bits(j % 5 == 0 && j <= 10 ? 8.0 : -16.0, c->shape.dtype,
-                                    row + 3 * bytes + j * c->esize);
+        double r3 = j % 5 == 0 && j <= 10 ? 8.0 : j == 1 ? -0.0 : j == 2 ? 0.0 : -16.0;
+        tuned__check_double_to_bits(r3, c->shape.dtype, row + 3 * bytes + j * c->esize);
     }
     CUresult cr = c->d->cuStreamSynchronize(c->stream);
     if (cr == CUDA_SUCCESS)
