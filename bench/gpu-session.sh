@@ -92,7 +92,8 @@
 #                     reports in OUT/ncu.tgz, the summary ncu-configs.txt
 #              test   tests/python/test_router.py on the GPU (transformers'
 #                     routers, rules, gradients, opcheck, compile, graphs)
-#              bench  bench/router_bench.py (ROUTER_BENCH_ARGS)
+#              bench  bench/router_bench.py (ROUTER_BENCH_ARGS), under
+#                     ROUTER_BENCH_WRAP if set (a command prefix: ncu ...)
 #              moe    bench/moe_step.py (MOE_ARGS): a Qwen3-30B-A3B-shaped
 #                     and a DeepSeek-V3-routed model's decode and training
 #                     steps with transformers' routers and tuned's, the
@@ -335,7 +336,10 @@ router)
             echo "test: exit $?: $(tail -n 1 "$out/test.log")"
             ;;
         bench)
-            timeout 300 python3 bench/router_bench.py ${ROUTER_BENCH_ARGS:-} >"$out/bench.log" 2>&1
+            # ROUTER_BENCH_WRAP: a command the bench runs under (an ncu
+            # line, to time each kernel alone)
+            timeout 300 ${ROUTER_BENCH_WRAP:-} python3 bench/router_bench.py ${ROUTER_BENCH_ARGS:-} \
+                >"$out/bench.log" 2>&1
             echo "bench: exit $?"
             ;;
         moe)
