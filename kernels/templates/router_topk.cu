@@ -1633,6 +1633,83 @@ __device__ __forceinline__ void rt_entries_merge(int (&a)[RT_ML], const int (&b)
                 rt_entry_cas(a[i], a[i + h]);
 }
 
+/* h, a bitonic sequence of RT_ML / 2, sorted largest first */
+__device__ __forceinline__ void rt_half_sort(int (&h)[RT_ML / 2])
+{
+#pragma unroll
+    for (int s = RT_ML / 4; s >= 1; s /= 2)
+#pragma unroll
+        for (int i = 0; i < RT_ML / 2; i++)
+            if ((i & s) == 0)
+                rt_entry_cas(h[i], h[i + s]);
+}
+
+/* best: the row's best RT_ML in every lane, from each lane's own (sorted).
+ * Lanes o apart could each merge both lists whole, log2(TPR) times, but
+ * the two would compute the same list: 32 integer min/max a lane a level
+ * at RT_ML 8, the ALU pipe's half-rate work, which bounds the merge at
+ * 16384 x 128 (Nsight Compute: 61% of the SMs' active cycles). So the
+ * lanes O = TPR/2 apart split each merged list: the upper lane (bit O
+ * clear) keeps its best half, the lower lane the rest. The first exchange
+ * swaps whole lists (c_i = max(a_i, b_{L-1-i}), bitonic, holds the best
+ * L; its half-cleaner's max or min a lane); each later one, with the
+ * group o apart, takes the other group's opposite half (lane ^ o ^ O,
+ * reversed: the same c_i for the lane's own half) and the half-cleaner's
+ * partner from lane ^ O; then each half is sorted by its own cleaners. At
+ * 8 threads a row and L 8: 52 min/max a lane over the three exchanges
+ * against 96, and 24 shuffles as before; the lists are whole again
+ * (L / 2 shuffles, L selects) for the checks and the outputs. */
+__device__ __forceinline__ void rt_entries_exchange(int (&best)[RT_ML], int lane, unsigned mask)
+{
+#if RT_TPR > 1
+    constexpr int H = RT_ML / 2, O = RT_TPR / 2;
+    const bool up = (lane & O) == 0;
+    int h[H];
+    {
+        int other[RT_ML];
+#pragma unroll
+        for (int j = 0; j < RT_ML; j++)
+            other[j] = __shfl_xor_sync(mask, best[j], O);
+        int c[RT_ML];
+#pragma unroll
+        for (int i = 0; i < RT_ML; i++)
+            c[i] = max(best[i], other[RT_ML - 1 - i]);
+#pragma unroll
+        for (int i = 0; i < H; i++)
+            h[i] = up ? max(c[i], c[i + H]) : min(c[i], c[i + H]);
+        rt_half_sort(h);
+    }
+#pragma unroll
+    for (int o = O / 2; o > 0; o /= 2) {
+        int q[H], c[H], r[H];
+#pragma unroll
+        for (int j = 0; j < H; j++)
+            q[j] = __shfl_xor_sync(mask, h[j], o | O);
+#pragma unroll
+        for (int i = 0; i < H; i++)
+            c[i] = max(h[i], q[H - 1 - i]);
+#pragma unroll
+        for (int j = 0; j < H; j++)
+            r[j] = __shfl_xor_sync(mask, c[j], O);
+#pragma unroll
+        for (int i = 0; i < H; i++)
+            h[i] = up ? max(c[i], r[i]) : min(c[i], r[i]);
+        rt_half_sort(h);
+    }
+    int r[H];
+#pragma unroll
+    for (int j = 0; j < H; j++)
+        r[j] = __shfl_xor_sync(mask, h[j], O);
+#pragma unroll
+    for (int j = 0; j < H; j++) {
+        best[j] = up ? h[j] : r[j];
+        best[j + H] = up ? r[j] : h[j];
+    }
+#else
+    (void)best, (void)lane, (void)mask;
+#endif
+}
+
 template <bool BIAS>
 __device__ __forceinline__ bool router_select_merge(RouterChoice &ch, const int (&key)[RT_HELD],
                                                     const float (&x)[RT_HELD], int lane,
@@ -1669,15 +1746,8 @@ __device__ __forceinline__ bool router_select_merge(RouterChoice &ch, const int 
 #pragma unroll
     for (int j = 0; j < RT_ML; j++)
         mine[j] = best[j];
-    /* the row's, exchanged between lanes o apart */
-#pragma unroll
-    for (int o = RT_TPR / 2; o > 0; o /= 2) {
-        int other[RT_ML];
-#pragma unroll
-        for (int j = 0; j < RT_ML; j++)
-            other[j] = __shfl_xor_sync(mask, best[j], o);
-        rt_entries_merge(best, other);
-    }
+    /* the row's */
+    rt_entries_exchange(best, lane, mask);
     /* whether the dropped bits could have ordered the choice otherwise */
     bool redo;
     if (BIAS) {
