@@ -1545,9 +1545,9 @@ __device__ constexpr int rt_bits(int n)
 /* With a bias an entry holds the key's distance below the row's largest
  * key instead of its high bits: exact where the choice is crowded. v = s
  * + b of a sigmoid router sits in (-0.05, 1.05), where a dropped 8 or 9
- * bits (E 256, 384) put two of the best 8 in one bin on about 15% of
- * rows, and every such row ran the rounds again (16384 x 384 k 8: 30.8
- * us, the rounds alone 19.9). The distance d (top less the key, at most
+ * bits (E 256, 384) put two of the best 8 in one bin on, by estimate, a
+ * fifth of the rows, and every such row ran the rounds again (16384 x
+ * 384 k 8: 30.8 us, the rounds alone 19.9). The distance d (top less the key, at most
  * RT_DIST_MAX: 24 bits at E 256, two binades of fp32 near the top) goes
  * in as RT_DIST_MAX - d; keys RT_DIST_MAX or more below the top share the
  * entry's high part 0 and compare by column, so a row whose k-th entry
