@@ -1509,8 +1509,8 @@ __device__ __forceinline__ bool router_select_sorted(RouterChoice &ch, const int
  * at least k): chunks of RT_ML sorted by a bitonic network and
  * merged into the running list (the larger of a_i and c_{L-1-i}, a
  * bitonic sequence holding the best L, sorted by log2 L half-cleaners).
- * Then log2(TPR) times the lanes o apart swap their lists (RT_ML
- * shuffles) and each keeps the best RT_ML of both the same way: every
+ * Then log2(TPR) exchanges between the row's lanes merge their lists
+ * the same way, each split between two lanes (rt_entries_exchange): every
  * lane of the row ends with the row's best RT_ML in order, and lane i %
  * TPR keeps output i. Where TPR 32 rounds cost a dependent redux.sync,
  * vote and pop each (about 130 cycles, k of them), this is a few
@@ -1547,11 +1547,11 @@ __device__ constexpr int rt_bits(int n)
  * + b of a sigmoid router sits in (-0.05, 1.05), where a dropped 8 or 9
  * bits (E 256, 384) put two of the best 8 in one bin on, by estimate, a
  * fifth of the rows, and every such row ran the rounds again (16384 x
- * 384 k 8: 30.8 us, the rounds alone 19.9). The distance d (top less the key, at most
- * RT_DIST_MAX: 24 bits at E 256, two binades of fp32 near the top) goes
- * in as RT_DIST_MAX - d; keys RT_DIST_MAX or more below the top share the
- * entry's high part 0 and compare by column, so a row whose k-th entry
- * lies there reruns. */
+ * 384 k 8: 30.8 us, the rounds alone 19.9). The distance d (top less the
+ * key, at most RT_DIST_MAX: 24 bits at E 256, two binades of fp32 near
+ * the top) goes in as RT_DIST_MAX - d; keys RT_DIST_MAX or more below the
+ * top share the entry's high part 0 and compare by column, so a row whose
+ * k-th entry lies there reruns. */
 #define RT_DIST_MAX ((1 << (31 - RT_CBITS)) - 1)
 
 /* The softmax without a bias or groups forms its entries from the logit
@@ -1619,29 +1619,26 @@ __device__ __forceinline__ void rt_entries_sort(int (&a)[RT_ML])
             }
 }
 
+/* a, a bitonic sequence of N, sorted largest first by log2 N
+ * half-cleaners */
+template <int N>
+__device__ __forceinline__ void rt_entries_clean(int (&a)[N])
+{
+#pragma unroll
+    for (int h = N / 2; h >= 1; h /= 2)
+#pragma unroll
+        for (int i = 0; i < N; i++)
+            if ((i & h) == 0)
+                rt_entry_cas(a[i], a[i + h]);
+}
+
 /* a: the best RT_ML of a and b, sorted (both come sorted) */
 __device__ __forceinline__ void rt_entries_merge(int (&a)[RT_ML], const int (&b)[RT_ML])
 {
 #pragma unroll
     for (int i = 0; i < RT_ML; i++)
         a[i] = max(a[i], b[RT_ML - 1 - i]);
-#pragma unroll
-    for (int h = RT_ML / 2; h >= 1; h /= 2)
-#pragma unroll
-        for (int i = 0; i < RT_ML; i++)
-            if ((i & h) == 0)
-                rt_entry_cas(a[i], a[i + h]);
-}
-
-/* h, a bitonic sequence of RT_ML / 2, sorted largest first */
-__device__ __forceinline__ void rt_half_sort(int (&h)[RT_ML / 2])
-{
-#pragma unroll
-    for (int s = RT_ML / 4; s >= 1; s /= 2)
-#pragma unroll
-        for (int i = 0; i < RT_ML / 2; i++)
-            if ((i & s) == 0)
-                rt_entry_cas(h[i], h[i + s]);
+    rt_entries_clean(a);
 }
 
 /* best: the row's best RT_ML in every lane, from each lane's own (sorted).
@@ -1679,7 +1676,7 @@ __device__ __forceinline__ void rt_entries_exchange(int (&best)[RT_ML], int lane
 #pragma unroll
         for (int i = 0; i < H; i++)
             h[i] = up ? max(c[i], c[i + H]) : min(c[i], c[i + H]);
-        rt_half_sort(h);
+        rt_entries_clean(h);
     }
 #pragma unroll
     for (int o = O / 2; o > 0; o /= 2) {
@@ -1696,7 +1693,7 @@ __device__ __forceinline__ void rt_entries_exchange(int (&best)[RT_ML], int lane
 #pragma unroll
         for (int i = 0; i < H; i++)
             h[i] = up ? max(c[i], r[i]) : min(c[i], r[i]);
-        rt_half_sort(h);
+        rt_entries_clean(h);
     }
     int r[H];
 #pragma unroll
