@@ -101,7 +101,8 @@
 #                     seconds each, 3)
 #              ab     bench/router-ab.sh: tuned's columns of this tree
 #                     against a copy built with ROUTER_AB_OLD's
-#                     router_topk.cu, A B B A ... (AB_BENCH_ARGS, AB_ROUNDS)
+#                     router_topk.cu and/or router.py, A B B A ...
+#                     (AB_BENCH_ARGS, AB_ROUNDS)
 #   stage    only keep the wheels carried in this call (a .whlX/ folder)
 #            in /tmp, for a later `anchors` or `train` call.
 set -uo pipefail
@@ -365,7 +366,7 @@ router)
             ;;
         ab)
             # this tree's router kernels against ROUTER_AB_OLD's template
-            bash bench/router-ab.sh "${ROUTER_AB_OLD:?a folder holding the old router_topk.cu}" \
+            bash bench/router-ab.sh "${ROUTER_AB_OLD:?a folder holding the old router_topk.cu or router.py}" \
                 "$out" >"$out/ab.txt" 2>&1
             echo "ab: exit $?"
             sed -n '/^router A\/B/,$p' "$out/ab.txt"

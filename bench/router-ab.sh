@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# bench/router-ab.sh OLD_TEMPLATES OUT: the router's kernels of this tree
-# (B) against those of OLD_TEMPLATES (A, a folder holding router_topk.cu
-# as an older commit had it), in one run on one GPU: a copy of the tree is
-# built with the old template, then bench/router_bench.py --tuned-only
-# runs on each library in turn, A B B A A B .... A record is found only
+# bench/router-ab.sh OLD OUT: the router of this tree (B) against an older
+# one (A), in one run on one GPU. OLD is a folder holding router_topk.cu
+# (the kernel template) and/or router.py (the Python module, whose eager
+# path is host time) as an older commit had them: a copy of the tree is
+# built with them, then bench/router_bench.py --tuned-only runs on each
+# library and module in turn, A B B A A B .... A record is found only
 # by the code that made it (the template's hash is in the key), so each
 # router_topk winner in OUT/tunes.jsonl (the tune step's, made by B) is
 # first measured by A alone (tuned tune --try CONFIG --budget 1) into the
@@ -22,7 +23,16 @@ copy=/tmp/tuned-ab-tree
 rm -rf "$copy" && mkdir -p "$copy" || exit 1
 tar -C "$root" --exclude=./build --exclude='./.whl*' --exclude=./.debs -cf - . | tar -C "$copy" -xf - ||
     exit 1
-cp "$old/router_topk.cu" "$copy/kernels/templates/router_topk.cu" || exit 1
+[[ -f "$old/router_topk.cu" || -f "$old/router.py" ]] || {
+    echo "ab: $old holds neither router_topk.cu nor router.py"
+    exit 1
+}
+if [[ -f "$old/router_topk.cu" ]]; then
+    cp "$old/router_topk.cu" "$copy/kernels/templates/router_topk.cu" || exit 1
+fi
+if [[ -f "$old/router.py" ]]; then
+    cp "$old/router.py" "$copy/bindings/python/tuned/router.py" || exit 1
+fi
 (cd "$copy" && tools/setup.sh --no-deps) >"$out/ab-build.log" 2>&1 || {
     tail -n 20 "$out/ab-build.log"
     exit 1
@@ -56,9 +66,10 @@ for round in $(seq "${AB_ROUNDS:-4}"); do
     order="A B"
     (( round % 2 == 0 )) && order="B A"
     for side in $order; do
-        lib="$root/build/libtuned.so.0"
-        [[ $side == A ]] && lib="$copy/build/libtuned.so.0"
-        TUNED_LIBRARY="$lib" timeout 240 python3 "$root/bench/router_bench.py" --tuned-only \
+        tree="$root"
+        [[ $side == A ]] && tree="$copy"
+        TUNED_LIBRARY="$tree/build/libtuned.so.0" PYTHONPATH="$tree/bindings/python:${PYTHONPATH:-}" \
+            timeout 240 python3 "$root/bench/router_bench.py" --tuned-only \
             ${AB_BENCH_ARGS:-} >"$out/ab-$side$round.log" 2>&1 || echo "ab: $side$round failed"
     done
 done
@@ -72,15 +83,18 @@ for side in "AB":
             if line.startswith("{'router'"):
                 r = ast.literal_eval(line)
                 k = (r["router"], r["tokens"])
-                rows.setdefault(k, {"A": [], "B": [], "Ae": [], "Be": [], "floor": []})
+                rows.setdefault(k, {"A": [], "B": [], "Ae": [], "Be": [], "Ah": [], "Bh": [],
+                                    "floor": []})
                 rows[k][side].append(r["tuned_graph"])
                 rows[k][side + "e"].append(r["tuned"])
+                rows[k][side + "h"].append(r["host_us"])
                 rows[k]["floor"].append(r["floor_graph"])
-print("router A/B (A: the old template, B: this tree), tuned, us, medians over rounds")
+print("router A/B (A: the old template or module, B: this tree), tuned, us, medians over rounds "
+      "(host: an eager call's host time, calls back to back)")
 print(f"{'router':9} {'tokens':>6} {'floor_graph':>11} {'A graph':>8} {'B graph':>8} "
-      f"{'B-A':>6} {'A eager':>8} {'B eager':>8}")
+      f"{'B-A':>6} {'A eager':>8} {'B eager':>8} {'A host':>7} {'B host':>7}")
 for (name, t), v in rows.items():
     m = {c: statistics.median(v[c]) if v[c] else float("nan") for c in v}
     print(f"{name:9} {t:>6} {m['floor']:11.2f} {m['A']:8.2f} {m['B']:8.2f} {m['B'] - m['A']:6.2f} "
-          f"{m['Ae']:8.2f} {m['Be']:8.2f}")
+          f"{m['Ae']:8.2f} {m['Be']:8.2f} {m['Ah']:7.2f} {m['Bh']:7.2f}")
 PY

@@ -397,6 +397,10 @@ class Direct(unittest.TestCase):
 class Arguments(unittest.TestCase):
     def test_refused(self):
         x = torch.randn(4, 64)
+        # valid calls first: a combination of options is checked once, the
+        # bias and the logits' dtype on every call
+        tuned.router_topk(x, 4)
+        tuned.router_topk(torch.randn(4, 8), 2)
         bad = [dict(k=0), dict(k=65), dict(k=4, num_groups=7), dict(k=4, num_groups=4, topk_group=5),
                dict(k=40, num_groups=8, topk_group=4), dict(k=4, scaling=0.0),
                dict(k=4, score="relu"), dict(k=4, bias=torch.zeros(63))]

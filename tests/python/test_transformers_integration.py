@@ -10,7 +10,8 @@ rows while training; in evaluation the model's logits as before; the
 forward's signature kept; a Gemma 2's logit softcap taken from its
 config). Tiny random Qwen3-MoE, Mixtral and DeepSeek-V3 models with their
 routers through tuned.router_topk (apply_routers): the same loss and
-gradients as with their own routers.
+gradients as with their own routers, and in bf16 each router's outputs
+(logits, experts, weights and their dtype) as its own forward's.
 Exits 77 without torch or transformers. Ends with 'N passed, N failed'."""
 
 import os
@@ -175,6 +176,35 @@ def moe(device, tol):
                f"worst gradient difference {worst:.3g}")
 
 
+def moe_router_outputs(device, dtype):
+    """Each router module of the MoE models in dtype, its own forward and
+    tuned's on the same hidden states: the same logits and experts, the
+    weights of the same dtype (Qwen3's cast to the logits' bf16 by
+    transformers, written as bf16 by the kernel) within its rounding."""
+    for name in ("qwen3_moe", "mixtral", "deepseek_v3"):
+        try:
+            m = moe_model(name, device).to(dtype)
+        except (AttributeError, TypeError) as exc:  # an older transformers' names
+            print(f"moe routers: {name} not built here ({exc})")
+            continue
+        for module in m.modules():
+            mine = tt._ROUTERS.get(type(module).__name__)
+            if mine is None:
+                continue
+            h = torch.randn(13, module.weight.shape[1], device=device, dtype=dtype)
+            own, got = type(module).forward(module, h), mine(module, h)
+            (so, po), (sg, pg) = own[2].sort(-1), got[2].sort(-1)
+            wo, wg = own[1].gather(-1, po), got[1].gather(-1, pg)
+            gap = ((wg.double() - wo.double()).abs() / wo.double().abs().clamp_min(1e-30)).max()
+            tol = 1e-5 if wo.dtype == torch.float32 else 2 ** -7
+            expect(torch.equal(own[0], got[0]) and torch.equal(so, sg) and wo.dtype == wg.dtype
+                   and gap.item() <= tol,
+                   f"moe router {name} {dtype}: logits equal {torch.equal(own[0], got[0])}, "
+                   f"experts equal {torch.equal(so, sg)}, weights {wg.dtype} against "
+                   f"{wo.dtype}, gap {gap.item():.3g}")
+            break
+
+
 def freed_without_collector(device, dtype):
     """A model applied with linear=True, stepped and dropped, frees its
     head's weight and gradient at once: no reference cycle through the
@@ -201,7 +231,9 @@ compare("cpu", torch.float32, 1e-5)
 freed_without_collector("cpu", torch.float32)
 softcapped("cpu", torch.float32, 1e-5)
 moe("cpu", 1e-5)
+moe_router_outputs("cpu", torch.bfloat16)
 if torch.cuda.is_available():
     compare("cuda", torch.bfloat16, 2e-2)
     moe("cuda", 1e-4)
+    moe_router_outputs("cuda", torch.bfloat16)
 verdicts.finish()

@@ -49,11 +49,14 @@ import ctypes
 import torch
 
 from . import _lib
+from . import handle as _handle
 from .cross_entropy import _define
-from .torch_ops import (_DTYPES, _compiling, _current_device, _dispatch_modes, _library,
-                        _raw_stream)
+from .torch_ops import (_DTYPES, _Tensor, _compiling, _current_device, _dispatch_modes,
+                        _grad_enabled, _library, _raw_stream)
 
 __all__ = ["router_topk"]
+
+_byref = ctypes.byref
 
 SCORES = {"softmax": 0, "sigmoid": 1, "sqrt_softplus": 2}
 
@@ -105,13 +108,15 @@ def _options(k, score, num_groups, topk_group, renorm, scaling, ids_int32, weigh
                     int(weights_bf16), source_rows)
 
 
-def _check(logits, bias, k, score, num_groups, topk_group, scaling):
-    e = logits.shape[-1] if logits.dim() > 0 else 0
-    if logits.dim() < 1 or not 2 <= e <= 2048:
-        raise ValueError(f"tuned.router_topk: logits of shape {tuple(logits.shape)}: the last "
+def _check_options(shape, dtype, k, num_groups, topk_group, scaling):
+    """ValueError or TypeError for options that do not fit logits of this
+    shape and dtype."""
+    e = shape[-1] if len(shape) > 0 else 0
+    if not 2 <= e <= 2048:
+        raise ValueError(f"tuned.router_topk: logits of shape {tuple(shape)}: the last "
                          "dimension holds the experts, 2 to 2048")
-    if not logits.is_floating_point():
-        raise TypeError(f"tuned.router_topk: logits of dtype {logits.dtype} (a float dtype)")
+    if not dtype.is_floating_point:
+        raise TypeError(f"tuned.router_topk: logits of dtype {dtype} (a float dtype)")
     if not 1 <= k <= min(e, 64):
         raise ValueError(f"tuned.router_topk: k {k} (1 to min(experts, 64) = {min(e, 64)})")
     if not 1 <= num_groups <= 32 or e % num_groups != 0:
@@ -125,6 +130,9 @@ def _check(logits, bias, k, score, num_groups, topk_group, scaling):
                          f"of {e // num_groups} experts hold")
     if not (scaling > 0 and scaling < float("inf")):
         raise ValueError(f"tuned.router_topk: scaling {scaling} (positive and finite)")
+
+
+def _check_bias(logits, bias, e):
     if bias is not None and (bias.shape != (e,) or bias.device != logits.device):
         raise ValueError(f"tuned.router_topk: bias of shape {tuple(bias.shape)} on "
                          f"{bias.device}: ({e},) on {logits.device}")
@@ -316,7 +324,9 @@ def _backward_cuda(logits, ids, dweights, k, score, renorm, scaling):
     were chosen), or torch's formula where no libtuned serves."""
     x, idx, dw = _backward_rows(logits, ids, dweights, k)
     if x.shape[0] > 0:
-        dx = _direct_backward(x, idx, dw, k, score, renorm, scaling, strict=True)
+        dx = _direct_backward(x, idx, dw,
+                              _backward_options(k, score, renorm, scaling,
+                                                idx.dtype == torch.int32), strict=True)
         if dx is not None:
             return dx
     return _backward_any(logits, ids, dweights, k, score, renorm, scaling)
@@ -362,21 +372,31 @@ def _direct_ok(x):
     return x.is_cuda
 
 
+# (the default Handle, tuned_router_topk, tuned_router_topk_backward, the
+# library) once bound: what a repeated call's _state reuses
+_bound_handle = None
+
+
 def _state(x):
     """(forward, backward, library, handle, dtype code, stream) for a call
     of libtuned on rows x, or None (no library, or not a device it serves:
     the operators then run torch's formula, or say what is wrong)."""
+    global _bound_handle
     dt = _DTYPES.get(x.dtype)
-    if dt is None or x.get_device() != _current_device():
+    dev = x.get_device()
+    if dt is None or dev != _current_device():
         return None
-    try:
-        lib, h = _library()
-    except Exception:  # noqa: BLE001 - the operators report it
-        return None
-    f, b = _bound(lib, "tuned_router_topk"), _bound(lib, "tuned_router_topk_backward")
-    if f is None or b is None:
-        return None
-    return f, b, lib, h, dt, _raw_stream(x.get_device()) or None
+    bound = _bound_handle
+    if bound is None or bound[0] is not _handle._default or not bound[0]._h:
+        try:
+            lib, _ = _library()
+        except Exception:  # noqa: BLE001 - the operators report it
+            return None
+        f, b = _bound(lib, "tuned_router_topk"), _bound(lib, "tuned_router_topk_backward")
+        if f is None or b is None:
+            return None
+        bound = _bound_handle = (_handle._default, f, b, lib)
+    return bound[1], bound[2], bound[3], bound[0]._h, dt, _raw_stream(dev) or None
 
 
 _options_made = {}
@@ -393,6 +413,42 @@ def _options_of(k, score, num_groups, topk_group, renorm, scaling, ids_int32,
             _options_made.clear()
         o = _options_made[key] = _options(*key)
     return o
+
+
+class _Plan:
+    """One combination of the operators' arguments (k, score, num_groups,
+    topk_group, renorm, scaling, ids_int32, counts, weights_bf16,
+    source_rows), with what a direct call needs of it made once: the
+    outputs' dtypes and, without source rows (a pointer of each call's),
+    the options struct libtuned reads."""
+
+    __slots__ = ("args", "k", "weights_dtype", "ids_dtype", "counts", "source_rows", "newer",
+                 "options", "backward_args", "backward_options")
+
+    def __init__(self, args):
+        k, score, num_groups, topk_group, renorm, scaling, ids_int32, counts, bf16, src = args
+        self.args, self.k, self.counts, self.source_rows = args, k, counts, src
+        self.weights_dtype = torch.bfloat16 if bf16 else torch.float32
+        self.ids_dtype = torch.int32 if ids_int32 else torch.int64
+        self.newer = bf16 or src  # what only a libtuned of 2026-11-30 or later reads
+        self.options = (None if src else
+                        _options_of(k, score, num_groups, topk_group, renorm, scaling, ids_int32,
+                                    bf16))
+        self.backward_args = (k, score, renorm, scaling)
+        self.backward_options = _backward_options(k, score, renorm, scaling, ids_int32)
+
+
+_plans = {}
+
+
+def _plan_of(args):
+    """The _Plan of the operators' arguments args."""
+    p = _plans.get(args)
+    if p is None:
+        if len(_plans) > 256:
+            _plans.clear()
+        p = _plans[args] = _Plan(args)
+    return p
 
 
 def _reads_options(lib):
@@ -423,53 +479,63 @@ def _succeeded(rc, lib, h, name, strict):
     return rc == 0
 
 
-def _direct_forward(x, bias, k, score, num_groups, topk_group, renorm, scaling, ids_int32,
-                    counts, weights_bf16=False, source_rows=False, strict=False):
+def _direct_forward(x, bias, *args, strict=False):
     """(weights, ids, counts, source_rows) of rows x (bias fp32, contiguous)
     by one libtuned call (counts and source_rows None unless asked for),
     or None; strict: libtuned's error raised, not None."""
+    return _direct_forward_plan(x, bias, _plan_of(args), strict)
+
+
+def _direct_forward_plan(x, bias, plan, strict=False, row_stride=None):
+    """_direct_forward of plan's arguments (row_stride: x.stride(0), where
+    the caller has it)."""
     global libtuned_calls
     st = _state(x)
     if st is None:
         return None
     f, _, lib, h, dt, stream = st
-    if (weights_bf16 or source_rows) and not _reads_options(lib):
+    if plan.newer and not _reads_options(lib):
         return None  # an older libtuned: torch's formula
     rows, e = x.shape
-    w = torch.empty(rows, k, dtype=torch.bfloat16 if weights_bf16 else torch.float32,
-                    device=x.device)
-    ids = torch.empty(rows, k, dtype=torch.int32 if ids_int32 else torch.int64, device=x.device)
+    dev, k = x.device, plan.k
+    w = torch.empty(rows, k, dtype=plan.weights_dtype, device=dev)
+    ids = torch.empty(rows, k, dtype=plan.ids_dtype, device=dev)
     # no counts or source rows asked: none made (a tensor a call is a few
     # us of host time, what a router of a few tokens takes on the GPU)
-    cnt = torch.zeros(e, dtype=torch.int32, device=x.device) if counts else None
-    src = torch.empty(rows, k, dtype=torch.int32, device=x.device) if source_rows else None
-    if src is None:
-        o = _options_of(k, score, num_groups, topk_group, renorm, scaling, ids_int32,
-                        weights_bf16)
-    else:  # a pointer of this call's: options of its own
-        o = _options(k, score, num_groups, topk_group, renorm, scaling, ids_int32, weights_bf16,
-                     src.data_ptr())
+    cnt = torch.zeros(e, dtype=torch.int32, device=dev) if plan.counts else None
+    src, o = None, plan.options
+    if plan.source_rows:  # a pointer of this call's: options of its own
+        src = torch.empty(rows, k, dtype=torch.int32, device=dev)
+        a = plan.args
+        o = _options(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[8], src.data_ptr())
     rc = f(h, x.data_ptr(), None if bias is None else bias.data_ptr(), w.data_ptr(),
-           ids.data_ptr(), cnt.data_ptr() if counts else None, rows, e, x.stride(0), dt,
-           ctypes.byref(o), stream)
-    if not _succeeded(rc, lib, h, "tuned_router_topk", strict):
+           ids.data_ptr(), None if cnt is None else cnt.data_ptr(), rows, e,
+           x.stride(0) if row_stride is None else row_stride, dt, _byref(o), stream)
+    if rc != 0 and not _succeeded(rc, lib, h, "tuned_router_topk", strict):
         return None
     libtuned_calls += 1
     return w, ids, cnt, src
 
 
-def _direct_backward(x, ids, dw, k, score, renorm, scaling, strict=False):
-    """dlogits of rows x (contiguous) by one libtuned call, or None;
-    strict: libtuned's error raised, not None."""
+def _backward_options(k, score, renorm, scaling, ids_int32):
+    """The options struct of a backward call (its key has no groups: the
+    gradient of the chosen weights does not depend on how they were
+    chosen)."""
+    return _options_of(k, score, 1, 1, renorm, scaling, ids_int32)
+
+
+def _direct_backward(x, ids, dw, options, strict=False):
+    """dlogits of rows x (contiguous) by one libtuned call with options
+    (_backward_options), or None; strict: libtuned's error raised, not
+    None."""
     st = _state(x)
     if st is None:
         return None
     _, b, lib, h, dt, stream = st
     rows, e = x.shape
     dx = torch.empty(rows, e, dtype=x.dtype, device=x.device)
-    o = _options_of(k, score, 1, 1, renorm, scaling, ids.dtype == torch.int32)
     rc = b(h, x.data_ptr(), ids.data_ptr(), dw.data_ptr(), dx.data_ptr(), rows, e, e, dt,
-           ctypes.byref(o), stream)
+           _byref(options), stream)
     if not _succeeded(rc, lib, h, "tuned_router_topk_backward", strict):
         return None
     return dx
@@ -480,38 +546,43 @@ class _DirectRouter(torch.autograd.Function):
     operators where a call does not go)."""
 
     @staticmethod
-    def forward(ctx, x, bias, k, score, num_groups, topk_group, renorm, scaling, ids_int32,
-                counts, weights_bf16, source_rows):
-        args = (k, score, num_groups, topk_group, renorm, scaling, ids_int32, counts,
-                weights_bf16, source_rows)
-        out = _direct_forward(x, bias, *args)
+    def forward(ctx, x, bias, plan):
+        out = _direct_forward_plan(x, bias, plan)
         if out is None:
-            out = _router_op(x, bias, *args)
+            out = _router_op(x, bias, *plan.args)
         w, ids = out[:2]
         cnt, src = _asked(out[2], out[3], x.device)
         ctx.save_for_backward(x, ids)
-        ctx.args = (k, score, renorm, scaling)
+        ctx.plan = plan
         ctx.mark_non_differentiable(ids, cnt, src)
         return w, ids, cnt, src
 
     @staticmethod
     def backward(ctx, dw, _dids, _dcounts, _dsource):
         x, ids = ctx.saved_tensors
-        dw = dw.float().contiguous()
-        xc = x.contiguous()
-        dx = _direct_backward(xc, ids, dw, *ctx.args)
+        plan = ctx.plan
+        if dw.dtype != torch.float32:
+            dw = dw.float()
+        if not dw.is_contiguous():
+            dw = dw.contiguous()
+        x = x.contiguous()  # rows a stride apart (a slice's) read as contiguous rows
+        dx = _direct_backward(x, ids, dw, plan.backward_options)
         if dx is None:
-            dx = _router_backward_op(xc, ids, dw, *ctx.args)
-        return (dx,) + (None,) * 11
+            dx = _router_backward_op(x, ids, dw, *plan.backward_args)
+        return dx, None, None
 
 
-def router_topk(logits, k, *, score="softmax", bias=None, num_groups=1, topk_group=1,
-                renorm=False, scaling=1.0, ids_dtype=None, weights_dtype=None,
-                return_counts=False, return_source_rows=False):
-    """The MoE router's choice: (weights, ids) of shape (..., k), then with
-    return_counts the rows that chose each expert and with
-    return_source_rows each output's row in the k-major expanded token
-    list (the module says the rules)."""
+# the public call's arguments (and the logits' experts and dtype) ->
+# their _Plan, checked
+_call_plans = {}
+
+
+def _call_plan(logits, key):
+    """The _Plan of router_topk's arguments key (as _call_plans holds
+    them), each checked: ValueError or TypeError for one that is not
+    valid."""
+    (_e, dtype, k, score, num_groups, topk_group, renorm, scaling, ids_dtype, weights_dtype,
+     counts, source_rows) = key
     if score not in SCORES:
         raise ValueError(f"tuned.router_topk: score {score!r} (one of {', '.join(SCORES)})")
     if ids_dtype is None:
@@ -523,30 +594,56 @@ def router_topk(logits, k, *, score="softmax", bias=None, num_groups=1, topk_gro
     if weights_dtype not in (torch.float32, torch.bfloat16):
         raise ValueError(f"tuned.router_topk: weights_dtype {weights_dtype} (torch.float32 or "
                          "bfloat16)")
-    k, num_groups, topk_group = int(k), int(num_groups), int(topk_group)
-    _check(logits, bias, k, SCORES[score], num_groups, topk_group, float(scaling))
+    k, num_groups, topk_group, scaling = int(k), int(num_groups), int(topk_group), float(scaling)
+    _check_options(logits.shape, dtype, k, num_groups, topk_group, scaling)
+    return _plan_of((k, SCORES[score], num_groups, topk_group, bool(renorm), scaling,
+                     ids_dtype == torch.int32, bool(counts), weights_dtype == torch.bfloat16,
+                     bool(source_rows)))
+
+
+def router_topk(logits, k, *, score="softmax", bias=None, num_groups=1, topk_group=1,
+                renorm=False, scaling=1.0, ids_dtype=None, weights_dtype=None,
+                return_counts=False, return_source_rows=False):
+    """The MoE router's choice: (weights, ids) of shape (..., k), then with
+    return_counts the rows that chose each expert and with
+    return_source_rows each output's row in the k-major expanded token
+    list (the module says the rules)."""
+    # The arguments are checked once for each combination (an eager call of
+    # a few tokens is host-bound: every us here is the caller's).
+    shape = logits.shape
+    e = shape[-1] if shape else 0
+    key = (e, logits.dtype, k, score, num_groups, topk_group, renorm, scaling, ids_dtype,
+           weights_dtype, return_counts, return_source_rows)
+    try:
+        plan = _call_plans.get(key)
+    except TypeError:  # an argument that is no dict key: checked each call
+        plan = _call_plan(logits, key)
+    else:
+        if plan is None:
+            plan = _call_plan(logits, key)
+            if len(_call_plans) > 256:
+                _call_plans.clear()
+            _call_plans[key] = plan
+    _check_bias(logits, bias, e)
     if return_source_rows:
-        _source_rows_fit(logits.numel() // logits.shape[-1], k)
-    args = (k, SCORES[score], num_groups, topk_group, bool(renorm), float(scaling),
-            ids_dtype == torch.int32, bool(return_counts), weights_dtype == torch.bfloat16,
-            bool(return_source_rows))
+        _source_rows_fit(logits.numel() // e, plan.k)
     # a 2-D call (the usual: tokens x experts) takes no reshape, in or out
-    flat = logits.dim() == 2
-    x = logits if flat else logits.reshape(-1, logits.shape[-1])
+    flat = len(shape) == 2
+    x = logits if flat else logits.reshape(-1, e)
     out = None
-    if (type(x) is torch.Tensor and _direct_ok(x) and not _compiling()
-            and not _dispatch_modes() and x.stride(-1) == 1 and x.stride(0) >= x.shape[1]
-            and x.shape[0] > 0 and (bias is None or (bias.dtype == torch.float32
-                                                      and bias.is_contiguous()))):
-        if torch.is_grad_enabled() and x.requires_grad:
-            out = _DirectRouter.apply(x, bias, *args)
-        else:
-            out = _direct_forward(x, bias, *args)
+    if type(x) is _Tensor and _direct_ok(x) and not _compiling() and not _dispatch_modes():
+        rs = x.stride()
+        if (rs[1] == 1 and rs[0] >= e and x.shape[0] > 0 and
+                (bias is None or (bias.dtype == torch.float32 and bias.is_contiguous()))):
+            if x.requires_grad and _grad_enabled():
+                out = _DirectRouter.apply(x, bias, plan)
+            else:
+                out = _direct_forward_plan(x, bias, plan, row_stride=rs[0])
     if out is None:
-        out = _router_op(logits, bias, *args)
+        out = _router_op(logits, bias, *plan.args)
     w, ids, counts, src = out
     if not flat:
-        lead = tuple(logits.shape[:-1]) + (k,)
+        lead = tuple(shape[:-1]) + (plan.k,)
         w, ids = w.reshape(lead), ids.reshape(lead)
         if return_source_rows:
             src = src.reshape(lead)

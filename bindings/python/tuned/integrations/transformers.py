@@ -167,6 +167,13 @@ def _mixtral_router(self, hidden_states):
 def _qwen_router(self, hidden_states):
     h = hidden_states.reshape(-1, self.hidden_dim)
     logits = torch.nn.functional.linear(h, self.weight)
+    # transformers casts the fp32 weights to the logits' dtype; bf16 ones
+    # come from the kernel rounded the same way (to nearest even), with no
+    # cast's launch
+    if logits.dtype == torch.bfloat16:
+        w, ids = router_topk(logits, self.top_k, renorm=bool(self.norm_topk_prob),
+                             weights_dtype=torch.bfloat16)
+        return logits, w, ids
     w, ids = router_topk(logits, self.top_k, renorm=bool(self.norm_topk_prob))
     return logits, w.to(logits.dtype), ids
 
