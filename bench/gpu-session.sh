@@ -99,6 +99,8 @@
 #                     steps with transformers' routers and tuned's, the
 #                     router keys those steps meet tuned first (MOE_TUNE_TIME
 #                     seconds each, 3)
+#              host   bench/router_host.py (ROUTER_HOST_ARGS): an eager
+#                     call's host time, piece by piece
 #              ab     bench/router-ab.sh: tuned's columns of this tree
 #                     against a copy built with ROUTER_AB_OLD's
 #                     router_topk.cu and/or router.py, A B B A ...
@@ -342,6 +344,12 @@ router)
             timeout 300 ${ROUTER_BENCH_WRAP:-} python3 bench/router_bench.py ${ROUTER_BENCH_ARGS:-} \
                 >"$out/bench.log" 2>&1
             echo "bench: exit $?"
+            ;;
+        host)
+            # where an eager call's host time goes (ROUTER_HOST_ARGS)
+            timeout 300 python3 bench/router_host.py ${ROUTER_HOST_ARGS:-} >"$out/host.txt" 2>&1
+            echo "host: exit $?"
+            sed -n '/^router host time/,$p' "$out/host.txt"
             ;;
         moe)
             # a MoE model's steps with transformers' routers and tuned's:

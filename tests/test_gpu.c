@@ -443,6 +443,60 @@ static size_t router_merges_are_correct(gpu_env *g)
     return runs;
 }
 
+/* sel=rank (a row over 32 to 1024 threads, its candidates ranked in
+ * shared memory): for each key and dtype, one block-of-rows config for
+ * each threads-a-row 32 to 1024 the key takes, one and two rows a block,
+ * load hints in turn, at most 6, the first two again from unaligned base
+ * pointers (check_router.c's planted rows: ties, NaN, +inf, -0). Returns
+ * the runs. */
+static size_t router_ranks_are_correct(gpu_env *g)
+{
+    static const router_key keys[] = {
+        {8, "k=2,renorm=1"}, /* Mixtral */
+        {60, "k=4"},
+        {128, "k=8"}, /* Qwen3-MoE */
+        {160, "k=6,score=sqrt_softplus,renorm=1"},
+        {256, "k=8,score=sigmoid,groups=8,topk_group=4,renorm=1,bias=1"}, /* DeepSeek-V3 */
+        {384, "k=8,score=sigmoid,renorm=1,bias=1"}, /* Kimi K2 */
+        {160, "k=6,score=sigmoid,groups=8,topk_group=2,bias=1"}, /* groups of 20 */
+        {96, "k=8,groups=4,topk_group=2"},
+        {128, "k=24,renorm=1,bias=1"},
+        {2048, "k=16,score=sigmoid,groups=32,topk_group=2,bias=1"},
+        {200, "k=64"},
+    };
+    size_t runs = 0;
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+        for (int dt = TUNED_FP16; dt <= TUNED_FP32; dt++) {
+            tuned__shape s;
+            tuned__config drawn[1], cfgs[6];
+            if (!router_key_drawn(g, TUNED_KERNEL_ROUTER_TOPK, (tuned_dtype)dt, keys[i].cols,
+                                  keys[i].params, 211 + i, &s, drawn, 1))
+                continue;
+            size_t n = 0;
+            for (unsigned tpr = 32; tpr <= 1024 && n < 6; tpr *= 2)
+                for (unsigned rows = 1; rows <= 2 && n < 6; rows++) {
+                    tuned__config c = {.family = TUNED__FAMILY_ROWS,
+                                       .warps = (uint8_t)(tpr * rows / 32), .rows = (uint16_t)rows,
+                                       .cluster = 1, .minb = 1, .vec = 1,
+                                       .ld = (uint8_t)(n % 3), .sel = TUNED__SEL_RANK};
+                    if (c.warps <= 32 &&
+                        tuned__config_check(&c, &s, arch_of(g), g->gpu.sm_count, NULL, 0))
+                        cfgs[n++] = c;
+                }
+            EXPECT(n > 0, "%llu experts %s %s: no config takes sel=rank",
+                   (unsigned long long)keys[i].cols, keys[i].params,
+                   tuned_dtype_name((tuned_dtype)dt));
+            tuned__eval_opts o = quick_opts();
+            expect_correct(g, &s, cfgs, n, &o);
+            runs += n;
+            o.x_offset = 3;
+            o.y_offset = 1;
+            expect_correct(g, &s, cfgs, n < 2 ? n : 2, &o);
+            runs += n < 2 ? n : 2;
+        }
+    return runs;
+}
+
 /* The router's compiled-in options: int32 ids and bf16 weights (the
  * forward), int32 ids (the backward), a few drawn configs of three keys,
  * one dtype a key. Returns the runs. */
@@ -721,6 +775,8 @@ int main(int argc, char **argv)
         variants += router_terms_are_correct(&g);
     if (kind_asked(only_kinds, "router_topk"))
         variants += router_merges_are_correct(&g);
+    if (kind_asked(only_kinds, "router_topk"))
+        variants += router_ranks_are_correct(&g);
     if (kind_asked(only_kinds, "router_topk_bwd"))
         variants += router_backwards_are_correct(&g);
     if (kind_asked(only_kinds, "softmax") || kind_asked(only_kinds, "softmax_bwd")) {

@@ -185,7 +185,9 @@
  *   T_LD          0 ld.global, 1 ld.global.nc, 2 ld.global.cs
  *   T_SEL         0 rescans (absent: 0), 1 sorted lists, 2 short sorted
  *                 lists, 3 network lists with voted rounds, 4 merged
- *                 lists (k <= 8) (above)
+ *                 lists (k <= 8) (above), 5 ranks in shared memory over
+ *                 32 to 1024 threads a row (router_rank.cu, which follows
+ *                 this file in the forward's source and brings its kernel)
  *   T_TOPK        k, 1 to min(E, 64); with groups at most
  *                 T_TOPK_GROUP * E / T_GROUPS
  *   T_SCORE       0 softmax, 1 sigmoid, 2 sqrt(softplus)
@@ -329,7 +331,9 @@ static_assert(sizeof(tuned_router_options) == 4, "tuned_router_options is one fl
 #endif
 
 #define RT_TPR (T_WARPS * 32 / T_ROWS)
-#if RT_TPR != 1 && RT_TPR != 2 && RT_TPR != 4 && RT_TPR != 8 && RT_TPR != 16 && RT_TPR != 32
+#if T_SEL == 5
+/* router_rank.cu's forward: a row over 32 to 1024 threads (it checks) */
+#elif RT_TPR != 1 && RT_TPR != 2 && RT_TPR != 4 && RT_TPR != 8 && RT_TPR != 16 && RT_TPR != 32
 #error "router_topk.cu: threads per row (T_WARPS*32/T_ROWS) is 1, 2, 4, 8, 16 or 32"
 #endif
 #if T_VEC != 1 && T_VEC != 2 && T_VEC != 4 && T_VEC != 8
@@ -339,8 +343,8 @@ static_assert(sizeof(tuned_router_options) == 4, "tuned_router_options is one fl
 #if RT_VBYTES > 16
 #error "router_topk.cu: a vector is at most 16 bytes (T_VEC * element size)"
 #endif
-#if T_SEL != 0 && T_SEL != 1 && T_SEL != 2 && T_SEL != 3 && T_SEL != 4
-#error "router_topk.cu: T_SEL is 0 (rescans), 1 (sorted lists), 2 (short sorted lists), 3 (network lists) or 4 (merged lists)"
+#if T_SEL != 0 && T_SEL != 1 && T_SEL != 2 && T_SEL != 3 && T_SEL != 4 && T_SEL != 5
+#error "router_topk.cu: T_SEL is 0 (rescans), 1 (sorted lists), 2 (short sorted lists), 3 (network lists), 4 (merged lists) or 5 (ranks, router_rank.cu)"
 #endif
 #if T_SEL == 4 && T_TOPK > 8
 #error "router_topk.cu: T_SEL 4 keeps k entries a thread: k at most 8"
@@ -2014,6 +2018,7 @@ __device__ __forceinline__ void router_route(const float (&x)[RT_HELD], const un
                        counts);
 }
 
+#if T_SEL != 5 /* T_SEL 5: router_rank.cu's forward */
 /* The forward: one row per TPR threads, T_ROWS rows a block; the launch
  * has rows / T_ROWS blocks, rounded up. bias, counts and source_rows may
  * be NULL. */
@@ -2059,6 +2064,7 @@ tuned_router_topk(const T *__restrict__ logits, const float *__restrict__ bias,
         router_route<false>(x, xr, bias, slot, live, opt.scaling, weights, ids, counts, stage);
 #endif
 }
+#endif
 
 /* ---- the backward ---- */
 

@@ -17,7 +17,7 @@ static const char *const st_names[TUNED__ST_COUNT] = {"def", "cs"};
 static const char *const reg_names[TUNED__REG_COUNT] = {"f32", "pk", "ex"};
 static const char *const red_names[TUNED__RED_COUNT] = {"split", "fused"};
 static const char *const sel_names[TUNED__SEL_COUNT] = {"scan", "sort", "short", "net",
-                                                         "merge"};
+                                                         "merge", "rank"};
 static const char *const terms_names[TUNED__TERMS_COUNT] = {"rounds", "lanes"};
 
 const char *tuned__ld_name(unsigned ld)
@@ -434,7 +434,9 @@ static bool rows_check_kernel(const tuned__config *c, const tuned__kind_spec *k,
         return tuned__config_refuse(why, n, "%s chooses no top k: no sel=%s", k->name,
                                     sel_names[c->sel]);
     unsigned row_threads = tuned__config_threads_per_row(c) * tuned__config_blocks_per_row(c);
-    if (k->max_row_threads > 0 && row_threads > k->max_row_threads)
+    /* sel=rank has its own bound (rows_check_sel) */
+    if (k->max_row_threads > 0 && row_threads > k->max_row_threads &&
+        c->sel != TUNED__SEL_RANK)
         return tuned__config_refuse(why, n, "%s keeps a row in at most %u threads (%u here)",
                                     k->name, (unsigned)k->max_row_threads, row_threads);
     if (k->fixed_store_hint && c->st != TUNED__ST_DEF)
@@ -471,16 +473,63 @@ static bool rows_check_terms(const tuned__config *c, const tuned__kind_spec *k,
     return true;
 }
 
-/* sel=merge keeps k entries a thread (its kind's key parameter "k"). */
+/* The bytes of router_rank.cu's RankRow for e experts, k outputs, groups
+ * and threads a row (its fields' sizes, each array's own, plus 8 of
+ * padding): the segments' maxima, the candidates' entries and logits, the
+ * warps' parts, the count, the outputs, and with groups the keys, the
+ * groups' scores and their kept flags. */
+static uint64_t rank_row_bytes(uint64_t e, unsigned k, unsigned groups, unsigned threads)
+{
+    unsigned warps = threads / 32u, k2 = 1;
+    while (k2 < k)
+        k2 *= 2;
+    unsigned segments = warps > k2 ? warps : k2;
+    if (segments > threads)
+        segments = threads;
+    uint64_t bytes = 8ull * segments + 12ull * e + 8ull * warps + 4u + 8ull * k + 8u;
+    if (groups > 1)
+        bytes += 4ull * e + 8ull * groups;
+    return bytes;
+}
+
+/* sel=merge keeps k entries a thread (its kind's key parameter "k");
+ * sel=rank keeps a row over 32 to TUNED__SEL_RANK_MAX_THREADS threads (no
+ * more than the row's experts rounded up to a power of two, or a warp),
+ * one element a pass, its terms in one form, and its rows' RankRows in
+ * shared memory; every other selection at most the kind's threads a
+ * row. */
 static bool rows_check_sel(const tuned__config *c, const tuned__kind_spec *k,
                            const tuned__shape *s, char *why, size_t n)
 {
-    if (c->sel != TUNED__SEL_MERGE)
-        return true;
     unsigned topk = tuned__params_value(k, s->params, "k", 0);
-    if (topk > TUNED__SEL_MERGE_MAX_K)
+    if (c->sel == TUNED__SEL_MERGE && topk > TUNED__SEL_MERGE_MAX_K)
         return tuned__config_refuse(why, n, "sel=merge keeps k entries a thread: k %u is over %u",
                                     topk, TUNED__SEL_MERGE_MAX_K);
+    if (c->sel != TUNED__SEL_RANK)
+        return true;
+    unsigned threads = tuned__config_threads_per_row(c);
+    uint64_t wide = 32;
+    while (wide < s->cols)
+        wide *= 2;
+    if (threads < 32 || threads > TUNED__SEL_RANK_MAX_THREADS || threads > wide)
+        return tuned__config_refuse(why, n,
+                                    "sel=rank keeps a row in 32 to %u threads, at most %llu for "
+                                    "%llu experts (%u here)",
+                                    TUNED__SEL_RANK_MAX_THREADS, (unsigned long long)wide,
+                                    (unsigned long long)s->cols, threads);
+    if (c->vec != 1)
+        return tuned__config_refuse(why, n, "sel=rank loads one element a pass: v1");
+    if (c->terms != TUNED__TERMS_ROUNDS)
+        return tuned__config_refuse(why, n, "sel=rank sums its terms one way: no terms=%s",
+                                    terms_names[c->terms]);
+    unsigned groups = tuned__params_value(k, s->params, "groups", 1);
+    uint64_t bytes = (uint64_t)c->rows * rank_row_bytes(s->cols, topk, groups, threads);
+    if (bytes > TUNED__SEL_RANK_MAX_SHARED)
+        return tuned__config_refuse(why, n,
+                                    "sel=rank holds %u rows of %llu experts in %llu bytes of "
+                                    "shared memory (at most %u)",
+                                    (unsigned)c->rows, (unsigned long long)s->cols,
+                                    (unsigned long long)bytes, TUNED__SEL_RANK_MAX_SHARED);
     return true;
 }
 

@@ -78,16 +78,24 @@ enum {
  * holders at any threads per row (".sel=net": several rows a warp, for many
  * tokens); or with no rounds, each thread's best k (a power of two up to 8)
  * sorted by a network and merged between the row's threads, key and column
- * in one word (".sel=merge": k at most TUNED__SEL_MERGE_MAX_K). */
+ * in one word (".sel=merge": k at most TUNED__SEL_MERGE_MAX_K); or a row
+ * over a warp or more (32 to TUNED__SEL_RANK_MAX_THREADS threads), its
+ * candidates bounded by segments' maxima and ranked in shared memory
+ * (".sel=rank": few tokens, where a row's chain of steps is the time). */
 enum {
     TUNED__SEL_SCAN = 0,
     TUNED__SEL_SORT,
     TUNED__SEL_SHORT,
     TUNED__SEL_NET,
     TUNED__SEL_MERGE,
+    TUNED__SEL_RANK,
     TUNED__SEL_COUNT
 };
 #define TUNED__SEL_MERGE_MAX_K 8
+#define TUNED__SEL_RANK_MAX_THREADS 1024u
+/* sel=rank's block holds each row's RankRow (router_rank.cu) in static
+ * shared memory: at most this many bytes a block. */
+#define TUNED__SEL_RANK_MAX_SHARED 49152u
 
 /* Where a kind whose rows may renormalise their chosen weights (its spec's
  * `terms_param`) forms the weights' terms and their sum, with several

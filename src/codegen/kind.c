@@ -94,7 +94,7 @@ static bool router_rule(uint64_t cols, uint32_t params, char *why, size_t n);
     .keeps_exps = false, .stash = false, .replicas = false, .line_head = false,             \
     .max_row_threads = 32, .max_thread_elems = 64, .fixed_registers = true,                \
     .reference_parts = {"softmax_common", "reference"}
-#define ROUTER_PATH {"tuned_router_topk", {"softmax_common", "router_topk"}}
+#define ROUTER_PATH {"tuned_router_topk", {"softmax_common", "router_topk", "router_rank"}}
 #define ROUTER_BWD_PATH {"tuned_router_topk_bwd", {"softmax_common", "router_topk"}}
 
 static const tuned__kind_spec specs[] = {
