@@ -364,6 +364,7 @@ static void test_compile(const tuned__nvrtc *n)
         "w1.r1.c1.m1.v4.ld=nc.st=def.reg=f32.sel=net",    /* a warp a row, network lists */
         "w4.r16.c1.m1.v4.ld=def.st=def.reg=f32.sel=merge", /* 8 threads a row, merged lists */
         "w2.r16.c1.m1.v2.ld=cs.st=def.reg=f32.sel=merge",  /* 4 threads a row, merged lists */
+        "w4.r1.c1.m1.v1.ld=def.st=def.reg=f32.sel=rank",   /* 128 threads a row, ranks */
     };
     /* Each case in one dtype (they take turns), its configs that fit:
      * NVRTC takes a second or more a router variant, and CI has two cores. */
@@ -409,8 +410,8 @@ static void test_compile(const tuned__nvrtc *n)
         EXPECT(compile_flags(n, TUNED_KERNEL_ROUTER_TOPK, TUNED_FP32, 160,
                              "k=6,score=sigmoid,renorm=1", configs[2], flags),
                "160 experts with options 0x%x: refused", flags);
-    /* The selection method's text: the scan left out, sort, short, net and merge
-     * named; no other kind takes it. */
+    /* The selection method's text: the scan left out, sort, short, net, merge
+     * and rank named; no other kind takes it. */
     {
         tuned__config c;
         tuned__err e = {0};
@@ -421,7 +422,8 @@ static void test_compile(const tuned__nvrtc *n)
         } named[] = {{"w4.r32.c1.m1.v4.ld=def.st=def.reg=f32.sel=sort", TUNED__SEL_SORT},
                      {"w4.r32.c1.m1.v4.ld=def.st=def.reg=f32.sel=short", TUNED__SEL_SHORT},
                      {"w4.r16.c1.m1.v4.ld=def.st=def.reg=f32.sel=net", TUNED__SEL_NET},
-                     {"w4.r16.c1.m1.v4.ld=def.st=def.reg=f32.sel=merge", TUNED__SEL_MERGE}};
+                     {"w4.r16.c1.m1.v4.ld=def.st=def.reg=f32.sel=merge", TUNED__SEL_MERGE},
+                     {"w4.r1.c1.m1.v1.ld=def.st=def.reg=f32.sel=rank", TUNED__SEL_RANK}};
         for (size_t i = 0; i < sizeof named / sizeof named[0]; i++) {
             EXPECT_RC(tuned__config_parse(named[i].text, &c, &e), 0, &e);
             tuned__config_format(&c, text, sizeof text);
@@ -450,6 +452,32 @@ static void test_compile(const tuned__nvrtc *n)
         EXPECT(!tuned__config_check(&c, &s, 90, 132, why, sizeof why) &&
                    strstr(why, "sel=merge") != NULL,
                "merge at k 16 taken: %s", why);
+        /* ranks: a row in one block of 32 to 1024 threads (no more than
+         * its experts take), one element a pass, its shared memory within
+         * 48 KiB */
+        static const struct {
+            const char *config;
+            uint64_t cols;
+            bool taken;
+        } ranks[] = {
+            {"w4.r1.c1.m1.v1.ld=def.st=def.reg=f32.sel=rank", 128, true},
+            {"w1.r1.c1.m1.v1.ld=def.st=def.reg=f32.sel=rank", 8, true},
+            {"w2.r1.c1.m1.v1.ld=def.st=def.reg=f32.sel=rank", 8, false},   /* 64 > 32 */
+            {"w8.r1.c1.m1.v1.ld=def.st=def.reg=f32.sel=rank", 128, false},  /* 256 > 128 */
+            {"w1.r2.c1.m1.v1.ld=def.st=def.reg=f32.sel=rank", 128, false},  /* 16 threads */
+            {"w4.r1.c2.m1.v1.ld=def.st=def.reg=f32.sel=rank", 128, false},  /* a cluster */
+            {"w4.r1.c1.m1.v2.ld=def.st=def.reg=f32.sel=rank", 128, false},  /* vectors */
+            {"w32.r2.c1.m1.v1.ld=def.st=def.reg=f32.sel=rank", 2048, false}, /* 2 x 24 KiB */
+            {"w32.r1.c1.m1.v1.ld=def.st=def.reg=f32.sel=rank", 2048, true},
+        };
+        EXPECT_RC(tuned__params_parse(router(), "k=8", &s.params, &e), 0, &e);
+        for (size_t i = 0; i < sizeof ranks / sizeof ranks[0]; i++) {
+            EXPECT_RC(tuned__config_parse(ranks[i].config, &c, &e), 0, &e);
+            s.cols = ranks[i].cols;
+            EXPECT(tuned__config_check(&c, &s, 90, 132, why, sizeof why) == ranks[i].taken,
+                   "%s at %llu experts: %s (%s)", ranks[i].config,
+                   (unsigned long long)ranks[i].cols, ranks[i].taken ? "refused" : "taken", why);
+        }
     }
     /* What a row in one warp has not: refused by the one rule. */
     static const char *const refused[] = {

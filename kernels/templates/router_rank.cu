@@ -21,7 +21,8 @@
  *            others (ties to the lower group); the other groups' keys
  *            dropped (router_keep_groups's rules)
  *   bound    the row's threads in RK_M segments (at least k of them where
- *            the threads allow): each segment's largest entry. An element
+ *            the threads allow, more where groups drop some): each
+ *            segment's largest entry of an expert still chosen. An element
  *            below k of those maxima is below k elements of the row, so
  *            it is not chosen: the others, the candidates (k or more; a
  *            few times k on random rows), go to a list in shared memory
@@ -50,9 +51,13 @@
 
 #define RK_T RT_TPR
 #define RK_W (RK_T / 32)
-/* k rounded up to a power of two: enough segments to bound the choice */
-#define RK_K2 (T_TOPK <= 1 ? 1 : T_TOPK <= 2 ? 2 : T_TOPK <= 4 ? 4 : T_TOPK <= 8 ? 8 : \
-               T_TOPK <= 16 ? 16 : T_TOPK <= 32 ? 32 : 64)
+/* Enough segments to bound the choice: k of them holding kept experts,
+ * where the groups keep T_TOPK_GROUP of T_GROUPS (k G / kept, rounded up
+ * to a power of two) */
+#define RK_NEED ((T_TOPK * T_GROUPS + T_TOPK_GROUP - 1) / T_TOPK_GROUP)
+#define RK_K2 (RK_NEED <= 1 ? 1 : RK_NEED <= 2 ? 2 : RK_NEED <= 4 ? 4 : RK_NEED <= 8 ? 8 :     \
+               RK_NEED <= 16 ? 16 : RK_NEED <= 32 ? 32 : RK_NEED <= 64 ? 64 : RK_NEED <= 128 ? \
+               128 : RK_NEED <= 256 ? 256 : RK_NEED <= 512 ? 512 : 1024)
 #define RK_M_WANT (RK_W > RK_K2 ? RK_W : RK_K2)
 #define RK_M (RK_M_WANT < RK_T ? RK_M_WANT : RK_T)
 #define RK_S (RK_T / RK_M) /* lanes a segment, 1 to 32, inside one warp */
@@ -197,13 +202,15 @@ __device__ __forceinline__ void rk_keep_groups(RankRow &R, int (&key)[RT_HELD],
 #endif
 
 /* bound: each segment's largest entry (a segment is RK_S consecutive
- * lanes of one warp), posted for the barrier that follows. */
+ * lanes of one warp) among the experts still in the choice (a dropped
+ * group's are not: the kept ones are k or more), posted for the barrier
+ * that follows. */
 __device__ __forceinline__ void rk_bound_post(RankRow &R, const int (&key)[RT_HELD], int t)
 {
     long long best = (long long)0x8000000000000000ull;
 #pragma unroll
     for (int e = 0; e < RT_HELD; e++)
-        if (router_in_row(e, t))
+        if (router_in_row(e, t) && key[e] != RT_KEY_NONE)
             best = max(best, rk_entry(key[e], t + rt_off(e)));
 #pragma unroll
     for (int o = RK_S / 2; o > 0; o /= 2)
@@ -229,7 +236,7 @@ __device__ __forceinline__ void rk_candidates(RankRow &R, const int (&key)[RT_HE
 #endif
 #pragma unroll
     for (int e = 0; e < RT_HELD; e++) {
-        if (!router_in_row(e, t))
+        if (!router_in_row(e, t) || key[e] == RT_KEY_NONE)
             continue;
         const long long en = rk_entry(key[e], t + rt_off(e));
         int above = 0;

@@ -478,10 +478,12 @@ static bool rows_check_terms(const tuned__config *c, const tuned__kind_spec *k,
  * padding): the segments' maxima, the candidates' entries and logits, the
  * warps' parts, the count, the outputs, and with groups the keys, the
  * groups' scores and their kept flags. */
-static uint64_t rank_row_bytes(uint64_t e, unsigned k, unsigned groups, unsigned threads)
+static uint64_t rank_row_bytes(uint64_t e, unsigned k, unsigned groups, unsigned kept,
+                               unsigned threads)
 {
     unsigned warps = threads / 32u, k2 = 1;
-    while (k2 < k)
+    unsigned need = (k * groups + kept - 1) / (kept > 0 ? kept : 1);
+    while (k2 < need)
         k2 *= 2;
     unsigned segments = warps > k2 ? warps : k2;
     if (segments > threads)
@@ -517,13 +519,17 @@ static bool rows_check_sel(const tuned__config *c, const tuned__kind_spec *k,
                                     "%llu experts (%u here)",
                                     TUNED__SEL_RANK_MAX_THREADS, (unsigned long long)wide,
                                     (unsigned long long)s->cols, threads);
+    if (tuned__config_blocks_per_row(c) != 1)
+        return tuned__config_refuse(why, n, "sel=rank keeps a row in one block: no cluster, "
+                                            "grid or replicas");
     if (c->vec != 1)
         return tuned__config_refuse(why, n, "sel=rank loads one element a pass: v1");
     if (c->terms != TUNED__TERMS_ROUNDS)
         return tuned__config_refuse(why, n, "sel=rank sums its terms one way: no terms=%s",
                                     terms_names[c->terms]);
     unsigned groups = tuned__params_value(k, s->params, "groups", 1);
-    uint64_t bytes = (uint64_t)c->rows * rank_row_bytes(s->cols, topk, groups, threads);
+    unsigned kept = tuned__params_value(k, s->params, "topk_group", 1);
+    uint64_t bytes = (uint64_t)c->rows * rank_row_bytes(s->cols, topk, groups, kept, threads);
     if (bytes > TUNED__SEL_RANK_MAX_SHARED)
         return tuned__config_refuse(why, n,
                                     "sel=rank holds %u rows of %llu experts in %llu bytes of "
