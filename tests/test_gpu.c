@@ -343,6 +343,19 @@ static size_t router_moved(gpu_env *g, const tuned__shape *s, const tuned__confi
     return taken;
 }
 
+/* The n configs checked, then the first two again from unaligned base
+ * pointers. Returns the runs. */
+static size_t expect_correct_then_unaligned(gpu_env *g, const tuned__shape *s,
+                                            const tuned__config *cfgs, size_t n)
+{
+    tuned__eval_opts o = quick_opts();
+    expect_correct(g, s, cfgs, n, &o);
+    o.x_offset = 3;
+    o.y_offset = 1;
+    expect_correct(g, s, cfgs, n < 2 ? n : 2, &o);
+    return n + (n < 2 ? n : 2);
+}
+
 static void to_terms_lanes(tuned__config *c)
 {
     c->terms = TUNED__TERMS_LANES;
@@ -402,6 +415,18 @@ static size_t router_terms_are_correct(gpu_env *g)
     return runs;
 }
 
+/* The keys the selections without rounds (merge, rank) are checked on. */
+static const router_key selection_keys[] = {
+    {8, "k=2,renorm=1"}, /* Mixtral */
+    {60, "k=4"},
+    {128, "k=8"}, /* Qwen3-MoE */
+    {160, "k=6,score=sqrt_softplus,renorm=1"},
+    {256, "k=8,score=sigmoid,groups=8,topk_group=4,renorm=1,bias=1"}, /* DeepSeek-V3 */
+    {384, "k=8,score=sigmoid,renorm=1,bias=1"}, /* Kimi K2 */
+    {100, "k=1,score=sigmoid"},
+    {2048, "k=3,renorm=1"},
+};
+
 /* sel=merge (each thread's best k merged between the row's lanes, key and
  * column in one word): configs drawn from each key's space moved to it,
  * the first 4 that take it, in every dtype (fp32's dropped key bits can
@@ -410,18 +435,9 @@ static size_t router_terms_are_correct(gpu_env *g)
  * unaligned base pointers. Returns the runs. */
 static size_t router_merges_are_correct(gpu_env *g)
 {
-    static const router_key keys[] = {
-        {8, "k=2,renorm=1"}, /* Mixtral */
-        {60, "k=4"},
-        {128, "k=8"}, /* Qwen3-MoE */
-        {160, "k=6,score=sqrt_softplus,renorm=1"},
-        {256, "k=8,score=sigmoid,groups=8,topk_group=4,renorm=1,bias=1"}, /* DeepSeek-V3 */
-        {384, "k=8,score=sigmoid,renorm=1,bias=1"}, /* Kimi K2 */
-        {100, "k=1,score=sigmoid"},
-        {2048, "k=3,renorm=1"},
-    };
+    const router_key *keys = selection_keys;
     size_t runs = 0;
-    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+    for (size_t i = 0; i < sizeof selection_keys / sizeof selection_keys[0]; i++)
         for (int dt = TUNED_FP16; dt <= TUNED_FP32; dt++) {
             tuned__shape s;
             tuned__config drawn[16], cfgs[4];
@@ -432,32 +448,49 @@ static size_t router_merges_are_correct(gpu_env *g)
             EXPECT(n > 0, "%llu experts %s %s: no drawn config takes sel=merge",
                    (unsigned long long)keys[i].cols, keys[i].params,
                    tuned_dtype_name((tuned_dtype)dt));
-            tuned__eval_opts o = quick_opts();
-            expect_correct(g, &s, cfgs, n, &o);
-            runs += n;
-            o.x_offset = 3;
-            o.y_offset = 1;
-            expect_correct(g, &s, cfgs, n < 2 ? n : 2, &o);
-            runs += n < 2 ? n : 2;
+            runs += expect_correct_then_unaligned(g, &s, cfgs, n);
         }
     return runs;
 }
 
 /* sel=rank (a row over 32 to 1024 threads, its candidates ranked in
- * shared memory): for each key and dtype, one block-of-rows config for
+ * shared memory) for one key in every dtype: one block-of-rows config for
  * each threads-a-row 32 to 1024 the key takes, one and two rows a block,
  * load hints in turn, at most 6, the first two again from unaligned base
  * pointers (check_router.c's planted rows: ties, NaN, +inf, -0). Returns
  * the runs. */
+static size_t router_ranks_of(gpu_env *g, const router_key *key, uint64_t seed)
+{
+    size_t runs = 0;
+    for (int dt = TUNED_FP16; dt <= TUNED_FP32; dt++) {
+        tuned__shape s;
+        tuned__config drawn[1], cfgs[6];
+        if (!router_key_drawn(g, TUNED_KERNEL_ROUTER_TOPK, (tuned_dtype)dt, key->cols,
+                              key->params, seed, &s, drawn, 1))
+            continue;
+        size_t n = 0;
+        for (unsigned tpr = 32; tpr <= 1024 && n < 6; tpr *= 2)
+            for (unsigned rows = 1; rows <= 2 && n < 6; rows++) {
+                tuned__config c = {.family = TUNED__FAMILY_ROWS,
+                                   .warps = (uint8_t)(tpr * rows / 32), .rows = (uint16_t)rows,
+                                   .cluster = 1, .minb = 1, .vec = 1,
+                                   .ld = (uint8_t)(n % 3), .sel = TUNED__SEL_RANK};
+                if (c.warps <= 32 &&
+                    tuned__config_check(&c, &s, arch_of(g), g->gpu.sm_count, NULL, 0))
+                    cfgs[n++] = c;
+            }
+        EXPECT(n > 0, "%llu experts %s %s: no config takes sel=rank",
+               (unsigned long long)key->cols, key->params, tuned_dtype_name((tuned_dtype)dt));
+        runs += expect_correct_then_unaligned(g, &s, cfgs, n);
+    }
+    return runs;
+}
+
+/* sel=rank on the selections' keys and on keys with more groups, larger k
+ * and k past 8. Returns the runs. */
 static size_t router_ranks_are_correct(gpu_env *g)
 {
-    static const router_key keys[] = {
-        {8, "k=2,renorm=1"}, /* Mixtral */
-        {60, "k=4"},
-        {128, "k=8"}, /* Qwen3-MoE */
-        {160, "k=6,score=sqrt_softplus,renorm=1"},
-        {256, "k=8,score=sigmoid,groups=8,topk_group=4,renorm=1,bias=1"}, /* DeepSeek-V3 */
-        {384, "k=8,score=sigmoid,renorm=1,bias=1"}, /* Kimi K2 */
+    static const router_key more[] = {
         {160, "k=6,score=sigmoid,groups=8,topk_group=2,bias=1"}, /* groups of 20 */
         {96, "k=8,groups=4,topk_group=2"},
         {128, "k=24,renorm=1,bias=1"},
@@ -465,35 +498,10 @@ static size_t router_ranks_are_correct(gpu_env *g)
         {200, "k=64"},
     };
     size_t runs = 0;
-    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
-        for (int dt = TUNED_FP16; dt <= TUNED_FP32; dt++) {
-            tuned__shape s;
-            tuned__config drawn[1], cfgs[6];
-            if (!router_key_drawn(g, TUNED_KERNEL_ROUTER_TOPK, (tuned_dtype)dt, keys[i].cols,
-                                  keys[i].params, 211 + i, &s, drawn, 1))
-                continue;
-            size_t n = 0;
-            for (unsigned tpr = 32; tpr <= 1024 && n < 6; tpr *= 2)
-                for (unsigned rows = 1; rows <= 2 && n < 6; rows++) {
-                    tuned__config c = {.family = TUNED__FAMILY_ROWS,
-                                       .warps = (uint8_t)(tpr * rows / 32), .rows = (uint16_t)rows,
-                                       .cluster = 1, .minb = 1, .vec = 1,
-                                       .ld = (uint8_t)(n % 3), .sel = TUNED__SEL_RANK};
-                    if (c.warps <= 32 &&
-                        tuned__config_check(&c, &s, arch_of(g), g->gpu.sm_count, NULL, 0))
-                        cfgs[n++] = c;
-                }
-            EXPECT(n > 0, "%llu experts %s %s: no config takes sel=rank",
-                   (unsigned long long)keys[i].cols, keys[i].params,
-                   tuned_dtype_name((tuned_dtype)dt));
-            tuned__eval_opts o = quick_opts();
-            expect_correct(g, &s, cfgs, n, &o);
-            runs += n;
-            o.x_offset = 3;
-            o.y_offset = 1;
-            expect_correct(g, &s, cfgs, n < 2 ? n : 2, &o);
-            runs += n < 2 ? n : 2;
-        }
+    for (size_t i = 0; i < sizeof selection_keys / sizeof selection_keys[0]; i++)
+        runs += router_ranks_of(g, &selection_keys[i], 211 + i);
+    for (size_t i = 0; i < sizeof more / sizeof more[0]; i++)
+        runs += router_ranks_of(g, &more[i], 241 + i);
     return runs;
 }
 
