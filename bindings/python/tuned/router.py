@@ -39,9 +39,9 @@ score, groups, renorm); elsewhere, torch's formula of the same rules.
 Eager calls on plain CUDA tensors (not compiling, no dispatch mode) skip
 the operators: one libtuned call forward (with a gradient, inside an
 autograd Function) and one backward; the operators' dispatch cost about
-50 us of host time a call on the H200, several times the kernel. Their
-arguments are checked once a combination (a _Plan): an eager call on the
-H200's host costs about 21 us (bench/router_host.py: its two output
+50 us of host time a call on the H200, several times the kernel. An
+eager call's arguments are checked once a combination (a _Plan), and the
+call costs about 21 us of the H200's host (bench/router_host.py: its two output
 tensors 8, the libtuned call with its launch 8.6), torch's softmax, top-k
 and renormalisation 61. The
 gradient reaches the logits only through the weights (the ids are not
