@@ -394,6 +394,32 @@ class Direct(unittest.TestCase):
             torch.testing.assert_close(dx, dxr)
 
 
+    def test_gradient_with_counts_and_source_rows(self):
+        """The autograd Function's outputs asked for are tensors (those not
+        asked for are never made), equal to the operators', and the
+        gradient flows through the weights alone."""
+        g = torch.Generator().manual_seed(8)
+        x0 = torch.randn(12, 64, generator=g)
+        up = torch.randn(12, 4, generator=g)
+        outs, grads = [], []
+        for direct in (True, False):
+            tuned.router._direct_ok = lambda x, d=direct: d
+            x = x0.clone().requires_grad_(True)
+            before = self.lib.calls
+            w, ids, cnt, src = tuned.router_topk(x, 4, renorm=True, return_counts=True,
+                                                 return_source_rows=True)
+            self.assertEqual(self.lib.calls, before + direct, "the call's path")
+            for t in (ids, cnt, src):
+                self.assertFalse(t.requires_grad)
+            (dx,) = torch.autograd.grad(w, x, up)
+            outs.append((w, ids, cnt, src))
+            grads.append(dx)
+        tuned.router._direct_ok = lambda x: True
+        for a, b in zip(*outs):
+            torch.testing.assert_close(a, b)
+        torch.testing.assert_close(grads[0], grads[1])
+
+
 class Arguments(unittest.TestCase):
     def test_refused(self):
         x = torch.randn(4, 64)
