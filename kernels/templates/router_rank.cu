@@ -7,7 +7,7 @@
  * warp that holds E / 32 elements a lane issues every step for all of
  * them (DeepSeek-V3's 256 experts: about 1.2 us over a copy of its bytes
  * at one token). Here a row has TPR = T_WARPS * 32 / T_ROWS threads, 32
- * to 1024, each holding E / TPR elements or fewer (one at TPR = E), and
+ * to 1024, each holding at most ceil(E / TPR) elements (one at TPR >= E), and
  * the selection is a few block-wide steps whatever k is:
  *   load     the row (one element a pass, coalesced) and the bias
  *   stats    softmax: the row's maximum and sum of exp, over its warps
@@ -41,8 +41,10 @@
  * tuner keeps it where it wins.
  * A row past the last runs with no elements (every thread meets every
  * barrier) and stores nothing. Shared memory: RankRow a row, the
- * candidate list room for the whole row (all of a row's keys tied make
- * every element of the first k segments a candidate: slower, still exact).
+ * candidate list room for the whole row (fewer segments than k would make
+ * every element a candidate: config.c keeps k threads a row or more, so
+ * there are k segments; a row of tied keys makes the first k segments'
+ * elements candidates: slower, still exact).
  *
  * Checked against: the float64 router on the host, as router_topk.cu's
  * forward (src/driver/check_router.c). */
@@ -51,6 +53,9 @@
 
 #if RT_TPR < 32 || RT_TPR > 1024
 #error "router_rank.cu: T_SEL 5 keeps a row in 32 to 1024 threads (T_WARPS*32/T_ROWS)"
+#endif
+#if (RT_TPR & (RT_TPR - 1)) != 0
+#error "router_rank.cu: T_SEL 5's threads a row are a power of two (its segments split warps)"
 #endif
 #if T_VEC != 1
 #error "router_rank.cu: T_SEL 5 loads one element a pass: T_VEC 1"
@@ -372,7 +377,7 @@ __device__ __forceinline__ void rk_route(RankRow &R, const float (&x)[RT_HELD],
         st = rk_stats_fold(R, m);
     /* renormalised softmax without a bias or groups: the row's softmax is
      * NaN exactly where the top key's logit is not finite */
-    if (T_SCORE == 0 && !(BIAS || T_GROUPS > 1) && T_RENORM) {
+    if (T_SCORE == 0 && !(BIAS || T_GROUPS > 1) && T_RENORM && live) {
         const float top = R.slot_x[0];
         st.max = top;
         st.inv_sum = 1.0f;

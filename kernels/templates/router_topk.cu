@@ -9,7 +9,8 @@
  * 8, 16 or 32) share it, every element is read once, and all the
  * selection happens in registers and warp instructions, with no block
  * barrier (the vote form's winners reach their output lanes through 8
- * bytes of shared memory an output, ordered by a __syncwarp). Per row, x
+ * bytes of shared memory an output, ordered by a __syncwarp); T_SEL 5's
+ * forward (router_rank.cu) holds a row in a block instead. Per row, x
  * the logits, b the bias (fp32, E entries, or NULL), c the scaling:
  *   score   s_j = softmax_j(x) (T_SCORE 0), sigmoid(x_j) (1) or
  *           sqrt(softplus(x_j)) (2), in fp32
@@ -119,7 +120,8 @@
  * comes from its owner by one shuffle; without one the keys are the
  * logits', and every lane reads the winner's logit back from its key.
  * A thread whose row is past the last returns at once: no reduction
- * spans more than its row's lanes (their mask), and there is no barrier.
+ * spans more than its row's lanes (their mask), and there is no barrier
+ * (T_SEL 5's block runs such a row empty through its barriers).
  * Cost (H200, 16384 x 128 fp32, softmax, k 8, TPR 32, T_SEL 1): 9.3 us,
  * 5.2 us at k 1, where a copy kernel of the same bytes takes 4.4 us: each
  * round costs about 0.55 us, issue-bound on its dozen integer
@@ -172,11 +174,13 @@
  * of 512 tokens or fewer moved within the runs' noise (0.2-0.4 us).
  *
  * Variants (codegen prepends the defines, then softmax_common.cu, which
- * this file follows; it is compiled with no other part):
+ * this file follows; the forward's source has router_rank.cu after it,
+ * which is empty but for T_SEL 5):
  *   T_DTYPE       0 fp16, 1 bf16, 2 fp32 (math in fp32)
  *   T_WARPS       warps per block, 1 to 32
  *   T_ROWS        rows per block; TPR = T_WARPS*32/T_ROWS in 1, 2, 4, 8,
- *                 16, 32; a thread holds at most 64 elements (T_COLS / TPR
+ *                 16, 32 (T_SEL 5: 32 to 1024); a thread holds at most 64
+ *                 elements (T_COLS / TPR
  *                 in whole vectors: E = 2048 needs TPR 32, E = 256 TPR >= 4)
  *   T_MIN_BLOCKS  __launch_bounds__' minimum blocks per SM
  *   T_VEC         elements per vector load: 1, 2, 4, 8; at most 16 bytes
@@ -344,7 +348,7 @@ static_assert(sizeof(tuned_router_options) == 4, "tuned_router_options is one fl
 #error "router_topk.cu: a vector is at most 16 bytes (T_VEC * element size)"
 #endif
 #if T_SEL != 0 && T_SEL != 1 && T_SEL != 2 && T_SEL != 3 && T_SEL != 4 && T_SEL != 5
-#error "router_topk.cu: T_SEL is 0 (rescans), 1 (sorted lists), 2 (short sorted lists), 3 (network lists), 4 (merged lists) or 5 (ranks, router_rank.cu)"
+#error "router_topk.cu: T_SEL is 0 to 5 (rescans, sorted, short, network, merged lists; ranks)"
 #endif
 #if T_SEL == 4 && T_TOPK > 8
 #error "router_topk.cu: T_SEL 4 keeps k entries a thread: k at most 8"

@@ -496,7 +496,8 @@ static uint64_t rank_row_bytes(uint64_t e, unsigned k, unsigned groups, unsigned
 
 /* sel=merge keeps k entries a thread (its kind's key parameter "k");
  * sel=rank keeps a row over 32 to TUNED__SEL_RANK_MAX_THREADS threads (no
- * more than the row's experts rounded up to a power of two, or a warp),
+ * more than the row's experts rounded up to a power of two, or a warp;
+ * no fewer than k),
  * one element a pass, its terms in one form, and its rows' RankRows in
  * shared memory; every other selection at most the kind's threads a
  * row. */
@@ -519,6 +520,10 @@ static bool rows_check_sel(const tuned__config *c, const tuned__kind_spec *k,
                                     "%llu experts (%u here)",
                                     TUNED__SEL_RANK_MAX_THREADS, (unsigned long long)wide,
                                     (unsigned long long)s->cols, threads);
+    /* fewer segments than k bound nothing: every element a candidate */
+    if (threads < topk)
+        return tuned__config_refuse(why, n, "sel=rank needs k threads a row or more (k %u, %u "
+                                            "here)", topk, threads);
     if (tuned__config_blocks_per_row(c) != 1)
         return tuned__config_refuse(why, n, "sel=rank keeps a row in one block: no cluster, "
                                             "grid or replicas");

@@ -43,13 +43,15 @@ autograd Function) and one backward; the operators' dispatch cost about
 eager call's arguments are checked once a combination (a _Plan), and the
 call costs about 21 us of the H200's host (bench/router_host.py: its two
 output tensors 8, the libtuned call with its launch 8.6); torch's
-softmax, top-k and renormalisation cost 61. The gradient reaches the logits only through the weights (the ids are not
-differentiable); the bias gets none, as in the models that use one (it is
-updated by the load balance, not by the loss)."""
+softmax, top-k and renormalisation cost 61. The gradient reaches the
+logits only through the weights (the ids are not differentiable; a
+second derivative is refused); the bias gets none, as in the models that
+use one (it is updated by the load balance, not by the loss)."""
 
 import ctypes
 
 import torch
+from torch.autograd.function import once_differentiable
 
 from . import _lib
 from . import handle as _handle
@@ -390,7 +392,8 @@ def _state(x):
     if dt is None or dev != _current_device():
         return None
     bound = _bound_handle
-    if bound is None or bound[0] is not _handle._default or not bound[0]._h:
+    h = bound[0]._h if bound is not None and bound[0] is _handle._default else None
+    if not h:
         try:
             lib, _ = _library()
         except Exception:  # noqa: BLE001 - the operators report it
@@ -399,7 +402,10 @@ def _state(x):
         if f is None or b is None:
             return None
         bound = _bound_handle = (_handle._default, f, b, lib)
-    return bound[1], bound[2], bound[3], bound[0]._h, dt, _raw_stream(dev) or None
+        h = bound[0]._h  # read once: a handle closed after this is the call's to report
+        if not h:
+            return None
+    return bound[1], bound[2], bound[3], h, dt, _raw_stream(dev) or None
 
 
 _options_made = {}
@@ -564,6 +570,7 @@ class _DirectRouter(torch.autograd.Function):
         return w, ids, cnt, src
 
     @staticmethod
+    @once_differentiable  # the backward kernel has no gradient of its own
     def backward(ctx, dw, _dids, _dcounts, _dsource):
         x, ids = ctx.saved_tensors
         plan = ctx.plan
