@@ -478,6 +478,18 @@ static void test_compile(const tuned__nvrtc *n)
                    "%s at %llu experts: %s (%s)", ranks[i].config,
                    (unsigned long long)ranks[i].cols, ranks[i].taken ? "refused" : "taken", why);
         }
+        /* k threads a row or more: k 64 refused at a warp, taken at two */
+        EXPECT_RC(tuned__params_parse(router(), "k=64", &s.params, &e), 0, &e);
+        s.cols = 128;
+        EXPECT_RC(tuned__config_parse("w1.r1.c1.m1.v1.ld=def.st=def.reg=f32.sel=rank", &c, &e), 0,
+                  &e);
+        EXPECT(!tuned__config_check(&c, &s, 90, 132, why, sizeof why) &&
+                   strstr(why, "k threads") != NULL,
+               "rank at 32 threads, k 64, taken: %s", why);
+        EXPECT_RC(tuned__config_parse("w2.r1.c1.m1.v1.ld=def.st=def.reg=f32.sel=rank", &c, &e), 0,
+                  &e);
+        EXPECT(tuned__config_check(&c, &s, 90, 132, why, sizeof why), "rank at 64 threads, k 64: %s",
+               why);
     }
     /* What a row in one warp has not: refused by the one rule. */
     static const char *const refused[] = {
