@@ -51,7 +51,6 @@ use one (it is updated by the load balance, not by the loss)."""
 import ctypes
 
 import torch
-from torch.autograd.function import once_differentiable
 
 from . import _lib
 from . import handle as _handle
@@ -60,6 +59,11 @@ from .torch_ops import (_DTYPES, _Tensor, _compiling, _current_device, _dispatch
                         _grad_enabled, _library, _raw_stream)
 
 __all__ = ["router_topk"]
+
+# torch's marker of a backward with no gradient of its own (a stand-in
+# torch without it: the backward as it is)
+once_differentiable = getattr(getattr(torch.autograd, "function", None), "once_differentiable",
+                              lambda f: f)
 
 _byref = ctypes.byref
 
