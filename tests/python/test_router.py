@@ -420,16 +420,6 @@ class Direct(unittest.TestCase):
         torch.testing.assert_close(grads[0], grads[1])
 
 
-    def test_second_derivative_refused(self):
-        """The direct backward has no gradient of its own: a second
-        derivative through it raises instead of coming out wrong."""
-        x = torch.randn(6, 64, generator=torch.Generator().manual_seed(12)).requires_grad_(True)
-        w, _ = tuned.router_topk(x, 4, renorm=True)
-        (dx,) = torch.autograd.grad(w.sum(), x, create_graph=True)
-        with self.assertRaises(RuntimeError):
-            torch.autograd.grad(dx.sum(), x)
-
-
 class Arguments(unittest.TestCase):
     def test_refused(self):
         x = torch.randn(4, 64)

@@ -44,8 +44,8 @@ eager call's arguments are checked once a combination (a _Plan), and the
 call costs about 21 us of the H200's host (bench/router_host.py: its two
 output tensors 8, the libtuned call with its launch 8.6); torch's
 softmax, top-k and renormalisation cost 61. The gradient reaches the
-logits only through the weights (the ids are not differentiable; a
-second derivative is refused); the bias gets none, as in the models that
+logits only through the weights (the ids are not differentiable; the
+direct backward is once_differentiable); the bias gets none, as in the models that
 use one (it is updated by the load balance, not by the loss)."""
 
 import ctypes
