@@ -335,11 +335,15 @@ __device__ __forceinline__ void rk_route(RankRow &R, const float (&x)[RT_HELD],
                                          const float *bias, long long row, int t, bool live,
                                          float scaling, WT *weights, IDX *ids, int *counts)
 {
+    /* where the softmax's stats come from (above) */
+    constexpr bool early = T_SCORE == 0 && (BIAS || T_GROUPS > 1);
+    constexpr bool beside = T_SCORE == 0 && !early && !T_RENORM;
+    constexpr bool from_top = T_SCORE == 0 && !early && T_RENORM;
     float b[RT_HELD];
     if (BIAS)
         router_load_bias(b, bias, t);
     RouterStats st = {0.0f, 1.0f, false};
-    if (T_SCORE == 0 && (BIAS || T_GROUPS > 1)) {
+    if (early) {
         rk_max_post(R, x, t);
         __syncthreads();
         const float m = rk_max_fold(R);
@@ -352,7 +356,6 @@ __device__ __forceinline__ void rk_route(RankRow &R, const float (&x)[RT_HELD],
 #if T_GROUPS > 1
     rk_keep_groups<BIAS>(R, key, st, t);
 #endif
-    const bool beside = T_SCORE == 0 && !(BIAS || T_GROUPS > 1) && !T_RENORM;
     if (beside)
         rk_max_post(R, x, t);
     if (!live) {
@@ -375,9 +378,9 @@ __device__ __forceinline__ void rk_route(RankRow &R, const float (&x)[RT_HELD],
     __syncthreads();
     if (beside)
         st = rk_stats_fold(R, m);
-    /* renormalised softmax without a bias or groups: the row's softmax is
-     * NaN exactly where the top key's logit is not finite */
-    if (T_SCORE == 0 && !(BIAS || T_GROUPS > 1) && T_RENORM && live) {
+    /* the row's softmax is NaN exactly where the top key's logit is not
+     * finite */
+    if (from_top && live) {
         const float top = R.slot_x[0];
         st.max = top;
         st.inv_sum = 1.0f;

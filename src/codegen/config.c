@@ -497,10 +497,9 @@ static uint64_t rank_row_bytes(uint64_t e, unsigned k, unsigned groups, unsigned
 /* sel=merge keeps k entries a thread (its kind's key parameter "k");
  * sel=rank keeps a row over 32 to TUNED__SEL_RANK_MAX_THREADS threads (no
  * more than the row's experts rounded up to a power of two, or a warp;
- * no fewer than k),
- * one element a pass, its terms in one form, and its rows' RankRows in
- * shared memory; every other selection at most the kind's threads a
- * row. */
+ * no fewer than k), one element a pass, its terms in one form, and its
+ * rows' RankRows in shared memory (rows_check_kernel holds every other
+ * selection to the kind's threads a row). */
 static bool rows_check_sel(const tuned__config *c, const tuned__kind_spec *k,
                            const tuned__shape *s, char *why, size_t n)
 {

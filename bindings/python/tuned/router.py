@@ -45,8 +45,9 @@ call costs about 21 us of the H200's host (bench/router_host.py: its two
 output tensors 8, the libtuned call with its launch 8.6); torch's
 softmax, top-k and renormalisation cost 61. The gradient reaches the
 logits only through the weights (the ids are not differentiable; the
-direct backward is once_differentiable); the bias gets none, as in the models that
-use one (it is updated by the load balance, not by the loss)."""
+direct backward is once_differentiable); the bias gets none, as in the
+models that use one (it is updated by the load balance, not by the
+loss)."""
 
 import ctypes
 
@@ -524,7 +525,7 @@ def _direct_forward_plan(x, bias, plan, strict=False, row_stride=None):
     rc = f(h, x.data_ptr(), None if bias is None else bias.data_ptr(), w.data_ptr(),
            ids.data_ptr(), None if cnt is None else cnt.data_ptr(), rows, e,
            x.stride(0) if row_stride is None else row_stride, dt, _byref(o), stream)
-    if rc != 0 and not _succeeded(rc, lib, h, "tuned_router_topk", strict):
+    if not _succeeded(rc, lib, h, "tuned_router_topk", strict):
         return None
     libtuned_calls += 1
     return w, ids, cnt, src
