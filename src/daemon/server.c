@@ -979,9 +979,11 @@ static int start(server *s, tuned__err *e)
     if ((rc = uv_prepare_start(&s->turn, on_turn)) != 0)
         return tuned__errf(e, TUNED_EIO, "uv_prepare_start: %s", uv_strerror(rc));
     uv_unref((uv_handle_t *)&s->turn); /* it alone does not keep the loop running */
-    if ((rc = listen_unix(s, e)) != 0)
-        return rc;
+    /* TCP before the Unix socket: whoever sees the Unix socket accept
+     * (a service manager, a test) finds every listener up. */
     if (o->listen[0] != '\0' && (rc = listen_tcp(s, e)) != 0)
+        return rc;
+    if ((rc = listen_unix(s, e)) != 0)
         return rc;
     if ((rc = uv_timer_init(&s->loop, &s->tick)) != 0)
         return tuned__errf(e, TUNED_EIO, "uv_timer_init: %s", uv_strerror(rc));
