@@ -415,6 +415,39 @@ bool job_is(client *c, long long id, const char *state)
     return is;
 }
 
+/* Polls job id until it runs with at least one variant evaluated, or
+ * has ended done (true), or timeout_s passes (false): what a loaded
+ * machine (sanitizers, a worker at nice 10) needs, not a fixed sleep. */
+bool job_progressed(client *c, long long id, double timeout_s)
+{
+    double end = now_s() + timeout_s;
+    do {
+        json_t *r = call_fmt(c, "{\"op\":\"job\",\"job\":%lld}", id);
+        const json_t *j = json_object_get(r, "job");
+        const char *state = str(j, "state");
+        bool moved = strcmp(state, "done") == 0 ||
+                     (strcmp(state, "running") == 0 && integer(j, "evaluated") > 0);
+        json_decref(r);
+        if (moved)
+            return true;
+        sleep_ms(5);
+    } while (now_s() < end);
+    fprintf(stderr, "job %lld evaluated nothing in %.0f s\n", id, timeout_s);
+    return false;
+}
+
+/* Whether job id reaches state within timeout_s. */
+bool job_becomes(client *c, long long id, const char *state, double timeout_s)
+{
+    double end = now_s() + timeout_s;
+    while (!job_is(c, id, state)) {
+        if (now_s() >= end)
+            return false;
+        sleep_ms(10);
+    }
+    return true;
+}
+
 /* Polls jobs a and b until both run at once on different GPUs (true), or
  * polls run out. */
 bool both_running(client *c, long long a, long long b, int polls, int ms)

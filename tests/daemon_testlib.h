@@ -86,6 +86,8 @@ json_t *wait_job_probing(client *c, long long id, double timeout_s, const char *
                          double *worst);
 bool job_done(client *c, long long id, double timeout_s);
 bool job_is(client *c, long long id, const char *state);
+bool job_becomes(client *c, long long id, const char *state, double timeout_s);
+bool job_progressed(client *c, long long id, double timeout_s);
 bool both_running(client *c, long long a, long long b, int polls, int ms);
 
 /* ---- a case ---- */

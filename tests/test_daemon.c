@@ -240,18 +240,7 @@ static void test_get_and_tune(void)
     r = cl_call(&c, "{\"op\":\"tune\",\"rows\":4096,\"cols\":32000,\"dtype\":\"fp16\"}");
     EXPECT(is_ok(r) && integer(r, "job") == id && json_is_true(json_object_get(r, "joined")));
     json_decref(r);
-    /* progress while it runs */
-    bool saw_progress = false;
-    for (int i = 0; i < 200 && !saw_progress; i++) {
-        r = call_fmt(&c, "{\"op\":\"job\",\"job\":%lld}", id);
-        const json_t *j = json_object_get(r, "job");
-        saw_progress = strcmp(str(j, "state"), "running") == 0 && integer(j, "evaluated") > 0;
-        if (strcmp(str(j, "state"), "done") == 0)
-            saw_progress = true; /* too fast to see; fine */
-        json_decref(r);
-        sleep_ms(5);
-    }
-    EXPECT(saw_progress);
+    EXPECT(job_progressed(&c, id, 30)); /* progress while it runs (or done: too fast to see) */
     r = wait_job(&c, id, 60);
     const json_t *job = json_object_get(r, "job");
     EXPECT(strcmp(str(job, "state"), "done") == 0 && json_is_true(json_object_get(job, "stored")));
@@ -309,8 +298,7 @@ static void test_get_and_tune(void)
     EXPECT(daemon_start(&d, slow, slow_args));
     EXPECT(cl_open(&c, &d));
     long long a = submit_tune(&c, 64, 1000, NULL);
-    for (int i = 0; i < 100 && !job_is(&c, a, "running"); i++) /* until it runs */
-        sleep_ms(10);
+    EXPECT(job_becomes(&c, a, "running", 30));
     EXPECT(submit_tune(&c, 64, 1001, NULL) > 0);
     EXPECT(submit_tune(&c, 64, 1002, NULL) > 0);
     r = cl_call(&c, "{\"op\":\"tune\",\"rows\":64,\"cols\":1003}");
@@ -531,8 +519,9 @@ static void test_stop_and_kill(void)
     const char *const slow[] = {"TUNED_TEST_FAKE_GPU=1", "TUNED_TEST_FAKE_MS=40", NULL};
     const char *const grace[] = {"--limit", "grace=2", NULL};
     restart_case(&d, &c, slow, grace);
-    EXPECT(submit_tune(&c, 2048, 2048, ",\"budget\":400") > 0);
-    sleep_ms(2500); /* past generation 0 (40 variants, 1.6 s) */
+    long long first = submit_tune(&c, 2048, 2048, ",\"budget\":400");
+    EXPECT(first > 0);
+    EXPECT(job_progressed(&c, first, 30)); /* a result to checkpoint (generation 0 is 1.6 s) */
     cl_close(&c);
     double t = now_s();
     EXPECT(daemon_stop(&d) == 0); /* exit 0: uv_loop_close() == 0 and the store closed */

@@ -193,9 +193,12 @@ sock="$tmp/d.sock"
 TUNED_TEST_FAKE_GPU=1 TUNED_TEST_FAKE_MS=1 "$tuned" serve --socket "$sock" --db "$db" -q \
     >"$tmp/daemon.log" 2>&1 &
 daemon_pid=$!
-for _ in $(seq 100); do [[ -S "$sock" ]] && break; sleep 0.1; done
+# started once it answers (its socket file is made a moment before it accepts)
+for _ in $(seq 100); do
+    "$tuned" stats --json --socket "$sock" >"$tmp/out" 2>"$tmp/err" && break; sleep 0.1
+done
 if [[ -S "$sock" ]]; then
-    "$tuned" stats --json --socket "$sock" >"$tmp/out" 2>"$tmp/err"; check_json stats
+    check_json stats
     fake="$(python3 -c 'import json,sys; print(any(g.get("test_only_fake") for g in json.load(sys.stdin)["gpus"]))' <"$tmp/out" 2>/dev/null)"
     if [[ "$fake" == True ]]; then
         "$tuned" tune --json -q --shape 64x4096 --budget 12 --time 30 --socket "$sock" >"$tmp/out" 2>"$tmp/err" ||

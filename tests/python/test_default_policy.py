@@ -16,6 +16,7 @@ generation.
 
 Exit 77 where NVRTC cannot be loaded (tuned_open needs it)."""
 import os
+import socket
 import subprocess
 import sys
 import tempfile
@@ -111,11 +112,13 @@ daemon = subprocess.Popen([TUNED, "serve", "--socket", sock, "--db", os.path.joi
                           env=dict(env, TUNED_TEST_FAKE_GPU="1", TUNED_TEST_FAKE_MS="1"),
                           stdout=log, stderr=subprocess.STDOUT)
 try:
-    for _ in range(200):
-        if os.path.exists(sock):
+    for _ in range(200):  # started once it accepts (the file comes a moment before)
+        try:
+            with socket.socket(socket.AF_UNIX) as probe:
+                probe.connect(sock)
             break
-        time.sleep(0.05)
-    time.sleep(0.2)
+        except OSError:
+            time.sleep(0.05)
     p = run({"TUNED_SOCKET": sock})
     check("policy daemon" in p.stdout and not os.path.exists(ran),
           "a daemon answers: the daemon policy", p.stdout + p.stderr)
